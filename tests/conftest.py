@@ -1,0 +1,38 @@
+"""Shared fixtures: the tiny offline model, and the shared real data (GSM8K, verl logs).
+
+Tests that need ../shared/data skip when it is absent, except under CI=true, where a missing
+input is a failure (so CI here always exercises them).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from helpers import require_shared
+
+# Never reach for the model/dataset hub from a test.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+@pytest.fixture(scope="session")
+def shared_gsm8k_dir() -> Path:
+    """OpenAI's original GSM8K release: train.jsonl (7473) and test.jsonl (1319)."""
+    return require_shared("gsm8k")
+
+
+@pytest.fixture(scope="session")
+def verl_logs_dir() -> Path:
+    """Two real verl PPO console logs."""
+    return require_shared("verl-logs")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Qwen2 + offline BPE tokenizer with a ChatML template (built once)."""
+    from make_tiny_model import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2")

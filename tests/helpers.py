@@ -1,0 +1,118 @@
+"""Test helpers: shared-data lookup, small prepared data, recipe environments, a fake nvidia-smi."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("SHARED_DATA_DIR", ROOT.parent / "shared" / "data"))
+RECIPES = [
+    "ppo_qwen2.5-0.5b_gsm8k",
+    "grpo_qwen2.5-0.5b_gsm8k",
+    "ppo_lora_qwen2.5-1.5b_gsm8k",
+    "smoke_tiny",
+]
+# Environment variables that would leak a real user's settings into a test recipe run.
+USER_KNOBS = ("LOGGER", "WANDB_API_KEY", "RUN_DIR", "RUNS_ROOT", "DATA_DIR", "PYTHON")
+
+
+def require_shared(relative: str) -> Path:
+    """Path of a shared input; skip if absent, or fail under CI=true."""
+    path = SHARED_DATA / relative
+    if not path.exists():
+        message = f"shared data not found: {path} (set SHARED_DATA_DIR)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def write_synthetic_gsm8k(source_dir: Path, n_train: int = 300, n_test: int = 40) -> Path:
+    """OpenAI's jsonl layout with simple, valid word problems."""
+    source_dir.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("test", n_test)):
+        with open(source_dir / f"{split}.jsonl", "w") as fh:
+            for i in range(n):
+                a, b = 3 + i, 7 + 2 * i
+                row = {
+                    "question": f"Tom has {a} apples and buys {b} more. How many apples now?",
+                    "answer": f"{a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}",
+                }
+                fh.write(json.dumps(row) + "\n")
+    return source_dir
+
+
+def prepare(source_dir: Path, out_dir: Path) -> Path:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "data_prep.gsm8k",
+            "--source",
+            str(source_dir),
+            "--out-dir",
+            str(out_dir),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out_dir
+
+
+def recipe_env(model_dir: Path, data_dir: Path, runs_root: Path, **knobs: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in USER_KNOBS}
+    env.update(
+        MODEL_PATH=str(model_dir),
+        DATA_DIR=str(data_dir),
+        RUNS_ROOT=str(runs_root),
+        PYTHON=sys.executable,
+        HF_HUB_OFFLINE="1",
+    )
+    env.update(knobs)
+    return env
+
+
+def run_recipe(recipe: str, env: dict[str, str], *args: str, timeout: int = 240):
+    return subprocess.run(
+        ["bash", str(ROOT / "recipes" / f"{recipe}.sh"), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def recipe_overrides(config_name: str, env: dict[str, str]) -> list[str]:
+    """The override list recipes/common.sh builds for this environment (the real file)."""
+    script = (
+        f'RECIPE=test CONFIG_NAME={config_name}; source "{ROOT}/recipes/common.sh"; '
+        'printf "%s\\0" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}"'
+    )
+    out = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    return [item for item in out.split("\0") if item]
+
+
+def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, int]]) -> Path:
+    """An nvidia-smi on PATH that reports the given (name, MiB) GPUs."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "nvidia-smi"
+    listing = "\n".join(f"GPU {i}: {name} (UUID: GPU-test-{i})" for i, (name, _) in enumerate(gpus))
+    query = "\n".join(f"{name}, {mib}" for name, mib in gpus)
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        f'if [[ "${{1:-}}" == "-L" ]]; then printf "%s\\n" "{listing}"; exit 0; fi\n'
+        f'printf "%s\\n" "{query}"\n'
+    )
+    script.chmod(0o755)
+    return bin_dir
