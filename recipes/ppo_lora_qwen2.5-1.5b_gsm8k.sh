@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# PPO with LoRA adapters (actor and critic) on GSM8K with Qwen2.5-1.5B-Instruct, one 24 GB GPU.
+# Base weights stay frozen and offloaded between phases; only the adapters and the value head train.
+#   DRY_RUN=1 bash recipes/ppo_lora_qwen2.5-1.5b_gsm8k.sh
+set -euo pipefail
+
+RECIPE=ppo_lora_qwen2.5-1.5b_gsm8k
+CONFIG_NAME=gsm8k_ppo_lora
+MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-1.5B-Instruct}
+TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-64}
+PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-32}
+ACTOR_LR=${ACTOR_LR:-1e-5}               # adapters need a larger step than full fine-tuning
+CRITIC_LR=${CRITIC_LR:-1e-5}
+LORA_RANK=${LORA_RANK:-32}
+LORA_ALPHA=${LORA_ALPHA:-32}
+RECIPE_OVERRIDES=(
+  "actor_rollout_ref.model.lora_rank=$LORA_RANK"
+  "actor_rollout_ref.model.lora_alpha=$LORA_ALPHA"
+  "critic.model.lora_rank=$LORA_RANK"
+  "critic.model.lora_alpha=$LORA_ALPHA"
+)
+
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+launch "$@"

@@ -1,0 +1,246 @@
+"""Each planted mistake is caught by the preflight with its message; a correct config passes.
+
+The preflight runs in-process on the override list that recipes/common.sh really builds.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import preflight
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from helpers import (
+    ROOT,
+    fake_nvidia_smi,
+    prepare,
+    recipe_env,
+    recipe_overrides,
+    write_synthetic_gsm8k,
+)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("gsm8k")
+    return prepare(write_synthetic_gsm8k(base / "source"), base / "prepared")
+
+
+@pytest.fixture(scope="module")
+def base_overrides(tiny_model_dir, data_dir, tmp_path_factory) -> list[str]:
+    env = recipe_env(tiny_model_dir, data_dir, tmp_path_factory.mktemp("runs"))
+    return recipe_overrides("gsm8k_ppo", env)
+
+
+def run_preflight(overrides: list[str], config: str = "gsm8k_ppo") -> preflight.Report:
+    return preflight.run(config, ROOT / "configs", overrides, None)
+
+
+def errors(report: preflight.Report) -> str:
+    return "\n".join(line for line in report.lines if "[error]" in line)
+
+
+def test_correct_config_passes(base_overrides):
+    report = run_preflight(base_overrides)
+    assert report.errors == 0, "\n".join(report.lines)
+    checks = {line.split("]", 1)[1].split(":", 1)[0].strip() for line in report.lines}
+    assert {"keys", "config", "model", "data", "reward", "gpu"} <= checks
+
+
+# Planted mistake -> the text its error must contain (the right key, or the exact problem).
+MISTAKES = {
+    "unknown key": (
+        ["actor_rollout_ref.actor.optim.lrr=1e-6"],
+        "unknown key 'actor_rollout_ref.actor.optim.lrr' in the installed verl config; "
+        "did you mean actor_rollout_ref.actor.optim.lr",
+    ),
+    "unknown leaf moved elsewhere": (
+        ["trainer.n_gpus=1"],
+        "did you mean trainer.n_gpus_per_node",
+    ),
+    "top-level custom_reward_function": (
+        ["custom_reward_function.path=/x/reward.py"],
+        "use reward.custom_reward_function.path",
+    ),
+    "clip_ratio alone": (
+        ["actor_rollout_ref.actor.clip_ratio=0.3"],
+        "set actor_rollout_ref.actor.clip_ratio_low and actor_rollout_ref.actor.clip_ratio_high",
+    ),
+    "actor lora": (
+        ["actor_rollout_ref.actor.lora.rank=16"],
+        "use actor_rollout_ref.model.lora_rank",
+    ),
+    "critic fsdp_config": (
+        ["critic.model.fsdp_config.param_offload=True"],
+        "use critic.fsdp.param_offload",
+    ),
+    "reward_model.reward_manager": (
+        ["reward_model.reward_manager=naive"],
+        "use reward.reward_manager.name",
+    ),
+    "balance_batch": (["trainer.balance_batch=True"], "remove it"),
+    "fsdp_config.strategy": (
+        ["actor_rollout_ref.actor.fsdp_config.strategy=fsdp2"],
+        "use actor_rollout_ref.actor.strategy",
+    ),
+    "verl validate_config": (
+        ["actor_rollout_ref.actor.use_dynamic_bsz=False", "critic.use_dynamic_bsz=False"],
+        "verl validate_config: [actor] Please set at least one of 'actor.ppo_micro_batch_size'",
+    ),
+    "missing model": (
+        ["actor_rollout_ref.model.path=/nonexistent/model"],
+        "actor model path '/nonexistent/model' does not exist",
+    ),
+    "context too short": (
+        ["data.max_prompt_length=4000", "data.max_response_length=1000"],
+        "max_prompt_length + max_response_length = 5000 > context 4096",
+    ),
+    "missing train file": (
+        ["data.train_files=['/nonexistent/train.parquet']"],
+        "train file /nonexistent/train.parquet does not exist",
+    ),
+    "batch larger than data": (["data.train_batch_size=512"], "not one full batch"),
+    "unknown reward function": (
+        ["reward.custom_reward_function.name=compute_scor"],
+        "functions in that file: compute_score",
+    ),
+    "missing reward file": (
+        ["reward.custom_reward_function.path=/nonexistent/reward.py"],
+        "reward file /nonexistent/reward.py does not exist",
+    ),
+    "prompts too long with truncation=error": (
+        ["data.max_prompt_length=20", "data.filter_overlong_prompts=False"],
+        "prompts exceed max_prompt_length 20",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MISTAKES))
+def test_planted_mistake_is_caught(name, base_overrides):
+    extra, expected = MISTAKES[name]
+    report = run_preflight(base_overrides + extra)
+    assert report.errors >= 1, "\n".join(report.lines)
+    assert expected in errors(report), "\n".join(report.lines)
+
+
+def test_bad_schema_names_the_file_and_columns(base_overrides, tmp_path):
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"question": ["q"], "answer": ["#### 1"]}), bad)
+    report = run_preflight(base_overrides + [f"data.val_files=['{bad}']"])
+    assert f"val file {bad}: missing column(s) prompt, data_source, reward_model" in errors(report)
+
+
+def test_a_reward_that_cannot_tell_right_from_wrong_fails(base_overrides, tmp_path):
+    reward = tmp_path / "always_one.py"
+    reward.write_text("def compute_score(**kwargs):\n    return 1.0\n")
+    report = run_preflight(base_overrides + [f"reward.custom_reward_function.path={reward}"])
+    assert "does not separate them" in errors(report)
+
+
+def test_hub_id_unreachable_is_said_clearly(base_overrides, monkeypatch, tmp_path):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # empty cache
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    report = run_preflight(
+        base_overrides + ["actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct"]
+    )
+    message = errors(report)
+    assert "'Qwen/Qwen2.5-0.5B-Instruct' is a hub id, not cached here" in message
+    assert "the hub cannot be reached from this machine: http://127.0.0.1:9" in message
+
+
+def test_lora_rank_is_checked_without_vllm(base_overrides):
+    lora = ["actor_rollout_ref.model.lora_rank=1000"]
+    report = run_preflight(base_overrides + lora, config="gsm8k_ppo_lora")
+    assert "LoRA rank 1000 is above vLLM's maximum 512" in errors(report)
+    report = run_preflight(
+        base_overrides
+        + ["actor_rollout_ref.model.lora_rank=32", "actor_rollout_ref.rollout.load_format=auto"],
+        config="gsm8k_ppo_lora",
+    )
+    assert "needs actor_rollout_ref.rollout.load_format=safetensors" in errors(report)
+
+
+QWEN25_05B = dict(
+    hidden_size=896,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    intermediate_size=4864,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+    max_position_embeddings=32768,
+)
+
+
+def test_parameter_count_matches_the_published_qwen_size():
+    from transformers import Qwen2Config
+
+    assert preflight.count_parameters(Qwen2Config(**QWEN25_05B)) == 494_032_768
+
+
+def test_memory_estimate_warns_on_a_small_card(base_overrides, tmp_path, monkeypatch, capsys):
+    from transformers import Qwen2Config
+
+    cfg = preflight.compose(ROOT / "configs", "gsm8k_ppo", base_overrides)
+    hf_config = Qwen2Config(**QWEN25_05B)
+    parts = preflight.estimate_memory(cfg, hf_config, gpu_gib=24)
+    # actor and critic: 16 bytes/param each; reference offloaded; vLLM 0.4 of 24 GiB.
+    assert parts["actor"] == pytest.approx(494_032_768 * 16 / 1024**3)
+    assert parts["critic"] == parts["actor"]
+    assert "reference" not in parts
+    assert parts["vllm"] == pytest.approx(9.6)
+
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA GeForce RTX 4090", 24564)])
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    report = preflight.Report()
+    preflight.check_gpus(cfg, hf_config, report)
+    assert report.warnings == 1 and "unlikely to fit" in report.lines[-1]
+    assert "fp32 weights+grads+Adam (16 B/param)" in report.lines[-1]
+
+    bin_dir = fake_nvidia_smi(tmp_path / "bin80", [("NVIDIA H100 80GB HBM3", 81559)])
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    report = preflight.Report()
+    preflight.check_gpus(cfg, hf_config, report)
+    assert report.warnings == 0 and report.errors == 0, report.lines
+
+
+def test_lora_estimate_fits_a_24gb_card(base_overrides):
+    from transformers import Qwen2Config
+
+    cfg = preflight.compose(
+        ROOT / "configs",
+        "gsm8k_ppo_lora",
+        base_overrides + ["actor_rollout_ref.model.lora_rank=32", "critic.model.lora_rank=32"],
+    )
+    qwen_15b = dict(
+        QWEN25_05B,
+        hidden_size=1536,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        intermediate_size=8960,
+    )
+    parts = preflight.estimate_memory(cfg, Qwen2Config(**qwen_15b), gpu_gib=24)
+    assert parts["actor"] == 0 and parts["critic"] == 0  # frozen bases offloaded
+    assert parts["total"] < 0.9 * 24
+
+
+def test_cli_prints_time_and_exits_nonzero_on_error(base_overrides):
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "preflight.py"),
+            "--",
+            *base_overrides,
+            "custom_reward_function.path=/x.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "preflight: FAILED with 1 error(s)" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr

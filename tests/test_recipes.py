@@ -1,0 +1,204 @@
+"""The bash recipes, run for real: dry runs against the installed verl, knob mapping, safety."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import (
+    RECIPES,
+    ROOT,
+    fake_nvidia_smi,
+    prepare,
+    recipe_env,
+    run_recipe,
+    write_synthetic_gsm8k,
+)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("gsm8k")
+    return prepare(write_synthetic_gsm8k(base / "source"), base / "prepared")
+
+
+def composed_config(stdout: str) -> dict:
+    """verl's `--cfg job` YAML, printed after the preflight's last line."""
+    assert "preflight: passed" in stdout, stdout[-3000:]
+    yaml_text = stdout.split("preflight: passed", 1)[1].split("\n", 1)[1]
+    return yaml.safe_load(yaml_text)
+
+
+def get(cfg: dict, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, data_dir, tmp_path):
+    # An extra key=value argument comes last, so it beats the recipe's own setting.
+    env = recipe_env(tiny_model_dir, data_dir, tmp_path / "runs", DRY_RUN="1")
+    result = run_recipe(recipe, env, "trainer.test_freq=13")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(r"preflight: passed \(\d+ warning\(s\)\) in \d+\.\d s", result.stdout)
+    cfg = composed_config(result.stdout)
+    assert get(cfg, "trainer.test_freq") == 13
+    assert get(cfg, "actor_rollout_ref.model.path") == str(tiny_model_dir)
+    assert get(cfg, "reward.custom_reward_function.path") == str(ROOT / "rewards" / "gsm8k.py")
+    assert get(cfg, "actor_rollout_ref.actor.strategy") == "fsdp2"
+    assert get(cfg, "actor_rollout_ref.actor.calculate_entropy") is True
+    assert get(cfg, "actor_rollout_ref.rollout.name") == "vllm"
+    assert get(cfg, "trainer.resume_mode") == "auto"
+    assert get(cfg, "trainer.val_before_train") is True
+    run_dir = str(tmp_path / "runs" / recipe)
+    assert get(cfg, "trainer.default_local_dir") == run_dir
+    assert get(cfg, "trainer.rollout_data_dir") == f"{run_dir}/rollouts"
+    assert not (tmp_path / "runs").exists(), "a dry run must not create the run directory"
+
+
+def test_recipe_specific_settings(tiny_model_dir, data_dir, tmp_path):
+    """GRPO drops the critic for group advantages; LoRA sets adapters and safetensors loading."""
+    env = recipe_env(tiny_model_dir, data_dir, tmp_path / "runs", DRY_RUN="1")
+    grpo = composed_config(run_recipe("grpo_qwen2.5-0.5b_gsm8k", env).stdout)
+    assert get(grpo, "algorithm.adv_estimator") == "grpo"
+    assert get(grpo, "actor_rollout_ref.actor.use_kl_loss") is True
+    assert get(grpo, "algorithm.use_kl_in_reward") is False
+    assert get(grpo, "actor_rollout_ref.rollout.n") == 5
+    lora = composed_config(run_recipe("ppo_lora_qwen2.5-1.5b_gsm8k", env).stdout)
+    assert get(lora, "actor_rollout_ref.model.lora_rank") == 32
+    assert get(lora, "critic.model.lora_rank") == 32
+    assert get(lora, "actor_rollout_ref.rollout.load_format") == "safetensors"
+
+
+# Each knob: the environment value set, and every verl key it must land on.
+KNOBS = {
+    "NNODES": ("2", ["trainer.nnodes"]),
+    "NDEVICES_PER_NODE": ("4", ["trainer.n_gpus_per_node"]),
+    "TRAIN_BATCH_SIZE": ("96", ["data.train_batch_size"]),
+    "PPO_MINI_BATCH_SIZE": ("48", ["actor_rollout_ref.actor.ppo_mini_batch_size"]),
+    "MAX_PROMPT_LENGTH": ("1024", ["data.max_prompt_length"]),
+    "MAX_RESPONSE_LENGTH": ("300", ["data.max_response_length"]),
+    "ACTOR_LR": ("2e-06", ["actor_rollout_ref.actor.optim.lr"]),
+    "CRITIC_LR": ("3e-05", ["critic.optim.lr"]),
+    "ROLLOUT_TP": ("2", ["actor_rollout_ref.rollout.tensor_model_parallel_size"]),
+    "ROLLOUT_GPU_MEM_UTIL": ("0.55", ["actor_rollout_ref.rollout.gpu_memory_utilization"]),
+    "ROLLOUT_N": ("2", ["actor_rollout_ref.rollout.n"]),
+    "TOTAL_EPOCHS": ("3", ["trainer.total_epochs"]),
+    "TOTAL_TRAINING_STEPS": ("11", ["trainer.total_training_steps"]),
+    "SAVE_FREQ": ("7", ["trainer.save_freq"]),
+    "TEST_FREQ": ("9", ["trainer.test_freq"]),
+    "KL_COEF": ("0.005", ["algorithm.kl_ctrl.kl_coef", "actor_rollout_ref.actor.kl_loss_coef"]),
+    "REWARD_FN": ("compute_score_flexible", ["reward.custom_reward_function.name"]),
+    "PROJECT_NAME": ("knob_project", ["trainer.project_name"]),
+    "EXPERIMENT_NAME": ("knob_experiment", ["trainer.experiment_name"]),
+    "MAX_CKPT_TO_KEEP": (
+        "5",
+        ["trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"],
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def knob_run(tiny_model_dir, data_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("knobs")
+    critic_dir = tmp / "critic-model"
+    shutil.copytree(tiny_model_dir, critic_dir)
+    paths = {
+        "CRITIC_MODEL_PATH": str(critic_dir),
+        "GSM8K_TRAIN_FILE": str(data_dir / "train.parquet"),
+        "GSM8K_TEST_FILE": str(data_dir / "test.parquet"),
+        "RUN_DIR": str(tmp / "my-run"),
+        "LOGGER": "console,tensorboard",
+    }
+    env = recipe_env(
+        tiny_model_dir,
+        tmp / "no-data-here",
+        tmp / "runs",
+        DRY_RUN="1",
+        **{k: v for k, (v, _) in KNOBS.items()},
+        **paths,
+    )
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return composed_config(result.stdout), paths
+
+
+@pytest.mark.parametrize("knob", sorted(KNOBS))
+def test_knob_lands_on_its_verl_key(knob, knob_run):
+    cfg, _ = knob_run
+    value, keys = KNOBS[knob]
+    for key in keys:
+        assert str(get(cfg, key)) == value, f"{knob}={value} did not reach {key}"
+
+
+def test_path_knobs_land_on_their_keys(knob_run):
+    cfg, paths = knob_run
+    assert get(cfg, "critic.model.path") == paths["CRITIC_MODEL_PATH"]
+    assert get(cfg, "data.train_files") == [paths["GSM8K_TRAIN_FILE"]]
+    assert get(cfg, "data.val_files") == [paths["GSM8K_TEST_FILE"]]
+    for key, suffix in (
+        ("default_local_dir", ""),
+        ("rollout_data_dir", "/rollouts"),
+        ("validation_data_dir", "/validation"),
+    ):
+        assert get(cfg, f"trainer.{key}") == paths["RUN_DIR"] + suffix
+    assert get(cfg, "trainer.logger") == ["console", "tensorboard"]
+
+
+def test_secrets_are_never_printed_and_wandb_follows_the_key(tiny_model_dir, data_dir, tmp_path):
+    secrets = {"WANDB_API_KEY": "wandb-secret-0123456789", "HF_TOKEN": "hf_secret_abcdef123456"}
+    env = recipe_env(tiny_model_dir, data_dir, tmp_path / "runs", DRY_RUN="1", **secrets)
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 0, result.stdout[-2000:]
+    for value in secrets.values():
+        assert value not in result.stdout + result.stderr
+    assert get(composed_config(result.stdout), "trainer.logger") == ["console", "file", "wandb"]
+    env.pop("WANDB_API_KEY")
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert get(composed_config(result.stdout), "trainer.logger") == ["console", "file"]
+
+
+def test_without_gpu_a_recipe_stops_after_preflight_with_one_line(
+    tiny_model_dir, data_dir, tmp_path
+):
+    env = recipe_env(tiny_model_dir, data_dir, tmp_path / "runs")
+    env["PATH"] = "/usr/bin:/bin"  # no nvidia-smi
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 3
+    assert "preflight: passed" in result.stdout
+    assert "no NVIDIA GPU is visible here" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_failing_preflight_stops_the_recipe_before_verl(tiny_model_dir, data_dir, tmp_path):
+    env = recipe_env(tiny_model_dir, data_dir, tmp_path / "runs", DRY_RUN="1")
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env, "custom_reward_function.name=compute_score")
+    assert result.returncode == 1
+    assert "use reward.custom_reward_function.name" in result.stdout
+    assert "model_engine:" not in result.stdout  # verl's --cfg job never ran
+
+
+def test_gpu_count_is_checked_against_the_request(tiny_model_dir, data_dir, tmp_path):
+    env = recipe_env(
+        tiny_model_dir, data_dir, tmp_path / "runs", DRY_RUN="1", NDEVICES_PER_NODE="2"
+    )
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 1
+    assert "trainer.n_gpus_per_node=2 but this node has 1 GPU(s)" in result.stdout
+
+
+def test_help_lists_usage():
+    result = run_recipe(
+        "ppo_qwen2.5-0.5b_gsm8k", recipe_env(Path("/x"), Path("/x"), Path("/x")), "--help"
+    )
+    assert result.returncode == 0
+    assert "DRY_RUN=1" in result.stdout
