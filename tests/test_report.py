@@ -1,0 +1,828 @@
+"""Tests of scripts/report.py and scripts/report_metrics.py (the PPO run report).
+
+Real data: the two verl console logs under ../shared/data/verl-logs (or $SHARED_DATA_DIR/verl-logs).
+Synthetic data: verl 0.9.1 file-logger JSONL built here, healthy or with one planted pathology.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import report  # noqa: E402
+import report_metrics as rm  # noqa: E402
+
+LOG_512 = "qwen2.5-0.5b-ppo-gsm8k-resp512.log"
+LOG_256 = "qwen2.5-0.5b-ppo-gsm8k-resp256.log"
+
+
+@pytest.fixture(scope="module")
+def real_runs(
+    verl_logs_dir: Path,
+) -> dict[str, tuple[rm.RunData, rm.Canonical, list[rm.Finding], dict[str, Any]]]:
+    logs = verl_logs_dir
+    return {name: rm.analyse(logs / name) for name in (LOG_512, LOG_256)}
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic verl 0.9.1 runs
+# --------------------------------------------------------------------------------------------
+
+STEPS = 200
+PHASES = {
+    "gen": 20.0,
+    "reward": 0.8,
+    "old_log_prob": 4.0,
+    "ref": 4.5,
+    "values": 5.0,
+    "adv": 0.1,
+    "update_critic": 15.0,
+    "update_actor": 18.0,
+    "update_weights": 1.2,
+}
+STEP_OVERHEAD = 0.5  # seconds of each step that no phase covers ("other")
+VAL_KEY = "val-core/openai/gsm8k/acc/mean@1"
+
+
+def healthy_record(step: int, rng: random.Random) -> dict[str, float]:
+    """One training step of a plausible healthy PPO run, verl 0.9.1 metric names."""
+
+    def noisy(value: float, rel: float = 0.05) -> float:
+        return value * (1 + rng.uniform(-rel, rel))
+
+    score = 0.15 + 0.55 * (1 - math.exp(-step / 40))
+    kl = 0.2 * (1 - math.exp(-step / 60))
+    length = noisy(260.0, 0.04)
+    phases = {name: noisy(sec, 0.03) for name, sec in PHASES.items()}
+    step_time = sum(phases.values()) + STEP_OVERHEAD
+    tokens = 256 * (105 + length)
+    record: dict[str, float] = {
+        "critic/score/mean": score + rng.uniform(-0.02, 0.02),
+        "critic/rewards/mean": score - 0.01,
+        "actor/reward_kl_penalty": kl + rng.uniform(0, 0.01),
+        "actor/reward_kl_penalty_coeff": 0.001,
+        "actor/entropy": noisy(0.08 + 0.4 * math.exp(-step / 50)),
+        "actor/pg_loss": rng.uniform(-0.02, 0.02),
+        "actor/pg_clipfrac": noisy(0.004, 0.3),
+        "actor/ppo_kl": rng.uniform(-1e-4, 1e-4),
+        "actor/grad_norm": noisy(3.0, 0.2),
+        "actor/lr": 1e-6,
+        "critic/vf_loss": noisy(0.05 + 0.15 * math.exp(-step / 120), 0.1),
+        "critic/vf_clipfrac": noisy(0.01, 0.3),
+        "critic/grad_norm": noisy(20.0, 0.3),
+        "critic/values/mean": score,
+        "response_length/mean": length,
+        "response_length/max": 512.0,
+        "response_length/clip_ratio": noisy(0.01, 0.3),
+        "prompt_length/mean": 105.0,
+        "timing_s/step": step_time,
+        "timing_s/agent_loop/generate_sequences/mean": phases["gen"] * 0.9,  # nested, not a phase
+        "timing_per_token_ms/gen": 0.3,
+        "perf/total_num_tokens": tokens,
+        "perf/time_per_step": step_time,
+        "perf/throughput": tokens / step_time,
+        "training/global_step": float(step),
+        **{f"timing_s/{name}": sec for name, sec in phases.items()},
+    }
+    if step % 10 == 0:
+        record[VAL_KEY] = 0.30 + 0.25 * (1 - math.exp(-step / 50)) + rng.uniform(-0.01, 0.01)
+        record["timing_s/testing"] = noisy(40.0, 0.03)
+    return record
+
+
+Mutator = Callable[[int, dict[str, Any]], None]
+
+
+def build_run(mutate: Mutator | None = None, seed: int = 7) -> list[dict[str, Any]]:
+    """verl 0.9.1 file-logger records: validation at step 0, then steps 1..STEPS."""
+    rng = random.Random(seed)
+    records: list[dict[str, Any]] = [{"step": 0, "data": {VAL_KEY: 0.30}}]
+    for step in range(1, STEPS + 1):
+        data: dict[str, Any] = healthy_record(step, rng)
+        if mutate is not None:
+            mutate(step, data)
+        records.append({"step": step, "data": data})
+    return records
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def checks_fired(findings: list[rm.Finding], severities: tuple[str, ...] = ("error", "warning")):
+    return {f.check for f in findings if f.severity in severities}
+
+
+def only(findings: list[rm.Finding], check: str) -> rm.Finding:
+    hits = [f for f in findings if f.check == check]
+    assert len(hits) == 1, [str(f) for f in findings]
+    return hits[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Real logs
+# --------------------------------------------------------------------------------------------
+
+
+def test_real_logs_parse_every_step_and_nothing_else(verl_logs_dir: Path, real_runs) -> None:
+    logs = verl_logs_dir
+    for name, (data, canon, _, summary) in real_runs.items():
+        assert list(data.steps) == list(range(435)), name
+        assert data.issues == [], name
+        # Every step has the same 40 training keys; validation (and its timing) every 10 steps.
+        # A model output read as metrics would add a step or a stray key.
+        base = set(data.steps[1])
+        assert len(base) == 40
+        for step, values in data.steps.items():
+            extra = set(values) - base
+            assert base <= set(values), step
+            if step % 10 == 9:
+                assert extra == {"val/test_score/openai/gsm8k", "timing/testing"}, step
+            else:
+                assert extra == set(), step
+        assert len(canon.series["score"]) == 435
+        assert len(canon.series["val_acc"]) == 43
+        assert summary["steps"] == {"count": 435, "first": 0, "last": 434, "gaps_before": []}
+    # The 512-token log prints model text containing "step:" on two lines, none of them metrics.
+    text = (logs / LOG_512).read_text(encoding="utf-8", errors="replace")
+    with_step = [line for line in text.splitlines() if "step:" in line]
+    assert len(with_step) == 437
+    assert sum("first step:" in line or "step by step:" in line for line in with_step) == 2
+
+
+def test_real_logs_best_and_final_validation(real_runs) -> None:
+    val512 = real_runs[LOG_512][3]["validation"]
+    assert val512["key"] == "val/test_score/openai/gsm8k"
+    assert val512["best"] == {"value": 0.579, "step": 349, "also_at": []}
+    assert val512["final"] == {"value": 0.543, "step": 429}
+    val256 = real_runs[LOG_256][3]["validation"]
+    assert val256["best"] == {"value": 0.538, "step": 199, "also_at": [419]}
+    assert val256["final"] == {"value": 0.526, "step": 429}
+
+
+def test_real_logs_vocabulary_maps_old_names(real_runs) -> None:
+    _, canon, _, summary = real_runs[LOG_512]
+    keys = {name: info["key"] for name, info in summary["metrics"].items()}
+    assert keys["kl"] == "critic/kl"
+    assert keys["entropy"] == "actor/entropy_loss"
+    assert keys["val_acc"] == "val/test_score/openai/gsm8k"
+    assert canon.step_time_derived
+    # actor/lr(1e-4):0.010 means 1e-6
+    assert summary["metrics"]["actor_lr"]["median"] == pytest.approx(1e-6)
+    assert set(canon.phases) == {
+        "gen",
+        "ref",
+        "values",
+        "adv",
+        "update_critic",
+        "update_actor",
+        "testing",
+    }
+
+
+def test_real_logs_time_breakdown_sums(verl_logs_dir: Path, real_runs) -> None:
+    logs = verl_logs_dir
+    for name, (_, canon, _, summary) in real_runs.items():
+        tm = summary["time"]
+        # Independent sum over every timing/<phase> value on the metric lines of the raw log.
+        text = (logs / name).read_text(encoding="utf-8", errors="replace")
+        metric_lines = [ln for ln in text.splitlines() if re.search(r"step:\d+ - timing/", ln)]
+        assert len(metric_lines) == 435
+        raw_total = sum(
+            float(v) for ln in metric_lines for v in re.findall(r"timing/\w+:([\d.]+)", ln)
+        )
+        assert tm["wall_clock_s"] == pytest.approx(raw_total, rel=1e-9)
+        phase_total = sum(p["total_s"] for p in tm["phases"].values())
+        assert phase_total == pytest.approx(tm["wall_clock_s"], rel=1e-9)
+        assert sum(p["share"] for p in tm["phases"].values()) == pytest.approx(1.0)
+        assert tm["wall_clock_s"] == pytest.approx(
+            tm["step_time_total_s"] + tm["phases"]["testing"]["total_s"]
+        )
+        # Per step: the phases inside the step add up to the step time.
+        step_time = dict(canon.series["step_time"])
+        inside = {s: 0.0 for s in step_time}
+        for phase, points in canon.phases.items():
+            if phase != "testing":
+                for step, seconds in points:
+                    inside[step] += seconds
+        assert all(inside[s] == pytest.approx(step_time[s]) for s in step_time)
+        assert "other" not in tm["phases"]
+        # gen + update_actor + update_critic dominate these runs
+        big = sum(tm["phases"][p]["share"] for p in ("gen", "update_actor", "update_critic"))
+        assert 0.7 < big < 0.85
+        # Estimated throughput (no perf/throughput in the old logs): batch 256 from the config.
+        assert summary["throughput"]["estimated"]
+        assert 800 < summary["throughput"]["tokens_per_s"] < 2000
+
+
+def test_real_logs_raise_no_false_alarm(real_runs) -> None:
+    """Both runs are healthy: accuracy rises from ~0 to 0.54-0.58 and plateaus, KL levels off
+    at 0.2-0.3, entropy falls to ~12% of its start, length is stable, the value loss settles.
+    No error or warning may fire. The accuracy check would only leave a note; with the 1-point
+    bar both runs still gain a point within their last 100 steps, so it stays silent too."""
+    for name, (_, _, findings, summary) in real_runs.items():
+        assert [str(f) for f in findings if f.severity != "note"] == [], name
+        assert summary["health_counts"]["error"] == 0
+        assert summary["health_counts"]["warning"] == 0
+
+
+def test_real_log_html_has_every_plot(verl_logs_dir: Path, real_runs, tmp_path: Path) -> None:
+    logs = verl_logs_dir
+    result = report.generate(logs / LOG_512, tmp_path / "out")
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    svgs = parse_svgs(page)
+    expected_435 = [
+        "score",
+        "kl",
+        "entropy",
+        "response_length",
+        "vf_loss",
+        "clipfrac",
+        "grad_norm",
+        "step_time",
+        "throughput",
+    ]
+    for plot_id in expected_435:
+        assert plot_id in svgs, plot_id
+        assert svgs[plot_id]["data-points"] == "435", plot_id
+        assert svgs[plot_id]["series"], plot_id
+        for count, coords in svgs[plot_id]["series"]:
+            assert count == coords and count > 0, plot_id
+    assert svgs["val_acc"]["data-points"] == "43"
+    assert svgs["val_acc"]["series"][0] == (43, 43)
+    assert "best 0.579 @ 349" in page
+    # Old logs have no response_length/clip_ratio: a placeholder, not a broken plot.
+    assert 'id="plot-response_length_clip_ratio"' in page
+    assert "response_length_clip_ratio" not in svgs
+    # Step-time plot: one stacked layer per phase inside the step.
+    layers = {name for name, _ in svgs["step_time"]["names"]}
+    assert layers == {"gen", "ref", "values", "adv", "update_critic", "update_actor"}
+    assert "time_share" in svgs
+    # Self-contained: no external scripts, stylesheets or images.
+    assert not re.search(r"<(script|link|img)\b", page)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["validation"]["best"]["step"] == 349
+    assert summary == json.loads(json.dumps(result.summary))
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="chromium not installed")
+def test_real_log_html_renders_in_headless_chromium(verl_logs_dir: Path, tmp_path: Path) -> None:
+    logs = verl_logs_dir
+    report.generate(logs / LOG_256, tmp_path / "out")
+    shot = tmp_path / "shot.png"
+    proc = subprocess.run(
+        [
+            "/usr/bin/chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1400,2400",
+            f"--screenshot={shot}",
+            (tmp_path / "out" / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        timeout=90,
+        check=False,
+    )
+    assert shot.is_file(), proc.stderr[-2000:]
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert (width, height) == (1400, 2400)
+    assert len(png) > 50_000  # a page full of curves, not a blank one
+
+
+# --------------------------------------------------------------------------------------------
+# HTML helper
+# --------------------------------------------------------------------------------------------
+
+
+class _SvgCollector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.svgs: dict[str, dict[str, Any]] = {}
+        self.current: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "svg" and (a.get("id") or "").startswith("plot-"):
+            self.current = a["id"][len("plot-") :]
+            self.svgs[self.current] = {
+                "data-points": a.get("data-points"),
+                "series": [],
+                "names": [],
+            }
+        elif self.current and tag in ("polyline", "polygon", "rect") and a.get("data-series"):
+            entry = self.svgs[self.current]
+            entry["names"].append((a["data-series"], tag))
+            if tag in ("polyline", "polygon"):
+                coords = [p for p in (a.get("points") or "").split() if "," in p]
+                # a stacked-area polygon runs along its top edge and back along its bottom edge
+                per_point = 2 if tag == "polygon" else 1
+                entry["series"].append((int(a["data-count"] or 0), len(coords) // per_point))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "svg":
+            self.current = None
+
+
+def parse_svgs(page: str) -> dict[str, dict[str, Any]]:
+    collector = _SvgCollector()
+    collector.feed(page)
+    return collector.svgs
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic runs: healthy and pathological
+# --------------------------------------------------------------------------------------------
+
+
+def analyse_records(tmp_path: Path, records: list[dict[str, Any]]):
+    path = write_jsonl(tmp_path / "run" / "metrics" / "metrics-20250101T000000Z.jsonl", records)
+    return rm.analyse(path.parent.parent)
+
+
+def test_synthetic_healthy_run_raises_nothing(tmp_path: Path) -> None:
+    data, canon, findings, summary = analyse_records(tmp_path, build_run())
+    assert findings == []
+    assert list(data.steps) == list(range(STEPS + 1))
+    assert summary["validation"]["key"] == VAL_KEY
+    assert not canon.step_time_derived
+    assert not summary["throughput"]["estimated"]
+    # Phases: nested timing_s/agent_loop/... is not a phase; "other" is the uncovered overhead.
+    tm = summary["time"]
+    assert set(tm["phases"]) == set(PHASES) | {"other", "testing"}
+    assert tm["phases"]["other"]["total_s"] == pytest.approx(STEP_OVERHEAD * STEPS)
+    inside = sum(p["total_s"] for p in tm["phases"].values() if p["inside_step"])
+    assert inside == pytest.approx(tm["step_time_total_s"])
+    assert sum(p["share"] for p in tm["phases"].values()) == pytest.approx(1.0)
+    assert tm["wall_clock_s"] == pytest.approx(inside + tm["phases"]["testing"]["total_s"])
+
+
+def test_kl_explosion(tmp_path: Path) -> None:
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if step >= 120:
+            d["actor/reward_kl_penalty"] = 0.2 * 1.06 ** (step - 120)
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    assert checks_fired(findings) == {"kl_unbounded"}
+    hit = only(findings, "kl_unbounded")
+    assert 100 <= hit.start_step <= 135 and hit.end_step == STEPS
+    assert hit.evidence["block_medians"][-1] > 5
+
+
+def test_kl_jump(tmp_path: Path) -> None:
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if step >= 150:
+            d["actor/reward_kl_penalty"] = 1.0 + 0.01 * (step % 3)
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    assert checks_fired(findings) == {"kl_jump"}
+    hit = only(findings, "kl_jump")
+    # flagged from when the next-5-step median turns (2 steps early) until the previous-20-step
+    # median has caught up (10 steps after)
+    assert 147 <= hit.start_step <= 150 and 150 <= hit.end_step <= 160
+    assert "step 148" in hit.message
+    assert hit.evidence["after"] > 0.9 and hit.evidence["before"] < 0.25
+
+
+def test_entropy_collapse(tmp_path: Path) -> None:
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if step >= 100:
+            d["actor/entropy"] = 0.15 * math.exp(-(step - 100) / 8)
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    assert checks_fired(findings) == {"entropy_collapse"}
+    hit = only(findings, "entropy_collapse")
+    # 5% of the start (~0.45) is reached 13-14 steps after the drop begins at 0.15
+    assert 105 <= hit.start_step <= 125 and hit.end_step == STEPS
+    assert hit.evidence["lowest"] < hit.evidence["bar"]
+
+
+def test_length_hacking(tmp_path: Path) -> None:
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if step >= 100:
+            d["response_length/mean"] = 260.0 * (1 + 0.02 * (step - 100))
+            d["critic/score/mean"] += 0.002 * (step - 100)
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    assert checks_fired(findings) == {"length_hacking"}
+    hit = only(findings, "length_hacking")
+    assert 85 <= hit.start_step <= 115 and hit.end_step == STEPS
+
+
+def test_length_growth_without_reward_gain_is_not_hacking(tmp_path: Path) -> None:
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if step >= 100:
+            d["response_length/mean"] = 260.0 * (1 + 0.02 * (step - 100))
+            d["critic/score/mean"] = 0.64 - 0.0005 * (step - 100) + 0.01 * math.sin(step)
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    assert "length_hacking" not in checks_fired(findings)
+
+
+def test_nan_and_null_values(tmp_path: Path) -> None:
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if 150 <= step <= 160:
+            d["actor/pg_loss"] = float("nan")
+        if step == 170:
+            d["critic/vf_loss"] = None  # what orjson writes for NaN/inf
+        if step == 171:
+            d["actor/grad_norm"] = float("inf")
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    nan = [f for f in findings if f.check == "nan_inf"]
+    assert [(f.start_step, f.end_step) for f in nan] == [(150, 160), (170, 171)]
+    assert nan[0].evidence == {"keys": ["actor/pg_loss"], "steps": 11}
+    assert nan[1].evidence["keys"] == ["actor/grad_norm", "critic/vf_loss"]
+    assert all(f.severity == "error" for f in nan)
+    assert checks_fired(findings) == {"nan_inf"}
+
+
+def test_value_loss_explosion(tmp_path: Path) -> None:
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if step >= 120:
+            d["critic/vf_loss"] = 0.08 * 1.1 ** (step - 120)
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    hit = only(findings, "value_loss_explosion")
+    # 10x the earlier low (~0.06) is passed near step 120 + log(7.5)/log(1.1) ~ 141
+    assert 135 <= hit.start_step <= 150 and hit.end_step == STEPS
+    assert checks_fired(findings) == {"value_loss_explosion", "value_loss_not_decreasing"}
+
+
+def test_value_loss_not_decreasing(tmp_path: Path) -> None:
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        d["critic/vf_loss"] = 0.2 + 0.0005 * step + 0.01 * math.sin(step)
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    assert checks_fired(findings) == {"value_loss_not_decreasing"}
+    hit = only(findings, "value_loss_not_decreasing")
+    assert (hit.start_step, hit.end_step) == (1, STEPS)
+
+
+def test_clip_fraction_zero_and_high(tmp_path: Path) -> None:
+    def zero(step: int, d: dict[str, Any]) -> None:
+        if step >= 100:
+            d["actor/pg_clipfrac"] = 0.0
+
+    findings = analyse_records(tmp_path, build_run(zero))[2]
+    assert checks_fired(findings) == {"clip_fraction_zero"}
+    hit = only(findings, "clip_fraction_zero")
+    assert 95 <= hit.start_step <= 105 and hit.end_step == STEPS
+
+    def high(step: int, d: dict[str, Any]) -> None:
+        if 50 <= step < 110:
+            d["actor/pg_clipfrac"] = 0.35
+
+    findings = analyse_records(tmp_path / "b", build_run(high))[2]
+    assert checks_fired(findings) == {"clip_fraction_high"}
+    hit = only(findings, "clip_fraction_high")
+    assert 45 <= hit.start_step <= 55 and 104 <= hit.end_step <= 114
+
+
+def test_accuracy_flat_from_start_is_a_warning(tmp_path: Path) -> None:
+    rng = random.Random(1)
+
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if VAL_KEY in d:
+            d[VAL_KEY] = 0.30 + rng.uniform(-0.004, 0.004)
+        d["critic/score/mean"] = 0.15 + rng.uniform(-0.01, 0.01)
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    hit = only(findings, "accuracy_flat")
+    assert hit.severity == "warning" and hit.metric == "val_acc"
+    assert (hit.start_step, hit.end_step) == (0, STEPS)
+
+
+def test_accuracy_plateau_is_a_note(tmp_path: Path) -> None:
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if VAL_KEY in d:
+            d[VAL_KEY] = min(0.30 + 0.004 * step, 0.50)  # rises until step 50, then flat
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    hit = only(findings, "accuracy_flat")
+    assert hit.severity == "note"
+    assert 40 <= hit.start_step <= 60 and hit.end_step == STEPS
+    assert checks_fired(findings) == set()
+
+
+def test_thresholds_are_tunable(tmp_path: Path) -> None:
+    """A stricter entropy bar makes the healthy run's ordinary decline fire: proof the
+    threshold is read from the dataclass, not hard-coded."""
+    path = write_jsonl(tmp_path / "m.jsonl", build_run())
+    strict = rm.Thresholds(entropy_collapse_frac=0.5)
+    findings = rm.analyse(path, strict)[2]
+    assert "entropy_collapse" in checks_fired(findings)
+
+
+# --------------------------------------------------------------------------------------------
+# Resumed runs and malformed input
+# --------------------------------------------------------------------------------------------
+
+
+def test_resumed_run_segments_merge_later_wins(tmp_path: Path) -> None:
+    records = build_run()
+    first = records[:131]  # steps 0..130; checkpoint at 100, crash after 130
+    second: list[dict[str, Any]] = [{"step": 100, "data": {VAL_KEY: 0.777}}]  # resume validation
+    for rec in records[101:]:
+        data = dict(rec["data"])
+        data["critic/score/mean"] = 10.0 + rec["step"]  # marks the re-done steps
+        second.append({"step": rec["step"], "data": data})
+    run = tmp_path / "run"
+    # Written out of name order on purpose: order is by name (= launch time), not mtime.
+    write_jsonl(run / "metrics" / "metrics-20250102T090000Z.jsonl", second)
+    write_jsonl(run / "metrics" / "metrics-20250102T060000Z.jsonl", first)
+    data, canon, findings, summary = rm.analyse(run)
+    assert [Path(s).name for s in data.sources] == [
+        "metrics-20250102T060000Z.jsonl",
+        "metrics-20250102T090000Z.jsonl",
+    ]
+    assert list(data.steps) == list(range(STEPS + 1))
+    score = dict(canon.series["score"])
+    assert score[100] == pytest.approx(records[100]["data"]["critic/score/mean"])  # kept
+    assert score[101] == 111.0 and score[130] == 140.0 and score[200] == 210.0  # later wins
+    assert score[99] == pytest.approx(records[99]["data"]["critic/score/mean"])
+    assert dict(canon.series["val_acc"])[100] == 0.777
+    assert summary["validation"]["best"] == {"value": 0.777, "step": 100, "also_at": []}
+
+
+def test_truncated_last_line_and_non_numeric_value(tmp_path: Path) -> None:
+    records = build_run()[:21]
+    records[5]["data"]["actor/entropy"] = "n/a"
+    path = write_jsonl(tmp_path / "m.jsonl", records)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write('{"step": 21, "data": {"critic/score/mean": 0.4')  # writer died mid-line
+    data, canon, _, _ = rm.analyse(path)
+    assert list(data.steps) == list(range(21))
+    messages = [str(issue) for issue in data.issues]
+    assert len(messages) == 2
+    assert messages[0].startswith(f"{path}:6: non-numeric value ignored: actor/entropy='n/a'")
+    assert messages[1].startswith(f"{path}:22: truncated last line")
+    assert 5 not in dict(canon.series["entropy"]) and 4 in dict(canon.series["entropy"])
+    assert 5 in dict(canon.series["score"])  # the rest of the bad line is kept
+
+
+def test_console_log_strictness_and_formats(tmp_path: Path) -> None:
+    esc = "\x1b[36m(TaskRunner pid=1234)\x1b[0m "
+    lines = [
+        "2025-01-01 INFO starting",
+        esc + "step:0 - val-core/openai/gsm8k/acc/mean@1:np.float64(0.25)",
+        esc + "step:1 - critic/score/mean:0.5 - actor/entropy:nan - actor/pg_clipfrac:0.003",
+        esc + "Let's start with the first step: add 3 and 4",
+        esc + "step:2 - Calculate: 5 + 3 = 8",  # model output that looks like a step line
+        "step:3 - the answer:42 is right",
+        esc + "step:2 - critic/score/mean:0.6 - actor/entropy:0.4 - timing_s/gen:12.5",
+        "(TaskRunner pid=1234) step:3 - critic/score/mean:abc - actor/entropy:0.39",
+        esc + "step:4 - critic/score/mean:0.7 - timing_s/gen:12.0 - actor/entr",
+    ]
+    path = tmp_path / "console.log"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    data = rm.load_run(path)
+    assert list(data.steps) == [0, 1, 2, 3, 4]
+    assert data.steps[0] == {"val-core/openai/gsm8k/acc/mean@1": 0.25}
+    assert math.isnan(data.steps[1]["actor/entropy"])
+    assert data.steps[2] == {"critic/score/mean": 0.6, "actor/entropy": 0.4, "timing_s/gen": 12.5}
+    assert data.steps[3] == {"actor/entropy": 0.39}
+    assert data.steps[4] == {"critic/score/mean": 0.7, "timing_s/gen": 12.0}
+    issues = [str(i) for i in data.issues]
+    assert issues == [
+        f"{path}:8: non-numeric value ignored: critic/score/mean=abc",
+        f"{path}:9: line cut off after 2 fields, dropped 'actor/entr'",
+    ]
+    # A last line without its newline may end inside a value: that field is not trusted.
+    path.write_text("\n".join(lines[:3]) + "\n" + esc + "step:5 - x/a:1.5 - x/b:0.12", "utf-8")
+    data = rm.load_run(path)
+    assert data.steps[5] == {"x/a": 1.5}
+    assert [str(i) for i in data.issues] == [
+        f"{path}:4: line cut off after 1 fields, dropped 'x/b:0.12'"
+    ]
+
+
+def test_empty_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", encoding="utf-8")
+    data = rm.load_run(empty)
+    assert data.steps == {} and [str(i) for i in data.issues] == [
+        f"{empty}: empty file, no metrics in it"
+    ]
+    assert report.main([str(empty), "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(empty) in err[0] and "empty file" in err[0]
+    assert not (tmp_path / "o" / "report.html").exists()
+
+    # An empty segment next to a good one: reported, and the good one still used.
+    run = tmp_path / "run"
+    write_jsonl(run / "metrics" / "metrics-1.jsonl", build_run()[:30])
+    (run / "metrics" / "metrics-2.jsonl").write_text("\n", encoding="utf-8")
+    assert report.main([str(run), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert "metrics-2.jsonl: empty file" in captured.err
+    assert (run / "report" / "report.html").is_file()
+
+
+def test_missing_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert report.main([str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"report.py: error: input not found: {tmp_path / 'nope'}"]
+
+
+def test_failure_keeps_earlier_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_jsonl(tmp_path / "m.jsonl", build_run())
+    out = tmp_path / "out"
+    report.generate(path, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert set(before) == {"report.html", "summary.json"}
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report.os, "replace", broken_replace)
+    write_jsonl(path, build_run(seed=99))
+    assert report.main([str(path), "--out", str(out)]) == 1
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no temp files left either
+
+    monkeypatch.undo()
+
+    def broken_render(*args: Any, **kwargs: Any) -> str:
+        raise RuntimeError("renderer bug")
+
+    monkeypatch.setattr(report, "render_html", broken_render)
+    with pytest.raises(RuntimeError):
+        report.generate(path, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+# --------------------------------------------------------------------------------------------
+# --follow and the command line
+# --------------------------------------------------------------------------------------------
+
+
+def test_follow_regenerates_until_max_refreshes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = build_run()
+    run = tmp_path / "run"
+    seg = write_jsonl(run / "metrics" / "metrics-20250101T000000Z.jsonl", records[:50])
+    sleeps: list[float] = []
+
+    def fake_sleep(seconds: float) -> None:  # the run writes 50 more steps meanwhile
+        sleeps.append(seconds)
+        done = 50 * (len(sleeps) + 1)
+        write_jsonl(seg, records[:done])
+
+    monkeypatch.setattr(report.time, "sleep", fake_sleep)
+    code = report.main([str(run), "--follow", "--interval", "5", "--max-refreshes", "3"])
+    assert code == 0
+    assert sleeps == [5.0, 5.0]
+    out = capsys.readouterr().out
+    progress = [ln for ln in out.splitlines() if "refresh" in ln]
+    assert len(progress) == 3
+    assert "50 steps (last 49)" in progress[0] and "150 steps (last 149)" in progress[2]
+    summary = json.loads((run / "report" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["steps"]["count"] == 150
+    page = (run / "report" / "report.html").read_text(encoding="utf-8")
+    assert '<meta http-equiv="refresh" content="5">' in page
+
+
+def test_follow_waits_for_first_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    seg = run / "metrics" / "metrics-1.jsonl"
+    seg.parent.mkdir(parents=True)
+    seg.write_text("", encoding="utf-8")  # launched, nothing logged yet
+    monkeypatch.setattr(report.time, "sleep", lambda s: write_jsonl(seg, build_run()[:5]))
+    assert report.main([str(run), "--follow", "--interval", "1", "--max-refreshes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "refresh 1: nothing written yet" in out and "refresh 2: 5 steps" in out
+
+
+def test_cli_subprocess_on_real_log(verl_logs_dir: Path, tmp_path: Path) -> None:
+    logs = verl_logs_dir
+    out = tmp_path / "r512"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "report.py"),
+            str(logs / LOG_512),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert "best val accuracy   : 0.579 at step 349" in proc.stdout
+    assert "final val accuracy  : 0.543 at step 429" in proc.stdout
+    assert "steps               : 435 (0-434)" in proc.stdout
+    assert "health              : 0 errors, 0 warnings, 0 notes" in proc.stdout
+    assert re.search(r"time share\s+: gen \d+\.\d% \| ref", proc.stdout)
+    assert (out / "report.html").is_file() and (out / "summary.json").is_file()
+    assert not list(out.glob("*.tmp")) and not list(out.glob(".*"))
+
+
+def test_cli_help_and_missing_path_subprocess(tmp_path: Path) -> None:
+    script = str(ROOT / "scripts" / "report.py")
+    helptext = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    for flag in ("--out", "--follow", "--interval", "--max-refreshes", "INPUT"):
+        assert flag in helptext
+    proc = subprocess.run(
+        [sys.executable, script, str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "input not found" in proc.stderr
+
+
+def test_default_out_dirs(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "run" / "metrics" / "metrics-1.jsonl", build_run()[:20])
+    assert report.default_out_dir(tmp_path / "run") == tmp_path / "run" / "report"
+    assert report.default_out_dir(path) == path.parent / "metrics-1-report"
+    copy = tmp_path / "x.log"
+    shutil.copy(path, copy)  # content sniffing: a .log holding JSON lines is read as JSONL
+    assert rm.load_run(copy).formats == ["jsonl"]
+
+
+def test_docs_threshold_table_matches_dataclass() -> None:
+    """The thresholds live in report_metrics.Thresholds; the docs page repeats them."""
+    text = (ROOT / "docs" / "reading-a-ppo-run.md").read_text(encoding="utf-8")
+    documented = {name: float(value) for name, value in re.findall(r"`(\w+)`=([\d.]+)", text)}
+    for name, value in vars(rm.THRESHOLDS).items():
+        assert name in documented, f"{name} missing from docs/reading-a-ppo-run.md"
+        assert documented[name] == pytest.approx(value), name
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 9, 25])
+def test_short_runs_render(tmp_path: Path, count: int) -> None:
+    path = write_jsonl(tmp_path / "m.jsonl", build_run()[:count])
+    result = report.generate(path, tmp_path / "out")
+    assert result.summary["steps"]["count"] == count
+    assert (tmp_path / "out" / "report.html").stat().st_size > 1000
+
+
+def test_arbitrary_values_never_break_the_report(tmp_path: Path) -> None:
+    """Any mix of numbers (huge, negative, zero, NaN, inf, null) and steps still gives valid
+    HTML and strict JSON."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = pytest.importorskip("hypothesis.strategies")
+    keys = [
+        "critic/score/mean",
+        "actor/reward_kl_penalty",
+        "actor/entropy",
+        "critic/vf_loss",
+        "actor/pg_clipfrac",
+        "response_length/mean",
+        "timing_s/step",
+        "timing_s/gen",
+        "perf/throughput",
+        "perf/total_num_tokens",
+        VAL_KEY,
+    ]
+    value = st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(-(10**6), 10**6),
+        st.none(),
+    )
+    record = st.tuples(st.integers(0, 60), st.dictionaries(st.sampled_from(keys), value))
+    counter = iter(range(10**6))
+
+    @hypothesis.settings(max_examples=40, deadline=None, derandomize=True, database=None)
+    @hypothesis.given(st.lists(record, min_size=1, max_size=60))
+    def check(rows: list[tuple[int, dict[str, Any]]]) -> None:
+        out = tmp_path / f"case{next(counter)}"
+        lines = [json.dumps({"step": step, "data": data}) for step, data in rows]
+        path = out / "m.jsonl"
+        out.mkdir()
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        result = report.generate(path, out / "report")
+        summary_text = (out / "report" / "summary.json").read_text(encoding="utf-8")
+        json.loads(summary_text, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
+        assert result.summary["steps"]["count"] == len({step for step, _ in rows})
+        parse_svgs((out / "report" / "report.html").read_text(encoding="utf-8"))
+
+    check()
