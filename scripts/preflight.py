@@ -223,6 +223,8 @@ def check_config(config_dir: Path, config_name: str, overrides: list[str], repor
     except Exception as exc:
         report.error("config", f"verl validate_config: {one_line(exc)}")
         return cfg
+    if not check_batch_shape(cfg, n_gpus, report):
+        return cfg
     roles = ["actor", "rollout"]
     roles += ["reference"] if need_reference_policy(cfg) else []
     roles += ["critic"] if need_critic(cfg) else []
@@ -232,6 +234,34 @@ def check_config(config_dir: Path, config_name: str, overrides: list[str], repor
         f"for {n_gpus} GPU(s); roles: {', '.join(roles)}",
     )
     return cfg
+
+
+def check_batch_shape(cfg, n_gpus: int, report: Report) -> bool:
+    """What validate_config skips with use_dynamic_bsz: every batch must split evenly over GPUs."""
+    n = cfg.actor_rollout_ref.rollout.n
+    batch = cfg.data.train_batch_size
+    mini = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+    problems = []
+    if (batch * n) % n_gpus:
+        problems.append(
+            f"train_batch_size x rollout.n = {batch * n} responses must be divisible by the "
+            f"{n_gpus} GPUs (verl splits every batch evenly across them)"
+        )
+    if mini > batch:
+        problems.append(f"ppo_mini_batch_size {mini} > train_batch_size {batch}")
+    elif (mini * n) % n_gpus:
+        problems.append(
+            f"ppo_mini_batch_size x rollout.n = {mini * n} must be divisible by the {n_gpus} GPUs"
+        )
+    for problem in problems:
+        report.error("config", problem)
+    if not problems and batch % mini:
+        report.warn(
+            "config",
+            f"train_batch_size {batch} is not a multiple of ppo_mini_batch_size {mini}: "
+            "the last mini-batch of each step is smaller",
+        )
+    return not problems
 
 
 def _lora_rank(model_cfg) -> int:

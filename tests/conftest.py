@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import require_shared
+from helpers import prepare, require_shared, write_synthetic_gsm8k
 
 # Never reach for the model/dataset hub from a test.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -36,3 +36,10 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from make_tiny_model import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2")
+
+
+@pytest.fixture(scope="session")
+def prepared_gsm8k_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """train/test.parquet prepared by data_prep from 300/40 synthetic problems (no shared data)."""
+    base = tmp_path_factory.mktemp("gsm8k")
+    return prepare(write_synthetic_gsm8k(base / "source"), base / "prepared")

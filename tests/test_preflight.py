@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import preflight
 import pyarrow as pa
@@ -16,22 +15,14 @@ import pytest
 from helpers import (
     ROOT,
     fake_nvidia_smi,
-    prepare,
     recipe_env,
     recipe_overrides,
-    write_synthetic_gsm8k,
 )
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("gsm8k")
-    return prepare(write_synthetic_gsm8k(base / "source"), base / "prepared")
-
-
-@pytest.fixture(scope="module")
-def base_overrides(tiny_model_dir, data_dir, tmp_path_factory) -> list[str]:
-    env = recipe_env(tiny_model_dir, data_dir, tmp_path_factory.mktemp("runs"))
+def base_overrides(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> list[str]:
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory.mktemp("runs"))
     return recipe_overrides("gsm8k_ppo", env)
 
 
@@ -89,6 +80,14 @@ MISTAKES = {
     "verl validate_config": (
         ["actor_rollout_ref.actor.use_dynamic_bsz=False", "critic.use_dynamic_bsz=False"],
         "verl validate_config: [actor] Please set at least one of 'actor.ppo_micro_batch_size'",
+    ),
+    "batch not divisible by GPUs": (
+        ["trainer.n_gpus_per_node=3"],
+        "train_batch_size x rollout.n = 128 responses must be divisible by the 3 GPUs",
+    ),
+    "mini-batch larger than batch": (
+        ["actor_rollout_ref.actor.ppo_mini_batch_size=256"],
+        "ppo_mini_batch_size 256 > train_batch_size 128",
     ),
     "missing model": (
         ["actor_rollout_ref.model.path=/nonexistent/model"],

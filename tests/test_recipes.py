@@ -12,17 +12,9 @@ from helpers import (
     RECIPES,
     ROOT,
     fake_nvidia_smi,
-    prepare,
     recipe_env,
     run_recipe,
-    write_synthetic_gsm8k,
 )
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("gsm8k")
-    return prepare(write_synthetic_gsm8k(base / "source"), base / "prepared")
 
 
 def composed_config(stdout: str) -> dict:
@@ -41,9 +33,9 @@ def get(cfg: dict, dotted: str):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, data_dir, tmp_path):
+def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     # An extra key=value argument comes last, so it beats the recipe's own setting.
-    env = recipe_env(tiny_model_dir, data_dir, tmp_path / "runs", DRY_RUN="1")
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
     result = run_recipe(recipe, env, "trainer.test_freq=13")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert re.search(r"preflight: passed \(\d+ warning\(s\)\) in \d+\.\d s", result.stdout)
@@ -62,9 +54,9 @@ def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, data_dir, tmp_p
     assert not (tmp_path / "runs").exists(), "a dry run must not create the run directory"
 
 
-def test_recipe_specific_settings(tiny_model_dir, data_dir, tmp_path):
+def test_recipe_specific_settings(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     """GRPO drops the critic for group advantages; LoRA sets adapters and safetensors loading."""
-    env = recipe_env(tiny_model_dir, data_dir, tmp_path / "runs", DRY_RUN="1")
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
     grpo = composed_config(run_recipe("grpo_qwen2.5-0.5b_gsm8k", env).stdout)
     assert get(grpo, "algorithm.adv_estimator") == "grpo"
     assert get(grpo, "actor_rollout_ref.actor.use_kl_loss") is True
@@ -105,14 +97,14 @@ KNOBS = {
 
 
 @pytest.fixture(scope="module")
-def knob_run(tiny_model_dir, data_dir, tmp_path_factory):
+def knob_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("knobs")
     critic_dir = tmp / "critic-model"
     shutil.copytree(tiny_model_dir, critic_dir)
     paths = {
         "CRITIC_MODEL_PATH": str(critic_dir),
-        "GSM8K_TRAIN_FILE": str(data_dir / "train.parquet"),
-        "GSM8K_TEST_FILE": str(data_dir / "test.parquet"),
+        "GSM8K_TRAIN_FILE": str(prepared_gsm8k_dir / "train.parquet"),
+        "GSM8K_TEST_FILE": str(prepared_gsm8k_dir / "test.parquet"),
         "RUN_DIR": str(tmp / "my-run"),
         "LOGGER": "console,tensorboard",
     }
@@ -151,9 +143,11 @@ def test_path_knobs_land_on_their_keys(knob_run):
     assert get(cfg, "trainer.logger") == ["console", "tensorboard"]
 
 
-def test_secrets_are_never_printed_and_wandb_follows_the_key(tiny_model_dir, data_dir, tmp_path):
+def test_secrets_are_never_printed_and_wandb_follows_the_key(
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+):
     secrets = {"WANDB_API_KEY": "wandb-secret-0123456789", "HF_TOKEN": "hf_secret_abcdef123456"}
-    env = recipe_env(tiny_model_dir, data_dir, tmp_path / "runs", DRY_RUN="1", **secrets)
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1", **secrets)
     result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 0, result.stdout[-2000:]
     for value in secrets.values():
@@ -165,9 +159,9 @@ def test_secrets_are_never_printed_and_wandb_follows_the_key(tiny_model_dir, dat
 
 
 def test_without_gpu_a_recipe_stops_after_preflight_with_one_line(
-    tiny_model_dir, data_dir, tmp_path
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path
 ):
-    env = recipe_env(tiny_model_dir, data_dir, tmp_path / "runs")
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs")
     env["PATH"] = "/usr/bin:/bin"  # no nvidia-smi
     result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 3
@@ -177,17 +171,19 @@ def test_without_gpu_a_recipe_stops_after_preflight_with_one_line(
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_failing_preflight_stops_the_recipe_before_verl(tiny_model_dir, data_dir, tmp_path):
-    env = recipe_env(tiny_model_dir, data_dir, tmp_path / "runs", DRY_RUN="1")
+def test_a_failing_preflight_stops_the_recipe_before_verl(
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+):
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
     result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env, "custom_reward_function.name=compute_score")
     assert result.returncode == 1
     assert "use reward.custom_reward_function.name" in result.stdout
     assert "model_engine:" not in result.stdout  # verl's --cfg job never ran
 
 
-def test_gpu_count_is_checked_against_the_request(tiny_model_dir, data_dir, tmp_path):
+def test_gpu_count_is_checked_against_the_request(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     env = recipe_env(
-        tiny_model_dir, data_dir, tmp_path / "runs", DRY_RUN="1", NDEVICES_PER_NODE="2"
+        tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1", NDEVICES_PER_NODE="2"
     )
     bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
