@@ -49,6 +49,8 @@ make_venv() {
 }
 
 pip_in() { local dir=$1; shift; "$dir/bin/python" -m pip install --quiet "$@"; }
+# The project itself is installed editable in compat mode: the repo root goes on sys.path.
+pip_project() { pip_in "$1" --config-settings editable_mode=compat -e "$ROOT[$2]"; }
 
 report() {
   local dir=$1; shift
@@ -61,10 +63,10 @@ if [[ "$target" == eval ]]; then
   make_venv "$EVAL_VENV_DIR"
   if has_gpu; then
     # On a GPU the model is served by vLLM from .venv; EvalScope only talks to it over HTTP.
-    pip_in "$EVAL_VENV_DIR" -e "$ROOT[eval]"
+    pip_project "$EVAL_VENV_DIR" eval
   else
     pip_in "$EVAL_VENV_DIR" "$(pin torch)"
-    pip_in "$EVAL_VENV_DIR" -e "$ROOT[eval,eval-local]"
+    pip_project "$EVAL_VENV_DIR" eval,eval-local
   fi
   report "$EVAL_VENV_DIR" evalscope transformers torch accelerate antlr4-python3-runtime
   exit 0
@@ -73,7 +75,7 @@ fi
 make_venv "$VENV_DIR"
 if has_gpu; then
   echo "==> NVIDIA GPU found: installing the training stack (verl + vLLM)"
-  pip_in "$VENV_DIR" -e "$ROOT[gpu,dev]"
+  pip_project "$VENV_DIR" gpu,dev
   # flash-attn: only a prebuilt wheel, never a source build (that needs a CUDA toolkit and an hour).
   if ! pip_in "$VENV_DIR" --only-binary=:all: "$(pin flash-attn)" 2>/dev/null; then
     echo "==> notice: no prebuilt $(pin flash-attn) wheel for this Python/torch; continuing without it (verl falls back to PyTorch attention)."
@@ -81,6 +83,6 @@ if has_gpu; then
 else
   echo "==> no NVIDIA GPU: installing the CPU development stack (torch CPU build first, no CUDA)"
   pip_in "$VENV_DIR" "$(pin torch)"
-  pip_in "$VENV_DIR" -e "$ROOT[cpu,dev]"
+  pip_project "$VENV_DIR" cpu,dev
 fi
 report "$VENV_DIR" verl torch transformers vllm flash-attn ray hydra-core ruff pytest
