@@ -22,15 +22,19 @@ RECIPES = [
 USER_KNOBS = ("LOGGER", "WANDB_API_KEY", "RUN_DIR", "RUNS_ROOT", "DATA_DIR", "PYTHON")
 
 
-def require_shared(relative: str) -> Path:
-    """Path of a shared input; skip if absent, or fail under CI=true."""
-    path = SHARED_DATA / relative
+def require_path(path: Path, message: str) -> Path:
+    """path if it exists; else skip, or fail under CI=true (where CI builds everything)."""
     if not path.exists():
-        message = f"shared data not found: {path} (set SHARED_DATA_DIR)"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+def require_shared(relative: str) -> Path:
+    """Path of a shared input (../shared/data or $SHARED_DATA_DIR)."""
+    path = SHARED_DATA / relative
+    return require_path(path, f"shared data not found: {path} (set SHARED_DATA_DIR)")
 
 
 def write_synthetic_gsm8k(source_dir: Path, n_train: int = 300, n_test: int = 40) -> Path:

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Merge a verl FSDP checkpoint into a Hugging Face model directory (verl's own merger), verify it
+# loads and runs, and write merge_manifest.json beside it. The logic is scripts/merge_checkpoint.py.
+#
+#   bash scripts/merge.sh SOURCE TARGET_DIR [--force] [--critic]
+#
+#   SOURCE      a run dir (latest_checkpointed_iteration.txt picks global_step_N), a global_step_N
+#               dir, or a role dir (global_step_N/actor, global_step_N/critic)
+#   TARGET_DIR  the model directory to create; written beside itself first, renamed when verified
+#   --force     replace an existing TARGET_DIR (the old one is removed only after success)
+#   --critic    merge the critic (value model) instead of the actor
+#   --help      show the full help
+#
+# Exit 0 merged; 2 missing/partial checkpoint or existing target (nothing written); 1 other error.
+# Knobs (environment): PYTHON (default <repo>/.venv/bin/python, else python3), HF_HUB_OFFLINE
+# (default 1: merging never needs the hub).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [[ -x "$ROOT/.venv/bin/python" ]]; then
+  PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
+else
+  PYTHON=${PYTHON:-python3}
+fi
+export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
+export TRANSFORMERS_NO_ADVISORY_WARNINGS=${TRANSFORMERS_NO_ADVISORY_WARNINGS:-1}
+
+exec "$PYTHON" "$ROOT/scripts/merge_checkpoint.py" --python "$PYTHON" "$@"

@@ -1,0 +1,401 @@
+"""scripts/eval.sh: EvalScope runs on real components, and the driver's parsing.
+
+* the transformers backend evaluates the tiny model on 3 real GSM8K test questions (both modes);
+* the API path evaluates an OpenAI-compatible stub whose answers are known (2 of 3 right), so
+  EvalScope's accuracy and our reward's re-score are checked against exact numbers;
+* the vLLM backend's server handling (start, wait for /v1/models, always stop the process group,
+  clear errors with the log tail) runs with the stub standing in for ``vllm serve``.
+
+EvalScope runs in .venv-eval (built by ``bash scripts/setup.sh --eval``): those tests skip when it
+is missing, and fail under CI=true.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import eval_gsm8k as ev
+import pytest
+from helpers import require_path
+from openai_stub import StubServer
+
+from data_prep.gsm8k import PROMPT_STYLES, build_prompt
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL_SH = ROOT / "scripts" / "eval.sh"
+EVAL_PYTHON = Path(os.environ.get("EVAL_PYTHON", ROOT / ".venv-eval" / "bin" / "python"))
+STUB = Path(__file__).resolve().parent / "openai_stub.py"
+
+
+def pinned_evalscope() -> str:
+    """The EvalScope release pinned in pyproject.toml's `eval` extra."""
+    match = re.search(r'"evalscope==([^"]+)"', (ROOT / "pyproject.toml").read_text())
+    assert match, "no evalscope pin in pyproject.toml"
+    return match.group(1)
+
+
+@pytest.fixture(scope="session")
+def eval_env() -> Path:
+    message = f"no EvalScope environment at {EVAL_PYTHON} (bash scripts/setup.sh --eval)"
+    return require_path(EVAL_PYTHON, message)
+
+
+def run_eval(*args, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(EVAL_SH), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})},
+    )
+
+
+# Three test questions with plain integer answers, and four train rows for the 4-shot mode.
+TEST_ROWS = [
+    ("Tom has 3 apples and buys 4 more. How many apples does he have?", "3+4=<<3+4=7>>7\n#### 7"),
+    ("A box holds 6 pens. How many pens are in 5 boxes?", "6*5=<<6*5=30>>30\n#### 30"),
+    ("Mia had 20 dollars and spent 8. How many dollars are left?", "20-8=<<20-8=12>>12\n#### 12"),
+]
+TRAIN_ROWS = [
+    (
+        f"Train question {i}: what is {i} plus {i}?",
+        f"{i}+{i}=<<{i}+{i}={2 * i}>>{2 * i}\n#### {2 * i}",
+    )
+    for i in range(1, 6)
+]
+# What the stub answers: right for the first two questions, wrong for the third.
+STUB_ANSWERS = {
+    TEST_ROWS[0][0]: "He has 3 + 4 = 7 apples.\n#### 7",
+    TEST_ROWS[1][0]: "Five boxes hold 6 * 5 = 30 pens.\n#### 30",
+    TEST_ROWS[2][0]: "She has 20 - 8 = 11 dollars left.\n#### 11",
+}
+
+
+@pytest.fixture
+def small_gsm8k(tmp_path) -> Path:
+    data = tmp_path / "gsm8k"
+    data.mkdir()
+    for name, rows in (("test", TEST_ROWS), ("train", TRAIN_ROWS)):
+        lines = [json.dumps({"question": q, "answer": a}) for q, a in rows]
+        (data / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+    return data
+
+
+def load_summary(out: Path) -> dict:
+    summary = json.loads((out / "comparison.json").read_text())
+    assert (out / "comparison.md").is_file()
+    assert not list(out.glob(".comparison*.tmp"))
+    return summary
+
+
+def result(summary: dict, model: str, mode: str) -> dict:
+    (row,) = [r for r in summary["results"] if r["model"] == model and r["mode"] == mode]
+    return row
+
+
+def check_row_files(out: Path, row: dict) -> None:
+    for key in ("report", "predictions", "samples"):
+        assert (out / row[key]).is_file(), (key, row[key])
+
+
+# ---------------------------------------------------------------------------------------------
+# Real EvalScope runs
+
+
+@pytest.mark.slow
+def test_transformers_backend_on_tiny_model(eval_env, tiny_model_dir, shared_gsm8k_dir, tmp_path):
+    out = tmp_path / "eval"
+    proc = run_eval(
+        "--model", f"base={tiny_model_dir}", "--model", f"again={tiny_model_dir}",
+        "--data", shared_gsm8k_dir, "--limit", 3, "--max-tokens", 8,
+        "--backend", "transformers", "--out", out,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = load_summary(out)
+    assert summary["evalscope_version"] == pinned_evalscope()
+    assert summary["baseline"] == "base"
+    assert summary["data"]["n_test"] == 1319 and summary["limit"] == 3
+    assert summary["modes"]["training"]["few_shot"] == 0
+    assert summary["modes"]["training"]["prompt_template"] == PROMPT_STYLES["hash"]
+    assert summary["modes"]["evalscope"]["few_shot"] == 4
+    assert len(summary["results"]) == 4
+    for row in summary["results"]:
+        assert row["error"] is None
+        assert row["n"] == 3 and row["errored"] == 0
+        assert 0.0 <= row["accuracy"] <= 1.0
+        assert row["backend"] == "transformers"
+        assert row["generation"]["max_tokens"] == 8
+        assert row["evalscope_version"] == pinned_evalscope()
+        check_row_files(out, row)
+    for mode in ("training", "evalscope"):
+        base, again = result(summary, "base", mode), result(summary, "again", mode)
+        assert base["delta_vs_baseline"] is None
+        assert again["delta_vs_baseline"] == 0.0  # greedy decoding of the same weights
+        assert again["accuracy"] == base["accuracy"]
+    train = result(summary, "base", "training")
+    assert train["our_reward_n"] == 3 and 0.0 <= train["our_reward_accuracy"] <= 1.0
+    assert result(summary, "again", "training")["our_reward_delta_vs_baseline"] == 0.0
+    assert result(summary, "base", "evalscope")["our_reward_accuracy"] is None
+    # the prompt EvalScope sent in training mode is exactly the training prompt
+    record = json.loads((out / train["predictions"]).read_text().splitlines()[0])
+    row = ev.match_row(record, [{"question": r["question"]} for r in _jsonl(shared_gsm8k_dir)])
+    assert ev.user_prompt(record) == build_prompt(row["question"], "hash")
+    table = (out / "comparison.md").read_text()
+    assert re.search(r"\| base \(baseline\) \| training \| [0-9.]+ \| 3 \|", table)
+    assert "| again | evalscope |" in table
+    assert "## test #0" in (out / "samples" / "base-training.md").read_text()
+
+
+def _jsonl(data_dir: Path, limit: int = 3) -> list[dict]:
+    lines = (data_dir / "test.jsonl").read_text().splitlines()[:limit]
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.slow
+def test_api_stub_exact_accuracy(eval_env, small_gsm8k, tmp_path):
+    out = tmp_path / "eval"
+    with StubServer(STUB_ANSWERS, model="stub-model") as server:
+        proc = run_eval(
+            "--api-url", server.url, "--api-model", "stub-model", "--data", small_gsm8k,
+            "--max-tokens", 64, "--batch-size", 2, "--out", out,
+        )  # fmt: skip
+        requests = list(server.requests)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = load_summary(out)
+    training = result(summary, "stub-model", "training")
+    evalscope = result(summary, "stub-model", "evalscope")
+    # EvalScope (Math-Verify) reads the last number: 7, 30 right; 11 != 12 wrong.
+    assert training["n"] == 3 and training["correct"] == 2
+    assert training["accuracy"] == pytest.approx(2 / 3, abs=1e-4)
+    # Our reward reads the number after "####": the same 2 of 3.
+    assert training["our_reward_accuracy"] == pytest.approx(2 / 3)
+    assert training["our_reward_format_rate"] == 1.0
+    assert evalscope["n"] == 3 and evalscope["correct"] == 2
+    assert evalscope["accuracy"] == pytest.approx(2 / 3, abs=1e-4)
+    assert training["backend"] == "api"
+    check_row_files(out, training)
+
+    # What was sent: greedy, our max_tokens; training mode = exactly the training prompt,
+    # evalscope mode = 4-shot with EvalScope's boxed instruction.
+    assert len(requests) == 6
+    prompts = [r["messages"][-1]["content"] for r in requests]
+    for request in requests:
+        assert request["temperature"] == 0 and request["max_tokens"] == 64
+        assert request["repetition_penalty"] == 1.0  # not the model's generation_config
+    expected_training = {build_prompt(q, "hash") for q, _ in TEST_ROWS}
+    assert expected_training <= set(prompts)
+    few_shot = [p for p in prompts if p not in expected_training]
+    assert len(few_shot) == 3
+    for prompt in few_shot:
+        assert "\\boxed{}" in prompt
+        assert all(TRAIN_ROWS[i][0] in prompt for i in range(4))
+        assert TRAIN_ROWS[4][0] not in prompt
+
+    samples = (out / training["samples"]).read_text()
+    assert "#### 11" in samples and "our reward acc 0" in samples
+
+
+def _fake_vllm(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "fake-vllm"
+    script.write_text(f"#!/usr/bin/env bash\n{body}\n")
+    script.chmod(0o755)
+    return script
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_vllm_backend_serves_and_always_stops(eval_env, small_gsm8k, tmp_path):
+    """The stub stands in for `vllm serve` (same command line)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    answers = tmp_path / "answers.json"
+    answers.write_text(json.dumps(STUB_ANSWERS))
+    pid_file = tmp_path / "server.pid"
+    fake = _fake_vllm(tmp_path, f'exec "{sys.executable}" "{STUB}" "$@"')
+    out = tmp_path / "eval"
+    proc = run_eval(
+        "--backend", "vllm", "--vllm-bin", fake, "--model", f"ppo={model}", "--data", small_gsm8k,
+        "--modes", "training", "--out", out,
+        env={"OPENAI_STUB_ANSWERS": str(answers), "OPENAI_STUB_PID_FILE": str(pid_file)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = result(load_summary(out), "ppo", "training")
+    assert row["backend"] == "vllm" and row["n"] == 3
+    assert row["accuracy"] == pytest.approx(2 / 3, abs=1e-4)
+    assert row["our_reward_accuracy"] == pytest.approx(2 / 3)
+    assert "server ready" in proc.stdout and "server stopped" in proc.stdout
+    pid = int(pid_file.read_text())
+    assert not _alive(pid)
+    assert "stub serving ppo" in (out / "logs" / "vllm-ppo.log").read_text()
+
+
+def test_vllm_server_failures_are_reported_and_cleaned_up(eval_env, small_gsm8k, tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+
+    # 1. the server dies at start: its log tail is in the error
+    crash = _fake_vllm(tmp_path, 'echo "ValueError: fake CUDA out of memory" >&2; exit 3')
+    out = tmp_path / "crash"
+    proc = run_eval(
+        "--backend", "vllm", "--vllm-bin", crash, "--model", model, "--data", small_gsm8k,
+        "--modes", "training", "--out", out,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "fake CUDA out of memory" in proc.stderr
+    (row,) = load_summary(out)["results"]
+    assert "exited with code 3" in row["error"] and "fake CUDA out of memory" in row["error"]
+    assert "| model (baseline) | training | failed |" in (out / "comparison.md").read_text()
+
+    # 2. the server never answers: timeout, and its whole process group is killed
+    child_pid = tmp_path / "child.pid"
+    hang = _fake_vllm(tmp_path, f'sleep 300 & echo $! > "{child_pid}"; echo loading; wait')
+    out = tmp_path / "hang"
+    proc = run_eval(
+        "--backend", "vllm", "--vllm-bin", hang, "--model", model, "--data", small_gsm8k,
+        "--modes", "training", "--server-timeout", 3, "--out", out,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "did not answer" in proc.stderr and "loading" in proc.stderr
+    assert not _alive(int(child_pid.read_text()))
+
+    # 3. eval.sh is stopped (SIGTERM) while waiting for the server: the server goes too
+    child_pid.unlink()
+    cmd = ["bash", str(EVAL_SH), "--backend", "vllm", "--vllm-bin", str(hang), "--model",
+           str(model), "--data", str(small_gsm8k), "--modes", "training", "--out",
+           str(tmp_path / "stopped")]  # fmt: skip
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as run:
+        deadline = time.monotonic() + 60
+        while not child_pid.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert child_pid.exists(), "the fake server never started"
+        time.sleep(0.5)
+        run.send_signal(signal.SIGTERM)  # eval.sh exec'd the driver: this is its pid
+        _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 128 + signal.SIGTERM, stderr
+    assert "interrupted" in stderr
+    assert not _alive(int(child_pid.read_text()))
+
+
+def test_bad_inputs_exit_2(eval_env, tmp_path):
+    proc = run_eval("--model", tmp_path, "--data", tmp_path / "nowhere", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "--data" in proc.stderr
+    proc = run_eval("--model", tmp_path, "--modes", "training,fewshot")
+    assert proc.returncode == 2 and "fewshot" in proc.stderr
+    proc = run_eval("--api-url", "http://127.0.0.1:9/v1")
+    assert proc.returncode == 2 and "--api-model" in proc.stderr
+
+
+def test_missing_eval_env_is_a_clear_error(tmp_path):
+    proc = run_eval("--help", env={"EVAL_PYTHON": str(tmp_path / "no-python")})
+    assert proc.returncode == 2 and "setup.sh --eval" in proc.stderr
+
+
+def test_help_explains_flags(eval_env):
+    proc = run_eval("--help")
+    assert proc.returncode == 0
+    for flag in ("--model", "--baseline", "--modes", "--backend", "--api-url", "--api-model",
+                 "--data", "--limit", "--max-tokens", "--batch-size", "--out"):  # fmt: skip
+        assert flag in proc.stdout, flag
+    text = EVAL_SH.read_text()
+    assert "set -euo pipefail" in text and "EVAL_PYTHON=${EVAL_PYTHON:-" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver's parsing, without EvalScope (runs in the main environment)
+
+PREDICTION = {  # the shape of one line of EvalScope 1.14.1's predictions/<model>/gsm8k_main.jsonl
+    "index": 1,
+    "model": "m",
+    "model_output": {
+        "model": "m",
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": "6*5=30\n#### 30",
+                    "source": "generate",
+                },
+                "stop_reason": "stop",
+            }
+        ],
+    },
+    "messages": [
+        {"role": "user", "content": build_prompt(TEST_ROWS[1][0], "hash")},
+        {"role": "assistant", "content": "6*5=30\n#### 30"},
+    ],
+    "metadata": {"reasoning": "6*5=<<6*5=30>>30"},
+}
+
+
+def test_response_text_and_row_matching():
+    assert ev.response_text(PREDICTION) == "6*5=30\n#### 30"
+    parts = json.loads(json.dumps(PREDICTION))
+    parts["model_output"]["choices"][0]["message"]["content"] = [{"type": "text", "text": "x"}]
+    assert ev.response_text(parts) == "x"
+    no_output = {**PREDICTION, "model_output": None}
+    assert ev.response_text(no_output) == "6*5=30\n#### 30"  # the conversation's last turn
+    rows = [{"question": q, "answer": a} for q, a in TEST_ROWS]
+    assert ev.match_row(PREDICTION, rows) is rows[1]
+    shifted = {**PREDICTION, "index": 0}  # a wrong index is corrected by the question text
+    assert ev.match_row(shifted, rows) is rows[1]
+
+
+def test_rescore_with_our_reward(tmp_path):
+    from data_prep.gsm8k import ground_truth
+
+    rows = [{"question": q, "answer": a} for q, a in TEST_ROWS]
+    records = []
+    for index, (question, _) in enumerate(TEST_ROWS):
+        record = json.loads(json.dumps(PREDICTION))
+        record["index"] = index
+        record["messages"][0]["content"] = build_prompt(question, "hash")
+        record["model_output"]["choices"][0]["message"]["content"] = STUB_ANSWERS[question]
+        records.append(record)
+    path = tmp_path / "pred.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    scored = ev.rescore(path, rows, ev.load_reward(), ground_truth)
+    assert scored["n"] == 3 and scored["unmatched"] == 0
+    assert scored["accuracy"] == pytest.approx(2 / 3) and scored["format_rate"] == 1.0
+    assert [scored["per_index"][i]["acc"] for i in range(3)] == [1.0, 1.0, 0.0]
+
+
+def test_model_specs_baseline_and_deltas():
+    specs = ev.parse_model_specs(["Qwen/Qwen2.5-0.5B-Instruct", "ppo=/runs/a/merged", "/x/merged"])
+    assert [s.label for s in specs] == ["Qwen2.5-0.5B-Instruct", "ppo", "merged"]
+    assert ev.parse_model_specs(["/a/m", "/b/m"])[1].label == "m-2"
+    assert ev.pick_baseline(specs, None) == "Qwen2.5-0.5B-Instruct"
+    assert ev.pick_baseline(specs, "ppo") == "ppo"
+    assert ev.pick_baseline(specs, "/x/merged") == "merged"
+    with pytest.raises(ev.UsageError):
+        ev.pick_baseline(specs, "nope")
+
+    results = [
+        {"model": "base", "mode": "training", "accuracy": 0.40, "our_reward_accuracy": 0.38},
+        {"model": "base", "mode": "evalscope", "accuracy": 0.45, "our_reward_accuracy": None},
+        {"model": "ppo", "mode": "training", "accuracy": 0.55, "our_reward_accuracy": 0.56},
+        {"model": "ppo", "mode": "evalscope", "accuracy": 0.50, "our_reward_accuracy": None},
+        {"model": "bad", "mode": "training", "accuracy": None, "error": "boom"},
+    ]
+    ev.add_deltas(results, "base")
+    assert results[0]["delta_vs_baseline"] is None
+    assert results[2]["delta_vs_baseline"] == pytest.approx(0.15)
+    assert results[2]["our_reward_delta_vs_baseline"] == pytest.approx(0.18)
+    assert results[3]["delta_vs_baseline"] == pytest.approx(0.05)  # same mode only
+    assert results[3]["our_reward_delta_vs_baseline"] is None
+    assert results[4]["delta_vs_baseline"] is None

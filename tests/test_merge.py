@@ -1,0 +1,427 @@
+"""scripts/merge.sh on real verl checkpoints.
+
+A tiny random Qwen2 is sharded by verl's own FSDPCheckpointManager (FSDP2 ``fully_shard`` per
+layer and root, torch.distributed gloo on CPU, world size 1 and 2), laid out like verl's trainer
+does (``<run>/global_step_2/{actor,critic}`` + ``latest_checkpointed_iteration.txt``), merged by
+our script (which runs verl's merger), and every merged tensor is compared with the model's state
+before sharding, cast to bfloat16 as the merger does.
+
+This file is also the checkpoint-writing helper (run in a subprocess, so that torch.distributed
+never starts inside pytest)::
+
+    python tests/test_merge.py save MODEL_DIR BASE_DIR --case ws2=2:actor,critic
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MERGE_SH = ROOT / "scripts" / "merge.sh"
+STEP = 2
+
+
+# ---------------------------------------------------------------------------------------------
+# The helper: save a checkpoint with verl's FSDPCheckpointManager
+
+
+def _save_worker(
+    rank: int,
+    world_size: int,
+    port: int,
+    model_dir: str,
+    run_dir: str,
+    ref_dir: str,
+    roles: list[str],
+) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+    )
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForTokenClassification,
+        AutoTokenizer,
+    )
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("fsdp",))
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        for role in roles:
+            torch.manual_seed(1234)  # same weights (critic head included) on every rank
+            config = AutoConfig.from_pretrained(model_dir)
+            if role == "critic":  # as verl's FSDP engine builds its value model
+                config.num_labels = 1
+                config.classifier_dropout = 0.0
+                model = AutoModelForTokenClassification.from_pretrained(
+                    model_dir, config=config, dtype=torch.float32
+                )
+            else:
+                model = AutoModelForCausalLM.from_pretrained(
+                    model_dir, config=config, dtype=torch.float32
+                )
+            with torch.no_grad():  # "training": move every weight away from its initial value
+                for param in model.parameters():
+                    param.add_(torch.randn_like(param) * 0.01)
+            if rank == 0:
+                reference = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                torch.save(reference, Path(ref_dir) / f"{role}.pt")
+            for layer in model.model.layers:
+                fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+            manager = FSDPCheckpointManager(
+                model,
+                optimizer,
+                lr_scheduler=None,
+                processing_class=tokenizer,
+                checkpoint_config={"save_contents": ["model", "optimizer", "extra"]},
+            )
+            manager.save_checkpoint(
+                str(Path(run_dir) / f"global_step_{STEP}" / role), global_step=STEP
+            )
+        dist.barrier()
+        if rank == 0:  # what verl's trainer writes after a complete save
+            (Path(run_dir) / "latest_checkpointed_iteration.txt").write_text(str(STEP))
+    finally:
+        dist.destroy_process_group()
+
+
+def _helper_main(argv: list[str]) -> int:
+    """``save MODEL_DIR BASE_DIR --case NAME=WORLD_SIZE:ROLE[,ROLE]...``: one run per case, in
+    ``BASE_DIR/NAME/run`` (weights before sharding in ``BASE_DIR/NAME/reference``)."""
+    import argparse
+    import multiprocessing as mp
+    import socket
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command", choices=["save"])
+    parser.add_argument("model_dir")
+    parser.add_argument("base_dir")
+    parser.add_argument("--case", action="append", required=True)
+    args = parser.parse_args(argv)
+
+    # Import torch, transformers and verl once (~10 s here); every rank is forked from this
+    # process and inherits them, instead of importing them again in each of its processes.
+    import transformers  # noqa: F401
+    import verl.utils.checkpoint.fsdp_checkpoint_manager  # noqa: F401
+
+    ctx = mp.get_context("fork")
+    for case in args.case:
+        name, _, spec = case.partition("=")
+        world, _, roles = spec.partition(":")
+        run_dir, ref_dir = (
+            Path(args.base_dir) / name / "run",
+            Path(args.base_dir) / name / "reference",
+        )
+        ref_dir.mkdir(parents=True, exist_ok=True)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        ranks = [
+            ctx.Process(
+                target=_save_worker,
+                args=(
+                    rank,
+                    int(world),
+                    port,
+                    args.model_dir,
+                    str(run_dir),
+                    str(ref_dir),
+                    roles.split(","),
+                ),
+            )
+            for rank in range(int(world))
+        ]
+        for proc in ranks:
+            proc.start()
+        for proc in ranks:
+            proc.join(timeout=240)
+        codes = [proc.exitcode for proc in ranks]
+        if codes != [0] * len(ranks):
+            for proc in ranks:
+                if proc.is_alive():
+                    proc.kill()
+            print(f"case {case}: rank exit codes {codes}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def save_checkpoints(model_dir: Path, base: Path, *cases: str) -> Path:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "save",
+            str(model_dir),
+            str(base),
+            *[arg for case in cases for arg in ("--case", case)],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return base
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures and checks
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tiny_model_dir, tmp_path_factory) -> Path:
+    """<base>/ws1/run: actor, world size 1; <base>/ws2/run: actor and critic, world size 2
+    (two gloo processes); <base>/<case>/reference/<role>.pt: the weights before sharding."""
+    return save_checkpoints(
+        tiny_model_dir, tmp_path_factory.mktemp("ckpts"), "ws1=1:actor", "ws2=2:actor,critic"
+    )
+
+
+@pytest.fixture(scope="module")
+def ckpt_ws1(checkpoints) -> Path:
+    return checkpoints / "ws1"
+
+
+@pytest.fixture(scope="module")
+def ckpt_ws2(checkpoints) -> Path:
+    return checkpoints / "ws2"
+
+
+def merge(*args: str | Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(MERGE_SH), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if ".merging-" in p.name or ".old-" in p.name)
+
+
+def assert_equal_to_reference(merged_dir: Path, reference: Path) -> int:
+    import torch
+    from safetensors.torch import load_file
+
+    config = json.loads((merged_dir / "config.json").read_text())
+    merged: dict = {}
+    for file in sorted(merged_dir.glob("*.safetensors")):
+        merged.update(load_file(file))
+    ref = torch.load(reference, weights_only=True)
+    expected = set(ref)
+    if config.get("tie_word_embeddings"):
+        expected.discard("lm_head.weight")  # tied to embed_tokens: not stored
+    assert set(merged) == expected
+    for key in expected:
+        assert merged[key].dtype == torch.bfloat16, key
+        assert merged[key].shape == ref[key].shape, key
+        assert torch.equal(merged[key], ref[key].to(torch.bfloat16)), key
+    return len(expected)
+
+
+def assert_manifest(target: Path, role: str, world_size: int, source_role_dir: Path) -> dict:
+    import hashlib
+
+    manifest = json.loads((target / "merge_manifest.json").read_text())
+    assert manifest["role"] == role
+    assert manifest["step"] == STEP
+    assert manifest["source"] == str(source_role_dir.resolve())
+    assert manifest["fsdp"] == {"FSDP_version": 2, "world_size": world_size}
+    assert manifest["versions"]["verl"] == "0.9.1"
+    assert manifest["versions"]["torch"] and manifest["versions"]["transformers"]
+    assert manifest["verification"]["forward"]["finite"] is True
+    assert manifest["verification"]["chat_template"] is True
+    assert manifest["created_at"]
+    listed = {f["path"]: f for f in manifest["files"]}
+    on_disk = {p.name for p in target.iterdir() if p.name != "merge_manifest.json"}
+    assert set(listed) == on_disk
+    for name, entry in listed.items():
+        data = (target / name).read_bytes()
+        assert entry["bytes"] == len(data)
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------
+# Tests: good checkpoints
+
+
+@pytest.mark.slow
+def test_merge_actor_world_size_1_then_force(ckpt_ws1, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = tmp_path / "merged"
+    proc = merge(ckpt_ws1 / "run", target)  # a run directory: its tracker picks global_step_2
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "actor of step 2 (world size 1)" in proc.stdout
+    assert leftovers(tmp_path) == []
+    assert assert_equal_to_reference(target, ckpt_ws1 / "reference" / "actor.pt") > 10
+    role_dir = ckpt_ws1 / "run" / f"global_step_{STEP}" / "actor"
+    manifest = assert_manifest(target, "actor", 1, role_dir)
+    assert manifest["verification"]["model_class"] == "Qwen2ForCausalLM"
+    assert manifest["config_patch"] is None
+    assert (target / "model.safetensors").stat().st_mode & 0o044  # readable by others too
+    # a plain transformers user can load it and chat with it
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "2+2?"}], add_generation_prompt=True, tokenize=False
+    )
+    assert text.endswith("<|im_start|>assistant\n")
+    model = AutoModelForCausalLM.from_pretrained(target)
+    assert model.config.architectures == ["Qwen2ForCausalLM"]
+
+    # An existing target: refused without --force, untouched.
+    (target / "marker.txt").write_text("previous model")
+    proc = merge(ckpt_ws1 / "run", target)
+    assert proc.returncode == 2
+    assert "\n" not in proc.stderr.strip(), proc.stderr
+    assert "target exists" in proc.stderr and "--force" in proc.stderr
+    assert (target / "marker.txt").read_text() == "previous model"
+
+    # --force with a merge that fails (a corrupt shard verl cannot load): the old target stays.
+    broken = tmp_path / "broken-run"
+    shutil.copytree(ckpt_ws1 / "run", broken)
+    shard = broken / f"global_step_{STEP}" / "actor" / "model_world_size_1_rank_0.pt"
+    shard.write_bytes(b"not a torch file")
+    proc = merge(broken, target, "--force")
+    assert proc.returncode == 1, proc.stderr
+    assert "merger failed" in proc.stderr
+    assert (target / "marker.txt").read_text() == "previous model"
+    assert leftovers(tmp_path) == []
+
+    # --force with a good merge: replaced only now.
+    proc = merge(role_dir, target, "--force")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (target / "marker.txt").exists()
+    assert_manifest(target, "actor", 1, role_dir)
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_merge_world_size_2_actor_and_critic(ckpt_ws2, tmp_path):
+    import torch
+    from transformers import AutoModelForTokenClassification
+
+    step_dir = ckpt_ws2 / "run" / f"global_step_{STEP}"
+    actor = tmp_path / "actor"
+    proc = merge(step_dir, actor)  # a global_step_N directory: the actor by default
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_equal_to_reference(actor, ckpt_ws2 / "reference" / "actor.pt")
+    assert_manifest(actor, "actor", 2, step_dir / "actor")
+
+    critic = tmp_path / "critic"
+    proc = merge(step_dir / "critic", critic)  # the role directory itself
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "critic of step 2 (world size 2)" in proc.stdout
+    n = assert_equal_to_reference(critic, ckpt_ws2 / "reference" / "critic.pt")
+    assert n > 10
+    manifest = assert_manifest(critic, "critic", 2, step_dir / "critic")
+    # verl saves the critic's config as a causal LM; the merge fixes architectures
+    assert manifest["config_patch"]["architectures"] == {
+        "from": ["Qwen2ForCausalLM"],
+        "to": ["Qwen2ForTokenClassification"],
+    }
+    assert manifest["verification"]["forward"]["output_shape"][-1] == 1
+    model = AutoModelForTokenClassification.from_pretrained(critic)
+    assert model.num_labels == 1
+    values = model(input_ids=torch.tensor([[1, 2, 3]])).logits
+    assert values.shape == (1, 3, 1) and torch.isfinite(values).all()
+    assert leftovers(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Tests: bad inputs stop with one line, exit 2, and write nothing
+
+
+def _copy_run(ckpt: Path, dest: Path) -> Path:
+    shutil.copytree(ckpt / "run", dest)
+    return dest
+
+
+def _expect_refusal(source: Path, out_parent: Path, needle: str, *flags: str) -> None:
+    target = out_parent / "merged"
+    before = sorted(p.name for p in out_parent.iterdir())
+    proc = merge(source, target, *flags)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    message = proc.stderr.strip()
+    assert "\n" not in message, message
+    assert message.startswith("merge: ") and needle in message, message
+    assert not target.exists()
+    assert sorted(p.name for p in out_parent.iterdir()) == before  # no temp dir either
+
+
+def test_refuses_missing_or_partial_checkpoints(ckpt_ws2, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+
+    _expect_refusal(tmp_path / "does-not-exist", out, "source not found")
+
+    empty = tmp_path / "empty-run"
+    empty.mkdir()
+    _expect_refusal(empty, out, "no checkpoint in")
+
+    no_tracker = _copy_run(ckpt_ws2, tmp_path / "no-tracker")
+    (no_tracker / "latest_checkpointed_iteration.txt").unlink()
+    _expect_refusal(no_tracker, out, "no latest_checkpointed_iteration.txt")
+
+    stale = _copy_run(ckpt_ws2, tmp_path / "stale-tracker")
+    (stale / "latest_checkpointed_iteration.txt").write_text("7")
+    _expect_refusal(stale, out, "global_step_7")
+
+    missing_shard = _copy_run(ckpt_ws2, tmp_path / "missing-shard")
+    (missing_shard / f"global_step_{STEP}" / "actor" / "model_world_size_2_rank_1.pt").unlink()
+    _expect_refusal(missing_shard, out, "model_world_size_2_rank_1.pt")
+
+    no_config = _copy_run(ckpt_ws2, tmp_path / "no-config")
+    (no_config / f"global_step_{STEP}" / "critic" / "fsdp_config.json").unlink()
+    _expect_refusal(no_config, out, "fsdp_config.json", "--critic")
+
+    no_hf = _copy_run(ckpt_ws2, tmp_path / "no-hf")
+    shutil.rmtree(no_hf / f"global_step_{STEP}" / "actor" / "huggingface")
+    _expect_refusal(no_hf, out, "huggingface/")
+
+    grpo = _copy_run(ckpt_ws2, tmp_path / "grpo")
+    shutil.rmtree(grpo / f"global_step_{STEP}" / "critic")
+    _expect_refusal(grpo, out, "no critic/", "--critic")
+
+    _expect_refusal(ckpt_ws2 / "run" / f"global_step_{STEP}" / "actor", out, "actor", "--critic")
+
+
+def test_refuses_target_inside_checkpoint(ckpt_ws2, tmp_path):
+    role_dir = ckpt_ws2 / "run" / f"global_step_{STEP}" / "actor"
+    before = sorted(p.name for p in role_dir.iterdir())
+    proc = merge(role_dir, role_dir / "hf", "--force")
+    assert proc.returncode == 2 and "overlaps" in proc.stderr
+    assert sorted(p.name for p in role_dir.iterdir()) == before
+
+
+def test_help_explains_flags():
+    proc = merge("--help")
+    assert proc.returncode == 0
+    for flag in ("--force", "--critic", "source", "target"):
+        assert flag in proc.stdout
+    assert "set -euo pipefail" in MERGE_SH.read_text()
+
+
+if __name__ == "__main__":
+    sys.exit(_helper_main(sys.argv[1:]))
