@@ -60,6 +60,17 @@ if [[ -z "${LOGGER:-}" ]]; then
   if [[ -n "${WANDB_API_KEY:-}" ]]; then LOGGER=$LOGGER,wandb; fi
 fi
 
+# Ray workers do not share the launch directory: make every local path absolute.
+absolute() { if [[ "$1" == /* ]]; then echo "$1"; else echo "$PWD/$1"; fi; }
+# A model path may be a hub id (org/name): only an existing local path is made absolute.
+local_or_hub() { if [[ -e "$1" ]]; then absolute "$1"; else echo "$1"; fi; }
+MODEL_PATH=$(local_or_hub "$MODEL_PATH")
+CRITIC_MODEL_PATH=$(local_or_hub "$CRITIC_MODEL_PATH")
+GSM8K_TRAIN_FILE=$(absolute "$GSM8K_TRAIN_FILE")
+GSM8K_TEST_FILE=$(absolute "$GSM8K_TEST_FILE")
+REWARD_FILE=$(absolute "$REWARD_FILE")
+RUN_DIR=$(absolute "$RUN_DIR")
+
 # ---- knobs: launcher behaviour ----
 DRY_RUN=${DRY_RUN:-0}                                 # 1: preflight + composed config, no training
 SKIP_PREFLIGHT=${SKIP_PREFLIGHT:-0}

@@ -13,6 +13,7 @@ from helpers import (
     ROOT,
     fake_nvidia_smi,
     recipe_env,
+    recipe_overrides,
     run_recipe,
 )
 
@@ -198,3 +199,16 @@ def test_help_lists_usage():
     )
     assert result.returncode == 0
     assert "DRY_RUN=1" in result.stdout
+
+
+def test_relative_paths_become_absolute_for_ray_workers(tiny_model_dir, tmp_path):
+    (tmp_path / "model").symlink_to(tiny_model_dir)
+    env = recipe_env(Path("model"), Path("data"), Path("runs"), RUN_DIR="my-run")
+    overrides = recipe_overrides("gsm8k_ppo", env, cwd=tmp_path)
+    assert f"actor_rollout_ref.model.path={tmp_path}/model" in overrides
+    assert f"data.train_files=['{tmp_path}/data/train.parquet']" in overrides
+    assert f"trainer.default_local_dir={tmp_path}/my-run" in overrides
+    hub = recipe_overrides(
+        "gsm8k_ppo", dict(env, MODEL_PATH="Qwen/Qwen2.5-0.5B-Instruct"), tmp_path
+    )
+    assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct" in hub  # a hub id stays
