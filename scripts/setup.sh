@@ -49,8 +49,8 @@ make_venv() {
 }
 
 pip_in() { local dir=$1; shift; "$dir/bin/python" -m pip install --quiet "$@"; }
-# The project itself is installed editable in compat mode: the repo root goes on sys.path.
-pip_project() { pip_in "$1" --config-settings editable_mode=compat -e "$ROOT[$2]"; }
+# The project itself is installed editable, so `python -m data_prep.gsm8k` works from anywhere.
+pip_project() { pip_in "$1" -e "$ROOT[$2]"; }
 
 report() {
   local dir=$1; shift
