@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,63 @@ def test_relative_paths_become_absolute_for_ray_workers(tiny_model_dir, tmp_path
         "gsm8k_ppo", dict(env, MODEL_PATH="Qwen/Qwen2.5-0.5B-Instruct"), tmp_path
     )
     assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct" in hub  # a hub id stays
+
+
+def fake_verl_python(path: Path, record: Path) -> Path:
+    """A PYTHON that runs everything for real but `-m verl.trainer.main_ppo`, which it records."""
+    path.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [[ "${1:-}" == "-m" && "${2:-}" == "verl.trainer.main_ppo" ]]; then\n'
+        f'  {{ echo "metrics=$VERL_FILE_LOGGER_PATH"; printf "arg=%s\\n" "$@"; }} > "{record}"\n'
+        '  echo "fake verl ran"; exit "${FAKE_VERL_RC:-0}"\n'
+        "fi\n"
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
+def test_launch_on_a_gpu_machine(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
+    """The training path: metrics file and console log in the run dir, user arguments last."""
+    record = tmp_path / "launch.txt"
+    python = fake_verl_python(tmp_path / "python", record)
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", PYTHON=str(python))
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env, "trainer.total_epochs=1")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "preflight: [ok] gpu: 1 x NVIDIA H100 80GB HBM3" in result.stdout
+    lines = record.read_text().splitlines()
+    run_dir = tmp_path / "runs" / "ppo_qwen2.5-0.5b_gsm8k"
+    metrics = Path(lines[0].removeprefix("metrics="))
+    assert metrics.is_absolute() and metrics.parent == run_dir / "metrics"
+    assert re.fullmatch(r"metrics-\d{8}T\d{6}Z\.jsonl", metrics.name)
+    args = [line.removeprefix("arg=") for line in lines[1:]]
+    assert args[:6] == [
+        "-m",
+        "verl.trainer.main_ppo",
+        "--config-path",
+        str(ROOT / "configs"),
+        "--config-name",
+        "gsm8k_ppo",
+    ]
+    assert args[-1] == "trainer.total_epochs=1"
+    (console,) = (run_dir / "logs").glob("console-*.log")
+    assert "fake verl ran" in console.read_text()
+
+
+def test_launch_returns_verl_exit_status(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
+    python = fake_verl_python(tmp_path / "python", tmp_path / "launch.txt")
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
+    env = recipe_env(
+        tiny_model_dir,
+        prepared_gsm8k_dir,
+        tmp_path / "runs",
+        PYTHON=str(python),
+        FAKE_VERL_RC="7",
+        SKIP_PREFLIGHT="1",
+    )
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    result = run_recipe("grpo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 7
+    assert "verl exited with 7" in result.stdout
