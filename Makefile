@@ -13,10 +13,10 @@ setup:  ## build .venv (GPU training stack, or the CPU dev stack without a GPU)
 setup-eval:  ## build .venv-eval with EvalScope (kept apart from verl's Hydra)
 	bash scripts/setup.sh --eval
 
-lint:  ## ruff lint + format check, and bash syntax of every launcher
+lint:  ## ruff lint + format check, shellcheck of every launcher
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	@for f in recipes/*.sh scripts/*.sh .ci/run; do bash -n "$$f" || exit 1; done
+	$(VENV)/bin/shellcheck -x recipes/*.sh scripts/*.sh .ci/run
 
 quality: lint  ## alias of lint
 

@@ -10,5 +10,6 @@ MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-0.5B-Instruct}
 ROLLOUT_N=${ROLLOUT_N:-5}                 # GRPO needs a group per prompt
 ROLLOUT_GPU_MEM_UTIL=${ROLLOUT_GPU_MEM_UTIL:-0.5}   # no critic on the GPU: vLLM gets more
 
+# shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 launch "$@"

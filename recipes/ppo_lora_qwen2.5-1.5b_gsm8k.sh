@@ -20,5 +20,6 @@ RECIPE_OVERRIDES=(
   "critic.model.lora_alpha=$LORA_ALPHA"
 )
 
+# shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 launch "$@"

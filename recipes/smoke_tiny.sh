@@ -20,5 +20,6 @@ RECIPE_OVERRIDES=(
   "data.val_max_samples=$SMOKE_PROMPTS"
 )
 
+# shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 launch "$@"

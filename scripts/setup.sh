@@ -18,7 +18,7 @@ FORCE_CPU=${FORCE_CPU:-0}
 target=main
 case "${1:-}" in
   "") ;;
-  --eval) target=eval ;;
+  --eval) target="eval" ;;
   -h|--help) sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "setup.sh: unknown argument '$1' (use --eval or --help)" >&2; exit 2 ;;
 esac
@@ -50,7 +50,7 @@ make_venv() {
 
 pip_in() { local dir=$1; shift; "$dir/bin/python" -m pip install --quiet "$@"; }
 # The project itself is installed editable, so `python -m data_prep.gsm8k` works from anywhere.
-pip_project() { pip_in "$1" -e "$ROOT[$2]"; }
+pip_project() { pip_in "$1" -e "${ROOT}[$2]"; }
 
 report() {
   local dir=$1; shift
