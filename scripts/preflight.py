@@ -80,8 +80,17 @@ REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 # vLLM accepts these LoRA ranks (vllm.config.lora.MaxLoRARanks, also verl's fallback list).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-RIGHT_RESPONSE = "She sold 48 / 2 = 24 clips in May, so 48 + 24 = 72 in total.\n#### 72"
-WRONG_RESPONSE = "She sold 48 clips in April and 24 in May.\n#### 70"
+# A right and a wrong answer in each format a GSM8K prompt can ask for (ground truth 72).
+ANSWERS = {
+    "####": (
+        "She sold 48 / 2 = 24 clips in May, so 48 + 24 = 72 in total.\n#### 72",
+        "She sold 48 clips in April and 24 in May.\n#### 70",
+    ),
+    "\\boxed{}": (
+        "She sold 48 / 2 = 24 clips in May, so 48 + 24 = 72 in total: \\boxed{72}",
+        "She sold 48 clips in April and 24 in May: \\boxed{70}",
+    ),
+}
 HUB_PROBE_TIMEOUT_S = 5.0
 # Memory estimate: bytes per parameter kept on the GPU for each model role (see estimate_memory).
 TRAINED_BYTES_PER_PARAM = 16  # fp32 weights 4 + fp32 grads 4 + Adam moments 8
@@ -246,6 +255,11 @@ def check_batch_shape(cfg, n_gpus: int, report: Report) -> bool:
         problems.append(
             f"train_batch_size x rollout.n = {batch * n} responses must be divisible by the "
             f"{n_gpus} GPUs (verl splits every batch evenly across them)"
+        )
+    if cfg.algorithm.adv_estimator == "grpo" and n < 2:
+        problems.append(
+            f"GRPO compares responses within a prompt's group, but rollout.n = {n}: every "
+            "advantage would be 0; set ROLLOUT_N >= 2 (the GRPO recipe uses 5)"
         )
     if mini > batch:
         problems.append(f"ppo_mini_batch_size {mini} > train_batch_size {batch}")
@@ -431,7 +445,9 @@ def read_rows(path: Path):
     raise ValueError(f"unsupported file type {path.suffix} (verl reads .parquet, .json, .jsonl)")
 
 
-def check_data(cfg, tokenizer, report: Report) -> None:
+def check_data(cfg, tokenizer, report: Report) -> str:
+    """Check the train/val files; return the text of the first train prompt ('' if none)."""
+    first_prompt = ""
     splits = [
         ("train", as_list(cfg.data.train_files), cfg.data.get("train_max_samples", -1)),
         ("val", as_list(cfg.data.val_files), cfg.data.get("val_max_samples", -1)),
@@ -455,6 +471,8 @@ def check_data(cfg, tokenizer, report: Report) -> None:
                 report.error("data", f"{split} file {path}: {problem}")
                 continue
             total += table.num_rows
+            if split == "train" and not first_prompt:
+                first_prompt = str(table.slice(0, 1).to_pylist()[0]["prompt"][-1].get("content"))
             if tokenizer is not None:
                 check_prompt_lengths(cfg, tokenizer, table, path, report)
         if max_samples is not None and max_samples > 0:
@@ -463,6 +481,7 @@ def check_data(cfg, tokenizer, report: Report) -> None:
             check_steps(cfg, total, report)
         elif total:
             report.ok("data", f"val: {total} rows")
+    return first_prompt
 
 
 def schema_problem(table) -> str | None:
@@ -521,7 +540,8 @@ def check_prompt_lengths(cfg, tokenizer, table, path: Path, report: Report) -> N
 
 
 # ---------------------------------------------------------------------------- reward
-def check_reward(cfg, report: Report) -> None:
+def check_reward(cfg, report: Report, prompt: str = "") -> None:
+    """The reward must prefer a right answer to a wrong one, in the format the prompts ask for."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
     reward_cfg = cfg.reward.custom_reward_function
@@ -540,8 +560,9 @@ def check_reward(cfg, report: Report) -> None:
             f"{one_line(exc)}{available_functions(reward_cfg.path)}",
         )
         return
+    answer_format = "\\boxed{}" if "\\boxed" in prompt else "####"
     scores = {}
-    for label, response in (("right", RIGHT_RESPONSE), ("wrong", WRONG_RESPONSE)):
+    for label, response in zip(("right", "wrong"), ANSWERS[answer_format], strict=True):
         try:
             result = fn(
                 data_source="openai/gsm8k",
@@ -554,16 +575,22 @@ def check_reward(cfg, report: Report) -> None:
             return
         scores[label] = result["score"] if isinstance(result, dict) else result
     if not scores["right"] > scores["wrong"]:
+        hint = (
+            "; the training prompts ask for \\boxed{} answers: use a reward that reads them "
+            "(REWARD_FN=compute_score_flexible) or prepare data with --prompt-style hash"
+            if answer_format != "####"
+            else ""
+        )
         report.error(
             "reward",
-            f"{reward_cfg.name} scores a right answer {scores['right']} and a wrong one "
-            f"{scores['wrong']}: it does not separate them",
+            f"{reward_cfg.name} scores a right {answer_format} answer {scores['right']} and a "
+            f"wrong one {scores['wrong']}: it does not separate them{hint}",
         )
         return
     report.ok(
         "reward",
-        f"{Path(reward_cfg.path).name}:{reward_cfg.name} loads through verl; right answer -> "
-        f"{scores['right']}, wrong answer -> {scores['wrong']}",
+        f"{Path(reward_cfg.path).name}:{reward_cfg.name} loads through verl; right "
+        f"{answer_format} answer -> {scores['right']}, wrong -> {scores['wrong']}",
     )
 
 
@@ -688,8 +715,8 @@ def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | N
         dump.write_text(json.dumps(OmegaConf.to_container(cfg, resolve=False), indent=1))
     loaded = check_models(cfg, report)
     tokenizer, hf_config = loaded if loaded else (None, None)
-    check_data(cfg, tokenizer, report)
-    check_reward(cfg, report)
+    first_prompt = check_data(cfg, tokenizer, report)
+    check_reward(cfg, report, first_prompt)
     check_gpus(cfg, hf_config, report)
     return report
 

@@ -52,7 +52,8 @@ def write_synthetic_gsm8k(source_dir: Path, n_train: int = 300, n_test: int = 40
     return source_dir
 
 
-def prepare(source_dir: Path, out_dir: Path) -> Path:
+def prepare(source_dir: Path, out_dir: Path, *flags: str) -> Path:
+    """Run the real data_prep CLI (extra flags, e.g. --prompt-style boxed, passed through)."""
     subprocess.run(
         [
             sys.executable,
@@ -62,6 +63,7 @@ def prepare(source_dir: Path, out_dir: Path) -> Path:
             str(source_dir),
             "--out-dir",
             str(out_dir),
+            *flags,
         ],
         cwd=ROOT,
         check=True,

@@ -15,8 +15,10 @@ import pytest
 from helpers import (
     ROOT,
     fake_nvidia_smi,
+    prepare,
     recipe_env,
     recipe_overrides,
+    write_synthetic_gsm8k,
 )
 
 
@@ -243,3 +245,29 @@ def test_cli_prints_time_and_exits_nonzero_on_error(base_overrides):
     assert result.returncode == 1
     assert "preflight: FAILED with 1 error(s)" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_grpo_needs_a_group_per_prompt(base_overrides):
+    report = run_preflight(base_overrides + ["actor_rollout_ref.rollout.n=1"], config="gsm8k_grpo")
+    assert "rollout.n = 1: every advantage would be 0" in errors(report)
+    report = run_preflight(base_overrides + ["actor_rollout_ref.rollout.n=4"], config="gsm8k_grpo")
+    assert report.errors == 0, "\n".join(report.lines)
+
+
+def test_reward_is_tried_in_the_format_the_prompts_ask_for(base_overrides, tmp_path):
+    """Boxed prompts with the #### reward would score every response 0: caught, with the fix."""
+    boxed = prepare(
+        write_synthetic_gsm8k(tmp_path / "src"), tmp_path / "boxed", "--prompt-style", "boxed"
+    )
+    files = [
+        f"data.train_files=['{boxed}/train.parquet']",
+        f"data.val_files=['{boxed}/test.parquet']",
+    ]
+    report = run_preflight(base_overrides + files)
+    message = errors(report)
+    assert "compute_score scores a right \\boxed{} answer 0.0 and a wrong one 0.0" in message
+    assert "REWARD_FN=compute_score_flexible" in message
+    flexible = ["reward.custom_reward_function.name=compute_score_flexible"]
+    report = run_preflight(base_overrides + files + flexible)
+    assert report.errors == 0, "\n".join(report.lines)
+    assert "right \\boxed{} answer -> 1.0, wrong -> 0.0" in "\n".join(report.lines)
