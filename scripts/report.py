@@ -200,11 +200,12 @@ def _svg(
     shift = (rows - 1) * LEGEND_ROW
     total = height + shift
     return (
+        f'<figure class="chart"><figcaption>{html.escape(title)}</figcaption>'
         f'<svg class="plot" id="plot-{plot_id}" data-points="{points}" '
         f'viewBox="0 0 {W} {total}" width="{W}" height="{total}" role="img" '
         f'aria-label="{html.escape(title)}" xmlns="http://www.w3.org/2000/svg">'
         f"<title>{html.escape(title)}</title>{legend_svg}"
-        f'<g transform="translate(0,{shift})">' + "".join(body) + "</g></svg>"
+        f'<g transform="translate(0,{shift})">' + "".join(body) + "</g></svg></figure>"
     )
 
 
@@ -483,7 +484,8 @@ h1{font-size:1.4em;margin-bottom:4px} h2{font-size:1.15em;margin-top:28px}
 .card{border:1px solid #ddd;border-radius:6px;padding:8px 12px;min-width:150px}
 .card b{display:block;font-size:1.25em}
 .grid{display:flex;flex-wrap:wrap;gap:14px}
-svg.plot{border:1px solid #e4e4e4;border-radius:4px;background:#fafafa;font-size:11px}
+figure.chart{margin:0} figure.chart figcaption{font-weight:600;font-size:.95em;margin:0 0 4px}
+svg.plot{display:block;border:1px solid #e4e4e4;border-radius:4px;background:#fafafa;font-size:11px}
 .plot.missing{width:640px;height:80px;border:1px dashed #ccc;border-radius:4px;padding:10px;
 color:#777;box-sizing:border-box}
 table{border-collapse:collapse;font-size:.92em} td,th{border:1px solid #ddd;padding:4px 8px;
