@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from preflight import recipe_overrides
+
 ROOT = Path(__file__).resolve().parents[1]
 MISTAKES: dict[str, list[str]] = {
     "typo in a key (optim.lrr)": ["actor_rollout_ref.actor.optim.lrr=1e-6"],
@@ -35,18 +37,6 @@ MISTAKES: dict[str, list[str]] = {
 }
 ERROR_PATTERN = re.compile(r"(Error|error|Exception|FAILED|Could not|not in struct)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def recipe_overrides(model_dir: Path, data_dir: Path) -> list[str]:
-    script = (
-        f'RECIPE=bench CONFIG_NAME=gsm8k_ppo; source "{ROOT}/recipes/common.sh"; '
-        'printf "%s\\0" "${OVERRIDES[@]}"'
-    )
-    env = dict(os.environ, MODEL_PATH=str(model_dir), DATA_DIR=str(data_dir), LOGGER="console")
-    out = subprocess.run(
-        ["bash", "-c", script], env=env, capture_output=True, text=True, check=True
-    ).stdout
-    return [item for item in out.split("\0") if item]
 
 
 def timed(cmd: list[str], timeout: float) -> tuple[float, bool, str]:
@@ -100,7 +90,13 @@ def main() -> int:
     )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    base = recipe_overrides(args.model_dir.resolve(), args.data_dir.resolve())
+    env = dict(
+        os.environ,
+        MODEL_PATH=str(args.model_dir.resolve()),
+        DATA_DIR=str(args.data_dir.resolve()),
+        LOGGER="console",
+    )
+    base = recipe_overrides("gsm8k_ppo", env)
     verl_cmd = [
         sys.executable,
         "-m",

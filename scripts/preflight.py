@@ -694,6 +694,21 @@ def check_gpus(cfg, hf_config, report: Report) -> None:
         report.ok("gpu", summary)
 
 
+# ---------------------------------------------------------------------------- recipes
+def recipe_overrides(
+    config_name: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> list[str]:
+    """The override list recipes/common.sh builds in this environment (from the real file)."""
+    script = (
+        f'RECIPE=preflight CONFIG_NAME={config_name}; source "{ROOT}/recipes/common.sh"; '
+        'printf "%s\\0" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}"'
+    )
+    out = subprocess.run(
+        ["bash", "-c", script], env=env, cwd=cwd, capture_output=True, text=True, check=True
+    ).stdout
+    return [item for item in out.split("\0") if item]
+
+
 # ---------------------------------------------------------------------------- main
 def secret_free(text: str) -> str:
     """Replace the value of any secret-looking environment variable that appears in text."""

@@ -97,18 +97,6 @@ def run_recipe(recipe: str, env: dict[str, str], *args: str, timeout: int = 240)
     )
 
 
-def recipe_overrides(config_name: str, env: dict[str, str], cwd: Path | None = None) -> list[str]:
-    """The override list recipes/common.sh builds for this environment (the real file)."""
-    script = (
-        f'RECIPE=test CONFIG_NAME={config_name}; source "{ROOT}/recipes/common.sh"; '
-        'printf "%s\\0" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}"'
-    )
-    out = subprocess.run(
-        ["bash", "-c", script], env=env, cwd=cwd, capture_output=True, text=True, check=True
-    ).stdout
-    return [item for item in out.split("\0") if item]
-
-
 def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, int]]) -> Path:
     """An nvidia-smi on PATH that reports the given (name, MiB) GPUs."""
     bin_dir.mkdir(parents=True, exist_ok=True)

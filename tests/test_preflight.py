@@ -17,9 +17,9 @@ from helpers import (
     fake_nvidia_smi,
     prepare,
     recipe_env,
-    recipe_overrides,
     write_synthetic_gsm8k,
 )
+from preflight import recipe_overrides
 
 
 @pytest.fixture(scope="module")

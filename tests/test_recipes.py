@@ -14,9 +14,9 @@ from helpers import (
     ROOT,
     fake_nvidia_smi,
     recipe_env,
-    recipe_overrides,
     run_recipe,
 )
+from preflight import recipe_overrides
 
 
 def composed_config(stdout: str) -> dict:
