@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from atomic_io import write_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -318,16 +320,6 @@ def render_markdown(summary: dict) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _fence(text: str) -> str:
@@ -771,7 +763,7 @@ def evaluate_one(
         )
         + "."
     )
-    atomic_write(
+    write_atomic(
         samples,
         render_samples(
             spec.label,
@@ -1139,8 +1131,8 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "seconds": round(time.perf_counter() - started, 1),
     }
-    atomic_write(out / "comparison.json", json.dumps(summary, indent=2, default=str) + "\n")
-    atomic_write(out / "comparison.md", render_markdown(summary))
+    write_atomic(out / "comparison.json", json.dumps(summary, indent=2, default=str) + "\n")
+    write_atomic(out / "comparison.md", render_markdown(summary))
     print(
         f"\n{render_markdown(summary)}\n{PROG}: wrote {out / 'comparison.md'} and comparison.json"
     )

@@ -334,12 +334,6 @@ def _versions() -> dict:
     return out
 
 
-def _atomic_write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _is_within(path: Path, parent: Path) -> bool:
     try:
         path.relative_to(parent)
@@ -387,7 +381,8 @@ def merge(source: Path, target: Path, force: bool, critic: bool, python: str) ->
             "files": file_list(tmp),
             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         }
-        _atomic_write_json(tmp / MANIFEST, manifest)
+        # tmp is renamed into place whole below: that rename is what makes the result atomic.
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         if target.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
             os.replace(target, old / "model")

@@ -15,13 +15,10 @@ all could be read or the report could not be written, 2 when INPUT does not exis
 from __future__ import annotations
 
 import argparse
-import contextlib
 import html
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,8 +28,10 @@ from typing import Any
 
 try:
     import report_metrics as rm
+    from atomic_io import write_atomic
 except ImportError:  # imported as scripts.report from the repository root
     from scripts import report_metrics as rm  # type: ignore[no-redef]
+    from scripts.atomic_io import write_atomic  # type: ignore[no-redef]
 
 HTML_NAME = "report.html"
 SUMMARY_NAME = "summary.json"
@@ -697,22 +696,6 @@ def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
 # --------------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------------
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp_name, 0o644)
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
 
 
 def default_out_dir(input_path: Path) -> Path:

@@ -23,6 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import atomic_io  # noqa: E402
 import report  # noqa: E402
 import report_metrics as rm  # noqa: E402
 
@@ -654,7 +655,7 @@ def test_failure_keeps_earlier_report(tmp_path: Path, monkeypatch: pytest.Monkey
     def broken_replace(src: str, dst: str) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(report.os, "replace", broken_replace)
+    monkeypatch.setattr(atomic_io.os, "replace", broken_replace)
     write_jsonl(path, build_run(seed=99))
     assert report.main([str(path), "--out", str(out)]) == 1
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no temp files left either
