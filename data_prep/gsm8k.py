@@ -180,24 +180,26 @@ def _load_dir(root: Path, limit: int | None, splits: Sequence[str]) -> dict[str,
     return out
 
 
-def _hub_unreachable(timeout: float = 3.0) -> bool:
-    """A quick TCP probe of the hub, so that an offline machine fails in seconds, not after the
-    hub client's retries (~25 s). No probe with a proxy configured (it would prove nothing).
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the hub ($HF_ENDPOINT) cannot be reached, or None if it can (or a proxy is set).
+
+    A quick TCP probe, so that an offline machine fails in seconds, not after the hub client's
+    retries (~25 s). No probe with a proxy configured (it would prove nothing).
     """
     if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return False
+        return None
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
         socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout).close()
-    except OSError:
-        return True
-    return False
+    except OSError as exc:
+        return str(exc) or type(exc).__name__
+    return None
 
 
 def _load_hub(source: str, limit: int | None, splits: Sequence[str]) -> dict[str, list[Row]]:
     offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false", "no", "off")
-    if not offline and _hub_unreachable():
+    if not offline and hub_unreachable() is not None:
         # Offline mode still serves a copy from the local datasets cache, and fails fast otherwise.
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["HF_DATASETS_OFFLINE"] = "1"

@@ -26,8 +26,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -319,15 +317,13 @@ def is_hub_id(path: str) -> bool:
 
 
 def hub_reachable() -> tuple[bool, str]:
+    from data_prep.gsm8k import hub_unreachable
+
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
     if os.environ.get("HF_HUB_OFFLINE") == "1":
         return False, f"{endpoint} (HF_HUB_OFFLINE=1 is set)"
-    try:
-        urllib.request.urlopen(f"{endpoint}/api/models?limit=1", timeout=HUB_PROBE_TIMEOUT_S)
-        return True, endpoint
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return False, f"{endpoint} ({reason})"
+    reason = hub_unreachable(timeout=HUB_PROBE_TIMEOUT_S)
+    return reason is None, endpoint if reason is None else f"{endpoint} ({reason})"
 
 
 def cached_snapshot(repo_id: str) -> str | None:
@@ -376,10 +372,15 @@ def check_models(cfg, report: Report):
     if need_critic(cfg):
         roles.append(("critic", cfg.critic.model))
     loaded = None
+    checked: set[str] = set()
     for role, model_cfg in roles:
         local = resolve_model(role, str(model_cfg.path), report)
         if local is None:
             continue
+        if local in checked:  # the critic usually starts from the actor's weights
+            report.ok("model", f"{role}: same model as checked above ({local})")
+            continue
+        checked.add(local)
         model_cfg = model_cfg.copy()
         model_cfg.path = local
         try:
