@@ -16,8 +16,29 @@ if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON=$ROOT/.venv/bin/python; else PYTHON=python3; fi
 fi
 
+has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }
+
+# ---- knob: device (auto: a GPU when nvidia-smi lists one) ----
+# Without a GPU, auto trains on the CPU only in recipes that set CPU_BY_DEFAULT=1 (smoke_tiny);
+# the others need DEVICE=cpu, and otherwise stop after the preflight (TRAIN_ON=none).
+DEVICE=${DEVICE:-auto}
+case "$DEVICE" in
+  gpu|cpu) TRAIN_ON=$DEVICE ;;
+  auto)
+    if has_gpu; then TRAIN_ON=gpu
+    elif [[ "${CPU_BY_DEFAULT:-0}" == 1 ]]; then TRAIN_ON=cpu
+    else TRAIN_ON=none
+    fi ;;
+  *) echo "recipe: DEVICE must be auto, gpu or cpu (got '$DEVICE')" >&2; exit 2 ;;
+esac
+
+# Where the CPU path keeps what it builds on first use (the tiny model, the prepared sample data).
+CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/verl-gsm8k}
+
 # ---- knobs: model and hardware ----
-MODEL_PATH=${MODEL_PATH:?each recipe sets its default model}
+# On a CPU the default model is a tiny random Qwen2 built offline on first use (never the hub).
+if [[ "$TRAIN_ON" == cpu ]]; then DEFAULT_MODEL_PATH=$CACHE_DIR/tiny-qwen2; fi
+MODEL_PATH=${MODEL_PATH:-$DEFAULT_MODEL_PATH}
 CRITIC_MODEL_PATH=${CRITIC_MODEL_PATH:-$MODEL_PATH}   # the critic starts from the same weights
 NNODES=${NNODES:-1}
 NDEVICES_PER_NODE=${NDEVICES_PER_NODE:-1}
@@ -44,6 +65,11 @@ TEST_FREQ=${TEST_FREQ:-5}
 MAX_CKPT_TO_KEEP=${MAX_CKPT_TO_KEEP:-3}
 
 # ---- knobs: data and reward ----
+# With nothing prepared at the default place, CPU runs use the GSM8K sample shipped in data_prep/.
+if [[ -z "${DATA_DIR:-}${GSM8K_TRAIN_FILE:-}" && "$TRAIN_ON" == cpu && ! -e "$HOME/data/gsm8k/train.parquet" ]]; then
+  DATA_DIR=$CACHE_DIR/gsm8k-sample
+  USE_SAMPLE_DATA=1
+fi
 DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k}
 GSM8K_TRAIN_FILE=${GSM8K_TRAIN_FILE:-$DATA_DIR/train.parquet}
 GSM8K_TEST_FILE=${GSM8K_TEST_FILE:-$DATA_DIR/test.parquet}
@@ -76,6 +102,36 @@ DRY_RUN=${DRY_RUN:-0}                                 # 1: preflight + composed 
 SKIP_PREFLIGHT=${SKIP_PREFLIGHT:-0}
 
 declare -p RECIPE_OVERRIDES >/dev/null 2>&1 || RECIPE_OVERRIDES=()
+
+# ---- device and attention settings, from one place: two config overlays and a few variables ----
+# configs/attention/sdpa.yaml where flash_attn is not installed (every CPU, some GPU machines);
+# configs/device/cpu.yaml on a CPU. verl loads our modules in every process through its plugin
+# variable (scripts/ on PYTHONPATH reaches Ray's workers). key=value arguments still win.
+DEVICE_OVERRIDES=()
+VERL_MODULES=()
+flash_attn_installed() {
+  "$PYTHON" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("flash_attn") is None)' 2>/dev/null
+}
+if ! flash_attn_installed; then
+  DEVICE_OVERRIDES+=("+attention=sdpa")
+  VERL_MODULES+=(verl_attention_fallback)
+  ATTENTION="sdpa (flash_attn not installed; padding removal off: slower updates, more activation memory)"
+else
+  ATTENTION="flash_attention_2 with padding removal"
+fi
+if [[ "$TRAIN_ON" == cpu ]]; then
+  DEVICE_OVERRIDES+=("+device=cpu")
+  VERL_MODULES+=(verl_cpu_platform)
+  export VERL_PLATFORM=cpu                 # verl's platform registry picks scripts/verl_cpu_platform.py
+  export VERL_ENGINE_DEVICE=cuda           # verl registers its FSDP engines for cuda/npu only
+  export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}              # GiB of KV cache
+  export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}  # share the cores
+fi
+if [[ ${#VERL_MODULES[@]} -gt 0 ]]; then
+  modules=$(IFS=,; echo "${VERL_MODULES[*]}")
+  export VERL_USE_EXTERNAL_MODULES=$modules${VERL_USE_EXTERNAL_MODULES:+,$VERL_USE_EXTERNAL_MODULES}
+  export PYTHONPATH=$ROOT/scripts${PYTHONPATH:+:$PYTHONPATH}
+fi
 
 OVERRIDES=(
   "actor_rollout_ref.model.path=$MODEL_PATH"
@@ -111,15 +167,43 @@ OVERRIDES=(
   "trainer.logger=[$LOGGER]"
 )
 
-has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }
-
 # verl's entry point with our config: main_ppo [hydra flags] -- [user overrides, which go last].
 main_ppo() {
   local flags=()
   while [[ $# -gt 0 && "$1" != "--" ]]; do flags+=("$1"); shift; done
   [[ $# -gt 0 ]] && shift
   "$PYTHON" -m verl.trainer.main_ppo --config-path "$ROOT/configs" --config-name "$CONFIG_NAME" \
-    "${flags[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@"
+    "${flags[@]}" "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@"
+}
+
+# First use on a CPU: build the tiny model and prepare the shipped GSM8K sample, if missing.
+prepare_cpu_defaults() {
+  if [[ "$MODEL_PATH" == "$CACHE_DIR/tiny-qwen2" && ! -e "$MODEL_PATH/config.json" ]]; then
+    echo "recipe: building the tiny random Qwen2 (offline, once) -> $MODEL_PATH"
+    "$PYTHON" "$ROOT/scripts/make_tiny_model.py" "$MODEL_PATH" --force >/dev/null
+  fi
+  if [[ "${USE_SAMPLE_DATA:-0}" == 1 && ! -e "$GSM8K_TRAIN_FILE" ]]; then
+    echo "recipe: no data prepared in ~/data/gsm8k: preparing the GSM8K sample shipped in data_prep/sample -> $DATA_DIR"
+    "$PYTHON" -m data_prep.gsm8k --source "$ROOT/data_prep/sample" --out-dir "$DATA_DIR" >/dev/null
+  fi
+  if [[ "$MODEL_PATH" == "$CACHE_DIR/tiny-qwen2" ]]; then
+    echo "recipe: CPU run of a TINY RANDOM model: the PPO loop is real, its accuracy means nothing (docs/cpu.md)."
+  fi
+}
+
+# verl's max_*_ckpt_to_keep prunes only what the current process saved: after a resume, apply the
+# limit to the whole run directory (never the checkpoint a relaunch would resume from).
+prune_checkpoints() {
+  [[ "$MAX_CKPT_TO_KEEP" =~ ^[0-9]+$ && "$MAX_CKPT_TO_KEEP" -gt 0 ]] || return 0
+  local steps=() step
+  while IFS= read -r step; do steps+=("$step"); done < <(
+    find "$RUN_DIR" -maxdepth 1 -type d -name 'global_step_*' -printf '%f\n' |
+      sed -n 's/^global_step_\([0-9][0-9]*\)$/\1/p' | sort -n)
+  local drop=$(( ${#steps[@]} - MAX_CKPT_TO_KEEP )) i
+  for (( i = 0; i < drop; i++ )); do
+    echo "recipe: MAX_CKPT_TO_KEEP=$MAX_CKPT_TO_KEEP: removing $RUN_DIR/global_step_${steps[i]}"
+    rm -rf -- "$RUN_DIR/global_step_${steps[i]}"
+  done
 }
 
 launch() {
@@ -130,16 +214,18 @@ launch() {
     return 0
   fi
   echo "recipe: $RECIPE | config: configs/$CONFIG_NAME.yaml | model: $MODEL_PATH | run dir: $RUN_DIR"
+  echo "recipe: device: $TRAIN_ON (DEVICE=$DEVICE) | attention: $ATTENTION"
+  if [[ "$TRAIN_ON" == cpu ]]; then prepare_cpu_defaults; fi
   if [[ "$SKIP_PREFLIGHT" != 1 ]]; then
     "$PYTHON" "$ROOT/scripts/preflight.py" --config-name "$CONFIG_NAME" -- \
-      "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@" || exit $?
+      "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@" || exit $?
   fi
   if [[ "$DRY_RUN" == 1 ]]; then
     main_ppo --cfg job -- "$@"
     return $?
   fi
-  if ! has_gpu; then
-    echo "recipe: preflight passed, but no NVIDIA GPU is visible here and verl cannot train on CPU; DRY_RUN=1 prints the final config instead." >&2
+  if [[ "$TRAIN_ON" == none ]] || { [[ "$TRAIN_ON" == gpu ]] && ! has_gpu; }; then
+    echo "recipe: preflight passed, but no NVIDIA GPU is visible here. To train on this CPU at toy scale: bash recipes/smoke_tiny.sh, or DEVICE=cpu bash recipes/$RECIPE.sh; DRY_RUN=1 prints the final config." >&2
     exit 3
   fi
   local stamp
@@ -152,6 +238,7 @@ launch() {
   main_ppo -- "$@" 2>&1 | tee "$RUN_DIR/logs/console-$stamp.log"
   local status=${PIPESTATUS[0]}
   set -e
+  [[ "$status" == 0 ]] && prune_checkpoints
   echo "recipe: verl exited with $status. Report: python scripts/report.py $RUN_DIR"
   exit "$status"
 }

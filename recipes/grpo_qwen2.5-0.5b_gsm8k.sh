@@ -6,7 +6,7 @@ set -euo pipefail
 
 RECIPE=grpo_qwen2.5-0.5b_gsm8k
 CONFIG_NAME=gsm8k_grpo
-MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-0.5B-Instruct}
+DEFAULT_MODEL_PATH=Qwen/Qwen2.5-0.5B-Instruct
 ROLLOUT_N=${ROLLOUT_N:-5}                 # GRPO needs a group per prompt
 ROLLOUT_GPU_MEM_UTIL=${ROLLOUT_GPU_MEM_UTIL:-0.5}   # no critic on the GPU: vLLM gets more
 

@@ -6,7 +6,7 @@ set -euo pipefail
 
 RECIPE=ppo_lora_qwen2.5-1.5b_gsm8k
 CONFIG_NAME=gsm8k_ppo_lora
-MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-1.5B-Instruct}
+DEFAULT_MODEL_PATH=Qwen/Qwen2.5-1.5B-Instruct
 TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-64}
 PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-32}
 ACTOR_LR=${ACTOR_LR:-1e-5}               # adapters need a larger step than full fine-tuning

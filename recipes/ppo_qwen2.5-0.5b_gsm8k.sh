@@ -7,7 +7,7 @@ set -euo pipefail
 
 RECIPE=ppo_qwen2.5-0.5b_gsm8k
 CONFIG_NAME=gsm8k_ppo
-MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-0.5B-Instruct}
+DEFAULT_MODEL_PATH=Qwen/Qwen2.5-0.5B-Instruct
 
 # shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

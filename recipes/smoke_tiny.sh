@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Smoke test of a fresh GPU install: PPO for two steps on a few dozen GSM8K prompts, with a
-# checkpoint at step 2, in a few minutes. Proves vLLM, FSDP, Ray, the reward and checkpointing.
-#   bash recipes/smoke_tiny.sh
-#   MODEL_PATH=/path/to/local/model bash recipes/smoke_tiny.sh   # offline box
+# Two PPO steps on a few dozen GSM8K prompts, with validation and a checkpoint at step 2.
+# Proves the whole loop end to end (vLLM rollout, reward, reference, critic, GAE, FSDP updates,
+# weight sync, checkpoint) in minutes:
+#   bash recipes/smoke_tiny.sh          # GPU: Qwen2.5-0.5B-Instruct; no GPU: trains on the CPU
+#   MODEL_PATH=/path/to/local/model bash recipes/smoke_tiny.sh
+# Without a GPU it trains a tiny random Qwen2 built offline on the GSM8K sample shipped in
+# data_prep/sample (docs/cpu.md): no hub, no GPU, no setting needed.
 set -euo pipefail
 
 RECIPE=smoke_tiny
 CONFIG_NAME=gsm8k_ppo
-MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-0.5B-Instruct}
+CPU_BY_DEFAULT=1                          # no GPU: train on the CPU instead of stopping
+DEFAULT_MODEL_PATH=Qwen/Qwen2.5-0.5B-Instruct
 TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-16}
 PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-8}
 MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-128}

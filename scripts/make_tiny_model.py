@@ -2,11 +2,12 @@
 """Write a tiny random Qwen2 model with an offline-trained BPE tokenizer (nothing is downloaded).
 
 It stands in for Qwen2.5 wherever the real weights are not needed: config validation, dataset
-loading, checkpoint save/merge, evaluation plumbing and the GPU smoke recipe on an offline box.
+loading, checkpoint save/merge, evaluation plumbing, and real PPO training on a CPU
+(recipes/smoke_tiny.sh builds one on first use).
 The tokenizer is a byte-level BPE trained on a small built-in corpus of arithmetic word problems,
 with Qwen's ChatML special tokens and chat template, so prompts render exactly like Qwen2.5's.
 
-    python scripts/make_tiny_model.py OUT_DIR [--hidden-size 64] [--layers 2] [--seed 0]
+    python scripts/make_tiny_model.py OUT_DIR [--hidden-size 128] [--layers 2] [--seed 0]
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def build_model(out_dir: Path, tokenizer, hidden_size: int, layers: int, seed: i
 
 def make_tiny_model(
     out_dir: str | os.PathLike,
-    hidden_size: int = 64,
+    hidden_size: int = 128,
     layers: int = 2,
     seed: int = 0,
     force: bool = False,
@@ -130,7 +131,13 @@ def make_tiny_model(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", help="directory to create (must not exist unless --force)")
-    parser.add_argument("--hidden-size", type=int, default=64, help="model width (default 64)")
+    parser.add_argument(
+        "--hidden-size",
+        type=int,
+        default=128,
+        help="model width; 4 attention heads, so 128 gives head size 32, the least vLLM's CPU "
+        "attention accepts (default 128)",
+    )
     parser.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and corpus")
     parser.add_argument("--force", action="store_true", help="replace an existing out_dir")

