@@ -126,6 +126,9 @@ if [[ "$TRAIN_ON" == cpu ]]; then
   export VERL_ENGINE_DEVICE=cuda           # verl registers its FSDP engines for cuda/npu only
   export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}              # GiB of KV cache
   export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}  # share the cores
+  # Ray starts one idle Python worker per logical CPU in advance: 16 imports competing for 2 cores.
+  export RAY_enable_worker_prestart=${RAY_enable_worker_prestart:-0}
+  export RAY_prestart_worker_first_driver=${RAY_prestart_worker_first_driver:-0}
 fi
 if [[ ${#VERL_MODULES[@]} -gt 0 ]]; then
   modules=$(IFS=,; echo "${VERL_MODULES[*]}")
