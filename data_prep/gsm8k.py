@@ -7,9 +7,11 @@ OpenAI's original ``train.jsonl`` / ``test.jsonl``, or a directory in the hub's 
 (``main/train-00000-of-00001.parquet``, or the same files at its top level).
 
 Every source row is validated before anything is written; a bad row stops the run with one line
-naming the file and the 1-based line (jsonl) or row (parquet), exit code 2. Outputs are written
-to a temporary file beside the target and moved into place with ``os.replace``, so a failed or
-interrupted run leaves earlier outputs intact. The same input gives byte-identical files.
+naming the file and the 1-based line (jsonl) or row (parquet), exit code 2. Every output location
+is checked before anything is written; outputs (``--out-dir`` and ``--hub-layout-dir`` together)
+are written to temporary files beside their targets and only then moved into place with
+``os.replace``, so a failed or interrupted run (Ctrl-C: one line, exit code 130) leaves earlier
+outputs intact. The same input gives byte-identical files.
 
 Other code imports the single source of truth for prompts from here: ``PROMPT_STYLES`` (templates
 in ``str.format`` syntax with one ``{question}`` field, literal braces doubled, the convention
@@ -19,13 +21,15 @@ EvalScope's ``prompt_template`` uses too) and ``build_prompt``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -52,6 +56,7 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")  # "name" or "owner/name"
 _MARKER = "####"
 
 Row = dict[str, str]
+Writers = dict[Path, Callable[[Path], None]]  # output path -> function writing it to a given path
 
 
 class DataPrepError(ValueError):
@@ -99,6 +104,13 @@ def _validate(raw: Any, where: str) -> Row:
             raise DataPrepError(f"{where}: missing or empty '{field}' field")
         if not isinstance(value, str):
             raise DataPrepError(f"{where}: '{field}' is not a string ({type(value).__name__})")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate ("\ud800"): JSON allows it, UTF-8 not
+            raise DataPrepError(
+                f"{where}: '{field}' is not valid Unicode text (lone surrogate "
+                f"{value[err.start]!r} at character {err.start + 1})"
+            ) from None
         row[field] = value
     try:
         ground_truth(row["answer"])
@@ -298,12 +310,43 @@ def _write_parquet(records: list[dict], schema: Any) -> Callable[[Path], None]:
     return lambda path: pq.write_table(table, path, compression="snappy")
 
 
-def _replace_all(targets: dict[Path, Callable[[Path], None]]) -> None:
+def check_writable(targets: Iterable[Path]) -> None:
+    """DataPrepError naming the first target that cannot be written: its directory (or the
+    nearest existing ancestor, when it must be created) is not a writable directory, or a
+    directory stands where the file goes. Creates nothing."""
+    for target in targets:
+        if target.is_dir():
+            raise DataPrepError(f"cannot write {target}: it is a directory")
+        folder = target.parent
+        while not os.path.lexists(folder) and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            raise DataPrepError(f"cannot write {target}: {folder} is not a directory")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise DataPrepError(f"cannot write {target}: {folder} is not writable")
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold back SIGINT (Ctrl-C) inside the block; it is delivered when the block ends."""
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: nothing to hold it with
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _replace_all(targets: Writers) -> None:
     """Write every target to a temp file in its own directory, then move them all into place.
 
-    Nothing replaces a target until every temp file is complete; temp files never outlive a
-    failure (or Ctrl-C).
+    Every target location is checked before anything is created. Nothing replaces a target
+    until every temp file is complete, Ctrl-C cannot split the renames, and temp files never
+    outlive a failure (or Ctrl-C).
     """
+    check_writable(targets)
     temps: dict[Path, Path] = {}
     try:
         for target, write in targets.items():
@@ -311,11 +354,20 @@ def _replace_all(targets: dict[Path, Callable[[Path], None]]) -> None:
             temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
             temps[target] = temp
             write(temp)
-        for target, temp in temps.items():
-            os.replace(temp, target)
+        with _sigint_deferred():
+            for target, temp in temps.items():
+                os.replace(temp, target)
     finally:
         for temp in temps.values():
             temp.unlink(missing_ok=True)
+
+
+def _verl_writers(splits: dict[str, list[Row]], out_dir: Path, style: str) -> Writers:
+    schema = _verl_schema()
+    return {
+        out_dir / f"{split}.parquet": _write_parquet(verl_rows(rows, split, style), schema)
+        for split, rows in splits.items()
+    }
 
 
 def write_verl_splits(
@@ -323,15 +375,8 @@ def write_verl_splits(
 ) -> dict[str, Path]:
     """Write ``<out_dir>/<split>.parquet`` for each split, atomically; returns split -> path."""
     out_dir = Path(out_dir).expanduser()
-    schema = _verl_schema()
-    paths = {split: out_dir / f"{split}.parquet" for split in splits}
-    _replace_all(
-        {
-            paths[split]: _write_parquet(verl_rows(rows, split, style), schema)
-            for split, rows in splits.items()
-        }
-    )
-    return paths
+    _replace_all(_verl_writers(splits, out_dir, style))
+    return {split: out_dir / f"{split}.parquet" for split in splits}
 
 
 def _hub_readme(splits: Sequence[str]) -> str:
@@ -355,20 +400,43 @@ def write_hub_layout(splits: dict[str, list[dict[str, str]]], out_dir: Path) -> 
     README.md whose YAML header declares config ``main`` with those data_files (EvalScope and
     ``datasets`` need it to find the config offline).
     """
+    out_dir = Path(out_dir).expanduser()
+    _replace_all(_hub_writers(splits, out_dir))
+    return out_dir
+
+
+def _hub_writers(splits: dict[str, list[Row]], out_dir: Path) -> Writers:
     import pyarrow as pa
 
-    out_dir = Path(out_dir).expanduser()
     schema = pa.schema([("question", pa.string()), ("answer", pa.string())])
     readme = _hub_readme(list(splits)).encode("utf-8")
-    targets: dict[Path, Callable[[Path], None]] = {
+    writers: Writers = {
         out_dir / HUB_CONFIG / f"{split}-00000-of-00001.parquet": _write_parquet(
             [{"question": r["question"], "answer": r["answer"]} for r in rows], schema
         )
         for split, rows in splits.items()
     }
-    targets[out_dir / "README.md"] = lambda path: path.write_bytes(readme)
-    _replace_all(targets)
-    return out_dir
+    writers[out_dir / "README.md"] = lambda path: path.write_bytes(readme)
+    return writers
+
+
+def write_all(
+    splits: dict[str, list[dict[str, str]]],
+    out_dir: Path,
+    style: str = DEFAULT_PROMPT_STYLE,
+    hub_dir: Path | None = None,
+) -> dict[str, Path]:
+    """``write_verl_splits`` and, with ``hub_dir``, ``write_hub_layout`` as ONE atomic step.
+
+    Every output location is checked, and every file written to a temp file, before the first
+    one is replaced: an unwritable ``hub_dir`` leaves ``out_dir`` as it was. Returns split -> path.
+    """
+    out_dir = Path(out_dir).expanduser()
+    writers = _verl_writers(splits, out_dir, style)
+    if hub_dir is not None:
+        writers |= _hub_writers(splits, Path(hub_dir).expanduser())
+    _replace_all(writers)
+    return {split: out_dir / f"{split}.parquet" for split in splits}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,18 +515,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     start = time.perf_counter()
     splits = list(dict.fromkeys(args.splits))  # de-duplicated, order kept
+    out_dir = Path(args.out_dir).expanduser()
+    hub_dir = Path(args.hub_layout_dir).expanduser() if args.hub_layout_dir else None
     try:
         data = load_source(args.source, limit=args.limit, splits=splits)
-        paths = write_verl_splits(data, Path(args.out_dir).expanduser(), args.prompt_style)
-        hub_dir = None
-        if args.hub_layout_dir:
-            hub_dir = write_hub_layout(data, Path(args.hub_layout_dir).expanduser())
+        counts = ", ".join(f"{len(rows)} {split}" for split, rows in data.items())
+        print(f"{PROG}: read {counts} rows from {args.source}; writing...", flush=True)
+        paths = write_all(data, out_dir, args.prompt_style, hub_dir)
     except DataPrepError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
-    except OSError as err:  # unwritable --out-dir, full disk, ...
+    except OSError as err:  # full disk, a file vanishing under us, ...
         print(f"{PROG}: cannot write output: {_one_line(err)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            f"{PROG}: interrupted; outputs are replaced all together or not at all", file=sys.stderr
+        )
+        return 130
     print(f"{PROG}: source {args.source}, prompt style {args.prompt_style}")
     for split, path in paths.items():
         print(f"  {split}: {len(data[split])} rows -> {path}")

@@ -11,12 +11,14 @@ with keywords ``(data_source=..., solution_str=..., ground_truth=..., extra_info
 
 Contract shared by every scorer in ``REWARD_FUNCTIONS``:
 
-* It returns ``{"score", "acc", "format", "pred_found", "clipped"}``, every value a float, so that
-  verl can average each key into validation metrics (``val-core/<data_source>/acc/mean@N``).
-  ``score`` is the reward, in [0, 1]; ``acc`` is 1.0 when the extracted answer equals the ground
-  truth; ``format`` is 1.0 when a ``####`` marker followed by a parseable number is present;
-  ``pred_found`` is 1.0 when the scorer extracted any answer; ``clipped`` is 1.0 when the
-  response was longer than ``TAIL_CHARS`` and only its tail was read.
+* It returns ``{"score", "acc", "format", "pred_found", "hedged", "clipped"}``, every value a
+  float, so that verl can average each key into validation metrics
+  (``val-core/<data_source>/acc/mean@N``). ``score`` is the reward, in [0, 1]; ``acc`` is 1.0
+  when the extracted answer equals the ground truth; ``format`` is 1.0 when a ``####`` marker
+  followed by one number is present; ``pred_found`` is 1.0 when the scorer extracted any
+  answer; ``hedged`` is 1.0 when that answer offered several candidate numbers (never credited,
+  below); ``clipped`` is 1.0 when the response was longer than ``TAIL_CHARS`` and only its tail
+  was read.
 * It never raises, whatever it is given (None, non-strings, megabytes of text), and its time is
   bounded: only the last ``TAIL_CHARS`` characters are read, answer segments are cut to
   ``ANSWER_WINDOW`` characters, and no regular expression here can backtrack catastrophically.
@@ -24,18 +26,24 @@ Contract shared by every scorer in ``REWARD_FUNCTIONS``:
   removing the noise models put around them: ``$``, thousands commas, markdown ``**``, LaTeX
   ``\\frac{a}{b}``, a trailing period, ``%`` or unit word. So ``18``, ``18.00``, ``$18.``,
   ``**18**`` all equal ``18``; ``.5``, ``0.5`` and ``1/2`` are equal; ``1,234`` is ``1234``.
+* A hedged answer is never credited: when the answer segment (the marker's line, a box's or a
+  tag's content, the line after "answer is") holds numbers of more than one value, as in
+  ``12 or 13``, ``1,2,3``, ``12-13`` or ``5 apples and 6 pears``, it scores 0 whichever is right,
+  and the scorer does not fall back to an earlier marker or another extractor. ``-5``, ``2.5``,
+  ``3/4``, ``1,234,567``, a unit's exponent (``m^2``) and the same value twice are one candidate;
+  an explanation on the following lines is not part of the segment.
 
 Scorers:
 
-* ``compute_score`` (training default): the number after the last ``####`` marker that has one.
-  A response without such a marker scores 0: that format is what the prompt asks for.
+* ``compute_score`` (training default): the number on the line of the last ``####`` marker that
+  has one. A response without such a marker scores 0: that format is what the prompt asks for.
 * ``compute_score_flexible`` (evaluating other prompts): the first of, in priority order,
   1. the ``####`` marker answer, 2. the last ``\\boxed{...}`` (nested braces allowed),
   3. the last ``<answer>...</answer>``, 4. the last "answer is ..." / "answer: ...",
   5. the last number in the tail.
 * ``compute_score_format``: ``ACC_WEIGHT * acc + FORMAT_WEIGHT * format``, with ``acc`` judged
   as in ``compute_score_flexible`` and ``format`` as above: 1.0, 0.8 (right but no marker),
-  0.2 (marker but wrong) or 0.0.
+  0.2 (marker but wrong) or 0.0 (a hedged marker answer scores 0.0, below a wrong one).
 """
 
 import re
@@ -57,6 +65,8 @@ _NUMBER_RE = re.compile(
     r"(?P<num>(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+)"
     r"(?:\s?/\s?(?P<den>\d+))?"
 )
+# A unit's exponent ("m^2", "cm^{3}"), removed before counting an answer's numbers.
+_EXPONENT_RE = re.compile(r"\^\{?\d+\}?")
 _LATEX_FRAC_RE = re.compile(r"\\[dt]?frac\s?\{([^{}]*)\}\s?\{([^{}]*)\}")
 _ANSWER_IS_RE = re.compile(r"answer\s*(?:is|:|=)", re.IGNORECASE)
 _SPACE_RE = re.compile(r"\s")
@@ -103,6 +113,28 @@ def _first_number(text: str) -> Fraction | None:
     return _to_fraction(match) if match else None
 
 
+class _Hedged:
+    """An answer segment that offers more than one candidate number: never credited."""
+
+
+HEDGED = _Hedged()
+Answer = Fraction | _Hedged | None  # None: the segment holds no number
+
+
+def _answer(segment: str) -> Answer:
+    """The one number ``segment`` offers, HEDGED if it offers several values, None if none.
+
+    A list, alternatives, a range or several quantities (``12 or 13``, ``1,2,3``, ``12-13``,
+    ``5 apples and 6 pears``) are several candidates; the same value written twice
+    (``72 (72 clips)``) and a unit's exponent (``m^2``) are not.
+    """
+    text = _EXPONENT_RE.sub("", _clean(segment[:ANSWER_WINDOW]))
+    values = {_to_fraction(match) for match in _NUMBER_RE.finditer(text)}
+    if len(values) > 1:
+        return HEDGED
+    return values.pop() if values else None  # a lone "5/0" is no number
+
+
 def _last_number(text: str) -> Fraction | None:
     last = None
     for last in _NUMBER_RE.finditer(_clean(text)):  # noqa: B007 (we want the final match)
@@ -115,18 +147,18 @@ def _segment(text: str, start: int, end: int) -> str:
     return text[start:end].lstrip()[:ANSWER_WINDOW].split("\n", 1)[0]
 
 
-def _marker_answer(tail: str) -> Fraction | None:
-    """The number after the last ``####`` that is followed by one (on the marker's line)."""
+def _marker_answer(tail: str) -> Answer:
+    """The answer on the line of the last ``####`` that is followed by a number."""
     end = len(tail)
     while (start := tail.rfind(MARKER, 0, end)) >= 0:
-        value = _first_number(_segment(tail, start + len(MARKER), end))
-        if value is not None:
-            return value
+        answer = _answer(_segment(tail, start + len(MARKER), end))
+        if answer is not None:
+            return answer
         end = start
     return None
 
 
-def _boxed_answer(tail: str) -> Fraction | None:
+def _boxed_answer(tail: str) -> Answer:
     start = tail.rfind(_BOX_OPEN)
     if start < 0:
         return None
@@ -138,29 +170,30 @@ def _boxed_answer(tail: str) -> Fraction | None:
             depth += 1
         elif char == "}":
             if depth == 0:
-                return _first_number(tail[start:pos].strip())
+                return _answer(tail[start:pos].strip())
             depth -= 1
     return None  # unbalanced: not a box
 
 
-def _tag_answer(tail: str) -> Fraction | None:
+def _tag_answer(tail: str) -> Answer:
     start = tail.rfind(_TAG_OPEN)
     end = tail.find(_TAG_CLOSE, start) if start >= 0 else -1
-    return _first_number(tail[start + len(_TAG_OPEN) : end].strip()) if end >= 0 else None
+    return _answer(tail[start + len(_TAG_OPEN) : end].strip()) if end >= 0 else None
 
 
-def _answer_is_answer(tail: str) -> Fraction | None:
+def _answer_is_answer(tail: str) -> Answer:
     last = None
     for last in _ANSWER_IS_RE.finditer(tail):  # noqa: B007 (we want the final match)
         pass
-    return _first_number(_segment(tail, last.end(), len(tail))) if last else None
+    return _answer(_segment(tail, last.end(), len(tail))) if last else None
 
 
-def _flexible_answer(tail: str) -> Fraction | None:
+def _flexible_answer(tail: str) -> Answer:
+    """The first extractor that finds an answer decides; a hedged one is not passed over."""
     for extract in (_marker_answer, _boxed_answer, _tag_answer, _answer_is_answer, _last_number):
-        value = extract(tail)
-        if value is not None:
-            return value
+        answer = extract(tail)
+        if answer is not None:
+            return answer
     return None
 
 
@@ -191,17 +224,18 @@ def _score(
         marker = _marker_answer(tail)
         pred = _flexible_answer(tail) if flexible and marker is None else marker
         truth = _ground_truth(ground_truth)
-        acc = 1.0 if pred is not None and truth is not None and pred == truth else 0.0
-        fmt = 1.0 if marker is not None else 0.0
+        acc = 1.0 if isinstance(pred, Fraction) and pred == truth else 0.0
+        fmt = 1.0 if isinstance(marker, Fraction) else 0.0
         return {
             "score": acc_weight * acc + format_weight * fmt,
             "acc": acc,
             "format": fmt,
             "pred_found": 1.0 if pred is not None else 0.0,
+            "hedged": 1.0 if pred is HEDGED else 0.0,
             "clipped": 1.0 if clipped else 0.0,
         }
     except Exception:  # a reward worker must never crash on a model output
-        return {"score": 0.0, "acc": 0.0, "format": 0.0, "pred_found": 0.0, "clipped": 0.0}
+        return dict.fromkeys(("score", "acc", "format", "pred_found", "hedged", "clipped"), 0.0)
 
 
 def compute_score(

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -328,6 +329,7 @@ def test_hub_layout_loads_offline_with_datasets_config_main(tmp_path):
 # validation: one line naming file and line, exit 2, nothing written
 
 GOOD = json.dumps(SYNTHETIC["test"][0])
+GOOD_ROWS = [{"question": "Different rows, so a partial write would show.", "answer": "#### 1"}]
 MALFORMED = {
     "bad-json": ('{"question": "x", "answer": ', "invalid JSON ("),
     "not-object": ('["question", "answer"]', "row is not a JSON object"),
@@ -355,6 +357,15 @@ MALFORMED = {
     "question-not-text": (
         json.dumps({"question": 12, "answer": "#### 3"}),
         "'question' is not a string (int)",
+    ),
+    # JSON's "\ud800" escape decodes to a lone surrogate, which UTF-8 (and pyarrow) cannot hold
+    "lone-surrogate-question": (
+        '{"question": "How many \\ud800 apples?", "answer": "#### 3"}',
+        "'question' is not valid Unicode text (lone surrogate '\\ud800' at character 10)",
+    ),
+    "lone-surrogate-answer": (
+        '{"question": "Q?", "answer": "3 apples \\udfff\\n#### 3"}',
+        "'answer' is not valid Unicode text (lone surrogate '\\udfff' at character 10)",
     ),
 }
 
@@ -458,6 +469,80 @@ def test_interrupted_write_keeps_earlier_files_and_leaves_no_temp(
         write_verl_splits(data, out)
     assert len(calls) == 2 and all(Path(c).parent == out for c in calls)
     assert snapshot(out) == before  # neither replaced, no temp file left
+
+
+@pytest.mark.parametrize("bad", ["hub", "out"])
+def test_unwritable_output_is_found_before_anything_is_replaced(tmp_path, earlier_output, bad):
+    # Different rows from the earlier run's, so any replaced file would show.
+    source = write_jsonl_dir(tmp_path / "src", {"train": SYNTHETIC["test"], "test": GOOD_ROWS})
+    out, hub = tmp_path / "out", tmp_path / "hub"
+    shutil.copytree(earlier_output / "out", out)
+    shutil.copytree(earlier_output / "hub", hub)
+    before = snapshot(tmp_path)
+    (tmp_path / "a-file").write_text("a file where a directory is needed\n")
+    bad_dir = tmp_path / "a-file" / "sub"  # cannot be created, even by root
+    args = {"out": out, "hub": hub, bad: bad_dir}
+
+    result = run_cli("--source", source, "--out-dir", args["out"], "--hub-layout-dir", args["hub"])
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"data_prep.gsm8k: cannot write {bad_dir}/"), result.stderr
+    assert result.stderr.endswith(f": {tmp_path / 'a-file'} is not a directory\n")
+    del (after := snapshot(tmp_path))["a-file"]
+    assert after == before  # out/ and hub/ byte for byte, no temp file, nothing created
+
+
+def test_sigint_while_writing_exits_130_in_one_line_and_keeps_earlier_files(
+    tmp_path, earlier_output
+):
+    # A large source, so that writing takes far longer than delivering a signal; the test waits
+    # until the run is provably writing (its first temp file exists) before it sends SIGINT.
+    source = tmp_path / "src"
+    source.mkdir()
+    with open(source / "train.jsonl", "w", encoding="utf-8") as handle:
+        for i in range(60_000):
+            question = f"Tom has {i} apples and buys 7 more. How many apples does he have? " * 3
+            answer = f"{i} + 7 = <<{i}+7={i + 7}>>{i + 7} apples.\n#### {i + 7}"
+            handle.write(json.dumps({"question": question, "answer": answer}) + "\n")
+    (source / "test.jsonl").write_text(GOOD + "\n", "utf-8")
+    out, hub = tmp_path / "out", tmp_path / "hub"
+    shutil.copytree(earlier_output / "out", out)
+    shutil.copytree(earlier_output / "hub", hub)
+    before = snapshot(out), snapshot(hub)
+
+    args = ["--source", source, "--out-dir", out, "--hub-layout-dir", hub]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with subprocess.Popen(
+        [sys.executable, "-m", "data_prep.gsm8k", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # a shell without job control starts background jobs with SIGINT ignored: undo that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    ) as proc:
+        try:
+            first_line = proc.stdout.readline()  # printed once every row is read
+            assert first_line.startswith("data_prep.gsm8k: read 60000 train, 1 test rows")
+            temp = out / f".train.parquet.{proc.pid}.tmp"
+            deadline = time.monotonic() + 120
+            while not temp.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert temp.exists(), "the run never started writing"
+            proc.send_signal(signal.SIGINT)
+            stdout, stderr = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "Traceback" not in stderr
+    assert (
+        stderr == "data_prep.gsm8k: interrupted; outputs are replaced all together or not at all\n"
+    )
+    assert stdout == ""  # no "done" summary
+    assert (snapshot(out), snapshot(hub)) == before  # no temp file left either
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from rewards.gsm8k import (
 
 REPO = Path(__file__).resolve().parents[1]
 GSM8K_ROWS = {"train.jsonl": 7473, "test.jsonl": 1319}
-REQUIRED_KEYS = {"score", "acc", "format", "pred_found", "clipped"}
+REQUIRED_KEYS = {"score", "acc", "format", "pred_found", "hedged", "clipped"}
 
 
 def _call(fn, solution, truth):
@@ -103,6 +103,7 @@ STRICT_CASES = [
     pytest.param("\\boxed{72}", "72", 0.0, id="boxed-without-marker"),
     pytest.param("#### seventy-two", "72", 0.0, id="number-in-words"),
     pytest.param("#### 1,2", "12", 0.0, id="comma-not-thousands"),
+    pytest.param("#### 1,2", "1", 0.0, id="comma-list-is-hedged"),
     pytest.param("#### 3/4", "3", 0.0, id="fraction-is-not-numerator"),
     pytest.param("#### 5/0", "5", 0.0, id="zero-denominator"),
     pytest.param("#### 1,2345", "1234", 0.0, id="bad-comma-grouping"),
@@ -138,14 +139,14 @@ FLEXIBLE_CASES = [
     pytest.param("<answer>72</answer>", "72", 1.0, id="answer-tag"),
     pytest.param("<think>48+24</think>\n<answer>\n $72.00 \n</answer>", "72", 1.0, id="tag-noisy"),
     pytest.param("So the answer is 72.", "72", 1.0, id="answer-is"),
-    pytest.param("Final Answer: $1,200 (1,000 per box)", "1200", 1.0, id="final-answer-colon"),
-    pytest.param("THE ANSWER IS 72 apples, 5 each", "72", 1.0, id="answer-is-any-case"),
+    pytest.param("Final Answer: $1,200\n(1,000 per box)", "1200", 1.0, id="final-answer-colon"),
+    pytest.param("THE ANSWER IS 72 apples.", "72", 1.0, id="answer-is-any-case"),
     pytest.param("She sold 48 + 24 = 72", "72", 1.0, id="last-number"),
     pytest.param("#### 72\nCheck: 70 + 2", "72", 1.0, id="marker-beats-last-number"),
-    pytest.param("#### 72 so \\boxed{70}", "72", 1.0, id="marker-beats-boxed"),
+    pytest.param("#### 72\nso \\boxed{70}", "72", 1.0, id="marker-beats-boxed"),
     pytest.param("\\boxed{72}. The answer is 70", "72", 1.0, id="boxed-beats-answer-is"),
     pytest.param("<answer>72</answer> in 5 steps", "72", 1.0, id="tag-beats-last-number"),
-    pytest.param("The answer is 72. Check: 72 - 2 = 70", "72", 1.0, id="answer-is-beats-last"),
+    pytest.param("The answer is 72.\nCheck: 72 - 2 = 70", "72", 1.0, id="answer-is-beats-last"),
     pytest.param("\\boxed{70} then \\boxed{72}", "72", 1.0, id="last-boxed"),
     pytest.param("\\boxed{72}\n<answer>70</answer>", "72", 1.0, id="boxed-beats-tag"),
     pytest.param("\\boxed{72} and an unclosed \\boxed{70", "70", 1.0, id="unclosed-box-skipped"),
@@ -221,6 +222,7 @@ def test_tail_is_read_and_clipped_flag():
         "acc": 0.0,
         "format": 0.0,
         "pred_found": 0.0,
+        "hedged": 0.0,
         "clipped": 1.0,
     }
 
@@ -231,6 +233,84 @@ def test_cut_does_not_leave_half_a_number():
     assert len(text) > TAIL_CHARS
     result = _call(compute_score_flexible, text, "456")
     assert (result["pred_found"], result["clipped"]) == (0.0, 1.0)
+
+
+# ---------------------------------------------------------------- hedged answers
+
+# (response, scorers that must reject it, truths to try): the answer segment offers several
+# candidate numbers, so it scores 0 whichever of them is right (before, the first one scored 1).
+STRICT = ("compute_score", "compute_score_flexible", "compute_score_format")
+FLEXIBLE = ("compute_score_flexible", "compute_score_format")
+HEDGED_CASES = [
+    pytest.param("#### 125,96", STRICT, ["125", "96", "12596"], id="bad-thousands-group"),
+    pytest.param(REASONING + "#### 12 or 13", STRICT, ["12", "13"], id="or"),
+    pytest.param("#### 1,2,3,4,5", STRICT, ["1", "5", "12345"], id="comma-list"),
+    pytest.param("#### 12, 13", STRICT, ["12", "13"], id="comma-space-list"),
+    pytest.param("#### 12-13", STRICT, ["12", "13"], id="range-hyphen"),
+    pytest.param("#### 12 - 13", STRICT, ["12", "13", "-13"], id="range-spaced"),
+    pytest.param("#### 12–13", STRICT, ["12", "13"], id="range-en-dash"),
+    pytest.param("#### between 12 and 13", STRICT, ["12", "13"], id="between"),
+    pytest.param("#### 5 apples and 6 pears", STRICT, ["5", "6", "11"], id="two-quantities"),
+    pytest.param("#### $12 or $13", STRICT, ["12", "13"], id="dollars"),
+    pytest.param("#### **12** or **13**", STRICT, ["12", "13"], id="bold"),
+    pytest.param("#### 12 (or 13)", STRICT, ["12", "13"], id="parenthesis"),
+    pytest.param("#### 3.5 or 4", STRICT, ["3.5", "4"], id="decimal-or-integer"),
+    pytest.param("#### -5 or 5", STRICT, ["-5", "5"], id="signs"),
+    pytest.param("#### 1 1/2", STRICT, ["1", "0.5", "1.5"], id="mixed-number"),
+    pytest.param("#### 1,234, 5,678", STRICT, ["1234", "5678"], id="two-thousands"),
+    pytest.param("#### 72\n#### 12 or 13", STRICT, ["72", "12"], id="last-marker-not-skipped"),
+    pytest.param("\\boxed{12, 13}", FLEXIBLE, ["12", "13"], id="boxed-list"),
+    pytest.param("\\boxed{12 \\text{ or } 13}", FLEXIBLE, ["12", "13"], id="boxed-or"),
+    pytest.param("\\boxed{12} then \\boxed{12-13}", FLEXIBLE, ["12"], id="last-box-hedged"),
+    pytest.param("<answer>12 or 13</answer>", FLEXIBLE, ["12", "13"], id="tag"),
+    pytest.param("So the answer is 12 or 13.", FLEXIBLE, ["12", "13"], id="answer-is"),
+    pytest.param("THE ANSWER IS 72 apples, 5 each", FLEXIBLE, ["72", "5"], id="answer-is-two"),
+    pytest.param("Final Answer: $1,200 (1,000 per box)", FLEXIBLE, ["1200"], id="answer-colon"),
+    pytest.param("#### 12 or 13\n\\boxed{12}", FLEXIBLE, ["12"], id="marker-not-passed-over"),
+    pytest.param("\\boxed{12 or 13}\nThe answer is 12", FLEXIBLE, ["12"], id="box-not-passed"),
+]
+
+
+@pytest.mark.parametrize(("response", "names", "truths"), HEDGED_CASES)
+def test_hedged_answer_scores_zero_whichever_is_right(response, names, truths):
+    for name in names:
+        for truth in truths:
+            result = _call(REWARD_FUNCTIONS[name], response, truth)
+            _check_contract(result)
+            assert (result["score"], result["acc"]) == (0.0, 0.0), (name, truth)
+            assert (result["hedged"], result["pred_found"], result["format"]) == (1.0, 1.0, 0.0)
+
+
+# (response, ground truth): formatting noise around ONE number is still credited by every scorer
+SINGLE_CANDIDATE_CASES = [
+    pytest.param("#### 1,234,567", "1234567", id="thousands-groups"),
+    pytest.param("#### -1,234", "-1234", id="negative-thousands"),
+    pytest.param("#### -5", "-5", id="negative-is-not-a-range"),
+    pytest.param("#### -2.5", "-2.5", id="negative-decimal"),
+    pytest.param("#### 0.25", "0.25", id="decimal-is-one-number"),
+    pytest.param("#### 3/4", "0.75", id="fraction-is-one-number"),
+    pytest.param("#### \\dfrac{3}{4}", "0.75", id="latex-fraction"),
+    pytest.param("#### $1,200.00 per month", "1200", id="currency-and-unit"),
+    pytest.param("#### 15% of them", "15", id="percent-and-words"),
+    pytest.param("#### 18 m^2", "18", id="unit-exponent"),
+    pytest.param("#### 18 cm^{3}", "18", id="unit-exponent-braces"),
+    pytest.param("#### 72 (72 clips)", "72", id="same-value-twice"),
+    pytest.param("#### 3/4 = 0.75", "0.75", id="same-value-two-ways"),
+    pytest.param("#### **$18.00**", "18", id="bold-currency"),
+    pytest.param(
+        "#### 72\nBecause 48 + 24 = 72, not 70 or 71.\nDone in 2 steps.",
+        "72",
+        id="explanation-on-following-lines",
+    ),
+    pytest.param("####\n72\nthat is 70 + 2", "72", id="number-on-next-line-then-explanation"),
+]
+
+
+@pytest.mark.parametrize(("response", "truth"), SINGLE_CANDIDATE_CASES)
+def test_single_candidate_with_noise_is_credited(response, truth):
+    for fn in REWARD_FUNCTIONS.values():
+        result = _call(fn, response, truth)
+        assert (result["score"], result["acc"], result["hedged"]) == (1.0, 1.0, 0.0), fn
 
 
 # ---------------------------------------------------------------- properties (hypothesis)
@@ -263,6 +343,10 @@ def test_never_raises_and_returns_numeric_metrics(solution, truth):
     assert flexible["acc"] >= strict["acc"]
     assert flexible["format"] == formatted["format"] == strict["format"]
     assert formatted["acc"] == flexible["acc"]
+    for result in (strict, flexible, formatted):  # a hedged answer is found but never right
+        assert result["hedged"] <= result["pred_found"]
+        assert result["hedged"] * result["acc"] == 0.0
+    assert strict["hedged"] * strict["format"] == 0.0
     assert formatted["score"] == pytest.approx(
         ACC_WEIGHT * formatted["acc"] + FORMAT_WEIGHT * formatted["format"]
     )
@@ -303,6 +387,58 @@ def test_marker_round_trip(prose, n, other, style, truth_commas):
         assert _call(fn, response, truth)["score"] == 1.0
     expected = 1.0 if other == n else 0.0
     assert _call(compute_score, response, str(other))["score"] == expected
+
+
+JOINERS = [
+    " or ",
+    ", ",
+    " - ",
+    "\u2013",
+    " to ",
+    " and ",
+    " (or ",
+    "; ",
+    " apples and ",
+    " or maybe ",
+]
+PLACES = {  # where the answer segment is, and the scorers that read it there
+    "#### {}": STRICT,
+    "\\boxed{{{}}}": FLEXIBLE,
+    "<answer>{}</answer>": FLEXIBLE,
+    "The answer is {}.": FLEXIBLE,
+}
+
+
+@PROPERTY_SETTINGS
+@given(
+    a=st.integers(min_value=-(10**7), max_value=10**9),
+    b=st.integers(min_value=-(10**7), max_value=10**9),
+    styles=st.tuples(st.sampled_from(STYLES), st.sampled_from(STYLES)),
+    joiner=st.sampled_from(JOINERS),
+    place=st.sampled_from(sorted(PLACES)),
+)
+def test_two_different_candidates_are_never_credited(a, b, styles, joiner, place):
+    if a == b:
+        b = a + 1
+    segment = _decorate(a, styles[0]) + joiner + _decorate(b, styles[1])
+    response = REASONING + place.format(segment)
+    for name in PLACES[place]:
+        for truth in (str(a), str(b), f"{a:,}"):
+            result = _call(REWARD_FUNCTIONS[name], response, truth)
+            assert (result["acc"], result["hedged"]) == (0.0, 1.0), (name, response, truth)
+
+
+@PROPERTY_SETTINGS
+@given(
+    n=st.integers(min_value=-(10**7), max_value=10**9),
+    style=st.sampled_from(STYLES),
+    explanation=st.text(alphabet="abc 0123456789+=-.,$%*\n", max_size=300),
+)
+def test_one_candidate_then_explanation_lines_is_credited(n, style, explanation):
+    response = f"{REASONING}#### {_decorate(n, style)}\n{explanation}"
+    for fn in REWARD_FUNCTIONS.values():
+        result = _call(fn, response, str(n))
+        assert (result["score"], result["hedged"]) == (1.0, 0.0), (fn, response)
 
 
 @PROPERTY_SETTINGS
@@ -379,7 +515,8 @@ def test_every_reference_solution_is_credited():
     for index, row in enumerate(rows):
         truth = _reference_truth(row["answer"])
         for fn in REWARD_FUNCTIONS.values():
-            if _call(fn, row["answer"], truth)["score"] != 1.0:
+            result = _call(fn, row["answer"], truth)
+            if (result["score"], result["hedged"]) != (1.0, 0.0):
                 failures.append((index, fn.__name__, row["answer"][-60:], truth))
     assert failures == []
 

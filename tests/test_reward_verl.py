@@ -93,6 +93,11 @@ DIFFERENCES = [
     pytest.param("#### 18", 18, 0.0, 1.0, id="int-truth: verl compares str with int"),
     pytest.param("#### 1,2", "12", 1.0, 0.0, id="bad-commas: verl drops every comma"),
     pytest.param("#### 1,2345", "12345", 1.0, 0.0, id="bad-grouping: same"),
+    pytest.param("#### 12 or 13", "12", 1.0, 0.0, id="hedged-or: verl reads the first number"),
+    pytest.param("#### 12-13", "12", 1.0, 0.0, id="hedged-range: '-' stops verl's regex"),
+    pytest.param("#### 5 apples and 6 pears", "5", 1.0, 0.0, id="hedged-quantities: same"),
+    pytest.param("#### 125,96", "12596", 1.0, 0.0, id="hedged-list: verl drops every comma"),
+    pytest.param("#### 1,2,3,4,5", "12345", 1.0, 0.0, id="hedged-long-list: same"),
 ]
 
 
@@ -127,7 +132,7 @@ def test_agrees_with_verl_on_well_formed_answers(prose, n, other, commas, suffix
 
 def test_agrees_with_verl_on_every_gsm8k_reference_solution():
     rows = _gsm8k_rows()
-    disagreements = []
+    disagreements, hedged = [], []
     for index, row in enumerate(rows):
         truth = _reference_truth(row["answer"])
         head, _, _ = row["answer"].rpartition("#### ")
@@ -135,7 +140,11 @@ def test_agrees_with_verl_on_every_gsm8k_reference_solution():
             scores = (_verl(response, truth), _ours(response, truth))
             if scores != (expected, expected):
                 disagreements.append((index, response[-40:], truth, scores))
+        # the same solution hedging between its answer and the next number: verl credits it
+        hedge = f"{head}#### {truth} or {int(truth) + 1}"
+        hedged.append((_verl(hedge, truth), _ours(hedge, truth)))
     assert disagreements == []
+    assert len(hedged) == 8792 and set(hedged) == {(1.0, 0.0)}
 
 
 # ---------------------------------------------------------------- verl's loader
