@@ -1,4 +1,4 @@
-"""Tests of scripts/report.py and scripts/report_metrics.py (the PPO run report).
+"""Tests of scripts/report.py and the report_* modules beside it (the PPO run report).
 
 Real data: the two verl console logs under ../shared/data/verl-logs (or $SHARED_DATA_DIR/verl-logs).
 Synthetic data: verl 0.9.1 file-logger JSONL built here, healthy or with one planted pathology.
@@ -25,7 +25,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import atomic_io  # noqa: E402
 import report  # noqa: E402
-import report_metrics as rm  # noqa: E402
+import report_checks as rc  # noqa: E402
+import report_parse as rp  # noqa: E402
+import report_summary as rs  # noqa: E402
 
 LOG_512 = "qwen2.5-0.5b-ppo-gsm8k-resp512.log"
 LOG_256 = "qwen2.5-0.5b-ppo-gsm8k-resp256.log"
@@ -34,9 +36,9 @@ LOG_256 = "qwen2.5-0.5b-ppo-gsm8k-resp256.log"
 @pytest.fixture(scope="module")
 def real_runs(
     verl_logs_dir: Path,
-) -> dict[str, tuple[rm.RunData, rm.Canonical, list[rm.Finding], dict[str, Any]]]:
+) -> dict[str, tuple[rp.RunData, rp.Canonical, list[rc.Finding], dict[str, Any]]]:
     logs = verl_logs_dir
-    return {name: rm.analyse(logs / name) for name in (LOG_512, LOG_256)}
+    return {name: rs.analyse(logs / name) for name in (LOG_512, LOG_256)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,11 +128,11 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
-def checks_fired(findings: list[rm.Finding], severities: tuple[str, ...] = ("error", "warning")):
+def checks_fired(findings: list[rc.Finding], severities: tuple[str, ...] = ("error", "warning")):
     return {f.check for f in findings if f.severity in severities}
 
 
-def only(findings: list[rm.Finding], check: str) -> rm.Finding:
+def only(findings: list[rc.Finding], check: str) -> rc.Finding:
     hits = [f for f in findings if f.check == check]
     assert len(hits) == 1, [str(f) for f in findings]
     return hits[0]
@@ -357,7 +359,7 @@ def parse_svgs(page: str) -> dict[str, dict[str, Any]]:
 
 def analyse_records(tmp_path: Path, records: list[dict[str, Any]]):
     path = write_jsonl(tmp_path / "run" / "metrics" / "metrics-20250101T000000Z.jsonl", records)
-    return rm.analyse(path.parent.parent)
+    return rs.analyse(path.parent.parent)
 
 
 def test_synthetic_healthy_run_raises_nothing(tmp_path: Path) -> None:
@@ -529,8 +531,8 @@ def test_thresholds_are_tunable(tmp_path: Path) -> None:
     """A stricter entropy bar makes the healthy run's ordinary decline fire: proof the
     threshold is read from the dataclass, not hard-coded."""
     path = write_jsonl(tmp_path / "m.jsonl", build_run())
-    strict = rm.Thresholds(entropy_collapse_frac=0.5)
-    findings = rm.analyse(path, strict)[2]
+    strict = rc.Thresholds(entropy_collapse_frac=0.5)
+    findings = rs.analyse(path, strict)[2]
     assert "entropy_collapse" in checks_fired(findings)
 
 
@@ -551,7 +553,7 @@ def test_resumed_run_segments_merge_later_wins(tmp_path: Path) -> None:
     # Written out of name order on purpose: order is by name (= launch time), not mtime.
     write_jsonl(run / "metrics" / "metrics-20250102T090000Z.jsonl", second)
     write_jsonl(run / "metrics" / "metrics-20250102T060000Z.jsonl", first)
-    data, canon, findings, summary = rm.analyse(run)
+    data, canon, findings, summary = rs.analyse(run)
     assert [Path(s).name for s in data.sources] == [
         "metrics-20250102T060000Z.jsonl",
         "metrics-20250102T090000Z.jsonl",
@@ -571,7 +573,7 @@ def test_truncated_last_line_and_non_numeric_value(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "m.jsonl", records)
     with path.open("a", encoding="utf-8") as handle:
         handle.write('{"step": 21, "data": {"critic/score/mean": 0.4')  # writer died mid-line
-    data, canon, _, _ = rm.analyse(path)
+    data, canon, _, _ = rs.analyse(path)
     assert list(data.steps) == list(range(21))
     messages = [str(issue) for issue in data.issues]
     assert len(messages) == 2
@@ -596,7 +598,7 @@ def test_console_log_strictness_and_formats(tmp_path: Path) -> None:
     ]
     path = tmp_path / "console.log"
     path.write_text("\n".join(lines), encoding="utf-8")
-    data = rm.load_run(path)
+    data = rp.load_run(path)
     assert list(data.steps) == [0, 1, 2, 3, 4]
     assert data.steps[0] == {"val-core/openai/gsm8k/acc/mean@1": 0.25}
     assert math.isnan(data.steps[1]["actor/entropy"])
@@ -610,7 +612,7 @@ def test_console_log_strictness_and_formats(tmp_path: Path) -> None:
     ]
     # A last line without its newline may end inside a value: that field is not trusted.
     path.write_text("\n".join(lines[:3]) + "\n" + esc + "step:5 - x/a:1.5 - x/b:0.12", "utf-8")
-    data = rm.load_run(path)
+    data = rp.load_run(path)
     assert data.steps[5] == {"x/a": 1.5}
     assert [str(i) for i in data.issues] == [
         f"{path}:4: line cut off after 1 fields, dropped 'x/b:0.12'"
@@ -620,7 +622,7 @@ def test_console_log_strictness_and_formats(tmp_path: Path) -> None:
 def test_empty_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("", encoding="utf-8")
-    data = rm.load_run(empty)
+    data = rp.load_run(empty)
     assert data.steps == {} and [str(i) for i in data.issues] == [
         f"{empty}: empty file, no metrics in it"
     ]
@@ -766,14 +768,14 @@ def test_default_out_dirs(tmp_path: Path) -> None:
     assert report.default_out_dir(path) == path.parent / "metrics-1-report"
     copy = tmp_path / "x.log"
     shutil.copy(path, copy)  # content sniffing: a .log holding JSON lines is read as JSONL
-    assert rm.load_run(copy).formats == ["jsonl"]
+    assert rp.load_run(copy).formats == ["jsonl"]
 
 
 def test_docs_threshold_table_matches_dataclass() -> None:
-    """The thresholds live in report_metrics.Thresholds; the docs page repeats them."""
+    """The thresholds live in report_checks.Thresholds; the docs page repeats them."""
     text = (ROOT / "docs" / "reading-a-ppo-run.md").read_text(encoding="utf-8")
     documented = {name: float(value) for name, value in re.findall(r"`(\w+)`=([\d.]+)", text)}
-    for name, value in vars(rm.THRESHOLDS).items():
+    for name, value in vars(rc.THRESHOLDS).items():
         assert name in documented, f"{name} missing from docs/reading-a-ppo-run.md"
         assert documented[name] == pytest.approx(value), name
 

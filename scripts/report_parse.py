@@ -1,0 +1,504 @@
+"""Reading verl training metrics: parsing, merging and one vocabulary for both verl generations.
+
+Standard library only. ``report_checks`` runs the health checks on what this module reads,
+``report_summary`` summarises it, and ``scripts/report.py`` is the command line on top.
+
+Inputs understood
+-----------------
+* verl's ``file`` logger: one JSON object a line, ``{"step": N, "data": {metric: value}}``.
+  orjson writes NaN/inf as ``null``, so ``null`` is read as NaN.
+* verl's ``console`` logger: lines ``step:N - key:value - key:value ...``, possibly behind ANSI
+  colour codes and a Ray prefix such as ``(TaskRunner pid=1234)``. Only lines that are entirely of
+  that form are metrics; model outputs that merely contain "step:" are ignored.
+* A run directory: every ``metrics/*.jsonl`` (or ``*.jsonl`` directly inside it), in name order.
+  verl's file logger truncates its file on start, so the recipes write one file per launch; on
+  overlapping steps the later segment wins, key by key.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# --------------------------------------------------------------------------------------------
+# Vocabulary: one canonical name per quantity, with the verl 0.9.1 key first and older keys after.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A canonical metric: where it comes from and how to describe it."""
+
+    name: str
+    label: str
+    keys: tuple[tuple[str, float], ...]  # (source key, scale factor); first key present wins
+    unit: str = ""
+
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("score", "train score (mean)", (("critic/score/mean", 1.0),)),
+    MetricSpec("reward", "train reward incl. KL penalty (mean)", (("critic/rewards/mean", 1.0),)),
+    MetricSpec(
+        "kl", "KL to reference (in reward)", (("actor/reward_kl_penalty", 1.0), ("critic/kl", 1.0))
+    ),
+    MetricSpec(
+        "kl_coef",
+        "KL coefficient (in reward)",
+        (("actor/reward_kl_penalty_coeff", 1.0), ("critic/kl_coeff", 1.0)),
+    ),
+    MetricSpec("kl_loss", "KL loss (actor, GRPO-style)", (("actor/kl_loss", 1.0),)),
+    MetricSpec("ppo_kl", "KL old->new policy in the update", (("actor/ppo_kl", 1.0),)),
+    MetricSpec("entropy", "policy entropy", (("actor/entropy", 1.0), ("actor/entropy_loss", 1.0))),
+    MetricSpec("pg_loss", "policy-gradient loss", (("actor/pg_loss", 1.0),)),
+    MetricSpec("pg_clipfrac", "PPO clip fraction (actor)", (("actor/pg_clipfrac", 1.0),)),
+    MetricSpec("vf_loss", "value loss", (("critic/vf_loss", 1.0),)),
+    MetricSpec("vf_clipfrac", "value clip fraction", (("critic/vf_clipfrac", 1.0),)),
+    MetricSpec("vf_explained_var", "value explained variance", (("critic/vf_explained_var", 1.0),)),
+    MetricSpec("actor_grad_norm", "actor grad norm", (("actor/grad_norm", 1.0),)),
+    MetricSpec("critic_grad_norm", "critic grad norm", (("critic/grad_norm", 1.0),)),
+    MetricSpec("actor_lr", "actor learning rate", (("actor/lr", 1.0), ("actor/lr(1e-4)", 1e-4))),
+    MetricSpec(
+        "critic_lr", "critic learning rate", (("critic/lr", 1.0), ("critic/lr(1e-4)", 1e-4))
+    ),
+    MetricSpec(
+        "response_length_mean", "response length (mean)", (("response_length/mean", 1.0),), "tok"
+    ),
+    MetricSpec(
+        "response_length_max", "response length (max)", (("response_length/max", 1.0),), "tok"
+    ),
+    MetricSpec(
+        "response_length_clip_ratio",
+        "share of responses cut at max length",
+        (("response_length/clip_ratio", 1.0),),
+    ),
+    MetricSpec("prompt_length_mean", "prompt length (mean)", (("prompt_length/mean", 1.0),), "tok"),
+    MetricSpec(
+        "step_time", "step time", (("timing_s/step", 1.0), ("perf/time_per_step", 1.0)), "s"
+    ),
+    MetricSpec("throughput", "throughput per GPU", (("perf/throughput", 1.0),), "tok/s"),
+    MetricSpec("total_tokens", "tokens per step", (("perf/total_num_tokens", 1.0),), "tok"),
+    MetricSpec("max_memory_gb", "peak GPU memory", (("perf/max_memory_allocated_gb", 1.0),), "GiB"),
+)
+METRICS_BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}
+
+
+def metric_label(name: str) -> str:
+    """Human-readable meaning of a canonical metric name."""
+    if name == "val_acc":
+        return "validation accuracy"
+    spec = METRICS_BY_NAME.get(name)
+    if spec is None:
+        return name
+    return f"{spec.label} [{spec.unit}]" if spec.unit else spec.label
+
+
+# Validation accuracy. verl 0.9.1: val-core/<data source>/acc/mean@N (or reward/mean@N when the
+# scorer returns no "acc"); older verl: val/test_score/<data source>.
+_VAL_NEW = re.compile(r"^val-core/(?P<src>.+)/(?P<var>acc|reward)/mean@(?P<n>\d+)$")
+_VAL_OLD = re.compile(r"^val/test_score/(?P<src>.+)$")
+
+# Step-time phases: timing_s/<phase> (0.9.1) or timing/<phase> (older). Nested keys such as
+# timing_s/agent_loop/... are parts of "gen" and are not phases of their own.
+_PHASE_KEY = re.compile(r"^(?:timing_s|timing)/(?P<phase>[^/]+)$")
+# Phases that verl times outside its "step" timer (validation and profiler hooks).
+OUTSIDE_STEP_PHASES: frozenset[str] = frozenset({"testing", "start_profile", "stop_profile"})
+# Display order of the usual phases; any other phase follows in name order.
+PHASE_ORDER: tuple[str, ...] = (
+    "gen",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "values",
+    "adv",
+    "update_critic",
+    "update_actor",
+    "update_weights",
+    "save_checkpoint",
+    "other",
+    "testing",
+)
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ParseIssue:
+    """A problem found while reading an input; the rest of the file is still used."""
+
+    path: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line is not None else self.path
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class RunData:
+    """Merged raw metrics of one run, keyed by step then by the metric key as logged."""
+
+    sources: list[str] = field(default_factory=list)
+    steps: dict[int, dict[str, float]] = field(default_factory=dict)
+    issues: list[ParseIssue] = field(default_factory=list)
+    formats: list[str] = field(default_factory=list)
+    # Facts found in a console log's config dump (train_batch_size, rollout_n), for estimates.
+    config: dict[str, int] = field(default_factory=dict)
+
+    def merge(self, step: int, values: dict[str, float]) -> None:
+        """Add one record; a later record for the same step overrides key by key."""
+        self.steps.setdefault(step, {}).update(values)
+
+
+class InputError(Exception):
+    """The input path cannot be used at all (missing, or a directory without metrics)."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Optional Ray prefix "(Name pid=123)" or "(Name pid=123, ip=...)", then "step:N - key:value".
+_CONSOLE_LINE = re.compile(r"^\s*(?:\([^()]*\bpid=\d+[^()]*\)\s*)?step:(?P<step>\d+)(?P<rest>.*)$")
+_FIELD = re.compile(r"^(?P<key>[^\s:][^\s]*?):(?P<value>\S+)$")
+# Console values go through pprint: plain numbers, nan/inf, True/False or np.float64(0.5).
+_NP_WRAPPED = re.compile(r"^np\.\w+\((?P<inner>.*)\)$")
+_CONFIG_INT = {
+    "train_batch_size": re.compile(r"['\"]?train_batch_size['\"]?\s*[:=]\s*(\d+)"),
+    "rollout_n": re.compile(r"actor_rollout_ref\.rollout\.n=(\d+)"),
+}
+
+
+def _to_float(value: Any) -> float | None:
+    """A metric value as float; None if it is not a number. JSON null is NaN (orjson's NaN)."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        wrapped = _NP_WRAPPED.match(text)
+        if wrapped:
+            text = wrapped.group("inner")
+        if text in ("True", "False"):
+            return 1.0 if text == "True" else 0.0
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return None
+
+
+def _read_text(path: Path, data: RunData) -> tuple[list[str], bool] | None:
+    """The file's lines, and whether its last line is complete (ends with a newline)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        data.issues.append(ParseIssue(str(path), None, f"cannot read: {exc.strerror or exc}"))
+        return None
+    # Real console logs carry stray NUL bytes and partial UTF-8 from interleaved Ray output.
+    text = raw.decode("utf-8", errors="replace").replace("\x00", "")
+    if not text.strip():
+        data.issues.append(ParseIssue(str(path), None, "empty file, no metrics in it"))
+        return None
+    # Split on "\n" only, so line numbers match what an editor shows even when model output
+    # holds other Unicode line separators.
+    lines = [line.rstrip("\r") for line in text.split("\n")]
+    complete = lines[-1] == ""
+    if complete:
+        lines.pop()
+    return lines, complete
+
+
+def parse_jsonl(path: Path, data: RunData) -> int:
+    """Read a verl file-logger JSONL file into ``data``. Returns the number of records kept."""
+    read = _read_text(path, data)
+    if read is None:
+        return 0
+    lines, _ = read
+    kept = 0
+    last_nonblank = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for index, line in enumerate(lines):
+        lineno = index + 1
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            what = "truncated last line" if index == last_nonblank else "invalid JSON"
+            data.issues.append(
+                ParseIssue(str(path), lineno, f"{what} ({exc.msg}, column {exc.colno}), skipped")
+            )
+            continue
+        step = record.get("step") if isinstance(record, dict) else None
+        metrics = record.get("data") if isinstance(record, dict) else None
+        if isinstance(step, bool) or not isinstance(step, int) or not isinstance(metrics, dict):
+            data.issues.append(
+                ParseIssue(str(path), lineno, 'not a {"step": int, "data": {...}} record, skipped')
+            )
+            continue
+        values: dict[str, float] = {}
+        bad: list[str] = []
+        for key, value in metrics.items():
+            number = _to_float(value)
+            if number is None:
+                bad.append(f"{key}={value!r}"[:80])
+            else:
+                values[str(key)] = number
+        if bad:
+            data.issues.append(
+                ParseIssue(str(path), lineno, f"non-numeric value ignored: {', '.join(bad)}")
+            )
+        data.merge(step, values)
+        kept += 1
+    if kept == 0:
+        data.issues.append(ParseIssue(str(path), None, "no metric records found"))
+    return kept
+
+
+def parse_console_fields(rest: str) -> tuple[list[tuple[str, str]], str | None] | None:
+    """Split the part after ``step:N`` into (key, raw value) pairs.
+
+    Returns None when the text is not a metrics line. The second element names a cut-off last
+    field (a line truncated mid-write), which is dropped.
+    """
+    if not rest.startswith(" - "):
+        return None
+    parts = rest.rstrip().split(" - ")[1:]
+    pairs: list[tuple[str, str]] = []
+    for position, part in enumerate(parts):
+        match = _FIELD.match(part)
+        if match:
+            pairs.append((match.group("key"), match.group("value")))
+            continue
+        is_last = position == len(parts) - 1
+        if is_last and pairs and part and not any(ch.isspace() for ch in part):
+            return pairs, part
+        return None
+    if not pairs:
+        return None
+    return pairs, None
+
+
+def parse_console(path: Path, data: RunData) -> int:
+    """Read the ``step:N - key:value`` lines of a verl console log into ``data``."""
+    read = _read_text(path, data)
+    if read is None:
+        return 0
+    lines, complete = read
+    kept = 0
+    for index, raw_line in enumerate(lines):
+        line = _ANSI.sub("", raw_line)
+        if "step:" not in line:
+            for name, pattern in _CONFIG_INT.items():
+                found = pattern.search(line)
+                if found and name not in data.config:
+                    data.config[name] = int(found.group(1))
+            continue
+        match = _CONSOLE_LINE.match(line)
+        if not match:
+            continue
+        parsed = parse_console_fields(match.group("rest"))
+        if parsed is None:
+            continue
+        pairs, cut = parsed
+        lineno = index + 1
+        if cut is None and not complete and index == len(lines) - 1:
+            # The writer may still be inside the last value (e.g. "0.5" of "0.5432").
+            cut = f"{pairs[-1][0]}:{pairs[-1][1]}"
+            pairs = pairs[:-1]
+            if not pairs:
+                data.issues.append(
+                    ParseIssue(str(path), lineno, f"unfinished last line skipped: {cut!r}")
+                )
+                continue
+        values: dict[str, float] = {}
+        bad: list[str] = []
+        for key, raw_value in pairs:
+            number = _to_float(raw_value)
+            if number is None:
+                bad.append(f"{key}={raw_value}"[:80])
+            else:
+                values[key] = number
+        if cut is not None:
+            data.issues.append(
+                ParseIssue(
+                    str(path), lineno, f"line cut off after {len(pairs)} fields, dropped {cut!r}"
+                )
+            )
+        if bad:
+            data.issues.append(
+                ParseIssue(str(path), lineno, f"non-numeric value ignored: {', '.join(bad)}")
+            )
+        data.merge(int(match.group("step")), values)
+        kept += 1
+    if kept == 0:
+        data.issues.append(ParseIssue(str(path), None, "no 'step:N - key:value' lines found"))
+    return kept
+
+
+def _looks_like_jsonl(path: Path) -> bool:
+    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        return True
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(4096).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    first = next((line for line in head.splitlines() if line.strip()), "")
+    return first.lstrip().startswith("{")
+
+
+def find_segments(directory: Path) -> list[Path]:
+    """The metric files of a run directory, in name (= launch time) order."""
+    for candidate in (directory / "metrics", directory):
+        if candidate.is_dir():
+            files = sorted(p for p in candidate.glob("*.jsonl") if p.is_file())
+            if files:
+                return files
+    logs = sorted(p for p in directory.glob("*.log") if p.is_file())
+    return logs
+
+
+def load_run(path: Path) -> RunData:
+    """Read a run directory, a JSONL metrics file or a console log.
+
+    Raises InputError if the path does not exist or holds no metric files. Unreadable or malformed
+    content is recorded in ``RunData.issues`` instead.
+    """
+    if not path.exists():
+        raise InputError(f"input not found: {path}")
+    data = RunData()
+    if path.is_dir():
+        files = find_segments(path)
+        if not files:
+            raise InputError(f"no metrics/*.jsonl, *.jsonl or *.log files in directory {path}")
+    else:
+        files = [path]
+    for file in files:
+        data.sources.append(str(file))
+        if _looks_like_jsonl(file):
+            data.formats.append("jsonl")
+            parse_jsonl(file, data)
+        else:
+            data.formats.append("console")
+            parse_console(file, data)
+    data.steps = dict(sorted(data.steps.items()))
+    return data
+
+
+# --------------------------------------------------------------------------------------------
+# Canonical series
+# --------------------------------------------------------------------------------------------
+
+Series = list[tuple[int, float]]
+
+
+@dataclass
+class Canonical:
+    """The run in the canonical vocabulary. Series hold finite values only, ordered by step."""
+
+    series: dict[str, Series]
+    source_keys: dict[str, str]  # canonical name -> key it was read from (first one seen)
+    phases: dict[str, Series]  # phase -> seconds per step
+    step_time_derived: bool  # True when no step timer was logged (older verl)
+    val_key: str | None
+    throughput_estimated: bool
+    all_steps: list[int]
+
+
+def _pick_val_key(keys: Iterable[str]) -> str | None:
+    best: tuple[int, int, str] | None = None
+    for key in keys:
+        new = _VAL_NEW.match(key)
+        old = _VAL_OLD.match(key) if not new else None
+        if not new and not old:
+            continue
+        src = (new or old).group("src")  # type: ignore[union-attr]
+        kind = 0 if new and new.group("var") == "acc" else 1 if new else 2
+        rank = (kind, 0 if "gsm8k" in src else 1, key)
+        if best is None or rank < best:
+            best = rank
+    return best[2] if best else None
+
+
+def canonicalize(data: RunData) -> Canonical:
+    """Map the raw keys of both verl generations onto the canonical vocabulary."""
+    series: dict[str, Series] = {}
+    source_keys: dict[str, str] = {}
+    all_keys: set[str] = set()
+    for values in data.steps.values():
+        all_keys.update(values)
+    val_key = _pick_val_key(all_keys)
+    phase_names = sorted(
+        {m.group("phase") for k in all_keys if (m := _PHASE_KEY.match(k))} - {"step"}
+    )
+    phases: dict[str, Series] = {name: [] for name in phase_names}
+    step_time_logged = any(key in all_keys for key, _ in METRICS_BY_NAME["step_time"].keys)
+    for step, values in data.steps.items():
+        for spec in METRICS:
+            for key, scale in spec.keys:
+                if key in values:
+                    value = values[key] * scale
+                    if math.isfinite(value):
+                        series.setdefault(spec.name, []).append((step, value))
+                        source_keys.setdefault(spec.name, key)
+                    break
+        if val_key and val_key in values and math.isfinite(values[val_key]):
+            series.setdefault("val_acc", []).append((step, values[val_key]))
+            source_keys["val_acc"] = val_key
+        in_step_total = 0.0
+        has_phase = False
+        for name in phase_names:
+            value = values.get(f"timing_s/{name}", values.get(f"timing/{name}"))
+            if value is None or not math.isfinite(value):
+                continue
+            phases[name].append((step, value))
+            if name not in OUTSIDE_STEP_PHASES:
+                in_step_total += value
+                has_phase = True
+        if not step_time_logged and has_phase:
+            series.setdefault("step_time", []).append((step, in_step_total))
+    if not step_time_logged and "step_time" in series:
+        source_keys["step_time"] = "sum of the timing/* phases (no step timer logged)"
+    throughput_estimated = False
+    if "throughput" not in series:
+        estimate = _estimate_throughput(series, data.config)
+        if estimate:
+            series["throughput"] = estimate
+            source_keys["throughput"] = "estimated from train_batch_size, lengths and step time"
+            throughput_estimated = True
+    return Canonical(
+        series=series,
+        source_keys=source_keys,
+        phases={k: v for k, v in phases.items() if v},
+        step_time_derived=not step_time_logged,
+        val_key=val_key,
+        throughput_estimated=throughput_estimated,
+        all_steps=list(data.steps),
+    )
+
+
+def _estimate_throughput(series: dict[str, Series], config: dict[str, int]) -> Series:
+    """Tokens/s from lengths and the batch size of a console log's config dump (older verl).
+
+    Matches verl's perf/throughput: (prompt + response tokens of the batch) / step time / GPUs,
+    assuming one GPU.
+    """
+    batch = config.get("train_batch_size")
+    if not batch:
+        return []
+    sequences = batch * config.get("rollout_n", 1)
+    prompt = dict(series.get("prompt_length_mean", []))
+    response = dict(series.get("response_length_mean", []))
+    out: Series = []
+    for step, seconds in series.get("step_time", []):
+        if step in prompt and step in response and seconds > 0:
+            out.append((step, sequences * (prompt[step] + response[step]) / seconds))
+    return out
