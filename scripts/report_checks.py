@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -130,20 +131,21 @@ def rolling_median(values: Sequence[float], window: int, centered: bool = True) 
     return out
 
 
-def _ranges(steps: Sequence[int], flags: Sequence[bool], min_len: int = 1) -> list[tuple[int, int]]:
-    """Runs of consecutive flagged points as (first step, last step), at least min_len long."""
+def _spans(flags: Sequence[bool], min_len: int = 1) -> list[tuple[int, int]]:
+    """Runs of consecutive flagged points as (first index, last index), at least min_len long.
+
+    Checks slice their series with these indices, so that each run costs its own length and a
+    check stays linear in the number of steps however many runs there are.
+    """
     found: list[tuple[int, int]] = []
     start: int | None = None
-    count = 0
     for i, flag in enumerate(flags):
-        if flag:
-            if start is None:
-                start, count = i, 0
-            count += 1
+        if flag and start is None:
+            start = i
         if start is not None and (not flag or i == len(flags) - 1):
             end = i if flag else i - 1
-            if count >= min_len:
-                found.append((steps[start], steps[end]))
+            if end - start + 1 >= min_len:
+                found.append((start, end))
             start = None
     return found
 
@@ -186,14 +188,9 @@ def check_non_finite(data: RunData) -> list[Finding]:
     steps = list(data.steps)
     bad_keys = [sorted(k for k, v in data.steps[s].items() if not math.isfinite(v)) for s in steps]
     findings: list[Finding] = []
-    for start, end in _ranges(steps, [bool(k) for k in bad_keys]):
-        keys: set[str] = set()
-        count = 0
-        for step, names in zip(steps, bad_keys, strict=True):
-            if start <= step <= end:
-                keys.update(names)
-                count += 1
-        shown = sorted(keys)
+    for a, b in _spans([bool(k) for k in bad_keys]):
+        start, end, count = steps[a], steps[b], b - a + 1
+        shown = sorted(set().union(*bad_keys[a : b + 1]))
         listed = ", ".join(shown[:6]) + (f" and {len(shown) - 6} more" if len(shown) > 6 else "")
         findings.append(
             Finding(
@@ -263,7 +260,8 @@ def check_kl(canon: Canonical, t: Thresholds) -> list[Finding]:
         flags.append(jump)
         if jump:
             detail[steps[i]] = (before, after)
-    for start, end in _ranges(steps, flags):
+    for a, b in _spans(flags):
+        start, end = steps[a], steps[b]
         if start <= reported_until and end <= reported_until:
             continue
         before, after = detail[start]
@@ -294,8 +292,8 @@ def check_entropy(canon: Canonical, t: Thresholds) -> list[Finding]:
     bar = max(t.entropy_collapse_frac * start_level, t.entropy_floor)
     smooth = rolling_median(values, t.window)
     findings: list[Finding] = []
-    for start, end in _ranges(steps, [m < bar for m in smooth], min_len=t.window // 2):
-        low = min(m for s, m in zip(steps, smooth, strict=True) if start <= s <= end)
+    for a, b in _spans([m < bar for m in smooth], min_len=t.window // 2):
+        start, end, low = steps[a], steps[b], min(smooth[a : b + 1])
         findings.append(
             Finding(
                 "entropy_collapse",
@@ -330,37 +328,56 @@ def check_length_hacking(canon: Canonical, t: Thresholds) -> list[Finding]:
     len_med = rolling_median(lengths, t.window, centered=False)
     score_med = rolling_median(scores, t.window, centered=False)
     flags: list[bool] = []
-    detail: dict[int, dict[str, float]] = {}
+    detail: list[dict[str, float] | None] = []
+    # Candidates for point i: earlier points within len_lookback steps whose trailing window is
+    # full and ends before i's starts, i.e. indices first..i-window. ``lows`` holds the
+    # candidates whose median is below every later candidate's (a sliding minimum: indices and
+    # medians both increasing), so the lowest is lows[0], and the last candidate near the low is
+    # the last entry of lows near it. Each index enters and leaves lows once: linear time.
+    lows: deque[int] = deque()
+    first = 0
     for i in range(len(steps)):
-        # Earlier points of the lookback whose trailing window is full and ends before i's starts.
-        candidates = [
-            j
-            for j in range(t.window - 1, i - t.window + 1)
-            if steps[i] - steps[j] <= t.len_lookback
-        ]
-        if not candidates or min(len_med[j] for j in candidates) <= 0:
+        newest = i - t.window
+        if newest >= t.window - 1:
+            while lows and len_med[lows[-1]] >= len_med[newest]:
+                lows.pop()
+            lows.append(newest)
+        while steps[i] - steps[first] > t.len_lookback:
+            first += 1
+        while lows and lows[0] < max(first, t.window - 1):
+            lows.popleft()
+        if not lows or len_med[lows[0]] <= 0:
             flags.append(False)
+            detail.append(None)
             continue
         # The rise starts at the last point still near the low: compare the score from there, so
         # that an earlier, unrelated score gain (e.g. the first learning phase) does not count.
-        low = min(len_med[j] for j in candidates)
-        lo_index = max(j for j in candidates if len_med[j] <= low * (1 + t.len_base_tol))
+        near = len_med[lows[0]] * (1 + t.len_base_tol)
+        lo_index = lows[0]
+        for j in lows:
+            if len_med[j] > near:
+                break
+            lo_index = j
         rise = len_med[i] / len_med[lo_index] - 1.0
         gain = score_med[i] - score_med[lo_index]
         hit = rise >= t.len_rise and gain >= t.len_score_gain
         flags.append(hit)
-        if hit:
-            detail[steps[i]] = {
+        detail.append(
+            {
                 "low_step": steps[lo_index],
                 "low_length": len_med[lo_index],
                 "length": len_med[i],
                 "score_then": score_med[lo_index],
                 "score": score_med[i],
             }
+            if hit
+            else None
+        )
     findings: list[Finding] = []
-    for start, end in _ranges(steps, flags, min_len=max(2, t.window // 2)):
+    for a, b in _spans(flags, min_len=max(2, t.window // 2)):
+        start, end = steps[a], steps[b]
         worst = max(
-            (d for s, d in detail.items() if start <= s <= end),
+            (d for d in detail[a : b + 1] if d is not None),
             key=lambda d: d["length"] / d["low_length"],
         )
         first_step = int(worst["low_step"])
@@ -397,9 +414,9 @@ def check_value_loss(canon: Canonical, t: Thresholds) -> list[Finding]:
             low = min(low, med)
         lows.append(low)
         flags.append(i > t.window and low > 0 and med > t.vf_explode_factor * low)
-    for start, end in _ranges(steps, flags, min_len=t.window // 2):
-        span = [(m, lo) for s, m, lo in zip(steps, smooth, lows, strict=True) if start <= s <= end]
-        peak, base = max(span)
+    for a, b in _spans(flags, min_len=t.window // 2):
+        start, end = steps[a], steps[b]
+        peak, base = max(zip(smooth[a : b + 1], lows[a : b + 1], strict=True))
         findings.append(
             Finding(
                 "value_loss_explosion",
@@ -498,8 +515,8 @@ def check_clip_fraction(canon: Canonical, t: Thresholds) -> list[Finding]:
             f">= {t.clip_high}: updates push far past the trust region",
         ),
     ):
-        for start, end in _ranges(steps, flags, min_len=t.clip_window):
-            span = [m for s, m in zip(steps, smooth, strict=True) if start <= s <= end]
+        for a, b in _spans(flags, min_len=t.clip_window):
+            start, end, span = steps[a], steps[b], smooth[a : b + 1]
             findings.append(
                 Finding(
                     check,

@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,46 +196,62 @@ def _to_float(value: Any) -> float | None:
     return None
 
 
-def _read_text(path: Path, data: RunData) -> tuple[list[str], bool] | None:
-    """The file's lines, and whether its last line is complete (ends with a newline)."""
+def _read_lines(path: Path, data: RunData) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, unfinished) for each line, read one line at a time.
+
+    ``unfinished`` is True only for a last line without its newline (the writer may still be in
+    it). Problems go to ``data.issues``: unreadable file, or no text at all ("empty file").
+    Splits on "\n" only, so line numbers match what an editor shows even when model output holds
+    other Unicode line separators.
+    """
+    any_text = False
+    lineno = 0
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as handle:
+            for raw in handle:
+                lineno += 1
+                # Real console logs carry stray NUL bytes and partial UTF-8 from interleaved Ray
+                # output.
+                text = raw.decode("utf-8", errors="replace").replace("\x00", "")
+                unfinished = not text.endswith("\n")
+                line = text.rstrip("\n").rstrip("\r")
+                if not any_text and line.strip():
+                    any_text = True
+                yield lineno, line, unfinished
     except OSError as exc:
-        data.issues.append(ParseIssue(str(path), None, f"cannot read: {exc.strerror or exc}"))
-        return None
-    # Real console logs carry stray NUL bytes and partial UTF-8 from interleaved Ray output.
-    text = raw.decode("utf-8", errors="replace").replace("\x00", "")
-    if not text.strip():
+        where = f" at line {lineno + 1}" if lineno else ""
+        data.issues.append(
+            ParseIssue(str(path), None, f"cannot read{where}: {exc.strerror or exc}")
+        )
+        return
+    if not any_text:
         data.issues.append(ParseIssue(str(path), None, "empty file, no metrics in it"))
-        return None
-    # Split on "\n" only, so line numbers match what an editor shows even when model output
-    # holds other Unicode line separators.
-    lines = [line.rstrip("\r") for line in text.split("\n")]
-    complete = lines[-1] == ""
-    if complete:
-        lines.pop()
-    return lines, complete
+
+
+def _emptied(data: RunData, issues_before: int) -> bool:
+    """Whether reading the file ended in a whole-file problem (unreadable or empty)."""
+    return any(issue.line is None for issue in data.issues[issues_before:])
 
 
 def parse_jsonl(path: Path, data: RunData) -> int:
     """Read a verl file-logger JSONL file into ``data``. Returns the number of records kept."""
-    read = _read_text(path, data)
-    if read is None:
-        return 0
-    lines, _ = read
+    issues_before = len(data.issues)
     kept = 0
-    last_nonblank = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
-    for index, line in enumerate(lines):
-        lineno = index + 1
+    # A line that is not JSON is only known to be "invalid" (rather than the last line, cut off
+    # mid-write) once another non-blank line follows it.
+    unparsed: tuple[int, str] | None = None
+    for lineno, line, _ in _read_lines(path, data):
         if not line.strip():
             continue
+        if unparsed is not None:
+            data.issues.append(
+                ParseIssue(str(path), unparsed[0], f"invalid JSON ({unparsed[1]}), skipped")
+            )
+            unparsed = None
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            what = "truncated last line" if index == last_nonblank else "invalid JSON"
-            data.issues.append(
-                ParseIssue(str(path), lineno, f"{what} ({exc.msg}, column {exc.colno}), skipped")
-            )
+            unparsed = (lineno, f"{exc.msg}, column {exc.colno}")
             continue
         step = record.get("step") if isinstance(record, dict) else None
         metrics = record.get("data") if isinstance(record, dict) else None
@@ -250,14 +267,19 @@ def parse_jsonl(path: Path, data: RunData) -> int:
             if number is None:
                 bad.append(f"{key}={value!r}"[:80])
             else:
-                values[str(key)] = number
+                # One string object per key name, not one per step: long runs stay small.
+                values[sys.intern(str(key))] = number
         if bad:
             data.issues.append(
                 ParseIssue(str(path), lineno, f"non-numeric value ignored: {', '.join(bad)}")
             )
         data.merge(step, values)
         kept += 1
-    if kept == 0:
+    if unparsed is not None:
+        data.issues.append(
+            ParseIssue(str(path), unparsed[0], f"truncated last line ({unparsed[1]}), skipped")
+        )
+    if kept == 0 and not _emptied(data, issues_before):
         data.issues.append(ParseIssue(str(path), None, "no metric records found"))
     return kept
 
@@ -288,13 +310,10 @@ def parse_console_fields(rest: str) -> tuple[list[tuple[str, str]], str | None] 
 
 def parse_console(path: Path, data: RunData) -> int:
     """Read the ``step:N - key:value`` lines of a verl console log into ``data``."""
-    read = _read_text(path, data)
-    if read is None:
-        return 0
-    lines, complete = read
+    issues_before = len(data.issues)
     kept = 0
-    for index, raw_line in enumerate(lines):
-        line = _ANSI.sub("", raw_line)
+    for lineno, raw_line, unfinished in _read_lines(path, data):
+        line = _ANSI.sub("", raw_line) if "\x1b" in raw_line else raw_line
         if "step:" not in line:
             for name, pattern in _CONFIG_INT.items():
                 found = pattern.search(line)
@@ -308,8 +327,7 @@ def parse_console(path: Path, data: RunData) -> int:
         if parsed is None:
             continue
         pairs, cut = parsed
-        lineno = index + 1
-        if cut is None and not complete and index == len(lines) - 1:
+        if cut is None and unfinished:
             # The writer may still be inside the last value (e.g. "0.5" of "0.5432").
             cut = f"{pairs[-1][0]}:{pairs[-1][1]}"
             pairs = pairs[:-1]
@@ -325,7 +343,7 @@ def parse_console(path: Path, data: RunData) -> int:
             if number is None:
                 bad.append(f"{key}={raw_value}"[:80])
             else:
-                values[key] = number
+                values[sys.intern(key)] = number
         if cut is not None:
             data.issues.append(
                 ParseIssue(
@@ -338,7 +356,7 @@ def parse_console(path: Path, data: RunData) -> int:
             )
         data.merge(int(match.group("step")), values)
         kept += 1
-    if kept == 0:
+    if kept == 0 and not _emptied(data, issues_before):
         data.issues.append(ParseIssue(str(path), None, "no 'step:N - key:value' lines found"))
     return kept
 

@@ -38,6 +38,9 @@ PHASE_COLOURS = {
     "testing": "#9467bd",
 }
 SEVERITY_COLOURS = {"error": "#d62728", "warning": "#ff7f0e", "note": "#1f77b4"}
+# Most points one series draws. A chart is 562 pixels wide, so 1200 points (a low and a high
+# per 2-3 pixels) look the same as 60,000 while keeping the page small however long the run.
+MAX_DRAWN = 1200
 W, H = 640, 250
 LEFT, RIGHT, TOP, BOTTOM = 64, 14, 26, 38
 
@@ -190,6 +193,35 @@ def _svg(
     )
 
 
+def downsample(points: rp.Series, limit: int = MAX_DRAWN) -> rp.Series:
+    """At most ``limit`` points: the lowest and the highest of each of limit // 2 equal runs of
+    consecutive points, in step order, so that a one-step spike is still drawn."""
+    n = len(points)
+    if n <= limit:
+        return points
+    runs = limit // 2
+    out: rp.Series = []
+    for r in range(runs):
+        chunk = points[r * n // runs : (r + 1) * n // runs]
+        low = min(range(len(chunk)), key=lambda k: chunk[k][1])
+        high = max(range(len(chunk)), key=lambda k: chunk[k][1])
+        out.extend(chunk[k] for k in sorted({low, high}))
+    return out
+
+
+def _bucket_means(
+    steps: list[int], layers: list[list[float]], limit: int = MAX_DRAWN
+) -> tuple[list[int], list[list[float]]]:
+    """Steps and per-layer values averaged over at most ``limit`` equal runs of steps (each run
+    drawn at its middle step), so a stacked area keeps its total time per run."""
+    n = len(steps)
+    if n <= limit:
+        return steps, layers
+    bounds = [(r * n // limit, (r + 1) * n // limit) for r in range(limit)]
+    mids = [steps[(a + b - 1) // 2] for a, b in bounds]
+    return mids, [[sum(layer[a:b]) / (b - a) for a, b in bounds] for layer in layers]
+
+
 def render_line_plot(plot: Plot, x_range: tuple[float, float]) -> str:
     """A chart as an inline <svg>, or a placeholder <div> when there is nothing to draw."""
     drawn = [line for line in plot.lines if line.points]
@@ -217,7 +249,7 @@ def render_line_plot(plot: Plot, x_range: tuple[float, float]) -> str:
             f"<title>{severity}: steps {start}-{end}</title></rect>"
         )
     for line in drawn:
-        pts = [(s, v) for s, v in line.points if v > 0 or not log_y]
+        pts = downsample([(s, v) for s, v in line.points if v > 0 or not log_y])
         coords = " ".join(f"{axes.x(s):.1f},{axes.y(v):.1f}" for s, v in pts)
         opacity = ' stroke-opacity="0.35"' if line.faint else ""
         parts.append(
@@ -266,23 +298,22 @@ def render_phase_plot(canon: rp.Canonical, x_range: tuple[float, float], other: 
             '<div class="plot missing" id="plot-step_time"><b>' + title + "</b><br>"
             "not logged in this run</div>"
         )
-    totals = [sum(layer.get(s, 0.0) for _, layer in layers) for s in steps]
+    xs, heights = _bucket_means(steps, [[layer.get(s, 0.0) for s in steps] for _, layer in layers])
+    totals = [sum(column) for column in zip(*heights, strict=True)]
     axes = _Axes(x_range, (0.0, max(totals) or 1.0), False)
     parts = _axes_svg(axes, "seconds")
-    base = [0.0] * len(steps)
-    for name, layer in layers:
-        top = [b + layer.get(s, 0.0) for b, s in zip(base, steps, strict=True)]
-        upper = " ".join(
-            f"{axes.x(s):.1f},{axes.y(v):.1f}" for s, v in zip(steps, top, strict=True)
-        )
+    base = [0.0] * len(xs)
+    for (name, _), height in zip(layers, heights, strict=True):
+        top = [b + h for b, h in zip(base, height, strict=True)]
+        upper = " ".join(f"{axes.x(s):.1f},{axes.y(v):.1f}" for s, v in zip(xs, top, strict=True))
         lower = " ".join(
             f"{axes.x(s):.1f},{axes.y(v):.1f}"
-            for s, v in reversed(list(zip(steps, base, strict=True)))
+            for s, v in reversed(list(zip(xs, base, strict=True)))
         )
         colour = PHASE_COLOURS.get(name, "#bcbd22")
         parts.append(
             f'<polygon class="series" data-series="{html.escape(name)}" '
-            f'data-count="{len(steps)}" fill="{colour}" fill-opacity="0.85" stroke="none" '
+            f'data-count="{len(xs)}" fill="{colour}" fill-opacity="0.85" stroke="none" '
             f'points="{upper} {lower}"><title>{html.escape(name)}</title></polygon>'
         )
         base = top

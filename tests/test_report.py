@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
@@ -27,6 +28,7 @@ import atomic_io  # noqa: E402
 import report  # noqa: E402
 import report_checks as rc  # noqa: E402
 import report_parse as rp  # noqa: E402
+import report_plots  # noqa: E402
 import report_summary as rs  # noqa: E402
 
 LOG_512 = "qwen2.5-0.5b-ppo-gsm8k-resp512.log"
@@ -716,6 +718,114 @@ def test_follow_waits_for_first_metrics(
     assert report.main([str(run), "--follow", "--interval", "1", "--max-refreshes", "2"]) == 0
     out = capsys.readouterr().out
     assert "refresh 1: nothing written yet" in out and "refresh 2: 5 steps" in out
+
+
+# --------------------------------------------------------------------------------------------
+# Long runs: every check linear in the number of steps, plots of bounded size
+# --------------------------------------------------------------------------------------------
+
+LONG = 60_000
+HACK_FROM = 40_000  # a planted length-hacking stretch: length +60% and score +0.15 over 100 steps
+
+
+def long_run_lines(fmt: str) -> list[str]:
+    """A 60,000-step run (about 15 MB), healthy except for the planted length hacking."""
+    rng = random.Random(3)
+    lines = []
+    for step in range(LONG):
+        ramp = min(1.0, max(0.0, (step - HACK_FROM) / 100)) if step < HACK_FROM + 300 else 0.0
+        data: dict[str, float] = {
+            "critic/score/mean": round(
+                0.15 + 0.4 * (1 - math.exp(-step / 400)) + 0.15 * ramp + rng.uniform(-0.02, 0.02),
+                4,
+            ),
+            "actor/reward_kl_penalty": round(0.2 * (1 - math.exp(-step / 600)), 4),
+            "actor/entropy": round(0.08 + 0.4 * math.exp(-step / 500) + rng.uniform(0, 0.004), 4),
+            "actor/pg_clipfrac": round(0.004 * (1 + rng.uniform(-0.3, 0.3)), 5),
+            "critic/vf_loss": round(0.05 + 0.15 * math.exp(-step / 20_000), 4),
+            "response_length/mean": round(
+                260 * (1 + 0.6 * ramp) * (1 + rng.uniform(-0.04, 0.04)), 2
+            ),
+            "timing_s/gen": 20.0,
+            "timing_s/update_actor": 18.0,
+            "timing_s/step": 40.0,
+        }
+        if step % 10 == 0:
+            data[VAL_KEY] = round(0.3 + 0.3 * (1 - math.exp(-step / 300)), 4)
+        if fmt == "jsonl":
+            lines.append(json.dumps({"step": step, "data": data}))
+        else:
+            lines.append(f"step:{step} - " + " - ".join(f"{k}:{v}" for k, v in data.items()))
+    return lines
+
+
+@pytest.mark.parametrize("fmt", ["console", "jsonl"])
+def test_long_run_report_is_fast_and_bounded(tmp_path: Path, fmt: str) -> None:
+    """The whole report (parse, checks, plots, write) of 60,000 steps. The length-hacking check
+    used to compare every step with every earlier one: about two minutes for this log. The
+    bound is a regression guard for a slow 2-core machine, not a benchmark."""
+    path = tmp_path / ("run.jsonl" if fmt == "jsonl" else "console.log")
+    path.write_text("\n".join(long_run_lines(fmt)) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "report.py"), str(path), "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"report of a {LONG}-step {fmt} run took more than 30 s")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["steps"] == {"count": LONG, "first": 0, "last": LONG - 1, "gaps_before": []}
+    assert summary["validation"]["points"] == LONG // 10
+    warnings = [f for f in summary["health"] if f["severity"] != "note"]
+    assert [f["check"] for f in warnings] == ["length_hacking"], warnings
+    assert HACK_FROM - 20 <= warnings[0]["start_step"] <= HACK_FROM + 60
+    assert HACK_FROM + 100 <= warnings[0]["end_step"] <= HACK_FROM + 300
+    # Plots are downsampled: every series draws at most MAX_DRAWN points, keeping the spikes.
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert len(page) < 1_000_000
+    svgs = parse_svgs(page)
+    assert svgs["score"]["data-points"] == str(LONG)
+    assert svgs["val_acc"]["data-points"] == str(LONG // 10)
+    for plot_id, svg in svgs.items():
+        for count, coords in svg["series"]:
+            assert count == coords and 0 < count <= report_plots.MAX_DRAWN, plot_id
+    rise = re.search(r"\(\+(\d+)%\) while score", warnings[0]["message"])
+    assert rise and 40 <= int(rise.group(1)) <= 60, warnings[0]["message"]
+
+
+def test_checks_stay_linear_with_many_findings() -> None:
+    """Checks used to rescan the whole run for every range they report: 60,000 steps with a NaN
+    every fourth step and an entropy flickering below its bar took minutes."""
+    data = rp.RunData()
+    for step in range(LONG):
+        entropy = 0.4 if step < 20 or (step // 10) % 2 else 0.001
+        data.merge(
+            step,
+            {
+                "actor/entropy": entropy,
+                "actor/grad_norm": math.nan if step % 4 == 3 else 1.0,
+                "actor/pg_clipfrac": 0.0 if (step // 40) % 2 else 0.3,
+                "critic/vf_loss": 0.1 if (step // 20) % 2 else 50.0,
+            },
+        )
+    started = time.monotonic()
+    canon = rp.canonicalize(data)
+    findings = rc.health_checks(data, canon)
+    assert time.monotonic() - started < 20
+    counts: dict[str, int] = {}
+    for finding in findings:
+        counts[finding.check] = counts.get(finding.check, 0) + 1
+    # one finding per NaN step (never two in a row), one per 40-step block of each clip extreme,
+    # about one per 20-step entropy cycle and per 40-step value-loss cycle
+    assert counts["nan_inf"] == LONG // 4
+    assert counts["clip_fraction_zero"] == counts["clip_fraction_high"] == LONG // 80
+    assert LONG // 20 - 10 <= counts["entropy_collapse"] <= LONG // 20
+    assert LONG // 40 - 10 <= counts["value_loss_explosion"] <= LONG // 40
 
 
 def test_cli_subprocess_on_real_log(verl_logs_dir: Path, tmp_path: Path) -> None:
