@@ -221,18 +221,34 @@ def _err(message: str) -> None:
     print(f"report.py: error: {message}", file=sys.stderr)
 
 
-def _run_once(args: argparse.Namespace, out_dir: Path, refresh_s: int | None) -> Result | int:
+@dataclass
+class Failure:
+    """Why one report generation wrote nothing: exit status and a few words for --follow."""
+
+    code: int
+    reason: str
+
+
+def _run_once(args: argparse.Namespace, out_dir: Path, refresh_s: int | None) -> Result | Failure:
     try:
         return generate(args.input, out_dir, refresh_s)
     except rp.InputError as exc:
         _err(str(exc))
-        return 2
+        gone = not args.input.exists()
+        return Failure(2, f"input {args.input} is gone" if gone else "no metric files found")
     except NothingReadError as exc:
         _err(str(exc))
-        return 1
+        return Failure(1, "no metrics could be read")
     except OSError as exc:
         _err(f"cannot write the report to {out_dir}: {exc} (earlier report left as it was)")
-        return 1
+        return Failure(1, f"cannot write to {out_dir}")
+
+
+def _not_written(refresh: int, failure: Failure, page: Path) -> str:
+    """The --follow progress line of a refresh that wrote nothing, saying what is on disk."""
+    if page.is_file():
+        return f"refresh {refresh}: {failure.reason}; the last report at {page} is kept"
+    return f"refresh {refresh}: nothing written yet ({failure.reason})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -250,8 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if not args.follow:
         result = _run_once(args, out_dir, None)
-        if isinstance(result, int):
-            return result
+        if isinstance(result, Failure):
+            return result.code
         for issue in result.issues:
             print(f"report.py: warning: {issue}", file=sys.stderr)
         if args.quiet:
@@ -270,9 +286,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             outcome = _run_once(args, out_dir, refresh_s)
             refreshes += 1
             stamp = datetime.now().strftime("%H:%M:%S")
-            if isinstance(outcome, int):
-                last_code = outcome
-                print(f"[{stamp}] refresh {refreshes}: nothing written yet", flush=True)
+            if isinstance(outcome, Failure):
+                last_code = outcome.code
+                print(
+                    f"[{stamp}] {_not_written(refreshes, outcome, out_dir / HTML_NAME)}", flush=True
+                )
             else:
                 last, last_code = outcome, 0
                 for issue in outcome.issues:

@@ -720,6 +720,37 @@ def test_follow_waits_for_first_metrics(
     assert "refresh 1: nothing written yet" in out and "refresh 2: 5 steps" in out
 
 
+def test_follow_says_when_the_input_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A followed input that disappears (run directory cleaned up, file moved): the progress line
+    says so and where the last report still is, instead of "nothing written yet"."""
+    path = write_jsonl(tmp_path / "metrics.jsonl", build_run()[:30])
+    out = tmp_path / "out"
+    monkeypatch.setattr(report.time, "sleep", lambda s: path.unlink(missing_ok=True))
+    code = report.main([str(path), "--out", str(out), "--follow", "--max-refreshes", "2"])
+    assert code == 0
+    captured = capsys.readouterr()
+    progress = [ln for ln in captured.out.splitlines() if "refresh" in ln]
+    assert "refresh 1: 30 steps" in progress[0]
+    assert progress[1].endswith(
+        f"refresh 2: input {path} is gone; the last report at {out / 'report.html'} is kept"
+    )
+    assert "nothing written yet" not in captured.out
+    assert captured.err.strip().splitlines() == [f"report.py: error: input not found: {path}"]
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["steps"]["count"] == 30
+
+    # An earlier report on disk is kept (and said to be) while a new input has no metrics yet.
+    path.write_text("", encoding="utf-8")
+    monkeypatch.setattr(report.time, "sleep", lambda s: None)
+    assert report.main([str(path), "--out", str(out), "--follow", "--max-refreshes", "1"]) == 1
+    line = [ln for ln in capsys.readouterr().out.splitlines() if "refresh 1" in ln][0]
+    assert line.endswith(
+        f"refresh 1: no metrics could be read; the last report at {out / 'report.html'} is kept"
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Long runs: every check linear in the number of steps, plots of bounded size
 # --------------------------------------------------------------------------------------------
