@@ -33,12 +33,16 @@ try:
     import report_parse as rp
     import report_summary as rs
     from atomic_io import write_atomic
-    from report_html import duration, render_html
+    from report_html import duration, memory_text, render_html
 except ImportError:  # imported as scripts.report from the repository root
     from scripts import report_parse as rp  # type: ignore[no-redef]
     from scripts import report_summary as rs  # type: ignore[no-redef]
     from scripts.atomic_io import write_atomic  # type: ignore[no-redef]
-    from scripts.report_html import duration, render_html  # type: ignore[no-redef]
+    from scripts.report_html import (  # type: ignore[no-redef]
+        duration,
+        memory_text,
+        render_html,
+    )
 
 HTML_NAME = "report.html"
 SUMMARY_NAME = "summary.json"
@@ -83,6 +87,7 @@ def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
     if tm["phases"]:
         share = " | ".join(f"{k} {v['share'] * 100:.1f}%" for k, v in tm["phases"].items())
         lines.append(f"  time share          : {share}")
+    lines.append(f"  peak GPU memory     : {memory_text(summary['memory'])}")
     counts = summary["health_counts"]
     lines.append(
         f"  health              : {counts['error']} errors, {counts['warning']} warnings, "

@@ -109,6 +109,23 @@ class Thresholds:
     clip_low: float = 0.0002
     clip_high: float = 0.20
 
+    # Rollout/training mismatch: verl compares the token probabilities the inference engine
+    # (vLLM) sampled with against the training engine's recomputation of the same tokens
+    # (training/rollout_*). A PPO update trusts both to describe one policy. Flagged where the
+    # rolling median (window steps) of their Pearson correlation falls below mismatch_corr_min,
+    # or where the rolling median of the largest per-token difference exceeds
+    # mismatch_jump_factor x its level over the first mismatch_base_steps steps (and at least
+    # mismatch_diff_floor, so that a run whose engines agree to ~0 does not fire on noise).
+    # These bars are a judgement, not a measurement: neither real log in shared/data has these
+    # metrics (its verl predates them). Engines in step differ by rounding only; a correlation
+    # of 0.99 already leaves 2% of the variance of the probabilities unexplained, and stale
+    # weights or other kernels move whole tokens, hence a factor 3 on the largest difference.
+    # Tune them on your own healthy runs.
+    mismatch_corr_min: float = 0.99
+    mismatch_base_steps: int = 20
+    mismatch_jump_factor: float = 3.0
+    mismatch_diff_floor: float = 0.10
+
 
 THRESHOLDS = Thresholds()
 
@@ -532,6 +549,58 @@ def check_clip_fraction(canon: Canonical, t: Thresholds) -> list[Finding]:
     return findings
 
 
+def check_rollout_mismatch(canon: Canonical, t: Thresholds) -> list[Finding]:
+    """Inference-engine and training-engine probabilities of the same tokens disagreeing."""
+    corr = canon.series.get("rollout_probs_corr", [])
+    diff = canon.series.get("rollout_probs_diff_max", [])
+    low_corr: dict[int, float] = {}  # step -> rolling median correlation, where below the bar
+    if len(corr) >= t.window:
+        smooth = rolling_median([v for _, v in corr], t.window)
+        low_corr = {s: m for (s, _), m in zip(corr, smooth, strict=True) if m < t.mismatch_corr_min}
+    high_diff: dict[int, float] = {}  # step -> rolling median largest difference, where too high
+    base = bar = math.nan
+    if len(diff) >= t.mismatch_base_steps + t.window:
+        base = statistics.median(v for _, v in diff[: t.mismatch_base_steps])
+        bar = max(t.mismatch_jump_factor * base, t.mismatch_diff_floor)
+        smooth = rolling_median([v for _, v in diff], t.window)
+        high_diff = {s: m for (s, _), m in zip(diff, smooth, strict=True) if m > bar}
+    if not low_corr and not high_diff:
+        return []
+    steps = sorted({s for s, _ in corr} | {s for s, _ in diff})
+    flags = [s in low_corr or s in high_diff for s in steps]
+    findings: list[Finding] = []
+    for a, b in _spans(flags, min_len=t.window // 2):
+        span = steps[a : b + 1]
+        corrs = [low_corr[s] for s in span if s in low_corr]
+        diffs = [high_diff[s] for s in span if s in high_diff]
+        why: list[str] = []
+        evidence: dict[str, Any] = {}
+        if corrs:
+            why.append(
+                f"rolling median Pearson correlation down to {_fmt(min(corrs))} "
+                f"(bar {t.mismatch_corr_min})"
+            )
+            evidence["lowest_corr"] = min(corrs)
+        if diffs:
+            why.append(
+                f"rolling median largest |p_rollout - p_training| up to {_fmt(max(diffs))} "
+                f"vs {_fmt(base)} over the first {t.mismatch_base_steps} steps (bar {_fmt(bar)})"
+            )
+            evidence.update(highest_diff_max=max(diffs), diff_max_base=base, diff_max_bar=bar)
+        findings.append(
+            Finding(
+                "rollout_mismatch",
+                "warning",
+                "rollout_probs_corr" if corrs else "rollout_probs_diff_max",
+                span[0],
+                span[-1],
+                "; ".join(why) + ": the inference engine and the trainer disagree on the policy",
+                evidence,
+            )
+        )
+    return findings
+
+
 def health_checks(data: RunData, canon: Canonical, t: Thresholds = THRESHOLDS) -> list[Finding]:
     """Run every check; findings are ordered by severity, then step."""
     findings = (
@@ -542,6 +611,7 @@ def health_checks(data: RunData, canon: Canonical, t: Thresholds = THRESHOLDS) -
         + check_value_loss(canon, t)
         + check_accuracy_flat(canon, t)
         + check_clip_fraction(canon, t)
+        + check_rollout_mismatch(canon, t)
     )
     order = {"error": 0, "warning": 1, "note": 2}
     return sorted(findings, key=lambda f: (order[f.severity], f.start_step, f.check))

@@ -50,6 +50,21 @@ def duration(seconds: float | None) -> str:
     return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
 
 
+def memory_text(memory: dict[str, Any]) -> str:
+    """Peak GPU memory per role in a few words: "actor 31.2 GiB (reserved 35.0), critic ..."."""
+    parts = []
+    for role, peaks in memory["gpu"].items():
+        allocated, reserved = peaks["allocated"], peaks["reserved"]
+        text = f"{role} {allocated['gb']:.1f} GiB" if allocated else f"{role} n/a"
+        if reserved:
+            text += f" (reserved {reserved['gb']:.1f})"
+        parts.append(text)
+    if not parts:
+        return "not logged"
+    host = memory["host_used"]
+    return ", ".join(parts) + (f"; host {host['gb']:.1f} GiB in use" if host else "")
+
+
 def _num(value: Any, digits: int = 4) -> str:
     if value is None:
         return "n/a"
@@ -106,6 +121,7 @@ def render_html(
             "tokens/s" + (" (estimated)" if thr["estimated"] else ""),
             f"{thr['tokens_per_s']:.0f}" if thr["tokens_per_s"] else "n/a",
         ),
+        ("peak GPU memory", memory_text(summary["memory"])),
         (
             "health",
             f"{counts['error']} errors, {counts['warning']} warnings, {counts['note']} notes",

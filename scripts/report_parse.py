@@ -83,8 +83,92 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec("throughput", "throughput per GPU", (("perf/throughput", 1.0),), "tok/s"),
     MetricSpec("total_tokens", "tokens per step", (("perf/total_num_tokens", 1.0),), "tok"),
-    MetricSpec("max_memory_gb", "peak GPU memory", (("perf/max_memory_allocated_gb", 1.0),), "GiB"),
+    MetricSpec("values_mean", "critic value estimate (mean)", (("critic/values/mean", 1.0),)),
+    # Engine metrics carry their role in verl 0.9.1 (actor/perf/..., critic/perf/...: the
+    # trainer prefixes every key of an update's metrics with the role). Older verl logged one
+    # unprefixed perf/max_memory_allocated_gb for whichever role wrote last.
+    MetricSpec(
+        "actor_max_memory_gb",
+        "actor peak GPU memory allocated",
+        (("actor/perf/max_memory_allocated_gb", 1.0),),
+        "GiB",
+    ),
+    MetricSpec(
+        "actor_max_memory_reserved_gb",
+        "actor peak GPU memory reserved",
+        (("actor/perf/max_memory_reserved_gb", 1.0),),
+        "GiB",
+    ),
+    MetricSpec(
+        "critic_max_memory_gb",
+        "critic peak GPU memory allocated",
+        (("critic/perf/max_memory_allocated_gb", 1.0),),
+        "GiB",
+    ),
+    MetricSpec(
+        "critic_max_memory_reserved_gb",
+        "critic peak GPU memory reserved",
+        (("critic/perf/max_memory_reserved_gb", 1.0),),
+        "GiB",
+    ),
+    MetricSpec(
+        "max_memory_gb",
+        "peak GPU memory allocated (older verl, role not named)",
+        (("perf/max_memory_allocated_gb", 1.0),),
+        "GiB",
+    ),
+    MetricSpec(
+        "max_memory_reserved_gb",
+        "peak GPU memory reserved (older verl, role not named)",
+        (("perf/max_memory_reserved_gb", 1.0),),
+        "GiB",
+    ),
+    MetricSpec(
+        "cpu_memory_used_gb",
+        "host memory in use",
+        (
+            ("actor/perf/cpu_memory_used_gb", 1.0),
+            ("critic/perf/cpu_memory_used_gb", 1.0),
+            ("perf/cpu_memory_used_gb", 1.0),
+        ),
+        "GiB",
+    ),
+    # Rollout/training mismatch (verl/utils/debug/metrics.py, logged when
+    # actor_rollout_ref.rollout.calculate_log_probs=True, the 0.9.1 default): token
+    # probabilities of the inference engine (vLLM) against the training engine's recomputation.
+    MetricSpec(
+        "rollout_probs_diff_max",
+        "largest |p_rollout - p_training| of a token",
+        (("training/rollout_probs_diff_max", 1.0),),
+    ),
+    MetricSpec(
+        "rollout_probs_diff_mean",
+        "mean |p_rollout - p_training| per token",
+        (("training/rollout_probs_diff_mean", 1.0),),
+    ),
+    MetricSpec(
+        "rollout_probs_diff_std",
+        "std of |p_rollout - p_training| per token",
+        (("training/rollout_probs_diff_std", 1.0),),
+    ),
+    MetricSpec(
+        "rollout_probs_corr",
+        "Pearson correlation of rollout and training token probabilities",
+        (("training/rollout_actor_probs_pearson_corr", 1.0),),
+    ),
+    MetricSpec(
+        "rollout_kl",
+        "KL rollout -> training policy (rollout correction)",
+        (("rollout_corr/kl", 1.0),),
+    ),
 )
+
+# Peak memory per role in the summary: role -> (allocated, reserved) canonical names.
+MEMORY_ROLES: dict[str, tuple[str, str]] = {
+    "actor": ("actor_max_memory_gb", "actor_max_memory_reserved_gb"),
+    "critic": ("critic_max_memory_gb", "critic_max_memory_reserved_gb"),
+    "role not named (older verl)": ("max_memory_gb", "max_memory_reserved_gb"),
+}
 METRICS_BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}
 
 
@@ -92,6 +176,8 @@ def metric_label(name: str) -> str:
     """Human-readable meaning of a canonical metric name."""
     if name == "val_acc":
         return "validation accuracy"
+    if name.startswith(VAL_AUX_PREFIX):
+        return f"validation mean of the reward's {name[len(VAL_AUX_PREFIX) :]!r} (val-aux)"
     spec = METRICS_BY_NAME.get(name)
     if spec is None:
         return name
@@ -102,6 +188,11 @@ def metric_label(name: str) -> str:
 # scorer returns no "acc"); older verl: val/test_score/<data source>.
 _VAL_NEW = re.compile(r"^val-core/(?P<src>.+)/(?P<var>acc|reward)/mean@(?P<n>\d+)$")
 _VAL_OLD = re.compile(r"^val/test_score/(?P<src>.+)$")
+# The other keys a reward's dict returns (ours: score, acc, format, pred_found, clipped):
+# val-aux/<data source>/<key>/mean@N, read for the data source and N of the accuracy key as
+# canonical "val_<key>".
+_VAL_AUX = re.compile(r"^val-aux/(?P<src>.+)/(?P<var>[^/]+)/mean@(?P<n>\d+)$")
+VAL_AUX_PREFIX = "val_"
 
 # Step-time phases: timing_s/<phase> (0.9.1) or timing/<phase> (older). Nested keys such as
 # timing_s/agent_loop/... are parts of "gen" and are not phases of their own.
@@ -446,6 +537,21 @@ def _pick_val_key(keys: Iterable[str]) -> str | None:
     return best[2] if best else None
 
 
+def _val_aux_keys(val_key: str | None, keys: Iterable[str]) -> dict[str, str]:
+    """Canonical name -> val-aux key, for the data source and N of a verl 0.9.1 accuracy key."""
+    core = _VAL_NEW.match(val_key) if val_key else None
+    if core is None:
+        return {}
+    found: dict[str, str] = {}
+    for key in sorted(keys):
+        aux = _VAL_AUX.match(key)
+        if aux is None or aux.group("var") == "acc":  # the accuracy itself is val_acc
+            continue
+        if (aux.group("src"), aux.group("n")) == (core.group("src"), core.group("n")):
+            found[VAL_AUX_PREFIX + aux.group("var")] = key
+    return found
+
+
 def canonicalize(data: RunData) -> Canonical:
     """Map the raw keys of both verl generations onto the canonical vocabulary."""
     series: dict[str, Series] = {}
@@ -454,6 +560,7 @@ def canonicalize(data: RunData) -> Canonical:
     for values in data.steps.values():
         all_keys.update(values)
     val_key = _pick_val_key(all_keys)
+    aux_keys = _val_aux_keys(val_key, all_keys)
     phase_names = sorted(
         {m.group("phase") for k in all_keys if (m := _PHASE_KEY.match(k))} - {"step"}
     )
@@ -471,6 +578,10 @@ def canonicalize(data: RunData) -> Canonical:
         if val_key and val_key in values and math.isfinite(values[val_key]):
             series.setdefault("val_acc", []).append((step, values[val_key]))
             source_keys["val_acc"] = val_key
+        for name, key in aux_keys.items():
+            if key in values and math.isfinite(values[key]):
+                series.setdefault(name, []).append((step, values[key]))
+                source_keys[name] = key
         in_step_total = 0.0
         has_phase = False
         for name in phase_names:

@@ -475,12 +475,61 @@ def build_plots(canon: rp.Canonical, findings: list[rc.Finding]) -> list[Plot]:
             "tokens/s",
             log_y=False,
         ),
+        Plot(
+            "rollout_mismatch",
+            "Rollout vs training: |p_rollout - p_training| per token (training/rollout_probs_diff)",
+            _with_trend("max", s.get("rollout_probs_diff_max", []), PALETTE[1], win)
+            + _with_trend("mean", s.get("rollout_probs_diff_mean", []), PALETTE[0], win),
+            "probability",
+            note="needs actor_rollout_ref.rollout.calculate_log_probs=True (verl 0.9.1 default)",
+        ),
+        Plot(
+            "rollout_corr",
+            "Rollout vs training: Pearson correlation of token probabilities",
+            _with_trend("pearson", s.get("rollout_probs_corr", []), PALETTE[2], win),
+            "correlation",
+            log_y=False,
+            note="needs actor_rollout_ref.rollout.calculate_log_probs=True (verl 0.9.1 default)",
+        ),
+        Plot(
+            "memory",
+            "Peak GPU memory per role (GiB, allocated; reserved faint)",
+            [
+                line
+                for i, (role, (allocated, reserved)) in enumerate(rp.MEMORY_ROLES.items())
+                for line in (
+                    Line(role, s.get(allocated, []), PALETTE[i]),
+                    Line(f"{role} reserved", s.get(reserved, []), PALETTE[i], faint=True),
+                )
+            ],
+            "GiB",
+            log_y=False,
+            note="actor/perf/max_memory_allocated_gb and critic/perf/... (verl 0.9.1)",
+        ),
+        Plot(
+            "val_aux",
+            "Validation: the reward's other keys (val-aux, mean per validation)",
+            [
+                Line(name[len(rp.VAL_AUX_PREFIX) :], points, PALETTE[i % len(PALETTE)], dots=True)
+                for i, (name, points) in enumerate(
+                    (n, p)
+                    for n, p in sorted(s.items())
+                    if n.startswith(rp.VAL_AUX_PREFIX) and n != "val_acc"
+                )
+            ],
+            "mean",
+            log_y=False,
+            note="val-aux/<data_source>/<key>/mean@N, logged by verl 0.9.1 for a reward dict",
+        ),
     ]
     by_id = {plot.plot_id: plot for plot in plots}
     for finding in findings:
-        targets = (
-            list(by_id) if finding.check == "nan_inf" else [_PLOT_OF_METRIC.get(finding.metric, "")]
-        )
+        if finding.check == "nan_inf":
+            targets = list(by_id)
+        elif finding.check == "rollout_mismatch":
+            targets = ["rollout_mismatch", "rollout_corr"]
+        else:
+            targets = [_PLOT_OF_METRIC.get(finding.metric, "")]
         for target in targets:
             if target in by_id:
                 by_id[target].bands.append((finding.start_step, finding.end_step, finding.severity))

@@ -14,6 +14,7 @@ from typing import Any
 try:
     from report_checks import THRESHOLDS, Finding, Thresholds, health_checks
     from report_parse import (
+        MEMORY_ROLES,
         OUTSIDE_STEP_PHASES,
         PHASE_ORDER,
         Canonical,
@@ -31,6 +32,7 @@ except ImportError:  # imported as scripts.report_summary from the repository ro
         health_checks,
     )
     from scripts.report_parse import (  # type: ignore[no-redef]
+        MEMORY_ROLES,
         OUTSIDE_STEP_PHASES,
         PHASE_ORDER,
         Canonical,
@@ -91,6 +93,28 @@ def time_breakdown(canon: Canonical) -> dict[str, Any]:
     }
 
 
+def memory_peaks(canon: Canonical) -> dict[str, Any]:
+    """Peak GPU memory per role (GiB, with the step it was reached) and peak host memory in use.
+
+    Roles come from verl 0.9.1's role-prefixed engine metrics (actor/perf/..., critic/perf/...);
+    an older log's unprefixed perf/max_memory_allocated_gb is shown under "role not named".
+    """
+
+    def peak(name: str) -> dict[str, Any] | None:
+        points = canon.series.get(name)
+        if not points:
+            return None
+        step, value = max(points, key=lambda p: p[1])
+        return {"gb": value, "step": step, "key": canon.source_keys.get(name)}
+
+    gpu: dict[str, dict[str, Any]] = {}
+    for role, (allocated, reserved) in MEMORY_ROLES.items():
+        peaks = {"allocated": peak(allocated), "reserved": peak(reserved)}
+        if any(peaks.values()):
+            gpu[role] = peaks
+    return {"gpu": gpu, "host_used": peak("cpu_memory_used_gb")}
+
+
 def _median_or_none(points: Series) -> float | None:
     return statistics.median(v for _, v in points) if points else None
 
@@ -147,6 +171,7 @@ def summarize(
             "final_median_10": _median_or_none(score[-10:]) if score else None,
         },
         "time": breakdown,
+        "memory": memory_peaks(canon),
         "throughput": {
             "tokens_per_s": tokens_per_s,
             "median_tokens_per_s_per_gpu": _median_or_none(throughput),

@@ -102,10 +102,25 @@ def healthy_record(step: int, rng: random.Random) -> dict[str, float]:
         "perf/throughput": tokens / step_time,
         "training/global_step": float(step),
         **{f"timing_s/{name}": sec for name, sec in phases.items()},
+        # engine metrics: the trainer prefixes them with the role (verl 0.9.1)
+        "actor/perf/max_memory_allocated_gb": 30.0 + 0.01 * step,
+        "actor/perf/max_memory_reserved_gb": 34.0 + 0.01 * step,
+        "actor/perf/cpu_memory_used_gb": noisy(80.0, 0.01),
+        "critic/perf/max_memory_allocated_gb": 12.0,
+        "critic/perf/max_memory_reserved_gb": 14.0,
+        "critic/perf/cpu_memory_used_gb": noisy(80.0, 0.01),
+        # rollout (vLLM) vs training (FSDP) probabilities of the same tokens, engines in step
+        "training/rollout_probs_diff_valid": 1.0,
+        "training/rollout_probs_diff_max": noisy(0.25, 0.2),
+        "training/rollout_probs_diff_mean": noisy(0.003, 0.2),
+        "training/rollout_probs_diff_std": noisy(0.01, 0.2),
+        "training/rollout_actor_probs_pearson_corr": 0.998 + rng.uniform(-0.001, 0.001),
     }
     if step % 10 == 0:
         record[VAL_KEY] = 0.30 + 0.25 * (1 - math.exp(-step / 50)) + rng.uniform(-0.01, 0.01)
         record["timing_s/testing"] = noisy(40.0, 0.03)
+        for key, value in (("format", 0.97), ("pred_found", 0.99), ("clipped", 0.02)):
+            record[f"val-aux/openai/gsm8k/{key}/mean@1"] = value
     return record
 
 
@@ -275,6 +290,10 @@ def test_real_log_html_has_every_plot(verl_logs_dir: Path, real_runs, tmp_path: 
     # Old logs have no response_length/clip_ratio: a placeholder, not a broken plot.
     assert 'id="plot-response_length_clip_ratio"' in page
     assert "response_length_clip_ratio" not in svgs
+    # Nor rollout/training mismatch, role-prefixed memory or val-aux keys (verl 0.9.1 only).
+    for plot_id in ("rollout_mismatch", "rollout_corr", "memory", "val_aux"):
+        assert f'id="plot-{plot_id}"' in page and plot_id not in svgs, plot_id
+    assert result.summary["memory"] == {"gpu": {}, "host_used": None}
     # Step-time plot: one stacked layer per phase inside the step.
     layers = {name for name, _ in svgs["step_time"]["names"]}
     assert layers == {"gen", "ref", "values", "adv", "update_critic", "update_actor"}
@@ -441,6 +460,81 @@ def test_length_growth_without_reward_gain_is_not_hacking(tmp_path: Path) -> Non
 
     findings = analyse_records(tmp_path, build_run(mutate))[2]
     assert "length_hacking" not in checks_fired(findings)
+
+
+def test_verl_091_memory_metrics_carry_the_role(tmp_path: Path) -> None:
+    """verl 0.9.1 logs actor/perf/max_memory_allocated_gb (not perf/...): peaks per role."""
+    records = build_run()
+    data, canon, _, summary = analyse_records(tmp_path, records)
+    gpu = summary["memory"]["gpu"]
+    assert set(gpu) == {"actor", "critic"}
+    assert gpu["actor"]["allocated"] == {
+        "gb": pytest.approx(30.0 + 0.01 * STEPS),
+        "step": STEPS,
+        "key": "actor/perf/max_memory_allocated_gb",
+    }
+    assert gpu["actor"]["reserved"]["gb"] == pytest.approx(34.0 + 0.01 * STEPS)
+    assert gpu["critic"]["allocated"]["gb"] == 12.0 and gpu["critic"]["reserved"]["gb"] == 14.0
+    assert 79 < summary["memory"]["host_used"]["gb"] < 81
+    text = report.terminal_summary(summary, None)
+    assert "peak GPU memory     : actor 32.0 GiB (reserved 36.0), critic 12.0 GiB" in text
+    svgs = parse_svgs(report.render_html("run", data, canon, [], {**summary, "generated_at": ""}))
+    assert {name for name, _ in svgs["memory"]["names"]} == {
+        "actor",
+        "actor reserved",
+        "critic",
+        "critic reserved",
+    }
+    # An older log's unprefixed key is still shown, under a role it does not name.
+    for record in records[1:]:
+        data_ = record["data"]
+        data_["perf/max_memory_allocated_gb"] = data_.pop("actor/perf/max_memory_allocated_gb")
+        for key in [k for k in data_ if "/perf/" in k]:
+            del data_[key]
+    gpu = analyse_records(tmp_path / "old", records)[3]["memory"]["gpu"]
+    assert list(gpu) == ["role not named (older verl)"]
+    assert gpu["role not named (older verl)"]["allocated"]["gb"] == pytest.approx(32.0)
+
+
+def test_val_aux_keys_of_the_reward_are_read(tmp_path: Path) -> None:
+    _, canon, _, summary = analyse_records(tmp_path, build_run())
+    for key, value in (("format", 0.97), ("pred_found", 0.99), ("clipped", 0.02)):
+        info = summary["metrics"][f"val_{key}"]
+        assert info["key"] == f"val-aux/openai/gsm8k/{key}/mean@1"
+        assert info["points"] == STEPS // 10 and info["median"] == value
+    assert len(canon.series["val_acc"]) == STEPS // 10 + 1  # step 0 has no val-aux keys
+
+
+def test_rollout_mismatch_flagged_with_its_steps(tmp_path: Path) -> None:
+    """Steps 120-149: vLLM samples with weights that no longer match the trainer's (e.g. a
+    failed weight sync): probabilities drift apart, their correlation drops."""
+
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if 120 <= step < 150:
+            d["training/rollout_actor_probs_pearson_corr"] = 0.93 + 0.005 * (step % 3)
+            d["training/rollout_probs_diff_max"] = 0.9 + 0.01 * (step % 5)
+            d["training/rollout_probs_diff_mean"] = 0.04
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    assert checks_fired(findings) == {"rollout_mismatch"}
+    hit = only(findings, "rollout_mismatch")
+    # centered 10-step medians: flagged from half a window before to half a window after
+    assert 115 <= hit.start_step <= 121 and 148 <= hit.end_step <= 154
+    assert hit.metric == "rollout_probs_corr"
+    assert hit.evidence["lowest_corr"] < 0.95
+    assert hit.evidence["highest_diff_max"] > 0.85 and 0.2 < hit.evidence["diff_max_base"] < 0.3
+
+
+def test_rollout_diff_max_jump_alone_is_flagged(tmp_path: Path) -> None:
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if step >= 170:
+            d["training/rollout_probs_diff_max"] = 0.95
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    hit = only(findings, "rollout_mismatch")
+    assert hit.metric == "rollout_probs_diff_max"
+    assert 164 <= hit.start_step <= 171 and hit.end_step == STEPS
+    assert "lowest_corr" not in hit.evidence
 
 
 def test_nan_and_null_values(tmp_path: Path) -> None:
