@@ -8,9 +8,10 @@ one verl file-logger JSONL file, or a verl console log. Both the verl 0.9.1 metr
 older ones (``timing/...``, ``val/test_score/...``) are understood. Standard library only: the
 plots are SVG drawn by report_plots.py, so the HTML needs nothing else to open.
 
-Modules: report_parse (reading inputs, one vocabulary), report_checks (health checks),
-report_summary (summary.json), report_plots (SVG charts), report_html (the page); this file
-is the command line (one report, or --follow) and the terminal digest.
+Modules: report_vocab (one vocabulary of metric names), report_parse (reading inputs),
+report_checks (health checks), report_summary (summary.json), report_plots (SVG charts),
+report_html (the page); this file is the command line (one report, or --follow) and the
+terminal digest.
 
 Exit status: 0 when a report was written (health findings do not change it), 1 when nothing at
 all could be read or the report could not be written, 2 when INPUT does not exist.

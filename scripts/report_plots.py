@@ -14,9 +14,11 @@ from typing import Any
 try:
     import report_checks as rc
     import report_parse as rp
+    import report_vocab as rv
 except ImportError:  # imported as scripts.report_plots from the repository root
     from scripts import report_checks as rc  # type: ignore[no-redef]
     from scripts import report_parse as rp  # type: ignore[no-redef]
+    from scripts import report_vocab as rv  # type: ignore[no-redef]
 
 # --------------------------------------------------------------------------------------------
 # SVG plots
@@ -285,9 +287,9 @@ def render_phase_plot(canon: rp.Canonical, x_range: tuple[float, float], other: 
         (name, dict(points))
         for name, points in sorted(
             canon.phases.items(),
-            key=lambda kv: rp.PHASE_ORDER.index(kv[0]) if kv[0] in rp.PHASE_ORDER else 99,
+            key=lambda kv: rv.PHASE_ORDER.index(kv[0]) if kv[0] in rv.PHASE_ORDER else 99,
         )
-        if name not in rp.OUTSIDE_STEP_PHASES
+        if name not in rv.OUTSIDE_STEP_PHASES
     ]
     if any(v > 0 for _, v in other):
         layers.append(("other", dict(other)))
@@ -496,7 +498,7 @@ def build_plots(canon: rp.Canonical, findings: list[rc.Finding]) -> list[Plot]:
             "Peak GPU memory per role (GiB, allocated; reserved faint)",
             [
                 line
-                for i, (role, (allocated, reserved)) in enumerate(rp.MEMORY_ROLES.items())
+                for i, (role, (allocated, reserved)) in enumerate(rv.MEMORY_ROLES.items())
                 for line in (
                     Line(role, s.get(allocated, []), PALETTE[i]),
                     Line(f"{role} reserved", s.get(reserved, []), PALETTE[i], faint=True),
@@ -510,11 +512,11 @@ def build_plots(canon: rp.Canonical, findings: list[rc.Finding]) -> list[Plot]:
             "val_aux",
             "Validation: the reward's other keys (val-aux, mean per validation)",
             [
-                Line(name[len(rp.VAL_AUX_PREFIX) :], points, PALETTE[i % len(PALETTE)], dots=True)
+                Line(name[len(rv.VAL_AUX_PREFIX) :], points, PALETTE[i % len(PALETTE)], dots=True)
                 for i, (name, points) in enumerate(
                     (n, p)
                     for n, p in sorted(s.items())
-                    if n.startswith(rp.VAL_AUX_PREFIX) and n != "val_acc"
+                    if n.startswith(rv.VAL_AUX_PREFIX) and n != "val_acc"
                 )
             ],
             "mean",

@@ -14,14 +14,16 @@ from typing import Any
 try:
     from report_checks import THRESHOLDS, Finding, Thresholds, health_checks
     from report_parse import (
-        MEMORY_ROLES,
-        OUTSIDE_STEP_PHASES,
-        PHASE_ORDER,
         Canonical,
         RunData,
         Series,
         canonicalize,
         load_run,
+    )
+    from report_vocab import (
+        MEMORY_ROLES,
+        OUTSIDE_STEP_PHASES,
+        PHASE_ORDER,
         metric_label,
     )
 except ImportError:  # imported as scripts.report_summary from the repository root
@@ -32,14 +34,16 @@ except ImportError:  # imported as scripts.report_summary from the repository ro
         health_checks,
     )
     from scripts.report_parse import (  # type: ignore[no-redef]
-        MEMORY_ROLES,
-        OUTSIDE_STEP_PHASES,
-        PHASE_ORDER,
         Canonical,
         RunData,
         Series,
         canonicalize,
         load_run,
+    )
+    from scripts.report_vocab import (  # type: ignore[no-redef]
+        MEMORY_ROLES,
+        OUTSIDE_STEP_PHASES,
+        PHASE_ORDER,
         metric_label,
     )
 
