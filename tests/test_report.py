@@ -1,4 +1,4 @@
-"""Tests of scripts/report.py and scripts/report_metrics.py (the PPO run report).
+"""Tests of scripts/report.py and the report_* modules beside it (the PPO run report).
 
 Real data: the two verl console logs under ../shared/data/verl-logs (or $SHARED_DATA_DIR/verl-logs).
 Synthetic data: verl 0.9.1 file-logger JSONL built here, healthy or with one planted pathology.
@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
@@ -25,7 +26,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import atomic_io  # noqa: E402
 import report  # noqa: E402
-import report_metrics as rm  # noqa: E402
+import report_checks as rc  # noqa: E402
+import report_parse as rp  # noqa: E402
+import report_plots  # noqa: E402
+import report_summary as rs  # noqa: E402
 
 LOG_512 = "qwen2.5-0.5b-ppo-gsm8k-resp512.log"
 LOG_256 = "qwen2.5-0.5b-ppo-gsm8k-resp256.log"
@@ -34,9 +38,9 @@ LOG_256 = "qwen2.5-0.5b-ppo-gsm8k-resp256.log"
 @pytest.fixture(scope="module")
 def real_runs(
     verl_logs_dir: Path,
-) -> dict[str, tuple[rm.RunData, rm.Canonical, list[rm.Finding], dict[str, Any]]]:
+) -> dict[str, tuple[rp.RunData, rp.Canonical, list[rc.Finding], dict[str, Any]]]:
     logs = verl_logs_dir
-    return {name: rm.analyse(logs / name) for name in (LOG_512, LOG_256)}
+    return {name: rs.analyse(logs / name) for name in (LOG_512, LOG_256)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -98,10 +102,25 @@ def healthy_record(step: int, rng: random.Random) -> dict[str, float]:
         "perf/throughput": tokens / step_time,
         "training/global_step": float(step),
         **{f"timing_s/{name}": sec for name, sec in phases.items()},
+        # engine metrics: the trainer prefixes them with the role (verl 0.9.1)
+        "actor/perf/max_memory_allocated_gb": 30.0 + 0.01 * step,
+        "actor/perf/max_memory_reserved_gb": 34.0 + 0.01 * step,
+        "actor/perf/cpu_memory_used_gb": noisy(80.0, 0.01),
+        "critic/perf/max_memory_allocated_gb": 12.0,
+        "critic/perf/max_memory_reserved_gb": 14.0,
+        "critic/perf/cpu_memory_used_gb": noisy(80.0, 0.01),
+        # rollout (vLLM) vs training (FSDP) probabilities of the same tokens, engines in step
+        "training/rollout_probs_diff_valid": 1.0,
+        "training/rollout_probs_diff_max": noisy(0.25, 0.2),
+        "training/rollout_probs_diff_mean": noisy(0.003, 0.2),
+        "training/rollout_probs_diff_std": noisy(0.01, 0.2),
+        "training/rollout_actor_probs_pearson_corr": 0.998 + rng.uniform(-0.001, 0.001),
     }
     if step % 10 == 0:
         record[VAL_KEY] = 0.30 + 0.25 * (1 - math.exp(-step / 50)) + rng.uniform(-0.01, 0.01)
         record["timing_s/testing"] = noisy(40.0, 0.03)
+        for key, value in (("format", 0.97), ("pred_found", 0.99), ("clipped", 0.02)):
+            record[f"val-aux/openai/gsm8k/{key}/mean@1"] = value
     return record
 
 
@@ -126,11 +145,11 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
-def checks_fired(findings: list[rm.Finding], severities: tuple[str, ...] = ("error", "warning")):
+def checks_fired(findings: list[rc.Finding], severities: tuple[str, ...] = ("error", "warning")):
     return {f.check for f in findings if f.severity in severities}
 
 
-def only(findings: list[rm.Finding], check: str) -> rm.Finding:
+def only(findings: list[rc.Finding], check: str) -> rc.Finding:
     hits = [f for f in findings if f.check == check]
     assert len(hits) == 1, [str(f) for f in findings]
     return hits[0]
@@ -271,6 +290,10 @@ def test_real_log_html_has_every_plot(verl_logs_dir: Path, real_runs, tmp_path: 
     # Old logs have no response_length/clip_ratio: a placeholder, not a broken plot.
     assert 'id="plot-response_length_clip_ratio"' in page
     assert "response_length_clip_ratio" not in svgs
+    # Nor rollout/training mismatch, role-prefixed memory or val-aux keys (verl 0.9.1 only).
+    for plot_id in ("rollout_mismatch", "rollout_corr", "memory", "val_aux"):
+        assert f'id="plot-{plot_id}"' in page and plot_id not in svgs, plot_id
+    assert result.summary["memory"] == {"gpu": {}, "host_used": None}
     # Step-time plot: one stacked layer per phase inside the step.
     layers = {name for name, _ in svgs["step_time"]["names"]}
     assert layers == {"gen", "ref", "values", "adv", "update_critic", "update_actor"}
@@ -357,7 +380,7 @@ def parse_svgs(page: str) -> dict[str, dict[str, Any]]:
 
 def analyse_records(tmp_path: Path, records: list[dict[str, Any]]):
     path = write_jsonl(tmp_path / "run" / "metrics" / "metrics-20250101T000000Z.jsonl", records)
-    return rm.analyse(path.parent.parent)
+    return rs.analyse(path.parent.parent)
 
 
 def test_synthetic_healthy_run_raises_nothing(tmp_path: Path) -> None:
@@ -437,6 +460,81 @@ def test_length_growth_without_reward_gain_is_not_hacking(tmp_path: Path) -> Non
 
     findings = analyse_records(tmp_path, build_run(mutate))[2]
     assert "length_hacking" not in checks_fired(findings)
+
+
+def test_verl_091_memory_metrics_carry_the_role(tmp_path: Path) -> None:
+    """verl 0.9.1 logs actor/perf/max_memory_allocated_gb (not perf/...): peaks per role."""
+    records = build_run()
+    data, canon, _, summary = analyse_records(tmp_path, records)
+    gpu = summary["memory"]["gpu"]
+    assert set(gpu) == {"actor", "critic"}
+    assert gpu["actor"]["allocated"] == {
+        "gb": pytest.approx(30.0 + 0.01 * STEPS),
+        "step": STEPS,
+        "key": "actor/perf/max_memory_allocated_gb",
+    }
+    assert gpu["actor"]["reserved"]["gb"] == pytest.approx(34.0 + 0.01 * STEPS)
+    assert gpu["critic"]["allocated"]["gb"] == 12.0 and gpu["critic"]["reserved"]["gb"] == 14.0
+    assert 79 < summary["memory"]["host_used"]["gb"] < 81
+    text = report.terminal_summary(summary, None)
+    assert "peak GPU memory     : actor 32.0 GiB (reserved 36.0), critic 12.0 GiB" in text
+    svgs = parse_svgs(report.render_html("run", data, canon, [], {**summary, "generated_at": ""}))
+    assert {name for name, _ in svgs["memory"]["names"]} == {
+        "actor",
+        "actor reserved",
+        "critic",
+        "critic reserved",
+    }
+    # An older log's unprefixed key is still shown, under a role it does not name.
+    for record in records[1:]:
+        data_ = record["data"]
+        data_["perf/max_memory_allocated_gb"] = data_.pop("actor/perf/max_memory_allocated_gb")
+        for key in [k for k in data_ if "/perf/" in k]:
+            del data_[key]
+    gpu = analyse_records(tmp_path / "old", records)[3]["memory"]["gpu"]
+    assert list(gpu) == ["role not named (older verl)"]
+    assert gpu["role not named (older verl)"]["allocated"]["gb"] == pytest.approx(32.0)
+
+
+def test_val_aux_keys_of_the_reward_are_read(tmp_path: Path) -> None:
+    _, canon, _, summary = analyse_records(tmp_path, build_run())
+    for key, value in (("format", 0.97), ("pred_found", 0.99), ("clipped", 0.02)):
+        info = summary["metrics"][f"val_{key}"]
+        assert info["key"] == f"val-aux/openai/gsm8k/{key}/mean@1"
+        assert info["points"] == STEPS // 10 and info["median"] == value
+    assert len(canon.series["val_acc"]) == STEPS // 10 + 1  # step 0 has no val-aux keys
+
+
+def test_rollout_mismatch_flagged_with_its_steps(tmp_path: Path) -> None:
+    """Steps 120-149: vLLM samples with weights that no longer match the trainer's (e.g. a
+    failed weight sync): probabilities drift apart, their correlation drops."""
+
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if 120 <= step < 150:
+            d["training/rollout_actor_probs_pearson_corr"] = 0.93 + 0.005 * (step % 3)
+            d["training/rollout_probs_diff_max"] = 0.9 + 0.01 * (step % 5)
+            d["training/rollout_probs_diff_mean"] = 0.04
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    assert checks_fired(findings) == {"rollout_mismatch"}
+    hit = only(findings, "rollout_mismatch")
+    # centered 10-step medians: flagged from half a window before to half a window after
+    assert 115 <= hit.start_step <= 121 and 148 <= hit.end_step <= 154
+    assert hit.metric == "rollout_probs_corr"
+    assert hit.evidence["lowest_corr"] < 0.95
+    assert hit.evidence["highest_diff_max"] > 0.85 and 0.2 < hit.evidence["diff_max_base"] < 0.3
+
+
+def test_rollout_diff_max_jump_alone_is_flagged(tmp_path: Path) -> None:
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if step >= 170:
+            d["training/rollout_probs_diff_max"] = 0.95
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    hit = only(findings, "rollout_mismatch")
+    assert hit.metric == "rollout_probs_diff_max"
+    assert 164 <= hit.start_step <= 171 and hit.end_step == STEPS
+    assert "lowest_corr" not in hit.evidence
 
 
 def test_nan_and_null_values(tmp_path: Path) -> None:
@@ -529,8 +627,8 @@ def test_thresholds_are_tunable(tmp_path: Path) -> None:
     """A stricter entropy bar makes the healthy run's ordinary decline fire: proof the
     threshold is read from the dataclass, not hard-coded."""
     path = write_jsonl(tmp_path / "m.jsonl", build_run())
-    strict = rm.Thresholds(entropy_collapse_frac=0.5)
-    findings = rm.analyse(path, strict)[2]
+    strict = rc.Thresholds(entropy_collapse_frac=0.5)
+    findings = rs.analyse(path, strict)[2]
     assert "entropy_collapse" in checks_fired(findings)
 
 
@@ -551,7 +649,7 @@ def test_resumed_run_segments_merge_later_wins(tmp_path: Path) -> None:
     # Written out of name order on purpose: order is by name (= launch time), not mtime.
     write_jsonl(run / "metrics" / "metrics-20250102T090000Z.jsonl", second)
     write_jsonl(run / "metrics" / "metrics-20250102T060000Z.jsonl", first)
-    data, canon, findings, summary = rm.analyse(run)
+    data, canon, findings, summary = rs.analyse(run)
     assert [Path(s).name for s in data.sources] == [
         "metrics-20250102T060000Z.jsonl",
         "metrics-20250102T090000Z.jsonl",
@@ -571,7 +669,7 @@ def test_truncated_last_line_and_non_numeric_value(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "m.jsonl", records)
     with path.open("a", encoding="utf-8") as handle:
         handle.write('{"step": 21, "data": {"critic/score/mean": 0.4')  # writer died mid-line
-    data, canon, _, _ = rm.analyse(path)
+    data, canon, _, _ = rs.analyse(path)
     assert list(data.steps) == list(range(21))
     messages = [str(issue) for issue in data.issues]
     assert len(messages) == 2
@@ -596,7 +694,7 @@ def test_console_log_strictness_and_formats(tmp_path: Path) -> None:
     ]
     path = tmp_path / "console.log"
     path.write_text("\n".join(lines), encoding="utf-8")
-    data = rm.load_run(path)
+    data = rp.load_run(path)
     assert list(data.steps) == [0, 1, 2, 3, 4]
     assert data.steps[0] == {"val-core/openai/gsm8k/acc/mean@1": 0.25}
     assert math.isnan(data.steps[1]["actor/entropy"])
@@ -610,7 +708,7 @@ def test_console_log_strictness_and_formats(tmp_path: Path) -> None:
     ]
     # A last line without its newline may end inside a value: that field is not trusted.
     path.write_text("\n".join(lines[:3]) + "\n" + esc + "step:5 - x/a:1.5 - x/b:0.12", "utf-8")
-    data = rm.load_run(path)
+    data = rp.load_run(path)
     assert data.steps[5] == {"x/a": 1.5}
     assert [str(i) for i in data.issues] == [
         f"{path}:4: line cut off after 1 fields, dropped 'x/b:0.12'"
@@ -620,7 +718,7 @@ def test_console_log_strictness_and_formats(tmp_path: Path) -> None:
 def test_empty_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("", encoding="utf-8")
-    data = rm.load_run(empty)
+    data = rp.load_run(empty)
     assert data.steps == {} and [str(i) for i in data.issues] == [
         f"{empty}: empty file, no metrics in it"
     ]
@@ -716,6 +814,145 @@ def test_follow_waits_for_first_metrics(
     assert "refresh 1: nothing written yet" in out and "refresh 2: 5 steps" in out
 
 
+def test_follow_says_when_the_input_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A followed input that disappears (run directory cleaned up, file moved): the progress line
+    says so and where the last report still is, instead of "nothing written yet"."""
+    path = write_jsonl(tmp_path / "metrics.jsonl", build_run()[:30])
+    out = tmp_path / "out"
+    monkeypatch.setattr(report.time, "sleep", lambda s: path.unlink(missing_ok=True))
+    code = report.main([str(path), "--out", str(out), "--follow", "--max-refreshes", "2"])
+    assert code == 0
+    captured = capsys.readouterr()
+    progress = [ln for ln in captured.out.splitlines() if "refresh" in ln]
+    assert "refresh 1: 30 steps" in progress[0]
+    assert progress[1].endswith(
+        f"refresh 2: input {path} is gone; the last report at {out / 'report.html'} is kept"
+    )
+    assert "nothing written yet" not in captured.out
+    assert captured.err.strip().splitlines() == [f"report.py: error: input not found: {path}"]
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["steps"]["count"] == 30
+
+    # An earlier report on disk is kept (and said to be) while a new input has no metrics yet.
+    path.write_text("", encoding="utf-8")
+    monkeypatch.setattr(report.time, "sleep", lambda s: None)
+    assert report.main([str(path), "--out", str(out), "--follow", "--max-refreshes", "1"]) == 1
+    line = [ln for ln in capsys.readouterr().out.splitlines() if "refresh 1" in ln][0]
+    assert line.endswith(
+        f"refresh 1: no metrics could be read; the last report at {out / 'report.html'} is kept"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Long runs: every check linear in the number of steps, plots of bounded size
+# --------------------------------------------------------------------------------------------
+
+LONG = 60_000
+HACK_FROM = 40_000  # a planted length-hacking stretch: length +60% and score +0.15 over 100 steps
+
+
+def long_run_lines(fmt: str) -> list[str]:
+    """A 60,000-step run (about 15 MB), healthy except for the planted length hacking."""
+    rng = random.Random(3)
+    lines = []
+    for step in range(LONG):
+        ramp = min(1.0, max(0.0, (step - HACK_FROM) / 100)) if step < HACK_FROM + 300 else 0.0
+        data: dict[str, float] = {
+            "critic/score/mean": round(
+                0.15 + 0.4 * (1 - math.exp(-step / 400)) + 0.15 * ramp + rng.uniform(-0.02, 0.02),
+                4,
+            ),
+            "actor/reward_kl_penalty": round(0.2 * (1 - math.exp(-step / 600)), 4),
+            "actor/entropy": round(0.08 + 0.4 * math.exp(-step / 500) + rng.uniform(0, 0.004), 4),
+            "actor/pg_clipfrac": round(0.004 * (1 + rng.uniform(-0.3, 0.3)), 5),
+            "critic/vf_loss": round(0.05 + 0.15 * math.exp(-step / 20_000), 4),
+            "response_length/mean": round(
+                260 * (1 + 0.6 * ramp) * (1 + rng.uniform(-0.04, 0.04)), 2
+            ),
+            "timing_s/gen": 20.0,
+            "timing_s/update_actor": 18.0,
+            "timing_s/step": 40.0,
+        }
+        if step % 10 == 0:
+            data[VAL_KEY] = round(0.3 + 0.3 * (1 - math.exp(-step / 300)), 4)
+        if fmt == "jsonl":
+            lines.append(json.dumps({"step": step, "data": data}))
+        else:
+            lines.append(f"step:{step} - " + " - ".join(f"{k}:{v}" for k, v in data.items()))
+    return lines
+
+
+@pytest.mark.parametrize("fmt", ["console", "jsonl"])
+def test_long_run_report_is_fast_and_bounded(tmp_path: Path, fmt: str) -> None:
+    """The whole report (parse, checks, plots, write) of 60,000 steps. The length-hacking check
+    used to compare every step with every earlier one: about two minutes for this log. The
+    bound is a regression guard for a slow 2-core machine, not a benchmark."""
+    path = tmp_path / ("run.jsonl" if fmt == "jsonl" else "console.log")
+    path.write_text("\n".join(long_run_lines(fmt)) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "report.py"), str(path), "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"report of a {LONG}-step {fmt} run took more than 30 s")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["steps"] == {"count": LONG, "first": 0, "last": LONG - 1, "gaps_before": []}
+    assert summary["validation"]["points"] == LONG // 10
+    warnings = [f for f in summary["health"] if f["severity"] != "note"]
+    assert [f["check"] for f in warnings] == ["length_hacking"], warnings
+    assert HACK_FROM - 20 <= warnings[0]["start_step"] <= HACK_FROM + 60
+    assert HACK_FROM + 100 <= warnings[0]["end_step"] <= HACK_FROM + 300
+    # Plots are downsampled: every series draws at most MAX_DRAWN points, keeping the spikes.
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert len(page) < 1_000_000
+    svgs = parse_svgs(page)
+    assert svgs["score"]["data-points"] == str(LONG)
+    assert svgs["val_acc"]["data-points"] == str(LONG // 10)
+    for plot_id, svg in svgs.items():
+        for count, coords in svg["series"]:
+            assert count == coords and 0 < count <= report_plots.MAX_DRAWN, plot_id
+    rise = re.search(r"\(\+(\d+)%\) while score", warnings[0]["message"])
+    assert rise and 40 <= int(rise.group(1)) <= 60, warnings[0]["message"]
+
+
+def test_checks_stay_linear_with_many_findings() -> None:
+    """Checks used to rescan the whole run for every range they report: 60,000 steps with a NaN
+    every fourth step and an entropy flickering below its bar took minutes."""
+    data = rp.RunData()
+    for step in range(LONG):
+        entropy = 0.4 if step < 20 or (step // 10) % 2 else 0.001
+        data.merge(
+            step,
+            {
+                "actor/entropy": entropy,
+                "actor/grad_norm": math.nan if step % 4 == 3 else 1.0,
+                "actor/pg_clipfrac": 0.0 if (step // 40) % 2 else 0.3,
+                "critic/vf_loss": 0.1 if (step // 20) % 2 else 50.0,
+            },
+        )
+    started = time.monotonic()
+    canon = rp.canonicalize(data)
+    findings = rc.health_checks(data, canon)
+    assert time.monotonic() - started < 20
+    counts: dict[str, int] = {}
+    for finding in findings:
+        counts[finding.check] = counts.get(finding.check, 0) + 1
+    # one finding per NaN step (never two in a row), one per 40-step block of each clip extreme,
+    # about one per 20-step entropy cycle and per 40-step value-loss cycle
+    assert counts["nan_inf"] == LONG // 4
+    assert counts["clip_fraction_zero"] == counts["clip_fraction_high"] == LONG // 80
+    assert LONG // 20 - 10 <= counts["entropy_collapse"] <= LONG // 20
+    assert LONG // 40 - 10 <= counts["value_loss_explosion"] <= LONG // 40
+
+
 def test_cli_subprocess_on_real_log(verl_logs_dir: Path, tmp_path: Path) -> None:
     logs = verl_logs_dir
     out = tmp_path / "r512"
@@ -766,14 +1003,14 @@ def test_default_out_dirs(tmp_path: Path) -> None:
     assert report.default_out_dir(path) == path.parent / "metrics-1-report"
     copy = tmp_path / "x.log"
     shutil.copy(path, copy)  # content sniffing: a .log holding JSON lines is read as JSONL
-    assert rm.load_run(copy).formats == ["jsonl"]
+    assert rp.load_run(copy).formats == ["jsonl"]
 
 
 def test_docs_threshold_table_matches_dataclass() -> None:
-    """The thresholds live in report_metrics.Thresholds; the docs page repeats them."""
+    """The thresholds live in report_checks.Thresholds; the docs page repeats them."""
     text = (ROOT / "docs" / "reading-a-ppo-run.md").read_text(encoding="utf-8")
     documented = {name: float(value) for name, value in re.findall(r"`(\w+)`=([\d.]+)", text)}
-    for name, value in vars(rm.THRESHOLDS).items():
+    for name, value in vars(rc.THRESHOLDS).items():
         assert name in documented, f"{name} missing from docs/reading-a-ppo-run.md"
         assert documented[name] == pytest.approx(value), name
 
