@@ -702,7 +702,7 @@ def recipe_overrides(
     """The override list recipes/common.sh builds in this environment (from the real file)."""
     script = (
         f'RECIPE=preflight CONFIG_NAME={config_name}; source "{ROOT}/recipes/common.sh"; '
-        'printf "%s\\0" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}"'
+        'printf "%s\\0" "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}"'
     )
     out = subprocess.run(
         ["bash", "-c", script], env=env, cwd=cwd, capture_output=True, text=True, check=True

@@ -426,7 +426,7 @@ def build_plots(canon: rp.Canonical, findings: list[rc.Finding]) -> list[Plot]:
             _with_trend("entropy", s.get("entropy", []), PALETTE[3], win),
             "nats",
             log_y=False,
-            note="with entropy_coeff=0 set actor.calculate_entropy=True",
+            note="verl's v1 trainer logs actor/entropy; the legacy one only with calculate_entropy",
         ),
         Plot(
             "response_length",

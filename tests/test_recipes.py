@@ -46,7 +46,8 @@ def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, prepared_gsm8k_
     assert get(cfg, "actor_rollout_ref.model.path") == str(tiny_model_dir)
     assert get(cfg, "reward.custom_reward_function.path") == str(ROOT / "rewards" / "gsm8k.py")
     assert get(cfg, "actor_rollout_ref.actor.strategy") == "fsdp2"
-    assert get(cfg, "actor_rollout_ref.actor.calculate_entropy") is True
+    assert get(cfg, "actor_rollout_ref.actor.calculate_entropy") is False  # v1 logs entropy anyway
+    assert get(cfg, "critic.ppo_infer_max_token_len_per_gpu") == 16384
     assert get(cfg, "actor_rollout_ref.rollout.name") == "vllm"
     assert get(cfg, "trainer.resume_mode") == "auto"
     assert get(cfg, "trainer.val_before_train") is True
