@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import eval_gsm8k as ev
+import eval_scoring as scoring
 import pytest
 from helpers import require_path
 from openai_stub import StubServer
@@ -145,8 +146,8 @@ def test_transformers_backend_on_tiny_model(eval_env, tiny_model_dir, shared_gsm
     assert result(summary, "base", "evalscope")["our_reward_accuracy"] is None
     # the prompt EvalScope sent in training mode is exactly the training prompt
     record = json.loads((out / train["predictions"]).read_text().splitlines()[0])
-    row = ev.match_row(record, [{"question": r["question"]} for r in _jsonl(shared_gsm8k_dir)])
-    assert ev.user_prompt(record) == build_prompt(row["question"], "hash")
+    row = scoring.match_row(record, [{"question": r["question"]} for r in _jsonl(shared_gsm8k_dir)])
+    assert scoring.user_prompt(record) == build_prompt(row["question"], "hash")
     table = (out / "comparison.md").read_text()
     assert re.search(r"\| base \(baseline\) \| training \| [0-9.]+ \| 3 \|", table)
     assert "| again | evalscope |" in table
@@ -344,16 +345,16 @@ PREDICTION = {  # the shape of one line of EvalScope 1.14.1's predictions/<model
 
 
 def test_response_text_and_row_matching():
-    assert ev.response_text(PREDICTION) == "6*5=30\n#### 30"
+    assert scoring.response_text(PREDICTION) == "6*5=30\n#### 30"
     parts = json.loads(json.dumps(PREDICTION))
     parts["model_output"]["choices"][0]["message"]["content"] = [{"type": "text", "text": "x"}]
-    assert ev.response_text(parts) == "x"
+    assert scoring.response_text(parts) == "x"
     no_output = {**PREDICTION, "model_output": None}
-    assert ev.response_text(no_output) == "6*5=30\n#### 30"  # the conversation's last turn
+    assert scoring.response_text(no_output) == "6*5=30\n#### 30"  # the conversation's last turn
     rows = [{"question": q, "answer": a} for q, a in TEST_ROWS]
-    assert ev.match_row(PREDICTION, rows) is rows[1]
+    assert scoring.match_row(PREDICTION, rows) is rows[1]
     shifted = {**PREDICTION, "index": 0}  # a wrong index is corrected by the question text
-    assert ev.match_row(shifted, rows) is rows[1]
+    assert scoring.match_row(shifted, rows) is rows[1]
 
 
 def test_rescore_with_our_reward(tmp_path):
@@ -369,7 +370,7 @@ def test_rescore_with_our_reward(tmp_path):
         records.append(record)
     path = tmp_path / "pred.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    scored = ev.rescore(path, rows, ev.load_reward(), ground_truth)
+    scored = scoring.rescore(path, rows, scoring.load_reward(), ground_truth)
     assert scored["n"] == 3 and scored["unmatched"] == 0
     assert scored["accuracy"] == pytest.approx(2 / 3) and scored["format_rate"] == 1.0
     assert [scored["per_index"][i]["acc"] for i in range(3)] == [1.0, 1.0, 0.0]
@@ -392,7 +393,7 @@ def test_model_specs_baseline_and_deltas():
         {"model": "ppo", "mode": "evalscope", "accuracy": 0.50, "our_reward_accuracy": None},
         {"model": "bad", "mode": "training", "accuracy": None, "error": "boom"},
     ]
-    ev.add_deltas(results, "base")
+    scoring.add_deltas(results, "base")
     assert results[0]["delta_vs_baseline"] is None
     assert results[2]["delta_vs_baseline"] == pytest.approx(0.15)
     assert results[2]["our_reward_delta_vs_baseline"] == pytest.approx(0.18)
