@@ -9,18 +9,9 @@ from pathlib import Path
 from eval_common import UsageError
 
 
-def prepare_data(source: str, data_root: Path) -> tuple[Path, dict[str, list[dict]]]:
-    """Read GSM8K from ``source`` and write the hub layout EvalScope reads offline.
-
-    The directory is named ``gsm8k-<content hash>``: ``datasets`` caches a local dataset
-    directory under its base name and config only (``~/.cache/huggingface/datasets/<name>/main/
-    0.0.0/<fixed hash>``), so a directory named just ``gsm8k`` would silently be served the rows
-    of whichever ``gsm8k`` directory was loaded first. A content-derived name makes that cache
-    correct by construction.
-    """
-    import hashlib
-
-    from data_prep.gsm8k import DataPrepError, load_source, write_hub_layout
+def load_data(source: str) -> dict[str, list[dict]]:
+    """Read GSM8K from ``source`` (writes nothing): ``{split: [{question, answer}]}``."""
+    from data_prep.gsm8k import DataPrepError, load_source
 
     path = Path(source).expanduser()
     try:
@@ -32,12 +23,28 @@ def prepare_data(source: str, data_root: Path) -> tuple[Path, dict[str, list[dic
         raise UsageError(f"--data: {err}") from None
     if not splits.get("test"):
         raise UsageError(f"--data {source}: the test split is empty")
+    return splits
+
+
+def write_data(splits: dict[str, list[dict]], data_root: Path) -> Path:
+    """Write the hub layout EvalScope reads offline; returns its directory.
+
+    The directory is named ``gsm8k-<content hash>``: ``datasets`` caches a local dataset
+    directory under its base name and config only (``~/.cache/huggingface/datasets/<name>/main/
+    0.0.0/<fixed hash>``), so a directory named just ``gsm8k`` would silently be served the rows
+    of whichever ``gsm8k`` directory was loaded first. A content-derived name makes that cache
+    correct by construction.
+    """
+    import hashlib
+
+    from data_prep.gsm8k import write_hub_layout
+
     canonical = json.dumps(
         {k: [[r["question"], r["answer"]] for r in v] for k, v in sorted(splits.items())},
         ensure_ascii=False,
     )
     digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
-    return write_hub_layout(splits, data_root / f"gsm8k-{digest}"), splits
+    return write_hub_layout(splits, data_root / f"gsm8k-{digest}")
 
 
 def _is_verl_parquet_dir(path: Path) -> bool:

@@ -53,15 +53,16 @@ from eval_common import (
     PROG,
     REPETITION_PENALTY,
     ROOT,
+    EvalError,
     ModelSpec,
     Settings,
     UsageError,
 )
-from eval_data import prepare_data
+from eval_data import load_data, write_data
 from eval_render import render_markdown
 from eval_run import evaluate_model, mode_settings
 from eval_scoring import add_deltas, load_reward
-from eval_server import has_gpu
+from eval_server import has_gpu, probe_openai, resolve_model_path
 
 # ---------------------------------------------------------------------------------------------
 # Models on the command line
@@ -289,6 +290,21 @@ def parse_settings(args: argparse.Namespace) -> tuple[Settings, list[ModelSpec]]
     return settings, specs
 
 
+def check_models(specs: list[ModelSpec], settings: Settings) -> None:
+    """Resolve every local model (``spec.path``) and probe every ``--api-url``, or raise
+    UsageError naming the first one that is wrong."""
+    for spec in specs:
+        if spec.api_url:
+            problem = probe_openai(spec.api_url, spec.source, settings.api_key)
+            if problem:
+                raise UsageError(f"--api-url {spec.api_url}: {problem}")
+        else:
+            try:
+                spec.path = resolve_model_path(spec.source)
+            except EvalError as err:
+                raise UsageError(f"--model {spec.source}: {err}") from None
+
+
 def _terminate(signum, _frame):
     raise SystemExit(128 + signum)  # unwinds through every finally/with: servers are stopped
 
@@ -305,21 +321,22 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, _terminate)
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the data is always local by now
 
-    out = settings.out
-    out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    # Everything the user named is checked before anything is written: a typo must not leave
+    # an --out directory behind (its re-run would be refused without --force).
     try:
-        data_dir, rows = prepare_data(args.data, out / "data")
+        rows = load_data(args.data)
+        if "evalscope" in settings.modes and len(rows.get("train") or []) < 4:
+            raise UsageError(
+                f"--data {args.data}: evalscope mode needs >= 4 train rows for its 4-shot examples"
+            )
+        check_models(specs, settings)
     except UsageError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
-    if "evalscope" in settings.modes and len(rows.get("train") or []) < 4:
-        print(
-            f"{PROG}: --data {args.data}: evalscope mode needs >= 4 train rows for its "
-            "4-shot examples",
-            file=sys.stderr,
-        )
-        return 2
+
+    out = settings.out
+    data_dir = write_data(rows, out / "data")
 
     import evalscope
 

@@ -17,7 +17,7 @@ from atomic_io import write_atomic
 from eval_common import BENCHMARK, PROG, REPETITION_PENALTY, SUBSET, EvalError, ModelSpec, Settings
 from eval_render import pct, render_samples
 from eval_scoring import read_jsonl, read_report, rescore, review_scores
-from eval_server import ServerProcess, free_port, resolve_model_path
+from eval_server import ServerProcess, free_port
 
 
 def _metric_name(meta) -> str:
@@ -280,7 +280,7 @@ def evaluate_model(
         if spec.api_url:
             run_modes(spec.api_url, spec.source)
         else:
-            spec.path = resolve_model_path(spec.source)
+            assert spec.path is not None, "resolve local models first (check_models)"
             if backend == "vllm":
                 port = settings.port or free_port()
                 cmd = [
@@ -297,7 +297,9 @@ def evaluate_model(
                 ]
                 log = settings.out / "logs" / f"vllm-{spec.label}.log"
                 base = f"http://127.0.0.1:{port}/v1"
-                with ServerProcess(cmd, base, spec.label, log, settings.server_timeout):
+                with ServerProcess(
+                    cmd, base, spec.label, log, settings.server_timeout, settings.api_key
+                ):
                     run_modes(base, spec.label)
             else:
                 run_modes(None, None)

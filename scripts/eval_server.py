@@ -5,6 +5,7 @@ ready, always stop the whole group)."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import shutil
@@ -13,10 +14,13 @@ import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from eval_common import LOG_TAIL_LINES, PROG, EvalError
+
+PROBE_TIMEOUT = 5.0  # seconds for one GET /v1/models
 
 
 def has_gpu() -> bool:
@@ -68,14 +72,62 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:]) or "(empty log)"
 
 
+def probe_openai(
+    base_url: str, served_name: str, api_key: str = "EMPTY", timeout: float = PROBE_TIMEOUT
+) -> str | None:
+    """Ask an OpenAI-compatible server for ``GET <base_url>/models`` once: None when it answers
+    with an OpenAI model list that holds ``served_name``, else what was wrong, in a few words."""
+    parts = urllib.parse.urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "not an http(s) URL (expected e.g. http://127.0.0.1:8000/v1)"
+    url = f"{base_url.rstrip('/')}/models"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = response.read(1 << 20)
+    except urllib.error.HTTPError as err:
+        return f"GET {url} answered HTTP {err.code} {err.reason}"
+    except urllib.error.URLError as err:
+        reason = err.reason
+        if isinstance(reason, ConnectionRefusedError):
+            return f"connection refused (nothing listens on {parts.netloc})"
+        if isinstance(reason, socket.gaierror):
+            return f"unknown host {parts.hostname!r}"
+        if isinstance(reason, TimeoutError):
+            return f"no answer from GET {url} within {timeout:.0f} s"
+        return f"cannot reach {url}: {reason}"
+    except TimeoutError:
+        return f"no answer from GET {url} within {timeout:.0f} s"
+    except (OSError, ValueError, http.client.HTTPException) as err:
+        return f"GET {url} failed: {type(err).__name__}: {err}"
+    try:
+        listing = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return f"GET {url} did not answer JSON (starts with {body[:40]!r})"
+    models = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(models, list) or not all(isinstance(m, dict) for m in models):
+        return f"GET {url} answered JSON that is not an OpenAI model list (no 'data' list)"
+    served = [str(m.get("id")) for m in models]
+    if served_name not in served:
+        listed = ", ".join(served[:5]) + (", ..." if len(served) > 5 else "")
+        return f"the server does not serve {served_name!r} (it lists: {listed or 'no model'})"
+    return None
+
+
 class ServerProcess:
     """``vllm serve`` (or anything with its command line) in its own process group."""
 
     def __init__(
-        self, cmd: list[str], base_url: str, served_name: str, log_path: Path, timeout: float
+        self,
+        cmd: list[str],
+        base_url: str,
+        served_name: str,
+        log_path: Path,
+        timeout: float,
+        api_key: str = "EMPTY",
     ):
         self.cmd, self.base_url, self.served_name = cmd, base_url, served_name
-        self.log_path, self.timeout = log_path, timeout
+        self.log_path, self.timeout, self.api_key = log_path, timeout, api_key
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> ServerProcess:
@@ -106,6 +158,7 @@ class ServerProcess:
         assert self.proc is not None
         deadline = time.monotonic() + self.timeout
         url = f"{self.base_url}/models"
+        problem = "no answer yet"
         while time.monotonic() < deadline:
             code = self.proc.poll()
             if code is not None:
@@ -113,18 +166,14 @@ class ServerProcess:
                     f"the server exited with code {code} before answering {url}; last lines of "
                     f"{self.log_path}:\n{log_tail(self.log_path)}"
                 )
-            try:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    models = json.loads(response.read().decode("utf-8")).get("data") or []
-                if any(m.get("id") == self.served_name for m in models):
-                    print(f"{PROG}: server ready at {self.base_url}", flush=True)
-                    return
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
+            problem = probe_openai(self.base_url, self.served_name, self.api_key)
+            if problem is None:
+                print(f"{PROG}: server ready at {self.base_url}", flush=True)
+                return
             time.sleep(1.0)
         raise EvalError(
-            f"the server did not answer {url} within {self.timeout:.0f} s; last lines of "
-            f"{self.log_path}:\n{log_tail(self.log_path)}"
+            f"the server did not answer {url} within {self.timeout:.0f} s (last probe: "
+            f"{problem}); last lines of {self.log_path}:\n{log_tail(self.log_path)}"
         )
 
     def stop(self) -> None:

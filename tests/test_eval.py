@@ -12,10 +12,12 @@ is missing, and fail under CI=true.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,7 +27,7 @@ import eval_gsm8k as ev
 import eval_scoring as scoring
 import pytest
 from helpers import require_path
-from openai_stub import StubServer
+from openai_stub import GarbageServer, StubServer
 
 from data_prep.gsm8k import PROMPT_STYLES, build_prompt
 
@@ -291,6 +293,79 @@ def test_vllm_server_failures_are_reported_and_cleaned_up(eval_env, small_gsm8k,
     assert run.returncode == 128 + signal.SIGTERM, stderr
     assert "interrupted" in stderr
     assert not _alive(int(child_pid.read_text()))
+
+
+def _one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The single stderr line of a refused run (exit 2, no traceback anywhere)."""
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, output[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", ["closed-port", "not-a-url", "not-json", "not-openai", "model"])
+def test_api_url_is_probed_before_anything(eval_env, small_gsm8k, tmp_path, case):
+    """A wrong --api-url fails in seconds with one line naming the URL and the problem."""
+    expected = {
+        "closed-port": "connection refused",
+        "not-a-url": "not an http(s) URL",
+        "not-json": "did not answer JSON",
+        "not-openai": "not an OpenAI model list",
+        "model": "does not serve 'stub-model'",
+    }[case]
+    out = tmp_path / "eval"
+    with contextlib.ExitStack() as stack:
+        if case == "closed-port":  # bound, never listening: connections are refused
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        elif case == "not-a-url":
+            url = "127.0.0.1:8000/v1"
+        elif case == "not-json":
+            url = stack.enter_context(GarbageServer(b"<html>hello</html>")).url
+        elif case == "not-openai":
+            garbage = GarbageServer(b'{"status": "ok"}', content_type="application/json")
+            url = stack.enter_context(garbage).url
+        else:  # a real OpenAI-shaped server that serves another model
+            url = stack.enter_context(StubServer(STUB_ANSWERS, model="other-model")).url
+        started = time.monotonic()
+        proc = run_eval(
+            "--api-url", url, "--api-model", "stub-model", "--data", small_gsm8k, "--out", out,
+            timeout=300,
+        )  # fmt: skip
+        seconds = time.monotonic() - started
+    line = _one_line_error(proc)
+    assert line.startswith(f"eval.sh: --api-url {url}: "), line
+    assert expected in line, line
+    assert seconds < 30, seconds
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_mistyped_model_writes_nothing(eval_env, small_gsm8k, tmp_path):
+    """Every model resolves before --out is written, so the corrected re-run needs no --force."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    answers = tmp_path / "answers.json"
+    answers.write_text(json.dumps(STUB_ANSWERS))
+    fake = _fake_vllm(tmp_path, f'exec "{sys.executable}" "{STUB}" "$@"')
+    out = tmp_path / "eval"
+    common = ["--backend", "vllm", "--vllm-bin", fake, "--data", small_gsm8k,
+              "--modes", "training", "--out", out]  # fmt: skip
+    env = {"OPENAI_STUB_ANSWERS": str(answers)}
+    for typo in (tmp_path / "modle", "Qwen/No-Such-Model-Here"):  # a path, a hub id (offline)
+        proc = run_eval("--model", f"base={model}", "--model", f"ppo={typo}", *common, env=env)
+        line = _one_line_error(proc)
+        assert line.startswith(f"eval.sh: --model {typo}: "), line
+        assert not out.exists()
+    proc = run_eval("--model", f"base={model}", "--model", f"ppo={model}", *common, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = load_summary(out)
+    assert [r["model"] for r in summary["results"]] == ["base", "ppo"]
+    assert result(summary, "ppo", "training")["accuracy"] == pytest.approx(2 / 3, abs=1e-4)
 
 
 def test_bad_inputs_exit_2(eval_env, tmp_path):
