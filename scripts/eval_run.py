@@ -6,10 +6,13 @@ with ``error`` set; the other evaluations go on.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
 import time
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +107,47 @@ def run_evalscope(
     run_task(config)
 
 
+def evalscope_log(out: Path, label: str, mode: str) -> Path:
+    """Where everything EvalScope prints while evaluating ``label`` in ``mode`` goes."""
+    return out / "logs" / f"evalscope-{label}-{mode}.log"
+
+
+@contextlib.contextmanager
+def console_to(log: Path) -> Iterator[None]:
+    """Send this process's stdout and stderr (file descriptors 1 and 2: EvalScope's logger,
+    progress bars, warnings of the libraries under it) to ``log``; an exception's traceback is
+    written there too, and the exception goes on to the caller."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    try:
+        with log.open("ab") as handle:
+            os.dup2(handle.fileno(), 1)
+            os.dup2(handle.fileno(), 2)
+            try:
+                yield
+            except Exception:
+                traceback.print_exc()
+                raise
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def last_line(err: Exception) -> str:
+    """One line for a failed evaluation: ours as is, anything else as its type and last line."""
+    if isinstance(err, EvalError):
+        return str(err)
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[-1]}" if lines else type(err).__name__
+
+
 def row_identity(spec: ModelSpec, backend: str, mode: str) -> dict[str, Any]:
     """The columns every comparison row starts with, evaluated or failed."""
     return {
@@ -156,8 +200,10 @@ def evaluate_one(
         "error": None,
     }
     start = time.perf_counter()
-    print(f"{PROG}: evaluating {spec.label} in {mode} mode ({backend})", flush=True)
-    run_evalscope(spec, mode, settings, data_dir, api_url, served_name, work_dir)
+    log = evalscope_log(out, spec.label, mode)
+    print(f"{PROG}: evaluating {spec.label} in {mode} mode ({backend}); log: {log}", flush=True)
+    with console_to(log):
+        run_evalscope(spec, mode, settings, data_dir, api_url, served_name, work_dir)
     report = read_report(work_dir, spec.label)
     predictions = work_dir / "predictions" / spec.label / f"{BENCHMARK}_{SUBSET}.jsonl"
     reviews_path = work_dir / "reviews" / spec.label / f"{BENCHMARK}_{SUBSET}.jsonl"
@@ -241,15 +287,15 @@ def evaluate_model(
     """All modes of one model; a failure is recorded in the rows, not raised."""
     backend = "api" if spec.api_url else settings.backend
 
-    def failed(message: str) -> list[dict]:
-        print(f"{PROG}: {spec.label} failed: {message}", file=sys.stderr, flush=True)
+    def failed(message: str, modes: list[str]) -> list[dict]:
+        print(f"{PROG}: {spec.label} / {','.join(modes)} failed: {message}", file=sys.stderr)
         return [
             {
                 **row_identity(spec, backend, mode),
                 "evalscope_version": version,
                 "error": message,
             }
-            for mode in settings.modes
+            for mode in modes
         ]
 
     results: list[dict] = []
@@ -273,8 +319,8 @@ def evaluate_model(
                     )
                 )
             except Exception as err:  # one failed evaluation must not lose the others
-                message = str(err) if isinstance(err, EvalError) else f"{type(err).__name__}: {err}"
-                results.extend(r for r in failed(message) if r["mode"] == mode)
+                log = evalscope_log(settings.out, spec.label, mode)
+                results.extend(failed(f"{last_line(err)} (full log: {log})", [mode]))
 
     try:
         if spec.api_url:
@@ -304,5 +350,5 @@ def evaluate_model(
             else:
                 run_modes(None, None)
     except EvalError as err:
-        return failed(str(err))
+        return failed(str(err), settings.modes)
     return results

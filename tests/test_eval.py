@@ -295,6 +295,30 @@ def test_vllm_server_failures_are_reported_and_cleaned_up(eval_env, small_gsm8k,
     assert not _alive(int(child_pid.read_text()))
 
 
+def test_evalscope_failure_is_one_line_and_a_log(eval_env, small_gsm8k, tmp_path):
+    """EvalScope itself fails (a model transformers cannot load): one summary line naming the
+    model, the mode and the exception's last line, with the log that holds the traceback."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")  # resolves (a directory), but has no model_type
+    out = tmp_path / "eval"
+    proc = run_eval(
+        "--model", broken, "--backend", "transformers", "--data", small_gsm8k,
+        "--modes", "training", "--limit", 1, "--out", out,
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    (line,) = proc.stderr.strip().splitlines()
+    log = out / "logs" / "evalscope-broken-training.log"
+    assert line.startswith("eval.sh: broken / training failed: ValueError: Unrecognized model")
+    assert line.endswith(f"(full log: {log})")
+    text = log.read_text()
+    assert "Traceback (most recent call last)" in text and "Unrecognized model" in text
+    (row,) = load_summary(out)["results"]
+    assert row["error"] == line.split(" failed: ", 1)[1]
+
+
 def _one_line_error(proc: subprocess.CompletedProcess) -> str:
     """The single stderr line of a refused run (exit 2, no traceback anywhere)."""
     output = proc.stdout + proc.stderr
