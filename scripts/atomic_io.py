@@ -1,7 +1,8 @@
 """Write a text file atomically: a temporary file beside it, flushed, then renamed over it.
 
 A reader sees the old file or the new one, never half of one, and a failure leaves the old one.
-Standard library only: used by scripts/report.py (.venv) and scripts/eval_gsm8k.py (.venv-eval).
+Standard library only: used by scripts/report.py (.venv) and the evaluation driver
+(scripts/eval_gsm8k.py, scripts/eval_run.py; .venv-eval).
 """
 
 from __future__ import annotations

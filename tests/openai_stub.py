@@ -16,6 +16,9 @@ As a process it takes ``vllm serve``'s command line, so a test can stand it in f
 
 with the table read from the JSON file named by ``$OPENAI_STUB_ANSWERS`` (or ``--answers``), and
 its pid written to ``$OPENAI_STUB_PID_FILE`` if set. Unknown options are ignored.
+
+``GarbageServer(body)`` is the opposite: a server that answers every request with HTTP 200 and
+``body`` (not JSON, or JSON that is not OpenAI's), to test that clients reject it.
 """
 
 from __future__ import annotations
@@ -158,6 +161,50 @@ class StubServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class GarbageServer:
+    """Answers every GET and POST on 127.0.0.1 with HTTP 200 and a fixed body."""
+
+    def __init__(self, body: bytes, content_type: str = "text/html"):
+        self.requests: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, fmt, *args):
+                pass
+
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                outer.requests.append(f"{self.command} {self.path}")
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _answer  # noqa: N815 (http.server's naming)
+
+        outer = self
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> GarbageServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,19 +12,22 @@ is missing, and fail under CI=true.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import eval_gsm8k as ev
+import eval_scoring as scoring
 import pytest
 from helpers import require_path
-from openai_stub import StubServer
+from openai_stub import GarbageServer, StubServer
 
 from data_prep.gsm8k import PROMPT_STYLES, build_prompt
 
@@ -145,8 +148,8 @@ def test_transformers_backend_on_tiny_model(eval_env, tiny_model_dir, shared_gsm
     assert result(summary, "base", "evalscope")["our_reward_accuracy"] is None
     # the prompt EvalScope sent in training mode is exactly the training prompt
     record = json.loads((out / train["predictions"]).read_text().splitlines()[0])
-    row = ev.match_row(record, [{"question": r["question"]} for r in _jsonl(shared_gsm8k_dir)])
-    assert ev.user_prompt(record) == build_prompt(row["question"], "hash")
+    row = scoring.match_row(record, [{"question": r["question"]} for r in _jsonl(shared_gsm8k_dir)])
+    assert scoring.user_prompt(record) == build_prompt(row["question"], "hash")
     table = (out / "comparison.md").read_text()
     assert re.search(r"\| base \(baseline\) \| training \| [0-9.]+ \| 3 \|", table)
     assert "| again | evalscope |" in table
@@ -292,6 +295,103 @@ def test_vllm_server_failures_are_reported_and_cleaned_up(eval_env, small_gsm8k,
     assert not _alive(int(child_pid.read_text()))
 
 
+def test_evalscope_failure_is_one_line_and_a_log(eval_env, small_gsm8k, tmp_path):
+    """EvalScope itself fails (a model transformers cannot load): one summary line naming the
+    model, the mode and the exception's last line, with the log that holds the traceback."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")  # resolves (a directory), but has no model_type
+    out = tmp_path / "eval"
+    proc = run_eval(
+        "--model", broken, "--backend", "transformers", "--data", small_gsm8k,
+        "--modes", "training", "--limit", 1, "--out", out,
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    (line,) = proc.stderr.strip().splitlines()
+    log = out / "logs" / "evalscope-broken-training.log"
+    assert line.startswith("eval.sh: broken / training failed: ValueError: Unrecognized model")
+    assert line.endswith(f"(full log: {log})")
+    text = log.read_text()
+    assert "Traceback (most recent call last)" in text and "Unrecognized model" in text
+    (row,) = load_summary(out)["results"]
+    assert row["error"] == line.split(" failed: ", 1)[1]
+
+
+def _one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The single stderr line of a refused run (exit 2, no traceback anywhere)."""
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, output[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", ["closed-port", "not-a-url", "not-json", "not-openai", "model"])
+def test_api_url_is_probed_before_anything(eval_env, small_gsm8k, tmp_path, case):
+    """A wrong --api-url fails in seconds with one line naming the URL and the problem."""
+    expected = {
+        "closed-port": "connection refused",
+        "not-a-url": "not an http(s) URL",
+        "not-json": "did not answer JSON",
+        "not-openai": "not an OpenAI model list",
+        "model": "does not serve 'stub-model'",
+    }[case]
+    out = tmp_path / "eval"
+    with contextlib.ExitStack() as stack:
+        if case == "closed-port":  # bound, never listening: connections are refused
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        elif case == "not-a-url":
+            url = "127.0.0.1:8000/v1"
+        elif case == "not-json":
+            url = stack.enter_context(GarbageServer(b"<html>hello</html>")).url
+        elif case == "not-openai":
+            garbage = GarbageServer(b'{"status": "ok"}', content_type="application/json")
+            url = stack.enter_context(garbage).url
+        else:  # a real OpenAI-shaped server that serves another model
+            url = stack.enter_context(StubServer(STUB_ANSWERS, model="other-model")).url
+        started = time.monotonic()
+        proc = run_eval(
+            "--api-url", url, "--api-model", "stub-model", "--data", small_gsm8k, "--out", out,
+            timeout=300,
+        )  # fmt: skip
+        seconds = time.monotonic() - started
+    line = _one_line_error(proc)
+    assert line.startswith(f"eval.sh: --api-url {url}: "), line
+    assert expected in line, line
+    assert seconds < 30, seconds
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_mistyped_model_writes_nothing(eval_env, small_gsm8k, tmp_path):
+    """Every model resolves before --out is written, so the corrected re-run needs no --force."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    answers = tmp_path / "answers.json"
+    answers.write_text(json.dumps(STUB_ANSWERS))
+    fake = _fake_vllm(tmp_path, f'exec "{sys.executable}" "{STUB}" "$@"')
+    out = tmp_path / "eval"
+    common = ["--backend", "vllm", "--vllm-bin", fake, "--data", small_gsm8k,
+              "--modes", "training", "--out", out]  # fmt: skip
+    env = {"OPENAI_STUB_ANSWERS": str(answers)}
+    for typo in (tmp_path / "modle", "Qwen/No-Such-Model-Here"):  # a path, a hub id (offline)
+        proc = run_eval("--model", f"base={model}", "--model", f"ppo={typo}", *common, env=env)
+        line = _one_line_error(proc)
+        assert line.startswith(f"eval.sh: --model {typo}: "), line
+        assert not out.exists()
+    proc = run_eval("--model", f"base={model}", "--model", f"ppo={model}", *common, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = load_summary(out)
+    assert [r["model"] for r in summary["results"]] == ["base", "ppo"]
+    assert result(summary, "ppo", "training")["accuracy"] == pytest.approx(2 / 3, abs=1e-4)
+
+
 def test_bad_inputs_exit_2(eval_env, tmp_path):
     proc = run_eval("--model", tmp_path, "--data", tmp_path / "nowhere", "--out", tmp_path / "o")
     assert proc.returncode == 2 and "--data" in proc.stderr
@@ -344,16 +444,16 @@ PREDICTION = {  # the shape of one line of EvalScope 1.14.1's predictions/<model
 
 
 def test_response_text_and_row_matching():
-    assert ev.response_text(PREDICTION) == "6*5=30\n#### 30"
+    assert scoring.response_text(PREDICTION) == "6*5=30\n#### 30"
     parts = json.loads(json.dumps(PREDICTION))
     parts["model_output"]["choices"][0]["message"]["content"] = [{"type": "text", "text": "x"}]
-    assert ev.response_text(parts) == "x"
+    assert scoring.response_text(parts) == "x"
     no_output = {**PREDICTION, "model_output": None}
-    assert ev.response_text(no_output) == "6*5=30\n#### 30"  # the conversation's last turn
+    assert scoring.response_text(no_output) == "6*5=30\n#### 30"  # the conversation's last turn
     rows = [{"question": q, "answer": a} for q, a in TEST_ROWS]
-    assert ev.match_row(PREDICTION, rows) is rows[1]
+    assert scoring.match_row(PREDICTION, rows) is rows[1]
     shifted = {**PREDICTION, "index": 0}  # a wrong index is corrected by the question text
-    assert ev.match_row(shifted, rows) is rows[1]
+    assert scoring.match_row(shifted, rows) is rows[1]
 
 
 def test_rescore_with_our_reward(tmp_path):
@@ -369,7 +469,7 @@ def test_rescore_with_our_reward(tmp_path):
         records.append(record)
     path = tmp_path / "pred.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    scored = ev.rescore(path, rows, ev.load_reward(), ground_truth)
+    scored = scoring.rescore(path, rows, scoring.load_reward(), ground_truth)
     assert scored["n"] == 3 and scored["unmatched"] == 0
     assert scored["accuracy"] == pytest.approx(2 / 3) and scored["format_rate"] == 1.0
     assert [scored["per_index"][i]["acc"] for i in range(3)] == [1.0, 1.0, 0.0]
@@ -392,7 +492,7 @@ def test_model_specs_baseline_and_deltas():
         {"model": "ppo", "mode": "evalscope", "accuracy": 0.50, "our_reward_accuracy": None},
         {"model": "bad", "mode": "training", "accuracy": None, "error": "boom"},
     ]
-    ev.add_deltas(results, "base")
+    scoring.add_deltas(results, "base")
     assert results[0]["delta_vs_baseline"] is None
     assert results[2]["delta_vs_baseline"] == pytest.approx(0.15)
     assert results[2]["our_reward_delta_vs_baseline"] == pytest.approx(0.18)
