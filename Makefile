@@ -2,15 +2,19 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup setup-eval test lint quality format bench clean
+.PHONY: help setup setup-train setup-eval test test-fast lint quality format bench bench-cpu clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-setup:  ## build .venv (GPU training stack, or the CPU dev stack without a GPU)
+setup:  ## build everything `make test` needs: .venv (GPU or CPU training stack) and .venv-eval
+	bash scripts/setup.sh
+	bash scripts/setup.sh --eval
+
+setup-train:  ## build .venv alone (GPU training stack, or the CPU training stack without a GPU)
 	bash scripts/setup.sh
 
-setup-eval:  ## build .venv-eval with EvalScope (kept apart from verl's Hydra)
+setup-eval:  ## build .venv-eval alone: EvalScope, kept apart from verl's Hydra
 	bash scripts/setup.sh --eval
 
 lint:  ## ruff lint + format check, shellcheck of every launcher
@@ -24,11 +28,17 @@ format:  ## apply ruff fixes and formatting
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test: lint  ## lint, then the whole CPU test suite
+test: lint  ## lint, then the whole CPU test suite, real CPU training included (~20 min on 2 cores)
 	$(PY) -m pytest
+
+test-fast:  ## the suite without the slow tests (no training runs): for iteration, not for CI
+	$(PY) -m pytest -m "not slow"
 
 bench:  ## reward throughput: ours vs verl's built-in scorer
 	$(PY) scripts/bench_reward.py
+
+bench-cpu:  ## smoke_tiny on this CPU: wall time, time to each step, phases, peak memory
+	$(PY) scripts/bench_cpu_train.py
 
 clean:  ## remove caches (keeps the environments)
 	rm -rf .pytest_cache .ruff_cache .hypothesis build *.egg-info

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# PPO with LoRA adapters (actor and critic) on GSM8K with Qwen2.5-1.5B-Instruct, one 24 GB GPU.
-# Base weights stay frozen and offloaded between phases; only the adapters and the value head train.
+# PPO with a LoRA actor and a full critic on GSM8K with Qwen2.5-1.5B-Instruct, one 24 GB GPU.
+# The actor trains adapters on frozen base weights (the base without them is the reference); the
+# critic trains fully with its states offloaded to host memory. verl's legacy trainer: see
+# configs/gsm8k_ppo_lora.yaml and recipes/README.md for why.
 #   DRY_RUN=1 bash recipes/ppo_lora_qwen2.5-1.5b_gsm8k.sh
 set -euo pipefail
 
@@ -16,8 +18,6 @@ LORA_ALPHA=${LORA_ALPHA:-32}
 RECIPE_OVERRIDES=(
   "actor_rollout_ref.model.lora_rank=$LORA_RANK"
   "actor_rollout_ref.model.lora_alpha=$LORA_ALPHA"
-  "critic.model.lora_rank=$LORA_RANK"
-  "critic.model.lora_alpha=$LORA_ALPHA"
 )
 
 # shellcheck source=common.sh

@@ -67,7 +67,9 @@ def test_recipe_specific_settings(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     assert get(grpo, "actor_rollout_ref.rollout.n") == 5
     lora = composed_config(run_recipe("ppo_lora_qwen2.5-1.5b_gsm8k", env).stdout)
     assert get(lora, "actor_rollout_ref.model.lora_rank") == 32
-    assert get(lora, "critic.model.lora_rank") == 32
+    assert get(lora, "critic.model.lora_rank") == 0  # verl 0.9.1 cannot wrap a critic in LoRA
+    assert get(lora, "trainer.use_v1") is False  # v1 crashes with a LoRA actor and a critic
+    assert get(lora, "critic.fsdp.optimizer_offload") is True
     assert get(lora, "actor_rollout_ref.rollout.load_format") == "safetensors"
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, USER_KNOBS, require_path
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 TRAIN_TIMEOUT_S = 1200
 EVAL_PYTHON = ROOT / ".venv-eval" / "bin" / "python"
@@ -147,10 +147,12 @@ def test_report_reads_the_real_run(smoke: Smoke, tmp_path: Path):
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"]["first"] == 0 and summary["steps"]["last"] == 2
-    assert {"actor", "critic"} <= set(summary["memory"]["roles"])
-    assert "rollout_mismatch" not in {f["check"] for f in summary["findings"]}
+    # verl 0.9.1's role-prefixed engine metrics (actor/perf/max_memory_allocated_gb, ...)
+    assert {"actor", "critic"} <= set(summary["memory"]["gpu"])
+    assert summary["memory"]["gpu"]["actor"]["allocated"]["key"].startswith("actor/perf/")
+    assert not [f for f in summary["health"] if "mismatch" in json.dumps(f)]
     html = (out / "report.html").read_text()
-    assert "Rollout vs training" in html
+    assert "Rollout vs training: Pearson correlation" in html
 
 
 def test_merge_carries_the_training(smoke: Smoke, tmp_path: Path):
@@ -175,7 +177,7 @@ def test_merge_carries_the_training(smoke: Smoke, tmp_path: Path):
     moved = [k for k in common if not torch.equal(base[k].float(), merged[k].float())]
     assert len(moved) >= len(common) // 2, f"only {len(moved)} of {len(common)} tensors moved"
     manifest = json.loads((target / "merge_manifest.json").read_text())
-    assert manifest["source"]["step"] == 2
+    assert manifest["step"] == 2 and manifest["role"] == "actor"
 
 
 def test_eval_compares_base_and_merged(smoke: Smoke, tmp_path: Path):
