@@ -5,7 +5,8 @@
 # RECIPE_OVERRIDES, sources this file, then calls `launch "$@"`. This file:
 #   1. fills in every knob not yet set, each from the environment first (VAR=${VAR:-default});
 #   2. maps the knobs onto verl 0.9.1 keys, once (OVERRIDES);
-#   3. runs the preflight (scripts/preflight.py) on the final override list;
+#   3. checks every knob's type and range (scripts/knobs.py), then runs the preflight
+#      (scripts/preflight.py) on the final override list;
 #   4. DRY_RUN=1: prints verl's own composed config (`--cfg job`) and exits 0, no GPU needed;
 #      otherwise launches `python3 -m verl.trainer.main_ppo` with the user's arguments last.
 # Secrets (WANDB_API_KEY, HF_TOKEN, ...) are read by the libraries from the environment and are
@@ -111,6 +112,16 @@ OVERRIDES=(
   "trainer.logger=[$LOGGER]"
 )
 
+# Every knob of scripts/knobs.py's table that is set here gets its type and range checked, in
+# well under a second, before the slow preflight: one line per bad value, exit 2.
+check_knobs() {
+  local name values=()
+  for name in $("$PYTHON" "$ROOT/scripts/knobs.py" --names); do
+    if [[ -n "${!name+set}" ]]; then values+=("$name=${!name}"); fi
+  done
+  "$PYTHON" "$ROOT/scripts/knobs.py" "${values[@]}"
+}
+
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }
 
 # verl's entry point with our config: main_ppo [hydra flags] -- [user overrides, which go last].
@@ -129,6 +140,7 @@ launch() {
     echo "DRY_RUN=1 runs the preflight and prints the final config without a GPU."
     return 0
   fi
+  check_knobs || exit $?
   echo "recipe: $RECIPE | config: configs/$CONFIG_NAME.yaml | model: $MODEL_PATH | run dir: $RUN_DIR"
   if [[ "$SKIP_PREFLIGHT" != 1 ]]; then
     "$PYTHON" "$ROOT/scripts/preflight.py" --config-name "$CONFIG_NAME" -- \

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from knobs import batch_split_problem
 from preflight_inputs import check_data, check_reward
 from preflight_report import Report, one_line
 
@@ -197,7 +198,8 @@ def check_config(config_dir: Path, config_name: str, overrides: list[str], repor
 
 
 def check_batch_shape(cfg, n_gpus: int, report: Report) -> bool:
-    """What validate_config skips with use_dynamic_bsz: every batch must split evenly over GPUs."""
+    """What validate_config skips with use_dynamic_bsz: every batch must split evenly over GPUs,
+    and into mini-batches (verl asserts it at the first update)."""
     n = cfg.actor_rollout_ref.rollout.n
     batch = cfg.data.train_batch_size
     mini = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
@@ -214,18 +216,18 @@ def check_batch_shape(cfg, n_gpus: int, report: Report) -> bool:
         )
     if mini > batch:
         problems.append(f"ppo_mini_batch_size {mini} > train_batch_size {batch}")
-    elif (mini * n) % n_gpus:
-        problems.append(
-            f"ppo_mini_batch_size x rollout.n = {mini * n} must be divisible by the {n_gpus} GPUs"
+    else:
+        if (mini * n) % n_gpus:
+            problems.append(
+                f"ppo_mini_batch_size x rollout.n = {mini * n} must be divisible by the "
+                f"{n_gpus} GPUs"
+            )
+        split = batch_split_problem(
+            batch, mini, "data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size"
         )
+        problems += [split] if split else []
     for problem in problems:
         report.error("config", problem)
-    if not problems and batch % mini:
-        report.warn(
-            "config",
-            f"train_batch_size {batch} is not a multiple of ppo_mini_batch_size {mini}: "
-            "the last mini-batch of each step is smaller",
-        )
     return not problems
 
 

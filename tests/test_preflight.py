@@ -91,6 +91,11 @@ MISTAKES = {
         ["actor_rollout_ref.actor.ppo_mini_batch_size=256"],
         "ppo_mini_batch_size 256 > train_batch_size 128",
     ),
+    "batch does not split into mini-batches": (
+        ["data.train_batch_size=96", "actor_rollout_ref.actor.ppo_mini_batch_size=64"],
+        "data.train_batch_size=96 does not split into mini-batches of "
+        "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+    ),
     "missing model": (
         ["actor_rollout_ref.model.path=/nonexistent/model"],
         "actor model path '/nonexistent/model' does not exist",
