@@ -78,9 +78,23 @@ SKIP_PREFLIGHT=${SKIP_PREFLIGHT:-0}
 
 declare -p RECIPE_OVERRIDES >/dev/null 2>&1 || RECIPE_OVERRIDES=()
 
+# A value as a quoted Hydra string, read back verbatim: quotes, spaces, commas, '=' all survive.
+# In Hydra's quoted strings \' is a quote, and backslashes are doubled only before a quote
+# (or the closing one); every path-valued override goes through here.
+hydra_quote() {
+  local value=$1 out="" slashes="" char i
+  for ((i = 0; i < ${#value}; i++)); do
+    char=${value:i:1}
+    if [[ "$char" == "\\" ]]; then slashes+=$char; continue; fi
+    if [[ "$char" == "'" ]]; then out+="$slashes$slashes\\'"; else out+="$slashes$char"; fi
+    slashes=""
+  done
+  printf "'%s'" "$out$slashes$slashes"
+}
+
 OVERRIDES=(
-  "actor_rollout_ref.model.path=$MODEL_PATH"
-  "critic.model.path=$CRITIC_MODEL_PATH"
+  "actor_rollout_ref.model.path=$(hydra_quote "$MODEL_PATH")"
+  "critic.model.path=$(hydra_quote "$CRITIC_MODEL_PATH")"
   "trainer.nnodes=$NNODES"
   "trainer.n_gpus_per_node=$NDEVICES_PER_NODE"
   "data.train_batch_size=$TRAIN_BATCH_SIZE"
@@ -100,15 +114,15 @@ OVERRIDES=(
   "trainer.test_freq=$TEST_FREQ"
   "trainer.max_actor_ckpt_to_keep=$MAX_CKPT_TO_KEEP"
   "trainer.max_critic_ckpt_to_keep=$MAX_CKPT_TO_KEEP"
-  "data.train_files=['$GSM8K_TRAIN_FILE']"
-  "data.val_files=['$GSM8K_TEST_FILE']"
-  "reward.custom_reward_function.path=$REWARD_FILE"
+  "data.train_files=[$(hydra_quote "$GSM8K_TRAIN_FILE")]"
+  "data.val_files=[$(hydra_quote "$GSM8K_TEST_FILE")]"
+  "reward.custom_reward_function.path=$(hydra_quote "$REWARD_FILE")"
   "reward.custom_reward_function.name=$REWARD_FN"
-  "trainer.project_name=$PROJECT_NAME"
-  "trainer.experiment_name=$EXPERIMENT_NAME"
-  "trainer.default_local_dir=$RUN_DIR"
-  "trainer.rollout_data_dir=$RUN_DIR/rollouts"
-  "trainer.validation_data_dir=$RUN_DIR/validation"
+  "trainer.project_name=$(hydra_quote "$PROJECT_NAME")"
+  "trainer.experiment_name=$(hydra_quote "$EXPERIMENT_NAME")"
+  "trainer.default_local_dir=$(hydra_quote "$RUN_DIR")"
+  "trainer.rollout_data_dir=$(hydra_quote "$RUN_DIR/rollouts")"
+  "trainer.validation_data_dir=$(hydra_quote "$RUN_DIR/validation")"
   "trainer.logger=[$LOGGER]"
 )
 

@@ -8,6 +8,8 @@ Both work on the composed verl config (see scripts/preflight.py, which runs them
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from pathlib import Path
 
@@ -176,7 +178,21 @@ def check_reward(cfg, report: Report, prompt: str = "") -> None:
         except Exception as exc:
             report.error("reward", f"{reward_cfg.name} raised on a {label} answer: {one_line(exc)}")
             return
-        scores[label] = result["score"] if isinstance(result, dict) else result
+        score = result.get("score") if isinstance(result, dict) else result
+        if not is_number(score):
+            if not isinstance(result, dict):
+                got = repr(result)
+            elif "score" in result:
+                got = f"a dict with score {score!r}"
+            else:
+                got = f"a dict without 'score' (keys: {', '.join(map(str, result))})"
+            report.error(
+                "reward",
+                f"{reward_cfg.name} returned {got[:80]} for a {label} answer: a reward must "
+                "return a number, or a dict with a numeric 'score'",
+            )
+            return
+        scores[label] = score
     if not scores["right"] > scores["wrong"]:
         hint = (
             "; the training prompts ask for \\boxed{} answers: use a reward that reads them "
@@ -194,6 +210,15 @@ def check_reward(cfg, report: Report, prompt: str = "") -> None:
         "reward",
         f"{Path(reward_cfg.path).name}:{reward_cfg.name} loads through verl; right "
         f"{answer_format} answer -> {scores['right']}, wrong -> {scores['wrong']}",
+    )
+
+
+def is_number(value: object) -> bool:
+    """A finite real number, as verl adds rewards up (a bool or a numeric string is not)."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
     )
 
 
