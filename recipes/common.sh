@@ -5,7 +5,8 @@
 # RECIPE_OVERRIDES, sources this file, then calls `launch "$@"`. This file:
 #   1. fills in every knob not yet set, each from the environment first (VAR=${VAR:-default});
 #   2. maps the knobs onto verl 0.9.1 keys, once (OVERRIDES);
-#   3. runs the preflight (scripts/preflight.py) on the final override list;
+#   3. checks every knob's type and range (scripts/knobs.py), then runs the preflight
+#      (scripts/preflight.py) on the final override list;
 #   4. DRY_RUN=1: prints verl's own composed config (`--cfg job`) and exits 0, no GPU needed;
 #      otherwise launches `python3 -m verl.trainer.main_ppo` with the user's arguments last.
 # Secrets (WANDB_API_KEY, HF_TOKEN, ...) are read by the libraries from the environment and are
@@ -29,7 +30,7 @@ case "$DEVICE" in
     elif [[ "${CPU_BY_DEFAULT:-0}" == 1 ]]; then TRAIN_ON=cpu
     else TRAIN_ON=none
     fi ;;
-  *) echo "recipe: DEVICE must be auto, gpu or cpu (got '$DEVICE')" >&2; exit 2 ;;
+  *) TRAIN_ON=none ;;    # check_knobs (scripts/knobs.py) stops the launch with one line
 esac
 
 # Where the CPU path keeps what it builds on first use (the tiny model, the prepared sample data).
@@ -103,6 +104,20 @@ SKIP_PREFLIGHT=${SKIP_PREFLIGHT:-0}
 
 declare -p RECIPE_OVERRIDES >/dev/null 2>&1 || RECIPE_OVERRIDES=()
 
+# A value as a quoted Hydra string, read back verbatim: quotes, spaces, commas, '=' all survive.
+# In Hydra's quoted strings \' is a quote, and backslashes are doubled only before a quote
+# (or the closing one); every path-valued override goes through here.
+hydra_quote() {
+  local value=$1 out="" slashes="" char i
+  for ((i = 0; i < ${#value}; i++)); do
+    char=${value:i:1}
+    if [[ "$char" == "\\" ]]; then slashes+=$char; continue; fi
+    if [[ "$char" == "'" ]]; then out+="$slashes$slashes\\'"; else out+="$slashes$char"; fi
+    slashes=""
+  done
+  printf "'%s'" "$out$slashes$slashes"
+}
+
 # ---- device and attention settings, from one place: two config overlays and a few variables ----
 # configs/attention/sdpa.yaml where flash_attn is not installed (every CPU, some GPU machines);
 # configs/device/cpu.yaml on a CPU. verl loads our modules in every process through its plugin
@@ -137,8 +152,8 @@ if [[ ${#VERL_MODULES[@]} -gt 0 ]]; then
 fi
 
 OVERRIDES=(
-  "actor_rollout_ref.model.path=$MODEL_PATH"
-  "critic.model.path=$CRITIC_MODEL_PATH"
+  "actor_rollout_ref.model.path=$(hydra_quote "$MODEL_PATH")"
+  "critic.model.path=$(hydra_quote "$CRITIC_MODEL_PATH")"
   "trainer.nnodes=$NNODES"
   "trainer.n_gpus_per_node=$NDEVICES_PER_NODE"
   "data.train_batch_size=$TRAIN_BATCH_SIZE"
@@ -158,17 +173,27 @@ OVERRIDES=(
   "trainer.test_freq=$TEST_FREQ"
   "trainer.max_actor_ckpt_to_keep=$MAX_CKPT_TO_KEEP"
   "trainer.max_critic_ckpt_to_keep=$MAX_CKPT_TO_KEEP"
-  "data.train_files=['$GSM8K_TRAIN_FILE']"
-  "data.val_files=['$GSM8K_TEST_FILE']"
-  "reward.custom_reward_function.path=$REWARD_FILE"
+  "data.train_files=[$(hydra_quote "$GSM8K_TRAIN_FILE")]"
+  "data.val_files=[$(hydra_quote "$GSM8K_TEST_FILE")]"
+  "reward.custom_reward_function.path=$(hydra_quote "$REWARD_FILE")"
   "reward.custom_reward_function.name=$REWARD_FN"
-  "trainer.project_name=$PROJECT_NAME"
-  "trainer.experiment_name=$EXPERIMENT_NAME"
-  "trainer.default_local_dir=$RUN_DIR"
-  "trainer.rollout_data_dir=$RUN_DIR/rollouts"
-  "trainer.validation_data_dir=$RUN_DIR/validation"
+  "trainer.project_name=$(hydra_quote "$PROJECT_NAME")"
+  "trainer.experiment_name=$(hydra_quote "$EXPERIMENT_NAME")"
+  "trainer.default_local_dir=$(hydra_quote "$RUN_DIR")"
+  "trainer.rollout_data_dir=$(hydra_quote "$RUN_DIR/rollouts")"
+  "trainer.validation_data_dir=$(hydra_quote "$RUN_DIR/validation")"
   "trainer.logger=[$LOGGER]"
 )
+
+# Every knob of scripts/knobs.py's table that is set here gets its type and range checked, in
+# well under a second, before the slow preflight: one line per bad value, exit 2.
+check_knobs() {
+  local name values=()
+  for name in $("$PYTHON" "$ROOT/scripts/knobs.py" --names); do
+    if [[ -n "${!name+set}" ]]; then values+=("$name=${!name}"); fi
+  done
+  "$PYTHON" "$ROOT/scripts/knobs.py" "${values[@]}"
+}
 
 # verl's entry point with our config: main_ppo [hydra flags] -- [user overrides, which go last].
 main_ppo() {
@@ -216,6 +241,7 @@ launch() {
     echo "DRY_RUN=1 runs the preflight and prints the final config without a GPU."
     return 0
   fi
+  check_knobs || exit $?
   echo "recipe: $RECIPE | config: configs/$CONFIG_NAME.yaml | model: $MODEL_PATH | run dir: $RUN_DIR"
   echo "recipe: device: $TRAIN_ON (DEVICE=$DEVICE) | attention: $ATTENTION"
   if [[ "$TRAIN_ON" == cpu ]]; then prepare_cpu_defaults; fi

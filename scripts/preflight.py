@@ -3,7 +3,8 @@
 
     python scripts/preflight.py [--config-name gsm8k_ppo] -- key=value key=value ...
 
-Every recipe runs it on its final override list. Checks, each reported on one line:
+Every recipe runs it on its final override list. Checks, each reported on one line (data and
+reward live in scripts/preflight_inputs.py, the report in scripts/preflight_report.py):
   keys     legacy keys that verl 0.9.1 silently ignores or rejects, with the key to use instead;
   config   the overrides compose against the INSTALLED verl config (unknown key -> closest match)
            and verl's own validate_config passes for the requested GPU count;
@@ -26,9 +27,12 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from knobs import batch_split_problem
+from preflight_inputs import check_data, check_reward
+from preflight_report import Report, one_line
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG_DIR = ROOT / "configs"
@@ -74,21 +78,8 @@ LEGACY_KEYS: dict[str, tuple[str, str]] = {
     ),
 }
 CLIP_ALONE = "actor_rollout_ref.actor.clip_ratio"
-REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")
-SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 # vLLM accepts these LoRA ranks (vllm.config.lora.MaxLoRARanks, also verl's fallback list).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-# A right and a wrong answer in each format a GSM8K prompt can ask for (ground truth 72).
-ANSWERS = {
-    "####": (
-        "She sold 48 / 2 = 24 clips in May, so 48 + 24 = 72 in total.\n#### 72",
-        "She sold 48 clips in April and 24 in May.\n#### 70",
-    ),
-    "\\boxed{}": (
-        "She sold 48 / 2 = 24 clips in May, so 48 + 24 = 72 in total: \\boxed{72}",
-        "She sold 48 clips in April and 24 in May: \\boxed{70}",
-    ),
-}
 HUB_PROBE_TIMEOUT_S = 5.0
 # Memory estimate: bytes per parameter kept on the GPU for each model role (see estimate_memory).
 TRAINED_BYTES_PER_PARAM = 16  # fp32 weights 4 + fp32 grads 4 + Adam moments 8
@@ -96,47 +87,10 @@ FROZEN_BYTES_PER_PARAM = 2  # bf16 copy of a frozen model
 MEMORY_WARN_FRACTION = 0.9
 
 
-@dataclass
-class Report:
-    errors: int = 0
-    warnings: int = 0
-    lines: list[str] = field(default_factory=list)
-
-    def _emit(self, tag: str, check: str, message: str) -> None:
-        line = secret_free(f"preflight: [{tag}] {check}: {message}")
-        self.lines.append(line)
-        print(line, flush=True)
-
-    def ok(self, check: str, message: str) -> None:
-        self._emit("ok", check, message)
-
-    def note(self, check: str, message: str) -> None:
-        self._emit("note", check, message)
-
-    def warn(self, check: str, message: str) -> None:
-        self.warnings += 1
-        self._emit("warn", check, message)
-
-    def error(self, check: str, message: str) -> None:
-        self.errors += 1
-        self._emit("error", check, message)
-
-
 def split_override(override: str) -> tuple[str, str]:
     """'++a.b=c' -> ('a.b', 'c'); '~a.b' -> ('a.b', '')."""
     key, _, value = override.partition("=")
     return key.lstrip("+~"), value
-
-
-def one_line(exc: BaseException) -> str:
-    """The most specific line of an exception chain, without Hydra's hints."""
-    while exc.__cause__ is not None:
-        exc = exc.__cause__
-    text = str(exc).strip() or type(exc).__name__
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    skip = ("full_key:", "object_type=", "To append to your config", "Set the environment")
-    kept = [ln for ln in lines if not ln.startswith(skip)]
-    return " ".join(kept or lines)[:400]
 
 
 # ---------------------------------------------------------------------------- keys
@@ -244,7 +198,8 @@ def check_config(config_dir: Path, config_name: str, overrides: list[str], repor
 
 
 def check_batch_shape(cfg, n_gpus: int, report: Report) -> bool:
-    """What validate_config skips with use_dynamic_bsz: every batch must split evenly over GPUs."""
+    """What validate_config skips with use_dynamic_bsz: every batch must split evenly over GPUs,
+    and into mini-batches (verl asserts it at the first update)."""
     n = cfg.actor_rollout_ref.rollout.n
     batch = cfg.data.train_batch_size
     mini = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
@@ -261,18 +216,18 @@ def check_batch_shape(cfg, n_gpus: int, report: Report) -> bool:
         )
     if mini > batch:
         problems.append(f"ppo_mini_batch_size {mini} > train_batch_size {batch}")
-    elif (mini * n) % n_gpus:
-        problems.append(
-            f"ppo_mini_batch_size x rollout.n = {mini * n} must be divisible by the {n_gpus} GPUs"
+    else:
+        if (mini * n) % n_gpus:
+            problems.append(
+                f"ppo_mini_batch_size x rollout.n = {mini * n} must be divisible by the "
+                f"{n_gpus} GPUs"
+            )
+        split = batch_split_problem(
+            batch, mini, "data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size"
         )
+        problems += [split] if split else []
     for problem in problems:
         report.error("config", problem)
-    if not problems and batch % mini:
-        report.warn(
-            "config",
-            f"train_batch_size {batch} is not a multiple of ppo_mini_batch_size {mini}: "
-            "the last mini-batch of each step is smaller",
-        )
     return not problems
 
 
@@ -425,189 +380,6 @@ def count_parameters(hf_config) -> int:
     return embeddings + layers * per_layer + h
 
 
-# ---------------------------------------------------------------------------- data
-def as_list(value) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return [str(v) for v in value]
-
-
-def read_rows(path: Path):
-    import pyarrow.parquet as pq
-
-    if path.suffix == ".parquet":
-        return pq.read_table(path)
-    if path.suffix in (".json", ".jsonl"):
-        import pyarrow.json as pj
-
-        return pj.read_json(path)
-    raise ValueError(f"unsupported file type {path.suffix} (verl reads .parquet, .json, .jsonl)")
-
-
-def check_data(cfg, tokenizer, report: Report) -> str:
-    """Check the train/val files; return the text of the first train prompt ('' if none)."""
-    first_prompt = ""
-    splits = [
-        ("train", as_list(cfg.data.train_files), cfg.data.get("train_max_samples", -1)),
-        ("val", as_list(cfg.data.val_files), cfg.data.get("val_max_samples", -1)),
-    ]
-    for split, files, max_samples in splits:
-        total = 0
-        for name in files:
-            path = Path(os.path.expanduser(name))
-            if not path.is_file():
-                report.error(
-                    "data", f"{split} file {path} does not exist (python -m data_prep.gsm8k)"
-                )
-                continue
-            try:
-                table = read_rows(path)
-            except Exception as exc:
-                report.error("data", f"{split} file {path} cannot be read: {one_line(exc)}")
-                continue
-            problem = schema_problem(table)
-            if problem:
-                report.error("data", f"{split} file {path}: {problem}")
-                continue
-            total += table.num_rows
-            if split == "train" and not first_prompt:
-                first_prompt = str(table.slice(0, 1).to_pylist()[0]["prompt"][-1].get("content"))
-            if tokenizer is not None:
-                check_prompt_lengths(cfg, tokenizer, table, path, report)
-        if max_samples is not None and max_samples > 0:
-            total = min(total, max_samples)
-        if total and split == "train":
-            check_steps(cfg, total, report)
-        elif total:
-            report.ok("data", f"val: {total} rows")
-    return first_prompt
-
-
-def schema_problem(table) -> str | None:
-    missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
-    if missing:
-        return f"missing column(s) {', '.join(missing)} (have {', '.join(table.column_names)})"
-    if table.num_rows == 0:
-        return "no rows"
-    row = table.slice(0, 1).to_pylist()[0]
-    prompt = row["prompt"]
-    if not (isinstance(prompt, list) and prompt and isinstance(prompt[0], dict)):
-        return "column prompt must be a list of chat messages [{role, content}]"
-    if not isinstance(row["reward_model"], dict) or "ground_truth" not in row["reward_model"]:
-        return "column reward_model must be a struct with a ground_truth field"
-    return None
-
-
-def check_steps(cfg, rows: int, report: Report) -> None:
-    batch = cfg.data.train_batch_size
-    steps_per_epoch = rows // batch
-    if steps_per_epoch == 0:
-        report.error("data", f"train: {rows} rows < train_batch_size {batch}: not one full batch")
-        return
-    total = cfg.trainer.total_training_steps or steps_per_epoch * cfg.trainer.total_epochs
-    report.ok(
-        "data",
-        f"train: {rows} rows -> {steps_per_epoch} steps/epoch; this run: {total} steps "
-        f"(checkpoint every {cfg.trainer.save_freq}, validation every {cfg.trainer.test_freq})",
-    )
-
-
-def check_prompt_lengths(cfg, tokenizer, table, path: Path, report: Report) -> None:
-    limit = cfg.data.max_prompt_length
-    prompts = table.column("prompt").to_pylist()
-    texts = [
-        tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
-        for p in prompts
-    ]
-    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-    too_long = sum(n > limit for n in lengths)
-    longest = max(lengths)
-    if too_long and not cfg.data.filter_overlong_prompts and cfg.data.truncation == "error":
-        report.error(
-            "data",
-            f"{path.name}: {too_long} prompts exceed max_prompt_length {limit} (longest {longest} "
-            "tokens) and data.truncation=error would stop training; raise MAX_PROMPT_LENGTH",
-        )
-    elif too_long:
-        report.warn(
-            "data",
-            f"{path.name}: {too_long} prompts exceed max_prompt_length {limit} and are "
-            f"dropped (longest {longest} tokens)",
-        )
-    else:
-        report.ok("data", f"{path.name}: longest prompt {longest} tokens <= {limit}")
-
-
-# ---------------------------------------------------------------------------- reward
-def check_reward(cfg, report: Report, prompt: str = "") -> None:
-    """The reward must prefer a right answer to a wrong one, in the format the prompts ask for."""
-    from verl.trainer.ppo.reward import get_custom_reward_fn
-
-    reward_cfg = cfg.reward.custom_reward_function
-    if not reward_cfg.path:
-        report.warn("reward", "no reward.custom_reward_function.path: verl's built-in scorer runs")
-        return
-    if not Path(reward_cfg.path).is_file():
-        report.error("reward", f"reward file {reward_cfg.path} does not exist")
-        return
-    try:
-        fn = get_custom_reward_fn(cfg)
-    except Exception as exc:
-        report.error(
-            "reward",
-            f"verl cannot load '{reward_cfg.name}' from {reward_cfg.path}: "
-            f"{one_line(exc)}{available_functions(reward_cfg.path)}",
-        )
-        return
-    answer_format = "\\boxed{}" if "\\boxed" in prompt else "####"
-    scores = {}
-    for label, response in zip(("right", "wrong"), ANSWERS[answer_format], strict=True):
-        try:
-            result = fn(
-                data_source="openai/gsm8k",
-                solution_str=response,
-                ground_truth="72",
-                extra_info={"split": "preflight"},
-            )
-        except Exception as exc:
-            report.error("reward", f"{reward_cfg.name} raised on a {label} answer: {one_line(exc)}")
-            return
-        scores[label] = result["score"] if isinstance(result, dict) else result
-    if not scores["right"] > scores["wrong"]:
-        hint = (
-            "; the training prompts ask for \\boxed{} answers: use a reward that reads them "
-            "(REWARD_FN=compute_score_flexible) or prepare data with --prompt-style hash"
-            if answer_format != "####"
-            else ""
-        )
-        report.error(
-            "reward",
-            f"{reward_cfg.name} scores a right {answer_format} answer {scores['right']} and a "
-            f"wrong one {scores['wrong']}: it does not separate them{hint}",
-        )
-        return
-    report.ok(
-        "reward",
-        f"{Path(reward_cfg.path).name}:{reward_cfg.name} loads through verl; right "
-        f"{answer_format} answer -> {scores['right']}, wrong -> {scores['wrong']}",
-    )
-
-
-def available_functions(path: str) -> str:
-    import ast
-
-    try:
-        tree = ast.parse(Path(path).read_text())
-    except (OSError, SyntaxError):
-        return ""
-    names = [
-        n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")
-    ]
-    return f" (functions in that file: {', '.join(names)})" if names else ""
-
-
 # ---------------------------------------------------------------------------- gpu
 def visible_gpus() -> list[tuple[str, float]]:
     """(name, memory GiB) of each NVIDIA GPU nvidia-smi reports; [] without one."""
@@ -711,14 +483,6 @@ def recipe_overrides(
 
 
 # ---------------------------------------------------------------------------- main
-def secret_free(text: str) -> str:
-    """Replace the value of any secret-looking environment variable that appears in text."""
-    for name, value in os.environ.items():
-        if value and len(value) >= 6 and any(m in name.upper() for m in SECRET_MARKERS):
-            text = text.replace(value, f"<{name}>")
-    return text
-
-
 def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | None) -> Report:
     report = Report()
     check_legacy_keys(overrides, report)

@@ -91,6 +91,11 @@ MISTAKES = {
         ["actor_rollout_ref.actor.ppo_mini_batch_size=256"],
         "ppo_mini_batch_size 256 > train_batch_size 128",
     ),
+    "batch does not split into mini-batches": (
+        ["data.train_batch_size=96", "actor_rollout_ref.actor.ppo_mini_batch_size=64"],
+        "data.train_batch_size=96 does not split into mini-batches of "
+        "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+    ),
     "missing model": (
         ["actor_rollout_ref.model.path=/nonexistent/model"],
         "actor model path '/nonexistent/model' does not exist",
@@ -271,3 +276,25 @@ def test_reward_is_tried_in_the_format_the_prompts_ask_for(base_overrides, tmp_p
     report = run_preflight(base_overrides + files + flexible)
     assert report.errors == 0, "\n".join(report.lines)
     assert "right \\boxed{} answer -> 1.0, wrong -> 0.0" in "\n".join(report.lines)
+
+
+@pytest.mark.parametrize(
+    "right,wrong,shown",
+    [
+        ("None", "None", "returned None for a right answer"),
+        ('"1.0"', '"0.0"', "returned '1.0' for a right answer"),  # "1.0" > "0.0" as strings
+        ("True", "False", "returned True for a right answer"),
+        ('{"acc": 1.0}', '{"acc": 0.0}', "returned a dict without 'score' (keys: acc)"),
+        ('{"score": "1"}', '{"score": "0"}', "returned a dict with score '1' for a right"),
+    ],
+)
+def test_a_reward_must_return_a_number(base_overrides, tmp_path, right, wrong, shown):
+    reward = tmp_path / "odd_reward.py"
+    reward.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        f"    return {right} if solution_str.endswith(ground_truth) else {wrong}\n"
+    )
+    report = run_preflight(base_overrides + [f"reward.custom_reward_function.path={reward}"])
+    (line,) = [line for line in report.lines if "[error]" in line]
+    assert shown in line, line
+    assert "a reward must return a number, or a dict with a numeric 'score'" in line

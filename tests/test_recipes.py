@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -209,13 +210,64 @@ def test_relative_paths_become_absolute_for_ray_workers(tiny_model_dir, tmp_path
     (tmp_path / "model").symlink_to(tiny_model_dir)
     env = recipe_env(Path("model"), Path("data"), Path("runs"), RUN_DIR="my-run")
     overrides = recipe_overrides("gsm8k_ppo", env, cwd=tmp_path)
-    assert f"actor_rollout_ref.model.path={tmp_path}/model" in overrides
+    assert f"actor_rollout_ref.model.path='{tmp_path}/model'" in overrides
     assert f"data.train_files=['{tmp_path}/data/train.parquet']" in overrides
-    assert f"trainer.default_local_dir={tmp_path}/my-run" in overrides
+    assert f"trainer.default_local_dir='{tmp_path}/my-run'" in overrides
     hub = recipe_overrides(
         "gsm8k_ppo", dict(env, MODEL_PATH="Qwen/Qwen2.5-0.5B-Instruct"), tmp_path
     )
-    assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct" in hub  # a hub id stays
+    assert "actor_rollout_ref.model.path='Qwen/Qwen2.5-0.5B-Instruct'" in hub  # a hub id stays
+
+
+@pytest.mark.slow
+def test_paths_with_quotes_and_spaces_reach_verl_exactly(
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+):
+    """A quote in a path once broke Hydra's override parser; spaces, commas and = too now."""
+    base = tmp_path / "it's a dir, a=b"
+    model = base / "model's copy"
+    shutil.copytree(tiny_model_dir, model)
+    data = base / "my data's dir"
+    data.mkdir()
+    for name in ("train.parquet", "test.parquet"):
+        shutil.copy(prepared_gsm8k_dir / name, data / name)
+    reward = base / "reward's file.py"
+    shutil.copy(ROOT / "rewards" / "gsm8k.py", reward)
+    runs = base / "runs 'root'"
+    env = recipe_env(model, data, runs, DRY_RUN="1", REWARD_FILE=str(reward))
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    cfg = composed_config(result.stdout)
+    assert get(cfg, "actor_rollout_ref.model.path") == str(model)
+    assert get(cfg, "critic.model.path") == str(model)
+    assert get(cfg, "data.train_files") == [str(data / "train.parquet")]
+    assert get(cfg, "data.val_files") == [str(data / "test.parquet")]
+    assert get(cfg, "reward.custom_reward_function.path") == str(reward)
+    run_dir = runs / "ppo_qwen2.5-0.5b_gsm8k"
+    assert get(cfg, "trainer.default_local_dir") == str(run_dir)
+    assert get(cfg, "trainer.rollout_data_dir") == f"{run_dir}/rollouts"
+    assert get(cfg, "trainer.validation_data_dir") == f"{run_dir}/validation"
+    assert "preflight: [ok] reward: reward's file.py:compute_score" in result.stdout
+
+
+def test_hydra_quote_round_trips_any_path():
+    """The bash helper against Hydra's own override parser, on quotes and backslashes."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    values = ["/data/my run's dir", "a\\b", "x\\'y", "ends\\", "''", "a,b=c [x]"]
+    script = (
+        f'RECIPE=t CONFIG_NAME=t MODEL_PATH=m; source "{ROOT}/recipes/common.sh"; '
+        'for v in "$@"; do printf "%s\\0" "$(hydra_quote "$v")"; done'
+    )
+    out = subprocess.run(
+        ["bash", "-c", script, "bash", *values], capture_output=True, text=True, check=True
+    ).stdout
+    parser = OverridesParser.create()
+    quoted = out.split("\0")[:-1]
+    assert len(quoted) == len(values)
+    for value, text in zip(values, quoted, strict=True):
+        assert parser.parse_override(f"k={text}").value() == value, text
+        assert parser.parse_override(f"k=[{text}]").value() == [value], text
 
 
 def fake_verl_python(path: Path, record: Path) -> Path:
