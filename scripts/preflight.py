@@ -4,10 +4,14 @@
     python scripts/preflight.py [--config-name gsm8k_ppo] -- key=value key=value ...
 
 Every recipe runs it on its final override list. Checks, each reported on one line (data and
-reward live in scripts/preflight_inputs.py, the report in scripts/preflight_report.py):
+reward live in scripts/preflight_inputs.py, device and LoRA in scripts/preflight_device.py, the
+report in scripts/preflight_report.py):
   keys     legacy keys that verl 0.9.1 silently ignores or rejects, with the key to use instead;
   config   the overrides compose against the INSTALLED verl config (unknown key -> closest match)
            and verl's own validate_config passes for the requested GPU count;
+  device   where it trains (GPU, or the CPU platform) and with which attention (flash-attn, or
+           sdpa without padding removal where flash_attn is not installed);
+  lora     the LoRA layouts verl 0.9.1 cannot train (LoRA critic; LoRA actor + critic in v1);
   model    verl loads the actor/critic model config and tokenizer (local dir, HF cache, or a
            reachable hub), the chat template exists, prompt+response fit the context;
   data     train/val files exist, have verl's RLHFDataset columns, enough rows for a batch, and
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from knobs import batch_split_problem
+from preflight_device import check_device, check_lora
 from preflight_inputs import check_data, check_reward
 from preflight_report import Report, one_line
 
@@ -493,6 +498,10 @@ def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | N
         from omegaconf import OmegaConf
 
         dump.write_text(json.dumps(OmegaConf.to_container(cfg, resolve=False), indent=1))
+    from verl.trainer.ppo.utils import need_critic
+
+    check_device(cfg, need_critic(cfg), report)
+    check_lora(cfg, need_critic(cfg), report)
     loaded = check_models(cfg, report)
     tokenizer, hf_config = loaded if loaded else (None, None)
     first_prompt = check_data(cfg, tokenizer, report)
