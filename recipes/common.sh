@@ -150,6 +150,17 @@ if [[ ${#VERL_MODULES[@]} -gt 0 ]]; then
   export VERL_USE_EXTERNAL_MODULES=$modules${VERL_USE_EXTERNAL_MODULES:+,$VERL_USE_EXTERNAL_MODULES}
   export PYTHONPATH=$ROOT/scripts${PYTHONPATH:+:$PYTHONPATH}
 fi
+# On a Ray cluster started by hand (RAY_ADDRESS set) the workers of every node were forked from
+# `ray start`, not from this shell: the job's runtime environment hands them these variables.
+if [[ -n "${RAY_ADDRESS:-}" ]]; then
+  DEVICE_OVERRIDES+=("+ray=attach")
+  for var in VERL_USE_EXTERNAL_MODULES PYTHONPATH VERL_PLATFORM VERL_ENGINE_DEVICE \
+             VLLM_CPU_KVCACHE_SPACE VLLM_CPU_OMP_THREADS_BIND; do
+    if [[ -n "${!var:-}" ]]; then
+      DEVICE_OVERRIDES+=("+ray_kwargs.ray_init.runtime_env.env_vars.$var=$(hydra_quote "${!var}")")
+    fi
+  done
+fi
 
 OVERRIDES=(
   "actor_rollout_ref.model.path=$(hydra_quote "$MODEL_PATH")"
