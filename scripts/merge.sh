@@ -11,7 +11,8 @@
 #   --critic    merge the critic (value model) instead of the actor
 #   --help      show the full help
 #
-# Exit 0 merged; 2 missing/partial checkpoint or existing target (nothing written); 1 other error.
+# Exit 0 merged; 2 missing/partial/corrupt checkpoint or existing target (nothing written);
+# 1 other error; 143/130 stopped by SIGTERM/SIGINT (the merger stopped too, nothing left behind).
 # Knobs (environment): PYTHON (default <repo>/.venv/bin/python, else python3), HF_HUB_OFFLINE
 # (default 1: merging never needs the hub).
 set -euo pipefail

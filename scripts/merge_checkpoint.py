@@ -26,13 +26,17 @@ in the manifest as ``config_patch``).
 
 Safety: everything is written to a temporary directory beside TARGET_DIR and renamed into place
 only when complete and verified. An existing TARGET_DIR is refused unless ``--force``, and is then
-replaced only after success. A missing or partial checkpoint stops before anything is written,
-with one line naming what is missing, exit 2. Other failures exit 1; nothing is left behind.
+replaced only after success. A missing, partial or corrupt checkpoint (a shard that is not a
+whole torch file, or fails its checksums) stops before anything is written, with one line naming
+what is wrong, exit 2. Other failures (an unwritable target directory included) exit 1 with one
+line. SIGTERM and SIGINT stop the merger's process group and remove the temporary directory,
+exit 128 + the signal number. Nothing is left behind in any case.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -40,10 +44,12 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +67,21 @@ class CheckpointError(Exception):
 
 class MergeError(Exception):
     """The merge or its verification failed: exit 1, nothing left behind."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived: unwinds like any failure, so the clean-up runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    # A second signal must not cut short the clean-up that the first one starts.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise Interrupted(signum)
 
 
 @dataclass
@@ -155,6 +176,8 @@ def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
             f"missing rank shard {shown} in {role_dir} (fsdp_config.json says world_size "
             f"{world_size})"
         )
+    for rank in range(world_size):
+        _check_shard(role_dir / f"model_world_size_{world_size}_rank_{rank}.pt")
     hf_dir = role_dir / "huggingface"
     if not hf_dir.is_dir():
         raise CheckpointError(f"missing huggingface/ directory (config, tokenizer) in {role_dir}")
@@ -171,6 +194,20 @@ def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
         fsdp_version=int(version) if isinstance(version, int) else None,
         world_size=world_size,
     )
+
+
+def _check_shard(shard: Path) -> None:
+    """A torch.save file is a zip archive: its directory and every record's CRC must be intact
+    (reads the shard once; a truncated or garbled one would stop verl's merger with a traceback)."""
+    try:
+        with zipfile.ZipFile(shard) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
+        raise CheckpointError(
+            f"shard {shard} is truncated or not a torch checkpoint ({err})"
+        ) from None
+    if bad is not None:
+        raise CheckpointError(f"shard {shard} is corrupt: its record {bad} fails its checksum")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,12 +230,14 @@ def run_verl_merger(ckpt: Checkpoint, out_dir: Path, python: str) -> tuple[list[
     print(f"{PROG}: {' '.join(cmd)}", flush=True)
     start = time.perf_counter()
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        # Its own process group, so that a failure or a signal here stops it and its children.
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             _import_verification_stack()  # in parallel with the merger's own (slow) imports
             code = proc.wait()
         except BaseException:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             raise
         log.seek(0)
@@ -357,7 +396,12 @@ def merge(source: Path, target: Path, force: bool, critic: bool, python: str) ->
         raise CheckpointError(f"parent directory of the target does not exist: {target.parent}")
 
     started = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.merging-", dir=target.parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.merging-", dir=target.parent))
+    except OSError as err:
+        raise MergeError(
+            f"cannot write beside the target in {target.parent}: {err.strerror}"
+        ) from None
     old: Path | None = None
     try:
         tmp.chmod(0o755)
@@ -412,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="merge.sh",
         description="Merge a verl FSDP checkpoint (actor by default) into a Hugging Face model "
         "directory with verl's own merger, verify that it loads and runs, and write "
-        f"{MANIFEST} beside it. Exit 2: missing/partial checkpoint or target exists.",
+        f"{MANIFEST} beside it. Exit 2: missing/partial/corrupt checkpoint or target exists.",
     )
     parser.add_argument(
         "source",
@@ -445,6 +489,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _interrupt)
     try:
         manifest = merge(args.source, args.target, args.force, args.critic, args.python)
     except CheckpointError as err:
@@ -453,9 +499,13 @@ def main(argv: list[str] | None = None) -> int:
     except MergeError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; nothing written", file=sys.stderr)
-        return 130
+    except OSError as err:  # e.g. the disk filled up while writing
+        where = f" {err.filename}" if err.filename else ""
+        print(f"{PROG}: cannot write{where}: {err.strerror or err}", file=sys.stderr)
+        return 1
+    except Interrupted as sig:
+        print(f"{PROG}: interrupted by {sig}; nothing written", file=sys.stderr)
+        return 128 + sig.signum
     ver = manifest["verification"]
     step = "?" if manifest["step"] is None else manifest["step"]
     print(

@@ -179,6 +179,15 @@ def check_config(config_dir: Path, config_name: str, overrides: list[str], repor
     from verl.utils.config import validate_config
 
     n_gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
+    sizes = {
+        "trainer.n_gpus_per_node": cfg.trainer.n_gpus_per_node,
+        "trainer.nnodes": cfg.trainer.nnodes,
+        "actor_rollout_ref.rollout.n": cfg.actor_rollout_ref.rollout.n,
+    }
+    small = [f"{key}={value}" for key, value in sizes.items() if not value or value < 1]
+    if small:  # verl, and the checks after this one, divide by them
+        report.error("config", f"{', '.join(small)}: must be at least 1")
+        return None
     checked = _without_vllm_lora_check(cfg, report)
     try:
         validate_config(

@@ -17,8 +17,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -298,11 +300,11 @@ def test_merge_actor_world_size_1_then_force(ckpt_ws1, tmp_path):
     assert "target exists" in proc.stderr and "--force" in proc.stderr
     assert (target / "marker.txt").read_text() == "previous model"
 
-    # --force with a merge that fails (a corrupt shard verl cannot load): the old target stays.
+    # --force with a merge that fails (a config verl's merger cannot read): the old target stays.
     broken = tmp_path / "broken-run"
     shutil.copytree(ckpt_ws1 / "run", broken)
-    shard = broken / f"global_step_{STEP}" / "actor" / "model_world_size_1_rank_0.pt"
-    shard.write_bytes(b"not a torch file")
+    config = broken / f"global_step_{STEP}" / "actor" / "huggingface" / "config.json"
+    config.write_text("{ not json")
     proc = merge(broken, target, "--force")
     assert proc.returncode == 1, proc.stderr
     assert "merger failed" in proc.stderr
@@ -405,6 +407,88 @@ def test_refuses_missing_or_partial_checkpoints(ckpt_ws2, tmp_path):
     _expect_refusal(grpo, out, "no critic/", "--critic")
 
     _expect_refusal(ckpt_ws2 / "run" / f"global_step_{STEP}" / "actor", out, "actor", "--critic")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbled", "not a torch file"])
+def test_a_damaged_shard_is_named_in_one_line(ckpt_ws1, tmp_path, damage):
+    run = _copy_run(ckpt_ws1, tmp_path / "run")
+    shard = run / f"global_step_{STEP}" / "actor" / "model_world_size_1_rank_0.pt"
+    data = bytearray(shard.read_bytes())
+    if damage == "truncated":  # an interrupted copy or save
+        data = data[: len(data) // 2]
+    elif damage == "garbled":  # same size, bytes flipped inside a tensor record
+        for i in range(len(data) // 2, len(data) // 2 + 64):
+            data[i] ^= 0xFF
+    else:
+        data = bytearray(b"not a torch file")
+    shard.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    out.mkdir()
+    _expect_refusal(run, out, f"shard {shard} is ")
+
+
+def test_an_unwritable_target_is_one_line(ckpt_ws1):
+    """/proc takes no new directory, even from root (the tests run as root, where a chmod would
+    not stop the write)."""
+    proc = merge(ckpt_ws1 / "run", Path(f"/proc/merged-{os.getpid()}"))
+    assert proc.returncode == 1, proc.stderr
+    message = proc.stderr.strip()
+    assert "\n" not in message and "Traceback" not in message, message
+    assert message.startswith("merge: cannot write beside the target in /proc: "), message
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_merger_runs_leaves_nothing(ckpt_ws1, tmp_path):
+    """A cancelled job or `timeout` sends SIGTERM: no temp directory, no orphan merger."""
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen(
+        ["bash", str(MERGE_SH), str(ckpt_ws1 / "run"), str(out / "merged")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # merge.sh execs python: proc.pid is the merge itself
+    merger = None
+    try:
+        deadline = time.monotonic() + 120
+        while merger is None and time.monotonic() < deadline and proc.poll() is None:
+            found = [c for c in _children(proc.pid) if "verl.model_merger" in _cmdline(c)]
+            merger = found[0] if found else None
+            time.sleep(0.05)
+        assert merger is not None, "the verl merger never started"
+        assert leftovers(out), "the temporary directory should exist while the merger runs"
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM, stderr
+        assert stderr.strip() == "merge: interrupted by SIGTERM; nothing written", stderr
+        assert leftovers(out) == [] and not (out / "merged").exists()
+        time.sleep(0.5)
+        assert not _alive(merger), "the merger outlived the merge"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if merger is not None and _alive(merger):
+            os.kill(merger, signal.SIGKILL)
 
 
 def test_refuses_target_inside_checkpoint(ckpt_ws2, tmp_path):

@@ -96,6 +96,11 @@ MISTAKES = {
         "data.train_batch_size=96 does not split into mini-batches of "
         "actor_rollout_ref.actor.ppo_mini_batch_size=64",
     ),
+    "no GPU per node": (["trainer.n_gpus_per_node=0"], "trainer.n_gpus_per_node=0: must be"),
+    "no response per prompt": (
+        ["actor_rollout_ref.rollout.n=0"],
+        "actor_rollout_ref.rollout.n=0: must be at least 1",
+    ),
     "missing model": (
         ["actor_rollout_ref.model.path=/nonexistent/model"],
         "actor model path '/nonexistent/model' does not exist",
