@@ -2,13 +2,15 @@
 # Merge a verl FSDP checkpoint into a Hugging Face model directory (verl's own merger), verify it
 # loads and runs, and write merge_manifest.json beside it. The logic is scripts/merge_checkpoint.py.
 #
-#   bash scripts/merge.sh SOURCE TARGET_DIR [--force] [--critic]
+#   bash scripts/merge.sh SOURCE TARGET_DIR [--force] [--critic] [--lora-alpha A]
 #
 #   SOURCE      a run dir (latest_checkpointed_iteration.txt picks global_step_N), a global_step_N
 #               dir, or a role dir (global_step_N/actor, global_step_N/critic)
 #   TARGET_DIR  the model directory to create; written beside itself first, renamed when verified
 #   --force     replace an existing TARGET_DIR (the old one is removed only after success)
 #   --critic    merge the critic (value model) instead of the actor
+#   --lora-alpha  a LoRA checkpoint's alpha when it lacks lora_train_meta.json (a LoRA adapter is
+#               always folded into the weights, W + B·A·alpha/r, and recorded in the manifest)
 #   --help      show the full help
 #
 # Exit 0 merged; 2 missing/partial/corrupt checkpoint or existing target (nothing written);

@@ -53,6 +53,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from merge_lora import LoraError, fold_adapter
+
 PROG = "merge"
 TRACKER = "latest_checkpointed_iteration.txt"
 ROLES = ("actor", "critic")
@@ -381,7 +383,14 @@ def _is_within(path: Path, parent: Path) -> bool:
     return True
 
 
-def merge(source: Path, target: Path, force: bool, critic: bool, python: str) -> dict:
+def merge(
+    source: Path,
+    target: Path,
+    force: bool,
+    critic: bool,
+    python: str,
+    lora_alpha: float | None = None,
+) -> dict:
     source, target = source.expanduser().resolve(), target.expanduser().resolve()
     role_dir, role = resolve_source(source, critic)
     ckpt = check_checkpoint(role_dir, role)
@@ -407,6 +416,10 @@ def merge(source: Path, target: Path, force: bool, critic: bool, python: str) ->
         tmp.chmod(0o755)
         cmd, merge_seconds = run_verl_merger(ckpt, tmp, python)
         config_patch = _patch_critic_config(tmp) if role == "critic" else None
+        try:  # verl's merger leaves a LoRA adapter aside: fold it in, or refuse
+            lora = fold_adapter(tmp, role, lora_alpha)
+        except LoraError as err:
+            raise CheckpointError(str(err)) from None
         _normalize_modes(tmp)
         verification = verify_model(tmp, role)
         manifest = {
@@ -420,6 +433,7 @@ def merge(source: Path, target: Path, force: bool, critic: bool, python: str) ->
             "merger_command": [Path(cmd[0]).name, *cmd[1:8]],
             "merge_seconds": round(merge_seconds, 2),
             "config_patch": config_patch,
+            "lora": lora,
             "verification": verification,
             "versions": _versions(),
             "files": file_list(tmp),
@@ -480,6 +494,12 @@ def build_parser() -> argparse.ArgumentParser:
         "instead of the actor",
     )
     parser.add_argument(
+        "--lora-alpha",
+        type=float,
+        help="LoRA alpha of the run, for a LoRA checkpoint without lora_train_meta.json (verl "
+        "would use 0, i.e. drop the adapter); by default read from the checkpoint",
+    )
+    parser.add_argument(
         "--python",
         default=sys.executable,
         help="interpreter that runs 'python -m verl.model_merger' (default: this one)",
@@ -492,7 +512,9 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _interrupt)
     try:
-        manifest = merge(args.source, args.target, args.force, args.critic, args.python)
+        manifest = merge(
+            args.source, args.target, args.force, args.critic, args.python, args.lora_alpha
+        )
     except CheckpointError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
@@ -513,7 +535,13 @@ def main(argv: list[str] | None = None) -> int:
         f"-> {manifest['target']}\n"
         f"  {ver['model_class']}, {ver['num_parameters']:,} parameters in {ver['dtype']}; "
         f"tokenizer + chat template OK; forward {ver['forward']['output_shape']} finite\n"
-        f"  manifest: {Path(manifest['target']) / MANIFEST} ({len(manifest['files'])} files); "
+        + (
+            f"  LoRA adapter folded in: rank {manifest['lora']['rank']}, alpha "
+            f"{manifest['lora']['alpha']:g} ({manifest['lora']['tensors_changed']} tensors)\n"
+            if manifest["lora"]
+            else ""
+        )
+        + f"  manifest: {Path(manifest['target']) / MANIFEST} ({len(manifest['files'])} files); "
         f"done in {manifest['total_seconds']:.1f} s"
     )
     return 0

@@ -32,9 +32,7 @@ def check_device(cfg: Any, use_critic: bool, report: Report) -> None:
     """Device and attention: what the run will use, and the mismatches that fail in a worker."""
     device = cfg.trainer.device
     modules = _loaded_modules()
-    if device == "cpu" and (
-        os.environ.get("VERL_PLATFORM") != "cpu" or CPU_MODULE not in modules
-    ):
+    if device == "cpu" and (os.environ.get("VERL_PLATFORM") != "cpu" or CPU_MODULE not in modules):
         report.error(
             "device",
             "trainer.device=cpu needs verl's cpu platform (VERL_PLATFORM=cpu and "

@@ -30,7 +30,9 @@ def flash_attn_installed() -> bool:
 
 def _rewrite(requested: Any) -> Any:
     if isinstance(requested, str) and requested.startswith("flash_attention"):
-        logger.warning("flash_attn is not installed: %s -> %s (PyTorch attention)", requested, FALLBACK)
+        logger.warning(
+            "flash_attn is not installed: %s -> %s (PyTorch attention)", requested, FALLBACK
+        )
         return FALLBACK
     return requested
 

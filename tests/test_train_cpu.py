@@ -139,7 +139,13 @@ def test_rollout_and_validation_dumps(smoke: Smoke):
 def test_report_reads_the_real_run(smoke: Smoke, tmp_path: Path):
     out = tmp_path / "report"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "report.py"), str(smoke.run_dir), "--out", str(out)],
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "report.py"),
+            str(smoke.run_dir),
+            "--out",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

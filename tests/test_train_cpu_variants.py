@@ -69,7 +69,9 @@ def test_ppo_lora_trains_and_its_merge_carries_the_adapter(tmp_path: Path):
     assert manifest["lora"]["rank"] == 8 and manifest["lora"]["alpha"] == 16
 
     # Independently: base weights + B @ A * alpha / r, from the adapter verl saved.
-    base = load_file(tmp_path / "home" / ".cache" / "verl-gsm8k" / "tiny-qwen2" / "model.safetensors")
+    base = load_file(
+        tmp_path / "home" / ".cache" / "verl-gsm8k" / "tiny-qwen2" / "model.safetensors"
+    )
     adapter = load_file(target / "lora_adapter" / "adapter_model.safetensors")
     merged = {}
     for shard in target.glob("model*.safetensors"):
@@ -82,6 +84,8 @@ def test_ppo_lora_trains_and_its_merge_carries_the_adapter(tmp_path: Path):
         expected = base[f"{module}.weight"].float() + b @ a * (16 / 8)
         got = merged[f"{module}.weight"].float()
         assert not torch.equal(got, base[f"{module}.weight"].float()), module
-        assert torch.allclose(got, expected.to(torch.bfloat16).float(), atol=1e-2, rtol=1e-2), module
+        assert torch.allclose(got, expected.to(torch.bfloat16).float(), atol=1e-2, rtol=1e-2), (
+            module
+        )
         checked += 1
     assert checked >= 14  # q, k, v, o, gate, up, down in each of the 2 layers
