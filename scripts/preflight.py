@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import json
 import os
 import shutil
@@ -285,6 +286,7 @@ def is_hub_id(path: str) -> bool:
     )
 
 
+@functools.cache
 def hub_reachable() -> tuple[bool, str]:
     from data_prep.gsm8k import hub_unreachable
 
@@ -293,6 +295,15 @@ def hub_reachable() -> tuple[bool, str]:
         return False, f"{endpoint} (HF_HUB_OFFLINE=1 is set)"
     reason = hub_unreachable(timeout=HUB_PROBE_TIMEOUT_S)
     return reason is None, endpoint if reason is None else f"{endpoint} ({reason})"
+
+
+def offline_if_hub_unreachable() -> None:
+    """Probe the hub once, first: where it cannot be reached, switch the libraries to offline
+    mode, or verl's validate_config and the model loaders retry it for ~50 s before failing.
+    (hub_reachable keeps the probe's answer, so the model check still names the real cause.)"""
+    if os.environ.get("HF_HUB_OFFLINE") != "1" and not hub_reachable()[0]:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 
 def cached_snapshot(repo_id: str) -> str | None:
@@ -500,6 +511,7 @@ def recipe_overrides(
 def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | None) -> Report:
     report = Report()
     check_legacy_keys(overrides, report)
+    offline_if_hub_unreachable()
     cfg = check_config(config_dir, config_name, overrides, report)
     if cfg is None:
         return report
