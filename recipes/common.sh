@@ -274,8 +274,12 @@ launch() {
   # verl's file logger truncates its file on open: one file per launch keeps a resumed run's history.
   export VERL_FILE_LOGGER_PATH="$RUN_DIR/metrics/metrics-$stamp.jsonl"
   echo "recipe: metrics -> $VERL_FILE_LOGGER_PATH | console log -> $RUN_DIR/logs/console-$stamp.log"
+  local ray_env=()   # on a hand-started cluster the trainer runs in a worker of `ray start`
+  if [[ -n "${RAY_ADDRESS:-}" ]]; then
+    ray_env=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=$(hydra_quote "$VERL_FILE_LOGGER_PATH")")
+  fi
   set +e
-  main_ppo -- "$@" 2>&1 | tee "$RUN_DIR/logs/console-$stamp.log"
+  main_ppo "${ray_env[@]}" -- "$@" 2>&1 | tee "$RUN_DIR/logs/console-$stamp.log"
   local status=${PIPESTATUS[0]}
   set -e
   [[ "$status" == 0 ]] && prune_checkpoints

@@ -173,6 +173,8 @@ def test_without_gpu_a_recipe_stops_after_preflight_with_one_line(
     assert result.returncode == 3
     assert "preflight: passed" in result.stdout
     assert "no NVIDIA GPU is visible here" in result.stderr
+    # it says how to train here instead
+    assert "bash recipes/smoke_tiny.sh" in result.stderr and "DEVICE=cpu" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     assert not (tmp_path / "runs").exists()
 
@@ -328,3 +330,60 @@ def test_launch_returns_verl_exit_status(tiny_model_dir, prepared_gsm8k_dir, tmp
     result = run_recipe("grpo_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 7
     assert "verl exited with 7" in result.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# DEVICE and the attention fallback: which settings reach verl (its own --cfg job)
+
+
+def test_device_cpu_adds_the_cpu_overlay_and_user_arguments_still_win(
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+):
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
+    env.update(DEVICE="cpu", PATH="/usr/bin:/bin")
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env, "reward.num_workers=2")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "device: cpu (DEVICE=cpu)" in result.stdout
+    assert "preflight: [ok] device: trains on the CPU" in result.stdout
+    cfg = composed_config(result.stdout)
+    assert get(cfg, "trainer.device") == "cpu"
+    assert get(cfg, "actor_rollout_ref.rollout.enable_sleep_mode") is False
+    assert get(cfg, "actor_rollout_ref.rollout.agent.num_workers") == 1
+    # logical GPUs in Ray: one per FSDP/vLLM worker (resolved when verl starts Ray)
+    assert get(cfg, "ray_kwargs.ray_init.num_gpus") == "${trainer.n_gpus_per_node}"
+    assert get(cfg, "reward.num_workers") == 2  # the user's argument beats the overlay's 1
+    assert get(cfg, "critic.model.override_config.attn_implementation") == "sdpa"
+
+
+def test_without_flash_attn_the_sdpa_fallback_keys_appear(
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+):
+    """A GPU machine without flash_attn: GPU settings, PyTorch attention, and it says so."""
+    assert __import__("importlib").util.find_spec("flash_attn") is None
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "device: gpu (DEVICE=auto) | attention: sdpa (flash_attn not installed" in result.stdout
+    assert "attention: sdpa without padding removal (flash_attn not installed)" in result.stdout
+    cfg = composed_config(result.stdout)
+    assert get(cfg, "trainer.device") == "cuda"  # no CPU settings on a GPU machine
+    for role in ("actor_rollout_ref", "critic"):
+        assert get(cfg, f"{role}.model.use_remove_padding") is False
+        assert get(cfg, f"{role}.model.override_config.attn_implementation") == "sdpa"
+
+
+def test_with_flash_attn_nothing_changes_on_a_gpu(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
+    site = tmp_path / "site" / "flash_attn"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("")  # found by find_spec, as an installed flash-attn is
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", PYTHONPATH=str(tmp_path / "site"))
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    cfg = composed_config(result.stdout)
+    assert get(cfg, "actor_rollout_ref.model.use_remove_padding") is True
+    assert "attn_implementation" not in get(cfg, "critic.model.override_config")
+    assert "+attention=sdpa" not in result.stdout

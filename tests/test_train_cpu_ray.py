@@ -67,7 +67,11 @@ def test_smoke_on_a_two_node_ray_cluster(tmp_path: Path):
         run = launch("smoke_tiny", dict(env, RAY_ADDRESS=address), "data.val_max_samples=8")
         assert run.result.returncode == 0, output(run)[-6000:]
         assert "Started a local Ray instance" not in output(run)  # it attached to the cluster
-        step = tmp_path / "runs" / "smoke_tiny" / "global_step_1"
+        run_dir = tmp_path / "runs" / "smoke_tiny"
+        # the trainer ran in a worker of `ray start`: the metrics path reached it anyway
+        (metrics,) = (run_dir / "metrics").glob("metrics-*.jsonl")
+        assert '"step": 1' in metrics.read_text()
+        step = run_dir / "global_step_1"
         for role in ("actor", "critic"):  # FSDP over the two nodes: one shard per rank
             for rank in (0, 1):
                 assert (step / role / f"model_world_size_2_rank_{rank}.pt").is_file(), (role, rank)
