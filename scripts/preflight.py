@@ -82,6 +82,22 @@ LEGACY_KEYS: dict[str, tuple[str, str]] = {
         "",
         "ignored by the default trainer (trainer.use_v1=true balances every batch)",
     ),
+    "critic.ppo_max_token_len_per_gpu": (
+        "+critic.ppo_infer_max_token_len_per_gpu",
+        "no effect: the v1 trainer sets both critic token budgets from "
+        "ppo_infer_max_token_len_per_gpu (trainer/ppo/v1/trainer_base.py ~267)",
+    ),
+    "actor_rollout_ref.rollout.val_kwargs.do_sample": (
+        "actor_rollout_ref.rollout.val_kwargs.temperature",
+        "not read by the v1 trainer: validation is greedy when val_kwargs.temperature is 0",
+    ),
+}
+# Keys that work but cost without need in the default trainer: key -> why (a warning).
+COSTLY_KEYS: dict[str, str] = {
+    "actor_rollout_ref.actor.calculate_entropy": (
+        "the v1 trainer logs actor/entropy without it; True adds a full-vocabulary entropy pass "
+        "with gradients to every update (memory, time); only the legacy trainer needs it"
+    ),
 }
 CLIP_ALONE = "actor_rollout_ref.actor.clip_ratio"
 # vLLM accepts these LoRA ranks (vllm.config.lora.MaxLoRARanks, also verl's fallback list).
@@ -119,6 +135,10 @@ def check_legacy_keys(overrides: list[str], report: Report) -> None:
             f"0.2 and take precedence); set {CLIP_ALONE}_low and {CLIP_ALONE}_high",
         )
         found = True
+    for override in overrides:
+        key, value = split_override(override)
+        if key in COSTLY_KEYS and value.strip().lower() == "true":
+            report.warn("keys", f"'{key}=True': {COSTLY_KEYS[key]}")
     if not found:
         report.ok("keys", f"{len(keys)} overrides, no legacy or silently ignored key")
 

@@ -78,6 +78,14 @@ MISTAKES = {
         "use reward.reward_manager.name",
     ),
     "balance_batch": (["trainer.balance_batch=True"], "remove it"),
+    "critic token budget": (
+        ["critic.ppo_max_token_len_per_gpu=8192"],
+        "use +critic.ppo_infer_max_token_len_per_gpu",
+    ),
+    "val do_sample": (
+        ["actor_rollout_ref.rollout.val_kwargs.do_sample=False"],
+        "validation is greedy when val_kwargs.temperature is 0",
+    ),
     "fsdp_config.strategy": (
         ["actor_rollout_ref.actor.fsdp_config.strategy=fsdp2"],
         "use actor_rollout_ref.actor.strategy",
@@ -332,3 +340,10 @@ def test_an_unreachable_hub_is_said_in_seconds(base_overrides, tmp_path):
     assert result.returncode == 1
     assert f"the hub cannot be reached from this machine: {endpoint}" in result.stdout
     assert elapsed < 30, f"{elapsed:.0f} s"
+
+
+def test_calculate_entropy_is_a_costly_warning(base_overrides):
+    report = run_preflight(base_overrides + ["actor_rollout_ref.actor.calculate_entropy=True"])
+    warned = [line for line in report.lines if "[warn] keys:" in line]
+    assert report.errors == 0 and len(warned) == 1, "\n".join(report.lines)
+    assert "the v1 trainer logs actor/entropy without it" in warned[0]
