@@ -24,21 +24,10 @@ import threading
 import time
 from pathlib import Path
 
+from report_vocab import PHASE_ORDER
+
 ROOT = Path(__file__).resolve().parents[1]
-PHASES = (
-    "gen",
-    "reward",
-    "old_log_prob",
-    "ref",
-    "values",
-    "adv",
-    "update_critic",
-    "update_actor",
-    "update_weights",
-    "testing",
-    "save_checkpoint",
-    "step",
-)
+PHASES = (*(p for p in PHASE_ORDER if p != "other"), "step")  # the report's order
 
 
 def _children(pid: int) -> list[int]:

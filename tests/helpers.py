@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,10 @@ def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, int]]) -> Path:
     )
     script.chmod(0o755)
     return bin_dir
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -6,14 +6,13 @@ Each patch has a test here that fails when the patch is removed."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, free_port
 
 SCRIPTS = ROOT / "scripts"
 
@@ -34,12 +33,6 @@ def run_python(code: str, modules: str, cpu: bool = True, extra_path: str = "") 
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_verl_selects_the_cpu_platform_through_its_registry():

@@ -19,14 +19,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, USER_KNOBS, require_path
+from helpers import ROOT, USER_KNOBS, require_path, run_recipe
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 TRAIN_TIMEOUT_S = 1200
 EVAL_PYTHON = ROOT / ".venv-eval" / "bin" / "python"
 # A run root with a space and a quote: paths users really have reach verl intact.
-RUNS_DIRNAME = "runs dir"
+RUNS_DIRNAME = "run's dir"
+# One short step on the CPU, for the recipes other than smoke_tiny (and smoke_tiny on two nodes).
+ONE_SMALL_STEP = dict(
+    DEVICE="cpu",
+    TRAIN_BATCH_SIZE="8",
+    PPO_MINI_BATCH_SIZE="4",
+    MAX_RESPONSE_LENGTH="32",
+    TOTAL_TRAINING_STEPS="1",
+    SAVE_FREQ="1",
+    TEST_FREQ="1",
+)
 
 
 @dataclass
@@ -58,14 +68,7 @@ def cpu_env(home: Path, runs_root: Path, **knobs: str) -> dict[str, str]:
 
 def launch(recipe: str, env: dict[str, str], *args: str, timeout: int = TRAIN_TIMEOUT_S) -> Launch:
     start = time.monotonic()
-    result = subprocess.run(
-        ["bash", str(ROOT / "recipes" / f"{recipe}.sh"), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    result = run_recipe(recipe, env, *args, timeout=timeout)
     return Launch(result, time.monotonic() - start)
 
 

@@ -5,23 +5,17 @@ ranks."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from test_train_cpu import cpu_env, launch, output
+from helpers import free_port
+from test_train_cpu import ONE_SMALL_STEP, cpu_env, launch, output
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 RAY = Path(sys.executable).parent / "ray"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def ray_cmd(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -32,17 +26,7 @@ def ray_cmd(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
 
 def test_smoke_on_a_two_node_ray_cluster(tmp_path: Path):
     env = cpu_env(
-        tmp_path / "home",
-        tmp_path / "runs",
-        DEVICE="cpu",
-        NNODES="2",
-        NDEVICES_PER_NODE="1",
-        TRAIN_BATCH_SIZE="8",
-        PPO_MINI_BATCH_SIZE="4",
-        MAX_RESPONSE_LENGTH="32",
-        TOTAL_TRAINING_STEPS="1",
-        SAVE_FREQ="1",
-        TEST_FREQ="1",
+        tmp_path / "home", tmp_path / "runs", NNODES="2", NDEVICES_PER_NODE="1", **ONE_SMALL_STEP
     )
     # The nodes know nothing of the recipe: only Ray's own settings (no idle-worker prestart).
     node_env = dict(env, RAY_enable_worker_prestart="0", RAY_prestart_worker_first_driver="0")

@@ -10,23 +10,13 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT
-from test_train_cpu import cpu_env, launch, metric_segments, output
+from test_train_cpu import ONE_SMALL_STEP, cpu_env, launch, metric_segments, output
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-SMALL = dict(
-    DEVICE="cpu",
-    TRAIN_BATCH_SIZE="8",
-    PPO_MINI_BATCH_SIZE="4",
-    MAX_RESPONSE_LENGTH="32",
-    TOTAL_TRAINING_STEPS="1",
-    SAVE_FREQ="1",
-    TEST_FREQ="1",
-)
-
 
 def test_grpo_trains_on_cpu(tmp_path: Path):
-    env = cpu_env(tmp_path / "home", tmp_path / "runs", ROLLOUT_N="2", **SMALL)
+    env = cpu_env(tmp_path / "home", tmp_path / "runs", ROLLOUT_N="2", **ONE_SMALL_STEP)
     run = launch("grpo_qwen2.5-0.5b_gsm8k", env, "data.val_max_samples=8")
     assert run.result.returncode == 0, output(run)[-6000:]
     run_dir = tmp_path / "runs" / "grpo_qwen2.5-0.5b_gsm8k"
@@ -46,7 +36,7 @@ def test_ppo_lora_trains_and_its_merge_carries_the_adapter(tmp_path: Path):
 
     env = cpu_env(
         tmp_path / "home", tmp_path / "runs", LORA_RANK="8", LORA_ALPHA="16", ACTOR_LR="1e-2",
-        **SMALL,
+        **ONE_SMALL_STEP,
     )  # fmt: skip
     run = launch("ppo_lora_qwen2.5-1.5b_gsm8k", env, "data.val_max_samples=8")
     assert run.result.returncode == 0, output(run)[-6000:]
