@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,12 @@ def test_smoke_on_a_two_node_ray_cluster(tmp_path: Path):
         assert head.returncode == 0, head.stdout + head.stderr
         second = ray_cmd(node_env, "start", f"--address={address}", *common)
         assert second.returncode == 0, second.stdout + second.stderr
-        status = ray_cmd(node_env, "status", f"--address={address}")
-        assert status.stdout.count("node_") >= 2 and "2.0 GPU" in status.stdout, status.stdout
+        for _ in range(60):  # the second node shows in `ray status` a few seconds after it starts
+            status = ray_cmd(node_env, "status", f"--address={address}")
+            if status.stdout.count(" node_") >= 2 and "/2.0 GPU" in status.stdout:
+                break
+            time.sleep(2)
+        assert status.stdout.count(" node_") >= 2 and "/2.0 GPU" in status.stdout, status.stdout
 
         run = launch("smoke_tiny", dict(env, RAY_ADDRESS=address), "data.val_max_samples=8")
         assert run.result.returncode == 0, output(run)[-6000:]
