@@ -35,10 +35,11 @@ esac
 
 # Where the CPU path keeps what it builds on first use (the tiny model, the prepared sample data).
 CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/verl-gsm8k}
+TINY_MODEL_DIR=$CACHE_DIR/tiny-qwen2
 
 # ---- knobs: model and hardware ----
 # On a CPU the default model is a tiny random Qwen2 built offline on first use (never the hub).
-if [[ "$TRAIN_ON" == cpu ]]; then DEFAULT_MODEL_PATH=$CACHE_DIR/tiny-qwen2; fi
+if [[ "$TRAIN_ON" == cpu ]]; then DEFAULT_MODEL_PATH=$TINY_MODEL_DIR; fi
 MODEL_PATH=${MODEL_PATH:-$DEFAULT_MODEL_PATH}
 CRITIC_MODEL_PATH=${CRITIC_MODEL_PATH:-$MODEL_PATH}   # the critic starts from the same weights
 NNODES=${NNODES:-1}
@@ -217,7 +218,7 @@ main_ppo() {
 
 # First use on a CPU: build the tiny model and prepare the shipped GSM8K sample, if missing.
 prepare_cpu_defaults() {
-  if [[ "$MODEL_PATH" == "$CACHE_DIR/tiny-qwen2" && ! -e "$MODEL_PATH/config.json" ]]; then
+  if [[ "$MODEL_PATH" == "$TINY_MODEL_DIR" && ! -e "$MODEL_PATH/config.json" ]]; then
     echo "recipe: building the tiny random Qwen2 (offline, once) -> $MODEL_PATH"
     "$PYTHON" "$ROOT/scripts/make_tiny_model.py" "$MODEL_PATH" --force >/dev/null
   fi
@@ -225,7 +226,7 @@ prepare_cpu_defaults() {
     echo "recipe: no data prepared in ~/data/gsm8k: preparing the GSM8K sample shipped in data_prep/sample -> $DATA_DIR"
     "$PYTHON" -m data_prep.gsm8k --source "$ROOT/data_prep/sample" --out-dir "$DATA_DIR" >/dev/null
   fi
-  if [[ "$MODEL_PATH" == "$CACHE_DIR/tiny-qwen2" ]]; then
+  if [[ "$MODEL_PATH" == "$TINY_MODEL_DIR" ]]; then
     echo "recipe: CPU run of a TINY RANDOM model: the PPO loop is real, its accuracy means nothing (docs/cpu.md)."
   fi
 }

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from knobs import batch_split_problem
-from preflight_device import check_device, check_lora
+from preflight_device import check_device, check_lora, lora_rank
 from preflight_inputs import check_data, check_reward
 from preflight_report import Report, one_line
 
@@ -266,18 +266,13 @@ def check_batch_shape(cfg, n_gpus: int, report: Report) -> bool:
     return not problems
 
 
-def _lora_rank(model_cfg) -> int:
-    rank = int(model_cfg.get("lora", {}).get("rank", 0) or 0)
-    return rank if rank > 0 else int(model_cfg.get("lora_rank", 0) or 0)
-
-
 def _without_vllm_lora_check(cfg, report: Report):
     """validate_config imports vLLM to check a LoRA rank; where vLLM is absent, check it here."""
     import importlib.util
 
     from omegaconf import OmegaConf
 
-    rank = _lora_rank(cfg.actor_rollout_ref.model)
+    rank = lora_rank(cfg.actor_rollout_ref.model)
     if rank <= 0 or cfg.actor_rollout_ref.rollout.name != "vllm":
         return cfg
     if rank > max(VLLM_LORA_RANKS):
@@ -465,7 +460,7 @@ def estimate_memory(cfg, hf_config, gpu_gib: float) -> dict[str, float]:
     def trained(model_cfg, offload: bool) -> float:
         if offload:
             return 0.0
-        lora = _lora_rank(model_cfg) > 0
+        lora = lora_rank(model_cfg) > 0
         per_param = FROZEN_BYTES_PER_PARAM if lora else TRAINED_BYTES_PER_PARAM
         return params * per_param / n_gpus / gib
 
@@ -473,7 +468,7 @@ def estimate_memory(cfg, hf_config, gpu_gib: float) -> dict[str, float]:
     parts = {"actor": trained(actor.model, actor.actor.fsdp_config.param_offload)}
     if need_critic(cfg):
         parts["critic"] = trained(cfg.critic.model, cfg.critic.fsdp.param_offload)
-    lora_actor = _lora_rank(actor.model) > 0
+    lora_actor = lora_rank(actor.model) > 0
     if need_reference_policy(cfg) and not lora_actor and not actor.ref.fsdp_config.param_offload:
         parts["reference"] = params * FROZEN_BYTES_PER_PARAM / n_gpus / gib
     parts["vllm"] = actor.rollout.gpu_memory_utilization * gpu_gib

@@ -13,7 +13,8 @@ FALLBACK_MODULE = "verl_attention_fallback"
 CPU_MODULE = "verl_cpu_platform"
 
 
-def _lora_rank(model_cfg: Any) -> int:
+def lora_rank(model_cfg: Any) -> int:
+    """The LoRA rank a model config asks for (lora.rank or lora_rank); 0 without LoRA."""
     rank = int(model_cfg.get("lora", {}).get("rank", 0) or 0)
     return rank if rank > 0 else int(model_cfg.get("lora_rank", 0) or 0)
 
@@ -72,14 +73,14 @@ def check_device(cfg: Any, use_critic: bool, report: Report) -> None:
 
 def check_lora(cfg: Any, use_critic: bool, report: Report) -> None:
     """The LoRA layouts that crash in verl 0.9.1, refused with the reason."""
-    if _lora_rank(cfg.critic.model) > 0 and use_critic:
+    if lora_rank(cfg.critic.model) > 0 and use_critic:
         report.error(
             "lora",
             "LoRA on the critic crashes in verl 0.9.1: it wraps every LoRA model as a PEFT causal "
             "LM and the critic is a token classifier (AttributeError: ... "
             "'prepare_inputs_for_generation'); train the critic fully (critic.model.lora_rank=0)",
         )
-    actor_rank = _lora_rank(cfg.actor_rollout_ref.model)
+    actor_rank = lora_rank(cfg.actor_rollout_ref.model)
     if actor_rank > 0 and use_critic and cfg.trainer.get("use_v1", True):
         report.error(
             "lora",
