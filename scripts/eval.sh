@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Evaluate models on the GSM8K test split with EvalScope (pinned in pyproject's `eval` extra), in
 # the training prompt mode and EvalScope's own mode, and write comparison.md / comparison.json.
-# The driver is scripts/eval_gsm8k.py; it runs in the EvalScope environment (.venv-eval), never
-# in .venv (EvalScope's antlr4 4.13 breaks verl's Hydra). On a GPU each model is served by vLLM
-# from .venv; the server is always stopped at the end.
+# The driver is scripts/evaluate/ (python -m scripts.evaluate); it runs in the EvalScope
+# environment (.venv-eval), never in .venv (EvalScope's antlr4 4.13 breaks verl's Hydra). On a
+# GPU each model is served by vLLM from .venv; the server is always stopped at the end.
 #
 #   bash scripts/eval.sh --model Qwen/Qwen2.5-0.5B-Instruct --model ppo=merged/step580 \
 #       --data ~/data/gsm8k-original [--modes training,evalscope] [--limit N] [--out DIR]
@@ -27,4 +27,4 @@ if [[ ! -x "$EVAL_PYTHON" ]]; then
 fi
 
 # exec: the driver receives signals directly and stops any server it started (finally blocks).
-exec "$EVAL_PYTHON" "$ROOT/scripts/eval_gsm8k.py" "$@"
+exec "$EVAL_PYTHON" -m scripts.evaluate "$@"

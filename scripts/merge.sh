@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Merge a verl FSDP checkpoint into a Hugging Face model directory (verl's own merger), verify it
-# loads and runs, and write merge_manifest.json beside it. The logic is scripts/merge_checkpoint.py.
+# loads and runs, and write merge_manifest.json beside it. The logic is scripts/merge/checkpoint.py
+# (python -m scripts.merge).
 #
 #   bash scripts/merge.sh SOURCE TARGET_DIR [--force] [--critic] [--lora-alpha A]
 #
@@ -28,4 +29,4 @@ fi
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
 export TRANSFORMERS_NO_ADVISORY_WARNINGS=${TRANSFORMERS_NO_ADVISORY_WARNINGS:-1}
 
-exec "$PYTHON" "$ROOT/scripts/merge_checkpoint.py" --python "$PYTHON" "$@"
+exec "$PYTHON" -m scripts.merge --python "$PYTHON" "$@"

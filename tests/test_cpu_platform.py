@@ -12,16 +12,18 @@ import sys
 import textwrap
 from pathlib import Path
 
-from helpers import ROOT, free_port
+from helpers import free_port
 
-SCRIPTS = ROOT / "scripts"
+CPU_PLATFORM = "scripts.verl_plugins.cpu_platform"
+ATTENTION_FALLBACK = "scripts.verl_plugins.attention_fallback"
 
 
 def run_python(code: str, modules: str, cpu: bool = True, extra_path: str = "") -> str:
     """Run code in a new interpreter where `import verl` loads the named plugin modules."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RANK", "WORLD"))}
     env["VERL_USE_EXTERNAL_MODULES"] = modules
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, str(SCRIPTS)) if p)
+    if extra_path:
+        env["PYTHONPATH"] = extra_path
     if cpu:
         env["VERL_PLATFORM"] = "cpu"
     result = subprocess.run(
@@ -51,7 +53,7 @@ def test_verl_selects_the_cpu_platform_through_its_registry():
         assert 0 < free <= total and mod.max_memory_allocated() > 0
         print(mod.is_available())
         """,
-        "verl_cpu_platform",
+        CPU_PLATFORM,
     )
     assert out.split("\n")[:3] == ["cpu gloo GPU CUDA_VISIBLE_DEVICES False", "cpu", "False"]
 
@@ -70,7 +72,7 @@ def test_gloo_process_group_through_verl(tmp_path):
         torch.distributed.all_reduce(t)
         print(torch.distributed.get_backend(), t.tolist())
         """,
-        "verl_cpu_platform",
+        CPU_PLATFORM,
     )
     assert "[1.0, 1.0, 1.0]" in out
 
@@ -88,7 +90,7 @@ def test_fsdp2_reference_offload_with_pinned_memory():
         fully_shard(model, offload_policy=CPUOffloadPolicy(pin_memory=True))
         print(model(torch.ones(1, 4)).shape)
         """,
-        "verl_cpu_platform",
+        CPU_PLATFORM,
     )
     assert "torch.Size([1, 2])" in out
 
@@ -115,7 +117,7 @@ def test_vllm_keeps_linear_weights_for_verl_weight_sync():
         out = UnquantizedLinearMethod().apply(layer, x)
         print(tuple(layer.weight.shape), torch.allclose(out, x @ new.t(), atol=0.1))
         """,
-        "verl_cpu_platform",
+        CPU_PLATFORM,
     )
     assert out.strip().endswith("(64, 32) True")
 
@@ -127,7 +129,7 @@ def test_patches_stay_off_without_the_cpu_platform():
         print(hasattr(torch.distributed.init_process_group, "_verl_cpu_patched"),
               hasattr(torch.Tensor.pin_memory, "_verl_cpu"))
         """,
-        "verl_cpu_platform",
+        CPU_PLATFORM,
         cpu=False,
     )
     assert out.strip() == "False False"
@@ -147,7 +149,7 @@ CRITIC_LOAD = """
 def test_critic_loads_with_sdpa_without_flash_attn(tiny_model_dir):
     """verl's load_valuehead_model hard-codes flash_attention_2 (verl issue #5210)."""
     assert importlib.util.find_spec("flash_attn") is None
-    out = run_python(CRITIC_LOAD.format(model=tiny_model_dir), "verl_attention_fallback", cpu=False)
+    out = run_python(CRITIC_LOAD.format(model=tiny_model_dir), ATTENTION_FALLBACK, cpu=False)
     assert out.strip().endswith("Qwen2ForTokenClassification sdpa")
 
 
@@ -157,7 +159,7 @@ def test_fallback_is_off_where_flash_attn_is_installed(tmp_path: Path):
     (fake / "__init__.py").write_text("")
     out = run_python(
         """
-        import verl_attention_fallback as f
+        import scripts.verl_plugins.attention_fallback as f
         from transformers import PreTrainedModel
         print(f.install(), hasattr(PreTrainedModel._check_and_adjust_attn_implementation,
                                    "_verl_sdpa_fallback"))

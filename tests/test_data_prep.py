@@ -57,12 +57,10 @@ SYNTHETIC_TRUTHS = {"train": ["7", "2400", "-7", "0.5"], "test": ["13", "1025"]}
 
 def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """The real CLI, `python -m data_prep.gsm8k ...`, from the repository root."""
-    full_env = dict(os.environ if env is None else env)
-    full_env["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
         [sys.executable, "-m", "data_prep.gsm8k", *map(str, args)],
         cwd=ROOT,
-        env=full_env,
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
@@ -512,11 +510,9 @@ def test_sigint_while_writing_exits_130_in_one_line_and_keeps_earlier_files(
     before = snapshot(out), snapshot(hub)
 
     args = ["--source", source, "--out-dir", out, "--hub-layout-dir", hub]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     with subprocess.Popen(
         [sys.executable, "-m", "data_prep.gsm8k", *map(str, args)],
         cwd=ROOT,
-        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

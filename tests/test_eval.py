@@ -23,13 +23,13 @@ import sys
 import time
 from pathlib import Path
 
-import eval_gsm8k as ev
-import eval_scoring as scoring
 import pytest
 from helpers import require_path
 from openai_stub import GarbageServer, StubServer
 
 from data_prep.gsm8k import PROMPT_STYLES, build_prompt
+from scripts.evaluate import cli as ev
+from scripts.evaluate import scoring
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_SH = ROOT / "scripts" / "eval.sh"

@@ -1,14 +1,16 @@
-"""The knob table (scripts/knobs.py): every bad value stops a real recipe before the preflight,
-with one line naming the knob and the value; the table, Hydra, verl and docs/knobs.md agree."""
+"""The knob table (scripts/preflight/knobs.py): every bad value stops a real recipe before the
+preflight, with one line naming the knob and the value; the table, Hydra, verl and docs/knobs.md
+agree."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-import knobs
 import pytest
 from helpers import ROOT, recipe_env, run_recipe
+
+from scripts.preflight import knobs
 
 # Bad knob values -> what the one line must show. Before the table existed, the first ones ended
 # in a Python traceback, the others passed the dry run and would have failed on the GPU.
@@ -105,16 +107,21 @@ def test_loggers_are_verls():
 
 def test_cli_is_stdlib_only_and_quotes_values():
     """-S: no site-packages at all, so the check cannot depend on verl, Hydra or torch."""
-    script = str(ROOT / "scripts" / "knobs.py")
+    script = ["-m", "scripts.preflight.knobs"]  # -S: only the repository root (cwd) to import from
     result = subprocess.run(
-        [sys.executable, "-S", script, "TRAIN_BATCH_SIZE=12 8", "ACTOR_LR=1e-6"],
+        [sys.executable, "-S", *script, "TRAIN_BATCH_SIZE=12 8", "ACTOR_LR=1e-6"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
     )
     assert result.returncode == 2
     assert result.stderr == "knobs: TRAIN_BATCH_SIZE='12 8' is not an integer > 0\n"
     names = subprocess.run(
-        [sys.executable, "-S", script, "--names"], capture_output=True, text=True, check=True
+        [sys.executable, "-S", *script, "--names"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     assert names == [knob.name for knob in knobs.KNOBS]
 

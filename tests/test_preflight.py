@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 
-import preflight
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -22,7 +21,9 @@ from helpers import (
     recipe_env,
     write_synthetic_gsm8k,
 )
-from preflight import recipe_overrides
+
+from scripts.preflight import cli as preflight
+from scripts.preflight.cli import recipe_overrides
 
 
 @pytest.fixture(scope="module")
@@ -255,7 +256,8 @@ def test_cli_prints_time_and_exits_nonzero_on_error(base_overrides):
     result = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "preflight.py"),
+            "-m",
+            "scripts.preflight",
             "--",
             *base_overrides,
             "custom_reward_function.path=/x.py",
@@ -329,7 +331,7 @@ def test_an_unreachable_hub_is_said_in_seconds(base_overrides, tmp_path):
     hub_model = "Qwen/Qwen2.5-0.5B-Instruct"
     start = time.monotonic()
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "preflight.py"), "--", *base_overrides,
+        [sys.executable, "-m", "scripts.preflight", "--", *base_overrides,
          f"actor_rollout_ref.model.path={hub_model}", f"critic.model.path={hub_model}"],
         env=env,
         capture_output=True,

@@ -17,7 +17,8 @@ from helpers import (
     recipe_env,
     run_recipe,
 )
-from preflight import recipe_overrides
+
+from scripts.preflight.cli import recipe_overrides
 
 
 def composed_config(stdout: str) -> dict:

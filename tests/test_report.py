@@ -1,4 +1,4 @@
-"""Tests of scripts/report.py and the report_* modules beside it (the PPO run report).
+"""Tests of the PPO run report: scripts/report/ (python -m scripts.report) and its modules.
 
 Real data: the two verl console logs under ../shared/data/verl-logs (or $SHARED_DATA_DIR/verl-logs).
 Synthetic data: verl 0.9.1 file-logger JSONL built here, healthy or with one planted pathology.
@@ -21,15 +21,14 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts.common import atomic_io
+from scripts.report import checks as rc
+from scripts.report import cli as report
+from scripts.report import parse as rp
+from scripts.report import plots as report_plots
+from scripts.report import summary as rs
 
-import atomic_io  # noqa: E402
-import report  # noqa: E402
-import report_checks as rc  # noqa: E402
-import report_parse as rp  # noqa: E402
-import report_plots  # noqa: E402
-import report_summary as rs  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 LOG_512 = "qwen2.5-0.5b-ppo-gsm8k-resp512.log"
 LOG_256 = "qwen2.5-0.5b-ppo-gsm8k-resp256.log"
@@ -740,7 +739,7 @@ def test_empty_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_missing_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert report.main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"report.py: error: input not found: {tmp_path / 'nope'}"]
+    assert err == [f"scripts.report: error: input not found: {tmp_path / 'nope'}"]
 
 
 def test_failure_keeps_earlier_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -831,7 +830,7 @@ def test_follow_says_when_the_input_is_gone(
         f"refresh 2: input {path} is gone; the last report at {out / 'report.html'} is kept"
     )
     assert "nothing written yet" not in captured.out
-    assert captured.err.strip().splitlines() == [f"report.py: error: input not found: {path}"]
+    assert captured.err.strip().splitlines() == [f"scripts.report: error: input not found: {path}"]
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["steps"]["count"] == 30
 
@@ -894,7 +893,7 @@ def test_long_run_report_is_fast_and_bounded(tmp_path: Path, fmt: str) -> None:
     out = tmp_path / "out"
     try:
         proc = subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "report.py"), str(path), "--out", str(out)],
+            [sys.executable, "-m", "scripts.report", str(path), "--out", str(out)],
             capture_output=True,
             text=True,
             timeout=30,
@@ -959,7 +958,8 @@ def test_cli_subprocess_on_real_log(verl_logs_dir: Path, tmp_path: Path) -> None
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "report.py"),
+            "-m",
+            "scripts.report",
             str(logs / LOG_512),
             "--out",
             str(out),
@@ -981,14 +981,16 @@ def test_cli_subprocess_on_real_log(verl_logs_dir: Path, tmp_path: Path) -> None
 
 
 def test_cli_help_and_missing_path_subprocess(tmp_path: Path) -> None:
-    script = str(ROOT / "scripts" / "report.py")
     helptext = subprocess.run(
-        [sys.executable, script, "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "scripts.report", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     for flag in ("--out", "--follow", "--interval", "--max-refreshes", "INPUT"):
         assert flag in helptext
     proc = subprocess.run(
-        [sys.executable, script, str(tmp_path / "missing")],
+        [sys.executable, "-m", "scripts.report", str(tmp_path / "missing")],
         capture_output=True,
         text=True,
         check=False,
@@ -1007,7 +1009,7 @@ def test_default_out_dirs(tmp_path: Path) -> None:
 
 
 def test_docs_threshold_table_matches_dataclass() -> None:
-    """The thresholds live in report_checks.Thresholds; the docs page repeats them."""
+    """The thresholds live in scripts/report/checks.py (Thresholds); the docs page repeats them."""
     text = (ROOT / "docs" / "reading-a-ppo-run.md").read_text(encoding="utf-8")
     documented = {name: float(value) for name, value in re.findall(r"`(\w+)`=([\d.]+)", text)}
     for name, value in vars(rc.THRESHOLDS).items():

@@ -144,7 +144,8 @@ def test_report_reads_the_real_run(smoke: Smoke, tmp_path: Path):
     result = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "report.py"),
+            "-m",
+            "scripts.report",
             str(smoke.run_dir),
             "--out",
             str(out),
@@ -246,7 +247,7 @@ def test_relaunch_resumes_to_step_4_and_keeps_max_ckpt(smoke: Smoke):
     assert kept == ["global_step_4"], kept  # verl alone would have kept global_step_2 too
     # the report stitches both launches: steps 0-4, each once
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "report.py"), str(smoke.run_dir)],
+        [sys.executable, "-m", "scripts.report", str(smoke.run_dir)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,0 +1,1 @@
+"""Benchmarks, not tests: python -m scripts.bench.reward, .preflight, .cpu_train."""

@@ -1,0 +1,1 @@
+"""Small helpers shared by the stages: atomic writes, the tiny offline test model."""

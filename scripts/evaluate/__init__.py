@@ -1,0 +1,1 @@
+"""Evaluation on GSM8K with EvalScope (run through scripts/eval.sh, in .venv-eval)."""

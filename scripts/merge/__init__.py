@@ -1,0 +1,1 @@
+"""verl FSDP checkpoint -> verified Hugging Face model (run through scripts/merge.sh)."""
