@@ -9,5 +9,6 @@
     bench         benchmarks, not tests: reward throughput, preflight vs verl, CPU training
     common        small shared helpers: atomic writes, the tiny test model
 
-The bash entry points sit beside them: setup.sh, merge.sh, eval.sh.
+The bash entry points sit beside them: setup.sh, merge.sh, eval.sh. The map of the whole
+project, and why the stages live here: docs/architecture.md.
 """
