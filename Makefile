@@ -35,10 +35,10 @@ test-fast:  ## the suite without the slow tests (no training runs): for iteratio
 	$(PY) -m pytest -m "not slow"
 
 bench:  ## reward throughput: ours vs verl's built-in scorer
-	$(PY) -m scripts.bench.reward
+	$(PY) -m verl_gsm8k.bench.reward
 
 bench-cpu:  ## smoke_tiny on this CPU: wall time, time to each step, phases, peak memory
-	$(PY) -m scripts.bench.cpu_train
+	$(PY) -m verl_gsm8k.bench.cpu_train
 
 clean:  ## remove caches (keeps the environments)
 	rm -rf .pytest_cache .ruff_cache .hypothesis build *.egg-info

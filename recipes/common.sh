@@ -5,8 +5,8 @@
 # RECIPE_OVERRIDES, sources this file, then calls `launch "$@"`. This file:
 #   1. fills in every knob not yet set, each from the environment first (VAR=${VAR:-default});
 #   2. maps the knobs onto verl 0.9.1 keys, once (OVERRIDES);
-#   3. checks every knob's type and range (scripts/preflight/knobs.py), then runs the preflight
-#      (python -m scripts.preflight) on the final override list;
+#   3. checks every knob's type and range (verl_gsm8k/preflight/knobs.py), then runs the preflight
+#      (python -m verl_gsm8k.preflight) on the final override list;
 #   4. DRY_RUN=1: prints verl's own composed config (`--cfg job`) and exits 0, no GPU needed;
 #      otherwise launches `python3 -m verl.trainer.main_ppo` with the user's arguments last.
 # Secrets (WANDB_API_KEY, HF_TOKEN, ...) are read by the libraries from the environment and are
@@ -30,7 +30,7 @@ case "$DEVICE" in
     elif [[ "${CPU_BY_DEFAULT:-0}" == 1 ]]; then TRAIN_ON=cpu
     else TRAIN_ON=none
     fi ;;
-  *) TRAIN_ON=none ;;    # check_knobs (scripts/preflight/knobs.py) stops the launch with one line
+  *) TRAIN_ON=none ;;  # check_knobs (verl_gsm8k/preflight/knobs.py) stops the launch with one line
 esac
 
 # Where the CPU path keeps what it builds on first use (the tiny model, the prepared sample data).
@@ -121,9 +121,9 @@ hydra_quote() {
 
 # ---- device and attention settings, from one place: two config overlays and a few variables ----
 # configs/attention/sdpa.yaml where flash_attn is not installed (every CPU, some GPU machines);
-# configs/device/cpu.yaml on a CPU. verl loads our modules (scripts/verl_plugins/) in every process
-# through its plugin variable, by package path: the project is installed in the venv Ray's workers
-# run. key=value arguments still win.
+# configs/device/cpu.yaml on a CPU. verl loads our modules (verl_gsm8k/verl_plugins/) in every
+# process through its plugin variable, by package path: the project is installed in the venv Ray's
+# workers run. key=value arguments still win.
 DEVICE_OVERRIDES=()
 VERL_MODULES=()
 flash_attn_installed() {
@@ -131,14 +131,14 @@ flash_attn_installed() {
 }
 if ! flash_attn_installed; then
   DEVICE_OVERRIDES+=("+attention=sdpa")
-  VERL_MODULES+=(scripts.verl_plugins.attention_fallback)
+  VERL_MODULES+=(verl_gsm8k.verl_plugins.attention_fallback)
   ATTENTION="sdpa (flash_attn not installed; padding removal off: slower updates, more activation memory)"
 else
   ATTENTION="flash_attention_2 with padding removal"
 fi
 if [[ "$TRAIN_ON" == cpu ]]; then
   DEVICE_OVERRIDES+=("+device=cpu")
-  VERL_MODULES+=(scripts.verl_plugins.cpu_platform)
+  VERL_MODULES+=(verl_gsm8k.verl_plugins.cpu_platform)
   export VERL_PLATFORM=cpu                 # verl's platform registry picks verl_plugins/cpu_platform.py
   export VERL_ENGINE_DEVICE=cuda           # verl registers its FSDP engines for cuda/npu only
   export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}              # GiB of KV cache
@@ -197,14 +197,14 @@ OVERRIDES=(
   "trainer.logger=[$LOGGER]"
 )
 
-# Every knob of scripts/preflight/knobs.py's table that is set here gets its type and range
+# Every knob of verl_gsm8k/preflight/knobs.py's table that is set here gets its type and range
 # checked, in well under a second, before the slow preflight: one line per bad value, exit 2.
 check_knobs() {
   local name values=()
-  for name in $("$PYTHON" -m scripts.preflight.knobs --names); do
+  for name in $("$PYTHON" -m verl_gsm8k.preflight.knobs --names); do
     if [[ -n "${!name+set}" ]]; then values+=("$name=${!name}"); fi
   done
-  "$PYTHON" -m scripts.preflight.knobs "${values[@]}"
+  "$PYTHON" -m verl_gsm8k.preflight.knobs "${values[@]}"
 }
 
 # verl's entry point with our config: main_ppo [hydra flags] -- [user overrides, which go last].
@@ -220,7 +220,7 @@ main_ppo() {
 prepare_cpu_defaults() {
   if [[ "$MODEL_PATH" == "$TINY_MODEL_DIR" && ! -e "$MODEL_PATH/config.json" ]]; then
     echo "recipe: building the tiny random Qwen2 (offline, once) -> $MODEL_PATH"
-    "$PYTHON" -m scripts.common.tiny_model "$MODEL_PATH" --force >/dev/null
+    "$PYTHON" -m verl_gsm8k.common.tiny_model "$MODEL_PATH" --force >/dev/null
   fi
   if [[ "${USE_SAMPLE_DATA:-0}" == 1 && ! -e "$GSM8K_TRAIN_FILE" ]]; then
     echo "recipe: no data prepared in ~/data/gsm8k: preparing the GSM8K sample shipped in data_prep/sample -> $DATA_DIR"
@@ -258,7 +258,7 @@ launch() {
   echo "recipe: device: $TRAIN_ON (DEVICE=$DEVICE) | attention: $ATTENTION"
   if [[ "$TRAIN_ON" == cpu ]]; then prepare_cpu_defaults; fi
   if [[ "$SKIP_PREFLIGHT" != 1 ]]; then
-    "$PYTHON" -m scripts.preflight --config-name "$CONFIG_NAME" -- \
+    "$PYTHON" -m verl_gsm8k.preflight --config-name "$CONFIG_NAME" -- \
       "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@" || exit $?
   fi
   if [[ "$DRY_RUN" == 1 ]]; then
@@ -284,6 +284,6 @@ launch() {
   local status=${PIPESTATUS[0]}
   set -e
   [[ "$status" == 0 ]] && prune_checkpoints
-  echo "recipe: verl exited with $status. Report: python -m scripts.report $RUN_DIR"
+  echo "recipe: verl exited with $status. Report: python -m verl_gsm8k.report $RUN_DIR"
   exit "$status"
 }

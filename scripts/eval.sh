@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Evaluate models on the GSM8K test split with EvalScope (pinned in pyproject's `eval` extra), in
 # the training prompt mode and EvalScope's own mode, and write comparison.md / comparison.json.
-# The driver is scripts/evaluate/ (python -m scripts.evaluate); it runs in the EvalScope
+# The driver is verl_gsm8k/evaluate/ (python -m verl_gsm8k.evaluate); it runs in the EvalScope
 # environment (.venv-eval), never in .venv (EvalScope's antlr4 4.13 breaks verl's Hydra). On a
 # GPU each model is served by vLLM from .venv; the server is always stopped at the end.
 #
@@ -27,4 +27,4 @@ if [[ ! -x "$EVAL_PYTHON" ]]; then
 fi
 
 # exec: the driver receives signals directly and stops any server it started (finally blocks).
-exec "$EVAL_PYTHON" -m scripts.evaluate "$@"
+exec "$EVAL_PYTHON" -m verl_gsm8k.evaluate "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Merge a verl FSDP checkpoint into a Hugging Face model directory (verl's own merger), verify it
-# loads and runs, and write merge_manifest.json beside it. The logic is scripts/merge/checkpoint.py
-# (python -m scripts.merge).
+# loads and runs, and write merge_manifest.json beside it. The logic is
+# verl_gsm8k/merge/checkpoint.py (python -m verl_gsm8k.merge).
 #
 #   bash scripts/merge.sh SOURCE TARGET_DIR [--force] [--critic] [--lora-alpha A]
 #
@@ -29,4 +29,4 @@ fi
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
 export TRANSFORMERS_NO_ADVISORY_WARNINGS=${TRANSFORMERS_NO_ADVISORY_WARNINGS:-1}
 
-exec "$PYTHON" -m scripts.merge --python "$PYTHON" "$@"
+exec "$PYTHON" -m verl_gsm8k.merge --python "$PYTHON" "$@"

@@ -33,7 +33,7 @@ def verl_logs_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Qwen2 + offline BPE tokenizer with a ChatML template (built once)."""
-    from scripts.common.tiny_model import make_tiny_model
+    from verl_gsm8k.common.tiny_model import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2")
 

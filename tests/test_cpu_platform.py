@@ -14,8 +14,8 @@ from pathlib import Path
 
 from helpers import free_port
 
-CPU_PLATFORM = "scripts.verl_plugins.cpu_platform"
-ATTENTION_FALLBACK = "scripts.verl_plugins.attention_fallback"
+CPU_PLATFORM = "verl_gsm8k.verl_plugins.cpu_platform"
+ATTENTION_FALLBACK = "verl_gsm8k.verl_plugins.attention_fallback"
 
 
 def run_python(code: str, modules: str, cpu: bool = True, extra_path: str = "") -> str:
@@ -159,7 +159,7 @@ def test_fallback_is_off_where_flash_attn_is_installed(tmp_path: Path):
     (fake / "__init__.py").write_text("")
     out = run_python(
         """
-        import scripts.verl_plugins.attention_fallback as f
+        import verl_gsm8k.verl_plugins.attention_fallback as f
         from transformers import PreTrainedModel
         print(f.install(), hasattr(PreTrainedModel._check_and_adjust_attn_implementation,
                                    "_verl_sdpa_fallback"))

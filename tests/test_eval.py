@@ -28,8 +28,8 @@ from helpers import require_path
 from openai_stub import GarbageServer, StubServer
 
 from data_prep.gsm8k import PROMPT_STYLES, build_prompt
-from scripts.evaluate import cli as ev
-from scripts.evaluate import scoring
+from verl_gsm8k.evaluate import cli as ev
+from verl_gsm8k.evaluate import scoring
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_SH = ROOT / "scripts" / "eval.sh"

@@ -1,4 +1,4 @@
-"""The knob table (scripts/preflight/knobs.py): every bad value stops a real recipe before the
+"""The knob table (verl_gsm8k/preflight/knobs.py): every bad value stops a real recipe before the
 preflight, with one line naming the knob and the value; the table, Hydra, verl and docs/knobs.md
 agree."""
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 from helpers import ROOT, recipe_env, run_recipe
 
-from scripts.preflight import knobs
+from verl_gsm8k.preflight import knobs
 
 # Bad knob values -> what the one line must show. Before the table existed, the first ones ended
 # in a Python traceback, the others passed the dry run and would have failed on the GPU.
@@ -107,7 +107,8 @@ def test_loggers_are_verls():
 
 def test_cli_is_stdlib_only_and_quotes_values():
     """-S: no site-packages at all, so the check cannot depend on verl, Hydra or torch."""
-    script = ["-m", "scripts.preflight.knobs"]  # -S: only the repository root (cwd) to import from
+    # -S: only the repository root (cwd) to import from
+    script = ["-m", "verl_gsm8k.preflight.knobs"]
     result = subprocess.run(
         [sys.executable, "-S", *script, "TRAIN_BATCH_SIZE=12 8", "ACTOR_LR=1e-6"],
         cwd=ROOT,

@@ -22,8 +22,8 @@ from helpers import (
     write_synthetic_gsm8k,
 )
 
-from scripts.preflight import cli as preflight
-from scripts.preflight.cli import recipe_overrides
+from verl_gsm8k.preflight import cli as preflight
+from verl_gsm8k.preflight.cli import recipe_overrides
 
 
 @pytest.fixture(scope="module")
@@ -257,7 +257,7 @@ def test_cli_prints_time_and_exits_nonzero_on_error(base_overrides):
         [
             sys.executable,
             "-m",
-            "scripts.preflight",
+            "verl_gsm8k.preflight",
             "--",
             *base_overrides,
             "custom_reward_function.path=/x.py",
@@ -331,7 +331,7 @@ def test_an_unreachable_hub_is_said_in_seconds(base_overrides, tmp_path):
     hub_model = "Qwen/Qwen2.5-0.5B-Instruct"
     start = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "scripts.preflight", "--", *base_overrides,
+        [sys.executable, "-m", "verl_gsm8k.preflight", "--", *base_overrides,
          f"actor_rollout_ref.model.path={hub_model}", f"critic.model.path={hub_model}"],
         env=env,
         capture_output=True,

@@ -18,7 +18,7 @@ from helpers import (
     run_recipe,
 )
 
-from scripts.preflight.cli import recipe_overrides
+from verl_gsm8k.preflight.cli import recipe_overrides
 
 
 def composed_config(stdout: str) -> dict:

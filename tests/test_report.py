@@ -1,4 +1,4 @@
-"""Tests of the PPO run report: scripts/report/ (python -m scripts.report) and its modules.
+"""Tests of the PPO run report: verl_gsm8k/report/ (python -m verl_gsm8k.report) and its modules.
 
 Real data: the two verl console logs under ../shared/data/verl-logs (or $SHARED_DATA_DIR/verl-logs).
 Synthetic data: verl 0.9.1 file-logger JSONL built here, healthy or with one planted pathology.
@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from scripts.common import atomic_io
-from scripts.report import checks as rc
-from scripts.report import cli as report
-from scripts.report import parse as rp
-from scripts.report import plots as report_plots
-from scripts.report import summary as rs
+from verl_gsm8k.common import atomic_io
+from verl_gsm8k.report import checks as rc
+from verl_gsm8k.report import cli as report
+from verl_gsm8k.report import parse as rp
+from verl_gsm8k.report import plots as report_plots
+from verl_gsm8k.report import summary as rs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -739,7 +739,7 @@ def test_empty_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_missing_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert report.main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"scripts.report: error: input not found: {tmp_path / 'nope'}"]
+    assert err == [f"verl_gsm8k.report: error: input not found: {tmp_path / 'nope'}"]
 
 
 def test_failure_keeps_earlier_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -830,7 +830,8 @@ def test_follow_says_when_the_input_is_gone(
         f"refresh 2: input {path} is gone; the last report at {out / 'report.html'} is kept"
     )
     assert "nothing written yet" not in captured.out
-    assert captured.err.strip().splitlines() == [f"scripts.report: error: input not found: {path}"]
+    expected = f"verl_gsm8k.report: error: input not found: {path}"
+    assert captured.err.strip().splitlines() == [expected]
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["steps"]["count"] == 30
 
@@ -893,7 +894,7 @@ def test_long_run_report_is_fast_and_bounded(tmp_path: Path, fmt: str) -> None:
     out = tmp_path / "out"
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "scripts.report", str(path), "--out", str(out)],
+            [sys.executable, "-m", "verl_gsm8k.report", str(path), "--out", str(out)],
             capture_output=True,
             text=True,
             timeout=30,
@@ -959,7 +960,7 @@ def test_cli_subprocess_on_real_log(verl_logs_dir: Path, tmp_path: Path) -> None
         [
             sys.executable,
             "-m",
-            "scripts.report",
+            "verl_gsm8k.report",
             str(logs / LOG_512),
             "--out",
             str(out),
@@ -982,7 +983,7 @@ def test_cli_subprocess_on_real_log(verl_logs_dir: Path, tmp_path: Path) -> None
 
 def test_cli_help_and_missing_path_subprocess(tmp_path: Path) -> None:
     helptext = subprocess.run(
-        [sys.executable, "-m", "scripts.report", "--help"],
+        [sys.executable, "-m", "verl_gsm8k.report", "--help"],
         capture_output=True,
         text=True,
         check=True,
@@ -990,7 +991,7 @@ def test_cli_help_and_missing_path_subprocess(tmp_path: Path) -> None:
     for flag in ("--out", "--follow", "--interval", "--max-refreshes", "INPUT"):
         assert flag in helptext
     proc = subprocess.run(
-        [sys.executable, "-m", "scripts.report", str(tmp_path / "missing")],
+        [sys.executable, "-m", "verl_gsm8k.report", str(tmp_path / "missing")],
         capture_output=True,
         text=True,
         check=False,
@@ -1009,7 +1010,7 @@ def test_default_out_dirs(tmp_path: Path) -> None:
 
 
 def test_docs_threshold_table_matches_dataclass() -> None:
-    """The thresholds live in scripts/report/checks.py (Thresholds); the docs page repeats them."""
+    """The thresholds live in verl_gsm8k/report/checks.py (Thresholds); the docs repeat them."""
     text = (ROOT / "docs" / "reading-a-ppo-run.md").read_text(encoding="utf-8")
     documented = {name: float(value) for name, value in re.findall(r"`(\w+)`=([\d.]+)", text)}
     for name, value in vars(rc.THRESHOLDS).items():

@@ -145,7 +145,7 @@ def test_report_reads_the_real_run(smoke: Smoke, tmp_path: Path):
         [
             sys.executable,
             "-m",
-            "scripts.report",
+            "verl_gsm8k.report",
             str(smoke.run_dir),
             "--out",
             str(out),
@@ -247,7 +247,7 @@ def test_relaunch_resumes_to_step_4_and_keeps_max_ckpt(smoke: Smoke):
     assert kept == ["global_step_4"], kept  # verl alone would have kept global_step_2 too
     # the report stitches both launches: steps 0-4, each once
     result = subprocess.run(
-        [sys.executable, "-m", "scripts.report", str(smoke.run_dir)],
+        [sys.executable, "-m", "verl_gsm8k.report", str(smoke.run_dir)],
         capture_output=True,
         text=True,
         timeout=120,

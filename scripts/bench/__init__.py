@@ -1,1 +1,0 @@
-"""Benchmarks, not tests: python -m scripts.bench.reward, .preflight, .cpu_train."""

@@ -1,4 +1,0 @@
-"""The run report: verl metrics -> report.html, summary.json and health checks.
-
-python -m scripts.report RUN_DIR_OR_FILE [--out DIR] [--follow [--interval S]]
-"""

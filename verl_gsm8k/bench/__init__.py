@@ -1,0 +1,1 @@
+"""Benchmarks, not tests: python -m verl_gsm8k.bench.reward, .preflight, .cpu_train."""

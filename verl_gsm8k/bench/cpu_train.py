@@ -1,0 +1,207 @@
+"""Measure a CPU training run: wall time, time to the first step, per-step time by phase, and the
+peak memory of the whole process tree (trainer, Ray, vLLM, every worker).
+
+    python -m verl_gsm8k.bench.cpu_train                   # bash recipes/smoke_tiny.sh, fresh dirs
+    python -m verl_gsm8k.bench.cpu_train --recipe grpo_qwen2.5-0.5b_gsm8k -- ROLLOUT_N=2 ...
+
+It is a benchmark, not a test: it prints figures (and writes them as JSON with --json). Memory is
+the sum over every process descended from the launcher, sampled every --interval seconds:
+PSS (shared pages split between the processes that map them: the honest total) and RSS (what
+`ps` shows; it counts shared libraries once per process). Run it alone: another job on the
+machine slows every phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from verl_gsm8k.report.vocab import PHASE_ORDER
+
+ROOT = Path(__file__).resolve().parents[2]
+PHASES = (*(p for p in PHASE_ORDER if p != "other"), "step")  # the report's order
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(p) for p in fh.read().split()]
+    except OSError:
+        return []
+
+
+def process_tree(root: int) -> list[int]:
+    """root and every process descended from it (Ray's workers are children of its raylet)."""
+    seen, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        seen.append(pid)
+        todo.extend(_children(pid))
+    return seen
+
+
+def _memory_kib(pid: int) -> tuple[int, int]:
+    """(PSS, RSS) of one process in KiB; (0, 0) once it is gone."""
+    pss = rss = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    pss = int(line.split()[1])
+                elif line.startswith("Rss:"):
+                    rss = int(line.split()[1])
+    except OSError:
+        pass
+    return pss, rss
+
+
+class MemorySampler(threading.Thread):
+    def __init__(self, root: int, interval: float) -> None:
+        super().__init__(daemon=True)
+        self.root, self.interval = root, interval
+        self.peak_pss = self.peak_rss = self.peak_procs = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            pids = process_tree(self.root)
+            pss = rss = 0
+            for pid in pids:
+                p, r = _memory_kib(pid)
+                pss, rss = pss + p, rss + r
+            self.peak_pss = max(self.peak_pss, pss)
+            self.peak_rss = max(self.peak_rss, rss)
+            self.peak_procs = max(self.peak_procs, len(pids))
+            self.stop.wait(self.interval)
+
+
+def read_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
+    steps: dict[int, dict[str, float]] = {}
+    for path in sorted((run_dir / "metrics").glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            steps.setdefault(int(record["step"]), {}).update(record.get("data", {}))
+    return steps
+
+
+def run(recipe: str, env_overrides: dict[str, str], args: list[str], interval: float) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="bench-cpu-train-"))
+    env = dict(os.environ)
+    # A fresh HOME: the run builds its tiny model and sample data as a first-time user's would.
+    env.update(HOME=str(work / "home"), RUNS_ROOT=str(work / "runs"))
+    env.update(env_overrides)
+    command = ["bash", str(ROOT / "recipes" / f"{recipe}.sh"), *args]
+    marks: dict[str, float] = {}
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    sampler = MemorySampler(proc.pid, interval)
+    sampler.start()
+    run_dir = None
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        now = time.monotonic() - start
+        if "run dir: " in line and run_dir is None:
+            run_dir = Path(line.rsplit("run dir: ", 1)[1].strip())
+        if "preflight: passed" in line:
+            marks.setdefault("preflight_done_s", now)
+        if "Started a local Ray instance" in line:
+            marks.setdefault("ray_up_s", now)
+        if "initialize finished" in line:
+            marks.setdefault("workers_and_vllm_ready_s", now)
+        for step in (0, 1, 2):
+            if f"step:{step} - " in line:
+                marks.setdefault(f"step{step}_logged_s", now)
+    code = proc.wait()
+    wall = time.monotonic() - start
+    sampler.stop.set()
+    sampler.join()
+    metrics = read_metrics(run_dir) if run_dir and run_dir.exists() else {}
+    per_step = {
+        step: {p: round(data[f"timing_s/{p}"], 2) for p in PHASES if f"timing_s/{p}" in data}
+        for step, data in sorted(metrics.items())
+    }
+    return {
+        "command": " ".join(command),
+        "exit_code": code,
+        "wall_s": round(wall, 1),
+        "marks_s": {k: round(v, 1) for k, v in marks.items()},
+        "per_step_phases_s": per_step,
+        "peak_pss_gb": round(sampler.peak_pss / 2**20, 2),
+        "peak_rss_gb": round(sampler.peak_rss / 2**20, 2),
+        "peak_processes": sampler.peak_procs,
+        "run_dir": str(run_dir) if run_dir else None,
+    }
+
+
+def render(result: dict) -> str:
+    lines = [
+        f"command        {result['command']}",
+        f"exit code      {result['exit_code']}",
+        f"wall           {result['wall_s']} s",
+    ]
+    for key, value in result["marks_s"].items():
+        lines.append(f"  {key:<27} {value} s")
+    lines.append(
+        f"peak memory    {result['peak_pss_gb']} GB PSS ({result['peak_rss_gb']} GB RSS) over "
+        f"at most {result['peak_processes']} processes"
+    )
+    for step, phases in result["per_step_phases_s"].items():
+        shown = ", ".join(f"{k} {v}" for k, v in phases.items())
+        lines.append(f"step {step:<3}       {shown or '(no timings)'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m verl_gsm8k.bench.cpu_train", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--recipe", default="smoke_tiny", help="recipe under recipes/ (default smoke_tiny)"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=0.5, help="memory sampling period in s (default 0.5)"
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument(
+        "rest",
+        nargs="*",
+        help="after --: KNOB=value environment settings (upper-case names) and verl key=value "
+        "overrides for the recipe",
+    )
+    args = parser.parse_args(argv)
+    env = {}
+    overrides = []
+    for item in args.rest:
+        name, sep, value = item.partition("=")
+        if sep and name.isupper():
+            env[name] = value
+        else:
+            overrides.append(item)
+    result = run(args.recipe, env, overrides, args.interval)
+    print(render(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if result["exit_code"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Render the comparison table (comparison.md) and the per-model samples (samples/*.md)."""
+
+from __future__ import annotations
+
+import re
+
+from verl_gsm8k.evaluate.scoring import match_row, response_text, user_prompt
+
+
+def pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.2f}"
+
+
+def pp(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:+.2f}"
+
+
+def render_markdown(summary: dict) -> str:
+    gen = summary["generation"]
+    lines = [
+        "# GSM8K evaluation",
+        "",
+        f"EvalScope {summary['evalscope_version']} (benchmark gsm8k "
+        f"{summary.get('benchmark_version') or '?'}), data `{summary['data']['source']}` "
+        f"(test split, {summary['data']['n_test']} rows"
+        + (f", limit {summary['limit']}" if summary.get("limit") else "")
+        + f"), baseline **{summary['baseline']}**. Generation: greedy (temperature 0, "
+        f"do_sample false, repetition_penalty {gen['repetition_penalty']}), max_tokens "
+        f"{gen['max_tokens']}, batch size {gen['batch_size'] or 'auto (8 local, 64 server)'}.",
+        "",
+        "| model | mode | accuracy % (EvalScope) | n | our reward acc % | Δ vs baseline (pp) "
+        "| Δ our reward (pp) | backend |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in summary["results"]:
+        model = r["model"] + (" (baseline)" if r["model"] == summary["baseline"] else "")
+        if r.get("error"):
+            lines.append(f"| {model} | {r['mode']} | failed | — | — | — | — | {r['backend']} |")
+            continue
+        lines.append(
+            f"| {model} | {r['mode']} | {pct(r['accuracy'])} | {r['n']} "
+            f"| {pct(r.get('our_reward_accuracy'))} | {pp(r.get('delta_vs_baseline'))} "
+            f"| {pp(r.get('our_reward_delta_vs_baseline'))} | {r['backend']} |"
+        )
+    lines += ["", "## Modes", ""]
+    for mode, info in summary["modes"].items():
+        template = info["prompt_template"].replace("{{", "{").replace("}}", "}")
+        template = template.replace("\n", "\\n")
+        lines.append(
+            f"- **{mode}**: {info['few_shot']}-shot, scorer: {info['scorer']}; prompt template "
+            f"`{template}`. {info['comparable_to']}"
+        )
+    failed = [r for r in summary["results"] if r.get("error")]
+    if failed:
+        lines += ["", "## Failures", ""]
+        for r in failed:
+            first = r["error"].strip().splitlines()[0] if r["error"].strip() else "error"
+            lines.append(f"- {r['model']} / {r['mode']}: {first}")
+    lines += [
+        "",
+        "Accuracies from different prompts, few-shot settings or EvalScope releases are not "
+        "comparable; compare rows of the same mode only. Samples: `samples/`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _fence(text: str) -> str:
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def render_samples(
+    label: str,
+    mode: str,
+    records: list[dict],
+    reviews: dict[int, dict],
+    ours: dict[int, dict] | None,
+    rows: list[dict],
+    ground_truth,
+    k: int,
+    header: str,
+) -> str:
+    lines = [
+        f"# {label}: {mode} mode, first {min(k, len(records))} of {len(records)}",
+        "",
+        header,
+        "",
+    ]
+    for record in sorted(records, key=lambda r: r.get("index", 0))[:k]:
+        index = record.get("index")
+        row = match_row(record, rows)
+        review = reviews.get(index, {})
+        response = response_text(record)
+        fence = _fence(response)
+        es = review.get("score")
+        verdicts = [f"EvalScope {'correct' if es else 'wrong'} ({es})"]
+        if ours is not None and index in ours:
+            verdicts.append(f"our reward acc {ours[index]['acc']:.0f}")
+        lines += [
+            f"## test #{index}: {', '.join(verdicts)}",
+            "",
+            f"**Question:** {row['question'] if row else user_prompt(record)}",
+            "",
+            f"**Ground truth:** {ground_truth(row['answer']) if row else review.get('target')}"
+            f" | **EvalScope extracted:** `{review.get('extracted')}`",
+            "",
+            "<details><summary>prompt sent (last user message)</summary>",
+            "",
+            _fence(user_prompt(record)) + "text",
+            user_prompt(record),
+            _fence(user_prompt(record)),
+            "",
+            "</details>",
+            "",
+            "**Response:**",
+            "",
+            fence + "text",
+            response,
+            fence,
+            "",
+        ]
+    return "\n".join(lines)

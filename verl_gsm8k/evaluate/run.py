@@ -1,0 +1,362 @@
+"""Run EvalScope for one model in each mode, read back its outputs, and build the result rows.
+
+A failed evaluation (EvalScope error, server that does not start, missing model) becomes a row
+with ``error`` set; the other evaluations go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.evaluate.common import (
+    BENCHMARK,
+    PROG,
+    REPETITION_PENALTY,
+    SUBSET,
+    EvalError,
+    ModelSpec,
+    Settings,
+)
+from verl_gsm8k.evaluate.render import pct, render_samples
+from verl_gsm8k.evaluate.scoring import read_jsonl, read_report, rescore, review_scores
+from verl_gsm8k.evaluate.server import ServerProcess, free_port
+
+
+def _metric_name(meta) -> str:
+    names = [m if isinstance(m, str) else next(iter(m), "?") for m in meta.metric_list]
+    return ", ".join(names) or "accuracy"
+
+
+def batch_size(settings: Settings, api_url: str | None) -> int:
+    """EvalScope's eval_batch_size: generation batch (local model) or concurrent requests."""
+    return settings.batch_size or (64 if api_url else 8)
+
+
+def mode_settings(mode: str) -> dict:
+    """What each mode means, for the task config and for the tables."""
+    from evalscope.api.registry import BENCHMARK_REGISTRY
+
+    from data_prep.gsm8k import PROMPT_STYLES
+
+    meta = BENCHMARK_REGISTRY[BENCHMARK]
+    if mode == "training":
+        return {
+            "dataset_args": {"few_shot_num": 0, "prompt_template": PROMPT_STYLES["hash"]},
+            "few_shot": 0,
+            "prompt_template": PROMPT_STYLES["hash"],
+            "scorer": f"EvalScope {_metric_name(meta)} (Math-Verify) + our reward "
+            "rewards/gsm8k.py:compute_score (number after the last ####)",
+            "comparable_to": "Comparable to verl's validation score (val-core/openai/gsm8k/acc).",
+        }
+    return {
+        "dataset_args": {},
+        "few_shot": meta.few_shot_num,
+        "prompt_template": meta.prompt_template,
+        "scorer": f"EvalScope {_metric_name(meta)} (Math-Verify)",
+        "comparable_to": "Comparable to published EvalScope gsm8k numbers of the same release.",
+    }
+
+
+def run_evalscope(
+    spec: ModelSpec,
+    mode: str,
+    settings: Settings,
+    data_dir: Path,
+    api_url: str | None,
+    served_name: str | None,
+    work_dir: Path,
+) -> None:
+    from evalscope import TaskConfig, run_task
+
+    dataset_args = {"dataset_id": str(data_dir), **mode_settings(mode)["dataset_args"]}
+    # Greedy, and repetition_penalty 1.0 stated explicitly: otherwise the model's own
+    # generation_config.json (Qwen2.5-Instruct: 1.1) is applied by transformers' generate and by
+    # vLLM's server defaults, unlike verl's rollout/validation sampling.
+    generation: dict[str, Any] = {
+        "do_sample": False,
+        "max_tokens": settings.max_tokens,
+        "extra_body": {"repetition_penalty": REPETITION_PENALTY},
+    }
+    kwargs: dict[str, Any] = {}
+    if api_url:
+        generation["temperature"] = 0.0
+        kwargs = {
+            "model": served_name,
+            "eval_type": "openai_api",
+            "api_url": api_url,
+            "api_key": settings.api_key,
+        }
+    else:
+        kwargs = {
+            "model": spec.path,
+            "eval_type": "llm_ckpt",
+            "model_args": {"precision": settings.dtype},
+        }
+    config = TaskConfig(
+        model_id=spec.label,
+        datasets=[BENCHMARK],
+        dataset_args={BENCHMARK: dataset_args},
+        generation_config=generation,
+        eval_batch_size=batch_size(settings, api_url),
+        limit=settings.limit,
+        work_dir=str(work_dir),
+        no_timestamp=True,
+        **kwargs,
+    )
+    run_task(config)
+
+
+def evalscope_log(out: Path, label: str, mode: str) -> Path:
+    """Where everything EvalScope prints while evaluating ``label`` in ``mode`` goes."""
+    return out / "logs" / f"evalscope-{label}-{mode}.log"
+
+
+@contextlib.contextmanager
+def console_to(log: Path) -> Iterator[None]:
+    """Send this process's stdout and stderr (file descriptors 1 and 2: EvalScope's logger,
+    progress bars, warnings of the libraries under it) to ``log``; an exception's traceback is
+    written there too, and the exception goes on to the caller."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    try:
+        with log.open("ab") as handle:
+            os.dup2(handle.fileno(), 1)
+            os.dup2(handle.fileno(), 2)
+            try:
+                yield
+            except Exception:
+                traceback.print_exc()
+                raise
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def last_line(err: Exception) -> str:
+    """One line for a failed evaluation: ours as is, anything else as its type and last line."""
+    if isinstance(err, EvalError):
+        return str(err)
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[-1]}" if lines else type(err).__name__
+
+
+def row_identity(spec: ModelSpec, backend: str, mode: str) -> dict[str, Any]:
+    """The columns every comparison row starts with, evaluated or failed."""
+    return {
+        "model": spec.label,
+        "model_source": spec.source,
+        "model_path": spec.path,
+        "backend": backend,
+        "mode": mode,
+        "accuracy": None,
+        "n": 0,
+    }
+
+
+def evaluate_one(
+    spec: ModelSpec,
+    mode: str,
+    settings: Settings,
+    data_dir: Path,
+    rows: dict[str, list[dict]],
+    backend: str,
+    api_url: str | None,
+    served_name: str | None,
+    compute_score,
+    ground_truth,
+    version: str,
+) -> dict:
+    out = settings.out
+    work_dir = out / "evalscope" / spec.label / mode
+    if work_dir.exists():
+        shutil.rmtree(work_dir)
+    info = mode_settings(mode)
+    result: dict[str, Any] = {
+        **row_identity(spec, backend, mode),
+        "correct": None,
+        "errored": None,
+        "our_reward_accuracy": None,
+        "our_reward_format_rate": None,
+        "few_shot": info["few_shot"],
+        "prompt_template": info["prompt_template"],
+        "evalscope_version": version,
+        "generation": {
+            "max_tokens": settings.max_tokens,
+            "temperature": 0.0,
+            "do_sample": False,
+            "repetition_penalty": REPETITION_PENALTY,
+            "batch_size": batch_size(settings, api_url),
+            **({"dtype": settings.dtype} if backend == "transformers" else {}),
+        },
+        "work_dir": os.path.relpath(work_dir, out),
+        "error": None,
+    }
+    start = time.perf_counter()
+    log = evalscope_log(out, spec.label, mode)
+    print(f"{PROG}: evaluating {spec.label} in {mode} mode ({backend}); log: {log}", flush=True)
+    with console_to(log):
+        run_evalscope(spec, mode, settings, data_dir, api_url, served_name, work_dir)
+    report = read_report(work_dir, spec.label)
+    predictions = work_dir / "predictions" / spec.label / f"{BENCHMARK}_{SUBSET}.jsonl"
+    reviews_path = work_dir / "reviews" / spec.label / f"{BENCHMARK}_{SUBSET}.jsonl"
+    if not predictions.is_file():
+        raise EvalError(f"EvalScope wrote no predictions at {predictions}")
+    expected = min(settings.limit or len(rows["test"]), len(rows["test"]))
+    if report["n"] != expected:
+        raise EvalError(
+            f"EvalScope scored {report['n']} questions but {data_dir} has {expected} to score "
+            "(a stale datasets cache of another directory with the same name?)"
+        )
+    reviews = review_scores(reviews_path) if reviews_path.is_file() else {}
+    scored = [r["score"] for r in reviews.values() if r["score"] is not None]
+    result.update(
+        accuracy=report["score"],
+        n=report["n"],
+        correct=int(round(sum(scored))) if scored else None,
+        errored=report["errored"],
+        report=os.path.relpath(report["path"], out),
+        predictions=os.path.relpath(predictions, out),
+    )
+    ours = None
+    if mode == "training":
+        rescored = rescore(predictions, rows["test"], compute_score, ground_truth)
+        ours = rescored["per_index"]
+        result.update(
+            our_reward_accuracy=rescored["accuracy"],
+            our_reward_format_rate=rescored["format_rate"],
+            our_reward_n=rescored["n"],
+        )
+        if rescored["unmatched"]:
+            result["our_reward_unmatched"] = rescored["unmatched"]
+    samples = out / "samples" / f"{spec.label}-{mode}.md"
+    header = (
+        f"EvalScope {version}, {info['few_shot']}-shot, max_tokens {settings.max_tokens}, "
+        f"backend {backend}. Accuracy (EvalScope): {pct(result['accuracy'])}% of {result['n']}"
+        + (
+            f"; our reward: {pct(result['our_reward_accuracy'])}%"
+            if result["our_reward_accuracy"] is not None
+            else ""
+        )
+        + "."
+    )
+    write_atomic(
+        samples,
+        render_samples(
+            spec.label,
+            mode,
+            read_jsonl(predictions),
+            reviews,
+            ours,
+            rows["test"],
+            ground_truth,
+            settings.samples,
+            header,
+        ),
+    )
+    result["samples"] = os.path.relpath(samples, out)
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    print(
+        f"{PROG}: {spec.label} / {mode}: accuracy {pct(result['accuracy'])}% (n={result['n']})"
+        + (
+            f", our reward {pct(result['our_reward_accuracy'])}%"
+            if result["our_reward_accuracy"] is not None
+            else ""
+        ),
+        flush=True,
+    )
+    return result
+
+
+def evaluate_model(
+    spec: ModelSpec,
+    settings: Settings,
+    data_dir: Path,
+    rows: dict[str, list[dict]],
+    compute_score,
+    ground_truth,
+    version: str,
+) -> list[dict]:
+    """All modes of one model; a failure is recorded in the rows, not raised."""
+    backend = "api" if spec.api_url else settings.backend
+
+    def failed(message: str, modes: list[str]) -> list[dict]:
+        print(f"{PROG}: {spec.label} / {','.join(modes)} failed: {message}", file=sys.stderr)
+        return [
+            {
+                **row_identity(spec, backend, mode),
+                "evalscope_version": version,
+                "error": message,
+            }
+            for mode in modes
+        ]
+
+    results: list[dict] = []
+
+    def run_modes(api_url: str | None, served_name: str | None) -> None:
+        for mode in settings.modes:
+            try:
+                results.append(
+                    evaluate_one(
+                        spec,
+                        mode,
+                        settings,
+                        data_dir,
+                        rows,
+                        backend,
+                        api_url,
+                        served_name,
+                        compute_score,
+                        ground_truth,
+                        version,
+                    )
+                )
+            except Exception as err:  # one failed evaluation must not lose the others
+                log = evalscope_log(settings.out, spec.label, mode)
+                results.extend(failed(f"{last_line(err)} (full log: {log})", [mode]))
+
+    try:
+        if spec.api_url:
+            run_modes(spec.api_url, spec.source)
+        else:
+            assert spec.path is not None, "resolve local models first (check_models)"
+            if backend == "vllm":
+                port = settings.port or free_port()
+                cmd = [
+                    settings.vllm_bin,
+                    "serve",
+                    spec.path,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--served-model-name",
+                    spec.label,
+                    *settings.vllm_args,
+                ]
+                log = settings.out / "logs" / f"vllm-{spec.label}.log"
+                base = f"http://127.0.0.1:{port}/v1"
+                with ServerProcess(
+                    cmd, base, spec.label, log, settings.server_timeout, settings.api_key
+                ):
+                    run_modes(base, spec.label)
+            else:
+                run_modes(None, None)
+    except EvalError as err:
+        return failed(str(err), settings.modes)
+    return results

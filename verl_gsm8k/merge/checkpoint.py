@@ -1,0 +1,546 @@
+"""Merge a verl 0.9.1 FSDP checkpoint into a Hugging Face model directory, prove it, record it.
+
+    bash scripts/merge.sh SOURCE TARGET_DIR [--force] [--critic]   # = python -m verl_gsm8k.merge
+
+SOURCE is a run directory (``trainer.default_local_dir``: its
+``latest_checkpointed_iteration.txt`` picks ``global_step_N``), one ``global_step_N`` directory,
+or a role directory itself (``global_step_N/actor`` or ``global_step_N/critic``).
+
+The merge itself is verl's own merger, run as a subprocess::
+
+    python -m verl.model_merger merge --backend fsdp --local_dir <...>/actor --target_dir <tmp>
+
+Then the result is proved: the model loads with transformers (``AutoModelForCausalLM`` for the
+actor; ``AutoModelForTokenClassification`` with one label for the critic, see below) with no
+missing or unexpected weights, the tokenizer and its chat template load and render, and one
+forward pass gives finite outputs. ``merge_manifest.json`` is written next to the weights (source,
+step, role, versions, every file with size and sha256).
+
+Critic: verl trains the critic as ``<Arch>ForTokenClassification`` with ``num_labels=1``, but
+saves the actor's ``config.json`` (``architectures: [<Arch>ForCausalLM]``), so verl's merger
+writes token-classification weights (``score.weight``/``score.bias``, no ``lm_head``) under a
+causal-LM config. Loaded as a causal LM the value head would be silently dropped. This script
+loads the critic as token classification and rewrites ``architectures`` accordingly (recorded
+in the manifest as ``config_patch``).
+
+Safety: everything is written to a temporary directory beside TARGET_DIR and renamed into place
+only when complete and verified. An existing TARGET_DIR is refused unless ``--force``, and is then
+replaced only after success. A missing, partial or corrupt checkpoint (a shard that is not a
+whole torch file, or fails its checksums) stops before anything is written, with one line naming
+what is wrong, exit 2. Other failures (an unwritable target directory included) exit 1 with one
+line. SIGTERM and SIGINT stop the merger's process group and remove the temporary directory,
+exit 128 + the signal number. Nothing is left behind in any case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from verl_gsm8k.merge.lora import LoraError, fold_adapter
+
+PROG = "merge"
+TRACKER = "latest_checkpointed_iteration.txt"
+ROLES = ("actor", "critic")
+STEP_DIR = re.compile(r"global_step_(\d+)")
+MANIFEST = "merge_manifest.json"
+PROBE_MESSAGES = [{"role": "user", "content": "Natalia sold 48 clips in April. How many?"}]
+
+
+class CheckpointError(Exception):
+    """A missing or partial input: one line for the user, exit 2, nothing written."""
+
+
+class MergeError(Exception):
+    """The merge or its verification failed: exit 1, nothing left behind."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived: unwinds like any failure, so the clean-up runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    # A second signal must not cut short the clean-up that the first one starts.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+@dataclass
+class Checkpoint:
+    role_dir: Path  # .../global_step_N/<role>
+    role: str
+    step: int | None
+    run_dir: Path | None
+    fsdp_version: int | None
+    world_size: int
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolving and checking the source
+
+
+def _step_of(path: Path) -> int | None:
+    match = STEP_DIR.fullmatch(path.name)
+    return int(match.group(1)) if match else None
+
+
+def _step_dirs(run_dir: Path) -> list[str]:
+    found = [p for p in run_dir.iterdir() if p.is_dir() and _step_of(p) is not None]
+    return [p.name for p in sorted(found, key=lambda p: _step_of(p) or 0)]
+
+
+def _step_dir_from_run(run_dir: Path) -> Path:
+    tracker = run_dir / TRACKER
+    if not tracker.is_file():
+        steps = _step_dirs(run_dir)
+        if steps:
+            raise CheckpointError(
+                f"no {TRACKER} in {run_dir} (found {', '.join(steps)}; the last save may not have "
+                "finished: pass one global_step_N directory to merge it anyway)"
+            )
+        raise CheckpointError(f"no checkpoint in {run_dir}: no {TRACKER} and no global_step_N")
+    text = tracker.read_text(encoding="utf-8", errors="replace").strip()
+    if not text.isdigit():
+        raise CheckpointError(f"{tracker} does not hold a step number (it holds {text[:40]!r})")
+    step_dir = run_dir / f"global_step_{int(text)}"
+    if not step_dir.is_dir():
+        raise CheckpointError(f"{tracker} names step {int(text)} but {step_dir} is missing")
+    return step_dir
+
+
+def resolve_source(source: Path, critic: bool) -> tuple[Path, str]:
+    """The role directory (…/global_step_N/<role>) that SOURCE designates, and the role."""
+    wanted = "critic" if critic else "actor"
+    if not source.exists():
+        raise CheckpointError(f"source not found: {source}")
+    if not source.is_dir():
+        raise CheckpointError(f"source is not a directory: {source}")
+    is_role_dir = (source / "fsdp_config.json").exists() or any(
+        source.glob("model_world_size_*_rank_*.pt")
+    )
+    if is_role_dir or (source.name in ROLES and _step_of(source.parent) is not None):
+        role = source.name if source.name in ROLES else wanted
+        if critic and role == "actor":
+            raise CheckpointError(f"--critic given but {source} is an actor checkpoint")
+        return source, role
+    step_dir = source if _step_of(source) is not None else _step_dir_from_run(source)
+    role_dir = step_dir / wanted
+    if not role_dir.is_dir():
+        hint = " (GRPO runs have no critic)" if critic else ""
+        raise CheckpointError(f"no {wanted}/ directory in {step_dir}{hint}")
+    return role_dir, wanted
+
+
+def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
+    """Everything verl's merger reads must be there; CheckpointError names the first gap."""
+    config_path = role_dir / "fsdp_config.json"
+    if not config_path.is_file():
+        raise CheckpointError(f"missing fsdp_config.json in {role_dir}")
+    try:
+        fsdp = json.loads(config_path.read_text(encoding="utf-8"))
+        world_size = int(fsdp["world_size"])
+        if world_size < 1:
+            raise ValueError
+    except (ValueError, KeyError, TypeError):
+        raise CheckpointError(f"{config_path} has no valid world_size") from None
+    missing = [
+        f"model_world_size_{world_size}_rank_{rank}.pt"
+        for rank in range(world_size)
+        if not (role_dir / f"model_world_size_{world_size}_rank_{rank}.pt").is_file()
+        or (role_dir / f"model_world_size_{world_size}_rank_{rank}.pt").stat().st_size == 0
+    ]
+    if missing:
+        shown = ", ".join(missing[:3]) + (
+            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        )
+        raise CheckpointError(
+            f"missing rank shard {shown} in {role_dir} (fsdp_config.json says world_size "
+            f"{world_size})"
+        )
+    for rank in range(world_size):
+        _check_shard(role_dir / f"model_world_size_{world_size}_rank_{rank}.pt")
+    hf_dir = role_dir / "huggingface"
+    if not hf_dir.is_dir():
+        raise CheckpointError(f"missing huggingface/ directory (config, tokenizer) in {role_dir}")
+    if not (hf_dir / "config.json").is_file():
+        raise CheckpointError(f"missing huggingface/config.json in {role_dir}")
+    step = _step_of(role_dir.parent)
+    run_dir = role_dir.parent.parent if step is not None else None
+    version = fsdp.get("FSDP_version")
+    return Checkpoint(
+        role_dir=role_dir,
+        role=role,
+        step=step,
+        run_dir=run_dir,
+        fsdp_version=int(version) if isinstance(version, int) else None,
+        world_size=world_size,
+    )
+
+
+def _check_shard(shard: Path) -> None:
+    """A torch.save file is a zip archive: its directory and every record's CRC must be intact
+    (reads the shard once; a truncated or garbled one would stop verl's merger with a traceback)."""
+    try:
+        with zipfile.ZipFile(shard) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
+        raise CheckpointError(
+            f"shard {shard} is truncated or not a torch checkpoint ({err})"
+        ) from None
+    if bad is not None:
+        raise CheckpointError(f"shard {shard} is corrupt: its record {bad} fails its checksum")
+
+
+# ---------------------------------------------------------------------------------------------
+# Merging and proving
+
+
+def run_verl_merger(ckpt: Checkpoint, out_dir: Path, python: str) -> tuple[list[str], float]:
+    cmd = [
+        python,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(ckpt.role_dir),
+        "--target_dir",
+        str(out_dir),
+    ]
+    print(f"{PROG}: {' '.join(cmd)}", flush=True)
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as log:
+        # Its own process group, so that a failure or a signal here stops it and its children.
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            _import_verification_stack()  # in parallel with the merger's own (slow) imports
+            code = proc.wait()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        log.seek(0)
+        output = log.read().decode("utf-8", errors="replace")
+    seconds = time.perf_counter() - start
+    if code != 0:
+        tail = "\n".join(output.strip().splitlines()[-25:])
+        raise MergeError(f"verl's merger failed (exit {code}); last output:\n{tail}")
+    return cmd, seconds
+
+
+def _import_verification_stack() -> None:
+    import torch  # noqa: F401
+    from transformers import AutoModelForCausalLM  # noqa: F401
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+def _patch_critic_config(model_dir: Path) -> dict | None:
+    """Make config.json say what the weights are: <Arch>ForTokenClassification, one label."""
+    path = model_dir / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    before = list(config.get("architectures") or [])
+    after = [
+        re.sub(r"For(CausalLM|ConditionalGeneration)$", "ForTokenClassification", a) for a in before
+    ]
+    patch = None
+    if after != before:
+        config["architectures"] = after
+        patch = {"architectures": {"from": before, "to": after}}
+    if len(config.get("id2label") or {}) != 1:
+        config["id2label"] = {"0": "LABEL_0"}
+        config["label2id"] = {"LABEL_0": 0}
+        patch = {**(patch or {}), "num_labels": 1}
+    if patch:
+        path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return patch
+
+
+def verify_model(model_dir: Path, role: str) -> dict:
+    """Load the merged model and tokenizer, render the chat template, run one forward pass."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise MergeError(f"the merged tokenizer has no chat template ({model_dir})")
+    prompt = tokenizer.apply_chat_template(
+        PROBE_MESSAGES, add_generation_prompt=True, tokenize=False
+    )
+    if not isinstance(prompt, str) or PROBE_MESSAGES[0]["content"] not in prompt:
+        raise MergeError("the chat template did not render the probe message")
+    input_ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+
+    auto_class = AutoModelForTokenClassification if role == "critic" else AutoModelForCausalLM
+    kwargs = {"num_labels": 1} if role == "critic" else {}
+    model, info = auto_class.from_pretrained(
+        model_dir, dtype=torch.bfloat16, output_loading_info=True, **kwargs
+    )
+    problems = {k: sorted(info.get(k) or []) for k in ("missing_keys", "unexpected_keys")}
+    mismatched = [str(m) for m in info.get("mismatched_keys") or []]
+    if any(problems.values()) or mismatched:
+        raise MergeError(
+            f"{auto_class.__name__} did not load the merged weights cleanly: missing "
+            f"{problems['missing_keys'][:5]}, unexpected {problems['unexpected_keys'][:5]}, "
+            f"mismatched {mismatched[:5]}"
+        )
+    vocab = model.get_input_embeddings().weight.shape[0]
+    if int(input_ids.max()) >= vocab:
+        raise MergeError(f"tokenizer ids reach {int(input_ids.max())} but the model has {vocab}")
+    model.eval()
+    with torch.no_grad():
+        output = model(input_ids=input_ids).logits
+    finite = bool(torch.isfinite(output.float()).all())
+    if not finite:
+        raise MergeError("the forward pass gave non-finite outputs")
+    if role == "critic" and output.shape[-1] != 1:
+        raise MergeError(f"the critic's value head gives {output.shape[-1]} outputs, expected 1")
+    return {
+        "auto_class": auto_class.__name__,
+        "model_class": type(model).__name__,
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "tokenizer_class": type(tokenizer).__name__,
+        "chat_template": True,
+        "forward": {
+            "input_tokens": int(input_ids.shape[1]),
+            "output_shape": list(output.shape),
+            "finite": finite,
+        },
+    }
+
+
+def _normalize_modes(model_dir: Path) -> None:
+    """Files as a normal save would make them (the merger leaves some owner-only)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in model_dir.rglob("*"):
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_list(model_dir: Path) -> list[dict]:
+    return [
+        {
+            "path": p.relative_to(model_dir).as_posix(),
+            "bytes": p.stat().st_size,
+            "sha256": _sha256(p),
+        }
+        for p in sorted(model_dir.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    ]
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for name in ("verl", "torch", "transformers", "safetensors"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _is_within(path: Path, parent: Path) -> bool:
+    try:
+        path.relative_to(parent)
+    except ValueError:
+        return False
+    return True
+
+
+def merge(
+    source: Path,
+    target: Path,
+    force: bool,
+    critic: bool,
+    python: str,
+    lora_alpha: float | None = None,
+) -> dict:
+    source, target = source.expanduser().resolve(), target.expanduser().resolve()
+    role_dir, role = resolve_source(source, critic)
+    ckpt = check_checkpoint(role_dir, role)
+    if target.exists() or target.is_symlink():
+        if not force:
+            raise CheckpointError(f"target exists: {target} (pass --force to replace it)")
+        if not target.is_dir():
+            raise CheckpointError(f"target exists and is not a directory: {target}")
+    if _is_within(ckpt.role_dir, target) or _is_within(target, ckpt.role_dir):
+        raise CheckpointError(f"target {target} overlaps the checkpoint {ckpt.role_dir}")
+    if not target.parent.is_dir():
+        raise CheckpointError(f"parent directory of the target does not exist: {target.parent}")
+
+    started = time.perf_counter()
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.merging-", dir=target.parent))
+    except OSError as err:
+        raise MergeError(
+            f"cannot write beside the target in {target.parent}: {err.strerror}"
+        ) from None
+    old: Path | None = None
+    try:
+        tmp.chmod(0o755)
+        cmd, merge_seconds = run_verl_merger(ckpt, tmp, python)
+        config_patch = _patch_critic_config(tmp) if role == "critic" else None
+        try:  # verl's merger leaves a LoRA adapter aside: fold it in, or refuse
+            lora = fold_adapter(tmp, role, lora_alpha)
+        except LoraError as err:
+            raise CheckpointError(str(err)) from None
+        _normalize_modes(tmp)
+        verification = verify_model(tmp, role)
+        manifest = {
+            "source": str(ckpt.role_dir),
+            "source_argument": str(source),
+            "run_dir": str(ckpt.run_dir) if ckpt.run_dir else None,
+            "step": ckpt.step,
+            "role": role,
+            "fsdp": {"FSDP_version": ckpt.fsdp_version, "world_size": ckpt.world_size},
+            "target": str(target),
+            "merger_command": [Path(cmd[0]).name, *cmd[1:8]],
+            "merge_seconds": round(merge_seconds, 2),
+            "config_patch": config_patch,
+            "lora": lora,
+            "verification": verification,
+            "versions": _versions(),
+            "files": file_list(tmp),
+            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        # tmp is renamed into place whole below: that rename is what makes the result atomic.
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+            os.replace(target, old / "model")
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if old is not None:
+                os.replace(old / "model", target)  # put the previous model back
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not (old / "model").exists():
+            shutil.rmtree(old, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    manifest["total_seconds"] = round(time.perf_counter() - started, 2)
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="merge.sh",
+        description="Merge a verl FSDP checkpoint (actor by default) into a Hugging Face model "
+        "directory with verl's own merger, verify that it loads and runs, and write "
+        f"{MANIFEST} beside it. Exit 2: missing/partial/corrupt checkpoint or target exists.",
+    )
+    parser.add_argument(
+        "source",
+        type=Path,
+        help=f"a run directory (its {TRACKER} picks global_step_N), a global_step_N directory, "
+        "or a role directory (global_step_N/actor or global_step_N/critic)",
+    )
+    parser.add_argument(
+        "target", type=Path, help="the Hugging Face model directory to create (must not exist)"
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing target directory; the old one is removed only after the new "
+        "model is merged and verified",
+    )
+    parser.add_argument(
+        "--critic",
+        action="store_true",
+        help="merge the critic (value model, loaded as token classification with one label) "
+        "instead of the actor",
+    )
+    parser.add_argument(
+        "--lora-alpha",
+        type=float,
+        help="LoRA alpha of the run, for a LoRA checkpoint without lora_train_meta.json (verl "
+        "would use 0, i.e. drop the adapter); by default read from the checkpoint",
+    )
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="interpreter that runs 'python -m verl.model_merger' (default: this one)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _interrupt)
+    try:
+        manifest = merge(
+            args.source, args.target, args.force, args.critic, args.python, args.lora_alpha
+        )
+    except CheckpointError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 2
+    except MergeError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:  # e.g. the disk filled up while writing
+        where = f" {err.filename}" if err.filename else ""
+        print(f"{PROG}: cannot write{where}: {err.strerror or err}", file=sys.stderr)
+        return 1
+    except Interrupted as sig:
+        print(f"{PROG}: interrupted by {sig}; nothing written", file=sys.stderr)
+        return 128 + sig.signum
+    ver = manifest["verification"]
+    step = "?" if manifest["step"] is None else manifest["step"]
+    print(
+        f"{PROG}: {manifest['role']} of step {step} (world size {manifest['fsdp']['world_size']}) "
+        f"-> {manifest['target']}\n"
+        f"  {ver['model_class']}, {ver['num_parameters']:,} parameters in {ver['dtype']}; "
+        f"tokenizer + chat template OK; forward {ver['forward']['output_shape']} finite\n"
+        + (
+            f"  LoRA adapter folded in: rank {manifest['lora']['rank']}, alpha "
+            f"{manifest['lora']['alpha']:g} ({manifest['lora']['tensors_changed']} tensors)\n"
+            if manifest["lora"]
+            else ""
+        )
+        + f"  manifest: {Path(manifest['target']) / MANIFEST} ({len(manifest['files'])} files); "
+        f"done in {manifest['total_seconds']:.1f} s"
+    )
+    return 0

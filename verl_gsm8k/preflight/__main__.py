@@ -1,0 +1,5 @@
+"""python -m verl_gsm8k.preflight: the command line is verl_gsm8k/preflight/cli.py."""
+
+from verl_gsm8k.preflight.cli import main
+
+raise SystemExit(main())

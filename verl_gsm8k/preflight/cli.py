@@ -1,0 +1,586 @@
+"""Prove a verl 0.9.1 launch is valid before a GPU is spent. Runs anywhere, GPU or not.
+
+    python -m verl_gsm8k.preflight [--config-name gsm8k_ppo] -- key=value key=value ...
+
+Every recipe runs it on its final override list. Checks, each reported on one line (data and
+reward live in verl_gsm8k/preflight/inputs.py, device and LoRA in
+verl_gsm8k/preflight/device.py, the report in verl_gsm8k/preflight/report.py):
+  keys     legacy keys that verl 0.9.1 silently ignores or rejects, with the key to use instead;
+  config   the overrides compose against the INSTALLED verl config (unknown key -> closest match)
+           and verl's own validate_config passes for the requested GPU count;
+  device   where it trains (GPU, or the CPU platform) and with which attention (flash-attn, or
+           sdpa without padding removal where flash_attn is not installed);
+  lora     the LoRA layouts verl 0.9.1 cannot train (LoRA critic; LoRA actor + critic in v1);
+  model    verl loads the actor/critic model config and tokenizer (local dir, HF cache, or a
+           reachable hub), the chat template exists, prompt+response fit the context;
+  data     train/val files exist, have verl's RLHFDataset columns, enough rows for a batch, and
+           how many prompts exceed max_prompt_length;
+  reward   verl's own loader imports the reward and it scores a right and a wrong answer correctly;
+  gpu      with nvidia-smi: GPU count and a memory estimate against the request.
+Exit status: 0 passed (warnings allowed), 1 at least one error, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import functools
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from verl_gsm8k.preflight.device import check_device, check_lora, lora_rank
+from verl_gsm8k.preflight.inputs import check_data, check_reward
+from verl_gsm8k.preflight.knobs import batch_split_problem
+from verl_gsm8k.preflight.report import Report, one_line
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG_DIR = ROOT / "configs"
+
+# Keys the 2025 tutorials use that verl 0.9.1 ignores (they compose, nothing reads them) or
+# rejects. prefix -> (replacement prefix, why). A replacement of "" means "remove it".
+LEGACY_KEYS: dict[str, tuple[str, str]] = {
+    "custom_reward_function.": (
+        "reward.custom_reward_function.",
+        "composes but main_ppo ignores it and runs the built-in scorer",
+    ),
+    "actor_rollout_ref.actor.lora.rank": (
+        "actor_rollout_ref.model.lora_rank",
+        "LoRA is configured on the model, not the actor",
+    ),
+    "actor_rollout_ref.actor.lora.alpha": (
+        "actor_rollout_ref.model.lora_alpha",
+        "LoRA is configured on the model, not the actor",
+    ),
+    "actor_rollout_ref.actor.lora.": (
+        "actor_rollout_ref.model.",
+        "LoRA is configured on the model (lora_rank, lora_alpha, target_modules)",
+    ),
+    "critic.model.fsdp_config.": ("critic.fsdp.", "the critic's FSDP settings moved"),
+    "critic.fsdp_config.": ("critic.fsdp.", "the critic's FSDP settings are under critic.fsdp"),
+    "reward_model.reward_manager": (
+        "reward.reward_manager.name",
+        "main_ppo reads the reward manager from reward.reward_manager",
+    ),
+    "reward_model.": ("reward.reward_model.", "main_ppo reads reward settings from reward.*"),
+    "actor_rollout_ref.actor.fsdp_config.strategy": (
+        "actor_rollout_ref.actor.strategy",
+        "overwritten by actor_rollout_ref.actor.strategy when the config is built",
+    ),
+    "actor_rollout_ref.ref.fsdp_config.strategy": (
+        "actor_rollout_ref.actor.strategy",
+        "the reference follows actor_rollout_ref.actor.strategy",
+    ),
+    "critic.fsdp.strategy": ("critic.strategy", "overwritten by critic.strategy"),
+    "trainer.balance_batch": (
+        "",
+        "ignored by the default trainer (trainer.use_v1=true balances every batch)",
+    ),
+    "critic.ppo_max_token_len_per_gpu": (
+        "+critic.ppo_infer_max_token_len_per_gpu",
+        "no effect: the v1 trainer sets both critic token budgets from "
+        "ppo_infer_max_token_len_per_gpu (trainer/ppo/v1/trainer_base.py ~267)",
+    ),
+    "actor_rollout_ref.rollout.val_kwargs.do_sample": (
+        "actor_rollout_ref.rollout.val_kwargs.temperature",
+        "not read by the v1 trainer: validation is greedy when val_kwargs.temperature is 0",
+    ),
+}
+# Keys that work but cost without need in the default trainer: key -> why (a warning).
+COSTLY_KEYS: dict[str, str] = {
+    "actor_rollout_ref.actor.calculate_entropy": (
+        "the v1 trainer logs actor/entropy without it; True adds a full-vocabulary entropy pass "
+        "with gradients to every update (memory, time); only the legacy trainer needs it"
+    ),
+}
+CLIP_ALONE = "actor_rollout_ref.actor.clip_ratio"
+# vLLM accepts these LoRA ranks (vllm.config.lora.MaxLoRARanks, also verl's fallback list).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+HUB_PROBE_TIMEOUT_S = 5.0
+# Memory estimate: bytes per parameter kept on the GPU for each model role (see estimate_memory).
+TRAINED_BYTES_PER_PARAM = 16  # fp32 weights 4 + fp32 grads 4 + Adam moments 8
+FROZEN_BYTES_PER_PARAM = 2  # bf16 copy of a frozen model
+MEMORY_WARN_FRACTION = 0.9
+
+
+def split_override(override: str) -> tuple[str, str]:
+    """'++a.b=c' -> ('a.b', 'c'); '~a.b' -> ('a.b', '')."""
+    key, _, value = override.partition("=")
+    return key.lstrip("+~"), value
+
+
+# ---------------------------------------------------------------------------- keys
+def check_legacy_keys(overrides: list[str], report: Report) -> None:
+    keys = [split_override(o)[0] for o in overrides]
+    found = False
+    for key in keys:
+        for prefix, (replacement, why) in LEGACY_KEYS.items():
+            exact = not prefix.endswith(".")
+            if (exact and key == prefix) or (not exact and key.startswith(prefix)):
+                suggestion = replacement + key[len(prefix) :] if replacement else ""
+                fix = f"use {suggestion}" if suggestion else "remove it"
+                report.error("keys", f"'{key}' is a legacy key: {why}; {fix}")
+                found = True
+                break
+    if CLIP_ALONE in keys and not {f"{CLIP_ALONE}_low", f"{CLIP_ALONE}_high"} & set(keys):
+        report.error(
+            "keys",
+            f"'{CLIP_ALONE}' alone changes nothing in verl 0.9.1 (clip_ratio_low/high default to "
+            f"0.2 and take precedence); set {CLIP_ALONE}_low and {CLIP_ALONE}_high",
+        )
+        found = True
+    for override in overrides:
+        key, value = split_override(override)
+        if key in COSTLY_KEYS and value.strip().lower() == "true":
+            report.warn("keys", f"'{key}=True': {COSTLY_KEYS[key]}")
+    if not found:
+        report.ok("keys", f"{len(keys)} overrides, no legacy or silently ignored key")
+
+
+# ---------------------------------------------------------------------------- config
+def compose(config_dir: Path, config_name: str, overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        return hydra_compose(config_name=config_name, overrides=overrides)
+
+
+def flat_keys(node: Any, prefix: str = "") -> list[str]:
+    keys = []
+    if isinstance(node, dict):
+        for name, value in node.items():
+            full = f"{prefix}.{name}" if prefix else str(name)
+            keys.append(full)
+            keys.extend(flat_keys(value, full))
+    return keys
+
+
+def closest_keys(bad_key: str, valid: list[str]) -> list[str]:
+    """Valid keys with the same leaf first (ranked by similarity), else the most similar."""
+    leaf = bad_key.rsplit(".", 1)[-1]
+    same_leaf = [k for k in valid if k.rsplit(".", 1)[-1] == leaf]
+    ranked = difflib.get_close_matches(bad_key, same_leaf, n=2, cutoff=0.0) if same_leaf else []
+    return ranked or difflib.get_close_matches(bad_key, valid, n=2, cutoff=0.6)
+
+
+def unknown_key_message(exc: BaseException, config_dir: Path, config_name: str) -> str | None:
+    import re
+
+    from omegaconf import OmegaConf
+
+    match = re.search(r"Could not override '([^']+)'", str(exc))
+    if not match:
+        return None
+    bad_key = match.group(1)
+    base = OmegaConf.to_container(compose(config_dir, config_name, []), resolve=False)
+    suggestions = closest_keys(bad_key, flat_keys(base))
+    hint = f"; did you mean {' or '.join(suggestions)}?" if suggestions else ""
+    return f"unknown key '{bad_key}' in the installed verl config{hint}"
+
+
+def check_config(config_dir: Path, config_name: str, overrides: list[str], report: Report):
+    """Compose and validate with verl's own code; return the config or None."""
+    try:
+        cfg = compose(config_dir, config_name, overrides)
+    except Exception as exc:  # Hydra raises several types; all mean "does not compose"
+        message = unknown_key_message(exc, config_dir, config_name) or one_line(exc)
+        report.error("config", message)
+        return None
+    import verl
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    n_gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
+    sizes = {
+        "trainer.n_gpus_per_node": cfg.trainer.n_gpus_per_node,
+        "trainer.nnodes": cfg.trainer.nnodes,
+        "actor_rollout_ref.rollout.n": cfg.actor_rollout_ref.rollout.n,
+    }
+    small = [f"{key}={value}" for key, value in sizes.items() if not value or value < 1]
+    if small:  # verl, and the checks after this one, divide by them
+        report.error("config", f"{', '.join(small)}: must be at least 1")
+        return None
+    checked = _without_vllm_lora_check(cfg, report)
+    try:
+        validate_config(
+            checked,
+            use_reference_policy=need_reference_policy(cfg),
+            use_critic=need_critic(cfg),
+        )
+    except Exception as exc:
+        report.error("config", f"verl validate_config: {one_line(exc)}")
+        return cfg
+    if not check_batch_shape(cfg, n_gpus, report):
+        return cfg
+    roles = ["actor", "rollout"]
+    roles += ["reference"] if need_reference_policy(cfg) else []
+    roles += ["critic"] if need_critic(cfg) else []
+    report.ok(
+        "config",
+        f"composes against verl {verl.__version__} ({config_name}) and validate_config passes "
+        f"for {n_gpus} GPU(s); roles: {', '.join(roles)}",
+    )
+    return cfg
+
+
+def check_batch_shape(cfg, n_gpus: int, report: Report) -> bool:
+    """What validate_config skips with use_dynamic_bsz: every batch must split evenly over GPUs,
+    and into mini-batches (verl asserts it at the first update)."""
+    n = cfg.actor_rollout_ref.rollout.n
+    batch = cfg.data.train_batch_size
+    mini = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+    problems = []
+    if (batch * n) % n_gpus:
+        problems.append(
+            f"train_batch_size x rollout.n = {batch * n} responses must be divisible by the "
+            f"{n_gpus} GPUs (verl splits every batch evenly across them)"
+        )
+    if cfg.algorithm.adv_estimator == "grpo" and n < 2:
+        problems.append(
+            f"GRPO compares responses within a prompt's group, but rollout.n = {n}: every "
+            "advantage would be 0; set ROLLOUT_N >= 2 (the GRPO recipe uses 5)"
+        )
+    if mini > batch:
+        problems.append(f"ppo_mini_batch_size {mini} > train_batch_size {batch}")
+    else:
+        if (mini * n) % n_gpus:
+            problems.append(
+                f"ppo_mini_batch_size x rollout.n = {mini * n} must be divisible by the "
+                f"{n_gpus} GPUs"
+            )
+        split = batch_split_problem(
+            batch, mini, "data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size"
+        )
+        problems += [split] if split else []
+    for problem in problems:
+        report.error("config", problem)
+    return not problems
+
+
+def _without_vllm_lora_check(cfg, report: Report):
+    """validate_config imports vLLM to check a LoRA rank; where vLLM is absent, check it here."""
+    import importlib.util
+
+    from omegaconf import OmegaConf
+
+    rank = lora_rank(cfg.actor_rollout_ref.model)
+    if rank <= 0 or cfg.actor_rollout_ref.rollout.name != "vllm":
+        return cfg
+    if rank > max(VLLM_LORA_RANKS):
+        report.error("config", f"LoRA rank {rank} is above vLLM's maximum {max(VLLM_LORA_RANKS)}")
+    if cfg.actor_rollout_ref.rollout.load_format != "safetensors":
+        report.error(
+            "config",
+            "LoRA with vLLM needs actor_rollout_ref.rollout.load_format=safetensors "
+            f"(got {cfg.actor_rollout_ref.rollout.load_format})",
+        )
+    if importlib.util.find_spec("vllm") is not None:
+        return cfg
+    report.note("config", f"vLLM not installed here: LoRA rank {rank} checked against vLLM's list")
+    copy = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    copy.actor_rollout_ref.model.lora_rank = 0
+    copy.actor_rollout_ref.model.lora.rank = 0
+    return copy
+
+
+# ---------------------------------------------------------------------------- model
+def is_hub_id(path: str) -> bool:
+    return (
+        not os.path.exists(os.path.expanduser(path))
+        and not path.startswith(("/", ".", "~"))
+        and path.count("/") == 1
+    )
+
+
+@functools.cache
+def hub_reachable() -> tuple[bool, str]:
+    from data_prep.gsm8k import hub_unreachable
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return False, f"{endpoint} (HF_HUB_OFFLINE=1 is set)"
+    reason = hub_unreachable(timeout=HUB_PROBE_TIMEOUT_S)
+    return reason is None, endpoint if reason is None else f"{endpoint} ({reason})"
+
+
+def offline_if_hub_unreachable() -> None:
+    """Probe the hub once, first: where it cannot be reached, switch the libraries to offline
+    mode, or verl's validate_config and the model loaders retry it for ~50 s before failing.
+    (hub_reachable keeps the probe's answer, so the model check still names the real cause.)"""
+    if os.environ.get("HF_HUB_OFFLINE") != "1" and not hub_reachable()[0]:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+
+def cached_snapshot(repo_id: str) -> str | None:
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(repo_id, local_files_only=True)
+    except Exception:
+        return None
+
+
+def resolve_model(role: str, path: str, report: Report) -> str | None:
+    """A local directory verl can load from, or None (after reporting why)."""
+    local = os.path.expanduser(path)
+    if os.path.isdir(local):
+        return local
+    if not is_hub_id(path):
+        report.error("model", f"{role} model path '{path}' does not exist")
+        return None
+    snapshot = cached_snapshot(path)
+    if snapshot:
+        report.note("model", f"{role} model '{path}' found in the Hugging Face cache")
+        return snapshot
+    reachable, where = hub_reachable()
+    if reachable:
+        report.note(
+            "model", f"{role} model '{path}' is not cached; verl will download it from {where}"
+        )
+    else:
+        report.error(
+            "model",
+            f"{role} model '{path}' is a hub id, not cached here, and the hub cannot be reached "
+            f"from this machine: {where}; download it where the hub is reachable "
+            f"(huggingface-cli download {path} --local-dir DIR) and set MODEL_PATH=DIR",
+        )
+    return None
+
+
+def check_models(cfg, report: Report):
+    """Let verl itself load the model config and tokenizer; return (tokenizer, hf_config)."""
+    from verl.trainer.ppo.utils import need_critic
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config import HFModelConfig
+
+    roles = [("actor", cfg.actor_rollout_ref.model)]
+    if need_critic(cfg):
+        roles.append(("critic", cfg.critic.model))
+    loaded = None
+    checked: set[str] = set()
+    for role, model_cfg in roles:
+        local = resolve_model(role, str(model_cfg.path), report)
+        if local is None:
+            continue
+        if local in checked:  # the critic usually starts from the actor's weights
+            report.ok("model", f"{role}: same model as checked above ({local})")
+            continue
+        checked.add(local)
+        model_cfg = model_cfg.copy()
+        model_cfg.path = local
+        try:
+            hf = omega_conf_to_dataclass(model_cfg, dataclass_type=HFModelConfig)
+        except Exception as exc:
+            report.error("model", f"verl cannot load the {role} model at {local}: {one_line(exc)}")
+            continue
+        problems = []
+        if not getattr(hf.tokenizer, "chat_template", None):
+            problems.append("its tokenizer has no chat template (prompts are chat messages)")
+        context = getattr(hf.hf_config, "max_position_embeddings", None)
+        needed = cfg.data.max_prompt_length + cfg.data.max_response_length
+        if context is not None and needed > context:
+            problems.append(
+                f"max_prompt_length + max_response_length = {needed} > context {context}"
+            )
+        for problem in problems:
+            report.error("model", f"{role} model {model_cfg.path}: {problem}")
+        if not problems:
+            params = count_parameters(hf.hf_config)
+            report.ok(
+                "model",
+                f"{role}: verl loads {hf.hf_config.model_type} ({params / 1e9:.2f}B params, "
+                f"context {context}) and its chat-template tokenizer from {local}",
+            )
+        loaded = loaded or (hf.tokenizer, hf.hf_config)
+    return loaded
+
+
+def count_parameters(hf_config) -> int:
+    """Parameters of a dense decoder from its config (exact for Qwen2/Llama shapes)."""
+    h = hf_config.hidden_size
+    layers = hf_config.num_hidden_layers
+    heads = hf_config.num_attention_heads
+    kv = getattr(hf_config, "num_key_value_heads", heads)
+    head_dim = getattr(hf_config, "head_dim", None) or h // heads
+    inter = hf_config.intermediate_size
+    vocab = hf_config.vocab_size
+    attention = h * heads * head_dim * 2 + h * kv * head_dim * 2 + (heads + 2 * kv) * head_dim
+    per_layer = attention + 3 * h * inter + 2 * h
+    embeddings = vocab * h * (1 if getattr(hf_config, "tie_word_embeddings", False) else 2)
+    return embeddings + layers * per_layer + h
+
+
+# ---------------------------------------------------------------------------- gpu
+def visible_gpus() -> list[tuple[str, float]]:
+    """(name, memory GiB) of each NVIDIA GPU nvidia-smi reports; [] without one."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        name, _, mib = line.rpartition(",")
+        if name and mib.strip().isdigit():
+            gpus.append((name.strip(), int(mib) / 1024))
+    return gpus
+
+
+def estimate_memory(cfg, hf_config, gpu_gib: float) -> dict[str, float]:
+    """Peak GiB per GPU: resident model states + the memory vLLM reserves. Activations excluded.
+
+    Trained full models keep fp32 weights, grads and Adam moments (16 B/param), sharded over the
+    GPUs; a LoRA model keeps a frozen bf16 copy (2 B/param) unless its params are offloaded; the
+    reference keeps bf16 weights unless offloaded (with LoRA the actor doubles as reference);
+    vLLM reserves gpu_memory_utilization of the card for weights and KV cache.
+    """
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+
+    gib = 1024**3
+    params = count_parameters(hf_config)
+    n_gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
+
+    def trained(model_cfg, offload: bool) -> float:
+        if offload:
+            return 0.0
+        lora = lora_rank(model_cfg) > 0
+        per_param = FROZEN_BYTES_PER_PARAM if lora else TRAINED_BYTES_PER_PARAM
+        return params * per_param / n_gpus / gib
+
+    actor = cfg.actor_rollout_ref
+    parts = {"actor": trained(actor.model, actor.actor.fsdp_config.param_offload)}
+    if need_critic(cfg):
+        parts["critic"] = trained(cfg.critic.model, cfg.critic.fsdp.param_offload)
+    lora_actor = lora_rank(actor.model) > 0
+    if need_reference_policy(cfg) and not lora_actor and not actor.ref.fsdp_config.param_offload:
+        parts["reference"] = params * FROZEN_BYTES_PER_PARAM / n_gpus / gib
+    parts["vllm"] = actor.rollout.gpu_memory_utilization * gpu_gib
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def check_gpus(cfg, hf_config, report: Report) -> None:
+    gpus = visible_gpus()
+    if not gpus:
+        report.note("gpu", "no NVIDIA GPU visible here: GPU count and memory not checked")
+        return
+    wanted = cfg.trainer.n_gpus_per_node
+    name, gib = gpus[0]
+    if len(gpus) < wanted:
+        report.error(
+            "gpu", f"trainer.n_gpus_per_node={wanted} but this node has {len(gpus)} GPU(s)"
+        )
+    else:
+        report.ok("gpu", f"{len(gpus)} x {name} ({gib:.0f} GiB); this node uses {wanted}")
+    if hf_config is None:
+        return
+    parts = estimate_memory(cfg, hf_config, gib)
+    detail = ", ".join(f"{k} {v:.1f}" for k, v in parts.items() if k != "total")
+    summary = f"estimated peak {parts['total']:.1f} GiB of {gib:.0f} GiB per GPU ({detail} GiB)"
+    if parts["total"] > MEMORY_WARN_FRACTION * gib:
+        report.warn(
+            "gpu",
+            f"{summary}: unlikely to fit; lower ROLLOUT_GPU_MEM_UTIL, or offload "
+            "(actor_rollout_ref.actor.fsdp_config.param_offload=True, optimizer_offload=True, "
+            "critic.fsdp.param_offload=True). Estimate: fp32 weights+grads+Adam (16 B/param) per "
+            "trained model, bf16 for frozen copies, plus vLLM's reserved share; "
+            "activations excluded",
+        )
+    else:
+        report.ok("gpu", summary)
+
+
+# ---------------------------------------------------------------------------- recipes
+def recipe_overrides(
+    config_name: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> list[str]:
+    """The override list recipes/common.sh builds in this environment (from the real file)."""
+    script = (
+        f'RECIPE=preflight CONFIG_NAME={config_name}; source "{ROOT}/recipes/common.sh"; '
+        'printf "%s\\0" "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}"'
+    )
+    out = subprocess.run(
+        ["bash", "-c", script], env=env, cwd=cwd, capture_output=True, text=True, check=True
+    ).stdout
+    return [item for item in out.split("\0") if item]
+
+
+# ---------------------------------------------------------------------------- main
+def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | None) -> Report:
+    report = Report()
+    check_legacy_keys(overrides, report)
+    offline_if_hub_unreachable()
+    cfg = check_config(config_dir, config_name, overrides, report)
+    if cfg is None:
+        return report
+    if dump is not None:
+        from omegaconf import OmegaConf
+
+        dump.write_text(json.dumps(OmegaConf.to_container(cfg, resolve=False), indent=1))
+    from verl.trainer.ppo.utils import need_critic
+
+    check_device(cfg, need_critic(cfg), report)
+    check_lora(cfg, need_critic(cfg), report)
+    loaded = check_models(cfg, report)
+    tokenizer, hf_config = loaded if loaded else (None, None)
+    first_prompt = check_data(cfg, tokenizer, report)
+    check_reward(cfg, report, first_prompt)
+    check_gpus(cfg, hf_config, report)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m verl_gsm8k.preflight",
+        description=__doc__.split("\n\n")[0],
+        epilog="Everything after -- is a Hydra override list, exactly as main_ppo would get it.",
+    )
+    parser.add_argument(
+        "--config-name",
+        default="gsm8k_ppo",
+        help="config file (without .yaml) in --config-dir (default gsm8k_ppo)",
+    )
+    parser.add_argument(
+        "--config-dir",
+        type=Path,
+        default=DEFAULT_CONFIG_DIR,
+        help="directory holding the recipe configs (default: the repo's configs/)",
+    )
+    parser.add_argument(
+        "--dump-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write the composed (unresolved) config as JSON to FILE",
+    )
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides key=value (after --)")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    start = time.monotonic()
+    report = run(args.config_name, args.config_dir.resolve(), args.overrides, args.dump_config)
+    elapsed = time.monotonic() - start
+    if report.errors:
+        print(
+            f"preflight: FAILED with {report.errors} error(s), {report.warnings} warning(s) "
+            f"in {elapsed:.1f} s",
+            flush=True,
+        )
+        return 1
+    print(f"preflight: passed ({report.warnings} warning(s)) in {elapsed:.1f} s", flush=True)
+    return 0

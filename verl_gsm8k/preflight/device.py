@@ -1,0 +1,90 @@
+"""Preflight checks of how a composed config will run on this machine's stack: the device, the
+attention path, and the LoRA layouts verl 0.9.1 cannot train. Each reports one line."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any
+
+from verl_gsm8k.preflight.report import Report
+
+FALLBACK_MODULE = "verl_gsm8k.verl_plugins.attention_fallback"
+CPU_MODULE = "verl_gsm8k.verl_plugins.cpu_platform"
+
+
+def lora_rank(model_cfg: Any) -> int:
+    """The LoRA rank a model config asks for (lora.rank or lora_rank); 0 without LoRA."""
+    rank = int(model_cfg.get("lora", {}).get("rank", 0) or 0)
+    return rank if rank > 0 else int(model_cfg.get("lora_rank", 0) or 0)
+
+
+def _loaded_modules() -> list[str]:
+    return [m.strip() for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",")]
+
+
+def attention(model_cfg: Any) -> str:
+    """The attention implementation verl will ask transformers for (its default: flash-attn 2)."""
+    override = model_cfg.get("override_config", {}) or {}
+    return str(override.get("attn_implementation", "flash_attention_2"))
+
+
+def check_device(cfg: Any, use_critic: bool, report: Report) -> None:
+    """Device and attention: what the run will use, and the mismatches that fail in a worker."""
+    device = cfg.trainer.device
+    modules = _loaded_modules()
+    if device == "cpu" and (os.environ.get("VERL_PLATFORM") != "cpu" or CPU_MODULE not in modules):
+        report.error(
+            "device",
+            "trainer.device=cpu needs verl's cpu platform (VERL_PLATFORM=cpu and "
+            f"VERL_USE_EXTERNAL_MODULES={CPU_MODULE}): launch with DEVICE=cpu",
+        )
+        return
+    has_flash = importlib.util.find_spec("flash_attn") is not None
+    actor = attention(cfg.actor_rollout_ref.model)
+    padding_removal = bool(cfg.actor_rollout_ref.model.use_remove_padding)
+    if not has_flash:
+        # A warning, not an error: the machine that trains may have flash_attn when this one
+        # does not (the recipes decide on the machine they launch from).
+        if actor.startswith("flash_attention") or padding_removal:
+            report.warn(
+                "attention",
+                "flash_attn is not installed here but the actor asks for "
+                f"{actor}{' with padding removal' if padding_removal else ''}: on a machine "
+                "without it, add +attention=sdpa (the recipes do it themselves)",
+            )
+            return
+        if use_critic and FALLBACK_MODULE not in modules:
+            report.warn(
+                "attention",
+                "flash_attn is not installed here and verl loads the critic with a hard-coded "
+                f"flash_attention_2 (verl issue #5210): load {FALLBACK_MODULE} "
+                f"(VERL_USE_EXTERNAL_MODULES={FALLBACK_MODULE}; the "
+                "recipes do it themselves)",
+            )
+            return
+    where = "the CPU (vLLM's CPU build, logical GPUs in Ray)" if device == "cpu" else device
+    if has_flash:
+        path = f"{actor}, padding removal {'on' if padding_removal else 'off'}"
+    else:
+        path = f"{actor} without padding removal (flash_attn not installed)"
+    report.ok("device", f"trains on {where}; attention: {path}")
+
+
+def check_lora(cfg: Any, use_critic: bool, report: Report) -> None:
+    """The LoRA layouts that crash in verl 0.9.1, refused with the reason."""
+    if lora_rank(cfg.critic.model) > 0 and use_critic:
+        report.error(
+            "lora",
+            "LoRA on the critic crashes in verl 0.9.1: it wraps every LoRA model as a PEFT causal "
+            "LM and the critic is a token classifier (AttributeError: ... "
+            "'prepare_inputs_for_generation'); train the critic fully (critic.model.lora_rank=0)",
+        )
+    actor_rank = lora_rank(cfg.actor_rollout_ref.model)
+    if actor_rank > 0 and use_critic and cfg.trainer.get("use_v1", True):
+        report.error(
+            "lora",
+            "a LoRA actor beside a critic crashes in verl 0.9.1's v1 trainer (the reference "
+            "pass's no_lora_adapter flag reaches the critic: 'no attribute disable_adapter'); "
+            "use trainer.use_v1=false (configs/gsm8k_ppo_lora.yaml does)",
+        )

@@ -1,0 +1,614 @@
+"""Health checks of a PPO/GRPO run, on the canonical series that ``parse`` builds.
+
+Standard library only. Every constant lives in ``Thresholds``; docs/reading-a-ppo-run.md repeats
+them with what to change when a check fires.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from verl_gsm8k.report.parse import Canonical, RunData
+
+# --------------------------------------------------------------------------------------------
+# Health-check thresholds: the one place where they are defined. docs/reading-a-ppo-run.md
+# repeats this table; keep both in step.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Constants of the health checks, each with the reason for its value.
+
+    Windows count logged steps. The two real 435-step GSM8K PPO logs (Qwen2.5-0.5B, batch 256)
+    were used to make sure none of the warning-level checks fires on a healthy run; the margins
+    are noted next to each value.
+    """
+
+    # Rolling-median window (steps). Ten steps hide a single noisy batch (a median needs 6 of 10
+    # bad points to move) but still localise a change to within about five steps.
+    window: int = 10
+
+    # KL growing without bound: the KL series is cut into blocks of max(kl_block_min,
+    # steps // kl_blocks) steps; an alarm needs kl_growth_blocks consecutive block-to-block
+    # ratios of at least kl_growth_ratio, ending above kl_min_level. Block 0 is not used as a
+    # base: KL starts at exactly 0, so any growth out of it is an infinite ratio. Real runs
+    # (36-step blocks): one ratio of 1.6-1.7 right after block 0, then <= 1.26, so a single
+    # fast block is normal and three in a row is not.
+    kl_block_min: int = 10
+    kl_blocks: int = 12
+    kl_growth_ratio: float = 1.5
+    kl_growth_blocks: int = 3
+    kl_min_level: float = 0.05
+
+    # KL jump: median of the next kl_jump_after steps above kl_jump_factor x the median of the
+    # previous kl_jump_before steps plus kl_jump_abs. The absolute term keeps the normal early
+    # rise quiet: the real 256-token run goes from a median of 0.011 to 0.067 around step 33,
+    # which stays under 3 x 0.011 + 0.1 = 0.13 (the closest call in either run). Healthy KL on
+    # these runs never exceeds 0.35, so +0.1 within 5 steps is a large move.
+    kl_jump_before: int = 20
+    kl_jump_after: int = 5
+    kl_jump_factor: float = 3.0
+    kl_jump_abs: float = 0.10
+
+    # Entropy collapse: rolling median below entropy_collapse_frac of the starting level (median
+    # of the first window) or below entropy_floor nats/token. The real runs fall from ~0.45 to
+    # ~0.055 (12% of the start) while accuracy improves, so the relative bar sits well below that.
+    entropy_collapse_frac: float = 0.05
+    entropy_floor: float = 0.01
+
+    # Length hacking: the trailing 10-step median response length rises by len_rise (30%) above
+    # where it started to climb, while the trailing median score gains at least len_score_gain
+    # (5 points of a 0/1 score) over the same span. "Where it started to climb" is the last point
+    # of the previous len_lookback steps within len_base_tol (5%, about twice the noise of a
+    # 10-step median) of their lowest median, so an earlier, unrelated score gain does not count.
+    # Measured this way the real runs' length never rises more than ~5% (it falls by ~30% early
+    # while the score climbs); a run creeping up 2-3 points in 100 steps is not "together".
+    len_rise: float = 0.30
+    len_lookback: int = 100
+    len_base_tol: float = 0.05
+    len_score_gain: float = 0.05
+
+    # Value loss exploding: rolling median above vf_explode_factor x the lowest rolling median seen
+    # so far (ignoring the first window, where a fresh critic's loss is 10-100x its later level).
+    # Real runs reach 4.4x (256-token run): while every reward is 0 the critic has nothing to
+    # predict and its loss dips to 0.036, then settles near 0.15 once rewards vary. An explosion
+    # is an order of magnitude, hence 10x.
+    vf_explode_factor: float = 10.0
+    # Value loss not decreasing: median of the last quarter >= vf_flat_ratio x median of the
+    # first quarter (needs vf_min_steps). Real runs: about 0.6.
+    vf_flat_ratio: float = 0.95
+    vf_min_steps: int = 40
+
+    # Accuracy flat: the smoothed accuracy (median of 3 validations, or the rolling-median train
+    # score when there are fewer than acc_min_val_points validations) has not beaten its best by
+    # acc_min_gain (one point of accuracy) for acc_flat_steps steps at the end of the run. A
+    # warning if it never rose at all (nothing is being learnt), otherwise a note: a plateau is
+    # worth knowing (more steps buy little) but is no fault. The real runs slow down after step
+    # ~190 yet still make their last one-point gains at steps 379 (256 tokens) and 339 (512
+    # tokens), 50 and 90 steps before their last validation, so neither gets the note.
+    acc_min_gain: float = 0.01
+    acc_flat_steps: int = 100
+    acc_min_val_points: int = 4
+
+    # Clip fraction: rolling median (clip_window steps) at or below clip_low for at least
+    # clip_window steps means the ratio never leaves the trust region (update too small, or a
+    # single on-policy mini-batch per step); at or above clip_high means each update goes far past
+    # it. The real runs' 20-step medians stay within 0.001-0.005 (logged with three decimals);
+    # clip_low = 0.0002 is below that resolution, so only a true ~0 fires. clip_high: with the
+    # default clip range 0.2, a fifth of all tokens clipped means most of the update is cut off.
+    clip_window: int = 20
+    clip_low: float = 0.0002
+    clip_high: float = 0.20
+
+    # Rollout/training mismatch: verl compares the token probabilities the inference engine
+    # (vLLM) sampled with against the training engine's recomputation of the same tokens
+    # (training/rollout_*). A PPO update trusts both to describe one policy. Flagged where the
+    # rolling median (window steps) of their Pearson correlation falls below mismatch_corr_min,
+    # or where the rolling median of the largest per-token difference exceeds
+    # mismatch_jump_factor x its level over the first mismatch_base_steps steps (and at least
+    # mismatch_diff_floor, so that a run whose engines agree to ~0 does not fire on noise).
+    # These bars are a judgement, not a measurement: neither real log in shared/data has these
+    # metrics (its verl predates them). Engines in step differ by rounding only; a correlation
+    # of 0.99 already leaves 2% of the variance of the probabilities unexplained, and stale
+    # weights or other kernels move whole tokens, hence a factor 3 on the largest difference.
+    # Tune them on your own healthy runs.
+    mismatch_corr_min: float = 0.99
+    mismatch_base_steps: int = 20
+    mismatch_jump_factor: float = 3.0
+    mismatch_diff_floor: float = 0.10
+
+
+THRESHOLDS = Thresholds()
+
+# --------------------------------------------------------------------------------------------
+# Robust statistics
+# --------------------------------------------------------------------------------------------
+
+
+def rolling_median(values: Sequence[float], window: int, centered: bool = True) -> list[float]:
+    """Median over a sliding window (truncated at the ends)."""
+    out: list[float] = []
+    n = len(values)
+    half = window // 2
+    for i in range(n):
+        if centered:
+            lo, hi = max(0, i - half), min(n, i - half + window)
+        else:
+            lo, hi = max(0, i - window + 1), i + 1
+        out.append(statistics.median(values[lo:hi]))
+    return out
+
+
+def _spans(flags: Sequence[bool], min_len: int = 1) -> list[tuple[int, int]]:
+    """Runs of consecutive flagged points as (first index, last index), at least min_len long.
+
+    Checks slice their series with these indices, so that each run costs its own length and a
+    check stays linear in the number of steps however many runs there are.
+    """
+    found: list[tuple[int, int]] = []
+    start: int | None = None
+    for i, flag in enumerate(flags):
+        if flag and start is None:
+            start = i
+        if start is not None and (not flag or i == len(flags) - 1):
+            end = i if flag else i - 1
+            if end - start + 1 >= min_len:
+                found.append((start, end))
+            start = None
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Health checks
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Finding:
+    """One health-check result: what fired, where, and the numbers behind it."""
+
+    check: str
+    severity: str  # "error", "warning" or "note"
+    metric: str
+    start_step: int
+    end_step: int
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return (
+            f"[{self.severity}] {self.check} ({self.metric}) steps {self.start_step}-"
+            f"{self.end_step}: {self.message}"
+        )
+
+
+def _fmt(value: float) -> str:
+    if value == 0 or 1e-3 <= abs(value) < 1e5:
+        return f"{value:.4g}"
+    return f"{value:.3e}"
+
+
+def check_non_finite(data: RunData) -> list[Finding]:
+    """NaN or inf in any logged metric, grouped into runs of consecutive steps."""
+    steps = list(data.steps)
+    bad_keys = [sorted(k for k, v in data.steps[s].items() if not math.isfinite(v)) for s in steps]
+    findings: list[Finding] = []
+    for a, b in _spans([bool(k) for k in bad_keys]):
+        start, end, count = steps[a], steps[b], b - a + 1
+        shown = sorted(set().union(*bad_keys[a : b + 1]))
+        listed = ", ".join(shown[:6]) + (f" and {len(shown) - 6} more" if len(shown) > 6 else "")
+        findings.append(
+            Finding(
+                "nan_inf",
+                "error",
+                shown[0],
+                start,
+                end,
+                f"NaN/inf (or null) in {len(shown)} metric(s) on {count} step(s): {listed}",
+                {"keys": shown, "steps": count},
+            )
+        )
+    return findings
+
+
+def check_kl(canon: Canonical, t: Thresholds) -> list[Finding]:
+    """KL growing without bound (consecutive block medians multiplying) or jumping."""
+    name = "kl" if "kl" in canon.series else "kl_loss" if "kl_loss" in canon.series else None
+    if name is None:
+        return []
+    points = canon.series[name]
+    steps = [s for s, _ in points]
+    values = [v for _, v in points]
+    findings: list[Finding] = []
+    block = max(t.kl_block_min, len(values) // t.kl_blocks)
+    blocks = [
+        (steps[i], steps[min(i + block, len(steps)) - 1], statistics.median(values[i : i + block]))
+        for i in range(0, len(values), block)
+        if len(values[i : i + block]) >= max(3, block // 2)
+    ]
+    growth_run: list[int] = []
+    reported_until = -1
+    for i in range(2, len(blocks)):  # skip block 0: KL starts at exactly 0
+        prev, cur = blocks[i - 1][2], blocks[i][2]
+        growing = prev > 0 and cur >= t.kl_growth_ratio * prev
+        if growing:
+            growth_run.append(i)
+        if growth_run and (not growing or i == len(blocks) - 1):
+            last = growth_run[-1]
+            if len(growth_run) >= t.kl_growth_blocks and blocks[last][2] >= t.kl_min_level:
+                first = growth_run[0] - 1
+                meds = [round(b[2], 6) for b in blocks[first : last + 1]]
+                findings.append(
+                    Finding(
+                        "kl_unbounded",
+                        "warning",
+                        name,
+                        blocks[first][0],
+                        blocks[last][1],
+                        f"block medians of {block} steps grew {len(growth_run)} times in a row by "
+                        f">= {t.kl_growth_ratio}x: " + " -> ".join(_fmt(m) for m in meds),
+                        {"block_steps": block, "block_medians": meds},
+                    )
+                )
+                reported_until = blocks[last][1]
+            growth_run = []
+    # Jumps: compare the median of the next few steps with the median of the steps before.
+    flags: list[bool] = []
+    detail: dict[int, tuple[float, float]] = {}
+    for i in range(len(values)):
+        if i < t.kl_jump_before or i + t.kl_jump_after > len(values):
+            flags.append(False)
+            continue
+        before = statistics.median(values[i - t.kl_jump_before : i])
+        after = statistics.median(values[i : i + t.kl_jump_after])
+        jump = after > t.kl_jump_factor * max(before, 0.0) + t.kl_jump_abs
+        flags.append(jump)
+        if jump:
+            detail[steps[i]] = (before, after)
+    for a, b in _spans(flags):
+        start, end = steps[a], steps[b]
+        if start <= reported_until and end <= reported_until:
+            continue
+        before, after = detail[start]
+        findings.append(
+            Finding(
+                "kl_jump",
+                "warning",
+                name,
+                start,
+                end,
+                f"jump at step {start}: median KL of the next {t.kl_jump_after} steps "
+                f"{_fmt(after)} vs {_fmt(before)} over the previous {t.kl_jump_before} "
+                f"(> {t.kl_jump_factor}x + {t.kl_jump_abs})",
+                {"before": before, "after": after},
+            )
+        )
+    return findings
+
+
+def check_entropy(canon: Canonical, t: Thresholds) -> list[Finding]:
+    """Entropy collapsing towards zero relative to where it started."""
+    points = canon.series.get("entropy", [])
+    if len(points) < 2 * t.window:
+        return []
+    steps = [s for s, _ in points]
+    values = [v for _, v in points]
+    start_level = statistics.median(values[: t.window])
+    bar = max(t.entropy_collapse_frac * start_level, t.entropy_floor)
+    smooth = rolling_median(values, t.window)
+    findings: list[Finding] = []
+    for a, b in _spans([m < bar for m in smooth], min_len=t.window // 2):
+        start, end, low = steps[a], steps[b], min(smooth[a : b + 1])
+        findings.append(
+            Finding(
+                "entropy_collapse",
+                "warning",
+                "entropy",
+                start,
+                end,
+                f"rolling median entropy fell to {_fmt(low)} (start {_fmt(start_level)}; bar "
+                f"{_fmt(bar)} = max({t.entropy_collapse_frac} x start, {t.entropy_floor}))",
+                {"start_level": start_level, "lowest": low, "bar": bar},
+            )
+        )
+    return findings
+
+
+def _aligned(canon: Canonical, a: str, b: str) -> tuple[list[int], list[float], list[float]]:
+    other = dict(canon.series.get(b, []))
+    steps, xs, ys = [], [], []
+    for step, value in canon.series.get(a, []):
+        if step in other:
+            steps.append(step)
+            xs.append(value)
+            ys.append(other[step])
+    return steps, xs, ys
+
+
+def check_length_hacking(canon: Canonical, t: Thresholds) -> list[Finding]:
+    """Response length rising well above its recent low while the score rises with it."""
+    steps, lengths, scores = _aligned(canon, "response_length_mean", "score")
+    if len(steps) < 3 * t.window:
+        return []
+    len_med = rolling_median(lengths, t.window, centered=False)
+    score_med = rolling_median(scores, t.window, centered=False)
+    flags: list[bool] = []
+    detail: list[dict[str, float] | None] = []
+    # Candidates for point i: earlier points within len_lookback steps whose trailing window is
+    # full and ends before i's starts, i.e. indices first..i-window. ``lows`` holds the
+    # candidates whose median is below every later candidate's (a sliding minimum: indices and
+    # medians both increasing), so the lowest is lows[0], and the last candidate near the low is
+    # the last entry of lows near it. Each index enters and leaves lows once: linear time.
+    lows: deque[int] = deque()
+    first = 0
+    for i in range(len(steps)):
+        newest = i - t.window
+        if newest >= t.window - 1:
+            while lows and len_med[lows[-1]] >= len_med[newest]:
+                lows.pop()
+            lows.append(newest)
+        while steps[i] - steps[first] > t.len_lookback:
+            first += 1
+        while lows and lows[0] < max(first, t.window - 1):
+            lows.popleft()
+        if not lows or len_med[lows[0]] <= 0:
+            flags.append(False)
+            detail.append(None)
+            continue
+        # The rise starts at the last point still near the low: compare the score from there, so
+        # that an earlier, unrelated score gain (e.g. the first learning phase) does not count.
+        near = len_med[lows[0]] * (1 + t.len_base_tol)
+        lo_index = lows[0]
+        for j in lows:
+            if len_med[j] > near:
+                break
+            lo_index = j
+        rise = len_med[i] / len_med[lo_index] - 1.0
+        gain = score_med[i] - score_med[lo_index]
+        hit = rise >= t.len_rise and gain >= t.len_score_gain
+        flags.append(hit)
+        detail.append(
+            {
+                "low_step": steps[lo_index],
+                "low_length": len_med[lo_index],
+                "length": len_med[i],
+                "score_then": score_med[lo_index],
+                "score": score_med[i],
+            }
+            if hit
+            else None
+        )
+    findings: list[Finding] = []
+    for a, b in _spans(flags, min_len=max(2, t.window // 2)):
+        start, end = steps[a], steps[b]
+        worst = max(
+            (d for d in detail[a : b + 1] if d is not None),
+            key=lambda d: d["length"] / d["low_length"],
+        )
+        first_step = int(worst["low_step"])
+        findings.append(
+            Finding(
+                "length_hacking",
+                "warning",
+                "response_length_mean",
+                min(first_step, start),
+                end,
+                f"rolling median length {_fmt(worst['low_length'])} -> {_fmt(worst['length'])} "
+                f"(+{(worst['length'] / worst['low_length'] - 1) * 100:.0f}%) while score "
+                f"{_fmt(worst['score_then'])} -> {_fmt(worst['score'])}",
+                worst,
+            )
+        )
+    return findings
+
+
+def check_value_loss(canon: Canonical, t: Thresholds) -> list[Finding]:
+    """Value loss exploding after warm-up, or not decreasing over the run."""
+    points = canon.series.get("vf_loss", [])
+    if len(points) < 2 * t.window:
+        return []
+    steps = [s for s, _ in points]
+    values = [v for _, v in points]
+    smooth = rolling_median(values, t.window)
+    findings: list[Finding] = []
+    flags: list[bool] = []
+    lows: list[float] = []
+    low = math.inf
+    for i, med in enumerate(smooth):
+        if i >= t.window:
+            low = min(low, med)
+        lows.append(low)
+        flags.append(i > t.window and low > 0 and med > t.vf_explode_factor * low)
+    for a, b in _spans(flags, min_len=t.window // 2):
+        start, end = steps[a], steps[b]
+        peak, base = max(zip(smooth[a : b + 1], lows[a : b + 1], strict=True))
+        findings.append(
+            Finding(
+                "value_loss_explosion",
+                "warning",
+                "vf_loss",
+                start,
+                end,
+                f"rolling median value loss {_fmt(peak)} = {peak / base:.1f}x its earlier low "
+                f"{_fmt(base)} (bar {t.vf_explode_factor}x)",
+                {"peak": peak, "earlier_low": base},
+            )
+        )
+    if len(values) >= t.vf_min_steps:
+        quarter = len(values) // 4
+        first = statistics.median(values[:quarter])
+        last = statistics.median(values[-quarter:])
+        if first > 0 and last >= t.vf_flat_ratio * first:
+            findings.append(
+                Finding(
+                    "value_loss_not_decreasing",
+                    "warning",
+                    "vf_loss",
+                    steps[0],
+                    steps[-1],
+                    f"median value loss of the last quarter {_fmt(last)} vs the first quarter "
+                    f"{_fmt(first)} (ratio {last / first:.2f} >= {t.vf_flat_ratio})",
+                    {"first_quarter": first, "last_quarter": last},
+                )
+            )
+    return findings
+
+
+def check_accuracy_flat(canon: Canonical, t: Thresholds) -> list[Finding]:
+    """Smoothed accuracy not improving for a long stretch at the end of the run."""
+    val = canon.series.get("val_acc", [])
+    if len(val) >= t.acc_min_val_points:
+        name, points, window = "val_acc", val, 3
+    else:
+        name, points, window = "score", canon.series.get("score", []), t.window
+    if len(points) < 2:
+        return []
+    steps = [s for s, _ in points]
+    smooth = rolling_median([v for _, v in points], window)
+    best, best_step = smooth[0], steps[0]
+    for step, value in zip(steps, smooth, strict=True):
+        if value >= best + t.acc_min_gain:
+            best, best_step = value, step
+    flat_for = steps[-1] - best_step
+    if flat_for < t.acc_flat_steps:
+        return []
+    never = best_step == steps[0]
+    lo = min(m for s, m in zip(steps, smooth, strict=True) if s >= best_step)
+    hi = max(m for s, m in zip(steps, smooth, strict=True) if s >= best_step)
+    if never:
+        message = (
+            f"smoothed {name} never rose {t.acc_min_gain} above its start {_fmt(smooth[0])} "
+            f"in {flat_for} steps (range {_fmt(lo)}-{_fmt(hi)}): nothing is being learnt"
+        )
+    else:
+        message = (
+            f"plateau: smoothed {name} has stayed within {_fmt(lo)}-{_fmt(hi)} for {flat_for} "
+            f"steps without beating {_fmt(best)} (reached at step {best_step}) by "
+            f"{t.acc_min_gain}"
+        )
+    return [
+        Finding(
+            "accuracy_flat",
+            "warning" if never else "note",
+            name,
+            best_step,
+            steps[-1],
+            message,
+            {"best_smoothed": best, "since_step": best_step, "flat_steps": flat_for},
+        )
+    ]
+
+
+def check_clip_fraction(canon: Canonical, t: Thresholds) -> list[Finding]:
+    """PPO clip fraction stuck at ~0 or persistently very high."""
+    points = canon.series.get("pg_clipfrac", [])
+    if len(points) < t.clip_window:
+        return []
+    steps = [s for s, _ in points]
+    smooth = rolling_median([v for _, v in points], t.clip_window)
+    findings: list[Finding] = []
+    for check, flags, why in (
+        (
+            "clip_fraction_zero",
+            [m <= t.clip_low for m in smooth],
+            f"<= {t.clip_low}: the probability ratio never leaves the clip range (updates too "
+            "small, or a single on-policy mini-batch per step)",
+        ),
+        (
+            "clip_fraction_high",
+            [m >= t.clip_high for m in smooth],
+            f">= {t.clip_high}: updates push far past the trust region",
+        ),
+    ):
+        for a, b in _spans(flags, min_len=t.clip_window):
+            start, end, span = steps[a], steps[b], smooth[a : b + 1]
+            findings.append(
+                Finding(
+                    check,
+                    "warning",
+                    "pg_clipfrac",
+                    start,
+                    end,
+                    f"rolling median clip fraction {_fmt(min(span))}-{_fmt(max(span))} "
+                    f"over {len(span)} steps, {why}",
+                    {"min": min(span), "max": max(span), "steps": len(span)},
+                )
+            )
+    return findings
+
+
+def check_rollout_mismatch(canon: Canonical, t: Thresholds) -> list[Finding]:
+    """Inference-engine and training-engine probabilities of the same tokens disagreeing."""
+    corr = canon.series.get("rollout_probs_corr", [])
+    diff = canon.series.get("rollout_probs_diff_max", [])
+    low_corr: dict[int, float] = {}  # step -> rolling median correlation, where below the bar
+    if len(corr) >= t.window:
+        smooth = rolling_median([v for _, v in corr], t.window)
+        low_corr = {s: m for (s, _), m in zip(corr, smooth, strict=True) if m < t.mismatch_corr_min}
+    high_diff: dict[int, float] = {}  # step -> rolling median largest difference, where too high
+    base = bar = math.nan
+    if len(diff) >= t.mismatch_base_steps + t.window:
+        base = statistics.median(v for _, v in diff[: t.mismatch_base_steps])
+        bar = max(t.mismatch_jump_factor * base, t.mismatch_diff_floor)
+        smooth = rolling_median([v for _, v in diff], t.window)
+        high_diff = {s: m for (s, _), m in zip(diff, smooth, strict=True) if m > bar}
+    if not low_corr and not high_diff:
+        return []
+    steps = sorted({s for s, _ in corr} | {s for s, _ in diff})
+    flags = [s in low_corr or s in high_diff for s in steps]
+    findings: list[Finding] = []
+    for a, b in _spans(flags, min_len=t.window // 2):
+        span = steps[a : b + 1]
+        corrs = [low_corr[s] for s in span if s in low_corr]
+        diffs = [high_diff[s] for s in span if s in high_diff]
+        why: list[str] = []
+        evidence: dict[str, Any] = {}
+        if corrs:
+            why.append(
+                f"rolling median Pearson correlation down to {_fmt(min(corrs))} "
+                f"(bar {t.mismatch_corr_min})"
+            )
+            evidence["lowest_corr"] = min(corrs)
+        if diffs:
+            why.append(
+                f"rolling median largest |p_rollout - p_training| up to {_fmt(max(diffs))} "
+                f"vs {_fmt(base)} over the first {t.mismatch_base_steps} steps (bar {_fmt(bar)})"
+            )
+            evidence.update(highest_diff_max=max(diffs), diff_max_base=base, diff_max_bar=bar)
+        findings.append(
+            Finding(
+                "rollout_mismatch",
+                "warning",
+                "rollout_probs_corr" if corrs else "rollout_probs_diff_max",
+                span[0],
+                span[-1],
+                "; ".join(why) + ": the inference engine and the trainer disagree on the policy",
+                evidence,
+            )
+        )
+    return findings
+
+
+def health_checks(data: RunData, canon: Canonical, t: Thresholds = THRESHOLDS) -> list[Finding]:
+    """Run every check; findings are ordered by severity, then step."""
+    findings = (
+        check_non_finite(data)
+        + check_kl(canon, t)
+        + check_entropy(canon, t)
+        + check_length_hacking(canon, t)
+        + check_value_loss(canon, t)
+        + check_accuracy_flat(canon, t)
+        + check_clip_fraction(canon, t)
+        + check_rollout_mismatch(canon, t)
+    )
+    order = {"error": 0, "warning": 1, "note": 2}
+    return sorted(findings, key=lambda f: (order[f.severity], f.start_step, f.check))

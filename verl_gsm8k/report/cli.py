@@ -1,0 +1,312 @@
+"""Turn verl PPO/GRPO training metrics into a self-contained HTML report and a summary.json.
+
+    python -m verl_gsm8k.report RUN_DIR_OR_FILE [--out DIR] [--follow [--interval S]]
+
+INPUT is a run directory (``metrics/metrics-<UTC timestamp>.jsonl`` segments, one per launch),
+one verl file-logger JSONL file, or a verl console log. Both the verl 0.9.1 metric names and the
+older ones (``timing/...``, ``val/test_score/...``) are understood. Standard library only: the
+plots are SVG drawn by plots.py, so the HTML needs nothing else to open.
+
+Modules of verl_gsm8k/report/: vocab (one vocabulary of metric names), parse (reading inputs),
+checks (health checks), summary (summary.json), plots (SVG charts), html (the page); this file
+is the command line (one report, or --follow) and the terminal digest.
+
+Exit status: 0 when a report was written (health findings do not change it), 1 when nothing at
+all could be read or the report could not be written, 2 when INPUT does not exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.report import parse as rp
+from verl_gsm8k.report import summary as rs
+from verl_gsm8k.report.html import duration, memory_text, render_html
+
+PROG = "verl_gsm8k.report"
+HTML_NAME = "report.html"
+SUMMARY_NAME = "summary.json"
+
+# --------------------------------------------------------------------------------------------
+# Terminal summary
+# --------------------------------------------------------------------------------------------
+
+
+def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
+    """Plain-text digest for the terminal."""
+    steps = summary["steps"]
+    val = summary["validation"]
+    tm = summary["time"]
+    thr = summary["throughput"]
+    lines = [
+        f"Run: {', '.join(summary['sources'])}",
+        f"  steps               : {steps['count']} ({steps['first']}-{steps['last']})"
+        + (f", gaps before steps {steps['gaps_before'][:5]}" if steps["gaps_before"] else ""),
+    ]
+    best, final = val["best"], val["final"]
+    if best:
+        also = f" (again at {', '.join(map(str, best['also_at']))})" if best["also_at"] else ""
+        lines.append(f"  best val accuracy   : {best['value']:.4g} at step {best['step']}{also}")
+        lines.append(f"  final val accuracy  : {final['value']:.4g} at step {final['step']}")
+    else:
+        lines.append("  validation accuracy : not logged")
+    score = summary["train_score"]
+    if score["final_median_10"] is not None:
+        lines.append(
+            f"  train score         : median of last 10 steps {score['final_median_10']:.4g}"
+        )
+    lines.append(
+        f"  wall-clock (logged) : {duration(tm['wall_clock_s'])} ({tm['wall_clock_s']:.0f} s: "
+        f"steps {tm['step_time_total_s']:.0f} s + outside the step timer "
+        f"{tm['wall_clock_s'] - tm['step_time_total_s']:.0f} s)"
+    )
+    if thr["tokens_per_s"]:
+        lines.append(f"  tokens/s            : {thr['tokens_per_s']:.0f} ({thr['basis']})")
+    else:
+        lines.append("  tokens/s            : n/a (not logged)")
+    if tm["phases"]:
+        share = " | ".join(f"{k} {v['share'] * 100:.1f}%" for k, v in tm["phases"].items())
+        lines.append(f"  time share          : {share}")
+    lines.append(f"  peak GPU memory     : {memory_text(summary['memory'])}")
+    counts = summary["health_counts"]
+    lines.append(
+        f"  health              : {counts['error']} errors, {counts['warning']} warnings, "
+        f"{counts['note']} notes"
+    )
+    for finding in summary["health"]:
+        lines.append(
+            f"    [{finding['severity']}] {finding['check']} steps {finding['start_step']}-"
+            f"{finding['end_step']}: {finding['message']}"
+        )
+    if out_dir is not None:
+        lines.append(f"  written             : {out_dir / HTML_NAME}, {out_dir / SUMMARY_NAME}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------
+
+
+def default_out_dir(input_path: Path) -> Path:
+    """<run_dir>/report for a directory, <name>-report beside a file."""
+    if input_path.is_dir():
+        return input_path / "report"
+    return input_path.parent / f"{input_path.stem}-report"
+
+
+@dataclass
+class Result:
+    """What one report generation produced."""
+
+    summary: dict[str, Any]
+    out_dir: Path
+    issues: list[str]
+
+
+class NothingReadError(Exception):
+    """No metric at all could be read from the input."""
+
+
+def generate(input_path: Path, out_dir: Path, refresh_s: int | None = None) -> Result:
+    """Read, analyse and write report.html + summary.json (both rendered before either is written).
+
+    Raises rp.InputError (missing input), NothingReadError, or OSError (cannot write).
+    """
+    data, canon, findings, summary = rs.analyse(input_path)
+    issues = [str(issue) for issue in data.issues]
+    if not data.steps:
+        detail = f" ({issues[0]})" if issues else ""
+        raise NothingReadError(f"no metrics could be read from {input_path}{detail}")
+    summary = {
+        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "input": str(input_path),
+        **summary,
+        "val_acc_by_step": canon.series.get("val_acc", []),
+    }
+    page = render_html(input_path.name, data, canon, findings, summary, refresh_s)
+    payload = json.dumps(_json_safe(summary), indent=2, allow_nan=False) + "\n"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(out_dir / SUMMARY_NAME, payload)
+    write_atomic(out_dir / HTML_NAME, page)
+    return Result(summary, out_dir, issues)
+
+
+def _json_safe(value: Any) -> Any:
+    """Plain JSON: tuples become lists, non-finite floats (e.g. an overflowing sum) null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {PROG}",
+        description=(
+            "Build a self-contained HTML report (plots, health checks, time breakdown) and a "
+            "summary.json from verl PPO/GRPO training metrics, and print a short summary."
+        ),
+        epilog="Exit status: 0 report written; 1 nothing readable or cannot write; 2 no INPUT.",
+    )
+    parser.add_argument(
+        "input",
+        metavar="INPUT",
+        type=Path,
+        help=(
+            "run directory (its metrics/*.jsonl segments are merged in name order, a later "
+            "segment winning on overlapping steps), one verl file-logger .jsonl file, or a verl "
+            "console log with 'step:N - key:value' lines"
+        ),
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=(
+            "directory for report.html and summary.json (default: INPUT/report for a run "
+            "directory, <name>-report next to a file); files are replaced atomically"
+        ),
+    )
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep re-reading INPUT and regenerating the report while a run goes on (Ctrl-C stops)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds between refreshes with --follow (default: 60)",
+    )
+    parser.add_argument(
+        "--max-refreshes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --follow, stop after N report generations (default: until interrupted)",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="print only errors and the output paths"
+    )
+    return parser
+
+
+def _err(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+@dataclass
+class Failure:
+    """Why one report generation wrote nothing: exit status and a few words for --follow."""
+
+    code: int
+    reason: str
+
+
+def _run_once(args: argparse.Namespace, out_dir: Path, refresh_s: int | None) -> Result | Failure:
+    try:
+        return generate(args.input, out_dir, refresh_s)
+    except rp.InputError as exc:
+        _err(str(exc))
+        gone = not args.input.exists()
+        return Failure(2, f"input {args.input} is gone" if gone else "no metric files found")
+    except NothingReadError as exc:
+        _err(str(exc))
+        return Failure(1, "no metrics could be read")
+    except OSError as exc:
+        _err(f"cannot write the report to {out_dir}: {exc} (earlier report left as it was)")
+        return Failure(1, f"cannot write to {out_dir}")
+
+
+def _not_written(refresh: int, failure: Failure, page: Path) -> str:
+    """The --follow progress line of a refresh that wrote nothing, saying what is on disk."""
+    if page.is_file():
+        return f"refresh {refresh}: {failure.reason}; the last report at {page} is kept"
+    return f"refresh {refresh}: nothing written yet ({failure.reason})"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.input.exists():
+        _err(f"input not found: {args.input}")
+        return 2
+    if args.interval <= 0:
+        _err("--interval must be > 0")
+        return 2
+    if args.max_refreshes is not None and args.max_refreshes < 1:
+        _err("--max-refreshes must be >= 1")
+        return 2
+    out_dir = args.out if args.out is not None else default_out_dir(args.input)
+
+    if not args.follow:
+        result = _run_once(args, out_dir, None)
+        if isinstance(result, Failure):
+            return result.code
+        for issue in result.issues:
+            print(f"{PROG}: warning: {issue}", file=sys.stderr)
+        if args.quiet:
+            print(out_dir / HTML_NAME)
+        else:
+            print(terminal_summary(result.summary, out_dir))
+        return 0
+
+    refresh_s = max(1, int(math.ceil(args.interval)))
+    refreshes = 0
+    last: Result | None = None
+    last_code = 1
+    shown_issues: set[str] = set()
+    try:
+        while True:
+            outcome = _run_once(args, out_dir, refresh_s)
+            refreshes += 1
+            stamp = datetime.now().strftime("%H:%M:%S")
+            if isinstance(outcome, Failure):
+                last_code = outcome.code
+                print(
+                    f"[{stamp}] {_not_written(refreshes, outcome, out_dir / HTML_NAME)}", flush=True
+                )
+            else:
+                last, last_code = outcome, 0
+                for issue in outcome.issues:
+                    if issue not in shown_issues:
+                        print(f"{PROG}: warning: {issue}", file=sys.stderr)
+                shown_issues = set(outcome.issues)
+                s = outcome.summary
+                best = s["validation"]["best"]
+                best_text = f"best val {best['value']:.4g} @ {best['step']}" if best else "no val"
+                c = s["health_counts"]
+                print(
+                    f"[{stamp}] refresh {refreshes}: {s['steps']['count']} steps (last "
+                    f"{s['steps']['last']}), {best_text}, {c['error']} errors / {c['warning']} "
+                    f"warnings -> {out_dir / HTML_NAME}",
+                    flush=True,
+                )
+            if args.max_refreshes is not None and refreshes >= args.max_refreshes:
+                break
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        print("\nstopped.", file=sys.stderr)
+    if last is not None and not args.quiet:
+        print(terminal_summary(last.summary, out_dir))
+    return 0 if last is not None else last_code

@@ -1,0 +1,195 @@
+"""The whole report as one self-contained HTML page (no scripts, stylesheets or images)."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from verl_gsm8k.report import checks as rc
+from verl_gsm8k.report import parse as rp
+from verl_gsm8k.report import summary as rs
+from verl_gsm8k.report.plots import (
+    build_plots,
+    render_line_plot,
+    render_phase_plot,
+    render_share_bar,
+)
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;
+max-width:1360px}
+h1{font-size:1.4em;margin-bottom:4px} h2{font-size:1.15em;margin-top:28px}
+.meta{color:#666;font-size:.9em}
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin:14px 0}
+.card{border:1px solid #ddd;border-radius:6px;padding:8px 12px;min-width:150px}
+.card b{display:block;font-size:1.25em}
+.grid{display:flex;flex-wrap:wrap;gap:14px}
+figure.chart{margin:0} figure.chart figcaption{font-weight:600;font-size:.95em;margin:0 0 4px}
+svg.plot{display:block;border:1px solid #e4e4e4;border-radius:4px;background:#fafafa;font-size:11px}
+.plot.missing{width:640px;height:80px;border:1px dashed #ccc;border-radius:4px;padding:10px;
+color:#777;box-sizing:border-box}
+table{border-collapse:collapse;font-size:.92em} td,th{border:1px solid #ddd;padding:4px 8px;
+text-align:left;vertical-align:top} th{background:#f4f4f4}
+.sev-error{color:#b00;font-weight:bold} .sev-warning{color:#c60;font-weight:bold}
+.sev-note{color:#1f5fa0} .ok{color:#2a7a2a;font-weight:bold}
+code{background:#f4f4f4;padding:0 3px}
+"""
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    hours, rest = divmod(int(round(seconds)), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
+
+
+def memory_text(memory: dict[str, Any]) -> str:
+    """Peak GPU memory per role in a few words: "actor 31.2 GiB (reserved 35.0), critic ..."."""
+    parts = []
+    for role, peaks in memory["gpu"].items():
+        allocated, reserved = peaks["allocated"], peaks["reserved"]
+        text = f"{role} {allocated['gb']:.1f} GiB" if allocated else f"{role} n/a"
+        if reserved:
+            text += f" (reserved {reserved['gb']:.1f})"
+        parts.append(text)
+    if not parts:
+        return "not logged"
+    host = memory["host_used"]
+    return ", ".join(parts) + (f"; host {host['gb']:.1f} GiB in use" if host else "")
+
+
+def _num(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def render_html(
+    title: str,
+    data: rp.RunData,
+    canon: rp.Canonical,
+    findings: list[rc.Finding],
+    summary: dict[str, Any],
+    refresh_s: int | None = None,
+) -> str:
+    """The whole report as one HTML document (no external resources)."""
+    esc = html.escape
+    steps = canon.all_steps
+    x_range = (float(min(steps)), float(max(steps))) if steps else (0.0, 1.0)
+    breakdown = rs.time_breakdown(canon)
+    val = summary["validation"]
+    best = val["best"]
+    final = val["final"]
+    thr = summary["throughput"]
+    counts = summary["health_counts"]
+    head = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s else "",
+        f"<title>{esc(title)} - PPO run report</title><style>{_CSS}</style></head><body>",
+        f"<h1>PPO run report: {esc(title)}</h1>",
+        f'<div class="meta">generated {esc(summary["generated_at"])} from '
+        + ", ".join(f"<code>{esc(src)}</code>" for src in data.sources)
+        + f" ({esc('/'.join(summary['formats']))})</div>",
+    ]
+    cards = [
+        (
+            "best validation accuracy",
+            f"{best['value']:.4g} @ step {best['step']}" if best else "n/a",
+        ),
+        (
+            "final validation accuracy",
+            f"{final['value']:.4g} @ step {final['step']}" if final else "n/a",
+        ),
+        (
+            "steps",
+            f"{summary['steps']['count']} ({summary['steps']['first']}-{summary['steps']['last']})"
+            if steps
+            else "0",
+        ),
+        ("logged wall-clock", duration(summary["time"]["wall_clock_s"])),
+        (
+            "tokens/s" + (" (estimated)" if thr["estimated"] else ""),
+            f"{thr['tokens_per_s']:.0f}" if thr["tokens_per_s"] else "n/a",
+        ),
+        ("peak GPU memory", memory_text(summary["memory"])),
+        (
+            "health",
+            f"{counts['error']} errors, {counts['warning']} warnings, {counts['note']} notes",
+        ),
+    ]
+    body = ['<div class="cards">']
+    body += [f'<div class="card">{esc(k)}<b>{esc(v)}</b></div>' for k, v in cards]
+    body.append("</div>")
+
+    body.append("<h2>Health checks</h2>")
+    if not findings:
+        body.append('<p class="ok">No check fired.</p>')
+    else:
+        body.append(
+            '<table id="health"><tr><th>severity</th><th>check</th><th>metric</th>'
+            "<th>steps</th><th>what triggered it</th></tr>"
+        )
+        for f in findings:
+            body.append(
+                f'<tr class="finding"><td class="sev-{f.severity}">{f.severity}</td>'
+                f"<td>{esc(f.check)}</td><td>{esc(f.metric)}</td>"
+                f"<td>{f.start_step}-{f.end_step}</td><td>{esc(f.message)}</td></tr>"
+            )
+        body.append("</table>")
+    body.append(
+        '<p class="meta">What each check means and what to change: '
+        "<code>docs/reading-a-ppo-run.md</code>. Thresholds are listed at the end.</p>"
+    )
+    if data.issues:
+        body.append("<h2>Input problems (the rest was used)</h2><ul>")
+        body += [f"<li><code>{esc(str(issue))}</code></li>" for issue in data.issues]
+        body.append("</ul>")
+
+    body.append('<h2>Curves</h2><div class="grid">')
+    for plot in build_plots(canon, findings):
+        body.append(render_line_plot(plot, x_range))
+    body.append(render_phase_plot(canon, x_range, breakdown["other_by_step"]))
+    body.append("</div>")
+
+    body.append("<h2>Where the time goes</h2>")
+    phases = summary["time"]["phases"]
+    if phases:
+        body.append(render_share_bar(phases))
+        body.append("<table><tr><th>phase</th><th>total</th><th>share</th><th>timed</th></tr>")
+        for name, info in phases.items():
+            where = "inside the step timer" if info["inside_step"] else "outside (validation)"
+            body.append(
+                f"<tr><td>{esc(name)}</td><td>{duration(info['total_s'])}</td>"
+                f"<td>{info['share'] * 100:.1f}%</td><td>{where}</td></tr>"
+            )
+        body.append("</table>")
+        derived = (
+            "Step time = sum of the phases (this log has no step timer)."
+            if summary["time"]["step_time_derived"]
+            else "Step time as logged (timing_s/step); 'other' is the part no phase covers."
+        )
+        body.append(f'<p class="meta">{esc(derived)} Throughput: {esc(thr["basis"])}.</p>')
+    else:
+        body.append("<p>No timing metrics logged.</p>")
+
+    body.append("<h2>Metric names</h2><table><tr><th>canonical</th><th>meaning</th>")
+    body.append("<th>read from</th>")
+    body.append("<th>points</th><th>first</th><th>median</th><th>last</th></tr>")
+    for name, info in summary["metrics"].items():
+        body.append(
+            f"<tr><td>{esc(name)}</td><td>{esc(info['label'])}</td>"
+            f"<td><code>{esc(str(info['key']))}</code></td>"
+            f"<td>{info['points']}</td><td>{_num(info['first'])}</td>"
+            f"<td>{_num(info['median'])}</td><td>{_num(info['last'])}</td></tr>"
+        )
+    body.append("</table>")
+
+    body.append("<h2>Thresholds</h2><table><tr><th>name</th><th>value</th></tr>")
+    for name, value in summary["thresholds"].items():
+        body.append(f"<tr><td><code>{esc(name)}</code></td><td>{esc(str(value))}</td></tr>")
+    body.append("</table></body></html>")
+    return "\n".join(part for part in head + body if part)
