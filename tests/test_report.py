@@ -24,9 +24,11 @@ import pytest
 from verl_gsm8k.common import atomic_io
 from verl_gsm8k.report import checks as rc
 from verl_gsm8k.report import cli as report
+from verl_gsm8k.report import finding as rf
 from verl_gsm8k.report import parse as rp
 from verl_gsm8k.report import plots as report_plots
 from verl_gsm8k.report import summary as rs
+from verl_gsm8k.report import thresholds as rt
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +39,7 @@ LOG_256 = "qwen2.5-0.5b-ppo-gsm8k-resp256.log"
 @pytest.fixture(scope="module")
 def real_runs(
     verl_logs_dir: Path,
-) -> dict[str, tuple[rp.RunData, rp.Canonical, list[rc.Finding], dict[str, Any]]]:
+) -> dict[str, tuple[rp.RunData, rp.Canonical, list[rf.Finding], dict[str, Any]]]:
     logs = verl_logs_dir
     return {name: rs.analyse(logs / name) for name in (LOG_512, LOG_256)}
 
@@ -144,11 +146,11 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
-def checks_fired(findings: list[rc.Finding], severities: tuple[str, ...] = ("error", "warning")):
+def checks_fired(findings: list[rf.Finding], severities: tuple[str, ...] = ("error", "warning")):
     return {f.check for f in findings if f.severity in severities}
 
 
-def only(findings: list[rc.Finding], check: str) -> rc.Finding:
+def only(findings: list[rf.Finding], check: str) -> rf.Finding:
     hits = [f for f in findings if f.check == check]
     assert len(hits) == 1, [str(f) for f in findings]
     return hits[0]
@@ -626,7 +628,7 @@ def test_thresholds_are_tunable(tmp_path: Path) -> None:
     """A stricter entropy bar makes the healthy run's ordinary decline fire: proof the
     threshold is read from the dataclass, not hard-coded."""
     path = write_jsonl(tmp_path / "m.jsonl", build_run())
-    strict = rc.Thresholds(entropy_collapse_frac=0.5)
+    strict = rt.Thresholds(entropy_collapse_frac=0.5)
     findings = rs.analyse(path, strict)[2]
     assert "entropy_collapse" in checks_fired(findings)
 
@@ -1010,10 +1012,10 @@ def test_default_out_dirs(tmp_path: Path) -> None:
 
 
 def test_docs_threshold_table_matches_dataclass() -> None:
-    """The thresholds live in verl_gsm8k/report/checks.py (Thresholds); the docs repeat them."""
+    """The thresholds live in verl_gsm8k/report/thresholds.py (Thresholds); the docs repeat them."""
     text = (ROOT / "docs" / "reading-a-ppo-run.md").read_text(encoding="utf-8")
     documented = {name: float(value) for name, value in re.findall(r"`(\w+)`=([\d.]+)", text)}
-    for name, value in vars(rc.THRESHOLDS).items():
+    for name, value in vars(rt.THRESHOLDS).items():
         assert name in documented, f"{name} missing from docs/reading-a-ppo-run.md"
         assert documented[name] == pytest.approx(value), name
 

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_gsm8k.report import checks as rc
+from verl_gsm8k.report import finding as rf
 from verl_gsm8k.report import parse as rp
 from verl_gsm8k.report import vocab as rv
+from verl_gsm8k.report.thresholds import THRESHOLDS
 
 # --------------------------------------------------------------------------------------------
 # SVG plots
@@ -360,7 +361,7 @@ _PLOT_OF_METRIC = {
 
 
 def _smoothed(points: rp.Series, window: int) -> rp.Series:
-    values = rc.rolling_median([v for _, v in points], window)
+    values = rf.rolling_median([v for _, v in points], window)
     return [(s, v) for (s, _), v in zip(points, values, strict=True)]
 
 
@@ -374,10 +375,10 @@ def _with_trend(name: str, points: rp.Series, colour: str, window: int) -> list[
     ]
 
 
-def build_plots(canon: rp.Canonical, findings: list[rc.Finding]) -> list[Plot]:
+def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
     """The report's line charts, in display order."""
     s = canon.series
-    win = rc.THRESHOLDS.window
+    win = THRESHOLDS.window
     val = s.get("val_acc", [])
     marks: list[tuple[int, float, str]] = []
     if val:
