@@ -517,6 +517,24 @@ def test_resumed_run_segments_merge_later_wins(tmp_path: Path) -> None:
     assert summary["validation"]["best"] == {"value": 0.777, "step": 100, "also_at": []}
 
 
+def test_validation_problems_counted_from_the_run_dumps(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    write_jsonl(run / "metrics" / "metrics-1.jsonl", build_run()[:30])
+    assert rp.count_val_problems(run) is None  # no validation/ folder
+    rows = [{"input": f"q{i % 40}", "output": "x", "score": 1.0} for i in range(160)]  # n=4
+    write_jsonl(run / "validation" / "10.jsonl", rows)
+    # the newest dump is half written (a cut line): the larger count of the two newest wins
+    (run / "validation" / "20.jsonl").write_text(
+        '{"input": "q0", "score": 1.0}\n{"input": "q1", "sco', encoding="utf-8"
+    )
+    (run / "validation" / "notes.jsonl").write_text('{"input": "other"}\n', encoding="utf-8")
+    assert rp.count_val_problems(run) == (40, str(run / "validation" / "10.jsonl"))
+    data, canon, _, summary = rs.analyse(run)
+    assert data.val_problems == canon.val_problems == summary["validation"]["problems"] == 40
+    # a single metrics file does not tell
+    assert rs.analyse(run / "metrics" / "metrics-1.jsonl")[3]["validation"]["problems"] is None
+
+
 def test_truncated_last_line_and_non_numeric_value(tmp_path: Path) -> None:
     records = build_run()[:21]
     records[5]["data"]["actor/entropy"] = "n/a"

@@ -59,6 +59,8 @@ def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
         also = f" (again at {', '.join(map(str, best['also_at']))})" if best["also_at"] else ""
         lines.append(f"  best val accuracy   : {best['value']:.4g} at step {best['step']}{also}")
         lines.append(f"  final val accuracy  : {final['value']:.4g} at step {final['step']}")
+        if val["problems"]:
+            lines.append(f"  val problems        : {val['problems']} ({val['problems_from']})")
     else:
         lines.append("  validation accuracy : not logged")
     score = summary["train_score"]

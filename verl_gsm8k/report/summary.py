@@ -149,6 +149,8 @@ def summarize(
             "best": best,
             "final": final,
             "first": {"value": val[0][1], "step": val[0][0]} if val else None,
+            "problems": data.val_problems,
+            "problems_from": data.val_problems_from,
         },
         "train_score": {
             "first": score[0][1] if score else None,
