@@ -260,7 +260,9 @@ def test_kl_explosion(tmp_path: Path) -> None:
             d["actor/reward_kl_penalty"] = 0.2 * 1.06 ** (step - 120)
 
     findings = analyse_records(tmp_path, build_run(mutate))[2]
-    assert checks_fired(findings) == {"kl_unbounded"}
+    # The train score has plateaued by then (+0.025 over the last 100 steps) while the KL
+    # multiplies: the learning check says that growth buys nothing (test_report_learning.py).
+    assert checks_fired(findings) == {"kl_unbounded", "kl_without_score_gain"}
     hit = only(findings, "kl_unbounded")
     assert 100 <= hit.start_step <= 135 and hit.end_step == STEPS
     assert hit.evidence["block_medians"][-1] > 5

@@ -1,6 +1,7 @@
 """Health checks of a PPO/GRPO run, on the canonical series that ``parse`` builds: NaN/inf, KL,
 entropy, length, value loss, flat accuracy, clip fraction, rollout/training mismatch; and
-``health_checks``, which runs every check of the report.
+``health_checks``, which runs every check of the report, those of ``learning`` (accuracy below
+its best, KL growing without a score gain) included.
 
 Standard library only. Every constant lives in ``thresholds.Thresholds``;
 docs/reading-a-ppo-run.md repeats them with what to change when a check fires.
@@ -14,6 +15,7 @@ from collections import deque
 from typing import Any
 
 from verl_gsm8k.report.finding import Finding, aligned, fmt, rolling_median, spans
+from verl_gsm8k.report.learning import check_accuracy_below_best, check_kl_without_score_gain
 from verl_gsm8k.report.parse import Canonical, RunData
 from verl_gsm8k.report.thresholds import THRESHOLDS, Thresholds
 
@@ -419,6 +421,8 @@ def health_checks(data: RunData, canon: Canonical, t: Thresholds = THRESHOLDS) -
         + check_accuracy_flat(canon, t)
         + check_clip_fraction(canon, t)
         + check_rollout_mismatch(canon, t)
+        + check_accuracy_below_best(canon, t)
+        + check_kl_without_score_gain(canon, t)
     )
     order = {"error": 0, "warning": 1, "note": 2}
     return sorted(findings, key=lambda f: (order[f.severity], f.start_step, f.check))

@@ -9,8 +9,8 @@ plots are SVG drawn by plots.py, so the HTML needs nothing else to open.
 
 Modules of verl_gsm8k/report/: vocab (one vocabulary of metric names), parse (reading inputs),
 thresholds (the checks' constants), finding (what a check returns, shared statistics), checks
-(health checks), summary (summary.json), plots (SVG charts), html (the page); this file is the
-command line (one report, or --follow) and the terminal digest.
+and learning (health checks), summary (summary.json), plots (SVG charts), html (the page); this
+file is the command line (one report, or --follow) and the terminal digest.
 
 Exit status: 0 when a report was written (health findings do not change it), 1 when nothing at
 all could be read or the report could not be written, 2 when INPUT does not exist.

@@ -526,6 +526,8 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
             targets = list(by_id)
         elif finding.check == "rollout_mismatch":
             targets = ["rollout_mismatch", "rollout_corr"]
+        elif finding.check == "kl_without_score_gain":
+            targets = ["kl", "score"]
         else:
             targets = [_PLOT_OF_METRIC.get(finding.metric, "")]
         for target in targets:

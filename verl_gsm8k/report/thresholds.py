@@ -85,6 +85,53 @@ class Thresholds:
     acc_flat_steps: int = 100
     acc_min_val_points: int = 4
 
+    # Accuracy below its best: the last validation is lower than the best earlier one by at least
+    # a bar = max(acc_drop_floor, min(acc_drop_abs, acc_drop_rel x best)), and, when the run
+    # tells the number n of validation problems (its validation/<step>.jsonl dumps), at least
+    # acc_drop_z standard errors of the difference of two evaluations, sqrt(2 p (1-p) / n) with p
+    # the mean of the two accuracies. Two sources of noise make a drop unclear. Evaluation: an
+    # accuracy over n problems has a standard error of about sqrt(p (1-p) / n), 0.05 on 100
+    # problems, 0.014 on GSM8K's 1319; the z-term covers it (2.5 SE of an independent
+    # difference is conservative: greedy evaluations of nearby checkpoints on the same problems
+    # are correlated, and the best is the highest of several, so the bar must sit well above
+    # 2 SE). Training wobble: a healthy run's accuracy moves from one checkpoint to the next by
+    # more than the evaluation noise; the real runs end 0.036 (512 tokens, best 0.579 -> 0.543,
+    # 2.6 SE on 1319 problems) and 0.012 below their best, and 0.10 is about three times the
+    # larger. acc_drop_rel scales the bar down for a low-accuracy run (a fall from 0.20 to 0.14
+    # loses a third of what was learnt), acc_drop_floor keeps it above the noise of accuracies
+    # near 0. Verl logs no n; a console log or a lone metrics file gets the bar without the
+    # z-term, which is clear from about 300 problems up (0.10 = 2.5 SE of a difference at p = 0.5,
+    # n = 312).
+    acc_drop_abs: float = 0.10
+    acc_drop_rel: float = 0.25
+    acc_drop_floor: float = 0.03
+    acc_drop_z: float = 2.5
+
+    # KL growing while the train score does not: over the last kl_gain_frac of the steps where
+    # both are logged (at least kl_gain_min_steps steps), cut into thirds, the median KL rises
+    # from third to third, ending at least kl_gain_ratio x and kl_gain_abs above where it
+    # started, with at least kl_gain_late_share of that rise in its last leg (middle to last
+    # third), while the median train score of the last third is less than kl_gain_score_min
+    # above that of the first. The policy moves away from the reference and buys no reward.
+    # kl_gain_ratio: a KL growing linearly from 0 grows 1.57x over the last half (the thirds'
+    # medians sit at 7/12, 9/12 and 11/12 of the run), so 1.5x catches steady growth; healthy
+    # runs let the KL level off. kl_gain_late_share: linear growth puts half its rise in the
+    # last leg; a KL that jumped and then stayed (kl_jump's case) or has levelled off puts
+    # little there, and is not "still growing". kl_gain_score_min: 3 points of a 0/1 score,
+    # "not risen" within the noise of a median of a few batches. Both bars were checked on every
+    # prefix of the two real runs (what --follow shows at each step), not only on the whole runs
+    # (last half: KL 1.13x and 1.07x, score +0.02): where their KL grew 1.5x the score gained at
+    # least 0.0375 (512 tokens, steps 38-74, the early climb), and where the score gained under
+    # 0.03 the KL grew at most 1.34x (256 tokens, steps 77-153). kl_gain_abs keeps a KL that is
+    # still ~0 quiet (an idle GRPO kl_loss of 0.005 that doubles). kl_gain_min_steps: ten steps,
+    # so that the last half of a 20-step CPU run is judged.
+    kl_gain_frac: float = 0.5
+    kl_gain_min_steps: int = 10
+    kl_gain_ratio: float = 1.5
+    kl_gain_abs: float = 0.01
+    kl_gain_late_share: float = 0.25
+    kl_gain_score_min: float = 0.03
+
     # Clip fraction: rolling median (clip_window steps) at or below clip_low for at least
     # clip_window steps means the ratio never leaves the trust region (update too small, or a
     # single on-policy mini-batch per step); at or above clip_high means each update goes far past
