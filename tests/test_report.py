@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import browser
 import pytest
+from browser import WINDOW, chart_titles, plot_series, png_size, render, require_chromium
 from report_runs import (
     LOG_256,
     LOG_512,
@@ -204,32 +206,48 @@ def test_real_log_html_has_every_plot(verl_logs_dir: Path, real_runs, tmp_path: 
     assert summary == json.loads(json.dumps(result.summary))
 
 
-@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="chromium not installed")
-def test_real_log_html_renders_in_headless_chromium(verl_logs_dir: Path, tmp_path: Path) -> None:
-    logs = verl_logs_dir
-    report.generate(logs / LOG_256, tmp_path / "out")
-    shot = tmp_path / "shot.png"
-    proc = subprocess.run(
-        [
-            "/usr/bin/chromium",
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--window-size=1400,2400",
-            f"--screenshot={shot}",
-            (tmp_path / "out" / "report.html").as_uri(),
-        ],
-        capture_output=True,
-        timeout=90,
-        check=False,
-    )
-    assert shot.is_file(), proc.stderr[-2000:]
-    png = shot.read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
-    assert (width, height) == (1400, 2400)
-    assert len(png) > 50_000  # a page full of curves, not a blank one
+def test_missing_chromium_skips_but_fails_under_ci(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(browser, "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no-chromium not installed"):
+        browser.require_chromium()
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match=".ci/run installs it"):
+        browser.require_chromium()
+
+
+def test_real_log_html_renders_in_headless_chromium(
+    verl_logs_dir: Path, real_runs, tmp_path: Path
+) -> None:
+    """The page as a browser lays it out: a full screenshot, and the curves read back from the
+    DOM Chromium built land on the logged values (skipped without chromium, failed under CI)."""
+    require_chromium()
+    report.generate(verl_logs_dir / LOG_256, tmp_path / "out")
+    dom, png = render(tmp_path / "out" / "report.html", tmp_path)
+    assert png_size(png) == WINDOW == (1400, 2400)
+    assert png.stat().st_size > 50_000  # a page full of curves, not a blank one
+    assert "No check fired." in dom
+    titles = chart_titles(dom)
+    assert titles[0] == "Validation accuracy (val/test_score/openai/gsm8k)"
+    assert "Response length clip ratio (share of responses cut at max length)" in titles
+    _, canon, _, _ = real_runs[LOG_256]
+    drawn = plot_series(dom, "Validation accuracy")
+    assert list(drawn) == ["val_acc"]
+    logged = canon.series["val_acc"]
+    assert len(drawn["val_acc"]) == len(logged) == 43
+    for (x, y), (step, value) in zip(drawn["val_acc"], logged, strict=True):
+        assert x == pytest.approx(step, abs=0.5) and y == pytest.approx(value, abs=0.002)
+    # a chart with a raw and a smoothed line, and one on a log axis (the value loss)
+    score = plot_series(dom, "Train score")
+    assert set(score) == {"score (raw)", "score", "reward (raw)", "reward"}
+    assert [round(x) for x, _ in score["score (raw)"]] == list(range(435))
+    vf = plot_series(dom, "Value (critic) loss")["vf_loss (raw)"]
+    assert vf[0][1] == pytest.approx(dict(canon.series["vf_loss"])[0], rel=0.01)
+    assert plot_series(dom, "Response length clip ratio") == {}  # "not logged" placeholder
+    with pytest.raises(KeyError):
+        plot_series(dom, "no such chart")
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import plot_series, render, require_chromium
 from report_runs import (
     LOG_256,
     LOG_512,
@@ -125,6 +126,23 @@ def test_cpu_ppo_run_now_warns_twice(
         svg = page[page.index(f'id="plot-{plot_id}"') :]
         svg = svg[: svg.index("</svg>")]
         assert svg.count('class="band"') == count, plot_id
+
+
+def test_cpu_ppo_run_page_in_a_real_browser(tmp_path: Path) -> None:
+    """Both warnings in the health table as Chromium lays the page out, and the curves they
+    speak of: validation accuracy falling from 0.52 to 0.29, the KL climbing past 0.15."""
+    require_chromium()
+    run = cpu_ppo_run(tmp_path / "run")
+    report.generate(run, run / "report")
+    dom, png = render(run / "report" / "report.html", tmp_path)
+    assert png.stat().st_size > 20_000
+    for check in ("accuracy_below_best", "kl_without_score_gain"):
+        assert f"<td>{check}</td>" in dom, check
+    val = plot_series(dom, "Validation accuracy")["val_acc"]
+    assert [round(x) for x, _ in val] == list(CPU_VAL)
+    assert [y for _, y in val] == pytest.approx(list(CPU_VAL.values()), abs=0.002)
+    kl = plot_series(dom, "KL to the reference policy")["kl"]
+    assert kl[0][1] < 0.02 and kl[-1][1] > 0.15
 
 
 # --------------------------------------------------------------------------------------------
