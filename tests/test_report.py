@@ -1,7 +1,8 @@
 """Tests of the PPO run report: verl_gsm8k/report/ (python -m verl_gsm8k.report) and its modules.
 
 Real data: the two verl console logs under ../shared/data/verl-logs (or $SHARED_DATA_DIR/verl-logs).
-Synthetic data: verl 0.9.1 file-logger JSONL built here, healthy or with one planted pathology.
+Synthetic data: verl 0.9.1 file-logger JSONL built by tests/report_runs.py, healthy or with one
+planted pathology. The checks of verl_gsm8k/report/learning.py: tests/test_report_learning.py.
 """
 
 from __future__ import annotations
@@ -14,144 +15,45 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import browser
 import pytest
+from browser import WINDOW, chart_titles, plot_series, png_size, render, require_chromium
+from report_runs import (
+    LOG_256,
+    LOG_512,
+    PHASES,
+    STEP_OVERHEAD,
+    STEPS,
+    VAL_KEY,
+    analyse_records,
+    build_run,
+    checks_fired,
+    only,
+    parse_svgs,
+    write_jsonl,
+)
 
 from verl_gsm8k.common import atomic_io
 from verl_gsm8k.report import checks as rc
 from verl_gsm8k.report import cli as report
+from verl_gsm8k.report import finding as rf
 from verl_gsm8k.report import parse as rp
 from verl_gsm8k.report import plots as report_plots
 from verl_gsm8k.report import summary as rs
+from verl_gsm8k.report import thresholds as rt
 
 ROOT = Path(__file__).resolve().parents[1]
-
-LOG_512 = "qwen2.5-0.5b-ppo-gsm8k-resp512.log"
-LOG_256 = "qwen2.5-0.5b-ppo-gsm8k-resp256.log"
 
 
 @pytest.fixture(scope="module")
 def real_runs(
     verl_logs_dir: Path,
-) -> dict[str, tuple[rp.RunData, rp.Canonical, list[rc.Finding], dict[str, Any]]]:
+) -> dict[str, tuple[rp.RunData, rp.Canonical, list[rf.Finding], dict[str, Any]]]:
     logs = verl_logs_dir
     return {name: rs.analyse(logs / name) for name in (LOG_512, LOG_256)}
-
-
-# --------------------------------------------------------------------------------------------
-# Synthetic verl 0.9.1 runs
-# --------------------------------------------------------------------------------------------
-
-STEPS = 200
-PHASES = {
-    "gen": 20.0,
-    "reward": 0.8,
-    "old_log_prob": 4.0,
-    "ref": 4.5,
-    "values": 5.0,
-    "adv": 0.1,
-    "update_critic": 15.0,
-    "update_actor": 18.0,
-    "update_weights": 1.2,
-}
-STEP_OVERHEAD = 0.5  # seconds of each step that no phase covers ("other")
-VAL_KEY = "val-core/openai/gsm8k/acc/mean@1"
-
-
-def healthy_record(step: int, rng: random.Random) -> dict[str, float]:
-    """One training step of a plausible healthy PPO run, verl 0.9.1 metric names."""
-
-    def noisy(value: float, rel: float = 0.05) -> float:
-        return value * (1 + rng.uniform(-rel, rel))
-
-    score = 0.15 + 0.55 * (1 - math.exp(-step / 40))
-    kl = 0.2 * (1 - math.exp(-step / 60))
-    length = noisy(260.0, 0.04)
-    phases = {name: noisy(sec, 0.03) for name, sec in PHASES.items()}
-    step_time = sum(phases.values()) + STEP_OVERHEAD
-    tokens = 256 * (105 + length)
-    record: dict[str, float] = {
-        "critic/score/mean": score + rng.uniform(-0.02, 0.02),
-        "critic/rewards/mean": score - 0.01,
-        "actor/reward_kl_penalty": kl + rng.uniform(0, 0.01),
-        "actor/reward_kl_penalty_coeff": 0.001,
-        "actor/entropy": noisy(0.08 + 0.4 * math.exp(-step / 50)),
-        "actor/pg_loss": rng.uniform(-0.02, 0.02),
-        "actor/pg_clipfrac": noisy(0.004, 0.3),
-        "actor/ppo_kl": rng.uniform(-1e-4, 1e-4),
-        "actor/grad_norm": noisy(3.0, 0.2),
-        "actor/lr": 1e-6,
-        "critic/vf_loss": noisy(0.05 + 0.15 * math.exp(-step / 120), 0.1),
-        "critic/vf_clipfrac": noisy(0.01, 0.3),
-        "critic/grad_norm": noisy(20.0, 0.3),
-        "critic/values/mean": score,
-        "response_length/mean": length,
-        "response_length/max": 512.0,
-        "response_length/clip_ratio": noisy(0.01, 0.3),
-        "prompt_length/mean": 105.0,
-        "timing_s/step": step_time,
-        "timing_s/agent_loop/generate_sequences/mean": phases["gen"] * 0.9,  # nested, not a phase
-        "timing_per_token_ms/gen": 0.3,
-        "perf/total_num_tokens": tokens,
-        "perf/time_per_step": step_time,
-        "perf/throughput": tokens / step_time,
-        "training/global_step": float(step),
-        **{f"timing_s/{name}": sec for name, sec in phases.items()},
-        # engine metrics: the trainer prefixes them with the role (verl 0.9.1)
-        "actor/perf/max_memory_allocated_gb": 30.0 + 0.01 * step,
-        "actor/perf/max_memory_reserved_gb": 34.0 + 0.01 * step,
-        "actor/perf/cpu_memory_used_gb": noisy(80.0, 0.01),
-        "critic/perf/max_memory_allocated_gb": 12.0,
-        "critic/perf/max_memory_reserved_gb": 14.0,
-        "critic/perf/cpu_memory_used_gb": noisy(80.0, 0.01),
-        # rollout (vLLM) vs training (FSDP) probabilities of the same tokens, engines in step
-        "training/rollout_probs_diff_valid": 1.0,
-        "training/rollout_probs_diff_max": noisy(0.25, 0.2),
-        "training/rollout_probs_diff_mean": noisy(0.003, 0.2),
-        "training/rollout_probs_diff_std": noisy(0.01, 0.2),
-        "training/rollout_actor_probs_pearson_corr": 0.998 + rng.uniform(-0.001, 0.001),
-    }
-    if step % 10 == 0:
-        record[VAL_KEY] = 0.30 + 0.25 * (1 - math.exp(-step / 50)) + rng.uniform(-0.01, 0.01)
-        record["timing_s/testing"] = noisy(40.0, 0.03)
-        for key, value in (("format", 0.97), ("pred_found", 0.99), ("clipped", 0.02)):
-            record[f"val-aux/openai/gsm8k/{key}/mean@1"] = value
-    return record
-
-
-Mutator = Callable[[int, dict[str, Any]], None]
-
-
-def build_run(mutate: Mutator | None = None, seed: int = 7) -> list[dict[str, Any]]:
-    """verl 0.9.1 file-logger records: validation at step 0, then steps 1..STEPS."""
-    rng = random.Random(seed)
-    records: list[dict[str, Any]] = [{"step": 0, "data": {VAL_KEY: 0.30}}]
-    for step in range(1, STEPS + 1):
-        data: dict[str, Any] = healthy_record(step, rng)
-        if mutate is not None:
-            mutate(step, data)
-        records.append({"step": step, "data": data})
-    return records
-
-
-def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return path
-
-
-def checks_fired(findings: list[rc.Finding], severities: tuple[str, ...] = ("error", "warning")):
-    return {f.check for f in findings if f.severity in severities}
-
-
-def only(findings: list[rc.Finding], check: str) -> rc.Finding:
-    hits = [f for f in findings if f.check == check]
-    assert len(hits) == 1, [str(f) for f in findings]
-    return hits[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -304,82 +206,53 @@ def test_real_log_html_has_every_plot(verl_logs_dir: Path, real_runs, tmp_path: 
     assert summary == json.loads(json.dumps(result.summary))
 
 
-@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="chromium not installed")
-def test_real_log_html_renders_in_headless_chromium(verl_logs_dir: Path, tmp_path: Path) -> None:
-    logs = verl_logs_dir
-    report.generate(logs / LOG_256, tmp_path / "out")
-    shot = tmp_path / "shot.png"
-    proc = subprocess.run(
-        [
-            "/usr/bin/chromium",
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--window-size=1400,2400",
-            f"--screenshot={shot}",
-            (tmp_path / "out" / "report.html").as_uri(),
-        ],
-        capture_output=True,
-        timeout=90,
-        check=False,
-    )
-    assert shot.is_file(), proc.stderr[-2000:]
-    png = shot.read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
-    assert (width, height) == (1400, 2400)
-    assert len(png) > 50_000  # a page full of curves, not a blank one
+def test_missing_chromium_skips_but_fails_under_ci(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(browser, "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no-chromium not installed"):
+        browser.require_chromium()
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match=".ci/run installs it"):
+        browser.require_chromium()
 
 
-# --------------------------------------------------------------------------------------------
-# HTML helper
-# --------------------------------------------------------------------------------------------
-
-
-class _SvgCollector(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.svgs: dict[str, dict[str, Any]] = {}
-        self.current: str | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        if tag == "svg" and (a.get("id") or "").startswith("plot-"):
-            self.current = a["id"][len("plot-") :]
-            self.svgs[self.current] = {
-                "data-points": a.get("data-points"),
-                "series": [],
-                "names": [],
-            }
-        elif self.current and tag in ("polyline", "polygon", "rect") and a.get("data-series"):
-            entry = self.svgs[self.current]
-            entry["names"].append((a["data-series"], tag))
-            if tag in ("polyline", "polygon"):
-                coords = [p for p in (a.get("points") or "").split() if "," in p]
-                # a stacked-area polygon runs along its top edge and back along its bottom edge
-                per_point = 2 if tag == "polygon" else 1
-                entry["series"].append((int(a["data-count"] or 0), len(coords) // per_point))
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "svg":
-            self.current = None
-
-
-def parse_svgs(page: str) -> dict[str, dict[str, Any]]:
-    collector = _SvgCollector()
-    collector.feed(page)
-    return collector.svgs
+def test_real_log_html_renders_in_headless_chromium(
+    verl_logs_dir: Path, real_runs, tmp_path: Path
+) -> None:
+    """The page as a browser lays it out: a full screenshot, and the curves read back from the
+    DOM Chromium built land on the logged values (skipped without chromium, failed under CI)."""
+    require_chromium()
+    report.generate(verl_logs_dir / LOG_256, tmp_path / "out")
+    dom, png = render(tmp_path / "out" / "report.html", tmp_path)
+    assert png_size(png) == WINDOW == (1400, 2400)
+    assert png.stat().st_size > 50_000  # a page full of curves, not a blank one
+    assert "No check fired." in dom
+    titles = chart_titles(dom)
+    assert titles[0] == "Validation accuracy (val/test_score/openai/gsm8k)"
+    assert "Response length clip ratio (share of responses cut at max length)" in titles
+    _, canon, _, _ = real_runs[LOG_256]
+    drawn = plot_series(dom, "Validation accuracy")
+    assert list(drawn) == ["val_acc"]
+    logged = canon.series["val_acc"]
+    assert len(drawn["val_acc"]) == len(logged) == 43
+    for (x, y), (step, value) in zip(drawn["val_acc"], logged, strict=True):
+        assert x == pytest.approx(step, abs=0.5) and y == pytest.approx(value, abs=0.002)
+    # a chart with a raw and a smoothed line, and one on a log axis (the value loss)
+    score = plot_series(dom, "Train score")
+    assert set(score) == {"score (raw)", "score", "reward (raw)", "reward"}
+    assert [round(x) for x, _ in score["score (raw)"]] == list(range(435))
+    vf = plot_series(dom, "Value (critic) loss")["vf_loss (raw)"]
+    assert vf[0][1] == pytest.approx(dict(canon.series["vf_loss"])[0], rel=0.01)
+    assert plot_series(dom, "Response length clip ratio") == {}  # "not logged" placeholder
+    with pytest.raises(KeyError):
+        plot_series(dom, "no such chart")
 
 
 # --------------------------------------------------------------------------------------------
 # Synthetic runs: healthy and pathological
 # --------------------------------------------------------------------------------------------
-
-
-def analyse_records(tmp_path: Path, records: list[dict[str, Any]]):
-    path = write_jsonl(tmp_path / "run" / "metrics" / "metrics-20250101T000000Z.jsonl", records)
-    return rs.analyse(path.parent.parent)
 
 
 def test_synthetic_healthy_run_raises_nothing(tmp_path: Path) -> None:
@@ -405,7 +278,9 @@ def test_kl_explosion(tmp_path: Path) -> None:
             d["actor/reward_kl_penalty"] = 0.2 * 1.06 ** (step - 120)
 
     findings = analyse_records(tmp_path, build_run(mutate))[2]
-    assert checks_fired(findings) == {"kl_unbounded"}
+    # The train score has plateaued by then (+0.025 over the last 100 steps) while the KL
+    # multiplies: the learning check says that growth buys nothing (test_report_learning.py).
+    assert checks_fired(findings) == {"kl_unbounded", "kl_without_score_gain"}
     hit = only(findings, "kl_unbounded")
     assert 100 <= hit.start_step <= 135 and hit.end_step == STEPS
     assert hit.evidence["block_medians"][-1] > 5
@@ -626,7 +501,7 @@ def test_thresholds_are_tunable(tmp_path: Path) -> None:
     """A stricter entropy bar makes the healthy run's ordinary decline fire: proof the
     threshold is read from the dataclass, not hard-coded."""
     path = write_jsonl(tmp_path / "m.jsonl", build_run())
-    strict = rc.Thresholds(entropy_collapse_frac=0.5)
+    strict = rt.Thresholds(entropy_collapse_frac=0.5)
     findings = rs.analyse(path, strict)[2]
     assert "entropy_collapse" in checks_fired(findings)
 
@@ -660,6 +535,24 @@ def test_resumed_run_segments_merge_later_wins(tmp_path: Path) -> None:
     assert score[99] == pytest.approx(records[99]["data"]["critic/score/mean"])
     assert dict(canon.series["val_acc"])[100] == 0.777
     assert summary["validation"]["best"] == {"value": 0.777, "step": 100, "also_at": []}
+
+
+def test_validation_problems_counted_from_the_run_dumps(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    write_jsonl(run / "metrics" / "metrics-1.jsonl", build_run()[:30])
+    assert rp.count_val_problems(run) is None  # no validation/ folder
+    rows = [{"input": f"q{i % 40}", "output": "x", "score": 1.0} for i in range(160)]  # n=4
+    write_jsonl(run / "validation" / "10.jsonl", rows)
+    # the newest dump is half written (a cut line): the larger count of the two newest wins
+    (run / "validation" / "20.jsonl").write_text(
+        '{"input": "q0", "score": 1.0}\n{"input": "q1", "sco', encoding="utf-8"
+    )
+    (run / "validation" / "notes.jsonl").write_text('{"input": "other"}\n', encoding="utf-8")
+    assert rp.count_val_problems(run) == (40, str(run / "validation" / "10.jsonl"))
+    data, canon, _, summary = rs.analyse(run)
+    assert data.val_problems == canon.val_problems == summary["validation"]["problems"] == 40
+    # a single metrics file does not tell
+    assert rs.analyse(run / "metrics" / "metrics-1.jsonl")[3]["validation"]["problems"] is None
 
 
 def test_truncated_last_line_and_non_numeric_value(tmp_path: Path) -> None:
@@ -1010,10 +903,10 @@ def test_default_out_dirs(tmp_path: Path) -> None:
 
 
 def test_docs_threshold_table_matches_dataclass() -> None:
-    """The thresholds live in verl_gsm8k/report/checks.py (Thresholds); the docs repeat them."""
+    """The thresholds live in verl_gsm8k/report/thresholds.py (Thresholds); the docs repeat them."""
     text = (ROOT / "docs" / "reading-a-ppo-run.md").read_text(encoding="utf-8")
     documented = {name: float(value) for name, value in re.findall(r"`(\w+)`=([\d.]+)", text)}
-    for name, value in vars(rc.THRESHOLDS).items():
+    for name, value in vars(rt.THRESHOLDS).items():
         assert name in documented, f"{name} missing from docs/reading-a-ppo-run.md"
         assert documented[name] == pytest.approx(value), name
 

@@ -1,7 +1,10 @@
-"""Health checks of a PPO/GRPO run, on the canonical series that ``parse`` builds.
+"""Health checks of a PPO/GRPO run, on the canonical series that ``parse`` builds: NaN/inf, KL,
+entropy, length, value loss, flat accuracy, clip fraction, rollout/training mismatch; and
+``health_checks``, which runs every check of the report, those of ``learning`` (accuracy below
+its best, KL growing without a score gain) included.
 
-Standard library only. Every constant lives in ``Thresholds``; docs/reading-a-ppo-run.md repeats
-them with what to change when a check fires.
+Standard library only. Every constant lives in ``thresholds.Thresholds``;
+docs/reading-a-ppo-run.md repeats them with what to change when a check fires.
 """
 
 from __future__ import annotations
@@ -9,192 +12,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from verl_gsm8k.report.finding import Finding, aligned, fmt, rolling_median, spans
+from verl_gsm8k.report.learning import check_accuracy_below_best, check_kl_without_score_gain
 from verl_gsm8k.report.parse import Canonical, RunData
-
-# --------------------------------------------------------------------------------------------
-# Health-check thresholds: the one place where they are defined. docs/reading-a-ppo-run.md
-# repeats this table; keep both in step.
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Constants of the health checks, each with the reason for its value.
-
-    Windows count logged steps. The two real 435-step GSM8K PPO logs (Qwen2.5-0.5B, batch 256)
-    were used to make sure none of the warning-level checks fires on a healthy run; the margins
-    are noted next to each value.
-    """
-
-    # Rolling-median window (steps). Ten steps hide a single noisy batch (a median needs 6 of 10
-    # bad points to move) but still localise a change to within about five steps.
-    window: int = 10
-
-    # KL growing without bound: the KL series is cut into blocks of max(kl_block_min,
-    # steps // kl_blocks) steps; an alarm needs kl_growth_blocks consecutive block-to-block
-    # ratios of at least kl_growth_ratio, ending above kl_min_level. Block 0 is not used as a
-    # base: KL starts at exactly 0, so any growth out of it is an infinite ratio. Real runs
-    # (36-step blocks): one ratio of 1.6-1.7 right after block 0, then <= 1.26, so a single
-    # fast block is normal and three in a row is not.
-    kl_block_min: int = 10
-    kl_blocks: int = 12
-    kl_growth_ratio: float = 1.5
-    kl_growth_blocks: int = 3
-    kl_min_level: float = 0.05
-
-    # KL jump: median of the next kl_jump_after steps above kl_jump_factor x the median of the
-    # previous kl_jump_before steps plus kl_jump_abs. The absolute term keeps the normal early
-    # rise quiet: the real 256-token run goes from a median of 0.011 to 0.067 around step 33,
-    # which stays under 3 x 0.011 + 0.1 = 0.13 (the closest call in either run). Healthy KL on
-    # these runs never exceeds 0.35, so +0.1 within 5 steps is a large move.
-    kl_jump_before: int = 20
-    kl_jump_after: int = 5
-    kl_jump_factor: float = 3.0
-    kl_jump_abs: float = 0.10
-
-    # Entropy collapse: rolling median below entropy_collapse_frac of the starting level (median
-    # of the first window) or below entropy_floor nats/token. The real runs fall from ~0.45 to
-    # ~0.055 (12% of the start) while accuracy improves, so the relative bar sits well below that.
-    entropy_collapse_frac: float = 0.05
-    entropy_floor: float = 0.01
-
-    # Length hacking: the trailing 10-step median response length rises by len_rise (30%) above
-    # where it started to climb, while the trailing median score gains at least len_score_gain
-    # (5 points of a 0/1 score) over the same span. "Where it started to climb" is the last point
-    # of the previous len_lookback steps within len_base_tol (5%, about twice the noise of a
-    # 10-step median) of their lowest median, so an earlier, unrelated score gain does not count.
-    # Measured this way the real runs' length never rises more than ~5% (it falls by ~30% early
-    # while the score climbs); a run creeping up 2-3 points in 100 steps is not "together".
-    len_rise: float = 0.30
-    len_lookback: int = 100
-    len_base_tol: float = 0.05
-    len_score_gain: float = 0.05
-
-    # Value loss exploding: rolling median above vf_explode_factor x the lowest rolling median seen
-    # so far (ignoring the first window, where a fresh critic's loss is 10-100x its later level).
-    # Real runs reach 4.4x (256-token run): while every reward is 0 the critic has nothing to
-    # predict and its loss dips to 0.036, then settles near 0.15 once rewards vary. An explosion
-    # is an order of magnitude, hence 10x.
-    vf_explode_factor: float = 10.0
-    # Value loss not decreasing: median of the last quarter >= vf_flat_ratio x median of the
-    # first quarter (needs vf_min_steps). Real runs: about 0.6.
-    vf_flat_ratio: float = 0.95
-    vf_min_steps: int = 40
-
-    # Accuracy flat: the smoothed accuracy (median of 3 validations, or the rolling-median train
-    # score when there are fewer than acc_min_val_points validations) has not beaten its best by
-    # acc_min_gain (one point of accuracy) for acc_flat_steps steps at the end of the run. A
-    # warning if it never rose at all (nothing is being learnt), otherwise a note: a plateau is
-    # worth knowing (more steps buy little) but is no fault. The real runs slow down after step
-    # ~190 yet still make their last one-point gains at steps 379 (256 tokens) and 339 (512
-    # tokens), 50 and 90 steps before their last validation, so neither gets the note.
-    acc_min_gain: float = 0.01
-    acc_flat_steps: int = 100
-    acc_min_val_points: int = 4
-
-    # Clip fraction: rolling median (clip_window steps) at or below clip_low for at least
-    # clip_window steps means the ratio never leaves the trust region (update too small, or a
-    # single on-policy mini-batch per step); at or above clip_high means each update goes far past
-    # it. The real runs' 20-step medians stay within 0.001-0.005 (logged with three decimals);
-    # clip_low = 0.0002 is below that resolution, so only a true ~0 fires. clip_high: with the
-    # default clip range 0.2, a fifth of all tokens clipped means most of the update is cut off.
-    clip_window: int = 20
-    clip_low: float = 0.0002
-    clip_high: float = 0.20
-
-    # Rollout/training mismatch: verl compares the token probabilities the inference engine
-    # (vLLM) sampled with against the training engine's recomputation of the same tokens
-    # (training/rollout_*). A PPO update trusts both to describe one policy. Flagged where the
-    # rolling median (window steps) of their Pearson correlation falls below mismatch_corr_min,
-    # or where the rolling median of the largest per-token difference exceeds
-    # mismatch_jump_factor x its level over the first mismatch_base_steps steps (and at least
-    # mismatch_diff_floor, so that a run whose engines agree to ~0 does not fire on noise).
-    # These bars are a judgement, not a measurement: neither real log in shared/data has these
-    # metrics (its verl predates them). Engines in step differ by rounding only; a correlation
-    # of 0.99 already leaves 2% of the variance of the probabilities unexplained, and stale
-    # weights or other kernels move whole tokens, hence a factor 3 on the largest difference.
-    # Tune them on your own healthy runs.
-    mismatch_corr_min: float = 0.99
-    mismatch_base_steps: int = 20
-    mismatch_jump_factor: float = 3.0
-    mismatch_diff_floor: float = 0.10
-
-
-THRESHOLDS = Thresholds()
-
-# --------------------------------------------------------------------------------------------
-# Robust statistics
-# --------------------------------------------------------------------------------------------
-
-
-def rolling_median(values: Sequence[float], window: int, centered: bool = True) -> list[float]:
-    """Median over a sliding window (truncated at the ends)."""
-    out: list[float] = []
-    n = len(values)
-    half = window // 2
-    for i in range(n):
-        if centered:
-            lo, hi = max(0, i - half), min(n, i - half + window)
-        else:
-            lo, hi = max(0, i - window + 1), i + 1
-        out.append(statistics.median(values[lo:hi]))
-    return out
-
-
-def _spans(flags: Sequence[bool], min_len: int = 1) -> list[tuple[int, int]]:
-    """Runs of consecutive flagged points as (first index, last index), at least min_len long.
-
-    Checks slice their series with these indices, so that each run costs its own length and a
-    check stays linear in the number of steps however many runs there are.
-    """
-    found: list[tuple[int, int]] = []
-    start: int | None = None
-    for i, flag in enumerate(flags):
-        if flag and start is None:
-            start = i
-        if start is not None and (not flag or i == len(flags) - 1):
-            end = i if flag else i - 1
-            if end - start + 1 >= min_len:
-                found.append((start, end))
-            start = None
-    return found
-
-
-# --------------------------------------------------------------------------------------------
-# Health checks
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Finding:
-    """One health-check result: what fired, where, and the numbers behind it."""
-
-    check: str
-    severity: str  # "error", "warning" or "note"
-    metric: str
-    start_step: int
-    end_step: int
-    message: str
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def __str__(self) -> str:
-        return (
-            f"[{self.severity}] {self.check} ({self.metric}) steps {self.start_step}-"
-            f"{self.end_step}: {self.message}"
-        )
-
-
-def _fmt(value: float) -> str:
-    if value == 0 or 1e-3 <= abs(value) < 1e5:
-        return f"{value:.4g}"
-    return f"{value:.3e}"
+from verl_gsm8k.report.thresholds import THRESHOLDS, Thresholds
 
 
 def check_non_finite(data: RunData) -> list[Finding]:
@@ -202,7 +25,7 @@ def check_non_finite(data: RunData) -> list[Finding]:
     steps = list(data.steps)
     bad_keys = [sorted(k for k, v in data.steps[s].items() if not math.isfinite(v)) for s in steps]
     findings: list[Finding] = []
-    for a, b in _spans([bool(k) for k in bad_keys]):
+    for a, b in spans([bool(k) for k in bad_keys]):
         start, end, count = steps[a], steps[b], b - a + 1
         shown = sorted(set().union(*bad_keys[a : b + 1]))
         listed = ", ".join(shown[:6]) + (f" and {len(shown) - 6} more" if len(shown) > 6 else "")
@@ -255,7 +78,7 @@ def check_kl(canon: Canonical, t: Thresholds) -> list[Finding]:
                         blocks[first][0],
                         blocks[last][1],
                         f"block medians of {block} steps grew {len(growth_run)} times in a row by "
-                        f">= {t.kl_growth_ratio}x: " + " -> ".join(_fmt(m) for m in meds),
+                        f">= {t.kl_growth_ratio}x: " + " -> ".join(fmt(m) for m in meds),
                         {"block_steps": block, "block_medians": meds},
                     )
                 )
@@ -274,7 +97,7 @@ def check_kl(canon: Canonical, t: Thresholds) -> list[Finding]:
         flags.append(jump)
         if jump:
             detail[steps[i]] = (before, after)
-    for a, b in _spans(flags):
+    for a, b in spans(flags):
         start, end = steps[a], steps[b]
         if start <= reported_until and end <= reported_until:
             continue
@@ -287,7 +110,7 @@ def check_kl(canon: Canonical, t: Thresholds) -> list[Finding]:
                 start,
                 end,
                 f"jump at step {start}: median KL of the next {t.kl_jump_after} steps "
-                f"{_fmt(after)} vs {_fmt(before)} over the previous {t.kl_jump_before} "
+                f"{fmt(after)} vs {fmt(before)} over the previous {t.kl_jump_before} "
                 f"(> {t.kl_jump_factor}x + {t.kl_jump_abs})",
                 {"before": before, "after": after},
             )
@@ -306,7 +129,7 @@ def check_entropy(canon: Canonical, t: Thresholds) -> list[Finding]:
     bar = max(t.entropy_collapse_frac * start_level, t.entropy_floor)
     smooth = rolling_median(values, t.window)
     findings: list[Finding] = []
-    for a, b in _spans([m < bar for m in smooth], min_len=t.window // 2):
+    for a, b in spans([m < bar for m in smooth], min_len=t.window // 2):
         start, end, low = steps[a], steps[b], min(smooth[a : b + 1])
         findings.append(
             Finding(
@@ -315,28 +138,17 @@ def check_entropy(canon: Canonical, t: Thresholds) -> list[Finding]:
                 "entropy",
                 start,
                 end,
-                f"rolling median entropy fell to {_fmt(low)} (start {_fmt(start_level)}; bar "
-                f"{_fmt(bar)} = max({t.entropy_collapse_frac} x start, {t.entropy_floor}))",
+                f"rolling median entropy fell to {fmt(low)} (start {fmt(start_level)}; bar "
+                f"{fmt(bar)} = max({t.entropy_collapse_frac} x start, {t.entropy_floor}))",
                 {"start_level": start_level, "lowest": low, "bar": bar},
             )
         )
     return findings
 
 
-def _aligned(canon: Canonical, a: str, b: str) -> tuple[list[int], list[float], list[float]]:
-    other = dict(canon.series.get(b, []))
-    steps, xs, ys = [], [], []
-    for step, value in canon.series.get(a, []):
-        if step in other:
-            steps.append(step)
-            xs.append(value)
-            ys.append(other[step])
-    return steps, xs, ys
-
-
 def check_length_hacking(canon: Canonical, t: Thresholds) -> list[Finding]:
     """Response length rising well above its recent low while the score rises with it."""
-    steps, lengths, scores = _aligned(canon, "response_length_mean", "score")
+    steps, lengths, scores = aligned(canon, "response_length_mean", "score")
     if len(steps) < 3 * t.window:
         return []
     len_med = rolling_median(lengths, t.window, centered=False)
@@ -388,7 +200,7 @@ def check_length_hacking(canon: Canonical, t: Thresholds) -> list[Finding]:
             else None
         )
     findings: list[Finding] = []
-    for a, b in _spans(flags, min_len=max(2, t.window // 2)):
+    for a, b in spans(flags, min_len=max(2, t.window // 2)):
         start, end = steps[a], steps[b]
         worst = max(
             (d for d in detail[a : b + 1] if d is not None),
@@ -402,9 +214,9 @@ def check_length_hacking(canon: Canonical, t: Thresholds) -> list[Finding]:
                 "response_length_mean",
                 min(first_step, start),
                 end,
-                f"rolling median length {_fmt(worst['low_length'])} -> {_fmt(worst['length'])} "
+                f"rolling median length {fmt(worst['low_length'])} -> {fmt(worst['length'])} "
                 f"(+{(worst['length'] / worst['low_length'] - 1) * 100:.0f}%) while score "
-                f"{_fmt(worst['score_then'])} -> {_fmt(worst['score'])}",
+                f"{fmt(worst['score_then'])} -> {fmt(worst['score'])}",
                 worst,
             )
         )
@@ -428,7 +240,7 @@ def check_value_loss(canon: Canonical, t: Thresholds) -> list[Finding]:
             low = min(low, med)
         lows.append(low)
         flags.append(i > t.window and low > 0 and med > t.vf_explode_factor * low)
-    for a, b in _spans(flags, min_len=t.window // 2):
+    for a, b in spans(flags, min_len=t.window // 2):
         start, end = steps[a], steps[b]
         peak, base = max(zip(smooth[a : b + 1], lows[a : b + 1], strict=True))
         findings.append(
@@ -438,8 +250,8 @@ def check_value_loss(canon: Canonical, t: Thresholds) -> list[Finding]:
                 "vf_loss",
                 start,
                 end,
-                f"rolling median value loss {_fmt(peak)} = {peak / base:.1f}x its earlier low "
-                f"{_fmt(base)} (bar {t.vf_explode_factor}x)",
+                f"rolling median value loss {fmt(peak)} = {peak / base:.1f}x its earlier low "
+                f"{fmt(base)} (bar {t.vf_explode_factor}x)",
                 {"peak": peak, "earlier_low": base},
             )
         )
@@ -455,8 +267,8 @@ def check_value_loss(canon: Canonical, t: Thresholds) -> list[Finding]:
                     "vf_loss",
                     steps[0],
                     steps[-1],
-                    f"median value loss of the last quarter {_fmt(last)} vs the first quarter "
-                    f"{_fmt(first)} (ratio {last / first:.2f} >= {t.vf_flat_ratio})",
+                    f"median value loss of the last quarter {fmt(last)} vs the first quarter "
+                    f"{fmt(first)} (ratio {last / first:.2f} >= {t.vf_flat_ratio})",
                     {"first_quarter": first, "last_quarter": last},
                 )
             )
@@ -486,13 +298,13 @@ def check_accuracy_flat(canon: Canonical, t: Thresholds) -> list[Finding]:
     hi = max(m for s, m in zip(steps, smooth, strict=True) if s >= best_step)
     if never:
         message = (
-            f"smoothed {name} never rose {t.acc_min_gain} above its start {_fmt(smooth[0])} "
-            f"in {flat_for} steps (range {_fmt(lo)}-{_fmt(hi)}): nothing is being learnt"
+            f"smoothed {name} never rose {t.acc_min_gain} above its start {fmt(smooth[0])} "
+            f"in {flat_for} steps (range {fmt(lo)}-{fmt(hi)}): nothing is being learnt"
         )
     else:
         message = (
-            f"plateau: smoothed {name} has stayed within {_fmt(lo)}-{_fmt(hi)} for {flat_for} "
-            f"steps without beating {_fmt(best)} (reached at step {best_step}) by "
+            f"plateau: smoothed {name} has stayed within {fmt(lo)}-{fmt(hi)} for {flat_for} "
+            f"steps without beating {fmt(best)} (reached at step {best_step}) by "
             f"{t.acc_min_gain}"
         )
     return [
@@ -529,7 +341,7 @@ def check_clip_fraction(canon: Canonical, t: Thresholds) -> list[Finding]:
             f">= {t.clip_high}: updates push far past the trust region",
         ),
     ):
-        for a, b in _spans(flags, min_len=t.clip_window):
+        for a, b in spans(flags, min_len=t.clip_window):
             start, end, span = steps[a], steps[b], smooth[a : b + 1]
             findings.append(
                 Finding(
@@ -538,7 +350,7 @@ def check_clip_fraction(canon: Canonical, t: Thresholds) -> list[Finding]:
                     "pg_clipfrac",
                     start,
                     end,
-                    f"rolling median clip fraction {_fmt(min(span))}-{_fmt(max(span))} "
+                    f"rolling median clip fraction {fmt(min(span))}-{fmt(max(span))} "
                     f"over {len(span)} steps, {why}",
                     {"min": min(span), "max": max(span), "steps": len(span)},
                 )
@@ -566,7 +378,7 @@ def check_rollout_mismatch(canon: Canonical, t: Thresholds) -> list[Finding]:
     steps = sorted({s for s, _ in corr} | {s for s, _ in diff})
     flags = [s in low_corr or s in high_diff for s in steps]
     findings: list[Finding] = []
-    for a, b in _spans(flags, min_len=t.window // 2):
+    for a, b in spans(flags, min_len=t.window // 2):
         span = steps[a : b + 1]
         corrs = [low_corr[s] for s in span if s in low_corr]
         diffs = [high_diff[s] for s in span if s in high_diff]
@@ -574,14 +386,14 @@ def check_rollout_mismatch(canon: Canonical, t: Thresholds) -> list[Finding]:
         evidence: dict[str, Any] = {}
         if corrs:
             why.append(
-                f"rolling median Pearson correlation down to {_fmt(min(corrs))} "
+                f"rolling median Pearson correlation down to {fmt(min(corrs))} "
                 f"(bar {t.mismatch_corr_min})"
             )
             evidence["lowest_corr"] = min(corrs)
         if diffs:
             why.append(
-                f"rolling median largest |p_rollout - p_training| up to {_fmt(max(diffs))} "
-                f"vs {_fmt(base)} over the first {t.mismatch_base_steps} steps (bar {_fmt(bar)})"
+                f"rolling median largest |p_rollout - p_training| up to {fmt(max(diffs))} "
+                f"vs {fmt(base)} over the first {t.mismatch_base_steps} steps (bar {fmt(bar)})"
             )
             evidence.update(highest_diff_max=max(diffs), diff_max_base=base, diff_max_bar=bar)
         findings.append(
@@ -609,6 +421,8 @@ def health_checks(data: RunData, canon: Canonical, t: Thresholds = THRESHOLDS) -
         + check_accuracy_flat(canon, t)
         + check_clip_fraction(canon, t)
         + check_rollout_mismatch(canon, t)
+        + check_accuracy_below_best(canon, t)
+        + check_kl_without_score_gain(canon, t)
     )
     order = {"error": 0, "warning": 1, "note": 2}
     return sorted(findings, key=lambda f: (order[f.severity], f.start_step, f.check))

@@ -8,8 +8,9 @@ older ones (``timing/...``, ``val/test_score/...``) are understood. Standard lib
 plots are SVG drawn by plots.py, so the HTML needs nothing else to open.
 
 Modules of verl_gsm8k/report/: vocab (one vocabulary of metric names), parse (reading inputs),
-checks (health checks), summary (summary.json), plots (SVG charts), html (the page); this file
-is the command line (one report, or --follow) and the terminal digest.
+thresholds (the checks' constants), finding (what a check returns, shared statistics), checks
+and learning (health checks), summary (summary.json), plots (SVG charts), html (the page); this
+file is the command line (one report, or --follow) and the terminal digest.
 
 Exit status: 0 when a report was written (health findings do not change it), 1 when nothing at
 all could be read or the report could not be written, 2 when INPUT does not exist.
@@ -58,6 +59,8 @@ def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
         also = f" (again at {', '.join(map(str, best['also_at']))})" if best["also_at"] else ""
         lines.append(f"  best val accuracy   : {best['value']:.4g} at step {best['step']}{also}")
         lines.append(f"  final val accuracy  : {final['value']:.4g} at step {final['step']}")
+        if val["problems"]:
+            lines.append(f"  val problems        : {val['problems']} ({val['problems_from']})")
     else:
         lines.append("  validation accuracy : not logged")
     score = summary["train_score"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from verl_gsm8k.report import checks as rc
+from verl_gsm8k.report import finding as rf
 from verl_gsm8k.report import parse as rp
 from verl_gsm8k.report import summary as rs
 from verl_gsm8k.report.plots import (
@@ -71,7 +71,7 @@ def render_html(
     title: str,
     data: rp.RunData,
     canon: rp.Canonical,
-    findings: list[rc.Finding],
+    findings: list[rf.Finding],
     summary: dict[str, Any],
     refresh_s: int | None = None,
 ) -> str:

@@ -13,7 +13,8 @@ Inputs understood
   that form are metrics; model outputs that merely contain "step:" are ignored.
 * A run directory: every ``metrics/*.jsonl`` (or ``*.jsonl`` directly inside it), in name order.
   verl's file logger truncates its file on start, so the recipes write one file per launch; on
-  overlapping steps the later segment wins, key by key.
+  overlapping steps the later segment wins, key by key. Its ``validation/<step>.jsonl`` dumps
+  tell how many problems a validation has (``count_val_problems``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ class RunData:
     formats: list[str] = field(default_factory=list)
     # Facts found in a console log's config dump (train_batch_size, rollout_n), for estimates.
     config: dict[str, int] = field(default_factory=dict)
+    # Number of validation problems, counted in a run directory's validation/<step>.jsonl dumps
+    # (verl logs no count), and the dump it was counted in; None when the run does not tell.
+    val_problems: int | None = None
+    val_problems_from: str | None = None
 
     def merge(self, step: int, values: dict[str, float]) -> None:
         """Add one record; a later record for the same step overrides key by key."""
@@ -298,6 +303,45 @@ def find_segments(directory: Path) -> list[Path]:
     return logs
 
 
+VALIDATION_DIR = "validation"  # trainer.validation_data_dir of recipes/common.sh
+_DUMPS_READ = 2  # the newest dumps: the last one may still be being written
+
+
+def count_val_problems(directory: Path) -> tuple[int, str] | None:
+    """Distinct validation prompts in a run's newest ``validation/<step>.jsonl`` dumps.
+
+    verl writes one line per validation sample (``input``, ``output``, ``score``, ...) when
+    ``trainer.validation_data_dir`` is set, as the recipes do; distinct inputs are the problems
+    (with ``val_kwargs.n`` > 1 a problem has several lines). The larger count of the two newest
+    dumps is taken, since the newest may be half-written while the run goes on. Returns
+    (count, dump path) or None when there is no readable dump.
+    """
+    folder = directory / VALIDATION_DIR
+    if not folder.is_dir():
+        return None
+    dumps = sorted(
+        (p for p in folder.glob("*.jsonl") if p.stem.isdigit() and p.is_file()),
+        key=lambda p: int(p.stem),
+    )
+    best: tuple[int, str] | None = None
+    for dump in reversed(dumps[-_DUMPS_READ:]):  # newest first: it names the count on a tie
+        inputs: set[str] = set()
+        try:
+            with dump.open("rb") as handle:
+                for raw in handle:
+                    try:
+                        row = json.loads(raw)
+                    except ValueError:
+                        continue  # a line cut off mid-write
+                    if isinstance(row, dict) and isinstance(row.get("input"), str):
+                        inputs.add(row["input"])
+        except OSError:
+            continue
+        if inputs and (best is None or len(inputs) > best[0]):
+            best = (len(inputs), str(dump))
+    return best
+
+
 def load_run(path: Path) -> RunData:
     """Read a run directory, a JSONL metrics file or a console log.
 
@@ -322,6 +366,10 @@ def load_run(path: Path) -> RunData:
             data.formats.append("console")
             parse_console(file, data)
     data.steps = dict(sorted(data.steps.items()))
+    if path.is_dir():
+        counted = count_val_problems(path)
+        if counted is not None:
+            data.val_problems, data.val_problems_from = counted
     return data
 
 
@@ -343,6 +391,7 @@ class Canonical:
     val_key: str | None
     throughput_estimated: bool
     all_steps: list[int]
+    val_problems: int | None = None  # problems per validation, when the run tells (RunData)
 
 
 def _pick_val_key(keys: Iterable[str]) -> str | None:
@@ -434,6 +483,7 @@ def canonicalize(data: RunData) -> Canonical:
         val_key=val_key,
         throughput_estimated=throughput_estimated,
         all_steps=list(data.steps),
+        val_problems=data.val_problems,
     )
 
 

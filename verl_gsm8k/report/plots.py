@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_gsm8k.report import checks as rc
+from verl_gsm8k.report import finding as rf
 from verl_gsm8k.report import parse as rp
 from verl_gsm8k.report import vocab as rv
+from verl_gsm8k.report.thresholds import THRESHOLDS
 
 # --------------------------------------------------------------------------------------------
 # SVG plots
@@ -131,14 +132,18 @@ def _axes_svg(axes: _Axes, y_label: str) -> list[str]:
     for value in y_ticks:
         y = axes.y(value)
         parts.append(
-            f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
-            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt_tick(value)}</text>'
+            f'<line class="tick-y" x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" '
+            'stroke="#eee"/>'
+            f'<text class="tick-y" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">'
+            f"{_fmt_tick(value)}</text>"
         )
     for value in nice_ticks(axes.x0, axes.x1, 8):
         x = axes.x(value)
         parts.append(
-            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{H - BOTTOM}" stroke="#f2f2f2"/>'
-            f'<text x="{x:.1f}" y="{H - BOTTOM + 15}" text-anchor="middle">{value:g}</text>'
+            f'<line class="tick-x" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{H - BOTTOM}" '
+            'stroke="#f2f2f2"/>'
+            f'<text class="tick-x" x="{x:.1f}" y="{H - BOTTOM + 15}" text-anchor="middle">'
+            f"{value:g}</text>"
         )
     parts.append(
         f'<text x="{(LEFT + W - RIGHT) / 2}" y="{H - 6}" text-anchor="middle">step</text>'
@@ -175,14 +180,19 @@ def _svg(
     body: Sequence[str],
     legend: Sequence[tuple[str, str]],
     height: int = H,
+    y_scale: str = "linear",
 ) -> str:
-    """Wrap chart parts in an <svg> whose id, title and data-points the tests and readers use."""
+    """Wrap chart parts in an <svg> whose id, title and data-points the tests and readers use.
+
+    Tick lines and labels carry class tick-x / tick-y and the <svg> its data-y-scale (linear or
+    log), so that a reader can map a series' pixels back to steps and values (tests/browser.py).
+    """
     legend_svg, rows = _legend(legend)
     shift = (rows - 1) * LEGEND_ROW
     total = height + shift
     return (
         f'<figure class="chart"><figcaption>{html.escape(title)}</figcaption>'
-        f'<svg class="plot" id="plot-{plot_id}" data-points="{points}" '
+        f'<svg class="plot" id="plot-{plot_id}" data-points="{points}" data-y-scale="{y_scale}" '
         f'viewBox="0 0 {W} {total}" width="{W}" height="{total}" role="img" '
         f'aria-label="{html.escape(title)}" xmlns="http://www.w3.org/2000/svg">'
         f"<title>{html.escape(title)}</title>{legend_svg}"
@@ -272,7 +282,12 @@ def render_line_plot(plot: Plot, x_range: tuple[float, float]) -> str:
         )
     legend = [(line.name, line.colour) for line in drawn if not line.faint]
     return _svg(
-        plot.plot_id, plot.title, count, parts, legend or [(drawn[0].name, drawn[0].colour)]
+        plot.plot_id,
+        plot.title,
+        count,
+        parts,
+        legend or [(drawn[0].name, drawn[0].colour)],
+        y_scale="log" if log_y else "linear",
     )
 
 
@@ -360,7 +375,7 @@ _PLOT_OF_METRIC = {
 
 
 def _smoothed(points: rp.Series, window: int) -> rp.Series:
-    values = rc.rolling_median([v for _, v in points], window)
+    values = rf.rolling_median([v for _, v in points], window)
     return [(s, v) for (s, _), v in zip(points, values, strict=True)]
 
 
@@ -374,10 +389,10 @@ def _with_trend(name: str, points: rp.Series, colour: str, window: int) -> list[
     ]
 
 
-def build_plots(canon: rp.Canonical, findings: list[rc.Finding]) -> list[Plot]:
+def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
     """The report's line charts, in display order."""
     s = canon.series
-    win = rc.THRESHOLDS.window
+    win = THRESHOLDS.window
     val = s.get("val_acc", [])
     marks: list[tuple[int, float, str]] = []
     if val:
@@ -525,6 +540,8 @@ def build_plots(canon: rp.Canonical, findings: list[rc.Finding]) -> list[Plot]:
             targets = list(by_id)
         elif finding.check == "rollout_mismatch":
             targets = ["rollout_mismatch", "rollout_corr"]
+        elif finding.check == "kl_without_score_gain":
+            targets = ["kl", "score"]
         else:
             targets = [_PLOT_OF_METRIC.get(finding.metric, "")]
         for target in targets:

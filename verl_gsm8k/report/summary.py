@@ -11,7 +11,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.report.checks import THRESHOLDS, Finding, Thresholds, health_checks
+from verl_gsm8k.report.checks import health_checks
+from verl_gsm8k.report.finding import Finding
 from verl_gsm8k.report.parse import (
     Canonical,
     RunData,
@@ -19,6 +20,7 @@ from verl_gsm8k.report.parse import (
     canonicalize,
     load_run,
 )
+from verl_gsm8k.report.thresholds import THRESHOLDS, Thresholds
 from verl_gsm8k.report.vocab import (
     MEMORY_ROLES,
     OUTSIDE_STEP_PHASES,
@@ -147,6 +149,8 @@ def summarize(
             "best": best,
             "final": final,
             "first": {"value": val[0][1], "step": val[0][0]} if val else None,
+            "problems": data.val_problems,
+            "problems_from": data.val_problems_from,
         },
         "train_score": {
             "first": score[0][1] if score else None,

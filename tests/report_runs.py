@@ -1,0 +1,175 @@
+"""The report tests' synthetic verl 0.9.1 runs (healthy, or with a pathology planted through a
+mutator), their writer, and a reader of the SVG plots of a report page.
+
+Used by tests/test_report.py and tests/test_report_learning.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Callable
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from verl_gsm8k.report import finding as rf
+from verl_gsm8k.report import summary as rs
+
+# The two real verl console logs under ../shared/data/verl-logs (the verl_logs_dir fixture).
+LOG_512 = "qwen2.5-0.5b-ppo-gsm8k-resp512.log"
+LOG_256 = "qwen2.5-0.5b-ppo-gsm8k-resp256.log"
+
+
+STEPS = 200
+PHASES = {
+    "gen": 20.0,
+    "reward": 0.8,
+    "old_log_prob": 4.0,
+    "ref": 4.5,
+    "values": 5.0,
+    "adv": 0.1,
+    "update_critic": 15.0,
+    "update_actor": 18.0,
+    "update_weights": 1.2,
+}
+STEP_OVERHEAD = 0.5  # seconds of each step that no phase covers ("other")
+VAL_KEY = "val-core/openai/gsm8k/acc/mean@1"
+
+
+def healthy_record(step: int, rng: random.Random) -> dict[str, float]:
+    """One training step of a plausible healthy PPO run, verl 0.9.1 metric names."""
+
+    def noisy(value: float, rel: float = 0.05) -> float:
+        return value * (1 + rng.uniform(-rel, rel))
+
+    score = 0.15 + 0.55 * (1 - math.exp(-step / 40))
+    kl = 0.2 * (1 - math.exp(-step / 60))
+    length = noisy(260.0, 0.04)
+    phases = {name: noisy(sec, 0.03) for name, sec in PHASES.items()}
+    step_time = sum(phases.values()) + STEP_OVERHEAD
+    tokens = 256 * (105 + length)
+    record: dict[str, float] = {
+        "critic/score/mean": score + rng.uniform(-0.02, 0.02),
+        "critic/rewards/mean": score - 0.01,
+        "actor/reward_kl_penalty": kl + rng.uniform(0, 0.01),
+        "actor/reward_kl_penalty_coeff": 0.001,
+        "actor/entropy": noisy(0.08 + 0.4 * math.exp(-step / 50)),
+        "actor/pg_loss": rng.uniform(-0.02, 0.02),
+        "actor/pg_clipfrac": noisy(0.004, 0.3),
+        "actor/ppo_kl": rng.uniform(-1e-4, 1e-4),
+        "actor/grad_norm": noisy(3.0, 0.2),
+        "actor/lr": 1e-6,
+        "critic/vf_loss": noisy(0.05 + 0.15 * math.exp(-step / 120), 0.1),
+        "critic/vf_clipfrac": noisy(0.01, 0.3),
+        "critic/grad_norm": noisy(20.0, 0.3),
+        "critic/values/mean": score,
+        "response_length/mean": length,
+        "response_length/max": 512.0,
+        "response_length/clip_ratio": noisy(0.01, 0.3),
+        "prompt_length/mean": 105.0,
+        "timing_s/step": step_time,
+        "timing_s/agent_loop/generate_sequences/mean": phases["gen"] * 0.9,  # nested, not a phase
+        "timing_per_token_ms/gen": 0.3,
+        "perf/total_num_tokens": tokens,
+        "perf/time_per_step": step_time,
+        "perf/throughput": tokens / step_time,
+        "training/global_step": float(step),
+        **{f"timing_s/{name}": sec for name, sec in phases.items()},
+        # engine metrics: the trainer prefixes them with the role (verl 0.9.1)
+        "actor/perf/max_memory_allocated_gb": 30.0 + 0.01 * step,
+        "actor/perf/max_memory_reserved_gb": 34.0 + 0.01 * step,
+        "actor/perf/cpu_memory_used_gb": noisy(80.0, 0.01),
+        "critic/perf/max_memory_allocated_gb": 12.0,
+        "critic/perf/max_memory_reserved_gb": 14.0,
+        "critic/perf/cpu_memory_used_gb": noisy(80.0, 0.01),
+        # rollout (vLLM) vs training (FSDP) probabilities of the same tokens, engines in step
+        "training/rollout_probs_diff_valid": 1.0,
+        "training/rollout_probs_diff_max": noisy(0.25, 0.2),
+        "training/rollout_probs_diff_mean": noisy(0.003, 0.2),
+        "training/rollout_probs_diff_std": noisy(0.01, 0.2),
+        "training/rollout_actor_probs_pearson_corr": 0.998 + rng.uniform(-0.001, 0.001),
+    }
+    if step % 10 == 0:
+        record[VAL_KEY] = 0.30 + 0.25 * (1 - math.exp(-step / 50)) + rng.uniform(-0.01, 0.01)
+        record["timing_s/testing"] = noisy(40.0, 0.03)
+        for key, value in (("format", 0.97), ("pred_found", 0.99), ("clipped", 0.02)):
+            record[f"val-aux/openai/gsm8k/{key}/mean@1"] = value
+    return record
+
+
+Mutator = Callable[[int, dict[str, Any]], None]
+
+
+def build_run(mutate: Mutator | None = None, seed: int = 7) -> list[dict[str, Any]]:
+    """verl 0.9.1 file-logger records: validation at step 0, then steps 1..STEPS."""
+    rng = random.Random(seed)
+    records: list[dict[str, Any]] = [{"step": 0, "data": {VAL_KEY: 0.30}}]
+    for step in range(1, STEPS + 1):
+        data: dict[str, Any] = healthy_record(step, rng)
+        if mutate is not None:
+            mutate(step, data)
+        records.append({"step": step, "data": data})
+    return records
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def checks_fired(findings: list[rf.Finding], severities: tuple[str, ...] = ("error", "warning")):
+    return {f.check for f in findings if f.severity in severities}
+
+
+def only(findings: list[rf.Finding], check: str) -> rf.Finding:
+    hits = [f for f in findings if f.check == check]
+    assert len(hits) == 1, [str(f) for f in findings]
+    return hits[0]
+
+
+def analyse_records(tmp_path: Path, records: list[dict[str, Any]]):
+    path = write_jsonl(tmp_path / "run" / "metrics" / "metrics-20250101T000000Z.jsonl", records)
+    return rs.analyse(path.parent.parent)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the plots of a report page
+# --------------------------------------------------------------------------------------------
+
+
+class _SvgCollector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.svgs: dict[str, dict[str, Any]] = {}
+        self.current: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "svg" and (a.get("id") or "").startswith("plot-"):
+            self.current = a["id"][len("plot-") :]
+            self.svgs[self.current] = {
+                "data-points": a.get("data-points"),
+                "series": [],
+                "names": [],
+            }
+        elif self.current and tag in ("polyline", "polygon", "rect") and a.get("data-series"):
+            entry = self.svgs[self.current]
+            entry["names"].append((a["data-series"], tag))
+            if tag in ("polyline", "polygon"):
+                coords = [p for p in (a.get("points") or "").split() if "," in p]
+                # a stacked-area polygon runs along its top edge and back along its bottom edge
+                per_point = 2 if tag == "polygon" else 1
+                entry["series"].append((int(a["data-count"] or 0), len(coords) // per_point))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "svg":
+            self.current = None
+
+
+def parse_svgs(page: str) -> dict[str, dict[str, Any]]:
+    collector = _SvgCollector()
+    collector.feed(page)
+    return collector.svgs
