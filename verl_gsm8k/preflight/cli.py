@@ -1,6 +1,7 @@
 """Prove a verl 0.9.1 launch is valid before a GPU is spent. Runs anywhere, GPU or not.
 
     python -m verl_gsm8k.preflight [--config-name gsm8k_ppo] -- key=value key=value ...
+    python -m verl_gsm8k.preflight --trainer sft [--config-name gsm8k_sft] -- key=value ...
 
 Every recipe runs it on its final override list. Checks, each reported on one line (data and
 reward live in verl_gsm8k/preflight/inputs.py, device and LoRA in
@@ -18,6 +19,7 @@ report in verl_gsm8k/preflight/report.py):
            how many prompts exceed max_prompt_length;
   reward   verl's own loader imports the reward and it scores a right and a wrong answer correctly;
   gpu      with nvidia-smi: GPU count and a memory estimate against the request.
+With --trainer sft it checks a launch of verl's SFT trainer instead (verl_gsm8k/preflight/sft.py).
 Exit status: 0 passed (warnings allowed), 1 at least one error, 2 bad usage.
 """
 
@@ -53,9 +55,11 @@ from verl_gsm8k.preflight.model import (
     resolve_model,
 )
 from verl_gsm8k.preflight.report import Report, one_line
+from verl_gsm8k.preflight.sft import run_sft
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG_DIR = ROOT / "configs"
+CONFIG_NAMES = {"ppo": "gsm8k_ppo", "sft": "gsm8k_sft"}  # --trainer -> default --config-name
 
 # Keys the 2025 tutorials use that verl 0.9.1 ignores (they compose, nothing reads them) or
 # rejects. prefix -> (replacement prefix, why). A replacement of "" means "remove it".
@@ -365,11 +369,16 @@ def check_gpus(cfg, hf_config, report: Report) -> None:
 
 # ---------------------------------------------------------------------------- recipes
 def recipe_overrides(
-    config_name: str, env: dict[str, str] | None = None, cwd: Path | None = None
+    config_name: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    trainer: str = "ppo",
 ) -> list[str]:
-    """The override list recipes/common.sh builds in this environment (from the real file)."""
+    """The override list recipes/common.sh builds in this environment (from the real file), for a
+    recipe of verl's ``trainer`` (ppo or sft)."""
     script = (
-        f'RECIPE=preflight CONFIG_NAME={config_name}; source "{ROOT}/recipes/common.sh"; '
+        f"RECIPE=preflight CONFIG_NAME={config_name} TRAINER={trainer}; "
+        f'source "{ROOT}/recipes/common.sh"; '
         'printf "%s\\0" "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}"'
     )
     out = subprocess.run(
@@ -406,12 +415,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m verl_gsm8k.preflight",
         description=__doc__.split("\n\n")[0],
-        epilog="Everything after -- is a Hydra override list, exactly as main_ppo would get it.",
+        epilog="Everything after -- is a Hydra override list, exactly as verl's entry point "
+        "(main_ppo, or sft_trainer with --trainer sft) would get it.",
+    )
+    parser.add_argument(
+        "--trainer",
+        choices=list(CONFIG_NAMES),
+        default="ppo",
+        help="which verl trainer the launch runs: ppo (main_ppo: the checks above; default) or "
+        "sft (sft_trainer: keys, config, device, model, data, gpu; verl_gsm8k/preflight/sft.py)",
     )
     parser.add_argument(
         "--config-name",
-        default="gsm8k_ppo",
-        help="config file (without .yaml) in --config-dir (default gsm8k_ppo)",
+        default=None,
+        help="config file (without .yaml) in --config-dir (default gsm8k_ppo, or gsm8k_sft with "
+        "--trainer sft)",
     )
     parser.add_argument(
         "--config-dir",
@@ -431,7 +449,9 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     start = time.monotonic()
-    report = run(args.config_name, args.config_dir.resolve(), args.overrides, args.dump_config)
+    runner = run_sft if args.trainer == "sft" else run
+    config_name = args.config_name or CONFIG_NAMES[args.trainer]
+    report = runner(config_name, args.config_dir.resolve(), args.overrides, args.dump_config)
     elapsed = time.monotonic() - start
     if report.errors:
         print(
