@@ -15,7 +15,9 @@ outputs intact. The same input gives byte-identical files.
 
 Other code imports the single source of truth for prompts from here: ``PROMPT_STYLES`` (templates
 in ``str.format`` syntax with one ``{question}`` field, literal braces doubled, the convention
-EvalScope's ``prompt_template`` uses too) and ``build_prompt``.
+EvalScope's ``prompt_template`` uses too) and ``build_prompt``. ``data_prep.sft`` (the same
+problems as chat transcripts for supervised fine-tuning) reuses the reading and validation
+(``load_source``), the prompts, and the writing (``parquet_writer``, ``replace_all``).
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ def _read_jsonl(path: Path, limit: int | None) -> list[Row]:
     try:
         data = path.read_bytes()
     except OSError as err:
-        raise DataPrepError(f"{path}: cannot read ({_one_line(err)})") from None
+        raise DataPrepError(f"{path}: cannot read ({one_line(err)})") from None
     rows: list[Row] = []
     for number, raw_line in enumerate(data.split(b"\n"), start=1):
         if limit is not None and len(rows) >= limit:
@@ -154,7 +156,7 @@ def _read_parquet(path: Path, limit: int | None) -> list[Row]:
             raise DataPrepError(f"{path}: no column {missing[0]!r} (columns: {', '.join(names)})")
         table = pq.read_table(path, columns=["question", "answer"])
     except (pa.ArrowException, OSError) as err:
-        raise DataPrepError(f"{path}: not a readable parquet file ({_one_line(err)})") from None
+        raise DataPrepError(f"{path}: not a readable parquet file ({one_line(err)})") from None
     if limit is not None:
         table = table.slice(0, limit)
     return [_validate(raw, f"{path}:row {i}") for i, raw in enumerate(table.to_pylist(), start=1)]
@@ -223,7 +225,7 @@ def _load_hub(source: str, limit: int | None, splits: Sequence[str]) -> dict[str
     except Exception as err:  # the hub raises many types; all mean "not available here"
         raise DataPrepError(
             f"could not load {source!r} (config {HUB_CONFIG!r}) from the Hugging Face hub "
-            f"({_one_line(err)}); without network use --source DIR, a directory with "
+            f"({one_line(err)}); without network use --source DIR, a directory with "
             "train.jsonl/test.jsonl or the hub parquet layout"
         ) from None
     out: dict[str, list[Row]] = {}
@@ -301,8 +303,8 @@ def _verl_schema():
     )
 
 
-def _write_parquet(records: list[dict], schema: Any) -> Callable[[Path], None]:
-    """A writer for ``_replace_all``: the same records and schema always give the same bytes."""
+def parquet_writer(records: list[dict], schema: Any) -> Callable[[Path], None]:
+    """A writer for ``replace_all``: the same records and schema always give the same bytes."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -339,7 +341,7 @@ def _sigint_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _replace_all(targets: Writers) -> None:
+def replace_all(targets: Writers) -> None:
     """Write every target to a temp file in its own directory, then move them all into place.
 
     Every target location is checked before anything is created. Nothing replaces a target
@@ -365,7 +367,7 @@ def _replace_all(targets: Writers) -> None:
 def _verl_writers(splits: dict[str, list[Row]], out_dir: Path, style: str) -> Writers:
     schema = _verl_schema()
     return {
-        out_dir / f"{split}.parquet": _write_parquet(verl_rows(rows, split, style), schema)
+        out_dir / f"{split}.parquet": parquet_writer(verl_rows(rows, split, style), schema)
         for split, rows in splits.items()
     }
 
@@ -375,7 +377,7 @@ def write_verl_splits(
 ) -> dict[str, Path]:
     """Write ``<out_dir>/<split>.parquet`` for each split, atomically; returns split -> path."""
     out_dir = Path(out_dir).expanduser()
-    _replace_all(_verl_writers(splits, out_dir, style))
+    replace_all(_verl_writers(splits, out_dir, style))
     return {split: out_dir / f"{split}.parquet" for split in splits}
 
 
@@ -401,7 +403,7 @@ def write_hub_layout(splits: dict[str, list[dict[str, str]]], out_dir: Path) -> 
     ``datasets`` need it to find the config offline).
     """
     out_dir = Path(out_dir).expanduser()
-    _replace_all(_hub_writers(splits, out_dir))
+    replace_all(_hub_writers(splits, out_dir))
     return out_dir
 
 
@@ -411,7 +413,7 @@ def _hub_writers(splits: dict[str, list[Row]], out_dir: Path) -> Writers:
     schema = pa.schema([("question", pa.string()), ("answer", pa.string())])
     readme = _hub_readme(list(splits)).encode("utf-8")
     writers: Writers = {
-        out_dir / HUB_CONFIG / f"{split}-00000-of-00001.parquet": _write_parquet(
+        out_dir / HUB_CONFIG / f"{split}-00000-of-00001.parquet": parquet_writer(
             [{"question": r["question"], "answer": r["answer"]} for r in rows], schema
         )
         for split, rows in splits.items()
@@ -435,7 +437,7 @@ def write_all(
     writers = _verl_writers(splits, out_dir, style)
     if hub_dir is not None:
         writers |= _hub_writers(splits, Path(hub_dir).expanduser())
-    _replace_all(writers)
+    replace_all(writers)
     return {split: out_dir / f"{split}.parquet" for split in splits}
 
 
@@ -443,12 +445,12 @@ def write_all(
 # CLI
 
 
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
     text = " ".join(str(err).split()) or type(err).__name__
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -489,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--limit",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="keep only the first N rows of each split (for quick runs)",
     )
@@ -526,7 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # full disk, a file vanishing under us, ...
-        print(f"{PROG}: cannot write output: {_one_line(err)}", file=sys.stderr)
+        print(f"{PROG}: cannot write output: {one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(

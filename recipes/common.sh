@@ -1,14 +1,19 @@
 # shellcheck shell=bash
 # Shared launcher logic, sourced by every recipe in this folder (never run directly).
 #
-# A recipe sets CONFIG_NAME (a file of configs/), RECIPE, its own knob defaults and any
-# RECIPE_OVERRIDES, sources this file, then calls `launch "$@"`. This file:
+# A recipe sets CONFIG_NAME (a file of configs/), RECIPE, TRAINER (ppo, the default, or sft), its
+# own knob defaults and any RECIPE_OVERRIDES, sources this file, then calls `launch "$@"`.
+# TRAINER picks verl's entry point, the knobs that apply and their keys, and the config overlays:
+#   ppo  python -m verl.trainer.main_ppo (Ray starts the workers), configs over ppo_trainer.yaml;
+#   sft  torchrun -m verl.trainer.sft_trainer (one process per device), configs over
+#        sft_trainer_engine.yaml.
+# This file:
 #   1. fills in every knob not yet set, each from the environment first (VAR=${VAR:-default});
 #   2. maps the knobs onto verl 0.9.1 keys, once (OVERRIDES);
 #   3. checks every knob's type and range (verl_gsm8k/preflight/knobs.py), then runs the preflight
-#      (python -m verl_gsm8k.preflight) on the final override list;
+#      (python -m verl_gsm8k.preflight --trainer $TRAINER) on the final override list;
 #   4. DRY_RUN=1: prints verl's own composed config (`--cfg job`) and exits 0, no GPU needed;
-#      otherwise launches `python3 -m verl.trainer.main_ppo` with the user's arguments last.
+#      otherwise launches verl's entry point with the user's arguments last.
 # Secrets (WANDB_API_KEY, HF_TOKEN, ...) are read by the libraries from the environment and are
 # never echoed here.
 
@@ -18,6 +23,23 @@ if [[ -z "${PYTHON:-}" ]]; then
 fi
 
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }
+
+# ---- which verl trainer (set by the recipe) ----
+TRAINER=${TRAINER:-ppo}
+# The knobs only one trainer reads: set for the other one, they are ignored, and said so.
+PPO_KNOBS=(CRITIC_MODEL_PATH PPO_MINI_BATCH_SIZE MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH ACTOR_LR
+           CRITIC_LR KL_COEF ROLLOUT_TP ROLLOUT_GPU_MEM_UTIL ROLLOUT_N GSM8K_TRAIN_FILE
+           GSM8K_TEST_FILE REWARD_FILE REWARD_FN)
+SFT_KNOBS=(SFT_LR MAX_LENGTH SFT_TRAIN_FILE SFT_TEST_FILE)
+case "$TRAINER" in
+  ppo) OTHER_KNOBS=("${SFT_KNOBS[@]}"); TRAINER_LABEL=PPO; OVERLAY_SUFFIX="" ;;
+  sft) OTHER_KNOBS=("${PPO_KNOBS[@]}"); TRAINER_LABEL=SFT; OVERLAY_SUFFIX=_sft ;;
+  *) echo "recipe: TRAINER=$TRAINER is not ppo or sft (set by the recipe)" >&2; exit 2 ;;
+esac
+IGNORED_KNOBS=()
+for name in "${OTHER_KNOBS[@]}"; do
+  if [[ -n "${!name:-}" ]]; then IGNORED_KNOBS+=("$name"); fi
+done
 
 # ---- knob: device (auto: a GPU when nvidia-smi lists one) ----
 # Without a GPU, auto trains on the CPU only in recipes that set CPU_BY_DEFAULT=1 (smoke_tiny);
@@ -41,23 +63,30 @@ TINY_MODEL_DIR=$CACHE_DIR/tiny-qwen2
 # On a CPU the default model is a tiny random Qwen2 built offline on first use (never the hub).
 if [[ "$TRAIN_ON" == cpu ]]; then DEFAULT_MODEL_PATH=$TINY_MODEL_DIR; fi
 MODEL_PATH=${MODEL_PATH:-$DEFAULT_MODEL_PATH}
-CRITIC_MODEL_PATH=${CRITIC_MODEL_PATH:-$MODEL_PATH}   # the critic starts from the same weights
 NNODES=${NNODES:-1}
 NDEVICES_PER_NODE=${NDEVICES_PER_NODE:-1}
 
-# ---- knobs: batch, lengths, optimisation ----
-TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-128}             # prompts per step
-PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-64}        # prompts per gradient update
-MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-512}
-MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-256}
-ACTOR_LR=${ACTOR_LR:-1e-6}
-CRITIC_LR=${CRITIC_LR:-1e-5}
-KL_COEF=${KL_COEF:-0.001}                             # KL in reward (PPO) or KL loss (GRPO)
+# ---- knobs: batch (PPO: prompts per step; SFT: examples per optimizer step) ----
+TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-128}
 
-# ---- knobs: rollout (vLLM) ----
-ROLLOUT_TP=${ROLLOUT_TP:-1}
-ROLLOUT_GPU_MEM_UTIL=${ROLLOUT_GPU_MEM_UTIL:-0.4}
-ROLLOUT_N=${ROLLOUT_N:-1}
+if [[ "$TRAINER" == ppo ]]; then
+  CRITIC_MODEL_PATH=${CRITIC_MODEL_PATH:-$MODEL_PATH}   # the critic starts from the same weights
+  # ---- knobs: batch, lengths, optimisation ----
+  PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-64}        # prompts per gradient update
+  MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-512}
+  MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-256}
+  ACTOR_LR=${ACTOR_LR:-1e-6}
+  CRITIC_LR=${CRITIC_LR:-1e-5}
+  KL_COEF=${KL_COEF:-0.001}                             # KL in reward (PPO) or KL loss (GRPO)
+  # ---- knobs: rollout (vLLM) ----
+  ROLLOUT_TP=${ROLLOUT_TP:-1}
+  ROLLOUT_GPU_MEM_UTIL=${ROLLOUT_GPU_MEM_UTIL:-0.4}
+  ROLLOUT_N=${ROLLOUT_N:-1}
+else
+  # ---- knobs: SFT lengths and optimisation ----
+  SFT_LR=${SFT_LR:-1e-5}                                # peak learning rate (cosine schedule)
+  MAX_LENGTH=${MAX_LENGTH:-1024}                        # tokens of prompt + answer per example
+fi
 
 # ---- knobs: schedule ----
 TOTAL_EPOCHS=${TOTAL_EPOCHS:-20}
@@ -67,16 +96,31 @@ TEST_FREQ=${TEST_FREQ:-5}
 MAX_CKPT_TO_KEEP=${MAX_CKPT_TO_KEEP:-3}
 
 # ---- knobs: data and reward ----
+# PPO reads prompts (python -m data_prep.gsm8k), SFT chat transcripts (python -m data_prep.sft).
 # With nothing prepared at the default place, CPU runs use the GSM8K sample shipped in data_prep/.
-if [[ -z "${DATA_DIR:-}${GSM8K_TRAIN_FILE:-}" && "$TRAIN_ON" == cpu && ! -e "$HOME/data/gsm8k/train.parquet" ]]; then
-  DATA_DIR=$CACHE_DIR/gsm8k-sample
+if [[ "$TRAINER" == ppo ]]; then
+  DATA_HOME=$HOME/data/gsm8k SAMPLE_DATA_DIR=$CACHE_DIR/gsm8k-sample DATA_PREP=data_prep.gsm8k
+  TRAIN_FILE_SET=${GSM8K_TRAIN_FILE:-}
+else
+  DATA_HOME=$HOME/data/gsm8k-sft SAMPLE_DATA_DIR=$CACHE_DIR/gsm8k-sft-sample DATA_PREP=data_prep.sft
+  TRAIN_FILE_SET=${SFT_TRAIN_FILE:-}
+fi
+if [[ -z "${DATA_DIR:-}$TRAIN_FILE_SET" && "$TRAIN_ON" == cpu && ! -e "$DATA_HOME/train.parquet" ]]; then
+  DATA_DIR=$SAMPLE_DATA_DIR
   USE_SAMPLE_DATA=1
 fi
-DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k}
-GSM8K_TRAIN_FILE=${GSM8K_TRAIN_FILE:-$DATA_DIR/train.parquet}
-GSM8K_TEST_FILE=${GSM8K_TEST_FILE:-$DATA_DIR/test.parquet}
-REWARD_FILE=${REWARD_FILE:-$ROOT/rewards/gsm8k.py}
-REWARD_FN=${REWARD_FN:-compute_score}
+DATA_DIR=${DATA_DIR:-$DATA_HOME}
+if [[ "$TRAINER" == ppo ]]; then
+  GSM8K_TRAIN_FILE=${GSM8K_TRAIN_FILE:-$DATA_DIR/train.parquet}
+  GSM8K_TEST_FILE=${GSM8K_TEST_FILE:-$DATA_DIR/test.parquet}
+  REWARD_FILE=${REWARD_FILE:-$ROOT/rewards/gsm8k.py}
+  REWARD_FN=${REWARD_FN:-compute_score}
+  TRAIN_FILE=$GSM8K_TRAIN_FILE TEST_FILE=$GSM8K_TEST_FILE
+else
+  SFT_TRAIN_FILE=${SFT_TRAIN_FILE:-$DATA_DIR/train.parquet}
+  SFT_TEST_FILE=${SFT_TEST_FILE:-$DATA_DIR/test.parquet}
+  TRAIN_FILE=$SFT_TRAIN_FILE TEST_FILE=$SFT_TEST_FILE
+fi
 
 # ---- knobs: run directory and logging ----
 PROJECT_NAME=${PROJECT_NAME:-verl_gsm8k}
@@ -93,10 +137,15 @@ absolute() { if [[ "$1" == /* ]]; then echo "$1"; else echo "$PWD/$1"; fi; }
 # A model path may be a hub id (org/name): only an existing local path is made absolute.
 local_or_hub() { if [[ -e "$1" ]]; then absolute "$1"; else echo "$1"; fi; }
 MODEL_PATH=$(local_or_hub "$MODEL_PATH")
-CRITIC_MODEL_PATH=$(local_or_hub "$CRITIC_MODEL_PATH")
-GSM8K_TRAIN_FILE=$(absolute "$GSM8K_TRAIN_FILE")
-GSM8K_TEST_FILE=$(absolute "$GSM8K_TEST_FILE")
-REWARD_FILE=$(absolute "$REWARD_FILE")
+TRAIN_FILE=$(absolute "$TRAIN_FILE")
+TEST_FILE=$(absolute "$TEST_FILE")
+if [[ "$TRAINER" == ppo ]]; then
+  CRITIC_MODEL_PATH=$(local_or_hub "$CRITIC_MODEL_PATH")
+  GSM8K_TRAIN_FILE=$TRAIN_FILE GSM8K_TEST_FILE=$TEST_FILE
+  REWARD_FILE=$(absolute "$REWARD_FILE")
+else
+  SFT_TRAIN_FILE=$TRAIN_FILE SFT_TEST_FILE=$TEST_FILE
+fi
 RUN_DIR=$(absolute "$RUN_DIR")
 
 # ---- knobs: launcher behaviour ----
@@ -121,31 +170,34 @@ hydra_quote() {
 
 # ---- device and attention settings, from one place: two config overlays and a few variables ----
 # configs/attention/sdpa.yaml where flash_attn is not installed (every CPU, some GPU machines);
-# configs/device/cpu.yaml on a CPU. verl loads our modules (verl_gsm8k/verl_plugins/) in every
-# process through its plugin variable, by package path: the project is installed in the venv Ray's
-# workers run. key=value arguments still win.
+# configs/device/cpu.yaml on a CPU; the SFT trainer's twins are attention/sdpa_sft.yaml and
+# device/cpu_sft.yaml (its model keys differ). verl loads our modules (verl_gsm8k/verl_plugins/) in
+# every process through its plugin variable, by package path: the project is installed in the venv
+# Ray's workers (and torchrun's) run. key=value arguments still win.
 DEVICE_OVERRIDES=()
 VERL_MODULES=()
 flash_attn_installed() {
   "$PYTHON" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("flash_attn") is None)' 2>/dev/null
 }
 if ! flash_attn_installed; then
-  DEVICE_OVERRIDES+=("+attention=sdpa")
+  DEVICE_OVERRIDES+=("+attention=sdpa$OVERLAY_SUFFIX")
   VERL_MODULES+=(verl_gsm8k.verl_plugins.attention_fallback)
   ATTENTION="sdpa (flash_attn not installed; padding removal off: slower updates, more activation memory)"
 else
   ATTENTION="flash_attention_2 with padding removal"
 fi
 if [[ "$TRAIN_ON" == cpu ]]; then
-  DEVICE_OVERRIDES+=("+device=cpu")
+  DEVICE_OVERRIDES+=("+device=cpu$OVERLAY_SUFFIX")
   VERL_MODULES+=(verl_gsm8k.verl_plugins.cpu_platform)
   export VERL_PLATFORM=cpu                 # verl's platform registry picks verl_plugins/cpu_platform.py
   export VERL_ENGINE_DEVICE=cuda           # verl registers its FSDP engines for cuda/npu only
-  export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}              # GiB of KV cache
-  export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}  # share the cores
-  # Ray starts one idle Python worker per logical CPU in advance: 16 imports competing for 2 cores.
-  export RAY_enable_worker_prestart=${RAY_enable_worker_prestart:-0}
-  export RAY_prestart_worker_first_driver=${RAY_prestart_worker_first_driver:-0}
+  if [[ "$TRAINER" == ppo ]]; then
+    export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}              # GiB of KV cache
+    export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}  # share the cores
+    # Ray starts one idle Python worker per logical CPU in advance: 16 imports competing for 2 cores.
+    export RAY_enable_worker_prestart=${RAY_enable_worker_prestart:-0}
+    export RAY_prestart_worker_first_driver=${RAY_prestart_worker_first_driver:-0}
+  fi
 fi
 if [[ ${#VERL_MODULES[@]} -gt 0 ]]; then
   modules=$(IFS=,; echo "${VERL_MODULES[*]}")
@@ -153,7 +205,8 @@ if [[ ${#VERL_MODULES[@]} -gt 0 ]]; then
 fi
 # On a Ray cluster started by hand (RAY_ADDRESS set) the workers of every node were forked from
 # `ray start`, not from this shell: the job's runtime environment hands them these variables.
-if [[ -n "${RAY_ADDRESS:-}" ]]; then
+# (The SFT trainer runs no Ray: torchrun starts its processes from this shell.)
+if [[ -n "${RAY_ADDRESS:-}" && "$TRAINER" == ppo ]]; then
   DEVICE_OVERRIDES+=("+ray=attach")
   for var in VERL_USE_EXTERNAL_MODULES VERL_PLATFORM VERL_ENGINE_DEVICE \
              VLLM_CPU_KVCACHE_SPACE VLLM_CPU_OMP_THREADS_BIND; do
@@ -163,6 +216,8 @@ if [[ -n "${RAY_ADDRESS:-}" ]]; then
   done
 fi
 
+# ---- every knob onto its verl key, once ----
+if [[ "$TRAINER" == ppo ]]; then
 OVERRIDES=(
   "actor_rollout_ref.model.path=$(hydra_quote "$MODEL_PATH")"
   "critic.model.path=$(hydra_quote "$CRITIC_MODEL_PATH")"
@@ -196,6 +251,26 @@ OVERRIDES=(
   "trainer.validation_data_dir=$(hydra_quote "$RUN_DIR/validation")"
   "trainer.logger=[$LOGGER]"
 )
+else
+OVERRIDES=(
+  "model.path=$(hydra_quote "$MODEL_PATH")"
+  "trainer.n_gpus_per_node=$NDEVICES_PER_NODE"
+  "data.train_batch_size=$TRAIN_BATCH_SIZE"
+  "data.max_length=$MAX_LENGTH"
+  "optim.lr=$SFT_LR"
+  "trainer.total_epochs=$TOTAL_EPOCHS"
+  "trainer.total_training_steps=$TOTAL_TRAINING_STEPS"
+  "trainer.save_freq=$SAVE_FREQ"
+  "trainer.test_freq=$TEST_FREQ"
+  "trainer.max_ckpt_to_keep=$MAX_CKPT_TO_KEEP"
+  "data.train_files=[$(hydra_quote "$SFT_TRAIN_FILE")]"
+  "data.val_files=[$(hydra_quote "$SFT_TEST_FILE")]"
+  "trainer.project_name=$(hydra_quote "$PROJECT_NAME")"
+  "trainer.experiment_name=$(hydra_quote "$EXPERIMENT_NAME")"
+  "trainer.default_local_dir=$(hydra_quote "$RUN_DIR")"
+  "trainer.logger=[$LOGGER]"
+)
+fi
 
 # Every knob of verl_gsm8k/preflight/knobs.py's table that is set here gets its type and range
 # checked, in well under a second, before the slow preflight: one line per bad value, exit 2.
@@ -207,12 +282,37 @@ check_knobs() {
   "$PYTHON" -m verl_gsm8k.preflight.knobs "${values[@]}"
 }
 
-# verl's entry point with our config: main_ppo [hydra flags] -- [user overrides, which go last].
-main_ppo() {
-  local flags=()
+# The SFT trainer refuses a knob it cannot honour: torchrun --standalone is one node.
+check_trainer_knobs() {
+  if [[ "$TRAINER" == sft && "$NNODES" != 1 ]]; then
+    echo "recipe: NNODES=$NNODES: the SFT recipe trains on one node (torchrun --standalone); set NDEVICES_PER_NODE for more devices" >&2
+    return 2
+  fi
+  if [[ ${#IGNORED_KNOBS[@]} -gt 0 ]]; then
+    echo "recipe: ignoring ${IGNORED_KNOBS[*]}: not knobs of verl's $TRAINER_LABEL trainer (README.md, Knobs)" >&2
+  fi
+  return 0
+}
+
+# verl's entry point: main_ppo starts Ray and its workers itself; the SFT trainer runs one process
+# per device under torchrun (`python -m torch.distributed.run`, with this PYTHON).
+if [[ "$TRAINER" == ppo ]]; then
+  VERL_MODULE=verl.trainer.main_ppo
+  TRAIN_LAUNCHER=("$PYTHON")
+else
+  VERL_MODULE=verl.trainer.sft_trainer
+  TRAIN_LAUNCHER=("$PYTHON" -m torch.distributed.run --standalone --nnodes=1
+                  "--nproc_per_node=$NDEVICES_PER_NODE")
+fi
+
+# verl's entry point with our config: verl_main [hydra flags] -- [user overrides, which go last].
+# With `--cfg job` (DRY_RUN) Hydra prints the composed config and exits: one plain process.
+verl_main() {
+  local flags=() launcher=("${TRAIN_LAUNCHER[@]}")
   while [[ $# -gt 0 && "$1" != "--" ]]; do flags+=("$1"); shift; done
   [[ $# -gt 0 ]] && shift
-  "$PYTHON" -m verl.trainer.main_ppo --config-path "$ROOT/configs" --config-name "$CONFIG_NAME" \
+  if [[ " ${flags[*]} " == *" --cfg "* ]]; then launcher=("$PYTHON"); fi
+  "${launcher[@]}" -m "$VERL_MODULE" --config-path "$ROOT/configs" --config-name "$CONFIG_NAME" \
     "${flags[@]}" "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@"
 }
 
@@ -222,12 +322,12 @@ prepare_cpu_defaults() {
     echo "recipe: building the tiny random Qwen2 (offline, once) -> $MODEL_PATH"
     "$PYTHON" -m verl_gsm8k.common.tiny_model "$MODEL_PATH" --force >/dev/null
   fi
-  if [[ "${USE_SAMPLE_DATA:-0}" == 1 && ! -e "$GSM8K_TRAIN_FILE" ]]; then
-    echo "recipe: no data prepared in ~/data/gsm8k: preparing the GSM8K sample shipped in data_prep/sample -> $DATA_DIR"
-    "$PYTHON" -m data_prep.gsm8k --source "$ROOT/data_prep/sample" --out-dir "$DATA_DIR" >/dev/null
+  if [[ "${USE_SAMPLE_DATA:-0}" == 1 && ! -e "$TRAIN_FILE" ]]; then
+    echo "recipe: no data prepared in $DATA_HOME: preparing the GSM8K sample shipped in data_prep/sample -> $DATA_DIR"
+    "$PYTHON" -m "$DATA_PREP" --source "$ROOT/data_prep/sample" --out-dir "$DATA_DIR" >/dev/null
   fi
   if [[ "$MODEL_PATH" == "$TINY_MODEL_DIR" ]]; then
-    echo "recipe: CPU run of a TINY RANDOM model: the PPO loop is real, its accuracy means nothing (docs/cpu.md)."
+    echo "recipe: CPU run of a TINY RANDOM model: the $TRAINER_LABEL loop is real, its accuracy means nothing (docs/cpu.md)."
   fi
 }
 
@@ -254,19 +354,22 @@ launch() {
     return 0
   fi
   check_knobs || exit $?
+  check_trainer_knobs || exit $?
   echo "recipe: $RECIPE | config: configs/$CONFIG_NAME.yaml | model: $MODEL_PATH | run dir: $RUN_DIR"
   echo "recipe: device: $TRAIN_ON (DEVICE=$DEVICE) | attention: $ATTENTION"
   if [[ "$TRAIN_ON" == cpu ]]; then prepare_cpu_defaults; fi
   if [[ "$SKIP_PREFLIGHT" != 1 ]]; then
-    "$PYTHON" -m verl_gsm8k.preflight --config-name "$CONFIG_NAME" -- \
+    "$PYTHON" -m verl_gsm8k.preflight --trainer "$TRAINER" --config-name "$CONFIG_NAME" -- \
       "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@" || exit $?
   fi
   if [[ "$DRY_RUN" == 1 ]]; then
-    main_ppo --cfg job -- "$@"
+    verl_main --cfg job -- "$@"
     return $?
   fi
   if [[ "$TRAIN_ON" == none ]] || { [[ "$TRAIN_ON" == gpu ]] && ! has_gpu; }; then
-    echo "recipe: preflight passed, but no NVIDIA GPU is visible here. To train on this CPU at toy scale: bash recipes/smoke_tiny.sh, or DEVICE=cpu bash recipes/$RECIPE.sh; DRY_RUN=1 prints the final config." >&2
+    local here="bash recipes/smoke_tiny.sh, or DEVICE=cpu bash recipes/$RECIPE.sh"
+    if [[ "$TRAINER" == sft ]]; then here="DEVICE=cpu bash recipes/$RECIPE.sh"; fi
+    echo "recipe: preflight passed, but no NVIDIA GPU is visible here. To train on this CPU at toy scale: $here; DRY_RUN=1 prints the final config." >&2
     exit 3
   fi
   local stamp
@@ -276,14 +379,18 @@ launch() {
   export VERL_FILE_LOGGER_PATH="$RUN_DIR/metrics/metrics-$stamp.jsonl"
   echo "recipe: metrics -> $VERL_FILE_LOGGER_PATH | console log -> $RUN_DIR/logs/console-$stamp.log"
   local ray_env=()   # on a hand-started cluster the trainer runs in a worker of `ray start`
-  if [[ -n "${RAY_ADDRESS:-}" ]]; then
+  if [[ -n "${RAY_ADDRESS:-}" && "$TRAINER" == ppo ]]; then
     ray_env=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=$(hydra_quote "$VERL_FILE_LOGGER_PATH")")
   fi
   set +e
-  main_ppo "${ray_env[@]}" -- "$@" 2>&1 | tee "$RUN_DIR/logs/console-$stamp.log"
+  verl_main "${ray_env[@]}" -- "$@" 2>&1 | tee "$RUN_DIR/logs/console-$stamp.log"
   local status=${PIPESTATUS[0]}
   set -e
   [[ "$status" == 0 ]] && prune_checkpoints
-  echo "recipe: verl exited with $status. Report: python -m verl_gsm8k.report $RUN_DIR"
+  if [[ "$TRAINER" == ppo ]]; then
+    echo "recipe: verl exited with $status. Report: python -m verl_gsm8k.report $RUN_DIR"
+  else
+    echo "recipe: verl exited with $status. Metrics: $VERL_FILE_LOGGER_PATH; to a Hugging Face model (a MODEL_PATH for the PPO recipes): bash scripts/merge.sh $RUN_DIR OUT_DIR"
+  fi
   exit "$status"
 }

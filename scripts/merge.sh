@@ -6,7 +6,9 @@
 #   bash scripts/merge.sh SOURCE TARGET_DIR [--force] [--critic] [--lora-alpha A]
 #
 #   SOURCE      a run dir (latest_checkpointed_iteration.txt picks global_step_N), a global_step_N
-#               dir, or a role dir (global_step_N/actor, global_step_N/critic)
+#               dir, or a role dir (global_step_N/actor, global_step_N/critic); an SFT run's
+#               global_step_N holds its one model directly (no actor/): merged as an "SFT model",
+#               a causal LM the PPO recipes take as MODEL_PATH
 #   TARGET_DIR  the model directory to create; written beside itself first, renamed when verified
 #   --force     replace an existing TARGET_DIR (the old one is removed only after success)
 #   --critic    merge the critic (value model) instead of the actor

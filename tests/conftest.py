@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import prepare, require_shared, write_synthetic_gsm8k
+from helpers import prepare, prepare_sft, require_shared, write_synthetic_gsm8k
 
 # Never reach for the model/dataset hub from a test.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -43,3 +43,10 @@ def prepared_gsm8k_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """train/test.parquet prepared by data_prep from 300/40 synthetic problems (no shared data)."""
     base = tmp_path_factory.mktemp("gsm8k")
     return prepare(write_synthetic_gsm8k(base / "source"), base / "prepared")
+
+
+@pytest.fixture(scope="session")
+def prepared_sft_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """train/test.parquet chat transcripts from data_prep.sft, same 300/40 synthetic problems."""
+    base = tmp_path_factory.mktemp("gsm8k-sft")
+    return prepare_sft(write_synthetic_gsm8k(base / "source"), base / "prepared")

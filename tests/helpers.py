@@ -1,4 +1,5 @@
-"""Test helpers: shared-data lookup, small prepared data, recipe environments, a fake nvidia-smi."""
+"""Test helpers: shared-data lookup, small prepared data, recipe environments and their composed
+config, a fake nvidia-smi."""
 
 from __future__ import annotations
 
@@ -74,6 +75,19 @@ def prepare(source_dir: Path, out_dir: Path, *flags: str) -> Path:
     return out_dir
 
 
+def prepare_sft(source_dir: Path, out_dir: Path, *flags: str) -> Path:
+    """Run the real SFT data CLI, python -m data_prep.sft (extra flags passed through)."""
+    subprocess.run(
+        [sys.executable, "-m", "data_prep.sft", "--source", str(source_dir), "--out-dir",
+         str(out_dir), *flags],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    return out_dir
+
+
 def recipe_env(model_dir: Path, data_dir: Path, runs_root: Path, **knobs: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in USER_KNOBS}
     env.update(
@@ -96,6 +110,22 @@ def run_recipe(recipe: str, env: dict[str, str], *args: str, timeout: int = 240)
         text=True,
         timeout=timeout,
     )
+
+
+def composed_config(stdout: str) -> dict:
+    """verl's `--cfg job` YAML, printed after the preflight's last line."""
+    import yaml
+
+    assert "preflight: passed" in stdout, stdout[-3000:]
+    yaml_text = stdout.split("preflight: passed", 1)[1].split("\n", 1)[1]
+    return yaml.safe_load(yaml_text)
+
+
+def get(cfg: dict, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        node = node[part]
+    return node
 
 
 def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, int]]) -> Path:

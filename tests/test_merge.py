@@ -499,6 +499,49 @@ def test_refuses_target_inside_checkpoint(ckpt_ws2, tmp_path):
     assert sorted(p.name for p in role_dir.iterdir()) == before
 
 
+# ---------------------------------------------------------------------------------------------
+# SFT checkpoints: verl's SFT trainer saves its one model straight into global_step_N/
+
+
+@pytest.fixture(scope="module")
+def sft_run(ckpt_ws1, tmp_path_factory) -> Path:
+    """ws1's actor laid out as verl's SFT trainer writes it: the same FSDPCheckpointManager
+    output (shards, fsdp_config.json, huggingface/), but in global_step_N/ itself, no actor/."""
+    run = tmp_path_factory.mktemp("sft") / "run"
+    shutil.copytree(ckpt_ws1 / "run" / f"global_step_{STEP}" / "actor", run / f"global_step_{STEP}")
+    (run / "latest_checkpointed_iteration.txt").write_text(str(STEP))
+    return run
+
+
+def test_an_sft_checkpoint_is_found_from_its_run_dir_or_step_dir(sft_run, ckpt_ws1):
+    from verl_gsm8k.merge.checkpoint import check_checkpoint, resolve_source
+
+    step_dir = sft_run / f"global_step_{STEP}"
+    for source in (sft_run, step_dir):
+        role_dir, role = resolve_source(source, critic=False)
+        assert (role_dir, role) == (step_dir, "sft")
+        ckpt = check_checkpoint(role_dir, role)
+        assert (ckpt.step, ckpt.run_dir, ckpt.world_size, ckpt.fsdp_version) == (
+            STEP,
+            sft_run,
+            1,
+            2,
+        )
+    # a PPO run's step directory still means its actor
+    ppo_step = ckpt_ws1 / "run" / f"global_step_{STEP}"
+    assert resolve_source(ppo_step, critic=False) == (ppo_step / "actor", "actor")
+
+
+def test_an_sft_checkpoint_has_no_critic_and_a_missing_shard_is_named(sft_run, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    _expect_refusal(sft_run, out, "is an SFT checkpoint (one model, no critic)", "--critic")
+    partial = tmp_path / "partial"
+    shutil.copytree(sft_run, partial)
+    (partial / f"global_step_{STEP}" / "model_world_size_1_rank_0.pt").unlink()
+    _expect_refusal(partial, out, "missing rank shard model_world_size_1_rank_0.pt")
+
+
 def test_help_explains_flags():
     proc = merge("--help")
     assert proc.returncode == 0

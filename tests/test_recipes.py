@@ -9,30 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from helpers import (
     RECIPES,
     ROOT,
+    composed_config,
     fake_nvidia_smi,
+    get,
     recipe_env,
     run_recipe,
 )
 
 from verl_gsm8k.preflight.cli import recipe_overrides
-
-
-def composed_config(stdout: str) -> dict:
-    """verl's `--cfg job` YAML, printed after the preflight's last line."""
-    assert "preflight: passed" in stdout, stdout[-3000:]
-    yaml_text = stdout.split("preflight: passed", 1)[1].split("\n", 1)[1]
-    return yaml.safe_load(yaml_text)
-
-
-def get(cfg: dict, dotted: str):
-    node = cfg
-    for part in dotted.split("."):
-        node = node[part]
-    return node
 
 
 @pytest.mark.slow

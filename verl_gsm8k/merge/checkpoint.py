@@ -4,7 +4,11 @@
 
 SOURCE is a run directory (``trainer.default_local_dir``: its
 ``latest_checkpointed_iteration.txt`` picks ``global_step_N``), one ``global_step_N`` directory,
-or a role directory itself (``global_step_N/actor`` or ``global_step_N/critic``).
+or a role directory itself (``global_step_N/actor`` or ``global_step_N/critic``). A checkpoint of
+verl's SFT trainer (recipes/sft_qwen2.5-0.5b_gsm8k.sh) holds its one model directly in
+``global_step_N/`` (shards, ``fsdp_config.json``, ``huggingface/``; no ``actor/``): it is merged as
+a causal LM like an actor, recorded with role ``sft``, and is a model the PPO recipes take as
+``MODEL_PATH``.
 
 The merge itself is verl's own merger, run as a subprocess::
 
@@ -57,6 +61,8 @@ from verl_gsm8k.merge.lora import LoraError, fold_adapter
 PROG = "merge"
 TRACKER = "latest_checkpointed_iteration.txt"
 ROLES = ("actor", "critic")
+SFT = "sft"  # the role of an SFT trainer's checkpoint: one causal LM in global_step_N/ itself
+DESCRIBED = {"actor": "actor", "critic": "critic", SFT: "SFT model"}
 STEP_DIR = re.compile(r"global_step_(\d+)")
 MANIFEST = "merge_manifest.json"
 PROBE_MESSAGES = [{"role": "user", "content": "Natalia sold 48 clips in April. How many?"}]
@@ -87,8 +93,8 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 @dataclass
 class Checkpoint:
-    role_dir: Path  # .../global_step_N/<role>
-    role: str
+    role_dir: Path  # .../global_step_N/<role>, or .../global_step_N itself for an SFT checkpoint
+    role: str  # actor, critic or sft
     step: int | None
     run_dir: Path | None
     fsdp_version: int | None
@@ -128,22 +134,37 @@ def _step_dir_from_run(run_dir: Path) -> Path:
     return step_dir
 
 
+def _holds_shards(path: Path) -> bool:
+    return (path / "fsdp_config.json").exists() or any(path.glob("model_world_size_*_rank_*.pt"))
+
+
+def _sft_checkpoint(step_dir: Path, critic: bool) -> tuple[Path, str]:
+    if critic:
+        raise CheckpointError(
+            f"--critic given but {step_dir} is an SFT checkpoint (one model, no critic)"
+        )
+    return step_dir, SFT
+
+
 def resolve_source(source: Path, critic: bool) -> tuple[Path, str]:
-    """The role directory (…/global_step_N/<role>) that SOURCE designates, and the role."""
+    """The directory holding the shards that SOURCE designates (…/global_step_N/<role>, or
+    …/global_step_N itself for an SFT checkpoint), and the role (actor, critic or sft)."""
     wanted = "critic" if critic else "actor"
     if not source.exists():
         raise CheckpointError(f"source not found: {source}")
     if not source.is_dir():
         raise CheckpointError(f"source is not a directory: {source}")
-    is_role_dir = (source / "fsdp_config.json").exists() or any(
-        source.glob("model_world_size_*_rank_*.pt")
-    )
+    is_role_dir = _holds_shards(source)
+    if is_role_dir and _step_of(source) is not None:  # global_step_N/ with the shards in it
+        return _sft_checkpoint(source, critic)
     if is_role_dir or (source.name in ROLES and _step_of(source.parent) is not None):
         role = source.name if source.name in ROLES else wanted
         if critic and role == "actor":
             raise CheckpointError(f"--critic given but {source} is an actor checkpoint")
         return source, role
     step_dir = source if _step_of(source) is not None else _step_dir_from_run(source)
+    if _holds_shards(step_dir) and not (step_dir / wanted).is_dir():
+        return _sft_checkpoint(step_dir, critic)
     role_dir = step_dir / wanted
     if not role_dir.is_dir():
         hint = " (GRPO runs have no critic)" if critic else ""
@@ -184,8 +205,9 @@ def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
         raise CheckpointError(f"missing huggingface/ directory (config, tokenizer) in {role_dir}")
     if not (hf_dir / "config.json").is_file():
         raise CheckpointError(f"missing huggingface/config.json in {role_dir}")
-    step = _step_of(role_dir.parent)
-    run_dir = role_dir.parent.parent if step is not None else None
+    step_dir = role_dir if role == SFT else role_dir.parent
+    step = _step_of(step_dir)
+    run_dir = step_dir.parent if step is not None else None
     version = fsdp.get("FSDP_version")
     return Checkpoint(
         role_dir=role_dir,
@@ -467,15 +489,17 @@ def merge(
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="merge.sh",
-        description="Merge a verl FSDP checkpoint (actor by default) into a Hugging Face model "
-        "directory with verl's own merger, verify that it loads and runs, and write "
+        description="Merge a verl FSDP checkpoint (a PPO run's actor by default, or an SFT run's "
+        "model) into a Hugging Face model directory with verl's own merger, verify that it loads "
+        "and runs, and write "
         f"{MANIFEST} beside it. Exit 2: missing/partial/corrupt checkpoint or target exists.",
     )
     parser.add_argument(
         "source",
         type=Path,
         help=f"a run directory (its {TRACKER} picks global_step_N), a global_step_N directory, "
-        "or a role directory (global_step_N/actor or global_step_N/critic)",
+        "or a role directory (global_step_N/actor or global_step_N/critic); an SFT run's "
+        "global_step_N holds its model directly and is merged as such",
     )
     parser.add_argument(
         "target", type=Path, help="the Hugging Face model directory to create (must not exist)"
@@ -529,8 +553,9 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + sig.signum
     ver = manifest["verification"]
     step = "?" if manifest["step"] is None else manifest["step"]
+    described = DESCRIBED.get(manifest["role"], manifest["role"])
     print(
-        f"{PROG}: {manifest['role']} of step {step} (world size {manifest['fsdp']['world_size']}) "
+        f"{PROG}: {described} of step {step} (world size {manifest['fsdp']['world_size']}) "
         f"-> {manifest['target']}\n"
         f"  {ver['model_class']}, {ver['num_parameters']:,} parameters in {ver['dtype']}; "
         f"tokenizer + chat template OK; forward {ver['forward']['output_shape']} finite\n"
@@ -538,6 +563,12 @@ def main(argv: list[str] | None = None) -> int:
             f"  LoRA adapter folded in: rank {manifest['lora']['rank']}, alpha "
             f"{manifest['lora']['alpha']:g} ({manifest['lora']['tensors_changed']} tensors)\n"
             if manifest["lora"]
+            else ""
+        )
+        + (
+            f"  a Hugging Face causal LM: MODEL_PATH={manifest['target']} starts the PPO/GRPO "
+            "recipes from it\n"
+            if manifest["role"] == SFT
             else ""
         )
         + f"  manifest: {Path(manifest['target']) / MANIFEST} ({len(manifest['files'])} files); "

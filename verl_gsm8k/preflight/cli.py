@@ -1,10 +1,12 @@
 """Prove a verl 0.9.1 launch is valid before a GPU is spent. Runs anywhere, GPU or not.
 
     python -m verl_gsm8k.preflight [--config-name gsm8k_ppo] -- key=value key=value ...
+    python -m verl_gsm8k.preflight --trainer sft [--config-name gsm8k_sft] -- key=value ...
 
 Every recipe runs it on its final override list. Checks, each reported on one line (data and
 reward live in verl_gsm8k/preflight/inputs.py, device and LoRA in
-verl_gsm8k/preflight/device.py, the report in verl_gsm8k/preflight/report.py):
+verl_gsm8k/preflight/device.py, composing in compose.py, the model's whereabouts in model.py, the
+report in verl_gsm8k/preflight/report.py):
   keys     legacy keys that verl 0.9.1 silently ignores or rejects, with the key to use instead;
   config   the overrides compose against the INSTALLED verl config (unknown key -> closest match)
            and verl's own validate_config passes for the requested GPU count;
@@ -17,33 +19,51 @@ verl_gsm8k/preflight/device.py, the report in verl_gsm8k/preflight/report.py):
            how many prompts exceed max_prompt_length;
   reward   verl's own loader imports the reward and it scores a right and a wrong answer correctly;
   gpu      with nvidia-smi: GPU count and a memory estimate against the request.
+With --trainer sft it checks a launch of verl's SFT trainer instead (verl_gsm8k/preflight/sft.py).
 Exit status: 0 passed (warnings allowed), 1 at least one error, 2 bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
-import functools
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
-from verl_gsm8k.preflight.device import check_device, check_lora, lora_rank
+from verl_gsm8k.preflight.compose import (
+    LegacyKeys,
+    compose,
+    legacy_key_problems,
+    split_override,
+    unknown_key_message,
+)
+from verl_gsm8k.preflight.device import (
+    MEMORY_WARN_FRACTION,
+    TRAINED_BYTES_PER_PARAM,
+    check_device,
+    check_lora,
+    lora_rank,
+    visible_gpus,
+)
 from verl_gsm8k.preflight.inputs import check_data, check_reward
 from verl_gsm8k.preflight.knobs import batch_split_problem
+from verl_gsm8k.preflight.model import (
+    count_parameters,
+    offline_if_hub_unreachable,
+    resolve_model,
+)
 from verl_gsm8k.preflight.report import Report, one_line
+from verl_gsm8k.preflight.sft import run_sft
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG_DIR = ROOT / "configs"
+CONFIG_NAMES = {"ppo": "gsm8k_ppo", "sft": "gsm8k_sft"}  # --trainer -> default --config-name
 
 # Keys the 2025 tutorials use that verl 0.9.1 ignores (they compose, nothing reads them) or
 # rejects. prefix -> (replacement prefix, why). A replacement of "" means "remove it".
-LEGACY_KEYS: dict[str, tuple[str, str]] = {
+LEGACY_KEYS: LegacyKeys = {
     "custom_reward_function.": (
         "reward.custom_reward_function.",
         "composes but main_ppo ignores it and runs the built-in scorer",
@@ -100,32 +120,18 @@ COSTLY_KEYS: dict[str, str] = {
 CLIP_ALONE = "actor_rollout_ref.actor.clip_ratio"
 # vLLM accepts these LoRA ranks (vllm.config.lora.MaxLoRARanks, also verl's fallback list).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-HUB_PROBE_TIMEOUT_S = 5.0
-# Memory estimate: bytes per parameter kept on the GPU for each model role (see estimate_memory).
-TRAINED_BYTES_PER_PARAM = 16  # fp32 weights 4 + fp32 grads 4 + Adam moments 8
+# Memory estimate: bytes per parameter kept on the GPU for a frozen model (see estimate_memory;
+# a trained one: device.TRAINED_BYTES_PER_PARAM).
 FROZEN_BYTES_PER_PARAM = 2  # bf16 copy of a frozen model
-MEMORY_WARN_FRACTION = 0.9
-
-
-def split_override(override: str) -> tuple[str, str]:
-    """'++a.b=c' -> ('a.b', 'c'); '~a.b' -> ('a.b', '')."""
-    key, _, value = override.partition("=")
-    return key.lstrip("+~"), value
 
 
 # ---------------------------------------------------------------------------- keys
 def check_legacy_keys(overrides: list[str], report: Report) -> None:
     keys = [split_override(o)[0] for o in overrides]
     found = False
-    for key in keys:
-        for prefix, (replacement, why) in LEGACY_KEYS.items():
-            exact = not prefix.endswith(".")
-            if (exact and key == prefix) or (not exact and key.startswith(prefix)):
-                suggestion = replacement + key[len(prefix) :] if replacement else ""
-                fix = f"use {suggestion}" if suggestion else "remove it"
-                report.error("keys", f"'{key}' is a legacy key: {why}; {fix}")
-                found = True
-                break
+    for problem in legacy_key_problems(keys, LEGACY_KEYS):
+        report.error("keys", problem)
+        found = True
     if CLIP_ALONE in keys and not {f"{CLIP_ALONE}_low", f"{CLIP_ALONE}_high"} & set(keys):
         report.error(
             "keys",
@@ -142,49 +148,6 @@ def check_legacy_keys(overrides: list[str], report: Report) -> None:
 
 
 # ---------------------------------------------------------------------------- config
-def compose(config_dir: Path, config_name: str, overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-        return hydra_compose(config_name=config_name, overrides=overrides)
-
-
-def flat_keys(node: Any, prefix: str = "") -> list[str]:
-    keys = []
-    if isinstance(node, dict):
-        for name, value in node.items():
-            full = f"{prefix}.{name}" if prefix else str(name)
-            keys.append(full)
-            keys.extend(flat_keys(value, full))
-    return keys
-
-
-def closest_keys(bad_key: str, valid: list[str]) -> list[str]:
-    """Valid keys with the same leaf first (ranked by similarity), else the most similar."""
-    leaf = bad_key.rsplit(".", 1)[-1]
-    same_leaf = [k for k in valid if k.rsplit(".", 1)[-1] == leaf]
-    ranked = difflib.get_close_matches(bad_key, same_leaf, n=2, cutoff=0.0) if same_leaf else []
-    return ranked or difflib.get_close_matches(bad_key, valid, n=2, cutoff=0.6)
-
-
-def unknown_key_message(exc: BaseException, config_dir: Path, config_name: str) -> str | None:
-    import re
-
-    from omegaconf import OmegaConf
-
-    match = re.search(r"Could not override '([^']+)'", str(exc))
-    if not match:
-        return None
-    bad_key = match.group(1)
-    base = OmegaConf.to_container(compose(config_dir, config_name, []), resolve=False)
-    suggestions = closest_keys(bad_key, flat_keys(base))
-    hint = f"; did you mean {' or '.join(suggestions)}?" if suggestions else ""
-    return f"unknown key '{bad_key}' in the installed verl config{hint}"
-
-
 def check_config(config_dir: Path, config_name: str, overrides: list[str], report: Report):
     """Compose and validate with verl's own code; return the config or None."""
     try:
@@ -291,70 +254,6 @@ def _without_vllm_lora_check(cfg, report: Report):
 
 
 # ---------------------------------------------------------------------------- model
-def is_hub_id(path: str) -> bool:
-    return (
-        not os.path.exists(os.path.expanduser(path))
-        and not path.startswith(("/", ".", "~"))
-        and path.count("/") == 1
-    )
-
-
-@functools.cache
-def hub_reachable() -> tuple[bool, str]:
-    from data_prep.gsm8k import hub_unreachable
-
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    if os.environ.get("HF_HUB_OFFLINE") == "1":
-        return False, f"{endpoint} (HF_HUB_OFFLINE=1 is set)"
-    reason = hub_unreachable(timeout=HUB_PROBE_TIMEOUT_S)
-    return reason is None, endpoint if reason is None else f"{endpoint} ({reason})"
-
-
-def offline_if_hub_unreachable() -> None:
-    """Probe the hub once, first: where it cannot be reached, switch the libraries to offline
-    mode, or verl's validate_config and the model loaders retry it for ~50 s before failing.
-    (hub_reachable keeps the probe's answer, so the model check still names the real cause.)"""
-    if os.environ.get("HF_HUB_OFFLINE") != "1" and not hub_reachable()[0]:
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["HF_DATASETS_OFFLINE"] = "1"
-
-
-def cached_snapshot(repo_id: str) -> str | None:
-    try:
-        from huggingface_hub import snapshot_download
-
-        return snapshot_download(repo_id, local_files_only=True)
-    except Exception:
-        return None
-
-
-def resolve_model(role: str, path: str, report: Report) -> str | None:
-    """A local directory verl can load from, or None (after reporting why)."""
-    local = os.path.expanduser(path)
-    if os.path.isdir(local):
-        return local
-    if not is_hub_id(path):
-        report.error("model", f"{role} model path '{path}' does not exist")
-        return None
-    snapshot = cached_snapshot(path)
-    if snapshot:
-        report.note("model", f"{role} model '{path}' found in the Hugging Face cache")
-        return snapshot
-    reachable, where = hub_reachable()
-    if reachable:
-        report.note(
-            "model", f"{role} model '{path}' is not cached; verl will download it from {where}"
-        )
-    else:
-        report.error(
-            "model",
-            f"{role} model '{path}' is a hub id, not cached here, and the hub cannot be reached "
-            f"from this machine: {where}; download it where the hub is reachable "
-            f"(huggingface-cli download {path} --local-dir DIR) and set MODEL_PATH=DIR",
-        )
-    return None
-
-
 def check_models(cfg, report: Report):
     """Let verl itself load the model config and tokenizer; return (tokenizer, hf_config)."""
     from verl.trainer.ppo.utils import need_critic
@@ -403,44 +302,7 @@ def check_models(cfg, report: Report):
     return loaded
 
 
-def count_parameters(hf_config) -> int:
-    """Parameters of a dense decoder from its config (exact for Qwen2/Llama shapes)."""
-    h = hf_config.hidden_size
-    layers = hf_config.num_hidden_layers
-    heads = hf_config.num_attention_heads
-    kv = getattr(hf_config, "num_key_value_heads", heads)
-    head_dim = getattr(hf_config, "head_dim", None) or h // heads
-    inter = hf_config.intermediate_size
-    vocab = hf_config.vocab_size
-    attention = h * heads * head_dim * 2 + h * kv * head_dim * 2 + (heads + 2 * kv) * head_dim
-    per_layer = attention + 3 * h * inter + 2 * h
-    embeddings = vocab * h * (1 if getattr(hf_config, "tie_word_embeddings", False) else 2)
-    return embeddings + layers * per_layer + h
-
-
 # ---------------------------------------------------------------------------- gpu
-def visible_gpus() -> list[tuple[str, float]]:
-    """(name, memory GiB) of each NVIDIA GPU nvidia-smi reports; [] without one."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    gpus = []
-    for line in out.strip().splitlines():
-        name, _, mib = line.rpartition(",")
-        if name and mib.strip().isdigit():
-            gpus.append((name.strip(), int(mib) / 1024))
-    return gpus
-
-
 def estimate_memory(cfg, hf_config, gpu_gib: float) -> dict[str, float]:
     """Peak GiB per GPU: resident model states + the memory vLLM reserves. Activations excluded.
 
@@ -507,11 +369,16 @@ def check_gpus(cfg, hf_config, report: Report) -> None:
 
 # ---------------------------------------------------------------------------- recipes
 def recipe_overrides(
-    config_name: str, env: dict[str, str] | None = None, cwd: Path | None = None
+    config_name: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    trainer: str = "ppo",
 ) -> list[str]:
-    """The override list recipes/common.sh builds in this environment (from the real file)."""
+    """The override list recipes/common.sh builds in this environment (from the real file), for a
+    recipe of verl's ``trainer`` (ppo or sft)."""
     script = (
-        f'RECIPE=preflight CONFIG_NAME={config_name}; source "{ROOT}/recipes/common.sh"; '
+        f"RECIPE=preflight CONFIG_NAME={config_name} TRAINER={trainer}; "
+        f'source "{ROOT}/recipes/common.sh"; '
         'printf "%s\\0" "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}"'
     )
     out = subprocess.run(
@@ -548,12 +415,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m verl_gsm8k.preflight",
         description=__doc__.split("\n\n")[0],
-        epilog="Everything after -- is a Hydra override list, exactly as main_ppo would get it.",
+        epilog="Everything after -- is a Hydra override list, exactly as verl's entry point "
+        "(main_ppo, or sft_trainer with --trainer sft) would get it.",
+    )
+    parser.add_argument(
+        "--trainer",
+        choices=list(CONFIG_NAMES),
+        default="ppo",
+        help="which verl trainer the launch runs: ppo (main_ppo: the checks above; default) or "
+        "sft (sft_trainer: keys, config, device, model, data, gpu; verl_gsm8k/preflight/sft.py)",
     )
     parser.add_argument(
         "--config-name",
-        default="gsm8k_ppo",
-        help="config file (without .yaml) in --config-dir (default gsm8k_ppo)",
+        default=None,
+        help="config file (without .yaml) in --config-dir (default gsm8k_ppo, or gsm8k_sft with "
+        "--trainer sft)",
     )
     parser.add_argument(
         "--config-dir",
@@ -573,7 +449,9 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     start = time.monotonic()
-    report = run(args.config_name, args.config_dir.resolve(), args.overrides, args.dump_config)
+    runner = run_sft if args.trainer == "sft" else run
+    config_name = args.config_name or CONFIG_NAMES[args.trainer]
+    report = runner(config_name, args.config_dir.resolve(), args.overrides, args.dump_config)
     elapsed = time.monotonic() - start
     if report.errors:
         print(

@@ -1,16 +1,23 @@
 """Preflight checks of how a composed config will run on this machine's stack: the device, the
-attention path, and the LoRA layouts verl 0.9.1 cannot train. Each reports one line."""
+attention path, the LoRA layouts verl 0.9.1 cannot train, and the GPUs nvidia-smi lists. Each
+reports one line. The SFT preflight (sft.py) shares the CPU platform check and the GPU listing."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import subprocess
 from typing import Any
 
 from verl_gsm8k.preflight.report import Report
 
 FALLBACK_MODULE = "verl_gsm8k.verl_plugins.attention_fallback"
 CPU_MODULE = "verl_gsm8k.verl_plugins.cpu_platform"
+# Memory estimates: bytes per parameter kept on the GPU for a model that trains (fp32 weights 4 +
+# fp32 grads 4 + Adam moments 8), and the share of the card above which an estimate warns.
+TRAINED_BYTES_PER_PARAM = 16
+MEMORY_WARN_FRACTION = 0.9
 
 
 def lora_rank(model_cfg: Any) -> int:
@@ -29,16 +36,25 @@ def attention(model_cfg: Any) -> str:
     return str(override.get("attn_implementation", "flash_attention_2"))
 
 
+def cpu_platform_missing(device: str) -> str | None:
+    """Why verl cannot run trainer.device=``device`` in this environment, or None."""
+    if device != "cpu":
+        return None
+    if os.environ.get("VERL_PLATFORM") == "cpu" and CPU_MODULE in _loaded_modules():
+        return None
+    return (
+        "trainer.device=cpu needs verl's cpu platform (VERL_PLATFORM=cpu and "
+        f"VERL_USE_EXTERNAL_MODULES={CPU_MODULE}): launch with DEVICE=cpu"
+    )
+
+
 def check_device(cfg: Any, use_critic: bool, report: Report) -> None:
     """Device and attention: what the run will use, and the mismatches that fail in a worker."""
     device = cfg.trainer.device
     modules = _loaded_modules()
-    if device == "cpu" and (os.environ.get("VERL_PLATFORM") != "cpu" or CPU_MODULE not in modules):
-        report.error(
-            "device",
-            "trainer.device=cpu needs verl's cpu platform (VERL_PLATFORM=cpu and "
-            f"VERL_USE_EXTERNAL_MODULES={CPU_MODULE}): launch with DEVICE=cpu",
-        )
+    missing = cpu_platform_missing(device)
+    if missing:
+        report.error("device", missing)
         return
     has_flash = importlib.util.find_spec("flash_attn") is not None
     actor = attention(cfg.actor_rollout_ref.model)
@@ -88,3 +104,25 @@ def check_lora(cfg: Any, use_critic: bool, report: Report) -> None:
             "pass's no_lora_adapter flag reaches the critic: 'no attribute disable_adapter'); "
             "use trainer.use_v1=false (configs/gsm8k_ppo_lora.yaml does)",
         )
+
+
+def visible_gpus() -> list[tuple[str, float]]:
+    """(name, memory GiB) of each NVIDIA GPU nvidia-smi reports; [] without one."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        name, _, mib = line.rpartition(",")
+        if name and mib.strip().isdigit():
+            gpus.append((name.strip(), int(mib) / 1024))
+    return gpus

@@ -1,0 +1,155 @@
+"""The SFT preflight (verl_gsm8k/preflight/sft.py): a correct launch passes, each planted mistake
+is caught with its message. It runs in-process on the override list recipes/common.sh really
+builds for TRAINER=sft, on SFT data from data_prep.sft (conftest's prepared_sft_dir) and the tiny
+model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from helpers import ROOT, recipe_env
+
+from verl_gsm8k.preflight.cli import recipe_overrides
+from verl_gsm8k.preflight.report import Report
+from verl_gsm8k.preflight.sft import run_sft
+
+
+@pytest.fixture(scope="module")
+def base_overrides(tiny_model_dir, prepared_sft_dir, tmp_path_factory) -> list[str]:
+    """300 train / 40 test transcripts in batches of 32: 9 steps per epoch, 3 epochs."""
+    runs = tmp_path_factory.mktemp("runs")
+    knobs = {"TRAIN_BATCH_SIZE": "32", "TOTAL_EPOCHS": "3"}
+    env = recipe_env(tiny_model_dir, prepared_sft_dir, runs, **knobs)
+    return recipe_overrides("gsm8k_sft", env, trainer="sft")
+
+
+def run(overrides: list[str]) -> Report:
+    return run_sft("gsm8k_sft", ROOT / "configs", overrides, None)
+
+
+def errors(report: Report) -> str:
+    return "\n".join(line for line in report.lines if "[error]" in line)
+
+
+def test_correct_launch_passes(base_overrides):
+    report = run(base_overrides)
+    assert report.errors == 0, "\n".join(report.lines)
+    checks = {line.split("]", 1)[1].split(":", 1)[0].strip() for line in report.lines}
+    assert checks == {"keys", "config", "device", "model", "data", "gpu"}
+    text = "\n".join(report.lines)
+    assert "train: 300 rows -> 9 steps/epoch; this run: 27 steps" in text
+    assert "val: 40 rows" in text
+
+
+def bad_file(tmp_path, name: str, rows: list, column: str = "messages") -> str:
+    path = tmp_path / name
+    pq.write_table(pa.table({column: rows}), path)
+    return str(path)
+
+
+# Planted mistake -> the text its error must contain. Functions get tmp_path for bad files.
+MISTAKES = {
+    "legacy model key": (
+        lambda tmp: ["+model.partial_pretrain=/models/x"],
+        "'model.partial_pretrain' is a legacy key: the model path key of verl's older SFT "
+        "trainer (fsdp_sft_trainer.py); use model.path",
+    ),
+    "legacy prompt key": (
+        lambda tmp: ["+data.prompt_key=question"],
+        "the engine trainer reads chat transcripts (data.messages_key); remove it",
+    ),
+    "unknown key": (
+        lambda tmp: ["optim.lrr=1e-5"],
+        "unknown key 'optim.lrr' in the installed verl config; did you mean optim.lr",
+    ),
+    "bad scheduler": (
+        lambda tmp: ["optim.lr_scheduler_type=linear"],
+        "verl does not accept the optim section",
+    ),
+    "batch over GPUs": (
+        lambda tmp: ["trainer.n_gpus_per_node=3"],
+        "data.train_batch_size=32 must be divisible by the 3 GPUs",
+    ),
+    "micro-batches": (
+        lambda tmp: ["data.use_dynamic_bsz=false", "data.micro_batch_size_per_gpu=5"],
+        "does not split into micro-batches of data.micro_batch_size_per_gpu=5",
+    ),
+    "token budget": (
+        lambda tmp: ["data.max_length=2048", "data.max_token_len_per_gpu=1024"],
+        "data.max_length=2048 > data.max_token_len_per_gpu=1024",
+    ),
+    "FSDP1 on a CPU": (
+        lambda tmp: ["engine.strategy=fsdp", "trainer.device=cpu"],
+        "engine.strategy=fsdp (FSDP1) fails on a CPU",
+    ),
+    "CPU without the platform": (
+        lambda tmp: ["trainer.device=cpu"],
+        "trainer.device=cpu needs verl's cpu platform",
+    ),
+    "missing file": (
+        lambda tmp: [f"data.train_files=['{tmp}/nope.parquet']"],
+        "nope.parquet does not exist (python -m data_prep.sft)",
+    ),
+    "PPO data": (
+        lambda tmp: [f"data.val_files=['{bad_file(tmp, 'ppo.parquet', ['x'], 'prompt')}']"],
+        "ppo.parquet: no column 'messages' (data.messages_key; have prompt)",
+    ),
+    "no assistant turn": (
+        lambda tmp: [
+            "data.val_files=['{}']".format(
+                bad_file(
+                    tmp,
+                    "q.parquet",
+                    [
+                        [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+                        [{"role": "user", "content": "q"}],
+                    ],
+                )
+            )
+        ],
+        "q.parquet: row 2: column 'messages' has no assistant turn",
+    ),
+    "too long": (
+        lambda tmp: ["data.max_length=64"],
+        "examples exceed max_length 64",
+    ),
+    "not a batch": (
+        lambda tmp: ["data.train_batch_size=512"],
+        "train: 300 rows < train_batch_size 512: not one full batch",
+    ),
+    "epochs end before the steps": (
+        lambda tmp: ["trainer.total_training_steps=30", "trainer.total_epochs=2"],
+        "total_training_steps=30 but 2 epoch(s) of 9 steps end verl's SFT loop at step 18, "
+        "without a final checkpoint; raise TOTAL_EPOCHS to at least 4",
+    ),
+    "context": (
+        lambda tmp: ["data.max_length=8192", "data.max_token_len_per_gpu=8192"],
+        "data.max_length=8192 > its context 4096",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MISTAKES))
+def test_planted_mistake_is_caught(name, base_overrides, tmp_path):
+    extra, expected = MISTAKES[name]
+    report = run(base_overrides + extra(tmp_path))
+    assert report.errors >= 1, "\n".join(report.lines)
+    assert expected in errors(report), "\n".join(report.lines)
+
+
+def test_cli_with_trainer_sft_exits_nonzero_on_error(base_overrides):
+    result = subprocess.run(
+        [sys.executable, "-m", "verl_gsm8k.preflight", "--trainer", "sft", "--"]
+        + base_overrides
+        + ["+data.prompt_key=question"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "preflight: FAILED with 1 error(s)" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr

@@ -1,0 +1,122 @@
+"""verl's real SFT loop on this CPU, end to end: `DEVICE=cpu bash recipes/sft_qwen2.5-0.5b_gsm8k.sh`
+trains the tiny model (torchrun, FSDP2, fp32, verl's cpu platform) on data_prep.sft's transcripts
+of synthetic GSM8K problems for a few steps, then `scripts/merge.sh` turns the run directory into
+a Hugging Face model that moved away from the start, and the PPO preflight accepts it as
+MODEL_PATH. One training process, well under 2 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import ROOT, prepare_sft, recipe_env, run_recipe, write_synthetic_gsm8k
+
+from verl_gsm8k.preflight import cli as preflight
+from verl_gsm8k.preflight.cli import recipe_overrides
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+RECIPE = "sft_qwen2.5-0.5b_gsm8k"
+STEPS = 6  # 96 problems in batches of 32: two epochs of 3 steps
+
+
+def metric_steps(run_dir) -> dict[int, dict[str, float]]:
+    (path,) = (run_dir / "metrics").glob("metrics-*.jsonl")  # one launch, one file
+    steps: dict[int, dict[str, float]] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        steps.setdefault(record["step"], {}).update(record["data"])
+    return steps
+
+
+def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+):
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    data = prepare_sft(write_synthetic_gsm8k(tmp_path / "source", 96, 32), tmp_path / "sft")
+    run_dir = tmp_path / "run"
+    env = recipe_env(
+        tiny_model_dir,
+        data,
+        tmp_path / "runs",
+        DEVICE="cpu",
+        TRAIN_BATCH_SIZE="32",
+        SFT_LR="3e-3",
+        TOTAL_TRAINING_STEPS=str(STEPS),
+        SAVE_FREQ=str(STEPS),
+        TEST_FREQ="-1",
+        RUN_DIR=str(run_dir),
+    )
+    for name in [k for k in env if k.startswith("VERL_")]:
+        del env[name]  # the recipe sets what verl needs on a CPU
+    start = time.monotonic()
+    result = run_recipe(RECIPE, env, timeout=400)
+    trained_s = time.monotonic() - start
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert "device: cpu (DEVICE=cpu)" in result.stdout and "preflight: passed" in result.stdout
+
+    # the checkpoint: the SFT trainer's layout, the last step
+    assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
+    step_dir = run_dir / f"global_step_{STEPS}"
+    assert (step_dir / "model_world_size_1_rank_0.pt").is_file()
+    assert not (step_dir / "actor").exists()
+
+    # the metrics file of this launch: the loss of every step, falling; validation at the end
+    steps = metric_steps(run_dir)
+    losses = [steps[step]["train/loss"] for step in range(1, STEPS + 1)]
+    assert all(math.isfinite(loss) for loss in losses), losses
+    assert losses[-1] < 0.8 * losses[0], losses
+    assert math.isfinite(steps[STEPS]["val/loss"])
+    lrs = [steps[step]["train/lr"] for step in range(1, STEPS + 1)]
+    assert 0.9 * 3e-3 < max(lrs) <= 3e-3  # SFT_LR is the peak of the cosine schedule
+    assert lrs == sorted(lrs, reverse=True) and lrs[-1] < max(lrs)
+
+    # the run directory -> a Hugging Face model, said to be the SFT model of the last step
+    start = time.monotonic()
+    target = tmp_path / "merged"
+    merge = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "merge.sh"), str(run_dir), str(target)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    merged_s = time.monotonic() - start
+    assert merge.returncode == 0, merge.stdout[-3000:] + merge.stderr[-3000:]
+    assert f"merge: SFT model of step {STEPS} (world size 1)" in merge.stdout
+    manifest = json.loads((target / "merge_manifest.json").read_text())
+    assert (manifest["role"], manifest["step"]) == ("sft", STEPS)
+
+    # transformers loads it, and training moved its weights away from the start
+    model = AutoModelForCausalLM.from_pretrained(target)
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    base = load_file(tiny_model_dir / "model.safetensors")
+    merged: dict = {}
+    for shard in target.glob("*.safetensors"):
+        merged.update(load_file(shard))
+    common = sorted(set(base) & set(merged))
+    assert len(common) >= 20
+    moved = [k for k in common if not torch.equal(base[k].to(merged[k].dtype), merged[k])]
+    assert len(moved) >= len(common) // 2, f"only {len(moved)} of {len(common)} tensors moved"
+
+    # the PPO recipes take it as MODEL_PATH: their preflight passes on it
+    ppo_env = recipe_env(target, prepared_gsm8k_dir, tmp_path / "ppo-runs")
+    report = preflight.run(
+        "gsm8k_ppo", ROOT / "configs", recipe_overrides("gsm8k_ppo", ppo_env), None
+    )
+    assert report.errors == 0, "\n".join(report.lines)
+    assert any("[ok] model: actor: verl loads qwen2" in line for line in report.lines)
+    print(
+        f"\nSFT: {STEPS} steps trained in {trained_s:.0f} s (recipe launch to exit), merged in "
+        f"{merged_s:.0f} s; loss {losses[0]:.2f} -> {losses[-1]:.2f}",
+        file=sys.stderr,
+    )

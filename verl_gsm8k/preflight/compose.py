@@ -1,0 +1,76 @@
+"""Overrides and the composed config, for both preflights (cli.py: PPO; sft.py: SFT): split an
+override, refuse legacy keys with the key to use, compose against the installed verl config, and
+name the closest valid key when an override names one that does not exist."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+# prefix -> (replacement prefix, why); a prefix ending in "." matches every key under it, and a
+# replacement of "" means "remove it".
+LegacyKeys = dict[str, tuple[str, str]]
+
+
+def split_override(override: str) -> tuple[str, str]:
+    """'++a.b=c' -> ('a.b', 'c'); '~a.b' -> ('a.b', '')."""
+    key, _, value = override.partition("=")
+    return key.lstrip("+~"), value
+
+
+def legacy_key_problems(keys: list[str], table: LegacyKeys) -> list[str]:
+    """One line per key of ``keys`` that the table lists, with the key to use instead."""
+    problems = []
+    for key in keys:
+        for prefix, (replacement, why) in table.items():
+            exact = not prefix.endswith(".")
+            if (exact and key == prefix) or (not exact and key.startswith(prefix)):
+                suggestion = replacement + key[len(prefix) :] if replacement else ""
+                fix = f"use {suggestion}" if suggestion else "remove it"
+                problems.append(f"'{key}' is a legacy key: {why}; {fix}")
+                break
+    return problems
+
+
+def compose(config_dir: Path, config_name: str, overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        return hydra_compose(config_name=config_name, overrides=overrides)
+
+
+def flat_keys(node: Any, prefix: str = "") -> list[str]:
+    keys = []
+    if isinstance(node, dict):
+        for name, value in node.items():
+            full = f"{prefix}.{name}" if prefix else str(name)
+            keys.append(full)
+            keys.extend(flat_keys(value, full))
+    return keys
+
+
+def closest_keys(bad_key: str, valid: list[str]) -> list[str]:
+    """Valid keys with the same leaf first (ranked by similarity), else the most similar."""
+    leaf = bad_key.rsplit(".", 1)[-1]
+    same_leaf = [k for k in valid if k.rsplit(".", 1)[-1] == leaf]
+    ranked = difflib.get_close_matches(bad_key, same_leaf, n=2, cutoff=0.0) if same_leaf else []
+    return ranked or difflib.get_close_matches(bad_key, valid, n=2, cutoff=0.6)
+
+
+def unknown_key_message(exc: BaseException, config_dir: Path, config_name: str) -> str | None:
+    import re
+
+    from omegaconf import OmegaConf
+
+    match = re.search(r"Could not override '([^']+)'", str(exc))
+    if not match:
+        return None
+    bad_key = match.group(1)
+    base = OmegaConf.to_container(compose(config_dir, config_name, []), resolve=False)
+    suggestions = closest_keys(bad_key, flat_keys(base))
+    hint = f"; did you mean {' or '.join(suggestions)}?" if suggestions else ""
+    return f"unknown key '{bad_key}' in the installed verl config{hint}"
