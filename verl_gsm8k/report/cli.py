@@ -54,9 +54,10 @@ def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
         f"  steps               : {steps['count']} ({steps['first']}-{steps['last']})"
         + (f", gaps before steps {steps['gaps_before'][:5]}" if steps["gaps_before"] else ""),
     ]
-    best, final = val["best"], val["final"]
+    best, final, first = val["best"], val["final"], val["first"]
     if best:
         also = f" (again at {', '.join(map(str, best['also_at']))})" if best["also_at"] else ""
+        lines.append(f"  first val accuracy  : {first['value']:.4g} at step {first['step']}")
         lines.append(f"  best val accuracy   : {best['value']:.4g} at step {best['step']}{also}")
         lines.append(f"  final val accuracy  : {final['value']:.4g} at step {final['step']}")
         if val["problems"]:
@@ -66,7 +67,8 @@ def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
     score = summary["train_score"]
     if score["final_median_10"] is not None:
         lines.append(
-            f"  train score         : median of last 10 steps {score['final_median_10']:.4g}"
+            f"  train score         : median of first 10 steps {score['first_median_10']:.4g}, "
+            f"of last 10 steps {score['final_median_10']:.4g}"
         )
     lines.append(
         f"  wall-clock (logged) : {duration(tm['wall_clock_s'])} ({tm['wall_clock_s']:.0f} s: "

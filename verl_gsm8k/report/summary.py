@@ -155,6 +155,7 @@ def summarize(
         "train_score": {
             "first": score[0][1] if score else None,
             "final": score[-1][1] if score else None,
+            "first_median_10": _median_or_none(score[:10]) if score else None,
             "final_median_10": _median_or_none(score[-10:]) if score else None,
         },
         "time": breakdown,
