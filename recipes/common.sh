@@ -3,6 +3,10 @@
 #
 # A recipe sets CONFIG_NAME (a file of configs/), RECIPE, TRAINER (ppo, the default, or sft), its
 # own knob defaults and any RECIPE_OVERRIDES, sources this file, then calls `launch "$@"`.
+# A recipe may also define three hooks (recipes/learn_tiny.sh does):
+#   recipe_defaults   called once CACHE_DIR is known, before the knobs below take their defaults;
+#   prepare_run       called by launch after the knob checks, before the preflight (builds inputs);
+#   after_run STATUS  called by launch once verl has exited (prints what the run showed).
 # TRAINER picks verl's entry point, the knobs that apply and their keys, and the config overlays:
 #   ppo  python -m verl.trainer.main_ppo (Ray starts the workers), configs over ppo_trainer.yaml;
 #   sft  torchrun -m verl.trainer.sft_trainer (one process per device), configs over
@@ -58,6 +62,7 @@ esac
 # Where the CPU path keeps what it builds on first use (the tiny model, the prepared sample data).
 CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/verl-gsm8k}
 TINY_MODEL_DIR=$CACHE_DIR/tiny-qwen2
+if declare -F recipe_defaults >/dev/null; then recipe_defaults; fi
 
 # ---- knobs: model and hardware ----
 # On a CPU the default model is a tiny random Qwen2 built offline on first use (never the hub).
@@ -358,6 +363,7 @@ launch() {
   echo "recipe: $RECIPE | config: configs/$CONFIG_NAME.yaml | model: $MODEL_PATH | run dir: $RUN_DIR"
   echo "recipe: device: $TRAIN_ON (DEVICE=$DEVICE) | attention: $ATTENTION"
   if [[ "$TRAIN_ON" == cpu ]]; then prepare_cpu_defaults; fi
+  if declare -F prepare_run >/dev/null; then prepare_run; fi
   if [[ "$SKIP_PREFLIGHT" != 1 ]]; then
     "$PYTHON" -m verl_gsm8k.preflight --trainer "$TRAINER" --config-name "$CONFIG_NAME" -- \
       "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@" || exit $?
@@ -392,5 +398,6 @@ launch() {
   else
     echo "recipe: verl exited with $status. Metrics: $VERL_FILE_LOGGER_PATH; to a Hugging Face model (a MODEL_PATH for the PPO recipes): bash scripts/merge.sh $RUN_DIR OUT_DIR"
   fi
+  if declare -F after_run >/dev/null; then after_run "$status"; fi
   exit "$status"
 }

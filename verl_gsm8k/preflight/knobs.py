@@ -98,6 +98,7 @@ LOGGERS = Check(
     lambda v: bool(v) and all(name in VERL_LOGGERS for name in v.split(",")),
 )
 SWITCH = one_of("0", "1")
+NON_NEGATIVE_INT = Check("an integer >= 0", lambda v: _int_above(v, -1))
 
 # One row per knob. Paths are not here: the preflight checks that they exist and load.
 KNOBS: tuple[Knob, ...] = (
@@ -126,6 +127,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("LORA_RANK", POSITIVE_INT),
     Knob("LORA_ALPHA", POSITIVE_NUMBER),
     Knob("SMOKE_PROMPTS", POSITIVE_INT),
+    Knob("ALGO", one_of("ppo", "grpo")),
+    Knob("SEED", NON_NEGATIVE_INT),
+    Knob("WARM_START_STEPS", POSITIVE_INT),
     Knob("DRY_RUN", SWITCH),
     Knob("SKIP_PREFLIGHT", SWITCH),
 )

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Does the loop LEARN? On a CPU, in minutes, with no setting: a warm-started tiny model gets better
+# at a toy task in GSM8K's format under PPO (actor + critic, GAE) or GRPO.
+#   bash recipes/learn_tiny.sh                 # PPO with a critic
+#   ALGO=grpo bash recipes/learn_tiny.sh       # GRPO (no critic, group baseline)
+# First use builds, and caches under CACHE_DIR/learn-tiny/seed$SEED:
+#   1. the tiny random Qwen2 (python -m verl_gsm8k.common.tiny_model, offline);
+#   2. the toy task: single-digit sums in GSM8K's format (python -m data_prep.arithmetic), then
+#      verl's RL parquet through the real path (python -m data_prep.gsm8k);
+#   3. the warm start: verl's SFT trainer (recipes/sft_qwen2.5-0.5b_gsm8k.sh) on demonstrations that
+#      end with the "#### N" line the reward reads in only part of the answers, merged to a Hugging
+#      Face model (scripts/merge.sh).
+# Then the RL run starts from the warm start; at its end the report (python -m verl_gsm8k.report)
+# prints validation accuracy (greedy, the toy test split) at step 0 and at the last step.
+# These settings fit a 1M-parameter model on a toy task, NOT Qwen2.5 on GSM8K: recipes/README.md.
+# Every knob is an environment variable (README.md, Knobs); key=value arguments win over all.
+set -euo pipefail
+
+ALGO=${ALGO:-ppo}                         # ppo (critic, GAE) or grpo (group baseline)
+case "$ALGO" in
+  ppo) CONFIG_NAME=gsm8k_ppo ;;
+  grpo) CONFIG_NAME=gsm8k_grpo ;;
+  *) CONFIG_NAME=gsm8k_ppo ;;             # check_knobs stops the launch with one line
+esac
+RECIPE=learn_tiny
+CPU_BY_DEFAULT=1                          # no GPU: train on the CPU instead of stopping
+DEFAULT_MODEL_PATH=unused                 # recipe_defaults: the warm start
+SEED=${SEED:-0}                           # toy data, warm start and RL data order
+WARM_START_STEPS=${WARM_START_STEPS:-150}  # SFT steps of the warm start
+EXPERIMENT_NAME=${EXPERIMENT_NAME:-learn_tiny_${ALGO}_$(date -u +%Y%m%dT%H%M%SZ)}  # a fresh run each time
+TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-16}
+PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-8}
+ROLLOUT_N=${ROLLOUT_N:-8}
+MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-128}
+MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-24}
+ACTOR_LR=${ACTOR_LR:-3e-4}
+CRITIC_LR=${CRITIC_LR:-1e-3}
+TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-20}
+TEST_FREQ=${TEST_FREQ:-5}
+SAVE_FREQ=${SAVE_FREQ:-$TOTAL_TRAINING_STEPS}  # the last step: a model to merge and evaluate
+RECIPE_OVERRIDES=("data.seed=$SEED")
+
+# The warm start's SFT run: the toy demonstrations, a constant learning rate, 32 per step.
+WARM_START_LR=3e-3
+WARM_START_BATCH=32
+
+recipe_defaults() {
+  LEARN_HOME=$CACHE_DIR/learn-tiny/seed$SEED
+  if [[ "$LEARN_HOME" != /* ]]; then LEARN_HOME=$PWD/$LEARN_HOME; fi  # Ray workers: absolute paths
+  TOY_DIR=$LEARN_HOME/data
+  WARM_START_DIR=$LEARN_HOME/warm-start-$WARM_START_STEPS
+  MODEL_PATH=${MODEL_PATH:-$WARM_START_DIR}
+  DATA_DIR=${DATA_DIR:-$TOY_DIR/rl}
+}
+
+# The SFT recipe runs as a child with none of this run's knobs (they are the RL run's).
+warm_start_env() {
+  local name unset=()
+  for name in $("$PYTHON" -m verl_gsm8k.preflight.knobs --names) MODEL_PATH CRITIC_MODEL_PATH \
+      DATA_DIR GSM8K_TRAIN_FILE GSM8K_TEST_FILE SFT_TRAIN_FILE SFT_TEST_FILE REWARD_FILE \
+      PROJECT_NAME EXPERIMENT_NAME RUNS_ROOT RUN_DIR VERL_USE_EXTERNAL_MODULES; do
+    unset+=(-u "$name")
+  done
+  echo "${unset[@]}"
+}
+
+prepare_run() {
+  local need_warm=0
+  if [[ "$MODEL_PATH" == "$WARM_START_DIR" && ! -e "$MODEL_PATH/config.json" ]]; then need_warm=1; fi
+  if [[ "$need_warm" == 1 || "$DATA_DIR" == "$TOY_DIR/rl" ]] && [[ ! -e "$TOY_DIR/rl/test.parquet" ]]; then
+    echo "recipe: the toy task (single-digit sums in GSM8K's format, seed $SEED) -> $TOY_DIR"
+    "$PYTHON" -m data_prep.arithmetic --out-dir "$TOY_DIR" --seed "$SEED" >/dev/null
+    "$PYTHON" -m data_prep.gsm8k --source "$TOY_DIR" --out-dir "$TOY_DIR/rl" >/dev/null
+  fi
+  [[ "$need_warm" == 1 ]] || return 0
+  if [[ ! -e "$TINY_MODEL_DIR/config.json" ]]; then
+    echo "recipe: building the tiny random Qwen2 (offline, once) -> $TINY_MODEL_DIR"
+    "$PYTHON" -m verl_gsm8k.common.tiny_model "$TINY_MODEL_DIR" --force >/dev/null
+  fi
+  local sft_run=$LEARN_HOME/warm-start-run log=$LEARN_HOME/warm-start.log device=cpu
+  if [[ "$TRAIN_ON" == gpu ]]; then device=gpu; fi
+  echo "recipe: warm start (once): $WARM_START_STEPS steps of verl's SFT trainer on the toy demonstrations -> $MODEL_PATH (log: $log)"
+  rm -rf "$sft_run"
+  # shellcheck disable=SC2046  # one word per `env -u NAME`
+  if ! env $(warm_start_env) DEVICE=$device DRY_RUN=0 MODEL_PATH="$TINY_MODEL_DIR" \
+      SFT_TRAIN_FILE="$TOY_DIR/warm_start/train.parquet" SFT_TEST_FILE="$TOY_DIR/warm_start/test.parquet" \
+      TOTAL_TRAINING_STEPS="$WARM_START_STEPS" SAVE_FREQ="$WARM_START_STEPS" TEST_FREQ="$WARM_START_STEPS" \
+      SFT_LR=$WARM_START_LR TRAIN_BATCH_SIZE=$WARM_START_BATCH MAX_LENGTH=160 LOGGER=console,file \
+      RUN_DIR="$sft_run" bash "$ROOT/recipes/sft_qwen2.5-0.5b_gsm8k.sh" \
+      optim.lr_scheduler_type=constant optim.lr_warmup_steps_ratio=0 "trainer.seed=$SEED" >"$log" 2>&1; then
+    echo "recipe: the warm start's SFT run failed; its log: $log" >&2
+    exit 1
+  fi
+  PYTHON=$PYTHON bash "$ROOT/scripts/merge.sh" "$sft_run" "$MODEL_PATH" --force >>"$log" 2>&1 ||
+    { echo "recipe: merging the warm start failed; its log: $log" >&2; exit 1; }
+  rm -rf "$sft_run"
+}
+
+after_run() {
+  [[ "$1" == 0 ]] || return 0
+  echo "recipe: step 0 is the warm start; the report below reads its validation accuracy (greedy, toy test split) and the last step's"
+  "$PYTHON" -m verl_gsm8k.report "$RUN_DIR" || echo "recipe: the report failed (python -m verl_gsm8k.report $RUN_DIR)" >&2
+}
+
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+launch "$@"

@@ -1,0 +1,103 @@
+"""recipes/learn_tiny.sh without training: its dry run against the installed verl (ALGO picks the
+algorithm's config, the recipe's toy settings reach verl's keys, user arguments win), a model and
+data set by hand replace the warm start and the toy task (nothing is built), and a bad ALGO stops
+it with one line. Its training runs are tests/test_learn_cpu.py (slow).
+
+It is not in helpers.RECIPES: with no MODEL_PATH its dry run would first build the warm start
+(an SFT run), which the shared dry-run test must not wait for.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import composed_config, get, recipe_env, run_recipe
+
+RECIPE = "learn_tiny"
+TOY_SETTINGS = {
+    "data.train_batch_size": 16,
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
+    "actor_rollout_ref.rollout.n": 8,
+    "data.max_prompt_length": 128,
+    "data.max_response_length": 24,
+    "actor_rollout_ref.actor.optim.lr": 3e-4,
+    "trainer.total_training_steps": 20,
+    "trainer.save_freq": 20,
+    "trainer.test_freq": 5,
+    "data.seed": 0,
+}
+
+
+def dry_run(algo: str, tiny_model_dir, prepared_gsm8k_dir, tmp_path, *args: str):
+    env = recipe_env(
+        tiny_model_dir,
+        prepared_gsm8k_dir,
+        tmp_path / "runs",
+        DRY_RUN="1",
+        ALGO=algo,
+        CACHE_DIR=str(tmp_path / "cache"),
+    )
+    result = run_recipe(RECIPE, env, *args)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result, composed_config(result.stdout)
+
+
+@pytest.mark.parametrize(("algo", "estimator"), [("ppo", "gae"), ("grpo", "grpo")])
+def test_algo_picks_the_config_and_the_toy_settings_reach_verl(
+    algo, estimator, tiny_model_dir, prepared_gsm8k_dir, tmp_path
+):
+    result, cfg = dry_run(algo, tiny_model_dir, prepared_gsm8k_dir, tmp_path)
+    assert f"config: configs/gsm8k_{algo}.yaml" in result.stdout
+    assert get(cfg, "algorithm.adv_estimator") == estimator
+    for key, value in TOY_SETTINGS.items():
+        assert get(cfg, key) == value, key
+    if algo == "ppo":
+        assert get(cfg, "critic.optim.lr") == 1e-3
+    # the CPU by default, in float32 (configs/device/cpu.yaml)
+    assert "device: cpu (DEVICE=auto)" in result.stdout
+    assert get(cfg, "actor_rollout_ref.rollout.dtype") == "float32"
+    assert get(cfg, "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype") == "fp32"
+    # MODEL_PATH and DATA_DIR set by hand: no toy task, no warm start built
+    assert get(cfg, "actor_rollout_ref.model.path") == str(tiny_model_dir)
+    assert get(cfg, "data.train_files") == [str(prepared_gsm8k_dir / "train.parquet")]
+    assert "warm start" not in result.stdout and "toy task" not in result.stdout
+    assert not (tmp_path / "cache" / "learn-tiny").exists()
+    assert get(cfg, "trainer.experiment_name").startswith(f"learn_tiny_{algo}_")
+
+
+def test_user_arguments_and_knobs_win(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
+    env = recipe_env(
+        tiny_model_dir,
+        prepared_gsm8k_dir,
+        tmp_path / "runs",
+        DRY_RUN="1",
+        ACTOR_LR="1e-4",
+        SEED="7",
+        EXPERIMENT_NAME="mine",
+    )
+    result = run_recipe(RECIPE, env, "trainer.test_freq=2")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    cfg = composed_config(result.stdout)
+    assert get(cfg, "actor_rollout_ref.actor.optim.lr") == 1e-4
+    assert get(cfg, "data.seed") == 7
+    assert get(cfg, "trainer.test_freq") == 2
+    assert get(cfg, "trainer.experiment_name") == "mine"
+
+
+@pytest.mark.parametrize(
+    ("knob", "line"),
+    [
+        ("ALGO=reinforce", "knobs: ALGO=reinforce is not one of ppo, grpo"),
+        ("SEED=-1", "knobs: SEED=-1 is not an integer >= 0"),
+        ("WARM_START_STEPS=0", "knobs: WARM_START_STEPS=0 is not an integer > 0"),
+    ],
+)
+def test_a_bad_knob_stops_it_before_anything_is_built(knob, line, tmp_path):
+    name, value = knob.split("=")
+    env = recipe_env(tmp_path / "none", tmp_path / "none", tmp_path / "runs", **{name: value})
+    env.pop("MODEL_PATH")
+    env.pop("DATA_DIR")
+    env["CACHE_DIR"] = str(tmp_path / "cache")
+    result = run_recipe(RECIPE, env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [line]
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
