@@ -45,7 +45,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from data_prep.gsm8k import DataPrepError, parquet_writer, replace_all
+from data_prep.gsm8k import DataPrepError, non_negative_int, parquet_writer, replace_all
 from data_prep.sft import MESSAGES_KEY, sft_rows, sft_schema
 
 PROG = "data_prep.arithmetic"
@@ -135,16 +135,6 @@ def write_splits(splits: dict[str, list[dict[str, str]]], out_dir: Path) -> dict
     return {str(path.relative_to(out_dir)): path for path in targets}
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
-
-
 def _rates(text: str) -> tuple[float, ...]:
     try:
         rates = tuple(float(part) for part in text.split(","))
@@ -164,20 +154,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-operand",
-        type=_non_negative,
+        type=non_negative_int,
         default=4,
         help="largest operand: every a + b with 0 <= a, b <= this, (N+1)^2 sums (default 4: "
         f"25 sums; at most {MAX_SINGLE_DIGIT})",
     )
     parser.add_argument(
         "--train-per-pair",
-        type=_non_negative,
+        type=non_negative_int,
         default=40,
         help="training questions per sum, each a different wording (default 40)",
     )
     parser.add_argument(
         "--test-per-pair",
-        type=_non_negative,
+        type=non_negative_int,
         default=4,
         help="test questions per sum, in wordings absent from the training file (default 4)",
     )

@@ -24,7 +24,6 @@ case "$ALGO" in
 esac
 RECIPE=learn_tiny
 CPU_BY_DEFAULT=1                          # no GPU: train on the CPU instead of stopping
-DEFAULT_MODEL_PATH=unused                 # recipe_defaults: the warm start
 SEED=${SEED:-0}                           # toy data, warm start and RL data order
 WARM_START_STEPS=${WARM_START_STEPS:-150}  # SFT steps of the warm start
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-learn_tiny_${ALGO}_$(date -u +%Y%m%dT%H%M%SZ)}  # a fresh run each time
