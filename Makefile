@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup setup-train setup-eval test test-fast lint quality format bench bench-cpu clean
+.PHONY: help setup setup-train setup-eval test test-fast lint quality format bench bench-cpu bench-learn clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -39,6 +39,9 @@ bench:  ## reward throughput: ours vs verl's built-in scorer
 
 bench-cpu:  ## smoke_tiny on this CPU: wall time, time to each step, phases, peak memory
 	$(PY) -m verl_gsm8k.bench.cpu_train
+
+bench-learn:  ## learn_tiny, 3 seeds x PPO and GRPO: accuracy before/after, wall time (~40 min)
+	$(PY) -m verl_gsm8k.bench.learning
 
 clean:  ## remove caches (keeps the environments)
 	rm -rf .pytest_cache .ruff_cache .hypothesis build *.egg-info

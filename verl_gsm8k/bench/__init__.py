@@ -1,1 +1,1 @@
-"""Benchmarks, not tests: python -m verl_gsm8k.bench.reward, .preflight, .cpu_train."""
+"""Benchmarks, not tests: python -m verl_gsm8k.bench.reward, .preflight, .cpu_train, .learning."""

@@ -1,0 +1,171 @@
+"""Does the learning recipe learn for every seed? Runs `bash recipes/learn_tiny.sh` per seed and
+algorithm, one run at a time, and prints greedy validation accuracy before (step 0: the warm
+start) and after (the last step), the sampled train score of the first and last five steps, and
+the wall time of each launch (the warm start's SFT run included when that seed has none cached).
+Beside verl's accuracy (the reward's: the number on the "#### N" line) it prints the share of
+validation answers whose number is right in any format, from verl's validation dumps: how much of
+a rise is the format the reward asks for, and how much is sums.
+
+    python -m verl_gsm8k.bench.learning                           # seeds 0 1 2, ppo and grpo
+    python -m verl_gsm8k.bench.learning --seeds 0 --algos grpo -- ACTOR_LR=1e-4
+
+A benchmark, not a test: it prints figures (and writes them as JSON with --json). Every run goes
+to a fresh run root (--out; the cache of tiny model, toy data and warm starts is the normal
+CACHE_DIR unless --fresh-cache). Run it alone: another job on the machine slows every phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rewards.gsm8k import compute_score_flexible
+
+ROOT = Path(__file__).resolve().parents[2]
+VAL = "val-core/openai/gsm8k/acc/mean@1"
+SCORE = "critic/score/mean"
+
+
+def read_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
+    steps: dict[int, dict[str, float]] = {}
+    for path in sorted((run_dir / "metrics").glob("metrics-*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            steps.setdefault(record["step"], {}).update(record["data"])
+    return steps
+
+
+def any_format_accuracy(run_dir: Path, step: int) -> float | None:
+    """The share of validation answers whose number is right in any format (the reward's
+    flexible scorer: marker, boxed, "answer is", else the last number), from verl's dump."""
+    path = run_dir / "validation" / f"{step}.jsonl"
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    right = [compute_score_flexible("openai/gsm8k", r["output"], r["gts"])["acc"] for r in rows]
+    return statistics.fmean(right) if right else None
+
+
+def run_once(seed: int, algo: str, out: Path, knobs: list[str], cache: Path | None) -> dict:
+    env = dict(os.environ, ALGO=algo, SEED=str(seed), RUNS_ROOT=str(out))
+    env["EXPERIMENT_NAME"] = f"learn_{algo}_seed{seed}"
+    if cache is not None:
+        env["CACHE_DIR"] = str(cache)
+    env.update(knob.split("=", 1) for knob in knobs)
+    log = out / f"{env['EXPERIMENT_NAME']}.log"
+    start = time.monotonic()
+    with log.open("w") as sink:
+        status = subprocess.run(
+            ["bash", str(ROOT / "recipes" / "learn_tiny.sh")],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            check=False,
+        ).returncode
+    wall = time.monotonic() - start
+    steps = read_metrics(out / env["EXPERIMENT_NAME"])
+    val = sorted((s, m[VAL]) for s, m in steps.items() if VAL in m)
+    score = [m[SCORE] for _, m in sorted(steps.items()) if SCORE in m]
+    run_dir = out / env["EXPERIMENT_NAME"]
+    return {
+        "seed": seed,
+        "algo": algo,
+        "status": status,
+        "log": str(log),
+        "wall_s": round(wall, 1),
+        "warm_start_built": "warm start (once)" in log.read_text(),
+        "val_before": val[0][1] if val else None,
+        "val_after": val[-1][1] if val else None,
+        "val_best": max(v for _, v in val) if val else None,
+        "val_by_step": val,
+        "any_format_before": any_format_accuracy(run_dir, val[0][0]) if val else None,
+        "any_format_after": any_format_accuracy(run_dir, val[-1][0]) if val else None,
+        "score_first5": statistics.fmean(score[:5]) if score else None,
+        "score_last5": statistics.fmean(score[-5:]) if score else None,
+    }
+
+
+def fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| algo | seed | val before | val after (best) | rise | sum right in any format, "
+        "before -> after | train score, first 5 -> last 5 | wall |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        rise = (
+            f"{r['val_after'] - r['val_before']:+.2f}"
+            if r["val_after"] is not None and r["val_before"] is not None
+            else "-"
+        )
+        wall = f"{r['wall_s'] / 60:.1f} min" + (
+            " (with warm start)" if r["warm_start_built"] else ""
+        )
+        if r["status"] != 0:
+            wall += f", exit {r['status']}"
+        lines.append(
+            f"| {r['algo']} | {r['seed']} | {fmt(r['val_before'])} | {fmt(r['val_after'])} "
+            f"({fmt(r['val_best'])}) | {rise} | {fmt(r['any_format_before'])} -> "
+            f"{fmt(r['any_format_after'])} | {fmt(r['score_first5'])} -> "
+            f"{fmt(r['score_last5'])} | {wall} |"
+        )
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m verl_gsm8k.bench.learning", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="SEED values")
+    parser.add_argument(
+        "--algos", nargs="+", choices=("ppo", "grpo"), default=["ppo", "grpo"], help="ALGO values"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="run root for the runs and their logs (default: a new temp dir)"
+    )
+    parser.add_argument(
+        "--fresh-cache",
+        action="store_true",
+        help="build tiny model, toy data and warm starts in a new cache under --out (first-use "
+        "wall time) instead of the normal CACHE_DIR",
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "knobs", nargs="*", metavar="KNOB=VALUE", help="after --: knobs for every run"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    bad = [k for k in args.knobs if "=" not in k]
+    if bad:
+        print(f"bench.learning: not KNOB=VALUE: {' '.join(bad)}", file=sys.stderr)
+        return 2
+    out = args.out or Path(tempfile.mkdtemp(prefix="bench-learning-"))
+    out.mkdir(parents=True, exist_ok=True)
+    cache = out / "cache" if args.fresh_cache else None
+    rows = []
+    for seed in args.seeds:
+        for algo in args.algos:
+            print(f"bench.learning: seed {seed}, {algo} ...", flush=True)
+            rows.append(run_once(seed, algo, out, args.knobs, cache))
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0 if all(r["status"] == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
