@@ -27,19 +27,11 @@ import time
 from pathlib import Path
 
 from rewards.gsm8k import compute_score_flexible
+from verl_gsm8k.bench.cpu_train import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 VAL = "val-core/openai/gsm8k/acc/mean@1"
 SCORE = "critic/score/mean"
-
-
-def read_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
-    steps: dict[int, dict[str, float]] = {}
-    for path in sorted((run_dir / "metrics").glob("metrics-*.jsonl")):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            steps.setdefault(record["step"], {}).update(record["data"])
-    return steps
 
 
 def any_format_accuracy(run_dir: Path, step: int) -> float | None:
