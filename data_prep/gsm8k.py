@@ -470,6 +470,34 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
+def read_and_write(
+    prog: str,
+    source: str,
+    limit: int | None,
+    splits: Sequence[str],
+    write: Callable[[dict[str, list[Row]]], dict[str, Path]],
+) -> tuple[dict[str, list[Row]], dict[str, Path]] | int:
+    """The data_prep CLIs' core: load and validate every row of ``source``, then ``write`` them
+    (all outputs or none). Returns (rows by split, written paths), or the exit code after one
+    line on stderr: 2 for bad input or a failed write, 130 when interrupted."""
+    try:
+        data = load_source(source, limit=limit, splits=splits)
+        counts = ", ".join(f"{len(rows)} {split}" for split, rows in data.items())
+        print(f"{prog}: read {counts} rows from {source}; writing...", flush=True)
+        return data, write(data)
+    except DataPrepError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # full disk, a file vanishing under us, ...
+        print(f"{prog}: cannot write output: {one_line(err)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            f"{prog}: interrupted; outputs are replaced all together or not at all", file=sys.stderr
+        )
+        return 130
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"python -m {PROG}",
@@ -529,22 +557,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     splits = list(dict.fromkeys(args.splits))  # de-duplicated, order kept
     out_dir = Path(args.out_dir).expanduser()
     hub_dir = Path(args.hub_layout_dir).expanduser() if args.hub_layout_dir else None
-    try:
-        data = load_source(args.source, limit=args.limit, splits=splits)
-        counts = ", ".join(f"{len(rows)} {split}" for split, rows in data.items())
-        print(f"{PROG}: read {counts} rows from {args.source}; writing...", flush=True)
-        paths = write_all(data, out_dir, args.prompt_style, hub_dir)
-    except DataPrepError as err:
-        print(f"{PROG}: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:  # full disk, a file vanishing under us, ...
-        print(f"{PROG}: cannot write output: {one_line(err)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(
-            f"{PROG}: interrupted; outputs are replaced all together or not at all", file=sys.stderr
-        )
-        return 130
+    done = read_and_write(
+        PROG,
+        args.source,
+        args.limit,
+        splits,
+        lambda data: write_all(data, out_dir, args.prompt_style, hub_dir),
+    )
+    if isinstance(done, int):
+        return done
+    data, paths = done
     print(f"{PROG}: source {args.source}, prompt style {args.prompt_style}")
     for split, path in paths.items():
         print(f"  {split}: {len(data[split])} rows -> {path}")

@@ -43,15 +43,13 @@ from data_prep.gsm8k import (
     HUB_ID,
     PROMPT_STYLES,
     SPLITS,
-    DataPrepError,
     Row,
     Writers,
     build_prompt,
     ground_truth,
-    load_source,
-    one_line,
     parquet_writer,
     positive_int,
+    read_and_write,
     replace_all,
 )
 
@@ -178,22 +176,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     splits = list(dict.fromkeys(args.splits))  # de-duplicated, order kept
     out_dir = Path(args.out_dir).expanduser()
-    try:
-        data = load_source(args.source, limit=args.limit, splits=splits)
-        counts = ", ".join(f"{len(rows)} {split}" for split, rows in data.items())
-        print(f"{PROG}: read {counts} rows from {args.source}; writing...", flush=True)
-        paths = write_sft_splits(data, out_dir, args.prompt_style)
-    except DataPrepError as err:
-        print(f"{PROG}: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:  # full disk, a file vanishing under us, ...
-        print(f"{PROG}: cannot write output: {one_line(err)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(
-            f"{PROG}: interrupted; outputs are replaced all together or not at all", file=sys.stderr
-        )
-        return 130
+    done = read_and_write(
+        PROG,
+        args.source,
+        args.limit,
+        splits,
+        lambda data: write_sft_splits(data, out_dir, args.prompt_style),
+    )
+    if isinstance(done, int):
+        return done
+    data, paths = done
     print(f"{PROG}: source {args.source}, prompt style {args.prompt_style}")
     for split, path in paths.items():
         print(f"  {split}: {len(data[split])} conversations -> {path}")

@@ -119,7 +119,8 @@ def test_same_input_gives_byte_identical_files(prepared, source, tmp_path):
 
 
 def test_reuses_data_prep_gsm8k_instead_of_copying_it():
-    for name in ("load_source", "build_prompt", "parquet_writer", "replace_all", "DataPrepError"):
+    # read_and_write: gsm8k's load-validate-write core (load_source, DataPrepError, errors)
+    for name in ("read_and_write", "build_prompt", "parquet_writer", "replace_all"):
         assert getattr(sft, name) is getattr(gsm8k, name), name
 
 
