@@ -112,6 +112,19 @@ def run_recipe(recipe: str, env: dict[str, str], *args: str, timeout: int = 240)
     )
 
 
+def merge_run(run_dir: Path, target: Path, env: dict[str, str], timeout: int = 600):
+    """scripts/merge.sh run_dir target; fails the test with the output tail unless it merged."""
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "merge.sh"), str(run_dir), str(target)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
 def composed_config(stdout: str) -> dict:
     """verl's `--cfg job` YAML, printed after the preflight's last line."""
     import yaml

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 import time
 
 import pytest
-from helpers import ROOT, prepare_sft, recipe_env, run_recipe, write_synthetic_gsm8k
+from helpers import ROOT, merge_run, prepare_sft, recipe_env, run_recipe, write_synthetic_gsm8k
 
 from verl_gsm8k.preflight import cli as preflight
 from verl_gsm8k.preflight.cli import recipe_overrides
@@ -83,15 +82,8 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
     # the run directory -> a Hugging Face model, said to be the SFT model of the last step
     start = time.monotonic()
     target = tmp_path / "merged"
-    merge = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "merge.sh"), str(run_dir), str(target)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    merge = merge_run(run_dir, target, env, timeout=300)
     merged_s = time.monotonic() - start
-    assert merge.returncode == 0, merge.stdout[-3000:] + merge.stderr[-3000:]
     assert f"merge: SFT model of step {STEPS} (world size 1)" in merge.stdout
     manifest = json.loads((target / "merge_manifest.json").read_text())
     assert (manifest["role"], manifest["step"]) == ("sft", STEPS)

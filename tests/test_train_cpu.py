@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, USER_KNOBS, require_path, run_recipe
+from helpers import ROOT, USER_KNOBS, merge_run, require_path, run_recipe
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -170,14 +170,7 @@ def test_merge_carries_the_training(smoke: Smoke, tmp_path: Path):
     from safetensors.torch import load_file
 
     target = tmp_path / "merged"
-    result = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "merge.sh"), str(smoke.run_dir), str(target)],
-        env=smoke.env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    merge_run(smoke.run_dir, target, smoke.env)
     base = load_file(smoke.home / ".cache" / "verl-gsm8k" / "tiny-qwen2" / "model.safetensors")
     merged = {}
     for shard in target.glob("*.safetensors"):
@@ -193,13 +186,7 @@ def test_merge_carries_the_training(smoke: Smoke, tmp_path: Path):
 def test_eval_compares_base_and_merged(smoke: Smoke, tmp_path: Path):
     require_path(EVAL_PYTHON, f"no EvalScope environment at {EVAL_PYTHON} (make setup)")
     merged = tmp_path / "merged"
-    subprocess.run(
-        ["bash", str(ROOT / "scripts" / "merge.sh"), str(smoke.run_dir), str(merged)],
-        env=smoke.env,
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
+    merge_run(smoke.run_dir, merged, smoke.env)
     base = smoke.home / ".cache" / "verl-gsm8k" / "tiny-qwen2"
     out = tmp_path / "eval"
     env = dict(smoke.env, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
