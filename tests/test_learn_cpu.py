@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from browser import plot_series, render, require_chromium
-from helpers import ROOT, require_path
+from helpers import ROOT, merge_run, require_path
 from test_train_cpu import cpu_env, launch, metric_segments, output
 
 from rewards.gsm8k import compute_score
@@ -149,7 +149,7 @@ def test_report_shows_the_rise_without_a_false_alarm(algo: str, request: pytest.
     run: Learned = request.getfixturevalue(algo)
     summary = json.loads((run.run_dir / "report" / "summary.json").read_text())
     alarms = [f for f in summary["health"] if f["severity"] in ("error", "warning")]
-    assert not alarms, alarms
+    assert not alarms, "\n".join(f"{f['check']}: {f['message']} {f['evidence']}" for f in alarms)
     val = summary["validation"]
     assert val["final"]["value"] - val["first"]["value"] >= RISE
 
@@ -166,14 +166,7 @@ def test_report_page_draws_the_rising_curve(ppo: Learned, tmp_path: Path):
 
 
 def merge(run: Learned, target: Path) -> Path:
-    result = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "merge.sh"), str(run.run_dir), str(target)],
-        env=run.env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    merge_run(run.run_dir, target, run.env)
     assert json.loads((target / "merge_manifest.json").read_text())["step"] == STEPS
     return target
 

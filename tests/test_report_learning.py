@@ -286,6 +286,50 @@ def test_grpo_kl_loss_and_reward_without_score(tmp_path: Path) -> None:
     assert "actor/kl_loss" in hit.message and "critic/rewards/mean" in hit.message
 
 
+def with_score_range(
+    records: list[dict[str, Any]], low: float, high: float
+) -> list[dict[str, Any]]:
+    """The records with the worst and best response's score logged, as verl does each step."""
+    for record in records:
+        if SCORE in record["data"]:
+            record["data"].update({"critic/score/min": low, "critic/score/max": high})
+    return records
+
+
+def test_flat_score_near_its_ceiling_is_a_note_not_a_warning(tmp_path: Path) -> None:
+    """A converged run (sampled score ~0.92 of a 0/1 reward) whose KL keeps creeping up: the
+    check names it, as a note saying to stop earlier, and raises no warning."""
+    records = with_score_range(planted(lambda s: 0.92, lambda s: 0.2 * s / STEPS), 0, 1)
+    (hit,) = analyse_records(tmp_path, records)[2]
+    assert (hit.check, hit.severity) == ("kl_without_score_gain", "note")
+    ev = hit.evidence
+    assert ev["converged"] and (ev["score_floor"], ev["score_ceiling"]) == (0, 1)
+    assert "the run has converged" in hit.message and "range 0..1" in hit.message
+    # the same numbers without critic/score/min and /max: the range is not known, a warning
+    plain = planted(lambda s: 0.92, lambda s: 0.2 * s / STEPS)
+    assert only(analyse_records(tmp_path / "b", plain)[2], "kl_without_score_gain").severity == (
+        "warning"
+    )
+
+
+@pytest.mark.parametrize(
+    ("score", "low", "high", "severity"),
+    [
+        (0.78, 0, 1, "warning"),  # 0.22 below the top: still room to gain
+        (0.82, 0, 1, "note"),
+        (0.40, 0, 1, "warning"),  # the CPU spike's kind of run
+        (2.3, -1, 3, "note"),  # another reward's scale: 0.7 below the top of a range of 4
+        (2.1, -1, 3, "warning"),
+    ],
+)
+def test_converged_means_within_headroom_of_the_range(
+    tmp_path: Path, score: float, low: float, high: float, severity: str
+) -> None:
+    records = with_score_range(planted(lambda s: score, lambda s: 0.2 * s / STEPS), low, high)
+    hit = only(analyse_records(tmp_path, records)[2], "kl_without_score_gain")
+    assert hit.severity == severity
+
+
 def test_kl_check_needs_ten_steps_in_its_window(tmp_path: Path) -> None:
     records = planted(lambda s: 0.40, lambda s: 0.3 * s / STEPS)[:20]  # steps 1-19: window 9
     assert "kl_without_score_gain" not in checks_fired(analyse_records(tmp_path, records)[2])

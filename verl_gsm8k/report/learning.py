@@ -105,8 +105,25 @@ def _thirds(values: list[float]) -> tuple[float, float, float]:
     )
 
 
+def score_range(canon: Canonical, score_name: str) -> tuple[float, float] | None:
+    """(worst, best) score any response got in the run: the range the mean score moves in.
+
+    From ``<score>_min`` / ``<score>_max`` (verl logs critic/score/min and /max every step);
+    None when either is missing or the range is empty.
+    """
+    lows = [v for _, v in canon.series.get(f"{score_name}_min", [])]
+    highs = [v for _, v in canon.series.get(f"{score_name}_max", [])]
+    if not lows or not highs or max(highs) <= min(lows):
+        return None
+    return min(lows), max(highs)
+
+
 def check_kl_without_score_gain(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """KL to the reference growing through the end of the run while the train score does not."""
+    """KL to the reference growing through the end of the run while the train score does not.
+
+    A warning, unless the score already sits within kl_gain_headroom of the best a response
+    scored: then there was nothing left to buy, the run has converged, and it is a note.
+    """
     s = canon.series
     kl_name = "kl" if "kl" in s else "kl_loss" if "kl_loss" in s else None
     score_name = "score" if "score" in s else "reward" if "reward" in s else None
@@ -128,31 +145,49 @@ def check_kl_without_score_gain(canon: Canonical, t: Thresholds) -> list[Finding
     if not growing or s2 - s0 >= t.kl_gain_score_min:
         return []
     ratio = f", {k2 / k0:.1f}x" if k0 > 0 else ""
-    message = (
-        f"over steps {steps[0]}-{steps[-1]} (the last {size} steps) the train score "
-        f"({canon.source_keys.get(score_name, score_name)}) went {fmt(s0)} -> {fmt(s2)}, a gain "
-        f"under {t.kl_gain_score_min}, while the KL to the reference "
-        f"({canon.source_keys.get(kl_name, kl_name)}) kept growing {fmt(k0)} -> {fmt(k1)} -> "
-        f"{fmt(k2)} (medians of the first, middle and last third{ratio}): the policy moves away "
-        f"from the reference and buys no reward. Try a lower actor learning rate, a larger KL "
-        f"coefficient, critic warm-up or a larger batch ({DOCS})"
+    score_key = canon.source_keys.get(score_name, score_name)
+    kl_growth = (
+        f"the KL to the reference ({canon.source_keys.get(kl_name, kl_name)}) kept growing "
+        f"{fmt(k0)} -> {fmt(k1)} -> {fmt(k2)} (medians of the first, middle and last third{ratio})"
     )
+    evidence: dict[str, object] = {
+        "window_steps": size,
+        "score_metric": score_name,
+        "score_start": s0,
+        "score_end": s2,
+        "kl_start": k0,
+        "kl_middle": k1,
+        "kl_end": k2,
+    }
+    bounds = score_range(canon, score_name)
+    if bounds is not None and bounds[1] - s0 <= t.kl_gain_headroom * (bounds[1] - bounds[0]):
+        severity = "note"
+        evidence.update(score_floor=bounds[0], score_ceiling=bounds[1], converged=True)
+        message = (
+            f"over steps {steps[0]}-{steps[-1]} (the last {size} steps) the train score "
+            f"({score_key}) stayed at {fmt(s0)} -> {fmt(s2)}, near the best a response scores "
+            f"({fmt(bounds[1])}; range {fmt(bounds[0])}..{fmt(bounds[1])}, within "
+            f"{t.kl_gain_headroom} of it), while {kl_growth}: the run has converged, and further "
+            f"steps only move the policy away from the reference. A shorter run or an earlier "
+            f"checkpoint scores the same ({DOCS})"
+        )
+    else:
+        severity = "warning"
+        message = (
+            f"over steps {steps[0]}-{steps[-1]} (the last {size} steps) the train score "
+            f"({score_key}) went {fmt(s0)} -> {fmt(s2)}, a gain under {t.kl_gain_score_min}, "
+            f"while {kl_growth}: the policy moves away from the reference and buys no reward. "
+            f"Try a lower actor learning rate, a larger KL coefficient, critic warm-up or a "
+            f"larger batch ({DOCS})"
+        )
     return [
         Finding(
             "kl_without_score_gain",
-            "warning",
+            severity,
             kl_name,
             steps[0],
             steps[-1],
             message,
-            {
-                "window_steps": size,
-                "score_metric": score_name,
-                "score_start": s0,
-                "score_end": s2,
-                "kl_start": k0,
-                "kl_middle": k1,
-                "kl_end": k2,
-            },
+            evidence,
         )
     ]

@@ -27,6 +27,11 @@ class MetricSpec:
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("score", "train score (mean)", (("critic/score/mean", 1.0),)),
     MetricSpec("reward", "train reward incl. KL penalty (mean)", (("critic/rewards/mean", 1.0),)),
+    # The best and worst response of a step: together, the range the mean score can move in.
+    MetricSpec("score_max", "train score (best response)", (("critic/score/max", 1.0),)),
+    MetricSpec("score_min", "train score (worst response)", (("critic/score/min", 1.0),)),
+    MetricSpec("reward_max", "train reward (best response)", (("critic/rewards/max", 1.0),)),
+    MetricSpec("reward_min", "train reward (worst response)", (("critic/rewards/min", 1.0),)),
     MetricSpec(
         "kl", "KL to reference (in reward)", (("actor/reward_kl_penalty", 1.0), ("critic/kl", 1.0))
     ),
