@@ -48,6 +48,7 @@ def any_format_accuracy(run_dir: Path, step: int) -> float | None:
 def run_once(seed: int, algo: str, out: Path, knobs: list[str], cache: Path | None) -> dict:
     env = dict(os.environ, ALGO=algo, SEED=str(seed), RUNS_ROOT=str(out))
     env["EXPERIMENT_NAME"] = f"learn_{algo}_seed{seed}"
+    run_dir = out / env["EXPERIMENT_NAME"]
     if cache is not None:
         env["CACHE_DIR"] = str(cache)
     env.update(knob.split("=", 1) for knob in knobs)
@@ -62,10 +63,9 @@ def run_once(seed: int, algo: str, out: Path, knobs: list[str], cache: Path | No
             check=False,
         ).returncode
     wall = time.monotonic() - start
-    steps = read_metrics(out / env["EXPERIMENT_NAME"])
+    steps = read_metrics(run_dir)
     val = sorted((s, m[VAL]) for s, m in steps.items() if VAL in m)
     score = [m[SCORE] for _, m in sorted(steps.items()) if SCORE in m]
-    run_dir = out / env["EXPERIMENT_NAME"]
     return {
         "seed": seed,
         "algo": algo,

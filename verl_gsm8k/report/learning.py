@@ -145,7 +145,10 @@ def check_kl_without_score_gain(canon: Canonical, t: Thresholds) -> list[Finding
     if not growing or s2 - s0 >= t.kl_gain_score_min:
         return []
     ratio = f", {k2 / k0:.1f}x" if k0 > 0 else ""
-    score_key = canon.source_keys.get(score_name, score_name)
+    window = (
+        f"over steps {steps[0]}-{steps[-1]} (the last {size} steps) the train score "
+        f"({canon.source_keys.get(score_name, score_name)})"
+    )
     kl_growth = (
         f"the KL to the reference ({canon.source_keys.get(kl_name, kl_name)}) kept growing "
         f"{fmt(k0)} -> {fmt(k1)} -> {fmt(k2)} (medians of the first, middle and last third{ratio})"
@@ -164,8 +167,7 @@ def check_kl_without_score_gain(canon: Canonical, t: Thresholds) -> list[Finding
         severity = "note"
         evidence.update(score_floor=bounds[0], score_ceiling=bounds[1], converged=True)
         message = (
-            f"over steps {steps[0]}-{steps[-1]} (the last {size} steps) the train score "
-            f"({score_key}) stayed at {fmt(s0)} -> {fmt(s2)}, near the best a response scores "
+            f"{window} stayed at {fmt(s0)} -> {fmt(s2)}, near the best a response scores "
             f"({fmt(bounds[1])}; range {fmt(bounds[0])}..{fmt(bounds[1])}, within "
             f"{t.kl_gain_headroom} of it), while {kl_growth}: the run has converged, and further "
             f"steps only move the policy away from the reference. A shorter run or an earlier "
@@ -174,8 +176,7 @@ def check_kl_without_score_gain(canon: Canonical, t: Thresholds) -> list[Finding
     else:
         severity = "warning"
         message = (
-            f"over steps {steps[0]}-{steps[-1]} (the last {size} steps) the train score "
-            f"({score_key}) went {fmt(s0)} -> {fmt(s2)}, a gain under {t.kl_gain_score_min}, "
+            f"{window} went {fmt(s0)} -> {fmt(s2)}, a gain under {t.kl_gain_score_min}, "
             f"while {kl_growth}: the policy moves away from the reference and buys no reward. "
             f"Try a lower actor learning rate, a larger KL coefficient, critic warm-up or a "
             f"larger batch ({DOCS})"
