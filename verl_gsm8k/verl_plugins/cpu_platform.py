@@ -29,11 +29,8 @@ without flash-attn needs it too.
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import os
 import resource
-import sys
 import types
 from contextlib import contextmanager
 from typing import Any
@@ -41,6 +38,8 @@ from typing import Any
 import torch
 import torch.distributed
 from verl.plugin.platform import PlatformBase, PlatformRegistry
+
+from verl_gsm8k.verl_plugins.after_import import after_import
 
 PLATFORM = "cpu"
 
@@ -248,42 +247,11 @@ def _keep_vllm_linear_weights(linear: types.ModuleType) -> None:
     method.process_weights_after_loading = process_weights_after_loading
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs a patch right after one module is imported, in processes that import it at all
-    (only vLLM's own processes import vLLM: the FSDP workers and the trainer never pay for it)."""
-
-    def __init__(self, name: str, patch: Any) -> None:
-        self.name, self.patch = name, patch
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None):
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module, patch = spec.loader.exec_module, self.patch
-
-        def exec_then_patch(module: types.ModuleType) -> None:
-            exec_module(module)
-            patch(module)
-
-        spec.loader.exec_module = exec_then_patch  # type: ignore[method-assign]
-        return spec
-
-
-def _after_import(name: str, patch: Any) -> None:
-    if name in sys.modules:
-        patch(sys.modules[name])
-    else:
-        sys.meta_path.insert(0, _AfterImport(name, patch))
-
-
 def apply_patches() -> None:
     if cpu_platform_selected():
         _dedupe_gloo_backend()
         _pinning_is_identity()
-        _after_import(VLLM_LINEAR, _keep_vllm_linear_weights)
+        after_import(VLLM_LINEAR, _keep_vllm_linear_weights)
 
 
 apply_patches()
