@@ -9,12 +9,14 @@ after it runs the real path: the GSM8K prompt, verl's parquet schema and ``rewar
 
 It also writes the warm start's demonstrations, ``warm_start/{train,test}.parquet`` in verl's SFT
 schema (``data_prep.sft``): the same training questions, answered by worked solutions of which
-only some end with the ``#### N`` line the reward reads. Per wording, ``--marker-rates`` sets how
-often: by default 0.8 for the first wording and 0.2 for the second, so a model fine-tuned on them
-knows the sums but, asked in the second wording, mostly stops after ``a + b = s``: the reward
-gives 0 for that, and RL has a behaviour to learn that the demonstrations did not settle (as
-GSM8K's own reward scores a 0.5B model that solves a problem but drops the marker line). The test
-demonstrations always carry the marker (they only give the SFT run a validation loss).
+only some end with the ``#### N`` line the reward reads. Whether they do is a habit of the
+question's writer, not of the sum or the wording: the names of ``HABIT_GROUPS[0]`` end with it in
+90% of their answers, the others in 10% (``--marker-rates``), counted exactly per sum. A model
+fine-tuned on them knows every sum and the number that goes on the marker line, in every wording,
+but mostly stops after ``a + b = s`` for the second group's questions: the reward gives 0 for that,
+and RL has a behaviour to learn that the demonstrations did not settle (as GSM8K's own reward
+scores a 0.5B model that solves a problem but drops the marker line). The test demonstrations
+always carry the marker (they only give the SFT run a validation loss).
 
     question: Betty has 3 apples and finds 4 more. How many apples does Betty have now?
     answer:   3 + 4 = 7
@@ -32,7 +34,11 @@ question did not come within reach in hundreds of steps. Why the marker rates: a
 only half knows the sums samples almost uniformly over wrong digits, and RL on such a flat
 distribution is slow and fragile on this model; a half-learned final line is one clear choice per
 answer, the same in every question, which both PPO's critic and GRPO's group baseline can credit
-(``docs/learning.md``). The same seed gives byte-identical files.
+(``docs/learning.md``). Why the habit follows the writer and not the wording: the model does not
+copy the sum onto the marker line, it looks it up again from the question, so that lookup must be
+demonstrated in every wording; when only 20% of one wording's answers carried the line, RL taught
+the line faster than its number, and sums were lost (``docs/learning.md``, "Why sums were lost").
+The same seed gives byte-identical files.
 """
 
 from __future__ import annotations
@@ -60,13 +66,22 @@ MAX_SINGLE_DIGIT = 9
 WARM_START_DIR = "warm_start"  # the SFT demonstrations, beside train.jsonl and test.jsonl
 
 
-DEFAULT_MARKER_RATES = (0.8, 0.2)
+# Whose worked answers end with the marker line is a habit of the writer (the name in the
+# question), not of the sum or of the wording: every sum, in every wording, is demonstrated with
+# the marker line often enough for the model to learn the number that goes on it.
+HABIT_GROUPS = (NAMES[0::2], NAMES[1::2])
+DEFAULT_MARKER_RATES = (0.9, 0.1)
 
 
 def worked_answer(a: int, b: int, marker: bool = True) -> str:
     """The worked solution, GSM8K style: the computation, then ``#### <answer>`` (if ``marker``)."""
     computation = f"{a} + {b} = {a + b}"
     return f"{computation}\n#### {a + b}" if marker else computation
+
+
+def habit_group(name: str) -> int:
+    """0 or 1: which group of writers (``HABIT_GROUPS``) the question's name belongs to."""
+    return 0 if name in HABIT_GROUPS[0] else 1
 
 
 def make_splits(
@@ -78,12 +93,13 @@ def make_splits(
 ) -> dict[str, list[dict[str, str]]]:
     """``{"train": [...], "test": [...]}``; each pair gets ``train_per_pair`` wordings in train
     and ``test_per_pair`` other wordings in test. Rows are shuffled with ``seed``. Each row also
-    has its ``demonstration``: the worked answer, which in train ends with the marker line with
-    probability ``marker_rates[i]`` for wording ``i`` (always in test)."""
-    if len(marker_rates) != len(TEMPLATES) or not all(0 <= r <= 1 for r in marker_rates):
+    has its ``demonstration``: the worked answer, which in train ends with the marker line in
+    exactly ``round(marker_rates[g] x n)`` of the ``n`` questions of each pair whose name is in
+    habit group ``g`` (always in test)."""
+    if len(marker_rates) != len(HABIT_GROUPS) or not all(0 <= r <= 1 for r in marker_rates):
         raise DataPrepError(
-            f"marker rates {list(marker_rates)}: need {len(TEMPLATES)} numbers in [0, 1], "
-            "one per wording"
+            f"marker rates {list(marker_rates)}: need {len(HABIT_GROUPS)} numbers in [0, 1], "
+            "one per habit group"
         )
     wordings = list(itertools.product(TEMPLATES, NAMES, OBJECTS))
     needed = train_per_pair + test_per_pair
@@ -96,15 +112,17 @@ def make_splits(
     splits: dict[str, list[dict[str, str]]] = {"train": [], "test": []}
     for a, b in itertools.product(range(max_operand + 1), repeat=2):
         chosen = rng.sample(wordings, needed)
+        train = chosen[:train_per_pair]
+        marked: set[int] = set()
+        for group, rate in enumerate(marker_rates):
+            members = [i for i, (_, name, _) in enumerate(train) if habit_group(name) == group]
+            marked.update(rng.sample(members, round(rate * len(members))))
         for i, (template, name, obj) in enumerate(chosen):
-            train = i < train_per_pair
-            marker = not train or rng.random() < marker_rates[TEMPLATES.index(template)]
-            row = {
-                "question": template.format(name=name, a=a, b=b, obj=obj),
-                "answer": worked_answer(a, b),
-                "demonstration": worked_answer(a, b, marker),
-            }
-            splits["train" if train else "test"].append(row)
+            question = template.format(name=name, a=a, b=b, obj=obj)
+            marker = i >= train_per_pair or i in marked
+            row = {"question": question, "answer": worked_answer(a, b),
+                   "demonstration": worked_answer(a, b, marker)}  # fmt: skip
+            splits["train" if i < train_per_pair else "test"].append(row)
     for rows in splits.values():
         rng.shuffle(rows)
     return splits
@@ -140,9 +158,9 @@ def _rates(text: str) -> tuple[float, ...]:
         rates = tuple(float(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not comma-separated numbers: {text!r}") from None
-    if len(rates) != len(TEMPLATES) or not all(0 <= r <= 1 for r in rates):
+    if len(rates) != len(HABIT_GROUPS) or not all(0 <= r <= 1 for r in rates):
         raise argparse.ArgumentTypeError(
-            f"need {len(TEMPLATES)} numbers in [0, 1] (one per wording), got {text!r}"
+            f"need {len(HABIT_GROUPS)} numbers in [0, 1] (one per habit group), got {text!r}"
         )
     return rates
 
@@ -175,9 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--marker-rates",
         type=_rates,
         default=DEFAULT_MARKER_RATES,
-        help="per wording, the fraction of training demonstrations that end with the '#### N' "
-        "line, comma-separated (default 0.8,0.2: the warm start mostly omits it in the second "
-        "wording, which RL must then learn)",
+        help="per habit group of writers (the name in the question), the fraction of training "
+        "demonstrations that end with the '#### N' line, comma-separated (default 0.9,0.1: the "
+        "warm start mostly omits it for the second group, which RL must then learn)",
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="wording choice, marker lines and row order"

@@ -8,8 +8,8 @@
 #   2. the toy task: single-digit sums in GSM8K's format (python -m data_prep.arithmetic), then
 #      verl's RL parquet through the real path (python -m data_prep.gsm8k);
 #   3. the warm start: verl's SFT trainer (recipes/sft_qwen2.5-0.5b_gsm8k.sh) on demonstrations that
-#      end with the "#### N" line the reward reads in only part of the answers, merged to a Hugging
-#      Face model (scripts/merge.sh).
+#      end with the "#### N" line the reward reads in only part of the answers (a habit of the
+#      question's writer: docs/learning.md), merged to a Hugging Face model (scripts/merge.sh).
 # Then the RL run starts from the warm start; at its end the report (python -m verl_gsm8k.report)
 # prints validation accuracy (greedy, the toy test split) at step 0 and at the last step.
 # These settings fit a 1M-parameter model on a toy task, NOT Qwen2.5 on GSM8K: recipes/README.md.
@@ -25,7 +25,7 @@ esac
 RECIPE=learn_tiny
 CPU_BY_DEFAULT=1                          # no GPU: train on the CPU instead of stopping
 SEED=${SEED:-0}                           # toy data, warm start and RL data order
-WARM_START_STEPS=${WARM_START_STEPS:-150}  # SFT steps of the warm start
+WARM_START_STEPS=${WARM_START_STEPS:-400}  # SFT steps of the warm start
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-learn_tiny_${ALGO}_$(date -u +%Y%m%dT%H%M%SZ)}  # a fresh run each time
 TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-16}
 PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-8}
@@ -39,12 +39,16 @@ TEST_FREQ=${TEST_FREQ:-5}
 SAVE_FREQ=${SAVE_FREQ:-$TOTAL_TRAINING_STEPS}  # the last step: a model to merge and evaluate
 RECIPE_OVERRIDES=("data.seed=$SEED")
 
-# The warm start's SFT run: the toy demonstrations, a constant learning rate, 32 per step.
+# The warm start's SFT run: the toy demonstrations, 32 per step, a cosine learning rate from 3e-3
+# down to 3e-4, so it ends converged: every sum learned, on the computation line and on the marker
+# line alike (docs/learning.md, "Why the sums were lost").
 WARM_START_LR=3e-3
 WARM_START_BATCH=32
+# Bump when the toy task or the warm start's recipe changes: a cache of an older one is not reused.
+LEARN_CACHE_VERSION=2
 
 recipe_defaults() {
-  LEARN_HOME=$CACHE_DIR/learn-tiny/seed$SEED
+  LEARN_HOME=$CACHE_DIR/learn-tiny/v$LEARN_CACHE_VERSION/seed$SEED
   if [[ "$LEARN_HOME" != /* ]]; then LEARN_HOME=$PWD/$LEARN_HOME; fi  # Ray workers: absolute paths
   TOY_DIR=$LEARN_HOME/data
   WARM_START_DIR=$LEARN_HOME/warm-start-$WARM_START_STEPS
@@ -55,9 +59,8 @@ recipe_defaults() {
 # The SFT recipe runs as a child with none of this run's knobs (they are the RL run's).
 warm_start_env() {
   local name unset=()
-  for name in $("$PYTHON" -m verl_gsm8k.preflight.knobs --names) MODEL_PATH CRITIC_MODEL_PATH \
-      DATA_DIR GSM8K_TRAIN_FILE GSM8K_TEST_FILE SFT_TRAIN_FILE SFT_TEST_FILE REWARD_FILE \
-      PROJECT_NAME EXPERIMENT_NAME RUNS_ROOT RUN_DIR VERL_USE_EXTERNAL_MODULES; do
+  for name in $("$PYTHON" -m verl_gsm8k.preflight.knobs --names) "${PATH_KNOBS[@]}" \
+      VERL_USE_EXTERNAL_MODULES; do
     unset+=(-u "$name")
   done
   echo "${unset[@]}"
@@ -86,7 +89,8 @@ prepare_run() {
       TOTAL_TRAINING_STEPS="$WARM_START_STEPS" SAVE_FREQ="$WARM_START_STEPS" TEST_FREQ="$WARM_START_STEPS" \
       SFT_LR=$WARM_START_LR TRAIN_BATCH_SIZE=$WARM_START_BATCH MAX_LENGTH=160 LOGGER=console,file \
       RUN_DIR="$sft_run" bash "$ROOT/recipes/sft_qwen2.5-0.5b_gsm8k.sh" \
-      optim.lr_scheduler_type=constant optim.lr_warmup_steps_ratio=0 "trainer.seed=$SEED" >"$log" 2>&1; then
+      optim.lr_scheduler_type=cosine optim.min_lr_ratio=0.1 optim.lr_warmup_steps_ratio=0 \
+      "trainer.seed=$SEED" >"$log" 2>&1; then
     echo "recipe: the warm start's SFT run failed; its log: $log" >&2
     exit 1
   fi

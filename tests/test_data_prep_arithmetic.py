@@ -2,8 +2,9 @@
 
 Its files must go through the real path unchanged (data_prep.gsm8k reads them, the reward scores
 the worked answers 1.0), its test questions must be unseen in training, its warm-start
-demonstrations must drop the marker line at the asked rate per wording (and the reward must then
-give 0), the tiny tokenizer must keep a question short, and the same seed must give the same bytes.
+demonstrations must drop the marker line at the asked rate per habit group of writers, exactly, for
+every sum in every wording (and the reward must then give 0), the tiny tokenizer must keep a
+question short, and the same seed must give the same bytes.
 """
 
 from __future__ import annotations
@@ -73,24 +74,39 @@ def test_the_real_data_prep_path_reads_it(toy_dir, tmp_path):
     assert rows[0]["reward_model"]["ground_truth"] == ground_truth(first["answer"])
 
 
-def test_demonstrations_drop_the_marker_at_the_rate_of_each_wording(toy_dir):
+def writer(question: str) -> str:
+    (name,) = [n for n in arithmetic.NAMES if f"{n} " in question]
+    return name
+
+
+def test_demonstrations_drop_the_marker_by_habit_group_for_every_sum_and_wording(toy_dir):
     test_demos = pq.read_table(toy_dir / "warm_start" / "test.parquet").to_pylist()
     test_rows = jsonl(toy_dir / "test.jsonl")
     assert [d["messages"][1]["content"] for d in test_demos] == [r["answer"] for r in test_rows]
     rows = jsonl(toy_dir / "train.jsonl")
     demos = pq.read_table(toy_dir / "warm_start" / "train.parquet").to_pylist()
     assert len(demos) == len(rows)
-    with_marker: dict[int, list[bool]] = {0: [], 1: []}
+    by_group: dict[int, list[bool]] = {0: [], 1: []}
+    by_sum_group: dict[tuple[str, int], list[bool]] = {}
+    marked_by_wording: Counter[tuple[str, bool]] = Counter()
     for demo, row in zip(demos, rows, strict=True):
         user, assistant = demo["messages"]
         assert user == {"role": "user", "content": build_prompt(row["question"])}
         assert assistant["content"] in (row["answer"], row["answer"].split("\n")[0])
         has_marker = assistant["content"] == row["answer"]
-        with_marker[1 if " in April " in row["question"] else 0].append(has_marker)
+        group = arithmetic.habit_group(writer(row["question"]))
+        by_group[group].append(has_marker)
+        by_sum_group.setdefault((row["answer"], group), []).append(has_marker)
+        marked_by_wording[(row["answer"], " in April " in row["question"])] += has_marker
         truth = ground_truth(row["answer"])
         assert compute_score("openai/gsm8k", assistant["content"], truth)["score"] == has_marker
-    rates = [sum(v) / len(v) for v in with_marker.values()]
-    assert abs(rates[0] - 0.8) < 0.06 and abs(rates[1] - 0.2) < 0.06, rates
+    rates = [sum(v) / len(v) for v in by_group.values()]
+    assert abs(rates[0] - 0.9) < 0.02 and abs(rates[1] - 0.1) < 0.02, rates
+    # exact per sum: round(rate x questions of that group), not a coin per question
+    for (_, group), marks in by_sum_group.items():
+        assert sum(marks) == round((0.9, 0.1)[group] * len(marks)), (group, marks)
+    # the number on the marker line is demonstrated for every sum in both wordings
+    assert len(marked_by_wording) == 25 * 2 and min(marked_by_wording.values()) >= 3
 
 
 def test_marker_rates_flag_and_its_errors(tmp_path):
