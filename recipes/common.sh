@@ -33,8 +33,11 @@ TRAINER=${TRAINER:-ppo}
 # The knobs only one trainer reads: set for the other one, they are ignored, and said so.
 PPO_KNOBS=(CRITIC_MODEL_PATH PPO_MINI_BATCH_SIZE MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH ACTOR_LR
            CRITIC_LR KL_COEF ROLLOUT_TP ROLLOUT_GPU_MEM_UTIL ROLLOUT_N GSM8K_TRAIN_FILE
-           GSM8K_TEST_FILE REWARD_FILE REWARD_FN)
+           GSM8K_TEST_FILE REWARD_FILE REWARD_FN TRACE_SAMPLES)
 SFT_KNOBS=(SFT_LR MAX_LENGTH SFT_TRAIN_FILE SFT_TEST_FILE)
+# The knobs that name paths and runs (every other knob is in verl_gsm8k/preflight/knobs.py's table).
+PATH_KNOBS=(MODEL_PATH CRITIC_MODEL_PATH DATA_DIR GSM8K_TRAIN_FILE GSM8K_TEST_FILE SFT_TRAIN_FILE
+            SFT_TEST_FILE REWARD_FILE PROJECT_NAME EXPERIMENT_NAME RUNS_ROOT RUN_DIR CACHE_DIR)
 case "$TRAINER" in
   ppo) OTHER_KNOBS=("${SFT_KNOBS[@]}"); TRAINER_LABEL=PPO; OVERLAY_SUFFIX="" ;;
   sft) OTHER_KNOBS=("${PPO_KNOBS[@]}"); TRAINER_LABEL=SFT; OVERLAY_SUFFIX=_sft ;;
@@ -87,6 +90,8 @@ if [[ "$TRAINER" == ppo ]]; then
   ROLLOUT_TP=${ROLLOUT_TP:-1}
   ROLLOUT_GPU_MEM_UTIL=${ROLLOUT_GPU_MEM_UTIL:-0.4}
   ROLLOUT_N=${ROLLOUT_N:-1}
+  # ---- knob: the per-token trace of a few responses per step (RUN_DIR/trace/; 0 = off) ----
+  TRACE_SAMPLES=${TRACE_SAMPLES:-4}
 else
   # ---- knobs: SFT lengths and optimisation ----
   SFT_LR=${SFT_LR:-1e-5}                                # peak learning rate (cosine schedule)
@@ -156,6 +161,10 @@ RUN_DIR=$(absolute "$RUN_DIR")
 # ---- knobs: launcher behaviour ----
 DRY_RUN=${DRY_RUN:-0}                                 # 1: preflight + composed config, no training
 SKIP_PREFLIGHT=${SKIP_PREFLIGHT:-0}
+# A relaunch into a run dir with a checkpoint: auto resumes it only when the launch record says it
+# is the same experiment (model, algorithm, learning rates); force resumes it anyway; disable
+# starts over (verl_gsm8k/launch/resume.py).
+RESUME=${RESUME:-auto}
 
 declare -p RECIPE_OVERRIDES >/dev/null 2>&1 || RECIPE_OVERRIDES=()
 
@@ -204,6 +213,9 @@ if [[ "$TRAIN_ON" == cpu ]]; then
     export RAY_prestart_worker_first_driver=${RAY_prestart_worker_first_driver:-0}
   fi
 fi
+if [[ "$TRAINER" == ppo && "$TRACE_SAMPLES" =~ ^[1-9][0-9]*$ ]]; then
+  VERL_MODULES+=(verl_gsm8k.verl_plugins.trace)     # registers the tracing trainer (verl_gsm8k/trace/)
+fi
 if [[ ${#VERL_MODULES[@]} -gt 0 ]]; then
   modules=$(IFS=,; echo "${VERL_MODULES[*]}")
   export VERL_USE_EXTERNAL_MODULES=$modules${VERL_USE_EXTERNAL_MODULES:+,$VERL_USE_EXTERNAL_MODULES}
@@ -222,60 +234,67 @@ if [[ -n "${RAY_ADDRESS:-}" && "$TRAINER" == ppo ]]; then
 fi
 
 # ---- every knob onto its verl key, once ----
+# knob_key KNOB KEY VALUE appends KEY=VALUE to OVERRIDES and notes that KNOB set KEY (the launch
+# record keeps it: the run comparison names the knob beside each key that differs).
+OVERRIDES=()
+KNOB_KEYS=()
+knob_key() { OVERRIDES+=("$2=$3"); KNOB_KEYS+=("$2=$1"); }
 if [[ "$TRAINER" == ppo ]]; then
-OVERRIDES=(
-  "actor_rollout_ref.model.path=$(hydra_quote "$MODEL_PATH")"
-  "critic.model.path=$(hydra_quote "$CRITIC_MODEL_PATH")"
-  "trainer.nnodes=$NNODES"
-  "trainer.n_gpus_per_node=$NDEVICES_PER_NODE"
-  "data.train_batch_size=$TRAIN_BATCH_SIZE"
-  "actor_rollout_ref.actor.ppo_mini_batch_size=$PPO_MINI_BATCH_SIZE"
-  "data.max_prompt_length=$MAX_PROMPT_LENGTH"
-  "data.max_response_length=$MAX_RESPONSE_LENGTH"
-  "actor_rollout_ref.actor.optim.lr=$ACTOR_LR"
-  "critic.optim.lr=$CRITIC_LR"
-  "algorithm.kl_ctrl.kl_coef=$KL_COEF"
-  "actor_rollout_ref.actor.kl_loss_coef=$KL_COEF"
-  "actor_rollout_ref.rollout.tensor_model_parallel_size=$ROLLOUT_TP"
-  "actor_rollout_ref.rollout.gpu_memory_utilization=$ROLLOUT_GPU_MEM_UTIL"
-  "actor_rollout_ref.rollout.n=$ROLLOUT_N"
-  "trainer.total_epochs=$TOTAL_EPOCHS"
-  "trainer.total_training_steps=$TOTAL_TRAINING_STEPS"
-  "trainer.save_freq=$SAVE_FREQ"
-  "trainer.test_freq=$TEST_FREQ"
-  "trainer.max_actor_ckpt_to_keep=$MAX_CKPT_TO_KEEP"
-  "trainer.max_critic_ckpt_to_keep=$MAX_CKPT_TO_KEEP"
-  "data.train_files=[$(hydra_quote "$GSM8K_TRAIN_FILE")]"
-  "data.val_files=[$(hydra_quote "$GSM8K_TEST_FILE")]"
-  "reward.custom_reward_function.path=$(hydra_quote "$REWARD_FILE")"
-  "reward.custom_reward_function.name=$REWARD_FN"
-  "trainer.project_name=$(hydra_quote "$PROJECT_NAME")"
-  "trainer.experiment_name=$(hydra_quote "$EXPERIMENT_NAME")"
-  "trainer.default_local_dir=$(hydra_quote "$RUN_DIR")"
-  "trainer.rollout_data_dir=$(hydra_quote "$RUN_DIR/rollouts")"
-  "trainer.validation_data_dir=$(hydra_quote "$RUN_DIR/validation")"
-  "trainer.logger=[$LOGGER]"
-)
+  knob_key MODEL_PATH actor_rollout_ref.model.path "$(hydra_quote "$MODEL_PATH")"
+  knob_key CRITIC_MODEL_PATH critic.model.path "$(hydra_quote "$CRITIC_MODEL_PATH")"
+  knob_key NNODES trainer.nnodes "$NNODES"
+  knob_key NDEVICES_PER_NODE trainer.n_gpus_per_node "$NDEVICES_PER_NODE"
+  knob_key TRAIN_BATCH_SIZE data.train_batch_size "$TRAIN_BATCH_SIZE"
+  knob_key PPO_MINI_BATCH_SIZE actor_rollout_ref.actor.ppo_mini_batch_size "$PPO_MINI_BATCH_SIZE"
+  knob_key MAX_PROMPT_LENGTH data.max_prompt_length "$MAX_PROMPT_LENGTH"
+  knob_key MAX_RESPONSE_LENGTH data.max_response_length "$MAX_RESPONSE_LENGTH"
+  knob_key ACTOR_LR actor_rollout_ref.actor.optim.lr "$ACTOR_LR"
+  knob_key CRITIC_LR critic.optim.lr "$CRITIC_LR"
+  knob_key KL_COEF algorithm.kl_ctrl.kl_coef "$KL_COEF"
+  knob_key KL_COEF actor_rollout_ref.actor.kl_loss_coef "$KL_COEF"
+  knob_key ROLLOUT_TP actor_rollout_ref.rollout.tensor_model_parallel_size "$ROLLOUT_TP"
+  knob_key ROLLOUT_GPU_MEM_UTIL actor_rollout_ref.rollout.gpu_memory_utilization "$ROLLOUT_GPU_MEM_UTIL"
+  knob_key ROLLOUT_N actor_rollout_ref.rollout.n "$ROLLOUT_N"
+  knob_key TOTAL_EPOCHS trainer.total_epochs "$TOTAL_EPOCHS"
+  knob_key TOTAL_TRAINING_STEPS trainer.total_training_steps "$TOTAL_TRAINING_STEPS"
+  knob_key SAVE_FREQ trainer.save_freq "$SAVE_FREQ"
+  knob_key TEST_FREQ trainer.test_freq "$TEST_FREQ"
+  knob_key MAX_CKPT_TO_KEEP trainer.max_actor_ckpt_to_keep "$MAX_CKPT_TO_KEEP"
+  knob_key MAX_CKPT_TO_KEEP trainer.max_critic_ckpt_to_keep "$MAX_CKPT_TO_KEEP"
+  knob_key GSM8K_TRAIN_FILE data.train_files "[$(hydra_quote "$GSM8K_TRAIN_FILE")]"
+  knob_key GSM8K_TEST_FILE data.val_files "[$(hydra_quote "$GSM8K_TEST_FILE")]"
+  knob_key REWARD_FILE reward.custom_reward_function.path "$(hydra_quote "$REWARD_FILE")"
+  knob_key REWARD_FN reward.custom_reward_function.name "$REWARD_FN"
+  knob_key PROJECT_NAME trainer.project_name "$(hydra_quote "$PROJECT_NAME")"
+  knob_key EXPERIMENT_NAME trainer.experiment_name "$(hydra_quote "$EXPERIMENT_NAME")"
+  knob_key RUN_DIR trainer.default_local_dir "$(hydra_quote "$RUN_DIR")"
+  knob_key RUN_DIR trainer.rollout_data_dir "$(hydra_quote "$RUN_DIR/rollouts")"
+  knob_key RUN_DIR trainer.validation_data_dir "$(hydra_quote "$RUN_DIR/validation")"
+  knob_key LOGGER trainer.logger "[$LOGGER]"
+  # The per-token trace (verl_gsm8k/trace/): verl's own sync trainer, registered under another name.
+  if [[ "$TRACE_SAMPLES" =~ ^[1-9][0-9]*$ ]]; then
+    knob_key TRACE_SAMPLES trainer.v1.trainer_mode gsm8k_trace
+    knob_key TRACE_SAMPLES gsm8k_trace.samples "$TRACE_SAMPLES"
+  fi
 else
-OVERRIDES=(
-  "model.path=$(hydra_quote "$MODEL_PATH")"
-  "trainer.n_gpus_per_node=$NDEVICES_PER_NODE"
-  "data.train_batch_size=$TRAIN_BATCH_SIZE"
-  "data.max_length=$MAX_LENGTH"
-  "optim.lr=$SFT_LR"
-  "trainer.total_epochs=$TOTAL_EPOCHS"
-  "trainer.total_training_steps=$TOTAL_TRAINING_STEPS"
-  "trainer.save_freq=$SAVE_FREQ"
-  "trainer.test_freq=$TEST_FREQ"
-  "trainer.max_ckpt_to_keep=$MAX_CKPT_TO_KEEP"
-  "data.train_files=[$(hydra_quote "$SFT_TRAIN_FILE")]"
-  "data.val_files=[$(hydra_quote "$SFT_TEST_FILE")]"
-  "trainer.project_name=$(hydra_quote "$PROJECT_NAME")"
-  "trainer.experiment_name=$(hydra_quote "$EXPERIMENT_NAME")"
-  "trainer.default_local_dir=$(hydra_quote "$RUN_DIR")"
-  "trainer.logger=[$LOGGER]"
-)
+  knob_key MODEL_PATH model.path "$(hydra_quote "$MODEL_PATH")"
+  knob_key NDEVICES_PER_NODE trainer.n_gpus_per_node "$NDEVICES_PER_NODE"
+  knob_key TRAIN_BATCH_SIZE data.train_batch_size "$TRAIN_BATCH_SIZE"
+  knob_key MAX_LENGTH data.max_length "$MAX_LENGTH"
+  knob_key SFT_LR optim.lr "$SFT_LR"
+  knob_key TOTAL_EPOCHS trainer.total_epochs "$TOTAL_EPOCHS"
+  knob_key TOTAL_TRAINING_STEPS trainer.total_training_steps "$TOTAL_TRAINING_STEPS"
+  knob_key SAVE_FREQ trainer.save_freq "$SAVE_FREQ"
+  knob_key TEST_FREQ trainer.test_freq "$TEST_FREQ"
+  knob_key MAX_CKPT_TO_KEEP trainer.max_ckpt_to_keep "$MAX_CKPT_TO_KEEP"
+  knob_key SFT_TRAIN_FILE data.train_files "[$(hydra_quote "$SFT_TRAIN_FILE")]"
+  knob_key SFT_TEST_FILE data.val_files "[$(hydra_quote "$SFT_TEST_FILE")]"
+  knob_key PROJECT_NAME trainer.project_name "$(hydra_quote "$PROJECT_NAME")"
+  knob_key EXPERIMENT_NAME trainer.experiment_name "$(hydra_quote "$EXPERIMENT_NAME")"
+  knob_key RUN_DIR trainer.default_local_dir "$(hydra_quote "$RUN_DIR")"
+  knob_key LOGGER trainer.logger "[$LOGGER]"
 fi
+if [[ "$RESUME" == disable ]]; then knob_key RESUME trainer.resume_mode disable; fi
 
 # Every knob of verl_gsm8k/preflight/knobs.py's table that is set here gets its type and range
 # checked, in well under a second, before the slow preflight: one line per bad value, exit 2.
@@ -351,6 +370,21 @@ prune_checkpoints() {
   done
 }
 
+# What this launch is, in RUN_DIR/launches/launch-<stamp>.yaml (verl_gsm8k/launch/), after the
+# guard that refuses to resume another experiment's checkpoint silently (RESUME).
+record_launch() {
+  local stamp=$1 name args=()
+  shift
+  for name in $("$PYTHON" -m verl_gsm8k.preflight.knobs --names) "${PATH_KNOBS[@]}"; do
+    if [[ -n "${!name+set}" ]]; then args+=(--knob "$name=${!name}"); fi
+  done
+  for name in "${KNOB_KEYS[@]}"; do args+=(--knob-key "$name"); done
+  for name in "$@"; do args+=(--user "$name"); done
+  "$PYTHON" -m verl_gsm8k.launch --run-dir "$RUN_DIR" --stamp "$stamp" --recipe "$RECIPE" \
+    --trainer "$TRAINER" --config-name "$CONFIG_NAME" --resume "$RESUME" "${args[@]}" -- \
+    "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@"
+}
+
 launch() {
   if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     echo "usage: [KNOB=value ...] bash recipes/$RECIPE.sh [verl.key=value ...]"
@@ -380,6 +414,7 @@ launch() {
   fi
   local stamp
   stamp=$(date -u +%Y%m%dT%H%M%SZ)
+  record_launch "$stamp" "$@" || exit $?
   mkdir -p "$RUN_DIR/metrics" "$RUN_DIR/logs"
   # verl's file logger truncates its file on open: one file per launch keeps a resumed run's history.
   export VERL_FILE_LOGGER_PATH="$RUN_DIR/metrics/metrics-$stamp.jsonl"

@@ -56,6 +56,7 @@ from verl_gsm8k.preflight.model import (
 )
 from verl_gsm8k.preflight.report import Report, one_line
 from verl_gsm8k.preflight.sft import run_sft
+from verl_gsm8k.preflight.trace import check_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG_DIR = ROOT / "configs"
@@ -403,6 +404,7 @@ def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | N
 
     check_device(cfg, need_critic(cfg), report)
     check_lora(cfg, need_critic(cfg), report)
+    check_trace(cfg, report)
     loaded = check_models(cfg, report)
     tokenizer, hf_config = loaded if loaded else (None, None)
     first_prompt = check_data(cfg, tokenizer, report)

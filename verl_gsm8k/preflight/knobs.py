@@ -130,6 +130,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("ALGO", one_of("ppo", "grpo")),
     Knob("SEED", NON_NEGATIVE_INT),
     Knob("WARM_START_STEPS", POSITIVE_INT),
+    Knob("TRACE_SAMPLES", NON_NEGATIVE_INT),
+    Knob("RESUME", one_of("auto", "force", "disable")),
     Knob("DRY_RUN", SWITCH),
     Knob("SKIP_PREFLIGHT", SWITCH),
 )

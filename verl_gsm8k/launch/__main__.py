@@ -1,0 +1,132 @@
+"""python -m verl_gsm8k.launch: record a launch in its run directory, after the resume guard.
+
+    python -m verl_gsm8k.launch --run-dir DIR --stamp UTC --recipe NAME --trainer ppo \\
+        --config-name gsm8k_ppo [--resume auto] [--knob NAME=VALUE ...] [--knob-key KEY=NAME ...] \\
+        [--user KEY=VALUE ...] -- OVERRIDE ...
+
+Run by recipes/common.sh right before verl starts. Exit 0: the record is written
+(DIR/launches/launch-UTC.yaml); 2: one line on stderr (a resume of another experiment refused, a
+config that does not compose, a record that exists), and nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from verl_gsm8k.launch.record import STAMP, RecordError, build_record, read_records, write_record
+from verl_gsm8k.launch.resume import MODES, refusal
+
+PROG = "verl_gsm8k.launch"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise RecordError(f"{flag} {item!r}: not NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def composed(config_dir: Path, config_name: str, overrides: list[str]) -> dict:
+    """The resolved config verl will run (Hydra over the installed verl configs)."""
+    from omegaconf import OmegaConf
+
+    from verl_gsm8k.preflight.compose import compose
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        cfg = compose(config_dir, config_name, overrides)
+    except Exception as err:  # Hydra raises several types; the message is what matters
+        raise RecordError(f"the config does not compose: {str(err).splitlines()[0]}") from None
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # an interpolation only verl's runtime can resolve: keep it as written
+        return OmegaConf.to_container(cfg, resolve=False)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-dir", type=Path, required=True, help="the run directory (RUN_DIR)")
+    parser.add_argument(
+        "--stamp", required=True, help="the launch's UTC stamp, YYYYMMDDTHHMMSSZ (as its metrics)"
+    )
+    parser.add_argument("--recipe", required=True, help="the recipe's name (recipes/NAME.sh)")
+    parser.add_argument("--trainer", choices=("ppo", "sft"), default="ppo", help="verl trainer")
+    parser.add_argument(
+        "--config-name", required=True, help="the config of configs/ the launch composes"
+    )
+    parser.add_argument(
+        "--config-dir", type=Path, default=ROOT / "configs", help="default: the repo's configs/"
+    )
+    parser.add_argument(
+        "--resume",
+        choices=MODES,
+        default="auto",
+        help="auto: resume a checkpoint only when it came from the same model, algorithm and "
+        "learning rates (else stop with one line); force: resume whatever differs; disable: "
+        "the launch starts over (verl's trainer.resume_mode=disable)",
+    )
+    parser.add_argument(
+        "--knob", action="append", default=[], metavar="NAME=VALUE", help="a knob the launch set"
+    )
+    parser.add_argument(
+        "--knob-key",
+        action="append",
+        default=[],
+        metavar="KEY=NAME",
+        help="verl key KEY was set by knob NAME",
+    )
+    parser.add_argument(
+        "--user",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override the user gave on the command line (also in the list after --)",
+    )
+    parser.add_argument("overrides", nargs="*", help="the launch's full override list (after --)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if not STAMP.match(args.stamp):
+            raise RecordError(f"--stamp {args.stamp!r}: not YYYYMMDDTHHMMSSZ")
+        config = composed(args.config_dir.resolve(), args.config_name, list(args.overrides))
+        from verl_gsm8k.preflight.device import visible_gpus
+
+        record = build_record(
+            stamp=args.stamp,
+            recipe=args.recipe,
+            trainer=args.trainer,
+            config_name=args.config_name,
+            knobs=_pairs(args.knob, "--knob"),
+            knob_keys=_pairs(args.knob_key, "--knob-key"),
+            user_overrides=list(args.user),
+            config=config,
+            root=ROOT,
+            gpus=visible_gpus(),
+        )
+        previous = read_records(args.run_dir)
+        stop = refusal(args.run_dir, previous[-1] if previous else None, record, args.resume,
+                       args.trainer)  # fmt: skip
+        if stop:
+            print(stop, file=sys.stderr)
+            return 2
+        path = write_record(args.run_dir, record)
+    except RecordError as err:
+        print(f"launch: {err}", file=sys.stderr)
+        return 2
+    print(f"launch: recorded -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

