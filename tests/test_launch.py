@@ -1,0 +1,96 @@
+"""Every launch records what it was (RUN_DIR/launches/launch-<UTC>.yaml), and a relaunch never
+resumes another experiment's checkpoint silently. The launches run the real recipes and
+common.sh with a stand-in for verl's entry point (test_recipes.fake_verl_python): nothing trains."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, fake_nvidia_smi, recipe_env, run_recipe
+from test_recipes import fake_verl_python
+
+from verl_gsm8k.launch.record import read_records
+from verl_gsm8k.launch.resume import differences
+
+RECIPE = "ppo_qwen2.5-0.5b_gsm8k"
+
+
+@pytest.fixture
+def gpu_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path) -> dict[str, str]:
+    python = fake_verl_python(tmp_path / "python", tmp_path / "verl-args.txt")
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", PYTHON=str(python),
+                     SKIP_PREFLIGHT="1")  # fmt: skip
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    return env
+
+
+def run_dir(env: dict[str, str]) -> Path:
+    return Path(env["RUNS_ROOT"]) / RECIPE
+
+
+def fake_checkpoint(directory: Path, step: int) -> None:
+    (directory / f"global_step_{step}" / "actor").mkdir(parents=True)
+    (directory / "latest_checkpointed_iteration.txt").write_text(str(step))
+
+
+def test_a_launch_records_its_config_knobs_versions_and_host(gpu_env, tmp_path):
+    result = run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="2e-6"), "trainer.total_epochs=3")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (record,) = read_records(run_dir(gpu_env))
+    assert f"launch: recorded -> {run_dir(gpu_env)}/launches/launch-{record['stamp']}.yaml" in (
+        result.stdout
+    )
+    metrics = (tmp_path / "verl-args.txt").read_text().splitlines()[0]
+    assert metrics.endswith(f"/metrics/metrics-{record['stamp']}.jsonl")  # one stamp per launch
+    assert (record["recipe"], record["trainer"], record["config_name"]) == (
+        RECIPE, "ppo", "gsm8k_ppo")  # fmt: skip
+    config = record["config"]
+    assert config["actor_rollout_ref"]["actor"]["optim"]["lr"] == 2e-6  # resolved, typed
+    assert config["trainer"]["total_epochs"] == 3  # the user's override, last
+    assert record["knobs"]["ACTOR_LR"] == "2e-6"
+    assert record["knob_keys"]["actor_rollout_ref.actor.optim.lr"] == "ACTOR_LR"
+    assert record["knob_keys"]["data.max_response_length"] == "MAX_RESPONSE_LENGTH"
+    assert record["user_overrides"] == ["trainer.total_epochs=3"]
+    assert record["versions"]["verl"] == "0.9.1" and record["versions"]["torch"]
+    assert len(record["git"]["commit"]) == 40 and isinstance(record["git"]["dirty"], bool)
+    assert record["host"]["gpus"] == [{"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.6}]
+
+
+def test_same_config_resumes_a_different_one_stops_with_one_line(gpu_env, tmp_path):
+    assert run_recipe(RECIPE, gpu_env).returncode == 0
+    fake_checkpoint(run_dir(gpu_env), 20)
+    again = run_recipe(RECIPE, gpu_env)  # same experiment: resumes, a second record
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert len(read_records(run_dir(gpu_env))) == 2
+    (tmp_path / "verl-args.txt").unlink()
+    other = run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="1e-4", MODEL_PATH=str(tmp_path / "m")))
+    assert other.returncode == 2
+    (line,) = [x for x in other.stderr.splitlines() if x.startswith("launch:")]
+    assert "holds the checkpoint of step 20 of another experiment" in line
+    assert "actor learning rate (actor_rollout_ref.actor.optim.lr) 1e-06 -> 0.0001" in line
+    assert "new EXPERIMENT_NAME" in line and "RESUME=force" in line
+    assert not (tmp_path / "verl-args.txt").exists()  # verl never started
+    assert len(read_records(run_dir(gpu_env))) == 2  # and nothing recorded
+    forced = run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="1e-4", RESUME="force"))
+    assert forced.returncode == 0 and len(read_records(run_dir(gpu_env))) == 3
+    # the forced launch is now the checkpoint's experiment: the same settings resume silently
+    assert run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="1e-4")).returncode == 0
+
+
+def test_resume_disable_reaches_verl_and_starts_over(gpu_env, tmp_path):
+    assert run_recipe(RECIPE, gpu_env).returncode == 0
+    fake_checkpoint(run_dir(gpu_env), 5)
+    result = run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="3e-6", RESUME="disable"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "arg=trainer.resume_mode=disable" in (tmp_path / "verl-args.txt").read_text()
+    bad = run_recipe(RECIPE, dict(gpu_env, RESUME="maybe"))
+    assert bad.returncode == 2 and "knobs: RESUME=maybe is not one of" in bad.stderr
+
+
+def test_differences_compare_numbers_as_numbers():
+    old = {"config": {"actor_rollout_ref": {"actor": {"optim": {"lr": "1e-6"}}}}}
+    same = {"config": {"actor_rollout_ref": {"actor": {"optim": {"lr": 1e-06}}}}}
+    assert differences(old, same, "ppo") == []
+    assert ROOT.is_dir()
