@@ -86,6 +86,8 @@ def run_settings(config: DictConfig) -> dict[str, Any]:
         "clip_ratio_low": config.actor_rollout_ref.actor.clip_ratio_low,
         "clip_ratio_high": config.actor_rollout_ref.actor.clip_ratio_high,
         "model": str(config.actor_rollout_ref.model.path),
+        # the launch's metrics file (recipes/common.sh): ties the trace to its run and launch
+        "metrics_file": os.path.basename(os.environ.get("VERL_FILE_LOGGER_PATH", "")) or None,
     }
 
 
@@ -145,7 +147,9 @@ class TracingTrainer(PPOTrainerSync):
         models = _rows(data["reward_model"]) if "reward_model" in fields else [{}] * len(keys)
         sources = _rows(data["data_source"]) if "data_source" in fields else [None] * len(keys)
         decode = self._decode_one
-        lines = [step_line(step, self.trace_run, metrics, traced=len(keys), of=len(real))]
+        head = step_line(step, self.trace_run, metrics, traced=len(keys), of=len(real))
+        head["batch"] = self._batch_stats(batch, real)
+        lines = [head]
         for i, key in enumerate(keys):
             per_token = {TQ_PER_TOKEN[name]: values[i] for name, values in rows.items()}
             if "reward" not in per_token and "score" in per_token:
@@ -165,6 +169,38 @@ class TracingTrainer(PPOTrainerSync):
                 )
             )  # fmt: skip
         self.trace_writer.submit(step, lines)
+
+    def _batch_stats(self, batch: Any, real: list[str]) -> dict[str, Any]:
+        """What the traced samples alone cannot give: how verl whitened the step's GAE advantages
+        (mean and unbiased variance of the raw advantage, returns - values, over every response
+        token of the batch, padding included, as ``core_algos.compute_gae_advantage_return``
+        does), and how many prompt groups of the step had the same score in every response."""
+        stats: dict[str, Any] = {}
+        scores = tq.kv_batch_get(keys=real, partition_id=batch.partition_id,
+                                 select_fields=["rm_scores"])["rm_scores"]  # fmt: skip
+        by_prompt: dict[str, list[float]] = {}
+        for key, row in zip(real, _rows(scores), strict=True):
+            by_prompt.setdefault(prompt_of(key), []).append(float(sum(row)))
+        totals = [s for group in by_prompt.values() for s in group]
+        lo, hi = min(totals), max(totals)
+        same = [g for g in by_prompt.values() if max(g) == min(g)]
+        stats["groups"] = {
+            "count": len(by_prompt), "size": max(len(g) for g in by_prompt.values()),
+            "zero_spread": len(same), "all_max": sum(1 for g in same if g[0] == hi),
+            "all_min": sum(1 for g in same if g[0] == lo), "score_min": lo, "score_max": hi,
+        }  # fmt: skip
+        if self.trace_run["adv_estimator"] == "gae" and self.use_critic:
+            fields = ["returns", "values", "response_mask"]
+            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                                   select_fields=fields)  # fmt: skip
+            rows = zip(data["returns"].unbind(), data["values"].unbind(),
+                       data["response_mask"].unbind(), strict=True)  # fmt: skip
+            raw = torch.cat([(r - v).float()[m.bool()] for r, v, m in rows])
+            stats["advantage_whitening"] = {
+                "mean": raw.mean().item(), "var": raw.var(unbiased=True).item(),
+                "tokens": raw.numel(), "eps": 1e-8,
+            }  # fmt: skip
+        return stats
 
     def _kl_rows(self, data: Any, fields: set[str]) -> tuple[list[list[float]] | None, dict]:
         setting = self.trace_run["kl"]
