@@ -174,13 +174,19 @@ class TracingTrainer(PPOTrainerSync):
         """What the traced samples alone cannot give: how verl whitened the step's GAE advantages
         (mean and unbiased variance of the raw advantage, returns - values, over every response
         token of the batch, padding included, as ``core_algos.compute_gae_advantage_return``
-        does), and how many prompt groups of the step had the same score in every response."""
+        does), how many prompt groups of the step had the same score in every response, and
+        every response's length."""
         stats: dict[str, Any] = {}
         scores = tq.kv_batch_get(keys=real, partition_id=batch.partition_id,
                                  select_fields=["rm_scores"])["rm_scores"]  # fmt: skip
         by_prompt: dict[str, list[float]] = {}
+        lengths: dict[str, int] = {}
         for key, row in zip(real, _rows(scores), strict=True):
             by_prompt.setdefault(prompt_of(key), []).append(float(sum(row)))
+            lengths[key] = len(row)
+        # every response's length in tokens: the rollout browser marks those cut at
+        # data.max_response_length (verl's dump has the text only, without its EOS)
+        stats["response_lengths"] = lengths
         totals = [s for group in by_prompt.values() for s in group]
         lo, hi = min(totals), max(totals)
         same = [g for g in by_prompt.values() if max(g) == min(g)]
