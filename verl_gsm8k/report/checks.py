@@ -410,10 +410,13 @@ def check_rollout_mismatch(canon: Canonical, t: Thresholds) -> list[Finding]:
     return findings
 
 
-def health_checks(data: RunData, canon: Canonical, t: Thresholds = THRESHOLDS) -> list[Finding]:
-    """Run every check; findings are ordered by severity, then step."""
+def health_checks(
+    data: RunData, canon: Canonical, t: Thresholds = THRESHOLDS, more: list[Finding] | None = None
+) -> list[Finding]:
+    """Run every check (plus ``more`` findings, e.g. the trace's); ordered by severity, step."""
     findings = (
-        check_non_finite(data)
+        list(more or [])
+        + check_non_finite(data)
         + check_kl(canon, t)
         + check_entropy(canon, t)
         + check_length_hacking(canon, t)

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.replay.load import load_trace
+from verl_gsm8k.replay.pages import write_pages
 from verl_gsm8k.report import parse as rp
 from verl_gsm8k.report import summary as rs
 from verl_gsm8k.report.html import duration, memory_text, render_html
@@ -95,6 +97,10 @@ def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
         )
     if out_dir is not None:
         lines.append(f"  written             : {out_dir / HTML_NAME}, {out_dir / SUMMARY_NAME}")
+        pages = summary.get("pages") or {}
+        for key, what in (("replay", "replay (per token)"), ("rollouts", "rollout browser")):
+            if pages.get(key):
+                lines.append(f"  {what:<20}: {out_dir / pages[key]}")
     return "\n".join(lines)
 
 
@@ -128,20 +134,29 @@ def generate(input_path: Path, out_dir: Path, refresh_s: int | None = None) -> R
 
     Raises rp.InputError (missing input), NothingReadError, or OSError (cannot write).
     """
-    data, canon, findings, summary = rs.analyse(input_path)
+    trace = load_trace(input_path) if input_path.is_dir() else None
+    data, canon, findings, summary = rs.analyse(input_path, trace=trace)
     issues = [str(issue) for issue in data.issues]
     if not data.steps:
         detail = f" ({issues[0]})" if issues else ""
         raise NothingReadError(f"no metrics could be read from {input_path}{detail}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # the replay and the rollout browser of a run directory, beside the report (verl_gsm8k/replay)
+    pages = write_pages(input_path, trace, out_dir) if trace is not None else None
     summary = {
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "input": str(input_path),
         **summary,
         "val_acc_by_step": canon.series.get("val_acc", []),
+        "pages": {
+            "replay": pages.replay.name if pages and pages.replay else None,
+            "rollouts": pages.rollouts.name if pages and pages.rollouts else None,
+            "issues": pages.issues if pages else [],
+        },
     }
+    issues += summary["pages"]["issues"]
     page = render_html(input_path.name, data, canon, findings, summary, refresh_s)
     payload = json.dumps(_json_safe(summary), indent=2, allow_nan=False) + "\n"
-    out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / SUMMARY_NAME, payload)
     write_atomic(out_dir / HTML_NAME, page)
     return Result(summary, out_dir, issues)

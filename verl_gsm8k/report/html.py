@@ -125,6 +125,17 @@ def render_html(
     body += [f'<div class="card">{esc(k)}<b>{esc(v)}</b></div>' for k, v in cards]
     body.append("</div>")
 
+    pages = summary.get("pages") or {}
+    if pages.get("replay") or pages.get("rollouts") or pages.get("issues"):
+        links = [
+            f'<a id="{key}-link" href="{esc(pages[key])}">{text}</a>'
+            for key, text in (("replay", "one iteration, replayed token by token"),
+                              ("rollouts", "every rollout and validation answer"))
+            if pages.get(key)
+        ]  # fmt: skip
+        body.append("<h2>Look inside</h2><p>" + (" &middot; ".join(links) or "no page") + "</p>")
+        body += [f'<p class="meta">{esc(issue)}</p>' for issue in pages.get("issues", [])]
+
     body.append("<h2>Health checks</h2>")
     if not findings:
         body.append('<p class="ok">No check fired.</p>')

@@ -11,6 +11,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.replay.checks import trace_checks
+from verl_gsm8k.replay.load import Trace
 from verl_gsm8k.report.checks import health_checks
 from verl_gsm8k.report.finding import Finding
 from verl_gsm8k.report.parse import (
@@ -197,10 +199,12 @@ def summarize(
 
 
 def analyse(
-    path: Path, thresholds: Thresholds = THRESHOLDS
+    path: Path, thresholds: Thresholds = THRESHOLDS, trace: Trace | None = None
 ) -> tuple[RunData, Canonical, list[Finding], dict[str, Any]]:
-    """Load, canonicalise, check and summarise one input."""
+    """Load, canonicalise, check and summarise one input (with the checks of its per-token
+    ``trace``, when given: verl_gsm8k/replay/checks.py)."""
     data = load_run(path)
     canon = canonicalize(data)
-    findings = health_checks(data, canon, thresholds)
+    findings = health_checks(data, canon, thresholds, trace_checks(trace, thresholds) if trace
+                             else [])  # fmt: skip
     return data, canon, findings, summarize(data, canon, findings, thresholds)

@@ -166,5 +166,26 @@ class Thresholds:
     mismatch_jump_factor: float = 3.0
     mismatch_diff_floor: float = 0.10
 
+    # Checks from the per-token trace (verl_gsm8k/replay/checks.py), each over traced steps.
+    # A flat critic: among the traced steps whose responses' scores differ (standard deviation
+    # >= trace_score_spread, a tenth of a 0/1 score), at least trace_steps (and half of them)
+    # where the critic's values over every traced token vary by less than critic_flat_std (std).
+    # The CPU learning runs' critics, poor as they are (explained variance ~0.1), vary by
+    # 0.03-0.35 on such steps; a critic that outputs a constant varies by ~0.
+    trace_steps: int = 3
+    trace_score_spread: float = 0.1
+    critic_flat_std: float = 0.005
+    # GRPO groups without a spread: the share of a step's prompt groups (the whole batch) whose
+    # responses all scored the same, at or above zero_spread_share for trace_steps consecutive
+    # steps. Those groups get zero advantage: nothing is learned from them. A warning when most
+    # of them are at the step's lowest score (all wrong: the task is out of reach), a note when
+    # they are at the highest (converged: the CPU GRPO learning runs end there).
+    zero_spread_share: float = 0.8
+    # Stale weights seen on the traced tokens: the mean |p_vLLM - p_actor| of a step's traced
+    # tokens above trace_prob_gap for trace_steps consecutive steps. A judgement like the
+    # mismatch bars: fp32 engines on the CPU agree to ~1e-5; bf16 engines differ by rounding
+    # (well under 0.01 on average); a weight sync that missed an update moves whole tokens.
+    trace_prob_gap: float = 0.01
+
 
 THRESHOLDS = Thresholds()

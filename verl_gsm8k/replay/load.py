@@ -1,0 +1,110 @@
+"""Reading ``RUN_DIR/trace/<step>.jsonl`` (written by ``verl_gsm8k.trace``), defensively.
+
+Each problem is one line in ``Trace.issues`` and the rest is still read: a run without a trace, a
+file that is not JSON (cut short by a crash or a full disk), a file without its step line, a file
+whose step line names another run (another experiment, or a metrics file this run does not have).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verl_gsm8k.launch.record import RecordError, lookup, read_records
+
+TRACE_DIRNAME = "trace"
+STEP_FILE = re.compile(r"^(\d+)\.jsonl$")
+
+
+@dataclass
+class TraceStep:
+    step: int
+    head: dict[str, Any]  # the step line: run settings, batch statistics, metrics
+    samples: list[dict[str, Any]]
+
+
+@dataclass
+class Trace:
+    steps: dict[int, TraceStep] = field(default_factory=dict)
+    issues: list[str] = field(default_factory=list)
+
+    @property
+    def run(self) -> dict[str, Any]:
+        """The run settings of the latest traced step ({} without a trace)."""
+        return self.steps[max(self.steps)].head.get("run", {}) if self.steps else {}
+
+
+def run_identity(run_dir: Path) -> tuple[set[str], set[str]]:
+    """(experiment names, metrics file names) a trace of this run may carry: from the launch
+    records (verl_gsm8k.launch) and the metrics files (recipes/common.sh) of ``run_dir``."""
+    try:
+        records = read_records(run_dir)
+    except RecordError:
+        records = []  # the report names a broken record; the trace is still checked by metrics
+    names = {str(lookup(r["config"], "trainer.experiment_name")) for r in records} - {"None"}
+    metrics = {p.name for p in (run_dir / "metrics").glob("metrics-*.jsonl")}
+    return names, metrics
+
+
+def _foreign(head: dict[str, Any], names: set[str], metrics: set[str]) -> str | None:
+    run = head.get("run") or {}
+    experiment, metrics_file = run.get("experiment"), run.get("metrics_file")
+    if names and experiment and experiment not in names:
+        return f"experiment {experiment!r}, not {' or '.join(sorted(names))!r}"
+    if metrics and metrics_file and metrics_file not in metrics:
+        return f"its metrics file {metrics_file} is not one of this run's"
+    return None
+
+
+def read_step(path: Path, names: set[str], metrics: set[str]) -> TraceStep | str:
+    """The step of one trace file, or the one line that says why it is skipped."""
+    rel = f"{TRACE_DIRNAME}/{path.name}"
+    head: dict[str, Any] | None = None
+    samples: list[dict[str, Any]] = []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            return f"{rel}: line {number} is not JSON (a file cut short?); step skipped"
+        if not isinstance(item, dict):
+            return f"{rel}: line {number} is not a JSON object; step skipped"
+        if item.get("kind") == "step":
+            head = item
+        elif item.get("kind") == "sample":
+            samples.append(item)
+    if head is None:
+        return f"{rel}: no step line; step skipped"
+    foreign = _foreign(head, names, metrics)
+    if foreign:
+        return f"{rel}: a trace of another run ({foreign}); step skipped"
+    return TraceStep(int(head.get("step", -1)), head, samples)
+
+
+def load_trace(run_dir: Path) -> Trace:
+    """Every readable traced step of ``run_dir``; a run without a trace has one issue."""
+    trace = Trace()
+    folder = Path(run_dir) / TRACE_DIRNAME
+    files = sorted(
+        (p for p in folder.glob("*.jsonl") if STEP_FILE.match(p.name)),
+        key=lambda p: int(STEP_FILE.match(p.name).group(1)),  # type: ignore[union-attr]
+    ) if folder.is_dir() else []  # fmt: skip
+    if not files:
+        trace.issues.append(
+            f"no per-token trace in {folder} (TRACE_SAMPLES=0, the legacy trainer, or a run "
+            "from before the trace): no replay page"
+        )
+        return trace
+    names, metrics = run_identity(Path(run_dir))
+    for path in files:
+        try:
+            got = read_step(path, names, metrics)
+        except OSError as err:
+            got = f"{TRACE_DIRNAME}/{path.name}: unreadable ({err.strerror}); step skipped"
+        if isinstance(got, str):
+            trace.issues.append(got)
+        else:
+            trace.steps[got.step] = got
+    return trace
