@@ -1,0 +1,229 @@
+"""The replay page, the rollout browser and the checks from the trace, on synthetic run
+directories written in the trace's own format (verl_gsm8k.trace.record): the pages render in
+headless Chromium, each bad input is one line and the rest of the report still renders, and each
+trace check fires on its planted pathology and stays quiet on a healthy trace.
+(The pages of real runs, and the trace's numbers against verl's, are in tests/test_learn_cpu.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from browser import require_chromium
+from helpers import ROOT
+from report_runs import build_run, checks_fired, write_jsonl
+
+from verl_gsm8k.replay.checks import trace_checks
+from verl_gsm8k.replay.load import load_trace
+from verl_gsm8k.trace.record import sample_line, step_line
+
+STAMP = "20260101T000000Z"
+TOKENS = ["2", " +", " ", "3", " =", " ", "5", "\n", "####", " ", "5", "<|im_end|>"]
+WRONG = ["2", " +", " ", "3", " =", " ", "5", "<|im_end|>"]
+
+
+def trace_sample(step: int, uid: str, session: int, tokens: list[str], score: float,
+                 grpo: bool, adv: float, value: float | None = 0.5,
+                 gap: float = 0.0) -> dict[str, Any]:  # fmt: skip
+    n = len(tokens)
+    per_token: dict[str, list[float]] = {
+        "rollout_log_prob": [-0.1 - gap] * n, "old_log_prob": [-0.1] * n,
+        "ref_log_prob": [-0.12] * n, "kl": [0.02] * n,
+        "score": [0.0] * (n - 1) + [score], "reward": [0.0] * (n - 1) + [score],
+        "advantage": [adv] * n, "return": [score] * n,
+    }  # fmt: skip
+    absent = {}
+    if grpo or value is None:
+        absent["value"] = "no critic (algorithm.adv_estimator=grpo)"
+    else:
+        per_token["value"] = [value + 0.05 * i for i in range(n)]
+    return sample_line(
+        step=step, key=f"{uid}_{session}_0", uid=uid, session=session, prompt_ids=[1, 2],
+        response_ids=list(range(10, 10 + n)), response_mask=[1] * n, per_token=per_token,
+        absent=absent, decode=lambda i: tokens[i - 10] if i >= 10 else "Q", ground_truth="5",
+        data_source="openai/gsm8k",
+        reward_extra={"acc": score, "format": float("####" in tokens), "hedged": 0.0},
+    )  # fmt: skip
+
+
+def write_run(root: Path, *, grpo: bool = False, steps: int = 6, **kw: Any) -> Path:
+    """A run dir: metrics, a launch-less trace of ``steps`` steps (one 4-response group each),
+    rollout and validation dumps."""
+    run = root / "run"
+    write_jsonl(run / "metrics" / f"metrics-{STAMP}.jsonl", build_run()[: steps + 1])
+    settings = {"experiment": "run", "adv_estimator": "grpo" if grpo else "gae", "gamma": 1.0,
+                "lam": 1.0, "norm_adv_by_std_in_grpo": True, "rollout_n": 4,
+                "kl": {"in": "loss" if grpo else "reward", "estimator": "low_var_kl" if grpo
+                       else "kl", "coef": 0.001},
+                "max_response_length": 12, "metrics_file": f"metrics-{STAMP}.jsonl"}  # fmt: skip
+    zero = kw.get("zero_spread")  # "all_min" / "all_max": every group without a spread
+    for step in range(1, steps + 1):
+        scores = [1.0, 0.0, 1.0, 1.0]
+        samples = [
+            trace_sample(step, f"p{step}", i, TOKENS if s else WRONG, s, grpo,
+                         adv=0.6 if s else -1.7, value=kw.get("value", 0.5),
+                         gap=kw.get("gap", 0.0))
+            for i, s in enumerate(scores)
+        ]  # fmt: skip
+        if kw.get("flat"):
+            for s in samples:
+                s["per_token"]["value"] = [0.5] * len(s["response"]["ids"])
+        head = step_line(step, settings, {"actor/pg_clipfrac": 0.01, "critic/vf_loss": 0.1}, 4, 16)
+        same = 4 if zero else 1
+        head["batch"] = {
+            "groups": {"count": 4, "size": 4, "zero_spread": same,
+                       "all_max": same if zero == "all_max" else 0,
+                       "all_min": same if zero == "all_min" else 0,
+                       "score_min": 0.0, "score_max": 1.0},
+            "response_lengths": {s["key"]: len(s["response"]["ids"]) for s in samples},
+        }  # fmt: skip
+        lines = [head, *samples]
+        (run / "trace").mkdir(parents=True, exist_ok=True)
+        (run / "trace" / f"{step}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        rows = [{"input": "user\nBetty has 2 apples and finds 3 more. How many?\nassistant\n",
+                 "output": "".join(s["response"]["tokens"][:-1]), "gts": "5",
+                 "score": s["score"], "step": step, "uid": s["key"]} for s in samples]  # fmt: skip
+        write_jsonl(run / "rollouts" / f"{step}.jsonl", rows)
+    for step, output in ((0, "2 + 3 = 5"), (steps, "2 + 3 = 5\n#### 5")):
+        row = {"input": "user\nBetty has 2 apples and finds 3 more. How many?\nassistant\n",
+               "output": output, "gts": "5", "score": float("####" in output), "step": step,
+               "acc": float("####" in output), "hedged": 0.0}  # fmt: skip
+        write_jsonl(run / "validation" / f"{step}.jsonl", [row])
+    return run
+
+
+def report(run: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "verl_gsm8k.report", str(run), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def chromium_dom(url: str, tmp_path: Path) -> str:
+    from browser import FLAGS, require_chromium
+
+    profile = tmp_path / "profile"
+    out = subprocess.run(
+        [str(require_chromium()), *FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0 and "<html" in out.stdout, out.stderr
+    return out.stdout
+
+
+def test_replay_page_shows_the_loop_for_a_grpo_group(tmp_path: Path):
+    require_chromium()
+    run = write_run(tmp_path, grpo=True)
+    result = report(run, tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    assert "replay (per token)" in result.stdout and "rollout browser" in result.stdout
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["pages"] == {"replay": "replay.html", "rollouts": "rollouts.html", "issues": []}
+    page = tmp_path / "out" / "replay.html"
+    dom = chromium_dom(f"{page.as_uri()}#step=3&sample=1&token=6", tmp_path)
+    tokens = re.findall(r'<span class="tok[^"]*" tabindex="0" data-i="(\d+)" data-adv="([^"]*)" '
+                        r'style="background:\s*([^";]+)', dom)  # fmt: skip
+    assert [int(i) for i, _, _ in tokens] == list(range(len(WRONG)))  # sample 1: the wrong one
+    assert {adv for _, adv, _ in tokens} == {"-1.7"}  # the deepest red of the step's scale:
+    assert tokens[0][2].replace(" ", "") == "rgb(215,48,39)"
+    panel = dom.split('id="panel"', 1)[1]
+    assert "token 6" in panel and 'data-num="advantage">-1.7<' in panel
+    assert "absent in this run: no critic" in dom  # GRPO: no value, said so
+    assert 'id="group-mean">0.75<' in dom and 'id="group-std">0.5<' in dom
+    assert (
+        len(re.findall(r"<tr[^>]*><td>\d+</td><td><code>", dom.split('id="group-table"')[1])) == 4
+    )
+    assert "No <code>####</code> line" in dom  # the wrong response's reward, explained
+    assert "actor/pg_clipfrac" in dom.split('id="update-table"')[1]
+    default = chromium_dom(page.as_uri(), tmp_path)  # no fragment: an informative sample
+    assert 'selected="">#0 score 1' in default and "step 6" in default
+
+
+def test_ppo_replay_draws_value_return_and_kl_curves(tmp_path: Path):
+    require_chromium()
+    run = write_run(tmp_path)
+    assert report(run, tmp_path / "out").returncode == 0
+    dom = chromium_dom((tmp_path / "out" / "replay.html").as_uri(), tmp_path)
+    curves = re.findall(r'data-curve="(\w+)"', dom)
+    assert curves == ["kl", "value", "advantage"], curves
+    assert 'data-series="value"' in dom and 'data-series="return"' in dom
+    assert "whitened over the whole batch" in dom
+
+
+def test_rollout_browser_filters_and_compares_first_and_last_validation(tmp_path: Path):
+    require_chromium()
+    run = write_run(tmp_path)
+    assert report(run, tmp_path / "out").returncode == 0
+    page = (tmp_path / "out" / "rollouts.html").as_uri()
+    dom = chromium_dom(f"{page}#kind=train&step=2&filter=nomarker", tmp_path)
+    rows = re.findall(r'<tr class="row">', dom)
+    assert len(rows) == 1 and "no ####" in dom and "1 of 4 responses" in dom
+    # the three 12-token responses reached max_response_length (12): the trace's lengths say so
+    clipped = chromium_dom(f"{page}#kind=train&step=2&filter=clipped", tmp_path)
+    assert "3 of 4 responses" in clipped and clipped.count("cut at 12 tokens") == 3
+    compare = chromium_dom(f"{page}#kind=compare", tmp_path)
+    assert "1 changed between step 0 and step 6" in compare
+    assert compare.count('<tr class="row">') == 1
+
+
+def test_bad_trace_inputs_are_one_line_each_and_the_report_still_renders(tmp_path: Path):
+    run = write_run(tmp_path, steps=4)
+    trace = run / "trace"
+    (trace / "2.jsonl").write_text((trace / "2.jsonl").read_text()[:300])  # cut short
+    foreign = json.loads((trace / "3.jsonl").read_text().splitlines()[0])
+    foreign["run"]["metrics_file"] = "metrics-20990101T000000Z.jsonl"
+    lines = (trace / "3.jsonl").read_text().splitlines()
+    (trace / "3.jsonl").write_text("\n".join([json.dumps(foreign), *lines[1:]]) + "\n")
+    loaded = load_trace(run)
+    assert sorted(loaded.steps) == [1, 4]
+    assert loaded.issues == [
+        "trace/2.jsonl: line 1 is not JSON (a file cut short?); step skipped",
+        "trace/3.jsonl: a trace of another run (its metrics file "
+        "metrics-20990101T000000Z.jsonl is not one of this run's); step skipped",
+    ]
+    result = report(run, tmp_path / "out")
+    assert result.returncode == 0
+    assert [x for x in result.stderr.splitlines() if "trace/" in x] == [
+        f"verl_gsm8k.report: warning: {issue}" for issue in loaded.issues
+    ]
+    assert (tmp_path / "out" / "report.html").is_file() and (
+        tmp_path / "out" / "replay.html"
+    ).is_file()
+    for path in trace.iterdir():
+        path.unlink()
+    bare = report(run, tmp_path / "bare")
+    assert bare.returncode == 0
+    (line,) = [x for x in bare.stderr.splitlines() if "trace" in x]
+    assert "no per-token trace" in line and "no replay page" in line
+    assert not (tmp_path / "bare" / "replay.html").exists()
+    page = (tmp_path / "bare" / "report.html").read_text()
+    assert 'id="rollouts-link"' in page and 'id="replay-link"' not in page
+
+
+@pytest.mark.parametrize(
+    ("kw", "check", "severity"),
+    [
+        ({"flat": True}, "critic_flat", "warning"),
+        ({"grpo": True, "zero_spread": "all_min"}, "grpo_zero_spread", "warning"),
+        ({"grpo": True, "zero_spread": "all_max"}, "grpo_zero_spread", "note"),
+        ({"gap": 0.3}, "trace_prob_gap", "warning"),
+    ],
+)
+def test_trace_checks_fire_on_their_pathology(tmp_path: Path, kw, check, severity):
+    findings = trace_checks(load_trace(write_run(tmp_path, **kw)))
+    assert [(f.check, f.severity) for f in findings] == [(check, severity)], [
+        str(f) for f in findings
+    ]
+    assert findings[0].start_step == 1 and findings[0].end_step == 6
+
+
+@pytest.mark.parametrize("grpo", [False, True])
+def test_trace_checks_stay_quiet_on_a_healthy_trace(tmp_path: Path, grpo: bool):
+    assert trace_checks(load_trace(write_run(tmp_path, grpo=grpo))) == []
+    assert not checks_fired([])
