@@ -36,7 +36,7 @@ ACTOR_LR=${ACTOR_LR:-3e-4}
 CRITIC_LR=${CRITIC_LR:-1e-3}
 TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-20}
 TEST_FREQ=${TEST_FREQ:-5}
-SAVE_FREQ=${SAVE_FREQ:-$TOTAL_TRAINING_STEPS}  # the last step: a model to merge and evaluate
+SAVE_FREQ=${SAVE_FREQ:-10}              # steps 10 and 20: the last to merge, both to sweep
 RECIPE_OVERRIDES=("data.seed=$SEED")
 
 # The warm start's SFT run: the toy demonstrations, 32 per step, a cosine learning rate from 3e-3

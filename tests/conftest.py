@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import prepare, prepare_sft, require_shared, write_synthetic_gsm8k
+from learn_runs import Learned, learn
 
 # Never reach for the model/dataset hub from a test.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -50,3 +51,21 @@ def prepared_sft_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """train/test.parquet chat transcripts from data_prep.sft, same 300/40 synthetic problems."""
     base = tmp_path_factory.mktemp("gsm8k-sft")
     return prepare_sft(write_synthetic_gsm8k(base / "source"), base / "prepared")
+
+
+@pytest.fixture(scope="session")
+def learn_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """HOME and run root of the learning runs (tests/learn_runs.py)."""
+    return tmp_path_factory.mktemp("learn")
+
+
+@pytest.fixture(scope="session")
+def learned_ppo(learn_base: Path) -> Learned:
+    """`bash recipes/learn_tiny.sh` (PPO), the first use: it builds the warm start."""
+    return learn(learn_base, "ppo")
+
+
+@pytest.fixture(scope="session")
+def learned_grpo(learn_base: Path, learned_ppo: Learned) -> Learned:
+    """ALGO=grpo, after PPO: one training run at a time, the warm start cached."""
+    return learn(learn_base, "grpo")

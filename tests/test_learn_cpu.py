@@ -1,14 +1,16 @@
 """Does the loop LEARN? `bash recipes/learn_tiny.sh` on this CPU, as a new user runs it: no setting
 but a fresh HOME and run root. The first launch (PPO) builds the tiny model, the toy task and the
-warm start (verl's SFT trainer); the second (ALGO=grpo) reuses the cached warm start.
+warm start (verl's SFT trainer), which a second first use rebuilds byte for byte; the second run
+(ALGO=grpo) reuses the cached warm start. The runs are tests/learn_runs.py's session fixtures.
 
 For each algorithm: greedy validation accuracy, verl's own metric in the run's metrics file, rises
-by at least 0.20 over the warm start (step 0); the sampled train score rises too; every rollout's
+by at least 0.20 over the warm start (step 0), and the sums the warm start knew are kept (right in
+any format, within a binomial tolerance); the sampled train score rises too; every rollout's
 score is the reward of that response against that prompt's answer (rollout.n = 8); the weights
 vLLM samples with are the trained actor's at every step (fp32 on the CPU: a dropped weight sync
 would show as a difference); the report shows the rise with no warning. Then both merged final
 models, evaluated by `scripts/eval.sh` on the toy test split, beat the warm start by our reward
-(and lose at most a few sums by EvalScope's lenient scorer, which ignores the format); the report's
+(and keep its sums by EvalScope's lenient scorer, which ignores the format); the report's
 page draws the rising curve in a real browser; and the independent plain-PyTorch policy gradient
 (tests/reference_pg.py) lifts the same warm start on the same task.
 """
@@ -18,83 +20,68 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from browser import plot_series, render, require_chromium
 from helpers import ROOT, merge_run, require_path
-from test_train_cpu import cpu_env, launch, metric_segments, output
+from learn_runs import STEPS, WARM_START, Learned, toy_dir, warm_start_dir
 
-from rewards.gsm8k import compute_score
+from rewards.gsm8k import compute_score, compute_score_flexible
+from verl_gsm8k.bench.learning import knowledge_floor
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 
 VAL = "val-core/openai/gsm8k/acc/mean@1"
 SCORE = "critic/score/mean"
-RISE = 0.20
-STEPS = 20  # the recipe's TOTAL_TRAINING_STEPS
+# Bounds from the spread over 6 seeds of each algorithm (docs/learning.md, "Results"), on this
+# 2-core machine from a fresh cache, one run at a time; each sits outside the worst seed with
+# the margin its comment gives.
+RISE = 0.20  # what the recipe must deliver (issue 18); the worst seed rose {WORST_RISE}
+WARM_VAL = (0.25, 0.75)  # the warm start's greedy val accuracy: the seeds gave {WARM_RANGE}
 EVAL_PYTHON = ROOT / ".venv-eval" / "bin" / "python"
 
 
-@dataclass
-class Learned:
-    algo: str
-    run_dir: Path
-    env: dict[str, str]
-    stdout: str
-    steps: dict[int, dict[str, float]]
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("learn")
-
-
-def warm_start_dir(base: Path) -> Path:
-    return base / "home" / ".cache" / "verl-gsm8k" / "learn-tiny" / "seed0" / "warm-start-150"
-
-
-def toy_dir(base: Path) -> Path:
-    return base / "home" / ".cache" / "verl-gsm8k" / "learn-tiny" / "seed0" / "data"
-
-
-def learn(base: Path, algo: str) -> Learned:
-    env = cpu_env(base / "home", base / "runs", ALGO=algo, EXPERIMENT_NAME=f"learn_{algo}")
-    run = launch("learn_tiny", env, timeout=1500)
-    assert run.result.returncode == 0, output(run)[-6000:]
-    run_dir = base / "runs" / f"learn_{algo}"
-    (steps,) = metric_segments(run_dir)
-    return Learned(algo, run_dir, env, run.result.stdout, steps)
-
-
-@pytest.fixture(scope="module")
-def ppo(base: Path) -> Learned:
-    return learn(base, "ppo")
-
-
-@pytest.fixture(scope="module")
-def grpo(base: Path, ppo: Learned) -> Learned:
-    return learn(base, "grpo")  # after PPO: one training run at a time, the warm start cached
-
-
-def test_first_use_builds_the_toy_task_and_the_warm_start(base: Path, ppo: Learned):
+def test_first_use_builds_the_toy_task_and_the_warm_start(learn_base: Path, learned_ppo: Learned):
+    ppo = learned_ppo
     assert "device: cpu (DEVICE=auto)" in ppo.stdout
     assert "the toy task" in ppo.stdout and "warm start (once)" in ppo.stdout
-    assert (warm_start_dir(base) / "config.json").is_file()
-    manifest = json.loads((warm_start_dir(base) / "merge_manifest.json").read_text())
-    assert manifest["step"] == 150
-    assert (toy_dir(base) / "rl" / "train.parquet").is_file()
-    assert f"model: {warm_start_dir(base)}" in ppo.stdout
+    assert (warm_start_dir(learn_base) / "config.json").is_file()
+    manifest = json.loads((warm_start_dir(learn_base) / "merge_manifest.json").read_text())
+    assert manifest["step"] == 400
+    assert (toy_dir(learn_base) / "rl" / "train.parquet").is_file()
+    assert f"model: {warm_start_dir(learn_base)}" in ppo.stdout
+
+
+def test_the_same_seed_builds_the_same_warm_start(learn_base: Path, learned_ppo: Learned,
+                                                  tmp_path: Path):  # fmt: skip
+    """Same seed, same machine: the same weights, byte for byte (a second first use)."""
+    env = dict(learned_ppo.env, HOME=str(tmp_path / "home"), DRY_RUN="1")
+    again = launch_dry("learn_tiny", env)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    rebuilt = tmp_path / "home" / ".cache" / "verl-gsm8k" / WARM_START / "warm-start-400"
+    first = warm_start_dir(learn_base)
+    weights = "model.safetensors"
+    assert (rebuilt / weights).read_bytes() == (first / weights).read_bytes()
+
+
+def answers(run: Learned, step: int) -> list[dict]:
+    path = run.run_dir / "validation" / f"{step}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def right_in_any_format(rows: list[dict]) -> list[bool]:
+    return [compute_score_flexible("openai/gsm8k", r["output"], r["gts"])["acc"] == 1 for r in rows]
 
 
 @pytest.mark.parametrize("algo", ["ppo", "grpo"])
 def test_greedy_validation_accuracy_rises_by_0_20(algo: str, request: pytest.FixtureRequest):
-    run: Learned = request.getfixturevalue(algo)
+    run: Learned = request.getfixturevalue(f"learned_{algo}")
     val = {step: m[VAL] for step, m in run.steps.items() if VAL in m}
     assert sorted(val) == [0, 5, 10, 15, 20]
-    assert val[STEPS] - val[0] >= RISE, f"{algo}: validation accuracy by step {val}"
-    assert 0.15 <= val[0] <= 0.6, f"the warm start should leave room: {val[0]}"
+    lost = [(r["output"], r["gts"]) for r in answers(run, STEPS) if not r["score"]][:5]
+    assert val[STEPS] - val[0] >= RISE, f"{algo}: val accuracy {val}; wrong at the end: {lost}"
+    assert WARM_VAL[0] <= val[0] <= WARM_VAL[1], f"the warm start should leave room: {val[0]}"
     # the recipe's closing lines: accuracy before and after, and where the report is
     assert re.search(rf"first val accuracy\s*: {val[0]:.4g} at step 0", run.stdout), run.stdout[
         -3000:
@@ -104,8 +91,30 @@ def test_greedy_validation_accuracy_rises_by_0_20(algo: str, request: pytest.Fix
 
 
 @pytest.mark.parametrize("algo", ["ppo", "grpo"])
+def test_rl_keeps_the_sums_the_warm_start_knew(algo: str, request: pytest.FixtureRequest):
+    """Right in any format (the reward's flexible scorer: the last number when there is no
+    marker line), warm start (step 0) vs trained (last step), verl's greedy validation of the same
+    100 questions: the trained count must not fall below the binomial floor of the warm start's
+    rate (verl_gsm8k.bench.learning.knowledge_floor: one-sided 5%)."""
+    run: Learned = request.getfixturevalue(f"learned_{algo}")
+    before, after = answers(run, 0), answers(run, STEPS)
+    right0, right1 = right_in_any_format(before), right_in_any_format(after)
+    floor = knowledge_floor(sum(right0), len(right0))
+    lost = [
+        (b["output"], a["output"], a["gts"])
+        for b, a, r0, r1 in zip(before, after, right0, right1, strict=True)
+        if r0 and not r1
+    ]
+    assert sum(right0) >= 0.9 * len(right0), f"the warm start should know the sums: {sum(right0)}"
+    assert sum(right1) >= floor, (
+        f"{algo}: right in any format {sum(right0)} -> {sum(right1)} of {len(right0)} "
+        f"(floor {floor}); lost (warm, trained, truth): {lost[:6]}"
+    )
+
+
+@pytest.mark.parametrize("algo", ["ppo", "grpo"])
 def test_sampled_train_score_rises(algo: str, request: pytest.FixtureRequest):
-    run: Learned = request.getfixturevalue(algo)
+    run: Learned = request.getfixturevalue(f"learned_{algo}")
     score = [run.steps[s][SCORE] for s in range(1, STEPS + 1)]
     first, last = sum(score[:5]) / 5, sum(score[-5:]) / 5
     assert last - first >= 0.10, f"{algo}: sampled train score by step {score}"
@@ -118,7 +127,7 @@ def ints(text: str) -> list[int]:
 @pytest.mark.parametrize("algo", ["ppo", "grpo"])
 def test_each_rollout_is_scored_against_its_own_prompt(algo: str, request: pytest.FixtureRequest):
     """rollout.n = 8: a reward paired with another response or another prompt's answer shows."""
-    run: Learned = request.getfixturevalue(algo)
+    run: Learned = request.getfixturevalue(f"learned_{algo}")
     for step in (1, STEPS):
         rows = [
             json.loads(x)
@@ -139,14 +148,14 @@ def test_each_rollout_is_scored_against_its_own_prompt(algo: str, request: pytes
 def test_vllm_samples_with_the_trained_weights_every_step(
     algo: str, request: pytest.FixtureRequest
 ):
-    run: Learned = request.getfixturevalue(algo)
+    run: Learned = request.getfixturevalue(f"learned_{algo}")
     diffs = [run.steps[s]["training/rollout_probs_diff_max"] for s in range(1, STEPS + 1)]
     assert max(diffs) < 1e-3, diffs  # fp32 end to end on the CPU: a stale weight would be >> this
 
 
 @pytest.mark.parametrize("algo", ["ppo", "grpo"])
 def test_report_shows_the_rise_without_a_false_alarm(algo: str, request: pytest.FixtureRequest):
-    run: Learned = request.getfixturevalue(algo)
+    run: Learned = request.getfixturevalue(f"learned_{algo}")
     summary = json.loads((run.run_dir / "report" / "summary.json").read_text())
     alarms = [f for f in summary["health"] if f["severity"] in ("error", "warning")]
     assert not alarms, "\n".join(f"{f['check']}: {f['message']} {f['evidence']}" for f in alarms)
@@ -154,7 +163,8 @@ def test_report_shows_the_rise_without_a_false_alarm(algo: str, request: pytest.
     assert val["final"]["value"] - val["first"]["value"] >= RISE
 
 
-def test_report_page_draws_the_rising_curve(ppo: Learned, tmp_path: Path):
+def test_report_page_draws_the_rising_curve(learned_ppo: Learned, tmp_path: Path):
+    ppo = learned_ppo
     require_chromium()
     dom, _ = render(ppo.run_dir / "report" / "report.html", tmp_path)
     drawn = dict(plot_series(dom, "Validation accuracy")["val_acc"])
@@ -165,6 +175,11 @@ def test_report_page_draws_the_rising_curve(ppo: Learned, tmp_path: Path):
     assert drawn[max(drawn)] - drawn[min(drawn)] >= RISE
 
 
+def launch_dry(recipe: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / "recipes" / f"{recipe}.sh")], env=env,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+
+
 def merge(run: Learned, target: Path) -> Path:
     merge_run(run.run_dir, target, run.env)
     assert json.loads((target / "merge_manifest.json").read_text())["step"] == STEPS
@@ -172,11 +187,12 @@ def merge(run: Learned, target: Path) -> Path:
 
 
 def test_eval_scores_both_merged_models_above_the_warm_start(
-    base: Path, ppo: Learned, grpo: Learned, tmp_path: Path
+    learn_base: Path, learned_ppo: Learned, learned_grpo: Learned, tmp_path: Path
 ):
     require_path(EVAL_PYTHON, f"no EvalScope environment at {EVAL_PYTHON} (make setup)")
+    ppo, base = learned_ppo, learn_base
     models = {"warm": warm_start_dir(base)}
-    for run in (ppo, grpo):
+    for run in (learned_ppo, learned_grpo):
         models[run.algo] = merge(run, tmp_path / f"merged-{run.algo}")
     out = tmp_path / "eval"
     env = dict(ppo.env, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
@@ -196,21 +212,24 @@ def test_eval_scores_both_merged_models_above_the_warm_start(
     # our reward (the "#### N" line, as in training): the merged models keep the rise
     ours = {name: r["our_reward_accuracy"] for name, r in rows.items()}
     # EvalScope's lenient scorer takes the last number, marker or not: the warm start already
-    # knows most sums (what RL adds is mostly the line the reward reads), and RL kept them (a
-    # run may lose a sum or two of the 100: docs/learning.md, seed 2)
+    # knows the sums (what RL adds is the line the reward reads), and RL must keep them: the
+    # same binomial floor as the knowledge-kept test above, on the merged models
     lenient = {name: r["accuracy"] for name, r in rows.items()}
+    floor = knowledge_floor(round(100 * lenient["warm"]), 100) / 100
     for algo in ("ppo", "grpo"):
         assert ours[algo] >= ours["warm"] + RISE, ours
-        assert lenient[algo] >= lenient["warm"] - 0.05, lenient
+        assert lenient[algo] >= floor, (lenient, floor)
 
 
-def test_plain_pytorch_policy_gradient_lifts_the_same_warm_start(base: Path, ppo: Learned):
+def test_plain_pytorch_policy_gradient_lifts_the_same_warm_start(
+    learn_base: Path, learned_ppo: Learned
+):
     """The yardstick: what a correct update, written without verl, does to the same numbers."""
     from reference_pg import Policy, load_problems, train
 
-    train_set = load_problems(str(toy_dir(base) / "rl" / "train.parquet"))
-    test_set = load_problems(str(toy_dir(base) / "rl" / "test.parquet"))
-    policy = Policy(str(warm_start_dir(base)))
+    train_set = load_problems(str(toy_dir(learn_base) / "rl" / "train.parquet"))
+    test_set = load_problems(str(toy_dir(learn_base) / "rl" / "test.parquet"))
+    policy = Policy(str(warm_start_dir(learn_base)))
     before = policy.greedy_accuracy(test_set)
     scores = train(policy, train_set, steps=STEPS, prompts_per_step=16, n=8, lr=3e-4)
     after = policy.greedy_accuracy(test_set)
@@ -218,14 +237,14 @@ def test_plain_pytorch_policy_gradient_lifts_the_same_warm_start(base: Path, ppo
     assert sum(scores[-5:]) / 5 > sum(scores[:5]) / 5
 
 
-def test_the_rise_needs_the_reward(base: Path, ppo: Learned):
+def test_the_rise_needs_the_reward(learn_base: Path, learned_ppo: Learned):
     """Control: the same plain update with the reward's sign flipped makes the model worse, so the
     rises above come from the reward, not from any update at all."""
     from reference_pg import Policy, load_problems, train
 
-    train_set = load_problems(str(toy_dir(base) / "rl" / "train.parquet"))
-    test_set = load_problems(str(toy_dir(base) / "rl" / "test.parquet"))
-    policy = Policy(str(warm_start_dir(base)))
+    train_set = load_problems(str(toy_dir(learn_base) / "rl" / "train.parquet"))
+    test_set = load_problems(str(toy_dir(learn_base) / "rl" / "test.parquet"))
+    policy = Policy(str(warm_start_dir(learn_base)))
     before = policy.greedy_accuracy(test_set)
     train(policy, train_set, steps=10, prompts_per_step=16, n=8, lr=3e-4, sign=-1.0)
     assert policy.greedy_accuracy(test_set) < before

@@ -1,0 +1,47 @@
+"""The learning runs the slow tests share: `bash recipes/learn_tiny.sh` (PPO, then GRPO) on this
+CPU, as a new user runs it: no setting but a fresh HOME and run root. The first launch builds the
+tiny model, the toy task and the warm start; the second reuses the cached warm start. The session
+fixtures ``learned_ppo`` and ``learned_grpo`` (tests/conftest.py) make each run once per session:
+the learning proof (test_learn_cpu.py), the trace's numbers against verl's (test_trace_cpu.py) and
+the checkpoint sweep read the same two runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from test_train_cpu import cpu_env, launch, metric_segments, output
+
+STEPS = 20  # the recipe's TOTAL_TRAINING_STEPS
+WARM_START = "learn-tiny/v2/seed0"  # the recipe's cache layout (LEARN_CACHE_VERSION, SEED)
+
+
+@dataclass
+class Learned:
+    algo: str
+    run_dir: Path
+    env: dict[str, str]
+    stdout: str
+    steps: dict[int, dict[str, float]]
+
+
+def cache_dir(base: Path) -> Path:
+    return base / "home" / ".cache" / "verl-gsm8k"
+
+
+def warm_start_dir(base: Path) -> Path:
+    return cache_dir(base) / WARM_START / "warm-start-400"
+
+
+def toy_dir(base: Path) -> Path:
+    return cache_dir(base) / WARM_START / "data"
+
+
+def learn(base: Path, algo: str) -> Learned:
+    env = cpu_env(base / "home", base / "runs", ALGO=algo, EXPERIMENT_NAME=f"learn_{algo}")
+    run = launch("learn_tiny", env, timeout=1500)
+    assert run.result.returncode == 0, output(run)[-6000:]
+    run_dir = base / "runs" / f"learn_{algo}"
+    (steps,) = metric_segments(run_dir)
+    return Learned(algo, run_dir, env, run.result.stdout, steps)
