@@ -141,6 +141,7 @@ if [[ -z "${LOGGER:-}" ]]; then
   LOGGER=console,file
   if [[ -n "${WANDB_API_KEY:-}" ]]; then LOGGER=$LOGGER,wandb; fi
 fi
+logs_to_wandb() { [[ ",$LOGGER," == *",wandb,"* ]]; }
 
 # Ray workers do not share the launch directory: make every local path absolute.
 absolute() { if [[ "$1" == /* ]]; then echo "$1"; else echo "$PWD/$1"; fi; }
@@ -157,6 +158,8 @@ else
   SFT_TRAIN_FILE=$TRAIN_FILE SFT_TEST_FILE=$TEST_FILE
 fi
 RUN_DIR=$(absolute "$RUN_DIR")
+# wandb writes its local run (online or offline) under WANDB_DIR: the run directory by default.
+if logs_to_wandb; then export WANDB_DIR=${WANDB_DIR:-$RUN_DIR}; fi
 
 # ---- knobs: launcher behaviour ----
 DRY_RUN=${DRY_RUN:-0}                                 # 1: preflight + composed config, no training
@@ -226,7 +229,7 @@ fi
 if [[ -n "${RAY_ADDRESS:-}" && "$TRAINER" == ppo ]]; then
   DEVICE_OVERRIDES+=("+ray=attach")
   for var in VERL_USE_EXTERNAL_MODULES VERL_PLATFORM VERL_ENGINE_DEVICE \
-             VLLM_CPU_KVCACHE_SPACE VLLM_CPU_OMP_THREADS_BIND; do
+             VLLM_CPU_KVCACHE_SPACE VLLM_CPU_OMP_THREADS_BIND WANDB_MODE WANDB_DIR; do
     if [[ -n "${!var:-}" ]]; then
       DEVICE_OVERRIDES+=("+ray_kwargs.ray_init.runtime_env.env_vars.$var=$(hydra_quote "${!var}")")
     fi
@@ -370,6 +373,21 @@ prune_checkpoints() {
   done
 }
 
+# wandb without a key: WANDB_MODE=offline logs to WANDB_DIR with no key and no network, for
+# `wandb sync` later. The key itself is never printed.
+say_where_wandb_logs() {
+  mkdir -p "$WANDB_DIR"
+  case "${WANDB_MODE:-}" in
+    offline)
+      echo "recipe: wandb offline: this run is logged under $WANDB_DIR/wandb/offline-run-*; upload it later with: wandb sync $WANDB_DIR/wandb/offline-run-*" ;;
+    disabled) echo "recipe: wandb disabled (WANDB_MODE=disabled): nothing is logged to wandb" ;;
+    *)
+      if [[ -z "${WANDB_API_KEY:-}" && ! -e "$HOME/.netrc" ]]; then
+        echo "recipe: LOGGER has wandb but no WANDB_API_KEY (and no wandb login): wandb will fail to start; WANDB_MODE=offline logs locally with no key and no network" >&2
+      fi ;;
+  esac
+}
+
 # What this launch is, in RUN_DIR/launches/launch-<stamp>.yaml (verl_gsm8k/launch/), after the
 # guard that refuses to resume another experiment's checkpoint silently (RESUME).
 record_launch() {
@@ -416,6 +434,7 @@ launch() {
   stamp=$(date -u +%Y%m%dT%H%M%SZ)
   record_launch "$stamp" "$@" || exit $?
   mkdir -p "$RUN_DIR/metrics" "$RUN_DIR/logs"
+  if logs_to_wandb; then say_where_wandb_logs; fi
   # verl's file logger truncates its file on open: one file per launch keeps a resumed run's history.
   export VERL_FILE_LOGGER_PATH="$RUN_DIR/metrics/metrics-$stamp.jsonl"
   echo "recipe: metrics -> $VERL_FILE_LOGGER_PATH | console log -> $RUN_DIR/logs/console-$stamp.log"

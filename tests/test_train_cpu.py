@@ -24,6 +24,7 @@ from helpers import ROOT, USER_KNOBS, merge_run, require_path, run_recipe
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 TRAIN_TIMEOUT_S = 1200
+FAKE_KEY = "wandb-fake-key-0123456789abcdef"
 EVAL_PYTHON = ROOT / ".venv-eval" / "bin" / "python"
 # A run root with a space and a quote: paths users really have reach verl intact.
 RUNS_DIRNAME = "run's dir"
@@ -91,7 +92,16 @@ def metric_segments(run_dir: Path) -> list[dict[int, dict[str, float]]]:
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> Smoke:
     base = tmp_path_factory.mktemp("cpu-train")
-    env = cpu_env(base / "home", base / RUNS_DIRNAME, ACTOR_LR="1e-2")
+    # wandb offline beside the file logger (no key needed, no network); a key in the
+    # environment must still never be printed
+    env = cpu_env(
+        base / "home",
+        base / RUNS_DIRNAME,
+        ACTOR_LR="1e-2",
+        LOGGER="console,file,wandb",
+        WANDB_MODE="offline",
+        WANDB_API_KEY=FAKE_KEY,
+    )
     first = launch("smoke_tiny", env)
     assert first.result.returncode == 0, output(first)[-6000:]
     return Smoke(base / "home", base / RUNS_DIRNAME / "smoke_tiny", env, first)
@@ -109,6 +119,29 @@ def test_smoke_trains_two_ppo_steps_and_checkpoints(smoke: Smoke):
     for role in ("actor", "critic"):
         shard = smoke.run_dir / "global_step_2" / role / "model_world_size_1_rank_0.pt"
         assert shard.is_file() and shard.stat().st_size > 100_000
+
+
+def test_wandb_offline_run_holds_the_file_loggers_metrics_and_no_key(smoke: Smoke):
+    from wandb_offline import history
+
+    out = output(smoke.first)
+    (run_file,) = (smoke.run_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    assert f"wandb offline: this run is logged under {smoke.run_dir}/wandb/offline-run-*" in out
+    assert f"wandb sync {smoke.run_dir}/wandb/offline-run-*" in out
+    logged = history(run_file)
+    (steps,) = metric_segments(smoke.run_dir)
+    assert sorted(logged) == sorted(steps) == [0, 1, 2]
+    for step, metrics in steps.items():
+        shared = set(metrics) & set(logged[step])
+        assert len(shared) >= 0.9 * len(metrics), sorted(set(metrics) - set(logged[step]))[:10]
+        for key in shared:
+            assert logged[step][key] == pytest.approx(metrics[key], rel=1e-6), (step, key)
+    texts = [out] + [
+        p.read_text(errors="replace")
+        for p in smoke.run_dir.rglob("*")
+        if p.is_file() and p.suffix in (".log", ".jsonl", ".yaml", ".json", ".txt")
+    ]
+    assert not [t for t in texts if FAKE_KEY in t]
 
 
 def test_metrics_validation_at_0_and_2_training_at_1_and_2(smoke: Smoke):

@@ -1,0 +1,63 @@
+"""Read the history of an offline wandb run (``<dir>/wandb/offline-run-*/run-*.wandb``) without
+the network and without a key, for the tests that compare it with the file logger.
+
+The file is wandb's transaction log: a 7-byte header, then 32 KiB blocks of records in LevelDB's
+log layout (4-byte checksum, 2-byte length, 1-byte type: 1 whole, 2 first, 3 middle, 4 last
+piece), each payload one protobuf ``Record`` of ``wandb.proto.wandb_internal_pb2``. wandb 0.31
+ships no Python reader for it any more.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+HEADER = 7
+BLOCK = 32 * 1024
+PIECE = 7
+
+
+def records(path: Path) -> list[bytes]:
+    data = Path(path).read_bytes()
+    if data[:4] != b":W&B":
+        raise ValueError(f"{path}: not a wandb run file")
+    pos, pieces, out = HEADER, [], []
+    while pos + PIECE <= len(data):
+        left = BLOCK - pos % BLOCK
+        if left < PIECE:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + PIECE])
+        if length == 0 and kind == 0:  # zero padding to the end of a block
+            pos += left
+            continue
+        payload = data[pos + PIECE : pos + PIECE + length]
+        pos += PIECE + length
+        if kind == 1:
+            out.append(payload)
+        elif kind == 2:
+            pieces = [payload]
+        elif kind == 3:
+            pieces.append(payload)
+        elif kind == 4:
+            out.append(b"".join([*pieces, payload]))
+    return out
+
+
+def history(path: Path) -> dict[int, dict[str, Any]]:
+    """{step: {metric: value}} of every history record (wandb's own keys, ``_*``, dropped)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    steps: dict[int, dict[str, Any]] = {}
+    for raw in records(path):
+        record = pb.Record()
+        record.ParseFromString(raw)
+        if record.WhichOneof("record_type") != "history":
+            continue
+        items = {(i.key or "/".join(i.nested_key)): json.loads(i.value_json)
+                 for i in record.history.item}  # fmt: skip
+        step = int(items.pop("_step"))
+        steps.setdefault(step, {}).update({k: v for k, v in items.items() if not k.startswith("_")})
+    return steps
