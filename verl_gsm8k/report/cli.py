@@ -9,8 +9,9 @@ plots are SVG drawn by plots.py, so the HTML needs nothing else to open.
 
 Modules of verl_gsm8k/report/: vocab (one vocabulary of metric names), parse (reading inputs),
 thresholds (the checks' constants), finding (what a check returns, shared statistics), checks
-and learning (health checks), summary (summary.json), plots (SVG charts), html (the page); this
-file is the command line (one report, or --follow) and the terminal digest.
+and learning (health checks), summary (summary.json), plots (SVG charts), evals (a run's
+checkpoint evaluations, RUN_DIR/checkpoint_eval/comparison.json, beside its validation), html
+(the page); this file is the command line (one report, or --follow) and the terminal digest.
 
 Exit status: 0 when a report was written (health findings do not change it), 1 when nothing at
 all could be read or the report could not be written, 2 when INPUT does not exist.
@@ -32,6 +33,7 @@ from typing import Any
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.report import parse as rp
 from verl_gsm8k.report import summary as rs
+from verl_gsm8k.report.evals import evals_summary, read_checkpoint_evals
 from verl_gsm8k.report.html import duration, memory_text, render_html
 
 PROG = "verl_gsm8k.report"
@@ -83,6 +85,9 @@ def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
         share = " | ".join(f"{k} {v['share'] * 100:.1f}%" for k, v in tm["phases"].items())
         lines.append(f"  time share          : {share}")
     lines.append(f"  peak GPU memory     : {memory_text(summary['memory'])}")
+    evals = summary.get("checkpoint_evals")
+    if evals and evals["rows"]:
+        lines.append(f"  checkpoint evals    : {len(evals['rows'])} ({evals['agreement_text']})")
     counts = summary["health_counts"]
     lines.append(
         f"  health              : {counts['error']} errors, {counts['warning']} warnings, "
@@ -133,29 +138,24 @@ def generate(input_path: Path, out_dir: Path, refresh_s: int | None = None) -> R
     if not data.steps:
         detail = f" ({issues[0]})" if issues else ""
         raise NothingReadError(f"no metrics could be read from {input_path}{detail}")
+    evals = read_checkpoint_evals(input_path) if input_path.is_dir() else None
+    if evals is not None and evals.problem:
+        issue = rp.ParseIssue(str(evals.path), None, evals.problem)
+        data.issues.append(issue)
+        issues.append(str(issue))
     summary = {
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "input": str(input_path),
         **summary,
         "val_acc_by_step": canon.series.get("val_acc", []),
+        "checkpoint_evals": evals_summary(evals, canon.series.get("val_acc", [])),
     }
-    page = render_html(input_path.name, data, canon, findings, summary, refresh_s)
-    payload = json.dumps(_json_safe(summary), indent=2, allow_nan=False) + "\n"
+    page = render_html(input_path.name, data, canon, findings, summary, refresh_s, evals)
+    payload = json.dumps(rs.json_safe(summary), indent=2, allow_nan=False) + "\n"
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / SUMMARY_NAME, payload)
     write_atomic(out_dir / HTML_NAME, page)
     return Result(summary, out_dir, issues)
-
-
-def _json_safe(value: Any) -> Any:
-    """Plain JSON: tuples become lists, non-finite floats (e.g. an overflowing sum) null."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 # --------------------------------------------------------------------------------------------
