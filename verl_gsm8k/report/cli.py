@@ -1,6 +1,9 @@
 """Turn verl PPO/GRPO training metrics into a self-contained HTML report and a summary.json.
 
     python -m verl_gsm8k.report RUN_DIR_OR_FILE [--out DIR] [--follow [--interval S]]
+    python -m verl_gsm8k.report RUN_A RUN_B [RUN_C ...] [--out DIR]    # a run comparison
+
+With two or more inputs this hands over to the run comparison (verl_gsm8k/compare/cli.py).
 
 INPUT is a run directory (``metrics/metrics-<UTC timestamp>.jsonl`` segments, one per launch),
 one verl file-logger JSONL file, or a verl console log. Both the verl 0.9.1 metric names and the
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.compare import cli as compare_cli
 from verl_gsm8k.report import parse as rp
 from verl_gsm8k.report import summary as rs
 from verl_gsm8k.report.evals import evals_summary, read_checkpoint_evals
@@ -170,16 +174,22 @@ def build_parser() -> argparse.ArgumentParser:
             "Build a self-contained HTML report (plots, health checks, time breakdown) and a "
             "summary.json from verl PPO/GRPO training metrics, and print a short summary."
         ),
-        epilog="Exit status: 0 report written; 1 nothing readable or cannot write; 2 no INPUT.",
+        epilog=(
+            "Exit status: 0 report written; 1 nothing readable or cannot write; 2 no INPUT (a "
+            "comparison: 2 for any input it cannot compare, and nothing is written)."
+        ),
     )
     parser.add_argument(
-        "input",
+        "inputs",
+        nargs="+",
         metavar="INPUT",
         type=Path,
         help=(
             "run directory (its metrics/*.jsonl segments are merged in name order, a later "
             "segment winning on overlapping steps), one verl file-logger .jsonl file, or a verl "
-            "console log with 'step:N - key:value' lines"
+            "console log with 'step:N - key:value' lines. Two or more INPUTs: one page "
+            "comparing the runs (curves by step, samples seen or wall time, a table, the config "
+            "diff, the health checks side by side)"
         ),
     )
     parser.add_argument(
@@ -189,7 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help=(
             "directory for report.html and summary.json (default: INPUT/report for a run "
-            "directory, <name>-report next to a file); files are replaced atomically"
+            "directory, <name>-report next to a file); with two or more INPUTs, for "
+            f"{compare_cli.HTML_NAME} and {compare_cli.SUMMARY_NAME} (default: "
+            f"./{compare_cli.DEFAULT_OUT}); files are replaced atomically"
         ),
     )
     parser.add_argument(
@@ -253,6 +265,12 @@ def _not_written(refresh: int, failure: Failure, page: Path) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if len(args.inputs) > 1:
+        if args.follow:
+            _err("--follow reads one INPUT; a comparison is written once")
+            return 2
+        return compare_cli.main(args.inputs, args.out, args.quiet)
+    args.input = args.inputs[0]
     if not args.input.exists():
         _err(f"input not found: {args.input}")
         return 2
