@@ -64,7 +64,10 @@ def make_run(
 ) -> Path:
     """A run directory: metrics of one launch and, unless ``algo`` is None, its launch record."""
     run = root / name
-    write_jsonl(run / SEGMENT, build_run(grpo_metrics if algo == "grpo" else None))
+    if algo == "grpo":
+        write_jsonl(run / SEGMENT, build_run(grpo_metrics, seed=8))
+    else:
+        write_jsonl(run / SEGMENT, build_run())
     if algo is not None:
         n = 5 if algo == "grpo" else 1
         record = build_record(

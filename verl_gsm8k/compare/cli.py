@@ -136,7 +136,7 @@ def compare(paths: Sequence[Path], out_dir: Path) -> dict[str, Any]:
     diff = config_diff({run.label: run.config for run in runs})
     summary = build_summary(runs, diff)
     page = render_page(runs, summary, diff)
-    payload = json.dumps(json_safe(summary), indent=2, allow_nan=False) + "\n"
+    payload = json.dumps(json_safe(summary), indent=2, allow_nan=False, default=str) + "\n"
     write_atomic(out_dir / SUMMARY_NAME, payload)
     write_atomic(out_dir / HTML_NAME, page)
     return summary

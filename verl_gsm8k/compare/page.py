@@ -31,7 +31,7 @@ esc = html.escape
 def _value(value: Any) -> str:
     if isinstance(value, str):
         return esc(value)
-    return esc(json.dumps(value))
+    return esc(json.dumps(value, default=str))
 
 
 def _acc(point: dict[str, Any] | None) -> str:
