@@ -8,6 +8,8 @@
   line behind a Ray prefix (``(TaskRunner pid=...)``, ``(main_task pid=...)``) and ANSI codes,
   other processes' lines interleaved. Read with ``ast.literal_eval``, never ``eval``.
 * A metrics .jsonl file carries no config.
+
+Standard library only, plus verl_gsm8k.launch.record's reader (PyYAML).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Reading the runs of a comparison: each through the run report's own analysis, with a unique
 label, its config, its checkpoint evaluations, and the three x axes it can be drawn against.
 
-Standard library only (the launch records are read through verl_gsm8k.launch.record).
+Standard library only; the launch records are read by verl_gsm8k.launch.record, with PyYAML
+(which verl's Hydra brings into the project's .venv).
 """
 
 from __future__ import annotations
