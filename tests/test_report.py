@@ -506,6 +506,59 @@ def test_thresholds_are_tunable(tmp_path: Path) -> None:
     assert "entropy_collapse" in checks_fired(findings)
 
 
+def test_checkpoint_evaluations_drawn_over_validation(tmp_path: Path) -> None:
+    """RUN_DIR/checkpoint_eval/comparison.json: our reward on each evaluated checkpoint, drawn
+    over verl's validation curve, with the largest gap between the two named."""
+    run = tmp_path / "run"
+    write_jsonl(run / "metrics" / "metrics-1.jsonl", build_run())
+    evals_file = run / "checkpoint_eval" / "comparison.json"
+    rows = [
+        {"step": 0, "model": "base", "mode": "training", "accuracy": 0.35,
+         "our_reward_accuracy": 0.28, "n": 50},
+        {"step": 0, "model": "base", "mode": "evalscope", "accuracy": 0.40},  # other prompt
+        {"step": 200, "model": "s200", "mode": "training", "accuracy": 0.6,
+         "our_reward_accuracy": 0.55, "n": 50},
+        {"step": 150, "model": "s150", "mode": "training", "accuracy": None, "error": "boom"},
+    ]  # fmt: skip
+    evals_file.parent.mkdir(parents=True)
+    evals_file.write_text(json.dumps({"results": rows}), encoding="utf-8")
+    result = report.generate(run, tmp_path / "out")
+    evals = result.summary["checkpoint_evals"]
+    assert [(r["step"], r["our_reward_accuracy"], r["accuracy"]) for r in evals["rows"]] == [
+        (0, 0.28, 0.35),
+        (200, 0.55, 0.6),
+    ]
+    assert evals["problem"] == "1 rows without a step or an accuracy, skipped"
+    assert result.issues == [f"{evals_file}: 1 rows without a step or an accuracy, skipped"]
+    val = dict(result.summary["val_acc_by_step"])
+    assert [p["step"] for p in evals["agreement"]["steps"]] == [0, 200]
+    assert evals["agreement"]["largest_gap"]["gap"] == pytest.approx(0.28 - val[0])
+    assert evals["agreement_text"] == (
+        "our reward vs verl validation at 2 shared steps: largest gap -2.0 points (step 0)"
+    )
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    svgs = parse_svgs(page)
+    assert svgs["checkpoint_eval"]["names"] == [
+        ("verl validation (during training)", "polyline"),
+        ("our reward on the checkpoint", "polyline"),
+        ("EvalScope (lenient)", "polyline"),
+    ]
+    assert svgs["checkpoint_eval"]["series"] == [(STEPS // 10 + 1,) * 2, (2, 2), (2, 2)]
+    assert 'id="eval-agreement"' in page and 'id="checkpoint-evals"' in page
+    text = report.terminal_summary(result.summary, None)
+    assert "checkpoint evals    : 2 (our reward vs verl validation at 2 shared steps" in text
+    # Not JSON: the report is still written, and says why the evaluations are missing.
+    evals_file.write_text("{not json", encoding="utf-8")
+    result = report.generate(run, tmp_path / "out")
+    assert result.summary["checkpoint_evals"]["rows"] == []
+    assert len(result.issues) == 1 and "not readable JSON" in result.issues[0]
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "checkpoint_eval" not in parse_svgs(page) and "not readable JSON" in page
+    # A run without the file: no section, and null in summary.json.
+    evals_file.unlink()
+    assert report.generate(run, tmp_path / "out").summary["checkpoint_evals"] is None
+
+
 # --------------------------------------------------------------------------------------------
 # Resumed runs and malformed input
 # --------------------------------------------------------------------------------------------

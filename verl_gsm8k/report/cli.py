@@ -1,6 +1,9 @@
 """Turn verl PPO/GRPO training metrics into a self-contained HTML report and a summary.json.
 
     python -m verl_gsm8k.report RUN_DIR_OR_FILE [--out DIR] [--follow [--interval S]]
+    python -m verl_gsm8k.report RUN_A RUN_B [RUN_C ...] [--out DIR]    # a run comparison
+
+With two or more inputs this hands over to the run comparison (verl_gsm8k/compare/cli.py).
 
 INPUT is a run directory (``metrics/metrics-<UTC timestamp>.jsonl`` segments, one per launch),
 one verl file-logger JSONL file, or a verl console log. Both the verl 0.9.1 metric names and the
@@ -9,8 +12,9 @@ plots are SVG drawn by plots.py, so the HTML needs nothing else to open.
 
 Modules of verl_gsm8k/report/: vocab (one vocabulary of metric names), parse (reading inputs),
 thresholds (the checks' constants), finding (what a check returns, shared statistics), checks
-and learning (health checks), summary (summary.json), plots (SVG charts), html (the page); this
-file is the command line (one report, or --follow) and the terminal digest.
+and learning (health checks), summary (summary.json), plots (SVG charts), evals (a run's
+checkpoint evaluations, RUN_DIR/checkpoint_eval/comparison.json, beside its validation), html
+(the page); this file is the command line (one report, or --follow) and the terminal digest.
 
 Exit status: 0 when a report was written (health findings do not change it), 1 when nothing at
 all could be read or the report could not be written, 2 when INPUT does not exist.
@@ -30,10 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.compare import cli as compare_cli
 from verl_gsm8k.replay.load import load_trace
 from verl_gsm8k.replay.pages import write_pages
 from verl_gsm8k.report import parse as rp
 from verl_gsm8k.report import summary as rs
+from verl_gsm8k.report.evals import evals_summary, read_checkpoint_evals
 from verl_gsm8k.report.html import duration, memory_text, render_html
 
 PROG = "verl_gsm8k.report"
@@ -85,6 +91,9 @@ def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
         share = " | ".join(f"{k} {v['share'] * 100:.1f}%" for k, v in tm["phases"].items())
         lines.append(f"  time share          : {share}")
     lines.append(f"  peak GPU memory     : {memory_text(summary['memory'])}")
+    evals = summary.get("checkpoint_evals")
+    if evals and evals["rows"]:
+        lines.append(f"  checkpoint evals    : {len(evals['rows'])} ({evals['agreement_text']})")
     counts = summary["health_counts"]
     lines.append(
         f"  health              : {counts['error']} errors, {counts['warning']} warnings, "
@@ -140,6 +149,11 @@ def generate(input_path: Path, out_dir: Path, refresh_s: int | None = None) -> R
     if not data.steps:
         detail = f" ({issues[0]})" if issues else ""
         raise NothingReadError(f"no metrics could be read from {input_path}{detail}")
+    evals = read_checkpoint_evals(input_path) if input_path.is_dir() else None
+    if evals is not None and evals.problem:
+        issue = rp.ParseIssue(str(evals.path), None, evals.problem)
+        data.issues.append(issue)
+        issues.append(str(issue))
     out_dir.mkdir(parents=True, exist_ok=True)
     # the replay and the rollout browser of a run directory, beside the report (verl_gsm8k/replay)
     pages = write_pages(input_path, trace, out_dir) if trace is not None else None
@@ -148,6 +162,7 @@ def generate(input_path: Path, out_dir: Path, refresh_s: int | None = None) -> R
         "input": str(input_path),
         **summary,
         "val_acc_by_step": canon.series.get("val_acc", []),
+        "checkpoint_evals": evals_summary(evals, canon.series.get("val_acc", [])),
         "pages": {
             "replay": pages.replay.name if pages and pages.replay else None,
             "rollouts": pages.rollouts.name if pages and pages.rollouts else None,
@@ -155,22 +170,11 @@ def generate(input_path: Path, out_dir: Path, refresh_s: int | None = None) -> R
         },
     }
     issues += summary["pages"]["issues"]
-    page = render_html(input_path.name, data, canon, findings, summary, refresh_s)
-    payload = json.dumps(_json_safe(summary), indent=2, allow_nan=False) + "\n"
+    page = render_html(input_path.name, data, canon, findings, summary, refresh_s, evals)
+    payload = json.dumps(rs.json_safe(summary), indent=2, allow_nan=False) + "\n"
     write_atomic(out_dir / SUMMARY_NAME, payload)
     write_atomic(out_dir / HTML_NAME, page)
     return Result(summary, out_dir, issues)
-
-
-def _json_safe(value: Any) -> Any:
-    """Plain JSON: tuples become lists, non-finite floats (e.g. an overflowing sum) null."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -185,16 +189,22 @@ def build_parser() -> argparse.ArgumentParser:
             "Build a self-contained HTML report (plots, health checks, time breakdown) and a "
             "summary.json from verl PPO/GRPO training metrics, and print a short summary."
         ),
-        epilog="Exit status: 0 report written; 1 nothing readable or cannot write; 2 no INPUT.",
+        epilog=(
+            "Exit status: 0 report written; 1 nothing readable or cannot write; 2 no INPUT (a "
+            "comparison: 2 for any input it cannot compare, and nothing is written)."
+        ),
     )
     parser.add_argument(
-        "input",
+        "inputs",
+        nargs="+",
         metavar="INPUT",
         type=Path,
         help=(
             "run directory (its metrics/*.jsonl segments are merged in name order, a later "
             "segment winning on overlapping steps), one verl file-logger .jsonl file, or a verl "
-            "console log with 'step:N - key:value' lines"
+            "console log with 'step:N - key:value' lines. Two or more INPUTs: one page "
+            "comparing the runs (curves by step, samples seen or wall time, a table, the config "
+            "diff, the health checks side by side)"
         ),
     )
     parser.add_argument(
@@ -204,7 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help=(
             "directory for report.html and summary.json (default: INPUT/report for a run "
-            "directory, <name>-report next to a file); files are replaced atomically"
+            "directory, <name>-report next to a file); with two or more INPUTs, for "
+            f"{compare_cli.HTML_NAME} and {compare_cli.SUMMARY_NAME} (default: "
+            f"./{compare_cli.DEFAULT_OUT}); files are replaced atomically"
         ),
     )
     parser.add_argument(
@@ -268,6 +280,12 @@ def _not_written(refresh: int, failure: Failure, page: Path) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if len(args.inputs) > 1:
+        if args.follow:
+            _err("--follow reads one INPUT; a comparison is written once")
+            return 2
+        return compare_cli.main(args.inputs, args.out, args.quiet)
+    args.input = args.inputs[0]
     if not args.input.exists():
         _err(f"input not found: {args.input}")
         return 2

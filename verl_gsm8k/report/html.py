@@ -8,6 +8,7 @@ from typing import Any
 from verl_gsm8k.report import finding as rf
 from verl_gsm8k.report import parse as rp
 from verl_gsm8k.report import summary as rs
+from verl_gsm8k.report.evals import EvalFile, eval_plot
 from verl_gsm8k.report.plots import (
     build_plots,
     render_line_plot,
@@ -15,7 +16,7 @@ from verl_gsm8k.report.plots import (
     render_share_bar,
 )
 
-_CSS = """
+CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;
 max-width:1360px}
 h1{font-size:1.4em;margin-bottom:4px} h2{font-size:1.15em;margin-top:28px}
@@ -59,12 +60,40 @@ def memory_text(memory: dict[str, Any]) -> str:
     return ", ".join(parts) + (f"; host {host['gb']:.1f} GiB in use" if host else "")
 
 
-def _num(value: Any, digits: int = 4) -> str:
+def num(value: Any, digits: int = 4) -> str:
     if value is None:
         return "n/a"
     if isinstance(value, float):
         return f"{value:.{digits}g}"
     return str(value)
+
+
+def _evals_section(
+    evals: EvalFile, canon: rp.Canonical, info: dict[str, Any], x_range: tuple[float, float]
+) -> list[str]:
+    """The checkpoint evaluations drawn over verl's validation curve, and a table of both."""
+    esc = html.escape
+    steps = [row.step for row in evals.rows]
+    x_range = (min(x_range[0], *steps), max(x_range[1], *steps))
+    val = dict(canon.series.get("val_acc", []))
+    out = [
+        "<h2>Checkpoint evaluations</h2>",
+        f'<p class="meta">From <code>{esc(str(evals.path))}</code>. Our reward re-scores each '
+        "checkpoint's answers as training scored them, so it should track verl's validation "
+        "curve; EvalScope's lenient score reads answers more loosely. "
+        f'<b id="eval-agreement">{esc(info["agreement_text"])}</b>.</p>',
+        render_line_plot(eval_plot(canon.series.get("val_acc", []), evals.rows), x_range),
+        '<table id="checkpoint-evals"><tr><th>step</th><th>model</th><th>n</th>'
+        "<th>verl validation</th><th>our reward</th><th>EvalScope (lenient)</th></tr>",
+    ]
+    for row in evals.rows:
+        out.append(
+            f"<tr><td>{row.step}</td><td>{esc(row.model)}</td><td>{num(row.n)}</td>"
+            f"<td>{num(val.get(row.step))}</td><td>{num(row.our_reward_accuracy)}</td>"
+            f"<td>{num(row.accuracy)}</td></tr>"
+        )
+    out.append("</table>")
+    return out
 
 
 def render_html(
@@ -74,6 +103,7 @@ def render_html(
     findings: list[rf.Finding],
     summary: dict[str, Any],
     refresh_s: int | None = None,
+    evals: EvalFile | None = None,
 ) -> str:
     """The whole report as one HTML document (no external resources)."""
     esc = html.escape
@@ -89,7 +119,7 @@ def render_html(
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s else "",
-        f"<title>{esc(title)} - PPO run report</title><style>{_CSS}</style></head><body>",
+        f"<title>{esc(title)} - PPO run report</title><style>{CSS}</style></head><body>",
         f"<h1>PPO run report: {esc(title)}</h1>",
         f'<div class="meta">generated {esc(summary["generated_at"])} from '
         + ", ".join(f"<code>{esc(src)}</code>" for src in data.sources)
@@ -165,6 +195,8 @@ def render_html(
         body.append(render_line_plot(plot, x_range))
     body.append(render_phase_plot(canon, x_range, breakdown["other_by_step"]))
     body.append("</div>")
+    if evals is not None and evals.rows:
+        body += _evals_section(evals, canon, summary["checkpoint_evals"], x_range)
 
     body.append("<h2>Where the time goes</h2>")
     phases = summary["time"]["phases"]
@@ -194,8 +226,8 @@ def render_html(
         body.append(
             f"<tr><td>{esc(name)}</td><td>{esc(info['label'])}</td>"
             f"<td><code>{esc(str(info['key']))}</code></td>"
-            f"<td>{info['points']}</td><td>{_num(info['first'])}</td>"
-            f"<td>{_num(info['median'])}</td><td>{_num(info['last'])}</td></tr>"
+            f"<td>{info['points']}</td><td>{num(info['first'])}</td>"
+            f"<td>{num(info['median'])}</td><td>{num(info['last'])}</td></tr>"
         )
     body.append("</table>")
 

@@ -82,8 +82,10 @@ class InputError(Exception):
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-# Optional Ray prefix "(Name pid=123)" or "(Name pid=123, ip=...)", then "step:N - key:value".
-_CONSOLE_LINE = re.compile(r"^\s*(?:\([^()]*\bpid=\d+[^()]*\)\s*)?step:(?P<step>\d+)(?P<rest>.*)$")
+# A Ray prefix, "(Name pid=123)" or "(Name pid=123, ip=...)", before a worker's console line.
+RAY_PREFIX = r"\([^()]*\bpid=\d+[^()]*\)"
+# Optional Ray prefix, then "step:N - key:value".
+_CONSOLE_LINE = re.compile(rf"^\s*(?:{RAY_PREFIX}\s*)?step:(?P<step>\d+)(?P<rest>.*)$")
 _FIELD = re.compile(r"^(?P<key>[^\s:][^\s]*?):(?P<value>\S+)$")
 # Console values go through pprint: plain numbers, nan/inf, True/False or np.float64(0.5).
 _NP_WRAPPED = re.compile(r"^np\.\w+\((?P<inner>.*)\)$")
@@ -91,6 +93,11 @@ _CONFIG_INT = {
     "train_batch_size": re.compile(r"['\"]?train_batch_size['\"]?\s*[:=]\s*(\d+)"),
     "rollout_n": re.compile(r"actor_rollout_ref\.rollout\.n=(\d+)"),
 }
+
+
+def strip_ansi(line: str) -> str:
+    """A console line without its ANSI colour codes."""
+    return _ANSI.sub("", line) if "\x1b" in line else line
 
 
 def _to_float(value: Any) -> float | None:
@@ -232,7 +239,7 @@ def parse_console(path: Path, data: RunData) -> int:
     issues_before = len(data.issues)
     kept = 0
     for lineno, raw_line, unfinished in _read_lines(path, data):
-        line = _ANSI.sub("", raw_line) if "\x1b" in raw_line else raw_line
+        line = strip_ansi(raw_line)
         if "step:" not in line:
             for name, pattern in _CONFIG_INT.items():
                 found = pattern.search(line)

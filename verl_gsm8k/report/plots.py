@@ -43,16 +43,21 @@ W, H = 640, 250
 LEFT, RIGHT, TOP, BOTTOM = 64, 14, 26, 38
 
 
+# (x, value) pairs: x is the step, or in a run comparison also samples seen or wall time.
+Points = Sequence[tuple[float, float]]
+
+
 @dataclass
 class Line:
     """One plotted series."""
 
     name: str
-    points: rp.Series
+    points: Points
     colour: str
     width: float = 1.5
     dots: bool = False
     faint: bool = False
+    dashed: bool = False
 
 
 @dataclass
@@ -67,6 +72,8 @@ class Plot:
     note: str = ""
     bands: list[tuple[int, int, str]] = field(default_factory=list)
     marks: list[tuple[int, float, str]] = field(default_factory=list)
+    x_label: str = "step"
+    missing: str = "not logged in this run"  # the placeholder's words when no line has points
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -120,7 +127,11 @@ class _Axes:
         return TOP + (self.y1 - v) / (self.y1 - self.y0) * (H - TOP - BOTTOM)
 
 
-def _axes_svg(axes: _Axes, y_label: str) -> list[str]:
+def _fmt_x(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
+
+
+def _axes_svg(axes: _Axes, y_label: str, x_label: str = "step") -> list[str]:
     parts = [
         f'<rect x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" height="{H - TOP - BOTTOM}" '
         'fill="#fff" stroke="#bbb"/>'
@@ -146,7 +157,8 @@ def _axes_svg(axes: _Axes, y_label: str) -> list[str]:
             f"{value:g}</text>"
         )
     parts.append(
-        f'<text x="{(LEFT + W - RIGHT) / 2}" y="{H - 6}" text-anchor="middle">step</text>'
+        f'<text x="{(LEFT + W - RIGHT) / 2}" y="{H - 6}" text-anchor="middle">'
+        f"{html.escape(x_label)}</text>"
         f'<text x="14" y="{(TOP + H - BOTTOM) / 2}" text-anchor="middle" '
         f'transform="rotate(-90 14 {(TOP + H - BOTTOM) / 2})">{html.escape(y_label)}</text>'
     )
@@ -200,14 +212,14 @@ def _svg(
     )
 
 
-def downsample(points: rp.Series, limit: int = MAX_DRAWN) -> rp.Series:
+def downsample(points: Points, limit: int = MAX_DRAWN) -> list[tuple[float, float]]:
     """At most ``limit`` points: the lowest and the highest of each of limit // 2 equal runs of
     consecutive points, in step order, so that a one-step spike is still drawn."""
     n = len(points)
     if n <= limit:
-        return points
+        return list(points)
     runs = limit // 2
-    out: rp.Series = []
+    out: list[tuple[float, float]] = []
     for r in range(runs):
         chunk = points[r * n // runs : (r + 1) * n // runs]
         low = min(range(len(chunk)), key=lambda k: chunk[k][1])
@@ -235,7 +247,7 @@ def render_line_plot(plot: Plot, x_range: tuple[float, float]) -> str:
     if not drawn:
         return (
             f'<div class="plot missing" id="plot-{plot.plot_id}">'
-            f"<b>{html.escape(plot.title)}</b><br>not logged in this run"
+            f"<b>{html.escape(plot.title)}</b><br>{html.escape(plot.missing)}"
             f"{': ' + html.escape(plot.note) if plot.note else ''}</div>"
         )
     values = [v for line in drawn for _, v in line.points]
@@ -247,7 +259,7 @@ def render_line_plot(plot: Plot, x_range: tuple[float, float]) -> str:
         values = [v for v in values if v > 0]
     axes = _Axes(x_range, (min(values), max(values)), bool(log_y))
     count = max(len(line.points) for line in drawn)
-    parts = _axes_svg(axes, plot.y_label)
+    parts = _axes_svg(axes, plot.y_label, plot.x_label)
     for start, end, severity in plot.bands:
         x_a, x_b = axes.x(max(start, axes.x0)), axes.x(min(end, axes.x1))
         parts.append(
@@ -259,6 +271,7 @@ def render_line_plot(plot: Plot, x_range: tuple[float, float]) -> str:
         pts = downsample([(s, v) for s, v in line.points if v > 0 or not log_y])
         coords = " ".join(f"{axes.x(s):.1f},{axes.y(v):.1f}" for s, v in pts)
         opacity = ' stroke-opacity="0.35"' if line.faint else ""
+        opacity += ' stroke-dasharray="5 3"' if line.dashed else ""
         parts.append(
             f'<polyline class="series" data-series="{html.escape(line.name)}" '
             f'data-count="{len(pts)}" fill="none" stroke="{line.colour}" '
@@ -267,7 +280,7 @@ def render_line_plot(plot: Plot, x_range: tuple[float, float]) -> str:
         if line.dots:
             parts.extend(
                 f'<circle cx="{axes.x(s):.1f}" cy="{axes.y(v):.1f}" r="2.5" fill="{line.colour}">'
-                f"<title>step {s}: {v:.4g}</title></circle>"
+                f"<title>{html.escape(plot.x_label)} {_fmt_x(s)}: {v:.4g}</title></circle>"
                 for s, v in pts
             )
     for step, value, label in plot.marks:
@@ -374,12 +387,12 @@ _PLOT_OF_METRIC = {
 }
 
 
-def _smoothed(points: rp.Series, window: int) -> rp.Series:
+def _smoothed(points: Points, window: int) -> list[tuple[float, float]]:
     values = rf.rolling_median([v for _, v in points], window)
     return [(s, v) for (s, _), v in zip(points, values, strict=True)]
 
 
-def _with_trend(name: str, points: rp.Series, colour: str, window: int) -> list[Line]:
+def with_trend(name: str, points: Points, colour: str, window: int) -> list[Line]:
     """Raw values faint plus a rolling median, for noisy per-step metrics."""
     if len(points) <= 3 * window:
         return [Line(name, points, colour)]
@@ -402,9 +415,9 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
     kl_lines: list[Line] = []
     for i, name in enumerate(("kl", "kl_loss")):
         if name in s:
-            kl_lines += _with_trend(name, s[name], PALETTE[i], win)
+            kl_lines += with_trend(name, s[name], PALETTE[i], win)
     if not kl_lines and "ppo_kl" in s:
-        kl_lines = _with_trend("ppo_kl (old->new policy)", s["ppo_kl"], PALETTE[2], win)
+        kl_lines = with_trend("ppo_kl (old->new policy)", s["ppo_kl"], PALETTE[2], win)
     plots = [
         Plot(
             "val_acc",
@@ -417,8 +430,8 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
         Plot(
             "score",
             "Train score (critic/score/mean) and reward incl. KL (critic/rewards/mean)",
-            _with_trend("score", s.get("score", []), PALETTE[0], win)
-            + _with_trend("reward", s.get("reward", []), PALETTE[2], win),
+            with_trend("score", s.get("score", []), PALETTE[0], win)
+            + with_trend("reward", s.get("reward", []), PALETTE[2], win),
             "score",
             log_y=False,
         ),
@@ -433,7 +446,7 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
         Plot(
             "entropy",
             "Policy entropy (per token)",
-            _with_trend("entropy", s.get("entropy", []), PALETTE[3], win),
+            with_trend("entropy", s.get("entropy", []), PALETTE[3], win),
             "nats",
             log_y=False,
             note="verl's v1 trainer logs actor/entropy; the legacy one only with calculate_entropy",
@@ -441,7 +454,7 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
         Plot(
             "response_length",
             "Response length: mean and max (tokens)",
-            _with_trend("mean", s.get("response_length_mean", []), PALETTE[0], win)
+            with_trend("mean", s.get("response_length_mean", []), PALETTE[0], win)
             + [Line("max", s.get("response_length_max", []), PALETTE[1], width=1.0)],
             "tokens",
             log_y=False,
@@ -449,7 +462,7 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
         Plot(
             "response_length_clip_ratio",
             "Response length clip ratio (share of responses cut at max length)",
-            _with_trend("clip_ratio", s.get("response_length_clip_ratio", []), PALETTE[4], win),
+            with_trend("clip_ratio", s.get("response_length_clip_ratio", []), PALETTE[4], win),
             "share",
             log_y=False,
             note="response_length/clip_ratio is logged by newer verl only",
@@ -457,22 +470,22 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
         Plot(
             "vf_loss",
             "Value (critic) loss",
-            _with_trend("vf_loss", s.get("vf_loss", []), PALETTE[5], win),
+            with_trend("vf_loss", s.get("vf_loss", []), PALETTE[5], win),
             "loss",
             note="no critic (GRPO) or not logged",
         ),
         Plot(
             "clipfrac",
             "PPO clip fraction of the policy update (actor/pg_clipfrac)",
-            _with_trend("pg_clipfrac", s.get("pg_clipfrac", []), PALETTE[0], win),
+            with_trend("pg_clipfrac", s.get("pg_clipfrac", []), PALETTE[0], win),
             "fraction",
             log_y=False,
         ),
         Plot(
             "grad_norm",
             "Gradient norms (before clipping)",
-            _with_trend("actor", s.get("actor_grad_norm", []), PALETTE[1], win)
-            + _with_trend("critic", s.get("critic_grad_norm", []), PALETTE[5], win),
+            with_trend("actor", s.get("actor_grad_norm", []), PALETTE[1], win)
+            + with_trend("critic", s.get("critic_grad_norm", []), PALETTE[5], win),
             "norm",
         ),
         Plot(
@@ -483,22 +496,22 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
                 if canon.throughput_estimated
                 else ""
             ),
-            _with_trend("tokens/s", s.get("throughput", []), PALETTE[2], win),
+            with_trend("tokens/s", s.get("throughput", []), PALETTE[2], win),
             "tokens/s",
             log_y=False,
         ),
         Plot(
             "rollout_mismatch",
             "Rollout vs training: |p_rollout - p_training| per token (training/rollout_probs_diff)",
-            _with_trend("max", s.get("rollout_probs_diff_max", []), PALETTE[1], win)
-            + _with_trend("mean", s.get("rollout_probs_diff_mean", []), PALETTE[0], win),
+            with_trend("max", s.get("rollout_probs_diff_max", []), PALETTE[1], win)
+            + with_trend("mean", s.get("rollout_probs_diff_mean", []), PALETTE[0], win),
             "probability",
             note="needs actor_rollout_ref.rollout.calculate_log_probs=True (verl 0.9.1 default)",
         ),
         Plot(
             "rollout_corr",
             "Rollout vs training: Pearson correlation of token probabilities",
-            _with_trend("pearson", s.get("rollout_probs_corr", []), PALETTE[2], win),
+            with_trend("pearson", s.get("rollout_probs_corr", []), PALETTE[2], win),
             "correlation",
             log_y=False,
             note="needs actor_rollout_ref.rollout.calculate_log_probs=True (verl 0.9.1 default)",

@@ -6,6 +6,7 @@ summarises an input.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict
 from pathlib import Path
@@ -196,6 +197,17 @@ def summarize(
         "parse_issues": [str(issue) for issue in data.issues],
         "thresholds": asdict(thresholds),
     }
+
+
+def json_safe(value: Any) -> Any:
+    """Plain JSON: tuples become lists, non-finite floats (e.g. an overflowing sum) null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def analyse(

@@ -1,0 +1,484 @@
+"""Tests of the run comparison: python -m verl_gsm8k.report RUN_A RUN_B (verl_gsm8k/compare/).
+
+Synthetic runs: tests/report_runs.py's verl 0.9.1 metrics in run directories with launch records
+written by verl_gsm8k.launch.record, a PPO (GAE, critic) run against a GRPO one. Real data: the
+two verl console logs under ../shared/data/verl-logs (512 vs 256 response tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from browser import plot_series, render, require_chromium
+from report_runs import LOG_256, LOG_512, STEPS, build_run, parse_svgs, write_jsonl
+
+from verl_gsm8k.compare import cli as compare_cli
+from verl_gsm8k.compare.config import RunConfig, config_dump, flatten
+from verl_gsm8k.compare.diff import CRITIC_IN_USE, config_diff, group_of
+from verl_gsm8k.compare.runs import unique_labels
+from verl_gsm8k.launch.record import build_record, write_record
+from verl_gsm8k.report import cli as report
+
+ROOT = Path(__file__).resolve().parents[1]
+SEGMENT = "metrics/metrics-20250101T000000Z.jsonl"
+CRITIC_KEYS = ("critic/vf_loss", "critic/vf_clipfrac", "critic/grad_norm", "critic/values/mean")
+KNOB_KEYS = {
+    "data.train_batch_size": "TRAIN_BATCH_SIZE",
+    "actor_rollout_ref.rollout.n": "ROLLOUT_N",
+    "actor_rollout_ref.actor.optim.lr": "ACTOR_LR",
+    "critic.optim.lr": "CRITIC_LR",
+}
+
+
+def verl_config(adv_estimator: str, rollout_n: int) -> dict[str, Any]:
+    """The part of a resolved verl 0.9.1 config these tests need; critic.enable is null, as in
+    verl's own ppo_trainer.yaml, so only the estimator decides whether a critic runs."""
+    return {
+        "data": {"train_batch_size": 64, "max_prompt_length": 512, "max_response_length": 512},
+        "actor_rollout_ref": {
+            "model": {"path": "Qwen/Qwen2.5-0.5B-Instruct"},
+            "actor": {"optim": {"lr": 1e-6}, "use_kl_loss": adv_estimator == "grpo"},
+            "rollout": {"n": rollout_n, "name": "vllm"},
+        },
+        "critic": {"enable": None, "optim": {"lr": 1e-5}, "model": {"path": "Qwen/Qwen2.5-0.5B"}},
+        "algorithm": {"adv_estimator": adv_estimator, "use_kl_in_reward": adv_estimator == "gae"},
+        "trainer": {"n_gpus_per_node": 2, "nnodes": 1, "total_epochs": 15},
+    }
+
+
+def grpo_metrics(step: int, data: dict[str, Any]) -> None:
+    """GRPO logs no critic and puts the KL in the loss."""
+    for key in CRITIC_KEYS:
+        data.pop(key)
+    data["actor/kl_loss"] = data.pop("actor/reward_kl_penalty")
+    data["critic/score/mean"] += 0.05
+
+
+def make_run(
+    root: Path, name: str, algo: str | None = "gae", stamp: str = "20250101T000000Z"
+) -> Path:
+    """A run directory: metrics of one launch and, unless ``algo`` is None, its launch record."""
+    run = root / name
+    if algo == "grpo":
+        write_jsonl(run / SEGMENT, build_run(grpo_metrics, seed=8))
+    else:
+        write_jsonl(run / SEGMENT, build_run())
+    if algo is not None:
+        n = 5 if algo == "grpo" else 1
+        record = build_record(
+            stamp=stamp,
+            recipe=f"{'grpo' if algo == 'grpo' else 'ppo'}_qwen2.5-0.5b_gsm8k",
+            trainer="ppo",
+            config_name=f"gsm8k_{'grpo' if algo == 'grpo' else 'ppo'}",
+            knobs={"ROLLOUT_N": str(n)},
+            knob_keys=KNOB_KEYS,
+            user_overrides=["trainer.total_epochs=15"],
+            config=verl_config(algo, n),
+            root=root,
+            gpus=[("NVIDIA H100", 80.0)] * 2,
+        )
+        write_record(run, record)
+    return run
+
+
+def write_evals(run: Path, rows: list[dict[str, Any]]) -> Path:
+    path = run / "checkpoint_eval" / "comparison.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"results": rows}), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def two_runs(tmp_path: Path) -> tuple[Path, Path]:
+    return make_run(tmp_path, "ppo-gae"), make_run(tmp_path, "grpo", "grpo")
+
+
+def diff_keys(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {row["key"]: row for rows in summary["config_diff"]["groups"].values() for row in rows}
+
+
+# --------------------------------------------------------------------------------------------
+# The config diff
+# --------------------------------------------------------------------------------------------
+
+
+def test_diff_names_the_estimator_and_the_critic_and_nothing_the_same(tmp_path: Path) -> None:
+    gae = RunConfig(flatten(verl_config("gae", 1)), "a", KNOB_KEYS)
+    grpo = RunConfig(flatten(verl_config("grpo", 5)), "b", KNOB_KEYS)
+    diff = config_diff({"gae": gae, "grpo": grpo})
+    rows = {row.key: row for row in diff.rows}
+    assert set(rows) == {
+        "algorithm.adv_estimator",
+        "algorithm.use_kl_in_reward",
+        "actor_rollout_ref.actor.use_kl_loss",
+        "actor_rollout_ref.rollout.n",
+        CRITIC_IN_USE,
+    }
+    assert rows["algorithm.adv_estimator"].values == {"gae": "gae", "grpo": "grpo"}
+    assert rows[CRITIC_IN_USE].values == {"gae": True, "grpo": False}
+    assert rows[CRITIC_IN_USE].group == "critic"
+    assert rows["actor_rollout_ref.rollout.n"].knobs == ["ROLLOUT_N"]
+    assert rows["algorithm.adv_estimator"].knobs == []  # set by the config file, not a knob
+    # grouped in the tutorial's order
+    assert list(diff.by_group()) == ["actor", "rollout", "critic", "algorithm"]
+    # An explicit critic.enable wins over the estimator; a key one config lacks is listed.
+    gae.flat["critic.enable"] = False  # type: ignore[index]
+    del grpo.flat["critic.enable"]  # type: ignore[union-attr]
+    rows = {row.key: row for row in config_diff({"gae": gae, "grpo": grpo}).rows}
+    assert CRITIC_IN_USE not in rows
+    assert rows["critic.enable"].values == {"gae": False}
+    assert rows["critic.enable"].missing_in == ["grpo"]
+
+
+def test_diff_compares_values_not_spellings() -> None:
+    def cfg(**values: Any) -> RunConfig:
+        return RunConfig(dict(values), "x")
+
+    same = config_diff(
+        {"a": cfg(**{"x.lr": 1e-6, "x.n": 1}), "b": cfg(**{"x.lr": 0.000001, "x.n": 1.0})}
+    )
+    assert same.rows == []
+    rows = config_diff({"a": cfg(**{"x.flag": True}), "b": cfg(**{"x.flag": 1})}).rows
+    assert [row.key for row in rows] == ["x.flag"]
+    order = config_diff(
+        {
+            "a": cfg(**{"t.logger": ["console", "file"]}),
+            "b": cfg(**{"t.logger": ["file", "console"]}),
+        }
+    )
+    assert [row.key for row in order.rows] == ["t.logger"]
+    assert group_of("actor_rollout_ref.ref.fsdp_config.param_offload") == "reference"
+    assert group_of("actor_rollout_ref.model.path") == "actor"
+    assert group_of("reward_model.enable") == "reward"
+    assert group_of("ray_kwargs.ray_init.num_cpus") == "other"
+
+
+def test_config_dump_read_safely_from_a_console_log(tmp_path: Path) -> None:
+    """The dump behind ANSI codes and a Ray prefix, with another process's lines in between and
+    its prefix glued to the end of one dump line, as in the real 256-token log."""
+    me, other = "\x1b[36m(TaskRunner pid=7)\x1b[0m ", "\x1b[36m(WorkerDict pid=9)\x1b[0m "
+    lines = [
+        "2025-01-01 INFO Started a local Ray instance.",
+        me + "{'data': {'max_response_length': 256, 'train_batch_size': 64},",
+        me + " 'reward': {'note': 'a } inside a string'},",
+        me + " 'trainer': {'logger': ['console'],(pid=9) ",
+        other + "some worker output {'not': 'the config'}",
+        me + "             'nnodes': 1}}",
+        me + "step:1 - critic/score/mean:0.5",
+    ]
+    log = tmp_path / "console.log"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert flatten(config_dump(log) or {}) == {
+        "data.max_response_length": 256,
+        "data.train_batch_size": 64,
+        "reward.note": "a } inside a string",
+        "trainer.logger": ["console"],
+        "trainer.nnodes": 1,
+    }
+    # Not Python literals: never evaluated, so nothing runs and there is no config.
+    marker = tmp_path / "ran"
+    log.write_text(f"{me}{{'a': __import__('pathlib').Path({str(marker)!r}).touch()}}\n")
+    assert config_dump(log) is None and not marker.exists()
+    log.write_text(me + "step:1 - critic/score/mean:0.5\n")
+    assert config_dump(log) is None
+
+
+def test_config_dump_of_the_real_logs(verl_logs_dir: Path) -> None:
+    c512 = flatten(config_dump(verl_logs_dir / LOG_512) or {})
+    c256 = flatten(config_dump(verl_logs_dir / LOG_256) or {})
+    assert len(c512) == len(c256) == 99
+    assert (c512["data.max_response_length"], c256["data.max_response_length"]) == (512, 256)
+    assert (c512["data.max_prompt_length"], c256["data.max_prompt_length"]) == (1024, 512)
+    # The 256 log's dump is cut by 49 lines of worker output after trainer.experiment_name.
+    assert c256["trainer.experiment_name"] == "gemma2b_function_rm"
+    assert c256["trainer.total_epochs"] == 15 and c256["data.train_batch_size"] == 256
+
+
+# --------------------------------------------------------------------------------------------
+# Whole comparisons
+# --------------------------------------------------------------------------------------------
+
+
+def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path: Path, capsys) -> None:
+    gae, grpo = two_runs
+    write_evals(
+        gae,
+        [
+            {
+                "step": 0,
+                "model": "base",
+                "mode": "training",
+                "accuracy": 0.33,
+                "our_reward_accuracy": 0.31,
+                "n": 100,
+            },
+            {
+                "step": 0,
+                "model": "base",
+                "mode": "evalscope",
+                "accuracy": 0.40,
+                "our_reward_accuracy": None,
+            },
+            {
+                "step": 100,
+                "model": "s100",
+                "mode": "training",
+                "accuracy": 0.52,
+                "our_reward_accuracy": 0.50,
+                "n": 100,
+            },
+        ],
+    )
+    out = tmp_path / "cmp"
+    assert report.main([str(gae), str(grpo), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "config diff: " in printed and "algorithm.adv_estimator" in printed
+    assert sorted(p.name for p in out.iterdir()) == ["comparison.html", "summary.json"]
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert [r["label"] for r in summary["runs"]] == ["ppo-gae", "grpo"]
+    rows = diff_keys(summary)
+    assert rows["algorithm.adv_estimator"]["values"] == {"ppo-gae": "gae", "grpo": "grpo"}
+    assert rows[CRITIC_IN_USE]["values"] == {"ppo-gae": True, "grpo": False}
+    assert rows["actor_rollout_ref.rollout.n"]["knobs"] == ["ROLLOUT_N"]
+    assert rows["recipe"]["group"] == "launch"
+    for same in (
+        "critic.optim.lr",
+        "critic.model.path",
+        "data.train_batch_size",
+        "trainer.total_epochs",
+        "host.gpus",
+    ):
+        assert same not in rows, same
+    assert rows["algorithm.use_kl_in_reward"]["group"] == "algorithm"
+    # metrics of one run only are listed, not dropped
+    some = summary["metrics_in_some_runs"]
+    assert (
+        some["vf_loss"] == ["ppo-gae"] and some["kl"] == ["ppo-gae"] and some["kl_loss"] == ["grpo"]
+    )
+    assert "score" in summary["shared_metrics"]
+    # the table: 64 prompts x rollout.n responses a step, 2 GPUs
+    tables = {r["label"]: r["table"] for r in summary["runs"]}
+    assert tables["ppo-gae"]["samples_per_step"] == 64 and tables["grpo"]["samples_per_step"] == 320
+    assert tables["grpo"]["n_gpus"] == 2
+    wall = tables["grpo"]["wall_time_s"]
+    assert tables["grpo"]["gpu_hours"] == pytest.approx(2 * wall / 3600)
+    best = tables["ppo-gae"]["val_best"]
+    assert best["value"] == max(v for s, v in summary["curves"]["val_acc"]["ppo-gae"])
+    # x axes in the JSON: samples = step x 320 for GRPO; wall time = cumulative step time
+    x = summary["runs"][1]["x"]
+    assert x["steps"][:3] == [0, 1, 2] and x["samples"][:3] == [0, 320, 640]
+    step_time = dict(summary["curves"]["step_time"]["grpo"])
+    assert x["wall_time_s"][2] == pytest.approx(step_time[1] + step_time[2])
+    # checkpoint evaluations: training mode only, compared with verl's validation
+    evals = summary["runs"][0]["checkpoint_evals"]
+    assert [r["step"] for r in evals["rows"]] == [0, 100]
+    assert evals["rows"][0]["our_reward_accuracy"] == 0.31
+    assert [p["step"] for p in evals["agreement"]["steps"]] == [0, 100]
+    assert evals["agreement"]["steps"][0]["gap"] == pytest.approx(0.31 - 0.30)
+    assert summary["runs"][1]["checkpoint_evals"] is None
+    # the page: both runs in each shared chart, on all three axes, and the evaluations
+    page = (out / "comparison.html").read_text(encoding="utf-8")
+    svgs = parse_svgs(page)
+    for axis in ("step", "samples", "wall_time"):
+        assert {n for n, _ in svgs[f"score-{axis}"]["names"]} == {
+            "ppo-gae",
+            "ppo-gae (raw)",
+            "grpo",
+            "grpo (raw)",
+        }
+        assert {n for n, _ in svgs[f"vf_loss-{axis}"]["names"]} == {"ppo-gae", "ppo-gae (raw)"}
+        assert {n for n, _ in svgs[f"checkpoint_eval-{axis}"]["names"]} == {
+            "ppo-gae verl validation",
+            "ppo-gae our reward (checkpoints)",
+        }
+    assert 'data-key="algorithm.adv_estimator"' in page and 'data-key="critic.optim.lr"' not in page
+    assert "<script" not in page and "http" not in page.split("</style>")[0]
+
+
+def test_compare_page_in_headless_chromium(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    """Chromium draws both runs' curves where their values are, and the x-axis buttons switch
+    the chart sets (a copy of the page gets a script that clicks one and reads the CSS)."""
+    require_chromium()
+    gae, grpo = two_runs
+    out = tmp_path / "cmp"
+    summary = compare_cli.compare([gae, grpo], out)
+    dom, _ = render(out / "comparison.html", tmp_path)
+    drawn = plot_series(dom, "Validation accuracy by step")
+    assert set(drawn) == {"ppo-gae", "grpo"}
+    for label in ("ppo-gae", "grpo"):
+        logged = summary["curves"]["val_acc"][label]
+        assert len(drawn[label]) == len(logged) == STEPS // 10 + 1
+        for (x, y), (step, value) in zip(drawn[label], logged, strict=True):
+            assert x == pytest.approx(step, abs=0.5) and y == pytest.approx(value, abs=0.003)
+    by_samples = plot_series(dom, "Validation accuracy by samples seen")
+    assert by_samples["grpo"][-1][0] == pytest.approx(STEPS * 320, rel=0.005)
+    assert by_samples["ppo-gae"][-1][0] == pytest.approx(STEPS * 64, rel=0.005)
+    score = plot_series(dom, "Train score (critic/score/mean) by step")
+    assert set(score) == {"ppo-gae", "ppo-gae (raw)", "grpo", "grpo (raw)"}
+    assert plot_series(dom, "KL as a loss (actor/kl_loss) by step").keys() == {"grpo", "grpo (raw)"}
+
+    probe = (
+        "<script>const seen = () => [...document.querySelectorAll('.axis-set')]"
+        ".map(e => e.id + '=' + getComputedStyle(e).display).join(' ');"
+        "document.body.dataset.before = seen();"
+        "document.querySelector('label[for=x-samples]').click();"
+        "document.body.dataset.after = seen();</script></body>"
+    )
+    page = (out / "comparison.html").read_text(encoding="utf-8")
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.replace("</body>", probe), encoding="utf-8")
+    dom, _ = render(probed, tmp_path)
+    assert 'data-before="set-step=flex set-samples=none set-wall_time=none"' in dom
+    assert 'data-after="set-step=none set-samples=flex set-wall_time=none"' in dom
+
+
+def test_real_logs_compared(verl_logs_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    summary = compare_cli.compare([verl_logs_dir / LOG_512, verl_logs_dir / LOG_256], out)
+    r512, r256 = (r["label"] for r in summary["runs"])
+    assert (r512, r256) == (Path(LOG_512).stem, Path(LOG_256).stem)
+    rows = diff_keys(summary)
+    assert set(rows) == {
+        "data.max_response_length",
+        "data.max_prompt_length",
+        "actor_rollout_ref.rollout.response_length",
+        "actor_rollout_ref.rollout.prompt_length",
+        "data.train_files",
+        "data.val_files",
+    }
+    assert rows["data.max_response_length"]["values"] == {r512: 512, r256: 256}
+    assert rows["data.max_prompt_length"]["values"] == {r512: 1024, r256: 512}
+    assert list(summary["config_diff"]["groups"]) == ["data", "rollout"]
+    t512, t256 = (r["table"] for r in summary["runs"])
+    assert t512["val_best"] == {"value": 0.579, "step": 349, "also_at": []}
+    assert t256["val_best"] == {"value": 0.538, "step": 199, "also_at": [419]}
+    assert t512["val_last"] == {"value": 0.543, "step": 429}
+    assert t512["samples_per_step"] == t256["samples_per_step"] == 256  # no rollout.n: one
+    assert t512["n_gpus"] == 1 and t512["gpu_hours"] == pytest.approx(t512["wall_time_s"] / 3600)
+    assert summary["metrics_in_some_runs"] == {}
+    page = (out / "comparison.html").read_text(encoding="utf-8")
+    assert "0.579 @ 349" in page and "0.538 @ 199" in page
+    svgs = parse_svgs(page)
+    assert svgs["val_acc-step"]["series"] == [(43, 43), (43, 43)]
+
+
+def test_a_resumed_run_is_one_line(tmp_path: Path) -> None:
+    records = build_run()
+    resumed = tmp_path / "resumed"
+    write_jsonl(resumed / "metrics" / "metrics-20250101T000000Z.jsonl", records[:131])
+    write_jsonl(resumed / "metrics" / "metrics-20250102T000000Z.jsonl", records[100:])
+    other = make_run(tmp_path, "other", None)
+    out = tmp_path / "cmp"
+    summary = compare_cli.compare([resumed, other], out)
+    assert len(summary["runs"][0]["sources"]) == 2
+    assert summary["runs"][0]["x"]["steps"] == list(range(STEPS + 1))
+    svgs = parse_svgs((out / "comparison.html").read_text(encoding="utf-8"))
+    names = [n for n, _ in svgs["score-step"]["names"]]
+    assert names.count("resumed") == 1 and names.count("resumed (raw)") == 1
+    val = [n for n, _ in svgs["val_acc-step"]["names"]]
+    assert val == ["resumed", "other"]
+    assert svgs["val_acc-step"]["series"][0] == (STEPS // 10 + 1, STEPS // 10 + 1)
+
+
+def test_a_run_without_launch_record_is_said_and_still_compared(tmp_path: Path) -> None:
+    bare = make_run(tmp_path, "bare", None)
+    gae = make_run(tmp_path, "gae")
+    out = tmp_path / "cmp"
+    summary = compare_cli.compare([bare, gae], out)
+    diff = summary["config_diff"]
+    assert diff["not_compared"] == {"bare": f"no launch record in {bare / 'launches'}"}
+    assert diff["compared"] == ["gae"] and diff["groups"] == {}
+    page = (out / "comparison.html").read_text(encoding="utf-8")
+    assert page.count('class="config-missing"') == 1
+    svgs = parse_svgs(page)
+    assert {n for n, _ in svgs["score-step"]["names"]} == {"bare", "bare (raw)", "gae", "gae (raw)"}
+    # without a config the run has no samples axis: drawn by step and wall time, and said so
+    assert {n for n, _ in svgs["score-samples"]["names"]} == {"gae", "gae (raw)"}
+    assert "Not drawn: bare: no data.train_batch_size in its config" in page
+    assert summary["runs"][0]["x"]["samples"] is None
+
+
+def test_unique_labels(tmp_path: Path) -> None:
+    a, b = tmp_path / "a" / "run", tmp_path / "b" / "run"
+    for path in (a, b, tmp_path / "x"):
+        path.mkdir(parents=True)
+    log = tmp_path / "a" / "console.log"
+    log.write_text("", encoding="utf-8")
+    assert unique_labels([a, b, tmp_path / "x", log]) == ["a/run", "b/run", "x", "console"]
+    assert unique_labels([Path(".")])[0] == Path.cwd().name
+
+
+# --------------------------------------------------------------------------------------------
+# Bad input: one line, exit 2, nothing written
+# --------------------------------------------------------------------------------------------
+
+
+def _bad(tmp_path: Path, case: str) -> tuple[list[str], str]:
+    good = make_run(tmp_path, "good")
+    if case == "missing":
+        return [str(good), str(tmp_path / "nope")], f"input not found: {tmp_path / 'nope'}"
+    if case == "no metrics":
+        (tmp_path / "empty").mkdir()
+        return [str(good), str(tmp_path / "empty")], "no metrics/*.jsonl, *.jsonl or *.log"
+    if case == "empty metrics":
+        write_jsonl(tmp_path / "started" / SEGMENT, [])
+        return [str(good), str(tmp_path / "started")], "no metrics could be read from"
+    if case == "same run":
+        return [str(good), str(tmp_path / "good" / ".." / "good")], "are the same run"
+    if case == "nothing shared":
+        write_jsonl(tmp_path / "odd" / SEGMENT, [{"step": 1, "data": {"x/unknown": 1.0}}])
+        return [str(good), str(tmp_path / "odd")], "the runs have no metric in common"
+    if case == "bad record":
+        broken = make_run(tmp_path, "broken", None)
+        (broken / "launches").mkdir()
+        (broken / "launches" / "launch-20250101T000000Z.yaml").write_text("format: 1\n")
+        return [str(good), str(broken)], "launch-20250101T000000Z.yaml: not a launch record"
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize(
+    "case", ["missing", "no metrics", "empty metrics", "same run", "nothing shared", "bad record"]
+)
+def test_bad_input_exits_2_and_writes_nothing(tmp_path: Path, case: str, capsys) -> None:
+    args, expected = _bad(tmp_path, case)
+    out = tmp_path / "cmp"
+    assert report.main([*args, "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("verl_gsm8k.report: error: ") and expected in err[0]
+    assert captured.out == ""
+    assert not out.exists()
+
+
+def test_follow_takes_one_input_and_the_default_out_dir(
+    two_runs: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    gae, grpo = two_runs
+    assert report.main([str(gae), str(grpo), "--follow"]) == 2
+    assert "--follow reads one INPUT" in capsys.readouterr().err
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert report.main([str(gae), str(grpo), "--quiet"]) == 0
+    assert capsys.readouterr().out.strip() == str(Path("comparison") / "comparison.html")
+    assert sorted(p.name for p in (work / "comparison").iterdir()) == [
+        "comparison.html",
+        "summary.json",
+    ]
+
+
+def test_cli_help_names_the_comparison() -> None:
+    text = subprocess.run(
+        [sys.executable, "-m", "verl_gsm8k.report", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    text = " ".join(text.split())
+    assert "Two or more INPUTs" in text and "./comparison" in text and "comparison.html" in text
