@@ -205,6 +205,44 @@ def test_api_stub_exact_accuracy(eval_env, small_gsm8k, tmp_path):
     assert "#### 11" in samples and "our reward acc 0" in samples
 
 
+def test_sampled_evaluation_reports_mean_and_pass_at_k(eval_env, small_gsm8k, tmp_path):
+    """k answers per question at a temperature: EvalScope repeats each question; accuracy is
+    mean@k and pass@k sits beside it, by EvalScope and by our reward (the stub answers the same
+    every time: 2 of 3 questions right, so both are 2/3)."""
+    out = tmp_path / "eval"
+    with StubServer(STUB_ANSWERS, model="stub-model") as server:
+        proc = run_eval(
+            "--api-url", server.url, "--api-model", "stub-model", "--data", small_gsm8k,
+            "--modes", "training", "--samples-per-question", 3, "--temperature", 0.7,
+            "--max-tokens", 64, "--out", out,
+        )  # fmt: skip
+        requests = list(server.requests)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert len(requests) == 9 and {r["temperature"] for r in requests} == {0.7}
+    row = result(load_summary(out), "stub-model", "training")
+    assert row["n"] == 3 and row["generation"]["samples_per_question"] == 3
+    assert row["accuracy"] == pytest.approx(2 / 3, abs=1e-4)
+    assert row["pass_at_k"] == pytest.approx(2 / 3, abs=1e-4)
+    assert row["our_reward_accuracy"] == pytest.approx(2 / 3)
+    assert row["our_reward_pass_at_k"] == pytest.approx(2 / 3)
+    markdown = (out / "comparison.md").read_text()
+    assert "sampled (3 answers per question, temperature 0.7" in markdown and "pass@k" in markdown
+
+
+def test_checkpoint_sweep_refuses_what_it_cannot_do(eval_env, tmp_path):
+    run = tmp_path / "run"
+    (run / "global_step_5" / "actor").mkdir(parents=True)
+    proc = run_eval("--run", run)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "no launch record" in proc.stderr and not (run / "checkpoint_eval").exists()
+    proc = run_eval("--run", run, "--model", tmp_path)
+    assert proc.returncode == 2 and "not with --model" in proc.stderr
+    proc = run_eval("--run", tmp_path / "nowhere")
+    assert proc.returncode == 2 and "not a directory" in proc.stderr
+    proc = run_eval("--model", tmp_path, "--samples-per-question", 2, "--temperature", 0)
+    assert proc.returncode == 2 and "--temperature must be > 0" in proc.stderr
+
+
 def _fake_vllm(tmp_path: Path, body: str) -> Path:
     script = tmp_path / "fake-vllm"
     script.write_text(f"#!/usr/bin/env bash\n{body}\n")
@@ -410,7 +448,8 @@ def test_help_explains_flags(eval_env):
     proc = run_eval("--help")
     assert proc.returncode == 0
     for flag in ("--model", "--baseline", "--modes", "--backend", "--api-url", "--api-model",
-                 "--data", "--limit", "--max-tokens", "--batch-size", "--out"):  # fmt: skip
+                 "--data", "--limit", "--max-tokens", "--batch-size", "--out", "--run",
+                 "--samples-per-question", "--temperature"):  # fmt: skip
         assert flag in proc.stdout, flag
     text = EVAL_SH.read_text()
     assert "set -euo pipefail" in text and "EVAL_PYTHON=${EVAL_PYTHON:-" in text

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import re
 import signal
@@ -43,25 +42,22 @@ import sys
 import time
 from pathlib import Path
 
-from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.evaluate.common import (
-    BENCHMARK,
     DATA_SOURCE,
     DEFAULT_SAMPLES,
     MODES,
     PROG,
-    REPETITION_PENALTY,
     ROOT,
     EvalError,
     ModelSpec,
     Settings,
     UsageError,
 )
-from verl_gsm8k.evaluate.data import load_data, write_data
 from verl_gsm8k.evaluate.render import render_markdown
-from verl_gsm8k.evaluate.run import evaluate_model, mode_settings
-from verl_gsm8k.evaluate.scoring import add_deltas, load_reward
+from verl_gsm8k.evaluate.scoring import add_deltas
 from verl_gsm8k.evaluate.server import has_gpu, probe_openai, resolve_model_path
+from verl_gsm8k.evaluate.session import Session, exit_interrupted, read_rows, write_comparison
+from verl_gsm8k.evaluate.sweep import run_sweep
 
 # ---------------------------------------------------------------------------------------------
 # Models on the command line
@@ -163,12 +159,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="API key for --api-url / vLLM (default: $OPENAI_API_KEY or EMPTY)",
     )
     parser.add_argument(
+        "--run",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="evaluate every kept checkpoint of a PPO/GRPO run (global_step_N, merged one at a "
+        "time by scripts/merge.sh into a temporary directory) and its starting model (step 0, "
+        "MODEL_PATH from its launch record), in the same mode, on the same data (default: the "
+        "run's validation data); writes accuracy by step to RUN_DIR/checkpoint_eval/ (or --out) "
+        "and resumes: steps evaluated earlier with the same settings are kept",
+    )
+    parser.add_argument(
         "--data",
-        default=DATA_SOURCE,
+        default=None,
         help="GSM8K source: a hub dataset id, or a directory with train.jsonl/test.jsonl, the "
         "hub parquet layout (main/test-00000-of-00001.parquet) or data_prep's "
         "train.parquet/test.parquet. It is copied in the hub layout under --out; EvalScope "
-        f"never downloads it (default: {DATA_SOURCE})",
+        f"never downloads it (default: {DATA_SOURCE}; with --run, the run's validation data)",
     )
     parser.add_argument(
         "--limit",
@@ -212,6 +219,22 @@ def build_parser() -> argparse.ArgumentParser:
         f"{DEFAULT_SAMPLES})",
     )
     parser.add_argument(
+        "--samples-per-question",
+        type=int,
+        default=1,
+        metavar="K",
+        help="sample K answers per question (EvalScope repeats) at --temperature instead of one "
+        "greedy answer: accuracy is then mean@K (over every answer) and pass@K is reported "
+        "beside it, by EvalScope and by our reward (default 1: greedy)",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="sampling temperature with --samples-per-question > 1 (default 1.0, verl's "
+        "rollout temperature); greedy evaluation ignores it",
+    )
+    parser.add_argument(
         "--vllm-bin",
         default=os.environ.get("VLLM_BIN") or str(ROOT / ".venv" / "bin" / "vllm"),
         help="the vllm executable (default: $VLLM_BIN or <repo>/.venv/bin/vllm: the training "
@@ -244,10 +267,12 @@ def parse_settings(args: argparse.Namespace) -> tuple[Settings, list[ModelSpec]]
         raise UsageError(f"--modes: unknown mode {bad[0] if bad else '(none)'!r}; use {MODES}")
     if bool(args.api_url) != bool(args.api_model):
         raise UsageError("--api-url and --api-model go together")
-    for name in ("limit", "max_tokens", "batch_size", "samples"):
+    for name in ("limit", "max_tokens", "batch_size", "samples", "samples_per_question"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "samples" else 1):
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if args.samples_per_question > 1 and not args.temperature > 0:
+        raise UsageError(f"--temperature must be > 0 to sample answers, got {args.temperature}")
     specs = parse_model_specs(args.model)
     if args.api_url:
         label = sanitize_label(args.api_model)
@@ -285,6 +310,8 @@ def parse_settings(args: argparse.Namespace) -> tuple[Settings, list[ModelSpec]]
         port=args.port,
         samples=args.samples,
         out=out,
+        repeats=args.samples_per_question,
+        temperature=args.temperature if args.samples_per_question > 1 else 0.0,
     )
     return settings, specs
 
@@ -310,6 +337,18 @@ def _terminate(signum, _frame):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the data is always local by now
+    if args.run is not None:
+        try:
+            if args.model or args.api_url:
+                raise UsageError("--run evaluates a run's checkpoints: not with --model/--api-url")
+            return run_sweep(args, lambda a: parse_settings(a)[0])
+        except UsageError as err:
+            print(f"{PROG}: {err}", file=sys.stderr)
+            return 2
+    args.data = args.data or DATA_SOURCE
     try:
         settings, specs = parse_settings(args)
         baseline = pick_baseline(specs, args.baseline)
@@ -320,75 +359,30 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, _terminate)
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the data is always local by now
 
+    if args.run:
+        return run_sweep(args, lambda a: parse_settings(a)[0])
     started = time.perf_counter()
     # Everything the user named is checked before anything is written: a typo must not leave
     # an --out directory behind (its re-run would be refused without --force).
     try:
-        rows = load_data(args.data)
-        if "evalscope" in settings.modes and len(rows.get("train") or []) < 4:
-            raise UsageError(
-                f"--data {args.data}: evalscope mode needs >= 4 train rows for its 4-shot examples"
-            )
+        rows = read_rows(args.data, settings.modes)
         check_models(specs, settings)
     except UsageError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
 
-    out = settings.out
-    data_dir = write_data(rows, out / "data")
-
-    import evalscope
-
-    from data_prep.gsm8k import ground_truth
-
-    compute_score = load_reward()
-    version = evalscope.__version__
-    from evalscope.api.registry import BENCHMARK_REGISTRY
-
+    session = Session.open(settings, args.data, rows)
     results: list[dict] = []
     try:
         for spec in specs:
-            results += evaluate_model(
-                spec, settings, data_dir, rows, compute_score, ground_truth, version
-            )
+            results += session.evaluate(spec)
     except (KeyboardInterrupt, SystemExit) as stop:
-        # Every server was stopped while the exception unwound its `with` block. Exit now,
-        # without waiting for EvalScope's worker threads to give up on their requests.
-        code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) else 130
-        print(f"{PROG}: interrupted; servers stopped, no comparison written", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        exit_interrupted(stop, "no comparison written")
     add_deltas(results, baseline)
-    summary = {
-        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "evalscope_version": version,
-        "benchmark_version": BENCHMARK_REGISTRY[BENCHMARK].evaluation_version,
-        "baseline": baseline,
-        "data": {
-            "source": args.data,
-            "dataset_dir": os.path.relpath(data_dir, out),
-            "n_test": len(rows["test"]),
-            "n_train": len(rows.get("train") or []),
-        },
-        "limit": settings.limit,
-        "generation": {
-            "max_tokens": settings.max_tokens,
-            "temperature": 0.0,
-            "do_sample": False,
-            "repetition_penalty": REPETITION_PENALTY,
-            "batch_size": settings.batch_size,
-        },
-        "modes": {
-            m: {k: v for k, v in mode_settings(m).items() if k != "dataset_args"}
-            for m in settings.modes
-        },
-        "results": results,
-        "seconds": round(time.perf_counter() - started, 1),
-    }
-    write_atomic(out / "comparison.json", json.dumps(summary, indent=2, default=str) + "\n")
-    write_atomic(out / "comparison.md", render_markdown(summary))
+    summary = session.summary(baseline, results, time.perf_counter() - started)
+    write_comparison(settings.out, summary, render_markdown(summary))
     print(
-        f"\n{render_markdown(summary)}\n{PROG}: wrote {out / 'comparison.md'} and comparison.json"
+        f"\n{render_markdown(summary)}\n{PROG}: wrote {settings.out / 'comparison.md'} and "
+        "comparison.json"
     )
     return 1 if any(r.get("error") for r in results) else 0

@@ -53,3 +53,5 @@ class Settings:
     port: int | None
     samples: int
     out: Path
+    repeats: int = 1  # answers sampled per question (--samples-per-question); 1: greedy
+    temperature: float = 0.0  # sampling temperature when repeats > 1

@@ -15,6 +15,16 @@ def pp(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:+.2f}"
 
 
+def _how(gen: dict) -> str:
+    if gen.get("samples_per_question", 1) > 1:
+        return (
+            f"sampled ({gen['samples_per_question']} answers per question, temperature "
+            f"{gen['temperature']}, repetition_penalty {gen['repetition_penalty']})"
+        )
+    penalty = gen["repetition_penalty"]
+    return f"greedy (temperature 0, do_sample false, repetition_penalty {penalty})"
+
+
 def render_markdown(summary: dict) -> str:
     gen = summary["generation"]
     lines = [
@@ -24,8 +34,7 @@ def render_markdown(summary: dict) -> str:
         f"{summary.get('benchmark_version') or '?'}), data `{summary['data']['source']}` "
         f"(test split, {summary['data']['n_test']} rows"
         + (f", limit {summary['limit']}" if summary.get("limit") else "")
-        + f"), baseline **{summary['baseline']}**. Generation: greedy (temperature 0, "
-        f"do_sample false, repetition_penalty {gen['repetition_penalty']}), max_tokens "
+        + f"), baseline **{summary['baseline']}**. Generation: {_how(gen)}, max_tokens "
         f"{gen['max_tokens']}, batch size {gen['batch_size'] or 'auto (8 local, 64 server)'}.",
         "",
         "| model | mode | accuracy % (EvalScope) | n | our reward acc % | Δ vs baseline (pp) "
@@ -42,6 +51,25 @@ def render_markdown(summary: dict) -> str:
             f"| {pct(r.get('our_reward_accuracy'))} | {pp(r.get('delta_vs_baseline'))} "
             f"| {pp(r.get('our_reward_delta_vs_baseline'))} | {r['backend']} |"
         )
+    sampled = [r for r in summary["results"] if r.get("pass_at_k") is not None
+               or r.get("our_reward_pass_at_k") is not None]  # fmt: skip
+    if sampled:
+        k = gen.get("samples_per_question")
+        lines += [
+            "",
+            f"Sampled: {k} answers per question at temperature {gen.get('temperature')}; the "
+            "accuracies above are mean@k (over every answer), pass@k below is the share of "
+            "questions with at least one right answer (compare mean@k with verl's mean@N "
+            "validation metrics, pass@k with best@N).",
+            "",
+            "| model | mode | pass@k % (EvalScope) | pass@k % (our reward) |",
+            "|---|---|---:|---:|",
+        ]
+        lines += [
+            f"| {r['model']} | {r['mode']} | {pct(r.get('pass_at_k'))} "
+            f"| {pct(r.get('our_reward_pass_at_k'))} |"
+            for r in sampled
+        ]
     lines += ["", "## Modes", ""]
     for mode, info in summary["modes"].items():
         template = info["prompt_template"].replace("{{", "{").replace("}}", "}")

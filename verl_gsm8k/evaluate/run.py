@@ -86,9 +86,21 @@ def run_evalscope(
         "max_tokens": settings.max_tokens,
         "extra_body": {"repetition_penalty": REPETITION_PENALTY},
     }
+    sampled: dict[str, Any] = {}
+    if settings.repeats > 1:
+        # k answers per question at a temperature: EvalScope repeats each question and reports
+        # the mean over all answers (mean@k) and pass@n for n <= k; the mean stays the headline
+        from evalscope.api.metric.semantics import MetricSelector
+
+        generation.update(do_sample=True, temperature=settings.temperature)
+        dataset_args.update(
+            aggregation="mean_and_pass_at_k",
+            primary_metric=MetricSelector(name="accuracy", aggregation="mean"),
+        )
+        sampled = {"repeats": settings.repeats}
     kwargs: dict[str, Any] = {}
     if api_url:
-        generation["temperature"] = 0.0
+        generation.setdefault("temperature", 0.0)
         kwargs = {
             "model": served_name,
             "eval_type": "openai_api",
@@ -110,6 +122,7 @@ def run_evalscope(
         limit=settings.limit,
         work_dir=str(work_dir),
         no_timestamp=True,
+        **sampled,
         **kwargs,
     )
     run_task(config)
@@ -198,8 +211,9 @@ def evaluate_one(
         "evalscope_version": version,
         "generation": {
             "max_tokens": settings.max_tokens,
-            "temperature": 0.0,
-            "do_sample": False,
+            "temperature": settings.temperature if settings.repeats > 1 else 0.0,
+            "do_sample": settings.repeats > 1,
+            "samples_per_question": settings.repeats,
             "repetition_penalty": REPETITION_PENALTY,
             "batch_size": batch_size(settings, api_url),
             **({"dtype": settings.dtype} if backend == "transformers" else {}),
@@ -228,11 +242,13 @@ def evaluate_one(
     result.update(
         accuracy=report["score"],
         n=report["n"],
-        correct=int(round(sum(scored))) if scored else None,
+        correct=int(round(sum(scored))) if scored and settings.repeats == 1 else None,
         errored=report["errored"],
         report=os.path.relpath(report["path"], out),
         predictions=os.path.relpath(predictions, out),
     )
+    if settings.repeats > 1:  # accuracy is mean@k; pass@k: a question with any right answer
+        result["pass_at_k"] = report["pass_at_k"].get(settings.repeats)
     ours = None
     if mode == "training":
         rescored = rescore(predictions, rows["test"], compute_score, ground_truth)
@@ -240,8 +256,10 @@ def evaluate_one(
         result.update(
             our_reward_accuracy=rescored["accuracy"],
             our_reward_format_rate=rescored["format_rate"],
-            our_reward_n=rescored["n"],
+            our_reward_n=rescored["questions"],
         )
+        if settings.repeats > 1:
+            result["our_reward_pass_at_k"] = rescored["pass_at_k"]
         if rescored["unmatched"]:
             result["our_reward_unmatched"] = rescored["unmatched"]
     samples = out / "samples" / f"{spec.label}-{mode}.md"

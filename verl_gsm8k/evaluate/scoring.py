@@ -60,8 +60,11 @@ def match_row(record: dict, rows: list[dict]) -> dict | None:
 
 
 def rescore(predictions: Path, rows: list[dict], compute_score, ground_truth) -> dict:
-    """Re-score EvalScope's saved predictions with our reward: accuracy, format rate, n."""
+    """Re-score EvalScope's saved predictions with our reward: accuracy (the mean over every
+    answer: mean@k when several were sampled per question), format rate, answers ``n``,
+    ``questions``, and ``pass_at_k`` (the share of questions with at least one right answer)."""
     scores: dict[int, dict] = {}
+    by_question: dict[str, list[float]] = {}
     unmatched = 0
     for record in read_jsonl(predictions):
         row = match_row(record, rows)
@@ -74,12 +77,15 @@ def rescore(predictions: Path, rows: list[dict], compute_score, ground_truth) ->
             ground_truth=ground_truth(row["answer"]),
         )
         scores[int(record.get("index", len(scores)))] = result
-    n = len(scores)
+        by_question.setdefault(row["question"], []).append(result["acc"])
+    n, questions = len(scores), len(by_question)
     return {
         "n": n,
+        "questions": questions,
         "unmatched": unmatched,
         "accuracy": sum(s["acc"] for s in scores.values()) / n if n else None,
         "format_rate": sum(s["format"] for s in scores.values()) / n if n else None,
+        "pass_at_k": sum(max(a) for a in by_question.values()) / questions if questions else None,
         "per_index": scores,
     }
 
@@ -93,14 +99,24 @@ def read_report(work_dir: Path, label: str) -> dict:
     metrics = report.get("metrics") or []
     if not metrics:
         raise EvalError(f"EvalScope's report {path} has no metrics")
-    metric = metrics[0]
+    # the mean first; with several answers per question EvalScope adds pass@n for n <= k
+    means = [m for m in metrics if (m.get("identity") or {}).get("aggregation") in (None, "mean")]
+    metric = means[0] if means else metrics[0]
+    pass_at: dict[int, dict] = {}
+    for m in metrics:
+        identity = m.get("identity") or {}
+        if identity.get("aggregation") == "pass_at_k":
+            pass_at[int((identity.get("dimensions") or {}).get("k", 0))] = m
     execution = report.get("execution_summary") or {}
     identity = metric.get("identity") or {}
+    answers = int(metric.get("num") or report.get("num") or 0)
     return {
         "path": path,
         "metric": identity.get("name") or metric.get("name"),
         "score": float(metric["score"]),
-        "n": int(metric.get("num") or report.get("num") or 0),
+        # questions: pass@1 counts each once; without it every answer is a question
+        "n": int(pass_at[1].get("num") or answers) if 1 in pass_at else answers,
+        "pass_at_k": {k: float(m["score"]) for k, m in pass_at.items()},
         "errored": int(execution.get("errored") or 0),
     }
 

@@ -1,0 +1,108 @@
+"""One evaluation session, shared by ``eval.sh --model ...`` (cli.py) and ``eval.sh --run ...``
+(sweep.py): the data read and copied once, EvalScope and our reward loaded once, every model
+evaluated the same way, and the summary's fixed part."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.evaluate.common import (
+    BENCHMARK,
+    PROG,
+    REPETITION_PENALTY,
+    ModelSpec,
+    Settings,
+    UsageError,
+)
+from verl_gsm8k.evaluate.data import load_data, write_data
+from verl_gsm8k.evaluate.run import evaluate_model, mode_settings
+from verl_gsm8k.evaluate.scoring import load_reward
+
+
+def read_rows(data: str, modes: list[str]) -> dict[str, list[dict]]:
+    rows = load_data(data)
+    if "evalscope" in modes and len(rows.get("train") or []) < 4:
+        raise UsageError(
+            f"--data {data}: evalscope mode needs >= 4 train rows for its 4-shot examples"
+        )
+    return rows
+
+
+@dataclass
+class Session:
+    settings: Settings
+    data_source: str
+    rows: dict[str, list[dict]]
+    data_dir: Path
+    compute_score: Any
+    ground_truth: Any
+    version: str
+    benchmark_version: str
+
+    @classmethod
+    def open(cls, settings: Settings, data_source: str, rows: dict[str, list[dict]]) -> Session:
+        import evalscope
+        from evalscope.api.registry import BENCHMARK_REGISTRY
+
+        from data_prep.gsm8k import ground_truth
+
+        return cls(
+            settings, data_source, rows, write_data(rows, settings.out / "data"), load_reward(),
+            ground_truth, evalscope.__version__, BENCHMARK_REGISTRY[BENCHMARK].evaluation_version,
+        )  # fmt: skip
+
+    def evaluate(self, spec: ModelSpec) -> list[dict]:
+        return evaluate_model(spec, self.settings, self.data_dir, self.rows, self.compute_score,
+                              self.ground_truth, self.version)  # fmt: skip
+
+    def summary(self, baseline: str, results: list[dict], seconds: float) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "evalscope_version": self.version,
+            "benchmark_version": self.benchmark_version,
+            "baseline": baseline,
+            "data": {
+                "source": self.data_source,
+                "dataset_dir": os.path.relpath(self.data_dir, s.out),
+                "n_test": len(self.rows["test"]),
+                "n_train": len(self.rows.get("train") or []),
+            },
+            "limit": s.limit,
+            "generation": {
+                "max_tokens": s.max_tokens,
+                "temperature": s.temperature,
+                "do_sample": s.repeats > 1,
+                "samples_per_question": s.repeats,
+                "repetition_penalty": REPETITION_PENALTY,
+                "batch_size": s.batch_size,
+            },
+            "modes": {
+                m: {k: v for k, v in mode_settings(m).items() if k != "dataset_args"}
+                for m in s.modes
+            },
+            "results": results,
+            "seconds": round(seconds, 1),
+        }
+
+
+def write_comparison(out: Path, summary: dict, markdown: str) -> None:
+    write_atomic(out / "comparison.json", json.dumps(summary, indent=2, default=str) + "\n")
+    write_atomic(out / "comparison.md", markdown)
+
+
+def exit_interrupted(stop: BaseException, what: str) -> None:
+    """Every server was stopped while the exception unwound its ``with`` block. Exit now,
+    without waiting for EvalScope's worker threads to give up on their requests."""
+    code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) else 130
+    print(f"{PROG}: interrupted; servers stopped, {what}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,186 @@
+"""Every kept checkpoint of a run, evaluated the same way: ``bash scripts/eval.sh --run RUN_DIR``.
+
+The starting model (``actor_rollout_ref.model.path`` of the run's first launch record,
+``RUN_DIR/launches/``) is step 0; each ``global_step_N`` is merged by ``scripts/merge.sh`` (in the
+training environment, where verl's merger is) into a temporary directory under the output,
+evaluated in the same mode, on the same data and with the same generation settings as every other
+step, and the merge removed. The data default to the directory of the run's own validation file
+(``data.val_files``): the sweep scores the questions verl validated on. Output, by default
+``RUN_DIR/checkpoint_eval/``: ``comparison.json`` (a row per step and mode, each with its ``step``;
+the run report and the run comparison draw it beside verl's validation curve) and
+``comparison.md`` (accuracy by step), rewritten after every step, so an interrupted sweep keeps what
+it finished. Run again, it resumes: steps already evaluated with the same settings are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from verl_gsm8k.evaluate.common import PROG, ROOT, EvalError, ModelSpec, Settings, UsageError
+from verl_gsm8k.evaluate.render import pct, render_markdown
+from verl_gsm8k.evaluate.scoring import add_deltas
+from verl_gsm8k.evaluate.server import resolve_model_path
+from verl_gsm8k.evaluate.session import Session, exit_interrupted, read_rows, write_comparison
+from verl_gsm8k.launch.record import RecordError, lookup, read_records
+
+SWEEP_DIRNAME = "checkpoint_eval"
+MERGE_PREFIX = ".merge-step-"
+BASELINE = "step-0"
+
+
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    steps = []
+    for path in run_dir.glob("global_step_*"):
+        suffix = path.name.removeprefix("global_step_")
+        if path.is_dir() and suffix.isdigit():
+            steps.append(int(suffix))
+    return sorted(steps)
+
+
+def run_config(run_dir: Path) -> dict[str, Any]:
+    """The config of the run's first launch: the model it started from is step 0."""
+    if not run_dir.is_dir():
+        raise UsageError(f"--run {run_dir}: not a directory")
+    try:
+        records = read_records(run_dir)
+    except RecordError as err:
+        raise UsageError(f"--run {run_dir}: {err}") from None
+    if not records:
+        raise UsageError(
+            f"--run {run_dir}: no launch record (launches/launch-*.yaml), so its starting model "
+            "is unknown; merge checkpoints with scripts/merge.sh and evaluate them with --model"
+        )
+    return records[0]["config"]
+
+
+def default_data(config: dict[str, Any], run_dir: Path) -> str:
+    files = lookup(config, "data.val_files")
+    first = files[0] if isinstance(files, list) and files else files
+    if not isinstance(first, str) or not Path(first).is_file():
+        raise UsageError(f"--run {run_dir}: its validation file {first!r} is not here; pass --data")
+    return str(Path(first).parent)
+
+
+def settings_key(settings: Settings, data: str) -> dict[str, Any]:
+    """What must be equal for a step evaluated earlier to count as done."""
+    return {
+        "modes": list(settings.modes), "data": data, "limit": settings.limit,
+        "max_tokens": settings.max_tokens, "samples_per_question": settings.repeats,
+        "temperature": settings.temperature, "backend": settings.backend,
+        "dtype": settings.dtype,
+    }  # fmt: skip
+
+
+def earlier_rows(out: Path, key: dict[str, Any]) -> list[dict]:
+    """The finished rows of an earlier sweep into ``out`` with the same settings."""
+    path = out / "comparison.json"
+    if not path.is_file():
+        return []
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        raise UsageError(f"{path} is not readable JSON: remove it or pass another --out") from None
+    settings = (old.get("sweep") or {}).get("settings")
+    if settings != key:
+        raise UsageError(
+            f"{out} holds a sweep with other settings ({settings}); pass another --out, or remove "
+            "it to start over"
+        )
+    return [r for r in old.get("results", []) if r.get("error") is None and "step" in r]
+
+
+def merge_checkpoint(run_dir: Path, step: int, target: Path) -> None:
+    """scripts/merge.sh (it runs in the training environment, which has verl's merger)."""
+    shutil.rmtree(target, ignore_errors=True)
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "merge.sh"), str(run_dir / f"global_step_{step}"),
+         str(target)], capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise EvalError(f"merging global_step_{step} failed: {tail[0]}")
+
+
+def render_steps(summary: dict) -> str:
+    sweep = summary["sweep"]
+    lines = [
+        f"# Checkpoints of {sweep['run_dir']}",
+        "",
+        f"Step 0 is the starting model, `{sweep['starting_model']}`; every checkpoint was merged "
+        "and evaluated the same way (settings below). Accuracy % by step:",
+        "",
+        "| step | mode | accuracy % (EvalScope) | our reward acc % | n |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for r in summary["results"]:
+        if r.get("error"):
+            lines.append(f"| {r['step']} | {r['mode']} | failed: {r['error'][:90]} | | |")
+        else:
+            lines.append(
+                f"| {r['step']} | {r['mode']} | {pct(r.get('accuracy'))} "
+                f"| {pct(r.get('our_reward_accuracy'))} | {r.get('n')} |"
+            )
+    return "\n".join(lines) + "\n\n"
+
+
+def run_sweep(
+    args: argparse.Namespace, settings_for: Callable[[argparse.Namespace], Settings]
+) -> int:
+    """``eval.sh --run``: ``settings_for`` is the single-model command's own parsing (cli.py)."""
+    run_dir = args.run.expanduser().resolve()
+    config = run_config(run_dir)
+    start_model = str(lookup(config, "actor_rollout_ref.model.path"))
+    args.data = args.data or default_data(config, run_dir)
+    args.out = args.out or run_dir / SWEEP_DIRNAME
+    args.force = True  # an earlier sweep here is resumed (its settings are checked), not refused
+    settings = settings_for(args)
+    key = settings_key(settings, args.data)
+    results = earlier_rows(settings.out, key)
+    done = {r["step"] for r in results}
+    todo = [step for step in [0, *checkpoint_steps(run_dir)] if step not in done]
+    session = Session.open(settings, args.data, read_rows(args.data, settings.modes))
+    print(f"{PROG}: {run_dir}: steps evaluated earlier {sorted(done)}, to evaluate {todo}",
+          flush=True)  # fmt: skip
+    started = time.perf_counter()
+    for step in todo:
+        spec = ModelSpec(label=f"step-{step}", source=start_model)
+        merged = settings.out / f"{MERGE_PREFIX}{step}"
+        try:
+            if step == 0:
+                spec.path = resolve_model_path(start_model)
+            else:
+                merge_checkpoint(run_dir, step, merged)
+                spec.source = spec.path = str(merged)
+            rows = session.evaluate(spec)
+        except EvalError as err:
+            rows = [{"model": spec.label, "mode": mode, "error": str(err)}
+                    for mode in settings.modes]  # fmt: skip
+        except (KeyboardInterrupt, SystemExit) as stop:
+            shutil.rmtree(merged, ignore_errors=True)
+            exit_interrupted(stop, "steps finished before are kept")
+        shutil.rmtree(merged, ignore_errors=True)
+        results = [r for r in results if r["step"] != step] + [dict(r, step=step) for r in rows]
+        write(session, run_dir, start_model, key, results, time.perf_counter() - started)
+    if not todo:
+        write(session, run_dir, start_model, key, results, 0.0)
+    print(f"{PROG}: accuracy by step -> {settings.out / 'comparison.md'} and comparison.json")
+    return 1 if any(r.get("error") for r in results) else 0
+
+
+def write(session: Session, run_dir: Path, start_model: str, key: dict[str, Any],
+          results: list[dict], seconds: float) -> None:  # fmt: skip
+    results.sort(key=lambda r: (r["step"], r["mode"]))
+    add_deltas(results, BASELINE)
+    summary = session.summary(BASELINE, results, seconds)
+    summary["sweep"] = {"run_dir": str(run_dir), "starting_model": start_model, "settings": key,
+                        "steps": sorted({r["step"] for r in results})}  # fmt: skip
+    write_comparison(
+        session.settings.out, summary, render_steps(summary) + render_markdown(summary)
+    )
