@@ -471,6 +471,21 @@ def test_clip_fraction_zero_and_high(tmp_path: Path) -> None:
     assert 45 <= hit.start_step <= 55 and 104 <= hit.end_step <= 114
 
 
+def test_clip_fraction_zero_on_a_converged_run_is_a_note(tmp_path: Path) -> None:
+    """Every response already earns the top score: the updates are tiny because nothing is left
+    to learn (the CPU GRPO learning runs end so), not because the update is broken."""
+
+    def converged(step: int, d: dict[str, Any]) -> None:
+        d.update({"critic/score/min": 0.0, "critic/score/max": 1.0})
+        if step >= 100:
+            d.update({"actor/pg_clipfrac": 0.0, "critic/score/mean": 0.97})
+
+    findings = analyse_records(tmp_path, build_run(converged))[2]
+    hit = only(findings, "clip_fraction_zero")
+    assert hit.severity == "note" and "converged" in hit.message, str(hit)
+    assert hit.evidence["train_score"] == pytest.approx(0.97)
+
+
 def test_accuracy_flat_from_start_is_a_warning(tmp_path: Path) -> None:
     rng = random.Random(1)
 

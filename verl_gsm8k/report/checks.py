@@ -15,7 +15,11 @@ from collections import deque
 from typing import Any
 
 from verl_gsm8k.report.finding import Finding, aligned, fmt, rolling_median, spans
-from verl_gsm8k.report.learning import check_accuracy_below_best, check_kl_without_score_gain
+from verl_gsm8k.report.learning import (
+    check_accuracy_below_best,
+    check_kl_without_score_gain,
+    score_range,
+)
 from verl_gsm8k.report.parse import Canonical, RunData
 from verl_gsm8k.report.thresholds import THRESHOLDS, Thresholds
 
@@ -343,19 +347,36 @@ def check_clip_fraction(canon: Canonical, t: Thresholds) -> list[Finding]:
     ):
         for a, b in spans(flags, min_len=t.clip_window):
             start, end, span = steps[a], steps[b], smooth[a : b + 1]
-            findings.append(
-                Finding(
-                    check,
-                    "warning",
-                    "pg_clipfrac",
-                    start,
-                    end,
+            evidence: dict[str, Any] = {"min": min(span), "max": max(span), "steps": len(span)}
+            severity, message = (
+                "warning",
+                (
                     f"rolling median clip fraction {fmt(min(span))}-{fmt(max(span))} "
-                    f"over {len(span)} steps, {why}",
-                    {"min": min(span), "max": max(span), "steps": len(span)},
-                )
+                    f"over {len(span)} steps, {why}"
+                ),
             )
+            converged = _converged(canon, start, end, t) if check == "clip_fraction_zero" else None
+            if converged is not None:
+                severity = "note"
+                evidence.update(converged=True, train_score=converged)
+                message += (
+                    f"; but the train score sits at {fmt(converged)}, within "
+                    f"{t.kl_gain_headroom} of the best a response scores: nearly every "
+                    "response already earns the top score, so the updates are tiny (converged)"
+                )
+            findings.append(Finding(check, severity, "pg_clipfrac", start, end, message, evidence))
     return findings
+
+
+def _converged(canon: Canonical, start: int, end: int, t: Thresholds) -> float | None:
+    """The median train score over steps start..end when it is within kl_gain_headroom of the
+    top of the run's score range (a converged run), else None."""
+    bounds = score_range(canon, "score")
+    scores = [v for s, v in canon.series.get("score", []) if start <= s <= end]
+    if bounds is None or not scores:
+        return None
+    median = statistics.median(scores)
+    return median if bounds[1] - median <= t.kl_gain_headroom * (bounds[1] - bounds[0]) else None
 
 
 def check_rollout_mismatch(canon: Canonical, t: Thresholds) -> list[Finding]:
