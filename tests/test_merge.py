@@ -552,3 +552,41 @@ def test_help_explains_flags():
 
 if __name__ == "__main__":
     sys.exit(_helper_main(sys.argv[1:]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tests: a checkpoint written by another torch is read version-independently
+
+
+def test_a_checkpoint_of_another_torch_merges_through_the_portable_reader(ckpt_ws2, tmp_path):
+    """The run's launch record says another torch wrote it (as the GPU stack's 2.11 does for
+    the CPU stack's 2.13): the shards are read without torch's mesh classes, joined, and merged
+    by verl's merger into the same weights. The real cross-stack case runs in
+    tests/test_gpu_stack.py."""
+    run = _copy_run(ckpt_ws2, tmp_path / "run")
+    record = run / "launches" / "launch-20000101T000000Z.yaml"
+    record.parent.mkdir()
+    record.write_text("format: 1\nstamp: 20000101T000000Z\nversions: {torch: 2.11.0+cu130}\n"
+                      "config: {}\n")  # fmt: skip
+    target = tmp_path / "actor"
+    proc = merge(run, target)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "written by torch 2.11.0+cu130 (launch record), this environment has torch" in (
+        proc.stdout
+    )
+    assert_equal_to_reference(target, ckpt_ws2 / "reference" / "actor.pt")
+    manifest = json.loads((target / "merge_manifest.json").read_text())
+    assert manifest["portable"]["world_size"] == 2 and "2.11.0" in manifest["portable"]["why"]
+    assert leftovers(tmp_path) == [] and not list(target.glob(".portable*"))
+
+
+def test_the_portable_reader_refuses_what_it_cannot_join_in_one_line():
+    from verl_gsm8k.merge.portable import LocalShard, PortableError, _placement, _record_type
+
+    spec = _record_type("DTensorSpec")()
+    spec.state = {"placements": (_record_type("Shard")(), _record_type("Shard")())}
+    with pytest.raises(PortableError, match="a 2-D device mesh"):
+        _placement(LocalShard(None, spec), "w")
+    spec.state = {"placements": (_record_type("Partial")(),)}
+    with pytest.raises(PortableError, match="placement Partial"):
+        _placement(LocalShard(None, spec), "w")

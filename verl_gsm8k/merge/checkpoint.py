@@ -44,6 +44,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import pickle
 import platform
 import re
 import shutil
@@ -57,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verl_gsm8k.merge.lora import LoraError, fold_adapter
+from verl_gsm8k.merge.portable import PortableError, needs_rewrite, rewrite_as_one_rank
 
 PROG = "merge"
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -235,6 +237,28 @@ def _check_shard(shard: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Merging and proving
+
+PORTABLE_DIR = ".portable"  # inside the temporary target: removed with it, whatever happens
+
+
+def readable_copy(ckpt: Checkpoint, tmp: Path) -> tuple[Checkpoint, dict | None]:
+    """The checkpoint verl's merger can read here: itself, or, when another torch wrote it, a
+    plain one-rank copy made by merge/portable.py (read version-independently)."""
+    step_dir = ckpt.role_dir if ckpt.role == SFT else ckpt.role_dir.parent
+    rewrite, why = needs_rewrite(ckpt.role_dir, ckpt.world_size, ckpt.run_dir, step_dir)
+    if not rewrite:
+        return ckpt, None
+    print(f"{PROG}: the checkpoint {why}: reading its shards version-independently", flush=True)
+    try:
+        copy = rewrite_as_one_rank(ckpt.role_dir, ckpt.world_size, tmp / PORTABLE_DIR)
+    except (PortableError, pickle.UnpicklingError, AttributeError, ImportError) as err:
+        raise CheckpointError(
+            f"the checkpoint {why}, and its layout cannot be read across versions ({err}): "
+            "merge it with the torch that wrote it, e.g. PYTHON=<that environment>/bin/python "
+            f"bash scripts/merge.sh {ckpt.role_dir} OUT"
+        ) from None
+    replaced = Checkpoint(copy, ckpt.role, ckpt.step, ckpt.run_dir, ckpt.fsdp_version, 1)
+    return replaced, {"why": why, "world_size": ckpt.world_size}
 
 
 def run_verl_merger(ckpt: Checkpoint, out_dir: Path, python: str) -> tuple[list[str], float]:
@@ -433,9 +457,12 @@ def merge(
             f"cannot write beside the target in {target.parent}: {err.strerror}"
         ) from None
     old: Path | None = None
+    portable: dict | None = None
     try:
         tmp.chmod(0o755)
-        cmd, merge_seconds = run_verl_merger(ckpt, tmp, python)
+        merged_from, portable = readable_copy(ckpt, tmp)
+        cmd, merge_seconds = run_verl_merger(merged_from, tmp, python)
+        shutil.rmtree(tmp / PORTABLE_DIR, ignore_errors=True)
         config_patch = _patch_critic_config(tmp) if role == "critic" else None
         try:  # verl's merger leaves a LoRA adapter aside: fold it in, or refuse
             lora = fold_adapter(tmp, role, lora_alpha)
@@ -454,6 +481,7 @@ def merge(
             "merger_command": [Path(cmd[0]).name, *cmd[1:8]],
             "merge_seconds": round(merge_seconds, 2),
             "config_patch": config_patch,
+            "portable": portable,
             "lora": lora,
             "verification": verification,
             "versions": _versions(),

@@ -1,0 +1,234 @@
+"""A verl FSDP checkpoint written by another torch: read version-independently, then merged.
+
+verl's FSDP2 checkpoints ``torch.save`` each rank's state dict of DTensors, and a DTensor pickles
+its device mesh with torch's private layout classes (``torch.distributed._mesh_layout``), which
+change between releases: a checkpoint of the GPU stack (torch 2.11) fails under the CPU stack
+(torch 2.13) with ``Can't get attribute '_FlatLayout'``, and the other way round with
+``'_MeshLayout' object has no attribute 'axes'``. Nothing of the mesh is needed to merge: each
+rank's local tensor and its placement (``Shard(dim)`` or ``Replicate``) are enough.
+
+So, when the torch that wrote a checkpoint (the run's launch record, ``RUN_DIR/launches/``) is not
+this environment's, or when rank 0 does not load here, the shards are read with ``torch.load`` and
+an unpickler that stands simple records in for exactly the DTensor and device-mesh classes below
+(every other class is torch's own, and storages load as usual). The full tensors (shards joined
+along their placement's dim, in rank order) are written as one plain world-size-1 shard in a
+temporary copy of the checkpoint, which verl's own merger then merges like any other. torch
+itself is not patched. A layout this cannot read (a 2-D mesh, a partial placement) stops before
+verl's merger with one line naming both torch versions and where to merge instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import pickle
+import shutil
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# The classes a DTensor's pickle names, by module: replaced by records while reading.
+STAND_INS = {
+    ("torch.distributed.tensor", "DTensor"),
+    ("torch.distributed._tensor.api", "DTensor"),
+    ("torch.distributed.tensor._api", "DTensor"),
+    ("torch.distributed.device_mesh", "DeviceMesh"),
+    ("torch.distributed._mesh_layout", "_MeshLayout"),
+    ("torch.distributed._mesh_layout", "_FlatLayout"),
+    ("torch.distributed.tensor._dtensor_spec", "DTensorSpec"),
+    ("torch.distributed.tensor._dtensor_spec", "TensorMeta"),
+    ("torch.distributed.tensor._dtensor_spec", "ShardOrderEntry"),
+    ("torch.distributed.tensor.placement_types", "Shard"),
+    ("torch.distributed.tensor.placement_types", "_StridedShard"),
+    ("torch.distributed.tensor.placement_types", "Replicate"),
+    ("torch.distributed.tensor.placement_types", "Partial"),
+}
+
+
+class PortableError(Exception):
+    """A checkpoint this reader cannot turn into plain tensors: one line for the user."""
+
+
+def _as_dict(state: Any) -> dict[str, Any]:
+    """A pickled object state as one dict: a dict, or a (dict, slots) pair, or anything else."""
+    if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict | type(None)):
+        return {**(state[0] or {}), **(state[1] or {})}
+    return state if isinstance(state, dict) else {"value": state}
+
+
+class Record:
+    """Whatever a stood-in class was built from: constructor arguments and pickled state.
+    (Pickle builds most of them with ``cls.__new__`` and ``__setstate__``, never ``__init__``.)"""
+
+    kind = "record"
+    args: tuple = ()
+    state: dict[str, Any] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args, self.state = args, dict(kwargs)
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = _as_dict(state)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.state.get(name, default)
+
+
+def _record_type(name: str) -> type[Record]:
+    return type(name, (Record,), {"kind": name})
+
+
+class LocalShard:
+    """One rank's piece of a DTensor: its local tensor and its placements."""
+
+    def __init__(self, local: Any, spec: Any) -> None:
+        self.local = local
+        placements = spec.get("placements") if isinstance(spec, Record) else None
+        self.placements = tuple(placements or ())
+
+
+def _rebuild_from_type(func: Callable, new_type: Any, args: tuple, state: Any) -> Any:
+    """torch._tensor._rebuild_from_type_v2, for a stood-in DTensor: its local shard."""
+    if isinstance(new_type, type) and issubclass(new_type, Record):
+        fields = _as_dict(state)
+        return LocalShard(fields.get("_local_tensor"), fields.get("_spec"))
+    import torch._tensor
+
+    return torch._tensor._rebuild_from_type_v2(func, new_type, args, state)
+
+
+def _rebuild_wrapper(cls: Any, *args: Any) -> Any:
+    """torch._utils._rebuild_wrapper_subclass, for a stood-in class: nothing to build yet."""
+    if isinstance(cls, type) and issubclass(cls, Record):
+        return None
+    import torch._utils
+
+    return torch._utils._rebuild_wrapper_subclass(cls, *args)
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in STAND_INS:
+            return _record_type(name)
+        if (module, name) == ("torch._tensor", "_rebuild_from_type_v2"):
+            return _rebuild_from_type
+        if (module, name) == ("torch._utils", "_rebuild_wrapper_subclass"):
+            return _rebuild_wrapper
+        return super().find_class(module, name)
+
+
+# torch.load(pickle_module=...) asks the module for Unpickler (and load); nothing else changes.
+PICKLE_MODULE = types.SimpleNamespace(Unpickler=_Unpickler, load=pickle.load, __name__="portable")
+
+
+def load_shard(path: Path) -> dict[str, Any]:
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=False, pickle_module=PICKLE_MODULE)
+
+
+def _placement(shard: LocalShard, key: str) -> int | None:
+    """The dim a 1-D FSDP placement shards along, or None for Replicate."""
+    if len(shard.placements) != 1:
+        raise PortableError(f"{key}: a {len(shard.placements)}-D device mesh (only FSDP's 1-D)")
+    placement = shard.placements[0]
+    kind = getattr(placement, "kind", "")
+    if kind == "Replicate":
+        return None
+    if kind == "Shard":
+        return int(placement.get("dim", 0))
+    raise PortableError(
+        f"{key}: placement {kind or type(placement).__name__} (Shard/Replicate only)"
+    )
+
+
+def full_state_dict(role_dir: Path, world_size: int) -> dict[str, Any]:
+    """Every rank's shards joined into full tensors (the merger's own rule: rank order)."""
+    import torch
+
+    ranks = [load_shard(role_dir / f"model_world_size_{world_size}_rank_{r}.pt")
+             for r in range(world_size)]  # fmt: skip
+    full: dict[str, Any] = {}
+    for key in ranks[0]:
+        pieces = [rank[key] for rank in ranks]
+        if not all(isinstance(p, LocalShard) for p in pieces):
+            full[key] = pieces[0]  # a plain tensor (a buffer): the same on every rank
+            continue
+        dim = _placement(pieces[0], key)
+        locals_ = [p.local for p in pieces]
+        full[key] = locals_[0] if dim is None else torch.cat(locals_, dim=dim).contiguous()
+    return full
+
+
+def rewrite_as_one_rank(role_dir: Path, world_size: int, out_dir: Path) -> Path:
+    """A copy of the checkpoint in ``out_dir`` that any torch reads: one plain rank-0 shard
+    (fsdp_config.json world_size 1) beside the original ``huggingface/`` and LoRA metadata."""
+    import torch
+
+    state = full_state_dict(role_dir, world_size)
+    out_dir.mkdir(parents=True)
+    torch.save(state, out_dir / "model_world_size_1_rank_0.pt")
+    fsdp = json.loads((role_dir / "fsdp_config.json").read_text())
+    fsdp["world_size"] = 1
+    (out_dir / "fsdp_config.json").write_text(json.dumps(fsdp))
+    shutil.copytree(role_dir / "huggingface", out_dir / "huggingface")
+    for extra in role_dir.glob("lora_*.json"):
+        shutil.copy2(extra, out_dir / extra.name)
+    return out_dir
+
+
+def _minor(version: str) -> tuple[int, ...]:
+    """'2.11.0+cu130' -> (2, 11): the releases whose pickles agree."""
+    parts = version.split("+")[0].split(".")[:2]
+    return tuple(int(p) for p in parts if p.isdigit())
+
+
+def torch_here() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
+def written_by(run_dir: Path | None, step_dir: Path) -> str | None:
+    """The torch version of the launch that wrote ``step_dir``: the run's last launch record
+    stamped before the checkpoint (verl_gsm8k/launch); None without records."""
+    if run_dir is None:
+        return None
+    from verl_gsm8k.launch.record import RecordError, read_records
+
+    try:
+        records = read_records(run_dir)
+    except RecordError:
+        return None
+    saved = dt.datetime.fromtimestamp(step_dir.stat().st_mtime, dt.timezone.utc)
+    stamp = saved.strftime("%Y%m%dT%H%M%SZ")
+    before = [r for r in records if str(r.get("stamp", "")) <= stamp] or records
+    version = (before[-1].get("versions") or {}).get("torch") if before else None
+    return str(version) if version else None
+
+
+def loads_here(shard: Path) -> bool:
+    import torch
+
+    try:
+        torch.load(shard, map_location="cpu", weights_only=False)
+    except Exception:  # any unpickling failure: a class or attribute this torch does not have
+        return False
+    return True
+
+
+def needs_rewrite(
+    role_dir: Path, world_size: int, run_dir: Path | None, step_dir: Path
+) -> tuple[bool, str]:
+    """(whether to read the checkpoint version-independently, why), by the recorded torch
+    version, or without a record by trying rank 0 with this torch."""
+    here = torch_here()
+    wrote = written_by(run_dir, step_dir)
+    if wrote is not None:
+        if _minor(wrote) == _minor(here):
+            return False, f"written by torch {wrote}, read by torch {here}"
+        return True, f"written by torch {wrote} (launch record), this environment has torch {here}"
+    if loads_here(role_dir / f"model_world_size_{world_size}_rank_0.pt"):
+        return False, f"loads with torch {here} (no launch record names the torch that wrote it)"
+    return True, f"does not load with torch {here} (no launch record names the torch that wrote it)"
