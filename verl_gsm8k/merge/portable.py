@@ -209,12 +209,20 @@ def written_by(run_dir: Path | None, step_dir: Path) -> str | None:
 
 
 def loads_here(shard: Path) -> bool:
+    import logging
+
     import torch
 
+    # unpickling a DeviceMesh outside its process group warns on every load (harmless here)
+    mesh_log = logging.getLogger("torch.distributed.device_mesh")
+    level = mesh_log.level
+    mesh_log.setLevel(logging.ERROR)
     try:
         torch.load(shard, map_location="cpu", weights_only=False)
     except Exception:  # any unpickling failure: a class or attribute this torch does not have
         return False
+    finally:
+        mesh_log.setLevel(level)
     return True
 
 
