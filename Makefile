@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup setup-train setup-eval test test-fast lint quality format bench bench-cpu bench-learn clean
+.PHONY: help setup setup-train setup-eval setup-gpu-stack check-gpu-stack test test-fast lint quality format bench bench-cpu bench-learn clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -16,6 +16,12 @@ setup-train:  ## build .venv alone (GPU training stack, or the CPU training stac
 
 setup-eval:  ## build .venv-eval alone: EvalScope, kept apart from verl's Hydra
 	bash scripts/setup.sh --eval
+
+setup-gpu-stack:  ## build .venv-gpu: a GPU machine's .venv (torch 2.11, vLLM 0.24), here without a GPU (~11 GB)
+	bash scripts/setup.sh --gpu-stack
+
+check-gpu-stack: setup-gpu-stack  ## the GPU stack's checks that need no GPU (docs/gpu.md; part of make test)
+	$(PY) -m pytest tests/test_gpu_stack.py
 
 lint:  ## ruff lint + format check, shellcheck of every launcher
 	$(VENV)/bin/ruff check .

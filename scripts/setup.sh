@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Build the project environments from scratch; safe to re-run (pip skips what is already there).
 #
-#   bash scripts/setup.sh           # .venv: GPU training stack, or the CPU training stack
-#   bash scripts/setup.sh --eval    # .venv-eval: EvalScope, kept apart from verl's Hydra
+#   bash scripts/setup.sh              # .venv: GPU training stack, or the CPU training stack
+#   bash scripts/setup.sh --eval       # .venv-eval: EvalScope, kept apart from verl's Hydra
+#   bash scripts/setup.sh --gpu-stack  # .venv-gpu: the GPU machine's .venv, built here without a
+#                                      # GPU (same path as on a GPU), for the checks that need none
 #
 # Knobs (environment): PYTHON (interpreter, default python3), VENV_DIR (default .venv),
+# VENV_DIR_GPU (--gpu-stack's, default .venv-gpu),
 # EVAL_VENV_DIR (default .venv-eval), FORCE_CPU=1 (CPU stack even where a GPU is visible),
 # FLASH_ATTN_WHEEL (GPU: a flash-attn wheel file or URL matching your torch/CUDA/Python),
 # FLASH_ATTN_BUILD=1 (GPU: compile flash-attn from source when no wheel matches; hours).
@@ -23,8 +26,9 @@ target=main
 case "${1:-}" in
   "") ;;
   --eval) target="eval" ;;
-  -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  *) echo "setup.sh: unknown argument '$1' (use --eval or --help)" >&2; exit 2 ;;
+  --gpu-stack) target="gpu-stack"; VENV_DIR=${VENV_DIR_GPU:-$ROOT/.venv-gpu} ;;
+  -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "setup.sh: unknown argument '$1' (use --eval, --gpu-stack or --help)" >&2; exit 2 ;;
 esac
 
 start=$(date +%s)
@@ -122,8 +126,12 @@ PY
 }
 
 make_venv "$VENV_DIR"
-if has_gpu; then
-  echo "==> NVIDIA GPU found: installing the training stack (verl + vLLM)"
+if has_gpu || [[ "$target" == gpu-stack ]]; then
+  if [[ "$target" == gpu-stack ]]; then
+    echo "==> --gpu-stack: installing the GPU training stack (verl + vLLM) into $VENV_DIR, as on a GPU machine"
+  else
+    echo "==> NVIDIA GPU found: installing the training stack (verl + vLLM)"
+  fi
   pip_project "$VENV_DIR" gpu,dev
   install_flash_attn
 else

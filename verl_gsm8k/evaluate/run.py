@@ -28,7 +28,7 @@ from verl_gsm8k.evaluate.common import (
 )
 from verl_gsm8k.evaluate.render import pct, render_samples
 from verl_gsm8k.evaluate.scoring import read_jsonl, read_report, rescore, review_scores
-from verl_gsm8k.evaluate.server import ServerProcess, free_port
+from verl_gsm8k.evaluate.server import ServerProcess, free_port, vllm_serve_command
 
 
 def _metric_name(meta) -> str:
@@ -355,18 +355,8 @@ def evaluate_model(
             assert spec.path is not None, "resolve local models first (check_models)"
             if backend == "vllm":
                 port = settings.port or free_port()
-                cmd = [
-                    settings.vllm_bin,
-                    "serve",
-                    spec.path,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--served-model-name",
-                    spec.label,
-                    *settings.vllm_args,
-                ]
+                cmd = vllm_serve_command(settings.vllm_bin, spec.path, port, spec.label,
+                                         settings.vllm_args)  # fmt: skip
                 log = settings.out / "logs" / f"vllm-{spec.label}.log"
                 base = f"http://127.0.0.1:{port}/v1"
                 with ServerProcess(

@@ -58,6 +58,15 @@ def resolve_model_path(source: str) -> str:
         ) from None
 
 
+def vllm_serve_command(
+    vllm_bin: str, model: str, port: int, served_name: str, extra: list[str]
+) -> list[str]:
+    """The `vllm serve` command eval.sh runs for a local model (tests/test_gpu_stack.py checks
+    these flags against the GPU stack's own vLLM argument parser)."""
+    return [vllm_bin, "serve", model, "--host", "127.0.0.1", "--port", str(port),
+            "--served-model-name", served_name, *extra]  # fmt: skip
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
