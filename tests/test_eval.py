@@ -243,6 +243,64 @@ def test_checkpoint_sweep_refuses_what_it_cannot_do(eval_env, tmp_path):
     assert proc.returncode == 2 and "--temperature must be > 0" in proc.stderr
 
 
+VLLM_CPU = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+VLLM_CPU_ARGS = "--dtype float32 --max-model-len 1024 --enforce-eager"
+
+
+def _servers_of(model: Path) -> list[int]:
+    """Live processes serving ``model`` (vllm serve and the engine processes it forks)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _alive(int(entry.name)):
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if str(model) in cmdline and "serve" in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_vllm_backend_for_real_then_a_sigint_mid_evaluation(
+    eval_env, tiny_model_dir, small_gsm8k, tmp_path
+):
+    """The backend GPU users get by default, for real: `vllm serve` (vLLM's CPU build in .venv)
+    with the tiny model, readiness, EvalScope over the OpenAI API, then the server's whole process
+    group gone; and the same after a SIGINT while EvalScope is asking."""
+    args = ["--model", f"tiny={tiny_model_dir}", "--backend", "vllm", "--data", small_gsm8k,
+            "--modes", "training", "--max-tokens", "16", "--vllm-args", VLLM_CPU_ARGS]  # fmt: skip
+    proc = run_eval(*args, "--out", tmp_path / "eval", env=VLLM_CPU, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = result(load_summary(tmp_path / "eval"), "tiny", "training")
+    assert row["backend"] == "vllm" and row["n"] == 3 and row["error"] is None
+    assert _servers_of(tiny_model_dir) == []
+    log = (tmp_path / "eval" / "logs" / "vllm-tiny.log").read_text()
+    assert "Application startup complete" in log or "Uvicorn running" in log, log[-2000:]
+
+    interrupted = subprocess.Popen(
+        ["bash", str(EVAL_SH), *map(str, args), "--out", str(tmp_path / "sigint")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **VLLM_CPU},
+    )  # fmt: skip
+    try:
+        assert interrupted.stdout is not None
+        for line in interrupted.stdout:  # printed once the server answers /v1/models
+            if "evaluating tiny in training mode (vllm)" in line:
+                break
+        assert _servers_of(tiny_model_dir), "the server should be up while EvalScope asks"
+        interrupted.send_signal(signal.SIGINT)
+        _, stderr = interrupted.communicate(timeout=120)
+    finally:
+        if interrupted.poll() is None:
+            interrupted.kill()
+    assert interrupted.returncode == 130, stderr[-2000:]
+    assert "interrupted; servers stopped" in stderr
+    time.sleep(1)
+    assert _servers_of(tiny_model_dir) == [], "vllm serve outlived the interrupted evaluation"
+    assert not (tmp_path / "sigint" / "comparison.json").exists()
+
+
 def _fake_vllm(tmp_path: Path, body: str) -> Path:
     script = tmp_path / "fake-vllm"
     script.write_text(f"#!/usr/bin/env bash\n{body}\n")
