@@ -29,7 +29,9 @@ function curve(title, series, n, tokens){
   if (hi - lo < 1e-12) { hi += 1; lo -= 1; }
   var x = function(i){ return pad + (w - pad - 10) * (n > 1 ? i / (n - 1) : 0.5); };
   var y = function(v){ return 10 + (h - 40) * (hi - v) / (hi - lo); };
-  var out = '<svg class=curve data-curve="' + esc(title) + '" width=' + w + ' height=' + h + '>';
+  var out = '<svg class=curve data-curve="' + esc(title) + '" data-x0=' + x(0) + ' data-dx=' +
+    (n > 1 ? x(1) - x(0) : 0) + ' width=' + w + ' height=' + h + '>';
+  out += '<line class=cursor x1=-10 x2=-10 y1=4 y2=' + (h - 18) + ' stroke=#111 stroke-dasharray="3,3" />';
   out += '<line x1=' + pad + ' x2=' + (w - 10) + ' y1=' + y(0) + ' y2=' + y(0) + ' stroke=#bbb />';
   out += '<text x=2 y=' + (y(hi) + 4) + ' font-size=10>' + fmt(hi) + '</text><text x=2 y=' +
          (y(lo) + 4) + ' font-size=10>' + fmt(lo) + '</text>';
@@ -53,6 +55,10 @@ function showToken(i){
   var D = window.REPLAY[cur.step], s = D.samples[cur.sample];
   document.querySelectorAll('.tok.on').forEach(function(e){ e.classList.remove('on'); });
   var el = document.querySelector('.tok[data-i="' + i + '"]'); if (el) el.classList.add('on');
+  document.querySelectorAll('svg.curve').forEach(function(svg){  // the token's place on each curve
+    var x = +svg.getAttribute('data-x0') + i * +svg.getAttribute('data-dx'), line = svg.querySelector('.cursor');
+    line.setAttribute('x1', x); line.setAttribute('x2', x);
+  });
   var parts = ['<b>token ' + i + '</b> <code>' + visible(s.tokens[i]) + '</code> id ' + s.ids[i]];
   Object.keys(NAMES).forEach(function(k){
     if (s.pt[k]) parts.push(NAMES[k] + ' <b data-num="' + k + '">' + fmt(s.pt[k][i]) + '</b>');
