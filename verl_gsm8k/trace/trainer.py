@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import torch
@@ -34,6 +35,7 @@ from verl_gsm8k.trace.record import TRACE_DIRNAME, TraceWriter, sample_line, ste
 from verl_gsm8k.trace.select import choose, prompt_of
 
 MODE = "gsm8k_trace"
+TIMING_KEY = "timing_s/gsm8k_trace"  # logged every step with the step's other timings
 logger = logging.getLogger(__name__)
 
 # verl's TransferQueue field -> our per-token name (verl/trainer/ppo/v1/trainer_base.py writes them)
@@ -125,10 +127,13 @@ class TracingTrainer(PPOTrainerSync):
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
         if self.trace_samples <= 0:
             return
+        start = time.perf_counter()
         try:
             self._trace_step(batch, metrics, global_steps)
         except Exception as err:  # a diagnostic never stops training
             logger.warning("gsm8k_trace: step %s not traced: %r", global_steps, err)
+        # what the trace costs the training thread (reading, converting; the write is not on it)
+        metrics[TIMING_KEY] = time.perf_counter() - start
 
     def _trace_step(self, batch: Any, metrics: dict, step: int) -> None:
         tags = zip(batch.keys, batch.tags, strict=True)
