@@ -185,8 +185,11 @@ VAL_AUX_PREFIX = "val_"
 # Step-time phases: timing_s/<phase> (0.9.1) or timing/<phase> (older). Nested keys such as
 # timing_s/agent_loop/... are parts of "gen" and are not phases of their own.
 PHASE_KEY = re.compile(r"^(?:timing_s|timing)/(?P<phase>[^/]+)$")
-# Phases that verl times outside its "step" timer (validation and profiler hooks).
-OUTSIDE_STEP_PHASES: frozenset[str] = frozenset({"testing", "start_profile", "stop_profile"})
+# Phases timed outside verl's "step" timer: validation, the profiler hooks, and the per-token
+# trace (verl_gsm8k/trace/, timed in _compute_metrics, after the step).
+OUTSIDE_STEP_PHASES: frozenset[str] = frozenset(
+    {"testing", "start_profile", "stop_profile", "gsm8k_trace"}
+)
 # Display order of the usual phases; any other phase follows in name order.
 PHASE_ORDER: tuple[str, ...] = (
     "gen",
