@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup setup-train setup-eval setup-gpu-stack check-gpu-stack test test-fast lint quality format bench bench-cpu bench-learn clean
+.PHONY: help setup setup-train setup-eval setup-gpu-stack check-gpu-stack test test-fast lint quality format bench bench-cpu bench-learn bench-trace clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -48,6 +48,9 @@ bench-cpu:  ## smoke_tiny on this CPU: wall time, time to each step, phases, pea
 
 bench-learn:  ## learn_tiny, 3 seeds x PPO and GRPO: accuracy before/after, wall time (~40 min)
 	$(PY) -m verl_gsm8k.bench.learning
+
+bench-trace:  ## the per-token trace's cost: learn_tiny traced vs untraced, 3 runs each (~40 min)
+	$(PY) -m verl_gsm8k.bench.trace
 
 clean:  ## remove caches (keeps the environments)
 	rm -rf .pytest_cache .ruff_cache .hypothesis build *.egg-info

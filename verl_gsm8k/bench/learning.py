@@ -82,9 +82,11 @@ def knowledge_lost(before_right: int, after_right: int, n: int) -> bool:
     return after_right < knowledge_floor(before_right, n)
 
 
-def run_once(seed: int, algo: str, out: Path, knobs: list[str], cache: Path | None) -> dict:
+def run_once(
+    seed: int, algo: str, out: Path, knobs: list[str], cache: Path | None, name: str = ""
+) -> dict:
     env = dict(os.environ, ALGO=algo, SEED=str(seed), RUNS_ROOT=str(out))
-    env["EXPERIMENT_NAME"] = f"learn_{algo}_seed{seed}"
+    env["EXPERIMENT_NAME"] = name or f"learn_{algo}_seed{seed}"
     run_dir = out / env["EXPERIMENT_NAME"]
     if cache is not None:
         env["CACHE_DIR"] = str(cache)
@@ -106,6 +108,7 @@ def run_once(seed: int, algo: str, out: Path, knobs: list[str], cache: Path | No
     return {
         "seed": seed,
         "algo": algo,
+        "run_dir": str(run_dir),
         "status": status,
         "log": str(log),
         "wall_s": round(wall, 1),
