@@ -183,20 +183,25 @@ hydra_quote() {
 }
 
 # ---- device and attention settings, from one place: two config overlays and a few variables ----
-# configs/attention/sdpa.yaml where flash_attn is not installed (every CPU, some GPU machines);
+# configs/attention/sdpa.yaml where flash-attention cannot be used (every CPU, some GPU machines);
 # configs/device/cpu.yaml on a CPU; the SFT trainer's twins are attention/sdpa_sft.yaml and
 # device/cpu_sft.yaml (its model keys differ). verl loads our modules (verl_gsm8k/verl_plugins/) in
 # every process through its plugin variable, by package path: the project is installed in the venv
 # Ray's workers (and torchrun's) run. key=value arguments still win.
 DEVICE_OVERRIDES=()
 VERL_MODULES=()
-flash_attn_installed() {
-  "$PYTHON" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("flash_attn") is None)' 2>/dev/null
-}
-if ! flash_attn_installed; then
+# The probe loads flash-attn's CUDA extension (verl_gsm8k/common/flash_attention.py, the same
+# probe the preflight and the fallback plugin use): an installed wheel that does not load counts
+# as absent. It prints why not; empty when flash-attention works.
+if FLASH_ATTN_PROBLEM=$("$PYTHON" -m verl_gsm8k.common.flash_attention 2>/dev/null); then
+  FLASH_ATTN_PROBLEM=""
+else
+  FLASH_ATTN_PROBLEM=${FLASH_ATTN_PROBLEM:-"the probe $PYTHON -m verl_gsm8k.common.flash_attention failed"}
+fi
+if [[ -n "$FLASH_ATTN_PROBLEM" ]]; then
   DEVICE_OVERRIDES+=("+attention=sdpa$OVERLAY_SUFFIX")
   VERL_MODULES+=(verl_gsm8k.verl_plugins.attention_fallback)
-  ATTENTION="sdpa (flash_attn not installed; padding removal off: slower updates, more activation memory)"
+  ATTENTION="sdpa ($FLASH_ATTN_PROBLEM; padding removal off: slower updates, more activation memory)"
 else
   ATTENTION="flash_attention_2 with padding removal"
 fi

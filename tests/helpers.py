@@ -161,3 +161,34 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# What a flash-attn wheel built for another torch or CUDA raises when its extension is loaded.
+UNDEFINED_SYMBOL = (
+    "flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEab"
+)
+
+
+def plant_flash_attn(site: Path, works: bool) -> Path:
+    """A ``flash_attn`` package on a PYTHONPATH entry ``site``, with its CUDA extension
+    ``flash_attn_2_cuda`` as a module that loads (``works``) or raises the ImportError of a wheel
+    built for another torch (undefined symbol). Returns ``site``."""
+    (site / "flash_attn").mkdir(parents=True, exist_ok=True)
+    (site / "flash_attn" / "__init__.py").write_text(
+        '__version__ = "2.8.3"\nimport flash_attn_2_cuda  # noqa: F401\n'
+    )
+    body = "" if works else f"raise ImportError({UNDEFINED_SYMBOL!r})\n"
+    (site / "flash_attn_2_cuda.py").write_text(body)
+    # installed as a wheel is: with its metadata (transformers reads the version from it)
+    dist = site / "flash_attn-2.8.3.dist-info"
+    dist.mkdir(exist_ok=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3\n")
+    (dist / "top_level.txt").write_text("flash_attn\nflash_attn_2_cuda\n")
+    return site
+
+
+def with_pythonpath(env: dict[str, str], *entries: Path) -> dict[str, str]:
+    """``env`` with ``entries`` first on PYTHONPATH, then this checkout (so that verl_gsm8k is
+    this tree's, not an installed copy's), then what was there."""
+    parts = [str(p) for p in entries] + [str(ROOT)] + [env.get("PYTHONPATH", "")]
+    return dict(env, PYTHONPATH=os.pathsep.join(p for p in parts if p))

@@ -15,8 +15,10 @@ from helpers import (
     composed_config,
     fake_nvidia_smi,
     get,
+    plant_flash_attn,
     recipe_env,
     run_recipe,
+    with_pythonpath,
 )
 
 from verl_gsm8k.preflight.cli import recipe_overrides
@@ -363,12 +365,11 @@ def test_without_flash_attn_the_sdpa_fallback_keys_appear(
 
 
 def test_with_flash_attn_nothing_changes_on_a_gpu(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
-    site = tmp_path / "site" / "flash_attn"
-    site.mkdir(parents=True)
-    (site / "__init__.py").write_text("")  # found by find_spec, as an installed flash-attn is
+    site = plant_flash_attn(tmp_path / "site", works=True)  # its CUDA extension loads
     bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
-    env.update(PATH=f"{bin_dir}:{env['PATH']}", PYTHONPATH=str(tmp_path / "site"))
+    env = with_pythonpath(env, site)
+    env.update(PATH=f"{bin_dir}:{env['PATH']}")
     result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     cfg = composed_config(result.stdout)

@@ -4,12 +4,12 @@ reports one line. The SFT preflight (sft.py) shares the CPU platform check and t
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
 from typing import Any
 
+from verl_gsm8k.common.flash_attention import flash_attn_problem
 from verl_gsm8k.preflight.report import Report
 
 FALLBACK_MODULE = "verl_gsm8k.verl_plugins.attention_fallback"
@@ -56,16 +56,16 @@ def check_device(cfg: Any, use_critic: bool, report: Report) -> None:
     if missing:
         report.error("device", missing)
         return
-    has_flash = importlib.util.find_spec("flash_attn") is not None
+    flash_problem = flash_attn_problem()
     actor = attention(cfg.actor_rollout_ref.model)
     padding_removal = bool(cfg.actor_rollout_ref.model.use_remove_padding)
-    if not has_flash:
+    if flash_problem is not None:
         # A warning, not an error: the machine that trains may have flash_attn when this one
         # does not (the recipes decide on the machine they launch from).
         if actor.startswith("flash_attention") or padding_removal:
             report.warn(
                 "attention",
-                "flash_attn is not installed here but the actor asks for "
+                f"{flash_problem} here but the actor asks for "
                 f"{actor}{' with padding removal' if padding_removal else ''}: on a machine "
                 "without it, add +attention=sdpa (the recipes do it themselves)",
             )
@@ -73,17 +73,17 @@ def check_device(cfg: Any, use_critic: bool, report: Report) -> None:
         if use_critic and FALLBACK_MODULE not in modules:
             report.warn(
                 "attention",
-                "flash_attn is not installed here and verl loads the critic with a hard-coded "
+                f"{flash_problem} here and verl loads the critic with a hard-coded "
                 f"flash_attention_2 (verl issue #5210): load {FALLBACK_MODULE} "
                 f"(VERL_USE_EXTERNAL_MODULES={FALLBACK_MODULE}; the "
                 "recipes do it themselves)",
             )
             return
     where = "the CPU (vLLM's CPU build, logical GPUs in Ray)" if device == "cpu" else device
-    if has_flash:
+    if flash_problem is None:
         path = f"{actor}, padding removal {'on' if padding_removal else 'off'}"
     else:
-        path = f"{actor} without padding removal (flash_attn not installed)"
+        path = f"{actor} without padding removal ({flash_problem})"
     report.ok("device", f"trains on {where}; attention: {path}")
 
 
