@@ -7,7 +7,8 @@ Every recipe runs it on its final override list. Checks, each reported on one li
 reward live in verl_gsm8k/preflight/inputs.py, device and LoRA in
 verl_gsm8k/preflight/device.py, composing in compose.py, the model's whereabouts in model.py, the
 report in verl_gsm8k/preflight/report.py):
-  keys     legacy keys that verl 0.9.1 silently ignores or rejects, with the key to use instead;
+  keys     legacy keys that verl 0.9.1 silently ignores or rejects, and keys the trainer that
+           runs (trainer.use_v1) ignores, each with the key to use instead;
   config   the overrides compose against the INSTALLED verl config (unknown key -> closest match)
            and verl's own validate_config passes for the requested GPU count;
   device   where it trains (GPU, or the CPU platform) and with which attention (flash-attn, or
@@ -97,25 +98,34 @@ LEGACY_KEYS: LegacyKeys = {
         "the reference follows actor_rollout_ref.actor.strategy",
     ),
     "critic.fsdp.strategy": ("critic.strategy", "overwritten by critic.strategy"),
-    "trainer.balance_batch": (
-        "",
-        "ignored by the default trainer (trainer.use_v1=true balances every batch)",
-    ),
-    "critic.ppo_max_token_len_per_gpu": (
-        "+critic.ppo_infer_max_token_len_per_gpu",
-        "no effect: the v1 trainer sets both critic token budgets from "
-        "ppo_infer_max_token_len_per_gpu (trainer/ppo/v1/trainer_base.py ~267)",
-    ),
     "actor_rollout_ref.rollout.val_kwargs.do_sample": (
         "actor_rollout_ref.rollout.val_kwargs.temperature",
-        "not read by the v1 trainer: validation is greedy when val_kwargs.temperature is 0",
+        "read by neither trainer (the legacy one passes it on, its agent loop ignores it: "
+        "experimental/agent_loop/agent_loop.py ~604): validation is greedy when "
+        "val_kwargs.temperature is 0",
     ),
 }
-# Keys that work but cost without need in the default trainer: key -> why (a warning).
+# Keys the default v1 trainer (trainer.use_v1=true) ignores and verl's legacy trainer
+# (trainer.use_v1=false, configs/gsm8k_ppo_lora.yaml) reads: refused only where v1 runs.
+V1_IGNORED_KEYS: LegacyKeys = {
+    "trainer.balance_batch": (
+        "",
+        "the v1 trainer balances every batch (trainer/ppo/v1/trainer_base.py ~581); only the "
+        "legacy trainer reads it (trainer/ppo/ray_trainer.py ~1549)",
+    ),
+    "critic.ppo_max_token_len_per_gpu": (
+        "critic.ppo_infer_max_token_len_per_gpu",
+        "the v1 trainer sets both critic token budgets from ppo_infer_max_token_len_per_gpu "
+        "(trainer/ppo/v1/trainer_base.py ~267); only the legacy trainer reads it, for the "
+        "critic's updates (trainer/ppo/ray_trainer.py ~811)",
+    ),
+}
+# Keys that work but cost without need: key -> why (a warning).
 COSTLY_KEYS: dict[str, str] = {
     "actor_rollout_ref.actor.calculate_entropy": (
-        "the v1 trainer logs actor/entropy without it; True adds a full-vocabulary entropy pass "
-        "with gradients to every update (memory, time); only the legacy trainer needs it"
+        "both trainers log actor/entropy without it (the entropy of the old-log-prob pass: "
+        "trainer/ppo/v1/trainer_base.py ~1651-1687, trainer/ppo/ray_trainer.py ~1300, ~1597); "
+        "True adds a full-vocabulary entropy pass with gradients to every update (memory, time)"
     ),
 }
 CLIP_ALONE = "actor_rollout_ref.actor.clip_ratio"
@@ -127,7 +137,9 @@ FROZEN_BYTES_PER_PARAM = 2  # bf16 copy of a frozen model
 
 
 # ---------------------------------------------------------------------------- keys
-def check_legacy_keys(overrides: list[str], report: Report) -> None:
+def check_legacy_keys(overrides: list[str], report: Report) -> bool:
+    """Keys wrong whichever trainer runs (before composing: some stop the composition). True
+    when none was found."""
     keys = [split_override(o)[0] for o in overrides]
     found = False
     for problem in legacy_key_problems(keys, LEGACY_KEYS):
@@ -144,8 +156,21 @@ def check_legacy_keys(overrides: list[str], report: Report) -> None:
         key, value = split_override(override)
         if key in COSTLY_KEYS and value.strip().lower() == "true":
             report.warn("keys", f"'{key}=True': {COSTLY_KEYS[key]}")
-    if not found:
-        report.ok("keys", f"{len(keys)} overrides, no legacy or silently ignored key")
+    return not found
+
+
+def check_trainer_keys(cfg, overrides: list[str], report: Report, clean: bool) -> None:
+    """The keys the trainer that runs (trainer.use_v1) ignores, then the keys' verdict."""
+    keys = [split_override(o)[0] for o in overrides]
+    v1 = bool(cfg.trainer.get("use_v1", True))
+    trainer = "v1 trainer" if v1 else "legacy trainer (trainer.use_v1=false)"
+    if v1:
+        kind = "ignored by verl's v1 trainer (trainer.use_v1=true, the default)"
+        for problem in legacy_key_problems(keys, V1_IGNORED_KEYS, cfg, kind):
+            report.error("keys", problem)
+            clean = False
+    if clean:
+        report.ok("keys", f"{len(keys)} overrides, no legacy key and none the {trainer} ignores")
 
 
 # ---------------------------------------------------------------------------- config
@@ -391,11 +416,12 @@ def recipe_overrides(
 # ---------------------------------------------------------------------------- main
 def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | None) -> Report:
     report = Report()
-    check_legacy_keys(overrides, report)
+    clean = check_legacy_keys(overrides, report)
     offline_if_hub_unreachable()
     cfg = check_config(config_dir, config_name, overrides, report)
     if cfg is None:
         return report
+    check_trainer_keys(cfg, overrides, report, clean)
     if dump is not None:
         from omegaconf import OmegaConf
 

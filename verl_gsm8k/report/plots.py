@@ -436,7 +436,7 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
             _with_trend("entropy", s.get("entropy", []), PALETTE[3], win),
             "nats",
             log_y=False,
-            note="verl's v1 trainer logs actor/entropy; the legacy one only with calculate_entropy",
+            note="actor/entropy: both verl 0.9.1 trainers (v1 and legacy) log it every step",
         ),
         Plot(
             "response_length",
