@@ -20,6 +20,24 @@ RECIPES = [
     "ppo_lora_qwen2.5-1.5b_gsm8k",
     "smoke_tiny",
 ]
+# Published shapes of the recipes' models (their config.json), for estimates without the weights.
+QWEN25_05B = dict(
+    hidden_size=896,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    intermediate_size=4864,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+    max_position_embeddings=32768,
+)
+QWEN25_15B = dict(
+    QWEN25_05B,
+    hidden_size=1536,
+    num_hidden_layers=28,
+    num_attention_heads=12,
+    intermediate_size=8960,
+)
 # Environment variables that would leak a real user's settings into a test recipe run.
 USER_KNOBS = ("LOGGER", "WANDB_API_KEY", "RUN_DIR", "RUNS_ROOT", "DATA_DIR", "PYTHON")
 

@@ -19,7 +19,9 @@ report in verl_gsm8k/preflight/report.py):
   data     train/val files exist, have verl's RLHFDataset columns, enough rows for a batch, and
            how many prompts exceed max_prompt_length;
   reward   verl's own loader imports the reward and it scores a right and a wrong answer correctly;
-  gpu      with nvidia-smi: GPU count and a memory estimate against the request.
+  gpu      with nvidia-smi: GPU count on this node;
+  memory   GPU memory of each phase of a step (rollout, reference, critic and actor update) with
+           each model's states where verl keeps them (memory.py), against the card when known.
 With --trainer sft it checks a launch of verl's SFT trainer instead (verl_gsm8k/preflight/sft.py).
 Exit status: 0 passed (warnings allowed), 1 at least one error, 2 bad usage.
 """
@@ -40,16 +42,10 @@ from verl_gsm8k.preflight.compose import (
     split_override,
     unknown_key_message,
 )
-from verl_gsm8k.preflight.device import (
-    MEMORY_WARN_FRACTION,
-    TRAINED_BYTES_PER_PARAM,
-    check_device,
-    check_lora,
-    lora_rank,
-    visible_gpus,
-)
+from verl_gsm8k.preflight.device import check_device, check_lora, lora_rank, visible_gpus
 from verl_gsm8k.preflight.inputs import check_data, check_reward
 from verl_gsm8k.preflight.knobs import batch_split_problem
+from verl_gsm8k.preflight.memory import check_memory
 from verl_gsm8k.preflight.model import (
     count_parameters,
     offline_if_hub_unreachable,
@@ -131,9 +127,6 @@ COSTLY_KEYS: dict[str, str] = {
 CLIP_ALONE = "actor_rollout_ref.actor.clip_ratio"
 # vLLM accepts these LoRA ranks (vllm.config.lora.MaxLoRARanks, also verl's fallback list).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-# Memory estimate: bytes per parameter kept on the GPU for a frozen model (see estimate_memory;
-# a trained one: device.TRAINED_BYTES_PER_PARAM).
-FROZEN_BYTES_PER_PARAM = 2  # bf16 copy of a frozen model
 
 
 # ---------------------------------------------------------------------------- keys
@@ -281,7 +274,8 @@ def _without_vllm_lora_check(cfg, report: Report):
 
 # ---------------------------------------------------------------------------- model
 def check_models(cfg, report: Report):
-    """Let verl itself load the model config and tokenizer; return (tokenizer, hf_config)."""
+    """Let verl itself load the model config and tokenizer; return (tokenizer of the first model
+    loaded, {role: its HF config}) or None."""
     from verl.trainer.ppo.utils import need_critic
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config import HFModelConfig
@@ -289,16 +283,17 @@ def check_models(cfg, report: Report):
     roles = [("actor", cfg.actor_rollout_ref.model)]
     if need_critic(cfg):
         roles.append(("critic", cfg.critic.model))
-    loaded = None
-    checked: set[str] = set()
+    tokenizer = None
+    hf_configs: dict = {}
+    checked: dict[str, object] = {}
     for role, model_cfg in roles:
         local = resolve_model(role, str(model_cfg.path), report)
         if local is None:
             continue
         if local in checked:  # the critic usually starts from the actor's weights
             report.ok("model", f"{role}: same model as checked above ({local})")
+            hf_configs[role] = checked[local]
             continue
-        checked.add(local)
         model_cfg = model_cfg.copy()
         model_cfg.path = local
         try:
@@ -324,73 +319,29 @@ def check_models(cfg, report: Report):
                 f"{role}: verl loads {hf.hf_config.model_type} ({params / 1e9:.2f}B params, "
                 f"context {context}) and its chat-template tokenizer from {local}",
             )
-        loaded = loaded or (hf.tokenizer, hf.hf_config)
-    return loaded
+        checked[local] = hf_configs[role] = hf.hf_config
+        tokenizer = tokenizer or hf.tokenizer
+    return (tokenizer, hf_configs) if hf_configs else None
 
 
 # ---------------------------------------------------------------------------- gpu
-def estimate_memory(cfg, hf_config, gpu_gib: float) -> dict[str, float]:
-    """Peak GiB per GPU: resident model states + the memory vLLM reserves. Activations excluded.
-
-    Trained full models keep fp32 weights, grads and Adam moments (16 B/param), sharded over the
-    GPUs; a LoRA model keeps a frozen bf16 copy (2 B/param) unless its params are offloaded; the
-    reference keeps bf16 weights unless offloaded (with LoRA the actor doubles as reference);
-    vLLM reserves gpu_memory_utilization of the card for weights and KV cache.
-    """
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-
-    gib = 1024**3
-    params = count_parameters(hf_config)
-    n_gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
-
-    def trained(model_cfg, offload: bool) -> float:
-        if offload:
-            return 0.0
-        lora = lora_rank(model_cfg) > 0
-        per_param = FROZEN_BYTES_PER_PARAM if lora else TRAINED_BYTES_PER_PARAM
-        return params * per_param / n_gpus / gib
-
-    actor = cfg.actor_rollout_ref
-    parts = {"actor": trained(actor.model, actor.actor.fsdp_config.param_offload)}
-    if need_critic(cfg):
-        parts["critic"] = trained(cfg.critic.model, cfg.critic.fsdp.param_offload)
-    lora_actor = lora_rank(actor.model) > 0
-    if need_reference_policy(cfg) and not lora_actor and not actor.ref.fsdp_config.param_offload:
-        parts["reference"] = params * FROZEN_BYTES_PER_PARAM / n_gpus / gib
-    parts["vllm"] = actor.rollout.gpu_memory_utilization * gpu_gib
-    parts["total"] = sum(parts.values())
-    return parts
-
-
-def check_gpus(cfg, hf_config, report: Report) -> None:
+def check_gpus(cfg, hf_configs: dict | None, report: Report) -> None:
+    """GPU count on this node, then the memory of each phase (memory.py) against its cards."""
     gpus = visible_gpus()
+    card = None
     if not gpus:
-        report.note("gpu", "no NVIDIA GPU visible here: GPU count and memory not checked")
-        return
-    wanted = cfg.trainer.n_gpus_per_node
-    name, gib = gpus[0]
-    if len(gpus) < wanted:
-        report.error(
-            "gpu", f"trainer.n_gpus_per_node={wanted} but this node has {len(gpus)} GPU(s)"
-        )
+        report.note("gpu", "no NVIDIA GPU visible here: GPU count not checked")
     else:
-        report.ok("gpu", f"{len(gpus)} x {name} ({gib:.0f} GiB); this node uses {wanted}")
-    if hf_config is None:
-        return
-    parts = estimate_memory(cfg, hf_config, gib)
-    detail = ", ".join(f"{k} {v:.1f}" for k, v in parts.items() if k != "total")
-    summary = f"estimated peak {parts['total']:.1f} GiB of {gib:.0f} GiB per GPU ({detail} GiB)"
-    if parts["total"] > MEMORY_WARN_FRACTION * gib:
-        report.warn(
-            "gpu",
-            f"{summary}: unlikely to fit; lower ROLLOUT_GPU_MEM_UTIL, or offload "
-            "(actor_rollout_ref.actor.fsdp_config.param_offload=True, optimizer_offload=True, "
-            "critic.fsdp.param_offload=True). Estimate: fp32 weights+grads+Adam (16 B/param) per "
-            "trained model, bf16 for frozen copies, plus vLLM's reserved share; "
-            "activations excluded",
-        )
-    else:
-        report.ok("gpu", summary)
+        wanted = cfg.trainer.n_gpus_per_node
+        name, card = gpus[0]
+        if len(gpus) < wanted:
+            report.error(
+                "gpu", f"trainer.n_gpus_per_node={wanted} but this node has {len(gpus)} GPU(s)"
+            )
+        else:
+            report.ok("gpu", f"{len(gpus)} x {name} ({card:.0f} GiB); this node uses {wanted}")
+    if hf_configs and "actor" in hf_configs:
+        check_memory(cfg, hf_configs, card, report)
 
 
 # ---------------------------------------------------------------------------- recipes
@@ -432,10 +383,10 @@ def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | N
     check_lora(cfg, need_critic(cfg), report)
     check_trace(cfg, report)
     loaded = check_models(cfg, report)
-    tokenizer, hf_config = loaded if loaded else (None, None)
+    tokenizer, hf_configs = loaded if loaded else (None, None)
     first_prompt = check_data(cfg, tokenizer, report)
     check_reward(cfg, report, first_prompt)
-    check_gpus(cfg, hf_config, report)
+    check_gpus(cfg, hf_configs, report)
     return report
 
 

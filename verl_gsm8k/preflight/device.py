@@ -14,10 +14,9 @@ from verl_gsm8k.preflight.report import Report
 
 FALLBACK_MODULE = "verl_gsm8k.verl_plugins.attention_fallback"
 CPU_MODULE = "verl_gsm8k.verl_plugins.cpu_platform"
-# Memory estimates: bytes per parameter kept on the GPU for a model that trains (fp32 weights 4 +
-# fp32 grads 4 + Adam moments 8), and the share of the card above which an estimate warns.
+# The SFT memory estimate: bytes per parameter kept on the GPU for a model that trains (fp32
+# weights 4 + fp32 grads 4 + Adam moments 8). PPO's per-phase estimate: memory.py.
 TRAINED_BYTES_PER_PARAM = 16
-MEMORY_WARN_FRACTION = 0.9
 
 
 def lora_rank(model_cfg: Any) -> int:

@@ -35,13 +35,13 @@ from verl_gsm8k.preflight.compose import (
     unknown_key_message,
 )
 from verl_gsm8k.preflight.device import (
-    MEMORY_WARN_FRACTION,
     TRAINED_BYTES_PER_PARAM,
     attention,
     cpu_platform_missing,
     visible_gpus,
 )
 from verl_gsm8k.preflight.inputs import as_list, read_rows
+from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION
 from verl_gsm8k.preflight.model import count_parameters, offline_if_hub_unreachable, resolve_model
 from verl_gsm8k.preflight.report import Report, one_line
 
