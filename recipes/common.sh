@@ -27,6 +27,10 @@ if [[ -z "${PYTHON:-}" ]]; then
 fi
 
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }
+# DEVICE=gpu on a Ray cluster (RAY_ADDRESS; PPO: main_ppo runs its workers through Ray): the GPUs
+# are the cluster's, and the launching node (a KubeRay head, a `ray job submit` entrypoint) may
+# have none. The preflight counts the cluster's GPUs instead (ray.nodes()).
+on_ray_cluster() { [[ -n "${RAY_ADDRESS:-}" && "$TRAINER" == ppo && "$TRAIN_ON" == gpu ]]; }
 
 # ---- which verl trainer (set by the recipe) ----
 TRAINER=${TRAINER:-ppo}
@@ -400,7 +404,9 @@ launch() {
   check_knobs || exit $?
   check_trainer_knobs || exit $?
   echo "recipe: $RECIPE | config: configs/$CONFIG_NAME.yaml | model: $MODEL_PATH | run dir: $RUN_DIR"
-  echo "recipe: device: $TRAIN_ON (DEVICE=$DEVICE) | attention: $ATTENTION"
+  local where=""
+  if on_ray_cluster; then where=" on the Ray cluster at RAY_ADDRESS=$RAY_ADDRESS"; fi
+  echo "recipe: device: $TRAIN_ON (DEVICE=$DEVICE)$where | attention: $ATTENTION"
   if [[ "$TRAIN_ON" == cpu ]]; then prepare_cpu_defaults; fi
   if declare -F prepare_run >/dev/null; then prepare_run; fi
   if [[ "$SKIP_PREFLIGHT" != 1 ]]; then
@@ -411,10 +417,14 @@ launch() {
     verl_main --cfg job -- "$@"
     return $?
   fi
-  if [[ "$TRAIN_ON" == none ]] || { [[ "$TRAIN_ON" == gpu ]] && ! has_gpu; }; then
+  if [[ "$TRAIN_ON" == none ]] || { [[ "$TRAIN_ON" == gpu ]] && ! has_gpu && ! on_ray_cluster; }; then
     local here="bash recipes/smoke_tiny.sh, or DEVICE=cpu bash recipes/$RECIPE.sh"
     if [[ "$TRAINER" == sft ]]; then here="DEVICE=cpu bash recipes/$RECIPE.sh"; fi
-    echo "recipe: preflight passed, but no NVIDIA GPU is visible here. To train on this CPU at toy scale: $here; DRY_RUN=1 prints the final config." >&2
+    local cluster=""
+    if [[ -n "${RAY_ADDRESS:-}" && "$TRAINER" == ppo ]]; then
+      cluster=" To train on the GPUs of the Ray cluster at RAY_ADDRESS=$RAY_ADDRESS: DEVICE=gpu."
+    fi
+    echo "recipe: preflight passed, but no NVIDIA GPU is visible here. To train on this CPU at toy scale: $here; DRY_RUN=1 prints the final config.$cluster" >&2
     exit 3
   fi
   local stamp

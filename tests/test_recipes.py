@@ -60,7 +60,7 @@ def test_recipe_specific_settings(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     assert get(lora, "actor_rollout_ref.model.lora_rank") == 32
     assert get(lora, "critic.model.lora_rank") == 0  # verl 0.9.1 cannot wrap a critic in LoRA
     assert get(lora, "trainer.use_v1") is False  # v1 crashes with a LoRA actor and a critic
-    assert get(lora, "critic.fsdp.optimizer_offload") is True
+    assert get(lora, "critic.fsdp.offload_policy") is True  # 24 GB: critic states in host memory
     assert get(lora, "actor_rollout_ref.rollout.load_format") == "safetensors"
 
 
@@ -303,6 +303,37 @@ def test_launch_on_a_gpu_machine(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     assert args[-1] == "trainer.total_epochs=1"
     (console,) = (run_dir / "logs").glob("console-*.log")
     assert "fake verl ran" in console.read_text()
+
+
+def test_a_cpu_only_ray_head_launches_onto_the_clusters_gpus(
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+):
+    """DEVICE=gpu with RAY_ADDRESS: the launching node (a KubeRay head, a `ray job submit`
+    entrypoint) has no GPU, the cluster has them (the preflight counts them through Ray:
+    tests/test_ray_cluster.py)."""
+    record = tmp_path / "launch.txt"
+    python = fake_verl_python(tmp_path / "python", record)
+    env = recipe_env(
+        tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", PYTHON=str(python),
+        DEVICE="gpu", SKIP_PREFLIGHT="1", RAY_ADDRESS="10.0.0.1:6379",
+    )  # fmt: skip
+    env["PATH"] = "/usr/bin:/bin"  # no nvidia-smi here
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "device: gpu (DEVICE=gpu) on the Ray cluster at RAY_ADDRESS=10.0.0.1:6379" in (
+        result.stdout
+    )
+    args = [line.removeprefix("arg=") for line in record.read_text().splitlines()[1:]]
+    assert "+ray=attach" in args and "trainer.device=cpu" not in args
+    record.unlink()
+    auto = run_recipe("ppo_qwen2.5-0.5b_gsm8k", dict(env, DEVICE="auto"))
+    assert auto.returncode == 3 and not record.exists()  # auto: nothing says the GPUs are there
+    assert "To train on the GPUs of the Ray cluster at RAY_ADDRESS=10.0.0.1:6379: DEVICE=gpu" in (
+        auto.stderr
+    )
+    env.pop("RAY_ADDRESS")
+    alone = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert alone.returncode == 3 and "no NVIDIA GPU is visible here" in alone.stderr
 
 
 def test_launch_returns_verl_exit_status(tiny_model_dir, prepared_gsm8k_dir, tmp_path):

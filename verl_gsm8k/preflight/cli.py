@@ -19,7 +19,8 @@ report in verl_gsm8k/preflight/report.py):
   data     train/val files exist, have verl's RLHFDataset columns, enough rows for a batch, and
            how many prompts exceed max_prompt_length;
   reward   verl's own loader imports the reward and it scores a right and a wrong answer correctly;
-  gpu      with nvidia-smi: GPU count on this node;
+  gpu      the GPUs the run gets: with RAY_ADDRESS the Ray cluster's (ray.nodes(), any node may
+           launch, a CPU-only head too), otherwise this node's (nvidia-smi);
   memory   GPU memory of each phase of a step (rollout, reference, critic and actor update) with
            each model's states where verl keeps them (memory.py), against the card when known.
 With --trainer sft it checks a launch of verl's SFT trainer instead (verl_gsm8k/preflight/sft.py).
@@ -42,7 +43,13 @@ from verl_gsm8k.preflight.compose import (
     split_override,
     unknown_key_message,
 )
-from verl_gsm8k.preflight.device import check_device, check_lora, lora_rank, visible_gpus
+from verl_gsm8k.preflight.device import (
+    check_device,
+    check_lora,
+    lora_rank,
+    ray_cluster_gpus,
+    visible_gpus,
+)
 from verl_gsm8k.preflight.inputs import check_data, check_reward
 from verl_gsm8k.preflight.knobs import batch_split_problem
 from verl_gsm8k.preflight.memory import check_memory
@@ -326,22 +333,52 @@ def check_models(cfg, report: Report):
 
 # ---------------------------------------------------------------------------- gpu
 def check_gpus(cfg, hf_configs: dict | None, report: Report) -> None:
-    """GPU count on this node, then the memory of each phase (memory.py) against its cards."""
+    """The GPUs the run gets: a Ray cluster's (RAY_ADDRESS set: the launching node may have none,
+    as a KubeRay head or a `ray job submit` entrypoint) or this node's (nvidia-smi); then the
+    memory of each phase (memory.py) against this node's card when it has one."""
     gpus = visible_gpus()
-    card = None
-    if not gpus:
+    card = gpus[0][1] if gpus else None
+    address = os.environ.get("RAY_ADDRESS", "")
+    wanted = cfg.trainer.n_gpus_per_node
+    if address:
+        check_ray_cluster(cfg, address, report)
+    elif not gpus:
         report.note("gpu", "no NVIDIA GPU visible here: GPU count not checked")
+    elif len(gpus) < wanted:
+        report.error(
+            "gpu", f"trainer.n_gpus_per_node={wanted} but this node has {len(gpus)} GPU(s)"
+        )
     else:
-        wanted = cfg.trainer.n_gpus_per_node
-        name, card = gpus[0]
-        if len(gpus) < wanted:
-            report.error(
-                "gpu", f"trainer.n_gpus_per_node={wanted} but this node has {len(gpus)} GPU(s)"
-            )
-        else:
-            report.ok("gpu", f"{len(gpus)} x {name} ({card:.0f} GiB); this node uses {wanted}")
+        report.ok("gpu", f"{len(gpus)} x {gpus[0][0]} ({card:.0f} GiB); this node uses {wanted}")
     if hf_configs and "actor" in hf_configs:
         check_memory(cfg, hf_configs, card, report)
+
+
+def check_ray_cluster(cfg, address: str, report: Report) -> None:
+    """Enough GPUs in the Ray cluster: verl packs each node's share of workers onto one node
+    (STRICT_PACK placement groups, single_controller/ray/base.py ~131), so it needs
+    trainer.nnodes nodes with trainer.n_gpus_per_node GPUs each."""
+    nodes, why = ray_cluster_gpus(address)
+    if nodes is None:
+        report.warn(
+            "gpu", f"the Ray cluster at RAY_ADDRESS={address} did not answer ({why}): its GPUs "
+            "are not checked"
+        )  # fmt: skip
+        return
+    per_node, nnodes = cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes
+    kinds = sorted({kind for node in nodes for kind in node["kind"]})
+    total = sum(node["gpus"] for node in nodes)
+    summary = f"Ray cluster at {address}: {len(nodes)} node(s), {total:g} GPU(s)"
+    summary += f" ({', '.join(kinds)})" if kinds else ""
+    enough = [node for node in nodes if node["gpus"] >= per_node]
+    if len(enough) < nnodes:
+        report.error(
+            "gpu",
+            f"{summary}; trainer.nnodes={nnodes} x trainer.n_gpus_per_node={per_node} needs "
+            f"{nnodes} node(s) with {per_node} GPU(s) each, the cluster has {len(enough)}",
+        )
+    else:
+        report.ok("gpu", f"{summary}; this run uses {nnodes} node(s) x {per_node} GPU(s)")
 
 
 # ---------------------------------------------------------------------------- recipes

@@ -125,3 +125,42 @@ def visible_gpus() -> list[tuple[str, float]]:
         if name and mib.strip().isdigit():
             gpus.append((name.strip(), int(mib) / 1024))
     return gpus
+
+
+# How long the preflight waits for a Ray cluster to answer (ray.init + ray.nodes in a child).
+RAY_QUERY_TIMEOUT_S = 30
+_RAY_NODES = """
+import json, sys
+import ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+kind = "accelerator_type:"
+nodes = [{"ip": n["NodeManagerAddress"], "gpus": n["Resources"].get("GPU", 0.0),
+          "kind": sorted(k[len(kind):] for k in n["Resources"] if k.startswith(kind))}
+         for n in ray.nodes() if n["Alive"]]
+print(json.dumps(nodes))
+"""
+
+
+def ray_cluster_gpus(address: str) -> tuple[list[dict[str, Any]] | None, str]:
+    """The live nodes of the Ray cluster at ``address`` ({ip, gpus, kind}) from ray.nodes(), or
+    None and why not. Asked in a child process, so that a cluster that does not answer costs
+    RAY_QUERY_TIMEOUT_S at most and this process never joins it."""
+    import json
+    import sys
+
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", _RAY_NODES, address],
+            capture_output=True,
+            text=True,
+            timeout=RAY_QUERY_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"no answer within {RAY_QUERY_TIMEOUT_S} s"
+    if result.returncode != 0:
+        lines = [ln for ln in (result.stderr or result.stdout).splitlines() if ln.strip()]
+        return None, (lines[-1].strip()[:200] if lines else f"exit status {result.returncode}")
+    try:
+        return json.loads(result.stdout.strip().splitlines()[-1]), ""
+    except (ValueError, IndexError):
+        return None, "unreadable answer"
