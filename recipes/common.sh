@@ -394,6 +394,21 @@ record_launch() {
     "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@"
 }
 
+# Every FSDP rank writes its checkpoint shards to RUN_DIR on its own node (docs/scaling.md, "Where
+# things land"): with several nodes RUN_DIR must be storage they all mount. /tmp is usually
+# node-local, and Ray unpacks `ray job submit --working-dir` under <temp dir>/session_*/
+# runtime_resources/, a cache it deletes (the default RUN_DIR is inside the repository copy).
+warn_unshared_run_dir() {
+  [[ "$NNODES" =~ ^[0-9]+$ && "$NNODES" -gt 1 ]] || return 0
+  local why=""
+  case "$RUN_DIR/" in
+    */session_*/runtime_resources/*) why="inside Ray's session directory (a working_dir copy Ray deletes)" ;;
+    /tmp/*) why="under /tmp, usually a node's local disk" ;;
+    *) return 0 ;;
+  esac
+  echo "recipe: warning: NNODES=$NNODES and RUN_DIR=$RUN_DIR is $why: every node writes its ranks' checkpoint shards there, and merge.sh and a resume need them all in one place; set RUNS_ROOT to storage every node mounts (docs/scaling.md)" >&2
+}
+
 launch() {
   if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     echo "usage: [KNOB=value ...] bash recipes/$RECIPE.sh [verl.key=value ...]"
@@ -407,6 +422,7 @@ launch() {
   local where=""
   if on_ray_cluster; then where=" on the Ray cluster at RAY_ADDRESS=$RAY_ADDRESS"; fi
   echo "recipe: device: $TRAIN_ON (DEVICE=$DEVICE)$where | attention: $ATTENTION"
+  warn_unshared_run_dir
   if [[ "$TRAIN_ON" == cpu ]]; then prepare_cpu_defaults; fi
   if declare -F prepare_run >/dev/null; then prepare_run; fi
   if [[ "$SKIP_PREFLIGHT" != 1 ]]; then

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -334,6 +335,43 @@ def test_a_cpu_only_ray_head_launches_onto_the_clusters_gpus(
     env.pop("RAY_ADDRESS")
     alone = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
     assert alone.returncode == 3 and "no NVIDIA GPU is visible here" in alone.stderr
+
+
+RAY_COPY = "/var/raytmp/session_2026-11-24_01-00-00_000000_1/runtime_resources/working_dir_files"
+
+
+@pytest.mark.parametrize(
+    "nnodes,runs_root,warned",
+    [
+        ("2", "/tmp/runs", "under /tmp, usually a node's local disk"),
+        ("2", f"{RAY_COPY}/_ray_pkg_0123/runs", "inside Ray's session directory"),
+        ("2", "/mnt/shared/runs", None),
+        ("1", "/tmp/runs", None),
+    ],
+)
+def test_a_multi_node_run_dir_that_is_not_shared_is_warned(nnodes, runs_root, warned):
+    """recipes/common.sh's warn_unshared_run_dir, which launch calls (the two-node test sees it)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RUN_DIR", "DEVICE")}
+    env.update(NNODES=nnodes, RUNS_ROOT=runs_root, PYTHON=sys.executable)
+    script = (
+        f'RECIPE=t CONFIG_NAME=gsm8k_ppo; source "{ROOT}/recipes/common.sh"; warn_unshared_run_dir'
+    )
+    result = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    if warned is None:
+        assert result.stderr == ""
+        return
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"recipe: warning: NNODES=2 and RUN_DIR={runs_root}/t is {warned}")
+    assert "every node writes its ranks' checkpoint shards there" in line
+
+
+def test_the_launch_warns_of_a_node_local_run_dir(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", NNODES="2",
+                     DRY_RUN="1", SKIP_PREFLIGHT="1")  # fmt: skip
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "recipe: warning: NNODES=2 and RUN_DIR=" in result.stderr
 
 
 def test_launch_returns_verl_exit_status(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
