@@ -27,6 +27,10 @@ if [[ -z "${PYTHON:-}" ]]; then
 fi
 
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }
+# DEVICE=gpu on a Ray cluster (RAY_ADDRESS; PPO: main_ppo runs its workers through Ray): the GPUs
+# are the cluster's, and the launching node (a KubeRay head, a `ray job submit` entrypoint) may
+# have none. The preflight counts the cluster's GPUs instead (ray.nodes()).
+on_ray_cluster() { [[ -n "${RAY_ADDRESS:-}" && "$TRAINER" == ppo && "$TRAIN_ON" == gpu ]]; }
 
 # ---- which verl trainer (set by the recipe) ----
 TRAINER=${TRAINER:-ppo}
@@ -186,20 +190,25 @@ hydra_quote() {
 }
 
 # ---- device and attention settings, from one place: two config overlays and a few variables ----
-# configs/attention/sdpa.yaml where flash_attn is not installed (every CPU, some GPU machines);
+# configs/attention/sdpa.yaml where flash-attention cannot be used (every CPU, some GPU machines);
 # configs/device/cpu.yaml on a CPU; the SFT trainer's twins are attention/sdpa_sft.yaml and
 # device/cpu_sft.yaml (its model keys differ). verl loads our modules (verl_gsm8k/verl_plugins/) in
 # every process through its plugin variable, by package path: the project is installed in the venv
 # Ray's workers (and torchrun's) run. key=value arguments still win.
 DEVICE_OVERRIDES=()
 VERL_MODULES=()
-flash_attn_installed() {
-  "$PYTHON" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("flash_attn") is None)' 2>/dev/null
-}
-if ! flash_attn_installed; then
+# The probe loads flash-attn's CUDA extension (verl_gsm8k/common/flash_attention.py, the same
+# probe the preflight and the fallback plugin use): an installed wheel that does not load counts
+# as absent. It prints why not; empty when flash-attention works.
+if FLASH_ATTN_PROBLEM=$("$PYTHON" -m verl_gsm8k.common.flash_attention 2>/dev/null); then
+  FLASH_ATTN_PROBLEM=""
+else
+  FLASH_ATTN_PROBLEM=${FLASH_ATTN_PROBLEM:-"the probe $PYTHON -m verl_gsm8k.common.flash_attention failed"}
+fi
+if [[ -n "$FLASH_ATTN_PROBLEM" ]]; then
   DEVICE_OVERRIDES+=("+attention=sdpa$OVERLAY_SUFFIX")
   VERL_MODULES+=(verl_gsm8k.verl_plugins.attention_fallback)
-  ATTENTION="sdpa (flash_attn not installed; padding removal off: slower updates, more activation memory)"
+  ATTENTION="sdpa ($FLASH_ATTN_PROBLEM; padding removal off: slower updates, more activation memory)"
 else
   ATTENTION="flash_attention_2 with padding removal"
 fi
@@ -403,6 +412,21 @@ record_launch() {
     "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@"
 }
 
+# Every FSDP rank writes its checkpoint shards to RUN_DIR on its own node (docs/scaling.md, "Where
+# things land"): with several nodes RUN_DIR must be storage they all mount. /tmp is usually
+# node-local, and Ray unpacks `ray job submit --working-dir` under <temp dir>/session_*/
+# runtime_resources/, a cache it deletes (the default RUN_DIR is inside the repository copy).
+warn_unshared_run_dir() {
+  [[ "$NNODES" =~ ^[0-9]+$ && "$NNODES" -gt 1 ]] || return 0
+  local why=""
+  case "$RUN_DIR/" in
+    */session_*/runtime_resources/*) why="inside Ray's session directory (a working_dir copy Ray deletes)" ;;
+    /tmp/*) why="under /tmp, usually a node's local disk" ;;
+    *) return 0 ;;
+  esac
+  echo "recipe: warning: NNODES=$NNODES and RUN_DIR=$RUN_DIR is $why: every node writes its ranks' checkpoint shards there, and merge.sh and a resume need them all in one place; set RUNS_ROOT to storage every node mounts (docs/scaling.md)" >&2
+}
+
 launch() {
   if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     echo "usage: [KNOB=value ...] bash recipes/$RECIPE.sh [verl.key=value ...]"
@@ -413,7 +437,10 @@ launch() {
   check_knobs || exit $?
   check_trainer_knobs || exit $?
   echo "recipe: $RECIPE | config: configs/$CONFIG_NAME.yaml | model: $MODEL_PATH | run dir: $RUN_DIR"
-  echo "recipe: device: $TRAIN_ON (DEVICE=$DEVICE) | attention: $ATTENTION"
+  local where=""
+  if on_ray_cluster; then where=" on the Ray cluster at RAY_ADDRESS=$RAY_ADDRESS"; fi
+  echo "recipe: device: $TRAIN_ON (DEVICE=$DEVICE)$where | attention: $ATTENTION"
+  warn_unshared_run_dir
   if [[ "$TRAIN_ON" == cpu ]]; then prepare_cpu_defaults; fi
   if declare -F prepare_run >/dev/null; then prepare_run; fi
   if [[ "$SKIP_PREFLIGHT" != 1 ]]; then
@@ -424,10 +451,14 @@ launch() {
     verl_main --cfg job -- "$@"
     return $?
   fi
-  if [[ "$TRAIN_ON" == none ]] || { [[ "$TRAIN_ON" == gpu ]] && ! has_gpu; }; then
+  if [[ "$TRAIN_ON" == none ]] || { [[ "$TRAIN_ON" == gpu ]] && ! has_gpu && ! on_ray_cluster; }; then
     local here="bash recipes/smoke_tiny.sh, or DEVICE=cpu bash recipes/$RECIPE.sh"
     if [[ "$TRAINER" == sft ]]; then here="DEVICE=cpu bash recipes/$RECIPE.sh"; fi
-    echo "recipe: preflight passed, but no NVIDIA GPU is visible here. To train on this CPU at toy scale: $here; DRY_RUN=1 prints the final config." >&2
+    local cluster=""
+    if [[ -n "${RAY_ADDRESS:-}" && "$TRAINER" == ppo ]]; then
+      cluster=" To train on the GPUs of the Ray cluster at RAY_ADDRESS=$RAY_ADDRESS: DEVICE=gpu."
+    fi
+    echo "recipe: preflight passed, but no NVIDIA GPU is visible here. To train on this CPU at toy scale: $here; DRY_RUN=1 prints the final config.$cluster" >&2
     exit 3
   fi
   local stamp

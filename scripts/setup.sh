@@ -134,6 +134,10 @@ if has_gpu || [[ "$target" == gpu-stack ]]; then
   fi
   pip_project "$VENV_DIR" gpu,dev
   install_flash_attn
+  # Installed is not enough: the recipes use flash-attn only where its CUDA extension loads.
+  if ! why=$("$VENV_DIR/bin/python" -m verl_gsm8k.common.flash_attention); then
+    echo "==> notice: $why: the recipes will use PyTorch attention (sdpa)"
+  fi
 else
   echo "==> no NVIDIA GPU: installing the CPU training stack (torch CPU build first, no CUDA; vLLM's CPU build)"
   pip_in "$VENV_DIR" "$(pin torch)"

@@ -20,6 +20,24 @@ RECIPES = [
     "ppo_lora_qwen2.5-1.5b_gsm8k",
     "smoke_tiny",
 ]
+# Published shapes of the recipes' models (their config.json), for estimates without the weights.
+QWEN25_05B = dict(
+    hidden_size=896,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    intermediate_size=4864,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+    max_position_embeddings=32768,
+)
+QWEN25_15B = dict(
+    QWEN25_05B,
+    hidden_size=1536,
+    num_hidden_layers=28,
+    num_attention_heads=12,
+    intermediate_size=8960,
+)
 # Environment variables that would leak a real user's settings into a test recipe run.
 USER_KNOBS = ("LOGGER", "WANDB_API_KEY", "RUN_DIR", "RUNS_ROOT", "DATA_DIR", "PYTHON")
 
@@ -161,3 +179,34 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# What a flash-attn wheel built for another torch or CUDA raises when its extension is loaded.
+UNDEFINED_SYMBOL = (
+    "flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEab"
+)
+
+
+def plant_flash_attn(site: Path, works: bool) -> Path:
+    """A ``flash_attn`` package on a PYTHONPATH entry ``site``, with its CUDA extension
+    ``flash_attn_2_cuda`` as a module that loads (``works``) or raises the ImportError of a wheel
+    built for another torch (undefined symbol). Returns ``site``."""
+    (site / "flash_attn").mkdir(parents=True, exist_ok=True)
+    (site / "flash_attn" / "__init__.py").write_text(
+        '__version__ = "2.8.3"\nimport flash_attn_2_cuda  # noqa: F401\n'
+    )
+    body = "" if works else f"raise ImportError({UNDEFINED_SYMBOL!r})\n"
+    (site / "flash_attn_2_cuda.py").write_text(body)
+    # installed as a wheel is: with its metadata (transformers reads the version from it)
+    dist = site / "flash_attn-2.8.3.dist-info"
+    dist.mkdir(exist_ok=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3\n")
+    (dist / "top_level.txt").write_text("flash_attn\nflash_attn_2_cuda\n")
+    return site
+
+
+def with_pythonpath(env: dict[str, str], *entries: Path) -> dict[str, str]:
+    """``env`` with ``entries`` first on PYTHONPATH, then this checkout (so that verl_gsm8k is
+    this tree's, not an installed copy's), then what was there."""
+    parts = [str(p) for p in entries] + [str(ROOT)] + [env.get("PYTHONPATH", "")]
+    return dict(env, PYTHONPATH=os.pathsep.join(p for p in parts if p))

@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from helpers import free_port
+from helpers import free_port, plant_flash_attn, with_pythonpath
 
 CPU_PLATFORM = "verl_gsm8k.verl_plugins.cpu_platform"
 ATTENTION_FALLBACK = "verl_gsm8k.verl_plugins.attention_fallback"
@@ -23,7 +23,7 @@ def run_python(code: str, modules: str, cpu: bool = True, extra_path: str = "") 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RANK", "WORLD"))}
     env["VERL_USE_EXTERNAL_MODULES"] = modules
     if extra_path:
-        env["PYTHONPATH"] = extra_path
+        env = with_pythonpath(env, Path(extra_path))
     if cpu:
         env["VERL_PLATFORM"] = "cpu"
     result = subprocess.run(
@@ -153,10 +153,8 @@ def test_critic_loads_with_sdpa_without_flash_attn(tiny_model_dir):
     assert out.strip().endswith("Qwen2ForTokenClassification sdpa")
 
 
-def test_fallback_is_off_where_flash_attn_is_installed(tmp_path: Path):
-    fake = tmp_path / "site" / "flash_attn"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("")
+def test_fallback_is_off_where_flash_attn_works(tmp_path: Path):
+    plant_flash_attn(tmp_path / "site", works=True)  # its CUDA extension loads
     out = run_python(
         """
         import verl_gsm8k.verl_plugins.attention_fallback as f

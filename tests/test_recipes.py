@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -15,8 +16,10 @@ from helpers import (
     composed_config,
     fake_nvidia_smi,
     get,
+    plant_flash_attn,
     recipe_env,
     run_recipe,
+    with_pythonpath,
 )
 
 from verl_gsm8k.preflight.cli import recipe_overrides
@@ -58,7 +61,7 @@ def test_recipe_specific_settings(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     assert get(lora, "actor_rollout_ref.model.lora_rank") == 32
     assert get(lora, "critic.model.lora_rank") == 0  # verl 0.9.1 cannot wrap a critic in LoRA
     assert get(lora, "trainer.use_v1") is False  # v1 crashes with a LoRA actor and a critic
-    assert get(lora, "critic.fsdp.optimizer_offload") is True
+    assert get(lora, "critic.fsdp.offload_policy") is True  # 24 GB: critic states in host memory
     assert get(lora, "actor_rollout_ref.rollout.load_format") == "safetensors"
 
 
@@ -303,6 +306,74 @@ def test_launch_on_a_gpu_machine(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     assert "fake verl ran" in console.read_text()
 
 
+def test_a_cpu_only_ray_head_launches_onto_the_clusters_gpus(
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+):
+    """DEVICE=gpu with RAY_ADDRESS: the launching node (a KubeRay head, a `ray job submit`
+    entrypoint) has no GPU, the cluster has them (the preflight counts them through Ray:
+    tests/test_ray_cluster.py)."""
+    record = tmp_path / "launch.txt"
+    python = fake_verl_python(tmp_path / "python", record)
+    env = recipe_env(
+        tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", PYTHON=str(python),
+        DEVICE="gpu", SKIP_PREFLIGHT="1", RAY_ADDRESS="10.0.0.1:6379",
+    )  # fmt: skip
+    env["PATH"] = "/usr/bin:/bin"  # no nvidia-smi here
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "device: gpu (DEVICE=gpu) on the Ray cluster at RAY_ADDRESS=10.0.0.1:6379" in (
+        result.stdout
+    )
+    args = [line.removeprefix("arg=") for line in record.read_text().splitlines()[1:]]
+    assert "+ray=attach" in args and "trainer.device=cpu" not in args
+    record.unlink()
+    auto = run_recipe("ppo_qwen2.5-0.5b_gsm8k", dict(env, DEVICE="auto"))
+    assert auto.returncode == 3 and not record.exists()  # auto: nothing says the GPUs are there
+    assert "To train on the GPUs of the Ray cluster at RAY_ADDRESS=10.0.0.1:6379: DEVICE=gpu" in (
+        auto.stderr
+    )
+    env.pop("RAY_ADDRESS")
+    alone = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert alone.returncode == 3 and "no NVIDIA GPU is visible here" in alone.stderr
+
+
+RAY_COPY = "/var/raytmp/session_2026-11-24_01-00-00_000000_1/runtime_resources/working_dir_files"
+
+
+@pytest.mark.parametrize(
+    "nnodes,runs_root,warned",
+    [
+        ("2", "/tmp/runs", "under /tmp, usually a node's local disk"),
+        ("2", f"{RAY_COPY}/_ray_pkg_0123/runs", "inside Ray's session directory"),
+        ("2", "/mnt/shared/runs", None),
+        ("1", "/tmp/runs", None),
+    ],
+)
+def test_a_multi_node_run_dir_that_is_not_shared_is_warned(nnodes, runs_root, warned):
+    """recipes/common.sh's warn_unshared_run_dir, which launch calls (the two-node test sees it)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RUN_DIR", "DEVICE")}
+    env.update(NNODES=nnodes, RUNS_ROOT=runs_root, PYTHON=sys.executable)
+    script = (
+        f'RECIPE=t CONFIG_NAME=gsm8k_ppo; source "{ROOT}/recipes/common.sh"; warn_unshared_run_dir'
+    )
+    result = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    if warned is None:
+        assert result.stderr == ""
+        return
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"recipe: warning: NNODES=2 and RUN_DIR={runs_root}/t is {warned}")
+    assert "every node writes its ranks' checkpoint shards there" in line
+
+
+def test_the_launch_warns_of_a_node_local_run_dir(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", NNODES="2",
+                     DRY_RUN="1", SKIP_PREFLIGHT="1")  # fmt: skip
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "recipe: warning: NNODES=2 and RUN_DIR=" in result.stderr
+
+
 def test_launch_returns_verl_exit_status(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     python = fake_verl_python(tmp_path / "python", tmp_path / "launch.txt")
     bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
@@ -363,12 +434,11 @@ def test_without_flash_attn_the_sdpa_fallback_keys_appear(
 
 
 def test_with_flash_attn_nothing_changes_on_a_gpu(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
-    site = tmp_path / "site" / "flash_attn"
-    site.mkdir(parents=True)
-    (site / "__init__.py").write_text("")  # found by find_spec, as an installed flash-attn is
+    site = plant_flash_attn(tmp_path / "site", works=True)  # its CUDA extension loads
     bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
-    env.update(PATH=f"{bin_dir}:{env['PATH']}", PYTHONPATH=str(tmp_path / "site"))
+    env = with_pythonpath(env, site)
+    env.update(PATH=f"{bin_dir}:{env['PATH']}")
     result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     cfg = composed_config(result.stdout)

@@ -188,9 +188,11 @@ def test_real_log_html_has_every_plot(verl_logs_dir: Path, real_runs, tmp_path: 
     assert svgs["val_acc"]["data-points"] == "43"
     assert svgs["val_acc"]["series"][0] == (43, 43)
     assert "best 0.579 @ 349" in page
-    # Old logs have no response_length/clip_ratio: a placeholder, not a broken plot.
-    assert 'id="plot-response_length_clip_ratio"' in page
-    assert "response_length_clip_ratio" not in svgs
+    # Old logs have no response_length/clip_ratio, so no share cut at the limit (their config
+    # dump does give the limit): a placeholder, not a broken plot.
+    data, canon, _, _ = real_runs[LOG_512]
+    assert data.config["max_response_length"] == 512 and "response_cut_share" not in canon.series
+    assert 'id="plot-response_cut_share"' in page and "response_cut_share" not in svgs
     # Nor rollout/training mismatch, role-prefixed memory or val-aux keys (verl 0.9.1 only).
     for plot_id in ("rollout_mismatch", "rollout_corr", "memory", "val_aux"):
         assert f'id="plot-{plot_id}"' in page and plot_id not in svgs, plot_id
@@ -231,7 +233,7 @@ def test_real_log_html_renders_in_headless_chromium(
     assert "No check fired." in dom
     titles = chart_titles(dom)
     assert titles[0] == "Validation accuracy (val/test_score/openai/gsm8k)"
-    assert "Response length clip ratio (share of responses cut at max length)" in titles
+    assert "Responses cut at data.max_response_length (share)" in titles
     _, canon, _, _ = real_runs[LOG_256]
     drawn = plot_series(dom, "Validation accuracy")
     assert list(drawn) == ["val_acc"]
@@ -245,7 +247,7 @@ def test_real_log_html_renders_in_headless_chromium(
     assert [round(x) for x, _ in score["score (raw)"]] == list(range(435))
     vf = plot_series(dom, "Value (critic) loss")["vf_loss (raw)"]
     assert vf[0][1] == pytest.approx(dict(canon.series["vf_loss"])[0], rel=0.01)
-    assert plot_series(dom, "Response length clip ratio") == {}  # "not logged" placeholder
+    assert plot_series(dom, "Responses cut at") == {}  # "not logged" placeholder
     with pytest.raises(KeyError):
         plot_series(dom, "no such chart")
 

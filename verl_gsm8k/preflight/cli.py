@@ -7,7 +7,8 @@ Every recipe runs it on its final override list. Checks, each reported on one li
 reward live in verl_gsm8k/preflight/inputs.py, device and LoRA in
 verl_gsm8k/preflight/device.py, composing in compose.py, the model's whereabouts in model.py, the
 report in verl_gsm8k/preflight/report.py):
-  keys     legacy keys that verl 0.9.1 silently ignores or rejects, with the key to use instead;
+  keys     legacy keys that verl 0.9.1 silently ignores or rejects, and keys the trainer that
+           runs (trainer.use_v1) ignores, each with the key to use instead;
   config   the overrides compose against the INSTALLED verl config (unknown key -> closest match)
            and verl's own validate_config passes for the requested GPU count;
   device   where it trains (GPU, or the CPU platform) and with which attention (flash-attn, or
@@ -18,7 +19,10 @@ report in verl_gsm8k/preflight/report.py):
   data     train/val files exist, have verl's RLHFDataset columns, enough rows for a batch, and
            how many prompts exceed max_prompt_length;
   reward   verl's own loader imports the reward and it scores a right and a wrong answer correctly;
-  gpu      with nvidia-smi: GPU count and a memory estimate against the request.
+  gpu      the GPUs the run gets: with RAY_ADDRESS the Ray cluster's (ray.nodes(), any node may
+           launch, a CPU-only head too), otherwise this node's (nvidia-smi);
+  memory   GPU memory of each phase of a step (rollout, reference, critic and actor update) with
+           each model's states where verl keeps them (memory.py), against the card when known.
 With --trainer sft it checks a launch of verl's SFT trainer instead (verl_gsm8k/preflight/sft.py).
 Exit status: 0 passed (warnings allowed), 1 at least one error, 2 bad usage.
 """
@@ -40,15 +44,15 @@ from verl_gsm8k.preflight.compose import (
     unknown_key_message,
 )
 from verl_gsm8k.preflight.device import (
-    MEMORY_WARN_FRACTION,
-    TRAINED_BYTES_PER_PARAM,
     check_device,
     check_lora,
     lora_rank,
+    ray_cluster_gpus,
     visible_gpus,
 )
 from verl_gsm8k.preflight.inputs import check_data, check_reward
 from verl_gsm8k.preflight.knobs import batch_split_problem
+from verl_gsm8k.preflight.memory import check_memory
 from verl_gsm8k.preflight.model import (
     count_parameters,
     offline_if_hub_unreachable,
@@ -97,37 +101,45 @@ LEGACY_KEYS: LegacyKeys = {
         "the reference follows actor_rollout_ref.actor.strategy",
     ),
     "critic.fsdp.strategy": ("critic.strategy", "overwritten by critic.strategy"),
-    "trainer.balance_batch": (
-        "",
-        "ignored by the default trainer (trainer.use_v1=true balances every batch)",
-    ),
-    "critic.ppo_max_token_len_per_gpu": (
-        "+critic.ppo_infer_max_token_len_per_gpu",
-        "no effect: the v1 trainer sets both critic token budgets from "
-        "ppo_infer_max_token_len_per_gpu (trainer/ppo/v1/trainer_base.py ~267)",
-    ),
     "actor_rollout_ref.rollout.val_kwargs.do_sample": (
         "actor_rollout_ref.rollout.val_kwargs.temperature",
-        "not read by the v1 trainer: validation is greedy when val_kwargs.temperature is 0",
+        "read by neither trainer (the legacy one passes it on, its agent loop ignores it: "
+        "experimental/agent_loop/agent_loop.py ~604): validation is greedy when "
+        "val_kwargs.temperature is 0",
     ),
 }
-# Keys that work but cost without need in the default trainer: key -> why (a warning).
+# Keys the default v1 trainer (trainer.use_v1=true) ignores and verl's legacy trainer
+# (trainer.use_v1=false, configs/gsm8k_ppo_lora.yaml) reads: refused only where v1 runs.
+V1_IGNORED_KEYS: LegacyKeys = {
+    "trainer.balance_batch": (
+        "",
+        "the v1 trainer balances every batch (trainer/ppo/v1/trainer_base.py ~581); only the "
+        "legacy trainer reads it (trainer/ppo/ray_trainer.py ~1549)",
+    ),
+    "critic.ppo_max_token_len_per_gpu": (
+        "critic.ppo_infer_max_token_len_per_gpu",
+        "the v1 trainer sets both critic token budgets from ppo_infer_max_token_len_per_gpu "
+        "(trainer/ppo/v1/trainer_base.py ~267); only the legacy trainer reads it, for the "
+        "critic's updates (trainer/ppo/ray_trainer.py ~811)",
+    ),
+}
+# Keys that work but cost without need: key -> why (a warning).
 COSTLY_KEYS: dict[str, str] = {
     "actor_rollout_ref.actor.calculate_entropy": (
-        "the v1 trainer logs actor/entropy without it; True adds a full-vocabulary entropy pass "
-        "with gradients to every update (memory, time); only the legacy trainer needs it"
+        "both trainers log actor/entropy without it (the entropy of the old-log-prob pass: "
+        "trainer/ppo/v1/trainer_base.py ~1651-1687, trainer/ppo/ray_trainer.py ~1300, ~1597); "
+        "True adds a full-vocabulary entropy pass with gradients to every update (memory, time)"
     ),
 }
 CLIP_ALONE = "actor_rollout_ref.actor.clip_ratio"
 # vLLM accepts these LoRA ranks (vllm.config.lora.MaxLoRARanks, also verl's fallback list).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-# Memory estimate: bytes per parameter kept on the GPU for a frozen model (see estimate_memory;
-# a trained one: device.TRAINED_BYTES_PER_PARAM).
-FROZEN_BYTES_PER_PARAM = 2  # bf16 copy of a frozen model
 
 
 # ---------------------------------------------------------------------------- keys
-def check_legacy_keys(overrides: list[str], report: Report) -> None:
+def check_legacy_keys(overrides: list[str], report: Report) -> bool:
+    """Keys wrong whichever trainer runs (before composing: some stop the composition). True
+    when none was found."""
     keys = [split_override(o)[0] for o in overrides]
     found = False
     for problem in legacy_key_problems(keys, LEGACY_KEYS):
@@ -144,8 +156,21 @@ def check_legacy_keys(overrides: list[str], report: Report) -> None:
         key, value = split_override(override)
         if key in COSTLY_KEYS and value.strip().lower() == "true":
             report.warn("keys", f"'{key}=True': {COSTLY_KEYS[key]}")
-    if not found:
-        report.ok("keys", f"{len(keys)} overrides, no legacy or silently ignored key")
+    return not found
+
+
+def check_trainer_keys(cfg, overrides: list[str], report: Report, clean: bool) -> None:
+    """The keys the trainer that runs (trainer.use_v1) ignores, then the keys' verdict."""
+    keys = [split_override(o)[0] for o in overrides]
+    v1 = bool(cfg.trainer.get("use_v1", True))
+    trainer = "v1 trainer" if v1 else "legacy trainer (trainer.use_v1=false)"
+    if v1:
+        kind = "ignored by verl's v1 trainer (trainer.use_v1=true, the default)"
+        for problem in legacy_key_problems(keys, V1_IGNORED_KEYS, cfg, kind):
+            report.error("keys", problem)
+            clean = False
+    if clean:
+        report.ok("keys", f"{len(keys)} overrides, no legacy key and none the {trainer} ignores")
 
 
 # ---------------------------------------------------------------------------- config
@@ -256,7 +281,8 @@ def _without_vllm_lora_check(cfg, report: Report):
 
 # ---------------------------------------------------------------------------- model
 def check_models(cfg, report: Report):
-    """Let verl itself load the model config and tokenizer; return (tokenizer, hf_config)."""
+    """Let verl itself load the model config and tokenizer; return (tokenizer of the first model
+    loaded, {role: its HF config}) or None."""
     from verl.trainer.ppo.utils import need_critic
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config import HFModelConfig
@@ -264,16 +290,17 @@ def check_models(cfg, report: Report):
     roles = [("actor", cfg.actor_rollout_ref.model)]
     if need_critic(cfg):
         roles.append(("critic", cfg.critic.model))
-    loaded = None
-    checked: set[str] = set()
+    tokenizer = None
+    hf_configs: dict = {}
+    checked: dict[str, object] = {}
     for role, model_cfg in roles:
         local = resolve_model(role, str(model_cfg.path), report)
         if local is None:
             continue
         if local in checked:  # the critic usually starts from the actor's weights
             report.ok("model", f"{role}: same model as checked above ({local})")
+            hf_configs[role] = checked[local]
             continue
-        checked.add(local)
         model_cfg = model_cfg.copy()
         model_cfg.path = local
         try:
@@ -299,73 +326,59 @@ def check_models(cfg, report: Report):
                 f"{role}: verl loads {hf.hf_config.model_type} ({params / 1e9:.2f}B params, "
                 f"context {context}) and its chat-template tokenizer from {local}",
             )
-        loaded = loaded or (hf.tokenizer, hf.hf_config)
-    return loaded
+        checked[local] = hf_configs[role] = hf.hf_config
+        tokenizer = tokenizer or hf.tokenizer
+    return (tokenizer, hf_configs) if hf_configs else None
 
 
 # ---------------------------------------------------------------------------- gpu
-def estimate_memory(cfg, hf_config, gpu_gib: float) -> dict[str, float]:
-    """Peak GiB per GPU: resident model states + the memory vLLM reserves. Activations excluded.
-
-    Trained full models keep fp32 weights, grads and Adam moments (16 B/param), sharded over the
-    GPUs; a LoRA model keeps a frozen bf16 copy (2 B/param) unless its params are offloaded; the
-    reference keeps bf16 weights unless offloaded (with LoRA the actor doubles as reference);
-    vLLM reserves gpu_memory_utilization of the card for weights and KV cache.
-    """
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-
-    gib = 1024**3
-    params = count_parameters(hf_config)
-    n_gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
-
-    def trained(model_cfg, offload: bool) -> float:
-        if offload:
-            return 0.0
-        lora = lora_rank(model_cfg) > 0
-        per_param = FROZEN_BYTES_PER_PARAM if lora else TRAINED_BYTES_PER_PARAM
-        return params * per_param / n_gpus / gib
-
-    actor = cfg.actor_rollout_ref
-    parts = {"actor": trained(actor.model, actor.actor.fsdp_config.param_offload)}
-    if need_critic(cfg):
-        parts["critic"] = trained(cfg.critic.model, cfg.critic.fsdp.param_offload)
-    lora_actor = lora_rank(actor.model) > 0
-    if need_reference_policy(cfg) and not lora_actor and not actor.ref.fsdp_config.param_offload:
-        parts["reference"] = params * FROZEN_BYTES_PER_PARAM / n_gpus / gib
-    parts["vllm"] = actor.rollout.gpu_memory_utilization * gpu_gib
-    parts["total"] = sum(parts.values())
-    return parts
-
-
-def check_gpus(cfg, hf_config, report: Report) -> None:
+def check_gpus(cfg, hf_configs: dict | None, report: Report) -> None:
+    """The GPUs the run gets: a Ray cluster's (RAY_ADDRESS set: the launching node may have none,
+    as a KubeRay head or a `ray job submit` entrypoint) or this node's (nvidia-smi); then the
+    memory of each phase (memory.py) against this node's card when it has one."""
     gpus = visible_gpus()
-    if not gpus:
-        report.note("gpu", "no NVIDIA GPU visible here: GPU count and memory not checked")
-        return
+    card = gpus[0][1] if gpus else None
+    address = os.environ.get("RAY_ADDRESS", "")
     wanted = cfg.trainer.n_gpus_per_node
-    name, gib = gpus[0]
-    if len(gpus) < wanted:
+    if address:
+        check_ray_cluster(cfg, address, report)
+    elif not gpus:
+        report.note("gpu", "no NVIDIA GPU visible here: GPU count not checked")
+    elif len(gpus) < wanted:
         report.error(
             "gpu", f"trainer.n_gpus_per_node={wanted} but this node has {len(gpus)} GPU(s)"
         )
     else:
-        report.ok("gpu", f"{len(gpus)} x {name} ({gib:.0f} GiB); this node uses {wanted}")
-    if hf_config is None:
-        return
-    parts = estimate_memory(cfg, hf_config, gib)
-    detail = ", ".join(f"{k} {v:.1f}" for k, v in parts.items() if k != "total")
-    summary = f"estimated peak {parts['total']:.1f} GiB of {gib:.0f} GiB per GPU ({detail} GiB)"
-    if parts["total"] > MEMORY_WARN_FRACTION * gib:
+        report.ok("gpu", f"{len(gpus)} x {gpus[0][0]} ({card:.0f} GiB); this node uses {wanted}")
+    if hf_configs and "actor" in hf_configs:
+        check_memory(cfg, hf_configs, card, report)
+
+
+def check_ray_cluster(cfg, address: str, report: Report) -> None:
+    """Enough GPUs in the Ray cluster: verl packs each node's share of workers onto one node
+    (STRICT_PACK placement groups, single_controller/ray/base.py ~131), so it needs
+    trainer.nnodes nodes with trainer.n_gpus_per_node GPUs each."""
+    nodes, why = ray_cluster_gpus(address)
+    if nodes is None:
         report.warn(
+            "gpu", f"the Ray cluster at RAY_ADDRESS={address} did not answer ({why}): its GPUs "
+            "are not checked"
+        )  # fmt: skip
+        return
+    per_node, nnodes = cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes
+    kinds = sorted({kind for node in nodes for kind in node["kind"]})
+    total = sum(node["gpus"] for node in nodes)
+    summary = f"Ray cluster at {address}: {len(nodes)} node(s), {total:g} GPU(s)"
+    summary += f" ({', '.join(kinds)})" if kinds else ""
+    enough = [node for node in nodes if node["gpus"] >= per_node]
+    if len(enough) < nnodes:
+        report.error(
             "gpu",
-            f"{summary}: unlikely to fit; lower ROLLOUT_GPU_MEM_UTIL, or offload "
-            "(actor_rollout_ref.actor.fsdp_config.param_offload=True, optimizer_offload=True, "
-            "critic.fsdp.param_offload=True). Estimate: fp32 weights+grads+Adam (16 B/param) per "
-            "trained model, bf16 for frozen copies, plus vLLM's reserved share; "
-            "activations excluded",
+            f"{summary}; trainer.nnodes={nnodes} x trainer.n_gpus_per_node={per_node} needs "
+            f"{nnodes} node(s) with {per_node} GPU(s) each, the cluster has {len(enough)}",
         )
     else:
-        report.ok("gpu", summary)
+        report.ok("gpu", f"{summary}; this run uses {nnodes} node(s) x {per_node} GPU(s)")
 
 
 # ---------------------------------------------------------------------------- recipes
@@ -391,11 +404,12 @@ def recipe_overrides(
 # ---------------------------------------------------------------------------- main
 def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | None) -> Report:
     report = Report()
-    check_legacy_keys(overrides, report)
+    clean = check_legacy_keys(overrides, report)
     offline_if_hub_unreachable()
     cfg = check_config(config_dir, config_name, overrides, report)
     if cfg is None:
         return report
+    check_trainer_keys(cfg, overrides, report, clean)
     if dump is not None:
         from omegaconf import OmegaConf
 
@@ -406,10 +420,10 @@ def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | N
     check_lora(cfg, need_critic(cfg), report)
     check_trace(cfg, report)
     loaded = check_models(cfg, report)
-    tokenizer, hf_config = loaded if loaded else (None, None)
+    tokenizer, hf_configs = loaded if loaded else (None, None)
     first_prompt = check_data(cfg, tokenizer, report)
     check_reward(cfg, report, first_prompt)
-    check_gpus(cfg, hf_config, report)
+    check_gpus(cfg, hf_configs, report)
     return report
 
 

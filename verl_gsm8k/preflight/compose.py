@@ -19,18 +19,32 @@ def split_override(override: str) -> tuple[str, str]:
     return key.lstrip("+~"), value
 
 
-def legacy_key_problems(keys: list[str], table: LegacyKeys) -> list[str]:
-    """One line per key of ``keys`` that the table lists, with the key to use instead."""
+def legacy_key_problems(
+    keys: list[str], table: LegacyKeys, cfg: Any = None, kind: str = "a legacy key"
+) -> list[str]:
+    """One line per key of ``keys`` that the table lists ("'key' is <kind>: why; use ..."), with
+    the key to use instead. Given the composed config ``cfg``, a key to use that it lacks is
+    named with Hydra's ``+`` (append), so that the suggestion composes as printed."""
     problems = []
     for key in keys:
         for prefix, (replacement, why) in table.items():
             exact = not prefix.endswith(".")
             if (exact and key == prefix) or (not exact and key.startswith(prefix)):
                 suggestion = replacement + key[len(prefix) :] if replacement else ""
+                if suggestion and cfg is not None and not has_key(cfg, suggestion):
+                    suggestion = "+" + suggestion
                 fix = f"use {suggestion}" if suggestion else "remove it"
-                problems.append(f"'{key}' is a legacy key: {why}; {fix}")
+                problems.append(f"'{key}' is {kind}: {why}; {fix}")
                 break
     return problems
+
+
+def has_key(cfg: Any, dotted: str) -> bool:
+    """Whether the composed config has the key (its value may be null)."""
+    from omegaconf import OmegaConf
+
+    absent = object()
+    return OmegaConf.select(cfg, dotted, default=absent) is not absent
 
 
 def compose(config_dir: Path, config_name: str, overrides: list[str]):

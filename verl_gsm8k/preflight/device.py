@@ -4,20 +4,19 @@ reports one line. The SFT preflight (sft.py) shares the CPU platform check and t
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
 from typing import Any
 
+from verl_gsm8k.common.flash_attention import flash_attn_problem
 from verl_gsm8k.preflight.report import Report
 
 FALLBACK_MODULE = "verl_gsm8k.verl_plugins.attention_fallback"
 CPU_MODULE = "verl_gsm8k.verl_plugins.cpu_platform"
-# Memory estimates: bytes per parameter kept on the GPU for a model that trains (fp32 weights 4 +
-# fp32 grads 4 + Adam moments 8), and the share of the card above which an estimate warns.
+# The SFT memory estimate: bytes per parameter kept on the GPU for a model that trains (fp32
+# weights 4 + fp32 grads 4 + Adam moments 8). PPO's per-phase estimate: memory.py.
 TRAINED_BYTES_PER_PARAM = 16
-MEMORY_WARN_FRACTION = 0.9
 
 
 def lora_rank(model_cfg: Any) -> int:
@@ -56,16 +55,16 @@ def check_device(cfg: Any, use_critic: bool, report: Report) -> None:
     if missing:
         report.error("device", missing)
         return
-    has_flash = importlib.util.find_spec("flash_attn") is not None
+    flash_problem = flash_attn_problem()
     actor = attention(cfg.actor_rollout_ref.model)
     padding_removal = bool(cfg.actor_rollout_ref.model.use_remove_padding)
-    if not has_flash:
+    if flash_problem is not None:
         # A warning, not an error: the machine that trains may have flash_attn when this one
         # does not (the recipes decide on the machine they launch from).
         if actor.startswith("flash_attention") or padding_removal:
             report.warn(
                 "attention",
-                "flash_attn is not installed here but the actor asks for "
+                f"{flash_problem} here but the actor asks for "
                 f"{actor}{' with padding removal' if padding_removal else ''}: on a machine "
                 "without it, add +attention=sdpa (the recipes do it themselves)",
             )
@@ -73,17 +72,17 @@ def check_device(cfg: Any, use_critic: bool, report: Report) -> None:
         if use_critic and FALLBACK_MODULE not in modules:
             report.warn(
                 "attention",
-                "flash_attn is not installed here and verl loads the critic with a hard-coded "
+                f"{flash_problem} here and verl loads the critic with a hard-coded "
                 f"flash_attention_2 (verl issue #5210): load {FALLBACK_MODULE} "
                 f"(VERL_USE_EXTERNAL_MODULES={FALLBACK_MODULE}; the "
                 "recipes do it themselves)",
             )
             return
     where = "the CPU (vLLM's CPU build, logical GPUs in Ray)" if device == "cpu" else device
-    if has_flash:
+    if flash_problem is None:
         path = f"{actor}, padding removal {'on' if padding_removal else 'off'}"
     else:
-        path = f"{actor} without padding removal (flash_attn not installed)"
+        path = f"{actor} without padding removal ({flash_problem})"
     report.ok("device", f"trains on {where}; attention: {path}")
 
 
@@ -126,3 +125,42 @@ def visible_gpus() -> list[tuple[str, float]]:
         if name and mib.strip().isdigit():
             gpus.append((name.strip(), int(mib) / 1024))
     return gpus
+
+
+# How long the preflight waits for a Ray cluster to answer (ray.init + ray.nodes in a child).
+RAY_QUERY_TIMEOUT_S = 30
+_RAY_NODES = """
+import json, sys
+import ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+kind = "accelerator_type:"
+nodes = [{"ip": n["NodeManagerAddress"], "gpus": n["Resources"].get("GPU", 0.0),
+          "kind": sorted(k[len(kind):] for k in n["Resources"] if k.startswith(kind))}
+         for n in ray.nodes() if n["Alive"]]
+print(json.dumps(nodes))
+"""
+
+
+def ray_cluster_gpus(address: str) -> tuple[list[dict[str, Any]] | None, str]:
+    """The live nodes of the Ray cluster at ``address`` ({ip, gpus, kind}) from ray.nodes(), or
+    None and why not. Asked in a child process, so that a cluster that does not answer costs
+    RAY_QUERY_TIMEOUT_S at most and this process never joins it."""
+    import json
+    import sys
+
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", _RAY_NODES, address],
+            capture_output=True,
+            text=True,
+            timeout=RAY_QUERY_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"no answer within {RAY_QUERY_TIMEOUT_S} s"
+    if result.returncode != 0:
+        lines = [ln for ln in (result.stderr or result.stdout).splitlines() if ln.strip()]
+        return None, (lines[-1].strip()[:200] if lines else f"exit status {result.returncode}")
+    try:
+        return json.loads(result.stdout.strip().splitlines()[-1]), ""
+    except (ValueError, IndexError):
+        return None, "unreadable answer"

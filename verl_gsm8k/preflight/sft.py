@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.common.flash_attention import flash_attn_problem
 from verl_gsm8k.preflight.compose import (
     LegacyKeys,
     compose,
@@ -34,13 +35,13 @@ from verl_gsm8k.preflight.compose import (
     unknown_key_message,
 )
 from verl_gsm8k.preflight.device import (
-    MEMORY_WARN_FRACTION,
     TRAINED_BYTES_PER_PARAM,
     attention,
     cpu_platform_missing,
     visible_gpus,
 )
 from verl_gsm8k.preflight.inputs import as_list, read_rows
+from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION
 from verl_gsm8k.preflight.model import count_parameters, offline_if_hub_unreachable, resolve_model
 from verl_gsm8k.preflight.report import Report, one_line
 
@@ -173,19 +174,17 @@ def batch_problems(cfg: Any, n_gpus: int) -> list[str]:
 
 # ---------------------------------------------------------------------------- device
 def check_sft_device(cfg: Any, report: Report) -> None:
-    import importlib.util
-
     missing = cpu_platform_missing(cfg.trainer.device)
     if missing:
         report.error("device", missing)
         return
-    has_flash = importlib.util.find_spec("flash_attn") is not None
+    flash_problem = flash_attn_problem()
     attn = attention(cfg.model)
     padding_removal = bool(cfg.model.use_remove_padding)
-    if not has_flash and (attn.startswith("flash_attention") or padding_removal):
+    if flash_problem is not None and (attn.startswith("flash_attention") or padding_removal):
         report.warn(
             "attention",
-            f"flash_attn is not installed here but the model asks for {attn}"
+            f"{flash_problem} here but the model asks for {attn}"
             f"{' with padding removal' if padding_removal else ''}: on a machine without it, add "
             "+attention=sdpa_sft (the recipe does it itself)",
         )

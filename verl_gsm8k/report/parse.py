@@ -14,7 +14,9 @@ Inputs understood
 * A run directory: every ``metrics/*.jsonl`` (or ``*.jsonl`` directly inside it), in name order.
   verl's file logger truncates its file on start, so the recipes write one file per launch; on
   overlapping steps the later segment wins, key by key. Its ``validation/<step>.jsonl`` dumps
-  tell how many problems a validation has (``count_val_problems``).
+  tell how many problems a validation has (``count_val_problems``), its
+  ``launches/launch-<UTC>.yaml`` records the config (``read_launch_config``: the response length
+  limit, for the share of responses cut at it).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.report.vocab import (
+    CUT_SHARE,
     METRICS,
     METRICS_BY_NAME,
     OUTSIDE_STEP_PHASES,
@@ -65,7 +68,8 @@ class RunData:
     steps: dict[int, dict[str, float]] = field(default_factory=dict)
     issues: list[ParseIssue] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
-    # Facts found in a console log's config dump (train_batch_size, rollout_n), for estimates.
+    # Facts of the run's config (train_batch_size, rollout_n, max_response_length): from a console
+    # log's config dump, or a run directory's launch records (launches/launch-<UTC>.yaml).
     config: dict[str, int] = field(default_factory=dict)
     # Number of validation problems, counted in a run directory's validation/<step>.jsonl dumps
     # (verl logs no count), and the dump it was counted in; None when the run does not tell.
@@ -92,7 +96,9 @@ _NP_WRAPPED = re.compile(r"^np\.\w+\((?P<inner>.*)\)$")
 _CONFIG_INT = {
     "train_batch_size": re.compile(r"['\"]?train_batch_size['\"]?\s*[:=]\s*(\d+)"),
     "rollout_n": re.compile(r"actor_rollout_ref\.rollout\.n=(\d+)"),
+    "max_response_length": re.compile(r"\bmax_response_length['\"]?\s*[:=]\s*(\d+)"),
 }
+LAUNCH_RECORDS = "launches"  # RUN_DIR/launches/launch-<UTC>.yaml (verl_gsm8k/launch/record.py)
 
 
 def strip_ansi(line: str) -> str:
@@ -349,6 +355,30 @@ def count_val_problems(directory: Path) -> tuple[int, str] | None:
     return best
 
 
+def read_launch_config(directory: Path, data: RunData) -> None:
+    """The config facts of ``_CONFIG_INT`` from a run directory's launch records (each holds the
+    resolved verl config as YAML; read line by line, standard library only). Launches that
+    disagree on a value leave it unknown, with an issue."""
+    folder = directory / LAUNCH_RECORDS
+    found: dict[str, set[int]] = {}
+    for record in sorted(folder.glob("launch-*.yaml")) if folder.is_dir() else []:
+        try:
+            text = record.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for name, pattern in _CONFIG_INT.items():
+            match = pattern.search(text)
+            if match:
+                found.setdefault(name, set()).add(int(match.group(1)))
+    for name, values in found.items():
+        if len(values) == 1:
+            data.config.setdefault(name, values.pop())
+        else:
+            data.issues.append(
+                ParseIssue(str(folder), None, f"launches differ in {name} ({sorted(values)})")
+            )
+
+
 def load_run(path: Path) -> RunData:
     """Read a run directory, a JSONL metrics file or a console log.
 
@@ -374,6 +404,7 @@ def load_run(path: Path) -> RunData:
             parse_console(file, data)
     data.steps = dict(sorted(data.steps.items()))
     if path.is_dir():
+        read_launch_config(path, data)
         counted = count_val_problems(path)
         if counted is not None:
             data.val_problems, data.val_problems_from = counted
@@ -475,6 +506,13 @@ def canonicalize(data: RunData) -> Canonical:
             series.setdefault("step_time", []).append((step, in_step_total))
     if not step_time_logged and "step_time" in series:
         source_keys["step_time"] = "sum of the timing/* phases (no step timer logged)"
+    cut = _cut_share(series, data.config.get("max_response_length"))
+    if cut:
+        series[CUT_SHARE] = cut
+        source_keys[CUT_SHARE] = (
+            "response_length/clip_ratio at steps whose response_length/max reached "
+            f"data.max_response_length={data.config['max_response_length']}, else 0"
+        )
     throughput_estimated = False
     if "throughput" not in series:
         estimate = _estimate_throughput(series, data.config)
@@ -492,6 +530,26 @@ def canonicalize(data: RunData) -> Canonical:
         all_steps=list(data.steps),
         val_problems=data.val_problems,
     )
+
+
+def _cut_share(series: dict[str, Series], limit: int | None) -> Series:
+    """The share of a step's responses cut at data.max_response_length.
+
+    verl 0.9.1's response_length/clip_ratio is the share of responses as long as the batch's
+    padded length (trainer/ppo/metric_utils.py ~460, ~576); the v1 trainer pads to the longest
+    response of the batch (to_padded_tensor, v1/trainer_base.py ~1919), so when none reached the
+    limit it is the share of the longest, not of the cut. The padded length is the limit exactly
+    when the longest response (response_length/max) reached it: then the ratio is the share cut
+    at the limit; otherwise none was cut. Steps without a clip ratio (older verl) are left out.
+    """
+    if not limit:
+        return []
+    longest = dict(series.get("response_length_max", []))
+    return [
+        (step, ratio if longest[step] >= limit else 0.0)
+        for step, ratio in series.get("response_length_clip_ratio", [])
+        if step in longest
+    ]
 
 
 def _estimate_throughput(series: dict[str, Series], config: dict[str, int]) -> Series:

@@ -94,12 +94,23 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return ticks
 
 
-def _fmt_tick(value: float) -> str:
-    if value == 0:
-        return "0"
-    if abs(value) >= 1e5 or abs(value) < 1e-3:
-        return f"{value:.0e}"
-    return f"{value:.6g}"
+def tick_labels(values: Sequence[float]) -> list[str]:
+    """Labels of a linear axis' ticks, with the fewest digits that write every tick exactly (so
+    0.99999925, 0.9999995, 0.99999975 do not all read "1", and a reader maps pixels back to
+    values through them): fixed notation, or scientific beyond 1e5 or below 1e-3."""
+    values = [v + 0.0 for v in values]  # no "-0"
+    big = max((abs(v) for v in values), default=0.0)
+    scientific = big >= 1e5 or big < 1e-3
+    labels: list[str] = []
+    for digits in range(13):
+        labels = [
+            "0" if v == 0 else f"{v:.{digits}e}" if scientific else f"{v:.{digits}f}"
+            for v in values
+        ]
+        exact = zip(labels, values, strict=True)
+        if all(abs(float(label) - v) <= 1e-9 * abs(v) for label, v in exact):
+            break
+    return labels
 
 
 class _Axes:
@@ -136,17 +147,19 @@ def _axes_svg(axes: _Axes, y_label: str, x_label: str = "step") -> list[str]:
         f'<rect x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" height="{H - TOP - BOTTOM}" '
         'fill="#fff" stroke="#bbb"/>'
     ]
-    if axes.log_y:
+    if axes.log_y:  # decades: 1e-05, 0.0001, 0.001 ... are told apart by :g
         y_ticks = [10.0**e for e in range(math.ceil(axes.y0), math.floor(axes.y1) + 1)]
+        labels = [f"{value:g}" for value in y_ticks]
     else:
         y_ticks = nice_ticks(axes.y0, axes.y1)
-    for value in y_ticks:
+        labels = tick_labels(y_ticks)
+    for value, label in zip(y_ticks, labels, strict=True):
         y = axes.y(value)
         parts.append(
             f'<line class="tick-y" x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" '
             'stroke="#eee"/>'
             f'<text class="tick-y" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">'
-            f"{_fmt_tick(value)}</text>"
+            f"{label}</text>"
         )
     for value in nice_ticks(axes.x0, axes.x1, 8):
         x = axes.x(value)
@@ -449,7 +462,7 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
             with_trend("entropy", s.get("entropy", []), PALETTE[3], win),
             "nats",
             log_y=False,
-            note="verl's v1 trainer logs actor/entropy; the legacy one only with calculate_entropy",
+            note="actor/entropy: both verl 0.9.1 trainers (v1 and legacy) log it every step",
         ),
         Plot(
             "response_length",
@@ -460,12 +473,15 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
             log_y=False,
         ),
         Plot(
-            "response_length_clip_ratio",
-            "Response length clip ratio (share of responses cut at max length)",
-            with_trend("clip_ratio", s.get("response_length_clip_ratio", []), PALETTE[4], win),
+            rv.CUT_SHARE,
+            "Responses cut at data.max_response_length (share)",
+            with_trend("cut", s.get(rv.CUT_SHARE, []), PALETTE[4], win),
             "share",
             log_y=False,
-            note="response_length/clip_ratio is logged by newer verl only",
+            note="needs verl 0.9.1's response_length/clip_ratio and /max, and "
+            "data.max_response_length (a run directory's launch record or a console log's "
+            "config dump); verl's clip_ratio alone is the share as long as the step's longest "
+            "response, not the share cut",
         ),
         Plot(
             "vf_loss",

@@ -60,9 +60,11 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "response_length_max", "response length (max)", (("response_length/max", 1.0),), "tok"
     ),
+    # NOT the share cut at data.max_response_length: the share as long as the step's padded
+    # length, which verl 0.9.1's v1 trainer sets to the longest response (parse.CUT_SHARE).
     MetricSpec(
         "response_length_clip_ratio",
-        "share of responses cut at max length",
+        "share of responses as long as the step's longest (verl's clip_ratio, batch-relative)",
         (("response_length/clip_ratio", 1.0),),
     ),
     MetricSpec("prompt_length_mean", "prompt length (mean)", (("prompt_length/mean", 1.0),), "tok"),
@@ -160,10 +162,17 @@ MEMORY_ROLES: dict[str, tuple[str, str]] = {
 METRICS_BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}
 
 
+# Derived in parse.canonicalize, not read from one key.
+CUT_SHARE = "response_cut_share"
+DERIVED_LABELS = {CUT_SHARE: "share of responses cut at data.max_response_length"}
+
+
 def metric_label(name: str) -> str:
     """Human-readable meaning of a canonical metric name."""
     if name == "val_acc":
         return "validation accuracy"
+    if name in DERIVED_LABELS:
+        return DERIVED_LABELS[name]
     if name.startswith(VAL_AUX_PREFIX):
         return f"validation mean of the reward's {name[len(VAL_AUX_PREFIX) :]!r} (val-aux)"
     spec = METRICS_BY_NAME.get(name)
