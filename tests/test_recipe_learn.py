@@ -21,9 +21,12 @@ TOY_SETTINGS = {
     "data.max_response_length": 24,
     "actor_rollout_ref.actor.optim.lr": 3e-4,
     "trainer.total_training_steps": 20,
-    "trainer.save_freq": 20,
+    "trainer.save_freq": 10,  # checkpoints at 10 and 20: the last to merge, both to sweep
     "trainer.test_freq": 5,
     "data.seed": 0,
+    # the actor's learning rate decays to a tenth over the run (cosine)
+    "actor_rollout_ref.actor.optim.lr_scheduler_type": "cosine",
+    "actor_rollout_ref.actor.optim.min_lr_ratio": 0.1,
 }
 
 
