@@ -3,7 +3,7 @@
 # at a toy task in GSM8K's format under PPO (actor + critic, GAE) or GRPO.
 #   bash recipes/learn_tiny.sh                 # PPO with a critic
 #   ALGO=grpo bash recipes/learn_tiny.sh       # GRPO (no critic, group baseline)
-# First use builds, and caches under CACHE_DIR/learn-tiny/seed$SEED:
+# First use builds, and caches under CACHE_DIR/learn-tiny/v2/seed$SEED:
 #   1. the tiny random Qwen2 (python -m verl_gsm8k.common.tiny_model, offline);
 #   2. the toy task: single-digit sums in GSM8K's format (python -m data_prep.arithmetic), then
 #      verl's RL parquet through the real path (python -m data_prep.gsm8k);
