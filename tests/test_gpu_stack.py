@@ -106,22 +106,39 @@ def test_every_recipe_dry_runs_on_a_simulated_gpu(
 
 
 def test_vllm_serve_flags_parse_with_vllms_own_parser(gpu_python: Path, tiny_model_dir: Path):
+    """eval.sh's `vllm serve` command line (evaluate/server.py's vllm_serve_command) through
+    vLLM 0.24's own parser. Building the parser fills in a DeviceConfig, which asks vLLM's
+    platform for a device type: without a GPU there is none, so a stand-in platform answers
+    "cuda" while parsing (the parser is vLLM's; an unknown flag is still refused)."""
     code = (
-        "import json, sys\n"
+        "import json\n"
+        "import vllm.platforms as platforms\n"
+        "from vllm.platforms.interface import UnspecifiedPlatform\n"
+        "class Parsing(UnspecifiedPlatform):\n"
+        "    device_type = 'cuda'\n"
+        "platforms.current_platform = Parsing()\n"
         "from verl_gsm8k.evaluate.server import vllm_serve_command\n"
         "from vllm.entrypoints.openai.cli_args import make_arg_parser\n"
         "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
         f"cmd = vllm_serve_command('vllm', {str(tiny_model_dir)!r}, 8123, 'step-0', "
         "['--dtype', 'float32', '--max-model-len', '1024'])\n"
-        "args = make_arg_parser(FlexibleArgumentParser()).parse_args(cmd[2:])\n"
+        "parser = make_arg_parser(FlexibleArgumentParser())\n"
+        "args = parser.parse_args(cmd[2:])\n"
         "print(json.dumps({k: getattr(args, k) for k in ('model_tag', 'host', 'port', "
         "'served_model_name', 'dtype', 'max_model_len')}))\n"
+        "try:\n"
+        "    parser.parse_args([*cmd[2:], '--no-such-flag', '1'])\n"
+        "except SystemExit as refused:\n"
+        "    print('refused', refused.code)\n"
     )
     out = under(gpu_python, "-c", code)
     assert out.returncode == 0, out.stderr[-3000:]
-    parsed = json.loads(out.stdout.strip().splitlines()[-1])
-    assert parsed["host"] == "127.0.0.1" and parsed["port"] == 8123
-    assert parsed["served_model_name"] == ["step-0"] and parsed["max_model_len"] == 1024
+    lines = out.stdout.strip().splitlines()
+    parsed = json.loads(lines[-2])
+    assert parsed["model_tag"] == str(tiny_model_dir) and parsed["host"] == "127.0.0.1"
+    assert parsed["port"] == 8123 and parsed["served_model_name"] == ["step-0"]
+    assert parsed["dtype"] == "float32" and parsed["max_model_len"] == 1024
+    assert lines[-1] == "refused 2"
 
 
 def sft_checkpoint(python: Path, model: Path, base: Path) -> Path:
@@ -146,8 +163,11 @@ def merge_with(python: Path, run_dir: Path, target: Path) -> subprocess.Complete
     )  # fmt: skip
 
 
-def torch_of(python: Path) -> str:
-    return under(python, "-c", "import torch; print(torch.__version__)").stdout.strip()
+def torch_of(python: Path, installed: bool = False) -> str:
+    """torch's own version string, or the installed distribution's (what launch records keep)."""
+    code = ("import importlib.metadata as m; print(m.version('torch'))" if installed else
+            "import torch; print(torch.__version__)")  # fmt: skip
+    return under(python, "-c", code).stdout.strip().splitlines()[-1]
 
 
 @pytest.mark.slow
@@ -162,10 +182,11 @@ def test_checkpoints_merge_across_the_stacks(
         CPU_PYTHON, gpu_python)  # fmt: skip
     run_dir = sft_checkpoint(trained, tiny_model_dir, tmp_path)
     (record,) = (run_dir / "launches").glob("launch-*.yaml")
-    assert f"torch: {torch_of(trained)}" in record.read_text()
+    wrote = torch_of(trained, installed=True)
+    assert f"torch: {wrote}" in record.read_text()
     result = merge_with(merging, run_dir, tmp_path / "merged")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert (f"written by torch {torch_of(trained)} (launch record), this environment has torch "
+    assert (f"written by torch {wrote} (launch record), this environment has torch "
             f"{torch_of(merging)}") in result.stdout  # fmt: skip
     manifest = json.loads((tmp_path / "merged" / "merge_manifest.json").read_text())
     assert manifest["portable"] and manifest["role"] == "sft"
