@@ -1,0 +1,51 @@
+"""The run comparison on the real learning runs (tests/learn_runs.py: learn_tiny.sh PPO and GRPO,
+no run of their own): `python -m verl_gsm8k.report RUN_A RUN_B` draws both runs' curves in
+Chromium, and its config diff names what differed (the estimator, the KL's place, the critic)
+and no key the two share."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from browser import plot_series, render, require_chromium
+from helpers import ROOT
+from learn_runs import Learned
+
+from verl_gsm8k.compare.diff import CRITIC_IN_USE
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+VAL = "val-core/openai/gsm8k/acc/mean@1"
+
+
+def test_ppo_and_grpo_learning_runs_side_by_side(
+    learned_ppo: Learned, learned_grpo: Learned, tmp_path: Path
+):
+    require_chromium()
+    out = tmp_path / "cmp"
+    done = subprocess.run(
+        [sys.executable, "-m", "verl_gsm8k.report", str(learned_ppo.run_dir),
+         str(learned_grpo.run_dir), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    rows = {r["key"]: r for rows in summary["config_diff"]["groups"].values() for r in rows}
+    assert rows["algorithm.adv_estimator"]["values"] == {"learn_ppo": "gae", "learn_grpo": "grpo"}
+    assert rows[CRITIC_IN_USE]["values"] == {"learn_ppo": True, "learn_grpo": False}
+    assert rows["algorithm.use_kl_in_reward"]["values"] == {"learn_ppo": True,
+                                                            "learn_grpo": False}  # fmt: skip
+    # the same recipe, the same toy data and settings: nothing else of the algorithm, data or
+    # rollout differs (the run's own name and directory do)
+    assert not [k for k in rows if k.startswith(("data.", "actor_rollout_ref.rollout."))], rows
+    dom, _ = render(out / "comparison.html", tmp_path)
+    drawn = plot_series(dom, "Validation accuracy by step")
+    assert set(drawn) == {"learn_ppo", "learn_grpo"}
+    for run in (learned_ppo, learned_grpo):
+        logged = {s: m[VAL] for s, m in run.steps.items() if VAL in m}
+        points = drawn[run.run_dir.name]
+        assert [round(x) for x, _ in points] == sorted(logged)
+        assert all(abs(y - logged[round(x)]) < 0.01 for x, y in points)
