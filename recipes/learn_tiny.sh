@@ -45,7 +45,7 @@ RECIPE_OVERRIDES=("data.seed=$SEED" actor_rollout_ref.actor.optim.lr_scheduler_t
 
 # The warm start's SFT run: the toy demonstrations, 32 per step, a cosine learning rate from 3e-3
 # down to 3e-4, so it ends converged: every sum learned, on the computation line and on the marker
-# line alike (docs/learning.md, "Why the sums were lost").
+# line alike (docs/learning.md, "Why sums were lost").
 WARM_START_LR=3e-3
 WARM_START_BATCH=32
 # Bump when the toy task or the warm start's recipe changes: a cache of an older one is not reused.
