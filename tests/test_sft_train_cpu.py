@@ -101,7 +101,9 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
     assert len(moved) >= len(common) // 2, f"only {len(moved)} of {len(common)} tensors moved"
 
     # the PPO recipes take it as MODEL_PATH: their preflight passes on it
-    ppo_env = recipe_env(target, prepared_gsm8k_dir, tmp_path / "ppo-runs")
+    # (no trace: its trainer needs the plugin module common.sh exports; this preflight runs
+    # in-process, without it)
+    ppo_env = recipe_env(target, prepared_gsm8k_dir, tmp_path / "ppo-runs", TRACE_SAMPLES="0")
     report = preflight.run(
         "gsm8k_ppo", ROOT / "configs", recipe_overrides("gsm8k_ppo", ppo_env), None
     )
