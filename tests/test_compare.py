@@ -300,6 +300,35 @@ def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path: Path, c
     assert "<script" not in page and "http" not in page.split("</style>")[0]
 
 
+def test_cut_share_and_the_device_of_a_cpu_run(tmp_path: Path) -> None:
+    """verl's response_length/clip_ratio counts responses as long as the step's longest: a CPU
+    run whose responses never reach data.max_response_length had none cut, whatever it logs; and
+    its device count is said to be of CPU processes, not GPUs."""
+
+    def short(step: int, data: dict[str, Any]) -> None:
+        data["response_length/max"] = 300.0  # the limit is 512
+        data["response_length/clip_ratio"] = 0.4
+
+    gpu = make_run(tmp_path, "gpu")
+    cpu = tmp_path / "cpu"
+    write_jsonl(cpu / SEGMENT, build_run(short))
+    config = verl_config("gae", 1)
+    config["trainer"].update(device="cpu", n_gpus_per_node=1)
+    write_record(cpu, build_record(
+        stamp="20250101T000000Z", recipe="learn_tiny", trainer="ppo", config_name="gsm8k_ppo",
+        knobs={}, knob_keys={}, user_overrides=[], config=config, root=tmp_path, gpus=[],
+    ))  # fmt: skip
+    out = tmp_path / "cmp"
+    summary = compare_cli.compare([gpu, cpu], out)
+    cut = summary["curves"]["response_cut_share"]
+    assert {v for _, v in cut["cpu"]} == {0.0}, cut["cpu"]
+    assert cut["gpu"] and max(v for _, v in cut["gpu"]) > 0  # response_length/max = the limit
+    tables = {r["label"]: r["table"] for r in summary["runs"]}
+    assert tables["cpu"]["device"] == "cpu" and tables["cpu"]["n_gpus"] == 1
+    page = (out / "comparison.html").read_text(encoding="utf-8")
+    assert "<td>1 cpu</td>" in page and "device hours" in page and "GPU hours" not in page
+
+
 def test_compare_page_in_headless_chromium(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
     """Chromium draws both runs' curves where their values are, and the x-axis buttons switch
     the chart sets (a copy of the page gets a script that clicks one and reads the CSS)."""

@@ -14,6 +14,7 @@ from verl_gsm8k.report.evals import eval_series
 from verl_gsm8k.report.parse import Series
 from verl_gsm8k.report.plots import PALETTE, Line, Plot, with_trend
 from verl_gsm8k.report.thresholds import THRESHOLDS
+from verl_gsm8k.report.vocab import CUT_SHARE
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,8 @@ CHARTS = (
     Chart("response_length", "Response length (mean)", "response_length_mean", "tokens"),
     Chart(
         "clip_ratio",
-        "Share of responses cut at max length (response_length/clip_ratio)",
-        "response_length_clip_ratio",
+        "Share of responses cut at data.max_response_length",
+        CUT_SHARE,
         "share",
     ),
     Chart("entropy", "Policy entropy", "entropy", "nats"),

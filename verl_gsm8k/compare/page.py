@@ -34,8 +34,15 @@ def _value(value: Any) -> str:
     return esc(json.dumps(value, default=str))
 
 
+def _devices(table: dict) -> str:
+    """"8", or "1 cpu" when trainer.device says the run was not on a GPU."""
+    device = table.get("device")
+    suffix = f" {device}" if device and device != "cuda" else ""
+    return num(table["n_gpus"]) + suffix
+
+
 def _acc(point: dict[str, Any] | None) -> str:
-    return f"{point['value']:.4g} @ {point['step']}" if point else "n/a"
+    return f"{point['value']:.3f} @ {point['step']}" if point else "n/a"
 
 
 def _table(runs: Sequence[Run], tables: dict[str, dict[str, Any]]) -> list[str]:
@@ -54,8 +61,8 @@ def _table(runs: Sequence[Run], tables: dict[str, dict[str, Any]]) -> list[str]:
                 + (" (estimated)" if t["tokens_per_s_estimated"] else "")
             ),
         ),
-        ("GPUs (n_gpus_per_node x nnodes)", lambda t: num(t["n_gpus"])),
-        ("GPU hours", lambda t: num(t["gpu_hours"], 3)),
+        ("devices (n_gpus_per_node x nnodes)", _devices),
+        ("device hours", lambda t: num(t["gpu_hours"], 3)),
         ("samples per step (batch x rollout.n)", lambda t: num(t["samples_per_step"])),
     ]
     out = ['<table id="runs-table"><tr><th></th>']

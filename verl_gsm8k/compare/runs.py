@@ -180,5 +180,7 @@ def table(run: Run) -> dict[str, Any]:
         "tokens_per_s_estimated": summary["throughput"]["estimated"],
         "n_gpus": run.n_gpus,
         "gpu_hours": run.n_gpus * wall / 3600 if run.n_gpus and wall else None,
+        # trainer.device (verl 0.9.1: cuda, npu or cpu); None in a console log without config
+        "device": run.config.get("trainer.device"),
         "samples_per_step": run.samples_per_step,
     }
