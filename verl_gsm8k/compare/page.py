@@ -35,7 +35,7 @@ def _value(value: Any) -> str:
 
 
 def _devices(table: dict) -> str:
-    """"8", or "1 cpu" when trainer.device says the run was not on a GPU."""
+    """The device count, with the device when trainer.device is not cuda ("1 cpu")."""
     device = table.get("device")
     suffix = f" {device}" if device and device != "cuda" else ""
     return num(table["n_gpus"]) + suffix
