@@ -19,7 +19,7 @@ from report_runs import LOG_256, LOG_512, STEPS, build_run, parse_svgs, write_js
 
 from verl_gsm8k.compare import cli as compare_cli
 from verl_gsm8k.compare.config import RunConfig, config_dump, flatten
-from verl_gsm8k.compare.diff import CRITIC_IN_USE, config_diff, group_of
+from verl_gsm8k.compare.diff import CRITIC_IN_USE, NAMED, config_diff, group_of
 from verl_gsm8k.compare.runs import unique_labels
 from verl_gsm8k.launch.record import build_record, write_record
 from verl_gsm8k.report import cli as report
@@ -152,6 +152,27 @@ def test_diff_compares_values_not_spellings() -> None:
         }
     )
     assert [row.key for row in order.rows] == ["t.logger"]
+    # what differs only by each run's own name is grouped apart from the settings
+    named = config_diff(
+        {
+            label: cfg(**{
+                "trainer.experiment_name": label,
+                "trainer.default_local_dir": f"/runs/{label}",
+                "trainer.rollout_data_dir": f"/runs/{label}/rollouts",
+                "data.train_files": f"/data/{label}.parquet",  # a file named like the run
+                "data.val_files": "/data/test.parquet" if label == "a" else "/data/b/test.parquet",
+            })
+            for label in ("a", "b")
+        }
+    )  # fmt: skip
+    assert {row.key: row.group for row in named.rows} == {
+        "trainer.experiment_name": NAMED,
+        "trainer.default_local_dir": NAMED,
+        "trainer.rollout_data_dir": NAMED,
+        "data.train_files": "data",  # another file is another setting
+        "data.val_files": "data",
+    }
+    assert list(named.by_group()) == ["data", NAMED]  # the settings first
     assert group_of("actor_rollout_ref.ref.fsdp_config.param_offload") == "reference"
     assert group_of("actor_rollout_ref.model.path") == "actor"
     assert group_of("reward_model.enable") == "reward"

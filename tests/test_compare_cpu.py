@@ -15,7 +15,7 @@ from browser import plot_series, render, require_chromium
 from helpers import ROOT
 from learn_runs import Learned
 
-from verl_gsm8k.compare.diff import CRITIC_IN_USE
+from verl_gsm8k.compare.diff import CRITIC_IN_USE, NAMED
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 VAL = "val-core/openai/gsm8k/acc/mean@1"
@@ -38,11 +38,13 @@ def test_ppo_and_grpo_learning_runs_side_by_side(
     assert rows["algorithm.adv_estimator"]["values"] == {ppo: "gae", grpo: "grpo"}
     assert rows[CRITIC_IN_USE]["values"] == {ppo: True, grpo: False}
     assert rows["algorithm.use_kl_in_reward"]["values"] == {ppo: True, grpo: False}
-    # the same recipe, the same toy data and settings: nothing of data or rollout differs but
-    # what follows the run's own name (verl's rollout trace names its experiment)
-    named = {k for k, r in rows.items() if set(r["values"].values()) == {ppo, grpo}}
-    assert not [k for k in rows if k.startswith(("data.", "actor_rollout_ref.rollout."))
-                and k not in named], rows  # fmt: skip
+    # the same recipe, the same toy data and settings: nothing of data or rollout differs; what
+    # follows the run's own name (its directories, verl's rollout trace) is a group of its own
+    groups = summary["config_diff"]["groups"]
+    named = {r["key"] for r in groups[NAMED]}
+    assert {"trainer.experiment_name", "trainer.default_local_dir"} <= named, named
+    settings = [r["key"] for g, rows in groups.items() if g != NAMED for r in rows]
+    assert not [k for k in settings if k.startswith(("data.", "actor_rollout_ref.rollout."))], rows
     assert rows["actor_rollout_ref.actor.use_kl_loss"]["values"] == {ppo: False, grpo: True}
     dom, _ = render(out / "comparison.html", tmp_path)
     drawn = plot_series(dom, "Validation accuracy by step")

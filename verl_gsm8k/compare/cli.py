@@ -27,7 +27,7 @@ from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.compare.charts import CHARTS
-from verl_gsm8k.compare.diff import ConfigDiff, config_diff
+from verl_gsm8k.compare.diff import NAMED, ConfigDiff, config_diff
 from verl_gsm8k.compare.page import render_page
 from verl_gsm8k.compare.runs import (
     AXES,
@@ -116,9 +116,13 @@ def terminal_text(summary: dict[str, Any], out_dir: Path | None) -> str:
             f"wall time {duration(t['wall_time_s'])}, tokens/s {tokens}"
         )
     diff = summary["config_diff"]
-    keys = [row["key"] for rows in diff["groups"].values() for row in rows]
+    groups = diff["groups"]
+    keys = [row["key"] for group, rows in groups.items() if group != NAMED for row in rows]
     if len(diff["compared"]) >= 2:
         shown = ", ".join(keys[:8]) + (f", ... ({len(keys)} in all)" if len(keys) > 8 else "")
+        named = len(groups.get(NAMED, []))
+        if named:
+            shown = f"{shown or 'no setting'}; {named} keys named after the run"
         lines.append(f"  config diff: {shown or 'the configs are the same'}")
     for label, why in diff["not_compared"].items():
         lines.append(f"  config of {label} not compared: {why}")

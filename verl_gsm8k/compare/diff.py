@@ -25,7 +25,11 @@ GROUPS = (
     "reward",
     "trainer",
     "other",
+    "named after the run",
 )
+# Keys that differ only by each run's own name (trainer.experiment_name, the run dir under it):
+# a group of their own, last, so that the groups above hold only differences of setting.
+NAMED = GROUPS[-1]
 _PREFIX_GROUPS = (
     ("data.", "data"),
     ("actor_rollout_ref.rollout.", "rollout"),
@@ -60,6 +64,19 @@ def critic_in_use(config: RunConfig) -> bool | None:
         return bool(enable)
     estimator = config.get("algorithm.adv_estimator")
     return None if estimator is None else str(estimator) == "gae"
+
+
+def _named_after_run(present: dict[str, tuple[str, Any]], names: dict[str, str]) -> bool:
+    """Every run's value is its own experiment name, or a path with that name as a directory,
+    and they are the same once the name is taken out (``runs/a/rollouts``, ``runs/b/rollouts``);
+    a file that merely contains the name (``data/a.parquet``) is a setting."""
+    shapes = set()
+    for label, (_, value) in present.items():
+        name = names.get(label)
+        if not name or not isinstance(value, str) or name not in value.split("/"):
+            return False
+        shapes.add("/".join("\0" if part == name else part for part in value.split("/")))
+    return len(shapes) == 1
 
 
 def _canonical(value: Any) -> str:
@@ -121,12 +138,15 @@ def config_diff(configs: dict[str, RunConfig]) -> ConfigDiff:
         entries[CRITIC_IN_USE] = ("critic", critic_in_use(config))
         tables[label] = entries
     keys = sorted({key for table in tables.values() for key in table})
+    names = {label: str(c.get("trainer.experiment_name") or "") for label, c in have.items()}
     rows: list[DiffRow] = []
     for key in keys:
         present = {label: table[key] for label, table in tables.items() if key in table}
         if len(present) == len(tables) and len({_canonical(v) for _, v in present.values()}) == 1:
             continue
         group = next(g for g, _ in present.values()) or group_of(key)
+        if len(present) == len(tables) and _named_after_run(present, names):
+            group = NAMED
         knobs = sorted(
             {have[label].knob_keys[key] for label in have if key in have[label].knob_keys}
         )
