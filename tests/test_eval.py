@@ -278,10 +278,14 @@ def test_vllm_backend_for_real_then_a_sigint_mid_evaluation(
     log = (tmp_path / "eval" / "logs" / "vllm-tiny.log").read_text()
     assert "Application startup complete" in log or "Uvicorn running" in log, log[-2000:]
 
+    # SIGINT as a terminal's Ctrl-C delivers it: a suite started in the background by a
+    # non-interactive shell (`make test &`) inherits SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt handler; the child gets the default disposition back.
     interrupted = subprocess.Popen(
         ["bash", str(EVAL_SH), *map(str, args), "--out", str(tmp_path / "sigint")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **VLLM_CPU},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         assert interrupted.stdout is not None

@@ -107,3 +107,20 @@ def test_smoke_on_a_two_node_ray_cluster(tmp_path: Path):
                 node.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 node.kill()
+        forget_the_head(port)
+
+
+def forget_the_head(port: int) -> None:
+    """`ray start --head` names its cluster in Ray's address file (/tmp/ray/ray_current_cluster),
+    and a later `ray.init()` with no address connects to whatever that file names (it stops the
+    next test's local run with "When connecting to an existing cluster, num_cpus and num_gpus must
+    not be provided"). `ray stop` would clear it, and stop every Ray process of the machine; this
+    clears only the file, and only when it still names this test's head."""
+    from ray._common.utils import get_ray_address_file
+
+    address_file = Path(get_ray_address_file(None))
+    try:
+        if address_file.read_text().strip().endswith(f":{port}"):
+            address_file.unlink()
+    except OSError:
+        pass
