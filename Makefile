@@ -34,7 +34,7 @@ format:  ## apply ruff fixes and formatting
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test: lint  ## lint, then the whole CPU test suite, real CPU training included (~42 min on 2 cores)
+test: lint  ## lint, then the whole CPU test suite, real CPU training included (~46 min on 2 cores)
 	$(PY) -m pytest
 
 test-fast:  ## the suite without the slow tests (no training runs): for iteration, not for CI
