@@ -73,9 +73,10 @@ def _named_after_run(present: dict[str, tuple[str, Any]], names: dict[str, str])
     shapes = set()
     for label, (_, value) in present.items():
         name = names.get(label)
-        if not name or not isinstance(value, str) or name not in value.split("/"):
+        parts = value.split("/") if isinstance(value, str) else []
+        if not name or name not in parts:
             return False
-        shapes.add("/".join("\0" if part == name else part for part in value.split("/")))
+        shapes.add(tuple("\0" if part == name else part for part in parts))
     return len(shapes) == 1
 
 
