@@ -65,6 +65,18 @@ def test_the_same_seed_builds_the_same_warm_start(learn_base: Path, learned_ppo:
     assert (rebuilt / weights).read_bytes() == (first / weights).read_bytes()
 
 
+def test_grpo_runs_without_a_critic_and_charges_kl_as_a_loss(learned_grpo: Learned):
+    """GRPO (configs/gsm8k_grpo.yaml, as the GRPO recipe composes it): group-relative advantages,
+    no critic written or trained, the KL a term of the actor's loss, validation at step 0."""
+    for step in (10, STEPS):
+        checkpoint = learned_grpo.run_dir / f"global_step_{step}"
+        assert (checkpoint / "actor" / "model_world_size_1_rank_0.pt").is_file()
+        assert not (checkpoint / "critic").exists()
+    trained = [m for s, m in learned_grpo.steps.items() if s >= 1]
+    assert all("actor/kl_loss" in m and "critic/vf_loss" not in m for m in trained)
+    assert VAL in learned_grpo.steps[0]
+
+
 def answers(run: Learned, step: int) -> list[dict]:
     path = run.run_dir / "validation" / f"{step}.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]

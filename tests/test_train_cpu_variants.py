@@ -1,6 +1,8 @@
-"""The other recipes train on the CPU too (DEVICE=cpu), with the tiny model and the shipped sample:
-GRPO (no critic, KL as a loss) and PPO with a LoRA actor, whose merged model must carry the
-adapter exactly (W + B·A·alpha/r, computed here independently of the merge)."""
+"""PPO with a LoRA actor trains on the CPU too (DEVICE=cpu, the tiny model, the shipped sample), and
+its merged model carries the adapter exactly (W + B·A·alpha/r, computed here independently of the
+merge). GRPO's training on the CPU (no critic, KL as a loss) is proven on the learning run of
+tests/learn_runs.py (test_learn_cpu.py), which composes the same config
+(configs/gsm8k_grpo.yaml)."""
 
 from __future__ import annotations
 
@@ -10,24 +12,9 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT
-from test_train_cpu import ONE_SMALL_STEP, cpu_env, launch, metric_segments, output
+from test_train_cpu import ONE_SMALL_STEP, cpu_env, launch, output
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
-
-
-def test_grpo_trains_on_cpu(tmp_path: Path):
-    env = cpu_env(tmp_path / "home", tmp_path / "runs", ROLLOUT_N="2", **ONE_SMALL_STEP)
-    run = launch("grpo_qwen2.5-0.5b_gsm8k", env, "data.val_max_samples=8")
-    assert run.result.returncode == 0, output(run)[-6000:]
-    run_dir = tmp_path / "runs" / "grpo_qwen2.5-0.5b_gsm8k"
-    step = run_dir / "global_step_1"
-    assert (step / "actor" / "model_world_size_1_rank_0.pt").is_file()
-    assert not (step / "critic").exists()  # GRPO: group-relative advantages, no critic
-    (steps,) = metric_segments(run_dir)
-    assert "actor/kl_loss" in steps[1] and "critic/vf_loss" not in steps[1]
-    assert sorted(s for s, m in steps.items() if "val-core/openai/gsm8k/acc/mean@1" in m) == [0, 1]
-    rollouts = (run_dir / "rollouts" / "1.jsonl").read_text().splitlines()
-    assert len(rollouts) == 16  # 8 prompts x ROLLOUT_N=2
 
 
 def test_ppo_lora_trains_and_its_merge_carries_the_adapter(tmp_path: Path):
