@@ -34,8 +34,12 @@ format:  ## apply ruff fixes and formatting
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test: lint  ## lint, then the whole CPU test suite, real CPU training included (~46 min on 2 cores)
-	$(PY) -m pytest
+# Two pytest-xdist workers: the training runs in order on one, everything else on the other
+# (tests/conftest.py, SERIAL_FILES).
+TEST_WORKERS ?= 2
+
+test: lint  ## lint, then the whole CPU test suite, real CPU training included (docs/testing.md)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast:  ## the suite without the slow tests (no training runs): for iteration, not for CI
 	$(PY) -m pytest -m "not slow"

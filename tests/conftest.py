@@ -7,11 +7,57 @@ input is a failure (so CI here always exercises them).
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 from helpers import prepare, prepare_sft, require_shared, write_synthetic_gsm8k
 from learn_runs import Learned, learn
+
+# `make test` runs the suite on two pytest-xdist workers (--dist loadgroup). These files start Ray,
+# train, or share a training run through a session or module fixture: they form one group, run
+# by one worker in file order, one run at a time as before (a second Ray instance beside the first
+# would attach to it through Ray's address file, and a session fixture is per worker). The other
+# worker takes every other test meanwhile, so the waits of a training run (start-up, Ray, vLLM)
+# overlap with work that needs the CPU. loadgroup sends the largest group out first.
+SERIAL_FILES = {
+    "test_checkpoint_sweep_cpu.py",
+    "test_compare_cpu.py",
+    "test_learn_cpu.py",
+    "test_ray_cluster.py",
+    "test_sft_train_cpu.py",
+    "test_trace_cpu.py",
+    "test_train_cpu.py",
+    "test_train_cpu_ray.py",
+    "test_train_cpu_variants.py",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.xdist_group("serial"))
+
+
+# Seconds of setup, call and teardown, by test file: where the suite's time goes (docs/testing.md);
+# under xdist, summed over both workers.
+_FILE_SECONDS: defaultdict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _FILE_SECONDS[report.nodeid.split("::")[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not _FILE_SECONDS:
+        return
+    terminalreporter.section("time by test file (setup + call + teardown)")
+    total = sum(_FILE_SECONDS.values())
+    for name, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1]):
+        if seconds >= 1:
+            terminalreporter.write_line(f"{seconds:8.0f} s {100 * seconds / total:5.1f} %  {name}")
+    terminalreporter.write_line(f"{total:8.0f} s         all test files")
+
 
 # Never reach for the model/dataset hub from a test.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
