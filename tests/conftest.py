@@ -33,10 +33,25 @@ SERIAL_FILES = {
 }
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.name in SERIAL_FILES:
-            item.add_marker(pytest.mark.xdist_group("serial"))
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Marked as collected: xdist reads the marks into the node ids when collection ends."""
+    if item.path.name in SERIAL_FILES:
+        item.add_marker(pytest.mark.xdist_group("serial"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
+    """A worker whose training tests lost their group would make the training runs again beside
+    the other worker's: refuse to run instead (the controller sees each worker's node ids)."""
+    lost = [i for i in ids if Path(i.split("::")[0]).name in SERIAL_FILES and "@" not in i]
+    if lost and node.config.getvalue("dist") == "loadgroup":
+        message = (
+            f"pytest-xdist did not group {lost[0]} (and {len(lost) - 1} more) with the training "
+            f"tests: this pytest ({pytest.__version__}) and pytest-xdist do not work together; "
+            "install the versions pinned in pyproject.toml (make setup)"
+        )
+        node.config.get_terminal_writer().line(message, red=True)
+        pytest.exit(message, returncode=3)
 
 
 # Seconds of setup, call and teardown, by test file: where the suite's time goes (docs/testing.md);
