@@ -412,30 +412,6 @@ record_launch() {
     "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@"
 }
 
-# say_trace [verl.key=value ...]: one line on the per-token trace (verl_gsm8k/trace/). verl's legacy
-# trainer (trainer.use_v1=false: the LoRA recipe's config, or an argument) never calls the tracing
-# trainer, so it writes no trace: said here rather than found out at the report.
-say_trace() {
-  local legacy=""
-  if grep -Eq '^[[:space:]]+use_v1:[[:space:]]*false' "$ROOT/configs/$CONFIG_NAME.yaml" 2>/dev/null; then
-    legacy="configs/$CONFIG_NAME.yaml"
-  fi
-  local arg
-  for arg in "$@"; do
-    case "$arg" in
-      trainer.use_v1=[Ff]alse) legacy="trainer.use_v1=false" ;;
-      trainer.use_v1=[Tt]rue) legacy="" ;;
-    esac
-  done
-  if ! [[ "$TRACE_SAMPLES" =~ ^[1-9][0-9]*$ ]]; then
-    echo "recipe: trace: off (TRACE_SAMPLES=$TRACE_SAMPLES)"
-  elif [[ -n "$legacy" ]]; then
-    echo "recipe: trace: off (verl's legacy trainer, $legacy, writes no per-token trace: no replay page; TRACE_SAMPLES=$TRACE_SAMPLES ignored)"
-  else
-    echo "recipe: trace: $TRACE_SAMPLES responses per step -> $RUN_DIR/trace/"
-  fi
-}
-
 # Every FSDP rank writes its checkpoint shards to RUN_DIR on its own node (docs/scaling.md, "Where
 # things land"): with several nodes RUN_DIR must be storage they all mount. /tmp is usually
 # node-local, and Ray unpacks `ray job submit --working-dir` under <temp dir>/session_*/
@@ -465,7 +441,6 @@ launch() {
   if on_ray_cluster; then where=" on the Ray cluster at RAY_ADDRESS=$RAY_ADDRESS"; fi
   echo "recipe: device: $TRAIN_ON (DEVICE=$DEVICE)$where | attention: $ATTENTION"
   warn_unshared_run_dir
-  if [[ "$TRAINER" == ppo ]]; then say_trace "$@"; fi
   if [[ "$TRAIN_ON" == cpu ]]; then prepare_cpu_defaults; fi
   if declare -F prepare_run >/dev/null; then prepare_run; fi
   if [[ "$SKIP_PREFLIGHT" != 1 ]]; then

@@ -57,9 +57,7 @@ def test_recipe_specific_settings(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     assert get(grpo, "actor_rollout_ref.actor.use_kl_loss") is True
     assert get(grpo, "algorithm.use_kl_in_reward") is False
     assert get(grpo, "actor_rollout_ref.rollout.n") == 5
-    lora_run = run_recipe("ppo_lora_qwen2.5-1.5b_gsm8k", env)
-    assert "recipe: trace: off (verl's legacy trainer" in lora_run.stdout  # said, not silent
-    lora = composed_config(lora_run.stdout)
+    lora = composed_config(run_recipe("ppo_lora_qwen2.5-1.5b_gsm8k", env).stdout)
     assert get(lora, "actor_rollout_ref.model.lora_rank") == 32
     assert get(lora, "critic.model.lora_rank") == 0  # verl 0.9.1 cannot wrap a critic in LoRA
     assert get(lora, "trainer.use_v1") is False  # v1 crashes with a LoRA actor and a critic
@@ -366,28 +364,6 @@ def test_a_multi_node_run_dir_that_is_not_shared_is_warned(nnodes, runs_root, wa
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"recipe: warning: NNODES=2 and RUN_DIR={runs_root}/t is {warned}")
     assert "every node writes its ranks' checkpoint shards there" in line
-
-
-@pytest.mark.parametrize(
-    ("config", "args", "samples", "expected"),
-    [
-        ("gsm8k_ppo_lora", [], "4", "off (verl's legacy trainer, configs/gsm8k_ppo_lora.yaml, "),
-        ("gsm8k_ppo", ["trainer.use_v1=false"], "4", "off (verl's legacy trainer, trainer.use_v1"),
-        ("gsm8k_ppo_lora", ["trainer.use_v1=true"], "2", "2 responses per step -> "),
-        ("gsm8k_ppo", [], "0", "off (TRACE_SAMPLES=0)"),
-        ("gsm8k_ppo", [], "4", "4 responses per step -> /r/trace/"),
-    ],
-)
-def test_the_launch_says_whether_it_traces(config, args, samples, expected):
-    """recipes/common.sh's say_trace, which launch calls: the legacy trainer writes no trace."""
-    script = f'RECIPE=t CONFIG_NAME={config}; source "{ROOT}/recipes/common.sh"; say_trace "$@"'
-    env = dict(os.environ, TRACE_SAMPLES=samples, RUN_DIR="/r", PYTHON=sys.executable)
-    result = subprocess.run(
-        ["bash", "-c", script, "bash", *args], env=env, capture_output=True, text=True
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    (line,) = result.stdout.splitlines()
-    assert line.startswith(f"recipe: trace: {expected}"), line
 
 
 def test_the_launch_warns_of_a_node_local_run_dir(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
