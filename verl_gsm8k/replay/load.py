@@ -2,7 +2,9 @@
 
 Each problem is one line in ``Trace.issues`` and the rest is still read: a run without a trace, a
 file that is not JSON (cut short by a crash or a full disk), a file without its step line, a file
-whose step line names another run (another experiment, or a metrics file this run does not have).
+whose step line names another run (another experiment, or a metrics file this run does not have),
+a line with a field of the wrong type (``schema.py``: a trace in a shared folder is untrusted), a
+step left behind by an earlier launch into the same directory (``_drop_superseded``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.launch.record import RecordError, lookup, read_records
+from verl_gsm8k.replay.schema import problem
 
 TRACE_DIRNAME = "trace"
 STEP_FILE = re.compile(r"^(\d+)\.jsonl$")
@@ -71,6 +74,9 @@ def read_step(path: Path, names: set[str], metrics: set[str]) -> TraceStep | str
             return f"{rel}: line {number} is not JSON (a file cut short?); step skipped"
         if not isinstance(item, dict):
             return f"{rel}: line {number} is not a JSON object; step skipped"
+        wrong = problem(item) if item.get("kind") in ("step", "sample") else None
+        if wrong:
+            return f"{rel}: line {number}: {wrong}; step skipped"
         if item.get("kind") == "step":
             head = item
         elif item.get("kind") == "sample":
@@ -107,4 +113,32 @@ def load_trace(run_dir: Path) -> Trace:
             trace.issues.append(got)
         else:
             trace.steps[got.step] = got
+    _drop_superseded(trace)
     return trace
+
+
+def _launch(ts: TraceStep) -> str:
+    """The launch that wrote a step: its metrics file (``metrics-<stamp>.jsonl``, one per launch,
+    recipes/common.sh), "" when the trace does not say."""
+    return str((ts.head.get("run") or {}).get("metrics_file") or "")
+
+
+def _drop_superseded(trace: Trace) -> None:
+    """Keep a step of an earlier launch only below the first step a later launch traced: a later
+    launch that started over (``RESUME=disable``) or resumed from an earlier checkpoint replaced
+    every step from there on, and the old files left beyond its last step belong to another run."""
+    launches = sorted({_launch(ts) for ts in trace.steps.values()} - {""})
+    for later_index, later in enumerate(launches[1:], start=1):
+        first = min(step for step, ts in trace.steps.items() if _launch(ts) == later)
+        for earlier in launches[:later_index]:
+            gone = sorted(step for step, ts in trace.steps.items()
+                          if _launch(ts) == earlier and step >= first)  # fmt: skip
+            if not gone:
+                continue
+            for step in gone:
+                del trace.steps[step]
+            trace.issues.append(
+                f"{TRACE_DIRNAME}/: steps {gone[0]}-{gone[-1]} ({len(gone)} files) were written by "
+                f"an earlier launch ({earlier}), replaced from step {first} by a later one "
+                f"({later}); not replayed"
+            )

@@ -38,14 +38,14 @@ function curve(title, series, n, tokens){
   series.forEach(function(s){
     var pts = [];
     (s.values || []).forEach(function(v, i){ if (v !== null) pts.push(x(i).toFixed(1) + ',' + y(v).toFixed(1)); });
-    out += '<polyline class=series data-series="' + s.name + '" fill=none stroke=' + s.colour +
+    out += '<polyline class=series data-series="' + esc(s.name) + '" fill=none stroke=' + s.colour +
            ' stroke-width=1.6 points="' + pts.join(' ') + '"/>';
   });
   tokens.forEach(function(t, i){
     out += '<text x=' + x(i) + ' y=' + (h - 6) + ' font-size=9 text-anchor=middle>' +
            esc(t.replace(/\n/g, '\u21b5').slice(0, 4)) + '</text>';
   });
-  var legend = series.map(function(s){ return '<tspan fill=' + s.colour + '>\u25a0 ' + s.name + '</tspan>'; });
+  var legend = series.map(function(s){ return '<tspan fill=' + s.colour + '>\u25a0 ' + esc(s.name) + '</tspan>'; });
   return out + '<text x=' + (pad + 4) + ' y=10 font-size=10>' + legend.join(' ') + '</text></svg>';
 }
 function absentNote(s, name){
@@ -59,7 +59,7 @@ function showToken(i){
     var x = +svg.getAttribute('data-x0') + i * +svg.getAttribute('data-dx'), line = svg.querySelector('.cursor');
     line.setAttribute('x1', x); line.setAttribute('x2', x);
   });
-  var parts = ['<b>token ' + i + '</b> <code>' + visible(s.tokens[i]) + '</code> id ' + s.ids[i]];
+  var parts = ['<b>token ' + i + '</b> <code>' + visible(s.tokens[i]) + '</code> id ' + esc(s.ids[i])];
   Object.keys(NAMES).forEach(function(k){
     if (s.pt[k]) parts.push(NAMES[k] + ' <b data-num="' + k + '">' + fmt(s.pt[k][i]) + '</b>');
   });
@@ -76,7 +76,7 @@ function render(){
   var sel = document.getElementById('sample');
   sel.innerHTML = D.samples.map(function(x, k){
     return '<option value=' + k + (k === cur.sample ? ' selected' : '') + '>#' + k + ' score ' +
-      fmt(x.score) + ' \u00b7 ' + x.tokens.length + ' tokens \u00b7 prompt ' + esc((x.uid || '').slice(0, 8)) + '</option>';
+      fmt(x.score) + ' \u00b7 ' + esc(x.tokens.length) + ' tokens \u00b7 prompt ' + esc(String(x.uid || '').slice(0, 8)) + '</option>';
   }).join('');
   document.getElementById('prompt').textContent = s.prompt;
   var scale = 0; D.samples.forEach(function(x){ (x.pt.advantage || []).forEach(function(a){
@@ -105,7 +105,9 @@ function render(){
   var kl = run.kl || {};
   document.getElementById('kl-body').innerHTML = kl['in'] ? '<p class=why>KL to the reference ' +
     (kl['in'] === 'reward' ? 'is charged in the reward' : 'is a loss term of the actor') +
-    ': estimator <code>' + esc(kl.estimator) + '</code>, coefficient ' + fmt(kl.coef) + '.</p>' +
+    ': estimator <code>' + esc(kl.estimator) + '</code>, coefficient ' + fmt(D.kl_coef) +
+    (kl.controller && kl.controller !== 'fixed' ? ' at this step (' + esc(kl.controller) + ' controller, initial ' +
+     fmt(kl.coef) + ')' : '') + '.</p>' +
     curve('kl', [{name: 'KL estimator', values: pt.kl, colour: '#7a3fb0'}], n, s.tokens) :
     '<div class=absent>absent in this run: ' + esc(s.absent.kl || 'no KL term') + '</div>';
   document.getElementById('value-body').innerHTML = pt.value ?
@@ -126,7 +128,7 @@ function render(){
   var mean = sc.reduce(function(a, b){ return a + b; }, 0) / sc.length;
   var sd = Math.sqrt(sc.reduce(function(a, b){ return a + (b - mean) * (b - mean); }, 0) / Math.max(1, sc.length - 1));
   document.getElementById('group-body').innerHTML = group.length < 2 ? '<p class=why>One response traced for this prompt.</p>' :
-    '<p class=why>' + group.length + ' responses of this prompt (rollout.n = ' + run.rollout_n + '): scores mean <b id=group-mean>' +
+    '<p class=why>' + group.length + ' responses of this prompt (rollout.n = ' + fmt(run.rollout_n) + '): scores mean <b id=group-mean>' +
     fmt(mean) + '</b>, standard deviation <b id=group-std>' + fmt(sd) + '</b>' +
     (run.adv_estimator === 'grpo' ? '; GRPO\'s advantage is (score \u2212 mean) / (std + \u03b5), the same on every token' : '') +
     '.</p><table id=group-table><tr><th>#</th><th>response</th><th>score</th><th>advantage (first token)</th></tr>' +
@@ -135,7 +137,7 @@ function render(){
       '</td><td>' + fmt(x.pt.advantage ? x.pt.advantage[0] : null) + '</td></tr>'; }).join('') + '</table>';
   var ex2 = window.REPLAY_INDEX.run.explain, rows = Object.keys(ex2).filter(function(k){ return k in D.metrics; });
   document.getElementById('update-body').innerHTML = '<table id=update-table><tr><th>metric</th><th>value</th><th>what it says</th></tr>' +
-    rows.map(function(k){ return '<tr><td><code>' + k + '</code></td><td>' + fmt(D.metrics[k]) + '</td><td>' + esc(ex2[k]) + '</td></tr>'; }).join('') +
+    rows.map(function(k){ return '<tr><td><code>' + esc(k) + '</code></td><td>' + fmt(D.metrics[k]) + '</td><td>' + esc(ex2[k]) + '</td></tr>'; }).join('') +
     '</table>';
   if (H.token !== undefined && +H.step === cur.step) showToken(+H.token);
 }
@@ -145,8 +147,8 @@ function choose(step, sample){
   else loadData('replay/step-' + step + '.js', render);
 }
 var stepSel = document.getElementById('step');
-stepSel.innerHTML = IDX.steps.map(function(x){ return '<option value=' + x.step +
-  (x.step === cur.step ? ' selected' : '') + '>' + x.step + ' (mean score ' + fmt(x.mean) + ')</option>'; }).join('');
+stepSel.innerHTML = IDX.steps.map(function(x){ return '<option value="' + esc(x.step) + '"' +
+  (x.step === cur.step ? ' selected' : '') + '>' + esc(x.step) + ' (mean score ' + fmt(x.mean) + ')</option>'; }).join('');
 stepSel.addEventListener('change', function(){ choose(+stepSel.value, 0); });
 document.getElementById('sample').addEventListener('change', function(){
   cur.sample = +this.value; render(); });

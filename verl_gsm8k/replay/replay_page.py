@@ -88,11 +88,22 @@ def default_choice(trace: Trace) -> tuple[int, int]:
     return last, 0
 
 
+KL_COEF_METRIC = "actor/reward_kl_penalty_coeff"  # verl: the coefficient charged at that step
+
+
+def charged_kl_coef(head: dict[str, Any]) -> Any:
+    """The KL coefficient of this step: what verl logged as charged (an adaptive controller moves
+    it every step), else the run's setting (a fixed controller, or the KL as a loss term)."""
+    logged = (head.get("metrics") or {}).get(KL_COEF_METRIC)
+    return logged if logged is not None else ((head.get("run") or {}).get("kl") or {}).get("coef")
+
+
 def _step_payload(ts: TraceStep) -> dict[str, Any]:
     head = ts.head
     return {
         "step": ts.step,
         "run": head.get("run") or {},
+        "kl_coef": charged_kl_coef(head),
         "traced": head.get("traced"),
         "of": head.get("of"),
         "batch": {k: v for k, v in (head.get("batch") or {}).items() if k != "response_lengths"},

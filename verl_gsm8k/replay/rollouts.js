@@ -16,8 +16,8 @@ function keep(r){
 function pills(r){
   return '<span class="pill ' + (r.s > 0 ? 'right' : 'wrong') + '">score ' + fmt(r.s) + '</span>' +
     (r.marker ? '' : '<span class=pill>no ####</span>') + (r.hedged ? '<span class=pill>hedged</span>' : '') +
-    (r.clip === 1 ? '<span class=pill>cut at ' + IDX.limit + ' tokens</span>' : '') +
-    (r.n !== null && r.n !== undefined ? '<span class=pill>' + r.n + ' tokens</span>' : '');
+    (r.clip === 1 ? '<span class=pill>cut at ' + esc(IDX.limit) + ' tokens</span>' : '') +
+    (r.n !== null && r.n !== undefined ? '<span class=pill>' + esc(r.n) + ' tokens</span>' : '');
 }
 function renderList(){
   var D = window.ROLLOUTS[keyOf()]; if (!D) return;
@@ -29,7 +29,7 @@ function renderList(){
     (state.filter === 'clipped' && !IDX.lengths ? ' (no trace: lengths unknown)' : '');
   document.getElementById('list').innerHTML = '<table id=rows><tr><th>#</th><th>question</th><th>response</th>' +
     '<th>answer</th><th></th></tr>' + rows.map(function(r){
-      return '<tr class=row><td>' + r.i + '</td><td>' + esc(D.prompts[r.p]) + '</td><td><pre>' + esc(r.o) +
+      return '<tr class=row><td>' + esc(r.i) + '</td><td>' + esc(D.prompts[r.p]) + '</td><td><pre>' + esc(r.o) +
         '</pre></td><td>' + esc(r.gt) + '</td><td>' + pills(r) + '</td></tr>'; }).join('') + '</table>';
 }
 function renderCompare(){
@@ -40,8 +40,8 @@ function renderCompare(){
     return !q || A.prompts[r.p].toLowerCase().indexOf(q) >= 0; });
   var changed = rows.filter(function(r){ var o = later[A.prompts[r.p]]; return o && (o.s > 0) !== (r.s > 0); }).length;
   document.getElementById('status').textContent = rows.length + ' questions; ' + changed + ' changed between step ' + a + ' and step ' + b;
-  document.getElementById('list').innerHTML = '<table id=compare><tr><th>question</th><th>answer</th><th>step ' + a +
-    '</th><th>step ' + b + '</th></tr>' + rows.map(function(r){ var o = later[A.prompts[r.p]] || {o: '(not asked)', s: null};
+  document.getElementById('list').innerHTML = '<table id=compare><tr><th>question</th><th>answer</th><th>step ' + esc(a) +
+    '</th><th>step ' + esc(b) + '</th></tr>' + rows.map(function(r){ var o = later[A.prompts[r.p]] || {o: '(not asked)', s: null};
       return '<tr class=row><td>' + esc(A.prompts[r.p]) + '</td><td>' + esc(r.gt) + '</td><td><pre>' + esc(r.o) + '</pre>' +
         pills(r) + '</td><td><pre>' + esc(o.o) + '</pre>' + (o.s !== null ? pills(o) : '') + '</td></tr>'; }).join('') + '</table>';
 }
@@ -53,7 +53,7 @@ function ensure(){
   else {
     sel.disabled = false;
     if (steps.indexOf(state.step) < 0) state.step = H.step !== undefined && steps.indexOf(+H.step) >= 0 ? +H.step : steps[steps.length - 1];
-    sel.innerHTML = steps.map(function(s){ return '<option' + (s === state.step ? ' selected' : '') + '>' + s + '</option>'; }).join('');
+    sel.innerHTML = steps.map(function(s){ return '<option' + (s === state.step ? ' selected' : '') + '>' + esc(s) + '</option>'; }).join('');
   }
   var need = state.kind === 'compare' ? (steps.length ? ['val-' + steps[0], 'val-' + steps[steps.length - 1]] : []) : [keyOf()];
   var missing = need.filter(function(k){ return !(window.ROLLOUTS && window.ROLLOUTS[k]); });
