@@ -25,6 +25,7 @@ SERIAL_FILES = {
     "test_compare_cpu.py",
     "test_learn_cpu.py",
     "test_ray_cluster.py",
+    "test_replay_untrusted.py",
     "test_sft_train_cpu.py",
     "test_trace_cpu.py",
     "test_train_cpu.py",

@@ -1,5 +1,5 @@
 """A run directory from someone else: the replay and the rollout browser built from a real trace
-(copied from a run of the real recipe, /work/fixtures or the ``learned_grpo`` run) with markup
+(copied from the learning runs of tests/learn_runs.py, no run of their own) with markup
 planted in every field, opened in headless Chromium, create no element from it; the trace loader
 refuses a field of the wrong type with one line naming the file and the field; a trace belongs to
 the launch that wrote it; the replay shows the KL coefficient charged at that step."""
@@ -21,7 +21,7 @@ from verl_gsm8k.replay.load import load_trace
 from verl_gsm8k.replay.pages import write_pages
 from verl_gsm8k.replay.replay_page import charged_kl_coef
 
-FIXTURES = Path("/work/fixtures")
+pytestmark = pytest.mark.slow  # the learning runs: made once per session, shared
 STEP = 20  # a traced step of the fixture runs that has rollouts and a validation
 PARTS = ("launches", "metrics", "trace", "rollouts", "validation")
 
@@ -33,14 +33,11 @@ def mark(field: str) -> str:
 
 @pytest.fixture
 def copy_run(request: pytest.FixtureRequest):
-    """copy_run(dest, name): a copy of a real learning run's trace, dumps and metrics. From
-    /work/fixtures where that holds one (fast), else from the session's own run of the recipe
-    (tests/conftest.py's ``learned_ppo`` / ``learned_grpo``: trains once, as CI's slow tests do)."""
+    """copy_run(dest, name): a copy of a real learning run's trace, dumps and metrics
+    (tests/conftest.py's ``learned_ppo`` / ``learned_grpo``)."""
 
     def copy(tmp_path: Path, name: str = "learn_grpo") -> Path:
-        source = FIXTURES / name
-        if not source.is_dir():
-            source = request.getfixturevalue(name.replace("learn_", "learned_")).run_dir
+        source = request.getfixturevalue(name.replace("learn_", "learned_")).run_dir
         return _copy(source, tmp_path / name)
 
     return copy
