@@ -129,3 +129,37 @@ def test_page_in_chromium_from_real_runs(tmp_path: Path) -> None:
     assert dom.count('class="row"') == summary["questions"]
     assert f"learned: {summary['counts']['learned']}" in dom
     assert "McNemar (first vs last)" in dom
+
+
+def _copy_run(name: str, dest: Path) -> Path:
+    """A real run's metrics and validation dumps (no checkpoints), copied, never modified."""
+    source = FIXTURES / name
+    if not (source / "validation").is_dir():
+        pytest.skip(f"{source / 'validation'} missing")
+    for part in ("metrics", "validation", "logs"):
+        if (source / part).is_dir():
+            shutil.copytree(source / part, dest / part)
+    return dest
+
+
+def test_run_report_and_comparison_link_the_page(tmp_path: Path) -> None:
+    from verl_gsm8k.report.cli import main as report_main
+
+    ppo = _copy_run("learn_ppo", tmp_path / "ppo")
+    grpo = _copy_run("learn_grpo", tmp_path / "grpo")
+    assert report_main([str(ppo), "--quiet"]) == 0
+    summary = json.loads((ppo / "report/summary.json").read_text())
+    assert summary["pages"]["questions"] == "questions/questions.html"
+    assert (
+        'id="questions-link" href="questions/questions.html"'
+        in (ppo / "report/report.html").read_text()
+    )
+    steps = sorted(int(p.stem) for p in (ppo / "validation").glob("*.jsonl"))
+    page = json.loads((ppo / "report/questions/summary.json").read_text())
+    assert page["columns"] == [str(s) for s in steps]
+
+    out = tmp_path / "cmp"
+    assert report_main([str(ppo), str(grpo), "--out", str(out), "--quiet"]) == 0
+    both = json.loads((out / "questions/summary.json").read_text())
+    assert both["columns"] == [f"ppo:{steps[-1]}", f"grpo:{steps[-1]}"]
+    assert 'id="questions-link"' in (out / "comparison.html").read_text()

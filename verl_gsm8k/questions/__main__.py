@@ -7,16 +7,8 @@ import sys
 from pathlib import Path
 
 from .page import write
+from .runs import validation_steps
 from .table import InputError, build, load_validation
-
-
-def validation_steps(run_dir: Path) -> list[Path]:
-    """RUN_DIR/validation/<step>.jsonl in step order; InputError if there are none."""
-    found = sorted((run_dir / "validation").glob("*.jsonl"), key=lambda p: (len(p.stem), p.stem))
-    found = [p for p in found if p.stem.isdigit()]
-    if not found:
-        raise InputError(f"{run_dir / 'validation'}: no <step>.jsonl validation dumps")
-    return sorted(found, key=lambda p: int(p.stem))
 
 
 def main(argv: list[str] | None = None) -> int:
