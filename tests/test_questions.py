@@ -163,3 +163,20 @@ def test_run_report_and_comparison_link_the_page(tmp_path: Path) -> None:
     both = json.loads((out / "questions/summary.json").read_text())
     assert both["columns"] == [f"ppo:{steps[-1]}", f"grpo:{steps[-1]}"]
     assert 'id="questions-link"' in (out / "comparison.html").read_text()
+
+
+def test_evalscope_checkpoint_sweep(tmp_path: Path) -> None:
+    source = FIXTURES / "learn_ppo/checkpoint_eval/evalscope"
+    if not source.is_dir():
+        pytest.skip(f"{source} missing")
+    shutil.copytree(source, tmp_path / "eval/evalscope")
+    out = tmp_path / "page"
+    assert main(["--evalscope", str(tmp_path / "eval"), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    steps = sorted(int(p.name[5:]) for p in source.iterdir())
+    assert summary["columns"] == [f"step-{s}" for s in steps]
+    # right/wrong is our reward's (compute_score), cell by cell
+    for row in summary["rows"]:
+        for share, read in zip(row["shares"], row["read"], strict=True):
+            assert share in (0.0, 1.0)
+            assert share == 0.0 or read == row["ground_truth"]

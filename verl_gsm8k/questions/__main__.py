@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .page import write
-from .runs import validation_steps
+from .runs import evalscope_reviews, validation_steps
 from .table import InputError, build, load_validation
 
 
@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
         "dumps",
         nargs="*",
         type=Path,
-        help="verl validation dumps <step>.jsonl, one column each, in order",
+        help="verl validation dumps <step>.jsonl or EvalScope reviews/<model>/gsm8k_main.jsonl, "
+        "one column each, in the order given",
     )
     parser.add_argument(
         "--run",
@@ -28,6 +29,20 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         help="a run directory: every RUN/validation/<step>.jsonl becomes a column (repeatable)",
+    )
+    parser.add_argument(
+        "--evalscope",
+        type=Path,
+        action="append",
+        default=[],
+        help="an evaluation folder (scripts/eval.sh's output, or RUN_DIR/checkpoint_eval from "
+        "eval.sh --run): each model's EvalScope reviews become a column, baseline first, then "
+        "step-N in order (repeatable)",
+    )
+    parser.add_argument(
+        "--mode",
+        default=None,
+        help="with --evalscope: the evaluation mode folder to read (default: the first found)",
     )
     parser.add_argument(
         "--last-only",
@@ -39,14 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        inputs: list[tuple[Path, str]] = [(p, p.stem) for p in args.dumps]
+        inputs: list[tuple[Path, str | None]] = [(p, None) for p in args.dumps]
         for run in args.run:
             steps = validation_steps(run)
             if args.last_only:
                 steps = steps[-1:]
             inputs += [(p, f"{run.name}:{p.stem}") for p in steps]
+        for eval_dir in args.evalscope:
+            inputs += evalscope_reviews(eval_dir, args.mode)
         if not inputs:
-            parser.error("give validation dumps or --run RUN_DIR")
+            parser.error("give result files, --run RUN_DIR or --evalscope EVAL_DIR")
         columns = [load_validation(p, label) for p, label in inputs]
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -38,3 +38,31 @@ def write_for_runs(
     if not table["questions"]:
         return None, "questions page not written: no question is in every validation dump"
     return write(columns, table, out_dir / DIR_NAME), None
+
+
+def _model_order(label: str) -> tuple[int, int, str]:
+    """baseline first, then step-<N> by N, then any other model by name."""
+    if label == "baseline":
+        return (0, 0, label)
+    if label.startswith("step-") and label[5:].isdigit():
+        return (1, int(label[5:]), label)
+    return (2, 0, label)
+
+
+def evalscope_reviews(eval_dir: Path, mode: str | None) -> list[tuple[Path, str]]:
+    """EvalScope's per-sample reviews under an evaluation folder (scripts/eval.sh's output, or a
+    run's checkpoint_eval/ from ``eval.sh --run``): EVAL_DIR/evalscope/<model>/<mode>/reviews/
+    <model>/gsm8k_main.jsonl, one (path, model) per model in order; InputError if none."""
+    found = []
+    root = eval_dir / "evalscope"
+    for model_dir in sorted(root.iterdir()) if root.is_dir() else []:
+        modes = sorted(p for p in model_dir.iterdir() if p.is_dir())
+        chosen = [p for p in modes if mode is None or p.name == mode][:1]
+        for mode_dir in chosen:
+            review = mode_dir / "reviews" / model_dir.name / "gsm8k_main.jsonl"
+            if review.is_file():
+                found.append((review, model_dir.name))
+    if not found:
+        wanted = f" in mode {mode}" if mode else ""
+        raise InputError(f"{root}: no EvalScope reviews (<model>/<mode>/reviews/){wanted}")
+    return sorted(found, key=lambda item: _model_order(item[1]))

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-from rewards.gsm8k import HEDGED, _flexible_answer, _marker_answer, _tail
+from rewards.gsm8k import HEDGED, _flexible_answer, _marker_answer, _tail, compute_score
 
 FILTERS = (
     "learned",
@@ -61,21 +61,31 @@ def load_validation(path: Path, label: str | None = None) -> Column:
     """One column from verl's ``<step>.jsonl``; InputError (one line) if missing or unreadable."""
     if not path.is_file():
         raise InputError(f"{path}: no such file")
-    grouped: dict[tuple[str, str], list[tuple[float, str, Fraction | None, str]]] = {}
+    if _is_evalscope(path):
+        return _load_evalscope(path, label)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: unreadable ({exc})") from exc
+    rows = []
     for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}: line {number}: not JSON ({exc})") from exc
+    return _column(path, rows, label or path.stem)
+
+
+def _column(path: Path, rows: list, label: str) -> Column:
+    grouped: dict[tuple[str, str], list[tuple[float, str, Fraction | None, str]]] = {}
+    for number, row in enumerate(rows, 1):
         try:
-            row = json.loads(line)
             key = (_question(str(row["input"])), str(row["gts"]))
             output = str(row["output"])
             acc = float(row.get("acc", row.get("score", 0.0)))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise InputError(f"{path}: line {number}: not a validation row ({exc})") from exc
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InputError(f"{path}: row {number}: not a validation row ({exc})") from exc
         read, flex, _ = _read_answer(output)
         grouped.setdefault(key, []).append((acc, read, flex, output))
     if not grouped:
@@ -92,7 +102,39 @@ def load_validation(path: Path, label: str | None = None) -> Column:
             flexible_right=any(a[2] is not None and a[2] == truth for a in answers),
             responses=[a[3] for a in answers],
         )
-    return Column(label or path.stem, cells)
+    return Column(label, cells)
+
+
+def _is_evalscope(path: Path) -> bool:
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return '"messages"' in handle.readline()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: unreadable ({exc})") from exc
+
+
+def _load_evalscope(path: Path, label: str | None) -> Column:
+    """One column from EvalScope's ``reviews/<model>/gsm8k_main.jsonl``: the question is the last
+    user message, the ground truth ``target[0]``, each generation (K with sampling) one response,
+    judged by our reward (rewards/gsm8k.py compute_score), as verl's validation is."""
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            messages = record["messages"]
+            user = [m["content"] for m in messages if m["role"] == "user"][-1]
+            answer = [m["content"] for m in messages if m["role"] == "assistant"][-1]
+            target = record["target"]
+            truth = str(target[0] if isinstance(target, list) else target)
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+            raise InputError(f"{path}: line {number}: not an EvalScope review ({exc})") from exc
+        acc = compute_score("openai/gsm8k", answer, truth)["acc"]
+        rows.append(
+            {"input": f"user\n{user}\nassistant", "output": answer, "gts": truth, "acc": acc}
+        )
+    return _column(path, rows, label or path.parent.name)
 
 
 def match(columns: list[Column]) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
