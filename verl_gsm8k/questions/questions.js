@@ -40,8 +40,14 @@ function render() {
       if (next && next.className === "detail") next.remove(); else tr.after(detail(r)); });
     body.appendChild(tr); }
   $("shown").textContent = rows.length + " shown"; }
-function main() { counts(); const head = $("head");
+function main() { const t0 = performance.now(); counts(); const head = $("head");
   for (const label of ["question", "truth", ...T.columns]) head.appendChild(el("th", label));
   for (const id of ["filter", "sort"]) $(id).addEventListener("change", render);
-  $("search").addEventListener("input", render); render(); }
+  $("search").addEventListener("input", render);
+  // a link may choose the view: questions.html#filter=learned&sort=change&q=apples
+  const want = new URLSearchParams(location.hash.slice(1));
+  if (want.get("filter")) $("filter").value = want.get("filter");
+  if (want.get("sort")) $("sort").value = want.get("sort");
+  if (want.get("q")) $("search").value = want.get("q");
+  render(); document.body.dataset.renderMs = (performance.now() - t0).toFixed(1); }
 main();
