@@ -24,6 +24,7 @@ SERIAL_FILES = {
     "test_checkpoint_sweep_cpu.py",
     "test_compare_cpu.py",
     "test_learn_cpu.py",
+    "test_questions_cpu.py",
     "test_ray_cluster.py",
     "test_replay_untrusted.py",
     "test_sft_train_cpu.py",

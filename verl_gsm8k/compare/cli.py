@@ -38,6 +38,7 @@ from verl_gsm8k.compare.runs import (
     shared_metrics,
     table,
 )
+from verl_gsm8k.questions.runs import write_for_runs
 from verl_gsm8k.report.evals import evals_summary
 from verl_gsm8k.report.html import duration
 from verl_gsm8k.report.summary import json_safe
@@ -139,6 +140,12 @@ def compare(paths: Sequence[Path], out_dir: Path) -> dict[str, Any]:
     runs = load_runs(paths)
     diff = config_diff({run.label: run.config for run in runs})
     summary = build_summary(runs, diff)
+    # each run's last validation step, question by question (verl_gsm8k/questions)
+    questions, issue = (None, None)
+    if all((run.path / "validation").is_dir() for run in runs):
+        questions, issue = write_for_runs([run.path for run in runs], out_dir, last_only=True)
+    summary["questions_page"] = questions.relative_to(out_dir).as_posix() if questions else None
+    summary["questions_issue"] = issue
     page = render_page(runs, summary, diff)
     payload = json.dumps(json_safe(summary), indent=2, allow_nan=False, default=str) + "\n"
     write_atomic(out_dir / SUMMARY_NAME, payload)
@@ -160,5 +167,7 @@ def main(paths: Sequence[Path], out: Path | None, quiet: bool) -> int:
     for run in summary["runs"]:
         for issue in run["parse_issues"]:
             print(f"{PROG}: warning: {issue}", file=sys.stderr)
+    if summary["questions_issue"]:
+        print(f"{PROG}: warning: {summary['questions_issue']}", file=sys.stderr)
     print(out_dir / HTML_NAME if quiet else terminal_text(summary, out_dir))
     return 0

@@ -220,6 +220,12 @@ def render_page(
             f"<li>{_swatch(i)}<b>{esc(run.label)}</b>: {esc(str(run.path))} ({sources})</li>"
         )
     body.append("</ul>")
+    if summary.get("questions_page"):
+        link = esc(summary["questions_page"])
+        body.append(
+            f'<p><a id="questions-link" href="{link}">which questions changed '
+            "(each run's last validation step, question by question)</a></p>"
+        )
     body += _table(runs, {r["label"]: r["table"] for r in summary["runs"]})
     body += _curves(runs)
     body += _evals(runs, {r["label"]: r["checkpoint_evals"] for r in summary["runs"]})

@@ -35,6 +35,7 @@ from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.compare import cli as compare_cli
+from verl_gsm8k.questions.runs import write_for_runs
 from verl_gsm8k.replay.load import load_trace
 from verl_gsm8k.replay.pages import write_pages
 from verl_gsm8k.report import parse as rp
@@ -107,7 +108,11 @@ def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
     if out_dir is not None:
         lines.append(f"  written             : {out_dir / HTML_NAME}, {out_dir / SUMMARY_NAME}")
         pages = summary.get("pages") or {}
-        for key, what in (("replay", "replay (per token)"), ("rollouts", "rollout browser")):
+        for key, what in (
+            ("replay", "replay (per token)"),
+            ("rollouts", "rollout browser"),
+            ("questions", "questions page"),
+        ):
             if pages.get(key):
                 lines.append(f"  {what:<20}: {out_dir / pages[key]}")
     return "\n".join(lines)
@@ -157,6 +162,10 @@ def generate(input_path: Path, out_dir: Path, refresh_s: int | None = None) -> R
     out_dir.mkdir(parents=True, exist_ok=True)
     # the replay and the rollout browser of a run directory, beside the report (verl_gsm8k/replay)
     pages = write_pages(input_path, trace, out_dir) if trace is not None else None
+    # which questions changed across the validation steps (verl_gsm8k/questions)
+    questions, questions_issue = (None, None)
+    if input_path.is_dir() and (input_path / "validation").is_dir():
+        questions, questions_issue = write_for_runs([input_path], out_dir, last_only=False)
     summary = {
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "input": str(input_path),
@@ -166,7 +175,8 @@ def generate(input_path: Path, out_dir: Path, refresh_s: int | None = None) -> R
         "pages": {
             "replay": pages.replay.name if pages and pages.replay else None,
             "rollouts": pages.rollouts.name if pages and pages.rollouts else None,
-            "issues": pages.issues if pages else [],
+            "questions": questions.relative_to(out_dir).as_posix() if questions else None,
+            "issues": (pages.issues if pages else []) + [questions_issue] * bool(questions_issue),
         },
     }
     issues += summary["pages"]["issues"]

@@ -156,11 +156,12 @@ def render_html(
     body.append("</div>")
 
     pages = summary.get("pages") or {}
-    if pages.get("replay") or pages.get("rollouts") or pages.get("issues"):
+    if any(pages.get(key) for key in ("replay", "rollouts", "questions", "issues")):
         links = [
             f'<a id="{key}-link" href="{esc(pages[key])}">{text}</a>'
             for key, text in (("replay", "one iteration, replayed token by token"),
-                              ("rollouts", "every rollout and validation answer"))
+                              ("rollouts", "every rollout and validation answer"),
+                              ("questions", "which questions changed across validation steps"))
             if pages.get(key)
         ]  # fmt: skip
         body.append("<h2>Look inside</h2><p>" + (" &middot; ".join(links) or "no page") + "</p>")

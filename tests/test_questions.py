@@ -1,0 +1,182 @@
+"""verl_gsm8k.questions: matching, classification, the exact McNemar test, bad input, and the
+page rendered by headless Chromium from the real learn_ppo / learn_grpo validation dumps."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+from browser import render, require_chromium
+
+from verl_gsm8k.questions.__main__ import main
+from verl_gsm8k.questions.table import (
+    Column,
+    build,
+    classify,
+    load_validation,
+    match,
+    mcnemar_exact,
+)
+
+FIXTURES = Path("/work/fixtures")
+
+
+def _row(question: str, gts: str, output: str, acc: float) -> str:
+    prompt = f"system\nYou are a helpful assistant.\nuser\n{question}\nassistant\n"
+    return json.dumps({"input": prompt, "output": output, "gts": gts, "acc": acc}) + "\n"
+
+
+def _dump(path: Path, rows: list[tuple[str, str, str, float]]) -> Path:
+    path.write_text("".join(_row(*r) for r in rows), encoding="utf-8")
+    return path
+
+
+def test_mcnemar_exact_matches_the_binomial_tail() -> None:
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(5, 5) == 1.0
+    # b=1, c=9: 2 * (C(10,0) + C(10,1)) / 2**10 = 22/1024
+    assert mcnemar_exact(1, 9) == pytest.approx(22 / 1024)
+    assert mcnemar_exact(9, 1) == mcnemar_exact(1, 9)
+    assert mcnemar_exact(0, 51) == pytest.approx(2 / 2**51)
+    # b=10, c=20: scipy.stats.binomtest(10, 30).pvalue = 0.09873714670538902
+    assert math.isclose(mcnemar_exact(10, 20), 0.09873714670538902, rel_tol=1e-12)
+
+
+def test_classify() -> None:
+    assert classify([0, 0, 1]) == ["learned"]
+    assert classify([1, 1, 0]) == ["forgotten"]
+    assert classify([0, 1, 0, 1]) == ["learned", "flipping"]
+    assert classify([0, 0]) == ["never_right"]
+    assert classify([1, 1], True) == ["always_right", "format_not_arithmetic"]
+    assert classify([0.25, 0.75]) == ["learned"]  # sampled: right = at least half right
+
+
+def test_matching_by_question_not_position(tmp_path: Path) -> None:
+    first = _dump(
+        tmp_path / "0.jsonl",
+        [("A?", "1", "1\n#### 1", 1), ("B?", "2", "3", 0), ("C?", "3", "#### 3", 1)],
+    )
+    second = _dump(
+        tmp_path / "5.jsonl",
+        [("B?", "2", "#### 2", 1), ("A?", "1", "#### 7", 0), ("D?", "4", "#### 4", 1)],
+    )
+    columns = [load_validation(first), load_validation(second)]
+    keys, unmatched = match(columns)
+    assert keys == [("A?", "1"), ("B?", "2")]
+    assert unmatched == {"0": ["C?"], "5": ["D?"]}
+    table = build(columns)
+    rows = {r["question"]: r for r in table["rows"]}
+    assert rows["A?"]["tags"] == ["forgotten"] and rows["A?"]["read"] == ["1", "7"]
+    assert rows["B?"]["tags"] == ["learned"] and rows["B?"]["read"] == ["", "2"]
+    assert table["mcnemar"]["right_then_wrong"] == 1 and table["mcnemar"]["wrong_then_right"] == 1
+    assert table["unmatched"]["0"] == {"count": 1, "questions": ["C?"]}
+
+
+def test_format_not_arithmetic_and_samples(tmp_path: Path) -> None:
+    dump = _dump(
+        tmp_path / "0.jsonl",
+        [
+            ("A?", "12", "so the answer is 12", 0),
+            ("A?", "12", "#### 12", 1),
+            ("B?", "3", "x", 0),
+            ("C?", "5", "The answer is 5.", 0),
+        ],
+    )
+    column = load_validation(dump)
+    assert column.cells[("A?", "12")].share == 0.5
+    assert column.cells[("A?", "12")].flexible_right
+    table = build([column, Column("copy", column.cells)])
+    rows = {r["question"]: r for r in table["rows"]}
+    assert rows["A?"]["tags"] == ["always_right"]  # half the samples right counts as right
+    assert rows["C?"]["tags"] == ["never_right", "format_not_arithmetic"]
+    assert rows["B?"]["tags"] == ["never_right"]
+
+
+def test_bad_input_is_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = _dump(tmp_path / "0.jsonl", [("A?", "1", "#### 1", 1)])
+    bad = tmp_path / "5.jsonl"
+    bad.write_text('{"input": "x"\n', encoding="utf-8")
+    out = tmp_path / "out"
+    assert main([str(good), str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
+    assert main([str(good), str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "missing.jsonl: no such file" in err[0] and "5.jsonl: line 1" in err[1]
+    assert not out.exists()
+
+
+def test_page_in_chromium_from_real_runs(tmp_path: Path) -> None:
+    require_chromium()
+    runs = []
+    for name in ("learn_ppo", "learn_grpo"):
+        source = FIXTURES / name / "validation"
+        if not source.is_dir():
+            pytest.skip(f"{source} missing")
+        shutil.copytree(source, tmp_path / name / "validation")
+        runs += ["--run", str(tmp_path / name)]
+    out = tmp_path / "page"
+    assert main([*runs, "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(summary["columns"]) == 10 and summary["questions"] > 0
+    assert sorted((out / "data").iterdir())[0].name == "col0.js"
+    html = (out / "questions.html").read_text()
+    assert "QTABLE=" not in html  # data loaded from data/*.js, not inlined
+    dom, _ = render(out / "questions.html", tmp_path)
+    assert dom.count('class="row"') == summary["questions"]
+    assert f"learned: {summary['counts']['learned']}" in dom
+    assert "McNemar (first vs last)" in dom
+
+
+def _copy_run(name: str, dest: Path) -> Path:
+    """A real run's metrics and validation dumps (no checkpoints), copied, never modified."""
+    source = FIXTURES / name
+    if not (source / "validation").is_dir():
+        pytest.skip(f"{source / 'validation'} missing")
+    for part in ("metrics", "validation", "logs"):
+        if (source / part).is_dir():
+            shutil.copytree(source / part, dest / part)
+    return dest
+
+
+def test_run_report_and_comparison_link_the_page(tmp_path: Path) -> None:
+    from verl_gsm8k.report.cli import main as report_main
+
+    ppo = _copy_run("learn_ppo", tmp_path / "ppo")
+    grpo = _copy_run("learn_grpo", tmp_path / "grpo")
+    assert report_main([str(ppo), "--quiet"]) == 0
+    summary = json.loads((ppo / "report/summary.json").read_text())
+    assert summary["pages"]["questions"] == "questions/questions.html"
+    assert (
+        'id="questions-link" href="questions/questions.html"'
+        in (ppo / "report/report.html").read_text()
+    )
+    steps = sorted(int(p.stem) for p in (ppo / "validation").glob("*.jsonl"))
+    page = json.loads((ppo / "report/questions/summary.json").read_text())
+    assert page["columns"] == [str(s) for s in steps]
+
+    out = tmp_path / "cmp"
+    assert report_main([str(ppo), str(grpo), "--out", str(out), "--quiet"]) == 0
+    both = json.loads((out / "questions/summary.json").read_text())
+    assert both["columns"] == [f"ppo:{steps[-1]}", f"grpo:{steps[-1]}"]
+    assert 'id="questions-link"' in (out / "comparison.html").read_text()
+
+
+def test_evalscope_checkpoint_sweep(tmp_path: Path) -> None:
+    source = FIXTURES / "learn_ppo/checkpoint_eval/evalscope"
+    if not source.is_dir():
+        pytest.skip(f"{source} missing")
+    shutil.copytree(source, tmp_path / "eval/evalscope")
+    out = tmp_path / "page"
+    assert main(["--evalscope", str(tmp_path / "eval"), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    steps = sorted(int(p.name[5:]) for p in source.iterdir())
+    assert summary["columns"] == [f"step-{s}" for s in steps]
+    # right/wrong is our reward's (compute_score), cell by cell
+    for row in summary["rows"]:
+        for share, read in zip(row["shares"], row["read"], strict=True):
+            assert share in (0.0, 1.0)
+            assert share == 0.0 or read == row["ground_truth"]

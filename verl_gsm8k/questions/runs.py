@@ -1,0 +1,68 @@
+"""The questions page of one or several run directories, for the run report and the comparison."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from .page import write
+from .table import InputError, build, load_validation
+
+DIR_NAME = "questions"  # the page's folder beside report.html / comparison.html
+
+
+def validation_steps(run_dir: Path) -> list[Path]:
+    """RUN_DIR/validation/<step>.jsonl in step order; InputError if there are none."""
+    found = [p for p in (run_dir / "validation").glob("*.jsonl") if p.stem.isdigit()]
+    if not found:
+        raise InputError(f"{run_dir / 'validation'}: no <step>.jsonl validation dumps")
+    return sorted(found, key=lambda p: int(p.stem))
+
+
+def write_for_runs(
+    run_dirs: Sequence[Path], out_dir: Path, last_only: bool
+) -> tuple[Path | None, str | None]:
+    """Write out_dir/questions/questions.html from the runs' validation dumps (every step of
+    each run, or each run's last step): (the page's path, None) or (None, the one-line reason)."""
+    try:
+        inputs: list[tuple[Path, str]] = []
+        for run in run_dirs:
+            steps = validation_steps(run)
+            steps = steps[-1:] if last_only else steps
+            prefix = f"{run.name}:" if len(run_dirs) > 1 else ""
+            inputs += [(p, prefix + p.stem) for p in steps]
+        columns = [load_validation(p, label) for p, label in inputs]
+    except InputError as exc:
+        return None, f"questions page not written: {exc}"
+    table = build(columns)
+    if not table["questions"]:
+        return None, "questions page not written: no question is in every validation dump"
+    return write(columns, table, out_dir / DIR_NAME), None
+
+
+def _model_order(label: str) -> tuple[int, int, str]:
+    """baseline first, then step-<N> by N, then any other model by name."""
+    if label == "baseline":
+        return (0, 0, label)
+    if label.startswith("step-") and label[5:].isdigit():
+        return (1, int(label[5:]), label)
+    return (2, 0, label)
+
+
+def evalscope_reviews(eval_dir: Path, mode: str | None) -> list[tuple[Path, str]]:
+    """EvalScope's per-sample reviews under an evaluation folder (scripts/eval.sh's output, or a
+    run's checkpoint_eval/ from ``eval.sh --run``): EVAL_DIR/evalscope/<model>/<mode>/reviews/
+    <model>/gsm8k_main.jsonl, one (path, model) per model in order; InputError if none."""
+    found = []
+    root = eval_dir / "evalscope"
+    for model_dir in sorted(root.iterdir()) if root.is_dir() else []:
+        modes = sorted(p for p in model_dir.iterdir() if p.is_dir())
+        chosen = [p for p in modes if mode is None or p.name == mode][:1]
+        for mode_dir in chosen:
+            review = mode_dir / "reviews" / model_dir.name / "gsm8k_main.jsonl"
+            if review.is_file():
+                found.append((review, model_dir.name))
+    if not found:
+        wanted = f" in mode {mode}" if mode else ""
+        raise InputError(f"{root}: no EvalScope reviews (<model>/<mode>/reviews/){wanted}")
+    return sorted(found, key=lambda item: _model_order(item[1]))
