@@ -1,13 +1,20 @@
-"""The questions page of a real PPO run (the session fixture learned_ppo: recipes/learn_tiny.sh):
-the run report links it, it has one column per validation step, and its first and last columns
-agree with verl's own validation accuracy of those steps."""
+"""The questions page on the real learning runs (session fixtures learned_ppo and learned_grpo:
+recipes/learn_tiny.sh, no run of their own): the run report links it, it has one column per
+validation step, and its first and last columns agree with verl's own validation accuracy of
+those steps; built from both runs it opens in Chromium; the comparison of the two runs links it;
+the checkpoint sweep's EvalScope reviews give one column per step."""
 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
+from browser import render, require_chromium
 from learn_runs import Learned
+
+from verl_gsm8k.questions.__main__ import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 
@@ -33,3 +40,75 @@ def test_run_report_links_the_questions_page(learned_ppo: Learned) -> None:
         verl_acc = sum(float(row["acc"]) for row in rows) / len(rows)
         assert page["accuracy"][column] == pytest.approx(verl_acc)
     assert page["counts"]["learned"] >= page["counts"]["forgotten"]
+
+
+def test_page_in_chromium_from_real_runs(
+    learned_ppo: Learned, learned_grpo: Learned, tmp_path: Path
+) -> None:
+    require_chromium()
+    runs = []
+    for run in (learned_ppo, learned_grpo):
+        shutil.copytree(run.run_dir / "validation", tmp_path / run.algo / "validation")
+        runs += ["--run", str(tmp_path / run.algo)]
+    out = tmp_path / "page"
+    assert main([*runs, "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(summary["columns"]) == 10 and summary["questions"] > 0
+    assert sorted((out / "data").iterdir())[0].name == "col0.js"
+    html = (out / "questions.html").read_text()
+    assert "QTABLE=" not in html  # data loaded from data/*.js, not inlined
+    dom, _ = render(out / "questions.html", tmp_path)
+    assert dom.count('class="row"') == summary["questions"]
+    assert f"learned: {summary['counts']['learned']}" in dom
+    assert "McNemar (first vs last)" in dom
+
+
+def _copy_run(source: Path, dest: Path) -> Path:
+    """A real run's metrics and validation dumps (no checkpoints), copied, never modified."""
+    for part in ("metrics", "validation", "logs"):
+        if (source / part).is_dir():
+            shutil.copytree(source / part, dest / part)
+    return dest
+
+
+def test_run_report_and_comparison_link_the_page(
+    learned_ppo: Learned, learned_grpo: Learned, tmp_path: Path
+) -> None:
+    from verl_gsm8k.report.cli import main as report_main
+
+    ppo = _copy_run(learned_ppo.run_dir, tmp_path / "ppo")
+    grpo = _copy_run(learned_grpo.run_dir, tmp_path / "grpo")
+    assert report_main([str(ppo), "--quiet"]) == 0
+    summary = json.loads((ppo / "report/summary.json").read_text())
+    assert summary["pages"]["questions"] == "questions/questions.html"
+    assert (
+        'id="questions-link" href="questions/questions.html"'
+        in (ppo / "report/report.html").read_text()
+    )
+    steps = sorted(int(p.stem) for p in (ppo / "validation").glob("*.jsonl"))
+    page = json.loads((ppo / "report/questions/summary.json").read_text())
+    assert page["columns"] == [str(s) for s in steps]
+
+    out = tmp_path / "cmp"
+    assert report_main([str(ppo), str(grpo), "--out", str(out), "--quiet"]) == 0
+    both = json.loads((out / "questions/summary.json").read_text())
+    assert both["columns"] == [f"ppo:{steps[-1]}", f"grpo:{steps[-1]}"]
+    assert 'id="questions-link"' in (out / "comparison.html").read_text()
+
+
+def test_evalscope_checkpoint_sweep(learned_ppo: Learned, tmp_path: Path) -> None:
+    """The sweep's EvalScope reviews: test_checkpoint_sweep_cpu.py writes them into the run
+    (it runs first: the serial group keeps file order)."""
+    source = learned_ppo.run_dir / "checkpoint_eval" / "evalscope"
+    assert source.is_dir(), f"{source}: test_checkpoint_sweep_cpu.py did not run before"
+    shutil.copytree(source, tmp_path / "eval/evalscope")
+    out = tmp_path / "page"
+    assert main(["--evalscope", str(tmp_path / "eval"), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    steps = sorted(int(p.name[5:]) for p in source.iterdir())
+    assert summary["columns"] == [f"step-{s}" for s in steps]
+    # right/wrong is our reward's (compute_score), cell by cell
+    for row in summary["rows"]:
+        for share, read in zip(row["shares"], row["read"], strict=True):
+            assert share in (0.0, 1.0)
+            assert share == 0.0 or read == row["ground_truth"]
