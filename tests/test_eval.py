@@ -600,3 +600,31 @@ def test_model_specs_baseline_and_deltas():
     assert results[3]["delta_vs_baseline"] == pytest.approx(0.05)  # same mode only
     assert results[3]["our_reward_delta_vs_baseline"] is None
     assert results[4]["delta_vs_baseline"] is None
+
+
+def test_rescore_pass_at_k_unbiased_per_row_and_flags_short_questions(tmp_path, capsys):
+    from data_prep.gsm8k import ground_truth
+
+    (q0, a0), (q1, a1) = TEST_ROWS[0], TEST_ROWS[1]
+    rows = [{"question": q0, "answer": a0}, {"question": q0, "answer": a0}]  # same text twice
+    rows.append({"question": q1, "answer": a1})
+    right, wrong = STUB_ANSWERS[q0], "I do not know.\n#### 987654"
+    answers = [(0, right), (0, wrong), (0, wrong), (1, wrong), (1, wrong), (1, wrong), (2, right)]
+    records = []
+    for index, text in answers:
+        record = json.loads(json.dumps(PREDICTION))
+        record["index"] = index
+        record["messages"][0]["content"] = build_prompt(rows[index]["question"], "hash")
+        record["model_output"]["choices"][0]["message"]["content"] = text
+        records.append(record)
+    path = tmp_path / "pred.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    scored = scoring.rescore(path, rows, scoring.load_reward(), ground_truth, k=2)
+    # row 0: n=3, c=1: 1 - C(2,2)/C(3,2) = 2/3; row 1: 0; row 2 has 1 answer < k: flagged, left out
+    assert scored["questions"] == 3
+    assert scored["pass_at_k"] == pytest.approx((2 / 3 + 0.0) / 2)
+    assert scored["short_questions"] == [2]
+    assert "fewer than 2 scored answers" in capsys.readouterr().err
+    assert scoring.pass_at_k([1.0, 0.0, 0.0, 0.0], 2) == pytest.approx(1 - 3 / 6)
+    with pytest.raises(ValueError):
+        scoring.pass_at_k([1.0], 2)

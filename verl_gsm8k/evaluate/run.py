@@ -251,7 +251,9 @@ def evaluate_one(
         result["pass_at_k"] = report["pass_at_k"].get(settings.repeats)
     ours = None
     if mode == "training":
-        rescored = rescore(predictions, rows["test"], compute_score, ground_truth)
+        rescored = rescore(
+            predictions, rows["test"], compute_score, ground_truth, k=settings.repeats
+        )
         ours = rescored["per_index"]
         result.update(
             our_reward_accuracy=rescored["accuracy"],
@@ -260,6 +262,8 @@ def evaluate_one(
         )
         if settings.repeats > 1:
             result["our_reward_pass_at_k"] = rescored["pass_at_k"]
+            if rescored["short_questions"]:  # fewer than k answers scored: not in pass@k
+                result["our_reward_short_questions"] = rescored["short_questions"]
         if rescored["unmatched"]:
             result["our_reward_unmatched"] = rescored["unmatched"]
     samples = out / "samples" / f"{spec.label}-{mode}.md"
