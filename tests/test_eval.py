@@ -219,8 +219,11 @@ def test_sampled_evaluation_reports_mean_and_pass_at_k(eval_env, small_gsm8k, tm
         requests = list(server.requests)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert len(requests) == 9 and {r["temperature"] for r in requests} == {0.7}
+    # top_p/top_k as verl's rollout reach the server: else it takes generation_config.json's
+    assert {(r.get("top_p"), r.get("top_k")) for r in requests} == {(1.0, -1)}
     row = result(load_summary(out), "stub-model", "training")
     assert row["n"] == 3 and row["generation"]["samples_per_question"] == 3
+    assert row["generation"]["top_p"] == 1.0 and row["generation"]["top_k"] == -1
     assert row["accuracy"] == pytest.approx(2 / 3, abs=1e-4)
     assert row["pass_at_k"] == pytest.approx(2 / 3, abs=1e-4)
     assert row["our_reward_accuracy"] == pytest.approx(2 / 3)
@@ -241,6 +244,8 @@ def test_checkpoint_sweep_refuses_what_it_cannot_do(eval_env, tmp_path):
     assert proc.returncode == 2 and "not a directory" in proc.stderr
     proc = run_eval("--model", tmp_path, "--samples-per-question", 2, "--temperature", 0)
     assert proc.returncode == 2 and "--temperature must be > 0" in proc.stderr
+    proc = run_eval("--model", tmp_path, "--samples-per-question", 2, "--top-k", 0)
+    assert proc.returncode == 2 and "--top-k must be" in proc.stderr
 
 
 VLLM_CPU = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
@@ -511,7 +516,7 @@ def test_help_explains_flags(eval_env):
     assert proc.returncode == 0
     for flag in ("--model", "--baseline", "--modes", "--backend", "--api-url", "--api-model",
                  "--data", "--limit", "--max-tokens", "--batch-size", "--out", "--run",
-                 "--samples-per-question", "--temperature"):  # fmt: skip
+                 "--samples-per-question", "--temperature", "--top-p", "--top-k"):  # fmt: skip
         assert flag in proc.stdout, flag
     text = EVAL_SH.read_text()
     assert "set -euo pipefail" in text and "EVAL_PYTHON=${EVAL_PYTHON:-" in text
