@@ -590,3 +590,37 @@ def test_the_portable_reader_refuses_what_it_cannot_join_in_one_line():
     spec.state = {"placements": (_record_type("Partial")(),)}
     with pytest.raises(PortableError, match="placement Partial"):
         _placement(LocalShard(None, spec), "w")
+
+
+class _Planted:
+    """Pickles as a call of os.system: what a crafted shard in a shared run directory could hold."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_crafted_shard_is_refused_without_running_code(tmp_path):
+    import collections
+
+    import torch
+
+    from verl_gsm8k.merge import portable
+
+    marker = tmp_path / "ran"
+    crafted = tmp_path / "model_world_size_1_rank_0.pt"
+    torch.save({"w": torch.zeros(2), "x": _Planted(marker)}, crafted)
+    with pytest.raises(portable.PortableError) as err:
+        portable.load_shard(crafted)
+    assert str(err.value).count("\n") == 0 and str(crafted) in str(err.value)
+    assert "posix.system" in str(err.value) or "os.system" in str(err.value)
+    assert not portable.loads_here(crafted) and not marker.exists()
+    plain = tmp_path / "plain.pt"  # tensors, sizes, dtypes, an OrderedDict: still load
+    torch.save(
+        collections.OrderedDict(w=torch.ones(3, dtype=torch.bfloat16), n=torch.Size([3])), plain
+    )
+    assert portable.load_shard(plain)["w"].dtype == torch.bfloat16 and portable.loads_here(plain)

@@ -107,8 +107,57 @@ def _rebuild_wrapper(cls: Any, *args: Any) -> Any:
     return torch._utils._rebuild_wrapper_subclass(cls, *args)
 
 
-class _Unpickler(pickle.Unpickler):
+# Every other global an FSDP shard of verl names (read from the model, optim and extra_state
+# shards of /work/fixtures/learn_*/global_step_*/actor, torch 2.x): anything else is refused, so a
+# crafted shard in a shared run directory cannot run code (os.system, builtins.exec...).
+ALLOWED = {
+    ("collections", "OrderedDict"),
+    ("torch", "Size"),
+    ("torch", "device"),
+    ("torch._utils", "_rebuild_tensor_v2"),
+    ("torch._utils", "_rebuild_parameter"),
+    ("torch._utils", "_rebuild_wrapper_subclass"),
+    ("torch._tensor", "_rebuild_from_type_v2"),
+    ("torch.serialization", "_get_layout"),
+    ("_codecs", "encode"),  # numpy arrays' bytes in extra_state (RNG states)
+    ("numpy", "dtype"),
+    ("numpy", "ndarray"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.dtypes", "UInt32DType"),
+}
+
+
+class UnsafeGlobal(Exception):
+    """A pickle names a global no verl checkpoint holds: refused before it is imported."""
+
+
+def allowed(module: str, name: str) -> bool:
+    """True for the globals listed above, a tensor storage class or a dtype of ``torch``."""
+    if (module, name) in ALLOWED or (module, name) in STAND_INS:
+        return True
+    if module == "torch" and name.endswith("Storage") and name.isidentifier():
+        return True
+    if module == "torch" and not name.startswith("_"):
+        import torch
+
+        return isinstance(getattr(torch, name, None), torch.dtype)
+    return False
+
+
+class CheckedUnpickler(pickle.Unpickler):
+    """The default unpickler, refusing every global :func:`allowed` does not accept."""
+
     def find_class(self, module: str, name: str) -> Any:
+        if not allowed(module, name):
+            raise UnsafeGlobal(f"{module}.{name}")
+        return super().find_class(module, name)
+
+
+class _Unpickler(CheckedUnpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if not allowed(module, name):
+            raise UnsafeGlobal(f"{module}.{name}")
         if (module, name) in STAND_INS:
             return _record_type(name)
         if (module, name) == ("torch._tensor", "_rebuild_from_type_v2"):
@@ -120,12 +169,16 @@ class _Unpickler(pickle.Unpickler):
 
 # torch.load(pickle_module=...) asks the module for Unpickler (and load); nothing else changes.
 PICKLE_MODULE = types.SimpleNamespace(Unpickler=_Unpickler, load=pickle.load, __name__="portable")
+CHECKED = types.SimpleNamespace(Unpickler=CheckedUnpickler, load=pickle.load, __name__="checked")
 
 
 def load_shard(path: Path) -> dict[str, Any]:
     import torch
 
-    return torch.load(path, map_location="cpu", weights_only=False, pickle_module=PICKLE_MODULE)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False, pickle_module=PICKLE_MODULE)
+    except UnsafeGlobal as err:
+        raise PortableError(f"{path}: refused to load, its pickle names the global {err}") from None
 
 
 def _placement(shard: LocalShard, key: str) -> int | None:
@@ -218,7 +271,7 @@ def loads_here(shard: Path) -> bool:
     level = mesh_log.level
     mesh_log.setLevel(logging.ERROR)
     try:
-        torch.load(shard, map_location="cpu", weights_only=False)
+        torch.load(shard, map_location="cpu", weights_only=False, pickle_module=CHECKED)
     except Exception:  # any unpickling failure: a class or attribute this torch does not have
         return False
     finally:
