@@ -624,3 +624,32 @@ def test_crafted_shard_is_refused_without_running_code(tmp_path):
         collections.OrderedDict(w=torch.ones(3, dtype=torch.bfloat16), n=torch.Size([3])), plain
     )
     assert portable.load_shard(plain)["w"].dtype == torch.bfloat16 and portable.loads_here(plain)
+
+
+def test_written_by_reads_the_launch_that_logged_the_step_not_mtimes(tmp_path):
+    import os
+    import shutil
+
+    import yaml
+
+    from verl_gsm8k.merge import portable
+
+    run = tmp_path / "run"
+    (run / "launches").mkdir(parents=True)
+    (run / "metrics").mkdir()
+    for stamp, torch_version, first in (
+        ("20260101T000000Z", "2.8.0", 0),
+        ("20260102T000000Z", "2.9.0", 15),
+    ):
+        record = {"format": 1, "stamp": stamp, "versions": {"torch": torch_version}, "config": {}}
+        (run / "launches" / f"launch-{stamp}.yaml").write_text(yaml.safe_dump(record))
+        (run / "metrics" / f"metrics-{stamp}.jsonl").write_text(
+            f'{{"step": {first}, "data": {{}}}}\n'
+        )
+    for step in (10, 20):
+        (run / f"global_step_{step}").mkdir()
+        os.utime(run / f"global_step_{step}", (0, 0))  # a copy's reset mtimes must not matter
+    assert portable.written_by(run, run / "global_step_10") == "2.8.0"
+    assert portable.written_by(run, run / "global_step_20") == "2.9.0"
+    shutil.rmtree(run / "metrics")
+    assert portable.written_by(run, run / "global_step_10") is None  # two launches, no metrics

@@ -19,7 +19,6 @@ verl's merger with one line naming both torch versions and where to merge instea
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import pickle
 import shutil
@@ -244,8 +243,10 @@ def torch_here() -> str:
 
 
 def written_by(run_dir: Path | None, step_dir: Path) -> str | None:
-    """The torch version of the launch that wrote ``step_dir``: the run's last launch record
-    stamped before the checkpoint (verl_gsm8k/launch); None without records."""
+    """The torch version of the launch that wrote ``step_dir`` (``global_step_N``): the latest
+    launch record whose metrics file (``metrics/metrics-<stamp>.jsonl``) logged a step at or
+    before N, the only record when none did; None without records. Not folder modification times,
+    which a copied run directory resets."""
     if run_dir is None:
         return None
     from verl_gsm8k.launch.record import RecordError, read_records
@@ -254,10 +255,35 @@ def written_by(run_dir: Path | None, step_dir: Path) -> str | None:
         records = read_records(run_dir)
     except RecordError:
         return None
-    saved = dt.datetime.fromtimestamp(step_dir.stat().st_mtime, dt.timezone.utc)
-    stamp = saved.strftime("%Y%m%dT%H%M%SZ")
-    before = [r for r in records if str(r.get("stamp", "")) <= stamp] or records
-    version = (before[-1].get("versions") or {}).get("torch") if before else None
+    try:
+        step = int(step_dir.name.removeprefix("global_step_"))
+    except ValueError:
+        step = None
+
+    def first_step(record: dict) -> int | None:
+        path = Path(run_dir) / "metrics" / f"metrics-{record.get('stamp')}.jsonl"
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            return None
+        for line in lines:
+            try:
+                value = json.loads(line).get("step")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(value, int):
+                return value
+        return None
+
+    starts = [(first_step(r), r) for r in records]
+    before = [r for first, r in starts if step is not None and first is not None and first <= step]
+    if before:
+        chosen = before[-1]
+    elif len(records) == 1:
+        chosen = records[0]
+    else:
+        return None
+    version = (chosen.get("versions") or {}).get("torch")
     return str(version) if version else None
 
 
