@@ -219,8 +219,11 @@ def test_sampled_evaluation_reports_mean_and_pass_at_k(eval_env, small_gsm8k, tm
         requests = list(server.requests)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert len(requests) == 9 and {r["temperature"] for r in requests} == {0.7}
+    # top_p/top_k as verl's rollout reach the server: else it takes generation_config.json's
+    assert {(r.get("top_p"), r.get("top_k")) for r in requests} == {(1.0, -1)}
     row = result(load_summary(out), "stub-model", "training")
     assert row["n"] == 3 and row["generation"]["samples_per_question"] == 3
+    assert row["generation"]["top_p"] == 1.0 and row["generation"]["top_k"] == -1
     assert row["accuracy"] == pytest.approx(2 / 3, abs=1e-4)
     assert row["pass_at_k"] == pytest.approx(2 / 3, abs=1e-4)
     assert row["our_reward_accuracy"] == pytest.approx(2 / 3)
@@ -241,6 +244,8 @@ def test_checkpoint_sweep_refuses_what_it_cannot_do(eval_env, tmp_path):
     assert proc.returncode == 2 and "not a directory" in proc.stderr
     proc = run_eval("--model", tmp_path, "--samples-per-question", 2, "--temperature", 0)
     assert proc.returncode == 2 and "--temperature must be > 0" in proc.stderr
+    proc = run_eval("--model", tmp_path, "--samples-per-question", 2, "--top-k", 0)
+    assert proc.returncode == 2 and "--top-k must be" in proc.stderr
 
 
 VLLM_CPU = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
@@ -511,7 +516,7 @@ def test_help_explains_flags(eval_env):
     assert proc.returncode == 0
     for flag in ("--model", "--baseline", "--modes", "--backend", "--api-url", "--api-model",
                  "--data", "--limit", "--max-tokens", "--batch-size", "--out", "--run",
-                 "--samples-per-question", "--temperature"):  # fmt: skip
+                 "--samples-per-question", "--temperature", "--top-p", "--top-k"):  # fmt: skip
         assert flag in proc.stdout, flag
     text = EVAL_SH.read_text()
     assert "set -euo pipefail" in text and "EVAL_PYTHON=${EVAL_PYTHON:-" in text
@@ -600,3 +605,31 @@ def test_model_specs_baseline_and_deltas():
     assert results[3]["delta_vs_baseline"] == pytest.approx(0.05)  # same mode only
     assert results[3]["our_reward_delta_vs_baseline"] is None
     assert results[4]["delta_vs_baseline"] is None
+
+
+def test_rescore_pass_at_k_unbiased_per_row_and_flags_short_questions(tmp_path, capsys):
+    from data_prep.gsm8k import ground_truth
+
+    (q0, a0), (q1, a1) = TEST_ROWS[0], TEST_ROWS[1]
+    rows = [{"question": q0, "answer": a0}, {"question": q0, "answer": a0}]  # same text twice
+    rows.append({"question": q1, "answer": a1})
+    right, wrong = STUB_ANSWERS[q0], "I do not know.\n#### 987654"
+    answers = [(0, right), (0, wrong), (0, wrong), (1, wrong), (1, wrong), (1, wrong), (2, right)]
+    records = []
+    for index, text in answers:
+        record = json.loads(json.dumps(PREDICTION))
+        record["index"] = index
+        record["messages"][0]["content"] = build_prompt(rows[index]["question"], "hash")
+        record["model_output"]["choices"][0]["message"]["content"] = text
+        records.append(record)
+    path = tmp_path / "pred.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    scored = scoring.rescore(path, rows, scoring.load_reward(), ground_truth, k=2)
+    # row 0: n=3, c=1: 1 - C(2,2)/C(3,2) = 2/3; row 1: 0; row 2 has 1 answer < k: flagged, left out
+    assert scored["questions"] == 3
+    assert scored["pass_at_k"] == pytest.approx((2 / 3 + 0.0) / 2)
+    assert scored["short_questions"] == [2]
+    assert "fewer than 2 scored answers" in capsys.readouterr().err
+    assert scoring.pass_at_k([1.0, 0.0, 0.0, 0.0], 2) == pytest.approx(1 - 3 / 6)
+    with pytest.raises(ValueError):
+        scoring.pass_at_k([1.0], 2)

@@ -590,3 +590,66 @@ def test_the_portable_reader_refuses_what_it_cannot_join_in_one_line():
     spec.state = {"placements": (_record_type("Partial")(),)}
     with pytest.raises(PortableError, match="placement Partial"):
         _placement(LocalShard(None, spec), "w")
+
+
+class _Planted:
+    """Pickles as a call of os.system: what a crafted shard in a shared run directory could hold."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_crafted_shard_is_refused_without_running_code(tmp_path):
+    import collections
+
+    import torch
+
+    from verl_gsm8k.merge import portable
+
+    marker = tmp_path / "ran"
+    crafted = tmp_path / "model_world_size_1_rank_0.pt"
+    torch.save({"w": torch.zeros(2), "x": _Planted(marker)}, crafted)
+    with pytest.raises(portable.PortableError) as err:
+        portable.load_shard(crafted)
+    assert str(err.value).count("\n") == 0 and str(crafted) in str(err.value)
+    assert "posix.system" in str(err.value) or "os.system" in str(err.value)
+    assert not portable.loads_here(crafted) and not marker.exists()
+    plain = tmp_path / "plain.pt"  # tensors, sizes, dtypes, an OrderedDict: still load
+    torch.save(
+        collections.OrderedDict(w=torch.ones(3, dtype=torch.bfloat16), n=torch.Size([3])), plain
+    )
+    assert portable.load_shard(plain)["w"].dtype == torch.bfloat16 and portable.loads_here(plain)
+
+
+def test_written_by_reads_the_launch_that_logged_the_step_not_mtimes(tmp_path):
+    import os
+    import shutil
+
+    import yaml
+
+    from verl_gsm8k.merge import portable
+
+    run = tmp_path / "run"
+    (run / "launches").mkdir(parents=True)
+    (run / "metrics").mkdir()
+    for stamp, torch_version, first in (
+        ("20260101T000000Z", "2.8.0", 0),
+        ("20260102T000000Z", "2.9.0", 15),
+    ):
+        record = {"format": 1, "stamp": stamp, "versions": {"torch": torch_version}, "config": {}}
+        (run / "launches" / f"launch-{stamp}.yaml").write_text(yaml.safe_dump(record))
+        (run / "metrics" / f"metrics-{stamp}.jsonl").write_text(
+            f'{{"step": {first}, "data": {{}}}}\n'
+        )
+    for step in (10, 20):
+        (run / f"global_step_{step}").mkdir()
+        os.utime(run / f"global_step_{step}", (0, 0))  # a copy's reset mtimes must not matter
+    assert portable.written_by(run, run / "global_step_10") == "2.8.0"
+    assert portable.written_by(run, run / "global_step_20") == "2.9.0"
+    shutil.rmtree(run / "metrics")
+    assert portable.written_by(run, run / "global_step_10") is None  # two launches, no metrics

@@ -235,6 +235,22 @@ def build_parser() -> argparse.ArgumentParser:
         "rollout temperature); greedy evaluation ignores it",
     )
     parser.add_argument(
+        "--top-p",
+        type=float,
+        default=1.0,
+        help="nucleus sampling with --samples-per-question > 1 (default 1.0: off, as verl's "
+        "rollout); sent explicitly, since otherwise the server takes the model's "
+        "generation_config.json (Qwen2.5-Instruct: 0.8)",
+    )
+    parser.add_argument(
+        "--top-k",
+        type=int,
+        default=-1,
+        help="top-k sampling with --samples-per-question > 1 (default -1: off, as verl's "
+        "rollout); sent explicitly, since otherwise the server takes the model's "
+        "generation_config.json (Qwen2.5-Instruct: 20)",
+    )
+    parser.add_argument(
         "--vllm-bin",
         default=os.environ.get("VLLM_BIN") or str(ROOT / ".venv" / "bin" / "vllm"),
         help="the vllm executable (default: $VLLM_BIN or <repo>/.venv/bin/vllm: the training "
@@ -271,6 +287,10 @@ def parse_settings(args: argparse.Namespace) -> tuple[Settings, list[ModelSpec]]
         value = getattr(args, name)
         if value is not None and value < (0 if name == "samples" else 1):
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if not 0 < args.top_p <= 1:
+        raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
+    if args.top_k == 0 or args.top_k < -1:
+        raise UsageError(f"--top-k must be -1 (off) or positive, got {args.top_k}")
     if args.samples_per_question > 1 and not args.temperature > 0:
         raise UsageError(f"--temperature must be > 0 to sample answers, got {args.temperature}")
     specs = parse_model_specs(args.model)
@@ -312,6 +332,8 @@ def parse_settings(args: argparse.Namespace) -> tuple[Settings, list[ModelSpec]]
         out=out,
         repeats=args.samples_per_question,
         temperature=args.temperature if args.samples_per_question > 1 else 0.0,
+        top_p=args.top_p,
+        top_k=args.top_k,
     )
     return settings, specs
 

@@ -55,3 +55,5 @@ class Settings:
     out: Path
     repeats: int = 1  # answers sampled per question (--samples-per-question); 1: greedy
     temperature: float = 0.0  # sampling temperature when repeats > 1
+    top_p: float = 1.0  # nucleus sampling when repeats > 1 (verl's rollout: 1.0, off)
+    top_k: int = -1  # top-k sampling when repeats > 1 (verl's rollout: -1, off)

@@ -92,7 +92,13 @@ def run_evalscope(
         # the mean over all answers (mean@k) and pass@n for n <= k; the mean stays the headline
         from evalscope.api.metric.semantics import MetricSelector
 
-        generation.update(do_sample=True, temperature=settings.temperature)
+        # top_p/top_k as verl's rollout (1.0 / -1: off) unless asked: left out, the server and
+        # transformers take them from the model's generation_config.json (Qwen2.5-Instruct: 0.8
+        # and 20), a narrower distribution than the mean@N of training; transformers' "off" is 0
+        top_k = settings.top_k if settings.top_k > 0 or api_url else 0
+        generation.update(
+            do_sample=True, temperature=settings.temperature, top_p=settings.top_p, top_k=top_k
+        )
         dataset_args.update(
             aggregation="mean_and_pass_at_k",
             primary_metric=MetricSelector(name="accuracy", aggregation="mean"),
@@ -214,6 +220,7 @@ def evaluate_one(
             "temperature": settings.temperature if settings.repeats > 1 else 0.0,
             "do_sample": settings.repeats > 1,
             "samples_per_question": settings.repeats,
+            **({"top_p": settings.top_p, "top_k": settings.top_k} if settings.repeats > 1 else {}),
             "repetition_penalty": REPETITION_PENALTY,
             "batch_size": batch_size(settings, api_url),
             **({"dtype": settings.dtype} if backend == "transformers" else {}),
@@ -251,7 +258,9 @@ def evaluate_one(
         result["pass_at_k"] = report["pass_at_k"].get(settings.repeats)
     ours = None
     if mode == "training":
-        rescored = rescore(predictions, rows["test"], compute_score, ground_truth)
+        rescored = rescore(
+            predictions, rows["test"], compute_score, ground_truth, k=settings.repeats
+        )
         ours = rescored["per_index"]
         result.update(
             our_reward_accuracy=rescored["accuracy"],
@@ -260,6 +269,8 @@ def evaluate_one(
         )
         if settings.repeats > 1:
             result["our_reward_pass_at_k"] = rescored["pass_at_k"]
+            if rescored["short_questions"]:  # fewer than k answers scored: not in pass@k
+                result["our_reward_short_questions"] = rescored["short_questions"]
         if rescored["unmatched"]:
             result["our_reward_unmatched"] = rescored["unmatched"]
     samples = out / "samples" / f"{spec.label}-{mode}.md"

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +61,25 @@ def match_row(record: dict, rows: list[dict]) -> dict | None:
     return max(hits, key=lambda r: len(r["question"])) if hits else None
 
 
-def rescore(predictions: Path, rows: list[dict], compute_score, ground_truth) -> dict:
+def pass_at_k(answers: list[float], k: int) -> float:
+    """The unbiased pass@k of one question: ``1 - C(n-c, k) / C(n, k)`` with ``n`` the answers
+    scored and ``c`` the right ones (Chen et al. 2021); needs ``n >= k``."""
+    n, c = len(answers), sum(1 for a in answers if a > 0)
+    if n < k:
+        raise ValueError(f"pass@{k} needs at least {k} answers, got {n}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def rescore(predictions: Path, rows: list[dict], compute_score, ground_truth, k: int = 1) -> dict:
     """Re-score EvalScope's saved predictions with our reward: accuracy (the mean over every
     answer: mean@k when several were sampled per question), format rate, answers ``n``,
-    ``questions``, and ``pass_at_k`` (the share of questions with at least one right answer)."""
+    ``questions``, ``pass_at_k`` (the mean over questions of the unbiased pass@k, from the
+    answers actually scored) and ``short_questions`` (row positions of questions with fewer than
+    ``k`` scored answers: left out of pass@k, and named on stderr). Answers are grouped by the
+    dataset row they match, so two questions with the same text stay two questions."""
     scores: dict[int, dict] = {}
-    by_question: dict[str, list[float]] = {}
+    by_question: dict[int, list[float]] = {}
+    position = {id(row): i for i, row in enumerate(rows)}
     unmatched = 0
     for record in read_jsonl(predictions):
         row = match_row(record, rows)
@@ -77,15 +92,24 @@ def rescore(predictions: Path, rows: list[dict], compute_score, ground_truth) ->
             ground_truth=ground_truth(row["answer"]),
         )
         scores[int(record.get("index", len(scores)))] = result
-        by_question.setdefault(row["question"], []).append(result["acc"])
+        by_question.setdefault(position[id(row)], []).append(result["acc"])
     n, questions = len(scores), len(by_question)
+    short = sorted(i for i, a in by_question.items() if len(a) < k)
+    if short:
+        print(
+            f"warning: {predictions}: {len(short)} question(s) with fewer than {k} scored "
+            f"answers (rows {short[:10]}) left out of pass@{k}",
+            file=sys.stderr,
+        )
+    full = [pass_at_k(a, k) for i, a in by_question.items() if len(a) >= k]
     return {
         "n": n,
         "questions": questions,
         "unmatched": unmatched,
         "accuracy": sum(s["acc"] for s in scores.values()) / n if n else None,
         "format_rate": sum(s["format"] for s in scores.values()) / n if n else None,
-        "pass_at_k": sum(max(a) for a in by_question.values()) / questions if questions else None,
+        "pass_at_k": sum(full) / len(full) if full else None,
+        "short_questions": short,
         "per_index": scores,
     }
 

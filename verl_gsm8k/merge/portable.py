@@ -19,7 +19,6 @@ verl's merger with one line naming both torch versions and where to merge instea
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import pickle
 import shutil
@@ -107,8 +106,57 @@ def _rebuild_wrapper(cls: Any, *args: Any) -> Any:
     return torch._utils._rebuild_wrapper_subclass(cls, *args)
 
 
-class _Unpickler(pickle.Unpickler):
+# Every other global an FSDP shard of verl names (read from the model, optim and extra_state
+# shards of /work/fixtures/learn_*/global_step_*/actor, torch 2.x): anything else is refused, so a
+# crafted shard in a shared run directory cannot run code (os.system, builtins.exec...).
+ALLOWED = {
+    ("collections", "OrderedDict"),
+    ("torch", "Size"),
+    ("torch", "device"),
+    ("torch._utils", "_rebuild_tensor_v2"),
+    ("torch._utils", "_rebuild_parameter"),
+    ("torch._utils", "_rebuild_wrapper_subclass"),
+    ("torch._tensor", "_rebuild_from_type_v2"),
+    ("torch.serialization", "_get_layout"),
+    ("_codecs", "encode"),  # numpy arrays' bytes in extra_state (RNG states)
+    ("numpy", "dtype"),
+    ("numpy", "ndarray"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.dtypes", "UInt32DType"),
+}
+
+
+class UnsafeGlobal(Exception):
+    """A pickle names a global no verl checkpoint holds: refused before it is imported."""
+
+
+def allowed(module: str, name: str) -> bool:
+    """True for the globals listed above, a tensor storage class or a dtype of ``torch``."""
+    if (module, name) in ALLOWED or (module, name) in STAND_INS:
+        return True
+    if module == "torch" and name.endswith("Storage") and name.isidentifier():
+        return True
+    if module == "torch" and not name.startswith("_"):
+        import torch
+
+        return isinstance(getattr(torch, name, None), torch.dtype)
+    return False
+
+
+class CheckedUnpickler(pickle.Unpickler):
+    """The default unpickler, refusing every global :func:`allowed` does not accept."""
+
     def find_class(self, module: str, name: str) -> Any:
+        if not allowed(module, name):
+            raise UnsafeGlobal(f"{module}.{name}")
+        return super().find_class(module, name)
+
+
+class _Unpickler(CheckedUnpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if not allowed(module, name):
+            raise UnsafeGlobal(f"{module}.{name}")
         if (module, name) in STAND_INS:
             return _record_type(name)
         if (module, name) == ("torch._tensor", "_rebuild_from_type_v2"):
@@ -120,12 +168,16 @@ class _Unpickler(pickle.Unpickler):
 
 # torch.load(pickle_module=...) asks the module for Unpickler (and load); nothing else changes.
 PICKLE_MODULE = types.SimpleNamespace(Unpickler=_Unpickler, load=pickle.load, __name__="portable")
+CHECKED = types.SimpleNamespace(Unpickler=CheckedUnpickler, load=pickle.load, __name__="checked")
 
 
 def load_shard(path: Path) -> dict[str, Any]:
     import torch
 
-    return torch.load(path, map_location="cpu", weights_only=False, pickle_module=PICKLE_MODULE)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False, pickle_module=PICKLE_MODULE)
+    except UnsafeGlobal as err:
+        raise PortableError(f"{path}: refused to load, its pickle names the global {err}") from None
 
 
 def _placement(shard: LocalShard, key: str) -> int | None:
@@ -191,8 +243,10 @@ def torch_here() -> str:
 
 
 def written_by(run_dir: Path | None, step_dir: Path) -> str | None:
-    """The torch version of the launch that wrote ``step_dir``: the run's last launch record
-    stamped before the checkpoint (verl_gsm8k/launch); None without records."""
+    """The torch version of the launch that wrote ``step_dir`` (``global_step_N``): the latest
+    launch record whose metrics file (``metrics/metrics-<stamp>.jsonl``) logged a step at or
+    before N, the only record when none did; None without records. Not folder modification times,
+    which a copied run directory resets."""
     if run_dir is None:
         return None
     from verl_gsm8k.launch.record import RecordError, read_records
@@ -201,10 +255,35 @@ def written_by(run_dir: Path | None, step_dir: Path) -> str | None:
         records = read_records(run_dir)
     except RecordError:
         return None
-    saved = dt.datetime.fromtimestamp(step_dir.stat().st_mtime, dt.timezone.utc)
-    stamp = saved.strftime("%Y%m%dT%H%M%SZ")
-    before = [r for r in records if str(r.get("stamp", "")) <= stamp] or records
-    version = (before[-1].get("versions") or {}).get("torch") if before else None
+    try:
+        step = int(step_dir.name.removeprefix("global_step_"))
+    except ValueError:
+        step = None
+
+    def first_step(record: dict) -> int | None:
+        path = Path(run_dir) / "metrics" / f"metrics-{record.get('stamp')}.jsonl"
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            return None
+        for line in lines:
+            try:
+                value = json.loads(line).get("step")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(value, int):
+                return value
+        return None
+
+    starts = [(first_step(r), r) for r in records]
+    before = [r for first, r in starts if step is not None and first is not None and first <= step]
+    if before:
+        chosen = before[-1]
+    elif len(records) == 1:
+        chosen = records[0]
+    else:
+        return None
+    version = (chosen.get("versions") or {}).get("torch")
     return str(version) if version else None
 
 
@@ -218,7 +297,7 @@ def loads_here(shard: Path) -> bool:
     level = mesh_log.level
     mesh_log.setLevel(logging.ERROR)
     try:
-        torch.load(shard, map_location="cpu", weights_only=False)
+        torch.load(shard, map_location="cpu", weights_only=False, pickle_module=CHECKED)
     except Exception:  # any unpickling failure: a class or attribute this torch does not have
         return False
     finally:
