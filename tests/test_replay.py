@@ -124,7 +124,12 @@ def test_replay_page_shows_the_loop_for_a_grpo_group(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     assert "replay (per token)" in result.stdout and "rollout browser" in result.stdout
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["pages"] == {"replay": "replay.html", "rollouts": "rollouts.html", "issues": []}
+    assert summary["pages"] == {
+        "replay": "replay.html",
+        "rollouts": "rollouts.html",
+        "questions": "questions/questions.html",  # the run's validation dumps, question by question
+        "issues": [],
+    }
     page = tmp_path / "out" / "replay.html"
     dom = chromium_dom(f"{page.as_uri()}#step=3&sample=1&token=6", tmp_path)
     tokens = re.findall(r'<span class="tok[^"]*" tabindex="0" data-i="(\d+)" data-adv="([^"]*)" '
