@@ -38,7 +38,7 @@ format:  ## apply ruff fixes and formatting
 # (tests/conftest.py, SERIAL_FILES).
 TEST_WORKERS ?= 2
 
-test: lint  ## lint, then the whole CPU test suite, real CPU training included (docs/testing.md)
+test: lint  ## lint, then the whole CPU test suite, real CPU training included (~43 min on 2 cores; docs/testing.md)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast:  ## the suite without the slow tests (no training runs): for iteration, not for CI
