@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 
-from rewards.gsm8k import HEDGED, _flexible_answer, _marker_answer, _tail, compute_score
+from rewards.gsm8k import HEDGED, _marker_answer, _tail, compute_score, compute_score_flexible
 
 FILTERS = (
     "learned",
@@ -38,15 +37,14 @@ class Column:
     cells: dict[tuple[str, str], Cell]
 
 
-def _read_answer(text: str) -> tuple[str, Fraction | None, bool]:
+def _read_answer(text: str) -> str:
+    """The answer the reward read: the number after the last marker, "hedged" when it holds
+    several values, "" when there is none (rewards/gsm8k.py's own reading)."""
     tail, _ = _tail(text)
     marker = _marker_answer(tail)
-    flexible = _flexible_answer(tail) if marker is None else marker
     if marker is HEDGED:
-        return "hedged", None, False
-    read = "" if marker is None else str(marker)
-    flex = flexible if isinstance(flexible, Fraction) else None
-    return read, flex, isinstance(marker, Fraction)
+        return "hedged"
+    return "" if marker is None else str(marker)
 
 
 def _question(prompt: str) -> str:
@@ -78,7 +76,7 @@ def load_validation(path: Path, label: str | None = None) -> Column:
 
 
 def _column(path: Path, rows: list, label: str) -> Column:
-    grouped: dict[tuple[str, str], list[tuple[float, str, Fraction | None, str]]] = {}
+    grouped: dict[tuple[str, str], list[tuple[float, str, bool, str]]] = {}
     for number, row in enumerate(rows, 1):
         try:
             key = (_question(str(row["input"])), str(row["gts"]))
@@ -86,22 +84,19 @@ def _column(path: Path, rows: list, label: str) -> Column:
             acc = float(row.get("acc", row.get("score", 0.0)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InputError(f"{path}: row {number}: not a validation row ({exc})") from exc
-        read, flex, _ = _read_answer(output)
-        grouped.setdefault(key, []).append((acc, read, flex, output))
+        flexible = compute_score_flexible("openai/gsm8k", output, key[1])["acc"] == 1.0
+        grouped.setdefault(key, []).append((acc, _read_answer(output), flexible, output))
     if not grouped:
         raise InputError(f"{path}: no rows")
-    cells = {}
-    for key, answers in grouped.items():
-        try:
-            truth: Fraction | None = Fraction(key[1].replace(",", ""))
-        except (ValueError, ZeroDivisionError):
-            truth = None
-        cells[key] = Cell(
+    cells = {
+        key: Cell(
             share=sum(a[0] for a in answers) / len(answers),
             read=answers[0][1],
-            flexible_right=any(a[2] is not None and a[2] == truth for a in answers),
+            flexible_right=any(a[2] for a in answers),
             responses=[a[3] for a in answers],
         )
+        for key, answers in grouped.items()
+    }
     return Column(label, cells)
 
 
