@@ -107,7 +107,7 @@ def _rebuild_wrapper(cls: Any, *args: Any) -> Any:
 
 
 # Every other global an FSDP shard of verl names (read from the model, optim and extra_state
-# shards of /work/fixtures/learn_*/global_step_*/actor, torch 2.x): anything else is refused, so a
+# shards of the learning runs, tests/learn_runs.py, torch 2.x): anything else is refused, so a
 # crafted shard in a shared run directory cannot run code (os.system, builtins.exec...).
 ALLOWED = {
     ("collections", "OrderedDict"),
