@@ -23,6 +23,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from browser import plot_series, render, require_chromium
 from helpers import ROOT, merge_run, require_path
 from learn_runs import STEPS, WARM_START, Learned, toy_dir, warm_start_dir
@@ -84,6 +85,26 @@ def test_grpo_runs_without_a_critic_and_charges_kl_as_a_loss(learned_grpo: Learn
     trained = [m for s, m in learned_grpo.steps.items() if s >= 1]
     assert all("actor/kl_loss" in m and "critic/vf_loss" not in m for m in trained)
     assert VAL in learned_grpo.steps[0]
+
+
+def test_the_preflights_checkpoint_size_is_the_runs(learned_ppo: Learned):
+    """verl_gsm8k/preflight/checkpoints.py's size of one global_step_N/ against the one the PPO
+    learning run wrote (actor and critic: fp32 weights and Adam states), within 5 %."""
+    from omegaconf import OmegaConf
+    from transformers import AutoConfig
+
+    from verl_gsm8k.preflight.checkpoints import checkpoint_bytes
+
+    (record,) = (learned_ppo.run_dir / "launches").glob("launch-*.yaml")
+    cfg = OmegaConf.create(yaml.safe_load(record.read_text())["config"])
+    step = learned_ppo.run_dir / "global_step_10"
+    hf = {
+        role: AutoConfig.from_pretrained(step / role / "huggingface")
+        for role in ("actor", "critic")
+    }
+    written = sum(p.stat().st_size for p in step.rglob("*_world_size_*.pt"))
+    estimated = checkpoint_bytes(cfg, hf)
+    assert abs(estimated - written) <= 0.05 * written, (estimated, written)
 
 
 def answers(run: Learned, step: int) -> list[dict]:

@@ -142,6 +142,14 @@ MISTAKES = {
         ["reward.custom_reward_function.path=/nonexistent/reward.py"],
         "reward file /nonexistent/reward.py does not exist",
     ),
+    "async save on FSDP (no tracker: a relaunch starts over)": (
+        ["actor_rollout_ref.actor.checkpoint.async_save=True"],
+        "actor.checkpoint.async_save=true with strategy fsdp2",
+    ),
+    "more checkpoints kept than the disk holds": (
+        ["trainer.max_actor_ckpt_to_keep=1000000000", "trainer.save_freq=1"],
+        "the disk fills before the run ends",
+    ),
     "prompts too long with truncation=error": (
         ["data.max_prompt_length=20", "data.filter_overlong_prompts=False"],
         "prompts exceed max_prompt_length 20",
@@ -368,3 +376,9 @@ def test_calculate_entropy_is_a_costly_warning(base_overrides):
     warned = [line for line in report.lines if "[warn] keys:" in line]
     assert report.errors == 0 and len(warned) == 1, "\n".join(report.lines)
     assert "both trainers log actor/entropy without it" in warned[0]
+
+
+def test_checkpoint_size_and_free_space_are_said(base_overrides):
+    report = run_preflight(base_overrides + ["trainer.max_actor_ckpt_to_keep=2"])
+    (line,) = [x for x in report.lines if "] checkpoint:" in x]
+    assert "[ok] checkpoint:" in line and "x 2 kept" in line and "GiB free at" in line, line

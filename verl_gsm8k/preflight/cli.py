@@ -36,6 +36,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from verl_gsm8k.preflight.checkpoints import check_async_save, check_disk
 from verl_gsm8k.preflight.compose import (
     LegacyKeys,
     compose,
@@ -419,8 +420,11 @@ def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | N
     check_device(cfg, need_critic(cfg), report)
     check_lora(cfg, need_critic(cfg), report)
     check_trace(cfg, report)
+    check_async_save(cfg, report)
     loaded = check_models(cfg, report)
     tokenizer, hf_configs = loaded if loaded else (None, None)
+    if hf_configs:
+        check_disk(cfg, hf_configs, report)
     first_prompt = check_data(cfg, tokenizer, report)
     check_reward(cfg, report, first_prompt)
     check_gpus(cfg, hf_configs, report)
