@@ -375,8 +375,17 @@ prune_checkpoints() {
   while IFS= read -r step; do steps+=("$step"); done < <(
     find "$RUN_DIR" -maxdepth 1 -type d -name 'global_step_*' -printf '%f\n' |
       sed -n 's/^global_step_\([0-9][0-9]*\)$/\1/p' | sort -n)
+  # The step the tracker names is what a relaunch resumes from: never removed, whatever its age.
+  local tracked=""
+  if [[ -f "$RUN_DIR/latest_checkpointed_iteration.txt" ]]; then
+    tracked=$(tr -d '[:space:]' <"$RUN_DIR/latest_checkpointed_iteration.txt")
+  fi
   local drop=$(( ${#steps[@]} - MAX_CKPT_TO_KEEP )) i
   for (( i = 0; i < drop; i++ )); do
+    if [[ "${steps[i]}" == "$tracked" ]]; then
+      echo "recipe: MAX_CKPT_TO_KEEP=$MAX_CKPT_TO_KEEP: keeping $RUN_DIR/global_step_${steps[i]}: latest_checkpointed_iteration.txt names it"
+      continue
+    fi
     echo "recipe: MAX_CKPT_TO_KEEP=$MAX_CKPT_TO_KEEP: removing $RUN_DIR/global_step_${steps[i]}"
     rm -rf -- "$RUN_DIR/global_step_${steps[i]}"
   done

@@ -450,3 +450,20 @@ def test_with_flash_attn_nothing_changes_on_a_gpu(tiny_model_dir, prepared_gsm8k
     assert get(cfg, "actor_rollout_ref.model.use_remove_padding") is True
     assert "attn_implementation" not in get(cfg, "critic.model.override_config")
     assert "+attention=sdpa" not in result.stdout
+
+
+def test_pruning_never_removes_the_step_the_tracker_names(tmp_path):
+    """MAX_CKPT_TO_KEEP keeps the newest steps, and the one latest_checkpointed_iteration.txt
+    names (what a relaunch resumes from) even when it is older: common.sh's own function."""
+    run = tmp_path / "run"
+    for step in (2, 4, 6):
+        (run / f"global_step_{step}" / "actor").mkdir(parents=True)
+    (run / "latest_checkpointed_iteration.txt").write_text("2\n")
+    script = (
+        f"set -euo pipefail; RECIPE=t CONFIG_NAME=gsm8k_ppo DEFAULT_MODEL_PATH=unused; "
+        f'source "{ROOT}/recipes/common.sh"; RUN_DIR="{run}" MAX_CKPT_TO_KEEP=1 prune_checkpoints'
+    )
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in run.glob("global_step_*")) == ["global_step_2", "global_step_6"]
+    assert "keeping" in done.stdout and "latest_checkpointed_iteration.txt names it" in done.stdout
