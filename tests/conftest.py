@@ -132,3 +132,22 @@ def learned_ppo(learn_base: Path) -> Learned:
 def learned_grpo(learn_base: Path, learned_ppo: Learned) -> Learned:
     """ALGO=grpo, after PPO: one training run at a time, the warm start cached."""
     return learn(learn_base, "grpo")
+
+
+@pytest.fixture(scope="session")
+def whole_checkpoints(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A PPO run directory with whole checkpoints at steps 2 and 4 (the tracker naming 4): actor
+    and critic saved by verl's FSDP checkpoint manager at world size 2 (tests/test_merge.py), and
+    the dataloader's data.pt the trainer writes beside them. Copy it before changing anything."""
+    import shutil
+
+    import torch
+    from test_merge import STEP, save_checkpoints
+
+    base = save_checkpoints(tiny_model_dir, tmp_path_factory.mktemp("whole"), "ws2=2:actor,critic")
+    run = base / "ws2" / "run"
+    step_dir = run / f"global_step_{STEP}"
+    torch.save({"dataloader_state": {"epoch": 0, "index": STEP}}, step_dir / "data.pt")
+    shutil.copytree(step_dir, run / "global_step_4")
+    (run / "latest_checkpointed_iteration.txt").write_text("4")
+    return run

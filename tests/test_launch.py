@@ -4,6 +4,7 @@ common.sh with a stand-in for verl's entry point (test_recipes.fake_verl_python)
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,9 @@ def run_dir(env: dict[str, str]) -> Path:
     return Path(env["RUNS_ROOT"]) / RECIPE
 
 
-def fake_checkpoint(directory: Path, step: int) -> None:
-    (directory / f"global_step_{step}" / "actor").mkdir(parents=True)
+def place_checkpoint(source: Path, directory: Path, step: int) -> None:
+    """A whole checkpoint (tests/conftest.py's whole_checkpoints) as step STEP of DIRECTORY."""
+    shutil.copytree(source / "global_step_4", directory / f"global_step_{step}")
     (directory / "latest_checkpointed_iteration.txt").write_text(str(step))
 
 
@@ -58,9 +60,11 @@ def test_a_launch_records_its_config_knobs_versions_and_host(gpu_env, tmp_path):
     assert record["host"]["gpus"] == [{"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.6}]
 
 
-def test_same_config_resumes_a_different_one_stops_with_one_line(gpu_env, tmp_path):
+def test_same_config_resumes_a_different_one_stops_with_one_line(
+    gpu_env, whole_checkpoints, tmp_path
+):
     assert run_recipe(RECIPE, gpu_env).returncode == 0
-    fake_checkpoint(run_dir(gpu_env), 20)
+    place_checkpoint(whole_checkpoints, run_dir(gpu_env), 20)
     again = run_recipe(RECIPE, gpu_env)  # same experiment: resumes, a second record
     assert again.returncode == 0, again.stderr[-2000:]
     assert len(read_records(run_dir(gpu_env))) == 2
@@ -79,9 +83,9 @@ def test_same_config_resumes_a_different_one_stops_with_one_line(gpu_env, tmp_pa
     assert run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="1e-4")).returncode == 0
 
 
-def test_resume_disable_reaches_verl_and_starts_over(gpu_env, tmp_path):
+def test_resume_disable_reaches_verl_and_starts_over(gpu_env, whole_checkpoints, tmp_path):
     assert run_recipe(RECIPE, gpu_env).returncode == 0
-    fake_checkpoint(run_dir(gpu_env), 5)
+    place_checkpoint(whole_checkpoints, run_dir(gpu_env), 5)
     result = run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="3e-6", RESUME="disable"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "arg=trainer.resume_mode=disable" in (tmp_path / "verl-args.txt").read_text()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from verl_gsm8k.launch.record import STAMP, RecordError, build_record, read_records, write_record
 from verl_gsm8k.launch.resume import MODES, refusal
+from verl_gsm8k.launch.verify import NoWholeCheckpoint, resume_point
 
 PROG = "verl_gsm8k.launch"
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +50,13 @@ def composed(config_dir: Path, config_name: str, overrides: list[str]) -> dict:
         return OmegaConf.to_container(cfg, resolve=True)
     except Exception:  # an interpolation only verl's runtime can resolve: keep it as written
         return OmegaConf.to_container(cfg, resolve=False)
+
+
+def uses_critic(config: dict) -> bool:
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.utils import need_critic
+
+    return bool(need_critic(OmegaConf.create(config)))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,8 +128,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if stop:
             print(stop, file=sys.stderr)
             return 2
+        if args.trainer == "ppo" and args.resume != "disable":
+            roles = ("actor", "critic") if uses_critic(config) else ("actor",)
+            _, said = resume_point(args.run_dir, roles)
+            for line in said:
+                print(line)
         path = write_record(args.run_dir, record)
-    except RecordError as err:
+    except (RecordError, NoWholeCheckpoint) as err:
         print(f"launch: {err}", file=sys.stderr)
         return 2
     print(f"launch: recorded -> {path}")

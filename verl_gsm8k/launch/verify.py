@@ -1,0 +1,101 @@
+"""Before a relaunch resumes: the checkpoint verl will load is whole, or an earlier whole one is.
+
+verl 0.9.1 resumes from the step ``latest_checkpointed_iteration.txt`` names (trainer_base.py
+~850, ``find_latest_ckpt_path``) and stops with a traceback when one of its files is truncated
+(a job killed mid-save); with the tracker missing or empty it trains from scratch without a word.
+Before verl starts, every file verl loads from that step is checked (each rank's model, optim and
+extra_state shard, the Hugging Face config, data.pt: present, and each zip record's CRC intact).
+When the named step is not whole, the newest whole step before it is named instead (the tracker
+rewritten atomically, one line said); a missing or empty tracker is written for the newest whole
+step. No whole step at all is one line and exit 2: nothing is deleted, the damaged steps stay for
+inspection.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.merge.checkpoint import CheckpointError, _check_shard, check_checkpoint
+
+TRACKER = "latest_checkpointed_iteration.txt"
+STEP_DIR = re.compile(r"global_step_(\d+)")
+KINDS = ("model", "optim", "extra_state")
+
+
+class NoWholeCheckpoint(Exception):
+    """Checkpoints exist, none of them whole: the launch stops."""
+
+
+def steps_in(run_dir: Path) -> list[int]:
+    found = (STEP_DIR.fullmatch(p.name) for p in run_dir.iterdir() if p.is_dir())
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def problem(step_dir: Path, roles: tuple[str, ...]) -> str | None:
+    """Why verl could not resume from STEP_DIR, or None when every file it loads is whole."""
+    try:
+        for role in roles:
+            role_dir = step_dir / role
+            if not role_dir.is_dir():
+                return f"no {role}/ in {step_dir}"
+            ckpt = check_checkpoint(role_dir, role)  # model shards (CRC), fsdp_config, huggingface/
+            for kind in KINDS[1:]:
+                for rank in range(ckpt.world_size):
+                    shard = role_dir / f"{kind}_world_size_{ckpt.world_size}_rank_{rank}.pt"
+                    if not shard.is_file():
+                        return f"missing {shard.name} in {role_dir}"
+                    _check_shard(shard)
+        data = step_dir / "data.pt"
+        if not data.is_file():
+            return f"missing data.pt (the dataloader's position) in {step_dir}"
+        _check_shard(data)
+    except CheckpointError as err:
+        return str(err)
+    return None
+
+
+def tracked_step(run_dir: Path) -> int | None:
+    tracker = run_dir / TRACKER
+    if not tracker.is_file():
+        return None
+    text = tracker.read_text(encoding="utf-8", errors="replace").strip()
+    return int(text) if text.isdigit() else None
+
+
+def resume_point(run_dir: Path, roles: tuple[str, ...]) -> tuple[int | None, list[str]]:
+    """The step a relaunch resumes from (None: no checkpoint, training starts from scratch) and
+    the lines to say; the tracker is rewritten when it must change. NoWholeCheckpoint when there
+    are checkpoints and none is whole."""
+    if not run_dir.is_dir():
+        return None, []
+    steps = steps_in(run_dir)
+    if not steps:
+        return None, []
+    tracked = tracked_step(run_dir)
+    said: list[str] = []
+    if tracked is not None and tracked in steps:
+        why = problem(run_dir / f"global_step_{tracked}", roles)
+        if why is None:
+            return tracked, [f"resume: global_step_{tracked} is whole (every shard checked)"]
+        said.append(f"resume: global_step_{tracked}, which {TRACKER} names, is not whole: {why}")
+        candidates = [s for s in steps if s < tracked]
+    else:
+        state = "is missing" if not (run_dir / TRACKER).exists() else "names no step here"
+        said.append(
+            f"resume: {TRACKER} {state} (verl would train from scratch); looking for the newest "
+            "whole checkpoint"
+        )
+        candidates = steps
+    for step in reversed(candidates):
+        why = problem(run_dir / f"global_step_{step}", roles)
+        if why is None:
+            write_atomic(run_dir / TRACKER, f"{step}")
+            said.append(f"resume: from global_step_{step} instead ({TRACKER} now names it)")
+            return step, said
+        said.append(f"resume: global_step_{step} is not whole either: {why}")
+    raise NoWholeCheckpoint(
+        f"resume: no whole checkpoint in {run_dir} ({', '.join(said)}); nothing was deleted: "
+        "RESUME=disable starts over in this directory, a new EXPERIMENT_NAME in a new one"
+    )
