@@ -96,6 +96,10 @@ if [[ "$TRAINER" == ppo ]]; then
   ROLLOUT_N=${ROLLOUT_N:-1}
   # ---- knob: the per-token trace of a few responses per step (RUN_DIR/trace/; 0 = off) ----
   TRACE_SAMPLES=${TRACE_SAMPLES:-4}
+  # ---- knobs: the run's guard (verl_gsm8k/guard/, docs/reliability.md) ----
+  WATCHDOG=${WATCHDOG:-stop}                # stop | warn | off: a sick step (NaN, KL blow-up...)
+  KEEP_BEST=${KEEP_BEST:-1}                 # keep the checkpoint of the best validation score
+  BEST_METRIC=${BEST_METRIC:-val-core/openai/gsm8k/acc/mean@1}
 else
   # ---- knobs: SFT lengths and optimisation ----
   SFT_LR=${SFT_LR:-1e-5}                                # peak learning rate (cosine schedule)
@@ -108,6 +112,7 @@ TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-null}    # null: run TOTAL_EPOCHS
 SAVE_FREQ=${SAVE_FREQ:-20}
 TEST_FREQ=${TEST_FREQ:-5}
 MAX_CKPT_TO_KEEP=${MAX_CKPT_TO_KEEP:-3}
+STOP_GRACE_S=${STOP_GRACE_S:-30}   # after SIGTERM: seconds to finish the step and save (Slurm, k8s: 30)
 
 # ---- knobs: data and reward ----
 # PPO reads prompts (python -m data_prep.gsm8k), SFT chat transcripts (python -m data_prep.sft).
@@ -225,8 +230,8 @@ if [[ "$TRAIN_ON" == cpu ]]; then
     export RAY_prestart_worker_first_driver=${RAY_prestart_worker_first_driver:-0}
   fi
 fi
-if [[ "$TRAINER" == ppo && "$TRACE_SAMPLES" =~ ^[1-9][0-9]*$ ]]; then
-  VERL_MODULES+=(verl_gsm8k.verl_plugins.trace)     # registers the tracing trainer (verl_gsm8k/trace/)
+if [[ "$TRAINER" == ppo ]]; then
+  VERL_MODULES+=(verl_gsm8k.verl_plugins.trainer)   # registers the recipes' trainer (guard, trace)
 fi
 if [[ ${#VERL_MODULES[@]} -gt 0 ]]; then
   modules=$(IFS=,; echo "${VERL_MODULES[*]}")
@@ -283,11 +288,13 @@ if [[ "$TRAINER" == ppo ]]; then
   knob_key RUN_DIR trainer.rollout_data_dir "$(hydra_quote "$RUN_DIR/rollouts")"
   knob_key RUN_DIR trainer.validation_data_dir "$(hydra_quote "$RUN_DIR/validation")"
   knob_key LOGGER trainer.logger "[$LOGGER]"
-  # The per-token trace (verl_gsm8k/trace/): verl's own sync trainer, registered under another name.
-  if [[ "$TRACE_SAMPLES" =~ ^[1-9][0-9]*$ ]]; then
-    knob_key TRACE_SAMPLES trainer.v1.trainer_mode gsm8k_trace
-    knob_key TRACE_SAMPLES gsm8k_trace.samples "$TRACE_SAMPLES"
-  fi
+  # The recipes' trainer: verl's own sync trainer, guarded and traced, registered under another
+  # name (verl_gsm8k/trace/trainer.py, verl_gsm8k/guard/trainer.py).
+  OVERRIDES+=(trainer.v1.trainer_mode=gsm8k)
+  knob_key TRACE_SAMPLES gsm8k_trace.samples "$TRACE_SAMPLES"
+  knob_key WATCHDOG gsm8k_guard.watchdog.mode "$WATCHDOG"
+  knob_key KEEP_BEST gsm8k_guard.keep_best "$([[ "$KEEP_BEST" == 1 ]] && echo true || echo false)"
+  knob_key BEST_METRIC gsm8k_guard.best_metric "$(hydra_quote "$BEST_METRIC")"
 else
   knob_key MODEL_PATH model.path "$(hydra_quote "$MODEL_PATH")"
   knob_key NDEVICES_PER_NODE trainer.n_gpus_per_node "$NDEVICES_PER_NODE"
@@ -367,28 +374,12 @@ prepare_cpu_defaults() {
   fi
 }
 
-# verl's max_*_ckpt_to_keep prunes only what the current process saved: after a resume, apply the
-# limit to the whole run directory (never the checkpoint a relaunch would resume from).
+# verl's max_*_ckpt_to_keep prunes only what the current process saved: after a launch, apply the
+# limit to the whole run directory, never removing the checkpoint a relaunch resumes from nor the
+# kept best (verl_gsm8k/guard/prune.py; the guarded trainer prunes the same way after each save).
 prune_checkpoints() {
   [[ "$MAX_CKPT_TO_KEEP" =~ ^[0-9]+$ && "$MAX_CKPT_TO_KEEP" -gt 0 ]] || return 0
-  local steps=() step
-  while IFS= read -r step; do steps+=("$step"); done < <(
-    find "$RUN_DIR" -maxdepth 1 -type d -name 'global_step_*' -printf '%f\n' |
-      sed -n 's/^global_step_\([0-9][0-9]*\)$/\1/p' | sort -n)
-  # The step the tracker names is what a relaunch resumes from: never removed, whatever its age.
-  local tracked=""
-  if [[ -f "$RUN_DIR/latest_checkpointed_iteration.txt" ]]; then
-    tracked=$(tr -d '[:space:]' <"$RUN_DIR/latest_checkpointed_iteration.txt")
-  fi
-  local drop=$(( ${#steps[@]} - MAX_CKPT_TO_KEEP )) i
-  for (( i = 0; i < drop; i++ )); do
-    if [[ "${steps[i]}" == "$tracked" ]]; then
-      echo "recipe: MAX_CKPT_TO_KEEP=$MAX_CKPT_TO_KEEP: keeping $RUN_DIR/global_step_${steps[i]}: latest_checkpointed_iteration.txt names it"
-      continue
-    fi
-    echo "recipe: MAX_CKPT_TO_KEEP=$MAX_CKPT_TO_KEEP: removing $RUN_DIR/global_step_${steps[i]}"
-    rm -rf -- "$RUN_DIR/global_step_${steps[i]}"
-  done
+  "$PYTHON" -m verl_gsm8k.guard.prune "$RUN_DIR" --keep "$MAX_CKPT_TO_KEEP"
 }
 
 # wandb without a key: WANDB_MODE=offline logs to WANDB_DIR with no key and no network, for
@@ -434,6 +425,59 @@ warn_unshared_run_dir() {
     *) return 0 ;;
   esac
   echo "recipe: warning: NNODES=$NNODES and RUN_DIR=$RUN_DIR is $why: every node writes its ranks' checkpoint shards there, and merge.sh and a resume need them all in one place; set RUNS_ROOT to storage every node mounts (docs/scaling.md)" >&2
+}
+
+# SIGTERM (a preemption: Slurm, Kubernetes, spot instances): ask the trainer to save the step in
+# flight and stop (RUN_DIR/stop_requested holds the deadline); after STOP_GRACE_S, stop verl.
+request_stop() {
+  [[ -z "${STOP_DEADLINE:-}" ]] || return 0
+  STOP_DEADLINE=$(( $(date +%s) + STOP_GRACE_S ))
+  echo "$STOP_DEADLINE" >"$RUN_DIR/stop_requested.tmp" && mv -f "$RUN_DIR/stop_requested.tmp" "$RUN_DIR/stop_requested"
+  echo "recipe: SIGTERM: the trainer saves the step in flight and stops (within STOP_GRACE_S=$STOP_GRACE_S s)" >&2
+}
+
+# Every process started under PID (verl's driver, Ray's processes and workers), deepest last.
+descendants() {
+  local child
+  for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done
+}
+
+# Ctrl-C: stop verl now (SIGTERM to every process it started); the checkpoints saved so far stay.
+interrupt() {
+  echo "recipe: interrupted: stopping verl" >&2
+  local pids
+  pids=$(descendants "$VERL_PID")
+  # shellcheck disable=SC2086  # one word per pid
+  kill -TERM $pids 2>/dev/null
+}
+
+# wait for verl; a trapped signal interrupts `wait`, so wait again until verl ends or the grace is
+# over (then SIGTERM to every process verl started, SIGKILL to what is left 10 s later).
+wait_for_verl() {
+  local status
+  while :; do
+    wait "$VERL_PID"
+    status=$?
+    if ! kill -0 "$VERL_PID" 2>/dev/null; then
+      wait "$VERL_PID"   # verl ended: its own status, also when a trap interrupted the wait above
+      return $?
+    fi
+    while [[ -n "${STOP_DEADLINE:-}" ]] && kill -0 "$VERL_PID" 2>/dev/null; do
+      if (( $(date +%s) >= STOP_DEADLINE )); then
+        echo "recipe: STOP_GRACE_S=$STOP_GRACE_S s are over: stopping verl" >&2
+        local pids
+        pids=$(descendants "$VERL_PID")
+        # shellcheck disable=SC2086  # one word per pid
+        kill -TERM $pids 2>/dev/null
+        sleep 10
+        # shellcheck disable=SC2086
+        kill -KILL $pids 2>/dev/null
+        wait "$VERL_PID"
+        return 143
+      fi
+      sleep 1
+    done
+  done
 }
 
 launch() {
@@ -482,13 +526,27 @@ launch() {
   if [[ -n "${RAY_ADDRESS:-}" && "$TRAINER" == ppo ]]; then
     ray_env=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=$(hydra_quote "$VERL_FILE_LOGGER_PATH")")
   fi
+  rm -f "$RUN_DIR/stop_requested"   # a request of an earlier launch is not this one's
   set +e
-  verl_main "${ray_env[@]}" -- "$@" 2>&1 | tee "$RUN_DIR/logs/console-$stamp.log"
-  local status=${PIPESTATUS[0]}
+  # In the background, so that SIGTERM reaches the trap while verl runs (bash runs a trap only
+  # once the foreground command has ended); the pipeline's status is verl's (pipefail off here).
+  # A background command ignores Ctrl-C (SIGINT): the INT trap stops verl's processes instead.
+  trap 'request_stop' TERM
+  trap 'interrupt' INT
+  ( set +o pipefail; verl_main "${ray_env[@]}" -- "$@" 2>&1 | tee "$RUN_DIR/logs/console-$stamp.log"
+    exit "${PIPESTATUS[0]}" ) &
+  VERL_PID=$!
+  wait_for_verl
+  local status=$?
+  trap - TERM INT
   set -e
   [[ "$status" == 0 ]] && prune_checkpoints
   if [[ "$TRAINER" == ppo ]]; then
     echo "recipe: verl exited with $status. Report: python -m verl_gsm8k.report $RUN_DIR"
+    local verl_status=$status
+    status=0   # the watchdog's stop and a SIGTERM have their own statuses (guard/status.py)
+    "$PYTHON" -m verl_gsm8k.guard.status "$RUN_DIR" --stamp "$stamp" --verl-status "$verl_status" \
+      ${STOP_DEADLINE:+--stopped} || status=$?
   else
     echo "recipe: verl exited with $status. Metrics: $VERL_FILE_LOGGER_PATH; to a Hugging Face model (a MODEL_PATH for the PPO recipes): bash scripts/merge.sh $RUN_DIR OUT_DIR"
   fi

@@ -65,9 +65,9 @@ def test_it_is_the_gpu_extras_stack(gpu_python: Path):
 def test_plugins_import_and_the_fallback_loads_a_model(gpu_python: Path, tiny_model_dir: Path):
     code = (
         "import verl_gsm8k.verl_plugins.attention_fallback as fallback, "
-        "verl_gsm8k.verl_plugins.cpu_platform, verl_gsm8k.verl_plugins.trace\n"
+        "verl_gsm8k.verl_plugins.cpu_platform, verl_gsm8k.verl_plugins.trainer\n"
         "from verl.trainer.ppo.v1 import get_trainer_cls\n"
-        "print(get_trainer_cls('gsm8k_trace').__name__)\n"
+        "print(get_trainer_cls('gsm8k').__name__)\n"
         "from transformers import AutoModelForCausalLM\n"
         f"model = AutoModelForCausalLM.from_pretrained({str(tiny_model_dir)!r}, "
         "attn_implementation='flash_attention_2')\n"

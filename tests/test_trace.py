@@ -85,12 +85,17 @@ def test_recipes_trace_by_default_and_say_where_they_cannot(
         on.stdout
     )
     cfg = composed_config(on.stdout)
-    assert get(cfg, "trainer.v1.trainer_mode") == "gsm8k_trace"
+    assert get(cfg, "trainer.v1.trainer_mode") == "gsm8k"
     assert get(cfg, "gsm8k_trace.samples") == 4
     off = run_recipe("grpo_qwen2.5-0.5b_gsm8k", dict(env, TRACE_SAMPLES="0"))
-    assert off.returncode == 0 and "trace:" not in off.stdout.split("preflight: passed")[0]
-    assert get(composed_config(off.stdout), "trainer.v1.trainer_mode") == "sync"
+    assert off.returncode == 0, off.stdout[-3000:] + off.stderr[-3000:]
+    assert "preflight: [ok] trace: TracingTrainer selected, gsm8k_trace.samples=0" in off.stdout
+    # the trace off, the trainer stays: it is the run's guard too (verl_gsm8k/guard/)
+    assert get(composed_config(off.stdout), "trainer.v1.trainer_mode") == "gsm8k"
     lora = run_recipe("ppo_lora_qwen2.5-1.5b_gsm8k", dict(env, TRAIN_BATCH_SIZE="16",
                                                           PPO_MINI_BATCH_SIZE="8"))  # fmt: skip
     assert lora.returncode == 0, lora.stdout[-3000:] + lora.stderr[-3000:]
     assert "preflight: [ok] trace: off: this config runs verl's legacy trainer" in lora.stdout
+    assert "preflight: [warn] guard: verl's legacy trainer (trainer.use_v1=false) runs" in (
+        lora.stdout
+    )

@@ -61,7 +61,7 @@ from verl_gsm8k.preflight.model import (
 )
 from verl_gsm8k.preflight.report import Report, one_line
 from verl_gsm8k.preflight.sft import run_sft
-from verl_gsm8k.preflight.trace import check_trace
+from verl_gsm8k.preflight.trainer import check_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG_DIR = ROOT / "configs"
@@ -170,6 +170,14 @@ def check_trainer_keys(cfg, overrides: list[str], report: Report, clean: bool) -
         for problem in legacy_key_problems(keys, V1_IGNORED_KEYS, cfg, kind):
             report.error("keys", problem)
             clean = False
+        if "trainer.esi_redundant_time" in keys:
+            report.warn(
+                "keys",
+                "'trainer.esi_redundant_time' is read only by verl's legacy trainer "
+                "(trainer/ppo/ray_trainer.py ~1693): the v1 trainer never saves ahead of a "
+                "capacity block's end; the recipes save on SIGTERM instead (STOP_GRACE_S, "
+                "docs/reliability.md)",
+            )
     if clean:
         report.ok("keys", f"{len(keys)} overrides, no legacy key and none the {trainer} ignores")
 
@@ -419,7 +427,7 @@ def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | N
 
     check_device(cfg, need_critic(cfg), report)
     check_lora(cfg, need_critic(cfg), report)
-    check_trace(cfg, report)
+    check_trainer(cfg, report)
     check_async_save(cfg, report)
     loaded = check_models(cfg, report)
     tokenizer, hf_configs = loaded if loaded else (None, None)

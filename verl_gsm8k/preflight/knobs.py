@@ -131,6 +131,16 @@ KNOBS: tuple[Knob, ...] = (
     Knob("SEED", NON_NEGATIVE_INT),
     Knob("WARM_START_STEPS", POSITIVE_INT),
     Knob("TRACE_SAMPLES", NON_NEGATIVE_INT),
+    Knob("WATCHDOG", one_of("stop", "warn", "off")),
+    Knob("KEEP_BEST", SWITCH),
+    Knob(
+        "BEST_METRIC",
+        Check(
+            "a verl metric name (e.g. val-core/openai/gsm8k/acc/mean@1)",
+            lambda v: bool(v) and " " not in v,
+        ),
+    ),  # fmt: skip
+    Knob("STOP_GRACE_S", NON_NEGATIVE_INT),
     Knob("RESUME", one_of("auto", "force", "disable")),
     Knob("DRY_RUN", SWITCH),
     Knob("SKIP_PREFLIGHT", SWITCH),

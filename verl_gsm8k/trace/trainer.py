@@ -1,10 +1,11 @@
-"""verl's v1 ``sync`` PPO trainer, plus the per-token trace (registered as ``gsm8k_trace``).
+"""The recipes' trainer (registered as ``gsm8k``): verl's v1 ``sync`` PPO trainer, guarded
+(``verl_gsm8k.guard.trainer``), plus the per-token trace.
 
-Imported in verl's TaskRunner process by ``verl_gsm8k.verl_plugins.trace`` as soon as verl's
-``verl.trainer.ppo.v1`` is; ``trainer.v1.trainer_mode=gsm8k_trace`` then makes verl's
-``get_trainer_cls`` (``verl/trainer/ppo/v1/trainer_base.py`` ~2017, called by
-``TaskRunnerV1.run`` in ``verl/trainer/main_ppo.py`` ~141) build this class. It is verl's
-``PPOTrainerSync`` with two additions, both calling verl's own method first:
+Imported in verl's TaskRunner process by ``verl_gsm8k.verl_plugins.trainer`` as soon as verl's
+``verl.trainer.ppo.v1`` is; ``trainer.v1.trainer_mode=gsm8k`` (set by recipes/common.sh for every
+PPO launch) then makes verl's ``get_trainer_cls`` (``verl/trainer/ppo/v1/trainer_base.py`` ~2017,
+called by ``TaskRunnerV1.run`` in ``verl/trainer/main_ppo.py`` ~141) build this class. Besides
+the guard's additions it changes two methods, both calling verl's own first:
 
 - ``__init__`` sets ``trainer.v1.trainer_mode`` back to ``sync`` before verl reads it: verl
   branches on that name (replay buffer, refill, checkpoints: trainer_base.py ~129-157, ~731,
@@ -14,7 +15,7 @@ Imported in verl's TaskRunner process by ``verl_gsm8k.verl_plugins.trace`` as so
   the lines to a background writer.
 
 Settings: ``gsm8k_trace.samples`` (TRACE_SAMPLES; 0 = off) and ``gsm8k_trace.dir`` (default
-``<trainer.default_local_dir>/trace``).
+``<trainer.default_local_dir>/trace``); the guard's in ``gsm8k_guard``.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ import transfer_queue as tq
 from omegaconf import DictConfig, open_dict
 from verl.trainer.ppo.core_algos import kl_penalty
 from verl.trainer.ppo.v1.trainer_base import register_trainer
-from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from verl_gsm8k.guard.trainer import GuardedTrainer
 from verl_gsm8k.trace.record import TRACE_DIRNAME, TraceWriter, sample_line, step_line
 from verl_gsm8k.trace.select import choose, prompt_of
 
-MODE = "gsm8k_trace"
+MODE = "gsm8k"
 TIMING_KEY = "timing_s/gsm8k_trace"  # logged every step with the step's other timings
 logger = logging.getLogger(__name__)
 
@@ -105,8 +106,8 @@ def _rows(value: Any) -> list[Any]:
 
 
 @register_trainer(MODE)
-class TracingTrainer(PPOTrainerSync):
-    """verl's sync trainer that also writes ``<run dir>/trace/<step>.jsonl``."""
+class TracingTrainer(GuardedTrainer):
+    """The guarded sync trainer that also writes ``<run dir>/trace/<step>.jsonl``."""
 
     def __init__(self, config: DictConfig) -> None:
         with open_dict(config):

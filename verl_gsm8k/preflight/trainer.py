@@ -1,8 +1,10 @@
-"""The per-token trace (verl_gsm8k/trace/): on, with its trainer registered, or off with the reason.
+"""The recipes' trainer (verl_gsm8k/trace/trainer.py, guarded by verl_gsm8k/guard/): selected and
+registered, with the trace on or off, or not running at all, with the reason.
 
-The trace is recorded by verl's v1 trainer registered as ``gsm8k_trace``; the legacy trainer
+The guard (verified checkpoints, the watchdog, the kept best, a save on SIGTERM) and the per-token
+trace live in verl's v1 trainer registered as ``gsm8k``; the legacy trainer
 (``trainer.use_v1=false``, which the LoRA recipe needs) has no trainer registry, so a config that
-runs it traces nothing, and says so.
+runs it has neither, and says so.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from typing import Any
 
 from verl_gsm8k.preflight.report import Report
 
-MODE = "gsm8k_trace"
-PLUGIN = "verl_gsm8k.verl_plugins.trace"
+MODE = "gsm8k"
+PLUGIN = "verl_gsm8k.verl_plugins.trainer"
 
 
-def check_trace(cfg: Any, report: Report) -> None:
+def check_trainer(cfg: Any, report: Report) -> None:
     block = cfg.get("gsm8k_trace") or {}
     samples = int(block.get("samples", 0) or 0)
     mode = str(cfg.trainer.get("v1", {}).get("trainer_mode", "sync"))
@@ -25,7 +27,7 @@ def check_trace(cfg: Any, report: Report) -> None:
             report.warn(
                 "trace",
                 f"gsm8k_trace.samples={samples} but trainer.v1.trainer_mode={mode}: nothing is "
-                f"traced (the trace needs trainer.v1.trainer_mode={MODE}; TRACE_SAMPLES sets both)",
+                f"traced (the trace needs trainer.v1.trainer_mode={MODE}, which the recipes set)",
             )
         return
     if not cfg.trainer.get("use_v1", True):
@@ -34,13 +36,18 @@ def check_trace(cfg: Any, report: Report) -> None:
             "off: this config runs verl's legacy trainer (trainer.use_v1=false), which has no "
             "trainer registry to record from; RUN_DIR/trace/ stays empty",
         )
+        report.warn(
+            "guard",
+            "verl's legacy trainer (trainer.use_v1=false) runs without the recipes' guard: no "
+            "watchdog, no kept best checkpoint, verl's own tracker write and pruning "
+            "(docs/reliability.md); a relaunch still verifies the checkpoint it resumes",
+        )
         return
     if PLUGIN not in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(","):
         report.error(
             "trace",
             f"trainer.v1.trainer_mode={MODE} needs {PLUGIN} in VERL_USE_EXTERNAL_MODULES (it "
-            "registers the trainer in verl's TaskRunner); the recipes add it when "
-            "TRACE_SAMPLES > 0",
+            "registers the trainer in verl's TaskRunner); the recipes add it to every PPO launch",
         )
         return
     import importlib

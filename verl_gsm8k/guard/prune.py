@@ -1,0 +1,97 @@
+"""MAX_CKPT_TO_KEEP over the whole run directory, never removing what a resume or a merge needs.
+
+    python -m verl_gsm8k.guard.prune RUN_DIR --keep N
+
+verl's ``max_*_ckpt_to_keep`` prunes only what the current process saved (a resumed launch
+forgets the earlier ones) and keeps the highest step numbers. Here the newest N step directories
+are kept, plus, whatever their age, the step ``latest_checkpointed_iteration.txt`` names (what a
+relaunch resumes) and the kept best (``best_checkpoint.json``). Called by the guarded trainer after
+each save (v1 trainer) and by recipes/common.sh after a launch that ended cleanly (SFT, the legacy
+trainer). Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from verl_gsm8k.guard.files import BEST_FILE, BestError, read_best
+
+TRACKER = "latest_checkpointed_iteration.txt"
+STEP_DIR = re.compile(r"global_step_(\d+)")
+
+
+def saved_steps(run_dir: Path) -> list[int]:
+    """The step numbers of RUN_DIR/global_step_N directories, oldest first."""
+    if not run_dir.is_dir():
+        return []
+    found = (STEP_DIR.fullmatch(p.name) for p in run_dir.iterdir() if p.is_dir())
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def tracked_step(run_dir: Path) -> int | None:
+    try:
+        text = (run_dir / TRACKER).read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def protected(run_dir: Path) -> dict[int, str]:
+    """step -> why it is never pruned."""
+    keep: dict[int, str] = {}
+    try:
+        best = read_best(run_dir)
+    except BestError:
+        best = None  # unreadable: protect nothing by it (the report says the file is bad)
+    if best is not None:
+        keep[best["step"]] = f"the best {best['metric']} ({best['value']:.4g}, {BEST_FILE})"
+    tracked = tracked_step(run_dir)
+    if tracked is not None:
+        keep[tracked] = f"{TRACKER} names it"
+    return keep
+
+
+def prune(run_dir: Path, keep: int) -> list[str]:
+    """Remove all but the newest ``keep`` step directories and the protected ones; say each."""
+    if keep <= 0:
+        return []
+    steps = saved_steps(run_dir)
+    newest = set(steps[-keep:])
+    guard = protected(run_dir)
+    said = []
+    for step in steps:
+        if step in newest:
+            continue
+        folder = run_dir / f"global_step_{step}"
+        if step in guard:
+            said.append(f"MAX_CKPT_TO_KEEP={keep}: keeping {folder}: {guard[step]}")
+            continue
+        said.append(f"MAX_CKPT_TO_KEEP={keep}: removing {folder}")
+        # renamed first: a kill mid-removal leaves no half step directory named like a checkpoint
+        doomed = folder.with_name(f".{folder.name}.removing")
+        folder.rename(doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+    return said
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m verl_gsm8k.guard.prune", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("run_dir", type=Path, help="the run directory (RUN_DIR)")
+    parser.add_argument(
+        "--keep", type=int, required=True, help="newest checkpoints kept (MAX_CKPT_TO_KEEP; 0: all)"
+    )
+    args = parser.parse_args(argv)
+    for line in prune(args.run_dir, args.keep):
+        print(f"recipe: {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""verl's v1 ``sync`` trainer, guarded for a long run: what it saves is whole, the run's own, and
+healthy, and a polite kill saves first.
+
+The recipes' registered trainer (``verl_gsm8k.trace.trainer``) builds on this class. Each addition
+overrides one method of verl's ``PPOTrainerSync`` (``verl/trainer/ppo/v1/trainer_base.py``):
+
+- ``_save_checkpoint`` (verl ~948-1029) is written again for the sync mode the recipes run, with
+  the same calls in the same order (actor, critic, the dataloader's ``data.pt``, the tracker, the
+  checkpoint callback) and four differences:
+  the tracker and ``data.pt`` are written atomically (verl opens the tracker with ``open("w")``,
+  then writes: a kill between the two leaves an empty tracker every relaunch dies on);
+  the step directory gets the launch's stamp (``launch_stamp.txt``: the resume guard compares a
+  relaunch with the launch that wrote the checkpoint);
+  MAX_CKPT_TO_KEEP prunes whole step directories of the run (``guard/prune.py``), never the
+  checkpoint the tracker names nor the kept best, where verl's workers prune only what their own
+  process saved (``max_ckpt_to_keep`` is not passed to them);
+  no checkpoint is written for a step the watchdog judged sick.
+- ``step`` (verl ~533, run before the step's save in ``fit`` ~478-485) checks the step's metrics
+  and responses with the watchdog (``guard/rules.py``) and reads the launcher's stop request
+  (SIGTERM, ``stop_requested``). A trip (WATCHDOG=stop) or a stop request ends ``fit`` after
+  this step: verl's loop runs while ``global_steps <= total_training_steps`` (~467), so the total
+  is lowered to this step. verl still logs the step's metrics, and a stop request saves it first.
+- ``_validate`` (~1031, after the save) keeps the checkpoint of the best validation score
+  (KEEP_BEST): ``best_checkpoint.json`` names a step directory that pruning then keeps; when the
+  best step was not a save step, it is saved then (the weights are the ones just validated).
+
+Settings: the ``gsm8k_guard`` block of configs/gsm8k_base.yaml (knobs WATCHDOG, KEEP_BEST,
+BEST_METRIC in recipes/common.sh).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import transfer_queue as tq
+from omegaconf import DictConfig, OmegaConf
+from verl.trainer.ppo.utils import Role
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.guard.files import (
+    STOP_FILE,
+    append_trip,
+    read_best,
+    step_dir,
+    write_best,
+    write_stamp,
+)
+from verl_gsm8k.guard.prune import TRACKER, prune, saved_steps
+from verl_gsm8k.guard.rules import Thresholds, Trip, Watchdog
+from verl_gsm8k.trace.select import prompt_of
+
+logger = logging.getLogger(__name__)
+METRICS_FILE = re.compile(r"metrics-(\d{8}T\d{6}Z)\.jsonl$")
+SCORE_KEY = "critic/score/mean"  # verl's name for the mean sequence score (compute_data_metrics)
+WATCHDOG_MODES = ("stop", "warn", "off")
+
+
+def launch_stamp() -> str | None:
+    """The launch's stamp, from its metrics file (recipes/common.sh: metrics-<stamp>.jsonl)."""
+    match = METRICS_FILE.search(os.environ.get("VERL_FILE_LOGGER_PATH", ""))
+    return match.group(1) if match else None
+
+
+def guard_settings(config: DictConfig) -> dict[str, Any]:
+    block = OmegaConf.to_container(config.get("gsm8k_guard") or {}, resolve=True)
+    assert isinstance(block, dict)
+    watchdog = dict(block.get("watchdog") or {})
+    mode = str(watchdog.pop("mode", "stop"))
+    if mode not in WATCHDOG_MODES:
+        choices = ", ".join(WATCHDOG_MODES)
+        raise ValueError(f"gsm8k_guard.watchdog.mode={mode}: not one of {choices}")
+    return {
+        "mode": mode,
+        "thresholds": Thresholds.from_mapping(watchdog),
+        "keep_best": bool(block.get("keep_best", True)),
+        "best_metric": str(block.get("best_metric") or "val-core/openai/gsm8k/acc/mean@1"),
+    }
+
+
+def logged_history(run_dir: Path, before: int) -> list[dict[str, float]]:
+    """The training metrics of steps 1..before-1 as the run's metrics files logged them (a step
+    logged by several launches: the last launch's), for a resumed watchdog's recent levels."""
+    by_step: dict[int, dict[str, float]] = {}
+    for path in sorted((run_dir / "metrics").glob("metrics-*.jsonl")):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            step, data = row.get("step"), row.get("data")
+            if (
+                isinstance(step, int)
+                and 0 < step < before
+                and isinstance(data, dict)
+                and (SCORE_KEY in data)
+            ):
+                by_step[step] = data
+    return [by_step[step] for step in sorted(by_step)]
+
+
+class GuardedTrainer(PPOTrainerSync):
+    """verl's sync trainer with the run's protections (see the module docstring)."""
+
+    def __init__(self, config: DictConfig) -> None:
+        super().__init__(config)
+        settings = guard_settings(config)
+        self.guard_mode: str = settings["mode"]
+        self.keep_best: bool = settings["keep_best"]
+        self.best_metric: str = settings["best_metric"]
+        self.run_dir = Path(config.trainer.default_local_dir)
+        self.stamp = launch_stamp()
+        self.watchdog = Watchdog(settings["thresholds"])
+        self.sick_step: int | None = None  # the step the watchdog stopped (no checkpoint of it)
+        self.saved_step: int | None = None  # the step this launch saved last
+        self.stop_at: int | None = None  # the step after which fit ends (trip or stop request)
+        best = self.best_metric if self.keep_best else "off"
+        say(f"watchdog {self.guard_mode}, keep best {best}, checkpoints {self.run_dir}")
+
+    # ---- the loop ------------------------------------------------------------------------
+    def fit(self, *args: Any, **kwargs: Any) -> Any:
+        # global_steps is the resumed step here (init loaded the checkpoint)
+        history = logged_history(self.run_dir, self.global_steps + 1)
+        self.watchdog = Watchdog(self.watchdog.thresholds, history)
+        return super().fit(*args, **kwargs)
+
+    def step(self, metrics: dict, timing_raw: dict) -> Any:
+        batch = super().step(metrics, timing_raw)
+        step = self.global_steps
+        if self.guard_mode != "off":
+            self._watch(batch, metrics, step)
+        deadline = self._stop_deadline()
+        if deadline is not None and self.sick_step is None:
+            if time.time() < deadline:
+                say(f"stop requested (SIGTERM): saving step {step}, then stopping")
+                self._save_checkpoint()
+            else:
+                say(f"stop requested and its grace is over: step {step} not saved")
+            self._end_after(step)
+        return batch
+
+    def _end_after(self, step: int) -> None:
+        self.stop_at = step
+        self.total_training_steps = step  # verl's loop condition (trainer_base.py ~467)
+
+    def _stop_deadline(self) -> float | None:
+        try:
+            text = (self.run_dir / STOP_FILE).read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            return time.time() + 3600.0  # a request without a deadline: save now
+
+    # ---- the watchdog --------------------------------------------------------------------
+    def _watch(self, batch: Any, metrics: dict, step: int) -> None:
+        tags = zip(batch.keys, batch.tags, strict=True)
+        real = [key for key, tag in tags if not tag.get("is_padding", False)]
+        fields = ["responses", "response_mask", "rm_scores"]
+        data = tq.kv_batch_get(keys=real, partition_id=batch.partition_id, select_fields=fields)
+        responses, scores = [], []
+        rows = zip(*(_unbind(data[name]) for name in fields), strict=True)
+        for ids, mask, score in rows:
+            kept = zip(ids.tolist(), mask.tolist(), strict=False)
+            responses.append([int(token) for token, on in kept if on])
+            scores.append(float(score.float().sum()))
+        seen = {key: float(value) for key, value in metrics.items() if _number(value)}
+        seen[SCORE_KEY] = sum(scores) / len(scores) if scores else float("nan")
+        trips = self.watchdog.check(step, seen, responses, [prompt_of(k) for k in real])
+        if not trips:
+            self.watchdog.accept(seen)
+            return
+        last = self._last_healthy()
+        action = "stop" if self.guard_mode == "stop" else "warn"
+        for trip in trips:
+            self._record(trip, step, last, action)
+        if action == "warn":
+            self.watchdog.accept(seen)
+            return
+        self.sick_step = step
+        self._end_after(step)
+
+    def _record(self, trip: Trip, step: int, last: int | None, action: str) -> None:
+        message = trip.message(step, last)
+        say(f"watchdog ({action}): {message}")
+        append_trip(self.run_dir, {
+            "launch": self.stamp, "step": step, "rule": trip.rule, "metric": trip.metric,
+            "value": trip.value, "threshold": trip.threshold, "action": action,
+            "last_healthy_checkpoint": last, "message": message,
+        })  # fmt: skip
+
+    def _last_healthy(self) -> int | None:
+        sick = self.sick_step
+        steps = [s for s in saved_steps(self.run_dir) if sick is None or s < sick]
+        return steps[-1] if steps else None
+
+    # ---- saving --------------------------------------------------------------------------
+    def _save_checkpoint(self) -> None:
+        step = self.global_steps
+        if self.sick_step == step:
+            say(f"step {step} is not saved: the watchdog stopped it")
+            return
+        if self.saved_step == step:
+            return  # saved already this step (a stop request or the kept best)
+        trainer = self.config.trainer
+        folder = step_dir(self.run_dir, step)
+        logger.info("Saving checkpoint to %s", folder)
+        groups = [("actor", self.actor_rollout_wg)]
+        if self.use_critic:
+            groups.append((str(Role.Critic), self.critic_wg))
+        for role, group in groups:
+            remote = None if trainer.default_hdfs_dir is None else os.path.join(
+                trainer.default_hdfs_dir, f"global_step_{step}", role)  # fmt: skip
+            group.save_checkpoint(str(folder / role), remote, step, max_ckpt_to_keep=None)
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / ".data.pt.tmp"
+        torch.save(self.train_dataloader.state_dict(), partial)
+        os.replace(partial, folder / "data.pt")
+        if self.stamp:
+            write_stamp(self.run_dir, step, self.stamp)
+        write_atomic(self.run_dir / TRACKER, str(step))  # verl: open("w") then write (~1024)
+        self.saved_step = step
+        self.checkpoint_callback.on_save(trainer=self, global_step=step, checkpoint_dir=str(folder),
+                                         async_save=False)  # fmt: skip
+        keep = trainer.get("max_actor_ckpt_to_keep") or 0
+        for line in prune(self.run_dir, int(keep)):
+            say(line)
+
+    # ---- the best checkpoint -------------------------------------------------------------
+    def _validate(self, *args: Any, **kwargs: Any) -> dict:
+        metrics = super()._validate(*args, **kwargs)
+        step = self.global_steps
+        value = metrics.get(self.best_metric) if isinstance(metrics, dict) else None
+        if not self.keep_best or step < 1 or step == self.sick_step or not _number(value):
+            return metrics
+        best = read_best(self.run_dir)
+        if best is not None and best["step"] != step and best["value"] >= float(value):
+            return metrics
+        if self.saved_step != step:
+            say(f"step {step} is the best so far ({self.best_metric} = {value:.4g}): saving it")
+            self._save_checkpoint()
+        write_best(self.run_dir, step, self.best_metric, float(value), self.stamp)
+        say(f"best checkpoint: step {step} ({self.best_metric} = {value:.4g})")
+        return metrics
+
+
+def say(line: str) -> None:
+    print(f"gsm8k_guard: {line}", flush=True)
+
+
+def _unbind(value: Any) -> list[Any]:
+    if isinstance(value, torch.Tensor):
+        return list(value.unbind()) if value.is_nested or value.dim() > 1 else [value]
+    return list(value)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) or (
+        isinstance(value, torch.Tensor) and value.numel() == 1)  # fmt: skip
