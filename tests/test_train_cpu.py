@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -252,27 +253,138 @@ def test_planted_mistake_stops_a_cpu_run_in_the_preflight(smoke: Smoke, tmp_path
     assert not (tmp_path / "runs").exists()
 
 
-def test_relaunch_resumes_to_step_4_and_keeps_max_ckpt(smoke: Smoke):
-    """Last: it extends the shared run directory."""
-    env = dict(smoke.env, TOTAL_TRAINING_STEPS="4", MAX_CKPT_TO_KEEP="1")
-    second = launch("smoke_tiny", env)
-    assert second.result.returncode == 0, output(second)[-6000:]
-    log = output(second)
-    assert "global_step_2" in log and "Training from scratch" not in log
-    first_seg, second_seg = metric_segments(smoke.run_dir)
-    trained = sorted(s for s, m in second_seg.items() if "actor/pg_loss" in m)
-    assert trained == [3, 4], "steps 1-2 must not be trained again"
-    assert (smoke.run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
-    kept = sorted(p.name for p in smoke.run_dir.glob("global_step_*"))
-    assert kept == ["global_step_4"], kept  # verl alone would have kept global_step_2 too
-    # the report stitches both launches: steps 0-4, each once
-    result = subprocess.run(
-        [sys.executable, "-m", "verl_gsm8k.report", str(smoke.run_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    summary = json.loads((smoke.run_dir / "report" / "summary.json").read_text())
-    assert summary["steps"]["first"] == 0 and summary["steps"]["last"] == 4
-    assert summary["steps"]["count"] == 5
+NAN_REWARD = """
+import os
+from pathlib import Path
+
+from gsm8k import compute_score as gsm8k_score  # rewards/gsm8k.py, on sys.path below
+
+MARKER = Path({marker!r})
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    # a reward that turns NaN once the test plants the marker (after the preflight's own check)
+    if MARKER.exists():
+        return float("nan")
+    return gsm8k_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
+"""
+
+
+def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
+    """Last: it extends the shared run directory (steps 1-2 of the smoke run, best = step 2).
+
+    To step 8, a checkpoint every step, MAX_CKPT_TO_KEEP=2, each launch the same command:
+    1. SIGKILL (the launcher and everything under it) as soon as global_step_3/ appears: mid-save;
+    2. an empty tracker planted; the relaunch falls back to the newest whole step; SIGKILL mid-step
+       once it has saved step 4;
+    3. the tracked step's actor shard truncated and the step before it without data.pt; the
+       relaunch falls back past both, then gets SIGTERM: it saves the step in flight, exits 5;
+    4. the relaunch finishes: exit 0, every step logged, the last checkpoint whole and merged;
+    5. RESUME=force with a reward that turns NaN: the watchdog stops step 9 unsaved, exit 4.
+    """
+    from killing import finish, kill_all, logged_steps, newest_metrics, start, wait_until
+
+    from verl_gsm8k.guard.files import read_best, read_stamp, read_trips
+    from verl_gsm8k.launch.verify import problem
+
+    run_dir, roles = smoke.run_dir, ("actor", "critic")
+    tracker = run_dir / "latest_checkpointed_iteration.txt"
+    env = dict(smoke.env, TOTAL_TRAINING_STEPS="8", SAVE_FREQ="1", TEST_FREQ="2",
+               MAX_CKPT_TO_KEEP="2", STOP_GRACE_S="600")  # fmt: skip
+    figures: list[str] = []
+    limit = float(TRAIN_TIMEOUT_S)
+
+    def begin(name: str, environment: dict[str, str] = env):
+        before = set((run_dir / "metrics").glob("metrics-*.jsonl"))
+        running = start("smoke_tiny", environment, tmp_path / f"{name}.log")
+        return running, lambda: newest_metrics(run_dir, before)
+
+    def steps_of(metrics) -> set[int]:
+        path = metrics()
+        return logged_steps(path) if path else set()
+
+    # 1. SIGKILL while step 3 is being saved
+    r1, m1 = begin("kill-mid-save")
+    at = wait_until("global_step_3/", (run_dir / "global_step_3").exists, r1, limit)
+    kill_all(r1)
+    whole = problem(run_dir / "global_step_3", roles)
+    figures.append(f"kill 1 at {at:.0f} s, in the save of step 3 (step 3 then: {whole or 'whole'})")
+    named = tracker.read_text().strip()
+    assert named == "2" or (named == "3" and whole is None), (named, whole)  # never a half step
+
+    # 2. an empty tracker (verl: open("w") then write); SIGKILL mid-step after the save of step 4
+    tracker.write_text("")
+    r2, m2 = begin("empty-tracker")
+    at = wait_until("step 4 logged", lambda: 4 in steps_of(m2), r2, limit)
+    time.sleep(2.0)  # into step 5
+    kill_all(r2)
+    out2 = r2.output()
+    assert f"{tracker.name} names no step here (verl would train from scratch)" in out2
+    assert "resume: from global_step_" in out2 and "Training from scratch" not in out2
+    figures.append(f"kill 2 at {at + 2:.0f} s, in step 5; relaunch logged {sorted(steps_of(m2))}")
+
+    # 3. damage the newest two checkpoints; SIGTERM once a step is logged
+    newest = int(tracker.read_text())
+    shard = run_dir / f"global_step_{newest}" / "actor" / "model_world_size_1_rank_0.pt"
+    with open(shard, "r+b") as handle:
+        handle.truncate(shard.stat().st_size // 2)
+    older = max(s for s in range(1, newest) if (run_dir / f"global_step_{s}").is_dir())
+    (run_dir / f"global_step_{older}" / "data.pt").unlink()
+    r3, m3 = begin("sigterm")
+    wait_until("a step logged", lambda: bool(steps_of(m3)), r3, limit)
+    r3.process.send_signal(signal.SIGTERM)  # to the launcher alone
+    status3 = finish(r3, limit)
+    out3 = r3.output()
+    assert status3 == 5, out3[-6000:]
+    assert f"global_step_{newest}, which {tracker.name} names, is not whole" in out3
+    no_data = run_dir / f"global_step_{older}"
+    assert f"missing data.pt (the dataloader's position) in {no_data}" in out3
+    saved = int(tracker.read_text())
+    assert saved == max(steps_of(m3)), (saved, steps_of(m3))  # the step in flight, saved
+    assert f"stopped on SIGTERM after saving step {saved}" in out3
+    assert read_stamp(run_dir, saved) == m3().name[len("metrics-") : -len(".jsonl")]
+    figures.append(f"SIGTERM: step {saved} saved, exit 5, {sorted(steps_of(m3))} logged")
+
+    # 4. the same command finishes the run
+    r4, m4 = begin("finish")
+    assert finish(r4, limit) == 0, r4.output()[-6000:]
+    segments = metric_segments(run_dir)
+    trained = {s for seg in segments for s, m in seg.items() if "actor/pg_loss" in m}
+    assert trained == set(range(1, 9)), sorted(trained)
+    assert tracker.read_text().strip() == "8" and problem(run_dir / "global_step_8", roles) is None
+    best = read_best(run_dir)
+    assert best is not None
+    kept = sorted(int(p.name.split("_")[-1]) for p in run_dir.glob("global_step_*"))
+    assert kept == sorted({7, 8, best["step"]}), kept  # the last two and the best, however old
+    assert read_trips(run_dir) == []  # the watchdog stayed silent through kills and relaunches
+    report = subprocess.run([sys.executable, "-m", "verl_gsm8k.report", str(run_dir)],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert report.returncode == 0, report.stdout + report.stderr
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    steps = summary["steps"]
+    assert (steps["first"], steps["last"], steps["count"]) == (0, 8, 9), steps  # none twice
+    merged = tmp_path / "merged"
+    merge_run(run_dir, merged, smoke.env)
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(merged).num_parameters() > 0
+    redone = sum(len(seg) for seg in segments) - len({s for seg in segments for s in seg})
+    figures.append(f"finished: {len(segments)} launches, {redone} step logs redone")
+
+    # 5. a reward that turns NaN: the watchdog stops the step before its checkpoint
+    marker = tmp_path / "nan-now"
+    reward = tmp_path / "nan_reward.py"
+    reward.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'rewards')!r})\n"
+                      + NAN_REWARD.format(marker=str(marker)))  # fmt: skip
+    env5 = dict(env, TOTAL_TRAINING_STEPS="10", REWARD_FILE=str(reward), RESUME="force")
+    r5, m5 = begin("watchdog", env5)
+    wait_until("the metrics file", lambda: m5() is not None, r5, limit)
+    marker.touch()
+    status5 = finish(r5, limit)
+    out5 = r5.output()
+    assert status5 == 4, out5[-6000:]
+    (trip,) = read_trips(run_dir)
+    assert trip["step"] == 9 and trip["action"] == "stop" and trip["last_healthy_checkpoint"] == 8
+    assert f"recipe: the watchdog stopped the run: {trip['message']}" in out5
+    assert not (run_dir / "global_step_9").exists() and tracker.read_text().strip() == "8"
+    print("\n".join(figures))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import numbers
 import os
 import re
 import time
@@ -48,6 +49,7 @@ from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.guard.files import (
     STOP_FILE,
     append_trip,
+    finite,
     read_best,
     step_dir,
     write_best,
@@ -127,6 +129,8 @@ class GuardedTrainer(PPOTrainerSync):
     # ---- the loop ------------------------------------------------------------------------
     def fit(self, *args: Any, **kwargs: Any) -> Any:
         # global_steps is the resumed step here (init loaded the checkpoint)
+        if self.global_steps > 0:
+            self.saved_step = self.global_steps  # the resumed checkpoint exists: never saved again
         history = logged_history(self.run_dir, self.global_steps + 1)
         self.watchdog = Watchdog(self.watchdog.thresholds, history)
         return super().fit(*args, **kwargs)
@@ -239,7 +243,7 @@ class GuardedTrainer(PPOTrainerSync):
         metrics = super()._validate(*args, **kwargs)
         step = self.global_steps
         value = metrics.get(self.best_metric) if isinstance(metrics, dict) else None
-        if not self.keep_best or step < 1 or step == self.sick_step or not _number(value):
+        if not self.keep_best or step < 1 or step == self.sick_step or not finite(value):
             return metrics
         best = read_best(self.run_dir)
         if best is not None and best["step"] != step and best["value"] >= float(value):
@@ -263,5 +267,10 @@ def _unbind(value: Any) -> list[Any]:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) or (
-        isinstance(value, torch.Tensor) and value.numel() == 1)  # fmt: skip
+    """A metric value float() takes: a real number (numpy's too) or a one-element array/tensor."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, numbers.Real):
+        return True
+    size = value.numel() if isinstance(value, torch.Tensor) else getattr(value, "size", None)
+    return size == 1 and hasattr(value, "item")

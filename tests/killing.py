@@ -1,0 +1,102 @@
+"""Kill a real recipe launch at a chosen moment: the launcher and every process it started.
+
+A launch runs in its own session (``start_new_session``): SIGKILL goes to its process group and
+to every descendant found under the launcher (Ray's processes and workers), as a job scheduler or
+an out-of-memory killer would end them; SIGTERM goes to the launcher alone, as Slurm's
+``--signal=B:TERM`` or a Kubernetes pod stop sends it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+from helpers import ROOT
+
+
+@dataclass
+class Running:
+    process: subprocess.Popen
+    log: Path
+    started: float
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def start(recipe: str, env: dict[str, str], log: Path, *args: str) -> Running:
+    handle = open(log, "w")  # noqa: SIM115  # the child writes it; closed with the process
+    process = subprocess.Popen(
+        ["bash", str(ROOT / "recipes" / f"{recipe}.sh"), *args],
+        cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    handle.close()
+    return Running(process, log, time.monotonic())
+
+
+def wait_until(what: str, ready: Callable[[], bool], running: Running, timeout: float) -> float:
+    """Poll ``ready`` every 50 ms; the seconds since the launch started when it held."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if ready():
+            return time.monotonic() - running.started
+        if running.process.poll() is not None:
+            raise AssertionError(f"the launch ended before {what}:\n{running.output()[-6000:]}")
+        time.sleep(0.05)
+    kill_all(running)
+    raise AssertionError(f"no {what} after {timeout} s:\n{running.output()[-6000:]}")
+
+
+def kill_all(running: Running) -> None:
+    """SIGKILL to the launcher, its process group and every process under it."""
+    try:
+        tree = psutil.Process(running.process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(running.process.pid, signal.SIGKILL)
+    for proc in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    running.process.wait(timeout=60)
+    psutil.wait_procs(tree, timeout=30)
+
+
+def finish(running: Running, timeout: float) -> int:
+    try:
+        return running.process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_all(running)
+        tail = running.output()[-6000:]
+        raise AssertionError(f"still running after {timeout} s:\n{tail}") from None
+
+
+def logged_steps(metrics_file: Path) -> set[int]:
+    """Training steps logged so far in one launch's metrics file."""
+    steps = set()
+    try:
+        text = metrics_file.read_text()
+    except OSError:
+        return steps
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if "actor/pg_loss" in row.get("data", {}):
+            steps.add(row["step"])
+    return steps
+
+
+def newest_metrics(run_dir: Path, after: set[Path]) -> Path | None:
+    """The metrics file a launch started after ``after`` was listed writes, once it exists."""
+    fresh = sorted(set((run_dir / "metrics").glob("metrics-*.jsonl")) - after)
+    return fresh[-1] if fresh else None
