@@ -382,3 +382,9 @@ def test_checkpoint_size_and_free_space_are_said(base_overrides):
     report = run_preflight(base_overrides + ["trainer.max_actor_ckpt_to_keep=2"])
     (line,) = [x for x in report.lines if "] checkpoint:" in x]
     assert "[ok] checkpoint:" in line and "x 2 kept" in line and "GiB free at" in line, line
+    # the recipes' trainer holds one more while it saves, and the kept best beside them
+    guarded = run_preflight(
+        base_overrides + ["trainer.max_actor_ckpt_to_keep=2", "trainer.v1.trainer_mode=gsm8k"]
+    )
+    (line,) = [x for x in guarded.lines if "] checkpoint:" in x]
+    assert "x 4 kept" in line, line

@@ -8,7 +8,8 @@
   learn_tiny.sh): the FSDP model shard holds fp32 weights (4 bytes a parameter), the optimizer
   shard Adam's two fp32 moments of each trained parameter (8 bytes); the actor and the critic
   each write both, the reference nothing. A run keeps ``trainer.max_actor_ckpt_to_keep`` of
-  them (all of them when unset), and the filesystem of ``trainer.default_local_dir`` must hold
+  them (all of them when unset; the recipes' trainer one more while it saves, and the kept
+  best), and the filesystem of ``trainer.default_local_dir`` must hold
   them: less free space than that is an error, less than twice that a warning.
 """
 
@@ -54,11 +55,22 @@ def checkpoint_bytes(cfg: Any, hf_configs: dict[str, Any]) -> int:
     return total
 
 
+def guarded(cfg: Any) -> bool:
+    """The recipes' trainer runs (verl_gsm8k/guard/): the v1 trainer in mode gsm8k."""
+    v1 = cfg.trainer.get("v1") or {}
+    return bool(cfg.trainer.get("use_v1", True)) and v1.get("trainer_mode") == "gsm8k"
+
+
 def kept_checkpoints(cfg: Any) -> int | None:
-    """How many global_step_N/ the run keeps at most; None when it cannot be told."""
+    """How many global_step_N/ the run holds at most; None when it cannot be told. The recipes'
+    trainer prunes after each save (never before: the newest whole checkpoint stays until the
+    next is whole), so it holds one more for a moment, and the kept best beside them."""
     keep = cfg.trainer.get("max_actor_ckpt_to_keep")
     if keep is not None and int(keep) > 0:
-        return int(keep)
+        if not guarded(cfg):
+            return int(keep)
+        best = bool((cfg.get("gsm8k_guard") or {}).get("keep_best", False))
+        return int(keep) + 1 + int(best)
     steps, freq = cfg.trainer.get("total_training_steps"), int(cfg.trainer.get("save_freq", -1))
     if steps is None or freq <= 0:
         return None
