@@ -205,6 +205,46 @@ def test_report_shows_the_rise_without_a_false_alarm(algo: str, request: pytest.
     assert val["final"]["value"] - val["first"]["value"] >= RISE
 
 
+def traced_responses(run: Learned, step: int) -> tuple[list[list[int]], list[str]]:
+    """The response ids (no padding) and prompt group of each response the trace holds."""
+    responses, prompts = [], []
+    for line in (run.run_dir / "trace" / f"{step}.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["kind"] == "sample":
+            ids, mask = row["response"]["ids"], row["response"]["mask"]
+            responses.append([i for i, m in zip(ids, mask, strict=True) if m])
+            prompts.append(row["uid"])
+    return responses, prompts
+
+
+@pytest.mark.parametrize("algo", ["ppo", "grpo"])
+def test_the_watchdogs_defaults_do_not_trip_on_a_healthy_run(
+    algo: str, request: pytest.FixtureRequest
+):
+    """verl_gsm8k/guard/rules.py with its default thresholds, every step's logged metrics and
+    traced responses replayed in order (check, then accept): no trip. Prints how close each
+    rule came, beside the extremes its docstring records."""
+    from verl_gsm8k.guard.rules import KL_KEYS, Thresholds, Watchdog, top_token_share
+
+    run: Learned = request.getfixturevalue(f"learned_{algo}")
+    watchdog = Watchdog(Thresholds())
+    kl, entropy, share = [], [], 0.0
+    for step in range(1, STEPS + 1):
+        metrics = run.steps[step]
+        responses, prompts = traced_responses(run, step)
+        assert responses, f"{algo}: no traced response at step {step}"
+        assert watchdog.check(step, metrics, responses, prompts) == [], (algo, step)
+        watchdog.accept(metrics)
+        kl.append(next(metrics[k] for k in KL_KEYS if k in metrics))
+        entropy.append(metrics["actor/entropy"])
+        share = max([share] + [top_token_share(r) for r in responses])
+    score = [run.steps[s][SCORE] for s in range(1, STEPS + 1)]
+    print(
+        f"{algo}: KL up to {max(kl):.3g}, entropy down to {min(entropy):.3g}, top token share "
+        f"in a response up to {share:.3g}, score {min(score):.3g}..{max(score):.3g}"
+    )
+
+
 def test_report_page_draws_the_rising_curve(learned_ppo: Learned, tmp_path: Path):
     ppo = learned_ppo
     require_chromium()

@@ -385,6 +385,6 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     assert status5 == 4, out5[-6000:]
     (trip,) = read_trips(run_dir)
     assert trip["step"] == 9 and trip["action"] == "stop" and trip["last_healthy_checkpoint"] == 8
-    assert f"recipe: the watchdog stopped the run: {trip['message']}" in out5
+    assert f"recipe: {trip['message']} (WATCHDOG=stop: step 9 was not saved" in out5
     assert not (run_dir / "global_step_9").exists() and tracker.read_text().strip() == "8"
     print("\n".join(figures))

@@ -7,7 +7,7 @@
          "launch": "20261125T101500Z"}
     RUN_DIR/watchdog.jsonl                   one line per watchdog trip (WATCHDOG=stop|warn):
         {"launch": STAMP, "step": 12, "rule": "non_finite", "metric": "actor/pg_loss",
-         "value": NaN, "threshold": "finite", "action": "stop", "last_healthy_checkpoint": 10,
+         "value": NaN, "threshold": "not finite", "action": "stop", "last_healthy_checkpoint": 10,
          "message": "the one line the launcher prints"}
     RUN_DIR/stop_requested                   written by the launcher on SIGTERM (the deadline, in
                                              seconds since the epoch); the trainer saves and stops

@@ -16,7 +16,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from verl_gsm8k.guard.files import EXIT_PREEMPTED, EXIT_WATCHDOG, read_stamp, read_trips
+from verl_gsm8k.guard.files import (
+    EXIT_PREEMPTED,
+    EXIT_WATCHDOG,
+    WATCHDOG_FILE,
+    read_stamp,
+    read_trips,
+)
 from verl_gsm8k.guard.prune import tracked_step
 
 
@@ -26,12 +32,16 @@ def verdict(run_dir: Path, stamp: str, verl_status: int, stopped: bool) -> tuple
     stops = [t for t in trips if t.get("action") == "stop"]
     lines = []
     if stops:
-        lines.append(f"recipe: the watchdog stopped the run: {stops[-1].get('message')}")
+        last = stops[-1]
+        lines.append(
+            f"recipe: {last.get('message')} (WATCHDOG=stop: step {last.get('step')} was not "
+            "saved; the run stopped)"
+        )
         return EXIT_WATCHDOG, lines
     if trips:
         lines.append(
             f"recipe: the watchdog warned {len(trips)} time(s) (WATCHDOG=warn), first: "
-            f"{trips[0].get('message')} (all: {run_dir / 'watchdog.jsonl'})"
+            f"{trips[0].get('message')} (all: {run_dir / WATCHDOG_FILE})"
         )
     if stopped:
         step = tracked_step(run_dir)

@@ -62,7 +62,6 @@ from verl_gsm8k.trace.select import prompt_of
 logger = logging.getLogger(__name__)
 METRICS_FILE = re.compile(r"metrics-(\d{8}T\d{6}Z)\.jsonl$")
 SCORE_KEY = "critic/score/mean"  # verl's name for the mean sequence score (compute_data_metrics)
-WATCHDOG_MODES = ("stop", "warn", "off")
 
 
 def launch_stamp() -> str | None:
@@ -74,14 +73,10 @@ def launch_stamp() -> str | None:
 def guard_settings(config: DictConfig) -> dict[str, Any]:
     block = OmegaConf.to_container(config.get("gsm8k_guard") or {}, resolve=True)
     assert isinstance(block, dict)
-    watchdog = dict(block.get("watchdog") or {})
-    mode = str(watchdog.pop("mode", "stop"))
-    if mode not in WATCHDOG_MODES:
-        choices = ", ".join(WATCHDOG_MODES)
-        raise ValueError(f"gsm8k_guard.watchdog.mode={mode}: not one of {choices}")
+    thresholds = Thresholds.from_mapping(block.get("watchdog") or {})  # mode included
     return {
-        "mode": mode,
-        "thresholds": Thresholds.from_mapping(watchdog),
+        "mode": thresholds.mode,
+        "thresholds": thresholds,
         "keep_best": bool(block.get("keep_best", True)),
         "best_metric": str(block.get("best_metric") or "val-core/openai/gsm8k/acc/mean@1"),
     }
@@ -193,13 +188,8 @@ class GuardedTrainer(PPOTrainerSync):
         self._end_after(step)
 
     def _record(self, trip: Trip, step: int, last: int | None, action: str) -> None:
-        message = trip.message(step, last)
-        say(f"watchdog ({action}): {message}")
-        append_trip(self.run_dir, {
-            "launch": self.stamp, "step": step, "rule": trip.rule, "metric": trip.metric,
-            "value": trip.value, "threshold": trip.threshold, "action": action,
-            "last_healthy_checkpoint": last, "message": message,
-        })  # fmt: skip
+        say(f"({action}) {trip.message(step, last)}")
+        append_trip(self.run_dir, trip.record(step, last, self.stamp, action))
 
     def _last_healthy(self) -> int | None:
         sick = self.sick_step
