@@ -67,19 +67,23 @@ def test_same_config_resumes_a_different_one_stops_with_one_line(
     place_checkpoint(whole_checkpoints, run_dir(gpu_env), 20)
     again = run_recipe(RECIPE, gpu_env)  # same experiment: resumes, a second record
     assert again.returncode == 0, again.stderr[-2000:]
-    assert len(read_records(run_dir(gpu_env))) == 2
+    first, second = read_records(run_dir(gpu_env))
+    assert first["stamp"] != second["stamp"] and differences(first, second) == []
     (tmp_path / "verl-args.txt").unlink()
     other = run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="1e-4", MODEL_PATH=str(tmp_path / "m")))
     assert other.returncode == 2
     (line,) = [x for x in other.stderr.splitlines() if x.startswith("launch:")]
     assert "holds the checkpoint of step 20 of another experiment" in line
-    assert "actor learning rate (actor_rollout_ref.actor.optim.lr) 1e-06 -> 0.0001" in line
+    assert f"key(s) differ from launch {second['stamp']}: " in line
+    assert "actor_rollout_ref.actor.optim.lr 1e-06 -> 0.0001" in line
+    assert f"actor_rollout_ref.model.path {gpu_env['MODEL_PATH']} -> {tmp_path / 'm'}" in line
     assert "new EXPERIMENT_NAME" in line and "RESUME=force" in line
     assert not (tmp_path / "verl-args.txt").exists()  # verl never started
     assert len(read_records(run_dir(gpu_env))) == 2  # and nothing recorded
     forced = run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="1e-4", RESUME="force"))
     assert forced.returncode == 0 and len(read_records(run_dir(gpu_env))) == 3
-    # the forced launch is now the checkpoint's experiment: the same settings resume silently
+    # the checkpoint has no launch_stamp.txt (verl's own trainer wrote none): the last launch,
+    # the forced one, stands for its writer, and the same settings resume silently
     assert run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="1e-4")).returncode == 0
 
 
@@ -95,6 +99,6 @@ def test_resume_disable_reaches_verl_and_starts_over(gpu_env, whole_checkpoints,
 
 def test_differences_compare_numbers_as_numbers():
     old = {"config": {"actor_rollout_ref": {"actor": {"optim": {"lr": "1e-6"}}}}}
-    same = {"config": {"actor_rollout_ref": {"actor": {"optim": {"lr": 1e-06}}}}}
-    assert differences(old, same, "ppo") == []
+    same = {"config": {"actor_rollout_ref": {"actor": {"optim": {"lr": 0.000001}}}}}
+    assert differences(old, same) == []
     assert ROOT.is_dir()

@@ -4,8 +4,11 @@
         --config-name gsm8k_ppo [--resume auto] [--knob NAME=VALUE ...] [--knob-key KEY=NAME ...] \\
         [--user KEY=VALUE ...] -- OVERRIDE ...
 
-Run by recipes/common.sh right before verl starts. Exit 0: the record is written
-(DIR/launches/launch-UTC.yaml); 2: one line on stderr (a resume of another experiment refused, a
+Run by recipes/common.sh right before verl starts. The checkpoint verl would resume is verified
+first (verify.py: an earlier whole one when it is damaged), then compared with the launch that
+wrote it (resume.py: every key of the resolved config but the few that may change on a resume).
+Exit 0: the record is written (DIR/launches/launch-UTC.yaml) and the tracker names the step verl
+resumes; 2: one line on stderr (a resume of another experiment refused, no whole checkpoint, a
 config that does not compose, a record that exists), and nothing written.
 """
 
@@ -17,9 +20,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from verl_gsm8k.launch.record import STAMP, RecordError, build_record, read_records, write_record
-from verl_gsm8k.launch.resume import MODES, refusal
-from verl_gsm8k.launch.verify import NoWholeCheckpoint, resume_point
+from verl_gsm8k.launch.record import STAMP, RecordError, build_record, write_record
+from verl_gsm8k.launch.resume import MODES, latest_checkpoint, refusal
+from verl_gsm8k.launch.verify import NoWholeCheckpoint, resume_point, track
 
 PROG = "verl_gsm8k.launch"
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,9 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         choices=MODES,
         default="auto",
-        help="auto: resume a checkpoint only when it came from the same model, algorithm and "
-        "learning rates (else stop with one line); force: resume whatever differs; disable: "
-        "the launch starts over (verl's trainer.resume_mode=disable)",
+        help="auto: resume a checkpoint only when the launch that wrote it had the same config, "
+        "every key compared but the few that may change on a resume (total steps, save and test "
+        "frequency, loggers, speed and memory settings: resume.py ALLOWED); else stop with one "
+        "line naming each key that differs; force: resume whatever differs; disable: the launch "
+        "starts over (verl's trainer.resume_mode=disable)",
     )
     parser.add_argument(
         "--knob", action="append", default=[], metavar="NAME=VALUE", help="a knob the launch set"
@@ -122,17 +127,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             root=ROOT,
             gpus=visible_gpus(),
         )
-        previous = read_records(args.run_dir)
-        stop = refusal(args.run_dir, previous[-1] if previous else None, record, args.resume,
-                       args.trainer)  # fmt: skip
+        # The step verl will resume, verified first (it may be an earlier whole one than the
+        # tracker names), then the guard on that step; the tracker is pointed at it only once the
+        # launch may go on: a refused launch changes nothing.
+        step, said = None, []
+        if args.resume != "disable":
+            if args.trainer == "ppo":
+                roles = ("actor", "critic") if uses_critic(config) else ("actor",)
+                step, said = resume_point(args.run_dir, roles, write=False)
+            else:
+                step = latest_checkpoint(args.run_dir)
+        stop = refusal(args.run_dir, step, record, args.resume)
         if stop:
             print(stop, file=sys.stderr)
             return 2
-        if args.trainer == "ppo" and args.resume != "disable":
-            roles = ("actor", "critic") if uses_critic(config) else ("actor",)
-            _, said = resume_point(args.run_dir, roles)
-            for line in said:
-                print(line)
+        if args.trainer == "ppo" and step is not None:
+            track(args.run_dir, step)
+        for line in said:
+            print(line)
         path = write_record(args.run_dir, record)
     except (RecordError, NoWholeCheckpoint) as err:
         print(f"launch: {err}", file=sys.stderr)

@@ -144,11 +144,15 @@ def read_record(path: Path) -> dict[str, Any]:
     return record
 
 
+def record_paths(run_dir: Path) -> list[Path]:
+    """The launch records of a run directory, oldest first ([] when it has none)."""
+    folder = Path(run_dir) / RECORD_DIR
+    return sorted(folder.glob("launch-*.yaml")) if folder.is_dir() else []
+
+
 def read_records(run_dir: Path) -> list[dict[str, Any]]:
     """Every launch record of a run directory, oldest first ([] when it has none)."""
-    folder = Path(run_dir) / RECORD_DIR
-    paths = sorted(folder.glob("launch-*.yaml")) if folder.is_dir() else []
-    return [read_record(p) for p in paths]
+    return [read_record(p) for p in record_paths(run_dir)]
 
 
 def lookup(config: dict[str, Any], dotted: str) -> Any:

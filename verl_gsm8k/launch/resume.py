@@ -1,33 +1,133 @@
-"""No silent resume of another run: a relaunch into a run directory that holds a checkpoint must be
-the same experiment as the launch that wrote it.
+"""No silent resume of another experiment: a relaunch into a run directory that holds a checkpoint
+must be the same experiment as the launch that WROTE that checkpoint.
 
 verl resumes whatever checkpoint sits in ``trainer.default_local_dir`` (``resume_mode: auto``),
-so after a change of ``MODEL_PATH``, of the algorithm or of a learning rate, a relaunch under the
-same ``EXPERIMENT_NAME`` would continue the old weights without a word. The keys below are
-compared with the previous launch's record; a difference stops the launch with one line. Resuming
-the same config stays automatic. ``RESUME=force`` resumes anyway, ``RESUME=disable`` starts over
-(verl's ``trainer.resume_mode=disable``), a new ``EXPERIMENT_NAME`` starts a new run directory.
+so after a change of model, batch size, reward function or learning rate, a relaunch under the
+same ``EXPERIMENT_NAME`` would continue the old weights without a word. The launch that saved
+step N is named by ``RUN_DIR/global_step_N/launch_stamp.txt`` (written by the recipes' trainer,
+``verl_gsm8k/guard/``); its record ``RUN_DIR/launches/launch-<stamp>.yaml`` is compared with the
+new launch's, leaf by leaf over the resolved configs. Every key differs the experiment except the
+few of ``ALLOWED`` (bookkeeping, logging, speed and memory); a difference stops the launch with
+one line naming each key, old -> new. Resuming the same config stays automatic. ``RESUME=force``
+resumes anyway, ``RESUME=disable`` starts over (verl's ``trainer.resume_mode=disable``), a new
+``EXPERIMENT_NAME`` starts a new run directory.
 """
 
 from __future__ import annotations
 
+import json
+import math
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.launch.record import lookup
+from verl_gsm8k.guard.files import read_stamp
+from verl_gsm8k.launch.record import read_record, record_path, record_paths
 
-# trainer -> (verl key, what it is): what makes a checkpoint another experiment's.
-GUARDED: dict[str, tuple[tuple[str, str], ...]] = {
-    "ppo": (
-        ("actor_rollout_ref.model.path", "model"),
-        ("critic.model.path", "critic model"),
-        ("algorithm.adv_estimator", "algorithm"),
-        ("actor_rollout_ref.actor.optim.lr", "actor learning rate"),
-        ("critic.optim.lr", "critic learning rate"),
-    ),
-    "sft": (("model.path", "model"), ("optim.lr", "learning rate")),
-}
 MODES = ("auto", "force", "disable")
+
+# The keys that may change on a resume (fnmatch patterns over dotted keys; "X.*" also matches X
+# itself). Every other key of the resolved config is compared. The same list serves main_ppo's
+# config and the SFT trainer's (model.*, optim.*, data.*, engine.*, trainer.*).
+ALLOWED = (
+    # how long the run goes on; with a cosine or warm-up schedule the rest of it stretches to fit
+    "trainer.total_epochs", "trainer.total_training_steps",
+    # checkpoints: how often, how many kept, where verl resumes from, deadline saves
+    "trainer.save_freq", "trainer.max_*ckpt_to_keep", "trainer.resume_mode",
+    "trainer.resume_from_path", "trainer.esi_redundant_time", "trainer.default_hdfs_dir",
+    "trainer.del_local_ckpt_after_load",
+    # validation and logging: measured how often and where to, under which names
+    "trainer.test_freq", "trainer.val_before_train", "trainer.val_only",
+    "trainer.log_val_generations", "trainer.logger.*", "trainer.project_name",
+    "trainer.experiment_name", "actor_rollout_ref.rollout.trace.*",
+    # the run directory itself (the guard runs in it) and the dumps written under it
+    "trainer.default_local_dir", "trainer.rollout_data_dir", "trainer.validation_data_dir",
+    # speed and memory only: micro-batches, token budgets, offloading, recomputation, timeouts
+    "*micro_batch_size*", "*max_token_len_per_gpu", "*use_dynamic_bsz", "*offload*",
+    "*.enable_gradient_checkpointing", "*timeout",
+    # the attention kernel the launcher picks per host (flash-attention or sdpa: the same math)
+    "*.override_config.attn_implementation", "*.use_remove_padding",
+    # the rollout engine's memory and speed (vLLM; its weights come from the actor every step)
+    "*.gpu_memory_utilization", "*.enforce_eager", "*.free_cache_engine",
+    "*.cudagraph_capture_sizes", "actor_rollout_ref.rollout.tensor_model_parallel_size",
+    "actor_rollout_ref.rollout.max_num_batched_tokens", "actor_rollout_ref.rollout.max_num_seqs",
+    # profilers and monitoring
+    "*.profiler.*", "global_profiler.*", "trainer.profile_interval.*",
+    "actor_rollout_ref.rollout.prometheus.*",
+    # the launcher's own: Ray's start-up (per-launch environment on a cluster), the recipes'
+    # trainer, the token trace and the guard's watchdog and keep-best settings
+    "ray_kwargs.*", "trainer.v1.trainer_mode", "gsm8k_trace.*", "gsm8k_guard.*",
+)  # fmt: skip
+# Not allowed, though they change no experiment: trainer.nnodes and trainer.n_gpus_per_node. verl
+# 0.9.1's FSDPCheckpointManager.load_checkpoint (utils/checkpoint/fsdp_checkpoint_manager.py
+# ~213) opens model_world_size_<W>_rank_<r>.pt of the NEW world size W: another GPU count cannot
+# resume a checkpoint (scripts/merge.sh merges any world size; train on from the merged model).
+
+
+def allowed(key: str) -> bool:
+    """Whether ``key`` may change on a resume."""
+    return any(
+        fnmatchcase(key, pattern) or (pattern.endswith(".*") and fnmatchcase(key, pattern[:-2]))
+        for pattern in ALLOWED
+    )
+
+
+def leaves(node: dict[str, Any] | list[Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": [1, 2]}} -> {"a.b.0": 1, "a.b.1": 2}; an empty mapping or list holds nothing."""
+    flat: dict[str, Any] = {}
+    for key, value in node.items() if isinstance(node, dict) else enumerate(node):
+        if isinstance(value, (dict, list)):
+            flat.update(leaves(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)  # a value left unresolved, as written: "1e-6"
+        except ValueError:
+            return None
+    return None
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal settings: numbers as numbers (1e-6 == 0.000001 == "1e-6", 1 == 1.0), True apart
+    from 1."""
+    x, y = _number(a), _number(b)
+    if x is not None and y is not None:
+        return x == y or (math.isnan(x) and math.isnan(y))
+    return type(a) is type(b) and a == b
+
+
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+ABSENT = "(absent)"
+
+
+def differences(previous: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """'key old -> new' for each key of the resolved configs that differs and may not change."""
+    before, after = previous.get("trainer", "ppo"), new.get("trainer", "ppo")
+    if before != after:
+        return [f"trainer {before} -> {after}"]
+    old, now = leaves(previous["config"]), leaves(new["config"])
+    out = []
+    for key in [*old, *(k for k in now if k not in old)]:
+        if allowed(key):
+            continue
+        if key in old and key in now and same(old[key], now[key]):
+            continue
+        was = _show(old[key]) if key in old else ABSENT
+        becomes = _show(now[key]) if key in now else ABSENT
+        out.append(f"{key} {was} -> {becomes}")
+    return out
 
 
 def latest_checkpoint(run_dir: Path) -> int | None:
@@ -40,40 +140,32 @@ def latest_checkpoint(run_dir: Path) -> int | None:
     return step if (Path(run_dir) / f"global_step_{step}").is_dir() else None
 
 
-def differences(previous: dict[str, Any], new: dict[str, Any], trainer: str) -> list[str]:
-    """'what: old -> new' for each guarded key whose resolved values differ."""
-    out = []
-    for key, what in GUARDED.get(trainer, ()):
-        old, now = lookup(previous["config"], key), lookup(new["config"], key)
-        if old is None or now is None:
-            continue
-        if _same(old, now):
-            continue
-        out.append(f"{what} ({key}) {old} -> {now}")
-    return out
+def writer(run_dir: Path, step: int) -> dict[str, Any] | None:
+    """The record of the launch that saved ``step``; None when the run has no record at all.
+    (Only that record is read: a long run relaunched often holds many.)"""
+    stamp = read_stamp(run_dir, step)
+    if stamp is not None and record_path(run_dir, stamp).is_file():
+        return read_record(record_path(run_dir, stamp))
+    # A checkpoint saved without a stamp (before the recipes' trainer wrote one), or whose
+    # launch left no record: the last launch is the best guess of who wrote it.
+    paths = record_paths(run_dir)
+    return read_record(paths[-1]) if paths else None
 
 
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return float(a) == float(b)
-    except (TypeError, ValueError):
-        return str(a) == str(b)
-
-
-def refusal(
-    run_dir: Path, previous: dict[str, Any] | None, new: dict[str, Any], mode: str, trainer: str
-) -> str | None:
-    """The one line that stops a relaunch, or None when it may go on."""
-    if mode != "auto" or previous is None:
+def refusal(run_dir: Path, step: int | None, new: dict[str, Any], mode: str) -> str | None:
+    """The one line that stops a relaunch resuming ``step`` (None: no checkpoint), or None when
+    it may go on."""
+    if mode != "auto" or step is None:
         return None
-    step = latest_checkpoint(run_dir)
-    if step is None:
+    previous = writer(run_dir, step)
+    if previous is None:
         return None
-    diffs = differences(previous, new, trainer)
+    diffs = differences(previous, new)
     if not diffs:
         return None
     return (
         f"launch: {run_dir} holds the checkpoint of step {step} of another experiment "
-        f"({'; '.join(diffs)}), which verl would resume silently: set a new EXPERIMENT_NAME for "
-        "a new run, or RESUME=force to continue that checkpoint with the new settings"
+        f"({len(diffs)} key(s) differ from launch {previous.get('stamp')}: {'; '.join(diffs)}), "
+        "which verl would resume silently: set a new EXPERIMENT_NAME for a new run, or "
+        "RESUME=force to continue that checkpoint with the new settings"
     )

@@ -64,10 +64,19 @@ def tracked_step(run_dir: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def resume_point(run_dir: Path, roles: tuple[str, ...]) -> tuple[int | None, list[str]]:
+def track(run_dir: Path, step: int) -> None:
+    """Point the tracker at ``step`` (atomically), unless it names it already."""
+    if tracked_step(run_dir) != step:
+        write_atomic(run_dir / TRACKER, f"{step}")
+
+
+def resume_point(
+    run_dir: Path, roles: tuple[str, ...], *, write: bool = True
+) -> tuple[int | None, list[str]]:
     """The step a relaunch resumes from (None: no checkpoint, training starts from scratch) and
-    the lines to say; the tracker is rewritten when it must change. NoWholeCheckpoint when there
-    are checkpoints and none is whole."""
+    the lines to say; the tracker is rewritten when it must change (``write=False``: left as it
+    is, for ``track`` to point once the launch may go on). NoWholeCheckpoint when there are
+    checkpoints and none is whole."""
     if not run_dir.is_dir():
         return None, []
     steps = steps_in(run_dir)
@@ -91,7 +100,8 @@ def resume_point(run_dir: Path, roles: tuple[str, ...]) -> tuple[int | None, lis
     for step in reversed(candidates):
         why = problem(run_dir / f"global_step_{step}", roles)
         if why is None:
-            write_atomic(run_dir / TRACKER, f"{step}")
+            if write:
+                track(run_dir, step)
             said.append(f"resume: from global_step_{step} instead ({TRACKER} now names it)")
             return step, said
         said.append(f"resume: global_step_{step} is not whole either: {why}")
