@@ -173,8 +173,8 @@ if logs_to_wandb; then export WANDB_DIR=${WANDB_DIR:-$RUN_DIR}; fi
 # ---- knobs: launcher behaviour ----
 DRY_RUN=${DRY_RUN:-0}                                 # 1: preflight + composed config, no training
 SKIP_PREFLIGHT=${SKIP_PREFLIGHT:-0}
-# A relaunch into a run dir with a checkpoint: auto resumes it only when the launch record says it
-# is the same experiment (model, algorithm, learning rates); force resumes it anyway; disable
+# A relaunch into a run dir with a checkpoint: auto resumes it only when the launch that wrote it
+# had the same config (every key but the few of docs/resume.md); force resumes it anyway; disable
 # starts over (verl_gsm8k/launch/resume.py).
 RESUME=${RESUME:-auto}
 

@@ -274,3 +274,8 @@ def test_without_the_writers_record_the_last_launch_is_compared(ppo_record, tmp_
     assert refusal(run, 4, dict(last, stamp=STAMPS[2]), "auto") is None
     assert refusal(run, 4, dict(first, stamp=STAMPS[2]), "force") is None
     assert refusal(run, None, dict(first, stamp=STAMPS[2]), "auto") is None
+
+
+def test_docs_name_every_key_that_may_change():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "resume.md").read_text()
+    assert [p for p in ALLOWED if f"`{p}`" not in page] == []
