@@ -65,6 +65,10 @@ def test_a_run_whose_reward_turned_nan_is_reported_with_where_it_turned(tmp_path
     banner = re.search(r'<p id="turned" class="sev-error">([^<]*)</p>', page)
     assert banner and f"turned at step {SICK_FROM}" in banner.group(1)
     assert "NaN @ step 6" in page
+    # the replay's step menu: no mean score for a step whose scores are NaN (null in the trace)
+    index = (out / "replay" / "index.js").read_text()
+    means = dict(re.findall(r'\{"step":(\d+),"n":\d+,"mean":([^}]*)\}', index))
+    assert means[str(SICK_FROM)] == "null" and means[str(SICK_FROM - 1)] == "0.75"
     # every data file of the replay and the rollout browser is JavaScript with no NaN in it
     for data in [*(out / "replay").glob("*.js"), *(out / "rollouts").glob("*.js")]:
         assert "NaN" not in data.read_text(), data
