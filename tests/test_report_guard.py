@@ -5,15 +5,14 @@ best checkpoint are shown and in summary.json; a run without them shows nothing 
 The run directories are tests/test_replay.py's (metrics, trace, rollout and validation dumps in
 their writers' formats) with the sickness planted as each writer writes NaN (tests/report_runs.py);
 the trips and the best checkpoint are written by the guarded trainer's own writers
-(verl_gsm8k/guard/files.py). The last test plants the same sickness in a copy of a real learning
-run (slow: it shares the ``learned_ppo`` run of tests/conftest.py).
+(verl_gsm8k/guard/files.py). The same sickness planted in a copy of a real learning run:
+tests/test_replay_untrusted.py (slow, with the other tests of the shared learning runs).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -166,21 +165,3 @@ def test_an_unreadable_best_checkpoint_file_is_one_line(tmp_path: Path, capsys, 
     assert summary["best_checkpoint"] is None and why in summary["best_checkpoint_problem"]
     page = (tmp_path / "out" / "report.html").read_text()
     assert 'id="best-checkpoint" class="sev-warning"' in page
-
-
-@pytest.mark.slow  # the learning runs of tests/conftest.py: made once per session, shared
-def test_a_real_run_whose_reward_turned_nan_is_reported(tmp_path: Path, learned_ppo):
-    """A copy of a real learning run (metrics, trace, rollout and validation dumps of verl 0.9.1)
-    with its reward NaN from step 2, as issue 26 planted it in a smoke run."""
-    run = tmp_path / "sick"
-    for part in ("launches", "metrics", "trace", "rollouts", "validation"):
-        if (learned_ppo.run_dir / part).is_dir():
-            shutil.copytree(learned_ppo.run_dir / part, run / part)
-    plant_nan(run, 2)
-    out = tmp_path / "out"
-    assert report.main([str(run), "--out", str(out)]) == 0
-    summary = strict_json(out / "summary.json")
-    (turned,) = [f for f in summary["health"] if f["check"] == "first_non_finite"]
-    assert (turned["start_step"], turned["evidence"]["last_finite_step"]) == (2, 1)
-    assert summary["pages"]["rollouts"] and summary["pages"]["replay"]
-    assert (out / "questions" / "questions.html").is_file()  # step 0's validation, still finite
