@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Merge a verl FSDP checkpoint into a Hugging Face model directory (verl's own merger), verify it
 # loads and runs, and write merge_manifest.json beside it. The logic is
-# verl_gsm8k/merge/checkpoint.py (python -m verl_gsm8k.merge).
+# verl_gsm8k/merge/checkpoint.py (python -m verl_gsm8k.merge; its command line: merge/cli.py).
 #
-#   bash scripts/merge.sh SOURCE TARGET_DIR [--force] [--critic] [--lora-alpha A]
+#   bash scripts/merge.sh SOURCE TARGET_DIR [--force] [--critic] [--best] [--lora-alpha A]
 #
 #   SOURCE      a run dir (latest_checkpointed_iteration.txt picks global_step_N), a global_step_N
 #               dir, or a role dir (global_step_N/actor, global_step_N/critic); an SFT run's
@@ -12,6 +12,8 @@
 #   TARGET_DIR  the model directory to create; written beside itself first, renamed when verified
 #   --force     replace an existing TARGET_DIR (the old one is removed only after success)
 #   --critic    merge the critic (value model) instead of the actor
+#   --best      merge the run's kept best checkpoint: the step its best_checkpoint.json names
+#               (KEEP_BEST=1); SOURCE is the run dir. No such file, or its step gone: one line, exit 2
 #   --lora-alpha  a LoRA checkpoint's alpha when it lacks lora_train_meta.json (a LoRA adapter is
 #               always folded into the weights, W + B·A·alpha/r, and recorded in the manifest)
 #   --help      show the full help

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
@@ -118,6 +119,64 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return path
+
+
+# What a reward that turns NaN does to a run's files, as issue 26 found in a real smoke run: verl
+# logs every score, reward, advantage, return, loss and grad norm of the step as NaN, and its
+# validation's accuracy and the reward's keys too.
+SICK_KEY = re.compile(
+    r"^critic/(score|rewards|advantages|returns)/|loss$|grad_norm$|vf_explained_var$"
+    r"|^val-(core|aux)/.+/(acc|score|reward|acc_success_only)/"
+)
+SICK_PER_TOKEN = ("score", "reward", "advantage", "return")
+
+
+def _rewrite_jsonl(path: Path, change: Callable[[dict[str, Any]], None], **dump: Any) -> None:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    for row in rows:
+        change(row)
+    path.write_text("".join(json.dumps(row, **dump) + "\n" for row in rows), encoding="utf-8")
+
+
+def plant_nan(run: Path, first: int) -> None:
+    """Make ``run`` a run whose reward turned NaN at step ``first``, written as each writer writes
+    NaN: verl's file logger (orjson) as null; verl's rollout and validation dumps
+    (``_write_generations``, json.dumps) as the ``NaN`` token; the trace (verl_gsm8k.trace) as
+    null."""
+
+    def metrics(record: dict[str, Any]) -> None:
+        if record["step"] >= first:
+            record["data"] = {k: None if SICK_KEY.search(k) else v
+                              for k, v in record["data"].items()}  # fmt: skip
+
+    def dumped(row: dict[str, Any]) -> None:
+        for key in ("score", "reward", "acc"):
+            if key in row:
+                row[key] = math.nan
+
+    def traced(line: dict[str, Any]) -> None:
+        if line.get("kind") == "step":
+            line["metrics"] = {k: None if SICK_KEY.search(k) else v
+                               for k, v in (line.get("metrics") or {}).items()}  # fmt: skip
+            groups = (line.get("batch") or {}).get("groups") or {}
+            groups.update({k: None for k in ("score_min", "score_max") if k in groups})
+        elif line.get("kind") == "sample":
+            line["score"] = None
+            extra = line.get("reward_extra") or {}
+            extra.update({k: None for k in ("acc", "score") if k in extra})
+            per_token = line.get("per_token") or {}
+            for key in SICK_PER_TOKEN:
+                if key in per_token:
+                    per_token[key] = [None] * len(per_token[key])
+
+    for segment in (run / "metrics").glob("*.jsonl"):
+        _rewrite_jsonl(segment, metrics, separators=(",", ":"))
+    for folder, change, dump in (("rollouts", dumped, {"ensure_ascii": False}),
+                                 ("validation", dumped, {"ensure_ascii": False}),
+                                 ("trace", traced, {"allow_nan": False})):  # fmt: skip
+        for path in (run / folder).glob("*.jsonl"):
+            if int(path.stem) >= first:
+                _rewrite_jsonl(path, change, **dump)
 
 
 def checks_fired(findings: list[rf.Finding], severities: tuple[str, ...] = ("error", "warning")):

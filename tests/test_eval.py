@@ -633,3 +633,30 @@ def test_rescore_pass_at_k_unbiased_per_row_and_flags_short_questions(tmp_path, 
     assert scoring.pass_at_k([1.0, 0.0, 0.0, 0.0], 2) == pytest.approx(1 - 3 / 6)
     with pytest.raises(ValueError):
         scoring.pass_at_k([1.0], 2)
+
+
+def test_checkpoint_sweep_marks_the_kept_best_checkpoint(tmp_path, capsys):
+    """eval.sh --run: the step a run's best_checkpoint.json names (KEEP_BEST=1) is marked in the
+    table by step; without the file nothing is; an unreadable one is one line, nothing marked."""
+    from verl_gsm8k.evaluate.sweep import kept_best, render_steps
+    from verl_gsm8k.guard.files import write_best
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": s, "mode": "training", "accuracy": a, "our_reward_accuracy": a, "n": 100}
+            for s, a in ((0, 0.4), (10, 0.57), (20, 0.55))]  # fmt: skip
+
+    def table(best):
+        sweep = {"run_dir": str(run), "starting_model": "base", "best_checkpoint": best}
+        return render_steps({"sweep": sweep, "results": rows})
+
+    assert kept_best(run) is None and "best" not in table(None)
+    write_best(run, 10, "val-core/openai/gsm8k/acc/mean@1", 0.57, "20260101T000000Z")
+    markdown = table(kept_best(run))
+    marked = [line for line in markdown.splitlines() if "best (" in line]
+    assert marked == ["| 10 best (val acc 0.57) | training | 57.00 | 57.00 | 100 |"]
+    assert f"`bash scripts/merge.sh {run} OUT --best` merges it" in markdown
+    (run / "best_checkpoint.json").write_text("{")
+    assert kept_best(run) is None
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "best_checkpoint.json: not readable JSON" in line and "not marked" in line

@@ -542,10 +542,67 @@ def test_an_sft_checkpoint_has_no_critic_and_a_missing_shard_is_named(sft_run, t
     _expect_refusal(partial, out, "missing rank shard model_world_size_1_rank_0.pt")
 
 
+# ---------------------------------------------------------------------------------------------
+# --best: the step a run's best_checkpoint.json names (KEEP_BEST=1, verl_gsm8k/guard/files.py)
+
+
+def _run_with_best(ckpt: Path, dest: Path, best_step: int | None) -> Path:
+    """A copy of a run with a newer checkpoint the tracker names (a copy of step 2 as step 6) and,
+    when ``best_step`` is given, the guard's best_checkpoint.json naming that step."""
+    from verl_gsm8k.guard.files import write_best
+
+    run = _copy_run(ckpt, dest)
+    shutil.copytree(run / f"global_step_{STEP}", run / "global_step_6")
+    (run / "latest_checkpointed_iteration.txt").write_text("6")
+    if best_step is not None:
+        write_best(run, best_step, "val-core/openai/gsm8k/acc/mean@1", 0.57, "20260101T000000Z")
+    return run
+
+
+def test_best_picks_the_step_best_checkpoint_json_names_not_the_tracker(ckpt_ws2, tmp_path):
+    from verl_gsm8k.merge.checkpoint import best_step_dir, resolve_source
+
+    run = _run_with_best(ckpt_ws2, tmp_path / "run", STEP)
+    step_dir, best = best_step_dir(run)
+    assert step_dir == run / f"global_step_{STEP}" and best["value"] == 0.57
+    assert resolve_source(step_dir, critic=True) == (step_dir / "critic", "critic")
+    assert resolve_source(run, critic=False)[0] == run / "global_step_6" / "actor"  # no --best
+
+
+def test_best_without_a_usable_best_file_is_one_line(ckpt_ws2, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    none = _run_with_best(ckpt_ws2, tmp_path / "none", None)
+    _expect_refusal(
+        none, out, f"no best_checkpoint.json in {none}: this run kept no best", "--best"
+    )
+    gone = _run_with_best(ckpt_ws2, tmp_path / "gone", 4)  # pruned, or never saved
+    _expect_refusal(gone, out, f"names step 4 but {gone / 'global_step_4'} is missing", "--best")
+    broken = _run_with_best(ckpt_ws2, tmp_path / "broken", None)
+    (broken / "best_checkpoint.json").write_text('{"step": 2, "val')  # cut short
+    _expect_refusal(broken, out, "best_checkpoint.json: not readable JSON", "--best")
+    step_dir = broken / f"global_step_{STEP}"
+    _expect_refusal(step_dir, out, "--best takes a run directory", "--best")
+
+
+@pytest.mark.slow
+def test_merge_best_merges_the_kept_best_checkpoint(ckpt_ws2, tmp_path):
+    run = _run_with_best(ckpt_ws2, tmp_path / "run", STEP)
+    target = tmp_path / "merged"
+    proc = merge(run, target, "--best")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"actor of step {STEP}, the kept best (val-core/openai/gsm8k/acc/mean@1 = 0.57)" in (
+        proc.stdout
+    )
+    manifest = assert_manifest(target, "actor", 2, run / f"global_step_{STEP}" / "actor")
+    assert manifest["best_checkpoint"]["step"] == STEP
+    assert manifest["source_argument"] == str(run.resolve())
+
+
 def test_help_explains_flags():
     proc = merge("--help")
     assert proc.returncode == 0
-    for flag in ("--force", "--critic", "source", "target"):
+    for flag in ("--force", "--critic", "--best", "source", "target"):
         assert flag in proc.stdout
     assert "set -euo pipefail" in MERGE_SH.read_text()
 

@@ -103,3 +103,23 @@ def test_bad_input_is_one_line_and_writes_nothing(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "missing.jsonl: no such file" in err[0] and "5.jsonl: line 1" in err[1]
     assert not out.exists()
+
+
+def test_a_validation_with_nan_scores_is_left_out_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reward that returned NaN: verl's dump holds the ``NaN`` token (json.dumps); that step
+    tells nothing about right or wrong, so it is left out, named, and the page stays strict JSON."""
+    first = _dump(tmp_path / "0.jsonl", [("A?", "1", "#### 1", 1), ("B?", "2", "#### 3", 0)])
+    sick = _dump(tmp_path / "5.jsonl", [("A?", "1", "#### 1", math.nan), ("B?", "2", "x", 0)])
+    assert "NaN" in sick.read_text()
+    out = tmp_path / "out"
+    assert main([str(first), str(sick), "--out", str(out)]) == 0
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "validation dumps 5 left out" in line and f"{sick}: row 1: score nan" in line
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=pytest.fail)
+    assert summary["columns"] == ["0"] and summary["questions"] == 2
+    assert main([str(sick), "--out", str(tmp_path / "none")]) == 2  # nothing left to show
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: no validation dump left: 5 hold a score not finite")
+    assert not (tmp_path / "none").exists()

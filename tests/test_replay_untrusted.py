@@ -2,7 +2,8 @@
 (copied from the learning runs of tests/learn_runs.py, no run of their own) with markup
 planted in every field, opened in headless Chromium, create no element from it; the trace loader
 refuses a field of the wrong type with one line naming the file and the field; a trace belongs to
-the launch that wrote it; the replay shows the KL coefficient charged at that step."""
+the launch that wrote it; the replay shows the KL coefficient charged at that step; a copy whose
+reward turned NaN is reported, with where it turned (issue 26)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from typing import Any
 
 import pytest
 from browser import require_chromium
+from report_runs import plant_nan
 from test_replay import chromium_dom
 
 from verl_gsm8k.replay.load import load_trace
 from verl_gsm8k.replay.pages import write_pages
 from verl_gsm8k.replay.replay_page import charged_kl_coef
+from verl_gsm8k.report import cli as report
 
 pytestmark = pytest.mark.slow  # the learning runs: made once per session, shared
 STEP = 20  # a traced step of the fixture runs that has rollouts and a validation
@@ -236,3 +239,18 @@ def test_the_replay_shows_the_kl_coefficient_charged_at_that_step(tmp_path: Path
     dom = chromium_dom(f"{pages.replay.as_uri()}#step={STEP}&sample=0", tmp_path)
     kl = dom.split('id="kl-body"', 1)[1].split("</p>", 1)[0]
     assert "coefficient 0.0123 at this step (adaptive controller, initial 0.001)" in kl, kl
+
+
+def test_a_real_run_whose_reward_turned_nan_is_reported(tmp_path: Path, copy_run):
+    """The learning run with its reward NaN from step 2, written as verl and the trace write NaN
+    (tests/report_runs.py), as issue 26 planted it in a smoke run: the report, its replay, rollout
+    browser and questions page are written, and the report says where the run turned."""
+    run = copy_run(tmp_path, "learn_ppo")
+    plant_nan(run, 2)
+    out = tmp_path / "out"
+    assert report.main([str(run), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=pytest.fail)
+    (turned,) = [f for f in summary["health"] if f["check"] == "first_non_finite"]
+    assert (turned["start_step"], turned["evidence"]["last_finite_step"]) == (2, 1)
+    assert summary["pages"]["rollouts"] and summary["pages"]["replay"]
+    assert (out / "questions" / "questions.html").is_file()  # step 0's validation, still finite

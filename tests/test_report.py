@@ -428,7 +428,12 @@ def test_nan_and_null_values(tmp_path: Path) -> None:
     assert nan[0].evidence == {"keys": ["actor/pg_loss"], "steps": 11}
     assert nan[1].evidence["keys"] == ["actor/grad_norm", "critic/vf_loss"]
     assert all(f.severity == "error" for f in nan)
-    assert checks_fired(findings) == {"nan_inf"}
+    turned = only(findings, "first_non_finite")  # where it turned, and that it came back
+    assert (turned.start_step, turned.end_step) == (150, 171)
+    assert turned.evidence == {"first_step": 150, "keys": ["actor/pg_loss"],
+                               "last_finite_step": 149, "steps_not_finite": 13}  # fmt: skip
+    assert "finite again from step 172" in turned.message
+    assert checks_fired(findings) == {"nan_inf", "first_non_finite"}
 
 
 def test_value_loss_explosion(tmp_path: Path) -> None:

@@ -9,7 +9,9 @@ step, and the merge removed. The data default to the directory of the run's own 
 ``RUN_DIR/checkpoint_eval/``: ``comparison.json`` (a row per step and mode, each with its ``step``;
 the run report and the run comparison draw it beside verl's validation curve) and
 ``comparison.md`` (accuracy by step), rewritten after every step, so an interrupted sweep keeps what
-it finished. Run again, it resumes: steps already evaluated with the same settings are kept.
+it finished. Run again, it resumes: steps already evaluated with the same settings are kept. The
+run's kept best checkpoint (``best_checkpoint.json``, KEEP_BEST=1: verl_gsm8k/guard/files.py) is
+marked in the table and recorded as ``sweep.best_checkpoint``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import json
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +31,7 @@ from verl_gsm8k.evaluate.render import pct, render_markdown
 from verl_gsm8k.evaluate.scoring import add_deltas
 from verl_gsm8k.evaluate.server import resolve_model_path
 from verl_gsm8k.evaluate.session import Session, exit_interrupted, read_rows, write_comparison
+from verl_gsm8k.guard.files import BestError, read_best
 from verl_gsm8k.launch.record import RecordError, lookup, read_records
 
 SWEEP_DIRNAME = "checkpoint_eval"
@@ -108,8 +112,26 @@ def merge_checkpoint(run_dir: Path, step: int, target: Path) -> None:
         raise EvalError(f"merging global_step_{step} failed: {tail[0]}")
 
 
+def kept_best(run_dir: Path) -> dict[str, Any] | None:
+    """The run's best_checkpoint.json; None without one (an unreadable one: one line, unmarked)."""
+    try:
+        return read_best(run_dir)
+    except BestError as err:
+        print(f"{PROG}: warning: {err}; the kept best checkpoint is not marked", file=sys.stderr)
+        return None
+
+
+def best_label(best: dict[str, Any]) -> str:
+    """``best (val acc 0.57)``: verl's validation accuracy by a short name, another metric by its
+    own."""
+    metric = str(best.get("metric", ""))
+    name = "val acc" if metric.startswith("val-core/") and "/acc/" in metric else metric
+    return f"best ({name} {best['value']:.4g})"
+
+
 def render_steps(summary: dict) -> str:
     sweep = summary["sweep"]
+    best = sweep.get("best_checkpoint")
     lines = [
         f"# Checkpoints of {sweep['run_dir']}",
         "",
@@ -120,13 +142,20 @@ def render_steps(summary: dict) -> str:
         "|---:|---|---:|---:|---:|",
     ]
     for r in summary["results"]:
+        step = (
+            f"{r['step']} {best_label(best)}" if best and r["step"] == best["step"] else r["step"]
+        )
         if r.get("error"):
-            lines.append(f"| {r['step']} | {r['mode']} | failed: {r['error'][:90]} | | |")
+            lines.append(f"| {step} | {r['mode']} | failed: {r['error'][:90]} | | |")
         else:
             lines.append(
-                f"| {r['step']} | {r['mode']} | {pct(r.get('accuracy'))} "
+                f"| {step} | {r['mode']} | {pct(r.get('accuracy'))} "
                 f"| {pct(r.get('our_reward_accuracy'))} | {r.get('n')} |"
             )
+    if best:
+        lines += ["", f"The run's kept best checkpoint (`best_checkpoint.json`): step "
+                  f"{best['step']}, {best.get('metric')} = {best['value']:.4g}; "
+                  f"`bash scripts/merge.sh {sweep['run_dir']} OUT --best` merges it."]  # fmt: skip
     return "\n".join(lines) + "\n\n"
 
 
@@ -142,6 +171,7 @@ def run_sweep(
     args.force = True  # an earlier sweep here is resumed (its settings are checked), not refused
     settings = settings_for(args)
     key = settings_key(settings, args.data)
+    best = kept_best(run_dir)
     results = earlier_rows(settings.out, key)
     done = {r["step"] for r in results}
     todo = [step for step in [0, *checkpoint_steps(run_dir)] if step not in done]
@@ -167,20 +197,21 @@ def run_sweep(
             exit_interrupted(stop, "steps finished before are kept")
         shutil.rmtree(merged, ignore_errors=True)
         results = [r for r in results if r["step"] != step] + [dict(r, step=step) for r in rows]
-        write(session, run_dir, start_model, key, results, time.perf_counter() - started)
+        write(session, run_dir, start_model, key, results, time.perf_counter() - started, best)
     if not todo:
-        write(session, run_dir, start_model, key, results, 0.0)
+        write(session, run_dir, start_model, key, results, 0.0, best)
     print(f"{PROG}: accuracy by step -> {settings.out / 'comparison.md'} and comparison.json")
     return 1 if any(r.get("error") for r in results) else 0
 
 
 def write(session: Session, run_dir: Path, start_model: str, key: dict[str, Any],
-          results: list[dict], seconds: float) -> None:  # fmt: skip
+          results: list[dict], seconds: float, best: dict[str, Any] | None) -> None:  # fmt: skip
     results.sort(key=lambda r: (r["step"], r["mode"]))
     add_deltas(results, BASELINE)
     summary = session.summary(BASELINE, results, seconds)
     summary["sweep"] = {"run_dir": str(run_dir), "starting_model": start_model, "settings": key,
-                        "steps": sorted({r["step"] for r in results})}  # fmt: skip
+                        "steps": sorted({r["step"] for r in results}),
+                        "best_checkpoint": best}  # fmt: skip
     write_comparison(
         session.settings.out, summary, render_steps(summary) + render_markdown(summary)
     )

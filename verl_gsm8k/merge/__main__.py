@@ -1,5 +1,5 @@
-"""python -m verl_gsm8k.merge, run by scripts/merge.sh: the command line is merge/checkpoint.py."""
+"""python -m verl_gsm8k.merge, run by scripts/merge.sh: the command line is merge/cli.py."""
 
-from verl_gsm8k.merge.checkpoint import main
+from verl_gsm8k.merge.cli import main
 
 raise SystemExit(main())

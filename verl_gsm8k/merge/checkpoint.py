@@ -1,13 +1,15 @@
 """Merge a verl 0.9.1 FSDP checkpoint into a Hugging Face model directory, prove it, record it.
 
-    bash scripts/merge.sh SOURCE TARGET_DIR [--force] [--critic]   # = python -m verl_gsm8k.merge
+    bash scripts/merge.sh SOURCE TARGET_DIR [--force] [--critic] [--best]
+    # = python -m verl_gsm8k.merge, whose command line is merge/cli.py
 
 SOURCE is a run directory (``trainer.default_local_dir``: its
-``latest_checkpointed_iteration.txt`` picks ``global_step_N``), one ``global_step_N`` directory,
-or a role directory itself (``global_step_N/actor`` or ``global_step_N/critic``). A checkpoint of
-verl's SFT trainer (recipes/sft_qwen2.5-0.5b_gsm8k.sh) holds its one model directly in
-``global_step_N/`` (shards, ``fsdp_config.json``, ``huggingface/``; no ``actor/``): it is merged as
-a causal LM like an actor, recorded with role ``sft``, and is a model the PPO recipes take as
+``latest_checkpointed_iteration.txt`` picks ``global_step_N``; with ``--best``, its
+``best_checkpoint.json``, the kept best checkpoint of KEEP_BEST=1), one ``global_step_N``
+directory, or a role directory itself (``global_step_N/actor`` or ``global_step_N/critic``). A
+checkpoint of verl's SFT trainer (recipes/sft_qwen2.5-0.5b_gsm8k.sh) holds its one model directly
+in ``global_step_N/`` (shards, ``fsdp_config.json``, ``huggingface/``; no ``actor/``): it is merged
+as a causal LM like an actor, recorded with role ``sft``, and is a model the PPO recipes take as
 ``MODEL_PATH``.
 
 The merge itself is verl's own merger, run as a subprocess::
@@ -38,7 +40,6 @@ exit 128 + the signal number. Nothing is left behind in any case.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as dt
 import hashlib
@@ -50,13 +51,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_gsm8k.guard.files import BEST_FILE, BestError, read_best
 from verl_gsm8k.merge.lora import LoraError, fold_adapter
 from verl_gsm8k.merge.portable import PortableError, needs_rewrite, rewrite_as_one_rank
 
@@ -76,21 +77,6 @@ class CheckpointError(Exception):
 
 class MergeError(Exception):
     """The merge or its verification failed: exit 1, nothing left behind."""
-
-
-class Interrupted(BaseException):
-    """SIGTERM or SIGINT arrived: unwinds like any failure, so the clean-up runs."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _interrupt(signum: int, _frame: object) -> None:
-    # A second signal must not cut short the clean-up that the first one starts.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise Interrupted(signum)
 
 
 @dataclass
@@ -134,6 +120,30 @@ def _step_dir_from_run(run_dir: Path) -> Path:
     if not step_dir.is_dir():
         raise CheckpointError(f"{tracker} names step {int(text)} but {step_dir} is missing")
     return step_dir
+
+
+def best_step_dir(run_dir: Path) -> tuple[Path, dict]:
+    """``--best``: the step directory a run's best_checkpoint.json names (KEEP_BEST=1, written by
+    the guarded trainer: verl_gsm8k/guard/files.py), and that record."""
+    if not run_dir.exists():
+        raise CheckpointError(f"source not found: {run_dir}")
+    if not run_dir.is_dir() or _step_of(run_dir) is not None or run_dir.name in ROLES:
+        raise CheckpointError(f"--best takes a run directory (it reads its {BEST_FILE}): {run_dir}")
+    try:
+        best = read_best(run_dir)
+    except BestError as err:
+        raise CheckpointError(str(err)) from None
+    if best is None:
+        raise CheckpointError(
+            f"no {BEST_FILE} in {run_dir}: this run kept no best checkpoint (KEEP_BEST=1 keeps one "
+            "from its first validation on); merge a step with RUN_DIR/global_step_N"
+        )
+    path = run_dir / f"global_step_{best['step']}"
+    if not path.is_dir():
+        raise CheckpointError(
+            f"{run_dir / BEST_FILE} names step {best['step']} but {path} is missing"
+        )
+    return path, best
 
 
 def _holds_shards(path: Path) -> bool:
@@ -435,9 +445,11 @@ def merge(
     critic: bool,
     python: str,
     lora_alpha: float | None = None,
+    best: bool = False,
 ) -> dict:
     source, target = source.expanduser().resolve(), target.expanduser().resolve()
-    role_dir, role = resolve_source(source, critic)
+    chosen, best_record = best_step_dir(source) if best else (source, None)
+    role_dir, role = resolve_source(chosen, critic)
     ckpt = check_checkpoint(role_dir, role)
     if target.exists() or target.is_symlink():
         if not force:
@@ -475,6 +487,7 @@ def merge(
             "source_argument": str(source),
             "run_dir": str(ckpt.run_dir) if ckpt.run_dir else None,
             "step": ckpt.step,
+            "best_checkpoint": best_record,  # --best: the run's best_checkpoint.json
             "role": role,
             "fsdp": {"FSDP_version": ckpt.fsdp_version, "world_size": ckpt.world_size},
             "target": str(target),
@@ -508,98 +521,3 @@ def merge(
         shutil.rmtree(old, ignore_errors=True)
     manifest["total_seconds"] = round(time.perf_counter() - started, 2)
     return manifest
-
-
-# ---------------------------------------------------------------------------------------------
-# CLI
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="merge.sh",
-        description="Merge a verl FSDP checkpoint (a PPO run's actor by default, or an SFT run's "
-        "model) into a Hugging Face model directory with verl's own merger, verify that it loads "
-        "and runs, and write "
-        f"{MANIFEST} beside it. Exit 2: missing/partial/corrupt checkpoint or target exists.",
-    )
-    parser.add_argument(
-        "source",
-        type=Path,
-        help=f"a run directory (its {TRACKER} picks global_step_N), a global_step_N directory, "
-        "or a role directory (global_step_N/actor or global_step_N/critic); an SFT run's "
-        "global_step_N holds its model directly and is merged as such",
-    )
-    parser.add_argument(
-        "target", type=Path, help="the Hugging Face model directory to create (must not exist)"
-    )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="replace an existing target directory; the old one is removed only after the new "
-        "model is merged and verified",
-    )
-    parser.add_argument(
-        "--critic",
-        action="store_true",
-        help="merge the critic (value model, loaded as token classification with one label) "
-        "instead of the actor",
-    )
-    parser.add_argument(
-        "--lora-alpha",
-        type=float,
-        help="LoRA alpha of the run, for a LoRA checkpoint without lora_train_meta.json (verl "
-        "would use 0, i.e. drop the adapter); by default read from the checkpoint",
-    )
-    parser.add_argument(
-        "--python",
-        default=sys.executable,
-        help="interpreter that runs 'python -m verl.model_merger' (default: this one)",
-    )
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _interrupt)
-    try:
-        manifest = merge(
-            args.source, args.target, args.force, args.critic, args.python, args.lora_alpha
-        )
-    except CheckpointError as err:
-        print(f"{PROG}: {err}", file=sys.stderr)
-        return 2
-    except MergeError as err:
-        print(f"{PROG}: {err}", file=sys.stderr)
-        return 1
-    except OSError as err:  # e.g. the disk filled up while writing
-        where = f" {err.filename}" if err.filename else ""
-        print(f"{PROG}: cannot write{where}: {err.strerror or err}", file=sys.stderr)
-        return 1
-    except Interrupted as sig:
-        print(f"{PROG}: interrupted by {sig}; nothing written", file=sys.stderr)
-        return 128 + sig.signum
-    ver = manifest["verification"]
-    step = "?" if manifest["step"] is None else manifest["step"]
-    described = DESCRIBED.get(manifest["role"], manifest["role"])
-    print(
-        f"{PROG}: {described} of step {step} (world size {manifest['fsdp']['world_size']}) "
-        f"-> {manifest['target']}\n"
-        f"  {ver['model_class']}, {ver['num_parameters']:,} parameters in {ver['dtype']}; "
-        f"tokenizer + chat template OK; forward {ver['forward']['output_shape']} finite\n"
-        + (
-            f"  LoRA adapter folded in: rank {manifest['lora']['rank']}, alpha "
-            f"{manifest['lora']['alpha']:g} ({manifest['lora']['tensors_changed']} tensors)\n"
-            if manifest["lora"]
-            else ""
-        )
-        + (
-            f"  a Hugging Face causal LM: MODEL_PATH={manifest['target']} starts the PPO/GRPO "
-            "recipes from it\n"
-            if manifest["role"] == SFT
-            else ""
-        )
-        + f"  manifest: {Path(manifest['target']) / MANIFEST} ({len(manifest['files'])} files); "
-        f"done in {manifest['total_seconds']:.1f} s"
-    )
-    return 0

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from .page import write
-from .runs import evalscope_reviews, validation_steps
-from .table import InputError, build, load_validation
+from .runs import evalscope_reviews, load_columns, validation_steps
+from .table import InputError, build
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
             inputs += evalscope_reviews(eval_dir, args.mode)
         if not inputs:
             parser.error("give result files, --run RUN_DIR or --evalscope EVAL_DIR")
-        columns = [load_validation(p, label) for p, label in inputs]
+        columns, note = load_columns(inputs)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
     table = build(columns)
     if not table["questions"]:
         print("error: no question is in every input", file=sys.stderr)

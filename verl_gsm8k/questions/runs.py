@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .page import write
-from .table import InputError, build, load_validation
+from .table import Column, InputError, NotFiniteError, build, load_validation
 
 DIR_NAME = "questions"  # the page's folder beside report.html / comparison.html
 
@@ -19,11 +19,34 @@ def validation_steps(run_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.stem))
 
 
+def load_columns(inputs: Sequence[tuple[Path, str | None]]) -> tuple[list[Column], str | None]:
+    """A column per (dump, label); a dump with a NaN or infinite score (a sick run's validation)
+    is left out, named in the one line returned beside the columns. InputError for any other
+    problem, or when every dump was left out."""
+    columns: list[Column] = []
+    left_out: list[tuple[str, str]] = []
+    for path, label in inputs:
+        try:
+            columns.append(load_validation(path, label))
+        except NotFiniteError as exc:
+            left_out.append((label or path.stem, str(exc)))
+    if not left_out:
+        return columns, None
+    names, first = ", ".join(name for name, _ in left_out), left_out[0][1]
+    if not columns:
+        raise InputError(f"no validation dump left: {names} hold a score not finite ({first})")
+    return (
+        columns,
+        f"questions page: validation dumps {names} left out, a score not finite (first: {first})",
+    )
+
+
 def write_for_runs(
     run_dirs: Sequence[Path], out_dir: Path, last_only: bool
 ) -> tuple[Path | None, str | None]:
     """Write out_dir/questions/questions.html from the runs' validation dumps (every step of
-    each run, or each run's last step): (the page's path, None) or (None, the one-line reason)."""
+    each run, or each run's last step): (the page's path, None or the one line naming the steps
+    left out) or (None, the one-line reason)."""
     try:
         inputs: list[tuple[Path, str]] = []
         for run in run_dirs:
@@ -31,13 +54,13 @@ def write_for_runs(
             steps = steps[-1:] if last_only else steps
             prefix = f"{run.name}:" if len(run_dirs) > 1 else ""
             inputs += [(p, prefix + p.stem) for p in steps]
-        columns = [load_validation(p, label) for p, label in inputs]
+        columns, note = load_columns(inputs)
     except InputError as exc:
         return None, f"questions page not written: {exc}"
     table = build(columns)
     if not table["questions"]:
         return None, "questions page not written: no question is in every validation dump"
-    return write(columns, table, out_dir / DIR_NAME), None
+    return write(columns, table, out_dir / DIR_NAME), note
 
 
 def _model_order(label: str) -> tuple[int, int, str]:

@@ -23,6 +23,11 @@ class InputError(ValueError):
     """A missing or unreadable input: its message is the one line the CLI prints."""
 
 
+class NotFiniteError(InputError):
+    """A dump holding a NaN or infinite score (verl writes a reward's NaN as JSON's ``NaN``): that
+    step tells nothing about which answers were right, so it is left out (runs.load_columns)."""
+
+
 @dataclass
 class Cell:
     share: float  # share of the K answers the reward credited (1 or 0 when K == 1)
@@ -84,6 +89,8 @@ def _column(path: Path, rows: list, label: str) -> Column:
             acc = float(row.get("acc", row.get("score", 0.0)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InputError(f"{path}: row {number}: not a validation row ({exc})") from exc
+        if not math.isfinite(acc):
+            raise NotFiniteError(f"{path}: row {number}: score {acc} (the reward returned NaN/inf)")
         flexible = compute_score_flexible("openai/gsm8k", output, key[1])["acc"] == 1.0
         grouped.setdefault(key, []).append((acc, _read_answer(output), flexible, output))
     if not grouped:

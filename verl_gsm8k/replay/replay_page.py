@@ -118,9 +118,10 @@ def write_replay(trace: Trace, out_dir: Path, run_name: str) -> Path:
     index = {"run": trace.run, "name": run_name, "steps": []}
     for step, ts in sorted(trace.steps.items()):
         write_data(data_dir, f"step-{step}.js", data_js("REPLAY", step, _step_payload(ts)))
-        scores = [s.get("score") or 0.0 for s in ts.samples]
+        scores = [s.get("score") for s in ts.samples]
+        known = scores and None not in scores  # null: NaN in the trace (a sick run): no mean
         index["steps"].append({"step": step, "n": len(ts.samples),
-                               "mean": sum(scores) / len(scores) if scores else None})  # fmt: skip
+                               "mean": sum(scores) / len(scores) if known else None})  # fmt: skip
     step, sample = default_choice(trace)
     index["default"] = {"step": step, "sample": sample}
     index["explain"] = UPDATE_METRICS

@@ -14,7 +14,7 @@ function keep(r){
   return true;
 }
 function pills(r){
-  return '<span class="pill ' + (r.s > 0 ? 'right' : 'wrong') + '">score ' + fmt(r.s) + '</span>' +
+  return '<span class="pill ' + (r.s > 0 ? 'right' : 'wrong') + '">score ' + (r.nan ? 'NaN' : fmt(r.s)) + '</span>' +
     (r.marker ? '' : '<span class=pill>no ####</span>') + (r.hedged ? '<span class=pill>hedged</span>' : '') +
     (r.clip === 1 ? '<span class=pill>cut at ' + esc(IDX.limit) + ' tokens</span>' : '') +
     (r.n !== null && r.n !== undefined ? '<span class=pill>' + esc(r.n) + ' tokens</span>' : '');

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,13 @@ def flags(output: str, gt: Any) -> dict[str, int]:
     return {"marker": int("####" in output), "hedged": int(graded["hedged"] > 0)}
 
 
+def _number(value: Any) -> float | None:
+    """A dumped number for a data file: verl writes a NaN score as JSON's ``NaN`` (json.dumps,
+    ``_write_generations``), which a data file cannot hold; None for it and for a non-number."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
 def _payload(rows: list[dict[str, Any]], lengths: dict[str, int], limit: int | None) -> dict:
     prompts: list[str] = []
     where: dict[str, int] = {}
@@ -70,11 +78,14 @@ def _payload(rows: list[dict[str, Any]], lengths: dict[str, int], limit: int | N
             prompts.append(question)
         output, gt = str(row.get("output", "")), row.get("gts")
         n = lengths.get(str(row.get("uid")))
-        item = {"p": where[question], "o": output, "gt": gt, "s": row.get("score"),
+        score = row.get("score")
+        item = {"p": where[question], "o": output, "gt": gt, "s": _number(score),
                 "n": n, "clip": None if n is None or limit is None else int(n >= limit),
                 **flags(output, gt)}  # fmt: skip
+        if isinstance(score, float) and math.isnan(score):
+            item["nan"] = 1  # shown as "score NaN", not "n/a"
         if "acc" in row:
-            item["acc"] = row["acc"]
+            item["acc"] = _number(row["acc"])
         out.append(item)
     return {"prompts": prompts, "rows": out}
 

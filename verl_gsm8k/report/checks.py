@@ -1,7 +1,7 @@
-"""Health checks of a PPO/GRPO run, on the canonical series that ``parse`` builds: NaN/inf, KL,
-entropy, length, value loss, flat accuracy, clip fraction, rollout/training mismatch; and
-``health_checks``, which runs every check of the report, those of ``learning`` (accuracy below
-its best, KL growing without a score gain) included.
+"""Health checks of a PPO/GRPO run, on the canonical series that ``parse`` builds: NaN/inf and
+where a sick run turned, KL, entropy, length, value loss, flat accuracy, clip fraction,
+rollout/training mismatch; and ``health_checks``, which runs every check of the report, those
+of ``learning`` (accuracy below its best, KL growing without a score gain) included.
 
 Standard library only. Every constant lives in ``thresholds.Thresholds``;
 docs/reading-a-ppo-run.md repeats them with what to change when a check fires.
@@ -22,6 +22,12 @@ from verl_gsm8k.report.learning import (
 )
 from verl_gsm8k.report.parse import Canonical, RunData
 from verl_gsm8k.report.thresholds import THRESHOLDS, Thresholds
+from verl_gsm8k.report.vocab import METRICS_BY_NAME
+
+# The metrics whose first NaN/inf/null marks where a sick run turned
+# (check_first_non_finite).
+TURN_METRICS = ("score", "reward", "pg_loss", "vf_loss", "kl_loss", "actor_grad_norm",
+                "critic_grad_norm")  # fmt: skip
 
 
 def check_non_finite(data: RunData) -> list[Finding]:
@@ -45,6 +51,33 @@ def check_non_finite(data: RunData) -> list[Finding]:
             )
         )
     return findings
+
+
+def check_first_non_finite(data: RunData, canon: Canonical) -> list[Finding]:
+    """Where a sick run turned: the first step whose loss, grad norm, score or validation accuracy
+    is NaN, inf or null (verl's file logger writes NaN as null), and the last step before it."""
+    keys = {key for name in TURN_METRICS for key, _ in METRICS_BY_NAME[name].keys}
+    keys |= {canon.val_key} if canon.val_key else set()
+    logged = [(step, values) for step, values in data.steps.items() if keys & values.keys()]
+    bad = [sorted(k for k in keys & values.keys() if not math.isfinite(values[k]))
+           for _, values in logged]  # fmt: skip
+    sick = [i for i, keys_bad in enumerate(bad) if keys_bad]
+    if not sick:
+        return []
+    first, last = sick[0], sick[-1]
+    turned, shown = logged[first][0], bad[first]
+    listed = ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
+    before = logged[first - 1][0] if first else None
+    message = (
+        f"the run turned at step {turned}: {listed} NaN, inf or null; {len(sick)} of the "
+        f"{len(logged) - first} steps logged from there are not finite; "
+        + ("from its first logged step" if before is None else f"last finite step: {before}")
+        + (f"; finite again from step {logged[last + 1][0]}" if last + 1 < len(logged) else "")
+    )
+    evidence = {"first_step": turned, "keys": shown, "last_finite_step": before,
+                "steps_not_finite": len(sick)}  # fmt: skip
+    return [Finding("first_non_finite", "error", shown[0], turned, logged[last][0], message,
+                    evidence)]  # fmt: skip
 
 
 def check_kl(canon: Canonical, t: Thresholds) -> list[Finding]:
@@ -438,6 +471,7 @@ def health_checks(
     findings = (
         list(more or [])
         + check_non_finite(data)
+        + check_first_non_finite(data, canon)
         + check_kl(canon, t)
         + check_entropy(canon, t)
         + check_length_hacking(canon, t)

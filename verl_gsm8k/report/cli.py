@@ -41,7 +41,8 @@ from verl_gsm8k.replay.pages import write_pages
 from verl_gsm8k.report import parse as rp
 from verl_gsm8k.report import summary as rs
 from verl_gsm8k.report.evals import evals_summary, read_checkpoint_evals
-from verl_gsm8k.report.html import duration, memory_text, render_html
+from verl_gsm8k.report.guard import best_text, trip_line
+from verl_gsm8k.report.html import duration, final_val_text, memory_text, render_html
 
 PROG = "verl_gsm8k.report"
 HTML_NAME = "report.html"
@@ -63,12 +64,12 @@ def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
         f"  steps               : {steps['count']} ({steps['first']}-{steps['last']})"
         + (f", gaps before steps {steps['gaps_before'][:5]}" if steps["gaps_before"] else ""),
     ]
-    best, final, first = val["best"], val["final"], val["first"]
+    best, first = val["best"], val["first"]
     if best:
         also = f" (again at {', '.join(map(str, best['also_at']))})" if best["also_at"] else ""
         lines.append(f"  first val accuracy  : {first['value']:.4g} at step {first['step']}")
         lines.append(f"  best val accuracy   : {best['value']:.4g} at step {best['step']}{also}")
-        lines.append(f"  final val accuracy  : {final['value']:.4g} at step {final['step']}")
+        lines.append(f"  final val accuracy  : {final_val_text(val, 'at')}")
         if val["problems"]:
             lines.append(f"  val problems        : {val['problems']} ({val['problems_from']})")
     else:
@@ -95,6 +96,10 @@ def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
     evals = summary.get("checkpoint_evals")
     if evals and evals["rows"]:
         lines.append(f"  checkpoint evals    : {len(evals['rows'])} ({evals['agreement_text']})")
+    for trip in summary.get("watchdog_trips") or []:
+        lines.append(f"  watchdog trip       : {trip_line(trip)}")
+    if summary.get("best_checkpoint"):
+        lines.append(f"  kept best checkpoint: {best_text(summary['best_checkpoint'])}")
     counts = summary["health_counts"]
     lines.append(
         f"  health              : {counts['error']} errors, {counts['warning']} warnings, "

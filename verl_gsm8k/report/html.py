@@ -9,6 +9,7 @@ from verl_gsm8k.report import finding as rf
 from verl_gsm8k.report import parse as rp
 from verl_gsm8k.report import summary as rs
 from verl_gsm8k.report.evals import EvalFile, eval_plot
+from verl_gsm8k.report.guard import best_text, value_text
 from verl_gsm8k.report.plots import (
     build_plots,
     render_line_plot,
@@ -96,6 +97,60 @@ def _evals_section(
     return out
 
 
+def final_val_text(val: dict[str, Any], at: str = "@") -> str:
+    """The final validation: a NaN one (a sick run) named as such, with the last finite one."""
+    final, sick = val["final"], val.get("not_finite_steps") or []
+    text = f"{final['value']:.4g} {at} step {final['step']}" if final else "n/a"
+    if sick and (final is None or sick[-1] > final["step"]):
+        return f"NaN {at} step {sick[-1]}" + (f" (last finite: {text})" if final else "")
+    return text
+
+
+def _guard_section(summary: dict[str, Any], findings: list[rf.Finding]) -> list[str]:
+    """Where a sick run turned, the watchdog's trips and the kept best checkpoint, at the top."""
+    esc = html.escape
+    out: list[str] = []
+    turned = [f for f in findings if f.check == "first_non_finite"]
+    if turned:
+        out.append(f'<p id="turned" class="sev-error">{esc(turned[0].message)}</p>')
+    trips = summary.get("watchdog_trips") or []
+    if trips:
+        out += [
+            "<h2>Watchdog trips</h2>",
+            '<table id="watchdog-trips"><tr><th>step</th><th>rule</th><th>metric</th>'
+            "<th>value</th><th>threshold</th><th>action</th><th>last healthy checkpoint</th>"
+            "<th>launch</th></tr>",
+        ]
+        for trip in trips:
+            healthy = trip.get("last_healthy_checkpoint")
+            cells = (
+                trip["step"],
+                trip.get("rule"),
+                trip.get("metric"),
+                value_text(trip.get("value")),
+                trip.get("threshold"),
+                trip.get("action"),
+                "none" if healthy is None else f"global_step_{healthy}",
+                trip.get("launch"),
+            )
+            out.append('<tr class="trip">' + "".join(f"<td>{esc(str(c))}</td>" for c in cells)
+                       + "</tr>")  # fmt: skip
+        out.append(
+            '</table><p class="meta">From the run\'s <code>watchdog.jsonl</code>; a stopped run '
+            "resumes with the same command from the last healthy checkpoint, or merge that one "
+            "(<code>docs/reliability.md</code>).</p>"
+        )
+    best, problem = summary.get("best_checkpoint"), summary.get("best_checkpoint_problem")
+    if best:
+        out.append(
+            f'<p id="best-checkpoint">Kept best checkpoint: <b>{esc(best_text(best))}</b>; '
+            "merge it with <code>bash scripts/merge.sh RUN_DIR OUT --best</code>.</p>"
+        )
+    elif problem:
+        out.append(f'<p id="best-checkpoint" class="sev-warning">{esc(problem)}</p>')
+    return out
+
+
 def render_html(
     title: str,
     data: rp.RunData,
@@ -112,7 +167,6 @@ def render_html(
     breakdown = rs.time_breakdown(canon)
     val = summary["validation"]
     best = val["best"]
-    final = val["final"]
     thr = summary["throughput"]
     counts = summary["health_counts"]
     head = [
@@ -130,10 +184,7 @@ def render_html(
             "best validation accuracy",
             f"{best['value']:.4g} @ step {best['step']}" if best else "n/a",
         ),
-        (
-            "final validation accuracy",
-            f"{final['value']:.4g} @ step {final['step']}" if final else "n/a",
-        ),
+        ("final validation accuracy", final_val_text(val)),
         (
             "steps",
             f"{summary['steps']['count']} ({summary['steps']['first']}-{summary['steps']['last']})"
@@ -151,9 +202,12 @@ def render_html(
             f"{counts['error']} errors, {counts['warning']} warnings, {counts['note']} notes",
         ),
     ]
+    if summary.get("best_checkpoint"):
+        cards.append(("kept best checkpoint", f"step {summary['best_checkpoint']['step']}"))
     body = ['<div class="cards">']
     body += [f'<div class="card">{esc(k)}<b>{esc(v)}</b></div>' for k, v in cards]
     body.append("</div>")
+    body += _guard_section(summary, findings)
 
     pages = summary.get("pages") or {}
     if any(pages.get(key) for key in ("replay", "rollouts", "questions", "issues")):

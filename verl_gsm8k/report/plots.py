@@ -565,7 +565,7 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
     ]
     by_id = {plot.plot_id: plot for plot in plots}
     for finding in findings:
-        if finding.check == "nan_inf":
+        if finding.check in ("nan_inf", "watchdog"):  # the whole run's state: every curve
             targets = list(by_id)
         elif finding.check == "rollout_mismatch":
             targets = ["rollout_mismatch", "rollout_corr"]

@@ -16,6 +16,7 @@ from verl_gsm8k.replay.checks import trace_checks
 from verl_gsm8k.replay.load import Trace
 from verl_gsm8k.report.checks import health_checks
 from verl_gsm8k.report.finding import Finding
+from verl_gsm8k.report.guard import guard_summary, read_guard, trip_findings
 from verl_gsm8k.report.parse import (
     Canonical,
     RunData,
@@ -122,6 +123,9 @@ def summarize(
         at = [s for s, v in val if v == top]
         best = {"value": top, "step": at[0], "also_at": at[1:]}
         final = {"value": val[-1][1], "step": val[-1][0]}
+    key = canon.val_key or ""
+    # validations logged as NaN or null (a sick run): left out of the series, named here
+    val_not_finite = [s for s, v in data.steps.items() if key in v and not math.isfinite(v[key])]
     score = canon.series.get("score", [])
     breakdown = time_breakdown(canon)
     breakdown.pop("other_by_step")
@@ -152,6 +156,7 @@ def summarize(
             "best": best,
             "final": final,
             "first": {"value": val[0][1], "step": val[0][0]} if val else None,
+            "not_finite_steps": val_not_finite,
             "problems": data.val_problems,
             "problems_from": data.val_problems_from,
         },
@@ -214,9 +219,15 @@ def analyse(
     path: Path, thresholds: Thresholds = THRESHOLDS, trace: Trace | None = None
 ) -> tuple[RunData, Canonical, list[Finding], dict[str, Any]]:
     """Load, canonicalise, check and summarise one input (with the checks of its per-token
-    ``trace``, when given: verl_gsm8k/replay/checks.py)."""
+    ``trace``, when given: verl_gsm8k/replay/checks.py; and a run directory's watchdog trips and
+    kept best checkpoint: report/guard.py)."""
     data = load_run(path)
     canon = canonicalize(data)
-    findings = health_checks(data, canon, thresholds, trace_checks(trace, thresholds) if trace
-                             else [])  # fmt: skip
-    return data, canon, findings, summarize(data, canon, findings, thresholds)
+    guard = read_guard(path)  # the watchdog's trips, the kept best checkpoint (report/guard.py)
+    if guard.problem:
+        data.issues.append(guard.problem)
+    more = (trace_checks(trace, thresholds) if trace else []) + trip_findings(guard.trips)
+    findings = health_checks(data, canon, thresholds, more)
+    summary = summarize(data, canon, findings, thresholds)
+    summary.update(guard_summary(guard))
+    return data, canon, findings, summary

@@ -1,0 +1,167 @@
+"""The report of a run the guard watched, or should have (issue 26): a run whose reward turned NaN
+is read without a traceback and the report says where it turned; the watchdog's trips and the kept
+best checkpoint are shown and in summary.json; a run without them shows nothing extra.
+
+The run directories are tests/test_replay.py's (metrics, trace, rollout and validation dumps in
+their writers' formats) with the sickness planted as each writer writes NaN (tests/report_runs.py);
+the trips and the best checkpoint are written by the guarded trainer's own writers
+(verl_gsm8k/guard/files.py). The same sickness planted in a copy of a real learning run:
+tests/test_replay_untrusted.py (slow, with the other tests of the shared learning runs).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from report_runs import VAL_KEY, parse_svgs, plant_nan
+from test_replay import STAMP, chromium_dom, write_run
+
+from verl_gsm8k.guard.files import append_trip, write_best
+from verl_gsm8k.report import cli as report
+
+SICK_FROM = 4  # the first step whose reward is NaN, of a 6-step run
+
+
+def strict_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"{path}: {c}"))
+
+
+def sick_run(root: Path) -> Path:
+    """A 6-step run that validated at steps 0 and 6, its reward NaN from step SICK_FROM."""
+    run = write_run(root, steps=6)
+    segment = next((run / "metrics").glob("*.jsonl"))
+    records = [json.loads(line) for line in segment.read_text().splitlines()]
+    records[-1]["data"][VAL_KEY] = 0.5  # verl validates at the last step (validation/6.jsonl)
+    segment.write_text("".join(json.dumps(r) + "\n" for r in records))
+    plant_nan(run, SICK_FROM)
+    return run
+
+
+def test_a_run_whose_reward_turned_nan_is_reported_with_where_it_turned(tmp_path: Path, capsys):
+    run = sick_run(tmp_path)
+    assert "NaN" in (run / "rollouts" / f"{SICK_FROM}.jsonl").read_text()  # as verl dumps it
+    out = tmp_path / "out"
+    assert report.main([str(run), "--out", str(out)]) == 0  # was: a traceback in replay/assets.py
+    printed = capsys.readouterr()
+    assert "Traceback" not in printed.err
+
+    summary = strict_json(out / "summary.json")
+    (turned,) = [f for f in summary["health"] if f["check"] == "first_non_finite"]
+    assert turned["severity"] == "error" and turned["start_step"] == SICK_FROM
+    assert turned["evidence"]["last_finite_step"] == SICK_FROM - 1
+    keys = {"critic/score/mean", "critic/rewards/mean", "actor/pg_loss", "critic/vf_loss",
+            "actor/grad_norm", "critic/grad_norm"}  # fmt: skip
+    assert set(turned["evidence"]["keys"]) == keys
+    assert summary["validation"]["not_finite_steps"] == [6]
+    assert f"the run turned at step {SICK_FROM}" in printed.out
+    assert "final val accuracy  : NaN at step 6 (last finite: 0.3 at step 0)" in printed.out
+
+    page = (out / "report.html").read_text()
+    banner = re.search(r'<p id="turned" class="sev-error">([^<]*)</p>', page)
+    assert banner and f"turned at step {SICK_FROM}" in banner.group(1)
+    assert "NaN @ step 6" in page
+    # the replay's step menu: no mean score for a step whose scores are NaN (null in the trace)
+    index = (out / "replay" / "index.js").read_text()
+    means = dict(re.findall(r'\{"step":(\d+),"n":\d+,"mean":([^}]*)\}', index))
+    assert means[str(SICK_FROM)] == "null" and means[str(SICK_FROM - 1)] == "0.75"
+    # every data file of the replay and the rollout browser is JavaScript with no NaN in it
+    for data in [*(out / "replay").glob("*.js"), *(out / "rollouts").glob("*.js")]:
+        assert "NaN" not in data.read_text(), data
+    # the questions page keeps the validation steps that say something, and names the one left out
+    questions = strict_json(out / "questions" / "summary.json")
+    assert questions["columns"] == ["0"]
+    (line,) = [x for x in printed.err.splitlines() if "questions page" in x]
+    assert "validation dumps 6 left out" in line and "validation/6.jsonl: row 1" in line
+
+    dom = chromium_dom(f"{(out / 'rollouts.html').as_uri()}#kind=train&step={SICK_FROM}", tmp_path)
+    assert dom.count("score NaN") == 4  # the response's score as the reward gave it, not "n/a"
+
+
+def test_watchdog_trips_and_the_kept_best_checkpoint_are_shown(tmp_path: Path, capsys):
+    run = write_run(tmp_path, steps=6)
+    append_trip(
+        run,
+        {
+            "launch": STAMP,
+            "step": 3,
+            "rule": "entropy_collapse",
+            "metric": "actor/entropy",
+            "value": 0.001,
+            "threshold": 0.01,
+            "action": "warn",
+            "last_healthy_checkpoint": 2,
+            "message": "warned",
+        },
+    )
+    append_trip(run, {"launch": STAMP, "step": 5, "rule": "non_finite", "metric": "actor/pg_loss",
+                      "value": float("nan"), "threshold": "finite", "action": "stop",
+                      "last_healthy_checkpoint": 4, "message": "stopped"})  # fmt: skip
+    with (run / "watchdog.jsonl").open("a") as handle:
+        handle.write('{"step": 6, "rule": "cut by a ki')  # a kill mid-append: skipped
+    write_best(run, 4, VAL_KEY, 0.57, STAMP)
+    out = tmp_path / "out"
+    assert report.main([str(run), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+
+    summary = strict_json(out / "summary.json")
+    trips = summary["watchdog_trips"]
+    assert [(t["step"], t["action"], t["value_text"]) for t in trips] == [
+        (3, "warn", "0.001"), (5, "stop", "NaN")]  # fmt: skip
+    assert trips[1]["value"] is None  # strict JSON; value_text keeps the NaN
+    assert summary["best_checkpoint"] == {"format": 1, "step": 4, "metric": VAL_KEY,
+                                          "value": 0.57, "launch": STAMP}  # fmt: skip
+    found = {(f["check"], f["severity"], f["start_step"]) for f in summary["health"]}
+    assert {("watchdog", "warning", 3), ("watchdog", "error", 5)} <= found
+
+    page = (out / "report.html").read_text()
+    table = page.split('<table id="watchdog-trips">', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r'<tr class="trip">(.*?)</tr>', table)
+    cells = [re.findall(r"<td>([^<]*)</td>", row) for row in rows]
+    assert cells[1] == ["5", "non_finite", "actor/pg_loss", "NaN", "finite", "stop",
+                        "global_step_4", STAMP]  # fmt: skip
+    assert cells[0][:7] == ["3", "entropy_collapse", "actor/entropy", "0.001", "0.01", "warn",
+                            "global_step_2"]  # fmt: skip
+    best = re.search(r'<p id="best-checkpoint">(.*?)</p>', page)
+    assert best and f"step 4 ({VAL_KEY} = 0.57)" in best.group(1) and "--best" in best.group(1)
+    # the trips are shaded on the curves at their steps
+    bands = re.findall(r'<rect class="band"[^>]*><title>(\w+): steps (\d+)-(\d+)</title>', page)
+    assert ("error", "5", "5") in bands and ("warning", "3", "3") in bands
+    parse_svgs(page)
+    assert "watchdog trip       : step 5: non_finite on actor/pg_loss = NaN" in printed
+    assert "global_step_4" in printed and f"kept best checkpoint: step 4 ({VAL_KEY}" in printed
+
+
+def test_a_run_without_guard_files_shows_nothing_extra(tmp_path: Path):
+    run = write_run(tmp_path, steps=4)
+    result = report.generate(run, tmp_path / "out")
+    page = (tmp_path / "out" / "report.html").read_text()
+    for marker in ("watchdog-trips", "best-checkpoint", 'id="turned"', "kept best checkpoint"):
+        assert marker not in page
+    summary = strict_json(tmp_path / "out" / "summary.json")
+    assert summary["watchdog_trips"] == [] and summary["best_checkpoint"] is None
+    assert (
+        summary["best_checkpoint_problem"] is None
+        and summary["validation"]["not_finite_steps"] == []
+    )
+    assert not {f["check"] for f in result.summary["health"]} & {"watchdog", "first_non_finite"}
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [("{not json", "not readable JSON"), ('{"step": "4", "value": 0.5}', "no integer 'step'")],
+)
+def test_an_unreadable_best_checkpoint_file_is_one_line(tmp_path: Path, capsys, text, why):
+    run = write_run(tmp_path, steps=4)
+    (run / "best_checkpoint.json").write_text(text)
+    assert report.main([str(run), "--out", str(tmp_path / "out")]) == 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if "best_checkpoint.json" in x]
+    assert len(lines) == 1 and why in lines[0] and "Traceback" not in lines[0], lines
+    assert lines[0].startswith(f"verl_gsm8k.report: warning: {run / 'best_checkpoint.json'}: ")
+    summary = strict_json(tmp_path / "out" / "summary.json")
+    assert summary["best_checkpoint"] is None and why in summary["best_checkpoint_problem"]
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert 'id="best-checkpoint" class="sev-warning"' in page
