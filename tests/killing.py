@@ -42,15 +42,17 @@ def start(recipe: str, env: dict[str, str], log: Path, *args: str) -> Running:
     return Running(process, log, time.monotonic())
 
 
-def wait_until(what: str, ready: Callable[[], bool], running: Running, timeout: float) -> float:
-    """Poll ``ready`` every 50 ms; the seconds since the launch started when it held."""
+def wait_until(
+    what: str, ready: Callable[[], bool], running: Running, timeout: float, every: float = 0.05
+) -> float:
+    """Poll ``ready`` every ``every`` s; the seconds since the launch started when it held."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if ready():
             return time.monotonic() - running.started
         if running.process.poll() is not None:
             raise AssertionError(f"the launch ended before {what}:\n{running.output()[-6000:]}")
-        time.sleep(0.05)
+        time.sleep(every)
     kill_all(running)
     raise AssertionError(f"no {what} after {timeout} s:\n{running.output()[-6000:]}")
 
@@ -61,11 +63,11 @@ def kill_all(running: Running) -> None:
         tree = psutil.Process(running.process.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         tree = []
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(running.process.pid, signal.SIGKILL)
-    for proc in tree:
+    for proc in reversed(tree):  # the workers first: the ones writing shards stop soonest
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(running.process.pid, signal.SIGKILL)
     running.process.wait(timeout=60)
     psutil.wait_procs(tree, timeout=30)
 

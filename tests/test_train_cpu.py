@@ -289,14 +289,15 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
 
     run_dir, roles = smoke.run_dir, ("actor", "critic")
     tracker = run_dir / "latest_checkpointed_iteration.txt"
-    env = dict(smoke.env, TOTAL_TRAINING_STEPS="8", SAVE_FREQ="1", TEST_FREQ="2",
+    env = dict(smoke.env, TOTAL_TRAINING_STEPS="8", SAVE_FREQ="1", TEST_FREQ="4",
                MAX_CKPT_TO_KEEP="2", STOP_GRACE_S="600")  # fmt: skip
+    quick = ("trainer.val_before_train=False",)  # a key that may change on a resume: saves time
     figures: list[str] = []
     limit = float(TRAIN_TIMEOUT_S)
 
     def begin(name: str, environment: dict[str, str] = env):
         before = set((run_dir / "metrics").glob("metrics-*.jsonl"))
-        running = start("smoke_tiny", environment, tmp_path / f"{name}.log")
+        running = start("smoke_tiny", environment, tmp_path / f"{name}.log", *quick)
         return running, lambda: newest_metrics(run_dir, before)
 
     def steps_of(metrics) -> set[int]:
@@ -305,7 +306,7 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
 
     # 1. SIGKILL while step 3 is being saved
     r1, m1 = begin("kill-mid-save")
-    at = wait_until("global_step_3/", (run_dir / "global_step_3").exists, r1, limit)
+    at = wait_until("global_step_3/", (run_dir / "global_step_3").exists, r1, limit, every=0.005)
     kill_all(r1)
     whole = problem(run_dir / "global_step_3", roles)
     figures.append(f"kill 1 at {at:.0f} s, in the save of step 3 (step 3 then: {whole or 'whole'})")
@@ -315,6 +316,8 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     # 2. an empty tracker (verl: open("w") then write); SIGKILL mid-step after the save of step 4
     tracker.write_text("")
     r2, m2 = begin("empty-tracker")
+    first = wait_until("a step logged", lambda: bool(steps_of(m2)), r2, limit)
+    figures.append(f"relaunch 1: its first step logged {first:.0f} s after the launch")
     at = wait_until("step 4 logged", lambda: 4 in steps_of(m2), r2, limit)
     time.sleep(2.0)  # into step 5
     kill_all(r2)
@@ -331,7 +334,8 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     older = max(s for s in range(1, newest) if (run_dir / f"global_step_{s}").is_dir())
     (run_dir / f"global_step_{older}" / "data.pt").unlink()
     r3, m3 = begin("sigterm")
-    wait_until("a step logged", lambda: bool(steps_of(m3)), r3, limit)
+    first = wait_until("a step logged", lambda: bool(steps_of(m3)), r3, limit)
+    figures.append(f"relaunch 2: its first step logged {first:.0f} s after the launch")
     r3.process.send_signal(signal.SIGTERM)  # to the launcher alone
     status3 = finish(r3, limit)
     out3 = r3.output()
@@ -348,6 +352,7 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     # 4. the same command finishes the run
     r4, m4 = begin("finish")
     assert finish(r4, limit) == 0, r4.output()[-6000:]
+    figures.append(f"relaunch 3 (to the end): {time.monotonic() - r4.started:.0f} s")
     segments = metric_segments(run_dir)
     trained = {s for seg in segments for s, m in seg.items() if "actor/pg_loss" in m}
     assert trained == set(range(1, 9)), sorted(trained)
@@ -363,6 +368,7 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     steps = summary["steps"]
     assert (steps["first"], steps["last"], steps["count"]) == (0, 8, 9), steps  # none twice
+    assert summary["best_checkpoint"]["step"] == best["step"] and not summary["watchdog_trips"]
     merged = tmp_path / "merged"
     merge_run(run_dir, merged, smoke.env)
     from transformers import AutoModelForCausalLM
@@ -387,4 +393,9 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     assert trip["step"] == 9 and trip["action"] == "stop" and trip["last_healthy_checkpoint"] == 8
     assert f"recipe: {trip['message']} (WATCHDOG=stop: step 9 was not saved" in out5
     assert not (run_dir / "global_step_9").exists() and tracker.read_text().strip() == "8"
+    report = subprocess.run([sys.executable, "-m", "verl_gsm8k.report", str(run_dir)],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert report.returncode == 0, report.stdout + report.stderr  # a sick run is reported
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    assert [t["step"] for t in summary["watchdog_trips"]] == [9], summary["watchdog_trips"]
     print("\n".join(figures))

@@ -56,8 +56,9 @@ def protected(run_dir: Path) -> dict[int, str]:
     return keep
 
 
-def prune(run_dir: Path, keep: int) -> list[str]:
-    """Remove all but the newest ``keep`` step directories and the protected ones; say each."""
+def prune(run_dir: Path, keep: int, say_kept: bool = True) -> list[str]:
+    """Remove all but the newest ``keep`` step directories and the protected ones; the lines
+    naming each removed (and, with ``say_kept``, each protected old) step directory."""
     if keep <= 0:
         return []
     steps = saved_steps(run_dir)
@@ -69,7 +70,8 @@ def prune(run_dir: Path, keep: int) -> list[str]:
             continue
         folder = run_dir / f"global_step_{step}"
         if step in guard:
-            said.append(f"MAX_CKPT_TO_KEEP={keep}: keeping {folder}: {guard[step]}")
+            if say_kept:
+                said.append(f"MAX_CKPT_TO_KEEP={keep}: keeping {folder}: {guard[step]}")
             continue
         said.append(f"MAX_CKPT_TO_KEEP={keep}: removing {folder}")
         # renamed first: a kill mid-removal leaves no half step directory named like a checkpoint

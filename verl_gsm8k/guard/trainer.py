@@ -225,7 +225,7 @@ class GuardedTrainer(PPOTrainerSync):
         self.checkpoint_callback.on_save(trainer=self, global_step=step, checkpoint_dir=str(folder),
                                          async_save=False)  # fmt: skip
         keep = trainer.get("max_actor_ckpt_to_keep") or 0
-        for line in prune(self.run_dir, int(keep)):
+        for line in prune(self.run_dir, int(keep), say_kept=False):  # the launcher says them
             say(line)
 
     # ---- the best checkpoint -------------------------------------------------------------

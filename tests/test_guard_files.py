@@ -1,0 +1,83 @@
+"""The guard's files as the launcher and pruning read them: how a launch ended (exit 4 for the
+watchdog, 5 after SIGTERM), and MAX_CKPT_TO_KEEP never removing the tracked step or the best.
+The trainer that writes them runs for real in test_train_cpu.py (killed, preempted, stopped)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from verl_gsm8k.guard.files import (
+    EXIT_PREEMPTED,
+    EXIT_WATCHDOG,
+    append_trip,
+    write_best,
+    write_stamp,
+)
+from verl_gsm8k.guard.prune import prune
+from verl_gsm8k.guard.status import verdict
+
+STAMP, OTHER = "20261125T101500Z", "20261125T090000Z"
+
+
+def steps(run_dir: Path, *numbers: int) -> None:
+    for n in numbers:
+        (run_dir / f"global_step_{n}" / "actor").mkdir(parents=True)
+
+
+def trip(step: int, launch: str, action: str = "stop") -> dict:
+    message = f"watchdog: non_finite at step {step}"
+    return {"launch": launch, "step": step, "rule": "non_finite", "metric": "critic/score/mean",
+            "value": float("nan"), "threshold": "not finite", "action": action,
+            "last_healthy_checkpoint": step - 1, "message": message}  # fmt: skip
+
+
+def test_a_watchdog_stop_of_this_launch_is_exit_4_with_its_line(tmp_path: Path):
+    append_trip(tmp_path, trip(3, OTHER))  # an earlier launch's trip is not this one's
+    assert verdict(tmp_path, STAMP, 0, stopped=False) == (0, [])
+    append_trip(tmp_path, trip(9, STAMP))
+    status, lines = verdict(tmp_path, STAMP, 0, stopped=False)
+    assert status == EXIT_WATCHDOG
+    assert lines == ["recipe: watchdog: non_finite at step 9 (WATCHDOG=stop: step 9 was not "
+                     "saved; the run stopped)"]  # fmt: skip
+
+
+def test_warnings_are_counted_and_verls_status_kept(tmp_path: Path):
+    append_trip(tmp_path, trip(4, STAMP, "warn"))
+    append_trip(tmp_path, trip(5, STAMP, "warn"))
+    status, (line,) = verdict(tmp_path, STAMP, 1, stopped=False)
+    assert status == 1 and "warned 2 time(s)" in line and "non_finite at step 4" in line
+
+
+def test_sigterm_says_which_step_was_saved_or_that_none_was(tmp_path: Path):
+    steps(tmp_path, 6)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("6")
+    write_stamp(tmp_path, 6, OTHER)
+    status, (line,) = verdict(tmp_path, STAMP, 0, stopped=True)
+    assert status == EXIT_PREEMPTED and "before this launch saved a step" in line
+    assert "resumes from step 6" in line
+    write_stamp(tmp_path, 6, STAMP)
+    status, (line,) = verdict(tmp_path, STAMP, 0, stopped=True)
+    assert status == EXIT_PREEMPTED and "stopped on SIGTERM after saving step 6" in line
+
+
+def test_pruning_keeps_the_newest_the_tracked_and_the_best(tmp_path: Path):
+    steps(tmp_path, 2, 4, 6, 8, 10)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("4")  # after RESUME=disable
+    write_best(tmp_path, 2, "val-core/openai/gsm8k/acc/mean@1", 0.57, STAMP)
+    said = prune(tmp_path, 2)
+    left = sorted(int(p.name.split("_")[-1]) for p in tmp_path.glob("global_step_*"))
+    assert left == [2, 4, 8, 10], said
+    assert not list(tmp_path.glob(".global_step_*"))  # nothing half-removed left behind
+    assert any("keeping" in line and "global_step_2: the best" in line for line in said)
+    assert any("global_step_4: latest_checkpointed_iteration.txt names it" in line for line in said)
+    assert prune(tmp_path, 2, say_kept=False) == []
+
+
+def test_the_cli_prints_and_exits_as_the_launcher_expects(tmp_path: Path):
+    append_trip(tmp_path, trip(9, STAMP))
+    cmd = [sys.executable, "-m", "verl_gsm8k.guard.status", str(tmp_path), "--stamp", STAMP,
+           "--verl-status", "0"]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert result.returncode == EXIT_WATCHDOG and "non_finite at step 9" in result.stderr
