@@ -28,12 +28,19 @@ from verl_gsm8k.preflight.cli import recipe_overrides
 
 @pytest.fixture(scope="module")
 def base_overrides(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> list[str]:
-    # No trace: its trainer needs the plugin module common.sh exports, and this preflight runs
-    # in-process, without it (tests/test_trace.py checks the preflight's trace line).
+    # No trace (tests/test_trace.py checks the preflight's trace line); the recipes' trainer is
+    # selected all the same, with its plugin (recipes_trainer_plugin below).
     env = recipe_env(
         tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory.mktemp("runs"), TRACE_SAMPLES="0"
     )
     return recipe_overrides("gsm8k_ppo", env)
+
+
+@pytest.fixture(autouse=True)
+def recipes_trainer_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What recipes/common.sh exports for every PPO launch: the module that registers the
+    recipes' trainer (trainer.v1.trainer_mode=gsm8k), which this in-process preflight checks."""
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_gsm8k.verl_plugins.trainer")
 
 
 def run_preflight(overrides: list[str], config: str = "gsm8k_ppo") -> preflight.Report:
@@ -379,12 +386,11 @@ def test_calculate_entropy_is_a_costly_warning(base_overrides):
 
 
 def test_checkpoint_size_and_free_space_are_said(base_overrides):
-    report = run_preflight(base_overrides + ["trainer.max_actor_ckpt_to_keep=2"])
+    keep = ["trainer.max_actor_ckpt_to_keep=2"]
+    report = run_preflight(base_overrides + keep + ["trainer.v1.trainer_mode=sync"])  # verl's own
     (line,) = [x for x in report.lines if "] checkpoint:" in x]
     assert "[ok] checkpoint:" in line and "x 2 kept" in line and "GiB free at" in line, line
     # the recipes' trainer holds one more while it saves, and the kept best beside them
-    guarded = run_preflight(
-        base_overrides + ["trainer.max_actor_ckpt_to_keep=2", "trainer.v1.trainer_mode=gsm8k"]
-    )
+    guarded = run_preflight(base_overrides + keep)
     (line,) = [x for x in guarded.lines if "] checkpoint:" in x]
     assert "x 4 kept" in line, line
