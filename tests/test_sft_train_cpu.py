@@ -100,13 +100,13 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
     moved = [k for k in common if not torch.equal(base[k].to(merged[k].dtype), merged[k])]
     assert len(moved) >= len(common) // 2, f"only {len(moved)} of {len(common)} tensors moved"
 
-    # the PPO recipes take it as MODEL_PATH: their preflight passes on it
-    # (no trace: its trainer needs the plugin module common.sh exports; this preflight runs
-    # in-process, without it)
+    # the PPO recipes take it as MODEL_PATH: their preflight passes on it (in-process, with the
+    # module common.sh exports for the recipes' trainer)
     ppo_env = recipe_env(target, prepared_gsm8k_dir, tmp_path / "ppo-runs", TRACE_SAMPLES="0")
-    report = preflight.run(
-        "gsm8k_ppo", ROOT / "configs", recipe_overrides("gsm8k_ppo", ppo_env), None
-    )
+    overrides = recipe_overrides("gsm8k_ppo", ppo_env)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_gsm8k.verl_plugins.trainer")
+        report = preflight.run("gsm8k_ppo", ROOT / "configs", overrides, None)
     assert report.errors == 0, "\n".join(report.lines)
     assert any("[ok] model: actor: verl loads qwen2" in line for line in report.lines)
     print(
