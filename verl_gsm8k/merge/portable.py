@@ -107,8 +107,11 @@ def _rebuild_wrapper(cls: Any, *args: Any) -> Any:
 
 
 # Every other global an FSDP shard of verl names (read from the model, optim and extra_state
-# shards of the learning runs, tests/learn_runs.py, torch 2.x): anything else is refused, so a
-# crafted shard in a shared run directory cannot run code (os.system, builtins.exec...).
+# shards of the learning runs, tests/learn_runs.py, torch 2.13, and of shards the GPU stack's torch
+# 2.11 wrote, tests/test_merge.py's helper): anything else is refused, so a crafted shard in a
+# shared run directory cannot run code (os.system, builtins.exec...). The one allow-list: merge/
+# scan.py checks every model shard against it, without loading it, before verl's merger or this
+# module reads one.
 ALLOWED = {
     ("collections", "OrderedDict"),
     ("torch", "Size"),
