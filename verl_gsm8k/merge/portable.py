@@ -171,7 +171,6 @@ class _Unpickler(CheckedUnpickler):
 
 # torch.load(pickle_module=...) asks the module for Unpickler (and load); nothing else changes.
 PICKLE_MODULE = types.SimpleNamespace(Unpickler=_Unpickler, load=pickle.load, __name__="portable")
-CHECKED = types.SimpleNamespace(Unpickler=CheckedUnpickler, load=pickle.load, __name__="checked")
 
 
 def load_shard(path: Path) -> dict[str, Any]:
@@ -291,16 +290,19 @@ def written_by(run_dir: Path | None, step_dir: Path) -> str | None:
 
 
 def loads_here(shard: Path) -> bool:
+    """Whether this torch unpickles ``shard``: with torch's own weights-only loader, which takes
+    DTensors and their mesh once ``torch.distributed.tensor`` is imported (torch 2.11 and 2.13)."""
     import logging
 
     import torch
+    import torch.distributed.tensor  # noqa: F401  (registers the DTensor classes as safe)
 
     # unpickling a DeviceMesh outside its process group warns on every load (harmless here)
     mesh_log = logging.getLogger("torch.distributed.device_mesh")
     level = mesh_log.level
     mesh_log.setLevel(logging.ERROR)
     try:
-        torch.load(shard, map_location="cpu", weights_only=False, pickle_module=CHECKED)
+        torch.load(shard, map_location="cpu", weights_only=True)
     except Exception:  # any unpickling failure: a class or attribute this torch does not have
         return False
     finally:
