@@ -683,6 +683,102 @@ def test_crafted_shard_is_refused_without_running_code(tmp_path):
     assert portable.load_shard(plain)["w"].dtype == torch.bfloat16 and portable.loads_here(plain)
 
 
+def _plant_os_system(shard: Path, marker: Path) -> None:
+    """Add one entry to a real shard whose pickle is ``GLOBAL os system`` + ``REDUCE`` (pickle
+    writes os.system as posix.system; the bytes are set to the name an attacker would write),
+    rewriting the archive as torch.load still reads it."""
+    import zipfile
+
+    import torch
+    import torch.distributed.tensor  # noqa: F401  (the shard's DTensors, weights-only)
+
+    state = torch.load(shard, map_location="cpu", weights_only=True)
+    state["planted"] = _Planted(marker)
+    torch.save(state, shard)
+    with zipfile.ZipFile(shard) as archive:
+        records = [(info, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(shard, "w") as archive:
+        for info, data in records:
+            if info.filename.endswith("/data.pkl"):
+                assert data.count(b"cposix\nsystem\n") == 1
+                data = data.replace(b"cposix\nsystem\n", b"cos\nsystem\n")
+            archive.writestr(info, data)
+
+
+def test_a_crafted_shard_of_this_torch_is_refused_before_verls_merger_loads_it(ckpt_ws1, tmp_path):
+    """The common path: the launch record says this torch wrote the run, so verl's own merger
+    would torch.load(weights_only=False) its shards and run what they name. Every model shard is
+    scanned first: one line naming the file and the global, exit 2, the command never runs."""
+    from importlib.metadata import version
+
+    run = _copy_run(ckpt_ws1, tmp_path / "run")
+    record = run / "launches" / "launch-20000101T000000Z.yaml"
+    record.parent.mkdir()
+    record.write_text("format: 1\nstamp: 20000101T000000Z\n"
+                      f"versions: {{torch: {version('torch')}}}\nconfig: {{}}\n")  # fmt: skip
+    shard = run / f"global_step_{STEP}" / "actor" / "model_world_size_1_rank_0.pt"
+    marker = tmp_path / "ran"
+    _plant_os_system(shard, marker)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = merge(run, out / "merged")
+    assert not marker.exists(), "the planted os.system ran"
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert proc.stderr.strip() == (
+        f"merge: refused to load {shard}: its pickle names the global os.system, which no verl "
+        "checkpoint holds"
+    )
+    assert "verl.model_merger" not in proc.stdout and list(out.iterdir()) == []
+
+
+def test_the_scan_follows_every_way_a_pickle_names_a_global(ckpt_ws2, tmp_path):
+    """Real shards of this torch (model, optimizer, extra state; actor and critic) pass; a global
+    named by GLOBAL, STACK_GLOBAL (memoized strings), INST, or built by a call, a pickle ahead of
+    the zip that torch.load would read instead, and a TorchScript archive are refused, in one
+    line, and nothing runs."""
+    import pickle
+    import zipfile
+
+    from verl_gsm8k.merge.scan import ShardError, scan_shard
+
+    real = sorted((ckpt_ws2 / "run").rglob("*_world_size_2_rank_*.pt"))
+    assert len(real) == 12
+    for shard in real:
+        scan_shard(shard)
+
+    marker = tmp_path / "ran"
+    planted = _Planted(marker)
+
+    def archive(name: str, pkl: bytes, head: bytes = b"", extra: str = "") -> Path:
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as out:
+            out.writestr("archive/data.pkl", pkl)
+            if extra:
+                out.writestr(f"archive/{extra}", b"")
+        path.write_bytes(head + path.read_bytes())
+        return path
+
+    memoized = pickle.dumps({"w": [1, 2], "x": planted}, protocol=4)
+    assert pickle.STACK_GLOBAL in memoized and pickle.MEMOIZE in memoized
+    rot13 = (b"\x80\x04\x8c\x07_codecs\x8c\x06encode\x93\x8c\x02bf\x8c\x05rot13\x86R"
+             b"\x8c\x06system\x93.")  # STACK_GLOBAL of encode("bf", "rot13") == "os"  # fmt: skip
+    cases = {
+        archive("global.pt", pickle.dumps(planted, protocol=2)): "the global posix.system,",
+        archive("stack.pt", memoized): "the global posix.system,",
+        archive("inst.pt", b"(ios\nsystem\nS'true'\n."): "the global os.system,",
+        archive("computed.pt", rot13): "cannot be checked (STACK_GLOBAL requires str)",
+        archive("ahead.pt", b"", head=pickle.dumps(planted, protocol=2)): "does not start as",
+        archive("script.pt", pickle.dumps({}), extra="constants.pkl"): "a TorchScript archive",
+        archive("escape.pt", b"\x80\x04\x8c\x02os\x8c\x07sys\x1b[2J\x93."): "'os.sys\\x1b[2J'",
+    }
+    for path, needle in cases.items():
+        with pytest.raises(ShardError) as err:
+            scan_shard(path)
+        message = str(err.value)
+        assert "\n" not in message and str(path) in message and needle in message, message
+    assert not marker.exists()
+
+
 def test_written_by_reads_the_launch_that_logged_the_step_not_mtimes(tmp_path):
     import os
     import shutil

@@ -33,9 +33,13 @@ Safety: everything is written to a temporary directory beside TARGET_DIR and ren
 only when complete and verified. An existing TARGET_DIR is refused unless ``--force``, and is then
 replaced only after success. A missing, partial or corrupt checkpoint (a shard that is not a
 whole torch file, or fails its checksums) stops before anything is written, with one line naming
-what is wrong, exit 2. Other failures (an unwritable target directory included) exit 1 with one
-line. SIGTERM and SIGINT stop the merger's process group and remove the temporary directory,
-exit 128 + the signal number. Nothing is left behind in any case.
+what is wrong, exit 2. So does a shard whose pickle names a global outside the allow-list of what
+verl's FSDP shards hold (merge/scan.py, merge/portable.py ``ALLOWED``): every model shard is
+scanned, without loading it, before verl's merger or any ``torch.load`` of ours reads it, whichever
+torch wrote it, so a crafted shard in a shared run directory runs no code. Other failures (an
+unwritable target directory included) exit 1 with one line. SIGTERM and SIGINT stop the merger's
+process group and remove the temporary directory, exit 128 + the signal number. Nothing is left
+behind in any case.
 """
 
 from __future__ import annotations
@@ -53,13 +57,13 @@ import signal
 import subprocess
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from verl_gsm8k.guard.files import BEST_FILE, BestError, read_best
 from verl_gsm8k.merge.lora import LoraError, fold_adapter
 from verl_gsm8k.merge.portable import PortableError, needs_rewrite, rewrite_as_one_rank
+from verl_gsm8k.merge.scan import ShardError, check_shards
 
 PROG = "merge"
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -210,8 +214,10 @@ def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
             f"missing rank shard {shown} in {role_dir} (fsdp_config.json says world_size "
             f"{world_size})"
         )
-    for rank in range(world_size):
-        _check_shard(role_dir / f"model_world_size_{world_size}_rank_{rank}.pt")
+    try:  # whole, and naming no global outside portable.ALLOWED: before anything loads them
+        check_shards(role_dir, world_size)
+    except ShardError as err:
+        raise CheckpointError(str(err)) from None
     hf_dir = role_dir / "huggingface"
     if not hf_dir.is_dir():
         raise CheckpointError(f"missing huggingface/ directory (config, tokenizer) in {role_dir}")
@@ -229,20 +235,6 @@ def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
         fsdp_version=int(version) if isinstance(version, int) else None,
         world_size=world_size,
     )
-
-
-def _check_shard(shard: Path) -> None:
-    """A torch.save file is a zip archive: its directory and every record's CRC must be intact
-    (reads the shard once; a truncated or garbled one would stop verl's merger with a traceback)."""
-    try:
-        with zipfile.ZipFile(shard) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
-        raise CheckpointError(
-            f"shard {shard} is truncated or not a torch checkpoint ({err})"
-        ) from None
-    if bad is not None:
-        raise CheckpointError(f"shard {shard} is corrupt: its record {bad} fails its checksum")
 
 
 # ---------------------------------------------------------------------------------------------

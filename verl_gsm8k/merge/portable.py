@@ -107,8 +107,11 @@ def _rebuild_wrapper(cls: Any, *args: Any) -> Any:
 
 
 # Every other global an FSDP shard of verl names (read from the model, optim and extra_state
-# shards of the learning runs, tests/learn_runs.py, torch 2.x): anything else is refused, so a
-# crafted shard in a shared run directory cannot run code (os.system, builtins.exec...).
+# shards of the learning runs, tests/learn_runs.py, torch 2.13, and of shards the GPU stack's torch
+# 2.11 wrote, tests/test_merge.py's helper): anything else is refused, so a crafted shard in a
+# shared run directory cannot run code (os.system, builtins.exec...). The one allow-list: merge/
+# scan.py checks every model shard against it, without loading it, before verl's merger or this
+# module reads one.
 ALLOWED = {
     ("collections", "OrderedDict"),
     ("torch", "Size"),
@@ -168,7 +171,6 @@ class _Unpickler(CheckedUnpickler):
 
 # torch.load(pickle_module=...) asks the module for Unpickler (and load); nothing else changes.
 PICKLE_MODULE = types.SimpleNamespace(Unpickler=_Unpickler, load=pickle.load, __name__="portable")
-CHECKED = types.SimpleNamespace(Unpickler=CheckedUnpickler, load=pickle.load, __name__="checked")
 
 
 def load_shard(path: Path) -> dict[str, Any]:
@@ -288,16 +290,19 @@ def written_by(run_dir: Path | None, step_dir: Path) -> str | None:
 
 
 def loads_here(shard: Path) -> bool:
+    """Whether this torch unpickles ``shard``: with torch's own weights-only loader, which takes
+    DTensors and their mesh once ``torch.distributed.tensor`` is imported (torch 2.11 and 2.13)."""
     import logging
 
     import torch
+    import torch.distributed.tensor  # noqa: F401  (registers the DTensor classes as safe)
 
     # unpickling a DeviceMesh outside its process group warns on every load (harmless here)
     mesh_log = logging.getLogger("torch.distributed.device_mesh")
     level = mesh_log.level
     mesh_log.setLevel(logging.ERROR)
     try:
-        torch.load(shard, map_location="cpu", weights_only=False, pickle_module=CHECKED)
+        torch.load(shard, map_location="cpu", weights_only=True)
     except Exception:  # any unpickling failure: a class or attribute this torch does not have
         return False
     finally:
