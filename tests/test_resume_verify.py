@@ -77,3 +77,17 @@ def test_a_critic_missing_from_a_ppo_step_is_not_whole(whole_checkpoints, tmp_pa
     step, said = resume_point(run, ROLES)
     assert step == 2 and "no critic/" in said[0]
     assert resume_point(run, ("actor",))[0] == 2  # the tracker now names 2; actor-only: whole
+
+
+def test_a_crafted_data_pt_is_skipped_without_running_code(whole_checkpoints, tmp_path):
+    """verl's resume loads data.pt and the optimizer shards with weights_only=False: a crafted one
+    in a shared run directory is named and skipped before verl starts, never unpickled."""
+    import torch
+    from test_merge import _Planted
+
+    run = copy_of(whole_checkpoints, tmp_path)
+    marker = tmp_path / "ran"
+    torch.save({"planted": _Planted(marker)}, run / "global_step_4" / "data.pt")
+    step, said = resume_point(run, ROLES)
+    assert step == 2 and not marker.exists()
+    assert "global_step_4" in said[0] and "system" in said[0] and "data.pt" in said[0], said[0]

@@ -4,7 +4,9 @@ verl 0.9.1 resumes from the step ``latest_checkpointed_iteration.txt`` names (tr
 ~850, ``find_latest_ckpt_path``) and stops with a traceback when one of its files is truncated
 (a job killed mid-save); with the tracker missing or empty it trains from scratch without a word.
 Before verl starts, every file verl loads from that step is checked (each rank's model, optim and
-extra_state shard, the Hugging Face config, data.pt: present, and each zip record's CRC intact).
+extra_state shard, the Hugging Face config, data.pt: present, each zip record's CRC intact, and
+each pickle naming only globals a verl checkpoint holds, merge/scan.py: verl loads them all with
+``weights_only=False``).
 When the named step is not whole, the newest whole step before it is named instead (the tracker
 rewritten atomically, one line said); a missing or empty tracker is written for the newest whole
 step. No whole step at all is one line and exit 2: nothing is deleted, the damaged steps stay for
@@ -17,7 +19,8 @@ import re
 from pathlib import Path
 
 from verl_gsm8k.common.atomic_io import write_atomic
-from verl_gsm8k.merge.checkpoint import CheckpointError, _check_shard, check_checkpoint
+from verl_gsm8k.merge.checkpoint import CheckpointError, check_checkpoint
+from verl_gsm8k.merge.scan import ShardError, check_intact, scan_shard
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STEP_DIR = re.compile(r"global_step_(\d+)")
@@ -46,12 +49,14 @@ def problem(step_dir: Path, roles: tuple[str, ...]) -> str | None:
                     shard = role_dir / f"{kind}_world_size_{ckpt.world_size}_rank_{rank}.pt"
                     if not shard.is_file():
                         return f"missing {shard.name} in {role_dir}"
-                    _check_shard(shard)
+                    check_intact(shard)
+                    scan_shard(shard)  # verl loads it with weights_only=False
         data = step_dir / "data.pt"
         if not data.is_file():
             return f"missing data.pt (the dataloader's position) in {step_dir}"
-        _check_shard(data)
-    except CheckpointError as err:
+        check_intact(data)
+        scan_shard(data)
+    except (CheckpointError, ShardError) as err:
         return str(err)
     return None
 
