@@ -37,6 +37,7 @@ CRITIC_LR=${CRITIC_LR:-1e-3}
 TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-20}
 TEST_FREQ=${TEST_FREQ:-5}
 SAVE_FREQ=${SAVE_FREQ:-10}              # steps 10 and 20: the last to merge, both to sweep
+KEEP_BEST=${KEEP_BEST:-0}               # no extra save of a best step 5 or 15: the sweep sees 10, 20
 # The actor's learning rate decays (cosine, to a tenth by the last step): the format is learned in
 # the first ~10 steps, and full-size updates after that only wear down what the warm start knew
 # (docs/learning.md, "Why sums were lost").
