@@ -1,8 +1,8 @@
 """Tests of the run comparison: python -m verl_gsm8k.report RUN_A RUN_B (verl_gsm8k/compare/).
 
-Synthetic runs: tests/report_runs.py's verl 0.9.1 metrics in run directories with launch records
-written by verl_gsm8k.launch.record, a PPO (GAE, critic) run against a GRPO one. Real data: the
-two verl console logs under ../shared/data/verl-logs (512 vs 256 response tokens).
+Synthetic runs: tests/report_runs.py's verl 0.9.1 metrics in run directories with launch
+records written by verl_gsm8k.common.launch_record, a PPO (GAE, critic) run against a GRPO one.
+Real data: the two verl console logs under ../shared/data/verl-logs (512 vs 256 response tokens).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import pytest
 from browser import plot_series, render, require_chromium
 from report_runs import LOG_256, LOG_512, STEPS, build_run, parse_svgs, write_jsonl
 
+from verl_gsm8k.common.launch_record import build_record, write_record
 from verl_gsm8k.compare import cli as compare_cli
 from verl_gsm8k.compare.config import RunConfig, config_dump, flatten
 from verl_gsm8k.compare.diff import CRITIC_IN_USE, NAMED, config_diff, group_of
 from verl_gsm8k.compare.runs import unique_labels
-from verl_gsm8k.launch.record import build_record, write_record
 from verl_gsm8k.report import cli as report
 
 ROOT = Path(__file__).resolve().parents[1]

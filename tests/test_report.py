@@ -2,7 +2,7 @@
 
 Real data: the two verl console logs under ../shared/data/verl-logs (or $SHARED_DATA_DIR/verl-logs).
 Synthetic data: verl 0.9.1 file-logger JSONL built by tests/report_runs.py, healthy or with one
-planted pathology. The checks of verl_gsm8k/report/learning.py: tests/test_report_learning.py.
+planted pathology. The checks of verl_gsm8k/analysis/learning.py: tests/test_report_learning.py.
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from report_runs import (
     write_jsonl,
 )
 
+from verl_gsm8k.analysis import checks as rc
+from verl_gsm8k.analysis import finding as rf
+from verl_gsm8k.analysis import parse as rp
+from verl_gsm8k.analysis import thresholds as rt
 from verl_gsm8k.common import atomic_io
-from verl_gsm8k.report import checks as rc
 from verl_gsm8k.report import cli as report
-from verl_gsm8k.report import finding as rf
-from verl_gsm8k.report import parse as rp
-from verl_gsm8k.report import plots as report_plots
-from verl_gsm8k.report import summary as rs
-from verl_gsm8k.report import thresholds as rt
+from verl_gsm8k.runreport import plots as report_plots
+from verl_gsm8k.runreport import summary as rs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -981,7 +981,7 @@ def test_default_out_dirs(tmp_path: Path) -> None:
 
 
 def test_docs_threshold_table_matches_dataclass() -> None:
-    """The thresholds live in verl_gsm8k/report/thresholds.py (Thresholds); the docs repeat them."""
+    """The thresholds live in analysis/thresholds.py (Thresholds); the docs repeat them."""
     text = (ROOT / "docs" / "reading-a-ppo-run.md").read_text(encoding="utf-8")
     documented = {name: float(value) for name, value in re.findall(r"`(\w+)`=([\d.]+)", text)}
     for name, value in vars(rt.THRESHOLDS).items():

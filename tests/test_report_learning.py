@@ -1,4 +1,4 @@
-"""Tests of the report's learning checks (verl_gsm8k/report/learning.py): validation accuracy that
+"""Tests of the report's learning checks (verl_gsm8k/analysis/learning.py): validation accuracy that
 fell clearly below its best, and a KL that keeps growing while the train score does not.
 
 Planted runs go through the whole report (parse, canonical names, checks, summary.json, HTML,
@@ -28,11 +28,11 @@ from report_runs import (
     write_jsonl,
 )
 
+from verl_gsm8k.analysis import learning as rl
+from verl_gsm8k.analysis import parse as rp
+from verl_gsm8k.analysis.thresholds import THRESHOLDS, Thresholds
 from verl_gsm8k.report import cli as report
-from verl_gsm8k.report import learning as rl
-from verl_gsm8k.report import parse as rp
-from verl_gsm8k.report import summary as rs
-from verl_gsm8k.report.thresholds import THRESHOLDS, Thresholds
+from verl_gsm8k.runreport import summary as rs
 
 # --------------------------------------------------------------------------------------------
 # The CPU experiment (shared/notes/learning-on-cpu.md): PPO from a 0.52 checkpoint, 20 steps,

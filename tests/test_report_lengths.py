@@ -5,7 +5,7 @@ verl's response_length/clip_ratio is the share of responses as long as the batch
 length (trainer/ppo/metric_utils.py ~460, ~576), and the v1 trainer pads to the longest response
 of the batch (v1/trainer_base.py ~1919): a step whose responses all stop at 12 tokens under a
 limit of 24 logs 1.0. The report derives the share cut at data.max_response_length from
-response_length/max and the limit in the run's launch record (verl_gsm8k/report/parse.py)."""
+response_length/max and the limit in the run's launch record (verl_gsm8k/analysis/parse.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from report_runs import build_run, parse_svgs, write_jsonl
 
 from verl_gsm8k.launch import record as launch_record
 from verl_gsm8k.report import cli as report
-from verl_gsm8k.report import summary as rs
-from verl_gsm8k.report.plots import tick_labels
+from verl_gsm8k.runreport import summary as rs
+from verl_gsm8k.runreport.plots import tick_labels
 
 LIMIT = 24
 
@@ -99,7 +99,7 @@ def test_launches_that_disagree_on_the_limit_leave_it_unknown(tmp_path: Path) ->
     [(0.9996, 0.9999), (0.9999991, 0.9999999), (123456.1, 123456.4), (1.0e-4, 1.2e-4), (0, 1)],
 )
 def test_tick_labels_tell_close_values_apart(lo: float, hi: float) -> None:
-    from verl_gsm8k.report.plots import _Axes, nice_ticks
+    from verl_gsm8k.runreport.plots import _Axes, nice_ticks
 
     axes = _Axes((0, 10), (lo, hi), False)
     ticks = nice_ticks(axes.y0, axes.y1)

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from verl_gsm8k.common.launch_record import read_records, write_record
 from verl_gsm8k.guard.files import write_stamp
 from verl_gsm8k.launch.__main__ import main
-from verl_gsm8k.launch.record import read_records, write_record
 from verl_gsm8k.launch.resume import ALLOWED, allowed, differences, leaves, refusal
 from verl_gsm8k.launch.verify import TRACKER
 

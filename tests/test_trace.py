@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from helpers import composed_config, get, recipe_env, run_recipe
 
+from verl_gsm8k.guard.rules import prompt_of
 from verl_gsm8k.trace.record import TraceWriter, clean, sample_line, step_line
-from verl_gsm8k.trace.select import choose, prompt_of
+from verl_gsm8k.trace.select import choose
 
 
 def keys(prompts: int, n: int) -> list[str]:

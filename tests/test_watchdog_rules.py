@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from verl_gsm8k.analysis.parse import load_run
 from verl_gsm8k.guard import files
 from verl_gsm8k.guard.rules import (
     IDENTICAL_METRIC,
@@ -25,7 +26,6 @@ from verl_gsm8k.guard.rules import (
     Watchdog,
     top_token_share,
 )
-from verl_gsm8k.report.parse import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS, N = 8, 4  # prompt groups a step, responses a prompt

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from verl_gsm8k.report.vocab import PHASE_ORDER
+from verl_gsm8k.analysis.vocab import PHASE_ORDER
 
 ROOT = Path(__file__).resolve().parents[2]
 PHASES = (*(p for p in PHASE_ORDER if p != "other"), "step")  # the report's order

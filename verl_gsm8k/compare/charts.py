@@ -1,6 +1,6 @@
 """The comparison's charts: each headline metric with one line per run, against each x axis.
 
-The charts are the run report's (verl_gsm8k/report/plots.py: Plot, Line, with_trend,
+The charts are the run report's (verl_gsm8k/runreport/plots.py: Plot, Line, with_trend,
 render_line_plot); only the x of each point changes with the axis.
 """
 
@@ -9,17 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from verl_gsm8k.analysis.evals import eval_series
+from verl_gsm8k.analysis.parse import Series
+from verl_gsm8k.analysis.thresholds import THRESHOLDS
+from verl_gsm8k.analysis.vocab import CUT_SHARE
 from verl_gsm8k.compare.runs import Run
-from verl_gsm8k.report.evals import eval_series
-from verl_gsm8k.report.parse import Series
-from verl_gsm8k.report.plots import PALETTE, Line, Plot, with_trend
-from verl_gsm8k.report.thresholds import THRESHOLDS
-from verl_gsm8k.report.vocab import CUT_SHARE
+from verl_gsm8k.runreport.plots import PALETTE, Line, Plot, with_trend
 
 
 @dataclass(frozen=True)
 class Chart:
-    """A headline metric: chart id, title, canonical metric (verl_gsm8k/report/vocab.py), y."""
+    """A headline metric: chart id, title, canonical metric (verl_gsm8k/analysis/vocab.py), y."""
 
     chart_id: str
     title: str

@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.analysis.evals import evals_summary
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.compare.charts import CHARTS
 from verl_gsm8k.compare.diff import NAMED, ConfigDiff, config_diff
@@ -39,9 +40,8 @@ from verl_gsm8k.compare.runs import (
     table,
 )
 from verl_gsm8k.questions.runs import write_for_runs
-from verl_gsm8k.report.evals import evals_summary
-from verl_gsm8k.report.html import duration
-from verl_gsm8k.report.summary import json_safe
+from verl_gsm8k.runreport.html import duration
+from verl_gsm8k.runreport.summary import json_safe
 
 PROG = "verl_gsm8k.report"
 DEFAULT_OUT = Path("comparison")

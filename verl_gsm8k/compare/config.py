@@ -1,7 +1,7 @@
 """Where a compared run's config comes from, as flat dotted verl keys.
 
 * A run directory: its launch records, ``RUN_DIR/launches/launch-<UTC>.yaml``
-  (``verl_gsm8k/launch/record.py``); the latest is the config the run now has, and its
+  (``verl_gsm8k/common/launch_record.py``); the latest is the config the run now has, and its
   ``knob_keys`` name the recipe knob that set each key. A directory without a record has no
   config to compare (one line says so).
 * A verl console log: the config dict verl pprints at its top, one line of the dump per console
@@ -9,7 +9,7 @@
   other processes' lines interleaved. Read with ``ast.literal_eval``, never ``eval``.
 * A metrics .jsonl file carries no config.
 
-Standard library only, plus verl_gsm8k.launch.record's reader (PyYAML).
+Standard library only, plus verl_gsm8k.common.launch_record's reader (PyYAML).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.launch.record import RECORD_DIR, RecordError, read_records
-from verl_gsm8k.report.parse import RAY_PREFIX, strip_ansi
+from verl_gsm8k.analysis.parse import RAY_PREFIX, strip_ansi
+from verl_gsm8k.common.launch_record import RECORD_DIR, RecordError, read_records
 
 # Console lines read while looking for the dump: verl prints it before anything else it logs.
 MAX_SCAN_LINES = 20_000

@@ -11,12 +11,12 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from verl_gsm8k.analysis.vocab import metric_label
 from verl_gsm8k.compare.charts import AXIS_TITLES, build_charts, colour, eval_chart, x_range
 from verl_gsm8k.compare.diff import ConfigDiff
 from verl_gsm8k.compare.runs import AXES, Run
-from verl_gsm8k.report.html import CSS, duration, num
-from verl_gsm8k.report.plots import render_line_plot
-from verl_gsm8k.report.vocab import metric_label
+from verl_gsm8k.runreport.html import CSS, duration, num
+from verl_gsm8k.runreport.plots import render_line_plot
 
 _AXIS_CSS = (
     ".axis-set{display:none;flex-wrap:wrap;gap:14px;margin-top:10px}"

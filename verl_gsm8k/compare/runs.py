@@ -1,7 +1,7 @@
 """Reading the runs of a comparison: each through the run report's own analysis, with a unique
 label, its config, its checkpoint evaluations, and the three x axes it can be drawn against.
 
-Standard library only; the launch records are read by verl_gsm8k.launch.record, with PyYAML
+Standard library only; the launch records are read by verl_gsm8k.common.launch_record, with PyYAML
 (which verl's Hydra brings into the project's .venv).
 """
 
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.analysis.evals import EvalFile, read_checkpoint_evals
+from verl_gsm8k.analysis.finding import Finding
+from verl_gsm8k.analysis.parse import Canonical, InputError, RunData
 from verl_gsm8k.compare.config import ConfigError, RunConfig, read_config
-from verl_gsm8k.report import summary as rs
-from verl_gsm8k.report.evals import EvalFile, read_checkpoint_evals
-from verl_gsm8k.report.finding import Finding
-from verl_gsm8k.report.parse import Canonical, InputError, RunData
+from verl_gsm8k.runreport import summary as rs
 
 # The x axes a comparison offers: name -> what it counts.
 AXES = {

@@ -26,13 +26,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.common.launch_record import RecordError, lookup, read_records
 from verl_gsm8k.evaluate.common import PROG, ROOT, EvalError, ModelSpec, Settings, UsageError
 from verl_gsm8k.evaluate.render import pct, render_markdown
 from verl_gsm8k.evaluate.scoring import add_deltas
 from verl_gsm8k.evaluate.server import resolve_model_path
 from verl_gsm8k.evaluate.session import Session, exit_interrupted, read_rows, write_comparison
 from verl_gsm8k.guard.files import BestError, read_best
-from verl_gsm8k.launch.record import RecordError, lookup, read_records
 
 SWEEP_DIRNAME = "checkpoint_eval"
 MERGE_PREFIX = ".merge-step-"

@@ -433,3 +433,11 @@ class Watchdog:
         window = f"{t.reward_window}-step mean"
         threshold = f"{window} < {best - drop:.3g}: {drop:g} below its best {window}, {best:.3g}"
         return Trip("reward_collapse", SCORE_KEY, mean, threshold)
+
+
+def prompt_of(key: str) -> str:
+    """The prompt uid of a response key ``{uid}_{session}_{index}`` (the key itself otherwise)."""
+    parts = key.rsplit("_", 2)
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+        return parts[0]
+    return key

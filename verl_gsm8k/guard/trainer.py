@@ -56,8 +56,7 @@ from verl_gsm8k.guard.files import (
     write_stamp,
 )
 from verl_gsm8k.guard.prune import TRACKER, prune, saved_steps
-from verl_gsm8k.guard.rules import Thresholds, Trip, Watchdog
-from verl_gsm8k.trace.select import prompt_of
+from verl_gsm8k.guard.rules import Thresholds, Trip, Watchdog, prompt_of
 
 logger = logging.getLogger(__name__)
 METRICS_FILE = re.compile(r"metrics-(\d{8}T\d{6}Z)\.jsonl$")

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from verl_gsm8k.launch.record import STAMP, RecordError, build_record, write_record
+from verl_gsm8k.common.launch_record import STAMP, RecordError, build_record, write_record
 from verl_gsm8k.launch.resume import MODES, latest_checkpoint, refusal
 from verl_gsm8k.launch.verify import NoWholeCheckpoint, resume_point, track
 

@@ -21,8 +21,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.common.launch_record import read_record, record_path, record_paths
 from verl_gsm8k.guard.files import read_stamp
-from verl_gsm8k.launch.record import read_record, record_path, record_paths
 
 MODES = ("auto", "force", "disable")
 

@@ -251,7 +251,7 @@ def written_by(run_dir: Path | None, step_dir: Path) -> str | None:
     which a copied run directory resets."""
     if run_dir is None:
         return None
-    from verl_gsm8k.launch.record import RecordError, read_records
+    from verl_gsm8k.common.launch_record import RecordError, read_records
 
     try:
         records = read_records(run_dir)

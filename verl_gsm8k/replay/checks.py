@@ -2,8 +2,8 @@
 values do not vary while the rewards do, GRPO steps where most prompt groups have no score spread,
 and vLLM's and the actor's probabilities of the traced tokens disagreeing (stale weights).
 
-Each returns the report's ``Finding`` (``verl_gsm8k/report/finding.py``); the constants are in
-``Thresholds`` (``verl_gsm8k/report/thresholds.py``). ``summary.analyse`` adds them to a run
+Each returns the report's ``Finding`` (``verl_gsm8k/analysis/finding.py``); the constants are in
+``Thresholds`` (``verl_gsm8k/analysis/thresholds.py``). ``summary.analyse`` adds them to a run
 directory's health checks.
 """
 
@@ -13,9 +13,9 @@ import math
 import statistics
 from typing import Any
 
+from verl_gsm8k.analysis.finding import Finding, fmt, spans
+from verl_gsm8k.analysis.thresholds import THRESHOLDS, Thresholds
 from verl_gsm8k.replay.load import Trace
-from verl_gsm8k.report.finding import Finding, fmt, spans
-from verl_gsm8k.report.thresholds import THRESHOLDS, Thresholds
 
 
 def _numbers(samples: list[dict[str, Any]], name: str) -> list[float]:

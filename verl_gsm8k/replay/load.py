@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.launch.record import RecordError, lookup, read_records
+from verl_gsm8k.common.launch_record import RecordError, lookup, read_records
 from verl_gsm8k.replay.schema import problem
 
 TRACE_DIRNAME = "trace"

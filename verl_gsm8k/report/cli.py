@@ -8,13 +8,13 @@ With two or more inputs this hands over to the run comparison (verl_gsm8k/compar
 INPUT is a run directory (``metrics/metrics-<UTC timestamp>.jsonl`` segments, one per launch),
 one verl file-logger JSONL file, or a verl console log. Both the verl 0.9.1 metric names and the
 older ones (``timing/...``, ``val/test_score/...``) are understood. Standard library only: the
-plots are SVG drawn by plots.py, so the HTML needs nothing else to open.
+plots are SVG drawn by runreport/plots.py, so the HTML needs nothing else to open.
 
-Modules of verl_gsm8k/report/: vocab (one vocabulary of metric names), parse (reading inputs),
-thresholds (the checks' constants), finding (what a check returns, shared statistics), checks
-and learning (health checks), summary (summary.json), plots (SVG charts), evals (a run's
-checkpoint evaluations, RUN_DIR/checkpoint_eval/comparison.json, beside its validation), html
-(the page); this file is the command line (one report, or --follow) and the terminal digest.
+This package is the entry point on top of the pages: it chooses them from the inputs and
+imports each page's package, never the other way round (verl_gsm8k/__init__.py, LAYERS). One
+run: the replay and rollout pages (verl_gsm8k/replay), the questions page (verl_gsm8k/questions)
+and the report itself (verl_gsm8k/runreport: summary.json, report.html, the terminal digest),
+from a run read and checked by verl_gsm8k/analysis. Several runs: verl_gsm8k/compare.
 
 Exit status: 0 when a report was written (health findings do not change it), 1 when nothing at
 all could be read or the report could not be written, 2 when INPUT does not exist.
@@ -33,95 +33,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.analysis import parse as rp
+from verl_gsm8k.analysis.evals import evals_summary, read_checkpoint_evals
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.compare import cli as compare_cli
 from verl_gsm8k.questions.runs import write_for_runs
 from verl_gsm8k.replay.load import load_trace
 from verl_gsm8k.replay.pages import write_pages
-from verl_gsm8k.report import parse as rp
-from verl_gsm8k.report import summary as rs
-from verl_gsm8k.report.evals import evals_summary, read_checkpoint_evals
-from verl_gsm8k.report.guard import best_text, trip_line
-from verl_gsm8k.report.html import duration, final_val_text, memory_text, render_html
+from verl_gsm8k.runreport import summary as rs
+from verl_gsm8k.runreport.digest import HTML_NAME, SUMMARY_NAME, terminal_summary
+from verl_gsm8k.runreport.html import render_html
 
 PROG = "verl_gsm8k.report"
-HTML_NAME = "report.html"
-SUMMARY_NAME = "summary.json"
-
-# --------------------------------------------------------------------------------------------
-# Terminal summary
-# --------------------------------------------------------------------------------------------
-
-
-def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
-    """Plain-text digest for the terminal."""
-    steps = summary["steps"]
-    val = summary["validation"]
-    tm = summary["time"]
-    thr = summary["throughput"]
-    lines = [
-        f"Run: {', '.join(summary['sources'])}",
-        f"  steps               : {steps['count']} ({steps['first']}-{steps['last']})"
-        + (f", gaps before steps {steps['gaps_before'][:5]}" if steps["gaps_before"] else ""),
-    ]
-    best, first = val["best"], val["first"]
-    if best:
-        also = f" (again at {', '.join(map(str, best['also_at']))})" if best["also_at"] else ""
-        lines.append(f"  first val accuracy  : {first['value']:.4g} at step {first['step']}")
-        lines.append(f"  best val accuracy   : {best['value']:.4g} at step {best['step']}{also}")
-        lines.append(f"  final val accuracy  : {final_val_text(val, 'at')}")
-        if val["problems"]:
-            lines.append(f"  val problems        : {val['problems']} ({val['problems_from']})")
-    else:
-        lines.append("  validation accuracy : not logged")
-    score = summary["train_score"]
-    if score["final_median_10"] is not None:
-        lines.append(
-            f"  train score         : median of first 10 steps {score['first_median_10']:.4g}, "
-            f"of last 10 steps {score['final_median_10']:.4g}"
-        )
-    lines.append(
-        f"  wall-clock (logged) : {duration(tm['wall_clock_s'])} ({tm['wall_clock_s']:.0f} s: "
-        f"steps {tm['step_time_total_s']:.0f} s + outside the step timer "
-        f"{tm['wall_clock_s'] - tm['step_time_total_s']:.0f} s)"
-    )
-    if thr["tokens_per_s"]:
-        lines.append(f"  tokens/s            : {thr['tokens_per_s']:.0f} ({thr['basis']})")
-    else:
-        lines.append("  tokens/s            : n/a (not logged)")
-    if tm["phases"]:
-        share = " | ".join(f"{k} {v['share'] * 100:.1f}%" for k, v in tm["phases"].items())
-        lines.append(f"  time share          : {share}")
-    lines.append(f"  peak GPU memory     : {memory_text(summary['memory'])}")
-    evals = summary.get("checkpoint_evals")
-    if evals and evals["rows"]:
-        lines.append(f"  checkpoint evals    : {len(evals['rows'])} ({evals['agreement_text']})")
-    for trip in summary.get("watchdog_trips") or []:
-        lines.append(f"  watchdog trip       : {trip_line(trip)}")
-    if summary.get("best_checkpoint"):
-        lines.append(f"  kept best checkpoint: {best_text(summary['best_checkpoint'])}")
-    counts = summary["health_counts"]
-    lines.append(
-        f"  health              : {counts['error']} errors, {counts['warning']} warnings, "
-        f"{counts['note']} notes"
-    )
-    for finding in summary["health"]:
-        lines.append(
-            f"    [{finding['severity']}] {finding['check']} steps {finding['start_step']}-"
-            f"{finding['end_step']}: {finding['message']}"
-        )
-    if out_dir is not None:
-        lines.append(f"  written             : {out_dir / HTML_NAME}, {out_dir / SUMMARY_NAME}")
-        pages = summary.get("pages") or {}
-        for key, what in (
-            ("replay", "replay (per token)"),
-            ("rollouts", "rollout browser"),
-            ("questions", "questions page"),
-        ):
-            if pages.get(key):
-                lines.append(f"  {what:<20}: {out_dir / pages[key]}")
-    return "\n".join(lines)
-
 
 # --------------------------------------------------------------------------------------------
 # Writing

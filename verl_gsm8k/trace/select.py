@@ -12,13 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-
-def prompt_of(key: str) -> str:
-    """The prompt uid of a response key ``{uid}_{session}_{index}`` (the key itself otherwise)."""
-    parts = key.rsplit("_", 2)
-    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-        return parts[0]
-    return key
+from verl_gsm8k.guard.rules import prompt_of
 
 
 def _order(step: int, uid: str) -> str:

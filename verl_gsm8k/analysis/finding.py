@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from verl_gsm8k.report.parse import Canonical
+from verl_gsm8k.analysis.parse import Canonical
 
 
 @dataclass

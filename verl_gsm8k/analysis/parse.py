@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.report.vocab import (
+from verl_gsm8k.analysis.vocab import (
     CUT_SHARE,
     METRICS,
     METRICS_BY_NAME,
@@ -98,7 +98,8 @@ _CONFIG_INT = {
     "rollout_n": re.compile(r"actor_rollout_ref\.rollout\.n=(\d+)"),
     "max_response_length": re.compile(r"\bmax_response_length['\"]?\s*[:=]\s*(\d+)"),
 }
-LAUNCH_RECORDS = "launches"  # RUN_DIR/launches/launch-<UTC>.yaml (verl_gsm8k/launch/record.py)
+# RUN_DIR/launches/launch-<UTC>.yaml (verl_gsm8k/common/launch_record.py)
+LAUNCH_RECORDS = "launches"
 
 
 def strip_ansi(line: str) -> str:

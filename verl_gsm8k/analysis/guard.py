@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.analysis.finding import Finding, fmt
+from verl_gsm8k.analysis.parse import ParseIssue
 from verl_gsm8k.guard.files import BEST_FILE, BestError, read_best, read_trips
-from verl_gsm8k.report.finding import Finding, fmt
-from verl_gsm8k.report.parse import ParseIssue
 
 
 @dataclass

@@ -14,15 +14,15 @@ import statistics
 from collections import deque
 from typing import Any
 
-from verl_gsm8k.report.finding import Finding, aligned, fmt, rolling_median, spans
-from verl_gsm8k.report.learning import (
+from verl_gsm8k.analysis.finding import Finding, aligned, fmt, rolling_median, spans
+from verl_gsm8k.analysis.learning import (
     check_accuracy_below_best,
     check_kl_without_score_gain,
     score_range,
 )
-from verl_gsm8k.report.parse import Canonical, RunData
-from verl_gsm8k.report.thresholds import THRESHOLDS, Thresholds
-from verl_gsm8k.report.vocab import METRICS_BY_NAME
+from verl_gsm8k.analysis.parse import Canonical, RunData
+from verl_gsm8k.analysis.thresholds import THRESHOLDS, Thresholds
+from verl_gsm8k.analysis.vocab import METRICS_BY_NAME
 
 # The metrics whose first NaN/inf/null marks where a sick run turned
 # (check_first_non_finite).

@@ -10,7 +10,8 @@ One row per evaluated checkpoint, step 0 being the starting model. ``accuracy`` 
 lenient score; ``our_reward_accuracy`` is our reward on the same responses, the number verl's
 validation reports during training, so the two curves should agree when the validation set and
 generation settings match. Rows of another mode (EvalScope's own prompt) have no reward score
-and are left out. Standard library only; used by the run report and the run comparison.
+and are left out. Standard library only; used by the run report and the run comparison (the
+chart itself is drawn in ``runreport/html.py``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.report.parse import Series
-from verl_gsm8k.report.plots import PALETTE, Line, Plot
+from verl_gsm8k.analysis.parse import Series
 
 EVAL_FILE = Path("checkpoint_eval") / "comparison.json"
 TRAINING_MODE = "training"
@@ -124,23 +124,6 @@ def eval_series(rows: list[CheckpointEval]) -> tuple[Series, Series]:
     ours = [(r.step, r.our_reward_accuracy) for r in rows if r.our_reward_accuracy is not None]
     lenient = [(r.step, r.accuracy) for r in rows if r.accuracy is not None]
     return ours, lenient
-
-
-def eval_plot(val: Series, rows: list[CheckpointEval]) -> Plot:
-    """verl's validation accuracy (line), our reward on each checkpoint (dashed, with dots) and
-    EvalScope's lenient score (thin, dashed), on one chart."""
-    ours, lenient = eval_series(rows)
-    return Plot(
-        "checkpoint_eval",
-        "Checkpoint evaluations: our reward vs verl's validation accuracy",
-        [
-            Line("verl validation (during training)", val, PALETTE[0], width=2.0),
-            Line("our reward on the checkpoint", ours, PALETTE[1], dots=True, dashed=True),
-            Line("EvalScope (lenient)", lenient, PALETTE[2], width=1.0, dots=True, dashed=True),
-        ],
-        "accuracy",
-        log_y=False,
-    )
 
 
 def evals_summary(evals: EvalFile | None, val: Series) -> dict[str, Any] | None:

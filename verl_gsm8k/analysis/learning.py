@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 import statistics
 
-from verl_gsm8k.report.finding import Finding, aligned, fmt
-from verl_gsm8k.report.parse import Canonical
-from verl_gsm8k.report.thresholds import Thresholds
+from verl_gsm8k.analysis.finding import Finding, aligned, fmt
+from verl_gsm8k.analysis.parse import Canonical
+from verl_gsm8k.analysis.thresholds import Thresholds
 
 DOCS = "docs/reading-a-ppo-run.md, 'What to change when a check fires'"
 _EPS = 1e-9  # a drop of exactly the bar counts (0.5 - 0.4 is 0.0999... in floating point)

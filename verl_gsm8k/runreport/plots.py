@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_gsm8k.report import finding as rf
-from verl_gsm8k.report import parse as rp
-from verl_gsm8k.report import vocab as rv
-from verl_gsm8k.report.thresholds import THRESHOLDS
+from verl_gsm8k.analysis import finding as rf
+from verl_gsm8k.analysis import parse as rp
+from verl_gsm8k.analysis import vocab as rv
+from verl_gsm8k.analysis.thresholds import THRESHOLDS
 
 # --------------------------------------------------------------------------------------------
 # SVG plots

@@ -5,12 +5,15 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from verl_gsm8k.report import finding as rf
-from verl_gsm8k.report import parse as rp
-from verl_gsm8k.report import summary as rs
-from verl_gsm8k.report.evals import EvalFile, eval_plot
-from verl_gsm8k.report.guard import best_text, value_text
-from verl_gsm8k.report.plots import (
+from verl_gsm8k.analysis import finding as rf
+from verl_gsm8k.analysis import parse as rp
+from verl_gsm8k.analysis.evals import CheckpointEval, EvalFile, eval_series
+from verl_gsm8k.analysis.guard import best_text, value_text
+from verl_gsm8k.runreport import summary as rs
+from verl_gsm8k.runreport.plots import (
+    PALETTE,
+    Line,
+    Plot,
     build_plots,
     render_line_plot,
     render_phase_plot,
@@ -67,6 +70,23 @@ def num(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}g}"
     return str(value)
+
+
+def eval_plot(val: rp.Series, rows: list[CheckpointEval]) -> Plot:
+    """verl's validation accuracy (line), our reward on each checkpoint (dashed, with dots) and
+    EvalScope's lenient score (thin, dashed), on one chart."""
+    ours, lenient = eval_series(rows)
+    return Plot(
+        "checkpoint_eval",
+        "Checkpoint evaluations: our reward vs verl's validation accuracy",
+        [
+            Line("verl validation (during training)", val, PALETTE[0], width=2.0),
+            Line("our reward on the checkpoint", ours, PALETTE[1], dots=True, dashed=True),
+            Line("EvalScope (lenient)", lenient, PALETTE[2], width=1.0, dots=True, dashed=True),
+        ],
+        "accuracy",
+        log_y=False,
+    )
 
 
 def _evals_section(

@@ -12,25 +12,25 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.replay.checks import trace_checks
-from verl_gsm8k.replay.load import Trace
-from verl_gsm8k.report.checks import health_checks
-from verl_gsm8k.report.finding import Finding
-from verl_gsm8k.report.guard import guard_summary, read_guard, trip_findings
-from verl_gsm8k.report.parse import (
+from verl_gsm8k.analysis.checks import health_checks
+from verl_gsm8k.analysis.finding import Finding
+from verl_gsm8k.analysis.guard import guard_summary, read_guard, trip_findings
+from verl_gsm8k.analysis.parse import (
     Canonical,
     RunData,
     Series,
     canonicalize,
     load_run,
 )
-from verl_gsm8k.report.thresholds import THRESHOLDS, Thresholds
-from verl_gsm8k.report.vocab import (
+from verl_gsm8k.analysis.thresholds import THRESHOLDS, Thresholds
+from verl_gsm8k.analysis.vocab import (
     MEMORY_ROLES,
     OUTSIDE_STEP_PHASES,
     PHASE_ORDER,
     metric_label,
 )
+from verl_gsm8k.replay.checks import trace_checks
+from verl_gsm8k.replay.load import Trace
 
 # --------------------------------------------------------------------------------------------
 # Summary
@@ -220,10 +220,10 @@ def analyse(
 ) -> tuple[RunData, Canonical, list[Finding], dict[str, Any]]:
     """Load, canonicalise, check and summarise one input (with the checks of its per-token
     ``trace``, when given: verl_gsm8k/replay/checks.py; and a run directory's watchdog trips and
-    kept best checkpoint: report/guard.py)."""
+    kept best checkpoint: analysis/guard.py)."""
     data = load_run(path)
     canon = canonicalize(data)
-    guard = read_guard(path)  # the watchdog's trips, the kept best checkpoint (report/guard.py)
+    guard = read_guard(path)  # the watchdog's trips, the kept best checkpoint (analysis/guard.py)
     if guard.problem:
         data.issues.append(guard.problem)
     more = (trace_checks(trace, thresholds) if trace else []) + trip_findings(guard.trips)

@@ -1,0 +1,134 @@
+"""The package layout: LAYERS in verl_gsm8k/__init__.py is the import order, and it is true.
+
+Every import between our packages is read from the source (absolute, relative, inside functions,
+and a module named to importlib.import_module), so a new upward import fails here, naming the
+file and line, before it becomes a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import verl_gsm8k
+from verl_gsm8k import LAYERS
+
+ROOT = Path(verl_gsm8k.__file__).parent
+REPO = ROOT.parent
+MAX_PACKAGE_LINES = 3000
+MAX_MODULE_LINES = 600
+
+
+def packages() -> list[str]:
+    return sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file())
+
+
+def layer_of() -> dict[str, int]:
+    return {name: i for i, layer in enumerate(LAYERS) for name in layer}
+
+
+def imported_packages(path: Path) -> list[tuple[int, str]]:
+    """(line, package) of every import of a verl_gsm8k package in one module."""
+    tree = ast.parse(path.read_text(), str(path))
+    own = path.relative_to(ROOT).parts
+    found: list[tuple[int, str]] = []
+
+    def add(line: int, dotted: str) -> None:
+        parts = dotted.split(".")
+        if parts[0] == "verl_gsm8k" and len(parts) > 1:
+            found.append((line, parts[1]))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(node.lineno, alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ["verl_gsm8k", *own[: len(own) - node.level]]
+                dotted = ".".join(base + ([node.module] if node.module else []))
+            else:
+                dotted = node.module or ""
+            if dotted == "verl_gsm8k":
+                for alias in node.names:
+                    add(node.lineno, f"verl_gsm8k.{alias.name}")
+            else:
+                add(node.lineno, dotted)
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            add(node.lineno, node.args[0].value)
+    return found
+
+
+def test_every_package_is_in_one_layer() -> None:
+    listed = [name for layer in LAYERS for name in layer]
+    assert len(listed) == len(set(listed)), f"a package is in two layers: {listed}"
+    assert sorted(listed) == packages(), (
+        f"LAYERS {sorted(listed)} != the packages on disk {packages()}"
+    )
+
+
+def test_no_package_imports_its_own_layer_or_above() -> None:
+    layers = layer_of()
+    upward = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if len(rel.parts) < 2:
+            continue  # verl_gsm8k/__init__.py
+        mine = rel.parts[0]
+        for line, other in imported_packages(path):
+            if other != mine and layers[other] >= layers[mine]:
+                upward.append(
+                    f"{rel}:{line} ({mine}, layer {layers[mine]}) imports {other} "
+                    f"(layer {layers[other]})"
+                )
+    assert not upward, "imports against LAYERS:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_sees_every_kind_of_import(tmp_path: Path) -> None:
+    """The reader above is what makes the test able to fail: each form is found."""
+    module = ROOT / "guard" / "_layout_probe.py"
+    module.write_text(
+        "import importlib\n"
+        "import verl_gsm8k.report.cli\n"
+        "from verl_gsm8k.compare import cli\n"
+        "from ..replay import load\n"
+        "from verl_gsm8k import runreport\n"
+        "def f():\n"
+        "    from verl_gsm8k.questions.table import build\n"
+        "    importlib.import_module('verl_gsm8k.trace.trainer')\n"
+    )
+    try:
+        found = [name for _, name in imported_packages(module)]
+    finally:
+        module.unlink()
+    expected = {"report", "compare", "replay", "runreport", "questions", "trace"}
+    assert sorted(found) == sorted(expected), found
+
+
+def test_sizes() -> None:
+    big_packages, big_modules = [], []
+    for name in packages():
+        total = 0
+        for path in (ROOT / name).rglob("*.py"):
+            lines = len(path.read_text().splitlines())
+            total += lines
+            if lines > MAX_MODULE_LINES:
+                big_modules.append(f"{path.relative_to(REPO)}: {lines}")
+        if total > MAX_PACKAGE_LINES:
+            big_packages.append(f"{name}: {total}")
+    assert not big_packages, f"packages over {MAX_PACKAGE_LINES} lines: {big_packages}"
+    assert not big_modules, f"modules over {MAX_MODULE_LINES} lines: {big_modules}"
+
+
+def test_every_package_is_named_in_the_docstring_and_the_map() -> None:
+    doc = verl_gsm8k.__doc__ or ""
+    architecture = (REPO / "docs" / "architecture.md").read_text()
+    missing_doc = [n for n in packages() if f"\n    {n} " not in doc]
+    missing_map = [n for n in packages() if f"\n  {n}/ " not in architecture]
+    assert not missing_doc, f"verl_gsm8k/__init__.py's docstring omits {missing_doc}"
+    assert not missing_map, f"docs/architecture.md's map omits {missing_map}"
