@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from report_runs import build_run, parse_svgs, write_jsonl
 
-from verl_gsm8k.launch import record as launch_record
+from verl_gsm8k.common import launch_record
 from verl_gsm8k.report import cli as report
 from verl_gsm8k.runreport import summary as rs
 from verl_gsm8k.runreport.plots import tick_labels
