@@ -242,6 +242,20 @@ def test_legacy_trainer_keys_are_accepted_where_the_legacy_trainer_runs(base_ove
     assert lora.critic.ppo_max_token_len_per_gpu == 16384  # not the legacy default 32768
 
 
+def test_esi_redundant_time_under_the_v1_trainer_is_said_not_refused(base_overrides):
+    """verl 0.9.1 reads trainer.esi_redundant_time only in the legacy trainer (issue 26 §3): under
+    v1 the preflight warns (the launch goes on), under the legacy trainer it is silent."""
+    key = ["trainer.esi_redundant_time=300"]
+    for extra, warned in (([], True), (["trainer.use_v1=false"], False)):
+        cfg = preflight.compose(ROOT / "configs", "gsm8k_ppo", base_overrides + extra + key)
+        report = preflight.Report()
+        preflight.check_trainer_keys(cfg, extra + key, report, True)
+        warnings = [ln for ln in report.lines if "[warn" in ln and "esi_redundant_time" in ln]
+        assert report.errors == 0, report.lines
+        assert bool(warnings) == warned, (extra, report.lines)
+        assert all("STOP_GRACE_S" in line for line in warnings), warnings  # what to use instead
+
+
 def test_bad_schema_names_the_file_and_columns(base_overrides, tmp_path):
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"question": ["q"], "answer": ["#### 1"]}), bad)
