@@ -230,6 +230,12 @@ def test_sampled_evaluation_reports_mean_and_pass_at_k(eval_env, small_gsm8k, tm
     assert row["our_reward_pass_at_k"] == pytest.approx(2 / 3)
     markdown = (out / "comparison.md").read_text()
     assert "sampled (3 answers per question, temperature 0.7" in markdown and "pass@k" in markdown
+    # the questions page beside the comparison (issue 28): a cell is the share of the K answers
+    # our reward credits; the stub answers each question the same way all 3 times
+    page = json.loads((out / "questions" / "summary.json").read_text())
+    assert page["columns"] == ["stub-model"] and page["sampled"] is True
+    assert sorted(row["shares"][0] for row in page["rows"]) == [0.0, 1.0, 1.0]
+    assert (out / "questions" / "questions.html").is_file()
 
 
 def test_checkpoint_sweep_refuses_what_it_cannot_do(eval_env, tmp_path):

@@ -123,3 +123,33 @@ def test_a_validation_with_nan_scores_is_left_out_in_one_line(
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: no validation dump left: 5 hold a score not finite")
     assert not (tmp_path / "none").exists()
+
+
+def test_each_runs_last_or_best_step(tmp_path: Path) -> None:
+    """--step: every step, each run's last, or each run's best (highest accuracy, the earliest
+    of equals; a NaN step is never the best), as the run comparison uses (--step last|best)."""
+    qs = [("A?", "1"), ("B?", "2"), ("C?", "3"), ("D?", "4")]
+
+    def run(name: str, rights: dict[int, int]) -> Path:
+        (tmp_path / name / "validation").mkdir(parents=True)
+        for step, right in rights.items():
+            rows = [(q, t, f"#### {t}" if i < right else "#### 0", float(i < right))
+                    for i, (q, t) in enumerate(qs)]  # fmt: skip
+            _dump(tmp_path / name / "validation" / f"{step}.jsonl", rows)
+        return tmp_path / name
+
+    a = run("a", {0: 1, 10: 3, 20: 3, 30: 2})  # best 10 (20 equals it later), last 30
+    b = run("b", {0: 2, 10: 1})
+    (b / "validation" / "20.jsonl").write_text(  # a sick last step: never the best
+        "".join(_row(q, t, f"#### {t}", math.nan) for q, t in qs), encoding="utf-8"
+    )
+    expected = {"all": ["a:0", "a:10", "a:20", "a:30"], "last": ["a:30"], "best": ["a:10"]}
+    for step, columns in expected.items():
+        out = tmp_path / f"out-{step}"
+        assert main(["--run", str(a), "--step", step, "--out", str(out)]) == 0
+        assert json.loads((out / "summary.json").read_text())["columns"] == columns, step
+    out = tmp_path / "out-both"
+    assert main(["--run", str(a), "--run", str(b), "--step", "best", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["columns"] == ["a:10", "b:0"]
+    assert summary["mcnemar"]["right_then_wrong"] == 1  # C? right at a:10, wrong at b:0

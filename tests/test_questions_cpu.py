@@ -15,6 +15,7 @@ from browser import render, require_chromium
 from learn_runs import Learned
 
 from verl_gsm8k.questions.__main__ import main
+from verl_gsm8k.questions.table import load_validation
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 
@@ -95,12 +96,27 @@ def test_run_report_and_comparison_link_the_page(
     assert both["columns"] == [f"ppo:{steps[-1]}", f"grpo:{steps[-1]}"]
     assert 'id="questions-link"' in (out / "comparison.html").read_text()
 
+    # --step best: each run's step of highest validation accuracy (the earliest of equals)
+    assert report_main([str(ppo), str(grpo), "--out", str(out), "--quiet", "--step", "best"]) == 0
+    best = json.loads((out / "questions/summary.json").read_text())
+    expected = []
+    for name, run in (("ppo", ppo), ("grpo", grpo)):
+        dumps = sorted((run / "validation").glob("*.jsonl"), key=lambda p: int(p.stem))
+        means = [load_validation(p) for p in dumps]
+        accuracy = [sum(c.share for c in col.cells.values()) / len(col.cells) for col in means]
+        expected.append(f"{name}:{dumps[accuracy.index(max(accuracy))].stem}")
+    assert best["columns"] == expected, (best["columns"], expected)
+    assert "best validation step" in (out / "comparison.html").read_text()
+
 
 def test_evalscope_checkpoint_sweep(learned_ppo: Learned, tmp_path: Path) -> None:
     """The sweep's EvalScope reviews: test_checkpoint_sweep_cpu.py writes them into the run
     (it runs first: the serial group keeps file order)."""
     source = learned_ppo.run_dir / "checkpoint_eval" / "evalscope"
     assert source.is_dir(), f"{source}: test_checkpoint_sweep_cpu.py did not run before"
+    # the sweep wrote its own page beside comparison.json, the starting model first
+    written = json.loads((source.parent / "questions" / "summary.json").read_text())
+    assert written["columns"][0] == "step-0", written["columns"]
     shutil.copytree(source, tmp_path / "eval/evalscope")
     out = tmp_path / "page"
     assert main(["--evalscope", str(tmp_path / "eval"), "--out", str(out)]) == 0

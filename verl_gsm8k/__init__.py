@@ -8,13 +8,13 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
                   pruning, how a launch ended
     trace         the traced trainer: a per-token trace of a few samples a step
     merge         verl's FSDP checkpoint -> a verified Hugging Face model (scripts/merge.sh)
+    questions     which questions changed: one row per question, one column per model or step
     launch        the resume guard and the checkpoint verification common.sh runs before verl
     evaluate      EvalScope on GSM8K, baseline vs trained, in .venv-eval (scripts/eval.sh)
     verl_plugins  modules verl imports in every process (VERL_USE_EXTERNAL_MODULES): the CPU
                   platform, the flash-attention fallback, the recipes' trainer
     analysis      a run read and checked: metrics in every format verl writes, health checks
     replay        the pages beside a run's report: replay.html (the trace), rollouts.html
-    questions     which questions changed: one row per question, one column per model or step
     runreport     one run's report.html, summary.json and terminal digest
     compare       several runs side by side
     report        the entry point on top of the pages: python -m verl_gsm8k.report RUN [RUN ...]
@@ -29,10 +29,10 @@ project, and why the code is one package named verl_gsm8k: docs/architecture.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("common",),
     ("preflight", "guard"),
-    ("trace", "merge"),
+    ("trace", "merge", "questions"),
     ("launch", "evaluate", "verl_plugins"),
     ("analysis",),
-    ("replay", "questions"),
+    ("replay",),
     ("runreport",),
     ("compare",),
     ("report",),

@@ -132,20 +132,22 @@ def terminal_text(summary: dict[str, Any], out_dir: Path | None) -> str:
     return "\n".join(lines)
 
 
-def compare(paths: Sequence[Path], out_dir: Path) -> dict[str, Any]:
-    """Read, render and write the comparison; returns its summary.
+def compare(paths: Sequence[Path], out_dir: Path, step: str = "last") -> dict[str, Any]:
+    """Read, render and write the comparison; returns its summary. ``step``: which validation
+    step of each run the questions page shows (last or best).
 
     Raises CompareError (bad input: nothing written) or OSError (cannot write).
     """
     runs = load_runs(paths)
     diff = config_diff({run.label: run.config for run in runs})
     summary = build_summary(runs, diff)
-    # each run's last validation step, question by question (verl_gsm8k/questions)
+    # each run's last (or best) validation step, question by question (verl_gsm8k/questions)
     questions, issue = (None, None)
     if all((run.path / "validation").is_dir() for run in runs):
-        questions, issue = write_for_runs([run.path for run in runs], out_dir, last_only=True)
+        questions, issue = write_for_runs([run.path for run in runs], out_dir, step)
     summary["questions_page"] = questions.relative_to(out_dir).as_posix() if questions else None
     summary["questions_issue"] = issue
+    summary["questions_step"] = step
     page = render_page(runs, summary, diff)
     payload = json.dumps(json_safe(summary), indent=2, allow_nan=False, default=str) + "\n"
     write_atomic(out_dir / SUMMARY_NAME, payload)
@@ -153,11 +155,11 @@ def compare(paths: Sequence[Path], out_dir: Path) -> dict[str, Any]:
     return summary
 
 
-def main(paths: Sequence[Path], out: Path | None, quiet: bool) -> int:
+def main(paths: Sequence[Path], out: Path | None, quiet: bool, step: str = "last") -> int:
     """The comparison's command line, after the run report's parser."""
     out_dir = out if out is not None else DEFAULT_OUT
     try:
-        summary = compare(paths, out_dir)
+        summary = compare(paths, out_dir, step)
     except CompareError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

@@ -224,7 +224,8 @@ def render_page(
         link = esc(summary["questions_page"])
         body.append(
             f'<p><a id="questions-link" href="{link}">which questions changed '
-            "(each run's last validation step, question by question)</a></p>"
+            f"(each run's {esc(summary.get('questions_step', 'last'))} validation step, question "
+            "by question)</a></p>"
         )
     body += _table(runs, {r["label"]: r["table"] for r in summary["runs"]})
     body += _curves(runs)

@@ -24,6 +24,7 @@ from verl_gsm8k.evaluate.common import (
 from verl_gsm8k.evaluate.data import load_data, write_data
 from verl_gsm8k.evaluate.run import evaluate_model, mode_settings
 from verl_gsm8k.evaluate.scoring import load_reward
+from verl_gsm8k.questions.runs import write_for_evaluation
 
 
 def read_rows(data: str, modes: list[str]) -> dict[str, list[dict]]:
@@ -94,8 +95,15 @@ class Session:
 
 
 def write_comparison(out: Path, summary: dict, markdown: str) -> None:
+    """comparison.json and comparison.md, then questions/questions.html: every model's answers
+    question by question (verl_gsm8k/questions; a page that cannot be written is one warning)."""
     write_atomic(out / "comparison.json", json.dumps(summary, indent=2, default=str) + "\n")
     write_atomic(out / "comparison.md", markdown)
+    page, issue = write_for_evaluation(out, summary.get("baseline"))
+    if issue:
+        print(f"{PROG}: warning: {issue}", file=sys.stderr)
+    if page:
+        print(f"{PROG}: which questions changed -> {page}")
 
 
 def exit_interrupted(stop: BaseException, what: str) -> None:

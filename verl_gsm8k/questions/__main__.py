@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .page import write
-from .runs import evalscope_reviews, load_columns, validation_steps
+from .runs import STEPS, evalscope_reviews, load_columns, run_columns
 from .table import InputError, build
 
 
@@ -45,31 +45,31 @@ def main(argv: list[str] | None = None) -> int:
         help="with --evalscope: the evaluation mode folder to read (default: the first found)",
     )
     parser.add_argument(
-        "--last-only",
-        action="store_true",
-        help="with several --run: only each run's last validation step",
+        "--step",
+        choices=STEPS,
+        default="all",
+        help="which validation steps of each --run become columns: all (default), last, or "
+        "best (the highest accuracy, the earliest of equals)",
     )
     parser.add_argument(
         "--out", type=Path, required=True, help="output folder: questions.html, data/, summary.json"
     )
     args = parser.parse_args(argv)
     try:
-        inputs: list[tuple[Path, str | None]] = [(p, None) for p in args.dumps]
-        for run in args.run:
-            steps = validation_steps(run)
-            if args.last_only:
-                steps = steps[-1:]
-            inputs += [(p, f"{run.name}:{p.stem}") for p in steps]
-        for eval_dir in args.evalscope:
-            inputs += evalscope_reviews(eval_dir, args.mode)
-        if not inputs:
+        if not (args.dumps or args.run or args.evalscope):
             parser.error("give result files, --run RUN_DIR or --evalscope EVAL_DIR")
-        columns, note = load_columns(inputs)
+        # columns in the order given: result files, then runs, then evaluation folders
+        groups = [load_columns([(p, None) for p in args.dumps])] if args.dumps else []
+        groups += [run_columns(run, args.step, f"{run.name}:") for run in args.run]
+        for eval_dir in args.evalscope:
+            groups.append(load_columns(evalscope_reviews(eval_dir, args.mode)))
+        columns = [column for found, _ in groups for column in found]
+        notes = [note for _, note in groups if note]
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if note:
-        print(f"warning: {note}", file=sys.stderr)
+    for line in notes:
+        print(f"warning: {line}", file=sys.stderr)
     table = build(columns)
     if not table["questions"]:
         print("error: no question is in every input", file=sys.stderr)

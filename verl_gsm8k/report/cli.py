@@ -93,7 +93,7 @@ def generate(input_path: Path, out_dir: Path, refresh_s: int | None = None) -> R
     # which questions changed across the validation steps (verl_gsm8k/questions)
     questions, questions_issue = (None, None)
     if input_path.is_dir() and (input_path / "validation").is_dir():
-        questions, questions_issue = write_for_runs([input_path], out_dir, last_only=False)
+        questions, questions_issue = write_for_runs([input_path], out_dir)
     summary = {
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "input": str(input_path),
@@ -155,6 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
             "directory, <name>-report next to a file); with two or more INPUTs, for "
             f"{compare_cli.HTML_NAME} and {compare_cli.SUMMARY_NAME} (default: "
             f"./{compare_cli.DEFAULT_OUT}); files are replaced atomically"
+        ),
+    )
+    parser.add_argument(
+        "--step",
+        choices=("last", "best"),
+        default="last",
+        help=(
+            "with two or more INPUTs: the validation step of each run its questions page "
+            "compares, the last (default) or the best (highest accuracy, the earliest of equals)"
         ),
     )
     parser.add_argument(
@@ -222,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.follow:
             _err("--follow reads one INPUT; a comparison is written once")
             return 2
-        return compare_cli.main(args.inputs, args.out, args.quiet)
+        return compare_cli.main(args.inputs, args.out, args.quiet, args.step)
     args.input = args.inputs[0]
     if not args.input.exists():
         _err(f"input not found: {args.input}")
