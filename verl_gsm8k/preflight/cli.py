@@ -21,8 +21,9 @@ report in verl_gsm8k/preflight/report.py):
   reward   verl's own loader imports the reward and it scores a right and a wrong answer correctly;
   gpu      the GPUs the run gets: with RAY_ADDRESS the Ray cluster's (ray.nodes(), any node may
            launch, a CPU-only head too), otherwise this node's (nvidia-smi);
-  memory   GPU memory of each phase of a step (rollout, reference, critic and actor update) with
-           each model's states where verl keeps them (memory.py), against the card when known.
+  memory   GPU memory of each phase of a step (rollout, old log-prob with its entropy, reference,
+           critic values, critic and actor update) with each model's states where verl keeps
+           them (memory.py, activations.py), against the card when known.
 With --trainer sft it checks a launch of verl's SFT trainer instead (verl_gsm8k/preflight/sft.py).
 Exit status: 0 passed (warnings allowed), 1 at least one error, 2 bad usage.
 """

@@ -21,11 +21,21 @@ verl/workers/engine/base.py), which the estimate follows:
 * vLLM holds ``gpu_memory_utilization`` of the card while it generates and, with
   ``free_cache_engine`` (sleep mode), gives it back while the models train.
 
-Phases: rollout (vLLM awake), reference (its log-probs; with a LoRA actor, the actor without its
-adapter), critic update, actor update. Each adds what the phase's engine brings to the GPU to
-what every other engine keeps there. Activations are a lower bound (the largest micro-batch's
-logits and, in an update, each layer's checkpointed input); CUDA contexts and allocator
-fragmentation are not counted, which is what the margin below the card is for.
+* vLLM asleep still holds its CUDA context and, unless ``enforce_eager``, its captured CUDA
+  graphs (verl's rollout.yaml: "cudagraph in inference engine can not be offloaded during update
+  policy"): VLLM_ASLEEP_* below.
+
+Phases, in the order of a step: rollout (vLLM awake), old log-prob (the actor's log-probs of
+the rollout, with the entropy verl always computes there: v1 trainer_base.py ~1653, legacy
+ray_trainer.py ~1300), reference (its log-probs; with a LoRA actor, the actor without its
+adapter), critic values, critic update, actor update. Each adds what the phase's engine brings
+to the GPU to what every other engine keeps there. What a pass holds beyond the states
+(activations.py) is counted for its largest micro-batch; without padding removal (the sdpa
+overlay) a dynamic micro-batch is padded to its longest sequence, SDPA_PADDING_FACTOR. An
+update peaks either early in its backward (activations) or once the gradients are complete (Adam
+step, a tied embedding's summed gradient); the phase shows the larger. CUDA contexts of the
+training processes and allocator fragmentation are not counted, which is what the margin below
+the card is for. Measured against torch's tensor-bytes tracker: tests/test_memory_measured.py.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from verl_gsm8k.preflight import activations as act
 from verl_gsm8k.preflight.device import lora_rank
 from verl_gsm8k.preflight.model import count_parameters
 
@@ -42,6 +53,16 @@ MEMORY_WARN_FRACTION = 0.9
 # Units FSDP has gathered at once besides the root (embeddings, head): the one computing and the
 # one prefetched.
 UNITS_IN_FLIGHT = 2
+# A sleeping vLLM (free_cache_engine) frees its weights and KV cache, not its CUDA context nor
+# its captured CUDA graphs (verl's rollout/rollout.yaml, cudagraph_capture_sizes' comment; issue
+# 27 puts both at about 0.5-2 GiB). The context: a CUDA context with cuBLAS/NCCL workspaces;
+# the graphs: vLLM's default capture sizes for a small model. Estimates, not measured here.
+VLLM_ASLEEP_CONTEXT_GIB = 0.5
+VLLM_ASLEEP_GRAPHS_GIB = 1.0  # 0 with enforce_eager (no graphs)
+# Without padding removal (sdpa, no flash-attn) a micro-batch is padded to its longest
+# sequence: tokens computed over the dynamic budget, which counts real tokens. About 1.5-2x at
+# GSM8K lengths (issue 27); the upper end, since the preflight decides whether a run fits.
+SDPA_PADDING_FACTOR = 2.0
 
 
 def dtype_bytes(name: str | None, default: int) -> int:
@@ -94,6 +115,8 @@ class Engine:
     trained: float  # the trained weights (all, or a LoRA model's adapters), in model_dtype
     working: float  # units gathered to compute, unsharded, in the compute dtype
     dtype: str  # model_dtype, for the line
+    compute_bytes: int = 2  # bytes of the compute dtype (FSDP's mixed_precision.param_dtype)
+    compiled: bool = True  # use_torch_compile: verl compiles the entropy with padding removal
 
     def resting(self) -> float:
         """On the GPU while another engine or vLLM works."""
@@ -111,6 +134,11 @@ class Engine:
     def update(self) -> float:
         """States on the GPU during its update (train_mode): weights, gradients, Adam moments."""
         return 0.0 if self.host else self.weights + 3 * self.trained
+
+    def adam_step(self) -> float:
+        """Adam's temporaries at its step on the GPU (CUDA's multi-tensor step: one trained-sized
+        tensor in the moments' dtype, activations.adam_step); the CPU steps a host engine's."""
+        return 0.0 if self.host else self.trained
 
 
 def engine_of(cfg: Any, role: str, hf_config: Any, n_gpus: int) -> Engine:
@@ -156,6 +184,8 @@ def engine_of(cfg: Any, role: str, hf_config: Any, n_gpus: int) -> Engine:
         trained=trained * weight / n_gpus / GIB,
         working=(root + UNITS_IN_FLIGHT * layer) * compute / GIB,
         dtype=str(engine.model_dtype),
+        compute_bytes=compute,
+        compiled=bool(engine.use_torch_compile),
     )
 
 
@@ -198,18 +228,47 @@ def micro_batch_tokens(cfg: Any, role: str, update: bool, n_gpus: int) -> int:
         budget = node.log_prob_max_token_len_per_gpu
         micro = node.log_prob_micro_batch_size_per_gpu
     per_gpu = -(-prompts // n_gpus) * seq
-    if dynamic:
-        return min(int(budget), per_gpu)
+    if dynamic:  # the budget counts real tokens; padded to the longest sequence without rmpad
+        padding = 1.0 if remove_padding(cfg, role) else SDPA_PADDING_FACTOR
+        return min(int(budget * padding), per_gpu)
     return min(int(micro or 1) * seq, per_gpu)
 
 
-def activations(cfg: Any, role: str, hf_config: Any, update: bool, n_gpus: int) -> float:
-    """A lower bound in GiB: the logits of the LM head (bf16) and, in an update, each layer's
-    checkpointed input (with gradient checkpointing; more without it)."""
+def remove_padding(cfg: Any, role: str) -> bool:
+    """Whether ``role``'s model runs with padding removal (flash-attn's varlen kernels and its
+    cross entropy), or padded micro-batches (the sdpa overlay)."""
+    model = cfg.critic.model if role == "critic" else cfg.actor_rollout_ref.model
+    return bool(model.get("use_remove_padding", False))
+
+
+def activations(
+    cfg: Any, role: str, hf_config: Any, update: bool, n_gpus: int, e: Engine, entropy: bool
+) -> float:
+    """GiB a pass of ``role``'s largest micro-batch holds beyond the states (activations.py):
+    log-probs (with the entropy for the actor's own pass, not the reference's), the critic's
+    values, or an update's saved activations and logits gradients."""
     tokens = micro_batch_tokens(cfg, role, update, n_gpus)
-    logits = 0 if role == "critic" else tokens * hf_config.vocab_size * 2
-    saved = tokens * hf_config.hidden_size * hf_config.num_hidden_layers * 2 if update else 0
-    return (logits + saved) / GIB
+    rmpad, compute = remove_padding(cfg, role), e.compute_bytes
+    if update:
+        return act.update_pass(hf_config, tokens, compute, role != "critic", rmpad) / GIB
+    if role == "critic":
+        return act.value_pass(hf_config, tokens, compute) / GIB
+    return act.logprob_pass(hf_config, tokens, compute, entropy, rmpad, e.compiled) / GIB
+
+
+def update_peak(
+    e: Engine, hf_config: Any, lora: bool, acts: float, step: float | None = None
+) -> float:
+    """GiB beyond weights and Adam moments at an update's peak: its backward's activations, or
+    the complete gradients with Adam's step temporaries (``step``, GiB; CUDA's by default) or a
+    tied embedding's summed gradient."""
+    if e.host:
+        return acts
+    trained = e.role != "critic" and not lora
+    grad_bytes = dtype_bytes(e.dtype, 4)
+    embedding = act.embedding_backward(hf_config, grad_bytes, trained) / GIB
+    step = e.adam_step() if step is None else step
+    return max(acts, e.trained + step, e.trained + embedding)
 
 
 def estimate_phases(cfg: Any, hf_configs: dict[str, Any]) -> list[Phase]:
@@ -227,19 +286,30 @@ def estimate_phases(cfg: Any, hf_configs: dict[str, Any]) -> list[Phase]:
         engines["critic"] = engine_of(cfg, "critic", models["critic"], n_gpus)
     if need_reference_policy(cfg) and not lora:  # a LoRA actor without its adapter is the reference
         engines["reference"] = engine_of(cfg, "reference", models["reference"], n_gpus)
-    asleep = 0.0 if arr.rollout.free_cache_engine else arr.rollout.gpu_memory_utilization
+    sleeps = bool(arr.rollout.free_cache_engine)
+    asleep = 0.0 if sleeps else arr.rollout.gpu_memory_utilization
+    graphs = 0.0 if arr.rollout.get("enforce_eager", False) else VLLM_ASLEEP_GRAPHS_GIB
 
-    def phase(name: str, role: str | None, update: bool, label: str = "") -> Phase:
+    def phase(
+        name: str, role: str | None, update: bool, label: str = "", entropy: bool = False
+    ) -> Phase:
         parts, notes = [], []
         if role is not None:
             e, label = engines[role], label or role
-            parts = [
-                (f"{label} {'weights+grads+Adam' if update else 'states'}",
-                 e.update() if update else e.forward()),
-                (f"{label} working copy", e.working),
-                (f"{label} activations >=", activations(cfg, role, models[role], update, n_gpus)),
-            ]  # fmt: skip
+            acts = activations(cfg, role, models[role], update, n_gpus, e, entropy)
+            if update:
+                states = e.update() - (0.0 if e.host else e.trained)  # weights + Adam moments
+                peak = update_peak(e, models[role], lora, acts)
+                parts = [(f"{label} weights+Adam", states), (f"{label} working copy", e.working),
+                         (f"{label} activations or gradients+Adam step", peak)]  # fmt: skip
+            else:
+                parts = [(f"{label} states", e.forward()), (f"{label} working copy", e.working),
+                         (f"{label} activations", acts)]  # fmt: skip
             notes += [f"{label} states in host memory ({e.host})"] if e.host else []
+            if sleeps:
+                parts.append(
+                    ("vLLM asleep (context, CUDA graphs)", VLLM_ASLEEP_CONTEXT_GIB + graphs)
+                )
         for other, e in engines.items():
             if other == role:
                 continue
@@ -252,7 +322,7 @@ def estimate_phases(cfg: Any, hf_configs: dict[str, Any]) -> list[Phase]:
         share = arr.rollout.gpu_memory_utilization if role is None else asleep
         return Phase(name, parts, share, notes)
 
-    phases = [phase("rollout", None, False)]
+    phases = [phase("rollout", None, False), phase("old log-prob", "actor", False, entropy=True)]
     if need_reference_policy(cfg):
         phases.append(
             phase("reference", "actor", False, "actor without adapter")
@@ -260,6 +330,7 @@ def estimate_phases(cfg: Any, hf_configs: dict[str, Any]) -> list[Phase]:
             else phase("reference", "reference", False)
         )
     if "critic" in engines:
+        phases.append(phase("critic values", "critic", False))
         phases.append(phase("critic update", "critic", True))
     phases.append(phase("actor update", "actor", True))
     return phases
@@ -271,12 +342,12 @@ OFFLOAD_KEYS = {"actor": "actor_rollout_ref.actor.fsdp_config", "critic": "criti
 
 def budget_key(cfg: Any, phase: str) -> str:
     """The token budget of the largest micro-batch of ``phase`` (micro_batch_tokens)."""
-    if phase == "critic update":
-        v1 = cfg.trainer.get("use_v1", True)
+    if phase in ("critic update", "critic values"):
+        v1 = cfg.trainer.get("use_v1", True) or phase == "critic values"
         return f"critic.{'ppo_infer_max_token_len_per_gpu' if v1 else 'ppo_max_token_len_per_gpu'}"
     if phase == "actor update":
         return "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
-    lora = lora_rank(cfg.actor_rollout_ref.model) > 0
+    lora = lora_rank(cfg.actor_rollout_ref.model) > 0 or phase == "old log-prob"
     return f"actor_rollout_ref.{'rollout' if lora else 'ref'}.log_prob_max_token_len_per_gpu"
 
 
@@ -291,7 +362,7 @@ def fixes(phase: Phase, cfg: Any) -> list[str]:
             if role in OFFLOAD_KEYS
             for key in ("param_offload", "optimizer_offload")
         ]
-    role = phase.name.split()[0]
+    role = "actor" if phase.name == "old log-prob" else phase.name.split()[0]
     keys = [f"{OFFLOAD_KEYS[role]}.offload_policy=True"] if role in OFFLOAD_KEYS else []
     return keys + [f"{budget_key(cfg, phase.name)}=N"]
 
