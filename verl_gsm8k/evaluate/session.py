@@ -96,9 +96,12 @@ class Session:
 
 def write_comparison(out: Path, summary: dict, markdown: str) -> None:
     """comparison.json and comparison.md, then questions/questions.html: every model's answers
-    question by question (verl_gsm8k/questions; a page that cannot be written is one warning)."""
+    question by question (verl_gsm8k/questions; a page that cannot be written is one warning,
+    and none is tried when every evaluation failed)."""
     write_atomic(out / "comparison.json", json.dumps(summary, indent=2, default=str) + "\n")
     write_atomic(out / "comparison.md", markdown)
+    if not any(r.get("error") is None for r in summary.get("results", [])):
+        return  # every evaluation failed, each said in its own line: no answer to show
     page, issue = write_for_evaluation(out, summary.get("baseline"))
     if issue:
         print(f"{PROG}: warning: {issue}", file=sys.stderr)
