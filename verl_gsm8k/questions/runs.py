@@ -90,8 +90,8 @@ def write_for_evaluation(eval_dir: Path, baseline: str | None) -> tuple[Path | N
     (mode ``training``, the prompt verl validates with, where it was run), ``baseline`` first:
     (the page's path, None) or (None, the one-line reason)."""
     try:
-        trained = any((eval_dir / "evalscope").glob(f"*/{PREFERRED_MODE}/reviews"))
-        inputs = evalscope_reviews(eval_dir, PREFERRED_MODE if trained else None, baseline)
+        has_mode = any((eval_dir / "evalscope").glob(f"*/{PREFERRED_MODE}/reviews"))
+        inputs = evalscope_reviews(eval_dir, PREFERRED_MODE if has_mode else None, baseline)
         columns, note = load_columns(inputs)
     except InputError as exc:
         return None, f"questions page not written: {exc}"

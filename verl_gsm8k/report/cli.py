@@ -37,6 +37,7 @@ from verl_gsm8k.analysis import parse as rp
 from verl_gsm8k.analysis.evals import evals_summary, read_checkpoint_evals
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.compare import cli as compare_cli
+from verl_gsm8k.questions.runs import STEPS as QUESTION_STEPS
 from verl_gsm8k.questions.runs import write_for_runs
 from verl_gsm8k.replay.load import load_trace
 from verl_gsm8k.replay.pages import write_pages
@@ -159,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--step",
-        choices=("last", "best"),
+        choices=[step for step in QUESTION_STEPS if step != "all"],
         default="last",
         help=(
             "with two or more INPUTs: the validation step of each run its questions page "
