@@ -3,11 +3,13 @@ config, a fake nvidia-smi."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -175,10 +177,20 @@ def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, int]]) -> Path:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now. Not reserved: another process
+    can take it before the caller binds it (retry, or let the kernel pick with port 0)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def refusing_port() -> Iterator[int]:
+    """A TCP port on 127.0.0.1 that refuses every connection while the block runs: bound here,
+    never listening, so no other process can take it meanwhile."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 # What a flash-attn wheel built for another torch or CUDA raises when its extension is loaded.

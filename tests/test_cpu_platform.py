@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from helpers import free_port, plant_flash_attn, with_pythonpath
+from helpers import plant_flash_attn, with_pythonpath
 
 CPU_PLATFORM = "verl_gsm8k.verl_plugins.cpu_platform"
 ATTENTION_FALLBACK = "verl_gsm8k.verl_plugins.attention_fallback"
@@ -59,11 +59,13 @@ def test_verl_selects_the_cpu_platform_through_its_registry():
 
 
 def test_gloo_process_group_through_verl(tmp_path):
-    """verl/utils/distributed.py asks torch for backend 'cpu:gloo,cpu:gloo' on this platform."""
+    """verl/utils/distributed.py asks torch for backend 'cpu:gloo,cpu:gloo' on this platform.
+    MASTER_PORT=0 here and below: one rank's store listens where the kernel puts it (a port
+    picked free beforehand can be taken by another test's process before it is bound)."""
     out = run_python(
-        f"""
+        """
         import os
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="{free_port()}", RANK="0",
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK="0",
                           WORLD_SIZE="1", LOCAL_RANK="0")
         import torch, verl
         from verl.utils.distributed import initialize_global_process_group_ray
@@ -80,9 +82,9 @@ def test_gloo_process_group_through_verl(tmp_path):
 def test_fsdp2_reference_offload_with_pinned_memory():
     """verl gives the frozen reference FSDP2's CPUOffloadPolicy(pin_memory=True)."""
     out = run_python(
-        f"""
+        """
         import os
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="{free_port()}")
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="0")
         import torch, verl
         from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
         torch.distributed.init_process_group("gloo", rank=0, world_size=1)

@@ -17,14 +17,13 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import require_path
+from helpers import refusing_port, require_path
 from openai_stub import GarbageServer, StubServer
 
 from data_prep.gsm8k import PROMPT_STYLES, build_prompt
@@ -453,9 +452,7 @@ def test_api_url_is_probed_before_anything(eval_env, small_gsm8k, tmp_path, case
     out = tmp_path / "eval"
     with contextlib.ExitStack() as stack:
         if case == "closed-port":  # bound, never listening: connections are refused
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind(("127.0.0.1", 0))
-            url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+            url = f"http://127.0.0.1:{stack.enter_context(refusing_port())}/v1"
         elif case == "not-a-url":
             url = "127.0.0.1:8000/v1"
         elif case == "not-json":

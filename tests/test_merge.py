@@ -37,19 +37,13 @@ STEP = 2
 def _save_worker(
     rank: int,
     world_size: int,
-    port: int,
+    rendezvous: str,
     model_dir: str,
     run_dir: str,
     ref_dir: str,
     roles: list[str],
 ) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-    )
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -62,7 +56,11 @@ def _save_worker(
     )
     from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    # The ranks meet in a file, not on a TCP port: a port picked free can be taken by another
+    # test's process before rank 0 listens on it (CI once failed here with EADDRINUSE).
+    dist.init_process_group(
+        "gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size
+    )
     try:
         mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("fsdp",))
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -111,7 +109,6 @@ def _helper_main(argv: list[str]) -> int:
     ``BASE_DIR/NAME/run`` (weights before sharding in ``BASE_DIR/NAME/reference``)."""
     import argparse
     import multiprocessing as mp
-    import socket
 
     parser = argparse.ArgumentParser()
     parser.add_argument("command", choices=["save"])
@@ -134,16 +131,14 @@ def _helper_main(argv: list[str]) -> int:
             Path(args.base_dir) / name / "reference",
         )
         ref_dir.mkdir(parents=True, exist_ok=True)
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        rendezvous = Path(args.base_dir) / name / "rendezvous"
         ranks = [
             ctx.Process(
                 target=_save_worker,
                 args=(
                     rank,
                     int(world),
-                    port,
+                    str(rendezvous),
                     args.model_dir,
                     str(run_dir),
                     str(ref_dir),

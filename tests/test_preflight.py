@@ -6,7 +6,6 @@ The preflight runs in-process on the override list that recipes/common.sh really
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from helpers import (
     ROOT,
     prepare,
     recipe_env,
+    refusing_port,
     write_synthetic_gsm8k,
 )
 
@@ -369,23 +369,23 @@ def test_a_reward_must_return_a_number(base_overrides, tmp_path, right, wrong, s
 
 def test_an_unreachable_hub_is_said_in_seconds(base_overrides, tmp_path):
     """Without the early probe, verl's validate_config retried the hub for ~50 s."""
-    with socket.socket() as sock:  # a port nothing listens on: the "hub" refuses at once
-        sock.bind(("127.0.0.1", 0))
-        endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
     env = {
         k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
     }
-    env.update(HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf"))
     hub_model = "Qwen/Qwen2.5-0.5B-Instruct"
-    start = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "verl_gsm8k.preflight", "--", *base_overrides,
-         f"actor_rollout_ref.model.path={hub_model}", f"critic.model.path={hub_model}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )  # fmt: skip
+    # the "hub" refuses at once, for the whole run
+    with refusing_port() as port:
+        endpoint = f"http://127.0.0.1:{port}"
+        env.update(HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf"))
+        start = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "verl_gsm8k.preflight", "--", *base_overrides,
+             f"actor_rollout_ref.model.path={hub_model}", f"critic.model.path={hub_model}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )  # fmt: skip
     elapsed = time.monotonic() - start
     assert result.returncode == 1
     assert f"the hub cannot be reached from this machine: {endpoint}" in result.stdout

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, free_port
+from helpers import ROOT, refusing_port
 
 from verl_gsm8k.preflight import cli as preflight
 from verl_gsm8k.preflight import device
@@ -37,8 +37,8 @@ def gpu_lines(cfg, monkeypatch, address: str) -> preflight.Report:
 
 def test_a_cluster_that_does_not_answer_is_said_in_seconds(monkeypatch):
     monkeypatch.setattr(device, "RAY_QUERY_TIMEOUT_S", 3)
-    address = f"127.0.0.1:{free_port()}"  # nothing listens: ray.init waits for it
-    report = gpu_lines(composed(1, 1), monkeypatch, address)
+    with refusing_port() as port:  # nothing listens: ray.init waits for it
+        report = gpu_lines(composed(1, 1), monkeypatch, f"127.0.0.1:{port}")
     (line,) = report.lines
     assert "[warn] gpu: the Ray cluster at RAY_ADDRESS=" in line
     assert "did not answer (no answer within 3 s): its GPUs are not checked" in line

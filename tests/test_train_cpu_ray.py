@@ -56,23 +56,16 @@ def test_smoke_on_a_two_node_ray_cluster(tmp_path: Path):
     )
     # The nodes know nothing of the recipe: only Ray's own settings (no idle-worker prestart).
     node_env = dict(env, RAY_enable_worker_prestart="0", RAY_prestart_worker_first_driver="0")
-    port = free_port()
+    head, port = start_head(node_env)
     address = f"127.0.0.1:{port}"
-    head_cmd = [str(RAY), "start", "--head", f"--port={port}", "--include-dashboard=false",
-                "--block", *NODE_ARGS]  # fmt: skip
     # the second node: its own mount namespace, a tmpfs over local/, a marker written there
     second_cmd = [
         "unshare", "--mount", "--propagation", "private", "sh", "-c",
         f'mount -t tmpfs none "{local}" && echo node2 > "{local}/written-by-node-2" && '
         f'exec "{RAY}" start --address={address} --block {" ".join(NODE_ARGS)}',
     ]  # fmt: skip
-    nodes: list[subprocess.Popen] = []
+    nodes = [head]
     try:
-        nodes.append(subprocess.Popen(head_cmd, env=node_env, stdout=subprocess.DEVNULL))
-        for _ in range(60):
-            if ray_cmd(node_env, "status", f"--address={address}").returncode == 0:
-                break
-            time.sleep(2)
         nodes.append(subprocess.Popen(second_cmd, env=node_env, stdout=subprocess.DEVNULL))
         for _ in range(60):  # the second node shows in `ray status` a few seconds after it starts
             status = ray_cmd(node_env, "status", f"--address={address}")
@@ -101,13 +94,37 @@ def test_smoke_on_a_two_node_ray_cluster(tmp_path: Path):
                     assert shard.is_file(), shard
         merge_run(run_dir, tmp_path / "merged", env)  # every shard read in one place
     finally:
-        for node in reversed(nodes):  # `ray start --block` stops its processes on SIGTERM
-            node.terminate()
-            try:
-                node.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                node.kill()
+        for node in reversed(nodes):
+            stop_node(node)
         forget_the_head(port)
+
+
+def start_head(env: dict[str, str]) -> tuple[subprocess.Popen, int]:
+    """`ray start --head --block` on a port picked free, answering `ray status`. A port picked free
+    is not reserved: another test's process can take it before the head listens, and the head then
+    exits, so a few ports are tried."""
+    for _ in range(3):
+        port = free_port()
+        cmd = [str(RAY), "start", "--head", f"--port={port}", "--include-dashboard=false",
+               "--block", *NODE_ARGS]  # fmt: skip
+        head = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+        for _ in range(60):
+            if ray_cmd(env, "status", f"--address=127.0.0.1:{port}").returncode == 0:
+                return head, port
+            if head.poll() is not None:
+                break
+            time.sleep(2)
+        stop_node(head)
+        forget_the_head(port)
+    pytest.fail("`ray start --head` did not come up on any of 3 ports")
+
+
+def stop_node(node: subprocess.Popen) -> None:
+    node.terminate()  # `ray start --block` stops its processes on SIGTERM
+    try:
+        node.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        node.kill()
 
 
 def forget_the_head(port: int) -> None:
