@@ -214,7 +214,8 @@ def measure() -> Table:
             step_peak = snapshot(stepper, "peak")
             params = [p for p in model.parameters() if p.requires_grad]
             n_trained = sum(p.numel() for p in params)
-            step = act.adam_step(n_trained, max(p.numel() for p in params), FP32, foreach=False)
+            largest = max(p.numel() for p in params)
+            step = act.adam_step(n_trained * FP32, largest * FP32, foreach=False)
             lm_head = engine.role == "actor"
             acts = act.update_pass(hf, TOKENS, FP32, lm_head=lm_head, rmpad=False)
             embedding = act.embedding_backward(hf, FP32, trained=lm_head)

@@ -81,8 +81,9 @@ def embedding_backward(hf_config: Any, grad_bytes: int, trained: bool) -> int:
     return 2 * hf_config.vocab_size * hf_config.hidden_size * grad_bytes if tied and trained else 0
 
 
-def adam_step(trained_params: int, largest: int, state_bytes: int, foreach: bool) -> int:
-    """Adam's temporaries beside weights, gradients and moments: CUDA's multi-tensor step keeps
-    ``sqrt(exp_avg_sq)`` of every trained parameter; the CPU's single-tensor step two of the
-    largest parameter's."""
-    return (trained_params if foreach else 2 * largest) * state_bytes
+def adam_step(trained: float, largest: float, foreach: bool) -> float:
+    """Adam's temporaries beside weights, gradients and moments, in the unit of ``trained`` (all
+    trained parameters) and ``largest`` (the largest one), both sized in the moments' dtype:
+    CUDA's multi-tensor step keeps ``sqrt(exp_avg_sq)`` of every trained parameter; the CPU's
+    single-tensor step two of the largest parameter's."""
+    return trained if foreach else 2 * largest

@@ -136,9 +136,9 @@ class Engine:
         return 0.0 if self.host else self.weights + 3 * self.trained
 
     def adam_step(self) -> float:
-        """Adam's temporaries at its step on the GPU (CUDA's multi-tensor step: one trained-sized
-        tensor in the moments' dtype, activations.adam_step); the CPU steps a host engine's."""
-        return 0.0 if self.host else self.trained
+        """Adam's temporaries at its step on the GPU (CUDA's multi-tensor step); the CPU steps a
+        host engine's."""
+        return 0.0 if self.host else act.adam_step(self.trained, 0.0, foreach=True)
 
 
 def engine_of(cfg: Any, role: str, hf_config: Any, n_gpus: int) -> Engine:
