@@ -176,14 +176,6 @@ def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, int]]) -> Path:
     return bin_dir
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now. Not reserved: another process
-    can take it before the caller binds it (retry, or let the kernel pick with port 0)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def refusing_port() -> Iterator[int]:
     """A TCP port on 127.0.0.1 that refuses every connection while the block runs: bound here,

@@ -20,8 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import free_port, merge_run
+from helpers import merge_run
 from test_train_cpu import ONE_SMALL_STEP, cpu_env, launch, output
+
+from verl_gsm8k.evaluate.server import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

@@ -68,6 +68,8 @@ def vllm_serve_command(
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now. Not reserved: another process
+    can take it before the caller binds it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
