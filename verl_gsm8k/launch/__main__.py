@@ -22,7 +22,7 @@ from pathlib import Path
 
 from verl_gsm8k.common.launch_record import STAMP, RecordError, build_record, write_record
 from verl_gsm8k.launch.resume import MODES, latest_checkpoint, refusal
-from verl_gsm8k.launch.verify import NoWholeCheckpoint, resume_point, track
+from verl_gsm8k.launch.verify import NoWholeCheckpoint, resume_point, steps_in, track
 
 PROG = "verl_gsm8k.launch"
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,7 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         step, said = None, []
         if args.resume != "disable":
             if args.trainer == "ppo":
-                roles = ("actor", "critic") if uses_critic(config) else ("actor",)
+                # verl's need_critic imports its trainer (~6 s of a launch on 2 cores): asked only
+                # where there are checkpoints to verify
+                roles: tuple[str, ...] = ()
+                if args.run_dir.is_dir() and steps_in(args.run_dir):
+                    roles = ("actor", "critic") if uses_critic(config) else ("actor",)
                 step, said = resume_point(args.run_dir, roles, write=False)
             else:
                 step = latest_checkpoint(args.run_dir)
