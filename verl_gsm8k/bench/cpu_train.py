@@ -94,6 +94,22 @@ def read_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
     return steps
 
 
+# The moments of a PPO launch's start-up, in the order they happen, each the first console line
+# that shows it (docs/cpu.md, "Start-up"): the launcher's own checks, then verl's processes.
+START_UP_MARKS = (
+    ("preflight_done_s", "preflight: passed"),  # knob checks, first-use builds, the preflight
+    ("launch_recorded_s", "launch: recorded"),  # the resume guard and the launch record
+    ("ray_up_s", "Started a local Ray instance"),  # verl's driver imported, Ray's processes up
+    ("trainer_process_up_s", "(TaskRunnerV1 pid="),  # the trainer's Ray actor has imported verl
+    ("worker_group_asked_s", "create worker group"),  # config, tokenizer, datasets, dataloaders
+    ("critic_ready_s", "critic model engine initialized"),  # FSDP worker spawned, critic wrapped
+    ("actor_and_ref_ready_s", "actor and ref model engine initialized"),
+    ("vllm_server_up_s", "(vLLMHttpServer pid="),  # vLLM's server actor has imported vLLM
+    ("vllm_engine_up_s", "(EngineCore pid="),  # vLLM's engine and worker processes
+    ("ready_to_fit_s", "initialize finished"),  # KV cache, weights synced, checkpoint loaded
+)
+
+
 def run(recipe: str, env_overrides: dict[str, str], args: list[str], interval: float) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-cpu-train-"))
     env = dict(os.environ)
@@ -121,12 +137,9 @@ def run(recipe: str, env_overrides: dict[str, str], args: list[str], interval: f
         now = time.monotonic() - start
         if "run dir: " in line and run_dir is None:
             run_dir = Path(line.rsplit("run dir: ", 1)[1].strip())
-        if "preflight: passed" in line:
-            marks.setdefault("preflight_done_s", now)
-        if "Started a local Ray instance" in line:
-            marks.setdefault("ray_up_s", now)
-        if "initialize finished" in line:
-            marks.setdefault("workers_and_vllm_ready_s", now)
+        for mark, text in START_UP_MARKS:
+            if text in line:
+                marks.setdefault(mark, now)
         for step in (0, 1, 2):
             if f"step:{step} - " in line:
                 marks.setdefault(f"step{step}_logged_s", now)
