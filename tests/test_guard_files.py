@@ -81,3 +81,32 @@ def test_the_cli_prints_and_exits_as_the_launcher_expects(tmp_path: Path):
            "--verl-status", "0"]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert result.returncode == EXIT_WATCHDOG and "non_finite at step 9" in result.stderr
+
+
+def test_a_kill_mid_prune_leaves_nothing_a_later_prune_trips_on(tmp_path: Path):
+    """SIGKILL lands between the rename of global_step_1 and its removal (the pause hook), then
+    step 1 is saved again and pruned again: the leftover is cleared, not renamed onto."""
+    import os
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    steps(run, 1, 2, 3)
+    (run / "global_step_1" / "actor" / "model.pt").write_bytes(b"weights")
+    here = tmp_path / "paused"
+    env = dict(os.environ, GSM8K_PAUSE_AT="prune:after_rename", GSM8K_PAUSE_FILE=str(here))
+    proc = subprocess.Popen([sys.executable, "-m", "verl_gsm8k.guard.prune", str(run), "--keep",
+                             "2"], env=env)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not here.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert here.exists(), "prune never reached its pause point"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    leftover = run / ".global_step_1.removing"
+    assert leftover.is_dir() and not (run / "global_step_1").exists()  # killed mid-removal
+    steps(run, 1)  # a resumed run saves step 1 again (RESUME=disable in the same directory)
+    (run / "global_step_4" / "actor").mkdir(parents=True)
+    lines = prune(run, 2)
+    assert not leftover.exists()
+    assert sorted(p.name for p in run.iterdir()) == ["global_step_3", "global_step_4"], lines

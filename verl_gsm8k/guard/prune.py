@@ -19,10 +19,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from verl_gsm8k.common.pause import pause_point
 from verl_gsm8k.guard.files import BEST_FILE, BestError, read_best
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STEP_DIR = re.compile(r"global_step_(\d+)")
+REMOVING = ".removing"  # a step directory being removed: .global_step_K.removing
 
 
 def saved_steps(run_dir: Path) -> list[int]:
@@ -61,6 +63,7 @@ def prune(run_dir: Path, keep: int, say_kept: bool = True) -> list[str]:
     naming each removed (and, with ``say_kept``, each protected old) step directory."""
     if keep <= 0:
         return []
+    clear_leftovers(run_dir)
     steps = saved_steps(run_dir)
     newest = set(steps[-keep:])
     guard = protected(run_dir)
@@ -75,10 +78,21 @@ def prune(run_dir: Path, keep: int, say_kept: bool = True) -> list[str]:
             continue
         said.append(f"MAX_CKPT_TO_KEEP={keep}: removing {folder}")
         # renamed first: a kill mid-removal leaves no half step directory named like a checkpoint
-        doomed = folder.with_name(f".{folder.name}.removing")
+        doomed = folder.with_name(f".{folder.name}{REMOVING}")
         folder.rename(doomed)
+        pause_point("prune:after_rename")  # tests: a kill lands here (tests/test_guard_files.py)
         shutil.rmtree(doomed, ignore_errors=True)
     return said
+
+
+def clear_leftovers(run_dir: Path) -> None:
+    """Remove what a kill mid-removal left (``.global_step_K.removing``): it was being removed,
+    and a later removal of a re-saved step K would otherwise rename onto it and fail."""
+    if not run_dir.is_dir():
+        return
+    for leftover in run_dir.iterdir():
+        if leftover.name.startswith(".global_step_") and leftover.name.endswith(REMOVING):
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
