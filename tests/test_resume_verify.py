@@ -91,3 +91,17 @@ def test_a_crafted_data_pt_is_skipped_without_running_code(whole_checkpoints, tm
     step, said = resume_point(run, ROLES)
     assert step == 2 and not marker.exists()
     assert "global_step_4" in said[0] and "system" in said[0] and "data.pt" in said[0], said[0]
+
+
+def test_a_checkpoint_the_watchdog_marked_sick_is_never_resumed(whole_checkpoints, tmp_path):
+    """Step 4's weights produced a sick step 5 (guard/trainer.py marks it and points the tracker
+    at 2); a tracker lost since must not bring the resume back to the sick one."""
+    from verl_gsm8k.guard.files import mark_sick
+
+    run = copy_of(whole_checkpoints, tmp_path)
+    mark_sick(run, 4, {"step": 5, "rule": "non_finite"})
+    (run / TRACKER).unlink()
+    step, said = resume_point(run, ROLES)
+    assert step == 2 and (run / TRACKER).read_text() == "2"
+    assert any("global_step_4 is not whole either: the watchdog marked it sick" in s for s in said)
+    assert (run / "global_step_4" / "actor").is_dir()  # kept

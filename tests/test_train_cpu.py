@@ -280,7 +280,8 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     3. the tracked step's actor shard truncated and the step before it without data.pt; the
        relaunch falls back past both, then gets SIGTERM: it saves the step in flight, exits 5;
     4. the relaunch finishes: exit 0, every step logged, the last checkpoint whole and merged;
-    5. RESUME=force with a reward that turns NaN: the watchdog stops step 9 unsaved, exit 4.
+    5. RESUME=force with a reward that turns NaN: the watchdog stops step 9 unsaved, exit 4,
+       marks checkpoint 8 (whose weights produced step 9's rollout) sick and names 7.
     """
     from killing import finish, kill_all, logged_steps, newest_metrics, start, wait_until
 
@@ -390,9 +391,14 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     out5 = r5.output()
     assert status5 == 4, out5[-6000:]
     (trip,) = read_trips(run_dir)
-    assert trip["step"] == 9 and trip["action"] == "stop" and trip["last_healthy_checkpoint"] == 8
+    # step 9's scores are the rollout of step 8's weights: checkpoint 8 is marked sick (kept),
+    # the tracker names 7, the newest whose weights were seen healthy (issue 34, hole 1)
+    assert (trip["step"], trip["action"], trip["weights"]) == (9, "stop", "rollout"), trip
+    assert (trip["last_healthy_checkpoint"], trip["sick_checkpoint"]) == (7, 8), trip
     assert f"recipe: {trip['message']} (WATCHDOG=stop: step 9 was not saved" in out5
-    assert not (run_dir / "global_step_9").exists() and tracker.read_text().strip() == "8"
+    assert not (run_dir / "global_step_9").exists() and tracker.read_text().strip() == "7"
+    assert (run_dir / "global_step_8" / "watchdog_sick.json").is_file()
+    assert "global_step_8: marked sick, kept, never resumed" in trip["message"]
     report = subprocess.run([sys.executable, "-m", "verl_gsm8k.report", str(run_dir)],
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert report.returncode == 0, report.stdout + report.stderr  # a sick run is reported

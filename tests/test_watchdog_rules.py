@@ -104,15 +104,39 @@ def test_non_finite_names_the_likeliest_cause_first() -> None:
     metrics = with_(
         **{"critic/score/mean": None, "actor/pg_loss": math.nan, "actor/grad_norm": math.inf}
     )
-    (trip,) = check(after_history(), metrics)
+    trip, skipped = check(after_history(), metrics)
     assert (trip.rule, trip.metric) == ("non_finite", "critic/score/mean")
-    assert math.isnan(trip.value)
-    assert "actor/grad_norm" in trip.threshold and "actor/pg_loss" in trip.threshold
-    (trip,) = check(after_history(), with_(**{"critic/grad_norm": -math.inf}))
-    assert (trip.metric, trip.value) == ("critic/grad_norm", -math.inf)
+    assert math.isnan(trip.value) and trip.stops and trip.weights == "rollout"
+    assert "actor/pg_loss" in trip.threshold
+    assert (skipped.rule, skipped.metric, skipped.stops) == ("skipped_update", "actor/grad_norm",
+                                                             False)  # fmt: skip
+    (trip,) = check(after_history(), with_(**{"actor/pg_loss": math.nan}))
+    assert trip.weights == "update" and trip.sick_from(26) == 26  # the update's own metric
     # a metric that is no number (a string, a list) is not a NaN; one outside the patterns is
     # not read
     assert check(after_history(), with_(**{"actor/pg_loss": "n/a", "perf/mfu": math.nan})) == []
+
+
+def test_one_skipped_update_warns_three_in_ten_steps_stop() -> None:
+    """verl skips an optimizer step whose grad norm is not finite: one is a warning (stops=False)
+    even in mode stop, the third within 10 steps stops; a resumed run counts the logged ones."""
+    skipped = with_(**{"actor/grad_norm": math.nan})
+    watchdog = after_history()
+    for step in (26, 30):
+        (trip,) = watchdog.check(step, skipped, [], [])
+        assert (trip.rule, trip.stops, trip.weights) == ("skipped_update", False, "update")
+        watchdog.accept(skipped)
+        for _ in range(3):
+            watchdog.accept(with_())
+    (trip,) = watchdog.check(35, skipped, [], [])  # 26 and 30 are within the last 10 steps
+    assert (trip.rule, trip.stops) == ("skipped_updates", True)
+    assert "3 of the last 10 steps skipped their update (>= 3)" in trip.threshold
+    history = [*healthy_steps(25), skipped, with_(), with_(), with_(), skipped]
+    assert check(Watchdog(Thresholds(), history), skipped)[0].stops  # replayed: the same count
+    spaced = Watchdog(Thresholds(), [skipped, *[with_()] * 9, skipped])  # 11 steps apart
+    assert not check(spaced, skipped)[0].stops
+    off = Watchdog(Thresholds(skipped_updates=None), [skipped, skipped])
+    assert not check(off, skipped)[0].stops
 
 
 def test_non_finite_trips_without_any_history() -> None:
@@ -275,13 +299,16 @@ def test_the_message_names_metric_value_threshold_step_and_checkpoint(tmp_path: 
     trip = Trip(
         "kl_spike", "actor/kl_loss", 3.41, "> 10 x median of last 10 healthy steps (0.0031)"
     )
-    line = trip.message(12, 10)
+    line = trip.message(12, 10, marked=11)
     assert line == (
         "watchdog: kl_spike at step 12: actor/kl_loss = 3.41 (> 10 x median of last 10 healthy "
-        "steps (0.0031)); last healthy checkpoint to resume or merge from: global_step_10"
+        "steps (0.0031)), from the responses of step 11's weights (global_step_11: marked sick, "
+        "kept, never resumed); last healthy checkpoint to resume or merge from: global_step_10"
     )
+    assert trip.sick_from(12) == 11  # the KL is the rollout policy's: step 11's weights
     assert trip.message(3, None).endswith("resume or merge from: none yet")
     nan = Trip("non_finite", "actor/pg_loss", math.nan, "not finite")
+    assert "from step 12's update;" in nan.message(12, None)
     files.append_trip(tmp_path, nan.record(12, None, "20261125T101500Z", "stop"))
     (read,) = files.read_trips(tmp_path)
     assert math.isnan(read.pop("value"))
@@ -292,7 +319,9 @@ def test_the_message_names_metric_value_threshold_step_and_checkpoint(tmp_path: 
         "metric": "actor/pg_loss",
         "threshold": "not finite",
         "action": "stop",
+        "weights": "update",
         "last_healthy_checkpoint": None,
+        "sick_checkpoint": None,
         "message": nan.message(12, None),
     }
     assert "\n" not in line and "actor/pg_loss = nan" in nan.message(12, None)

@@ -11,6 +11,10 @@
          "message": "the one line the launcher prints"}
     RUN_DIR/stop_requested                   written by the launcher on SIGTERM (the deadline, in
                                              seconds since the epoch); the trainer saves and stops
+    RUN_DIR/global_step_N/watchdog_sick.json the watchdog's trip that judged step N's weights sick
+                                             (they generated the sick step N+1): kept for a look,
+                                             never resumed, never the best; a re-save of step N
+                                             removes it
 
 Standard library only: the report, merge and evaluation read these in their own environments.
 Every write is atomic (a temporary file, then a rename) except the watchdog log, which is appended
@@ -31,6 +35,7 @@ STAMP_FILE = "launch_stamp.txt"
 BEST_FILE = "best_checkpoint.json"
 WATCHDOG_FILE = "watchdog.jsonl"
 STOP_FILE = "stop_requested"
+SICK_FILE = "watchdog_sick.json"
 BEST_FORMAT = 1
 
 # The launcher's exit statuses (recipes/common.sh): a run the watchdog stopped, a run stopped on
@@ -79,6 +84,22 @@ def read_best(run_dir: Path) -> dict[str, Any] | None:
     if not isinstance(step, int) or isinstance(step, bool) or not isinstance(value, (int, float)):
         raise BestError(f"{path}: no integer 'step' and numeric 'value'")
     return best
+
+
+def mark_sick(run_dir: Path, step: int, trip: dict[str, Any]) -> None:
+    write_atomic(step_dir(run_dir, step) / SICK_FILE, json.dumps(trip) + "\n")
+
+
+def is_sick(run_dir: Path, step: int) -> bool:
+    return (step_dir(run_dir, step) / SICK_FILE).exists()
+
+
+def clear_sick(run_dir: Path, step: int) -> None:
+    (step_dir(run_dir, step) / SICK_FILE).unlink(missing_ok=True)
+
+
+def drop_best(run_dir: Path) -> None:
+    (Path(run_dir) / BEST_FILE).unlink(missing_ok=True)
 
 
 def append_trip(run_dir: Path, trip: dict[str, Any]) -> None:

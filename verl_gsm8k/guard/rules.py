@@ -16,9 +16,22 @@ that way) counts as not finite in ``check`` and is skipped in the history.
 
 The rules, at most one trip each, in this order (each off with its knob at 0 or null):
 
-- ``non_finite``: a metric whose name contains one of ``NON_FINITE_PATTERNS`` is NaN or
-  infinite. Knob ``non_finite`` (true/false). verl's engines skip an optimizer step on a
-  non-finite grad norm and go on; a NaN reward goes on for ever (issue 26's planted run).
+- ``non_finite``: a metric whose name contains one of ``NON_FINITE_PATTERNS`` (a loss, KL,
+  entropy or score) is NaN or infinite. Knob ``non_finite`` (true/false). A NaN reward goes on
+  for ever (issue 26's planted run).
+- ``skipped_update`` / ``skipped_updates``: a non-finite gradient norm. verl's engines skip that
+  optimizer step and go on (an occasional one is normal in bf16), so one is a warning even in
+  mode stop; ``skipped_updates`` of the last ``skipped_updates_window`` steps (default 3 of 10)
+  stop the run. Neither real 0.5B run nor any run of the suite skipped a single update, so the
+  window is set by what "occasional" can mean: 2 in 10 steps go on, a fifth of the updates lost
+  for a third step does not.
+
+Each trip says which weights it describes (``Trip.weights``): at step N the responses, their
+scores, the entropy and the KL to the reference come from the policy after step N-1, whose
+checkpoint is already saved; the losses, grad norms, ppo_kl and clip fractions are step N's own
+update. A trip of the rollout's metrics marks checkpoint N-1 sick (kept, never resumed, never
+best) and names the newest checkpoint before it as the last healthy one; a trip of the update's
+names N-1 (guard/trainer.py).
 - ``kl_spike``: the KL to the reference (``KL_KEYS``: ``actor/reward_kl_penalty`` when the KL is
   in the reward, ``actor/kl_loss`` when it is a loss, the first present) above
   ``kl_spike_factor`` x the median of the last ``kl_spike_window`` healthy steps AND above
@@ -93,7 +106,16 @@ from typing import Any
 # Every metric the non_finite rule reads: a name containing one of these. Ordered as a NaN
 # spreads (a score feeds the advantages, the loss, then the gradient), so the first one named
 # is the likeliest cause.
-NON_FINITE_PATTERNS = ("score/mean", "kl", "entropy", "loss", "grad_norm")
+NON_FINITE_PATTERNS = ("score/mean", "kl", "entropy", "loss")
+# A non-finite gradient norm alone is verl skipping one optimizer step (its engines do, and go on):
+# the skipped_updates rule counts them.
+GRAD_NORM_PATTERN = "grad_norm"
+# Which weights a metric describes. At step N the responses, their scores, the entropy and the KL
+# to the reference come from the policy after step N-1 (the checkpoint of step N-1, saved before
+# step N began); the losses, gradient norms, ppo_kl and clip fractions are step N's own update.
+# A metric of neither list counts as the rollout's: the older checkpoint is the safer one to name.
+UPDATE_PATTERNS = ("pg_loss", "vf_loss", "grad_norm", "ppo_kl", "clipfrac")
+ROLLOUT, UPDATE = "rollout", "update"
 KL_KEYS = ("actor/reward_kl_penalty", "actor/kl_loss")  # KL in the reward (PPO), as a loss (GRPO)
 ENTROPY_KEY = "actor/entropy"
 SCORE_KEY = "critic/score/mean"
@@ -115,6 +137,10 @@ class Thresholds:
     mode: str = "stop"
     # non_finite: NaN/inf in any loss, grad norm, KL, entropy or score metric. true/false.
     non_finite: bool | None = True
+    # skipped_updates: a non-finite grad norm (verl skipped that optimizer step) is a warning; this
+    # many among the last `window` steps (this one included) stop the run. 0/null: warn only.
+    skipped_updates: int | None = 3
+    skipped_updates_window: int = 10
     # kl_spike: KL > factor x the median of the last `window` healthy steps and > floor (nats per
     # token; 0: no floor), once `min_history` healthy steps logged a KL. factor 0/null: off.
     kl_spike_factor: float | None = 10.0
@@ -160,8 +186,11 @@ class Thresholds:
             "degenerate_min_length",
             "reward_window",
             "reward_min_history",
+            "skipped_updates_window",
         ):
             _count(self, name, least=1)
+        if self.skipped_updates not in (None, 0):
+            _count(self, "skipped_updates", least=1)
         if self.degenerate_identical_prompts not in (None, 0):
             _count(self, "degenerate_identical_prompts", least=2)
 
@@ -220,18 +249,43 @@ class Trip:
     metric: str
     value: float
     threshold: str  # when it trips: "> 10 x median of last 10 healthy steps (0.0031) and > 0.5"
+    stops: bool = True  # False: a warning even in mode stop (one skipped update)
 
-    def message(self, step: int, last_healthy: int | None) -> str:
-        """The one line the launcher prints: metric, value, threshold, step, and the checkpoint to
-        resume or merge from."""
+    @property
+    def weights(self) -> str:
+        """ROLLOUT: the metric describes the weights that generated the step (the checkpoint of
+        the step before); UPDATE: the step's own update."""
+        return UPDATE if any(p in self.metric for p in UPDATE_PATTERNS) else ROLLOUT
+
+    def sick_from(self, step: int) -> int:
+        """The first step whose weights this trip judges sick: step-1 for the rollout's metrics
+        (its checkpoint produced them), the step itself for its update's."""
+        return step - 1 if self.weights == ROLLOUT else step
+
+    def message(self, step: int, last_healthy: int | None, marked: int | None = None) -> str:
+        """The one line the launcher prints: metric, value, threshold, step, which weights it
+        describes, and the checkpoint to resume or merge from (``marked``: the saved checkpoint
+        the trip marked sick)."""
         where = f"global_step_{last_healthy}" if last_healthy is not None else "none yet"
+        if self.weights == ROLLOUT:
+            whose = f"the responses of step {step - 1}'s weights"
+            if marked is not None:
+                whose += f" (global_step_{marked}: marked sick, kept, never resumed)"
+        else:
+            whose = f"step {step}'s update"
         return (
             f"watchdog: {self.rule} at step {step}: {self.metric} = {_show(self.value)} "
-            f"({self.threshold}); last healthy checkpoint to resume or merge from: {where}"
+            f"({self.threshold}), from {whose}; last healthy checkpoint to resume or merge "
+            f"from: {where}"
         )
 
     def record(
-        self, step: int, last_healthy: int | None, launch: str | None, action: str
+        self,
+        step: int,
+        last_healthy: int | None,
+        launch: str | None,
+        action: str,
+        marked: int | None = None,
     ) -> dict[str, Any]:
         """The line of RUN_DIR/watchdog.jsonl (``files.append_trip``)."""
         return {
@@ -242,8 +296,10 @@ class Trip:
             "value": self.value,
             "threshold": self.threshold,
             "action": action,
+            "weights": self.weights,
             "last_healthy_checkpoint": last_healthy,
-            "message": self.message(step, last_healthy),
+            "sick_checkpoint": marked,
+            "message": self.message(step, last_healthy, marked),
         }
 
 
@@ -299,6 +355,7 @@ class Watchdog:
         self._scores: deque[float] = deque(maxlen=thresholds.reward_window)
         self._scores_seen = 0
         self._best_score_mean: float | None = None
+        self._skipped: deque[bool] = deque(maxlen=thresholds.skipped_updates_window)
         for metrics in history:
             self.accept(metrics)
 
@@ -318,6 +375,7 @@ class Watchdog:
             return []
         found = (
             self._non_finite(metrics),
+            self._skipped_update(metrics),
             self._kl_spike(metrics),
             self._entropy_collapse(metrics),
             self._degenerate(responses, prompt_ids),
@@ -328,6 +386,7 @@ class Watchdog:
     def accept(self, metrics: Mapping[str, float]) -> None:
         """The step was healthy (or the mode is warn): its finite values become history."""
         t = self.thresholds
+        self._skipped.append(bool(_non_finite_grad_norms(metrics)))
         kl = _kl(metrics)
         if kl is not None:
             self._kl.append(kl[1])
@@ -363,6 +422,24 @@ class Watchdog:
             more = f", +{len(others) - 3} more" if len(others) > 3 else ""
             threshold += f"; also: {', '.join(k for k, _ in others[:3])}{more}"
         return Trip("non_finite", key, value, threshold)
+
+    def _skipped_update(self, metrics: Mapping[str, Any]) -> Trip | None:
+        t = self.thresholds
+        bad = _non_finite_grad_norms(metrics)
+        if not bad:
+            return None
+        key, value = bad[0]
+        # this step and the earlier ones still in the window (the deque holds `window` of them)
+        earlier = list(self._skipped)[-(t.skipped_updates_window - 1) :]
+        count = 1 + sum(earlier) if t.skipped_updates_window > 1 else 1
+        window = f"{count} of the last {1 + len(earlier)} steps"
+        limit = t.skipped_updates if t.skipped_updates else None
+        if limit is None or count < limit:
+            stop = f"stops at {limit}" if limit else "never stops (skipped_updates off)"
+            return Trip("skipped_update", key, value, f"not finite: verl skipped this update; "
+                        f"{window}, {stop}", stops=False)  # fmt: skip
+        threshold = f"not finite: {window} skipped their update (>= {limit})"
+        return Trip("skipped_updates", key, value, threshold)
 
     def _kl_spike(self, metrics: Mapping[str, Any]) -> Trip | None:
         t = self.thresholds
@@ -433,6 +510,15 @@ class Watchdog:
         window = f"{t.reward_window}-step mean"
         threshold = f"{window} < {best - drop:.3g}: {drop:g} below its best {window}, {best:.3g}"
         return Trip("reward_collapse", SCORE_KEY, mean, threshold)
+
+
+def _non_finite_grad_norms(metrics: Mapping[str, Any]) -> list[tuple[str, float]]:
+    found = []
+    for key in sorted(metrics):
+        value = metric_value(metrics[key]) if GRAD_NORM_PATTERN in key else None
+        if value is not None and not math.isfinite(value):
+            found.append((key, value))
+    return found
 
 
 def prompt_of(key: str) -> str:

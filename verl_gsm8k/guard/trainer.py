@@ -49,7 +49,11 @@ from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.guard.files import (
     STOP_FILE,
     append_trip,
+    clear_sick,
+    drop_best,
     finite,
+    is_sick,
+    mark_sick,
     read_best,
     step_dir,
     write_best,
@@ -173,16 +177,24 @@ class GuardedTrainer(PPOTrainerSync):
         seen = {key: float(value) for key, value in metrics.items() if _number(value)}
         seen[SCORE_KEY] = sum(scores) / len(scores) if scores else float("nan")
         trips = self.watchdog.check(step, seen, responses, [prompt_of(k) for k in real])
-        if not trips:
+        stopping = [t for t in trips if t.stops] if self.guard_mode == "stop" else []
+        if not stopping:
+            for trip in trips:  # mode warn, or a warning of its own (one skipped update)
+                self._record(trip, step, self._last_healthy(step), "warn")
             self.watchdog.accept(seen)
             return
-        last = self._last_healthy()
-        action = "stop" if self.guard_mode == "stop" else "warn"
+        sick_from = min(trip.sick_from(step) for trip in stopping)
+        marked = sick_from if sick_from < step and sick_from in saved_steps(self.run_dir) else None
+        last = self._last_healthy(sick_from)
         for trip in trips:
-            self._record(trip, step, last, action)
-        if action == "warn":
-            self.watchdog.accept(seen)
-            return
+            action = "stop" if trip.stops else "warn"
+            record = trip.record(step, last, self.stamp, action, marked)
+            say(f"({action}) {record['message']}")
+            append_trip(self.run_dir, record)
+            if marked is not None and action == "stop":
+                mark_sick(self.run_dir, marked, record)
+        if marked is not None:
+            self._unpoint(marked, last)
         self.sick_step = step
         self._end_after(step)
 
@@ -190,10 +202,27 @@ class GuardedTrainer(PPOTrainerSync):
         say(f"({action}) {trip.message(step, last)}")
         append_trip(self.run_dir, trip.record(step, last, self.stamp, action))
 
-    def _last_healthy(self) -> int | None:
-        sick = self.sick_step
-        steps = [s for s in saved_steps(self.run_dir) if sick is None or s < sick]
+    def _last_healthy(self, before: int) -> int | None:
+        """The newest saved checkpoint before ``before`` that no trip marked sick."""
+        run = self.run_dir
+        steps = [s for s in saved_steps(run) if s < before and not is_sick(run, s)]
         return steps[-1] if steps else None
+
+    def _unpoint(self, sick: int, healthy: int | None) -> None:
+        """The sick checkpoint is never what a relaunch resumes nor the kept best: the tracker
+        names the last healthy one (none: removed, a relaunch starts over), and a best that is
+        the sick step is dropped."""
+        tracker = self.run_dir / TRACKER
+        if healthy is not None:
+            write_atomic(tracker, str(healthy))
+            say(f"{TRACKER} now names global_step_{healthy}: the same command resumes from it")
+        else:
+            tracker.unlink(missing_ok=True)
+            say(f"no healthy checkpoint before global_step_{sick}: {TRACKER} removed")
+        best = read_best(self.run_dir)
+        if best is not None and best["step"] >= sick:
+            drop_best(self.run_dir)
+            say(f"the kept best was step {best['step']}, judged sick: no best checkpoint kept")
 
     # ---- saving --------------------------------------------------------------------------
     def _save_checkpoint(self) -> None:
@@ -206,6 +235,7 @@ class GuardedTrainer(PPOTrainerSync):
         trainer = self.config.trainer
         folder = step_dir(self.run_dir, step)
         logger.info("Saving checkpoint to %s", folder)
+        clear_sick(self.run_dir, step)  # a resumed run trains this step again: new weights
         groups = [("actor", self.actor_rollout_wg)]
         if self.use_critic:
             groups.append((str(Role.Critic), self.critic_wg))

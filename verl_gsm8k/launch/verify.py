@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.guard.files import SICK_FILE
 from verl_gsm8k.merge.checkpoint import CheckpointError, check_checkpoint
 from verl_gsm8k.merge.scan import ShardError, check_intact, scan_shard
 
@@ -37,7 +38,10 @@ def steps_in(run_dir: Path) -> list[int]:
 
 
 def problem(step_dir: Path, roles: tuple[str, ...]) -> str | None:
-    """Why verl could not resume from STEP_DIR, or None when every file it loads is whole."""
+    """Why verl could not (or must not) resume from STEP_DIR, or None when every file it loads is
+    whole and the watchdog did not mark it sick."""
+    if (step_dir / SICK_FILE).exists():
+        return f"the watchdog marked it sick ({step_dir / SICK_FILE}): kept, never resumed"
     try:
         for role in roles:
             role_dir = step_dir / role
