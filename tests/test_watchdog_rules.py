@@ -48,6 +48,9 @@ def healthy_steps(n: int = 25, seed: int = 0, kl_key: str = "actor/reward_kl_pen
                 "critic/vf_loss": rng.uniform(0.01, 0.3),
                 "critic/grad_norm": rng.uniform(1, 10),
                 "actor/ppo_kl": rng.uniform(-0.003, 0.003),
+                "actor/pg_clipfrac": rng.uniform(0.0, 0.01),
+                "response_length/mean": 230 - 3 * i + rng.uniform(-10, 10),
+                "response_length/clip_ratio": rng.uniform(0.0, 0.1),
             }
         )
     return steps
@@ -163,9 +166,62 @@ def test_kl_spike_over_its_recent_median(kl_key: str) -> None:
 
 
 def test_kl_spike_waits_for_its_history() -> None:
-    spike = with_(**{"actor/reward_kl_penalty": 5.0})
+    spike = with_(**{"actor/reward_kl_penalty": 1.5})  # 10 x the median, under the ceiling
     assert check(after_history(n=9), spike) == []
     assert check(after_history(n=10), spike)[0].rule == "kl_spike"
+
+
+def test_a_kl_growing_a_quarter_a_step_never_spikes_and_meets_the_ceiling() -> None:
+    """Slow divergence: from the healthy history, the KL grows 25 % a step. Against its own last
+    10 steps it never rises 10-fold (kl_spike stays quiet); the absolute ceiling stops it at the
+    first step above 2 nats/token, and names the step before as the sick weights."""
+    history = healthy_steps(25)
+    quiet = Watchdog(Thresholds(kl_ceiling=None), history)
+    guarded = Watchdog(Thresholds(), history)
+    tripped = None
+    for k in range(1, 31):
+        metrics = with_(**{"actor/reward_kl_penalty": 0.08 * 1.25**k})
+        assert quiet.check(25 + k, metrics, [], []) == [], k
+        quiet.accept(metrics)
+        trips = guarded.check(25 + k, metrics, [], [])
+        if trips and tripped is None:
+            tripped = (25 + k, trips)
+        guarded.accept(metrics)
+    step, (trip,) = tripped
+    assert (step, trip.rule) == (25 + 15, "kl_ceiling") and 0.08 * 1.25**14 < 2.0 < trip.value
+    assert trip.sick_from(step) == step - 1
+
+
+def test_a_run_of_exploding_grad_norms_trips_one_spike_does_not() -> None:
+    """Healthy runs have single spikes (a real 0.5B run: 29 x its recent median); three steps in
+    a row above 10 x the median of the 10 before them trip, naming the step before the run."""
+    watchdog = after_history()
+    spike = with_(**{"critic/grad_norm": 500.0})
+    assert watchdog.check(26, spike, [], []) == []  # one spike: clipped by verl, no divergence
+    watchdog.accept(spike)
+    for step in (27, 28):
+        watchdog.accept(with_())
+    for step in (29, 30):
+        assert watchdog.check(step, spike, [], []) == []
+        watchdog.accept(spike)
+    (trip,) = watchdog.check(31, spike, [], [])
+    assert (trip.rule, trip.metric, trip.weights, trip.span) == (
+        "grad_norm_explosion",
+        "critic/grad_norm",
+        "update",
+        3,
+    )
+    assert trip.sick_from(31) == 29  # the first update of the run
+
+
+def test_length_collapse_and_every_response_at_the_limit() -> None:
+    (trip,) = check(after_history(), with_(**{"response_length/mean": 20.0}))
+    assert (trip.rule, trip.metric) == ("length_collapse", "response_length/mean")
+    (trip,) = check(after_history(), with_(**{"response_length/clip_ratio": 1.0}))
+    assert (trip.rule, trip.metric) == ("length_collapse", "response_length/clip_ratio")
+    # a random model whose responses all run to the limit from the start is no collapse
+    cut = [dict(s, **{"response_length/clip_ratio": 0.95}) for s in healthy_steps(25)]
+    assert check(Watchdog(Thresholds(), cut), with_(**{"response_length/clip_ratio": 1.0})) == []
 
 
 def test_entropy_collapse_below_the_floor_or_a_fraction_of_the_start() -> None:
@@ -237,7 +293,12 @@ def test_reward_collapse_waits_for_its_history() -> None:
 
 PLANTED = {
     "non_finite": ({"non_finite": False}, {"actor/pg_loss": math.nan}),
-    "kl_spike": ({"kl_spike_factor": 0}, {"actor/reward_kl_penalty": 9.0}),
+    "kl_spike": ({"kl_spike_factor": 0}, {"actor/reward_kl_penalty": 1.5}),
+    "kl_ceiling": ({"kl_ceiling": None, "kl_spike_factor": 0}, {"actor/reward_kl_penalty": 9.0}),
+    "clip_fraction": ({"clip_fraction_ceiling": None}, {"actor/pg_clipfrac": 0.9}),
+    "ppo_kl": ({"ppo_kl_ceiling": 0}, {"actor/ppo_kl": 3.0}),
+    "length_fraction": ({"length_fraction": 0}, {"response_length/mean": 10.0}),
+    "length_limit": ({"length_limit_share": None}, {"response_length/clip_ratio": 1.0}),
     "entropy_floor": ({"entropy_floor": None, "entropy_fraction": 0}, {"actor/entropy": 1e-4}),
     "reward_collapse": ({"reward_drop": None}, {"critic/score/mean": -5.0}),
 }

@@ -26,18 +26,23 @@ The rules, at most one trip each, in this order (each off with its knob at 0 or 
   window is set by what "occasional" can mean: 2 in 10 steps go on, a fifth of the updates lost
   for a third step does not.
 
-Each trip says which weights it describes (``Trip.weights``): at step N the responses, their
-scores, the entropy and the KL to the reference come from the policy after step N-1, whose
-checkpoint is already saved; the losses, grad norms, ppo_kl and clip fractions are step N's own
-update. A trip of the rollout's metrics marks checkpoint N-1 sick (kept, never resumed, never
-best) and names the newest checkpoint before it as the last healthy one; a trip of the update's
-names N-1 (guard/trainer.py).
 - ``kl_spike``: the KL to the reference (``KL_KEYS``: ``actor/reward_kl_penalty`` when the KL is
   in the reward, ``actor/kl_loss`` when it is a loss, the first present) above
   ``kl_spike_factor`` x the median of the last ``kl_spike_window`` healthy steps AND above
   ``kl_spike_floor``, once ``kl_spike_min_history`` healthy steps logged it. The floor keeps a KL
   that starts near 0 (exactly 0 at step 1, negative with the k1 estimator) from tripping on its
   normal early rise.
+- ``kl_ceiling``: the same KL above ``kl_ceiling``, whatever its history: a KL that grows 25 % a
+  step never spikes against its own median, and reaches the ceiling instead.
+- ``grad_norm_explosion``: each of the last ``grad_norm_run`` steps' actor or critic grad norm
+  above ``grad_norm_factor`` x the median of the ``grad_norm_window`` healthy steps before them.
+  A run of them, not one: healthy runs have single spikes (a 0.5B run: 29 x its recent median).
+- ``clipped_update``: ``actor/pg_clipfrac`` above ``clip_fraction_ceiling`` or ``actor/ppo_kl``
+  above ``ppo_kl_ceiling``: the update moved the policy far from the one that sampled.
+- ``length_collapse``: ``response_length/mean`` below ``length_fraction`` x the median of the
+  first ``length_start_steps`` healthy steps, or ``response_length/clip_ratio`` at
+  ``length_limit_share`` (every response cut at the limit) where the first steps' median was
+  below half of it (a random model that never ends a response is not a collapse).
 - ``entropy_collapse``: ``actor/entropy`` below ``entropy_floor`` (nats/token), or below
   ``entropy_fraction`` x the median of the run's first ``entropy_start_steps`` healthy steps.
   Both: an absolute floor alone separates every healthy run below (the tiny model's low entropy
@@ -53,55 +58,26 @@ names N-1 (guard/trainer.py).
   ``reward_min_history`` healthy steps logged a score. Absolute, in the reward's units (0..1 for
   the recipes' GSM8K reward).
 
-Defaults, and the real runs they were checked against (none trips; "margin": how far the
-default sits beyond the healthy extreme). Measured 2026-11-25 on:
-- the learning runs, ``recipes/learn_tiny.sh`` (warm-started tiny model, 20 steps, PPO and GRPO):
-  /work/fixtures/learn_{ppo,grpo} replayed through ``Watchdog`` (metrics and trace), and a second
-  pair from a full test session, read for the same extremes (its directory is gone since);
-  tests/test_learn_cpu.py replays the suite's own pair on every slow run;
-- the smoke runs of a full test session (the RANDOM tiny model, vocabulary 600):
-  tests/test_train_cpu.py's ``smoke`` (4 steps, actor lr 1e-2, a resume after step 2), the
-  two-node smoke (1 step) and the LoRA run (1 step), read for the same extremes;
-- the 0.5B runs: the two real 435-step Qwen2.5-0.5B PPO GSM8K console logs (shared data
-  ``verl-logs``, metrics rounded to 3 decimals; their keys ``critic/kl`` and
-  ``actor/entropy_loss`` read as ``actor/reward_kl_penalty`` and ``actor/entropy``), replayed
-  by tests/test_watchdog_rules.py on every fast run.
+Each trip says which weights it describes (``Trip.weights``): at step N the responses, their
+scores, the entropy and the KL to the reference come from the policy after step N-1, whose
+checkpoint is already saved; the losses, grad norms, ppo_kl and clip fractions are step N's own
+update. A trip of the rollout's metrics marks checkpoint N-1 sick (kept, never resumed, never
+best) and names the newest checkpoint before it as the last healthy one; a trip of the update's
+names N-1, and a grad-norm explosion the step before its run (guard/trainer.py).
 
-- non_finite (on): no loss, grad norm, KL, entropy or score metric is NaN, inf or null in any
-  of those runs (the SFT runs' ``val/loss`` is null, but the SFT trainer has no watchdog).
-- kl_spike (factor 10, floor 0.5, window 10, min history 10): the only healthy steps above
-  10 x their window's median are the 0.5B runs' first ones, where the KL starts at 0; the
-  largest is 0.046 (512-token run, step 13, median 0.002): the floor is 11 x above it. The
-  learning runs stay within 1.9 x their median (KL <= 0.16), the 0.5B runs reach 0.35 slowly.
-  The smoke runs' random model drifts fast with actor lr 1e-2 (KL 0, 0.08, 0.15, 0.52 over
-  steps 1-4, 6 x the median at step 4: neither bar would hold), hence the 10 steps of history,
-  which no smoke run of the suite reaches.
-- entropy_collapse (floor 0.005, fraction 0.02 of the first 5 steps' median): lowest healthy
-  entropy 0.0238 in the learning runs (0.53 of its start; the floor 4.8 x below), 0.049 in the
-  0.5B runs (0.10 of their start 0.45-0.48; the fraction 5 x below), 5.9 in the smoke runs
-  (ln 600 = 6.4). A learning run much longer than 20 steps keeps lowering its entropy
-  (0.045 -> 0.025 in 20 steps) and could reach the floor in a few more tens: lower
-  ``entropy_floor`` for such a run.
-- degenerate (share 0.5, repeat 0.8, min length 8, identical across 4 prompts): in the traces
-  (8 responses a step, every step) the highest share of one id in a response is 0.375 in the
-  learning runs (``0 + 0 = 0<|im_end|>``, 8 tokens) and 0.06 in the smoke runs (random ids,
-  32-128 tokens); no response counts as repeated, no step's responses are all the same. A
-  random model samples near-uniformly from 600 ids (entropy 6.4 of ln 600): 8 tokens of which
-  7 are one id, or two prompts answered identically, are out of reach.
-- reward_collapse (drop 0.25, window 5, min history 10): the largest fall of the 5-step mean
-  below its best so far is 0.064 in the 0.5B runs (3.9 x below the drop), 0.011 in the learning
-  runs; the smoke runs score 0 throughout.
+The defaults and the real runs they were checked against: ``thresholds.py``.
 """
 
 from __future__ import annotations
 
-import difflib
 import math
 import statistics
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
+
+from verl_gsm8k.guard.thresholds import Thresholds
 
 # Every metric the non_finite rule reads: a name containing one of these. Ordered as a NaN
 # spreads (a score feeds the advantages, the loss, then the gradient), so the first one named
@@ -116,124 +92,15 @@ GRAD_NORM_PATTERN = "grad_norm"
 # A metric of neither list counts as the rollout's: the older checkpoint is the safer one to name.
 UPDATE_PATTERNS = ("pg_loss", "vf_loss", "grad_norm", "ppo_kl", "clipfrac")
 ROLLOUT, UPDATE = "rollout", "update"
+GRAD_NORM_KEYS = ("actor/grad_norm", "critic/grad_norm")
+CLIPFRAC_KEY, PPO_KL_KEY = "actor/pg_clipfrac", "actor/ppo_kl"
+LENGTH_KEY, LENGTH_CLIP_KEY = "response_length/mean", "response_length/clip_ratio"
 KL_KEYS = ("actor/reward_kl_penalty", "actor/kl_loss")  # KL in the reward (PPO), as a loss (GRPO)
 ENTROPY_KEY = "actor/entropy"
 SCORE_KEY = "critic/score/mean"
-MODES = ("stop", "warn", "off")
-CONFIG_BLOCK = "gsm8k_guard.watchdog"
 
 REPEATED_METRIC = "responses/one_token_repeated_share"
 IDENTICAL_METRIC = "responses/prompts_answered_identically"
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """The watchdog's knobs: the block ``gsm8k_guard.watchdog`` of configs/gsm8k_base.yaml, which
-    repeats these defaults (a test keeps the two equal). Why each default: the module docstring.
-    A rule's knob at 0 or null turns it off."""
-
-    # stop: a trip saves no checkpoint of the step and ends the run (files.EXIT_WATCHDOG);
-    # warn: the trip is logged and the run goes on; off: nothing is checked. Knob WATCHDOG.
-    mode: str = "stop"
-    # non_finite: NaN/inf in any loss, grad norm, KL, entropy or score metric. true/false.
-    non_finite: bool | None = True
-    # skipped_updates: a non-finite grad norm (verl skipped that optimizer step) is a warning; this
-    # many among the last `window` steps (this one included) stop the run. 0/null: warn only.
-    skipped_updates: int | None = 3
-    skipped_updates_window: int = 10
-    # kl_spike: KL > factor x the median of the last `window` healthy steps and > floor (nats per
-    # token; 0: no floor), once `min_history` healthy steps logged a KL. factor 0/null: off.
-    kl_spike_factor: float | None = 10.0
-    kl_spike_floor: float = 0.5
-    kl_spike_window: int = 10
-    kl_spike_min_history: int = 10
-    # entropy_collapse: actor/entropy < floor (nats/token; 0/null: this bar off), or < fraction x
-    # the median of the first `start_steps` healthy steps (0/null: this bar off).
-    entropy_floor: float | None = 0.005
-    entropy_fraction: float | None = 0.02
-    entropy_start_steps: int = 5
-    # degenerate: more than `share` of the responses are one token repeated (>= `repeat` of their
-    # >= `min_length` tokens one id; share 0/null: this form off), or every response is the same
-    # across >= `identical_prompts` distinct prompts (0/null: this form off).
-    degenerate_share: float | None = 0.5
-    degenerate_repeat: float = 0.8
-    degenerate_min_length: int = 8
-    degenerate_identical_prompts: int | None = 4
-    # reward_collapse: the mean score of the last `window` steps more than `drop` below its best,
-    # once `min_history` healthy steps logged a score. drop 0/null: off.
-    reward_drop: float | None = 0.25
-    reward_window: int = 5
-    reward_min_history: int = 10
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"{CONFIG_BLOCK}.mode: {self.mode!r} is not one of {', '.join(MODES)}")
-        flag = self.non_finite
-        if not (flag is None or (isinstance(flag, int) and flag in (0, 1))):
-            raise ValueError(
-                f"{CONFIG_BLOCK}.non_finite: {self.non_finite!r} is not true, false or null"
-            )
-        for name in ("kl_spike_factor", "entropy_floor", "reward_drop"):
-            _number(self, name, optional=True)
-        for name in ("entropy_fraction", "degenerate_share"):
-            _number(self, name, optional=True, most=1.0)
-        _number(self, "kl_spike_floor")
-        _number(self, "degenerate_repeat", most=1.0, positive=True)
-        for name in (
-            "kl_spike_window",
-            "kl_spike_min_history",
-            "entropy_start_steps",
-            "degenerate_min_length",
-            "reward_window",
-            "reward_min_history",
-            "skipped_updates_window",
-        ):
-            _count(self, name, least=1)
-        if self.skipped_updates not in (None, 0):
-            _count(self, "skipped_updates", least=1)
-        if self.degenerate_identical_prompts not in (None, 0):
-            _count(self, "degenerate_identical_prompts", least=2)
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> Thresholds:
-        """From the config block ``gsm8k_guard.watchdog`` (``mode`` included); a key missing keeps
-        its default, an unknown key or a bad value: ValueError naming it."""
-        known = [f.name for f in fields(cls)]
-        for key in values:
-            if key not in known:
-                close = difflib.get_close_matches(str(key), known, n=1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                raise ValueError(f"{CONFIG_BLOCK}: unknown key {key!r}{hint}")
-        return cls(**{str(k): v for k, v in values.items()})
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _number(
-    t: Thresholds,
-    name: str,
-    optional: bool = False,
-    most: float | None = None,
-    positive: bool = False,
-) -> None:
-    value = getattr(t, name)
-    if optional and value is None:
-        return
-    ok = _is_number(value) and math.isfinite(value) and value >= 0
-    ok = ok and (most is None or value <= most) and (not positive or value > 0)
-    if not ok:
-        low = "> 0" if positive else ">= 0"
-        high = f" and <= {most:g}" if most is not None else ""
-        null = " (or null: off)" if optional else ""
-        raise ValueError(f"{CONFIG_BLOCK}.{name}: {value!r} is not a number {low}{high}{null}")
-
-
-def _count(t: Thresholds, name: str, least: int) -> None:
-    value = getattr(t, name)
-    if not (isinstance(value, int) and not isinstance(value, bool) and value >= least):
-        raise ValueError(f"{CONFIG_BLOCK}.{name}: {value!r} is not an integer >= {least}")
 
 
 def _knob(value: float | None) -> float | None:
@@ -250,6 +117,7 @@ class Trip:
     value: float
     threshold: str  # when it trips: "> 10 x median of last 10 healthy steps (0.0031) and > 0.5"
     stops: bool = True  # False: a warning even in mode stop (one skipped update)
+    span: int = 1  # the steps the trip saw sick, this one the last (grad_norm_explosion: its run)
 
     @property
     def weights(self) -> str:
@@ -260,7 +128,8 @@ class Trip:
     def sick_from(self, step: int) -> int:
         """The first step whose weights this trip judges sick: step-1 for the rollout's metrics
         (its checkpoint produced them), the step itself for its update's."""
-        return step - 1 if self.weights == ROLLOUT else step
+        first = step - self.span + 1
+        return first - 1 if self.weights == ROLLOUT else first
 
     def message(self, step: int, last_healthy: int | None, marked: int | None = None) -> str:
         """The one line the launcher prints: metric, value, threshold, step, which weights it
@@ -356,6 +225,10 @@ class Watchdog:
         self._scores_seen = 0
         self._best_score_mean: float | None = None
         self._skipped: deque[bool] = deque(maxlen=thresholds.skipped_updates_window)
+        grad_span = thresholds.grad_norm_window + thresholds.grad_norm_run - 1
+        self._grad_norms = {key: deque(maxlen=grad_span) for key in GRAD_NORM_KEYS}
+        self._length_start: list[float] = []
+        self._clip_start: list[float] = []
         for metrics in history:
             self.accept(metrics)
 
@@ -377,6 +250,10 @@ class Watchdog:
             self._non_finite(metrics),
             self._skipped_update(metrics),
             self._kl_spike(metrics),
+            self._kl_ceiling(metrics),
+            self._grad_norm_explosion(metrics),
+            self._clipped_update(metrics),
+            self._length_collapse(metrics),
             self._entropy_collapse(metrics),
             self._degenerate(responses, prompt_ids),
             self._reward_collapse(metrics),
@@ -394,6 +271,14 @@ class Watchdog:
         entropy = _finite(metrics, ENTROPY_KEY)
         if entropy is not None and len(self._entropy_start) < t.entropy_start_steps:
             self._entropy_start.append(entropy)
+        for key, norms in self._grad_norms.items():
+            norm = _finite(metrics, key)
+            if norm is not None:
+                norms.append(norm)
+        for key, start in ((LENGTH_KEY, self._length_start), (LENGTH_CLIP_KEY, self._clip_start)):
+            value = _finite(metrics, key)
+            if value is not None and len(start) < t.length_start_steps:
+                start.append(value)
         score = _finite(metrics, SCORE_KEY)
         if score is not None:
             self._scores.append(score)
@@ -455,6 +340,62 @@ class Watchdog:
             f"and > {t.kl_spike_floor:g}"
         )
         return Trip("kl_spike", key, value, threshold)
+
+    def _kl_ceiling(self, metrics: Mapping[str, Any]) -> Trip | None:
+        ceiling, kl = _knob(self.thresholds.kl_ceiling), _kl(metrics)
+        if ceiling is None or kl is None or kl[1] <= ceiling:
+            return None
+        return Trip("kl_ceiling", kl[0], kl[1], f"> {ceiling:g} nats/token")
+
+    def _grad_norm_explosion(self, metrics: Mapping[str, Any]) -> Trip | None:
+        t = self.thresholds
+        factor = _knob(t.grad_norm_factor)
+        if factor is None:
+            return None
+        for key, norms in self._grad_norms.items():
+            value = _finite(metrics, key)
+            if value is None or len(norms) < t.grad_norm_window + t.grad_norm_run - 1:
+                continue
+            recent = [*list(norms)[len(norms) - t.grad_norm_run + 1 :], value]
+            base = statistics.median(list(norms)[: t.grad_norm_window])
+            if min(recent) > factor * base:
+                threshold = (
+                    f"each of the last {t.grad_norm_run} steps > {factor:g} x the median of the "
+                    f"{t.grad_norm_window} steps before them ({base:.3g})"
+                )
+                return Trip("grad_norm_explosion", key, value, threshold, span=t.grad_norm_run)
+        return None
+
+    def _clipped_update(self, metrics: Mapping[str, Any]) -> Trip | None:
+        t = self.thresholds
+        for key, ceiling in (
+            (CLIPFRAC_KEY, t.clip_fraction_ceiling),
+            (PPO_KL_KEY, t.ppo_kl_ceiling),
+        ):
+            bar, value = _knob(ceiling), _finite(metrics, key)
+            if bar is not None and value is not None and value > bar:
+                return Trip("clipped_update", key, value, f"> {bar:g}")
+        return None
+
+    def _length_collapse(self, metrics: Mapping[str, Any]) -> Trip | None:
+        t = self.thresholds
+        if len(self._length_start) >= t.length_start_steps:
+            fraction, value = _knob(t.length_fraction), _finite(metrics, LENGTH_KEY)
+            base = statistics.median(self._length_start)
+            if fraction is not None and value is not None and value < fraction * base:
+                first = len(self._length_start)
+                threshold = f"< {fraction:g} x median of the first {first} steps ({base:.3g})"
+                return Trip("length_collapse", LENGTH_KEY, value, threshold)
+        if len(self._clip_start) >= t.length_start_steps:
+            share, value = _knob(t.length_limit_share), _finite(metrics, LENGTH_CLIP_KEY)
+            base = statistics.median(self._clip_start)
+            if share is not None and value is not None and value >= share and base < share / 2:
+                threshold = (
+                    f">= {share:g} of the responses cut at the length limit; the first "
+                    f"{len(self._clip_start)} steps: {base:.3g}"
+                )
+                return Trip("length_collapse", LENGTH_CLIP_KEY, value, threshold)
+        return None
 
     def _entropy_collapse(self, metrics: Mapping[str, Any]) -> Trip | None:
         t = self.thresholds
