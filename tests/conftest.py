@@ -15,31 +15,40 @@ import pytest
 from helpers import prepare, prepare_sft, require_shared, write_synthetic_gsm8k
 from learn_runs import Learned, learn
 
-# `make test` runs the suite on two pytest-xdist workers (--dist loadgroup). These files start Ray,
-# train, or share a training run through a session or module fixture: they form one group, run
-# by one worker in file order, one run at a time as before (a second Ray instance beside the first
-# would attach to it through Ray's address file, and a session fixture is per worker). The other
-# worker takes every other test meanwhile, so the waits of a training run (start-up, Ray, vLLM)
-# overlap with work that needs the CPU. loadgroup sends the largest group out first.
-SERIAL_FILES = {
-    "test_checkpoint_sweep_cpu.py",
-    "test_compare_cpu.py",
-    "test_learn_cpu.py",
-    "test_questions_cpu.py",
-    "test_ray_cluster.py",
-    "test_replay_untrusted.py",
-    "test_sft_train_cpu.py",
-    "test_trace_cpu.py",
-    "test_train_cpu.py",
-    "test_train_cpu_ray.py",
-    "test_train_cpu_variants.py",
+# `make test` runs the suite on two pytest-xdist workers (--dist loadgroup). The files that start
+# Ray, train, or share a training run through a session or module fixture form two chains, each
+# one xdist group run by one worker in file order, one run at a time within the chain (a session
+# fixture is per worker, so a chain holds every file that reads its runs):
+# - "learning": the learning runs of learn_tiny.sh (tests/learn_runs.py) and what reads them;
+# - "training": the smoke run, its kills and relaunches, the other recipes' runs, Ray clusters.
+# The two chains run side by side, one on each worker (loadgroup sends the largest scopes out
+# first), and the other tests fill in as a chain ends. Two runs at once on one machine each start
+# their own Ray (configs/device/cpu.yaml: address local; a run on a cluster is given its address).
+SERIAL_GROUPS = {
+    "learning": {
+        "test_checkpoint_sweep_cpu.py",
+        "test_compare_cpu.py",
+        "test_learn_cpu.py",
+        "test_questions_cpu.py",
+        "test_replay_untrusted.py",
+        "test_trace_cpu.py",
+    },
+    "training": {
+        "test_ray_cluster.py",
+        "test_sft_train_cpu.py",
+        "test_train_cpu.py",
+        "test_train_cpu_ray.py",
+        "test_train_cpu_variants.py",
+    },
 }
+SERIAL_FILES = {name: group for group, names in SERIAL_GROUPS.items() for name in names}
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Marked as collected: xdist reads the marks into the node ids when collection ends."""
-    if item.path.name in SERIAL_FILES:
-        item.add_marker(pytest.mark.xdist_group("serial"))
+    group = SERIAL_FILES.get(item.path.name)
+    if group is not None:
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -76,18 +85,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     total = sum(_FILE_SECONDS.values())
     for name, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1]):
         if seconds >= 1:
-            serial = "  [serial]" if Path(name).name in SERIAL_FILES else ""
+            group = SERIAL_FILES.get(Path(name).name)
+            tag = f"  [{group}]" if group else ""
             terminalreporter.write_line(
-                f"{seconds:8.0f} s {100 * seconds / total:5.1f} %  {name}{serial}"
+                f"{seconds:8.0f} s {100 * seconds / total:5.1f} %  {name}{tag}"
             )
     terminalreporter.write_line(f"{total:8.0f} s         all test files")
-    # The serial group runs on one worker, one test after another: its sum is the critical path
+    # Each chain runs on one worker, one test after another: the longer one is the critical path
     # of `make test`, and the wall time cannot fall below it (docs/testing.md, "The budget rule").
-    chain = sum(s for n, s in _FILE_SECONDS.items() if Path(n).name in SERIAL_FILES)
     wall = time.monotonic() - _SESSION_START
-    terminalreporter.write_line(
-        f"{chain:8.0f} s         the serial chain (training runs, one worker) of {wall:.0f} s wall"
-    )
+    for group in SERIAL_GROUPS:
+        chain = sum(s for n, s in _FILE_SECONDS.items() if SERIAL_FILES.get(Path(n).name) == group)
+        terminalreporter.write_line(f"{chain:8.0f} s         the {group} chain (one worker)")
+    terminalreporter.write_line(f"{wall:8.0f} s         wall time of the session")
 
 
 # Never reach for the model/dataset hub from a test.
