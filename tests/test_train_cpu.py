@@ -325,6 +325,7 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     out2 = r2.output()
     assert f"{tracker.name} names no step here (verl would train from scratch)" in out2
     assert "resume: from global_step_" in out2 and "Training from scratch" not in out2
+    assert "is in use by" not in out2  # the SIGKILLed launch left no lock behind
     figures.append(f"kill 2 at {at + 2:.0f} s, in step 5; relaunch logged {sorted(steps_of(m2))}")
 
     # 3. damage the newest two checkpoints; SIGTERM once a step is logged
@@ -350,8 +351,18 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     assert read_stamp(run_dir, saved) == m3().name[len("metrics-") : -len(".jsonl")]
     figures.append(f"SIGTERM: step {saved} saved, exit 5, {sorted(steps_of(m3))} logged")
 
-    # 4. the same command finishes the run
+    # 4. the same command finishes the run; the same command started again meanwhile refuses in
+    #    one line naming the live launch (issue 34, hole 8), also after waiting LOCK_WAIT_S for it
     r4, m4 = begin("finish")
+    wait_until("the launch recorded", lambda: "launch: recorded" in r4.output(), r4, limit)
+    for wait in ("0", "3"):
+        second = run_recipe("smoke_tiny", dict(env, LOCK_WAIT_S=wait), *quick, timeout=120)
+        said = second.stdout + second.stderr
+        assert second.returncode == 2, said[-3000:]
+        assert "is in use by launch 20" in said and f"pid {r4.process.pid} on" in said, said
+        assert "Started a local Ray instance" not in said
+        assert ("waiting up to LOCK_WAIT_S=3 s" in said) == (wait == "3")
+    figures.append("a second launch into the live run directory refused")
     assert finish(r4, limit) == 0, r4.output()[-6000:]
     figures.append(f"relaunch 3 (to the end): {time.monotonic() - r4.started:.0f} s")
     segments = metric_segments(run_dir)

@@ -62,6 +62,19 @@ def uses_critic(config: dict) -> bool:
     return bool(need_critic(OmegaConf.create(config)))
 
 
+def loads(config: dict) -> dict[str, list[str]]:
+    """Each role's ``checkpoint.load_contents`` as verl resolves it (what its resume reads)."""
+    keys = {"actor": ("actor_rollout_ref", "actor"), "critic": ("critic",)}
+    found = {}
+    for role, path in keys.items():
+        node: object = config
+        for part in (*path, "checkpoint", "load_contents"):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, list):
+            found[role] = [str(item) for item in node]
+    return found
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", type=Path, required=True, help="the run directory (RUN_DIR)")
@@ -138,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 roles: tuple[str, ...] = ()
                 if args.run_dir.is_dir() and steps_in(args.run_dir):
                     roles = ("actor", "critic") if uses_critic(config) else ("actor",)
-                step, said = resume_point(args.run_dir, roles, write=False)
+                step, said = resume_point(args.run_dir, roles, write=False, loads=loads(config))
             else:
                 step = latest_checkpoint(args.run_dir)
         stop = refusal(args.run_dir, step, record, args.resume)
