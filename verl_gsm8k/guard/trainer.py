@@ -265,6 +265,10 @@ class GuardedTrainer(PPOTrainerSync):
         if not self.keep_best or step < 1 or step == self.sick_step or not finite(value):
             return metrics
         best = read_best(self.run_dir)
+        if best is not None and best.get("metric") != self.best_metric:
+            say(f"the kept best (step {best['step']}) is by {best.get('metric')}, not "
+                f"{self.best_metric}: this run's own best replaces it")  # fmt: skip
+            best = None
         if best is not None and best["step"] != step and best["value"] >= float(value):
             return metrics
         if self.saved_step != step:

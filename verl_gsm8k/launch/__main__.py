@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from verl_gsm8k.common.launch_record import STAMP, RecordError, build_record, write_record
-from verl_gsm8k.launch.resume import MODES, latest_checkpoint, refusal
+from verl_gsm8k.launch.resume import MODES, latest_checkpoint, refusal, set_aside
 from verl_gsm8k.launch.verify import NoWholeCheckpoint, resume_point, steps_in, track
 
 PROG = "verl_gsm8k.launch"
@@ -160,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if args.trainer == "ppo" and step is not None:
             track(args.run_dir, step)
+        if args.resume == "disable":
+            said += set_aside(args.run_dir, args.stamp)
         for line in said:
             print(line)
         path = write_record(args.run_dir, record)
