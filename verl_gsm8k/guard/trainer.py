@@ -46,6 +46,7 @@ from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.common.pause import pause_point
 from verl_gsm8k.guard.files import (
     STOP_FILE,
     append_trip,
@@ -243,6 +244,7 @@ class GuardedTrainer(PPOTrainerSync):
             remote = None if trainer.default_hdfs_dir is None else os.path.join(
                 trainer.default_hdfs_dir, f"global_step_{step}", role)  # fmt: skip
             group.save_checkpoint(str(folder / role), remote, step, max_ckpt_to_keep=None)
+            pause_point(f"save:after_{role}")  # tests: a kill lands mid-save (test_train_cpu.py)
         folder.mkdir(parents=True, exist_ok=True)
         partial = folder / ".data.pt.tmp"
         torch.save(self.train_dataloader.state_dict(), partial)
