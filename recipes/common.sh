@@ -113,6 +113,7 @@ SAVE_FREQ=${SAVE_FREQ:-20}
 TEST_FREQ=${TEST_FREQ:-5}
 MAX_CKPT_TO_KEEP=${MAX_CKPT_TO_KEEP:-3}
 STOP_GRACE_S=${STOP_GRACE_S:-30}   # after SIGTERM: seconds to finish the step and save (Slurm, k8s: 30)
+LOCK_WAIT_S=${LOCK_WAIT_S:-0}      # another launch trains into RUN_DIR: seconds to wait for it to end
 
 # ---- knobs: data and reward ----
 # PPO reads prompts (python -m data_prep.gsm8k), SFT chat transcripts (python -m data_prep.sft).
@@ -427,6 +428,35 @@ warn_unshared_run_dir() {
   echo "recipe: warning: NNODES=$NNODES and RUN_DIR=$RUN_DIR is $why: every node writes its ranks' checkpoint shards there, and merge.sh and a resume need them all in one place; set RUNS_ROOT to storage every node mounts (docs/scaling.md)" >&2
 }
 
+# One launch at a time per run directory: two would write the same checkpoints over each other.
+# The lock is flock(1) on RUN_DIR/.launch.lock, held through file descriptor 9 by this shell and
+# the processes it starts (verl's driver inherits it): the kernel releases it when the last of
+# them ends, so a SIGKILL leaves no stale lock. The file names the launch that holds it. A launch
+# that finds it held waits LOCK_WAIT_S seconds (a requeued job whose predecessor is still saving),
+# then refuses in one line, before it has touched anything.
+lock_run_dir() {
+  local lock=$RUN_DIR/.launch.lock holder
+  mkdir -p "$RUN_DIR"
+  exec 9>>"$lock"
+  if ! flock -n 9; then
+    holder=$(cat "$lock" 2>/dev/null || true)
+    if (( LOCK_WAIT_S > 0 )); then
+      echo "recipe: $RUN_DIR is in use by ${holder:-another launch}: waiting up to LOCK_WAIT_S=$LOCK_WAIT_S s for it to end" >&2
+    fi
+    if (( LOCK_WAIT_S == 0 )) || ! flock -w "$LOCK_WAIT_S" 9; then
+      holder=$(cat "$lock" 2>/dev/null || true)
+      local pid alive="still running"
+      pid=$(sed -n 's/.*, pid \([0-9]*\) on .*/\1/p' <<<"$holder")
+      if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+        alive="its launcher has ended, processes it started still run: fuser -v $lock lists them"
+      fi
+      echo "recipe: $RUN_DIR is in use by ${holder:-another launch} ($alive): one launch at a time per run directory; wait for it to end (LOCK_WAIT_S), stop it, or set another EXPERIMENT_NAME" >&2
+      exit 2
+    fi
+  fi
+  printf 'launch %s, pid %s on %s\n' "$1" "$$" "$(hostname)" >"$lock"
+}
+
 # SIGTERM (a preemption: Slurm, Kubernetes, spot instances): ask the trainer to save the step in
 # flight and stop (RUN_DIR/stop_requested holds the deadline); after STOP_GRACE_S, stop verl.
 request_stop() {
@@ -516,6 +546,7 @@ launch() {
   fi
   local stamp
   stamp=$(date -u +%Y%m%dT%H%M%SZ)
+  lock_run_dir "$stamp"
   record_launch "$stamp" "$@" || exit $?
   mkdir -p "$RUN_DIR/metrics" "$RUN_DIR/logs"
   if logs_to_wandb; then say_where_wandb_logs; fi

@@ -110,3 +110,41 @@ def test_a_kill_mid_prune_leaves_nothing_a_later_prune_trips_on(tmp_path: Path):
     lines = prune(run, 2)
     assert not leftover.exists()
     assert sorted(p.name for p in run.iterdir()) == ["global_step_3", "global_step_4"], lines
+
+
+def test_a_full_disk_mid_save_is_one_line(tmp_path: Path):
+    """A real full disk (a 256 KiB tmpfs): step 2 saved whole, step 3's torch.save fails as it
+    does inside verl's checkpoint manager; the launcher's line names the disk, the step whose
+    save failed, the last whole checkpoint and what one checkpoint takes (issue 34, hole 9)."""
+    import gc
+    import shutil as sh
+
+    import pytest
+    import torch
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)]).returncode:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    try:
+        run = mount / "run"
+        steps(run, 2)
+        torch.save({"w": torch.zeros(8_000)}, run / "global_step_2" / "actor" / "model.pt")
+        (run / "latest_checkpointed_iteration.txt").write_text("2")
+        steps(run, 3)
+        with pytest.raises(RuntimeError) as raised:  # what verl's save raises, whole disk full
+            torch.save({"w": torch.zeros(200_000)}, run / "global_step_3" / "actor" / "model.pt")
+        assert "unexpected pos" in str(raised.value)  # torch's words for it: no ENOSPC
+        # the console log could not take the error either (the same disk): told by free space
+        status, lines = verdict(run, STAMP, 1, stopped=False)
+        assert status == 1 and len(lines) == 1, lines
+        assert lines[0].startswith(f"recipe: the disk holding {run} is full ("), lines
+        assert "the save of step 3 failed" in lines[0], lines
+        assert "global_step_2, which the tracker names; one takes 3" in lines[0], lines  # KiB
+        del raised  # its writer holds the cut file open
+        gc.collect()
+        sh.rmtree(run / "global_step_3")  # space again: a failure that is not the disk's
+        assert verdict(run, STAMP, 1, stopped=False) == (1, [])
+    finally:
+        subprocess.run(["umount", "-l", str(mount)])
+        sh.rmtree(mount, ignore_errors=True)

@@ -90,9 +90,20 @@ def test_same_config_resumes_a_different_one_stops_with_one_line(
 def test_resume_disable_reaches_verl_and_starts_over(gpu_env, whole_checkpoints, tmp_path):
     assert run_recipe(RECIPE, gpu_env).returncode == 0
     place_checkpoint(whole_checkpoints, run_dir(gpu_env), 5)
+    (run_dir(gpu_env) / "best_checkpoint.json").write_text('{"step": 5, "value": 0.9}')
     result = run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="3e-6", RESUME="disable"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "arg=trainer.resume_mode=disable" in (tmp_path / "verl-args.txt").read_text()
+    # the earlier run's checkpoints, tracker and best are set aside, nothing deleted (issue 34,
+    # hole 6): the new run's low steps are not pruned as older, nor measured against that best
+    (aside,) = run_dir(gpu_env).glob("superseded-*")
+    assert sorted(p.name for p in aside.iterdir()) == [
+        "best_checkpoint.json",
+        "global_step_5",
+        "latest_checkpointed_iteration.txt",
+    ]
+    assert not list(run_dir(gpu_env).glob("global_step_*"))
+    assert f"moved to {aside} (nothing deleted" in result.stdout
     bad = run_recipe(RECIPE, dict(gpu_env, RESUME="maybe"))
     assert bad.returncode == 2 and "knobs: RESUME=maybe is not one of" in bad.stderr
 

@@ -578,6 +578,19 @@ def test_best_without_a_usable_best_file_is_one_line(ckpt_ws2, tmp_path):
     _expect_refusal(broken, out, "best_checkpoint.json: not readable JSON", "--best")
     step_dir = broken / f"global_step_{STEP}"
     _expect_refusal(step_dir, out, "--best takes a run directory", "--best")
+    # a later launch saved that step again (a resume from an earlier step): not the weights that
+    # scored (issue 34, hole 6)
+    from verl_gsm8k.guard.files import write_stamp
+
+    resaved = _run_with_best(ckpt_ws2, tmp_path / "resaved", STEP)
+    write_stamp(resaved, STEP, "20260102T000000Z")
+    _expect_refusal(resaved, out, "validated by launch 20260101T000000Z, but "
+                    f"{resaved / f'global_step_{STEP}'} was saved by launch 20260102T000000Z",
+                    "--best")  # fmt: skip
+    write_stamp(resaved, STEP, "20260101T000000Z")  # the same launch: merged as before
+    from verl_gsm8k.merge.checkpoint import best_step_dir
+
+    assert best_step_dir(resaved)[0] == resaved / f"global_step_{STEP}"
 
 
 @pytest.mark.slow

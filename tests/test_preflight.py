@@ -408,3 +408,14 @@ def test_checkpoint_size_and_free_space_are_said(base_overrides):
     guarded = run_preflight(base_overrides + keep)
     (line,) = [x for x in guarded.lines if "] checkpoint:" in x]
     assert "x 4 kept" in line, line
+    # no save step, or every save kept: the kept best is still written (issue 34, hole 6)
+    no_saves = run_preflight(base_overrides + ["trainer.save_freq=-1"])
+    (line,) = [x for x in no_saves.lines if "] checkpoint:" in x]
+    assert "x 2 kept" in line, line
+    every = ["trainer.max_actor_ckpt_to_keep=0", "trainer.total_training_steps=20",
+             "trainer.save_freq=5"]  # fmt: skip
+    (line,) = [x for x in run_preflight(base_overrides + every).lines if "] checkpoint:" in x]
+    assert "x 5 kept" in line, line
+    plain = ["trainer.save_freq=-1", "trainer.v1.trainer_mode=sync"]  # verl's own: nothing saved
+    (line,) = [x for x in run_preflight(base_overrides + plain).lines if "] checkpoint:" in x]
+    assert "writes no checkpoint" in line, line

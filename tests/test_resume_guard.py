@@ -279,3 +279,22 @@ def test_without_the_writers_record_the_last_launch_is_compared(ppo_record, tmp_
 def test_docs_name_every_key_that_may_change():
     page = (Path(__file__).resolve().parents[1] / "docs" / "resume.md").read_text()
     assert [p for p in ALLOWED if f"`{p}`" not in page] == []
+
+
+def test_verification_follows_what_verl_loads(tmp_path, whole_checkpoints, capsys):
+    """save_contents=[model,extra] (issue 34, hole 4): verl writes no optimizer shard and, its
+    load_contents following save_contents, resumes without one; the launch must resume such a
+    checkpoint, and still refuse one that lacks a shard verl does load."""
+    run = tmp_path / "run"
+    place(whole_checkpoints, run, {2: STAMPS[0], 4: STAMPS[0]})
+    for shard in run.glob("global_step_*/*/optim_world_size_*_rank_*.pt"):
+        shard.unlink()
+    no_optim = ["actor_rollout_ref.actor.checkpoint.save_contents=[model,extra]",
+                "critic.checkpoint.save_contents=[model,extra]"]  # fmt: skip
+    assert launch(run, STAMPS[0], *no_optim) == 0
+    (record,) = read_records(run)
+    assert record["config"]["critic"]["checkpoint"]["load_contents"] == ["model", "extra"]
+    assert "resume: global_step_4 is whole (every shard checked)" in capsys.readouterr().out
+    # the default load_contents (model, optimizer, extra): no step is whole, nothing is launched
+    assert launch(run, STAMPS[1]) == 2
+    assert "missing optim_world_size_2_rank_0.pt" in refused_line(capsys)

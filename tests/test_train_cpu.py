@@ -305,14 +305,17 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
         path = metrics()
         return logged_steps(path) if path else set()
 
-    # 1. SIGKILL while step 3 is being saved
-    r1, m1 = begin("kill-mid-save")
-    at = wait_until("global_step_3/", (run_dir / "global_step_3").exists, r1, limit, every=0.005)
+    # 1. SIGKILL in the save of step 3: the trainer holds between the actor's shards and the
+    #    critic's (common/pause.py), so the kill lands mid-save every time
+    paused = tmp_path / "paused-mid-save"
+    hold = dict(env, GSM8K_PAUSE_AT="save:after_actor", GSM8K_PAUSE_FILE=str(paused))
+    r1, m1 = begin("kill-mid-save", hold)
+    at = wait_until("the save of step 3 paused", paused.exists, r1, limit)
     kill_all(r1)
     whole = problem(run_dir / "global_step_3", roles)
-    figures.append(f"kill 1 at {at:.0f} s, in the save of step 3 (step 3 then: {whole or 'whole'})")
-    named = tracker.read_text().strip()
-    assert named == "2" or (named == "3" and whole is None), (named, whole)  # never a half step
+    figures.append(f"kill 1 at {at:.0f} s, in the save of step 3 (step 3 then: {whole})")
+    assert whole is not None and "critic" in whole, whole  # half a step on disk...
+    assert tracker.read_text().strip() == "2"  # ...and the tracker never names it
 
     # 2. an empty tracker (verl: open("w") then write); SIGKILL mid-step after the save of step 4
     tracker.write_text("")
@@ -325,6 +328,7 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     out2 = r2.output()
     assert f"{tracker.name} names no step here (verl would train from scratch)" in out2
     assert "resume: from global_step_" in out2 and "Training from scratch" not in out2
+    assert "is in use by" not in out2  # the SIGKILLed launch left no lock behind
     figures.append(f"kill 2 at {at + 2:.0f} s, in step 5; relaunch logged {sorted(steps_of(m2))}")
 
     # 3. damage the newest two checkpoints; SIGTERM once a step is logged
@@ -334,7 +338,9 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
         handle.truncate(shard.stat().st_size // 2)
     older = max(s for s in range(1, newest) if (run_dir / f"global_step_{s}").is_dir())
     (run_dir / f"global_step_{older}" / "data.pt").unlink()
-    r3, m3 = begin("sigterm")
+    # no save step before the end (SAVE_FREQ=100): the step saved on SIGTERM is the stop
+    # request's own save
+    r3, m3 = begin("sigterm", dict(env, SAVE_FREQ="100"))
     first = wait_until("a step logged", lambda: bool(steps_of(m3)), r3, limit)
     figures.append(f"relaunch 2: its first step logged {first:.0f} s after the launch")
     r3.process.send_signal(signal.SIGTERM)  # to the launcher alone
@@ -350,8 +356,18 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     assert read_stamp(run_dir, saved) == m3().name[len("metrics-") : -len(".jsonl")]
     figures.append(f"SIGTERM: step {saved} saved, exit 5, {sorted(steps_of(m3))} logged")
 
-    # 4. the same command finishes the run
+    # 4. the same command finishes the run; the same command started again meanwhile refuses in
+    #    one line naming the live launch (issue 34, hole 8), also after waiting LOCK_WAIT_S for it
     r4, m4 = begin("finish")
+    wait_until("the launch recorded", lambda: "launch: recorded" in r4.output(), r4, limit)
+    for wait in ("0", "3"):
+        second = run_recipe("smoke_tiny", dict(env, LOCK_WAIT_S=wait), *quick, timeout=120)
+        said = second.stdout + second.stderr
+        assert second.returncode == 2, said[-3000:]
+        assert "is in use by launch 20" in said and f"pid {r4.process.pid} on" in said, said
+        assert "Started a local Ray instance" not in said
+        assert ("waiting up to LOCK_WAIT_S=3 s" in said) == (wait == "3")
+    figures.append("a second launch into the live run directory refused")
     assert finish(r4, limit) == 0, r4.output()[-6000:]
     figures.append(f"relaunch 3 (to the end): {time.monotonic() - r4.started:.0f} s")
     segments = metric_segments(run_dir)

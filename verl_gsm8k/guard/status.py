@@ -12,6 +12,7 @@ own status otherwise. Warn-mode trips of the launch are counted in a line. Stand
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ from verl_gsm8k.guard.files import (
     read_stamp,
     read_trips,
 )
-from verl_gsm8k.guard.prune import tracked_step
+from verl_gsm8k.guard.prune import saved_steps, tracked_step
 
 
 def verdict(run_dir: Path, stamp: str, verl_status: int, stopped: bool) -> tuple[int, list[str]]:
@@ -57,7 +58,58 @@ def verdict(run_dir: Path, stamp: str, verl_status: int, stopped: bool) -> tuple
                 f"resumes from {where}"
             )
         return EXIT_PREEMPTED, lines
+    if verl_status != 0:
+        full = disk_full(run_dir, stamp)
+        if full:
+            lines.append(full)
     return verl_status, lines
+
+
+# What a save into a full disk leaves in verl's console log: torch's zip writer ("unexpected pos
+# 9984 vs 9878"), the C++ stream under it ("basic_ios::clear: iostream error"), or Python's own.
+DISK_FULL_SIGNS = ("No space left on device", "unexpected pos ", "basic_ios::clear", "Errno 28")
+
+
+def _bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:.{2 if unit == 'GiB' else 1}f} {unit}"
+    return f"{n / 2**10:.0f} KiB"
+
+
+def disk_full(run_dir: Path, stamp: str) -> str | None:
+    """The one line for a launch that died saving into a full disk (None: not that): which disk,
+    which step's save, the last whole checkpoint, and what one checkpoint needs. Told by the
+    error in the console log or, since a full disk may cut that log short, by less free space
+    than the last whole checkpoint takes."""
+    log = run_dir / "logs" / f"console-{stamp}.log"
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, log.stat().st_size - 2_000_000))
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        text = ""
+    free = shutil.disk_usage(run_dir).free if run_dir.is_dir() else None
+    whole = tracked_step(run_dir)
+    need = _bytes(run_dir / f"global_step_{whole}") if whole is not None else None
+    short = free is not None and need is not None and free < need
+    if free is None or not (short or any(sign in text for sign in DISK_FULL_SIGNS)):
+        return None
+    newer = [s for s in saved_steps(run_dir) if whole is None or s > whole]
+    during = f"the save of step {newer[-1]}" if newer else "a save"
+    if whole is None or need is None:
+        last, takes = "none yet (the run starts over)", ""
+    else:
+        last, takes = f"global_step_{whole}, which the tracker names", f"; one takes {_size(need)}"
+    return (
+        f"recipe: the disk holding {run_dir} is full ({_size(free)} free): {during} failed; the "
+        f"last whole checkpoint is {last}{takes}: free space (or lower MAX_CKPT_TO_KEEP), then "
+        "the same command resumes"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

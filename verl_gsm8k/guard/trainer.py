@@ -46,6 +46,7 @@ from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.common.pause import pause_point
 from verl_gsm8k.guard.files import (
     STOP_FILE,
     append_trip,
@@ -243,6 +244,7 @@ class GuardedTrainer(PPOTrainerSync):
             remote = None if trainer.default_hdfs_dir is None else os.path.join(
                 trainer.default_hdfs_dir, f"global_step_{step}", role)  # fmt: skip
             group.save_checkpoint(str(folder / role), remote, step, max_ckpt_to_keep=None)
+            pause_point(f"save:after_{role}")  # tests: a kill lands mid-save (test_train_cpu.py)
         folder.mkdir(parents=True, exist_ok=True)
         partial = folder / ".data.pt.tmp"
         torch.save(self.train_dataloader.state_dict(), partial)
@@ -265,6 +267,10 @@ class GuardedTrainer(PPOTrainerSync):
         if not self.keep_best or step < 1 or step == self.sick_step or not finite(value):
             return metrics
         best = read_best(self.run_dir)
+        if best is not None and best.get("metric") != self.best_metric:
+            say(f"the kept best (step {best['step']}) is by {best.get('metric')}, not "
+                f"{self.best_metric}: this run's own best replaces it")  # fmt: skip
+            best = None
         if best is not None and best["step"] != step and best["value"] >= float(value):
             return metrics
         if self.saved_step != step:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from verl_gsm8k.common.launch_record import STAMP, RecordError, build_record, write_record
-from verl_gsm8k.launch.resume import MODES, latest_checkpoint, refusal
+from verl_gsm8k.launch.resume import MODES, latest_checkpoint, refusal, set_aside
 from verl_gsm8k.launch.verify import NoWholeCheckpoint, resume_point, steps_in, track
 
 PROG = "verl_gsm8k.launch"
@@ -60,6 +60,19 @@ def uses_critic(config: dict) -> bool:
     from verl.trainer.ppo.utils import need_critic
 
     return bool(need_critic(OmegaConf.create(config)))
+
+
+def loads(config: dict) -> dict[str, list[str]]:
+    """Each role's ``checkpoint.load_contents`` as verl resolves it (what its resume reads)."""
+    keys = {"actor": ("actor_rollout_ref", "actor"), "critic": ("critic",)}
+    found = {}
+    for role, path in keys.items():
+        node: object = config
+        for part in (*path, "checkpoint", "load_contents"):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, list):
+            found[role] = [str(item) for item in node]
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 roles: tuple[str, ...] = ()
                 if args.run_dir.is_dir() and steps_in(args.run_dir):
                     roles = ("actor", "critic") if uses_critic(config) else ("actor",)
-                step, said = resume_point(args.run_dir, roles, write=False)
+                step, said = resume_point(args.run_dir, roles, write=False, loads=loads(config))
             else:
                 step = latest_checkpoint(args.run_dir)
         stop = refusal(args.run_dir, step, record, args.resume)
@@ -147,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if args.trainer == "ppo" and step is not None:
             track(args.run_dir, step)
+        if args.resume == "disable":
+            said += set_aside(args.run_dir, args.stamp)
         for line in said:
             print(line)
         path = write_record(args.run_dir, record)

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.launch_record import read_record, record_path, record_paths
-from verl_gsm8k.guard.files import read_stamp
+from verl_gsm8k.guard.files import BEST_FILE, read_stamp
+from verl_gsm8k.guard.prune import TRACKER
 
 MODES = ("auto", "force", "disable")
 
@@ -169,3 +170,23 @@ def refusal(run_dir: Path, step: int | None, new: dict[str, Any], mode: str) -> 
         "which verl would resume silently: set a new EXPERIMENT_NAME for a new run, or "
         "RESUME=force to continue that checkpoint with the new settings"
     )
+
+
+def set_aside(run_dir: Path, stamp: str) -> list[str]:
+    """RESUME=disable in a directory that holds an earlier run: its checkpoints, tracker and kept
+    best move to ``superseded-<stamp>/`` (nothing deleted; each step there still merges), so that
+    the new run's steps 1, 2, ... are not pruned as older than the old run's higher ones, nor
+    measured against the old run's best. The lines to say."""
+    moved = [p for p in run_dir.glob("global_step_*") if p.is_dir()] if run_dir.is_dir() else []
+    moved += [run_dir / name for name in (TRACKER, BEST_FILE) if (run_dir / name).exists()]
+    if not moved:
+        return []
+    aside = run_dir / f"superseded-{stamp}"
+    aside.mkdir()
+    for path in sorted(moved):
+        path.rename(aside / path.name)
+    steps = sorted(p.name for p in aside.glob("global_step_*"))
+    return [
+        f"resume: RESUME=disable: the earlier run's {len(steps)} checkpoint(s), tracker and kept "
+        f"best moved to {aside} (nothing deleted; merge.sh takes a step there)"
+    ]

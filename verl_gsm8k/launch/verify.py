@@ -16,6 +16,7 @@ inspection.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from verl_gsm8k.common.atomic_io import write_atomic
@@ -26,6 +27,18 @@ from verl_gsm8k.merge.scan import ShardError, check_intact, scan_shard
 TRACKER = "latest_checkpointed_iteration.txt"
 STEP_DIR = re.compile(r"global_step_(\d+)")
 KINDS = ("model", "optim", "extra_state")
+# verl's ``checkpoint.load_contents`` (default: its ``save_contents``) -> the shards it loads
+# besides the model's: a run saved with save_contents=[model,extra] writes no optimizer shard and
+# resumes without one.
+LOADED = {"optimizer": "optim", "extra": "extra_state"}
+Loads = Mapping[str, Sequence[str]]  # role -> verl's load_contents of that role
+
+
+def loaded_kinds(contents: Sequence[str] | None) -> tuple[str, ...]:
+    """The shard kinds besides the model's that verl loads for a role (None: all of them)."""
+    if contents is None:
+        return KINDS[1:]
+    return tuple(kind for name, kind in LOADED.items() if name in contents)
 
 
 class NoWholeCheckpoint(Exception):
@@ -37,7 +50,7 @@ def steps_in(run_dir: Path) -> list[int]:
     return sorted(int(m.group(1)) for m in found if m)
 
 
-def problem(step_dir: Path, roles: tuple[str, ...]) -> str | None:
+def problem(step_dir: Path, roles: tuple[str, ...], loads: Loads | None = None) -> str | None:
     """Why verl could not (or must not) resume from STEP_DIR, or None when every file it loads is
     whole and the watchdog did not mark it sick."""
     if (step_dir / SICK_FILE).exists():
@@ -48,7 +61,7 @@ def problem(step_dir: Path, roles: tuple[str, ...]) -> str | None:
             if not role_dir.is_dir():
                 return f"no {role}/ in {step_dir}"
             ckpt = check_checkpoint(role_dir, role)  # model shards (CRC), fsdp_config, huggingface/
-            for kind in KINDS[1:]:
+            for kind in loaded_kinds(None if loads is None else loads.get(role)):
                 for rank in range(ckpt.world_size):
                     shard = role_dir / f"{kind}_world_size_{ckpt.world_size}_rank_{rank}.pt"
                     if not shard.is_file():
@@ -80,7 +93,7 @@ def track(run_dir: Path, step: int) -> None:
 
 
 def resume_point(
-    run_dir: Path, roles: tuple[str, ...], *, write: bool = True
+    run_dir: Path, roles: tuple[str, ...], *, write: bool = True, loads: Loads | None = None
 ) -> tuple[int | None, list[str]]:
     """The step a relaunch resumes from (None: no checkpoint, training starts from scratch) and
     the lines to say; the tracker is rewritten when it must change (``write=False``: left as it
@@ -94,7 +107,7 @@ def resume_point(
     tracked = tracked_step(run_dir)
     said: list[str] = []
     if tracked is not None and tracked in steps:
-        why = problem(run_dir / f"global_step_{tracked}", roles)
+        why = problem(run_dir / f"global_step_{tracked}", roles, loads)
         if why is None:
             return tracked, [f"resume: global_step_{tracked} is whole (every shard checked)"]
         said.append(f"resume: global_step_{tracked}, which {TRACKER} names, is not whole: {why}")
@@ -107,7 +120,7 @@ def resume_point(
         )
         candidates = steps
     for step in reversed(candidates):
-        why = problem(run_dir / f"global_step_{step}", roles)
+        why = problem(run_dir / f"global_step_{step}", roles, loads)
         if why is None:
             if write:
                 track(run_dir, step)

@@ -60,7 +60,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from verl_gsm8k.guard.files import BEST_FILE, BestError, read_best
+from verl_gsm8k.guard.files import BEST_FILE, BestError, read_best, read_stamp
 from verl_gsm8k.merge.lora import LoraError, fold_adapter
 from verl_gsm8k.merge.portable import PortableError, needs_rewrite, rewrite_as_one_rank
 from verl_gsm8k.merge.scan import ShardError, check_shards
@@ -146,6 +146,13 @@ def best_step_dir(run_dir: Path) -> tuple[Path, dict]:
     if not path.is_dir():
         raise CheckpointError(
             f"{run_dir / BEST_FILE} names step {best['step']} but {path} is missing"
+        )
+    saved_by, scored_by = read_stamp(run_dir, best["step"]), best.get("launch")
+    if scored_by and saved_by and saved_by != scored_by:  # unstamped: cannot tell
+        raise CheckpointError(
+            f"{run_dir / BEST_FILE} names step {best['step']} as validated by launch {scored_by}, "
+            f"but {path} was saved by launch {saved_by}: its weights are not the "
+            "ones that scored; merge a step with RUN_DIR/global_step_N"
         )
     return path, best
 

@@ -69,12 +69,12 @@ def kept_checkpoints(cfg: Any) -> int | None:
     if keep is not None and int(keep) > 0:
         if not guarded(cfg):
             return int(keep)
-        best = bool((cfg.get("gsm8k_guard") or {}).get("keep_best", False))
-        return int(keep) + 1 + int(best)
+        return int(keep) + 1 + int(keeps_best(cfg))
     steps, freq = cfg.trainer.get("total_training_steps"), int(cfg.trainer.get("save_freq", -1))
     if steps is None or freq <= 0:
         return None
-    return max(1, int(steps) // freq)
+    # MAX_CKPT_TO_KEEP=0 keeps every save, and the best steps saved between them
+    return max(1, int(steps) // freq) + int(keeps_best(cfg))
 
 
 def existing_parent(path: Path) -> Path:
@@ -83,12 +83,19 @@ def existing_parent(path: Path) -> Path:
     return path
 
 
+def keeps_best(cfg: Any) -> bool:
+    return guarded(cfg) and bool((cfg.get("gsm8k_guard") or {}).get("keep_best", False))
+
+
 def check_disk(cfg: Any, hf_configs: dict[str, Any], report: Report) -> None:
-    if int(cfg.trainer.get("save_freq", -1)) <= 0:
+    saves = int(cfg.trainer.get("save_freq", -1)) > 0
+    if not saves and not keeps_best(cfg):
         report.ok("checkpoint", "trainer.save_freq <= 0: this run writes no checkpoint")
         return
     one = checkpoint_bytes(cfg, hf_configs)
-    kept = kept_checkpoints(cfg)
+    # no save step: the kept best alone (each new best replaces the last: one, and the next
+    # for a moment); otherwise the kept ones
+    kept = kept_checkpoints(cfg) if saves else 2
     run_dir = Path(str(cfg.trainer.default_local_dir))
     free = shutil.disk_usage(existing_parent(run_dir)).free
     size = f"{one / GIB:.2f} GiB a checkpoint (fp32 weights + Adam states of each trained role)"

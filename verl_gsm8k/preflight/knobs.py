@@ -141,6 +141,7 @@ KNOBS: tuple[Knob, ...] = (
         ),
     ),  # fmt: skip
     Knob("STOP_GRACE_S", NON_NEGATIVE_INT),
+    Knob("LOCK_WAIT_S", NON_NEGATIVE_INT),
     Knob("RESUME", one_of("auto", "force", "disable")),
     Knob("DRY_RUN", SWITCH),
     Knob("SKIP_PREFLIGHT", SWITCH),
