@@ -1,0 +1,48 @@
+"""The guarded trainer's own bookkeeping (verl_gsm8k/guard/trainer.py) on the real class, with
+verl's validation itself stood in for: the kept best. Its saves, kills and watchdog stops run for
+real in tests/test_train_cpu.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from verl_gsm8k.guard.files import read_best, write_best
+
+METRIC = "val-core/openai/gsm8k/acc/mean@1"
+
+
+def trainer_at(step: int, run_dir: Path):
+    from verl_gsm8k.guard.trainer import GuardedTrainer
+
+    trainer = GuardedTrainer.__new__(GuardedTrainer)  # no verl workers: _validate alone
+    trainer.run_dir, trainer.keep_best, trainer.best_metric = run_dir, True, METRIC
+    trainer.global_steps, trainer.sick_step, trainer.saved_step = step, None, step
+    trainer.stamp = "20261126T000000Z"
+    return trainer
+
+
+def test_a_best_by_another_metric_is_replaced_not_compared(tmp_path, monkeypatch):
+    """BEST_METRIC changed between launches (issue 34, hole 6): the old best's value is of
+    another metric, so this run's first validation is its best, whatever the two numbers."""
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    monkeypatch.setattr(PPOTrainerSync, "_validate", lambda self, *a, **k: {METRIC: 0.4})
+    write_best(tmp_path, 3, "val-aux/openai/gsm8k/reward/mean@1", 0.9, "20261125T000000Z")
+    trainer_at(6, tmp_path)._validate()
+    best = read_best(tmp_path)
+    assert (best["step"], best["metric"], best["value"]) == (6, METRIC, 0.4)
+    # the same metric: compared, a lower value keeps the best
+    monkeypatch.setattr(PPOTrainerSync, "_validate", lambda self, *a, **k: {METRIC: 0.3})
+    trainer_at(7, tmp_path)._validate()
+    assert read_best(tmp_path)["step"] == 6
+
+
+@pytest.mark.parametrize("value", [float("nan"), None])
+def test_a_validation_without_a_finite_value_keeps_no_best(tmp_path, monkeypatch, value):
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    monkeypatch.setattr(PPOTrainerSync, "_validate", lambda self, *a, **k: {METRIC: value})
+    trainer_at(4, tmp_path)._validate()
+    assert read_best(tmp_path) is None
