@@ -50,7 +50,7 @@ def healthy_steps(n: int = 25, seed: int = 0, kl_key: str = "actor/reward_kl_pen
                 "actor/ppo_kl": rng.uniform(-0.003, 0.003),
                 "actor/pg_clipfrac": rng.uniform(0.0, 0.01),
                 "response_length/mean": 230 - 3 * i + rng.uniform(-10, 10),
-                "response_length/clip_ratio": rng.uniform(0.0, 0.1),
+                "response_length/min": 40 + rng.uniform(-10, 10),
             }
         )
     return steps
@@ -217,11 +217,15 @@ def test_a_run_of_exploding_grad_norms_trips_one_spike_does_not() -> None:
 def test_length_collapse_and_every_response_at_the_limit() -> None:
     (trip,) = check(after_history(), with_(**{"response_length/mean": 20.0}))
     assert (trip.rule, trip.metric) == ("length_collapse", "response_length/mean")
-    (trip,) = check(after_history(), with_(**{"response_length/clip_ratio": 1.0}))
-    assert (trip.rule, trip.metric) == ("length_collapse", "response_length/clip_ratio")
+    limited = Watchdog(Thresholds(), healthy_steps(25), response_limit=256)
+    (trip,) = check(limited, with_(**{"response_length/min": 256.0}))
+    assert (trip.rule, trip.metric) == ("length_collapse", "response_length/min")
+    assert check(limited, with_(**{"response_length/min": 255.0})) == []
+    off = Watchdog(Thresholds(length_at_limit=False), healthy_steps(25), response_limit=256)
+    assert check(off, with_(**{"response_length/min": 256.0})) == []
     # a random model whose responses all run to the limit from the start is no collapse
-    cut = [dict(s, **{"response_length/clip_ratio": 0.95}) for s in healthy_steps(25)]
-    assert check(Watchdog(Thresholds(), cut), with_(**{"response_length/clip_ratio": 1.0})) == []
+    cut = [dict(s, **{"response_length/min": 256.0}) for s in healthy_steps(25)]
+    assert check(Watchdog(Thresholds(), cut, 256), with_(**{"response_length/min": 256.0})) == []
 
 
 def test_entropy_collapse_below_the_floor_or_a_fraction_of_the_start() -> None:
@@ -298,7 +302,6 @@ PLANTED = {
     "clip_fraction": ({"clip_fraction_ceiling": None}, {"actor/pg_clipfrac": 0.9}),
     "ppo_kl": ({"ppo_kl_ceiling": 0}, {"actor/ppo_kl": 3.0}),
     "length_fraction": ({"length_fraction": 0}, {"response_length/mean": 10.0}),
-    "length_limit": ({"length_limit_share": None}, {"response_length/clip_ratio": 1.0}),
     "entropy_floor": ({"entropy_floor": None, "entropy_fraction": 0}, {"actor/entropy": 1e-4}),
     "reward_collapse": ({"reward_drop": None}, {"critic/score/mean": -5.0}),
 }

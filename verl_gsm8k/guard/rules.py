@@ -40,9 +40,12 @@ The rules, at most one trip each, in this order (each off with its knob at 0 or 
 - ``clipped_update``: ``actor/pg_clipfrac`` above ``clip_fraction_ceiling`` or ``actor/ppo_kl``
   above ``ppo_kl_ceiling``: the update moved the policy far from the one that sampled.
 - ``length_collapse``: ``response_length/mean`` below ``length_fraction`` x the median of the
-  first ``length_start_steps`` healthy steps, or ``response_length/clip_ratio`` at
-  ``length_limit_share`` (every response cut at the limit) where the first steps' median was
-  below half of it (a random model that never ends a response is not a collapse).
+  first ``length_start_steps`` healthy steps, or (``length_at_limit``) ``response_length/min``
+  at the run's ``data.max_response_length`` (every response cut there) where none of the first
+  steps' was. Not verl's ``response_length/clip_ratio``: under the agent loop it is the share of
+  responses as long as the step's longest one, 0.99 on some steps of a healthy learning run.
+  A run whose shortest responses were at the limit from the start (a random model that rarely
+  ends one) is no collapse.
 - ``entropy_collapse``: ``actor/entropy`` below ``entropy_floor`` (nats/token), or below
   ``entropy_fraction`` x the median of the run's first ``entropy_start_steps`` healthy steps.
   Both: an absolute floor alone separates every healthy run below (the tiny model's low entropy
@@ -94,7 +97,7 @@ UPDATE_PATTERNS = ("pg_loss", "vf_loss", "grad_norm", "ppo_kl", "clipfrac")
 ROLLOUT, UPDATE = "rollout", "update"
 GRAD_NORM_KEYS = ("actor/grad_norm", "critic/grad_norm")
 CLIPFRAC_KEY, PPO_KL_KEY = "actor/pg_clipfrac", "actor/ppo_kl"
-LENGTH_KEY, LENGTH_CLIP_KEY = "response_length/mean", "response_length/clip_ratio"
+LENGTH_KEY, LENGTH_MIN_KEY = "response_length/mean", "response_length/min"
 KL_KEYS = ("actor/reward_kl_penalty", "actor/kl_loss")  # KL in the reward (PPO), as a loss (GRPO)
 ENTROPY_KEY = "actor/entropy"
 SCORE_KEY = "critic/score/mean"
@@ -216,8 +219,14 @@ def repeated_count(responses: Sequence[Sequence[int]], repeat: float, min_length
 class Watchdog:
     """The rules over one run: ``check`` a step, ``accept`` it into the history if it goes on."""
 
-    def __init__(self, thresholds: Thresholds, history: Sequence[Mapping[str, float]] = ()) -> None:
+    def __init__(
+        self,
+        thresholds: Thresholds,
+        history: Sequence[Mapping[str, float]] = (),
+        response_limit: int | None = None,
+    ) -> None:
         self.thresholds = thresholds
+        self.response_limit = response_limit  # data.max_response_length, for length_at_limit
         self._kl: deque[float] = deque(maxlen=thresholds.kl_spike_window)
         self._kl_seen = 0
         self._entropy_start: list[float] = []
@@ -228,7 +237,7 @@ class Watchdog:
         grad_span = thresholds.grad_norm_window + thresholds.grad_norm_run - 1
         self._grad_norms = {key: deque(maxlen=grad_span) for key in GRAD_NORM_KEYS}
         self._length_start: list[float] = []
-        self._clip_start: list[float] = []
+        self._min_start: list[float] = []
         for metrics in history:
             self.accept(metrics)
 
@@ -275,7 +284,7 @@ class Watchdog:
             norm = _finite(metrics, key)
             if norm is not None:
                 norms.append(norm)
-        for key, start in ((LENGTH_KEY, self._length_start), (LENGTH_CLIP_KEY, self._clip_start)):
+        for key, start in ((LENGTH_KEY, self._length_start), (LENGTH_MIN_KEY, self._min_start)):
             value = _finite(metrics, key)
             if value is not None and len(start) < t.length_start_steps:
                 start.append(value)
@@ -386,15 +395,16 @@ class Watchdog:
                 first = len(self._length_start)
                 threshold = f"< {fraction:g} x median of the first {first} steps ({base:.3g})"
                 return Trip("length_collapse", LENGTH_KEY, value, threshold)
-        if len(self._clip_start) >= t.length_start_steps:
-            share, value = _knob(t.length_limit_share), _finite(metrics, LENGTH_CLIP_KEY)
-            base = statistics.median(self._clip_start)
-            if share is not None and value is not None and value >= share and base < share / 2:
+        limit = self.response_limit
+        if t.length_at_limit and limit and len(self._min_start) >= t.length_start_steps:
+            shortest = _finite(metrics, LENGTH_MIN_KEY)
+            if shortest is not None and shortest >= limit and max(self._min_start) < limit:
                 threshold = (
-                    f">= {share:g} of the responses cut at the length limit; the first "
-                    f"{len(self._clip_start)} steps: {base:.3g}"
+                    f">= {limit} (data.max_response_length): every response cut at the limit; "
+                    f"the first {len(self._min_start)} steps' shortest: {max(self._min_start):.3g}"
+                    " at most"
                 )
-                return Trip("length_collapse", LENGTH_CLIP_KEY, value, threshold)
+                return Trip("length_collapse", LENGTH_MIN_KEY, shortest, threshold)
         return None
 
     def _entropy_collapse(self, metrics: Mapping[str, Any]) -> Trip | None:

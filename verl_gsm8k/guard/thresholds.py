@@ -86,10 +86,10 @@ class Thresholds:
     clip_fraction_ceiling: float | None = 0.6
     ppo_kl_ceiling: float | None = 1.0
     # length_collapse: response_length/mean < fraction x the median of the first `start_steps`
-    # healthy steps (0/null: off), or response_length/clip_ratio >= limit_share (every response
-    # cut at the length limit) where the first steps' median was below half of it (0/null: off).
+    # healthy steps (0/null: off), or, with length_at_limit, every response of the step cut at
+    # data.max_response_length (response_length/min at it) where none of the first steps was.
     length_fraction: float | None = 0.2
-    length_limit_share: float | None = 1.0
+    length_at_limit: bool | None = True
     length_start_steps: int = 5
     # entropy_collapse: actor/entropy < floor (nats/token; 0/null: this bar off), or < fraction x
     # the median of the first `start_steps` healthy steps (0/null: this bar off).
@@ -112,16 +112,15 @@ class Thresholds:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"{CONFIG_BLOCK}.mode: {self.mode!r} is not one of {', '.join(MODES)}")
-        flag = self.non_finite
-        if not (flag is None or (isinstance(flag, int) and flag in (0, 1))):
-            raise ValueError(
-                f"{CONFIG_BLOCK}.non_finite: {self.non_finite!r} is not true, false or null"
-            )
+        for name in ("non_finite", "length_at_limit"):
+            flag = getattr(self, name)
+            if not (flag is None or (isinstance(flag, int) and flag in (0, 1))):
+                raise ValueError(f"{CONFIG_BLOCK}.{name}: {flag!r} is not true, false or null")
         for name in ("kl_spike_factor", "entropy_floor", "reward_drop", "kl_ceiling",
                      "grad_norm_factor", "ppo_kl_ceiling"):  # fmt: skip
             _number(self, name, optional=True)
         for name in ("entropy_fraction", "degenerate_share", "clip_fraction_ceiling",
-                     "length_fraction", "length_limit_share"):  # fmt: skip
+                     "length_fraction"):  # fmt: skip
             _number(self, name, optional=True, most=1.0)
         _number(self, "kl_spike_floor")
         _number(self, "degenerate_repeat", most=1.0, positive=True)

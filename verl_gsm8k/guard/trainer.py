@@ -118,7 +118,8 @@ class GuardedTrainer(PPOTrainerSync):
         self.best_metric: str = settings["best_metric"]
         self.run_dir = Path(config.trainer.default_local_dir)
         self.stamp = launch_stamp()
-        self.watchdog = Watchdog(settings["thresholds"])
+        self.response_limit = int(config.data.get("max_response_length") or 0) or None
+        self.watchdog = Watchdog(settings["thresholds"], response_limit=self.response_limit)
         self.sick_step: int | None = None  # the step the watchdog stopped (no checkpoint of it)
         self.saved_step: int | None = None  # the step this launch saved last
         self.stop_at: int | None = None  # the step after which fit ends (trip or stop request)
@@ -131,7 +132,7 @@ class GuardedTrainer(PPOTrainerSync):
         if self.global_steps > 0:
             self.saved_step = self.global_steps  # the resumed checkpoint exists: never saved again
         history = logged_history(self.run_dir, self.global_steps + 1)
-        self.watchdog = Watchdog(self.watchdog.thresholds, history)
+        self.watchdog = Watchdog(self.watchdog.thresholds, history, self.response_limit)
         return super().fit(*args, **kwargs)
 
     def step(self, metrics: dict, timing_raw: dict) -> Any:
