@@ -39,6 +39,24 @@ default sits beyond the healthy extreme). Measured 2026-11-25 on:
 - reward_collapse (drop 0.25, window 5, min history 10): the largest fall of the 5-step mean
   below its best so far is 0.064 in the 0.5B runs (3.9 x below the drop), 0.011 in the learning
   runs; the smoke runs score 0 throughout.
+
+Added by issue 34 (slow divergence), measured 2026-11-26 on the same 0.5B logs, the suite's PPO
+learning run and its smoke run taken to step 8 by the kill test (actor lr 1e-2 on a random
+model: the fastest drift of any healthy run here):
+- skipped_updates (3 in 10 steps): no run here skipped a single update (no non-finite grad
+  norm); 2 in 10 go on, as "occasional" allows; the smoke run's planted NaN reward (step 9)
+  skips one update beside its non_finite stop.
+- kl_ceiling (2.0): the largest KL is 0.35 in the 0.5B runs (5.7 x below), 0.15 in the learning
+  run, 1.18 in the smoke run at step 8 (1.7 x below). A KL growing 25 % a step from the healthy
+  0.08 never spikes against its median, and meets the ceiling on its 15th step.
+- grad_norm_explosion (3 steps each > 10 x the median of the 10 before): the largest such run
+  is 3.95 x (0.5B critic; single spikes reach 29 x, which the rule does not count), 1.27 x in
+  the learning run; the smoke run never has the 12 steps of history it needs.
+- clipped_update (pg_clipfrac 0.6, ppo_kl 1.0): at most 0.009 and 0.005 in the 0.5B runs, 0.008
+  and 0.005 in the learning run, 0.23 and 0.20 in the smoke run (2.6 x and 4.9 x below).
+- length_collapse (0.2 x the first 5 steps' median; every response at the limit): the mean
+  length falls to 0.61 of its start in the 0.5B runs, 0.91 in the learning run, 0.81 in the
+  smoke run; in the smoke run some response of every step ends before the limit.
 """
 
 from __future__ import annotations
