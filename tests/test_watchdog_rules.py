@@ -217,15 +217,15 @@ def test_a_run_of_exploding_grad_norms_trips_one_spike_does_not() -> None:
 def test_length_collapse_and_every_response_at_the_limit() -> None:
     (trip,) = check(after_history(), with_(**{"response_length/mean": 20.0}))
     assert (trip.rule, trip.metric) == ("length_collapse", "response_length/mean")
-    limited = Watchdog(Thresholds(), healthy_steps(25), response_limit=256)
-    (trip,) = check(limited, with_(**{"response_length/min": 256.0}))
+    limited = Watchdog(Thresholds(), healthy_steps(25), response_limit=512)  # starts near 230
+    (trip,) = check(limited, with_(**{"response_length/min": 512.0}))
     assert (trip.rule, trip.metric) == ("length_collapse", "response_length/min")
-    assert check(limited, with_(**{"response_length/min": 255.0})) == []
-    off = Watchdog(Thresholds(length_at_limit=False), healthy_steps(25), response_limit=256)
-    assert check(off, with_(**{"response_length/min": 256.0})) == []
-    # a random model whose responses all run to the limit from the start is no collapse
-    cut = [dict(s, **{"response_length/min": 256.0}) for s in healthy_steps(25)]
-    assert check(Watchdog(Thresholds(), cut, 256), with_(**{"response_length/min": 256.0})) == []
+    assert check(limited, with_(**{"response_length/min": 511.0})) == []
+    off = Watchdog(Thresholds(length_at_limit=False), healthy_steps(25), response_limit=512)
+    assert check(off, with_(**{"response_length/min": 512.0})) == []
+    # a random model whose responses run near the limit from the start is no collapse
+    near = [dict(s, **{"response_length/mean": 480.0}) for s in healthy_steps(25)]
+    assert check(Watchdog(Thresholds(), near, 512), with_(**{"response_length/min": 512.0})) == []
 
 
 def test_entropy_collapse_below_the_floor_or_a_fraction_of_the_start() -> None:

@@ -41,11 +41,12 @@ The rules, at most one trip each, in this order (each off with its knob at 0 or 
   above ``ppo_kl_ceiling``: the update moved the policy far from the one that sampled.
 - ``length_collapse``: ``response_length/mean`` below ``length_fraction`` x the median of the
   first ``length_start_steps`` healthy steps, or (``length_at_limit``) ``response_length/min``
-  at the run's ``data.max_response_length`` (every response cut there) where none of the first
-  steps' was. Not verl's ``response_length/clip_ratio``: under the agent loop it is the share of
-  responses as long as the step's longest one, 0.99 on some steps of a healthy learning run.
-  A run whose shortest responses were at the limit from the start (a random model that rarely
-  ends one) is no collapse.
+  at the run's ``data.max_response_length`` (every response cut there) where the first steps'
+  mean length was below half of it. Not verl's ``response_length/clip_ratio``: under the agent
+  loop it is the share of responses as long as the step's longest one, 0.99 on some steps of a
+  healthy learning run.
+  A run whose responses ran near the limit from the start (a random model that rarely ends
+  one: the smoke run cuts all 16 at some steps) is no collapse.
 - ``entropy_collapse``: ``actor/entropy`` below ``entropy_floor`` (nats/token), or below
   ``entropy_fraction`` x the median of the run's first ``entropy_start_steps`` healthy steps.
   Both: an absolute floor alone separates every healthy run below (the tiny model's low entropy
@@ -237,7 +238,6 @@ class Watchdog:
         grad_span = thresholds.grad_norm_window + thresholds.grad_norm_run - 1
         self._grad_norms = {key: deque(maxlen=grad_span) for key in GRAD_NORM_KEYS}
         self._length_start: list[float] = []
-        self._min_start: list[float] = []
         for metrics in history:
             self.accept(metrics)
 
@@ -284,10 +284,9 @@ class Watchdog:
             norm = _finite(metrics, key)
             if norm is not None:
                 norms.append(norm)
-        for key, start in ((LENGTH_KEY, self._length_start), (LENGTH_MIN_KEY, self._min_start)):
-            value = _finite(metrics, key)
-            if value is not None and len(start) < t.length_start_steps:
-                start.append(value)
+        length = _finite(metrics, LENGTH_KEY)
+        if length is not None and len(self._length_start) < t.length_start_steps:
+            self._length_start.append(length)
         score = _finite(metrics, SCORE_KEY)
         if score is not None:
             self._scores.append(score)
@@ -396,13 +395,12 @@ class Watchdog:
                 threshold = f"< {fraction:g} x median of the first {first} steps ({base:.3g})"
                 return Trip("length_collapse", LENGTH_KEY, value, threshold)
         limit = self.response_limit
-        if t.length_at_limit and limit and len(self._min_start) >= t.length_start_steps:
-            shortest = _finite(metrics, LENGTH_MIN_KEY)
-            if shortest is not None and shortest >= limit and max(self._min_start) < limit:
+        if t.length_at_limit and limit and len(self._length_start) >= t.length_start_steps:
+            shortest, base = _finite(metrics, LENGTH_MIN_KEY), statistics.median(self._length_start)
+            if shortest is not None and shortest >= limit and base < limit / 2:
                 threshold = (
-                    f">= {limit} (data.max_response_length): every response cut at the limit; "
-                    f"the first {len(self._min_start)} steps' shortest: {max(self._min_start):.3g}"
-                    " at most"
+                    f">= {limit} (data.max_response_length): every response cut at the limit, "
+                    f"where the first {len(self._length_start)} steps' mean length was {base:.3g}"
                 )
                 return Trip("length_collapse", LENGTH_MIN_KEY, shortest, threshold)
         return None
