@@ -221,6 +221,11 @@ fi
 if [[ "$TRAIN_ON" == cpu ]]; then
   DEVICE_OVERRIDES+=("+device=cpu$OVERLAY_SUFFIX")
   VERL_MODULES+=(verl_gsm8k.verl_plugins.cpu_platform)
+  # One compute thread per process: a CPU run's processes share the cores, and torch's default of
+  # a thread per core in each (Ray gives its workers one per CPU they hold: several) makes them
+  # wait on each other; an SFT step of the tiny model took 2.1 s on 2 threads, 0.32 s on one
+  # (docs/cpu.md, "Threads"). On a machine with cores to spare, set OMP_NUM_THREADS yourself.
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
   export VERL_PLATFORM=cpu                 # verl's platform registry picks verl_plugins/cpu_platform.py
   export VERL_ENGINE_DEVICE=cuda           # verl registers its FSDP engines for cuda/npu only
   if [[ "$TRAINER" == ppo ]]; then
