@@ -46,3 +46,27 @@ def test_a_validation_without_a_finite_value_keeps_no_best(tmp_path, monkeypatch
     monkeypatch.setattr(PPOTrainerSync, "_validate", lambda self, *a, **k: {METRIC: value})
     trainer_at(4, tmp_path)._validate()
     assert read_best(tmp_path) is None
+
+
+def test_a_resumed_watchdog_reads_the_logged_history_of_every_launch(tmp_path):
+    """guard/trainer.py's logged_history: the steps before the resumed one, from every metrics
+    file of the run (one per launch, as recipes/common.sh names them), a step logged twice taken
+    from the later launch, validation-only lines (no score) and later steps left out."""
+    import json
+
+    from verl_gsm8k.guard.trainer import SCORE_KEY, logged_history
+
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+
+    def launch(stamp: str, rows: list[tuple[int, dict]]) -> None:
+        lines = [json.dumps({"step": step, "data": data}) for step, data in rows]
+        (metrics / f"metrics-{stamp}.jsonl").write_text("\n".join(lines) + "\n")
+
+    launch("20261126T000000Z", [(0, {"val-core/x": 0.1}), (1, {SCORE_KEY: 0.1}),
+                                (2, {SCORE_KEY: 0.2}), (3, {SCORE_KEY: 0.3})])  # fmt: skip
+    launch("20261126T010000Z", [(3, {SCORE_KEY: 0.33}), (4, {SCORE_KEY: 0.4}),
+                                (5, {SCORE_KEY: 0.5})])  # fmt: skip
+    (metrics / "metrics-20261126T020000Z.jsonl").write_text('{"step": 5, "da')  # cut by a kill
+    history = logged_history(tmp_path, before=5)
+    assert [row[SCORE_KEY] for row in history] == [0.1, 0.2, 0.33, 0.4]
