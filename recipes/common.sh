@@ -459,7 +459,7 @@ lock_run_dir() {
       exit 2
     fi
   fi
-  printf 'launch %s, pid %s on %s\n' "$1" "$$" "$(hostname)" >"$lock"
+  printf 'launch %s, pid %s on %s\n' "$1" "$$" "${HOSTNAME:-localhost}" >"$lock"
 }
 
 # SIGTERM (a preemption: Slurm, Kubernetes, spot instances): ask the trainer to save the step in
