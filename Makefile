@@ -34,11 +34,11 @@ format:  ## apply ruff fixes and formatting
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# Two pytest-xdist workers: the training runs in order on one, everything else on the other
-# (tests/conftest.py, SERIAL_FILES).
+# Two pytest-xdist workers: the two chains of training runs side by side, one on each, then
+# everything else (tests/conftest.py, SERIAL_GROUPS).
 TEST_WORKERS ?= 2
 
-test: lint  ## lint, then the whole CPU test suite, real CPU training included (~43 min on 2 cores; docs/testing.md)
+test: lint  ## lint, then the whole CPU test suite, real CPU training included (its time: docs/testing.md)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast:  ## the suite without the slow tests (no training runs): for iteration, not for CI
