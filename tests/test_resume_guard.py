@@ -213,27 +213,25 @@ def test_sft_configs_are_compared_the_same_way(tmp_path):
         assert differences(old, changed(old, key, value)) == [f"{key} {was} -> {value}"]
 
 
-def test_a_disable_launch_that_never_saved_does_not_speak_for_the_checkpoint(
+def test_a_disable_launch_sets_the_earlier_run_aside_and_it_speaks_for_nothing(
     whole_checkpoints, tmp_path, capsys
 ):
     """A saved steps 2 and 4; B started over (RESUME=disable) with other settings and died before
-    its first save. The checkpoint is still A's: A's settings resume it, B's are refused."""
+    its first save. B's launch moved A's checkpoints aside (issue 34, hole 6: they would crowd
+    out B's lower step numbers), so no relaunch resumes them, nothing is refused, nothing is
+    deleted: they stay in superseded-<B's stamp>/."""
     run = tmp_path / "run"
     assert launch(run, STAMPS[0]) == 0
     place(whole_checkpoints, run, {2: STAMPS[0], 4: STAMPS[0]})
     other = ("actor_rollout_ref.actor.optim.lr=1e-4", "actor_rollout_ref.rollout.n=4")
     assert launch(run, STAMPS[1], *other, resume="disable") == 0
-    capsys.readouterr()
-    assert launch(run, STAMPS[2], *other) == 2
-    line = refused_line(capsys)
-    assert line.startswith(f"launch: {run} holds the checkpoint of step 4 of another experiment")
-    assert f"differ from launch {STAMPS[0]}: " in line
-    assert "actor_rollout_ref.actor.optim.lr 1e-06 -> 0.0001" in line
-    assert "actor_rollout_ref.rollout.n 1 -> 4" in line and "critic.rollout_n 1 -> 4" in line
-    assert "new EXPERIMENT_NAME" in line and "RESUME=force" in line
-    assert len(read_records(run)) == 2  # nothing recorded
-    assert launch(run, STAMPS[3]) == 0  # A's settings: the checkpoint's own experiment
-    assert len(read_records(run)) == 3
+    aside = run / f"superseded-{STAMPS[1]}"
+    assert f"moved to {aside}" in capsys.readouterr().out
+    assert sorted(p.name for p in aside.iterdir()) == ["global_step_2", "global_step_4", TRACKER]
+    assert not list(run.glob("global_step_*"))
+    assert launch(run, STAMPS[2], *other) == 0  # B's settings: a start, nothing to resume
+    assert launch(run, STAMPS[3]) == 0  # A's: the same, its steps are aside, not lost
+    assert (aside / "global_step_4" / "actor").is_dir() and len(read_records(run)) == 4
 
 
 def test_the_guard_judges_the_step_verify_falls_back_to_and_a_refusal_changes_nothing(
