@@ -189,20 +189,21 @@ class GuardedTrainer(PPOTrainerSync):
         marked = sick_from if sick_from < step and sick_from in saved_steps(self.run_dir) else None
         last = self._last_healthy(sick_from)
         for trip in trips:
-            action = "stop" if trip.stops else "warn"
-            record = trip.record(step, last, self.stamp, action, marked)
-            say(f"({action}) {record['message']}")
-            append_trip(self.run_dir, record)
-            if marked is not None and action == "stop":
+            record = self._record(trip, step, last, "stop" if trip.stops else "warn", marked)
+            if marked is not None and trip.stops:
                 mark_sick(self.run_dir, marked, record)
         if marked is not None:
             self._unpoint(marked, last)
         self.sick_step = step
         self._end_after(step)
 
-    def _record(self, trip: Trip, step: int, last: int | None, action: str) -> None:
-        say(f"({action}) {trip.message(step, last)}")
-        append_trip(self.run_dir, trip.record(step, last, self.stamp, action))
+    def _record(
+        self, trip: Trip, step: int, last: int | None, action: str, marked: int | None = None
+    ) -> dict[str, Any]:
+        record = trip.record(step, last, self.stamp, action, marked)
+        say(f"({action}) {record['message']}")
+        append_trip(self.run_dir, record)
+        return record
 
     def _last_healthy(self, before: int) -> int | None:
         """The newest saved checkpoint before ``before`` that no trip marked sick."""
