@@ -202,7 +202,9 @@ hydra_quote() {
 # every process through its plugin variable, by package path: the project is installed in the venv
 # Ray's workers (and torchrun's) run. key=value arguments still win.
 DEVICE_OVERRIDES=()
-VERL_MODULES=()
+# Every checkpoint file verl loads is checked in the process that loads it, from the handle it
+# loads (verl_gsm8k/verl_plugins/checked_load.py): the launcher's check is minutes earlier.
+VERL_MODULES=(verl_gsm8k.verl_plugins.checked_load)
 # The probe loads flash-attn's CUDA extension (verl_gsm8k/common/flash_attention.py, the same
 # probe the preflight and the fallback plugin use): an installed wheel that does not load counts
 # as absent. It prints why not; empty when flash-attention works.
@@ -239,10 +241,8 @@ fi
 if [[ "$TRAINER" == ppo ]]; then
   VERL_MODULES+=(verl_gsm8k.verl_plugins.trainer)   # registers the recipes' trainer (guard, trace)
 fi
-if [[ ${#VERL_MODULES[@]} -gt 0 ]]; then
-  modules=$(IFS=,; echo "${VERL_MODULES[*]}")
-  export VERL_USE_EXTERNAL_MODULES=$modules${VERL_USE_EXTERNAL_MODULES:+,$VERL_USE_EXTERNAL_MODULES}
-fi
+modules=$(IFS=,; echo "${VERL_MODULES[*]}")
+export VERL_USE_EXTERNAL_MODULES=$modules${VERL_USE_EXTERNAL_MODULES:+,$VERL_USE_EXTERNAL_MODULES}
 # On a Ray cluster started by hand (RAY_ADDRESS set) the workers of every node were forked from
 # `ray start`, not from this shell: the job's runtime environment hands them these variables.
 # (The SFT trainer runs no Ray: torchrun starts its processes from this shell.)

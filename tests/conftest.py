@@ -158,8 +158,10 @@ def learned_ppo(learn_base: Path) -> Learned:
 
 @pytest.fixture(scope="session")
 def learned_grpo(learn_base: Path, learned_ppo: Learned) -> Learned:
-    """ALGO=grpo, after PPO: one training run at a time, the warm start cached."""
-    return learn(learn_base, "grpo")
+    """ALGO=grpo, after PPO: one training run at a time, the warm start cached. KEEP_BEST=1 (the
+    recipe keeps only steps 10 and 20 for the PPO run's checkpoint sweep): the best validation
+    step's checkpoint is saved by the guard, also between save steps."""
+    return learn(learn_base, "grpo", KEEP_BEST="1")
 
 
 @pytest.fixture(scope="session")

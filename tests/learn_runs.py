@@ -1,7 +1,8 @@
 """The learning runs the slow tests share: `bash recipes/learn_tiny.sh` (PPO, then GRPO) on this
-CPU, as a new user runs it: no setting but a fresh HOME and run root. The first launch builds the
-tiny model, the toy task and the warm start; the second reuses the cached warm start. The session
-fixtures ``learned_ppo`` and ``learned_grpo`` (tests/conftest.py) make each run once per session:
+CPU, as a new user runs it: no setting but a fresh HOME and run root (and KEEP_BEST=1 for GRPO).
+The first launch builds the tiny model, the toy task and the warm start; the second reuses the
+cached warm start. The session fixtures ``learned_ppo`` and ``learned_grpo`` (tests/conftest.py)
+make each run once per session:
 the learning proof (test_learn_cpu.py), the trace's numbers against verl's (test_trace_cpu.py) and
 the checkpoint sweep read the same two runs.
 """
@@ -38,8 +39,8 @@ def toy_dir(base: Path) -> Path:
     return cache_dir(base) / WARM_START / "data"
 
 
-def learn(base: Path, algo: str) -> Learned:
-    env = cpu_env(base / "home", base / "runs", ALGO=algo, EXPERIMENT_NAME=f"learn_{algo}")
+def learn(base: Path, algo: str, **knobs: str) -> Learned:
+    env = cpu_env(base / "home", base / "runs", ALGO=algo, EXPERIMENT_NAME=f"learn_{algo}", **knobs)
     run = launch("learn_tiny", env, timeout=1500)
     assert run.result.returncode == 0, output(run)[-6000:]
     run_dir = base / "runs" / f"learn_{algo}"

@@ -30,6 +30,7 @@ from learn_runs import STEPS, WARM_START, Learned, toy_dir, warm_start_dir
 
 from rewards.gsm8k import compute_score, compute_score_flexible
 from verl_gsm8k.bench.learning import knowledge_floor
+from verl_gsm8k.guard.files import read_trips
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 
@@ -238,11 +239,36 @@ def test_the_watchdogs_defaults_do_not_trip_on_a_healthy_run(
         kl.append(next(metrics[k] for k in KL_KEYS if k in metrics))
         entropy.append(metrics["actor/entropy"])
         share = max([share] + [top_token_share(r) for r in responses])
+    # the guarded trainer ran the same rules inside the run, the 10-step ones with their history
+    assert read_trips(run.run_dir) == [], read_trips(run.run_dir)
     score = [run.steps[s][SCORE] for s in range(1, STEPS + 1)]
     print(
         f"{algo}: KL up to {max(kl):.3g}, entropy down to {min(entropy):.3g}, top token share "
         f"in a response up to {share:.3g}, score {min(score):.3g}..{max(score):.3g}"
     )
+
+
+def test_the_best_validation_step_is_kept_whole_between_saves(learned_grpo: Learned):
+    """KEEP_BEST=1 on the GRPO run (validation every 5 steps, a save every 10): the best step is
+    the first with the highest accuracy, and its checkpoint is on disk, whole, stamped by this
+    launch, whether or not it was a save step (issue 34: the guard saves a best step itself)."""
+    from verl_gsm8k.guard.files import read_best, read_stamp
+    from verl_gsm8k.launch.verify import problem
+
+    run = learned_grpo
+    accuracy = {s: m[VAL] for s, m in sorted(run.steps.items()) if VAL in m and s > 0}
+    first_best = min(s for s, v in accuracy.items() if v == max(accuracy.values()))
+    best = read_best(run.run_dir)
+    assert best is not None, accuracy
+    assert (best["step"], best["metric"]) == (first_best, VAL), (best, accuracy)
+    step_dir = run.run_dir / f"global_step_{first_best}"
+    assert problem(step_dir, ("actor",)) is None
+    (launch,) = (run.run_dir / "launches").glob("launch-*.yaml")
+    assert read_stamp(run.run_dir, first_best) == launch.stem[len("launch-") :] == best["launch"]
+    between = first_best % 10 != 0
+    print(f"best: step {first_best} of {accuracy}", "between saves" if between else "a save step")
+    if between:  # saved by the guard alone: the recipe's own saves are steps 10 and 20
+        assert f"step {first_best} is the best so far" in run.stdout, run.stdout[-3000:]
 
 
 def test_report_page_draws_the_rising_curve(learned_ppo: Learned, tmp_path: Path):

@@ -244,6 +244,7 @@ def test_launch_on_the_cpu_loads_the_cpu_platform(tiny_model_dir, prepared_sft_d
     assert "+device=cpu_sft" in args and "+attention=sdpa_sft" in args
     assert verl_env["VERL_PLATFORM"] == "cpu" and verl_env["VERL_ENGINE_DEVICE"] == "cuda"
     assert set(verl_env["VERL_USE_EXTERNAL_MODULES"].split(",")) == {
+        "verl_gsm8k.verl_plugins.checked_load",  # the SFT trainer's resume loads are checked too
         "verl_gsm8k.verl_plugins.cpu_platform",
         "verl_gsm8k.verl_plugins.attention_fallback",
     }

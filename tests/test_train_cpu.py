@@ -270,6 +270,16 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 """
 
 
+class Planted:
+    """A pickle that runs a command when it is loaded: what a swapped-in shard could hold."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
 def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     """Last: it extends the shared run directory (steps 1-2 of the smoke run, best = step 2).
 
@@ -280,7 +290,10 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     3. the tracked step's actor shard truncated and the step before it without data.pt; the
        relaunch falls back past both, then gets SIGTERM: it saves the step in flight, exits 5;
     4. the relaunch finishes: exit 0, every step logged, the last checkpoint whole and merged;
-    5. RESUME=force with a reward that turns NaN: the watchdog stops step 9 unsaved, exit 4,
+    5. the same command again, its actor worker held right before it opens its first checkpoint
+       file, while the test swaps that (checked, whole) shard for a planted pickle: the worker
+       refuses it at the load, by name, and nothing of it runs;
+    6. RESUME=force with a reward that turns NaN: the watchdog stops step 9 unsaved, exit 4,
        marks checkpoint 8 (whose weights produced step 9's rollout) sick and names 7.
     """
     from killing import finish, kill_all, logged_steps, newest_metrics, start, wait_until
@@ -394,18 +407,41 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     redone = sum(len(seg) for seg in segments) - len({s for seg in segments for s in seg})
     figures.append(f"finished: {len(segments)} launches, {redone} step logs redone")
 
-    # 5. a reward that turns NaN: the watchdog stops the step before its checkpoint
+    # 5. a shard swapped after the launcher checked it (issue 34, hole 5): the worker holds just
+    #    before it opens its first file (common/pause.py), the test swaps the actor's model shard
+    #    for a pickle that would run a command, then lets it go on: refused in the loading process
+    import torch
+
+    held, ran = tmp_path / "paused-before-load", tmp_path / "planted-ran"
+    r5, _ = begin("swapped", dict(env, GSM8K_PAUSE_AT="load:before_open",
+                                  GSM8K_PAUSE_FILE=str(held)))  # fmt: skip
+    at = wait_until("the actor's load paused", held.exists, r5, limit)
+    shard = run_dir / "global_step_8" / "actor" / "model_world_size_1_rank_0.pt"
+    kept = shard.with_name("kept.pt")
+    os.replace(shard, kept)
+    torch.save({"weight": Planted(ran)}, shard)
+    held.unlink()  # go on
+    status5 = finish(r5, limit)
+    out5 = r5.output()
+    os.replace(kept, shard)
+    assert "resume: global_step_8 is whole" in out5, out5[-6000:]  # the launcher's check passed
+    assert status5 not in (0, 4, 5) and not ran.exists(), (status5, out5[-6000:])
+    assert (f"recipe: verl stopped at its checkpoint load: refused to load {shard}: its pickle "
+            "names the global posix.system") in out5, out5[-6000:]  # fmt: skip
+    figures.append(f"a shard swapped {at:.0f} s after the launch: refused at the load")
+
+    # 6. a reward that turns NaN: the watchdog stops the step before its checkpoint
     marker = tmp_path / "nan-now"
     reward = tmp_path / "nan_reward.py"
     reward.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'rewards')!r})\n"
                       + NAN_REWARD.format(marker=str(marker)))  # fmt: skip
     env5 = dict(env, TOTAL_TRAINING_STEPS="10", REWARD_FILE=str(reward), RESUME="force")
-    r5, m5 = begin("watchdog", env5)
-    wait_until("the metrics file", lambda: m5() is not None, r5, limit)
+    r6, m6 = begin("watchdog", env5)
+    wait_until("the metrics file", lambda: m6() is not None, r6, limit)
     marker.touch()
-    status5 = finish(r5, limit)
-    out5 = r5.output()
-    assert status5 == 4, out5[-6000:]
+    status6 = finish(r6, limit)
+    out6 = r6.output()
+    assert status6 == 4, out6[-6000:]
     # the NaN score stops the run; its NaN gradient (verl skips that update) is a warning beside
     trip, *warnings = read_trips(run_dir)
     assert [(w["rule"], w["action"]) for w in warnings] == [("skipped_update", "warn")], warnings
@@ -413,7 +449,7 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     # the tracker names 7, the newest whose weights were seen healthy (issue 34, hole 1)
     assert (trip["step"], trip["action"], trip["weights"]) == (9, "stop", "rollout"), trip
     assert (trip["last_healthy_checkpoint"], trip["sick_checkpoint"]) == (7, 8), trip
-    assert f"recipe: {trip['message']} (WATCHDOG=stop: step 9 was not saved" in out5
+    assert f"recipe: {trip['message']} (WATCHDOG=stop: step 9 was not saved" in out6
     assert not (run_dir / "global_step_9").exists() and tracker.read_text().strip() == "7"
     assert (run_dir / "global_step_8" / "watchdog_sick.json").is_file()
     assert "global_step_8: marked sick, kept, never resumed" in trip["message"]

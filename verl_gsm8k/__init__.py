@@ -12,7 +12,7 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
     launch        the resume guard and the checkpoint verification common.sh runs before verl
     evaluate      EvalScope on GSM8K, baseline vs trained, in .venv-eval (scripts/eval.sh)
     verl_plugins  modules verl imports in every process (VERL_USE_EXTERNAL_MODULES): the CPU
-                  platform, the flash-attention fallback, the recipes' trainer
+                  platform, the flash-attention fallback, the recipes' trainer, checked loads
     analysis      a run read and checked: metrics in every format verl writes, health checks
     replay        the pages beside a run's report: replay.html (the trace), rollouts.html
     runreport     one run's report.html, summary.json and terminal digest

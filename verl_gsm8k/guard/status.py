@@ -12,6 +12,7 @@ own status otherwise. Warn-mode trips of the launch are counted in a line. Stand
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -59,10 +60,39 @@ def verdict(run_dir: Path, stamp: str, verl_status: int, stopped: bool) -> tuple
             )
         return EXIT_PREEMPTED, lines
     if verl_status != 0:
-        full = disk_full(run_dir, stamp)
-        if full:
-            lines.append(full)
+        log = log_tail(run_dir, stamp)
+        said = refused_load(log) or disk_full(run_dir, log)
+        if said:
+            lines.append(said)
     return verl_status, lines
+
+
+def log_tail(run_dir: Path, stamp: str, size: int = 2_000_000) -> str:
+    """The last ``size`` bytes of the launch's console log ("" when there is none)."""
+    log = run_dir / "logs" / f"console-{stamp}.log"
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, log.stat().st_size - size))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+# verl_plugins/checked_load.py: a checkpoint file refused in the process that was loading it
+# (its ShardError travels through Ray's traceback into the console log).
+REFUSED = re.compile(r"checked load: (.+)")
+
+
+def refused_load(log: str) -> str | None:
+    """The one line for a launch whose checkpoint load refused a file (None: not that)."""
+    found = REFUSED.search(log)
+    if found is None:
+        return None
+    return (
+        f"recipe: verl stopped at its checkpoint load: {found.group(1).strip()}; nothing was "
+        "loaded from that file. Replace the file from a copy you trust, or resume from another "
+        "checkpoint (trainer.resume_mode / the tracker; docs/resume.md)"
+    )
 
 
 # What a save into a full disk leaves in verl's console log: torch's zip writer ("unexpected pos
@@ -81,18 +111,11 @@ def _size(n: float) -> str:
     return f"{n / 2**10:.0f} KiB"
 
 
-def disk_full(run_dir: Path, stamp: str) -> str | None:
+def disk_full(run_dir: Path, text: str) -> str | None:
     """The one line for a launch that died saving into a full disk (None: not that): which disk,
     which step's save, the last whole checkpoint, and what one checkpoint needs. Told by the
-    error in the console log or, since a full disk may cut that log short, by less free space
-    than the last whole checkpoint takes."""
-    log = run_dir / "logs" / f"console-{stamp}.log"
-    try:
-        with open(log, "rb") as handle:
-            handle.seek(max(0, log.stat().st_size - 2_000_000))
-            text = handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        text = ""
+    error in the console log ``text`` or, since a full disk may cut that log short, by less free
+    space than the last whole checkpoint takes."""
     free = shutil.disk_usage(run_dir).free if run_dir.is_dir() else None
     whole = tracked_step(run_dir)
     need = _bytes(run_dir / f"global_step_{whole}") if whole is not None else None

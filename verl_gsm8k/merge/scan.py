@@ -30,7 +30,7 @@ import io
 import pickle
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from verl_gsm8k.merge.portable import UnsafeGlobal, allowed
 
@@ -81,11 +81,18 @@ def scan_shard(path: Path) -> None:
     """Raise ShardError unless every pickle of the torch.save file ``path`` names only allowed
     globals (reads its pickles, a few kB, never its tensors)."""
     with path.open("rb") as handle:
-        if handle.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
-            raise ShardError(f"refused to load {path}: it does not start as a torch zip archive "
-                             "(torch.load would unpickle it as a legacy file)")  # fmt: skip
+        scan_open(handle, path)
+
+
+def scan_open(handle: BinaryIO, path: Path) -> None:
+    """``scan_shard`` of the file open as ``handle`` (``path`` names it in the error): what a
+    caller then loads from the same handle is what was scanned, whatever the path names by then."""
+    handle.seek(0)
+    if handle.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+        raise ShardError(f"refused to load {path}: it does not start as a torch zip archive "
+                         "(torch.load would unpickle it as a legacy file)")  # fmt: skip
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(handle) as archive:
             records = [(info.filename, archive.read(info)) for info in archive.infolist()
                        if info.filename.lower().endswith(".pkl")]  # fmt: skip
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as err:
@@ -120,7 +127,17 @@ def check_intact(shard: Path) -> None:
     """A torch.save file is a zip archive: its directory and every record's CRC must be intact
     (reads the shard once; a truncated or garbled one would stop verl's merger with a traceback)."""
     try:
-        with zipfile.ZipFile(shard) as archive:
+        with shard.open("rb") as handle:
+            intact_open(handle, shard)
+    except OSError as err:
+        raise ShardError(f"shard {shard} cannot be read ({err})") from None
+
+
+def intact_open(handle: BinaryIO, shard: Path) -> None:
+    """``check_intact`` of the file open as ``handle`` (``shard`` names it in the error)."""
+    handle.seek(0)
+    try:
+        with zipfile.ZipFile(handle) as archive:
             bad = archive.testzip()
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
         raise ShardError(f"shard {shard} is truncated or not a torch checkpoint ({err})") from None
