@@ -17,7 +17,7 @@ setup-train:  ## build .venv alone (GPU training stack, or the CPU training stac
 setup-eval:  ## build .venv-eval alone: EvalScope, kept apart from verl's Hydra
 	bash scripts/setup.sh --eval
 
-setup-gpu-stack:  ## build .venv-gpu: a GPU machine's .venv (torch 2.11, vLLM 0.24), here without a GPU (~11 GB)
+setup-gpu-stack:  ## build .venv-gpu: a GPU machine's .venv (torch 2.11, vLLM 0.24), here without a GPU (its size: docs/gpu.md)
 	bash scripts/setup.sh --gpu-stack
 
 check-gpu-stack: setup-gpu-stack  ## the GPU stack's checks that need no GPU (docs/gpu.md; part of make test)
@@ -50,10 +50,10 @@ bench:  ## reward throughput: ours vs verl's built-in scorer
 bench-cpu:  ## smoke_tiny on this CPU: wall time, time to each step, phases, peak memory
 	$(PY) -m verl_gsm8k.bench.cpu_train
 
-bench-learn:  ## learn_tiny, 3 seeds x PPO and GRPO: accuracy before/after, wall time (~40 min)
+bench-learn:  ## learn_tiny, 3 seeds x PPO and GRPO: accuracy before/after, wall time (its time: docs/learning.md)
 	$(PY) -m verl_gsm8k.bench.learning
 
-bench-trace:  ## the per-token trace's cost: learn_tiny traced vs untraced, 3 runs each (~40 min)
+bench-trace:  ## the per-token trace's cost: learn_tiny traced vs untraced, 3 runs each (its time: docs/replay.md)
 	$(PY) -m verl_gsm8k.bench.trace
 
 clean:  ## remove caches (keeps the environments)

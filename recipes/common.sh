@@ -338,7 +338,7 @@ check_trainer_knobs() {
     return 2
   fi
   if [[ ${#IGNORED_KNOBS[@]} -gt 0 ]]; then
-    echo "recipe: ignoring ${IGNORED_KNOBS[*]}: not knobs of verl's $TRAINER_LABEL trainer (README.md, Knobs)" >&2
+    echo "recipe: ignoring ${IGNORED_KNOBS[*]}: not knobs of verl's $TRAINER_LABEL trainer (docs/guide.md, Knobs)" >&2
   fi
   return 0
 }
@@ -518,7 +518,7 @@ wait_for_verl() {
 launch() {
   if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     echo "usage: [KNOB=value ...] bash recipes/$RECIPE.sh [verl.key=value ...]"
-    echo "Knobs and their verl keys: README.md (Knobs). Extra key=value arguments override everything."
+    echo "Knobs and their verl keys: docs/guide.md (Knobs). Extra key=value arguments override everything."
     echo "DRY_RUN=1 runs the preflight and prints the final config without a GPU."
     return 0
   fi

@@ -12,8 +12,8 @@
 #      question's writer: docs/learning.md), merged to a Hugging Face model (scripts/merge.sh).
 # Then the RL run starts from the warm start; at its end the report (python -m verl_gsm8k.report)
 # prints validation accuracy (greedy, the toy test split) at step 0 and at the last step.
-# These settings fit a 1M-parameter model on a toy task, NOT Qwen2.5 on GSM8K: recipes/README.md.
-# Every knob is an environment variable (README.md, Knobs); key=value arguments win over all.
+# These settings fit a 0.37M-parameter model on a toy task, NOT Qwen2.5 on GSM8K: recipes/README.md.
+# Every knob is an environment variable (docs/guide.md, Knobs); key=value arguments win over all.
 set -euo pipefail
 
 ALGO=${ALGO:-ppo}                         # ppo (critic, GAE) or grpo (group baseline)

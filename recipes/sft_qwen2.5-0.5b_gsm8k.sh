@@ -7,7 +7,7 @@
 #   bash recipes/sft_qwen2.5-0.5b_gsm8k.sh               # train (NVIDIA GPU; DEVICE=cpu: the CPU)
 #   bash scripts/merge.sh runs/sft_qwen2.5-0.5b_gsm8k merged/sft-0.5b
 #   MODEL_PATH=merged/sft-0.5b bash recipes/ppo_qwen2.5-0.5b_gsm8k.sh
-# Every knob is an environment variable (README.md, Knobs); key=value arguments win over all.
+# Every knob is an environment variable (docs/guide.md, Knobs); key=value arguments win over all.
 set -euo pipefail
 
 RECIPE=sft_qwen2.5-0.5b_gsm8k

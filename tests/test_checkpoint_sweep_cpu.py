@@ -1,7 +1,8 @@
 """Every checkpoint of a real learning run on the same fixed set: `scripts/eval.sh --run` on the
 PPO learning run (tests/learn_runs.py; learn_tiny.sh keeps the checkpoints of steps 10 and 20)
-evaluates the starting model and each checkpoint, writes accuracy by step, resumes without
-evaluating a step twice, and the run's report draws that curve beside verl's validation.
+evaluates the starting model and each checkpoint at the run's own response limit, writes
+accuracy by step, resumes without evaluating a step twice, and the run's report draws that curve
+beside verl's validation.
 No training run of its own."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ VAL = "val-core/openai/gsm8k/acc/mean@1"
 def sweep(run: Learned) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", str(ROOT / "scripts" / "eval.sh"), "--run", str(run.run_dir), "--modes",
-         "training", "--max-tokens", "24", "--backend", "transformers"],
+         "training", "--backend", "transformers"],
         env={**run.env, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
         capture_output=True, text=True, timeout=1500,
     )  # fmt: skip
@@ -35,6 +36,10 @@ def test_checkpoint_sweep_rises_like_verls_validation_and_resumes(learned_ppo: L
     assert "steps evaluated earlier [], to evaluate [0, 10, 20]" in first.stdout
     out = learned_ppo.run_dir / "checkpoint_eval"
     summary = json.loads((out / "comparison.json").read_text())
+    # no --max-tokens: the run's own limit (learn_tiny.sh: MAX_RESPONSE_LENGTH 24), as verl's
+    # validation answered within it
+    assert summary["generation"]["max_tokens"] == 24
+    assert "launch record" in summary["generation"]["max_tokens_from"]
     ours = {r["step"]: r["our_reward_accuracy"] for r in summary["results"]}
     assert sorted(ours) == [0, 10, 20] and all(r["n"] == 100 for r in summary["results"])
     val = {s: m[VAL] for s, m in learned_ppo.steps.items() if VAL in m}

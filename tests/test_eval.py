@@ -213,11 +213,13 @@ def test_sampled_evaluation_reports_mean_and_pass_at_k(eval_env, small_gsm8k, tm
         proc = run_eval(
             "--api-url", server.url, "--api-model", "stub-model", "--data", small_gsm8k,
             "--modes", "training", "--samples-per-question", 3, "--temperature", 0.7,
-            "--max-tokens", 64, "--out", out,
+            "--out", out,
         )  # fmt: skip
         requests = list(server.requests)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert len(requests) == 9 and {r["temperature"] for r in requests} == {0.7}
+    # no --run, no --max-tokens: the default, and the page does not call it verl's validation
+    assert {r["max_tokens"] for r in requests} == {1024}
     # top_p/top_k as verl's rollout reach the server: else it takes generation_config.json's
     assert {(r.get("top_p"), r.get("top_k")) for r in requests} == {(1.0, -1)}
     row = result(load_summary(out), "stub-model", "training")
@@ -229,6 +231,9 @@ def test_sampled_evaluation_reports_mean_and_pass_at_k(eval_env, small_gsm8k, tm
     assert row["our_reward_pass_at_k"] == pytest.approx(2 / 3)
     markdown = (out / "comparison.md").read_text()
     assert "sampled (3 answers per question, temperature 0.7" in markdown and "pass@k" in markdown
+    assert "max_tokens 1024 (from the default (no --run, no --max-tokens))" in markdown
+    assert "Comparable to this run's validation" not in markdown
+    assert "bootstrap" in markdown and "pass@k with best@N)" not in markdown
     # the questions page beside the comparison (issue 28): a cell is the share of the K answers
     # our reward credits; the stub answers each question the same way all 3 times
     page = json.loads((out / "questions" / "summary.json").read_text())
@@ -663,3 +668,109 @@ def test_checkpoint_sweep_marks_the_kept_best_checkpoint(tmp_path, capsys):
     assert kept_best(run) is None
     (line,) = capsys.readouterr().err.splitlines()
     assert "best_checkpoint.json: not readable JSON" in line and "not marked" in line
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation as verl validates (issue 37): the run's response limit, best@N, the resume key
+
+
+def _run_with_records(tmp_path: Path, *lengths) -> Path:
+    """A run directory whose launch records set data.max_response_length to each of ``lengths``
+    in turn (the last is the run's latest launch)."""
+    from verl_gsm8k.common.launch_record import write_record
+
+    run = tmp_path / "run"
+    for i, length in enumerate(lengths):
+        config = {"data": {"max_response_length": length, "val_files": ["/x/test.parquet"]}}
+        write_record(run, {"format": 1, "stamp": f"2026010{i + 1}T000000Z", "config": config})
+    return run
+
+
+def _sweep_settings(run: Path, *flags):
+    from verl_gsm8k.evaluate.sweep import sweep_settings
+
+    argv = ["--run", str(run), "--backend", "transformers", "--dtype", "float32", *flags]
+    return sweep_settings(ev.build_parser().parse_args(argv), lambda a: ev.parse_settings(a)[0])
+
+
+def test_a_runs_evaluation_answers_within_the_runs_own_response_limit(tmp_path):
+    """eval.sh --run: max_tokens is the run's data.max_response_length (its last launch record),
+    --max-tokens overrides it, and where it came from is said; only the run's own limit is called
+    comparable to verl's validation score."""
+    from verl_gsm8k.evaluate.common import training_comparable_to
+
+    run = _run_with_records(tmp_path, 128, 256)
+    settings = _sweep_settings(run)
+    assert settings.max_tokens == 256
+    assert settings.max_tokens_from == (
+        f"data.max_response_length of the run's launch record "
+        f"{run / 'launches' / 'launch-20260102T000000Z.yaml'}"
+    )
+    assert training_comparable_to(settings).startswith("Comparable to this run's validation")
+    override = _sweep_settings(run, "--max-tokens", "64")
+    assert (override.max_tokens, override.max_tokens_from) == (64, "--max-tokens")
+    assert "Comparable to this" not in training_comparable_to(override)
+    plain, _ = ev.parse_settings(ev.build_parser().parse_args(
+        ["--model", str(tmp_path), "--backend", "transformers", "--dtype", "float32"]))  # fmt: skip
+    assert (plain.max_tokens, plain.max_tokens_from_run) == (1024, False)
+    assert "only if that equals the run's data.max_response_length" in training_comparable_to(plain)
+    bad = _run_with_records(tmp_path / "bad", "long")
+    with pytest.raises(ev.UsageError) as err:
+        _sweep_settings(bad)
+    assert "launch-20260101T000000Z.yaml: data.max_response_length is 'long'" in str(err.value)
+    assert _sweep_settings(bad, "--max-tokens", "32").max_tokens == 32
+
+
+def test_the_page_says_where_max_tokens_came_from_and_how_verl_counts_best_at_n():
+    from verl_gsm8k.evaluate.render import render_markdown
+
+    source = "data.max_response_length of the run's launch record /r/launches/launch-1.yaml"
+    row = {"model": "m", "mode": "training", "accuracy": 0.5, "n": 4, "backend": "api",
+           "pass_at_k": 0.75, "our_reward_pass_at_k": 0.75}  # fmt: skip
+    summary = {
+        "evalscope_version": "1.14.1", "data": {"source": "d", "n_test": 4}, "baseline": "m",
+        "generation": {"max_tokens": 256, "max_tokens_from": source, "temperature": 1.0,
+                       "samples_per_question": 4, "repetition_penalty": 1.0, "batch_size": 8},
+        "modes": {}, "results": [row],
+    }  # fmt: skip
+    markdown = render_markdown(summary)
+    assert f"max_tokens 256 (from {source})" in markdown
+    assert "with replacement" in markdown and "1 - (1 - c/N)^N" in markdown
+    assert "Do not compare pass@k with best@N" in markdown
+
+
+def test_a_resumed_sweep_with_another_sampling_setting_is_refused_not_mixed(tmp_path):
+    """The resume key holds every setting that changes an answer: an earlier sweep into the same
+    directory with another one is refused in one line naming it, never mixed into the table."""
+    import dataclasses
+
+    from verl_gsm8k.evaluate.sweep import earlier_rows, settings_key
+
+    base, _ = ev.parse_settings(ev.build_parser().parse_args(
+        ["--model", str(tmp_path), "--backend", "transformers", "--dtype", "float32",
+         "--samples-per-question", "4", "--out", str(tmp_path / "o")]))  # fmt: skip
+    out = tmp_path / "sweep"
+    out.mkdir()
+    row = {"step": 0, "mode": "training", "accuracy": 0.5, "error": None}
+    (out / "comparison.json").write_text(
+        json.dumps({"sweep": {"settings": settings_key(base, "d")}, "results": [row]})
+    )
+    assert earlier_rows(out, settings_key(base, "d")) == [row]
+    changes = {"top_p": 0.8, "top_k": 20, "temperature": 0.7, "max_tokens": 256, "repeats": 8,
+               "limit": 5, "backend": "vllm", "dtype": "bfloat16"}  # fmt: skip
+    for field, value in changes.items():
+        key = settings_key(dataclasses.replace(base, **{field: value}), "d")
+        with pytest.raises(ev.UsageError) as err:
+            earlier_rows(out, key)
+        message = str(err.value)
+        assert "\n" not in message and "would mix" in message, field
+        name = {"repeats": "samples_per_question"}.get(field, field)
+        assert f"{name} " in message and f"{value!r} now" in message, (field, message)
+    # greedy ignores top_p/top_k: they do not split a greedy sweep
+    greedy = dataclasses.replace(base, repeats=1, temperature=0.0)
+    assert settings_key(greedy, "d") == settings_key(dataclasses.replace(greedy, top_p=0.5), "d")
+    # a sweep written before top_p/top_k were in the key is refused too, naming them
+    old_key = {k: v for k, v in settings_key(base, "d").items() if k not in ("top_p", "top_k")}
+    (out / "comparison.json").write_text(json.dumps({"sweep": {"settings": old_key}}))
+    with pytest.raises(ev.UsageError, match="top_k 'unrecorded' there, -1 now"):
+        earlier_rows(out, settings_key(base, "d"))

@@ -6,9 +6,11 @@ must stay apart from verl's: EvalScope >= 1.13 needs antlr4 4.13, verl's Hydra 4
 Modes (``--modes``, both by default):
 
 * ``training``: zero-shot, the prompt is exactly the training prompt
-  (``data_prep.gsm8k.PROMPT_STYLES["hash"]``), so the score is comparable to verl's validation
-  score. The saved predictions are also re-scored with our training reward
-  (``rewards/gsm8k.py:compute_score``), and both accuracies are reported.
+  (``data_prep.gsm8k.PROMPT_STYLES["hash"]``). The saved predictions are also re-scored with our
+  training reward (``rewards/gsm8k.py:compute_score``), and both accuracies are reported. The
+  score compares with verl's validation score only at the run's own response limit
+  (``data.max_response_length``): ``--run`` takes it from the run's launch record, otherwise
+  ``--max-tokens`` (default 1024) applies, and the page says which.
 * ``evalscope``: EvalScope's own gsm8k setting (4-shot, ``\\boxed{}`` instruction, Math-Verify),
   comparable to published EvalScope numbers of the same EvalScope release.
 
@@ -44,7 +46,10 @@ from pathlib import Path
 
 from verl_gsm8k.evaluate.common import (
     DATA_SOURCE,
+    DEFAULT_MAX_TOKENS,
     DEFAULT_SAMPLES,
+    MAX_TOKENS_DEFAULT,
+    MAX_TOKENS_FLAG,
     MODES,
     PROG,
     ROOT,
@@ -184,7 +189,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="evaluate only the first N test questions (EvalScope's limit; for quick runs)",
     )
     parser.add_argument(
-        "--max-tokens", type=int, default=1024, help="maximum new tokens per answer (default 1024)"
+        MAX_TOKENS_FLAG,
+        type=int,
+        default=None,
+        help="maximum new tokens per answer. Default: with --run, the run's own "
+        "data.max_response_length from its launch record (verl validated at that length and "
+        f"scored a cut answer 0); otherwise {DEFAULT_MAX_TOKENS}. comparison.md says which was "
+        "used and where it came from",
     )
     parser.add_argument(
         "--batch-size",
@@ -319,7 +330,8 @@ def parse_settings(args: argparse.Namespace) -> tuple[Settings, list[ModelSpec]]
     settings = Settings(
         modes=modes,
         backend=backend,
-        max_tokens=args.max_tokens,
+        max_tokens=DEFAULT_MAX_TOKENS if args.max_tokens is None else args.max_tokens,
+        max_tokens_from=MAX_TOKENS_DEFAULT if args.max_tokens is None else MAX_TOKENS_FLAG,
         batch_size=args.batch_size,
         limit=args.limit,
         dtype=dtype,
@@ -377,12 +389,6 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGHUP, _terminate)
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the data is always local by now
-
-    if args.run:
-        return run_sweep(args, lambda a: parse_settings(a)[0])
     started = time.perf_counter()
     # Everything the user named is checked before anything is written: a typo must not leave
     # an --out directory behind (its re-run would be refused without --force).

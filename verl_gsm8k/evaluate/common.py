@@ -20,6 +20,12 @@ REWARD_FILE = ROOT / "rewards" / "gsm8k.py"
 DEFAULT_SAMPLES = 10
 LOG_TAIL_LINES = 40
 REPETITION_PENALTY = 1.0
+# Without --run or --max-tokens. The recipes train and validate at data.max_response_length (256
+# by default): verl scores an answer it cut off as 0, so at this larger limit a model reads higher
+# than its validation score said.
+DEFAULT_MAX_TOKENS = 1024
+MAX_TOKENS_FLAG = "--max-tokens"
+MAX_TOKENS_DEFAULT = f"the default (no --run, no {MAX_TOKENS_FLAG})"
 
 
 class EvalError(Exception):
@@ -57,3 +63,27 @@ class Settings:
     temperature: float = 0.0  # sampling temperature when repeats > 1
     top_p: float = 1.0  # nucleus sampling when repeats > 1 (verl's rollout: 1.0, off)
     top_k: int = -1  # top-k sampling when repeats > 1 (verl's rollout: -1, off)
+    # where max_tokens came from: MAX_TOKENS_FLAG, MAX_TOKENS_DEFAULT, or a run's launch record
+    # ("data.max_response_length of RUN_DIR/launches/launch-<stamp>.yaml")
+    max_tokens_from: str = MAX_TOKENS_DEFAULT
+
+    @property
+    def max_tokens_from_run(self) -> bool:
+        return self.max_tokens_from not in (MAX_TOKENS_FLAG, MAX_TOKENS_DEFAULT)
+
+
+def training_comparable_to(settings: Settings) -> str:
+    """What a training-mode score compares with: verl's validation score only at the run's own
+    response limit (verl cuts an answer at data.max_response_length and scores it 0)."""
+    limit = f"max_tokens {settings.max_tokens}, from {settings.max_tokens_from}"
+    if settings.max_tokens_from_run:
+        return (
+            "Comparable to this run's validation score (val-core/openai/gsm8k/acc): the training "
+            f"prompt and the run's own response limit ({limit})."
+        )
+    return (
+        f"The training prompt, at {limit}: comparable to a run's validation score "
+        "(val-core/openai/gsm8k/acc) only if that equals the run's data.max_response_length "
+        "(verl cuts a longer answer and scores it 0, so a larger limit reads higher). "
+        "`--run RUN_DIR` takes the run's own limit."
+    )

@@ -6,6 +6,16 @@ import re
 
 from verl_gsm8k.evaluate.scoring import match_row, response_text, user_prompt
 
+# verl 0.9.1's best@N (verl/trainer/ppo/metric_utils.py: process_validation_metrics,
+# bootstrap_metric): 1000 draws of N of a question's N answers WITH replacement, the mean of each
+# draw's best. A question with c of N right scores about 1 - (1 - c/N)^N there, pass@N 1.
+BEST_AT_N = (
+    "verl's best@N/mean is not this: it is a bootstrap (1000 draws of N of the N answers with "
+    "replacement, the mean of each draw's best), about 1 - (1 - c/N)^N per question, so it sits "
+    "below pass@N whenever a question has some but not all answers right (1 of 4 right: 0.68 "
+    "against 1.0). Do not compare pass@k with best@N."
+)
+
 
 def pct(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.2f}"
@@ -35,7 +45,8 @@ def render_markdown(summary: dict) -> str:
         f"(test split, {summary['data']['n_test']} rows"
         + (f", limit {summary['limit']}" if summary.get("limit") else "")
         + f"), baseline **{summary['baseline']}**. Generation: {_how(gen)}, max_tokens "
-        f"{gen['max_tokens']}, batch size {gen['batch_size'] or 'auto (8 local, 64 server)'}.",
+        f"{gen['max_tokens']} (from {gen.get('max_tokens_from') or 'unrecorded'}), batch size "
+        f"{gen['batch_size'] or 'auto (8 local, 64 server)'}.",
         "",
         "| model | mode | accuracy % (EvalScope) | n | our reward acc % | Δ vs baseline (pp) "
         "| Δ our reward (pp) | backend |",
@@ -58,9 +69,10 @@ def render_markdown(summary: dict) -> str:
         lines += [
             "",
             f"Sampled: {k} answers per question at temperature {gen.get('temperature')}; the "
-            "accuracies above are mean@k (over every answer), pass@k below is the share of "
-            "questions with at least one right answer (compare mean@k with verl's mean@N "
-            "validation metrics, pass@k with best@N).",
+            "accuracies above are mean@k (over every answer): compare them with verl's mean@N "
+            "validation metric. pass@k below is the unbiased estimate, per question "
+            "1 - C(n-c,k)/C(n,k) over its n answers with c right (Chen et al. 2021). "
+            f"{BEST_AT_N}",
             "",
             "| model | mode | pass@k % (EvalScope) | pass@k % (our reward) |",
             "|---|---|---:|---:|",

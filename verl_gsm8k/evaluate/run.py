@@ -25,6 +25,7 @@ from verl_gsm8k.evaluate.common import (
     EvalError,
     ModelSpec,
     Settings,
+    training_comparable_to,
 )
 from verl_gsm8k.evaluate.render import pct, render_samples
 from verl_gsm8k.evaluate.scoring import read_jsonl, read_report, rescore, review_scores
@@ -41,7 +42,7 @@ def batch_size(settings: Settings, api_url: str | None) -> int:
     return settings.batch_size or (64 if api_url else 8)
 
 
-def mode_settings(mode: str) -> dict:
+def mode_settings(mode: str, settings: Settings) -> dict:
     """What each mode means, for the task config and for the tables."""
     from evalscope.api.registry import BENCHMARK_REGISTRY
 
@@ -55,7 +56,7 @@ def mode_settings(mode: str) -> dict:
             "prompt_template": PROMPT_STYLES["hash"],
             "scorer": f"EvalScope {_metric_name(meta)} (Math-Verify) + our reward "
             "rewards/gsm8k.py:compute_score (number after the last ####)",
-            "comparable_to": "Comparable to verl's validation score (val-core/openai/gsm8k/acc).",
+            "comparable_to": training_comparable_to(settings),
         }
     return {
         "dataset_args": {},
@@ -77,7 +78,7 @@ def run_evalscope(
 ) -> None:
     from evalscope import TaskConfig, run_task
 
-    dataset_args = {"dataset_id": str(data_dir), **mode_settings(mode)["dataset_args"]}
+    dataset_args = {"dataset_id": str(data_dir), **mode_settings(mode, settings)["dataset_args"]}
     # Greedy, and repetition_penalty 1.0 stated explicitly: otherwise the model's own
     # generation_config.json (Qwen2.5-Instruct: 1.1) is applied by transformers' generate and by
     # vLLM's server defaults, unlike verl's rollout/validation sampling.
@@ -205,7 +206,7 @@ def evaluate_one(
     work_dir = out / "evalscope" / spec.label / mode
     if work_dir.exists():
         shutil.rmtree(work_dir)
-    info = mode_settings(mode)
+    info = mode_settings(mode, settings)
     result: dict[str, Any] = {
         **row_identity(spec, backend, mode),
         "correct": None,
@@ -217,6 +218,7 @@ def evaluate_one(
         "evalscope_version": version,
         "generation": {
             "max_tokens": settings.max_tokens,
+            "max_tokens_from": settings.max_tokens_from,
             "temperature": settings.temperature if settings.repeats > 1 else 0.0,
             "do_sample": settings.repeats > 1,
             "samples_per_question": settings.repeats,
@@ -275,7 +277,8 @@ def evaluate_one(
             result["our_reward_unmatched"] = rescored["unmatched"]
     samples = out / "samples" / f"{spec.label}-{mode}.md"
     header = (
-        f"EvalScope {version}, {info['few_shot']}-shot, max_tokens {settings.max_tokens}, "
+        f"EvalScope {version}, {info['few_shot']}-shot, max_tokens {settings.max_tokens} "
+        f"(from {settings.max_tokens_from}), "
         f"backend {backend}. Accuracy (EvalScope): {pct(result['accuracy'])}% of {result['n']}"
         + (
             f"; our reward: {pct(result['our_reward_accuracy'])}%"

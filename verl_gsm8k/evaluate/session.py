@@ -79,14 +79,16 @@ class Session:
             "limit": s.limit,
             "generation": {
                 "max_tokens": s.max_tokens,
+                "max_tokens_from": s.max_tokens_from,
                 "temperature": s.temperature,
                 "do_sample": s.repeats > 1,
                 "samples_per_question": s.repeats,
+                **({"top_p": s.top_p, "top_k": s.top_k} if s.repeats > 1 else {}),
                 "repetition_penalty": REPETITION_PENALTY,
                 "batch_size": s.batch_size,
             },
             "modes": {
-                m: {k: v for k, v in mode_settings(m).items() if k != "dataset_args"}
+                m: {k: v for k, v in mode_settings(m, s).items() if k != "dataset_args"}
                 for m in s.modes
             },
             "results": results,

@@ -4,19 +4,24 @@ The starting model (``actor_rollout_ref.model.path`` of the run's first launch r
 ``RUN_DIR/launches/``) is step 0; each ``global_step_N`` is merged by ``scripts/merge.sh`` (in the
 training environment, where verl's merger is) into a temporary directory under the output,
 evaluated in the same mode, on the same data and with the same generation settings as every other
-step, and the merge removed. The data default to the directory of the run's own validation file
+step, and the merge removed. The maximum new tokens are the run's own
+``data.max_response_length`` (its last launch record), so a step's score compares with verl's
+validation of that step (verl cuts an answer there and scores it 0); ``--max-tokens`` overrides
+it, and the page says which. The data default to the directory of the run's own validation file
 (``data.val_files``): the sweep scores the questions verl validated on. Output, by default
-``RUN_DIR/checkpoint_eval/``: ``comparison.json`` (a row per step and mode, each with its ``step``;
-the run report and the run comparison draw it beside verl's validation curve) and
-``comparison.md`` (accuracy by step), rewritten after every step, so an interrupted sweep keeps what
-it finished. Run again, it resumes: steps already evaluated with the same settings are kept. The
-run's kept best checkpoint (``best_checkpoint.json``, KEEP_BEST=1: verl_gsm8k/guard/files.py) is
-marked in the table and recorded as ``sweep.best_checkpoint``.
+``RUN_DIR/checkpoint_eval/``: ``comparison.json`` (a row per step and mode, each with its
+``step``; the run report and the run comparison draw it beside verl's validation curve) and
+``comparison.md`` (accuracy by step), rewritten after every step, so an interrupted sweep keeps
+what it finished. Run again, it resumes: steps already evaluated with the same settings (every
+generation setting, ``settings_key``) are kept; another setting is refused in one line naming
+it. The run's kept best checkpoint (``best_checkpoint.json``, KEEP_BEST=1:
+verl_gsm8k/guard/files.py) is marked in the table and recorded as ``sweep.best_checkpoint``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -26,8 +31,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.common.launch_record import RecordError, lookup, read_records
-from verl_gsm8k.evaluate.common import PROG, ROOT, EvalError, ModelSpec, Settings, UsageError
+from verl_gsm8k.common.launch_record import (
+    RecordError,
+    lookup,
+    read_record,
+    read_records,
+    record_paths,
+)
+from verl_gsm8k.evaluate.common import (
+    PROG,
+    REPETITION_PENALTY,
+    ROOT,
+    EvalError,
+    ModelSpec,
+    Settings,
+    UsageError,
+)
 from verl_gsm8k.evaluate.render import pct, render_markdown
 from verl_gsm8k.evaluate.scoring import add_deltas
 from verl_gsm8k.evaluate.server import resolve_model_path
@@ -72,18 +91,56 @@ def default_data(config: dict[str, Any], run_dir: Path) -> str:
     return str(Path(first).parent)
 
 
+RESPONSE_LENGTH = "data.max_response_length"
+
+
+def run_max_tokens(run_dir: Path) -> tuple[int, str]:
+    """The run's response limit (``data.max_response_length`` of its last launch record: the
+    length its latest checkpoints were trained and validated at) and where it was read."""
+    paths = record_paths(run_dir)
+    if not paths:
+        raise UsageError(f"--run {run_dir}: no launch record (launches/launch-*.yaml)")
+    try:
+        config = read_record(paths[-1])["config"]
+    except RecordError as err:
+        raise UsageError(f"--run {run_dir}: {err}") from None
+    value = lookup(config, RESPONSE_LENGTH)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(
+            f"{paths[-1]}: {RESPONSE_LENGTH} is {value!r}, not a positive integer; pass "
+            "--max-tokens"
+        )
+    return value, f"{RESPONSE_LENGTH} of the run's launch record {paths[-1]}"
+
+
+def sweep_settings(
+    args: argparse.Namespace, settings_for: Callable[[argparse.Namespace], Settings]
+) -> Settings:
+    """The single-model command's settings, with the run's response limit unless --max-tokens
+    was given."""
+    settings = settings_for(args)
+    if args.max_tokens is None:
+        tokens, source = run_max_tokens(args.run.expanduser().resolve())
+        settings = dataclasses.replace(settings, max_tokens=tokens, max_tokens_from=source)
+    return settings
+
+
 def settings_key(settings: Settings, data: str) -> dict[str, Any]:
-    """What must be equal for a step evaluated earlier to count as done."""
+    """What must be equal for a step evaluated earlier to count as done: the data and every
+    setting that changes an answer or its score (not where max_tokens came from)."""
+    sampled = settings.repeats > 1
     return {
         "modes": list(settings.modes), "data": data, "limit": settings.limit,
         "max_tokens": settings.max_tokens, "samples_per_question": settings.repeats,
-        "temperature": settings.temperature, "backend": settings.backend,
-        "dtype": settings.dtype,
+        "temperature": settings.temperature, "top_p": settings.top_p if sampled else None,
+        "top_k": settings.top_k if sampled else None, "repetition_penalty": REPETITION_PENALTY,
+        "backend": settings.backend, "dtype": settings.dtype,
     }  # fmt: skip
 
 
 def earlier_rows(out: Path, key: dict[str, Any]) -> list[dict]:
-    """The finished rows of an earlier sweep into ``out`` with the same settings."""
+    """The finished rows of an earlier sweep into ``out`` with the same settings; an earlier
+    sweep with another setting is refused, in one line naming each setting that differs."""
     path = out / "comparison.json"
     if not path.is_file():
         return []
@@ -91,11 +148,16 @@ def earlier_rows(out: Path, key: dict[str, Any]) -> list[dict]:
         old = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         raise UsageError(f"{path} is not readable JSON: remove it or pass another --out") from None
-    settings = (old.get("sweep") or {}).get("settings")
-    if settings != key:
+    settings = (old.get("sweep") or {}).get("settings") or {}
+    differ = [
+        f"{name} {settings.get(name, 'unrecorded')!r} there, {key.get(name)!r} now"
+        for name in sorted(set(key) | set(settings))
+        if settings.get(name, "unrecorded") != key.get(name, "unrecorded")
+    ]
+    if differ:
         raise UsageError(
-            f"{out} holds a sweep with other settings ({settings}); pass another --out, or remove "
-            "it to start over"
+            f"{out} holds a sweep with other settings ({'; '.join(differ)}): its rows would mix "
+            "with these; pass another --out, or remove it to start over"
         )
     return [r for r in old.get("results", []) if r.get("error") is None and "step" in r]
 
@@ -169,7 +231,7 @@ def run_sweep(
     args.data = args.data or default_data(config, run_dir)
     args.out = args.out or run_dir / SWEEP_DIRNAME
     args.force = True  # an earlier sweep here is resumed (its settings are checked), not refused
-    settings = settings_for(args)
+    settings = sweep_settings(args, settings_for)
     key = settings_key(settings, args.data)
     best = kept_best(run_dir)
     results = earlier_rows(settings.out, key)
