@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from verl_gsm8k.preflight.qwen25 import SHAPES
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SHARED_DATA_DIR", ROOT.parent / "shared" / "data"))
 RECIPES = [
@@ -22,24 +24,10 @@ RECIPES = [
     "ppo_lora_qwen2.5-1.5b_gsm8k",
     "smoke_tiny",
 ]
-# Published shapes of the recipes' models (their config.json), for estimates without the weights.
-QWEN25_05B = dict(
-    hidden_size=896,
-    num_hidden_layers=24,
-    num_attention_heads=14,
-    num_key_value_heads=2,
-    intermediate_size=4864,
-    vocab_size=151936,
-    tie_word_embeddings=True,
-    max_position_embeddings=32768,
-)
-QWEN25_15B = dict(
-    QWEN25_05B,
-    hidden_size=1536,
-    num_hidden_layers=28,
-    num_attention_heads=12,
-    intermediate_size=8960,
-)
+# Published shapes of the recipes' models (their config.json), for estimates without the weights:
+# one home, verl_gsm8k/preflight/qwen25.py.
+QWEN25_05B = SHAPES["0.5B"]
+QWEN25_15B = SHAPES["1.5B"]
 # Environment variables that would leak a real user's settings into a test recipe run.
 USER_KNOBS = ("LOGGER", "WANDB_API_KEY", "RUN_DIR", "RUNS_ROOT", "DATA_DIR", "PYTHON")
 

@@ -76,13 +76,13 @@ def build_tokenizer(out_dir: Path, seed: int = 0, vocab_size: int = 600):
     return fast
 
 
-def build_model(out_dir: Path, tokenizer, hidden_size: int, layers: int, seed: int) -> None:
-    import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+def tiny_config(vocab_size: int = 600, hidden_size: int = 128, layers: int = 2, **extra):
+    """The tiny model's Qwen2Config (its shape alone: the GPU probe's CPU check builds it with
+    random weights, no tokenizer)."""
+    from transformers import Qwen2Config
 
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
+    return Qwen2Config(
+        vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
         num_hidden_layers=layers,
@@ -90,6 +90,19 @@ def build_model(out_dir: Path, tokenizer, hidden_size: int, layers: int, seed: i
         num_key_value_heads=2,
         max_position_embeddings=4096,
         tie_word_embeddings=True,
+        **extra,
+    )
+
+
+def build_model(out_dir: Path, tokenizer, hidden_size: int, layers: int, seed: int) -> None:
+    import torch
+    from transformers import GenerationConfig, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = tiny_config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        layers=layers,
         bos_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

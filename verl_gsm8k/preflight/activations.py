@@ -21,8 +21,10 @@ fp32 without it), ``V`` the vocabulary:
   (``logprobs_from_logits_v2``) the logits kept for backward (fp32: the logsumexp input; bf16: the
   rows' fp32 log-softmax, 4 bytes) and three logits-sized gradients at the start of the backward
   (the rows' gradients, their ``stack``, ``gather``'s scatter): ``4 + 3 L``; with flash-attn's
-  in-place cross entropy (padding removal) the logits alone, ``L``. Each layer's checkpointed
-  input (gradient checkpointing) and a few hidden-sized tensors come on top.
+  in-place cross entropy (padding removal with the flash_attn package) the logits alone, ``L``;
+  padding removal under sdpa (packed rows, no flash_attn) keeps the torch path, ``4 + 3 L``.
+  Each layer's checkpointed input (gradient checkpointing) and a few hidden-sized tensors come
+  on top.
 * the critic (a 1-wide value head): one layer's working set, the MLP's three intermediate-sized
   tensors and a few hidden-sized ones.
 
@@ -63,14 +65,25 @@ def value_pass(hf_config: Any, tokens: int, compute: int) -> int:
     return tokens * (MLP_TENSORS * inter + VALUE_HIDDEN_TENSORS * h) * compute
 
 
-def update_pass(hf_config: Any, tokens: int, compute: int, lm_head: bool, rmpad: bool) -> int:
+def update_pass(
+    hf_config: Any,
+    tokens: int,
+    compute: int,
+    lm_head: bool,
+    rmpad: bool,
+    flash_ce: bool | None = None,
+) -> int:
     """An update's forward and the start of its backward: checkpointed layer inputs, hidden-sized
-    tensors and, with an LM head, the logits kept for backward and their gradients."""
+    tensors and, with an LM head, the logits kept for backward and their gradients.
+    ``flash_ce``: verl's log-probs go through flash-attn's in-place cross entropy, which it takes
+    only with padding removal and the ``flash_attn`` (2.x) package; default: ``rmpad``. Padding
+    removal under sdpa (no flash_attn) uses the torch path, ``4 + 3 L`` per logit."""
     h = hf_config.hidden_size
     saved = tokens * h * (hf_config.num_hidden_layers + HIDDEN_TENSORS) * compute
     if not lm_head:
         return saved
-    per_logit = compute if rmpad else FP32 + 3 * compute
+    flash_ce = rmpad if flash_ce is None else flash_ce
+    per_logit = compute if rmpad and flash_ce else FP32 + 3 * compute
     return saved + tokens * hf_config.vocab_size * per_logit
 
 

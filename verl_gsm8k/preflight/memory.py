@@ -117,6 +117,7 @@ class Engine:
     dtype: str  # model_dtype, for the line
     compute_bytes: int = 2  # bytes of the compute dtype (FSDP's mixed_precision.param_dtype)
     compiled: bool = True  # use_torch_compile: verl compiles the entropy with padding removal
+    weight_bytes: int = 4  # bytes of model_dtype (weights, gradients, Adam moments)
 
     def resting(self) -> float:
         """On the GPU while another engine or vLLM works."""
@@ -186,6 +187,7 @@ def engine_of(cfg: Any, role: str, hf_config: Any, n_gpus: int) -> Engine:
         dtype=str(engine.model_dtype),
         compute_bytes=compute,
         compiled=bool(engine.use_torch_compile),
+        weight_bytes=weight,
     )
 
 
@@ -235,10 +237,24 @@ def micro_batch_tokens(cfg: Any, role: str, update: bool, n_gpus: int) -> int:
 
 
 def remove_padding(cfg: Any, role: str) -> bool:
-    """Whether ``role``'s model runs with padding removal (flash-attn's varlen kernels and its
-    cross entropy), or padded micro-batches (the sdpa overlay)."""
+    """Whether ``role``'s model runs with padding removal (packed rows: flash-attn's varlen
+    kernels, or sdpa's block-diagonal mask), or padded micro-batches."""
     model = cfg.critic.model if role == "critic" else cfg.actor_rollout_ref.model
     return bool(model.get("use_remove_padding", False))
+
+
+def attention(cfg: Any, role: str) -> str:
+    """``role``'s attention implementation (verl's default: flash_attention_2)."""
+    model = cfg.critic.model if role == "critic" else cfg.actor_rollout_ref.model
+    override = model.get("override_config", None) or {}
+    return str(override.get("attn_implementation", None) or "flash_attention_2")
+
+
+def flash_cross_entropy(cfg: Any, role: str) -> bool:
+    """Whether verl's log-probs take flash-attn's in-place cross entropy: with padding removal
+    where the flash_attn (2.x) package is there, i.e. where the run uses flash_attention_2 (the
+    launcher picks sdpa exactly where flash-attn cannot be used)."""
+    return remove_padding(cfg, role) and attention(cfg, role) == "flash_attention_2"
 
 
 def activations(
@@ -250,7 +266,8 @@ def activations(
     tokens = micro_batch_tokens(cfg, role, update, n_gpus)
     rmpad, compute = remove_padding(cfg, role), e.compute_bytes
     if update:
-        return act.update_pass(hf_config, tokens, compute, role != "critic", rmpad) / GIB
+        flash_ce = flash_cross_entropy(cfg, role)
+        return act.update_pass(hf_config, tokens, compute, role != "critic", rmpad, flash_ce) / GIB
     if role == "critic":
         return act.value_pass(hf_config, tokens, compute) / GIB
     return act.logprob_pass(hf_config, tokens, compute, entropy, rmpad, e.compiled) / GIB
@@ -265,8 +282,7 @@ def update_peak(
     if e.host:
         return acts
     trained = e.role != "critic" and not lora
-    grad_bytes = dtype_bytes(e.dtype, 4)
-    embedding = act.embedding_backward(hf_config, grad_bytes, trained) / GIB
+    embedding = act.embedding_backward(hf_config, e.weight_bytes, trained) / GIB
     step = e.adam_step() if step is None else step
     return max(acts, e.trained + step, e.trained + embedding)
 

@@ -1,0 +1,93 @@
+"""Padding removal under sdpa (no flash-attn), at the unit level: the same rows, once padded (each
+row to the longest, an attention mask, as verl runs with use_remove_padding=False) and once packed
+into one row with ``position_ids`` and no mask (verl's remove-padding path: its unpad_input,
+torch's fallback here), through transformers' sdpa attention on the tiny model's shape. The
+log-probs and entropies of the real tokens must match: transformers 5.x detects packed sequences
+from the position_ids and builds a block-diagonal causal mask, so no token attends across rows.
+
+Tolerance: fp32 on the CPU; the two paths compute the same sums over different shapes and masks
+(padded keys masked out vs absent), so only the summation order differs: 4.8e-7 at most here
+(CPU torch 2.13, transformers 5.10), far below the bound 1e-4; a token attending across a row
+boundary shifts its log-prob by up to 0.66 (test_without_position_ids_rows_leak_into_each_other).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from verl_gsm8k.common.tiny_model import tiny_config
+
+TOLERANCE = 1e-4
+LENGTHS = [(5, 17), (12, 9), (3, 28), (20, 4)]  # (left padding, real tokens) per row
+
+
+def padded_batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows with left padding (prompts) and right padding (responses), as verl's batches have."""
+    width = max(left + n for left, n in LENGTHS) + 3
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.zeros(len(LENGTHS), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, (left, n) in enumerate(LENGTHS):
+        ids[i, left : left + n] = torch.randint(1, vocab, (n,), generator=gen)
+        mask[i, left : left + n] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # verl's compute_position_id_with_mask
+    return ids, mask, positions
+
+
+@pytest.fixture(scope="module")
+def model():
+    from transformers import Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    m = Qwen2ForCausalLM(tiny_config(attn_implementation="sdpa")).eval()
+    assert m.config._attn_implementation == "sdpa"
+    return m
+
+
+def padded_outputs(model, ids, mask, positions):
+    from verl.utils import torch_functional as verl_F
+
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+    labels = torch.roll(ids, shifts=-1, dims=1)
+    logp = verl_F.logprobs_from_logits(logits, labels)
+    return logp[mask.bool()], verl_F.entropy_from_logits(logits)[mask.bool()]
+
+
+def packed_outputs(model, ids, mask, positions, with_positions: bool = True):
+    """verl's remove-padding path: unpad to one row, position_ids kept, no attention mask."""
+    from verl.utils import torch_functional as verl_F
+    from verl.utils.attention_utils import index_first_axis, rearrange, unpad_input
+
+    ids_rmpad, indices, *_ = unpad_input(ids.unsqueeze(-1), mask)
+    ids_rmpad = ids_rmpad.transpose(0, 1)  # (1, total tokens)
+    pos_rmpad = index_first_axis(
+        rearrange(positions.unsqueeze(-1), "b s ... -> (b s) ..."), indices
+    )
+    kwargs = {"position_ids": pos_rmpad.transpose(0, 1)} if with_positions else {}
+    with torch.no_grad():
+        logits = model(input_ids=ids_rmpad, use_cache=False, **kwargs).logits.squeeze(0)
+    # labels: the next token of the same row, as the padded path's roll gives them
+    labels = torch.roll(ids, shifts=-1, dims=1).flatten()[indices]
+    return verl_F.logprobs_from_logits(logits, labels), verl_F.entropy_from_logits(logits)
+
+
+def test_packed_rows_under_sdpa_match_the_padded_batch(model):
+    ids, mask, positions = padded_batch(model.config.vocab_size)
+    logp_padded, ent_padded = padded_outputs(model, ids, mask, positions)
+    logp_packed, ent_packed = packed_outputs(model, ids, mask, positions)
+    assert logp_packed.shape == logp_padded.shape == (sum(n for _, n in LENGTHS),)
+    diff = (logp_packed - logp_padded).abs().max().item()
+    assert diff < TOLERANCE, f"log-probs differ by {diff:.2e}"
+    assert (ent_packed - ent_padded).abs().max().item() < TOLERANCE
+
+
+def test_without_position_ids_rows_leak_into_each_other(model):
+    """The check has teeth: the same packed row without position_ids is one long causal sequence,
+    so every row after the first attends to the rows before it."""
+    ids, mask, positions = padded_batch(model.config.vocab_size)
+    logp_padded, _ = padded_outputs(model, ids, mask, positions)
+    logp_leaky, _ = packed_outputs(model, ids, mask, positions, with_positions=False)
+    first = LENGTHS[0][1]
+    assert (logp_leaky - logp_padded).abs()[first:].max().item() > 100 * TOLERANCE

@@ -1,0 +1,192 @@
+"""Which recipe fits which card: the preflight's memory per phase (memory.py) for each PPO/GRPO
+recipe's composed config, on each Qwen2.5 shape (qwen25.py: offline), under each attention path,
+on 24, 40 and 80 GB cards, one GPU. A cell is the heaviest phase's estimate; where it does not fit
+(or passes 90 % of the card), the largest power-of-two token budget (every micro-batch budget of
+the run set to it) that fits beside it.
+
+    python -m verl_gsm8k.preflight.cards                  # print the table (markdown)
+    python -m verl_gsm8k.preflight.cards --write docs/gpu.md   # between its markers
+
+tests/test_cards.py regenerates it and fails when docs/gpu.md is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from verl_gsm8k.preflight.compose import compose
+from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, Phase, estimate_phases
+from verl_gsm8k.preflight.qwen25 import SHAPES, qwen25_config
+
+ROOT = Path(__file__).resolve().parents[2]
+BEGIN, END = "<!-- cards:begin (python -m verl_gsm8k.preflight.cards) -->", "<!-- cards:end -->"
+# recipe -> (its config, its model's size)
+RECIPES = {
+    "ppo_qwen2.5-0.5b_gsm8k": ("gsm8k_ppo", "0.5B"),
+    "grpo_qwen2.5-0.5b_gsm8k": ("gsm8k_grpo", "0.5B"),
+    "ppo_lora_qwen2.5-1.5b_gsm8k": ("gsm8k_ppo_lora", "1.5B"),
+}
+PACK = [f"{model}.use_remove_padding=True" for model in ("actor_rollout_ref.model", "critic.model")]
+# attention path -> overrides over the recipe's (the GPU configs compose flash-attn 2 by default)
+ATTENTION = {
+    "sdpa, padded": ["+attention=sdpa"],
+    "sdpa, packed": ["+attention=sdpa", *PACK],
+    "flash-attn 2": [],
+}
+# GiB of each card as nvidia-smi lists it: RTX 4090 24564 MiB, A100 40GB 40960 MiB,
+# H100 80GB 81559 MiB.
+CARDS = {"24 GB": 24564 / 1024, "40 GB": 40960 / 1024, "80 GB": 81559 / 1024}
+BUDGET_KEYS = (
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+    "critic.ppo_max_token_len_per_gpu",
+    "critic.ppo_infer_max_token_len_per_gpu",
+)
+SMALLEST_BUDGET = 1024
+
+
+def recipe_overrides(recipe: str, config_name: str) -> list[str]:
+    """The recipe's overrides on a GPU node (its knob defaults through recipes/common.sh and its
+    RECIPE_OVERRIDES), without the device and attention overlays the machine adds."""
+    script = (
+        "set -euo pipefail; "
+        f"eval \"$(sed -n '1,/^source /p' \"{ROOT}/recipes/{recipe}.sh\" | sed '$d')\"; "
+        f'CONFIG_NAME={config_name}; source "{ROOT}/recipes/common.sh"; '
+        'printf "%s\\0" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}"'
+    )
+    env = {  # the recipe's defaults only: none of this shell's knobs
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "DEVICE": "gpu",
+        "PYTHON": sys.executable,
+        "MODEL_PATH": "/models/m",
+        "HF_HUB_OFFLINE": "1",
+    }
+    out = subprocess.run(
+        ["bash", "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    return [item for item in out.split("\0") if item]
+
+
+def phases_at(cfg: Any, hf_config: Any, budget: int | None = None) -> list[Phase]:
+    """The phases' estimates, every micro-batch budget set to ``budget`` (None: the recipe's)."""
+    if budget is not None:
+        from omegaconf import open_dict
+
+        cfg = cfg.copy()
+        with open_dict(cfg):
+            for key in BUDGET_KEYS:
+                node, _, leaf = key.rpartition(".")
+                target = cfg
+                for part in node.split("."):
+                    target = target[part]
+                target[leaf] = budget
+    return estimate_phases(cfg, {"actor": hf_config})
+
+
+def heaviest(phases: list[Phase], card: float) -> tuple[float, str]:
+    """GiB and name of the heaviest phase on ``card``."""
+    top = max(phases, key=lambda p: p.gib(card))
+    return top.gib(card), top.name
+
+
+def row_cells(cfg: Any, hf_config: Any) -> list[str]:
+    """A cell per card: the heaviest phase in GiB; past 90 % of the card also "tight" or "no",
+    the phase, and the largest power-of-two budget below the recipe's that fits under 90 %."""
+    recipe_budget = int(cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu)
+    smaller = []
+    budget = recipe_budget // 2
+    while budget >= SMALLEST_BUDGET:
+        smaller.append(budget)
+        budget //= 2
+    cache: dict[int | None, list[Phase]] = {}
+
+    def phases(budget: int | None) -> list[Phase]:
+        if budget not in cache:
+            cache[budget] = phases_at(cfg, hf_config, budget)
+        return cache[budget]
+
+    cells = []
+    for card in CARDS.values():
+        gib, phase = heaviest(phases(None), card)
+        if gib <= MEMORY_WARN_FRACTION * card:
+            cells.append(f"{gib:.1f}")
+            continue
+        verdict = "tight" if gib <= card else "no"
+        fits = next(
+            (b for b in smaller if heaviest(phases(b), card)[0] <= MEMORY_WARN_FRACTION * card),
+            None,
+        )
+        what = f"{fits} tokens fit" if fits else "no budget fits"
+        cells.append(f"{gib:.1f} {verdict} ({phase}; {what})")
+    return cells
+
+
+def table(config_dir: Path = ROOT / "configs") -> str:
+    """The markdown table: a row per recipe, model size and attention path; a column per card."""
+    warnings.filterwarnings("ignore", message="Disabled critic")  # verl's note for GRPO
+    lines = [
+        "| recipe | model | attention | " + " | ".join(CARDS) + " |",
+        "|---|---|---|" + "---:|" * len(CARDS),
+    ]
+    for recipe, (config_name, own) in RECIPES.items():
+        base = recipe_overrides(recipe, config_name)
+        paths = ["actor_rollout_ref.model.path=/models/m", "critic.model.path=/models/m"]
+        one_gpu = ["trainer.n_gpus_per_node=1", "trainer.nnodes=1"]
+        cfgs = {
+            attention: compose(config_dir, config_name, [*base, *paths, *one_gpu, *extra])
+            for attention, extra in ATTENTION.items()
+        }
+        for size in SHAPES:
+            hf_config = qwen25_config(size)
+            for attention, cfg in cfgs.items():
+                cells = row_cells(cfg, hf_config)
+                model = f"**{size}**" if size == own else size
+                lines.append(f"| {recipe} | {model} | {attention} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def replace_between_markers(doc: str, generated: str) -> str:
+    if BEGIN not in doc or END not in doc:
+        raise ValueError(f"markers '{BEGIN}' and '{END}' not found")
+    head, rest = doc.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{generated}{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m verl_gsm8k.preflight.cards", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--write",
+        type=Path,
+        default=None,
+        metavar="DOC",
+        help="replace the table between the markers in DOC (docs/gpu.md) instead of printing it",
+    )
+    args = parser.parse_args(argv)
+    generated = table()
+    if args.write is None:
+        print(generated, end="")
+        return 0
+    try:
+        text = replace_between_markers(args.write.read_text(), generated)
+    except (OSError, ValueError) as exc:
+        print(f"cards: {args.write}: {exc}", file=sys.stderr)
+        return 1
+    tmp = args.write.with_name(f".{args.write.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, args.write)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
