@@ -56,7 +56,7 @@ def test_a_time_limit_shorter_than_start_up_a_step_and_a_save_is_one_line(tmp_pa
     needed = 200 + 100 + 2 * 30 + MARGIN_S
     status, line = plan(tmp_path, needed - 1, 0.0)
     assert status == 2 and "shorter than start-up + one step + a save" in line
-    assert "start-up 200 s, step 100 s, save 30 s" in line and "sbatch --time" in line
+    assert "start-up 200 s, step 100 s, save 30.0 s" in line and "sbatch --time" in line
     status, line = plan(tmp_path, needed + 1, 0.0)
     assert status == 0 and "saves and stops before a step that would not end in time" in line
 

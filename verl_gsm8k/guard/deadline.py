@@ -123,7 +123,7 @@ def plan(run_dir: Path, end: float, now: float) -> tuple[int, str]:
     total = timings.start_s + needed + MARGIN_S
     measured = (
         f"measured here: start-up {timings.start_s:.0f} s, step {timings.step_s:.0f} s, save "
-        f"{timings.save_s if timings.save_s is not None else timings.step_s:.0f} s"
+        f"{timings.save_s if timings.save_s is not None else timings.step_s:.1f} s"
     )
     if left < total:
         return 2, (
