@@ -112,6 +112,7 @@ TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-null}    # null: run TOTAL_EPOCHS
 SAVE_FREQ=${SAVE_FREQ:-20}
 TEST_FREQ=${TEST_FREQ:-5}
 MAX_CKPT_TO_KEEP=${MAX_CKPT_TO_KEEP:-3}
+STOP_GRACE_SET=${STOP_GRACE_S:+1}   # set by the user: kept under Slurm too (request_stop)
 STOP_GRACE_S=${STOP_GRACE_S:-30}   # after SIGTERM: seconds to finish the step and save (Slurm, k8s: 30)
 LOCK_WAIT_S=${LOCK_WAIT_S:-0}      # another launch trains into RUN_DIR: seconds to wait for it to end
 
@@ -462,13 +463,70 @@ lock_run_dir() {
   printf 'launch %s, pid %s on %s\n' "$1" "$$" "${HOSTNAME:-localhost}" >"$lock"
 }
 
+# The end of the Slurm job this launch runs in (epoch seconds), or nothing: SLURM_JOB_END_TIME
+# where Slurm sets it (23.02 and later), else squeue's end time (%e), which a preemption's
+# GraceTime and `scontrol update TimeLimit` move. Nothing outside a job or without a time limit.
+slurm_job_end() {
+  [[ -n "${SLURM_JOB_ID:-}" ]] || return 0
+  if [[ "${SLURM_JOB_END_TIME:-}" =~ ^[0-9]+$ && "$SLURM_JOB_END_TIME" -gt 0 ]]; then
+    echo "$SLURM_JOB_END_TIME"; return 0
+  fi
+  local end
+  end=$(squeue -h -j "$SLURM_JOB_ID" -o %e 2>/dev/null | head -n 1) || return 0
+  [[ "$end" =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T ]] || return 0   # NONE, Unknown: no limit
+  date -d "$end" +%s 2>/dev/null || true
+}
+
 # SIGTERM (a preemption: Slurm, Kubernetes, spot instances): ask the trainer to save the step in
 # flight and stop (RUN_DIR/stop_requested holds the deadline); after STOP_GRACE_S, stop verl.
+# In a Slurm job with an end time and no STOP_GRACE_S of the user's, the grace runs to 5 s
+# before the job's end (read now: a preemption's GraceTime moves it), which is what Slurm allows.
 request_stop() {
   [[ -z "${STOP_DEADLINE:-}" ]] || return 0
-  STOP_DEADLINE=$(( $(date +%s) + STOP_GRACE_S ))
+  local now end why="STOP_GRACE_S=$STOP_GRACE_S s"
+  now=$(date +%s)
+  STOP_DEADLINE=$(( now + STOP_GRACE_S ))
+  if [[ -z "$STOP_GRACE_SET" ]]; then end=$(slurm_job_end); else end=""; fi
+  if [[ -n "$end" ]] && (( end - 5 > now )); then
+    STOP_DEADLINE=$(( end - 5 ))
+    why="$(( STOP_DEADLINE - now )) s: 5 s before Slurm job $SLURM_JOB_ID ends; STOP_GRACE_S sets it"
+  fi
   echo "$STOP_DEADLINE" >"$RUN_DIR/stop_requested.tmp" && mv -f "$RUN_DIR/stop_requested.tmp" "$RUN_DIR/stop_requested"
-  echo "recipe: SIGTERM: the trainer saves the step in flight and stops (within STOP_GRACE_S=$STOP_GRACE_S s)" >&2
+  echo "recipe: SIGTERM: the trainer saves the step in flight and stops (within $why)" >&2
+}
+
+# A Slurm job's end, for the trainer (RUN_DIR/job_deadline, verl_gsm8k/guard/deadline.py): it
+# saves and stops before a step that would not end in time. Refused in one line (exit 2) when the
+# start-up, a step and a save measured by earlier launches of the run do not fit the time left.
+# Outside Slurm, a deadline left by an earlier launch is removed.
+plan_deadline() {
+  rm -f "$RUN_DIR/job_deadline"
+  local end
+  end=$(slurm_job_end)
+  if [[ -z "$end" ]]; then
+    if [[ -n "${SLURM_JOB_ID:-}" ]]; then
+      echo "recipe: Slurm job $SLURM_JOB_ID has no end time (no time limit): no deadline"
+    fi
+    return 0
+  fi
+  "$PYTHON" -m verl_gsm8k.guard.deadline "$RUN_DIR" --end "$end"
+}
+
+# Under slurm/one_node.sbatch (SLURM_REQUEUE_ON_STOP=1): a launch that stopped before the end of
+# the run (exit 5: SIGTERM or the job's end) and saved a step puts its job back in the queue, so
+# that the same job resumes until the run ends (docs/slurm.md, "Time limits"). A launch that saved
+# nothing is not requeued: the next one would do no better.
+requeue_if_stopped() {
+  local status=$1 stamp=$2 step saved_by=""
+  [[ "$status" == 5 && "${SLURM_REQUEUE_ON_STOP:-0}" == 1 && -n "${SLURM_JOB_ID:-}" ]] || return 0
+  step=$(cat "$RUN_DIR/latest_checkpointed_iteration.txt" 2>/dev/null || true)
+  if [[ -n "$step" ]]; then saved_by=$(cat "$RUN_DIR/global_step_$step/launch_stamp.txt" 2>/dev/null || true); fi
+  if [[ "$saved_by" != "$stamp" ]]; then
+    echo "recipe: Slurm job $SLURM_JOB_ID not requeued: this launch saved no step (start-up, a step and a save did not fit before it stopped); resubmit with more time (sbatch --time)" >&2
+    return 0
+  fi
+  echo "recipe: requeueing Slurm job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}): it resumes from step $step"
+  scontrol requeue "$SLURM_JOB_ID" || echo "recipe: scontrol requeue $SLURM_JOB_ID failed: resubmit the same command to resume" >&2
 }
 
 # Every process started under PID (verl's driver, Ray's processes and workers), deepest last.
@@ -552,6 +610,7 @@ launch() {
   local stamp
   stamp=$(date -u +%Y%m%dT%H%M%SZ)
   lock_run_dir "$stamp"
+  if [[ "$TRAINER" == ppo ]]; then plan_deadline || exit $?; fi
   record_launch "$stamp" "$@" || exit $?
   mkdir -p "$RUN_DIR/metrics" "$RUN_DIR/logs"
   if logs_to_wandb; then say_where_wandb_logs; fi
@@ -587,5 +646,6 @@ launch() {
     echo "recipe: verl exited with $status. Metrics: $VERL_FILE_LOGGER_PATH; to a Hugging Face model (a MODEL_PATH for the PPO recipes): bash scripts/merge.sh $RUN_DIR OUT_DIR"
   fi
   if declare -F after_run >/dev/null; then after_run "$status"; fi
+  requeue_if_stopped "$status" "$stamp"
   exit "$status"
 }

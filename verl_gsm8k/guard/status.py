@@ -5,7 +5,8 @@
 Run by recipes/common.sh once verl has exited. It prints one line and exits with:
 ``EXIT_WATCHDOG`` (4) when the watchdog stopped this launch (the line: the metric, its value and
 threshold, the step, the last healthy checkpoint); ``EXIT_PREEMPTED`` (5) after SIGTERM
-(``--stopped``; the line: the step saved, or that none was and where a relaunch resumes); verl's
+(``--stopped``; the line: the step saved, or that none was and where a relaunch resumes) or
+before a job's end (``guard/deadline.py``: the step saved); verl's
 own status otherwise. Warn-mode trips of the launch are counted in a line. Standard library only.
 """
 
@@ -18,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from verl_gsm8k.guard.deadline import read_stop
 from verl_gsm8k.guard.files import (
     EXIT_PREEMPTED,
     EXIT_WATCHDOG,
@@ -45,6 +47,15 @@ def verdict(run_dir: Path, stamp: str, verl_status: int, stopped: bool) -> tuple
             f"recipe: the watchdog warned {len(trips)} time(s) (WATCHDOG=warn), first: "
             f"{trips[0].get('message')} (all: {run_dir / WATCHDOG_FILE})"
         )
+    deadline = read_stop(run_dir)
+    if deadline is not None and deadline.get("launch") == stamp:
+        step = deadline.get("step")
+        lines.append(
+            f"recipe: stopped before the job's end after saving step {step} (one more step and "
+            f"its save take about {deadline.get('needed_s')} s, measured); the same command "
+            "resumes from it"
+        )
+        return EXIT_PREEMPTED, lines
     if stopped:
         step = tracked_step(run_dir)
         if step is not None and read_stamp(run_dir, step) == stamp:

@@ -20,6 +20,9 @@ overrides one method of verl's ``PPOTrainerSync`` (``verl/trainer/ppo/v1/trainer
   (SIGTERM, ``stop_requested``). A trip (WATCHDOG=stop) or a stop request ends ``fit`` after
   this step: verl's loop runs while ``global_steps <= total_training_steps`` (~467), so the total
   is lowered to this step. verl still logs the step's metrics, and a stop request saves it first.
+- a deadline (a Slurm job's end, ``guard/deadline.py``): ``step``, ``_save_checkpoint`` and
+  ``_validate`` measure themselves; after a step that one more step and its save would not
+  follow before the job ends, the step is saved and ``fit`` ends, as on a stop request.
 - ``_validate`` (~1031, after the save) keeps the checkpoint of the best validation score
   (KEEP_BEST): ``best_checkpoint.json`` names a step directory that pruning then keeps; when the
   best step was not a save step, it is saved then (the weights are the ones just validated).
@@ -47,6 +50,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.common.pause import pause_point
+from verl_gsm8k.guard.deadline import Timings, must_stop, read_deadline, record_stop, stamp_time
 from verl_gsm8k.guard.files import (
     STOP_FILE,
     append_trip,
@@ -123,6 +127,9 @@ class GuardedTrainer(PPOTrainerSync):
         self.sick_step: int | None = None  # the step the watchdog stopped (no checkpoint of it)
         self.saved_step: int | None = None  # the step this launch saved last
         self.stop_at: int | None = None  # the step after which fit ends (trip or stop request)
+        self.job_end = read_deadline(self.run_dir)  # a Slurm job's end (guard/deadline.py)
+        self.timings = Timings.read(self.run_dir)  # the slowest step, save, validation measured
+        self.started_up = False  # this launch's first step has ended
         best = self.best_metric if self.keep_best else "off"
         say(f"watchdog {self.guard_mode}, keep best {best}, checkpoints {self.run_dir}")
 
@@ -136,8 +143,10 @@ class GuardedTrainer(PPOTrainerSync):
         return super().fit(*args, **kwargs)
 
     def step(self, metrics: dict, timing_raw: dict) -> Any:
+        started = time.time()
         batch = super().step(metrics, timing_raw)
         step = self.global_steps
+        self._measured("step_s", started)
         if self.guard_mode != "off":
             self._watch(batch, metrics, step)
         deadline = self._stop_deadline()
@@ -148,7 +157,30 @@ class GuardedTrainer(PPOTrainerSync):
             else:
                 say(f"stop requested and its grace is over: step {step} not saved")
             self._end_after(step)
+        elif self.sick_step is None and must_stop(time.time(), self.job_end, self.timings):
+            self._stop_for_deadline(step)
         return batch
+
+    def _measured(self, name: str, started: float) -> None:
+        """Keep the slowest ``name`` (guard/deadline.py) and, at this launch's first step, the
+        start-up (the launch's stamp to now)."""
+        now = time.time()
+        self.timings.slowest(name, now - started)
+        launched = stamp_time(self.stamp)
+        if name == "step_s" and not self.started_up and launched is not None:
+            self.timings.slowest("start_s", now - launched)
+            self.started_up = True
+        self.timings.write(self.run_dir)
+
+    def _stop_for_deadline(self, step: int) -> None:
+        assert self.job_end is not None
+        needed = self.timings.next_step_and_save() or 0.0
+        left = self.job_end - time.time()
+        say(f"the job ends in {left:.0f} s: one more step and its save take about {needed:.0f} s "
+            f"(measured): saving step {step}, then stopping")  # fmt: skip
+        self._save_checkpoint()
+        record_stop(self.run_dir, step, self.stamp, self.job_end, needed)
+        self._end_after(step)
 
     def _end_after(self, step: int) -> None:
         self.stop_at = step
@@ -237,6 +269,7 @@ class GuardedTrainer(PPOTrainerSync):
             return  # saved already this step (a stop request or the kept best)
         trainer = self.config.trainer
         folder = step_dir(self.run_dir, step)
+        started = time.time()
         logger.info("Saving checkpoint to %s", folder)
         clear_sick(self.run_dir, step)  # a resumed run trains this step again: new weights
         groups = [("actor", self.actor_rollout_wg)]
@@ -260,10 +293,13 @@ class GuardedTrainer(PPOTrainerSync):
         keep = trainer.get("max_actor_ckpt_to_keep") or 0
         for line in prune(self.run_dir, int(keep), say_kept=False):  # the launcher says them
             say(line)
+        self._measured("save_s", started)
 
     # ---- the best checkpoint -------------------------------------------------------------
     def _validate(self, *args: Any, **kwargs: Any) -> dict:
+        started = time.time()
         metrics = super()._validate(*args, **kwargs)
+        self._measured("val_s", started)
         step = self.global_steps
         value = metrics.get(self.best_metric) if isinstance(metrics, dict) else None
         if not self.keep_best or step < 1 or step == self.sick_step or not finite(value):
