@@ -16,7 +16,7 @@ The ``ATTENTION`` knob asks (auto, the default; fa2, fa4 or sdpa); auto takes th
 On the CPU (DEVICE=cpu) the answer is sdpa. A request that cannot be met here (fa4 on a card
 below SM 9, fa2 without a loading extension) is refused with one line, before anything starts.
 
-    python -m verl_gsm8k.common.attention [--want auto|fa2|fa4|sdpa] [--cpu]
+    python -m verl_gsm8k.common.attention [--want auto|fa2|fa4|sdpa] [--cpu] [--fa4-card]
     # exit 0: prints the choice (fa2, fa4 or sdpa), then its one-line statement;
     # exit 2: prints the refusal, one line
 
@@ -118,9 +118,11 @@ def fa4_import_problem() -> str | None:
     return None
 
 
-def fa4_problem(caps: list[tuple[int, int]] | None, installed: bool) -> str | None:
+def fa4_problem(
+    caps: list[tuple[int, int]] | None, installed: bool, load: bool = True
+) -> str | None:
     """None when flash-attn-4 can train here; otherwise why not, in words. Imports the module
-    only on a card that could use it."""
+    (``load``) only on a card that could use it."""
     need = "flash-attn-4 needs compute capability {}.{}+".format(*FA4_MIN_CAPABILITY)
     if not caps:
         return f"{need}, {'no GPU seen' if caps == [] else 'nvidia-smi does not report it'}"
@@ -132,7 +134,7 @@ def fa4_problem(caps: list[tuple[int, int]] | None, installed: bool) -> str | No
             f"flash-attn-4 not installed on this {low[0]}.{low[1]} card "
             "(FLASH_ATTN=4 bash scripts/setup.sh installs it)"
         )
-    return fa4_import_problem()
+    return fa4_import_problem() if load else None
 
 
 def choose(
@@ -183,7 +185,19 @@ def main(argv: list[str] | None = None) -> int:
         "--want", default="auto", help="the ATTENTION knob: auto (default), fa2, fa4 or sdpa"
     )
     parser.add_argument("--cpu", action="store_true", help="the run trains on the CPU (sdpa)")
+    parser.add_argument(
+        "--fa4-card",
+        action="store_true",
+        help="only say whether every GPU here can train with flash-attn 4 (compute capability "
+        "9.0+): exit 0, or exit 1 with why not (scripts/setup.sh asks it before installing it)",
+    )
     args = parser.parse_args(argv)
+    if args.fa4_card:
+        problem = fa4_problem(gpu_capabilities(), installed=True, load=False)
+        if problem is not None:
+            print(problem)
+            return 1
+        return 0
     try:
         choice = probe(args.want, args.cpu)
     except AttentionRefused as refused:
