@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-setup:  ## build everything `make test` needs: .venv (GPU or CPU training stack) and .venv-eval
+setup:  ## build everything `make test` needs: .venv (GPU or CPU training stack) and .venv-eval (FLASH_ATTN=auto|2|4|none: docs/gpu.md)
 	bash scripts/setup.sh
 	bash scripts/setup.sh --eval
 

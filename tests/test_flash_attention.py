@@ -62,7 +62,7 @@ def launcher_side(env: dict[str, str]) -> tuple[str, list[str], str]:
     """recipes/common.sh sourced as a recipe does: its attention line, overlays, plugin list."""
     script = (
         f'RECIPE=probe CONFIG_NAME=gsm8k_ppo; source "{ROOT}/recipes/common.sh"; '
-        'printf "%s\\n" "$ATTENTION" "${DEVICE_OVERRIDES[*]}" "${VERL_USE_EXTERNAL_MODULES:-}"'
+        'printf "%s\\n" "$ATTENTION_LINE" "${DEVICE_OVERRIDES[*]}" "${VERL_USE_EXTERNAL_MODULES:-}"'
     )
     result = subprocess.run(
         ["bash", "-c", script], env=dict(env, VERL_USE_EXTERNAL_MODULES=""),
@@ -87,8 +87,12 @@ def test_launcher_preflight_and_plugin_agree(case: str, tmp_path: Path):
     assert sdpa == (py["probe_rc"] == 1) == py["plugin_active"] == (FALLBACK_MODULE in modules)
     if case == "working":
         assert not sdpa and py["probe_out"] == ""
-        assert attention == "flash_attention_2 with padding removal"
-        assert "attention: sdpa, padding removal off" in py["device"]
+        assert attention == "flash_attention_2, padding removal on (flash-attn 2 loads)"
+        # the preflight's config asks for sdpa here: it says so, and what auto would choose
+        assert (
+            "attention: sdpa, padding removal off (set by the overrides; ATTENTION=auto "
+            in (py["device"])
+        )
         return
     assert sdpa
     why = (
@@ -98,5 +102,6 @@ def test_launcher_preflight_and_plugin_agree(case: str, tmp_path: Path):
         f"(ImportError: {UNDEFINED_SYMBOL})"
     )
     assert py["probe_out"] == why
-    assert attention.startswith(f"sdpa ({why}; padding removal off")  # the launch prints it
-    assert f"attention: sdpa without padding removal ({why})" in py["device"]
+    # the launch prints it, and the preflight's line is the same words
+    assert attention.startswith(f"sdpa, padding removal off ({why}; flash-attn-4 needs ")
+    assert py["device"].endswith(f"attention: {attention}")

@@ -13,16 +13,28 @@ probe loads that extension, after torch (the extension links against torch's lib
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 
 PACKAGE = "flash_attn"
 EXTENSION = "flash_attn_2_cuda"  # what flash_attn.flash_attn_interface imports first
 
 
+def has_distribution(name: str) -> bool:
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def flash_attn_problem() -> str | None:
     """None when flash-attention 2 can be used here; otherwise why not, in one line."""
     if importlib.util.find_spec(PACKAGE) is None:
         return "flash_attn not installed"
+    if importlib.util.find_spec(EXTENSION) is None and has_distribution("flash-attn-4"):
+        # flash-attn-4 installs flash_attn/cute/ as a namespace package, without flash-attn 2
+        return "flash_attn 2 not installed (flash_attn holds flash-attn-4 alone)"
     try:
         importlib.import_module("torch")
         importlib.import_module(EXTENSION)

@@ -11,8 +11,9 @@ report in verl_gsm8k/preflight/report.py):
            runs (trainer.use_v1) ignores, each with the key to use instead;
   config   the overrides compose against the INSTALLED verl config (unknown key -> closest match)
            and verl's own validate_config passes for the requested GPU count;
-  device   where it trains (GPU, or the CPU platform) and with which attention (flash-attn, or
-           sdpa without padding removal where flash_attn is not installed);
+  device   where it trains (GPU, or the CPU platform) and with which attention and padding, and
+           why (verl_gsm8k/common/attention.py: flash-attn 2, flash-attn 4 on compute
+           capability 9.0+, or sdpa; the ATTENTION knob);
   lora     the LoRA layouts verl 0.9.1 cannot train (LoRA critic; LoRA actor + critic in v1);
   model    verl loads the actor/critic model config and tokenizer (local dir, HF cache, or a
            reachable hub), the chat template exists, prompt+response fit the context;

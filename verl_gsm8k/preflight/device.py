@@ -9,6 +9,15 @@ import shutil
 import subprocess
 from typing import Any
 
+from verl_gsm8k.common.attention import (
+    AttentionRefused,
+    Choice,
+    fa4_installed,
+    fa4_problem,
+    gpu_capabilities,
+    probe,
+    statement,
+)
 from verl_gsm8k.common.flash_attention import flash_attn_problem
 from verl_gsm8k.preflight.report import Report
 
@@ -47,42 +56,77 @@ def cpu_platform_missing(device: str) -> str | None:
     )
 
 
+def attention_choice(device: str, report: Report) -> Choice | None:
+    """The launcher's choice for this machine (ATTENTION, default auto); None, with an error,
+    where ATTENTION asks for what this machine cannot run."""
+    try:
+        return probe(os.environ.get("ATTENTION", "auto"), on_cpu=device == "cpu")
+    except AttentionRefused as refused:
+        report.error("attention", str(refused))
+        return None
+
+
+def attention_path(implementation: str, padding_removal: bool, choice: Choice) -> str:
+    """The statement of the attention a config runs: the choice's own line where the config is
+    what the launcher chose (one source for the launch line and this one), else what the config
+    says and that its overrides set it."""
+    if (implementation, padding_removal) == (choice.implementation, choice.padding_removal):
+        return choice.line()
+    return statement(
+        implementation,
+        padding_removal,
+        f"set by the overrides; ATTENTION={os.environ.get('ATTENTION', 'auto')} chooses "
+        f"{choice.implementation} here: {choice.why}",
+    )
+
+
+def unusable(implementation: str, choice: Choice) -> str | None:
+    """Why a flash-attention implementation the config asks for cannot run here, or None."""
+    if not implementation.startswith("flash_attention") or implementation == choice.implementation:
+        return None
+    if implementation == "flash_attention_2":
+        return flash_attn_problem()
+    if implementation == "flash_attention_4":
+        return fa4_problem(gpu_capabilities(), fa4_installed())
+    return f"{implementation} is not a path this project sets up"
+
+
 def check_device(cfg: Any, use_critic: bool, report: Report) -> None:
-    """Device and attention: what the run will use, and the mismatches that fail in a worker."""
+    """Device and attention: what the run will use and why, and the mismatches that fail in a
+    worker."""
     device = cfg.trainer.device
     modules = _loaded_modules()
     missing = cpu_platform_missing(device)
     if missing:
         report.error("device", missing)
         return
-    flash_problem = flash_attn_problem()
+    choice = attention_choice(device, report)
+    if choice is None:
+        return
     actor = attention(cfg.actor_rollout_ref.model)
     padding_removal = bool(cfg.actor_rollout_ref.model.use_remove_padding)
-    if flash_problem is not None:
-        # A warning, not an error: the machine that trains may have flash_attn when this one
-        # does not (the recipes decide on the machine they launch from).
-        if actor.startswith("flash_attention") or padding_removal:
-            report.warn(
-                "attention",
-                f"{flash_problem} here but the actor asks for "
-                f"{actor}{' with padding removal' if padding_removal else ''}: on a machine "
-                "without it, add +attention=sdpa (the recipes do it themselves)",
-            )
-            return
-        if use_critic and FALLBACK_MODULE not in modules:
-            report.warn(
-                "attention",
-                f"{flash_problem} here and verl loads the critic with a hard-coded "
-                f"flash_attention_2 (verl issue #5210): load {FALLBACK_MODULE} "
-                f"(VERL_USE_EXTERNAL_MODULES={FALLBACK_MODULE}; the "
-                "recipes do it themselves)",
-            )
-            return
+    why_not = unusable(actor, choice)
+    if why_not is not None:
+        # A warning, not an error: the machine that trains may have it when this one does not
+        # (the recipes decide on the machine they launch from).
+        report.warn(
+            "attention",
+            f"{why_not} here but the actor asks for {actor}: on a machine without it, add "
+            f"+attention={choice.overlay or 'sdpa'} (the recipes do it themselves)",
+        )
+        return
+    flash2 = flash_attn_problem()
+    if use_critic and flash2 is not None and FALLBACK_MODULE not in modules:
+        report.warn(
+            "attention",
+            f"{flash2} here and verl loads the critic with a hard-coded "
+            f"flash_attention_2 (verl issue #5210): load {FALLBACK_MODULE} "
+            f"(VERL_USE_EXTERNAL_MODULES={FALLBACK_MODULE}; the "
+            "recipes do it themselves)",
+        )
+        return
     where = "the CPU (vLLM's CPU build, logical GPUs in Ray)" if device == "cpu" else device
-    if flash_problem is None:
-        path = f"{actor}, padding removal {'on' if padding_removal else 'off'}"
-    else:
-        path = f"{actor} without padding removal ({flash_problem})"
+    path = attention_path(actor, padding_removal, choice)
     report.ok("device", f"trains on {where}; attention: {path}")
 
 

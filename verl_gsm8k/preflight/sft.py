@@ -26,7 +26,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.common.flash_attention import flash_attn_problem
 from verl_gsm8k.preflight.compose import (
     LegacyKeys,
     compose,
@@ -37,7 +36,10 @@ from verl_gsm8k.preflight.compose import (
 from verl_gsm8k.preflight.device import (
     TRAINED_BYTES_PER_PARAM,
     attention,
+    attention_choice,
+    attention_path,
     cpu_platform_missing,
+    unusable,
     visible_gpus,
 )
 from verl_gsm8k.preflight.inputs import as_list, read_rows
@@ -178,15 +180,17 @@ def check_sft_device(cfg: Any, report: Report) -> None:
     if missing:
         report.error("device", missing)
         return
-    flash_problem = flash_attn_problem()
+    choice = attention_choice(cfg.trainer.device, report)
+    if choice is None:
+        return
     attn = attention(cfg.model)
     padding_removal = bool(cfg.model.use_remove_padding)
-    if flash_problem is not None and (attn.startswith("flash_attention") or padding_removal):
+    why_not = unusable(attn, choice)
+    if why_not is not None:
         report.warn(
             "attention",
-            f"{flash_problem} here but the model asks for {attn}"
-            f"{' with padding removal' if padding_removal else ''}: on a machine without it, add "
-            "+attention=sdpa_sft (the recipe does it itself)",
+            f"{why_not} here but the model asks for {attn}: on a machine without it, add "
+            f"+attention={choice.overlay or 'sdpa'}_sft (the recipe does it itself)",
         )
         return
     device = cfg.trainer.device
@@ -199,8 +203,8 @@ def check_sft_device(cfg: Any, report: Report) -> None:
             f"parameters computed in {dtype} on a CPU: without native bf16 (AVX2 only) that is "
             "~10x slower than fp32 (configs/device/cpu_sft.yaml sets fp32)",
         )
-    padding = "on" if padding_removal else "off"
-    report.ok("device", f"trains on {where}; attention: {attn}, padding removal {padding}")
+    path = attention_path(attn, padding_removal, choice)
+    report.ok("device", f"trains on {where}; attention: {path}")
 
 
 # ---------------------------------------------------------------------------- model
