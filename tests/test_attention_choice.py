@@ -103,11 +103,19 @@ def test_the_capability_floor_is_transformers_own():
     )
 
 
-def test_the_probe_reads_nvidia_smi_and_the_installed_package(tmp_path: Path, monkeypatch):
+def _forget_flash_attn() -> None:
+    """The planted package leaves this process: later tests see the machine's own (none)."""
+    for name in [m for m in sys.modules if m.split(".")[0] == "flash_attn"]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+def test_the_probe_reads_nvidia_smi_and_the_installed_package(tmp_path: Path, monkeypatch, request):
     """probe() on this machine's facts: the capability from (a fake) nvidia-smi, flash-attn-4
     from its dist-info and its module; flash-attn 2's probe is not fooled by FA4's namespace."""
     site = plant_flash_attn_4(tmp_path / "site")
     monkeypatch.syspath_prepend(str(site))
+    request.addfinalizer(_forget_flash_attn)  # monkeypatch restores sys.path itself
     importlib.invalidate_caches()
     for cap, name in (("9.0", "fa4"), ("8.6", "sdpa")):
         bin_dir = fake_nvidia_smi(tmp_path / f"bin{cap}", [H100], compute_cap=cap)
