@@ -321,7 +321,7 @@ def test_cli_prints_time_and_exits_nonzero_on_error(base_overrides):
 
 def test_grpo_needs_a_group_per_prompt(base_overrides):
     report = run_preflight(base_overrides + ["actor_rollout_ref.rollout.n=1"], config="gsm8k_grpo")
-    assert "rollout.n = 1: every advantage would be 0" in errors(report)
+    assert "rollout.n = 1: algorithm.adv_estimator=grpo compares the responses" in errors(report)
     report = run_preflight(base_overrides + ["actor_rollout_ref.rollout.n=4"], config="gsm8k_grpo")
     assert report.errors == 0, "\n".join(report.lines)
 
