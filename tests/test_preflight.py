@@ -182,6 +182,7 @@ SUGGESTED = {
     "critic.model.fsdp_config.param_offload=True": "True",
     "critic.fsdp_config.optimizer_offload=True": "True",
     "reward_model.reward_manager=naive": "naive",
+    "reward_model.reward_kwargs.max_resp_len=256": "256",
     "reward_model.enable=False": "False",
     "actor_rollout_ref.actor.fsdp_config.strategy=fsdp2": "fsdp2",
     "actor_rollout_ref.ref.fsdp_config.strategy=fsdp2": "fsdp2",
