@@ -182,6 +182,7 @@ SUGGESTED = {
     "critic.model.fsdp_config.param_offload=True": "True",
     "critic.fsdp_config.optimizer_offload=True": "True",
     "reward_model.reward_manager=naive": "naive",
+    "reward_model.reward_kwargs.max_resp_len=256": "256",
     "reward_model.enable=False": "False",
     "actor_rollout_ref.actor.fsdp_config.strategy=fsdp2": "fsdp2",
     "actor_rollout_ref.ref.fsdp_config.strategy=fsdp2": "fsdp2",
@@ -321,7 +322,7 @@ def test_cli_prints_time_and_exits_nonzero_on_error(base_overrides):
 
 def test_grpo_needs_a_group_per_prompt(base_overrides):
     report = run_preflight(base_overrides + ["actor_rollout_ref.rollout.n=1"], config="gsm8k_grpo")
-    assert "rollout.n = 1: every advantage would be 0" in errors(report)
+    assert "rollout.n = 1: algorithm.adv_estimator=grpo compares the responses" in errors(report)
     report = run_preflight(base_overrides + ["actor_rollout_ref.rollout.n=4"], config="gsm8k_grpo")
     assert report.errors == 0, "\n".join(report.lines)
 

@@ -392,7 +392,8 @@ def test_rollout_mismatch_flagged_with_its_steps(tmp_path: Path) -> None:
             d["training/rollout_probs_diff_mean"] = 0.04
 
     findings = analyse_records(tmp_path, build_run(mutate))[2]
-    assert checks_fired(findings) == {"rollout_mismatch"}
+    # the mean gap of 0.04 is also above verl's harmful level (tests/test_report_rollout_gap.py)
+    assert checks_fired(findings) == {"rollout_mismatch", "rollout_gap"}
     hit = only(findings, "rollout_mismatch")
     # centered 10-step medians: flagged from half a window before to half a window after
     assert 115 <= hit.start_step <= 121 and 148 <= hit.end_step <= 154

@@ -1,7 +1,8 @@
 """Health checks of a PPO/GRPO run, on the canonical series that ``parse`` builds: NaN/inf and
 where a sick run turned, KL, entropy, length, value loss, flat accuracy, clip fraction,
-rollout/training mismatch; and ``health_checks``, which runs every check of the report, those
-of ``learning`` (accuracy below its best, KL growing without a score gain) included.
+rollout/training mismatch (its trend; its level against verl's FAQ); and ``health_checks``,
+which runs every check of the report, those of ``learning`` (accuracy below its best, KL growing
+without a score gain) included.
 
 Standard library only. Every constant lives in ``thresholds.Thresholds``;
 docs/reading-a-ppo-run.md repeats them with what to change when a check fires.
@@ -464,6 +465,65 @@ def check_rollout_mismatch(canon: Canonical, t: Thresholds) -> list[Finding]:
     return findings
 
 
+# verl's corrections for the gap, named in the rollout_gap finding (verl docs/algo/rollout_corr.md,
+# docs/faq/faq.rst): importance weights or rejection of off-policy tokens, then the known cause.
+ROLLOUT_CORRECTION = (
+    "verl's correction: algorithm.rollout_correction.rollout_is=token (truncated importance "
+    "weights, rollout_is_threshold 2.0) or rollout_rs (reject the off-policy tokens), verl "
+    "docs/algo/rollout_corr.md; its FAQ's known cause on vLLM: "
+    "+actor_rollout_ref.rollout.engine_kwargs.vllm.disable_cascade_attn=True"
+)
+
+
+def check_rollout_gap(data: RunData, canon: Canonical, t: Thresholds) -> list[Finding]:
+    """The mean per-token |p_rollout - p_training| above the level verl's FAQ calls a precision
+    problem of the inference engine (warning) or above its normal level (note)."""
+    points = canon.series.get("rollout_probs_diff_mean", [])
+    if not points:
+        return []
+    window = min(t.window, len(points))
+    smooth = rolling_median([v for _, v in points], window)
+    steps = [s for s, _ in points]
+    corrected = any(
+        key.startswith("rollout_corr/rollout_is") or key.startswith("rollout_corr/rollout_rs")
+        for values in data.steps.values()
+        for key in values
+    )
+    findings: list[Finding] = []
+    faq = (
+        f"verl's FAQ: below {t.mismatch_mean_normal} is normal, above {t.mismatch_mean_harmful} "
+        "a precision problem of the inference engine"
+    )
+    fix = (
+        "the rollout correction is on (rollout_corr/rollout_is*/rollout_rs* logged): look for "
+        "the cause"
+        if corrected
+        else ROLLOUT_CORRECTION
+    )
+    harmful = [m > t.mismatch_mean_harmful for m in smooth]
+    above_normal = [t.mismatch_mean_normal < m <= t.mismatch_mean_harmful for m in smooth]
+    findings: list[Finding] = []
+    for severity, bar, flags in (
+        ("warning", t.mismatch_mean_harmful, harmful),
+        ("note", t.mismatch_mean_normal, above_normal),
+    ):
+        for a, b in spans(flags, min_len=max(1, window // 2)):
+            peak = max(smooth[a : b + 1])
+            findings.append(
+                Finding(
+                    "rollout_gap",
+                    severity,
+                    "rollout_probs_diff_mean",
+                    steps[a],
+                    steps[b],
+                    f"mean |p_rollout - p_training| per token ({window}-step median) up to "
+                    f"{fmt(peak)} > {bar} ({faq}); {fix}",
+                    {"peak_median": peak, "bar": bar, "correction_on": corrected},
+                )
+            )
+    return findings
+
+
 def health_checks(
     data: RunData, canon: Canonical, t: Thresholds = THRESHOLDS, more: list[Finding] | None = None
 ) -> list[Finding]:
@@ -479,6 +539,7 @@ def health_checks(
         + check_accuracy_flat(canon, t)
         + check_clip_fraction(canon, t)
         + check_rollout_mismatch(canon, t)
+        + check_rollout_gap(data, canon, t)
         + check_accuracy_below_best(canon, t)
         + check_kl_without_score_gain(canon, t)
     )

@@ -165,6 +165,14 @@ class Thresholds:
     mismatch_base_steps: int = 20
     mismatch_jump_factor: float = 3.0
     mismatch_diff_floor: float = 0.10
+    # The gap's absolute level, from verl's own FAQ ("Missmatch between inference and training",
+    # docs/faq/faq.rst of verl): training/rollout_probs_diff_mean "should be below 0.005"; "higher
+    # than 0.01 ... indicates a precision issue from the inference engine". A warning where the
+    # rolling median (window steps, or all of a shorter run) of the mean gap exceeds
+    # mismatch_mean_harmful, a note above mismatch_mean_normal, for at least half a window.
+    # fp32 engines on this CPU agree to ~1e-9 (docs/algorithms.md, "Train/inference mismatch").
+    mismatch_mean_normal: float = 0.005
+    mismatch_mean_harmful: float = 0.01
 
     # Checks from the per-token trace (verl_gsm8k/replay/checks.py), each over traced steps.
     # A flat critic: among the traced steps whose responses' scores differ (standard deviation

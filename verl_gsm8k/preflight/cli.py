@@ -20,6 +20,9 @@ report in verl_gsm8k/preflight/report.py):
   data     train/val files exist, have verl's RLHFDataset columns, enough rows for a batch, and
            how many prompts exceed max_prompt_length;
   reward   verl's own loader imports the reward and it scores a right and a wrong answer correctly;
+  algorithm  what the advantage estimator and the loss need (group size, critic or none, KL in
+           the reward or in the loss, the trainer that reads ReMax's baseline and DAPO's dynamic
+           sampling): verl_gsm8k/preflight/algorithm.py, docs/algorithms.md;
   gpu      the GPUs the run gets: with RAY_ADDRESS the Ray cluster's (ray.nodes(), any node may
            launch, a CPU-only head too), otherwise this node's (nvidia-smi);
   memory   GPU memory of each phase of a step (rollout, old log-prob with its entropy, reference,
@@ -38,6 +41,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from verl_gsm8k.preflight.algorithm import check_algorithm
 from verl_gsm8k.preflight.checkpoints import check_async_save, check_disk
 from verl_gsm8k.preflight.compose import (
     LegacyKeys,
@@ -93,6 +97,12 @@ LEGACY_KEYS: LegacyKeys = {
     "reward_model.reward_manager": (
         "reward.reward_manager.name",
         "main_ppo reads the reward manager from reward.reward_manager",
+    ),
+    "reward_model.reward_kwargs.": (
+        "reward.reward_kwargs.",
+        "composes, but main_ppo never reads it (only fully_async_main copies it over, "
+        "migrate_legacy_reward_impl): verl's dapo reward manager runs without its overlong "
+        "penalty",
     ),
     "reward_model.": ("reward.reward_model.", "main_ppo reads reward settings from reward.*"),
     "actor_rollout_ref.actor.fsdp_config.strategy": (
@@ -241,11 +251,6 @@ def check_batch_shape(cfg, n_gpus: int, report: Report) -> bool:
         problems.append(
             f"train_batch_size x rollout.n = {batch * n} responses must be divisible by the "
             f"{n_gpus} GPUs (verl splits every batch evenly across them)"
-        )
-    if cfg.algorithm.adv_estimator == "grpo" and n < 2:
-        problems.append(
-            f"GRPO compares responses within a prompt's group, but rollout.n = {n}: every "
-            "advantage would be 0; set ROLLOUT_N >= 2 (the GRPO recipe uses 5)"
         )
     if mini > batch:
         problems.append(f"ppo_mini_batch_size {mini} > train_batch_size {batch}")
@@ -436,7 +441,8 @@ def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | N
     if hf_configs:
         check_disk(cfg, hf_configs, report)
     first_prompt = check_data(cfg, tokenizer, report)
-    check_reward(cfg, report, first_prompt)
+    reward_keys = check_reward(cfg, report, first_prompt)
+    check_algorithm(cfg, report, reward_keys)
     check_gpus(cfg, hf_configs, report)
     return report
 

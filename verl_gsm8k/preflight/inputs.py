@@ -145,8 +145,10 @@ def check_prompt_lengths(cfg, tokenizer, table, path: Path, report: Report) -> N
 
 
 # ---------------------------------------------------------------------------- reward
-def check_reward(cfg, report: Report, prompt: str = "") -> None:
-    """The reward must prefer a right answer to a wrong one, in the format the prompts ask for."""
+def check_reward(cfg, report: Report, prompt: str = "") -> set[str] | None:
+    """The reward must prefer a right answer to a wrong one, in the format the prompts ask for.
+    Returns the keys of the reward's result when it is a dict (what verl logs beside the score,
+    and what DAPO's filter may read), else None."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
     reward_cfg = cfg.reward.custom_reward_function
@@ -167,6 +169,7 @@ def check_reward(cfg, report: Report, prompt: str = "") -> None:
         return
     answer_format = "\\boxed{}" if "\\boxed" in prompt else "####"
     scores = {}
+    keys: set[str] | None = None
     for label, response in zip(("right", "wrong"), ANSWERS[answer_format], strict=True):
         try:
             result = fn(
@@ -193,6 +196,7 @@ def check_reward(cfg, report: Report, prompt: str = "") -> None:
             )
             return
         scores[label] = score
+        keys = set(map(str, result)) if isinstance(result, dict) else None
     if not scores["right"] > scores["wrong"]:
         hint = (
             "; the training prompts ask for \\boxed{} answers: use a reward that reads them "
@@ -211,6 +215,7 @@ def check_reward(cfg, report: Report, prompt: str = "") -> None:
         f"{Path(reward_cfg.path).name}:{reward_cfg.name} loads through verl; right "
         f"{answer_format} answer -> {scores['right']}, wrong -> {scores['wrong']}",
     )
+    return keys
 
 
 def is_number(value: object) -> bool:

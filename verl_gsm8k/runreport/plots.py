@@ -397,6 +397,7 @@ _PLOT_OF_METRIC = {
     "response_length_mean": "response_length",
     "vf_loss": "vf_loss",
     "pg_clipfrac": "clipfrac",
+    "rollout_probs_diff_mean": "rollout_mismatch",
 }
 
 

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# DAPO on GSM8K with Qwen2.5-0.5B-Instruct, one GPU: clip-higher, token-level loss, dynamic
+# sampling on accuracy (groups all right or all wrong are dropped and more prompts generated:
+# a step generates more than TRAIN_BATCH_SIZE x ROLLOUT_N responses), the overlong penalty; no KL.
+# The algorithm's settings: configs/gsm8k_dapo.yaml; the paper and its cost: docs/algorithms.md.
+#   DRY_RUN=1 bash recipes/dapo_qwen2.5-0.5b_gsm8k.sh
+set -euo pipefail
+
+RECIPE=dapo_qwen2.5-0.5b_gsm8k
+CONFIG_NAME=gsm8k_dapo
+DEFAULT_MODEL_PATH=Qwen/Qwen2.5-0.5B-Instruct
+ROLLOUT_N=${ROLLOUT_N:-16}                      # the paper's group size
+ROLLOUT_GPU_MEM_UTIL=${ROLLOUT_GPU_MEM_UTIL:-0.5}   # no critic on the GPU: vLLM gets more
+
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+launch "$@"

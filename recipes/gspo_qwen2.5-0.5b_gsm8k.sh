@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# GSPO on GSM8K with Qwen2.5-0.5B-Instruct, one GPU: a sequence-level importance ratio clipped to
+# [1-3e-4, 1+4e-4], a mean over sequences; no KL.
+# The algorithm's settings: configs/gsm8k_gspo.yaml; the paper and its cost: docs/algorithms.md.
+#   DRY_RUN=1 bash recipes/gspo_qwen2.5-0.5b_gsm8k.sh
+set -euo pipefail
+
+RECIPE=gspo_qwen2.5-0.5b_gsm8k
+CONFIG_NAME=gsm8k_gspo
+DEFAULT_MODEL_PATH=Qwen/Qwen2.5-0.5B-Instruct
+ROLLOUT_N=${ROLLOUT_N:-16}                      # verl's GSPO example
+ROLLOUT_GPU_MEM_UTIL=${ROLLOUT_GPU_MEM_UTIL:-0.5}   # no critic on the GPU: vLLM gets more
+
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+launch "$@"

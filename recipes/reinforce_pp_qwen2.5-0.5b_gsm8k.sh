@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# REINFORCE++ on GSM8K with Qwen2.5-0.5B-Instruct, one GPU: no critic, no group; KL in the
+# reward, advantages whitened over the batch.
+# The algorithm's settings: configs/gsm8k_reinforce_pp.yaml; the paper and its cost: docs/algorithms.md.
+#   DRY_RUN=1 bash recipes/reinforce_pp_qwen2.5-0.5b_gsm8k.sh
+set -euo pipefail
+
+RECIPE=reinforce_pp_qwen2.5-0.5b_gsm8k
+CONFIG_NAME=gsm8k_reinforce_pp
+DEFAULT_MODEL_PATH=Qwen/Qwen2.5-0.5B-Instruct
+ROLLOUT_N=${ROLLOUT_N:-1}                       # no group needed
+ROLLOUT_GPU_MEM_UTIL=${ROLLOUT_GPU_MEM_UTIL:-0.5}   # no critic on the GPU: vLLM gets more
+
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+launch "$@"

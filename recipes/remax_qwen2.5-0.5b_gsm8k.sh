@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# ReMax on GSM8K with Qwen2.5-0.5B-Instruct, one GPU: no critic; the baseline is one extra greedy
+# response per prompt. Runs verl's LEGACY trainer (the v1 trainer has no ReMax baseline), without
+# the recipes' guard and trace: configs/gsm8k_remax.yaml.
+# The algorithm's settings: configs/gsm8k_remax.yaml; the paper and its cost: docs/algorithms.md.
+#   DRY_RUN=1 bash recipes/remax_qwen2.5-0.5b_gsm8k.sh
+set -euo pipefail
+
+RECIPE=remax_qwen2.5-0.5b_gsm8k
+CONFIG_NAME=gsm8k_remax
+DEFAULT_MODEL_PATH=Qwen/Qwen2.5-0.5B-Instruct
+ROLLOUT_N=${ROLLOUT_N:-1}                       # one sample + one greedy baseline
+ROLLOUT_GPU_MEM_UTIL=${ROLLOUT_GPU_MEM_UTIL:-0.5}   # no critic on the GPU: vLLM gets more
+
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+launch "$@"
