@@ -249,7 +249,7 @@ if [[ "$TRAIN_ON" == cpu ]]; then
   fi
 fi
 if [[ "$TRAINER" == ppo ]]; then
-  VERL_MODULES+=(verl_gsm8k.verl_plugins.trainer)   # registers the recipes' trainer (guard, trace)
+  VERL_MODULES+=(verl_gsm8k.verl_plugins.register_trainer)  # the PPO trainer (verl_gsm8k/ppo_trainer/)
 fi
 modules=$(IFS=,; echo "${VERL_MODULES[*]}")
 export VERL_USE_EXTERNAL_MODULES=$modules${VERL_USE_EXTERNAL_MODULES:+,$VERL_USE_EXTERNAL_MODULES}
@@ -305,7 +305,7 @@ if [[ "$TRAINER" == ppo ]]; then
   knob_key RUN_DIR trainer.validation_data_dir "$(hydra_quote "$RUN_DIR/validation")"
   knob_key LOGGER trainer.logger "[$LOGGER]"
   # The recipes' trainer: verl's own sync trainer, guarded and traced, registered under another
-  # name (verl_gsm8k/trace/trainer.py, verl_gsm8k/guard/trainer.py).
+  # name (verl_gsm8k/ppo_trainer/).
   OVERRIDES+=(trainer.v1.trainer_mode=gsm8k)
   knob_key TRACE_SAMPLES gsm8k_trace.samples "$TRACE_SAMPLES"
   knob_key WATCHDOG gsm8k_guard.watchdog.mode "$WATCHDOG"
