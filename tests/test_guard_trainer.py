@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from verl_gsm8k.guard.deadline import Timings
 from verl_gsm8k.guard.files import read_best, write_best
 
 METRIC = "val-core/openai/gsm8k/acc/mean@1"
@@ -20,6 +21,7 @@ def trainer_at(step: int, run_dir: Path):
     trainer.run_dir, trainer.keep_best, trainer.best_metric = run_dir, True, METRIC
     trainer.global_steps, trainer.sick_step, trainer.saved_step = step, None, step
     trainer.stamp = "20261126T000000Z"
+    trainer.timings, trainer.started_up = Timings(), False  # _validate measures itself (deadline)
     return trainer
 
 
