@@ -1,4 +1,4 @@
-"""Before a relaunch resumes (verl_gsm8k/launch/verify.py): real FSDP checkpoints of verl's
+"""Before a relaunch resumes (verl_gsm8k/resume/verify.py): real FSDP checkpoints of verl's
 checkpoint manager at steps 2 and 4 (tests/conftest.py's ``whole_checkpoints``), then each way a
 kill leaves a run directory: the newest shard truncated, data.pt missing, the tracker empty or
 gone, nothing whole at all."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_gsm8k.launch.verify import TRACKER, NoWholeCheckpoint, resume_point
+from verl_gsm8k.resume.verify import TRACKER, NoWholeCheckpoint, resume_point
 
 ROLES = ("actor", "critic")
 

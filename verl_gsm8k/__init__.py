@@ -14,7 +14,8 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
                   checked loads
     evaluate      EvalScope on GSM8K, baseline vs trained, in .venv-eval (scripts/eval.sh)
     preflight     the knob checks (knobs.py) and the preflight every recipe runs before verl
-    launch        the resume guard and the checkpoint verification common.sh runs before verl
+    resume        what a launch resumes, run by common.sh before verl: the checkpoint verified,
+                  the resume guard, the launch record
     analysis      a run read and checked: metrics in every format verl writes, health checks
     replay        the pages beside a run's report: replay.html (the trace), rollouts.html
     runreport     one run's report.html, summary.json and terminal digest
@@ -35,7 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ppo_trainer",),
     ("verl_plugins", "evaluate"),
     ("preflight",),
-    ("launch",),
+    ("resume",),
     ("analysis",),
     ("replay",),
     ("runreport",),
