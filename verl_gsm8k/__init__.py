@@ -3,6 +3,7 @@
 Bottom to top (LAYERS below; a package imports only packages of lower layers, tests/test_layout.py):
 
     common        small shared helpers: atomic writes, the launch record, the tiny test model
+    svgplot       a small SVG line-chart library (standard library only) the pages draw with
     guard         a long run's protections: atomic checkpoint files, the watchdog's rules,
                   pruning, a Slurm job's deadline, how a launch ended
     trace         the per-token trace of a few samples a step: which samples, the lines
@@ -30,7 +31,7 @@ project, and why the code is one package named verl_gsm8k: docs/architecture.md.
 # Packages bottom to top. A package imports only from packages in lower layers (none of its own
 # layer), so the pages never reach up to the entry point that chooses them.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("common",),
+    ("common", "svgplot"),
     ("guard",),
     ("trace", "merge", "questions"),
     ("ppo_trainer",),
