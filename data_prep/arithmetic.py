@@ -51,8 +51,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from data_prep.gsm8k import DataPrepError, non_negative_int, parquet_writer, replace_all
+from data_prep.gsm8k import DataPrepError, non_negative_int, parquet_writer
 from data_prep.sft import MESSAGES_KEY, sft_rows, sft_schema
+from verl_gsm8k.common.atomic_io import replace_all
 
 PROG = "data_prep.arithmetic"
 NAMES = ("Natalia", "Weng", "Betty", "Julie", "James", "Albert", "Mark", "Alexis", "Tina")

@@ -10,31 +10,32 @@ Every source row is validated before anything is written; a bad row stops the ru
 naming the file and the 1-based line (jsonl) or row (parquet), exit code 2. Every output location
 is checked before anything is written; outputs (``--out-dir`` and ``--hub-layout-dir`` together)
 are written to temporary files beside their targets and only then moved into place with
-``os.replace``, so a failed or interrupted run (Ctrl-C: one line, exit code 130) leaves earlier
-outputs intact. The same input gives byte-identical files.
+``os.replace`` (``replace_all`` of verl_gsm8k/common/atomic_io.py, the project's one atomic
+writer), so a failed or interrupted run (Ctrl-C: one line, exit code 130) leaves earlier outputs
+intact. The same input gives byte-identical files.
 
 Other code imports the single source of truth for prompts from here: ``PROMPT_STYLES`` (templates
 in ``str.format`` syntax with one ``{question}`` field, literal braces doubled, the convention
 EvalScope's ``prompt_template`` uses too) and ``build_prompt``. ``data_prep.sft`` (the same
 problems as chat transcripts for supervised fine-tuning) reuses the reading and validation
-(``load_source``), the prompts, and the writing (``parquet_writer``, ``replace_all``).
+(``load_source``), the prompts, and the writing (``parquet_writer``, with ``replace_all``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
-import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+
+from verl_gsm8k.common.atomic_io import NotWritable, Writers, replace_all
 
 PROG = "data_prep.gsm8k"
 HUB_ID = "openai/gsm8k"
@@ -58,7 +59,6 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")  # "name" or "owner/name"
 _MARKER = "####"
 
 Row = dict[str, str]
-Writers = dict[Path, Callable[[Path], None]]  # output path -> function writing it to a given path
 
 
 class DataPrepError(ValueError):
@@ -312,58 +312,6 @@ def parquet_writer(records: list[dict], schema: Any) -> Callable[[Path], None]:
     return lambda path: pq.write_table(table, path, compression="snappy")
 
 
-def check_writable(targets: Iterable[Path]) -> None:
-    """DataPrepError naming the first target that cannot be written: its directory (or the
-    nearest existing ancestor, when it must be created) is not a writable directory, or a
-    directory stands where the file goes. Creates nothing."""
-    for target in targets:
-        if target.is_dir():
-            raise DataPrepError(f"cannot write {target}: it is a directory")
-        folder = target.parent
-        while not os.path.lexists(folder) and folder != folder.parent:
-            folder = folder.parent
-        if not folder.is_dir():
-            raise DataPrepError(f"cannot write {target}: {folder} is not a directory")
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise DataPrepError(f"cannot write {target}: {folder} is not writable")
-
-
-@contextlib.contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Hold back SIGINT (Ctrl-C) inside the block; it is delivered when the block ends."""
-    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: nothing to hold it with
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def replace_all(targets: Writers) -> None:
-    """Write every target to a temp file in its own directory, then move them all into place.
-
-    Every target location is checked before anything is created. Nothing replaces a target
-    until every temp file is complete, Ctrl-C cannot split the renames, and temp files never
-    outlive a failure (or Ctrl-C).
-    """
-    check_writable(targets)
-    temps: dict[Path, Path] = {}
-    try:
-        for target, write in targets.items():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            temps[target] = temp
-            write(temp)
-        with _sigint_deferred():
-            for target, temp in temps.items():
-                os.replace(temp, target)
-    finally:
-        for temp in temps.values():
-            temp.unlink(missing_ok=True)
-
-
 def _verl_writers(splits: dict[str, list[Row]], out_dir: Path, style: str) -> Writers:
     schema = _verl_schema()
     return {
@@ -485,7 +433,7 @@ def read_and_write(
         counts = ", ".join(f"{len(rows)} {split}" for split, rows in data.items())
         print(f"{prog}: read {counts} rows from {source}; writing...", flush=True)
         return data, write(data)
-    except DataPrepError as err:
+    except (DataPrepError, NotWritable) as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # full disk, a file vanishing under us, ...

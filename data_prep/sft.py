@@ -44,14 +44,13 @@ from data_prep.gsm8k import (
     PROMPT_STYLES,
     SPLITS,
     Row,
-    Writers,
     build_prompt,
     ground_truth,
     parquet_writer,
     positive_int,
     read_and_write,
-    replace_all,
 )
+from verl_gsm8k.common.atomic_io import Writers, replace_all
 
 PROG = "data_prep.sft"
 DEFAULT_OUT_DIR = "~/data/gsm8k-sft"

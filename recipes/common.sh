@@ -177,7 +177,7 @@ DRY_RUN=${DRY_RUN:-0}                                 # 1: preflight + composed 
 SKIP_PREFLIGHT=${SKIP_PREFLIGHT:-0}
 # A relaunch into a run dir with a checkpoint: auto resumes it only when the launch that wrote it
 # had the same config (every key but the few of docs/resume.md); force resumes it anyway; disable
-# starts over (verl_gsm8k/launch/resume.py).
+# starts over (verl_gsm8k/resume/guard.py).
 RESUME=${RESUME:-auto}
 
 declare -p RECIPE_OVERRIDES >/dev/null 2>&1 || RECIPE_OVERRIDES=()
@@ -249,7 +249,7 @@ if [[ "$TRAIN_ON" == cpu ]]; then
   fi
 fi
 if [[ "$TRAINER" == ppo ]]; then
-  VERL_MODULES+=(verl_gsm8k.verl_plugins.trainer)   # registers the recipes' trainer (guard, trace)
+  VERL_MODULES+=(verl_gsm8k.verl_plugins.register_trainer)  # the PPO trainer (verl_gsm8k/ppo_trainer/)
 fi
 modules=$(IFS=,; echo "${VERL_MODULES[*]}")
 export VERL_USE_EXTERNAL_MODULES=$modules${VERL_USE_EXTERNAL_MODULES:+,$VERL_USE_EXTERNAL_MODULES}
@@ -305,7 +305,7 @@ if [[ "$TRAINER" == ppo ]]; then
   knob_key RUN_DIR trainer.validation_data_dir "$(hydra_quote "$RUN_DIR/validation")"
   knob_key LOGGER trainer.logger "[$LOGGER]"
   # The recipes' trainer: verl's own sync trainer, guarded and traced, registered under another
-  # name (verl_gsm8k/trace/trainer.py, verl_gsm8k/guard/trainer.py).
+  # name (verl_gsm8k/ppo_trainer/).
   OVERRIDES+=(trainer.v1.trainer_mode=gsm8k)
   knob_key TRACE_SAMPLES gsm8k_trace.samples "$TRACE_SAMPLES"
   knob_key WATCHDOG gsm8k_guard.watchdog.mode "$WATCHDOG"
@@ -413,7 +413,7 @@ say_where_wandb_logs() {
   esac
 }
 
-# What this launch is, in RUN_DIR/launches/launch-<stamp>.yaml (verl_gsm8k/launch/), after the
+# What this launch is, in RUN_DIR/launches/launch-<stamp>.yaml (verl_gsm8k/resume/), after the
 # guard that refuses to resume another experiment's checkpoint silently (RESUME).
 record_launch() {
   local stamp=$1 name args=()
@@ -423,7 +423,7 @@ record_launch() {
   done
   for name in "${KNOB_KEYS[@]}"; do args+=(--knob-key "$name"); done
   for name in "$@"; do args+=(--user "$name"); done
-  "$PYTHON" -m verl_gsm8k.launch --run-dir "$RUN_DIR" --stamp "$stamp" --recipe "$RECIPE" \
+  "$PYTHON" -m verl_gsm8k.resume --run-dir "$RUN_DIR" --stamp "$stamp" --recipe "$RECIPE" \
     --trainer "$TRAINER" --config-name "$CONFIG_NAME" --resume "$RESUME" "${args[@]}" -- \
     "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@"
 }

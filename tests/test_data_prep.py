@@ -522,11 +522,14 @@ def test_sigint_while_writing_exits_130_in_one_line_and_keeps_earlier_files(
         try:
             first_line = proc.stdout.readline()  # printed once every row is read
             assert first_line.startswith("data_prep.gsm8k: read 60000 train, 1 test rows")
-            temp = out / f".train.parquet.{proc.pid}.tmp"
+
+            def temps() -> list[Path]:
+                return list(out.glob(f".train.parquet.{proc.pid}.*.tmp"))
+
             deadline = time.monotonic() + 120
-            while not temp.exists() and proc.poll() is None and time.monotonic() < deadline:
+            while not temps() and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.001)
-            assert temp.exists(), "the run never started writing"
+            assert temps(), "the run never started writing"
             proc.send_signal(signal.SIGINT)
             stdout, stderr = proc.communicate(timeout=120)
         finally:

@@ -19,6 +19,7 @@ import pytest
 from helpers import ROOT, prepare
 
 from data_prep import gsm8k, sft
+from verl_gsm8k.common import atomic_io
 
 SYNTHETIC = {
     "train": [
@@ -122,6 +123,7 @@ def test_reuses_data_prep_gsm8k_instead_of_copying_it():
     # read_and_write: gsm8k's load-validate-write core (load_source, DataPrepError, errors)
     for name in ("read_and_write", "build_prompt", "parquet_writer", "replace_all"):
         assert getattr(sft, name) is getattr(gsm8k, name), name
+    assert sft.replace_all is atomic_io.replace_all  # the project's one atomic writer
 
 
 # ---------------------------------------------------------------------------------------------

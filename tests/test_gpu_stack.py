@@ -84,7 +84,7 @@ def test_flash_attn_4_resolves_with_the_gpu_stack(gpu_python: Path):
 def test_plugins_import_and_the_fallback_loads_a_model(gpu_python: Path, tiny_model_dir: Path):
     code = (
         "import verl_gsm8k.verl_plugins.attention_fallback as fallback, "
-        "verl_gsm8k.verl_plugins.cpu_platform, verl_gsm8k.verl_plugins.trainer\n"
+        "verl_gsm8k.verl_plugins.cpu_platform, verl_gsm8k.verl_plugins.register_trainer\n"
         "from verl.trainer.ppo.v1 import get_trainer_cls\n"
         "print(get_trainer_cls('gsm8k').__name__)\n"
         "from transformers import AutoModelForCausalLM\n"

@@ -1,4 +1,4 @@
-"""The guarded trainer's own bookkeeping (verl_gsm8k/guard/trainer.py) on the real class, with
+"""The guarded trainer's own bookkeeping (verl_gsm8k/ppo_trainer/guarded.py) on the real class, with
 verl's validation itself stood in for: the kept best. Its saves, kills and watchdog stops run for
 real in tests/test_train_cpu.py."""
 
@@ -8,18 +8,20 @@ from pathlib import Path
 
 import pytest
 
+from verl_gsm8k.guard.deadline import Timings
 from verl_gsm8k.guard.files import read_best, write_best
 
 METRIC = "val-core/openai/gsm8k/acc/mean@1"
 
 
 def trainer_at(step: int, run_dir: Path):
-    from verl_gsm8k.guard.trainer import GuardedTrainer
+    from verl_gsm8k.ppo_trainer.guarded import GuardedTrainer
 
     trainer = GuardedTrainer.__new__(GuardedTrainer)  # no verl workers: _validate alone
     trainer.run_dir, trainer.keep_best, trainer.best_metric = run_dir, True, METRIC
     trainer.global_steps, trainer.sick_step, trainer.saved_step = step, None, step
     trainer.stamp = "20261126T000000Z"
+    trainer.timings, trainer.started_up = Timings(), False  # _validate measures itself (deadline)
     return trainer
 
 
@@ -49,12 +51,12 @@ def test_a_validation_without_a_finite_value_keeps_no_best(tmp_path, monkeypatch
 
 
 def test_a_resumed_watchdog_reads_the_logged_history_of_every_launch(tmp_path):
-    """guard/trainer.py's logged_history: the steps before the resumed one, from every metrics
+    """ppo_trainer/guarded.py's logged_history: the steps before the resumed one, from every metrics
     file of the run (one per launch, as recipes/common.sh names them), a step logged twice taken
     from the later launch, validation-only lines (no score) and later steps left out."""
     import json
 
-    from verl_gsm8k.guard.trainer import SCORE_KEY, logged_history
+    from verl_gsm8k.ppo_trainer.guarded import SCORE_KEY, logged_history
 
     metrics = tmp_path / "metrics"
     metrics.mkdir()

@@ -1,8 +1,8 @@
 """The package layout: LAYERS in verl_gsm8k/__init__.py is the import order, and it is true.
 
 Every import between our packages is read from the source (absolute, relative, inside functions,
-and a module named to importlib.import_module), so a new upward import fails here, naming the
-file and line, before it becomes a cycle.
+and a module named to importlib.import_module, directly or by a module-level constant), so a new
+upward import fails here, naming the file and line, before it becomes a cycle.
 """
 
 from __future__ import annotations
@@ -32,6 +32,15 @@ def imported_packages(path: Path) -> list[tuple[int, str]]:
     tree = ast.parse(path.read_text(), str(path))
     own = path.relative_to(ROOT).parts
     found: list[tuple[int, str]] = []
+    constants = {  # NAME = "verl_gsm8k...." at module level, for import_module(NAME)
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
 
     def add(line: int, dotted: str) -> None:
         parts = dotted.split(".")
@@ -57,10 +66,12 @@ def imported_packages(path: Path) -> list[tuple[int, str]]:
             isinstance(node, ast.Call)
             and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
             and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
         ):
-            add(node.lineno, node.args[0].value)
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                add(node.lineno, arg.value)
+            elif isinstance(arg, ast.Name) and arg.id in constants:
+                add(node.lineno, constants[arg.id])
     return found
 
 
@@ -95,18 +106,20 @@ def test_the_layer_check_sees_every_kind_of_import(tmp_path: Path) -> None:
     module.write_text(
         "import importlib\n"
         "import verl_gsm8k.report.cli\n"
+        "PLUGIN = 'verl_gsm8k.bench.reward'\n"
         "from verl_gsm8k.compare import cli\n"
         "from ..replay import load\n"
         "from verl_gsm8k import runreport\n"
         "def f():\n"
         "    from verl_gsm8k.questions.table import build\n"
-        "    importlib.import_module('verl_gsm8k.trace.trainer')\n"
+        "    importlib.import_module('verl_gsm8k.ppo_trainer.traced')\n"
+        "    importlib.import_module(PLUGIN)\n"
     )
     try:
         found = [name for _, name in imported_packages(module)]
     finally:
         module.unlink()
-    expected = {"report", "compare", "replay", "runreport", "questions", "trace"}
+    expected = {"report", "compare", "replay", "runreport", "questions", "ppo_trainer", "bench"}
     assert sorted(found) == sorted(expected), found
 
 

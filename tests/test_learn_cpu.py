@@ -253,7 +253,7 @@ def test_the_best_validation_step_is_kept_whole_between_saves(learned_grpo: Lear
     the first with the highest accuracy, and its checkpoint is on disk, whole, stamped by this
     launch, whether or not it was a save step (issue 34: the guard saves a best step itself)."""
     from verl_gsm8k.guard.files import read_best, read_stamp
-    from verl_gsm8k.launch.verify import problem
+    from verl_gsm8k.resume.verify import problem
 
     run = learned_grpo
     accuracy = {s: m[VAL] for s, m in sorted(run.steps.items()) if VAL in m and s > 0}

@@ -40,7 +40,7 @@ def base_overrides(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> list
 def recipes_trainer_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
     """What recipes/common.sh exports for every PPO launch: the module that registers the
     recipes' trainer (trainer.v1.trainer_mode=gsm8k), which this in-process preflight checks."""
-    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_gsm8k.verl_plugins.trainer")
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_gsm8k.verl_plugins.register_trainer")
 
 
 def run_preflight(overrides: list[str], config: str = "gsm8k_ppo") -> preflight.Report:

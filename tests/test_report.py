@@ -42,8 +42,8 @@ from verl_gsm8k.analysis import parse as rp
 from verl_gsm8k.analysis import thresholds as rt
 from verl_gsm8k.common import atomic_io
 from verl_gsm8k.report import cli as report
-from verl_gsm8k.runreport import plots as report_plots
 from verl_gsm8k.runreport import summary as rs
+from verl_gsm8k.svgplot import chart as svg_chart
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -890,7 +890,7 @@ def test_long_run_report_is_fast_and_bounded(tmp_path: Path, fmt: str) -> None:
     assert svgs["val_acc"]["data-points"] == str(LONG // 10)
     for plot_id, svg in svgs.items():
         for count, coords in svg["series"]:
-            assert count == coords and 0 < count <= report_plots.MAX_DRAWN, plot_id
+            assert count == coords and 0 < count <= svg_chart.MAX_DRAWN, plot_id
     rise = re.search(r"\(\+(\d+)%\) while score", warnings[0]["message"])
     assert rise and 40 <= int(rise.group(1)) <= 60, warnings[0]["message"]
 

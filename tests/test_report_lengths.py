@@ -19,7 +19,7 @@ from report_runs import build_run, parse_svgs, write_jsonl
 from verl_gsm8k.common import launch_record
 from verl_gsm8k.report import cli as report
 from verl_gsm8k.runreport import summary as rs
-from verl_gsm8k.runreport.plots import tick_labels
+from verl_gsm8k.svgplot.chart import tick_labels
 
 LIMIT = 24
 
@@ -99,9 +99,9 @@ def test_launches_that_disagree_on_the_limit_leave_it_unknown(tmp_path: Path) ->
     [(0.9996, 0.9999), (0.9999991, 0.9999999), (123456.1, 123456.4), (1.0e-4, 1.2e-4), (0, 1)],
 )
 def test_tick_labels_tell_close_values_apart(lo: float, hi: float) -> None:
-    from verl_gsm8k.runreport.plots import _Axes, nice_ticks
+    from verl_gsm8k.svgplot.chart import Axes, nice_ticks
 
-    axes = _Axes((0, 10), (lo, hi), False)
+    axes = Axes((0, 10), (lo, hi), False)
     ticks = nice_ticks(axes.y0, axes.y1)
     labels = tick_labels(ticks)
     assert len(set(labels)) == len(labels) >= 2, labels

@@ -1,6 +1,6 @@
-"""The resume guard (verl_gsm8k/launch/resume.py): a relaunch is compared, key by key over the
+"""The resume guard (verl_gsm8k/resume/guard.py): a relaunch is compared, key by key over the
 resolved config, with the launch that WROTE the checkpoint it would resume. Launches are the
-launcher's own main() (python -m verl_gsm8k.launch: the installed verl config composed by Hydra,
+launcher's own main() (python -m verl_gsm8k.resume: the installed verl config composed by Hydra,
 a real record written); the checkpoints are real FSDP ones of verl's checkpoint manager
 (tests/conftest.py's ``whole_checkpoints``), stamped as the recipes' trainer stamps them."""
 
@@ -16,9 +16,9 @@ import pytest
 
 from verl_gsm8k.common.launch_record import read_records, write_record
 from verl_gsm8k.guard.files import write_stamp
-from verl_gsm8k.launch.__main__ import main
-from verl_gsm8k.launch.resume import ALLOWED, allowed, differences, leaves, refusal
-from verl_gsm8k.launch.verify import TRACKER
+from verl_gsm8k.resume.__main__ import main
+from verl_gsm8k.resume.guard import ALLOWED, allowed, differences, leaves, refusal
+from verl_gsm8k.resume.verify import TRACKER
 
 STAMPS = [f"20261125T10000{i}Z" for i in range(10)]
 

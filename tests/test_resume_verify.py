@@ -1,4 +1,4 @@
-"""Before a relaunch resumes (verl_gsm8k/launch/verify.py): real FSDP checkpoints of verl's
+"""Before a relaunch resumes (verl_gsm8k/resume/verify.py): real FSDP checkpoints of verl's
 checkpoint manager at steps 2 and 4 (tests/conftest.py's ``whole_checkpoints``), then each way a
 kill leaves a run directory: the newest shard truncated, data.pt missing, the tracker empty or
 gone, nothing whole at all."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_gsm8k.launch.verify import TRACKER, NoWholeCheckpoint, resume_point
+from verl_gsm8k.resume.verify import TRACKER, NoWholeCheckpoint, resume_point
 
 ROLES = ("actor", "critic")
 
@@ -94,8 +94,8 @@ def test_a_crafted_data_pt_is_skipped_without_running_code(whole_checkpoints, tm
 
 
 def test_a_checkpoint_the_watchdog_marked_sick_is_never_resumed(whole_checkpoints, tmp_path):
-    """Step 4's weights produced a sick step 5 (guard/trainer.py marks it and points the tracker
-    at 2); a tracker lost since must not bring the resume back to the sick one."""
+    """Step 4's weights produced a sick step 5 (ppo_trainer/guarded.py marks it and points the
+    tracker at 2); a tracker lost since must not bring the resume back to the sick one."""
     from verl_gsm8k.guard.files import mark_sick
 
     run = copy_of(whole_checkpoints, tmp_path)

@@ -105,7 +105,7 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
     ppo_env = recipe_env(target, prepared_gsm8k_dir, tmp_path / "ppo-runs", TRACE_SAMPLES="0")
     overrides = recipe_overrides("gsm8k_ppo", ppo_env)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_gsm8k.verl_plugins.trainer")
+        patch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_gsm8k.verl_plugins.register_trainer")
         report = preflight.run("gsm8k_ppo", ROOT / "configs", overrides, None)
     assert report.errors == 0, "\n".join(report.lines)
     assert any("[ok] model: actor: verl loads qwen2" in line for line in report.lines)

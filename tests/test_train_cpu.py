@@ -299,7 +299,7 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     from killing import finish, kill_all, logged_steps, newest_metrics, start, wait_until
 
     from verl_gsm8k.guard.files import read_best, read_stamp, read_trips
-    from verl_gsm8k.launch.verify import problem
+    from verl_gsm8k.resume.verify import problem
 
     run_dir, roles = smoke.run_dir, ("actor", "critic")
     tracker = run_dir / "latest_checkpointed_iteration.txt"

@@ -3,16 +3,20 @@
 Bottom to top (LAYERS below; a package imports only packages of lower layers, tests/test_layout.py):
 
     common        small shared helpers: atomic writes, the launch record, the tiny test model
-    preflight     the knob checks (knobs.py) and the preflight every recipe runs before verl
-    guard         the trainer that guards a run: atomic checkpoints, the watchdog, the kept best,
-                  pruning, how a launch ended
-    trace         the traced trainer: a per-token trace of a few samples a step
+    svgplot       a small SVG line-chart library (standard library only) the pages draw with
+    guard         a long run's protections: atomic checkpoint files, the watchdog's rules,
+                  pruning, a Slurm job's deadline, how a launch ended
+    trace         the per-token trace of a few samples a step: which samples, the lines
     merge         verl's FSDP checkpoint -> a verified Hugging Face model (scripts/merge.sh)
     questions     which questions changed: one row per question, one column per model or step
-    launch        the resume guard and the checkpoint verification common.sh runs before verl
-    evaluate      EvalScope on GSM8K, baseline vs trained, in .venv-eval (scripts/eval.sh)
+    ppo_trainer   the trainer every PPO launch runs: verl's sync trainer, guarded and traced
     verl_plugins  modules verl imports in every process (VERL_USE_EXTERNAL_MODULES): the CPU
-                  platform, the flash-attention fallback, the recipes' trainer, checked loads
+                  platform, the flash-attention fallback, the PPO trainer's registration,
+                  checked loads
+    evaluate      EvalScope on GSM8K, baseline vs trained, in .venv-eval (scripts/eval.sh)
+    preflight     the knob checks (knobs.py) and the preflight every recipe runs before verl
+    resume        what a launch resumes, run by common.sh before verl: the checkpoint verified,
+                  the resume guard, the launch record
     analysis      a run read and checked: metrics in every format verl writes, health checks
     replay        the pages beside a run's report: replay.html (the trace), rollouts.html
     runreport     one run's report.html, summary.json and terminal digest
@@ -27,10 +31,13 @@ project, and why the code is one package named verl_gsm8k: docs/architecture.md.
 # Packages bottom to top. A package imports only from packages in lower layers (none of its own
 # layer), so the pages never reach up to the entry point that chooses them.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("common",),
-    ("preflight", "guard"),
+    ("common", "svgplot"),
+    ("guard",),
     ("trace", "merge", "questions"),
-    ("launch", "evaluate", "verl_plugins"),
+    ("ppo_trainer",),
+    ("verl_plugins", "evaluate"),
+    ("preflight",),
+    ("resume",),
     ("analysis",),
     ("replay",),
     ("runreport",),

@@ -1,7 +1,8 @@
 """The comparison's charts: each headline metric with one line per run, against each x axis.
 
-The charts are the run report's (verl_gsm8k/runreport/plots.py: Plot, Line, with_trend,
-render_line_plot); only the x of each point changes with the axis.
+Drawn as the run report draws its own: with verl_gsm8k/svgplot/ (Plot, Line, render_line_plot)
+and the report's trend (verl_gsm8k/runreport/plots.py: with_trend, raw values faint under a rolling
+median); only the x of each point changes with the axis.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from verl_gsm8k.analysis.parse import Series
 from verl_gsm8k.analysis.thresholds import THRESHOLDS
 from verl_gsm8k.analysis.vocab import CUT_SHARE
 from verl_gsm8k.compare.runs import Run
-from verl_gsm8k.runreport.plots import PALETTE, Line, Plot, with_trend
+from verl_gsm8k.runreport.plots import with_trend
+from verl_gsm8k.svgplot.chart import PALETTE, Line, Plot
 
 
 @dataclass(frozen=True)

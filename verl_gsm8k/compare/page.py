@@ -16,7 +16,7 @@ from verl_gsm8k.compare.charts import AXIS_TITLES, build_charts, colour, eval_ch
 from verl_gsm8k.compare.diff import ConfigDiff
 from verl_gsm8k.compare.runs import AXES, Run
 from verl_gsm8k.runreport.html import CSS, duration, num
-from verl_gsm8k.runreport.plots import render_line_plot
+from verl_gsm8k.svgplot.chart import render_line_plot
 
 _AXIS_CSS = (
     ".axis-set{display:none;flex-wrap:wrap;gap:14px;margin-top:10px}"

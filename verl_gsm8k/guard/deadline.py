@@ -3,8 +3,8 @@ would not finish in time.
 
 The launcher (recipes/common.sh) writes the job's end time to ``RUN_DIR/job_deadline`` (epoch
 seconds; under Slurm, from ``SLURM_JOB_END_TIME`` or ``squeue -o %e``). The recipes' trainer
-(``guard/trainer.py``) measures its own steps and saves as it runs and, after each step, asks
-``must_stop``: would one more step and a save still end before the deadline, less a margin? If
+(``ppo_trainer/guarded.py``) measures its own steps and saves as it runs and, after each step,
+asks ``must_stop``: would one more step and a save still end before the deadline, less a margin? If
 not, it saves the step just trained and stops; the launcher exits 5, and a requeued job resumes.
 
 The slowest step and save measured are kept in ``RUN_DIR/timings.json`` (with the start-up: the

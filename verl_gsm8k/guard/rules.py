@@ -1,7 +1,7 @@
 """The divergence watchdog's rules: is the step that just trained sick? (issue 26, section 2)
 
-Standard library only (no torch, no verl): the guarded trainer (``trainer.py``) calls it inside
-verl's v1 trainer, the tests call it with plain lists.
+Standard library only (no torch, no verl): the guarded trainer (``ppo_trainer/guarded.py``)
+calls it inside verl's v1 trainer, the tests call it with plain lists.
 
     watchdog = Watchdog(Thresholds.from_mapping(cfg["gsm8k_guard"]["watchdog"]), history)
     trips = watchdog.check(step, metrics, responses, prompt_ids)  # after the update, before saving
@@ -67,7 +67,7 @@ scores, the entropy and the KL to the reference come from the policy after step 
 checkpoint is already saved; the losses, grad norms, ppo_kl and clip fractions are step N's own
 update. A trip of the rollout's metrics marks checkpoint N-1 sick (kept, never resumed, never
 best) and names the newest checkpoint before it as the last healthy one; a trip of the update's
-names N-1, and a grad-norm explosion the step before its run (guard/trainer.py).
+names N-1, and a grad-norm explosion the step before its run (ppo_trainer/guarded.py).
 
 The defaults and the real runs they were checked against: ``thresholds.py``.
 """

@@ -67,7 +67,7 @@ from verl_gsm8k.preflight.model import (
 )
 from verl_gsm8k.preflight.report import Report, one_line
 from verl_gsm8k.preflight.sft import run_sft
-from verl_gsm8k.preflight.trainer import check_trainer
+from verl_gsm8k.preflight.trainer_choice import check_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG_DIR = ROOT / "configs"

@@ -42,7 +42,7 @@ class Trace:
 
 def run_identity(run_dir: Path) -> tuple[set[str], set[str]]:
     """(experiment names, metrics file names) a trace of this run may carry: from the launch
-    records (verl_gsm8k.launch) and the metrics files (recipes/common.sh) of ``run_dir``."""
+    records (verl_gsm8k.resume) and the metrics files (recipes/common.sh) of ``run_dir``."""
     try:
         records = read_records(run_dir)
     except RecordError:

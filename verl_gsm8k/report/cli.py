@@ -8,7 +8,7 @@ With two or more inputs this hands over to the run comparison (verl_gsm8k/compar
 INPUT is a run directory (``metrics/metrics-<UTC timestamp>.jsonl`` segments, one per launch),
 one verl file-logger JSONL file, or a verl console log. Both the verl 0.9.1 metric names and the
 older ones (``timing/...``, ``val/test_score/...``) are understood. Standard library only: the
-plots are SVG drawn by runreport/plots.py, so the HTML needs nothing else to open.
+plots are SVG drawn by verl_gsm8k/svgplot/, so the HTML needs nothing else to open.
 
 This package is the entry point on top of the pages: it chooses them from the inputs and
 imports each page's package, never the other way round (verl_gsm8k/__init__.py, LAYERS). One

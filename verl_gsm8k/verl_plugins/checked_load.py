@@ -1,6 +1,6 @@
 """verl's checkpoint loads, checked in the process that loads them, from the handle they load.
 
-The launcher checks every file of the checkpoint a relaunch resumes from (launch/verify.py), but
+The launcher checks every file of the checkpoint a relaunch resumes from (resume/verify.py), but
 verl loads them one to three minutes later, in other processes, each with
 ``torch.load(..., weights_only=False)``, which imports and calls whatever a pickle names:
   each FSDP worker       its rank's model, optimizer and extra-state shard

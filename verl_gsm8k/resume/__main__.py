@@ -1,12 +1,12 @@
-"""python -m verl_gsm8k.launch: record a launch in its run directory, after the resume guard.
+"""python -m verl_gsm8k.resume: what this launch resumes (verified, guarded), then its record.
 
-    python -m verl_gsm8k.launch --run-dir DIR --stamp UTC --recipe NAME --trainer ppo \\
+    python -m verl_gsm8k.resume --run-dir DIR --stamp UTC --recipe NAME --trainer ppo \\
         --config-name gsm8k_ppo [--resume auto] [--knob NAME=VALUE ...] [--knob-key KEY=NAME ...] \\
         [--user KEY=VALUE ...] -- OVERRIDE ...
 
 Run by recipes/common.sh right before verl starts. The checkpoint verl would resume is verified
 first (verify.py: an earlier whole one when it is damaged), then compared with the launch that
-wrote it (resume.py: every key of the resolved config but the few that may change on a resume).
+wrote it (guard.py: every key of the resolved config but the few that may change on a resume).
 Exit 0: the record is written (DIR/launches/launch-UTC.yaml) and the tracker names the step verl
 resumes; 2: one line on stderr (a resume of another experiment refused, no whole checkpoint, a
 config that does not compose, a record that exists), and nothing written.
@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from verl_gsm8k.common.launch_record import STAMP, RecordError, build_record, write_record
-from verl_gsm8k.launch.resume import MODES, latest_checkpoint, refusal, set_aside
-from verl_gsm8k.launch.verify import NoWholeCheckpoint, resume_point, steps_in, track
+from verl_gsm8k.resume.guard import MODES, latest_checkpoint, refusal, set_aside
+from verl_gsm8k.resume.verify import NoWholeCheckpoint, resume_point, steps_in, track
 
-PROG = "verl_gsm8k.launch"
+PROG = "verl_gsm8k.resume"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto: resume a checkpoint only when the launch that wrote it had the same config, "
         "every key compared but the few that may change on a resume (total steps, save and test "
-        "frequency, loggers, speed and memory settings: resume.py ALLOWED); else stop with one "
+        "frequency, loggers, speed and memory settings: guard.py ALLOWED); else stop with one "
         "line naming each key that differs; force: resume whatever differs; disable: the launch "
         "starts over (verl's trainer.resume_mode=disable)",
     )

@@ -1,8 +1,9 @@
 """verl's v1 ``sync`` trainer, guarded for a long run: what it saves is whole, the run's own, and
 healthy, and a polite kill saves first.
 
-The recipes' registered trainer (``verl_gsm8k.trace.trainer``) builds on this class. Each addition
-overrides one method of verl's ``PPOTrainerSync`` (``verl/trainer/ppo/v1/trainer_base.py``):
+The registered trainer (``traced.py``, the trainer every PPO launch runs) builds on this class.
+Each addition overrides one method of verl's ``PPOTrainerSync``
+(``verl/trainer/ppo/v1/trainer_base.py``):
 
 - ``_save_checkpoint`` (verl ~948-1029) is written again for the sync mode the recipes run, with
   the same calls in the same order (actor, critic, the dataloader's ``data.pt``, the tracker, the

@@ -1,5 +1,5 @@
-"""The recipes' trainer (verl_gsm8k/trace/trainer.py, guarded by verl_gsm8k/guard/): selected and
-registered, with the trace on or off, or not running at all, with the reason.
+"""Which trainer a PPO config runs: verl_gsm8k/ppo_trainer/ (mode ``gsm8k``) selected and
+registered, with the trace on or off, or verl's legacy trainer, which runs neither, and why.
 
 The guard (verified checkpoints, the watchdog, the kept best, a save on SIGTERM) and the per-token
 trace live in verl's v1 trainer registered as ``gsm8k``; the legacy trainer
@@ -15,7 +15,7 @@ from typing import Any
 from verl_gsm8k.preflight.report import Report
 
 MODE = "gsm8k"
-PLUGIN = "verl_gsm8k.verl_plugins.trainer"
+PLUGIN = "verl_gsm8k.verl_plugins.register_trainer"
 
 
 def check_trainer(cfg: Any, report: Report) -> None:

@@ -1,5 +1,5 @@
-"""Registers the recipes' trainer (``verl_gsm8k.trace.trainer``, mode ``gsm8k``: guarded, traced)
-in verl's trainer registry, in the process that builds verl's trainer.
+"""Registers the trainer every PPO launch runs (``verl_gsm8k.ppo_trainer.traced``, mode ``gsm8k``:
+guarded, traced) in verl's trainer registry, in the process that builds verl's trainer.
 
 verl imports this module in every process (VERL_USE_EXTERNAL_MODULES, named by
 recipes/common.sh for every PPO launch). Importing verl's trainer package costs ~2 s and
@@ -19,7 +19,7 @@ TRAINER_PACKAGE = "verl.trainer.ppo.v1"
 
 
 def _register(_package: types.ModuleType) -> None:
-    importlib.import_module("verl_gsm8k.trace.trainer")
+    importlib.import_module("verl_gsm8k.ppo_trainer.traced")
 
 
 after_import(TRAINER_PACKAGE, _register)

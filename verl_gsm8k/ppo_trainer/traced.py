@@ -1,11 +1,11 @@
-"""The recipes' trainer (registered as ``gsm8k``): verl's v1 ``sync`` PPO trainer, guarded
-(``verl_gsm8k.guard.trainer``), plus the per-token trace.
+"""The trainer every PPO launch runs (registered as ``gsm8k``): verl's v1 ``sync`` PPO trainer,
+guarded (``guarded.py``), plus the per-token trace (``verl_gsm8k/trace/``).
 
-Imported in verl's TaskRunner process by ``verl_gsm8k.verl_plugins.trainer`` as soon as verl's
-``verl.trainer.ppo.v1`` is; ``trainer.v1.trainer_mode=gsm8k`` (set by recipes/common.sh for every
-PPO launch) then makes verl's ``get_trainer_cls`` (``verl/trainer/ppo/v1/trainer_base.py`` ~2017,
-called by ``TaskRunnerV1.run`` in ``verl/trainer/main_ppo.py`` ~141) build this class. Besides
-the guard's additions it changes two methods, both calling verl's own first:
+Imported in verl's TaskRunner process by ``verl_gsm8k.verl_plugins.register_trainer`` as soon as
+verl's ``verl.trainer.ppo.v1`` is; ``trainer.v1.trainer_mode=gsm8k`` (set by recipes/common.sh for
+every PPO launch) then makes verl's ``get_trainer_cls`` (``verl/trainer/ppo/v1/trainer_base.py``
+~2017, called by ``TaskRunnerV1.run`` in ``verl/trainer/main_ppo.py`` ~141) build this class.
+Besides the guard's additions it changes two methods, both calling verl's own first:
 
 - ``__init__`` sets ``trainer.v1.trainer_mode`` back to ``sync`` before verl reads it: verl
   branches on that name (replay buffer, refill, checkpoints: trainer_base.py ~129-157, ~731,
@@ -31,7 +31,7 @@ from omegaconf import DictConfig, open_dict
 from verl.trainer.ppo.core_algos import kl_penalty
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 
-from verl_gsm8k.guard.trainer import GuardedTrainer
+from verl_gsm8k.ppo_trainer.guarded import GuardedTrainer
 from verl_gsm8k.trace.record import TRACE_DIRNAME, TraceWriter, sample_line, step_line
 from verl_gsm8k.trace.select import choose, prompt_of
 
