@@ -1,4 +1,4 @@
-"""The per-card table in docs/gpu.md (python -m verl_gsm8k.preflight.cards): regenerated here, it
+"""The per-card table in docs/gpu.md (python -m verl_gsm8k.cards): regenerated here, it
 must equal the doc's; its cells are the preflight's own verdicts (check_memory on the same
 config and card); a budget it says fits does fit, and the next one up does not."""
 
@@ -9,7 +9,7 @@ import re
 import pytest
 from helpers import ROOT
 
-from verl_gsm8k.preflight import cards
+from verl_gsm8k.cards import table as cards
 from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, check_memory
 from verl_gsm8k.preflight.qwen25 import qwen25_config
 from verl_gsm8k.preflight.report import Report
@@ -27,7 +27,7 @@ def test_docs_gpu_md_holds_the_current_table(generated):
     doc = (ROOT / "docs" / "gpu.md").read_text()
     inside = doc.split(cards.BEGIN, 1)[1].split(cards.END, 1)[0]
     assert inside.strip() == generated.strip(), (
-        "docs/gpu.md's per-card table is stale: python -m verl_gsm8k.preflight.cards "
+        "docs/gpu.md's per-card table is stale: python -m verl_gsm8k.cards "
         "--write docs/gpu.md"
     )
     rows = [ln for ln in generated.splitlines() if ln.startswith("| ") and "---" not in ln][1:]

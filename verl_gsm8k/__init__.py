@@ -17,6 +17,8 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
     preflight     the knob checks (knobs.py) and the preflight every recipe runs before verl
     resume        what a launch resumes, run by common.sh before verl: the checkpoint verified,
                   the resume guard, the launch record
+    cards         which recipe fits which card: docs/gpu.md's per-card table (python -m
+                  verl_gsm8k.cards)
     analysis      a run read and checked: metrics in every format verl writes, health checks
     replay        the pages beside a run's report: replay.html (the trace), rollouts.html
     runreport     one run's report.html, summary.json and terminal digest
@@ -37,7 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ppo_trainer",),
     ("verl_plugins", "evaluate"),
     ("preflight",),
-    ("resume",),
+    ("resume", "cards"),
     ("analysis",),
     ("replay",),
     ("runreport",),

@@ -4,8 +4,8 @@ on 24, 40 and 80 GB cards, one GPU. A cell is the heaviest phase's estimate; whe
 (or passes 90 % of the card), the largest power-of-two token budget (every micro-batch budget of
 the run set to it) that fits beside it.
 
-    python -m verl_gsm8k.preflight.cards                  # print the table (markdown)
-    python -m verl_gsm8k.preflight.cards --write docs/gpu.md   # between its markers
+    python -m verl_gsm8k.cards                  # print the table (markdown)
+    python -m verl_gsm8k.cards --write docs/gpu.md   # between its markers
 
 tests/test_cards.py regenerates it and fails when docs/gpu.md is stale.
 """
@@ -20,12 +20,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.preflight.compose import compose
 from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, Phase, estimate_phases
 from verl_gsm8k.preflight.qwen25 import SHAPES, qwen25_config
 
 ROOT = Path(__file__).resolve().parents[2]
-BEGIN, END = "<!-- cards:begin (python -m verl_gsm8k.preflight.cards) -->", "<!-- cards:end -->"
+BEGIN, END = "<!-- cards:begin (python -m verl_gsm8k.cards) -->", "<!-- cards:end -->"
 # recipe -> (its config, its model's size)
 RECIPES = {
     "ppo_qwen2.5-0.5b_gsm8k": ("gsm8k_ppo", "0.5B"),
@@ -163,7 +164,7 @@ def replace_between_markers(doc: str, generated: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m verl_gsm8k.preflight.cards", description=__doc__.split("\n\n")[0]
+        prog="python -m verl_gsm8k.cards", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "--write",
@@ -182,9 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"cards: {args.write}: {exc}", file=sys.stderr)
         return 1
-    tmp = args.write.with_name(f".{args.write.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, args.write)
+    write_atomic(args.write, text)
     return 0
 
 
