@@ -27,8 +27,7 @@ def test_docs_gpu_md_holds_the_current_table(generated):
     doc = (ROOT / "docs" / "gpu.md").read_text()
     inside = doc.split(cards.BEGIN, 1)[1].split(cards.END, 1)[0]
     assert inside.strip() == generated.strip(), (
-        "docs/gpu.md's per-card table is stale: python -m verl_gsm8k.cards "
-        "--write docs/gpu.md"
+        "docs/gpu.md's per-card table is stale: python -m verl_gsm8k.cards --write docs/gpu.md"
     )
     rows = [ln for ln in generated.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
     assert len(rows) == len(cards.RECIPES) * 4 * len(cards.ATTENTION)
