@@ -40,12 +40,13 @@ def plant(path: Path, marker: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def single_process_group():
-    """verl's checkpoint manager reads its rank and world size from torch.distributed."""
+def single_process_group(tmp_path_factory):
+    """verl's checkpoint manager reads its rank and world size from torch.distributed. A file
+    rendezvous, not a port: pytest-xdist may run this module's tests in two workers at once."""
     if not torch.distributed.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", "29533")
-        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+        store = tmp_path_factory.mktemp("gloo") / "store"
+        torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=0,
+                                             world_size=1)  # fmt: skip
     yield
 
 
