@@ -91,6 +91,25 @@ def unusable(implementation: str, choice: Choice) -> str | None:
     return f"{implementation} is not a path this project sets up"
 
 
+def model_attention(
+    model: Any, choice: Choice, report: Report, who: str, suffix: str = ""
+) -> tuple[str, bool] | None:
+    """The attention and padding removal a config's model block asks for, or None after a
+    warning when this machine cannot run that attention. A warning, not an error: the machine
+    that trains may have it when this one does not (the recipes decide on the machine they launch
+    from, with the overlay ``+attention=<choice><suffix>``)."""
+    implementation = attention(model)
+    why_not = unusable(implementation, choice)
+    if why_not is not None:
+        report.warn(
+            "attention",
+            f"{why_not} here but the {who} asks for {implementation}: on a machine without it, "
+            f"add +attention={choice.overlay or 'sdpa'}{suffix} (the recipes do it themselves)",
+        )
+        return None
+    return implementation, bool(model.use_remove_padding)
+
+
 def check_device(cfg: Any, use_critic: bool, report: Report) -> None:
     """Device and attention: what the run will use and why, and the mismatches that fail in a
     worker."""
@@ -103,18 +122,10 @@ def check_device(cfg: Any, use_critic: bool, report: Report) -> None:
     choice = attention_choice(device, report)
     if choice is None:
         return
-    actor = attention(cfg.actor_rollout_ref.model)
-    padding_removal = bool(cfg.actor_rollout_ref.model.use_remove_padding)
-    why_not = unusable(actor, choice)
-    if why_not is not None:
-        # A warning, not an error: the machine that trains may have it when this one does not
-        # (the recipes decide on the machine they launch from).
-        report.warn(
-            "attention",
-            f"{why_not} here but the actor asks for {actor}: on a machine without it, add "
-            f"+attention={choice.overlay or 'sdpa'} (the recipes do it themselves)",
-        )
+    asked = model_attention(cfg.actor_rollout_ref.model, choice, report, "actor")
+    if asked is None:
         return
+    actor, padding_removal = asked
     flash2 = flash_attn_problem()
     if use_critic and flash2 is not None and FALLBACK_MODULE not in modules:
         report.warn(

@@ -35,11 +35,10 @@ from verl_gsm8k.preflight.compose import (
 )
 from verl_gsm8k.preflight.device import (
     TRAINED_BYTES_PER_PARAM,
-    attention,
     attention_choice,
     attention_path,
     cpu_platform_missing,
-    unusable,
+    model_attention,
     visible_gpus,
 )
 from verl_gsm8k.preflight.inputs import as_list, read_rows
@@ -183,16 +182,10 @@ def check_sft_device(cfg: Any, report: Report) -> None:
     choice = attention_choice(cfg.trainer.device, report)
     if choice is None:
         return
-    attn = attention(cfg.model)
-    padding_removal = bool(cfg.model.use_remove_padding)
-    why_not = unusable(attn, choice)
-    if why_not is not None:
-        report.warn(
-            "attention",
-            f"{why_not} here but the model asks for {attn}: on a machine without it, add "
-            f"+attention={choice.overlay or 'sdpa'}_sft (the recipe does it itself)",
-        )
+    asked = model_attention(cfg.model, choice, report, "model", suffix="_sft")
+    if asked is None:
         return
+    attn, padding_removal = asked
     device = cfg.trainer.device
     where = "the CPU (verl's cpu platform, gloo)" if device == "cpu" else f"the GPU ({device})"
     mixed = cfg.engine.get("mixed_precision") or {}
