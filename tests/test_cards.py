@@ -43,8 +43,9 @@ def lora_cfg(attention: str):
 
 
 def test_a_cell_is_the_preflights_verdict_on_that_card():
-    """The LoRA recipe with flash-attn on a 24 GB card: the preflight warns at its old log-prob
-    pass (tests/test_memory.py) with the figure the table shows."""
+    """The LoRA recipe with flash-attn on a 24 GB card: the cell holds the preflight's own
+    heaviest phase and verdict (tests/test_memory.py: it fits, since the H100 probe settled the
+    compiled entropy's term)."""
     cfg = lora_cfg("flash-attn 2")
     hf = qwen25_config("1.5B")
     card = cards.CARDS["24 GB"]
@@ -52,7 +53,7 @@ def test_a_cell_is_the_preflights_verdict_on_that_card():
     check_memory(cfg, {"actor": hf}, card, report)
     totals = [float(re.search(r": ~(\d+\.\d) GiB", line)[1]) for line in report.lines]
     cell = cards.row_cells(cfg, hf)[0]
-    assert cell.startswith(f"{max(totals):.1f} ")
+    assert cell.split()[0] == f"{max(totals):.1f}", (cell, totals)
     worst = next(line for line in report.lines if f"~{max(totals):.1f} GiB" in line)
     assert ("[warn]" in worst) == ("tight" in cell) and ("[error]" in worst) == (" no " in cell)
 
@@ -62,7 +63,7 @@ def test_the_budget_said_to_fit_fits_and_twice_it_does_not():
     hf = qwen25_config("1.5B")
     card = cards.CARDS["24 GB"]
     cell = cards.row_cells(cfg, hf)[0]
-    match = re.search(r"no \(actor update; (\d+) tokens fit\)", cell)
+    match = re.search(r"(?:no|tight) \(actor update; (\d+) tokens fit\)", cell)
     assert match, cell  # packed under sdpa: torch's log-probs make the update the heaviest phase
     budget = int(match[1])
     assert cards.heaviest(cards.phases_at(cfg, hf, budget), card)[0] <= MEMORY_WARN_FRACTION * card

@@ -40,10 +40,12 @@ def test_every_phase_is_measured_beside_its_estimate(probed):
         assert row["status"] == "ok", row
         assert row["measured_mib"] > 0 and row["estimate_mib"] > 0, row
         assert row["tokens"] > 0
+        assert row["warm_seconds"] > 0, row  # each phase run again, timed
     padded = {row["tokens"] for row in rows if "padded" in row["phase"]}
     packed = {row["tokens"] for row in rows if "packed" in row["phase"]}
     assert packed == {256} and len(padded) == 1 and padded.pop() > 256  # padding was computed
     assert table["device"].startswith("CPU") and table["tokens"] == 256
+    assert table["attn"] == "sdpa" and "attention sdpa" in text  # the recipes' path by default
     lines = [ln for ln in text.splitlines() if ln.startswith("| tiny |")]
     assert len(lines) == len(gpu_probe.PHASES)
     assert all(re.search(r"\| \d+\.\d \| \d+\.\d \| \d+\.\d\d \| ok \|", ln) for ln in lines)

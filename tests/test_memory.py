@@ -211,22 +211,23 @@ PADDING_REMOVED = [*PACKED, *(f"{role}.override_config.attn_implementation=flash
 
 
 def test_lora_recipe_fits_a_24gb_card(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
-    """With flash-attn (padding removal) the recipe fits; its heaviest phase is the old
-    log-prob pass (the entropy over the vocabulary verl always computes there: the bf16 logits
-    and one fp32 buffer of compiled entropy_from_logits, 16384 tokens x 151936 x 6 bytes = 13.9
-    GiB), above 90 % of the card: a warning with its fixes, no longer the silent fit the model
-    without that phase printed (12.8 GiB at most)."""
+    """With flash-attn (padding removal) the recipe fits with room: the old log-prob pass (the
+    entropy over the vocabulary verl always computes there) holds the bf16 logits alone, 16384
+    tokens x 151936 x 2 bytes = 4.6 GiB, since the compiled entropy keeps nothing logits-sized on
+    CUDA (measured on an H100 by the GPU probe, docs/gpu.md; the estimate counted a 9.3 GiB fp32
+    buffer before and warned at 22.2 GiB); the actor update is the heaviest phase."""
     overrides, cfg = lora_recipe(tiny_model_dir, prepared_gsm8k_dir, tmp_path, *PADDING_REMOVED)
     report = memory_lines(cfg, QWEN25_15B, CARD_24GB)
     phases = [line.split("memory: ", 1)[1].split(":")[0] for line in report.lines]
     assert phases == [
         "rollout", "old log-prob", "reference", "critic values", "critic update", "actor update"
     ]  # fmt: skip
-    assert report.errors == 0 and report.warnings == 1, report.lines
-    (tight,) = [line for line in report.lines if "[warn]" in line]
-    assert "memory: old log-prob: ~" in tight and "actor activations 14.0" in tight
-    assert "vLLM asleep (context, CUDA graphs) 1.5" in tight
-    composes_with_every_fix(overrides, tight)
+    assert report.errors == 0 and report.warnings == 0, report.lines
+    old_log_prob = report.lines[1]
+    assert "memory: old log-prob: ~" in old_log_prob and "actor activations 4.7" in old_log_prob
+    totals = [float(re.search(r": ~(\d+\.\d) GiB", line)[1]) for line in report.lines]
+    assert max(totals) == totals[5] < 0.9 * 24, report.lines  # the actor update
+    assert "vLLM asleep (context, CUDA graphs) 1.5" in report.lines[5]
     critic = report.lines[4]
     assert "critic states in host memory (offload_policy: CPUOffloadPolicy)" in critic
     assert "critic weights+grads+Adam" not in critic

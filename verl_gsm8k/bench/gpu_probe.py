@@ -80,7 +80,8 @@ class Row:
     estimate_mib: float
     measured_mib: float | None
     status: str  # "ok", "skipped: ...", "out of memory"
-    seconds: float
+    seconds: float  # the measured run, warm-up and compilation included
+    warm_seconds: float | None = None  # the same phase run again (its time, not its memory)
 
     def ratio(self) -> str:
         return f"{self.estimate_mib / self.measured_mib:.2f}" if self.measured_mib else ""
@@ -159,6 +160,13 @@ class CudaMeter:
         torch.cuda.synchronize(self.device)
         return torch.cuda.max_memory_allocated(self.device) - start
 
+    def seconds(self, fn: Callable[[], None]) -> float:
+        torch.cuda.synchronize(self.device)
+        start = time.monotonic()
+        fn()
+        torch.cuda.synchronize(self.device)
+        return time.monotonic() - start
+
 
 class TrackerMeter:
     """The CPU's: torch's tensor-bytes tracker (a dispatch mode; torch.compile runs eager in it)."""
@@ -175,6 +183,11 @@ class TrackerMeter:
             start = _total(tracker.get_tracker_snapshot("current"))
             fn()
         return _total(tracker.get_tracker_snapshot("peak")) - start
+
+    def seconds(self, fn: Callable[[], None]) -> float:
+        start = time.monotonic()
+        fn()
+        return time.monotonic() - start
 
 
 def _total(snapshot: dict[Any, dict[Any, int]]) -> int:
@@ -307,8 +320,12 @@ def probe_model(name: str, hf_config: Any, tokens: int, seq: int, device: str) -
             except torch.OutOfMemoryError:
                 peak, status = None, "out of memory"
         seconds = time.monotonic() - start
+        warm = meter.seconds(fn) if status == "ok" else None
         measured = None if peak is None else peak / MIB
-        rows.append(Row(name, phase, tokens, expected[phase] / MIB, measured, status, seconds))
+        print(f"gpu_probe: {name}, {phase}: {status}, {measured} MiB, {seconds:.1f} s", flush=True)
+        rows.append(
+            Row(name, phase, tokens, expected[phase] / MIB, measured, status, seconds, warm)
+        )
 
     for phase, fn in steps.items():
         model.zero_grad(set_to_none=True)
@@ -321,10 +338,10 @@ def probe_model(name: str, hf_config: Any, tokens: int, seq: int, device: str) -
     return rows  # the model, its optimizer and the phases' closures go with this frame
 
 
-def configs(names: list[str]) -> dict[str, Any]:
+def configs(names: list[str], attn: str = "sdpa") -> dict[str, Any]:
     return {
-        name: (tiny_config(attn_implementation="sdpa") if name == "tiny"
-               else qwen25_config(name, attn_implementation="sdpa"))
+        name: (tiny_config(attn_implementation=attn) if name == "tiny"
+               else qwen25_config(name, attn_implementation=attn))
         for name in names
     }  # fmt: skip
 
@@ -332,17 +349,20 @@ def configs(names: list[str]) -> dict[str, Any]:
 def markdown(rows: list[Row], header: dict[str, Any]) -> str:
     lines = [
         f"GPU probe on {header['device']}, torch {header['torch']}, transformers "
-        f"{header['transformers']}, {header['date']}; {header['tokens']} real tokens, rows of "
-        f"{header['seq'] // 2}-{header['seq']}; MiB above the phase's start.",
+        f"{header['transformers']}, {header['date']}; attention {header['attn']}; "
+        f"{header['tokens']} real tokens, rows of {header['seq'] // 2}-{header['seq']}; MiB above "
+        "the phase's start; s: the measured run (compilation included), warm s: the same again.",
         "",
-        "| model | phase | tokens | estimate MiB | measured MiB | est./meas. | status | s |",
-        "|---|---|---:|---:|---:|---:|---|---:|",
+        "| model | phase | tokens | estimate MiB | measured MiB | est./meas. | status | s "
+        "| warm s |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|",
     ]
     for r in rows:
         measured = f"{r.measured_mib:.1f}" if r.measured_mib is not None else ""
+        warm = f"{r.warm_seconds:.3f}" if r.warm_seconds is not None else ""
         lines.append(
             f"| {r.model} | {r.phase} | {r.tokens} | {r.estimate_mib:.1f} | {measured} | "
-            f"{r.ratio()} | {r.status} | {r.seconds:.1f} |"
+            f"{r.ratio()} | {r.status} | {r.seconds:.1f} | {warm} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -385,13 +405,21 @@ def main(argv: list[str] | None = None) -> int:
         help="cuda (the allocator's peaks) or cpu (torch's tensor tracker); default: cuda if any",
     )
     parser.add_argument(
+        "--attn",
+        default="sdpa",
+        choices=("sdpa", "flash_attention_4", "flash_attention_2", "eager"),
+        help="transformers' attn_implementation for every phase (default sdpa, what the recipes "
+        "run without a flash-attn wheel; flash_attention_4 needs the flash-attn-4 package and a "
+        "card of compute capability 9+, as `make setup FLASH_ATTN=4` installs)",
+    )
+    parser.add_argument(
         "--out", type=Path, required=True, help="folder for gpu_probe.md and gpu_probe.json"
     )
     args = parser.parse_args(argv)
     if args.tokens < 1 or args.seq < 2:
         parser.error("--tokens must be >= 1 and --seq >= 2")
     try:
-        models = configs([m.strip() for m in args.models.split(",") if m.strip()])
+        models = configs([m.strip() for m in args.models.split(",") if m.strip()], args.attn)
     except ValueError as exc:
         parser.error(str(exc))
     device_name = (
@@ -406,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.date.today().isoformat(),
         "tokens": args.tokens,
         "seq": args.seq,
+        "attn": args.attn,
     }
     start = time.monotonic()
     rows: list[Row] = []

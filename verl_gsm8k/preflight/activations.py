@@ -1,7 +1,8 @@
 """Bytes a micro-batch's pass holds at its peak, beyond the model's states, as verl 0.9.1 runs it
 (verl/workers/engine/fsdp/transformer_impl.py ``prepare_model_outputs``, verl/utils/
-torch_functional.py). Measured against torch's tensor-bytes tracker on a Qwen2.5-0.5B shape:
-tests/test_memory_measured.py, docs/gpu.md.
+torch_functional.py). Measured against torch's tensor-bytes tracker on a Qwen2.5-0.5B shape
+(fp32, CPU: tests/test_memory_measured.py) and against the CUDA allocator on an H100 (bf16
+autocast, the recipes' 16384-token budget: verl_gsm8k/bench/gpu_probe.py, docs/gpu.md).
 
 Per token, ``L`` the bytes of the compute dtype (the logits' dtype: bf16 under FSDP's autocast,
 fp32 without it), ``V`` the vocabulary:
@@ -13,16 +14,22 @@ fp32 without it), ``V`` the vocabulary:
   per logit, plus a 4-byte fp32 copy of bf16 logits that CUDA autocast makes for ``logsumexp``
   (softmax, logsumexp and log_softmax are on autocast's fp32 list): 3x the logits in fp32, 7x
   bf16 logits. With padding removal verl compiles it (``use_torch_compile``, its default):
-  inductor fuses the reductions and keeps one fp32 (tokens, V) buffer (its CPU code, seen with
-  TORCH_LOGS=output_code; Triton's assumed alike), ``L + 4``.
+  inductor fuses the reductions; on CUDA (Triton) nothing logits-sized is kept beside the logits,
+  ``L`` (measured on an H100: the packed pass with the compiled entropy holds what the reference
+  pass holds). Inductor's CPU code keeps one fp32 (tokens, V) buffer (seen with
+  TORCH_LOGS=output_code), which this GPU estimate leaves out.
 * log-probs without entropy (the reference): the logits; without padding removal verl also
   concatenates the valid tokens' logits into a second copy (``torch.cat`` of the narrowed rows).
 * an update's backward (log-probs with gradients): without flash-attn's cross entropy
-  (``logprobs_from_logits_v2``) the logits kept for backward (fp32: the logsumexp input; bf16: the
-  rows' fp32 log-softmax, 4 bytes) and three logits-sized gradients at the start of the backward
-  (the rows' gradients, their ``stack``, ``gather``'s scatter): ``4 + 3 L``; with flash-attn's
+  (``logprobs_from_logits_v2``), fp32 logits: the logsumexp input kept for backward and three
+  logits-sized gradients at the start of the backward (the rows' gradients, their ``stack``,
+  ``gather``'s scatter), ``4 + 3 L`` (measured on the CPU); bf16 logits: the rows' fp32
+  log-softmax kept for backward (4 bytes) and one bf16 gradient the rows' backward fills row by
+  row, ``4 + L`` (measured on an H100: 6.5 bytes a logit with the probe's bf16 weight casts);
+  the rows' gradients are computed on the valid tokens, so padding adds only to the forward's
+  peak, which this estimate over-counts by the padding factor; with flash-attn's
   in-place cross entropy (padding removal with the flash_attn package) the logits alone, ``L``;
-  padding removal under sdpa (packed rows, no flash_attn) keeps the torch path, ``4 + 3 L``.
+  padding removal under sdpa (packed rows, no flash_attn) keeps the torch path.
   Each layer's checkpointed input (gradient checkpointing) and a few hidden-sized tensors come
   on top.
 * the critic (a 1-wide value head): one layer's working set, the MLP's three intermediate-sized
@@ -51,7 +58,7 @@ def logprob_pass(
     ``compiled``: verl compiles the entropy (padding removal and use_torch_compile)."""
     vocab, hidden = hf_config.vocab_size, hf_config.hidden_size
     if entropy and compiled and rmpad:
-        per_logit = compute + FP32
+        per_logit = compute  # CUDA's fused kernels: measured on an H100 (docs/gpu.md)
     elif entropy:
         per_logit = compute + 2 * FP32 + (FP32 if compute < FP32 else 0)
     else:
@@ -77,13 +84,17 @@ def update_pass(
     tensors and, with an LM head, the logits kept for backward and their gradients.
     ``flash_ce``: verl's log-probs go through flash-attn's in-place cross entropy, which it takes
     only with padding removal and the ``flash_attn`` (2.x) package; default: ``rmpad``. Padding
-    removal under sdpa (no flash_attn) uses the torch path, ``4 + 3 L`` per logit."""
+    removal under sdpa (no flash_attn) uses the torch path: ``4 + 3 L`` per logit in fp32,
+    ``4 + L`` in bf16 (module docstring)."""
     h = hf_config.hidden_size
     saved = tokens * h * (hf_config.num_hidden_layers + HIDDEN_TENSORS) * compute
     if not lm_head:
         return saved
     flash_ce = rmpad if flash_ce is None else flash_ce
-    per_logit = compute if rmpad and flash_ce else FP32 + 3 * compute
+    if rmpad and flash_ce:
+        per_logit = compute
+    else:
+        per_logit = FP32 + (compute if compute < FP32 else 3 * compute)
     return saved + tokens * hf_config.vocab_size * per_logit
 
 
