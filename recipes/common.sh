@@ -175,6 +175,11 @@ if logs_to_wandb; then export WANDB_DIR=${WANDB_DIR:-$RUN_DIR}; fi
 # ---- knobs: launcher behaviour ----
 DRY_RUN=${DRY_RUN:-0}                                 # 1: preflight + composed config, no training
 SKIP_PREFLIGHT=${SKIP_PREFLIGHT:-0}
+# auto: where the recipe's micro-batch token budgets would pass 90 % of this node's card in some
+# phase, the preflight picks the largest power of two that fits and says so (PPO/GRPO;
+# verl_gsm8k/preflight/budget.py); recipe: keep the recipe's. A *_max_token_len_per_gpu key among
+# the launch's own key=value overrides always wins.
+TOKEN_BUDGET=${TOKEN_BUDGET:-auto}
 # A relaunch into a run dir with a checkpoint: auto resumes it only when the launch that wrote it
 # had the same config (every key but the few of docs/resume.md); force resumes it anyway; disable
 # starts over (verl_gsm8k/resume/guard.py).
@@ -413,6 +418,28 @@ say_where_wandb_logs() {
   esac
 }
 
+# The preflight on the final override list; with TOKEN_BUDGET=auto (PPO/GRPO, no budget key among
+# the launch's own overrides) the budget it picks for this card joins RECIPE_OVERRIDES, before the
+# user's key=value overrides.
+run_preflight() {
+  local fit=() budget_file="" rc=0 arg
+  if [[ "$TRAINER" == ppo && "$TOKEN_BUDGET" == auto ]]; then
+    budget_file=$(mktemp "${TMPDIR:-/tmp}/token-budget.XXXXXX")
+    fit=(--fit-budget "$budget_file")
+    for arg in "$@"; do
+      if [[ "$arg" == *max_token_len_per_gpu=* ]]; then fit=(); fi
+    done
+  fi
+  "$PYTHON" -m verl_gsm8k.preflight "${fit[@]}" --trainer "$TRAINER" --config-name "$CONFIG_NAME" \
+    -- "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@" || rc=$?
+  if [[ $rc == 0 && ${#fit[@]} -gt 0 && -s "$budget_file" ]]; then
+    mapfile -t fit <"$budget_file"
+    RECIPE_OVERRIDES+=("${fit[@]}")
+  fi
+  if [[ -n "$budget_file" ]]; then rm -f "$budget_file"; fi
+  return "$rc"
+}
+
 # What this launch is, in RUN_DIR/launches/launch-<stamp>.yaml (verl_gsm8k/resume/), after the
 # guard that refuses to resume another experiment's checkpoint silently (RESUME).
 record_launch() {
@@ -599,10 +626,7 @@ launch() {
   warn_unshared_run_dir
   if [[ "$TRAIN_ON" == cpu ]]; then prepare_cpu_defaults; fi
   if declare -F prepare_run >/dev/null; then prepare_run; fi
-  if [[ "$SKIP_PREFLIGHT" != 1 ]]; then
-    "$PYTHON" -m verl_gsm8k.preflight --trainer "$TRAINER" --config-name "$CONFIG_NAME" -- \
-      "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@" || exit $?
-  fi
+  if [[ "$SKIP_PREFLIGHT" != 1 ]]; then run_preflight "$@" || exit $?; fi
   if [[ "$DRY_RUN" == 1 ]]; then
     verl_main --cfg job -- "$@"
     return $?

@@ -1,8 +1,8 @@
 """Which recipe fits which card: the preflight's memory per phase (memory.py) for each PPO/GRPO
 recipe's composed config, on each Qwen2.5 shape (qwen25.py: offline), under each attention path,
 on 24, 40 and 80 GB cards, one GPU. A cell is the heaviest phase's estimate; where it does not fit
-(or passes 90 % of the card), the largest power-of-two token budget (every micro-batch budget of
-the run set to it) that fits beside it.
+(or passes 90 % of the card), the token budget the launcher picks there (preflight/budget.py:
+the largest power of two below the recipe's under which every phase fits).
 
     python -m verl_gsm8k.cards                  # print the table (markdown)
     python -m verl_gsm8k.cards --write docs/gpu.md   # between its markers
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.preflight.budget import fitting_budget, heaviest, with_budget
 from verl_gsm8k.preflight.compose import compose
 from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, Phase, estimate_phases
 from verl_gsm8k.preflight.qwen25 import SHAPES, qwen25_config
@@ -43,14 +44,6 @@ ATTENTION = {
 # GiB of each card as nvidia-smi lists it: RTX 4090 24564 MiB, A100 40GB 40960 MiB,
 # H100 80GB 81559 MiB.
 CARDS = {"24 GB": 24564 / 1024, "40 GB": 40960 / 1024, "80 GB": 81559 / 1024}
-BUDGET_KEYS = (
-    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
-    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
-    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
-    "critic.ppo_max_token_len_per_gpu",
-    "critic.ppo_infer_max_token_len_per_gpu",
-)
-SMALLEST_BUDGET = 1024
 
 
 def recipe_overrides(recipe: str, config_name: str) -> list[str]:
@@ -78,54 +71,24 @@ def recipe_overrides(recipe: str, config_name: str) -> list[str]:
 
 def phases_at(cfg: Any, hf_config: Any, budget: int | None = None) -> list[Phase]:
     """The phases' estimates, every micro-batch budget set to ``budget`` (None: the recipe's)."""
-    if budget is not None:
-        from omegaconf import open_dict
-
-        cfg = cfg.copy()
-        with open_dict(cfg):
-            for key in BUDGET_KEYS:
-                node, _, leaf = key.rpartition(".")
-                target = cfg
-                for part in node.split("."):
-                    target = target[part]
-                target[leaf] = budget
-    return estimate_phases(cfg, {"actor": hf_config})
-
-
-def heaviest(phases: list[Phase], card: float) -> tuple[float, str]:
-    """GiB and name of the heaviest phase on ``card``."""
-    top = max(phases, key=lambda p: p.gib(card))
-    return top.gib(card), top.name
+    return estimate_phases(
+        cfg if budget is None else with_budget(cfg, budget), {"actor": hf_config}
+    )
 
 
 def row_cells(cfg: Any, hf_config: Any) -> list[str]:
     """A cell per card: the heaviest phase in GiB; past 90 % of the card also "tight" or "no",
-    the phase, and the largest power-of-two budget below the recipe's that fits under 90 %."""
-    recipe_budget = int(cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu)
-    smaller = []
-    budget = recipe_budget // 2
-    while budget >= SMALLEST_BUDGET:
-        smaller.append(budget)
-        budget //= 2
-    cache: dict[int | None, list[Phase]] = {}
-
-    def phases(budget: int | None) -> list[Phase]:
-        if budget not in cache:
-            cache[budget] = phases_at(cfg, hf_config, budget)
-        return cache[budget]
-
+    the phase, and the budget the launcher would choose there (budget.fitting_budget)."""
+    recipe = phases_at(cfg, hf_config)
     cells = []
     for card in CARDS.values():
-        gib, phase = heaviest(phases(None), card)
+        gib, phase = heaviest(recipe, card)
         if gib <= MEMORY_WARN_FRACTION * card:
             cells.append(f"{gib:.1f}")
             continue
         verdict = "tight" if gib <= card else "no"
-        fits = next(
-            (b for b in smaller if heaviest(phases(b), card)[0] <= MEMORY_WARN_FRACTION * card),
-            None,
-        )
-        what = f"{fits} tokens fit" if fits else "no budget fits"
+        fitting = fitting_budget(cfg, {"actor": hf_config}, card)
+        what = f"{fitting} tokens fit" if fitting else "no budget fits"
         cells.append(f"{gib:.1f} {verdict} ({phase}; {what})")
     return cells
 

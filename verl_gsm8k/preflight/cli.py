@@ -41,6 +41,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from verl_gsm8k.preflight import budget
 from verl_gsm8k.preflight.algorithm import check_algorithm
 from verl_gsm8k.preflight.checkpoints import check_async_save, check_disk
 from verl_gsm8k.preflight.compose import (
@@ -348,10 +349,13 @@ def check_models(cfg, report: Report):
 
 
 # ---------------------------------------------------------------------------- gpu
-def check_gpus(cfg, hf_configs: dict | None, report: Report) -> None:
+def check_gpus(
+    cfg, hf_configs: dict | None, report: Report, fit_budget: Path | None = None
+) -> None:
     """The GPUs the run gets: a Ray cluster's (RAY_ADDRESS set: the launching node may have none,
     as a KubeRay head or a `ray job submit` entrypoint) or this node's (nvidia-smi); then the
-    memory of each phase (memory.py) against this node's card when it has one."""
+    memory of each phase (memory.py) against this node's card when it has one, at a budget that
+    fits it when ``fit_budget`` asks for one (budget.py)."""
     gpus = visible_gpus()
     card = gpus[0][1] if gpus else None
     address = os.environ.get("RAY_ADDRESS", "")
@@ -367,6 +371,8 @@ def check_gpus(cfg, hf_configs: dict | None, report: Report) -> None:
     else:
         report.ok("gpu", f"{len(gpus)} x {gpus[0][0]} ({card:.0f} GiB); this node uses {wanted}")
     if hf_configs and "actor" in hf_configs:
+        if fit_budget is not None and card is not None:
+            cfg = budget.choose(cfg, hf_configs, card, fit_budget, report)
         check_memory(cfg, hf_configs, card, report)
 
 
@@ -418,7 +424,13 @@ def recipe_overrides(
 
 
 # ---------------------------------------------------------------------------- main
-def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | None) -> Report:
+def run(
+    config_name: str,
+    config_dir: Path,
+    overrides: list[str],
+    dump: Path | None,
+    fit_budget: Path | None = None,
+) -> Report:
     report = Report()
     clean = check_legacy_keys(overrides, report)
     offline_if_hub_unreachable()
@@ -443,7 +455,7 @@ def run(config_name: str, config_dir: Path, overrides: list[str], dump: Path | N
     first_prompt = check_data(cfg, tokenizer, report)
     reward_keys = check_reward(cfg, report, first_prompt)
     check_algorithm(cfg, report, reward_keys)
-    check_gpus(cfg, hf_configs, report)
+    check_gpus(cfg, hf_configs, report, fit_budget)
     return report
 
 
@@ -480,14 +492,28 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE",
         help="also write the composed (unresolved) config as JSON to FILE",
     )
+    parser.add_argument(
+        "--fit-budget",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="ppo only: where the micro-batch token budgets would pass 90 %% of this node's card, "
+        "check at the largest power-of-two budget that fits and write its overrides to FILE, one "
+        "per line (empty FILE: the recipe's budgets stand); TOKEN_BUDGET=auto in the launcher",
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides key=value (after --)")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     start = time.monotonic()
-    runner = run_sft if args.trainer == "sft" else run
     config_name = args.config_name or CONFIG_NAMES[args.trainer]
-    report = runner(config_name, args.config_dir.resolve(), args.overrides, args.dump_config)
+    config_dir = args.config_dir.resolve()
+    if args.trainer == "sft":
+        if args.fit_budget is not None:
+            parser.error("--fit-budget is for --trainer ppo (the PPO/GRPO micro-batch budgets)")
+        report = run_sft(config_name, config_dir, args.overrides, args.dump_config)
+    else:
+        report = run(config_name, config_dir, args.overrides, args.dump_config, args.fit_budget)
     elapsed = time.monotonic() - start
     if report.errors:
         print(

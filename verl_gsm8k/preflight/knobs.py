@@ -146,6 +146,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("RESUME", one_of("auto", "force", "disable")),
     Knob("DRY_RUN", SWITCH),
     Knob("SKIP_PREFLIGHT", SWITCH),
+    Knob("TOKEN_BUDGET", one_of("auto", "recipe")),
 )
 BY_NAME = {knob.name: knob for knob in KNOBS}
 
