@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
 # Does the loop LEARN? On a CPU, in minutes, with no setting: a warm-started tiny model gets better
-# at a toy task in GSM8K's format under PPO (actor + critic, GAE) or GRPO.
-#   bash recipes/learn_tiny.sh                 # PPO with a critic
-#   ALGO=grpo bash recipes/learn_tiny.sh       # GRPO (no critic, group baseline)
+# at a toy task in GSM8K's format under PPO (actor + critic, GAE) or any algorithm of
+# docs/algorithms.md, each with its own config (configs/gsm8k_<ALGO>.yaml):
+#   ALGO=ppo bash recipes/learn_tiny.sh                     # PPO: critic, GAE (the default)
+#   ALGO=grpo bash recipes/learn_tiny.sh                    # GRPO: group baseline, no critic
+#   ALGO=rloo bash recipes/learn_tiny.sh                    # RLOO: leave-one-out baseline
+#   ALGO=reinforce_pp bash recipes/learn_tiny.sh            # REINFORCE++: batch-whitened returns
+#   ALGO=reinforce_pp_baseline bash recipes/learn_tiny.sh   # REINFORCE++ with a group baseline
+#   ALGO=remax bash recipes/learn_tiny.sh                   # ReMax: greedy baseline (legacy trainer)
+#   ALGO=drgrpo bash recipes/learn_tiny.sh                  # Dr. GRPO: no std, constant-length loss
+#   ALGO=dapo bash recipes/learn_tiny.sh                    # DAPO: clip-higher, dynamic sampling
+#   ALGO=gspo bash recipes/learn_tiny.sh                    # GSPO: sequence-level ratio and clip
+# Every algorithm keeps this recipe's toy settings (group of ROLLOUT_N=8 where it has groups);
+# DAPO's overlong buffer is a fifth of the toy's response length, as the paper's is of its own.
 # First use builds, and caches under CACHE_DIR/learn-tiny/v2/seed$SEED:
 #   1. the tiny random Qwen2 (python -m verl_gsm8k.common.tiny_model, offline);
 #   2. the toy task: single-digit sums in GSM8K's format (python -m data_prep.arithmetic), then
@@ -16,12 +26,11 @@
 # Every knob is an environment variable (docs/guide.md, Knobs); key=value arguments win over all.
 set -euo pipefail
 
-ALGO=${ALGO:-ppo}                         # ppo (critic, GAE) or grpo (group baseline)
-case "$ALGO" in
-  ppo) CONFIG_NAME=gsm8k_ppo ;;
-  grpo) CONFIG_NAME=gsm8k_grpo ;;
-  *) CONFIG_NAME=gsm8k_ppo ;;             # check_knobs stops the launch with one line
-esac
+ALGO=${ALGO:-ppo}                         # one of the names above (verl_gsm8k/preflight/knobs.py)
+CONFIG_NAME=gsm8k_$ALGO
+if [[ ! -f "$(dirname "${BASH_SOURCE[0]}")/../configs/$CONFIG_NAME.yaml" ]]; then
+  CONFIG_NAME=gsm8k_ppo                   # check_knobs stops the launch with one line
+fi
 RECIPE=learn_tiny
 CPU_BY_DEFAULT=1                          # no GPU: train on the CPU instead of stopping
 SEED=${SEED:-0}                           # toy data, warm start and RL data order
@@ -43,6 +52,9 @@ KEEP_BEST=${KEEP_BEST:-0}               # no extra save of a best step 5 or 15: 
 # (docs/learning.md, "Why sums were lost").
 RECIPE_OVERRIDES=("data.seed=$SEED" actor_rollout_ref.actor.optim.lr_scheduler_type=cosine
                   actor_rollout_ref.actor.optim.min_lr_ratio=0.1)
+if [[ "$ALGO" == dapo ]]; then
+  RECIPE_OVERRIDES+=("reward.reward_kwargs.overlong_buffer_cfg.len=$((MAX_RESPONSE_LENGTH / 5))")
+fi
 
 # The warm start's SFT run: the toy demonstrations, 32 per step, a cosine learning rate from 3e-3
 # down to 3e-4, so it ends converged: every sum learned, on the computation line and on the marker

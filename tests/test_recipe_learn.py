@@ -12,6 +12,8 @@ from __future__ import annotations
 import pytest
 from helpers import composed_config, get, recipe_env, run_recipe
 
+from verl_gsm8k.preflight.knobs import LEARN_ALGOS
+
 RECIPE = "learn_tiny"
 TOY_SETTINGS = {
     "data.train_batch_size": 16,
@@ -89,7 +91,7 @@ def test_user_arguments_and_knobs_win(tiny_model_dir, prepared_gsm8k_dir, tmp_pa
 @pytest.mark.parametrize(
     ("knob", "line"),
     [
-        ("ALGO=reinforce", "knobs: ALGO=reinforce is not one of ppo, grpo"),
+        ("ALGO=reinforce", "knobs: ALGO=reinforce is not one of " + ", ".join(LEARN_ALGOS)),
         ("SEED=-1", "knobs: SEED=-1 is not an integer >= 0"),
         ("WARM_START_STEPS=0", "knobs: WARM_START_STEPS=0 is not an integer > 0"),
     ],

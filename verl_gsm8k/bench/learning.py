@@ -31,6 +31,7 @@ from pathlib import Path
 
 from rewards.gsm8k import compute_score_flexible
 from verl_gsm8k.bench.cpu_train import read_metrics
+from verl_gsm8k.preflight.knobs import LEARN_ALGOS
 
 ROOT = Path(__file__).resolve().parents[2]
 VAL = "val-core/openai/gsm8k/acc/mean@1"
@@ -169,7 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="SEED values")
     parser.add_argument(
-        "--algos", nargs="+", choices=("ppo", "grpo"), default=["ppo", "grpo"], help="ALGO values"
+        "--algos",
+        nargs="+",
+        choices=LEARN_ALGOS,
+        default=["ppo", "grpo"],
+        help=f"ALGO values (default ppo grpo; any of {', '.join(LEARN_ALGOS)})",
     )
     parser.add_argument(
         "--out", type=Path, help="run root for the runs and their logs (default: a new temp dir)"

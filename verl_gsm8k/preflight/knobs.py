@@ -98,6 +98,11 @@ LOGGERS = Check(
     lambda v: bool(v) and all(name in VERL_LOGGERS for name in v.split(",")),
 )
 SWITCH = one_of("0", "1")
+# recipes/learn_tiny.sh's ALGO, each the name of its config, configs/gsm8k_<name>.yaml
+LEARN_ALGOS = (
+    "ppo", "grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax", "drgrpo", "dapo",
+    "gspo",
+)  # fmt: skip
 NON_NEGATIVE_INT = Check("an integer >= 0", lambda v: _int_above(v, -1))
 
 # One row per knob. Paths are not here: the preflight checks that they exist and load.
@@ -128,7 +133,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("LORA_RANK", POSITIVE_INT),
     Knob("LORA_ALPHA", POSITIVE_NUMBER),
     Knob("SMOKE_PROMPTS", POSITIVE_INT),
-    Knob("ALGO", one_of("ppo", "grpo")),
+    Knob("ALGO", one_of(*LEARN_ALGOS)),
     Knob("SEED", NON_NEGATIVE_INT),
     Knob("WARM_START_STEPS", POSITIVE_INT),
     Knob("TRACE_SAMPLES", NON_NEGATIVE_INT),
