@@ -10,7 +10,7 @@ It is not in helpers.RECIPES: with no MODEL_PATH its dry run would first build t
 from __future__ import annotations
 
 import pytest
-from helpers import composed_config, get, recipe_env, run_recipe
+from helpers import ROOT, composed_config, get, recipe_env, run_recipe
 
 from verl_gsm8k.preflight.knobs import LEARN_ALGOS
 
@@ -46,7 +46,9 @@ def dry_run(algo: str, tiny_model_dir, prepared_gsm8k_dir, tmp_path, *args: str)
     return result, composed_config(result.stdout)
 
 
-@pytest.mark.parametrize(("algo", "estimator"), [("ppo", "gae"), ("grpo", "grpo")])
+@pytest.mark.parametrize(
+    ("algo", "estimator"), [("ppo", "gae"), ("grpo", "grpo"), ("dapo", "grpo")]
+)
 def test_algo_picks_the_config_and_the_toy_settings_reach_verl(
     algo, estimator, tiny_model_dir, prepared_gsm8k_dir, tmp_path
 ):
@@ -57,6 +59,9 @@ def test_algo_picks_the_config_and_the_toy_settings_reach_verl(
         assert get(cfg, key) == value, key
     if algo == "ppo":
         assert get(cfg, "critic.optim.lr") == 1e-3
+    if algo == "dapo":  # the overlong buffer: a fifth of the toy's 24-token responses
+        assert get(cfg, "reward.reward_kwargs.overlong_buffer_cfg.len") == 4
+        assert get(cfg, "algorithm.filter_groups.enable") is True
     # the CPU by default, in float32 (configs/device/cpu.yaml)
     assert "device: cpu (DEVICE=auto)" in result.stdout
     assert get(cfg, "actor_rollout_ref.rollout.dtype") == "float32"
@@ -106,3 +111,15 @@ def test_a_bad_knob_stops_it_before_anything_is_built(knob, line, tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [line]
     assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
+
+
+def test_every_algorithm_is_an_algo_with_its_config_and_its_header_line():
+    """ALGO's names (the knob table) are the configs of docs/algorithms.md, each with its line in
+    the recipe's header; the configs that are not an algorithm (base, LoRA, SFT) are not ALGOs."""
+    configs = {p.stem.removeprefix("gsm8k_") for p in (ROOT / "configs").glob("gsm8k_*.yaml")}
+    assert set(LEARN_ALGOS) == configs - {"base", "ppo_lora", "sft"}
+    header = (ROOT / "recipes" / f"{RECIPE}.sh").read_text().split("set -euo pipefail")[0]
+    algorithms_doc = (ROOT / "docs" / "algorithms.md").read_text()
+    for algo in LEARN_ALGOS:
+        assert f"#   ALGO={algo} bash recipes/learn_tiny.sh" in header, algo
+        assert f"(`gsm8k_{algo}`)" in algorithms_doc, algo  # its row of the table
