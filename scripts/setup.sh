@@ -11,7 +11,7 @@
 # EVAL_VENV_DIR (default .venv-eval), FORCE_CPU=1 (CPU stack even where a GPU is visible),
 # FLASH_ATTN=auto|2|4|none (GPU stack's attention kernels; default auto, or 2: flash-attn 2 from a
 # wheel where one matches, else the recipes use sdpa with padding removal; 4: flash-attn 4 only
-# (`flash4` extra: ATTENTION=fa4 on compute capability 9.0+), GPU or not; none: neither),
+# (`flash4` extra: ATTENTION=fa4 on compute capability 9.0+), whatever the card; none: neither),
 # FLASH_ATTN_WHEEL (GPU: a flash-attn wheel file or URL matching your torch/CUDA/Python),
 # FLASH_ATTN_BUILD=1 (GPU: compile flash-attn from source when no wheel matches; hours),
 # INSTALLER=uv|pip (default uv: the same pins, resolved and installed several times faster).
@@ -139,15 +139,15 @@ install_flash_attn() {
   fi
 }
 
-# flash-attn 4 only when FLASH_ATTN=4 asks (on any machine: a GPU stack built without a GPU, a head
-# node without one): the recipes use it only with ATTENTION=fa4, never by ATTENTION=auto, since its
+# flash-attn 4 only when FLASH_ATTN=4 asks, whatever the card (a GPU stack built without a GPU
+# included): the recipes use it only with ATTENTION=fa4, never by ATTENTION=auto, since its
 # packed backward measured ~20x slower than sdpa with padding removal on an H100 (docs/gpu.md).
 install_flash_attn_4() {
   local why
   pip_project "$VENV_DIR" gpu,dev,flash4
   echo "==> $(pin flash-attn-4): installed (the recipes use it only with ATTENTION=fa4, on compute capability 9.0+)"
   if ! why=$("$VENV_DIR/bin/python" -m verl_gsm8k.common.attention --fa4-card); then
-    echo "==> notice: $why here: ATTENTION=fa4 is refused on this machine"
+    echo "==> notice: $why: ATTENTION=fa4 is refused on this machine"
   fi
 }
 
