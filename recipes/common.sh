@@ -202,8 +202,8 @@ hydra_quote() {
 }
 
 # ---- device and attention settings, from one place: two config overlays and a few variables ----
-# configs/attention/sdpa.yaml or fa4.yaml where flash-attn 2 cannot be used (every CPU, some GPU
-# machines); configs/device/cpu.yaml on a CPU; the SFT trainer's twins are attention/*_sft.yaml and
+# configs/attention/sdpa_packed.yaml, sdpa.yaml or fa4.yaml where flash-attn 2 is not used (every
+# CPU, GPU machines without its wheel); configs/device/cpu.yaml on a CPU; the SFT trainer's twins are attention/*_sft.yaml and
 # device/cpu_sft.yaml (its model keys differ). verl loads our modules (verl_gsm8k/verl_plugins/) in
 # every process through its plugin variable, by package path: the project is installed in the venv
 # Ray's workers (and torchrun's) run. key=value arguments still win.
@@ -211,8 +211,8 @@ DEVICE_OVERRIDES=()
 # Every checkpoint file verl loads is checked in the process that loads it, from the handle it
 # loads (verl_gsm8k/verl_plugins/checked_load.py): the launcher's check is minutes earlier.
 VERL_MODULES=(verl_gsm8k.verl_plugins.checked_load)
-# ---- knob: attention (auto: flash-attn 2 where its extension loads, else flash-attn 4 on compute
-# capability 9.0+, else sdpa; fa2, fa4, sdpa ask for one) ----
+# ---- knob: attention (auto: flash-attn 2 where its extension loads, else sdpa with padding
+# removal on a GPU, sdpa padded on the CPU; fa2, fa4, sdpa, sdpa_packed ask for one) ----
 # verl_gsm8k/common/attention.py decides, the same function the preflight and the fallback plugin
 # use (exported, so that verl's processes decide alike). It prints the choice and the one line the
 # launch and the preflight print; a request it cannot meet is refused by launch, before anything.
@@ -229,7 +229,7 @@ else
   ATTENTION_CHOICE=sdpa
   ATTENTION_LINE="refused ($ATTENTION_REFUSAL)"
 fi
-# fa2 runs verl's own configs; fa4 and sdpa add their overlay and the plugin that gives the
+# fa2 runs verl's own configs; the others add their overlay and the plugin that gives the
 # critic (hard-coded flash_attention_2 in verl 0.9.1) the same attention.
 if [[ "$ATTENTION_CHOICE" != fa2 ]]; then
   DEVICE_OVERRIDES+=("+attention=$ATTENTION_CHOICE$OVERLAY_SUFFIX")

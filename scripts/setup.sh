@@ -9,9 +9,9 @@
 # Knobs (environment): PYTHON (interpreter, default python3), VENV_DIR (default .venv),
 # VENV_DIR_GPU (--gpu-stack's, default .venv-gpu),
 # EVAL_VENV_DIR (default .venv-eval), FORCE_CPU=1 (CPU stack even where a GPU is visible),
-# FLASH_ATTN=auto|2|4|none (GPU stack's attention kernels; default auto: flash-attn 2 from a wheel,
-# and where it does not load on a GPU of compute capability 9.0+, flash-attn 4 (the `flash4`
-# extra, nothing to compile); 2: flash-attn 2 only; 4: flash-attn 4 only, GPU or not; none: neither),
+# FLASH_ATTN=auto|2|4|none (GPU stack's attention kernels; default auto, or 2: flash-attn 2 from a
+# wheel where one matches, else the recipes use sdpa with padding removal; 4: flash-attn 4 only
+# (`flash4` extra: ATTENTION=fa4 on compute capability 9.0+), whatever the card; none: neither),
 # FLASH_ATTN_WHEEL (GPU: a flash-attn wheel file or URL matching your torch/CUDA/Python),
 # FLASH_ATTN_BUILD=1 (GPU: compile flash-attn from source when no wheel matches; hours),
 # INSTALLER=uv|pip (default uv: the same pins, resolved and installed several times faster).
@@ -122,7 +122,8 @@ fi
 
 # flash-attn has no wheel on PyPI (source only, and a source build needs nvcc and hours). Take a
 # prebuilt wheel from the configured index or FLASH_ATTN_WHEEL, compile only when asked; otherwise
-# the recipes run with PyTorch attention (configs/attention/sdpa.yaml) and say so.
+# the recipes run with PyTorch attention and padding removal (configs/attention/sdpa_packed.yaml)
+# and say so.
 install_flash_attn() {
   local spec
   spec=$(pin flash-attn)
@@ -134,24 +135,20 @@ install_flash_attn() {
     echo "==> FLASH_ATTN_BUILD=1: compiling $spec from source; this takes one to several hours and needs nvcc (MAX_JOBS limits its memory)"
     pip_only "$VENV_DIR" --no-build-isolation "$spec"
   else
-    echo "==> notice: no prebuilt $spec wheel for this Python/torch/CUDA. The recipes will use PyTorch attention (sdpa) without padding removal: slower updates, more activation memory. Give a matching wheel with FLASH_ATTN_WHEEL=FILE_OR_URL, or compile with FLASH_ATTN_BUILD=1 (hours)."
+    echo "==> notice: no prebuilt $spec wheel for this Python/torch/CUDA. The recipes will use PyTorch attention (sdpa) with padding removal (packed rows, no flash-attn kernels). Give a matching wheel with FLASH_ATTN_WHEEL=FILE_OR_URL, or compile with FLASH_ATTN_BUILD=1 (hours)."
   fi
 }
 
-# flash-attn 4 where it is the attention the recipes would choose (verl_gsm8k/common/attention.py):
-# flash-attn 2 does not load and every GPU has compute capability 9.0+ (its backward needs SM 9.x);
-# FLASH_ATTN=4 installs it anyway (a GPU stack built without a GPU, a head node without one).
+# flash-attn 4 only when FLASH_ATTN=4 asks, whatever the card (a GPU stack built without a GPU
+# included): the recipes use it only with ATTENTION=fa4, never by ATTENTION=auto, since its
+# packed backward measured ~20x slower than sdpa with padding removal on an H100 (docs/gpu.md).
 install_flash_attn_4() {
   local why
-  if [[ "$FLASH_ATTN" == auto ]]; then
-    if "$VENV_DIR/bin/python" -m verl_gsm8k.common.flash_attention >/dev/null; then return 0; fi
-    if ! why=$("$VENV_DIR/bin/python" -m verl_gsm8k.common.attention --fa4-card); then
-      echo "==> flash-attn 4 not installed: $why"
-      return 0
-    fi
-  fi
   pip_project "$VENV_DIR" gpu,dev,flash4
-  echo "==> $(pin flash-attn-4): installed (the recipes use it where flash-attn 2 does not load, on compute capability 9.0+)"
+  echo "==> $(pin flash-attn-4): installed (the recipes use it only with ATTENTION=fa4, on compute capability 9.0+)"
+  if ! why=$("$VENV_DIR/bin/python" -m verl_gsm8k.common.attention --fa4-card); then
+    echo "==> notice: $why: ATTENTION=fa4 is refused on this machine"
+  fi
 }
 
 # vLLM's CPU build, and the three fixes it needs beside the CPU torch (docs/cpu.md, "Install").
@@ -190,9 +187,9 @@ if has_gpu || [[ "$target" == gpu-stack ]]; then
   fi
   pip_project "$VENV_DIR" gpu,dev
   if [[ "$FLASH_ATTN" == auto || "$FLASH_ATTN" == 2 ]]; then install_flash_attn; fi
-  if [[ "$FLASH_ATTN" == auto || "$FLASH_ATTN" == 4 ]]; then install_flash_attn_4; fi
+  if [[ "$FLASH_ATTN" == 4 ]]; then install_flash_attn_4; fi
   # Installed is not enough: the recipes use flash-attn 2 only where its CUDA extension loads,
-  # flash-attn 4 only on compute capability 9.0+; the same function says which, and why.
+  # else sdpa with padding removal; the same function says which, and why.
   echo "==> attention the recipes will use here: $("$VENV_DIR/bin/python" -m verl_gsm8k.common.attention | tail -n 1)"
 else
   echo "==> no NVIDIA GPU: installing the CPU training stack (torch CPU build first, no CUDA; vLLM's CPU build)"

@@ -1,5 +1,7 @@
-"""Which attention a run uses, and why: flash-attn 2 where its extension loads, flash-attn 4 on
-compute capability 9.0+ where it is installed, sdpa otherwise (verl_gsm8k/common/attention.py).
+"""Which attention a run uses, and why: flash-attn 2 where its extension loads, else sdpa with
+padding removal on a GPU (sdpa_packed) and sdpa padded on the CPU; flash-attn 4 only when
+ATTENTION=fa4 asks, on compute capability 9.0+ where it is installed
+(verl_gsm8k/common/attention.py).
 
 The capability is stood in for by a fake nvidia-smi (what the choice reads) and flash-attn-4 by a
 package laid out as PyPI's wheel installs it (a ``flash_attn`` namespace with ``cute/``); its
@@ -40,15 +42,16 @@ BROKEN = "flash_attn is installed but its CUDA extension flash_attn_2_cuda does 
     ("want", "fa2", "caps", "installed", "name"),
     [
         ("auto", None, [(9, 0)], True, "fa2"),  # flash-attn 2 first, where it loads
-        ("auto", BROKEN, [(9, 0)], True, "fa4"),
-        ("auto", BROKEN, [(10, 0), (9, 0)], True, "fa4"),
-        ("auto", BROKEN, [(9, 0), (8, 9)], True, "sdpa"),  # every GPU must be SM 9+
-        ("auto", BROKEN, [(8, 0)], True, "sdpa"),
-        ("auto", BROKEN, [(9, 0)], False, "sdpa"),
-        ("auto", BROKEN, [], True, "sdpa"),
-        ("auto", BROKEN, None, True, "sdpa"),
+        # without it, packed sdpa on every GPU: flash-attn 4 installed on SM 9+ is not taken
+        ("auto", BROKEN, [(9, 0)], True, "sdpa_packed"),
+        ("auto", BROKEN, [(10, 0), (9, 0)], True, "sdpa_packed"),
+        ("auto", BROKEN, [(8, 0)], True, "sdpa_packed"),
+        ("auto", BROKEN, [(9, 0)], False, "sdpa_packed"),
+        ("auto", BROKEN, None, False, "sdpa_packed"),
         ("fa4", None, [(9, 0)], True, "fa4"),  # asked for, beside a working flash-attn 2
+        ("fa4", BROKEN, [(10, 0), (9, 0)], True, "fa4"),
         ("sdpa", None, [(9, 0)], True, "sdpa"),
+        ("sdpa_packed", None, [(9, 0)], True, "sdpa_packed"),  # beside a working flash-attn 2
         ("fa2", None, None, False, "fa2"),
     ],
 )
@@ -56,10 +59,25 @@ def test_the_choice(want, fa2, caps, installed, name, monkeypatch):
     monkeypatch.setattr(att, "fa4_import_problem", lambda: None)  # a module that imports
     choice = att.choose(want, False, fa2, caps, installed)
     assert choice.name == name
-    if name == "fa4" and want == "auto":
-        assert choice.why == f"{BROKEN}; flash-attn-4 on compute capability {min(caps)[0]}.0"
-    if name == "sdpa" and want == "auto":
-        assert choice.why.startswith(f"{BROKEN}; flash-attn-4 ")
+    if name == "sdpa_packed" and want == "auto":
+        assert choice == att.Choice(
+            "sdpa_packed", f"{BROKEN}; packed rows, block-diagonal mask from position_ids"
+        )
+    if name == "fa4":
+        assert choice.why == f"ATTENTION=fa4, compute capability {min(caps)[0]}.0"
+        assert choice.cost == att.FA4_COST
+
+
+def test_auto_on_a_gpu_without_flash_attn_2_packs_under_sdpa():
+    """The default of a fresh GPU box (no flash-attn 2 wheel for torch 2.11): sdpa WITH padding
+    removal, whatever the card and whether flash-attn 4 is installed."""
+    for caps in ([(9, 0)], [(8, 0)], [(12, 0)], [], None):
+        for installed in (True, False):
+            choice = att.choose("auto", False, BROKEN, caps, installed)
+            assert (choice.name, choice.implementation, choice.padding_removal) == (
+                "sdpa_packed", "sdpa", True,
+            ), (caps, installed)  # fmt: skip
+            assert choice.overlay == "sdpa_packed" and choice.cost == ""
 
 
 @pytest.mark.parametrize(
@@ -67,12 +85,19 @@ def test_the_choice(want, fa2, caps, installed, name, monkeypatch):
     [
         ("fa4", BROKEN, [(8, 0)], True,
          "ATTENTION=fa4: flash-attn-4 needs compute capability 9.0+, this card has 8.0; "
-         "use ATTENTION=auto or sdpa"),
+         "use ATTENTION=auto (sdpa_packed)"),
+        ("fa4", BROKEN, [(9, 0), (8, 9)], True,  # every GPU must be SM 9+
+         "ATTENTION=fa4: flash-attn-4 needs compute capability 9.0+, this card has 8.9; "
+         "use ATTENTION=auto (sdpa_packed)"),
         ("fa4", BROKEN, [(9, 0)], False,
          "ATTENTION=fa4: flash-attn-4 not installed on this 9.0 card (FLASH_ATTN=4 bash "
-         "scripts/setup.sh installs it); use ATTENTION=auto or sdpa"),
+         "scripts/setup.sh installs it); use ATTENTION=auto (sdpa_packed)"),
+        ("fa4", BROKEN, [], True,
+         "ATTENTION=fa4: flash-attn-4 needs compute capability 9.0+, no GPU seen; "
+         "use ATTENTION=auto (sdpa_packed)"),
         ("fa2", BROKEN, [(9, 0)], True, f"ATTENTION=fa2: {BROKEN}"),
-        ("fa3", None, None, False, "ATTENTION=fa3 is not one of auto, fa2, fa4, sdpa"),
+        ("fa3", None, None, False,
+         "ATTENTION=fa3 is not one of auto, fa2, fa4, sdpa, sdpa_packed"),
     ],
 )  # fmt: skip
 def test_a_request_the_machine_cannot_meet_is_refused(want, fa2, caps, installed, refusal):
@@ -81,16 +106,29 @@ def test_a_request_the_machine_cannot_meet_is_refused(want, fa2, caps, installed
     assert str(refused.value) == refusal
 
 
-def test_the_cpu_runs_sdpa():
-    assert att.choose("auto", True, None, [(9, 0)], True) == att.Choice("sdpa", "trains on the CPU")
-    with pytest.raises(att.AttentionRefused, match="the CPU runs sdpa only"):
-        att.choose("fa4", True, None, [(9, 0)], True)
+def test_the_cpu_runs_sdpa_padded_and_packs_when_asked():
+    assert att.choose("auto", True, None, [(9, 0)], True) == att.Choice(
+        "sdpa", "trains on the CPU, where packed steps measured slower"
+    )
+    assert att.choose("sdpa_packed", True, None, None, False) == att.Choice(
+        "sdpa_packed", "ATTENTION=sdpa_packed", att.CPU_PACKED_COST
+    )
+    assert att.choose("sdpa", True, None, None, False).cost == ""  # the CPU's default
+    for want in ("fa4", "fa2"):
+        with pytest.raises(att.AttentionRefused, match="the CPU runs sdpa or sdpa_packed only"):
+            att.choose(want, True, None, [(9, 0)], True)
 
 
-def test_the_statement_says_attention_padding_and_why():
-    assert att.Choice("fa4", "x; y").line() == "flash_attention_4, padding removal on (x; y)"
-    assert att.Choice("sdpa", "z").line() == (
-        "sdpa, padding removal off (z: slower updates, more activation memory)"
+def test_the_statement_says_attention_padding_why_and_cost(monkeypatch):
+    monkeypatch.setattr(att, "fa4_import_problem", lambda: None)  # a module that imports
+    assert att.Choice("sdpa_packed", "x; y").line() == "sdpa, padding removal on (x; y)"
+    assert att.choose("fa4", False, None, [(9, 0)], True).line() == (
+        "flash_attention_4, padding removal on (ATTENTION=fa4, compute capability 9.0: its packed "
+        "backward measured ~20x slower than sdpa_packed's on an H100 (docs/gpu.md))"
+    )
+    assert att.choose("sdpa", False, None, None, False).line() == (
+        "sdpa, padding removal off (ATTENTION=sdpa: the padding computed too, more log-prob "
+        "memory than sdpa_packed on a GPU (docs/gpu.md))"
     )
 
 
@@ -112,17 +150,23 @@ def _forget_flash_attn() -> None:
 
 def test_the_probe_reads_nvidia_smi_and_the_installed_package(tmp_path: Path, monkeypatch, request):
     """probe() on this machine's facts: the capability from (a fake) nvidia-smi, flash-attn-4
-    from its dist-info and its module; flash-attn 2's probe is not fooled by FA4's namespace."""
+    from its dist-info and its module; flash-attn 2's probe is not fooled by FA4's namespace.
+    auto packs under sdpa on either card, flash-attn 4 installed or not; fa4 needs SM 9.0."""
     site = plant_flash_attn_4(tmp_path / "site")
     monkeypatch.syspath_prepend(str(site))
     request.addfinalizer(_forget_flash_attn)  # monkeypatch restores sys.path itself
     importlib.invalidate_caches()
-    for cap, name in (("9.0", "fa4"), ("8.6", "sdpa")):
+    for cap in ("9.0", "8.6"):
         bin_dir = fake_nvidia_smi(tmp_path / f"bin{cap}", [H100], compute_cap=cap)
         monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
         choice = att.probe("auto")
-        assert choice.name == name, choice
+        assert choice.name == "sdpa_packed", choice
         assert choice.why.startswith("flash_attn 2 not installed (flash_attn holds flash-attn-4")
+        if cap == "9.0":
+            assert att.probe("fa4").name == "fa4"
+        else:
+            with pytest.raises(att.AttentionRefused, match="this card has 8.6"):
+                att.probe("fa4")
 
 
 def test_the_overlays_say_what_the_choice_says():
@@ -140,11 +184,13 @@ def test_the_overlays_say_what_the_choice_says():
 
 
 def test_the_plugin_gives_the_critic_flash_attention_4(tmp_path: Path):
-    """verl 0.9.1 loads the critic with a hard-coded flash_attention_2: under the fa4 choice the
-    plugin turns that request into flash_attention_4 in transformers' own resolution (which, on
-    this CPU, then refuses FA4 for want of CUDA: the request it refuses is the rewritten one)."""
+    """verl 0.9.1 loads the critic with a hard-coded flash_attention_2: under the fa4 choice
+    (ATTENTION=fa4) the plugin turns that request into flash_attention_4 in transformers' own
+    resolution (which, on this CPU, then refuses FA4 for want of CUDA: the request it refuses is
+    the rewritten one)."""
     site = plant_flash_attn_4(tmp_path / "site")
     env = {k: v for k, v in os.environ.items() if k not in USER_KNOBS}
+    env["ATTENTION"] = "fa4"
     env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100], '9.0')}:{env['PATH']}"
     code = (
         "import verl_gsm8k.verl_plugins.attention_fallback as p\n"
@@ -187,13 +233,13 @@ def test_the_launcher_chooses_fa4_on_sm90_and_refuses_it_below(
         assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
         assert result.stderr.strip().splitlines() == [
             "attention: ATTENTION=fa4: flash-attn-4 needs compute capability 9.0+, this card "
-            "has 8.0; use ATTENTION=auto or sdpa"
+            "has 8.0; use ATTENTION=auto (sdpa_packed)"
         ]
         assert result.stdout == ""  # nothing started: no launch line, no preflight
         return
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    line = "flash_attention_4, padding removal on (flash_attn 2 not installed (flash_attn holds "
-    line += "flash-attn-4 alone); flash-attn-4 on compute capability 9.0)"
+    line = "flash_attention_4, padding removal on (ATTENTION=fa4, compute capability 9.0: "
+    line += f"{att.FA4_COST})"
     assert f"| attention: {line}" in result.stdout
     assert f"attention: {line}" in next(
         ln for ln in result.stdout.splitlines() if "[ok] device" in ln
@@ -219,3 +265,47 @@ def test_a_working_flash_attn_2_still_comes_first(tmp_path: Path):
         "fa2",
         "flash_attention_2, padding removal on (flash-attn 2 loads)",
     ]
+
+
+def test_the_memory_estimate_follows_the_packed_overlay():
+    """The preflight's memory model reads padding removal from the composed config, so the
+    sdpa_packed overlay alone moves the estimate: the PPO recipe's config on Qwen2.5-0.5B, its
+    old log-prob pass packed (compiled entropy over the real tokens) far below the padded one
+    (eager entropy over twice the budget)."""
+    from verl_gsm8k.cards import table as cards
+    from verl_gsm8k.preflight import memory
+    from verl_gsm8k.preflight.qwen25 import qwen25_config
+
+    config_name, size = cards.RECIPES["ppo_qwen2.5-0.5b_gsm8k"]
+    base = cards.recipe_overrides("ppo_qwen2.5-0.5b_gsm8k", config_name)
+    one_gpu = ["trainer.n_gpus_per_node=1", "trainer.nnodes=1"]
+    old_logprob = {}
+    for overlay, packed in (("sdpa", False), ("sdpa_packed", True)):
+        cfg = cards.compose(
+            ROOT / "configs", config_name, [*base, *one_gpu, f"+attention={overlay}"]
+        )
+        for role in ("actor", "critic"):
+            assert memory.remove_padding(cfg, role) is packed, (overlay, role)
+            assert memory.attention(cfg, role) == "sdpa"
+        phases = memory.estimate_phases(cfg, {"actor": qwen25_config(size)})
+        old_logprob[overlay] = next(p for p in phases if p.name == "old log-prob").gib(80.0)
+    assert old_logprob["sdpa_packed"] < 0.6 * old_logprob["sdpa"], old_logprob
+
+
+def test_sft_packs_on_the_cpu_when_asked(tiny_model_dir, prepared_sft_dir, tmp_path: Path):
+    """ATTENTION=sdpa_packed DEVICE=cpu DRY_RUN=1 of the SFT recipe: the SFT twin
+    (configs/attention/sdpa_packed_sft.yaml) composes through the preflight and verl's `--cfg job`,
+    and the launch line and the preflight's say packed, and what it costs on a CPU."""
+    env = recipe_env(tiny_model_dir, prepared_sft_dir, tmp_path / "runs", DRY_RUN="1",
+                     DEVICE="cpu", ATTENTION="sdpa_packed")  # fmt: skip
+    env["PATH"] = "/usr/bin:/bin"
+    result = run_recipe("sft_qwen2.5-0.5b_gsm8k", env, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    line = f"sdpa, padding removal on (ATTENTION=sdpa_packed: {att.CPU_PACKED_COST})"
+    assert f"| attention: {line}" in result.stdout
+    assert f"attention: {line}" in next(
+        ln for ln in result.stdout.splitlines() if "[ok] device" in ln
+    )
+    job = composed_config(result.stdout)
+    assert job["model"]["use_remove_padding"] is True
+    assert job["model"]["override_config"]["attn_implementation"] == "sdpa"

@@ -21,7 +21,8 @@ from helpers import ROOT, UNDEFINED_SYMBOL, USER_KNOBS, plant_flash_attn, with_p
 FALLBACK_MODULE = "verl_gsm8k.verl_plugins.attention_fallback"
 
 # What the Python side decides, in one fresh interpreter: the probe's command line, the plugin
-# verl loads in its workers, and the preflight's device line for a GPU config on sdpa.
+# verl loads in its workers, and the preflight's device line for a GPU config on packed sdpa (what
+# the launcher's sdpa_packed overlay composes).
 PYTHON_SIDE = textwrap.dedent(
     """
     import json, subprocess, sys
@@ -33,7 +34,7 @@ PYTHON_SIDE = textwrap.dedent(
     from verl_gsm8k.preflight.report import Report
     cfg = OmegaConf.create({
         "trainer": {"device": "cuda"},
-        "actor_rollout_ref": {"model": {"use_remove_padding": False,
+        "actor_rollout_ref": {"model": {"use_remove_padding": True,
                                           "override_config": {"attn_implementation": "sdpa"}}},
     })
     report = Report()
@@ -82,7 +83,7 @@ def test_launcher_preflight_and_plugin_agree(case: str, tmp_path: Path):
     assert case != "absent" or __import__("importlib").util.find_spec("flash_attn") is None
     py = python_side(env)
     attention, overlays, modules = launcher_side(env)
-    sdpa = "+attention=sdpa" in overlays
+    sdpa = "+attention=sdpa_packed" in overlays  # a GPU without flash-attn 2: packed sdpa
     # one decision, three places
     assert sdpa == (py["probe_rc"] == 1) == py["plugin_active"] == (FALLBACK_MODULE in modules)
     if case == "working":
@@ -90,8 +91,8 @@ def test_launcher_preflight_and_plugin_agree(case: str, tmp_path: Path):
         assert attention == "flash_attention_2, padding removal on (flash-attn 2 loads)"
         # the preflight's config asks for sdpa here: it says so, and what auto would choose
         assert (
-            "attention: sdpa, padding removal off (set by the overrides; ATTENTION=auto "
-            in (py["device"])
+            "attention: sdpa, padding removal on (set by the overrides; ATTENTION=auto chooses "
+            "fa2 here: flash-attn 2 loads)" in py["device"]
         )
         return
     assert sdpa
@@ -103,5 +104,8 @@ def test_launcher_preflight_and_plugin_agree(case: str, tmp_path: Path):
     )
     assert py["probe_out"] == why
     # the launch prints it, and the preflight's line is the same words
-    assert attention.startswith(f"sdpa, padding removal off ({why}; flash-attn-4 needs ")
+    assert (
+        attention
+        == f"sdpa, padding removal on ({why}; packed rows, block-diagonal mask from position_ids)"
+    )
     assert py["device"].endswith(f"attention: {attention}")

@@ -63,7 +63,7 @@ def test_it_is_the_gpu_extras_stack(gpu_python: Path):
 
 
 def test_flash_attn_4_resolves_with_the_gpu_stack(gpu_python: Path):
-    """The `flash4` extra's pin (flash-attn-4, scripts/setup.sh FLASH_ATTN=auto|4) resolves
+    """The `flash4` extra's pin (flash-attn-4, scripts/setup.sh FLASH_ATTN=4) resolves
     together with the `gpu` extra's, against this environment, as `make setup` would install it:
     uv's dry run asks PyPI, installs nothing (about 2 s). vLLM 0.24 pins nvidia-cutlass-dsl 4.5.2
     and apache-tvm-ffi 0.1.9, which flash-attn-4 4.0.0b36 (cutlass-dsl >= 4.6.2) does not accept."""

@@ -422,20 +422,21 @@ def test_device_cpu_adds_the_cpu_overlay_and_user_arguments_still_win(
 def test_without_flash_attn_the_sdpa_fallback_keys_appear(
     tiny_model_dir, prepared_gsm8k_dir, tmp_path
 ):
-    """A GPU machine without flash_attn: GPU settings, PyTorch attention, and it says so."""
+    """A GPU machine without flash_attn: GPU settings, PyTorch attention WITH padding removal
+    (ATTENTION=auto's default there: the sdpa_packed overlay), and it says so."""
     assert __import__("importlib").util.find_spec("flash_attn") is None
     bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
     result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    said = "attention: sdpa, padding removal off (flash_attn not installed; flash-attn-4 needs "
+    said = "attention: sdpa, padding removal on (flash_attn not installed; packed rows, "
     assert f"device: gpu (DEVICE=auto) | {said}" in result.stdout  # the launch line
     assert f"[ok] device: trains on cuda; {said}" in result.stdout  # the preflight's
     cfg = composed_config(result.stdout)
     assert get(cfg, "trainer.device") == "cuda"  # no CPU settings on a GPU machine
     for role in ("actor_rollout_ref", "critic"):
-        assert get(cfg, f"{role}.model.use_remove_padding") is False
+        assert get(cfg, f"{role}.model.use_remove_padding") is True
         assert get(cfg, f"{role}.model.override_config.attn_implementation") == "sdpa"
 
 

@@ -34,11 +34,11 @@ RECIPES = {
     "grpo_qwen2.5-0.5b_gsm8k": ("gsm8k_grpo", "0.5B"),
     "ppo_lora_qwen2.5-1.5b_gsm8k": ("gsm8k_ppo_lora", "1.5B"),
 }
-PACK = [f"{model}.use_remove_padding=True" for model in ("actor_rollout_ref.model", "critic.model")]
-# attention path -> overrides over the recipe's (the GPU configs compose flash-attn 2 by default)
+# attention path -> overrides over the recipe's (the GPU configs compose flash-attn 2 by default):
+# the launcher's own overlays (configs/attention/; verl_gsm8k/common/attention.py chooses one)
 ATTENTION = {
     "sdpa, padded": ["+attention=sdpa"],
-    "sdpa, packed": ["+attention=sdpa", *PACK],
+    "sdpa, packed": ["+attention=sdpa_packed"],
     "flash-attn 2": [],
 }
 # GiB of each card as nvidia-smi lists it: RTX 4090 24564 MiB, A100 40GB 40960 MiB,

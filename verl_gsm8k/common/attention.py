@@ -2,22 +2,27 @@
 launcher's ``attention:`` line (recipes/common.sh), the preflight's device line and the fallback
 plugin verl loads in its workers (verl_gsm8k/verl_plugins/attention_fallback.py).
 
-The ``ATTENTION`` knob asks (auto, the default; fa2, fa4 or sdpa); auto takes the first that works:
+The ``ATTENTION`` knob asks (auto, the default; fa2, fa4, sdpa or sdpa_packed). auto:
 
 1. ``fa2``: flash-attn 2, where its CUDA extension loads (verl_gsm8k/common/flash_attention.py);
    ``flash_attention_2`` with padding removal, as verl's configs expect.
-2. ``fa4``: flash-attn 4 (PyPI ``flash-attn-4``, CuTe DSL, no compilation), where it is installed
-   and every GPU nvidia-smi lists has compute capability 9.0 or more: its backward runs only on
-   SM 9.x and newer, and transformers 5.9 takes ``flash_attention_4`` only there. Padding removal
-   on: verl's unpad/pad fall back to plain torch without flash-attn 2, and transformers'
-   flash-attention path takes the packed row through ``flash_attn.cute``'s varlen kernel.
-3. ``sdpa``: PyTorch attention without padding removal (configs/attention/sdpa.yaml).
+2. else, on a GPU, ``sdpa_packed``: PyTorch attention with padding removal
+   (configs/attention/sdpa_packed.yaml): verl's unpad/pad fall back to plain torch without
+   flash-attn 2 (verl/utils/attention_utils.py) and transformers builds a block-diagonal causal
+   mask from the packed row's ``position_ids`` (tests/test_packed_sdpa.py: the padded path's
+   log-probs). On an H100 it took a fraction of the padded path's log-prob memory (docs/gpu.md).
+3. on the CPU (DEVICE=cpu), ``sdpa``: without padding removal (configs/attention/sdpa.yaml);
+   packed steps measured slower on a 2-core CPU, and the learning bounds were measured padded
+   (docs/gpu.md, docs/learning.md). ATTENTION=sdpa_packed packs there too.
 
-On the CPU (DEVICE=cpu) the answer is sdpa. A request that cannot be met here (fa4 on a card
-below SM 9, fa2 without a loading extension) is refused with one line, before anything starts.
+``fa4`` (flash-attn 4, PyPI ``flash-attn-4``, CuTe DSL; compute capability 9.0+, padding removal
+on) is never chosen by auto, only by ATTENTION=fa4: on an H100 its packed backward (the path
+verl's padding removal feeds it) measured about 20 times slower than sdpa_packed's (docs/gpu.md).
+A request that cannot be met here (fa4 on a card below SM 9 or without the package, fa2 without
+a loading extension, either on the CPU) is refused with one line, before anything starts.
 
-    python -m verl_gsm8k.common.attention [--want auto|fa2|fa4|sdpa] [--cpu] [--fa4-card]
-    # exit 0: prints the choice (fa2, fa4 or sdpa), then its one-line statement;
+    python -m verl_gsm8k.common.attention [--want WANT] [--cpu] [--fa4-card]  # WANT: ATTENTION's
+    # exit 0: prints the choice (fa2, fa4, sdpa or sdpa_packed), then its one-line statement;
     # exit 2: prints the refusal, one line
 
 The compute capability comes from ``nvidia-smi --query-gpu=compute_cap`` (no CUDA context is
@@ -35,7 +40,7 @@ from dataclasses import dataclass
 
 from verl_gsm8k.common.flash_attention import flash_attn_problem, has_distribution
 
-WANTS = ("auto", "fa2", "fa4", "sdpa")
+WANTS = ("auto", "fa2", "fa4", "sdpa", "sdpa_packed")
 FA4_DISTRIBUTION = "flash-attn-4"
 FA4_MODULE = "flash_attn.cute"  # what transformers 5.9 imports for flash_attention_4
 FA4_MIN_CAPABILITY = (9, 0)  # flash-attn-4's backward: SM 9.x and newer (forward from SM 8.x)
@@ -45,8 +50,13 @@ PATHS = {
     "fa2": ("flash_attention_2", True, None),  # verl's own configs: no overlay
     "fa4": ("flash_attention_4", True, "fa4"),
     "sdpa": ("sdpa", False, "sdpa"),
+    "sdpa_packed": ("sdpa", True, "sdpa_packed"),
 }
-SDPA_COST = "slower updates, more activation memory"
+# What a path costs against the default where it runs, said after its reason (docs/gpu.md
+# measured each: the GPU probe on an H100, the CPU smoke runs padded and packed).
+SDPA_COST = "the padding computed too, more log-prob memory than sdpa_packed on a GPU (docs/gpu.md)"
+FA4_COST = "its packed backward measured ~20x slower than sdpa_packed's on an H100 (docs/gpu.md)"
+CPU_PACKED_COST = "packed steps measured slower than padded on a 2-core CPU (docs/gpu.md)"
 
 
 class AttentionRefused(ValueError):
@@ -55,8 +65,9 @@ class AttentionRefused(ValueError):
 
 @dataclass(frozen=True)
 class Choice:
-    name: str  # fa2, fa4 or sdpa
+    name: str  # fa2, fa4, sdpa or sdpa_packed
     why: str
+    cost: str = ""  # what it costs here against the default, when anything
 
     @property
     def implementation(self) -> str:
@@ -73,12 +84,12 @@ class Choice:
 
     def line(self) -> str:
         """The statement the launcher and the preflight print after ``attention:``."""
-        return statement(self.implementation, self.padding_removal, self.why)
+        return statement(self.implementation, self.padding_removal, self.why, self.cost)
 
 
-def statement(implementation: str, padding_removal: bool, why: str) -> str:
-    cost = f": {SDPA_COST}" if not padding_removal else ""
-    return f"{implementation}, padding removal {'on' if padding_removal else 'off'} ({why}{cost})"
+def statement(implementation: str, padding_removal: bool, why: str, cost: str = "") -> str:
+    said = f"{why}: {cost}" if cost else why
+    return f"{implementation}, padding removal {'on' if padding_removal else 'off'} ({said})"
 
 
 def gpu_capabilities() -> list[tuple[int, int]] | None:
@@ -145,51 +156,61 @@ def choose(
     fa4_is_installed: bool,
 ) -> Choice:
     """The attention for ATTENTION=``want`` given what was probed: ``fa2`` is flash-attn 2's
-    problem (None: it loads), ``caps`` the GPUs' compute capabilities. Raises AttentionRefused
-    when ``want`` cannot be met."""
+    problem (None: it loads), ``caps`` the GPUs' compute capabilities (read for fa4 only).
+    Raises AttentionRefused when ``want`` cannot be met."""
     if want not in WANTS:
         raise AttentionRefused(f"ATTENTION={want} is not one of {', '.join(WANTS)}")
     if want == "sdpa":
-        return Choice("sdpa", "ATTENTION=sdpa")
+        return Choice("sdpa", "ATTENTION=sdpa", "" if on_cpu else SDPA_COST)
+    if want == "sdpa_packed":
+        return Choice("sdpa_packed", "ATTENTION=sdpa_packed", CPU_PACKED_COST if on_cpu else "")
     if on_cpu:
         if want != "auto":
-            raise AttentionRefused(f"ATTENTION={want}: the CPU runs sdpa only (DEVICE=cpu)")
-        return Choice("sdpa", "trains on the CPU")
+            raise AttentionRefused(
+                f"ATTENTION={want}: the CPU runs sdpa or sdpa_packed only (DEVICE=cpu)"
+            )
+        return Choice("sdpa", "trains on the CPU, where packed steps measured slower")
     if want in ("auto", "fa2") and fa2 is None:
         return Choice("fa2", "flash-attn 2 loads")
     if want == "fa2":
         raise AttentionRefused(f"ATTENTION=fa2: {fa2}")
+    if want == "auto":
+        return Choice("sdpa_packed", f"{fa2}; packed rows, block-diagonal mask from position_ids")
     fa4 = fa4_problem(caps, fa4_is_installed)
-    if fa4 is None:
-        low = min(caps or [FA4_MIN_CAPABILITY])
-        return Choice("fa4", f"{fa2}; flash-attn-4 on compute capability {low[0]}.{low[1]}")
-    if want == "fa4":
-        raise AttentionRefused(f"ATTENTION=fa4: {fa4}; use ATTENTION=auto or sdpa")
-    return Choice("sdpa", f"{fa2}; {fa4}")
+    if fa4 is not None:
+        raise AttentionRefused(f"ATTENTION=fa4: {fa4}; use ATTENTION=auto (sdpa_packed)")
+    low = min(caps or [FA4_MIN_CAPABILITY])
+    return Choice("fa4", f"ATTENTION=fa4, compute capability {low[0]}.{low[1]}", FA4_COST)
 
 
 def probe(want: str, on_cpu: bool = False) -> Choice:
     """choose() with this machine's facts (imports torch; never creates a CUDA context)."""
-    if want == "sdpa" or (on_cpu and want in WANTS):
+    if want in ("sdpa", "sdpa_packed") or (on_cpu and want in WANTS):
         return choose(want, on_cpu, None, None, False)
+    if want != "fa4":  # auto and fa2 never read the card's capability nor flash-attn 4
+        return choose(want, on_cpu, flash_attn_problem(), None, False)
     return choose(want, on_cpu, flash_attn_problem(), gpu_capabilities(), fa4_installed())
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m verl_gsm8k.common.attention",
-        description="Print which attention a run uses here (fa2, fa4 or sdpa) and its one-line "
-        "statement; exit 2 with one line when the request cannot be met.",
+        description="Print which attention a run uses here (fa2, fa4, sdpa or sdpa_packed) and its "
+        "one-line statement; exit 2 with one line when the request cannot be met.",
     )
     parser.add_argument(
-        "--want", default="auto", help="the ATTENTION knob: auto (default), fa2, fa4 or sdpa"
+        "--want",
+        default="auto",
+        help="the ATTENTION knob: auto (default), fa2, fa4, sdpa or sdpa_packed",
     )
-    parser.add_argument("--cpu", action="store_true", help="the run trains on the CPU (sdpa)")
+    parser.add_argument(
+        "--cpu", action="store_true", help="the run trains on the CPU (auto: sdpa, padded)"
+    )
     parser.add_argument(
         "--fa4-card",
         action="store_true",
         help="only say whether every GPU here can train with flash-attn 4 (compute capability "
-        "9.0+): exit 0, or exit 1 with why not (scripts/setup.sh asks it before installing it)",
+        "9.0+): exit 0, or exit 1 with why not (scripts/setup.sh asks it after FLASH_ATTN=4)",
     )
     args = parser.parse_args(argv)
     if args.fa4_card:

@@ -12,8 +12,8 @@ report in verl_gsm8k/preflight/report.py):
   config   the overrides compose against the INSTALLED verl config (unknown key -> closest match)
            and verl's own validate_config passes for the requested GPU count;
   device   where it trains (GPU, or the CPU platform) and with which attention and padding, and
-           why (verl_gsm8k/common/attention.py: flash-attn 2, flash-attn 4 on compute
-           capability 9.0+, or sdpa; the ATTENTION knob);
+           why (verl_gsm8k/common/attention.py: flash-attn 2, else sdpa with padding
+           removal on a GPU, sdpa padded on the CPU; flash-attn 4 only by ATTENTION=fa4);
   lora     the LoRA layouts verl 0.9.1 cannot train (LoRA critic; LoRA actor + critic in v1);
   model    verl loads the actor/critic model config and tokenizer (local dir, HF cache, or a
            reachable hub), the chat template exists, prompt+response fit the context;

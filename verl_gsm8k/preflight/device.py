@@ -76,7 +76,7 @@ def attention_path(implementation: str, padding_removal: bool, choice: Choice) -
         implementation,
         padding_removal,
         f"set by the overrides; ATTENTION={os.environ.get('ATTENTION', 'auto')} chooses "
-        f"{choice.implementation} here: {choice.why}",
+        f"{choice.name} here: {choice.why}",
     )
 
 

@@ -108,7 +108,7 @@ NON_NEGATIVE_INT = Check("an integer >= 0", lambda v: _int_above(v, -1))
 # One row per knob. Paths are not here: the preflight checks that they exist and load.
 KNOBS: tuple[Knob, ...] = (
     Knob("DEVICE", one_of("auto", "gpu", "cpu")),
-    Knob("ATTENTION", one_of("auto", "fa2", "fa4", "sdpa")),
+    Knob("ATTENTION", one_of("auto", "fa2", "fa4", "sdpa", "sdpa_packed")),
     Knob("NNODES", POSITIVE_INT),
     Knob("NDEVICES_PER_NODE", POSITIVE_INT),
     Knob("TRAIN_BATCH_SIZE", POSITIVE_INT),

@@ -5,16 +5,17 @@ attn_implementation="flash_attention_2" (upstream verl issue #5210): without the
 package, PPO with a critic fails to start on a CPU and on any GPU machine without flash-attn
 ("... is not a value head model, please install trl"). The actor's (and the reference's)
 attention is a config key (actor_rollout_ref.model.override_config.attn_implementation), which the
-launcher's overlay sets (configs/attention/sdpa.yaml, fa4.yaml); the critic has no such key, so
-its request is rewritten here to the same choice: ``sdpa`` (PyTorch attention) where flash-attn
-cannot be used, ``flash_attention_4`` where flash-attn-4 was chosen (compute capability 9.0+).
+launcher's overlay sets (configs/attention/sdpa_packed.yaml, sdpa.yaml, fa4.yaml); the critic has
+no such key, so its request is rewritten here to the same choice: ``sdpa`` (PyTorch attention,
+packed or padded: the overlay sets the critic's padding removal) where flash-attn 2 is not used,
+``flash_attention_4`` where ATTENTION=fa4 asked for it (compute capability 9.0+).
 
 Loaded by verl in every process through VERL_USE_EXTERNAL_MODULES, as
 verl_gsm8k.verl_plugins.attention_fallback (recipes/common.sh adds it when the choice is not
 flash-attn 2). It changes nothing where flash-attention 2 works: the plugin decides with the same
 function as the launcher and the preflight, verl_gsm8k/common/attention.py (the ATTENTION knob,
-which the launcher exports; flash-attn 2's extension loads or not; flash-attn-4 and the compute
-capability nvidia-smi reports, read without creating a CUDA context).
+which the launcher exports; flash-attn 2's extension loads or not; under ATTENTION=fa4,
+flash-attn-4 and the compute capability nvidia-smi reports, read without creating a CUDA context).
 """
 
 from __future__ import annotations
