@@ -21,12 +21,7 @@ from verl_gsm8k.preflight.report import Report
 
 ROOT = Path(__file__).resolve().parents[1]
 CARD_24GB = ("NVIDIA GeForce RTX 4090", 24564)
-# packed rows under sdpa: what a GPU without flash-attn 2 runs (docs/gpu.md)
-PACKED = [
-    "+attention=sdpa",
-    "actor_rollout_ref.model.use_remove_padding=True",
-    "critic.model.use_remove_padding=True",
-]
+PACKED = ["+attention=sdpa_packed"]  # what a GPU without flash-attn 2 runs (docs/gpu.md)
 ONE_GPU = ["trainer.n_gpus_per_node=1", "trainer.nnodes=1"]
 PATHS = ["actor_rollout_ref.model.path=/models/m", "critic.model.path=/models/m"]
 
@@ -82,20 +77,23 @@ def test_the_launch_runs_at_the_budget_that_fits_the_card(
     bin_dir = fake_nvidia_smi(tmp_path / "bin", [CARD_24GB])
 
     def dry_run(*args: str, **knobs: str):
-        env = recipe_env(qwen_shaped_model, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
+        env = recipe_env(  # no checkpoint: the disk check would read this machine's free space
+            qwen_shaped_model, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1", SAVE_FREQ="-1"
+        )
         env.update(knobs, PATH=f"{bin_dir}:{env['PATH']}")
-        return run_recipe("ppo_qwen2.5-0.5b_gsm8k", env, *PACKED[1:], *args)
+        return run_recipe("ppo_qwen2.5-0.5b_gsm8k", env, *args)
 
-    picked = dry_run(ATTENTION="sdpa")
+    picked = dry_run()  # ATTENTION=auto: packed rows under sdpa on this GPU without flash-attn 2
+    assert "attention: sdpa, padding removal on" in picked.stdout, picked.stdout[-3000:]
     assert picked.returncode == 0, picked.stdout[-3000:] + picked.stderr[-3000:]
     assert "preflight: [ok] budget: the recipe's 16384 tokens" in picked.stdout
     cfg = composed_config(picked.stdout)
     for key in budget.BUDGET_KEYS:
         assert get(cfg, key) == 8192, key
     # the user's own budget key wins: the preflight checks it and stops, as without the knob
-    own = dry_run("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384", ATTENTION="sdpa")
+    own = dry_run("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384")
     assert own.returncode == 1 and "budget:" not in own.stdout, own.stdout[-3000:]
     assert "memory: actor update: ~" in own.stdout and "does not fit" in own.stdout
     # TOKEN_BUDGET=recipe keeps the recipe's budgets
-    kept = dry_run(ATTENTION="sdpa", TOKEN_BUDGET="recipe")
+    kept = dry_run(TOKEN_BUDGET="recipe")
     assert kept.returncode == 1 and "budget:" not in kept.stdout, kept.stdout[-3000:]
