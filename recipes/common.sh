@@ -430,7 +430,12 @@ run_preflight() {
       if [[ "$arg" == *max_token_len_per_gpu=* ]]; then fit=(); fi
     done
   fi
-  "$PYTHON" -m verl_gsm8k.preflight "${fit[@]}" --trainer "$TRAINER" --config-name "$CONFIG_NAME" \
+  local entry=(verl_gsm8k.preflight)
+  if [[ "$DRY_RUN" == 1 ]]; then   # then verl's own --cfg job, in the same Python (verl imported once)
+    entry=(verl_gsm8k.preflight.dry_run --verl-module "$VERL_MODULE" --config-path "$ROOT/configs"
+           --user-args "$#")
+  fi
+  "$PYTHON" -m "${entry[@]}" "${fit[@]}" --trainer "$TRAINER" --config-name "$CONFIG_NAME" \
     -- "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}" "$@" || rc=$?
   if [[ $rc == 0 && ${#fit[@]} -gt 0 && -s "$budget_file" ]]; then
     mapfile -t fit <"$budget_file"
@@ -626,7 +631,10 @@ launch() {
   warn_unshared_run_dir
   if [[ "$TRAIN_ON" == cpu ]]; then prepare_cpu_defaults; fi
   if declare -F prepare_run >/dev/null; then prepare_run; fi
-  if [[ "$SKIP_PREFLIGHT" != 1 ]]; then run_preflight "$@" || exit $?; fi
+  if [[ "$SKIP_PREFLIGHT" != 1 ]]; then
+    run_preflight "$@" || exit $?
+    if [[ "$DRY_RUN" == 1 ]]; then return 0; fi   # verl's --cfg job ran in the preflight's process
+  fi
   if [[ "$DRY_RUN" == 1 ]]; then
     verl_main --cfg job -- "$@"
     return $?
