@@ -7,6 +7,8 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,13 +26,46 @@ from helpers import (
 
 from verl_gsm8k.preflight.cli import recipe_overrides
 
+# The tests that read one dry run made for several of them (module fixtures gpu_dry_run, knob_run)
+# run on one xdist worker, so that each dry run is made once (a module fixture is per worker).
+SHARED_DRY_RUNS = pytest.mark.xdist_group("test_recipes-dry-runs")
+SECRETS = {"WANDB_API_KEY": "wandb-secret-0123456789", "HF_TOKEN": "hf_secret_abcdef123456"}
+H100 = ("NVIDIA H100 80GB HBM3", 81559)
+
+
+@dataclass
+class DryRun:
+    result: subprocess.CompletedProcess
+    runs_root: Path
+
+
+@pytest.fixture(scope="module")
+def gpu_dry_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> Callable[[str], DryRun]:
+    """A recipe's DRY_RUN=1 on a GPU machine without flash_attn (a fake nvidia-smi lists an
+    H100), a wandb key and an HF token in the environment, an extra key=value argument last:
+    made once per recipe, on first use, for every test that reads it (each dry run ~12-18 s)."""
+    base = tmp_path_factory.mktemp("gpu-dry-runs")
+    bin_dir = fake_nvidia_smi(base / "bin", [H100])
+    made: dict[str, DryRun] = {}
+
+    def dry_run(recipe: str) -> DryRun:
+        if recipe not in made:
+            runs = base / recipe / "runs"
+            env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, runs, DRY_RUN="1", **SECRETS)
+            env["PATH"] = f"{bin_dir}:{env['PATH']}"
+            # an extra key=value argument comes last, so it beats the recipe's own setting
+            made[recipe] = DryRun(run_recipe(recipe, env, "trainer.test_freq=13"), runs)
+        return made[recipe]
+
+    return dry_run
+
 
 @pytest.mark.slow
+@SHARED_DRY_RUNS
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, prepared_gsm8k_dir, tmp_path):
-    # An extra key=value argument comes last, so it beats the recipe's own setting.
-    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
-    result = run_recipe(recipe, env, "trainer.test_freq=13")
+def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, gpu_dry_run):
+    made = gpu_dry_run(recipe)
+    result = made.result
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert re.search(r"preflight: passed \(\d+ warning\(s\)\) in \d+\.\d s", result.stdout)
     cfg = composed_config(result.stdout)
@@ -43,10 +78,10 @@ def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, prepared_gsm8k_
     assert get(cfg, "actor_rollout_ref.rollout.name") == "vllm"
     assert get(cfg, "trainer.resume_mode") == "auto"
     assert get(cfg, "trainer.val_before_train") is True
-    run_dir = str(tmp_path / "runs" / recipe)
+    run_dir = str(made.runs_root / recipe)
     assert get(cfg, "trainer.default_local_dir") == run_dir
     assert get(cfg, "trainer.rollout_data_dir") == f"{run_dir}/rollouts"
-    assert not (tmp_path / "runs").exists(), "a dry run must not create the run directory"
+    assert not made.runs_root.exists(), "a dry run must not create the run directory"
     for key, value in RECIPE_SPECIFIC.get(recipe, {}).items():
         assert get(cfg, key) == value, (recipe, key)
 
@@ -123,6 +158,7 @@ def knob_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory):
     return composed_config(result.stdout), paths
 
 
+@SHARED_DRY_RUNS
 @pytest.mark.parametrize("knob", sorted(KNOBS))
 def test_knob_lands_on_its_verl_key(knob, knob_run):
     cfg, _ = knob_run
@@ -131,6 +167,7 @@ def test_knob_lands_on_its_verl_key(knob, knob_run):
         assert str(get(cfg, key)) == value, f"{knob}={value} did not reach {key}"
 
 
+@SHARED_DRY_RUNS
 def test_path_knobs_land_on_their_keys(knob_run):
     cfg, paths = knob_run
     assert get(cfg, "critic.model.path") == paths["CRITIC_MODEL_PATH"]
@@ -145,18 +182,20 @@ def test_path_knobs_land_on_their_keys(knob_run):
     assert get(cfg, "trainer.logger") == ["console", "tensorboard"]
 
 
+@SHARED_DRY_RUNS
 def test_secrets_are_never_printed_and_wandb_follows_the_key(
-    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path, gpu_dry_run
 ):
-    secrets = {"WANDB_API_KEY": "wandb-secret-0123456789", "HF_TOKEN": "hf_secret_abcdef123456"}
-    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1", **secrets)
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    result = gpu_dry_run("ppo_qwen2.5-0.5b_gsm8k").result  # both secrets in its environment
     assert result.returncode == 0, result.stdout[-2000:]
-    for value in secrets.values():
+    for value in SECRETS.values():
         assert value not in result.stdout + result.stderr
     assert get(composed_config(result.stdout), "trainer.logger") == ["console", "file", "wandb"]
-    env.pop("WANDB_API_KEY")
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
+                     HF_TOKEN=SECRETS["HF_TOKEN"])  # fmt: skip
     result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert SECRETS["HF_TOKEN"] not in result.stdout + result.stderr
     assert get(composed_config(result.stdout), "trainer.logger") == ["console", "file"]
 
 
@@ -419,17 +458,14 @@ def test_device_cpu_adds_the_cpu_overlay_and_user_arguments_still_win(
     assert get(cfg, "critic.model.override_config.attn_implementation") == "sdpa"
 
 
-def test_without_flash_attn_the_sdpa_fallback_keys_appear(
-    tiny_model_dir, prepared_gsm8k_dir, tmp_path
-):
+@SHARED_DRY_RUNS
+def test_without_flash_attn_the_sdpa_fallback_keys_appear(gpu_dry_run):
     """A GPU machine without flash_attn: GPU settings, PyTorch attention WITH padding removal
     (ATTENTION=auto's default there: the sdpa_packed overlay), and it says so."""
     assert __import__("importlib").util.find_spec("flash_attn") is None
-    bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
-    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
-    env["PATH"] = f"{bin_dir}:{env['PATH']}"
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    result = gpu_dry_run("ppo_qwen2.5-0.5b_gsm8k").result
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"preflight: [ok] gpu: 1 x {H100[0]}" in result.stdout  # the GPU machine, seen
     said = "attention: sdpa, padding removal on (flash_attn not installed; packed rows, "
     assert f"device: gpu (DEVICE=auto) | {said}" in result.stdout  # the launch line
     assert f"[ok] device: trains on cuda; {said}" in result.stdout  # the preflight's
