@@ -7,6 +7,10 @@ the trainer save the step in flight, exits 5 and requeues its job; the requeued 
 command, same run directory, its output appended) resumes from that step and ends the run. Every
 step is logged once, the last checkpoint merges. The job's time limit is known: the launch says
 its deadline. One verl launch per job start: two in all (docs/testing.md, "Added since").
+
+The suite's one proof of a SIGTERM to the launcher: the stop request saves the step in flight
+(stamped by this launch), exit 5, the relaunch resumes from it (tests/test_train_cpu.py's SIGKILL
+test had its own SIGTERM launch until 2026-11-26).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from helpers import ROOT, merge_run, require_path
 from killing import logged_steps, newest_metrics
 from slurm_local import Cluster, binary, missing_binary, slurm_cluster
 from test_train_cpu import cpu_env, metric_segments
+
+from verl_gsm8k.guard.files import read_stamp
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -92,6 +98,11 @@ def test_a_preempted_sbatch_job_saves_requeues_resumes_and_ends(cluster: Cluster
     assert "5 s before Slurm job" in first  # the grace runs to the job's end
     saved = int(first.split("stopped on SIGTERM after saving step ")[1].split()[0])
     assert saved >= 1
+    # the step saved is the first launch's own (its launch stamp; SAVE_FREQ=100: the stop
+    # request's save), and the launcher exited 5 (the requeue below follows exit 5 alone). The
+    # claim of tests/test_train_cpu.py's SIGTERM launch until 2026-11-26 (docs/testing.md)
+    first_metrics = sorted((run_dir / "metrics").glob("metrics-*.jsonl"))[0]
+    assert read_stamp(run_dir, saved) == first_metrics.name[len("metrics-") : -len(".jsonl")]
     assert f"recipe: requeueing Slurm job {job} (restart 0): it resumes from step {saved}" in first
     assert f"resume: global_step_{saved} is whole" in second, second[-6000:]
     assert "Training from scratch" not in second
