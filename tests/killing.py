@@ -57,8 +57,31 @@ def wait_until(
     raise AssertionError(f"no {what} after {timeout} s:\n{running.output()[-6000:]}")
 
 
+def session(running: Running) -> list[psutil.Process]:
+    """Every live process of the launch's session: the launcher and all it started, also those
+    that left its process group (verl's driver calls setpgrp when it starts Ray) or were
+    re-parented to init; none calls setsid, so the session is the whole launch."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(proc.pid) == running.process.pid and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
+def term_all(running: Running) -> list[psutil.Process]:
+    """SIGTERM to every process of the launch at once, as Slurm's time limit (without ``B:``),
+    ``scontrol requeue`` or a preemption sends it; the processes signalled."""
+    procs = session(running)
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    return procs
+
+
 def kill_all(running: Running) -> None:
-    """SIGKILL to the launcher, its process group and every process under it."""
+    """SIGKILL to the launcher, its process group and every process under it or in its session
+    (again until none is left: a dying raylet may still have started a worker)."""
     try:
         tree = psutil.Process(running.process.pid).children(recursive=True)
     except psutil.NoSuchProcess:
@@ -70,6 +93,14 @@ def kill_all(running: Running) -> None:
         os.killpg(running.process.pid, signal.SIGKILL)
     running.process.wait(timeout=60)
     psutil.wait_procs(tree, timeout=30)
+    for _ in range(20):
+        left = session(running)
+        if not left:
+            break
+        for proc in left:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(left, timeout=5)
 
 
 def finish(running: Running, timeout: float) -> int:
