@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -288,7 +287,9 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     2. an empty tracker planted; the relaunch falls back to the newest whole step; SIGKILL mid-step
        once it has saved step 4;
     3. the tracked step's actor shard truncated and the step before it without data.pt; the
-       relaunch falls back past both, then gets SIGTERM: it saves the step in flight, exits 5;
+       relaunch falls back past both, then gets SIGTERM, sent to every process of it at once
+       (Slurm's time limit, a requeue, a preemption): it saves the step in flight, exits 5, and
+       none of its processes (Ray's included) outlives it;
     4. the relaunch finishes: exit 0, every step logged, the last checkpoint whole and merged;
     5. the same command again, its actor worker held right before it opens its first checkpoint
        file, while the test swaps that (checked, whole) shard for a planted pickle: the worker
@@ -296,9 +297,19 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     6. RESUME=force with a reward that turns NaN: the watchdog stops step 9 unsaved, exit 4,
        marks checkpoint 8 (whose weights produced step 9's rollout) sick and names 7.
     """
-    from killing import finish, kill_all, logged_steps, newest_metrics, start, wait_until
+    from killing import (
+        finish,
+        kill_all,
+        logged_steps,
+        newest_metrics,
+        session,
+        start,
+        term_all,
+        wait_until,
+    )
 
     from verl_gsm8k.guard.files import read_best, read_stamp, read_trips
+    from verl_gsm8k.guard.reap import launch_processes, of_run_dir
     from verl_gsm8k.resume.verify import problem
 
     run_dir, roles = smoke.run_dir, ("actor", "critic")
@@ -356,10 +367,13 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     r3, m3 = begin("sigterm", dict(env, SAVE_FREQ="100"))
     first = wait_until("a step logged", lambda: bool(steps_of(m3)), r3, limit)
     figures.append(f"relaunch 2: its first step logged {first:.0f} s after the launch")
-    r3.process.send_signal(signal.SIGTERM)  # to the launcher alone
+    signalled = term_all(r3)  # every process (the launcher alone: tests/test_slurm_cpu.py)
     status3 = finish(r3, limit)
     out3 = r3.output()
     assert status3 == 5, out3[-6000:]
+    ours = of_run_dir(str(run_dir))
+    left = [p.pid for p in session(r3)] + [p.pid for p in launch_processes(ours)]
+    assert left == [], (left, out3[-3000:])  # nothing of the launch outlived it
     assert f"global_step_{newest}, which {tracker.name} names, is not whole" in out3
     no_data = run_dir / f"global_step_{older}"
     assert f"missing data.pt (the dataloader's position) in {no_data}" in out3
@@ -367,7 +381,8 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     assert saved == max(steps_of(m3)), (saved, steps_of(m3))  # the step in flight, saved
     assert f"stopped on SIGTERM after saving step {saved}" in out3
     assert read_stamp(run_dir, saved) == m3().name[len("metrics-") : -len(".jsonl")]
-    figures.append(f"SIGTERM: step {saved} saved, exit 5, {sorted(steps_of(m3))} logged")
+    figures.append(f"SIGTERM to its {len(signalled)} processes: step {saved} saved, exit 5, "
+                   f"{sorted(steps_of(m3))} logged")  # fmt: skip
 
     # 4. the same command finishes the run; the same command started again meanwhile refuses in
     #    one line naming the live launch (issue 34, hole 8), also after waiting LOCK_WAIT_S for it

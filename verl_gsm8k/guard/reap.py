@@ -66,9 +66,10 @@ def _name(pid: int) -> str:
     if not first:
         return (PROC / str(pid) / "comm").read_text().strip()
     base = os.path.basename(first)
-    if base.startswith("python") and len(argv) > 1:  # python -m X / python path/x.py
+    if base.startswith("python") and len(argv) > 1:  # python -m X / python [-u] path/x.py
         rest = [a.decode(errors="replace") for a in argv[1:] if a]
-        module = rest[rest.index("-m") + 1] if "-m" in rest[:-1] else rest[-1] if rest else ""
+        scripts = [a for a in rest if not a.startswith("-")]
+        module = rest[rest.index("-m") + 1] if "-m" in rest[:-1] else scripts[0] if scripts else ""
         return f"python {os.path.basename(module)}"[:60]
     return base[:60]
 
