@@ -356,14 +356,14 @@ check_trainer_knobs() {
 
 # verl's entry point: main_ppo starts Ray and its workers itself; the SFT trainer runs one process
 # per device under torchrun (`python -m torch.distributed.run`, with this PYTHON).
-# PPO: the driver starts with SIGTERM blocked, a mask every process it starts inherits (Ray's
-# daemons and workers included): a SIGTERM to every process of the job reaches this shell
-# (request_stop) and leaves verl running to save the step in flight; a SIGTERM to one of verl's
-# processes alone is a stop request too (verl_gsm8k/verl_plugins/stop_on_sigterm.py).
-BLOCK_SIGTERM='import os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); os.execvp(sys.argv[1], sys.argv[1:])'
+# PPO: the driver starts in a session of its own (verl_gsm8k/guard/reap.py exec), with SIGTERM
+# blocked, a mask every process it starts inherits (Ray's daemons and workers): a SIGTERM to
+# every process of the job reaches this shell (request_stop) and leaves them running to save the
+# step in flight; a SIGTERM to one of them alone is a stop request too
+# (verl_gsm8k/verl_plugins/stop_on_sigterm.py). vLLM's engine processes unblock it (docs/slurm.md).
 if [[ "$TRAINER" == ppo ]]; then
   VERL_MODULE=verl.trainer.main_ppo
-  TRAIN_LAUNCHER=("$PYTHON" -c "$BLOCK_SIGTERM" "$PYTHON")
+  TRAIN_LAUNCHER=("$PYTHON" -m verl_gsm8k.guard.reap exec -- "$PYTHON")
 else
   VERL_MODULE=verl.trainer.sft_trainer
   TRAIN_LAUNCHER=("$PYTHON" -m torch.distributed.run --standalone --nnodes=1
@@ -658,7 +658,7 @@ launch() {
   VERL_PID=$!
   wait_for_verl
   local status=$?
-  "$PYTHON" -m verl_gsm8k.guard.reap stop --launch "$launch_id" || true
+  "$PYTHON" -m verl_gsm8k.guard.reap stop --launch "$launch_id" --session-of "$RUN_DIR" || true
   trap - TERM INT
   set -e
   [[ "$status" == 0 ]] && prune_checkpoints

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, run_recipe
 
-from verl_gsm8k.guard.reap import ENV_LAUNCH, ENV_RUN_DIR, blocks_sigterm, main
+from verl_gsm8k.guard.reap import ENV_LAUNCH, ENV_RUN_DIR, SESSION_FILE, blocks_sigterm, main
 from verl_gsm8k.verl_plugins.stop_on_sigterm import request_stop
 
 BLOCKED = (
@@ -43,6 +43,20 @@ def orphan(launch: str, run_dir: Path, blocked: bool = False) -> int:
     ):
         time.sleep(0.05)  # the exec has happened: its mask and environment are final
     return pid
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def in_session(pid: int, sid: int) -> bool:
+    try:
+        return os.getsid(pid) == sid
+    except OSError:
+        return False
 
 
 def alive(pid: int) -> bool:
@@ -134,3 +148,34 @@ def test_sigterm_to_one_process_is_a_stop_request_never_over_the_launchers(tmp_p
 
 
 pytestmark = pytest.mark.timeout(300)
+
+
+def test_a_process_whose_environment_is_gone_is_found_by_its_session(tmp_path: Path, capsys):
+    """Ray retitles its workers (setproctitle), which may overwrite what /proc shows of their
+    environment: `exec` (how the launcher starts verl) gives the launch a session of its own,
+    named in the run directory, and a process of that session is stopped all the same."""
+    env = dict(os.environ, **{ENV_LAUNCH: "L3", ENV_RUN_DIR: str(tmp_path)}, PYTHONPATH=str(ROOT))
+    driver = [sys.executable, "-m", "verl_gsm8k.guard.reap", "exec", "--", "bash", "-c",
+              "env -i sleep 301 >/dev/null 2>&1 &"]  # fmt: skip
+    subprocess.run(driver, env=env, timeout=60, check=True)
+    sid = int((tmp_path / SESSION_FILE).read_text().split()[0])
+    pid = 0
+    for _ in range(200):  # the background `env -i sleep` has exec'd
+        pid = next((int(p) for p in os.listdir("/proc") if p.isdigit() and alive(int(p))
+                    and cmdline(int(p)) == b"sleep\x00301\x00" and in_session(int(p), sid)),
+                   0)  # fmt: skip
+        if pid:
+            break
+        time.sleep(0.05)
+    try:
+        assert os.getsid(pid) == sid and blocks_sigterm(pid)
+        assert main(["stop", "--launch", "L3", "--settle", "0"]) == 0 and alive(pid)  # no env
+        assert capsys.readouterr().err == ""
+        assert main(["check", "--run-dir", str(tmp_path)]) == 2  # a relaunch sees it
+        capsys.readouterr()
+        assert main(["stop", "--launch", "L3", "--session-of", str(tmp_path), "--settle", "0"]) == 0
+        assert not alive(pid)
+        assert "1 processes of launch L3 outlived verl" in capsys.readouterr().err
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)

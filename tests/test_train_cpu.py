@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -284,12 +285,11 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
 
     To step 8, a checkpoint every step, MAX_CKPT_TO_KEEP=2, each launch the same command:
     1. SIGKILL (the launcher and everything under it) as soon as global_step_3/ appears: mid-save;
-    2. an empty tracker planted; the relaunch falls back to the newest whole step; SIGKILL mid-step
-       once it has saved step 4;
+    2. an empty tracker planted; the relaunch falls back to the newest whole step; once it has
+       saved step 4, mid-step, SIGTERM to every process of it at once (Slurm's time limit, a
+       requeue, a preemption): none of its processes (Ray's included) outlives the launcher;
     3. the tracked step's actor shard truncated and the step before it without data.pt; the
-       relaunch falls back past both, then gets SIGTERM, sent to every process of it at once
-       (Slurm's time limit, a requeue, a preemption): it saves the step in flight, exits 5, and
-       none of its processes (Ray's included) outlives it;
+       relaunch falls back past both, then gets SIGTERM: it saves the step in flight, exits 5;
     4. the relaunch finishes: exit 0, every step logged, the last checkpoint whole and merged;
     5. the same command again, its actor worker held right before it opens its first checkpoint
        file, while the test swaps that (checked, whole) shard for a planted pickle: the worker
@@ -341,19 +341,25 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     assert whole is not None and "critic" in whole, whole  # half a step on disk...
     assert tracker.read_text().strip() == "2"  # ...and the tracker never names it
 
-    # 2. an empty tracker (verl: open("w") then write); SIGKILL mid-step after the save of step 4
+    # 2. an empty tracker (verl: open("w") then write); SIGTERM to all mid-step after saving step 4
     tracker.write_text("")
-    r2, m2 = begin("empty-tracker")
+    r2, m2 = begin("empty-tracker", dict(env, STOP_GRACE_S="120"))  # a hang: killed at 120 s
     first = wait_until("a step logged", lambda: bool(steps_of(m2)), r2, limit)
     figures.append(f"relaunch 1: its first step logged {first:.0f} s after the launch")
     at = wait_until("step 4 logged", lambda: 4 in steps_of(m2), r2, limit)
     time.sleep(2.0)  # into step 5
-    kill_all(r2)
+    signalled = term_all(r2)  # every process (the launcher alone: launch 3)
+    status2 = finish(r2, limit)
     out2 = r2.output()
+    ours = of_run_dir(str(run_dir))
+    left = [p.pid for p in session(r2)] + [p.pid for p in launch_processes(ours)]
+    assert left == [], (left, out2[-3000:])  # nothing of the launch outlived its launcher
+    assert status2 != 0 and "recipe: verl exited with" in out2, (status2, out2[-3000:])
     assert f"{tracker.name} names no step here (verl would train from scratch)" in out2
     assert "resume: from global_step_" in out2 and "Training from scratch" not in out2
     assert "is in use by" not in out2  # the SIGKILLed launch left no lock behind
-    figures.append(f"kill 2 at {at + 2:.0f} s, in step 5; relaunch logged {sorted(steps_of(m2))}")
+    figures.append(f"SIGTERM to all {len(signalled)} processes at {at + 2:.0f} s, in step 5: exit "
+                   f"{status2}; relaunch logged {sorted(steps_of(m2))}")  # fmt: skip
 
     # 3. damage the newest two checkpoints; SIGTERM once a step is logged
     newest = int(tracker.read_text())
@@ -367,13 +373,10 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     r3, m3 = begin("sigterm", dict(env, SAVE_FREQ="100"))
     first = wait_until("a step logged", lambda: bool(steps_of(m3)), r3, limit)
     figures.append(f"relaunch 2: its first step logged {first:.0f} s after the launch")
-    signalled = term_all(r3)  # every process (the launcher alone: tests/test_slurm_cpu.py)
+    r3.process.send_signal(signal.SIGTERM)  # to the launcher alone
     status3 = finish(r3, limit)
     out3 = r3.output()
     assert status3 == 5, out3[-6000:]
-    ours = of_run_dir(str(run_dir))
-    left = [p.pid for p in session(r3)] + [p.pid for p in launch_processes(ours)]
-    assert left == [], (left, out3[-3000:])  # nothing of the launch outlived it
     assert f"global_step_{newest}, which {tracker.name} names, is not whole" in out3
     no_data = run_dir / f"global_step_{older}"
     assert f"missing data.pt (the dataloader's position) in {no_data}" in out3
@@ -381,8 +384,7 @@ def test_killed_relaunched_and_preempted_the_run_ends_whole(smoke: Smoke, tmp_pa
     assert saved == max(steps_of(m3)), (saved, steps_of(m3))  # the step in flight, saved
     assert f"stopped on SIGTERM after saving step {saved}" in out3
     assert read_stamp(run_dir, saved) == m3().name[len("metrics-") : -len(".jsonl")]
-    figures.append(f"SIGTERM to its {len(signalled)} processes: step {saved} saved, exit 5, "
-                   f"{sorted(steps_of(m3))} logged")  # fmt: skip
+    figures.append(f"SIGTERM: step {saved} saved, exit 5, {sorted(steps_of(m3))} logged")
 
     # 4. the same command finishes the run; the same command started again meanwhile refuses in
     #    one line naming the live launch (issue 34, hole 8), also after waiting LOCK_WAIT_S for it

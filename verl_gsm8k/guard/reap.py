@@ -6,13 +6,16 @@ Every process verl starts inherits them: the driver, the local Ray it starts (``
 raylet, dashboard, log monitor, its process reaper), Ray's workers (the TaskRunner, the FSDP
 workers, vLLM's engine) and their children, also once they are re-parented to init or have left
 the launch's process group (verl's driver calls ``setpgrp`` when it starts Ray: a kill of the
-launcher's group misses all of them). ``/proc/<pid>/environ`` names them, for this user only, on
-this machine only. A Ray cluster the launch attaches to (``RAY_ADDRESS``) was started elsewhere,
-without these variables: its processes are never matched.
+launcher's group misses all of them). The launcher starts verl through ``exec`` below, in a
+session of its own, named in RUN_DIR/.launch.session: a process whose environment /proc no
+longer shows (Ray's retitled workers) is found by its session. Only this user's processes, on
+this machine, are looked at. A Ray cluster the launch attaches to (``RAY_ADDRESS``) was started
+elsewhere, without these variables and outside the session: its processes never match.
 
     python -m verl_gsm8k.guard.reap stop --launch ID [--grace S]   # after verl has ended
     python -m verl_gsm8k.guard.reap stop --run-dir DIR             # every launch into DIR
     python -m verl_gsm8k.guard.reap check --run-dir DIR [--wait S] # none may train beside us
+    python -m verl_gsm8k.guard.reap exec -- CMD ...                # how the launcher starts verl
 
 ``stop`` gives the processes a moment to end on their own (Ray's shutdown is under way when
 verl exits), then SIGTERM, then SIGKILL after ``--grace`` seconds (at once to a process that
@@ -38,6 +41,7 @@ from pathlib import Path
 
 ENV_LAUNCH = "GSM8K_LAUNCH_ID"
 ENV_RUN_DIR = "GSM8K_LAUNCH_RUN_DIR"
+SESSION_FILE = ".launch.session"  # in the run directory: "<session id> <launch id>"
 PROC = Path("/proc")
 
 
@@ -92,9 +96,25 @@ def blocks_sigterm(pid: int) -> bool:
     return False
 
 
-def launch_processes(match: Callable[[Proc], bool]) -> list[Proc]:
-    """This user's live processes that carry a launch's variables and ``match``."""
+def read_session(run_dir: str) -> dict[int, tuple[str, str]]:
+    """The session of the last launch into ``run_dir`` (``exec_blocked`` wrote it), as
+    ``{session id: (launch id, run dir)}``; empty when there is none."""
+    try:
+        sid, launch = (Path(run_dir) / SESSION_FILE).read_text(encoding="utf-8").split()[:2]
+        return {int(sid): (launch, run_dir)}
+    except (OSError, ValueError):
+        return {}
+
+
+def launch_processes(
+    match: Callable[[Proc], bool], sessions: dict[int, tuple[str, str]] | None = None
+) -> list[Proc]:
+    """This user's live processes that carry a launch's variables, or are in the session of one
+    of ``sessions``, and ``match``. (Ray retitles its workers, setproctitle, which may overwrite
+    what /proc shows of their environment; none of them leaves verl's session.)"""
     uid, me, found = os.getuid(), os.getpid(), []
+    if sessions and os.getsid(0) in sessions:  # a session id used again: ours, never a survivor
+        sessions = {sid: it for sid, it in sessions.items() if sid != os.getsid(0)}
     for entry in PROC.iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
@@ -103,9 +123,13 @@ def launch_processes(match: Callable[[Proc], bool]) -> list[Proc]:
             if entry.stat().st_uid != uid or _zombie(pid):
                 continue
             env = _environ(pid)
-            if ENV_LAUNCH not in env:
+            if ENV_LAUNCH in env:
+                proc = Proc(pid, _name(pid), env[ENV_LAUNCH], env.get(ENV_RUN_DIR, ""))
+            elif sessions and os.getsid(pid) in sessions:
+                launch, run_dir = sessions[os.getsid(pid)]
+                proc = Proc(pid, _name(pid), launch, run_dir)
+            else:
                 continue
-            proc = Proc(pid, _name(pid), env[ENV_LAUNCH], env.get(ENV_RUN_DIR, ""))
         except (OSError, ValueError):
             continue  # ended meanwhile, or not ours to read
         if match(proc):
@@ -133,19 +157,24 @@ def _signal(procs: Sequence[Proc], sig: signal.Signals) -> None:
             os.kill(proc.pid, sig)
 
 
-def _wait_gone(match: Callable[[Proc], bool], seconds: float) -> list[Proc]:
+Sessions = dict[int, tuple[str, str]]
+
+
+def _wait_gone(match: Callable[[Proc], bool], seconds: float, sessions: Sessions) -> list[Proc]:
     end = time.monotonic() + seconds
-    left = launch_processes(match)
+    left = launch_processes(match, sessions)
     while left and time.monotonic() < end:
         time.sleep(0.2)
-        left = launch_processes(match)
+        left = launch_processes(match, sessions)
     return left
 
 
-def stop(match: Callable[[Proc], bool], settle_s: float, grace_s: float) -> tuple[list[Proc], int]:
+def stop(
+    match: Callable[[Proc], bool], settle_s: float, grace_s: float, sessions: Sessions
+) -> tuple[list[Proc], int]:
     """End every matching process: what was still there after ``settle_s`` (the ones this had
     to stop) and how many of them needed SIGKILL (those left ``grace_s`` after SIGTERM)."""
-    left = _wait_gone(match, settle_s)
+    left = _wait_gone(match, settle_s, sessions)
     stopped: dict[int, Proc] = {proc.pid: proc for proc in left}
     killed: set[int] = set()
     end = time.monotonic() + grace_s
@@ -154,35 +183,57 @@ def stop(match: Callable[[Proc], bool], settle_s: float, grace_s: float) -> tupl
         _signal(deaf, signal.SIGKILL)
         killed.update(proc.pid for proc in deaf)
         _signal([proc for proc in left if proc not in deaf], signal.SIGTERM)
-        left = _wait_gone(match, min(1.0, max(0.0, end - time.monotonic())))
+        left = _wait_gone(match, min(1.0, max(0.0, end - time.monotonic())), sessions)
         stopped.update((proc.pid, proc) for proc in left)
     for _ in range(20):
         if not left:
             break
         _signal(left, signal.SIGKILL)
         killed.update(proc.pid for proc in left)
-        left = _wait_gone(match, 0.5)
+        left = _wait_gone(match, 0.5, sessions)
         stopped.update((proc.pid, proc) for proc in left)
     return list(stopped.values()), len(killed)
 
 
+def exec_blocked(argv: Sequence[str]) -> None:
+    """Become verl's driver: SIGTERM blocked (inherited by every process it starts), a session
+    of its own (which every process it starts stays in), written to RUN_DIR/.launch.session
+    for ``stop`` and ``check``; then exec ``argv``."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    with contextlib.suppress(OSError):
+        os.setsid()  # fails only for a process group leader: the environment still names them
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if run_dir and os.getsid(0) == os.getpid():
+        with contextlib.suppress(OSError):
+            line = f"{os.getpid()} {os.environ.get(ENV_LAUNCH, '-')}\n"
+            (Path(run_dir) / SESSION_FILE).write_text(line, encoding="utf-8")
+    os.execvp(argv[0], list(argv))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["exec"]:
+        exec_blocked(argv[2:] if argv[1:2] == ["--"] else argv[1:])
     parser = argparse.ArgumentParser(prog="python -m verl_gsm8k.guard.reap", description=__doc__)
     parser.add_argument("action", choices=("stop", "check"))
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--launch", help="the launch's GSM8K_LAUNCH_ID")
     which.add_argument("--run-dir", help="every launch into this run directory")
+    parser.add_argument("--session-of", default="", help="stop --launch: its run directory")
     parser.add_argument("--but", default="", help="check: a launch id left out (the caller's)")
     parser.add_argument("--settle", type=float, default=3.0, help="stop: s to end on their own")
     parser.add_argument("--grace", type=float, default=10.0, help="stop: s from SIGTERM to KILL")
     parser.add_argument("--wait", type=float, default=0.0, help="check: s to wait for them")
     args = parser.parse_args(argv)
     match = of_launch(args.launch) if args.launch else of_run_dir(args.run_dir, args.but)
+    sessions = read_session(args.session_of or args.run_dir or "")
+    if args.launch:  # the session written by this launch, not an earlier one's
+        sessions = {sid: it for sid, it in sessions.items() if it[0] == args.launch}
     what = f"launch {args.launch}" if args.launch else f"launches into {args.run_dir}"
     if args.action == "check":
         if args.launch:
             parser.error("check takes --run-dir")
-        left = _wait_gone(match, args.wait) if args.wait > 0 else launch_processes(match)
+        left = _wait_gone(match, args.wait, sessions)
         if not left:
             return 0
         pids = " ".join(str(proc.pid) for proc in left[:8]) + (" ..." if len(left) > 8 else "")
@@ -193,8 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"checkpoints; stop them (python -m verl_gsm8k.guard.reap stop --run-dir "
               f"{args.run_dir!r}) or wait for them (LOCK_WAIT_S)", file=sys.stderr)  # fmt: skip
         return 2
-    stopped, killed = stop(match, args.settle, args.grace)
-    left = launch_processes(match)
+    stopped, killed = stop(match, args.settle, args.grace, sessions)
+    left = launch_processes(match, sessions)
     if stopped:
         how = f", {killed} of them by SIGKILL" if killed else ""
         print(f"recipe: {len(stopped)} processes of {what} outlived verl and were stopped "
