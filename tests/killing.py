@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -27,6 +27,7 @@ class Running:
     process: subprocess.Popen
     log: Path
     started: float
+    sessions: set[int] = field(default_factory=set)  # every session seen under the launcher
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -58,20 +59,27 @@ def wait_until(
 
 
 def session(running: Running) -> list[psutil.Process]:
-    """Every live process of the launch's session: the launcher and all it started, also those
-    that left its process group (verl's driver calls setpgrp when it starts Ray) or were
-    re-parented to init; none calls setsid, so the session is the whole launch."""
+    """Every live process of the launch's sessions: the launcher's (the test started it in one of
+    its own) and every session a process under it is in (the launcher starts verl's driver in a
+    session of its own, verl_gsm8k/guard/reap.py exec); also those that left their process group
+    (verl's driver calls setpgrp when it starts Ray) or were re-parented to init."""
+    with contextlib.suppress(psutil.Error):
+        for proc in psutil.Process(running.process.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error, OSError):
+                running.sessions.add(os.getsid(proc.pid))
+    running.sessions.add(running.process.pid)
     found = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error, OSError):
-            if os.getsid(proc.pid) == running.process.pid and proc.status() != psutil.STATUS_ZOMBIE:
+            if os.getsid(proc.pid) in running.sessions and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
     return found
 
 
 def term_all(running: Running) -> list[psutil.Process]:
     """SIGTERM to every process of the launch at once, as Slurm's time limit (without ``B:``),
-    ``scontrol requeue`` or a preemption sends it; the processes signalled."""
+    ``scontrol requeue`` or a preemption sends it (to the job's processes, whatever their
+    session); the processes signalled."""
     procs = session(running)
     for proc in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -86,6 +94,7 @@ def kill_all(running: Running) -> None:
         tree = psutil.Process(running.process.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         tree = []
+    session(running)  # the sessions under the launcher, while it still has children
     for proc in reversed(tree):  # the workers first: the ones writing shards stop soonest
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
