@@ -255,6 +255,7 @@ if [[ "$TRAIN_ON" == cpu ]]; then
 fi
 if [[ "$TRAINER" == ppo ]]; then
   VERL_MODULES+=(verl_gsm8k.verl_plugins.register_trainer)  # the PPO trainer (verl_gsm8k/ppo_trainer/)
+  VERL_MODULES+=(verl_gsm8k.verl_plugins.stop_on_sigterm)   # SIGTERM to any verl process: a stop request
 fi
 modules=$(IFS=,; echo "${VERL_MODULES[*]}")
 export VERL_USE_EXTERNAL_MODULES=$modules${VERL_USE_EXTERNAL_MODULES:+,$VERL_USE_EXTERNAL_MODULES}
@@ -360,9 +361,14 @@ check_trainer_knobs() {
 
 # verl's entry point: main_ppo starts Ray and its workers itself; the SFT trainer runs one process
 # per device under torchrun (`python -m torch.distributed.run`, with this PYTHON).
+# PPO: the driver starts in a session of its own (verl_gsm8k/guard/reap.py exec), with SIGTERM
+# blocked, a mask every process it starts inherits (Ray's daemons and workers): a SIGTERM to
+# every process of the job reaches this shell (request_stop) and leaves them running to save the
+# step in flight; a SIGTERM to one of them alone is a stop request too
+# (verl_gsm8k/verl_plugins/stop_on_sigterm.py). vLLM's engine processes unblock it (docs/slurm.md).
 if [[ "$TRAINER" == ppo ]]; then
   VERL_MODULE=verl.trainer.main_ppo
-  TRAIN_LAUNCHER=("$PYTHON")
+  TRAIN_LAUNCHER=("$PYTHON" -m verl_gsm8k.guard.reap exec -- "$PYTHON")
 else
   VERL_MODULE=verl.trainer.sft_trainer
   TRAIN_LAUNCHER=("$PYTHON" -m torch.distributed.run --standalone --nnodes=1
@@ -501,6 +507,10 @@ lock_run_dir() {
       exit 2
     fi
   fi
+  # Ray's processes do not inherit the lock (its file descriptor): processes of an earlier launch
+  # into RUN_DIR that outlived it (verl_gsm8k/guard/reap.py finds them by their environment) hold
+  # none, and are waited for, then refused in one line, the same way.
+  "$PYTHON" -m verl_gsm8k.guard.reap check --run-dir "$RUN_DIR" --wait "$LOCK_WAIT_S" || exit 2
   printf 'launch %s, pid %s on %s\n' "$1" "$$" "${HOSTNAME:-localhost}" >"$lock"
 }
 
@@ -579,10 +589,7 @@ descendants() {
 # Ctrl-C: stop verl now (SIGTERM to every process it started); the checkpoints saved so far stay.
 interrupt() {
   echo "recipe: interrupted: stopping verl" >&2
-  local pids
-  pids=$(descendants "$VERL_PID")
-  # shellcheck disable=SC2086  # one word per pid
-  kill -TERM $pids 2>/dev/null
+  KILL_NOW=1   # wait_for_verl: SIGTERM, then SIGKILL (verl's processes block SIGTERM)
 }
 
 # wait for verl; a trapped signal interrupts `wait`, so wait again until verl ends or the grace is
@@ -596,9 +603,9 @@ wait_for_verl() {
       wait "$VERL_PID"   # verl ended: its own status, also when a trap interrupted the wait above
       return $?
     fi
-    while [[ -n "${STOP_DEADLINE:-}" ]] && kill -0 "$VERL_PID" 2>/dev/null; do
-      if (( $(date +%s) >= STOP_DEADLINE )); then
-        echo "recipe: STOP_GRACE_S=$STOP_GRACE_S s are over: stopping verl" >&2
+    while [[ -n "${STOP_DEADLINE:-}${KILL_NOW:-}" ]] && kill -0 "$VERL_PID" 2>/dev/null; do
+      if [[ -n "${KILL_NOW:-}" ]] || (( $(date +%s) >= STOP_DEADLINE )); then
+        [[ -n "${KILL_NOW:-}" ]] || echo "recipe: STOP_GRACE_S=$STOP_GRACE_S s are over: stopping verl" >&2
         local pids
         pids=$(descendants "$VERL_PID")
         # shellcheck disable=SC2086  # one word per pid
@@ -670,11 +677,20 @@ launch() {
   # A background command ignores Ctrl-C (SIGINT): the INT trap stops verl's processes instead.
   trap 'request_stop' TERM
   trap 'interrupt' INT
-  ( set +o pipefail; verl_main "${ray_env[@]}" -- "$@" 2>&1 | tee "$RUN_DIR/logs/console-$stamp.log"
+  # Every process verl starts carries these two variables (Ray's included, which leave this
+  # shell's process group): once verl has ended, whatever is left of them is stopped, with one line.
+  local launch_id="$stamp-$$-${HOSTNAME:-localhost}"
+  # A SIGTERM to every process of the job (Slurm without `B:`, a preemption) ends neither this
+  # subshell (trapped: verl's own status is still the launch's) nor tee (ignored: verl's last
+  # lines still land in the log); verl's processes get the signal as sent.
+  ( trap ':' TERM; set +o pipefail; export GSM8K_LAUNCH_ID=$launch_id GSM8K_LAUNCH_RUN_DIR=$RUN_DIR
+    export STOP_GRACE_S
+    verl_main "${ray_env[@]}" -- "$@" 2>&1 | (trap '' TERM; exec tee "$RUN_DIR/logs/console-$stamp.log")
     exit "${PIPESTATUS[0]}" ) &
   VERL_PID=$!
   wait_for_verl
   local status=$?
+  "$PYTHON" -m verl_gsm8k.guard.reap stop --launch "$launch_id" --session-of "$RUN_DIR" || true
   trap - TERM INT
   set -e
   [[ "$status" == 0 ]] && prune_checkpoints

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -27,6 +27,7 @@ class Running:
     process: subprocess.Popen
     log: Path
     started: float
+    sessions: set[int] = field(default_factory=set)  # every session seen under the launcher
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -57,12 +58,43 @@ def wait_until(
     raise AssertionError(f"no {what} after {timeout} s:\n{running.output()[-6000:]}")
 
 
+def session(running: Running) -> list[psutil.Process]:
+    """Every live process of the launch's sessions: the launcher's (the test started it in one of
+    its own) and every session a process under it is in (the launcher starts verl's driver in a
+    session of its own, verl_gsm8k/guard/reap.py exec); also those that left their process group
+    (verl's driver calls setpgrp when it starts Ray) or were re-parented to init."""
+    with contextlib.suppress(psutil.Error):
+        for proc in psutil.Process(running.process.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error, OSError):
+                running.sessions.add(os.getsid(proc.pid))
+    running.sessions.add(running.process.pid)
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(proc.pid) in running.sessions and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
+def term_all(running: Running) -> list[psutil.Process]:
+    """SIGTERM to every process of the launch at once, as Slurm's time limit (without ``B:``),
+    ``scontrol requeue`` or a preemption sends it (to the job's processes, whatever their
+    session); the processes signalled."""
+    procs = session(running)
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    return procs
+
+
 def kill_all(running: Running) -> None:
-    """SIGKILL to the launcher, its process group and every process under it."""
+    """SIGKILL to the launcher, its process group and every process under it or in its session
+    (again until none is left: a dying raylet may still have started a worker)."""
     try:
         tree = psutil.Process(running.process.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         tree = []
+    session(running)  # the sessions under the launcher, while it still has children
     for proc in reversed(tree):  # the workers first: the ones writing shards stop soonest
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
@@ -70,6 +102,14 @@ def kill_all(running: Running) -> None:
         os.killpg(running.process.pid, signal.SIGKILL)
     running.process.wait(timeout=60)
     psutil.wait_procs(tree, timeout=30)
+    for _ in range(20):
+        left = session(running)
+        if not left:
+            break
+        for proc in left:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(left, timeout=5)
 
 
 def finish(running: Running, timeout: float) -> int:

@@ -284,8 +284,9 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
 
     To step 8, a checkpoint every step, MAX_CKPT_TO_KEEP=2, each launch the same command:
     1. SIGKILL (the launcher and everything under it) as soon as global_step_3/ appears: mid-save;
-    2. an empty tracker planted; the relaunch falls back to the newest whole step; SIGKILL mid-step
-       once it has saved step 4;
+    2. an empty tracker planted; the relaunch falls back to the newest whole step; once it has
+       saved step 4, mid-step, SIGTERM to every process of it at once (Slurm's time limit, a
+       requeue, a preemption): none of its processes (Ray's included) outlives the launcher;
     3. the tracked step's actor shard truncated and the step before it without data.pt; the
        relaunch falls back past both and finishes: exit 0, every step logged, the last
        checkpoint whole and merged;
@@ -300,9 +301,19 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     batch shell that exec'd the same launcher gets it: this test's own SIGTERM launch, between 3
     and 4 here until 2026-11-26, was a verl start-up (~110 s) proving the same (docs/testing.md).
     """
-    from killing import finish, kill_all, logged_steps, newest_metrics, start, wait_until
+    from killing import (
+        finish,
+        kill_all,
+        logged_steps,
+        newest_metrics,
+        session,
+        start,
+        term_all,
+        wait_until,
+    )
 
     from verl_gsm8k.guard.files import read_best, read_trips
+    from verl_gsm8k.guard.reap import launch_processes, of_run_dir
     from verl_gsm8k.resume.verify import problem
 
     run_dir, roles = smoke.run_dir, ("actor", "critic")
@@ -334,19 +345,25 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     assert whole is not None and "critic" in whole, whole  # half a step on disk...
     assert tracker.read_text().strip() == "2"  # ...and the tracker never names it
 
-    # 2. an empty tracker (verl: open("w") then write); SIGKILL mid-step after the save of step 4
+    # 2. an empty tracker (verl: open("w") then write); SIGTERM to all mid-step after saving step 4
     tracker.write_text("")
-    r2, m2 = begin("empty-tracker")
+    r2, m2 = begin("empty-tracker", dict(env, STOP_GRACE_S="120"))  # a hang: killed at 120 s
     first = wait_until("a step logged", lambda: bool(steps_of(m2)), r2, limit)
     figures.append(f"relaunch 1: its first step logged {first:.0f} s after the launch")
     at = wait_until("step 4 logged", lambda: 4 in steps_of(m2), r2, limit)
     time.sleep(2.0)  # into step 5
-    kill_all(r2)
+    signalled = term_all(r2)  # every process (the launcher alone: tests/test_slurm_cpu.py)
+    status2 = finish(r2, limit)
     out2 = r2.output()
+    ours = of_run_dir(str(run_dir))
+    left = [p.pid for p in session(r2)] + [p.pid for p in launch_processes(ours)]
+    assert left == [], (left, out2[-3000:])  # nothing of the launch outlived its launcher
+    assert status2 != 0 and "recipe: verl exited with" in out2, (status2, out2[-3000:])
     assert f"{tracker.name} names no step here (verl would train from scratch)" in out2
     assert "resume: from global_step_" in out2 and "Training from scratch" not in out2
     assert "is in use by" not in out2  # the SIGKILLed launch left no lock behind
-    figures.append(f"kill 2 at {at + 2:.0f} s, in step 5; relaunch logged {sorted(steps_of(m2))}")
+    figures.append(f"SIGTERM to all {len(signalled)} processes at {at + 2:.0f} s, in step 5: exit "
+                   f"{status2}; relaunch logged {sorted(steps_of(m2))}")  # fmt: skip
 
     # 3. damage the newest two checkpoints; the relaunch falls back past both and finishes the
     #    run; the same command started again meanwhile refuses in one line naming the live

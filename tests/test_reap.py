@@ -1,0 +1,181 @@
+"""Nothing of a launch outlives it (verl_gsm8k/guard/reap.py), on real processes: the ones a
+launch started are found by their environment, also re-parented and with SIGTERM blocked, and
+ended; another launch's are never touched; a launch refuses to train beside an earlier one's.
+(The whole path, a real launch under SIGTERM to all its processes, is in
+tests/test_train_cpu.py::test_killed_relaunched_and_preempted_the_run_ends_whole.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, run_recipe
+
+from verl_gsm8k.guard.reap import ENV_LAUNCH, ENV_RUN_DIR, SESSION_FILE, blocks_sigterm, main
+from verl_gsm8k.verl_plugins.stop_on_sigterm import request_stop
+
+BLOCKED = (
+    "import os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+WRAPPED = (
+    "from ray._private.node import Node as N; print(hasattr(N.kill_all_processes, 'gsm8k_at_once'))"
+)
+
+
+def orphan(launch: str, run_dir: Path, blocked: bool = False) -> int:
+    """A process of ``launch`` re-parented to init (its parent exited), as Ray's daemons are
+    once verl's driver is gone; its pid."""
+    env = dict(os.environ, **{ENV_LAUNCH: launch, ENV_RUN_DIR: str(run_dir)})
+    sleeper = [sys.executable, "-c", BLOCKED, "sleep", "300"] if blocked else ["sleep", "300"]
+    script = f"{' '.join(repr(a) for a in sleeper)} >/dev/null 2>&1 & echo $!"
+    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+    pid = int(out.stdout.strip())
+    end = time.monotonic() + 10
+    while time.monotonic() < end and not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(
+        b"sleep"
+    ):
+        time.sleep(0.05)  # the exec has happened: its mask and environment are final
+    return pid
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def in_session(pid: int, sid: int) -> bool:
+    try:
+        return os.getsid(pid) == sid
+    except OSError:
+        return False
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+def test_stop_ends_a_launch_only_also_deaf_to_sigterm(tmp_path: Path, capsys):
+    ours = [orphan("L1", tmp_path), orphan("L1", tmp_path, blocked=True)]
+    other = orphan("L2", tmp_path / "other")
+    try:
+        assert blocks_sigterm(ours[1]) and not blocks_sigterm(ours[0])
+        started = time.monotonic()
+        assert main(["stop", "--launch", "L1", "--settle", "0.5", "--grace", "30"]) == 0
+        took = time.monotonic() - started
+        said = capsys.readouterr().err
+        assert not any(alive(pid) for pid in ours) and alive(other)
+        assert "recipe: 2 processes of launch L1 outlived verl and were stopped (2x sleep)" in said
+        assert "1 of them by SIGKILL" in said, said  # the one blocking SIGTERM, at once...
+        assert took < 10, took  # ...not after the 30 s grace
+        assert main(["stop", "--launch", "L1", "--settle", "0"]) == 0
+        assert capsys.readouterr().err == ""  # nothing left: nothing said
+    finally:
+        for pid in [*ours, other]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_check_refuses_beside_an_earlier_launch_until_it_ends(tmp_path: Path, capsys):
+    run_dir = tmp_path / "run's dir"
+    pid = orphan("OLD", run_dir, blocked=True)
+    try:
+        assert main(["check", "--run-dir", str(run_dir), "--but", "OLD"]) == 0  # its own
+        assert main(["check", "--run-dir", str(tmp_path / "elsewhere")]) == 0
+        assert main(["check", "--run-dir", str(run_dir), "--wait", "0.5"]) == 2
+        said = capsys.readouterr().err
+        still = "1 processes of an earlier launch into it still run"
+        assert f"{still} (sleep; pids {pid}; launch OLD)" in said, said
+        os.kill(pid, signal.SIGKILL)
+        assert main(["check", "--run-dir", str(run_dir), "--wait", "5"]) == 0
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_launch_refuses_to_train_beside_survivors_of_an_earlier_one(tmp_path: Path):
+    """The launcher's run-directory lock: free (the survivors hold no lock), and still refused,
+    in one line, before verl starts."""
+    from test_train_cpu import cpu_env
+
+    env = cpu_env(tmp_path / "home", tmp_path / "runs", SKIP_PREFLIGHT="1")
+    run_dir = tmp_path / "runs" / "smoke_tiny"
+    pid = orphan("20260101T000000Z-1-elsewhere", run_dir, blocked=True)
+    try:
+        result = run_recipe("smoke_tiny", env, timeout=180)
+        said = result.stdout + result.stderr
+        assert result.returncode == 2, said[-3000:]
+        still = "is in use: 1 processes of an earlier launch into it still run"
+        assert f"{still} (sleep; pids {pid}" in said, said[-3000:]
+        assert "Started a local Ray instance" not in said and "launch: recorded" not in said
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_sigterm_to_one_process_is_a_stop_request_never_over_the_launchers(tmp_path: Path):
+    """verl_plugins/stop_on_sigterm.py in a process started as the launcher starts verl's."""
+    code = (
+        "import os, signal, time, verl_gsm8k.verl_plugins.stop_on_sigterm as m; "
+        "assert m._started; os.kill(os.getpid(), signal.SIGTERM); time.sleep(1); print('alive'); "
+        f"{WRAPPED}"
+    )  # Ray's shutdown of its processes, which block SIGTERM: SIGKILL at once
+    env = dict(os.environ, **{ENV_RUN_DIR: str(tmp_path)}, STOP_GRACE_S="40",
+               PYTHONPATH=str(ROOT))  # fmt: skip
+    command = [sys.executable, "-c", BLOCKED, sys.executable, "-c", code]
+    before = time.time()
+    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.endswith("alive\nTrue\n"), out.stdout + out.stderr
+    assert "stop requested; the trainer saves the step in flight" in out.stdout
+    assert before + 39 <= float((tmp_path / "stop_requested").read_text()) <= time.time() + 41
+    assert not request_stop(tmp_path, 5.0)  # a request already there is kept
+    assert float((tmp_path / "stop_requested").read_text()) >= before + 39
+    probe = f"import verl_gsm8k.verl_plugins.stop_on_sigterm as m; print(m._started); {WRAPPED}"
+    unblocked = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                               text=True, timeout=60)  # fmt: skip
+    assert unblocked.stdout.split() == ["False", "False"]  # no mask: the process is left as it is
+
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_a_process_whose_environment_is_gone_is_found_by_its_session(tmp_path: Path, capsys):
+    """Ray retitles its workers (setproctitle), which may overwrite what /proc shows of their
+    environment: `exec` (how the launcher starts verl) gives the launch a session of its own,
+    named in the run directory, and a process of that session is stopped all the same."""
+    env = dict(os.environ, **{ENV_LAUNCH: "L3", ENV_RUN_DIR: str(tmp_path)}, PYTHONPATH=str(ROOT))
+    driver = [sys.executable, "-m", "verl_gsm8k.guard.reap", "exec", "--", "bash", "-c",
+              "env -i sleep 301 >/dev/null 2>&1 &"]  # fmt: skip
+    subprocess.run(driver, env=env, timeout=60, check=True)
+    sid = int((tmp_path / SESSION_FILE).read_text().split()[0])
+    pid = 0
+    for _ in range(200):  # the background `env -i sleep` has exec'd
+        pid = next((int(p) for p in os.listdir("/proc") if p.isdigit() and alive(int(p))
+                    and cmdline(int(p)) == b"sleep\x00301\x00" and in_session(int(p), sid)),
+                   0)  # fmt: skip
+        if pid:
+            break
+        time.sleep(0.05)
+    try:
+        assert os.getsid(pid) == sid and blocks_sigterm(pid)
+        assert main(["stop", "--launch", "L3", "--settle", "0"]) == 0 and alive(pid)  # no env
+        assert capsys.readouterr().err == ""
+        assert main(["check", "--run-dir", str(tmp_path)]) == 2  # a relaunch sees it
+        capsys.readouterr()
+        assert main(["stop", "--launch", "L3", "--session-of", str(tmp_path), "--settle", "0"]) == 0
+        assert not alive(pid)
+        assert "1 processes of launch L3 outlived verl" in capsys.readouterr().err
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,262 @@
+"""Nothing of a launch outlives it: find every process a launch started, and end them.
+
+The launcher (recipes/common.sh) starts verl with two variables in its environment,
+``GSM8K_LAUNCH_ID`` (unique per launch: stamp, launcher pid, host) and ``GSM8K_LAUNCH_RUN_DIR``.
+Every process verl starts inherits them: the driver, the local Ray it starts (``ray.init``: gcs,
+raylet, dashboard, log monitor, its process reaper), Ray's workers (the TaskRunner, the FSDP
+workers, vLLM's engine) and their children, also once they are re-parented to init or have left
+the launch's process group (verl's driver calls ``setpgrp`` when it starts Ray: a kill of the
+launcher's group misses all of them). The launcher starts verl through ``exec`` below, in a
+session of its own, named in RUN_DIR/.launch.session: a process whose environment /proc no
+longer shows (Ray's retitled workers) is found by its session. Only this user's processes, on
+this machine, are looked at. A Ray cluster the launch attaches to (``RAY_ADDRESS``) was started
+elsewhere, without these variables and outside the session: its processes never match.
+
+    python -m verl_gsm8k.guard.reap stop --launch ID [--grace S]   # after verl has ended
+    python -m verl_gsm8k.guard.reap stop --run-dir DIR             # every launch into DIR
+    python -m verl_gsm8k.guard.reap check --run-dir DIR [--wait S] # none may train beside us
+    python -m verl_gsm8k.guard.reap exec -- CMD ...                # how the launcher starts verl
+
+``stop`` gives the processes a moment to end on their own (Ray's shutdown is under way when
+verl exits), then SIGTERM, then SIGKILL after ``--grace`` seconds (at once to a process that
+blocks SIGTERM, as the launcher starts verl's), and says in one line what it
+had to stop (nothing when nothing outlived verl). ``check`` (the run-directory lock, after
+``flock``) refuses in one line when processes of an earlier launch into the same run directory
+still run, after waiting ``--wait`` seconds for them to end: they hold no lock (Ray's processes
+do not inherit the launcher's lock file) and could still write checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_LAUNCH = "GSM8K_LAUNCH_ID"
+ENV_RUN_DIR = "GSM8K_LAUNCH_RUN_DIR"
+SESSION_FILE = ".launch.session"  # in the run directory: "<session id> <launch id>"
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    name: str
+    launch: str
+    run_dir: str
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = (PROC / str(pid) / "environ").read_bytes()
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    wanted = (ENV_LAUNCH.encode(), ENV_RUN_DIR.encode())
+    return {k.decode(): v.decode(errors="replace") for k, v in pairs if k in wanted}
+
+
+def _name(pid: int) -> str:
+    """What ``ps`` would show first: Ray's workers retitle themselves (``ray::TaskRunner``)."""
+    try:
+        argv = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        argv = []
+    first = argv[0].decode(errors="replace").split(" ")[0] if argv and argv[0] else ""
+    if not first:
+        return (PROC / str(pid) / "comm").read_text().strip()
+    base = os.path.basename(first)
+    if base.startswith("python") and len(argv) > 1:  # python -m X / python [-u] path/x.py
+        rest = [a.decode(errors="replace") for a in argv[1:] if a]
+        scripts = [a for a in rest if not a.startswith("-")]
+        module = rest[rest.index("-m") + 1] if "-m" in rest[:-1] else scripts[0] if scripts else ""
+        return f"python {os.path.basename(module)}"[:60]
+    return base[:60]
+
+
+def _zombie(pid: int) -> bool:
+    stat = (PROC / str(pid) / "stat").read_text()
+    return stat[stat.rindex(")") + 2 :].startswith(("Z", "X"))
+
+
+def blocks_sigterm(pid: int) -> bool:
+    """True when the process has SIGTERM in its signal mask (verl's processes, started so by the
+    launcher: verl_plugins/stop_on_sigterm.py): only SIGKILL ends it."""
+    try:
+        status = (PROC / str(pid) / "status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("SigBlk:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return False
+
+
+def read_session(run_dir: str) -> dict[int, tuple[str, str]]:
+    """The session of the last launch into ``run_dir`` (``exec_blocked`` wrote it), as
+    ``{session id: (launch id, run dir)}``; empty when there is none."""
+    try:
+        sid, launch = (Path(run_dir) / SESSION_FILE).read_text(encoding="utf-8").split()[:2]
+        return {int(sid): (launch, run_dir)}
+    except (OSError, ValueError):
+        return {}
+
+
+def launch_processes(
+    match: Callable[[Proc], bool], sessions: dict[int, tuple[str, str]] | None = None
+) -> list[Proc]:
+    """This user's live processes that carry a launch's variables, or are in the session of one
+    of ``sessions``, and ``match``. (Ray retitles its workers, setproctitle, which may overwrite
+    what /proc shows of their environment; none of them leaves verl's session.)"""
+    uid, me, found = os.getuid(), os.getpid(), []
+    if sessions and os.getsid(0) in sessions:  # a session id used again: ours, never a survivor
+        sessions = {sid: it for sid, it in sessions.items() if sid != os.getsid(0)}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        pid = int(entry.name)
+        try:
+            if entry.stat().st_uid != uid or _zombie(pid):
+                continue
+            env = _environ(pid)
+            if ENV_LAUNCH in env:
+                proc = Proc(pid, _name(pid), env[ENV_LAUNCH], env.get(ENV_RUN_DIR, ""))
+            elif sessions and os.getsid(pid) in sessions:
+                launch, run_dir = sessions[os.getsid(pid)]
+                proc = Proc(pid, _name(pid), launch, run_dir)
+            else:
+                continue
+        except (OSError, ValueError):
+            continue  # ended meanwhile, or not ours to read
+        if match(proc):
+            found.append(proc)
+    return found
+
+
+def of_launch(launch: str) -> Callable[[Proc], bool]:
+    return lambda proc: proc.launch == launch
+
+
+def of_run_dir(run_dir: str, but: str = "") -> Callable[[Proc], bool]:
+    real = os.path.realpath(run_dir)
+    return lambda proc: proc.launch != but and os.path.realpath(proc.run_dir or "/") == real
+
+
+def describe(procs: Sequence[Proc]) -> str:
+    counts = Counter(proc.name for proc in procs)
+    return ", ".join(name if n == 1 else f"{n}x {name}" for name, n in counts.most_common())
+
+
+def _signal(procs: Sequence[Proc], sig: signal.Signals) -> None:
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, sig)
+
+
+Sessions = dict[int, tuple[str, str]]
+
+
+def _wait_gone(match: Callable[[Proc], bool], seconds: float, sessions: Sessions) -> list[Proc]:
+    end = time.monotonic() + seconds
+    left = launch_processes(match, sessions)
+    while left and time.monotonic() < end:
+        time.sleep(0.2)
+        left = launch_processes(match, sessions)
+    return left
+
+
+def stop(
+    match: Callable[[Proc], bool], settle_s: float, grace_s: float, sessions: Sessions
+) -> tuple[list[Proc], int]:
+    """End every matching process: what was still there after ``settle_s`` (the ones this had
+    to stop) and how many of them needed SIGKILL (those left ``grace_s`` after SIGTERM)."""
+    left = _wait_gone(match, settle_s, sessions)
+    stopped: dict[int, Proc] = {proc.pid: proc for proc in left}
+    killed: set[int] = set()
+    end = time.monotonic() + grace_s
+    while left and time.monotonic() < end:  # a dying raylet may still start a worker: rescan
+        deaf = [proc for proc in left if blocks_sigterm(proc.pid)]
+        _signal(deaf, signal.SIGKILL)
+        killed.update(proc.pid for proc in deaf)
+        _signal([proc for proc in left if proc not in deaf], signal.SIGTERM)
+        left = _wait_gone(match, min(1.0, max(0.0, end - time.monotonic())), sessions)
+        stopped.update((proc.pid, proc) for proc in left)
+    for _ in range(20):
+        if not left:
+            break
+        _signal(left, signal.SIGKILL)
+        killed.update(proc.pid for proc in left)
+        left = _wait_gone(match, 0.5, sessions)
+        stopped.update((proc.pid, proc) for proc in left)
+    return list(stopped.values()), len(killed)
+
+
+def exec_blocked(argv: Sequence[str]) -> None:
+    """Become verl's driver: SIGTERM blocked (inherited by every process it starts), a session
+    of its own (which every process it starts stays in), written to RUN_DIR/.launch.session
+    for ``stop`` and ``check``; then exec ``argv``."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    with contextlib.suppress(OSError):
+        os.setsid()  # fails only for a process group leader: the environment still names them
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if run_dir and os.getsid(0) == os.getpid():
+        with contextlib.suppress(OSError):
+            line = f"{os.getpid()} {os.environ.get(ENV_LAUNCH, '-')}\n"
+            (Path(run_dir) / SESSION_FILE).write_text(line, encoding="utf-8")
+    os.execvp(argv[0], list(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["exec"]:
+        exec_blocked(argv[2:] if argv[1:2] == ["--"] else argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m verl_gsm8k.guard.reap", description=__doc__)
+    parser.add_argument("action", choices=("stop", "check"))
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--launch", help="the launch's GSM8K_LAUNCH_ID")
+    which.add_argument("--run-dir", help="every launch into this run directory")
+    parser.add_argument("--session-of", default="", help="stop --launch: its run directory")
+    parser.add_argument("--but", default="", help="check: a launch id left out (the caller's)")
+    parser.add_argument("--settle", type=float, default=3.0, help="stop: s to end on their own")
+    parser.add_argument("--grace", type=float, default=10.0, help="stop: s from SIGTERM to KILL")
+    parser.add_argument("--wait", type=float, default=0.0, help="check: s to wait for them")
+    args = parser.parse_args(argv)
+    match = of_launch(args.launch) if args.launch else of_run_dir(args.run_dir, args.but)
+    sessions = read_session(args.session_of or args.run_dir or "")
+    if args.launch:  # the session written by this launch, not an earlier one's
+        sessions = {sid: it for sid, it in sessions.items() if it[0] == args.launch}
+    what = f"launch {args.launch}" if args.launch else f"launches into {args.run_dir}"
+    if args.action == "check":
+        if args.launch:
+            parser.error("check takes --run-dir")
+        left = _wait_gone(match, args.wait, sessions)
+        if not left:
+            return 0
+        pids = " ".join(str(proc.pid) for proc in left[:8]) + (" ..." if len(left) > 8 else "")
+        launches = sorted({proc.launch for proc in left})
+        print(f"recipe: {args.run_dir} is in use: {len(left)} processes of an earlier launch "
+              f"into it still run ({describe(left)}; pids {pids}; launch {', '.join(launches)}), "
+              f"though it holds no lock: a launch beside them could write over their "
+              f"checkpoints; stop them (python -m verl_gsm8k.guard.reap stop --run-dir "
+              f"{args.run_dir!r}) or wait for them (LOCK_WAIT_S)", file=sys.stderr)  # fmt: skip
+        return 2
+    stopped, killed = stop(match, args.settle, args.grace, sessions)
+    left = launch_processes(match, sessions)
+    if stopped:
+        how = f", {killed} of them by SIGKILL" if killed else ""
+        print(f"recipe: {len(stopped)} processes of {what} outlived verl and were stopped "
+              f"({describe(stopped)}){how}", file=sys.stderr)  # fmt: skip
+    if left:
+        pids = " ".join(str(proc.pid) for proc in left)
+        print(f"recipe: {len(left)} processes of {what} could not be stopped "
+              f"({describe(left)}; pids {pids})", file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
