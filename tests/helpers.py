@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_gsm8k.preflight.qwen25 import SHAPES
+from verl_gsm8k.common.qwen25 import SHAPES
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SHARED_DATA_DIR", ROOT.parent / "shared" / "data"))
@@ -25,7 +25,7 @@ RECIPES = [
     "smoke_tiny",
 ]
 # Published shapes of the recipes' models (their config.json), for estimates without the weights:
-# one home, verl_gsm8k/preflight/qwen25.py.
+# one home, verl_gsm8k/common/qwen25.py.
 QWEN25_05B = SHAPES["0.5B"]
 QWEN25_15B = SHAPES["1.5B"]
 # Environment variables that would leak a real user's settings into a test recipe run.

@@ -273,8 +273,8 @@ def test_the_memory_estimate_follows_the_packed_overlay():
     old log-prob pass packed (compiled entropy over the real tokens) far below the padded one
     (eager entropy over twice the budget)."""
     from verl_gsm8k.cards import table as cards
+    from verl_gsm8k.common.qwen25 import qwen25_config
     from verl_gsm8k.preflight import memory
-    from verl_gsm8k.preflight.qwen25 import qwen25_config
 
     config_name, size = cards.RECIPES["ppo_qwen2.5-0.5b_gsm8k"]
     base = cards.recipe_overrides("ppo_qwen2.5-0.5b_gsm8k", config_name)

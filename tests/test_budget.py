@@ -2,7 +2,7 @@
 recipe's micro-batch budgets would pass 90 % of the card, the launch runs at the largest power of
 two that fits, says so, and the user's own budget key or TOKEN_BUDGET=recipe keep what was asked.
 The card is a fake nvidia-smi; the model the real Qwen2.5-0.5B shape (its config.json from
-preflight/qwen25.py, the tiny model's tokenizer beside it)."""
+common/qwen25.py, the tiny model's tokenizer beside it)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from helpers import composed_config, fake_nvidia_smi, get, recipe_env, run_recipe
 
 from verl_gsm8k.cards.table import recipe_overrides
+from verl_gsm8k.common.qwen25 import qwen25_config
 from verl_gsm8k.preflight import budget
 from verl_gsm8k.preflight.compose import compose
 from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, estimate_phases
-from verl_gsm8k.preflight.qwen25 import qwen25_config
 from verl_gsm8k.preflight.report import Report
 
 ROOT = Path(__file__).resolve().parents[1]

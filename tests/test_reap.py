@@ -2,7 +2,7 @@
 launch started are found by their environment, also re-parented and with SIGTERM blocked, and
 ended; another launch's are never touched; a launch refuses to train beside an earlier one's.
 (The whole path, a real launch under SIGTERM to all its processes, is in
-tests/test_train_cpu.py::test_killed_relaunched_and_preempted_the_run_ends_whole.)"""
+tests/test_train_cpu.py::test_killed_and_relaunched_the_run_ends_whole.)"""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 Qwen2.5-shaped model with random weights, beside the preflight's estimate for the same shapes.
 
 Needs torch and transformers only (no verl, no vLLM, nothing downloaded): each model is built
-from the shapes kept in verl_gsm8k/preflight/qwen25.py. The estimates come from the preflight's
+from the shapes kept in verl_gsm8k/common/qwen25.py. The estimates come from the preflight's
 own functions (verl_gsm8k/preflight/activations.py, memory.update_peak) and are computed before
 anything is measured. Each phase mirrors what verl 0.9.1 runs (verl/workers/engine/fsdp/
 transformer_impl.py ``prepare_model_outputs``, verl/utils/torch_functional.py), in bf16 autocast
@@ -42,11 +42,11 @@ from typing import Any
 
 import torch
 
+from verl_gsm8k.common.qwen25 import qwen25_config
 from verl_gsm8k.common.tiny_model import tiny_config
 from verl_gsm8k.preflight import activations as act
 from verl_gsm8k.preflight.memory import GIB, Engine, update_peak
 from verl_gsm8k.preflight.model import count_parameters
-from verl_gsm8k.preflight.qwen25 import qwen25_config
 
 # The recipes' micro-batch token budget (configs/gsm8k_base.yaml: ppo_max_token_len_per_gpu,
 # log_prob_max_token_len_per_gpu, ppo_infer_max_token_len_per_gpu) and longest sequence

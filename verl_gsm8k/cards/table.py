@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.common.qwen25 import SHAPES, qwen25_config
 from verl_gsm8k.preflight.budget import fitting_budget, heaviest, with_budget
 from verl_gsm8k.preflight.compose import compose
 from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, Phase, estimate_phases
-from verl_gsm8k.preflight.qwen25 import SHAPES, qwen25_config
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- cards:begin (python -m verl_gsm8k.cards) -->", "<!-- cards:end -->"
