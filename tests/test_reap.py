@@ -147,6 +147,25 @@ def test_sigterm_to_one_process_is_a_stop_request_never_over_the_launchers(tmp_p
     assert unblocked.stdout.split() == ["False", "False"]  # no mask: the process is left as it is
 
 
+def test_sigterm_from_inside_the_launch_is_rays_teardown_not_a_stop(tmp_path: Path):
+    """At a run's end Ray's raylet (a process of the launch) sends SIGTERM to its actors: no stop
+    request, no line (it left a stale RUN_DIR/stop_requested after every run); the same signal
+    from outside the launch, as Slurm's, still is one."""
+    code = (
+        "import os, signal, subprocess, sys, time, verl_gsm8k.verl_plugins.stop_on_sigterm as m; "
+        "assert m._started; "
+        "subprocess.run([sys.executable, '-c', f'import os, signal; os.kill({os.getpid()}, "
+        "signal.SIGTERM)'], check=True); time.sleep(1); "
+        f"print('inside', os.path.exists({str(tmp_path / 'stop_requested')!r}), flush=True); "
+        "os.kill(os.getpid(), signal.SIGTERM); time.sleep(1)"
+    )  # the child inherits the launch id: a sender inside the launch
+    env = dict(os.environ, **{ENV_LAUNCH: "L1", ENV_RUN_DIR: str(tmp_path)}, PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-c", BLOCKED, sys.executable, "-c", code]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("inside False\n"), out.stdout + out.stderr
+    assert out.stdout.count("stop requested") == 1 and (tmp_path / "stop_requested").is_file()
+
+
 pytestmark = pytest.mark.timeout(300)
 
 

@@ -60,6 +60,14 @@ def _environ(pid: int) -> dict[str, str]:
     return {k.decode(): v.decode(errors="replace") for k, v in pairs if k in wanted}
 
 
+def launch_of(pid: int) -> str | None:
+    """The launch id process ``pid`` carries (``GSM8K_LAUNCH_ID``); None when none, or gone."""
+    try:
+        return _environ(pid).get(ENV_LAUNCH)
+    except OSError:
+        return None
+
+
 def _name(pid: int) -> str:
     """What ``ps`` would show first: Ray's workers retitle themselves (``ray::TaskRunner``)."""
     try:

@@ -32,9 +32,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from verl_gsm8k.guard.files import STOP_FILE
+from verl_gsm8k.guard.reap import ENV_LAUNCH, launch_of
 from verl_gsm8k.verl_plugins.after_import import after_import
 
-STOP_FILE = "stop_requested"  # verl_gsm8k/guard/files.py STOP_FILE (not imported: kept light)
 _started = False
 
 
@@ -53,8 +54,14 @@ def request_stop(run_dir: Path, grace_s: float) -> bool:
 
 
 def _wait_for_sigterm(run_dir: Path, grace_s: float) -> None:
+    ours = os.environ.get(ENV_LAUNCH)
     while True:
-        signal.sigwait({signal.SIGTERM})
+        sender = signal.sigwaitinfo({signal.SIGTERM}).si_pid
+        if ours and sender != os.getpid() and launch_of(sender) == ours:
+            # Ray's own teardown of this process (its raylet, at the run's end), not a stop: a
+            # stop comes from outside the launch (Slurm, `kill`, `ray job stop`, the launcher's
+            # shell, which does not carry the launch id)
+            continue
         try:
             wrote = request_stop(run_dir, grace_s)
         except OSError as error:
