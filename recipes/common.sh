@@ -203,8 +203,8 @@ hydra_quote() {
 
 # ---- device and attention settings, from one place: two config overlays and a few variables ----
 # configs/attention/sdpa_packed.yaml, sdpa.yaml or fa4.yaml where flash-attn 2 is not used (every
-# CPU, GPU machines without its wheel); configs/device/cpu.yaml on a CPU; the SFT trainer's twins are attention/*_sft.yaml and
-# device/cpu_sft.yaml (its model keys differ). verl loads our modules (verl_gsm8k/verl_plugins/) in
+# CPU, GPU machines without its wheel); configs/device/cpu.yaml on a CPU; the SFT trainer's twins
+# are attention/*_sft.yaml and device/cpu_sft.yaml (its model keys differ). verl loads our modules (verl_gsm8k/verl_plugins/) in
 # every process through its plugin variable, by package path: the project is installed in the venv
 # Ray's workers (and torchrun's) run. key=value arguments still win.
 DEVICE_OVERRIDES=()

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import composed_config, fake_nvidia_smi, get, recipe_env, run_recipe
+from helpers import ROOT, composed_config, fake_nvidia_smi, get, recipe_env, run_recipe
 
 from verl_gsm8k.cards.table import recipe_overrides
 from verl_gsm8k.common.qwen25 import qwen25_config
@@ -19,7 +19,6 @@ from verl_gsm8k.preflight.compose import compose
 from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, estimate_phases
 from verl_gsm8k.preflight.report import Report
 
-ROOT = Path(__file__).resolve().parents[1]
 CARD_24GB = ("NVIDIA GeForce RTX 4090", 24564)
 PACKED = ["+attention=sdpa_packed"]  # what a GPU without flash-attn 2 runs (docs/gpu.md)
 ONE_GPU = ["trainer.n_gpus_per_node=1", "trainer.nnodes=1"]
@@ -35,7 +34,7 @@ def test_choose_writes_the_largest_budget_that_fits(tmp_path):
     chosen = budget.choose(cfg, hf, card, out, report)
     lines = out.read_text().split()
     assert lines == budget.overrides(8192), lines  # the per-card table's cell says 8192 too
-    assert all(int(get_key(chosen, key)) == 8192 for key in budget.BUDGET_KEYS)
+    assert all(int(get(chosen, key)) == 8192 for key in budget.BUDGET_KEYS)
     phases = estimate_phases(chosen, hf)
     assert max(p.gib(card) for p in phases) <= MEMORY_WARN_FRACTION * card
     twice = estimate_phases(budget.with_budget(cfg, 16384), hf)
@@ -47,13 +46,6 @@ def test_choose_writes_the_largest_budget_that_fits(tmp_path):
     out80, report80 = tmp_path / "budget80", Report()
     assert budget.choose(cfg, hf, 81559 / 1024, out80, report80) is cfg
     assert out80.read_text() == "" and report80.lines == []
-
-
-def get_key(cfg, dotted: str):
-    node = cfg
-    for part in dotted.split("."):
-        node = node[part]
-    return node
 
 
 @pytest.fixture(scope="module")

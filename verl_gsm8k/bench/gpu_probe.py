@@ -322,7 +322,8 @@ def probe_model(name: str, hf_config: Any, tokens: int, seq: int, device: str) -
         seconds = time.monotonic() - start
         warm = meter.seconds(fn) if status == "ok" else None
         measured = None if peak is None else peak / MIB
-        print(f"gpu_probe: {name}, {phase}: {status}, {measured} MiB, {seconds:.1f} s", flush=True)
+        shown = "" if measured is None else f", {measured:.1f} MiB"
+        print(f"gpu_probe: {name}, {phase}: {status}{shown}, {seconds:.1f} s", flush=True)
         rows.append(
             Row(name, phase, tokens, expected[phase] / MIB, measured, status, seconds, warm)
         )
