@@ -8,9 +8,9 @@
 # Every knob of the recipes is still an environment variable (sbatch passes the submitting
 # shell's environment: --export=ALL, its default); the ones of this file:
 #   LOCK_WAIT_S (120 here)      a requeued job waits that long for the previous instance's
-#                               processes to end (recipes/common.sh, lock_run_dir), then refuses
+#                               processes to end (recipes/lifecycle.sh, lock_run_dir), then refuses
 #   SLURM_REQUEUE_ON_STOP (1)   a launch that stopped and saved before the run's end requeues
-#                               its job (recipes/common.sh, requeue_if_stopped)
+#                               its job (recipes/lifecycle.sh, requeue_if_stopped)
 #   RAY_PORT (6379), RAY_JOIN_TIMEOUT_S (300)   several nodes: the head's port, and how long to
 #                               wait for every node's GPUs to join
 #   GPUS_PER_NODE               several nodes: GPUs per node (default: Slurm's SLURM_GPUS_ON_NODE)
