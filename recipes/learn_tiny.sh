@@ -13,7 +13,7 @@
 #   ALGO=gspo bash recipes/learn_tiny.sh                    # GSPO: sequence-level ratio and clip
 # Every algorithm keeps this recipe's toy settings (group of ROLLOUT_N=8 where it has groups);
 # DAPO's overlong buffer is a fifth of the toy's response length, as the paper's is of its own.
-# First use builds, and caches under CACHE_DIR/learn-tiny/v2/seed$SEED:
+# First use builds, and caches under CACHE_DIR/learn-tiny/v2[/hard]/seed$SEED:
 #   1. the tiny random Qwen2 (python -m verl_gsm8k.common.tiny_model, offline);
 #   2. the toy task: single-digit sums in GSM8K's format (python -m data_prep.arithmetic), then
 #      verl's RL parquet through the real path (python -m data_prep.gsm8k);
@@ -34,7 +34,13 @@ fi
 RECIPE=learn_tiny
 CPU_BY_DEFAULT=1                          # no GPU: train on the CPU instead of stopping
 SEED=${SEED:-0}                           # toy data, warm start and RL data order
-WARM_START_STEPS=${WARM_START_STEPS:-400}  # SFT steps of the warm start
+# easy: sums up to 4 + 4 and a converged warm start (every algorithm reaches ~1.00: does it learn?);
+# hard: sums up to 9 + 9 and a warm start stopped at 150 SFT steps, which knows part of them
+# (nothing reaches 1.00 in 20 steps: which learns best? python -m verl_gsm8k.bench.algorithms).
+TOY_TASK=${TOY_TASK:-easy}
+if [[ "$TOY_TASK" == hard ]]; then TOY_MAX_OPERAND=9; WARM_START_DEFAULT=150
+else TOY_MAX_OPERAND=4; WARM_START_DEFAULT=400; fi  # check_knobs refuses a name not easy or hard
+WARM_START_STEPS=${WARM_START_STEPS:-$WARM_START_DEFAULT}  # SFT steps of the warm start
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-learn_tiny_${ALGO}_$(date -u +%Y%m%dT%H%M%SZ)}  # a fresh run each time
 TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-16}
 PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-8}
@@ -66,6 +72,7 @@ LEARN_CACHE_VERSION=2
 
 recipe_defaults() {
   LEARN_HOME=$CACHE_DIR/learn-tiny/v$LEARN_CACHE_VERSION/seed$SEED
+  if [[ "$TOY_TASK" == hard ]]; then LEARN_HOME=$CACHE_DIR/learn-tiny/v$LEARN_CACHE_VERSION/hard/seed$SEED; fi
   if [[ "$LEARN_HOME" != /* ]]; then LEARN_HOME=$PWD/$LEARN_HOME; fi  # Ray workers: absolute paths
   TOY_DIR=$LEARN_HOME/data
   WARM_START_DIR=$LEARN_HOME/warm-start-$WARM_START_STEPS
@@ -87,8 +94,9 @@ prepare_run() {
   local need_warm=0
   if [[ "$MODEL_PATH" == "$WARM_START_DIR" && ! -e "$MODEL_PATH/config.json" ]]; then need_warm=1; fi
   if [[ "$need_warm" == 1 || "$DATA_DIR" == "$TOY_DIR/rl" ]] && [[ ! -e "$TOY_DIR/rl/test.parquet" ]]; then
-    echo "recipe: the toy task (single-digit sums in GSM8K's format, seed $SEED) -> $TOY_DIR"
-    "$PYTHON" -m data_prep.arithmetic --out-dir "$TOY_DIR" --seed "$SEED" >/dev/null
+    echo "recipe: the toy task ($TOY_TASK: sums up to $TOY_MAX_OPERAND + $TOY_MAX_OPERAND in GSM8K's format, seed $SEED) -> $TOY_DIR"
+    "$PYTHON" -m data_prep.arithmetic --out-dir "$TOY_DIR" --seed "$SEED" \
+      --max-operand "$TOY_MAX_OPERAND" >/dev/null
     "$PYTHON" -m data_prep.gsm8k --source "$TOY_DIR" --out-dir "$TOY_DIR/rl" >/dev/null
   fi
   [[ "$need_warm" == 1 ]] || return 0

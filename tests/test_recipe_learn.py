@@ -74,6 +74,28 @@ def test_algo_picks_the_config_and_the_toy_settings_reach_verl(
     assert get(cfg, "trainer.experiment_name").startswith(f"learn_tiny_{algo}_")
 
 
+def test_the_hard_toy_task_has_sums_up_to_nine_in_a_cache_of_its_own(
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+):
+    """TOY_TASK=hard: the toy task is built with sums up to 9 + 9 (100 sums, 4000 training
+    questions) under learn-tiny/v2/hard/, apart from the easy task's cache; a model set by hand
+    (no warm start built here: the benchmark builds it, 150 SFT steps)."""
+    import pyarrow.parquet as pq
+
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
+                     TOY_TASK="hard", CACHE_DIR=str(tmp_path / "cache"))  # fmt: skip
+    env.pop("DATA_DIR")
+    result = run_recipe(RECIPE, env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "toy task (hard: sums up to 9 + 9" in result.stdout
+    data = tmp_path / "cache" / "learn-tiny" / "v2" / "hard" / "seed0" / "data" / "rl"
+    assert get(composed_config(result.stdout), "data.train_files") == [str(data / "train.parquet")]
+    rows = pq.read_table(data / "test.parquet").to_pylist()
+    answers = {row["reward_model"]["ground_truth"] for row in rows}
+    assert answers == {str(n) for n in range(19)}  # 0 + 0 ... 9 + 9
+    assert pq.read_metadata(data / "train.parquet").num_rows == 4000
+
+
 def test_user_arguments_and_knobs_win(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     env = recipe_env(
         tiny_model_dir,
@@ -99,6 +121,7 @@ def test_user_arguments_and_knobs_win(tiny_model_dir, prepared_gsm8k_dir, tmp_pa
         ("ALGO=reinforce", "knobs: ALGO=reinforce is not one of " + ", ".join(LEARN_ALGOS)),
         ("SEED=-1", "knobs: SEED=-1 is not an integer >= 0"),
         ("WARM_START_STEPS=0", "knobs: WARM_START_STEPS=0 is not an integer > 0"),
+        ("TOY_TASK=medium", "knobs: TOY_TASK=medium is not one of easy, hard"),
     ],
 )
 def test_a_bad_knob_stops_it_before_anything_is_built(knob, line, tmp_path):

@@ -136,6 +136,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("ALGO", one_of(*LEARN_ALGOS)),
     Knob("SEED", NON_NEGATIVE_INT),
     Knob("WARM_START_STEPS", POSITIVE_INT),
+    Knob("TOY_TASK", one_of("easy", "hard")),
     Knob("TRACE_SAMPLES", NON_NEGATIVE_INT),
     Knob("WATCHDOG", one_of("stop", "warn", "off")),
     Knob("KEEP_BEST", SWITCH),

@@ -1,0 +1,126 @@
+"""The algorithm comparison's figures (python -m verl_gsm8k.bench.algorithms): the area under the
+validation curve, the accuracy at a step, the tokens generated (DAPO's dropped groups and ReMax's
+greedy baseline counted), the table, and which runs are read instead of trained again. The
+benchmark's training runs are not made here (docs/algorithms.md has its command and figures)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verl_gsm8k.bench.algorithms import (
+    accuracy_at,
+    area_under,
+    complete,
+    main,
+    step_tokens,
+    summarize,
+    table,
+    tokens_generated,
+)
+from verl_gsm8k.bench.learning import VAL
+
+# One training step as verl's file logger writes it (keys and values of a real CPU step).
+STEP = {
+    "perf/total_num_tokens": 5745,
+    "prompt_length/mean": 238.1875,
+    "response_length/mean": 120.875,
+}
+
+
+def write_run(
+    run_dir: Path, steps: dict[int, dict[str, float]], batch: int = 16, group: int = 8
+) -> Path:
+    (run_dir / "metrics").mkdir(parents=True)
+    lines = [json.dumps({"step": s, "data": m}) for s, m in sorted(steps.items())]
+    (run_dir / "metrics" / "metrics-20260101T000000Z.jsonl").write_text("\n".join(lines) + "\n")
+    (run_dir / "launches").mkdir()
+    (run_dir / "launches" / "launch-20260101T000000Z.yaml").write_text(
+        f"stamp: '20260101T000000Z'\nconfig:\n  data:\n    train_batch_size: {batch}\n"
+        f"  actor_rollout_ref:\n    rollout:\n      n: {group}\n"
+    )
+    return run_dir
+
+
+def test_area_under_the_curve_is_the_mean_accuracy_over_the_steps():
+    assert area_under([(0, 0.4), (20, 0.4)]) == pytest.approx(0.4)  # no learning: the warm start
+    # 0 -> 5: 0.2 to 0.6 (mean 0.4 over 5 steps), then 0.6 to step 20: (0.4*5 + 0.6*15) / 20
+    assert area_under([(0, 0.2), (5, 0.6), (20, 0.6)]) == pytest.approx(0.55)
+    assert area_under([(5, 0.6), (0, 0.2), (20, 0.6)]) == pytest.approx(0.55)  # any order
+    assert area_under([(0, 0.5)]) is None
+
+
+def test_accuracy_at_a_step_or_none():
+    curve = [(0, 0.3), (5, 0.5)]
+    assert accuracy_at(curve, 5) == 0.5
+    assert accuracy_at(curve, 10) is None
+
+
+def test_tokens_of_a_step_count_the_batch_and_what_was_dropped():
+    trained = 16 * 120.875  # 16 responses (5745 / (238.1875 + 120.875)) at the mean length
+    assert step_tokens(STEP, 8) == pytest.approx(trained)
+    # DAPO: verl's metric names (a real CPU DAPO step logged these two), counting groups
+    dapo = dict(STEP, **{"training/filter_groups/evicted_samples": 12.0,
+                         "training/filter_groups/discarded_surplus_samples": 2.0})  # fmt: skip
+    assert step_tokens(dapo, 8) == pytest.approx(trained + 14 * 8 * 120.875)
+    assert step_tokens(STEP, 8, greedy_prompts=4) == pytest.approx(trained + 4 * 120.875)  # ReMax
+    assert step_tokens({}, 8) == 0.0
+
+
+def test_tokens_of_a_run_read_the_group_and_remax_prompts_from_the_launch_record(tmp_path):
+    dapo = dict(STEP, **{"training/filter_groups/evicted_samples": 1.0})
+    run = write_run(tmp_path / "run", {1: STEP, 2: dapo}, batch=4, group=2)
+    assert tokens_generated(run, "grpo") == round((2 * 16 + 2) * 120.875)
+    assert tokens_generated(run, "remax") == round((2 * 20 + 2) * 120.875)
+    assert tokens_generated(tmp_path / "none", "grpo") is None
+
+
+def test_a_complete_run_is_read_not_trained_again(tmp_path):
+    run = write_run(tmp_path / "run", {0: {VAL: 0.3}, 5: {VAL: 0.5}})
+    assert complete(run, 5)
+    assert not complete(run, 20)  # stopped before its last validation
+
+
+def test_the_table_gives_mean_and_spread_over_seeds(tmp_path):
+    rows = []
+    for seed, (before, after) in enumerate([(0.3, 0.6), (0.4, 0.8)]):
+        run = write_run(tmp_path / f"grpo_seed{seed}", {1: STEP, 20: {VAL: after}})
+        rows.append(
+            summarize(
+                {
+                    "algo": "grpo",
+                    "seed": seed,
+                    "status": 0,
+                    "run_dir": str(run),
+                    "wall_s": 300.0,
+                    "warm_start_built": False,
+                    "val_by_step": [[0, before], [20, after]],
+                    "any_format_before": None,
+                    "any_format_after": None,
+                    "knowledge_lost": None,
+                }
+            )  # fmt: skip
+        )
+    line = table(rows).splitlines()[-1]
+    assert line.startswith("| grpo | 0, 1 | 0.35 (0.30-0.40) | - | - | 0.70 (0.60-0.80) |"), line
+    assert "| 0.53 (0.45-0.60) | 5.0 (5.0-5.0) | 1.9 (1.9-1.9) |" in line, line
+    rows[1]["status"] = 1
+    assert "(seed 1: exit 1)" in table(rows)
+
+
+def test_bad_knob_is_one_line(capsys, tmp_path):
+    assert main(["--out", str(tmp_path), "--", "ACTOR_LR"]) == 2
+    assert capsys.readouterr().err.strip() == "bench.algorithms: not KNOB=VALUE: ACTOR_LR"
+
+
+def test_help_names_every_flag():
+    out = subprocess.run(
+        [sys.executable, "-m", "verl_gsm8k.bench.algorithms", "--help"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    for flag in ("--seeds", "--algos", "--out", "--steps", "TOY_TASK=hard"):
+        assert flag in out

@@ -1,0 +1,235 @@
+"""Which algorithm learns the toy task best? Trains every algorithm of docs/algorithms.md with
+`recipes/learn_tiny.sh` on the harder setting of its toy task (``TOY_TASK=hard``: 100 sums, a
+warm start that knows part of them) over the same seeds, one run at a time, and writes per
+algorithm: greedy validation accuracy at steps 0 (the warm start), 5, 10 and 20, the area under
+the validation curve (its mean over the steps, trapezoids between test steps), wall time and the
+tokens generated; then, per seed, the comparison page and the per-question page of
+``python -m verl_gsm8k.report`` over every algorithm's run.
+
+    python -m verl_gsm8k.bench.algorithms --out bench-algos                 # 9 algorithms x 3 seeds
+    python -m verl_gsm8k.bench.algorithms --seeds 0 --algos ppo grpo dapo --out bench-algos
+
+A run already complete in --out (its last validation step logged) is read, not trained again: an
+interrupted benchmark resumes with the same command. A benchmark, not a test: it prints figures,
+writes them as Markdown (OUT/algorithms.md) and JSON (OUT/algorithms.json), and is run alone (every
+other job on the machine slows every phase; the wall times are then not the algorithms').
+
+Tokens generated: the responses of the training batch (``perf/total_num_tokens`` split by the
+mean prompt and response lengths: exact counts of the batch), plus what verl generated and did
+not train on, at the step's mean response length (an estimate): DAPO's groups dropped by dynamic
+sampling (``.../filter_groups/evicted_samples`` and ``discarded_surplus_samples``, each a group of
+``rollout.n`` responses) and ReMax's greedy baseline, one response per prompt
+(``data.train_batch_size``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from verl_gsm8k.bench.cpu_train import read_metrics
+from verl_gsm8k.bench.learning import VAL, run_once
+from verl_gsm8k.common.launch_record import lookup, read_records
+from verl_gsm8k.preflight.knobs import LEARN_ALGOS
+
+PROG = "bench.algorithms"
+# The harder setting of the toy task (docs/algorithms.md, "A task that separates them").
+HARD_SETTING = ("TOY_TASK=hard",)
+AT_STEPS = (0, 5, 10, 20)
+# Samples verl generated and dropped before the update (v1 trainer's replay buffer, DAPO).
+DROPPED_SUFFIXES = ("/filter_groups/evicted_samples", "/filter_groups/discarded_surplus_samples")
+
+
+def accuracy_at(curve: list[tuple[int, float]], step: int) -> float | None:
+    """The validation accuracy logged at ``step``, or None."""
+    return next((acc for s, acc in curve if s == step), None)
+
+
+def area_under(curve: list[tuple[int, float]]) -> float | None:
+    """The mean validation accuracy over the run's steps: trapezoids between test steps, divided
+    by the steps from the first test to the last (1.0: right from step 0 on; the warm start's
+    accuracy: no learning)."""
+    points = sorted(curve)
+    if len(points) < 2 or points[-1][0] == points[0][0]:
+        return None
+    area = sum(
+        (a1 + a2) / 2 * (s2 - s1) for (s1, a1), (s2, a2) in zip(points, points[1:], strict=False)
+    )
+    return area / (points[-1][0] - points[0][0])
+
+
+def step_tokens(metrics: dict[str, float], group: int, greedy_prompts: int = 0) -> float:
+    """Tokens generated in one training step (see the module's docstring): ``group`` responses
+    per prompt (``rollout.n``), ``greedy_prompts`` greedy baseline responses (ReMax)."""
+    total = metrics.get("perf/total_num_tokens")
+    prompt = metrics.get("prompt_length/mean")
+    response = metrics.get("response_length/mean")
+    if total is None or prompt is None or response is None or prompt + response <= 0:
+        return 0.0
+    trained = total * response / (prompt + response)  # responses x mean response length
+    # verl counts the dropped *groups* (prompt uids) under the name "samples" (replay_buffer.py)
+    dropped_groups = sum(v for k, v in metrics.items() if k.endswith(DROPPED_SUFFIXES))
+    return trained + (dropped_groups * group + greedy_prompts) * response
+
+
+def tokens_generated(run_dir: Path, algo: str) -> int | None:
+    """Tokens the run generated over its training steps, or None without metrics or a launch
+    record (rollout.n and the batch size come from the last one)."""
+    steps = read_metrics(run_dir)
+    records = read_records(run_dir)
+    if not steps or not records:
+        return None
+    config = records[-1]["config"]
+    group = int(lookup(config, "actor_rollout_ref.rollout.n") or 1)
+    greedy = int(lookup(config, "data.train_batch_size") or 0) if algo == "remax" else 0
+    return round(sum(step_tokens(m, group, greedy) for m in steps.values()))
+
+
+def summarize(run: dict) -> dict:
+    """One run's figures for the table, from bench.learning's run record."""
+    curve = [(int(s), float(v)) for s, v in run["val_by_step"]]
+    run_dir = Path(run["run_dir"])
+    return {
+        "algo": run["algo"],
+        "seed": run["seed"],
+        "status": run["status"],
+        "run_dir": str(run_dir),
+        "wall_s": run["wall_s"],
+        "warm_start_built": run["warm_start_built"],
+        "acc": {str(step): accuracy_at(curve, step) for step in AT_STEPS},
+        "auc": area_under(curve),
+        "tokens": tokens_generated(run_dir, run["algo"]),
+        "any_format_before": run["any_format_before"],
+        "any_format_after": run["any_format_after"],
+        "knowledge_lost": run["knowledge_lost"],
+    }
+
+
+def complete(run_dir: Path, last_step: int) -> bool:
+    """Whether a run in --out already logged its last validation step (then it is not rerun)."""
+    steps = read_metrics(run_dir)
+    return VAL in steps.get(last_step, {})
+
+
+def _spread(values: list[float | None], digits: int = 2) -> str:
+    known = [v for v in values if v is not None]
+    if not known:
+        return "-"
+    mean = f"{statistics.fmean(known):.{digits}f}"
+    if len(known) == 1:
+        return mean
+    return f"{mean} ({min(known):.{digits}f}-{max(known):.{digits}f})"
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: one line per algorithm, the mean over seeds and (min-max)."""
+    lines = [
+        "| algorithm | seeds | "
+        + " | ".join("warm start" if s == 0 else f"step {s}" for s in AT_STEPS)
+        + " | area under the curve | wall per run (min) | tokens generated (thousands) |",
+        "|---|---|" + "---|" * (len(AT_STEPS) + 3),
+    ]
+    for algo in dict.fromkeys(r["algo"] for r in rows):
+        runs = [r for r in rows if r["algo"] == algo]
+        failed = [r for r in runs if r["status"] != 0]
+        seeds = ", ".join(str(r["seed"]) for r in runs)
+        if failed:
+            seeds += " (" + ", ".join(f"seed {r['seed']}: exit {r['status']}" for r in failed) + ")"
+        cells = [_spread([r["acc"][str(s)] for r in runs]) for s in AT_STEPS]
+        walls = [r["wall_s"] / 60 for r in runs if not r["warm_start_built"]]
+        tokens = [r["tokens"] / 1000 if r["tokens"] is not None else None for r in runs]
+        lines.append(
+            f"| {algo} | {seeds} | "
+            + " | ".join(cells)
+            + f" | {_spread([r['auc'] for r in runs])} | {_spread(walls, 1)} | "
+            f"{_spread(tokens, 1)} |"
+        )
+    return "\n".join(lines)
+
+
+def pages(rows: list[dict], out: Path) -> list[Path]:
+    """Per seed: the comparison page (and its questions page) over every algorithm's run."""
+    written = []
+    for seed in dict.fromkeys(r["seed"] for r in rows):
+        runs = [r["run_dir"] for r in rows if r["seed"] == seed and r["status"] == 0]
+        if len(runs) < 2:
+            continue
+        page = out / f"comparison-seed{seed}"
+        command = [sys.executable, "-m", "verl_gsm8k.report", *runs, "--out", str(page), "--quiet"]
+        if subprocess.run(command, check=False).returncode == 0:
+            written.append(page / "comparison.html")
+        else:
+            print(f"{PROG}: the comparison page of seed {seed} failed: {' '.join(command)}")
+    return written
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m verl_gsm8k.{PROG}", description=__doc__)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="SEED values")
+    parser.add_argument(
+        "--algos",
+        nargs="+",
+        choices=LEARN_ALGOS,
+        default=list(LEARN_ALGOS),
+        help="ALGO values (default: all of them)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="run root: the runs, their logs, algorithms.md/.json and the comparison pages; "
+        "a run already complete here is read, not trained again",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=AT_STEPS[-1],
+        help=f"TOTAL_TRAINING_STEPS of every run (default {AT_STEPS[-1]})",
+    )
+    parser.add_argument(
+        "knobs",
+        nargs="*",
+        metavar="KNOB=VALUE",
+        help=f"after --: knobs for every run, after the setting's own ({' '.join(HARD_SETTING)})",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    bad = [k for k in args.knobs if "=" not in k]
+    if bad:
+        print(f"{PROG}: not KNOB=VALUE: {' '.join(bad)}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    knobs = [*HARD_SETTING, f"TOTAL_TRAINING_STEPS={args.steps}", *args.knobs]
+    rows = []
+    for seed in args.seeds:
+        for algo in args.algos:
+            name = f"{algo}_seed{seed}"
+            record = args.out / f"{name}.json"
+            if record.is_file() and complete(args.out / name, args.steps):
+                print(f"{PROG}: {name}: complete in {args.out}, read", flush=True)
+                run = json.loads(record.read_text())
+            else:
+                print(f"{PROG}: {name} ...", flush=True)
+                run = run_once(seed, algo, args.out, knobs, None, name=name)
+                record.write_text(json.dumps(run, indent=2) + "\n")
+            rows.append(summarize(run))
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
+    text = table(rows)
+    print(text)
+    (args.out / "algorithms.md").write_text(text + "\n")
+    (args.out / "algorithms.json").write_text(json.dumps(rows, indent=2) + "\n")
+    for page in pages(rows, args.out):
+        print(f"{PROG}: {page}")
+    return 0 if all(r["status"] == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
