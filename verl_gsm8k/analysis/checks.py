@@ -2,7 +2,7 @@
 where a sick run turned, KL, entropy, length, value loss, flat accuracy, clip fraction,
 rollout/training mismatch (its trend; its level against verl's FAQ); and ``health_checks``,
 which runs every check of the report, those of ``learning`` (accuracy below its best, KL growing
-without a score gain) included.
+without a score gain) and ``sampling`` (DAPO's dropped groups) included.
 
 Standard library only. Every constant lives in ``thresholds.Thresholds``;
 docs/reading-a-ppo-run.md repeats them with what to change when a check fires.
@@ -22,6 +22,7 @@ from verl_gsm8k.analysis.learning import (
     score_range,
 )
 from verl_gsm8k.analysis.parse import Canonical, RunData
+from verl_gsm8k.analysis.sampling import check_dropped_groups
 from verl_gsm8k.analysis.thresholds import THRESHOLDS, Thresholds
 from verl_gsm8k.analysis.vocab import METRICS_BY_NAME
 
@@ -540,6 +541,7 @@ def health_checks(
         + check_clip_fraction(canon, t)
         + check_rollout_mismatch(canon, t)
         + check_rollout_gap(data, canon, t)
+        + check_dropped_groups(data, t)
         + check_accuracy_below_best(canon, t)
         + check_kl_without_score_gain(canon, t)
     )

@@ -174,6 +174,14 @@ class Thresholds:
     mismatch_mean_normal: float = 0.005
     mismatch_mean_harmful: float = 0.01
 
+    # DAPO's dynamic sampling (algorithm.filter_groups, verl_gsm8k/analysis/sampling.py): the
+    # share of the prompt groups a step generated that were dropped (no signal, or surplus),
+    # above dropped_groups_share as a rolling median (window steps, or all of a shorter run) for
+    # at least half a window. 0.75: four groups generated for each one trained on, a step's
+    # generation four times what the batch needs. Nothing in verl 0.9.1's v1 trainer caps it; the
+    # CPU DAPO run on the converged toy task passes it in its second half (docs/algorithms.md).
+    dropped_groups_share: float = 0.75
+
     # Checks from the per-token trace (verl_gsm8k/replay/checks.py), each over traced steps.
     # A flat critic: among the traced steps whose responses' scores differ (standard deviation
     # >= trace_score_spread, a tenth of a 0/1 score), at least trace_steps (and half of them)

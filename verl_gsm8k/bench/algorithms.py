@@ -31,6 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from verl_gsm8k.analysis.sampling import dropped_groups
 from verl_gsm8k.bench.cpu_train import read_metrics
 from verl_gsm8k.bench.learning import VAL, run_once
 from verl_gsm8k.common.launch_record import lookup, read_records
@@ -40,8 +41,6 @@ PROG = "bench.algorithms"
 # The harder setting of the toy task (docs/algorithms.md, "A task that separates them").
 HARD_SETTING = ("TOY_TASK=hard",)
 AT_STEPS = (0, 5, 10, 20)
-# Samples verl generated and dropped before the update (v1 trainer's replay buffer, DAPO).
-DROPPED_SUFFIXES = ("/filter_groups/evicted_samples", "/filter_groups/discarded_surplus_samples")
 
 
 def accuracy_at(curve: list[tuple[int, float]], step: int) -> float | None:
@@ -71,9 +70,7 @@ def step_tokens(metrics: dict[str, float], group: int, greedy_prompts: int = 0) 
     if total is None or prompt is None or response is None or prompt + response <= 0:
         return 0.0
     trained = total * response / (prompt + response)  # responses x mean response length
-    # verl counts the dropped *groups* (prompt uids) under the name "samples" (replay_buffer.py)
-    dropped_groups = sum(v for k, v in metrics.items() if k.endswith(DROPPED_SUFFIXES))
-    return trained + (dropped_groups * group + greedy_prompts) * response
+    return trained + (dropped_groups(metrics) * group + greedy_prompts) * response
 
 
 def tokens_generated(run_dir: Path, algo: str) -> int | None:
