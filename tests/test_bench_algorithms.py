@@ -99,15 +99,16 @@ def test_the_table_gives_mean_and_spread_over_seeds(tmp_path):
                     "wall_s": 300.0,
                     "warm_start_built": False,
                     "val_by_step": [[0, before], [20, after]],
-                    "any_format_before": None,
-                    "any_format_after": None,
-                    "knowledge_lost": None,
+                    "any_format_before": 0.6,
+                    "any_format_after": after,
+                    "knowledge_lost": seed == 0,
                 }
             )  # fmt: skip
         )
     line = table(rows).splitlines()[-1]
     assert line.startswith("| grpo | 0, 1 | 0.35 (0.30-0.40) | - | - | 0.70 (0.60-0.80) |"), line
-    assert "| 0.53 (0.45-0.60) | 5.0 (5.0-5.0) | 1.9 (1.9-1.9) |" in line, line
+    assert "| 0.53 (0.45-0.60) | 0.60 (0.60-0.60) -> 0.70 (0.60-0.80) (**lost**: seed 0) |" in line
+    assert line.endswith("| 5.0 (5.0-5.0) | 1.9 (1.9-1.9) |"), line
     rows[1]["status"] = 1
     assert "(seed 1: exit 1)" in table(rows)
 

@@ -127,8 +127,9 @@ def table(rows: list[dict]) -> str:
     lines = [
         "| algorithm | seeds | "
         + " | ".join("warm start" if s == 0 else f"step {s}" for s in AT_STEPS)
-        + " | area under the curve | wall per run (min) | tokens generated (thousands) |",
-        "|---|---|" + "---|" * (len(AT_STEPS) + 3),
+        + " | area under the curve | sums right in any format, first -> last (lost: of the "
+        "warm start's) | wall per run (min) | tokens generated (thousands) |",
+        "|---|---|" + "---|" * (len(AT_STEPS) + 4),
     ]
     for algo in dict.fromkeys(r["algo"] for r in rows):
         runs = [r for r in rows if r["algo"] == algo]
@@ -139,10 +140,16 @@ def table(rows: list[dict]) -> str:
         cells = [_spread([r["acc"][str(s)] for r in runs]) for s in AT_STEPS]
         walls = [r["wall_s"] / 60 for r in runs if not r["warm_start_built"]]
         tokens = [r["tokens"] / 1000 if r["tokens"] is not None else None for r in runs]
+        kept = f"{_spread([r['any_format_before'] for r in runs])} -> " + _spread(
+            [r["any_format_after"] for r in runs]
+        )
+        lost = [str(r["seed"]) for r in runs if r["knowledge_lost"]]
+        if lost:
+            kept += f" (**lost**: seed {', '.join(lost)})"
         lines.append(
             f"| {algo} | {seeds} | "
             + " | ".join(cells)
-            + f" | {_spread([r['auc'] for r in runs])} | {_spread(walls, 1)} | "
+            + f" | {_spread([r['auc'] for r in runs])} | {kept} | {_spread(walls, 1)} | "
             f"{_spread(tokens, 1)} |"
         )
     return "\n".join(lines)
