@@ -38,8 +38,8 @@ SEED=${SEED:-0}                           # toy data, warm start and RL data ord
 # hard: sums up to 9 + 9 and a warm start stopped at 150 SFT steps, which knows part of them
 # (nothing reaches 1.00 in 20 steps: which learns best? python -m verl_gsm8k.bench.algorithms).
 TOY_TASK=${TOY_TASK:-easy}
-if [[ "$TOY_TASK" == hard ]]; then TOY_MAX_OPERAND=9; WARM_START_DEFAULT=150
-else TOY_MAX_OPERAND=4; WARM_START_DEFAULT=400; fi  # check_knobs refuses a name not easy or hard
+if [[ "$TOY_TASK" == hard ]]; then TOY_MAX_OPERAND=9; WARM_START_DEFAULT=150; TOY_CACHE=hard/
+else TOY_MAX_OPERAND=4; WARM_START_DEFAULT=400; TOY_CACHE=""; fi  # check_knobs refuses a name not easy or hard
 WARM_START_STEPS=${WARM_START_STEPS:-$WARM_START_DEFAULT}  # SFT steps of the warm start
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-learn_tiny_${ALGO}_$(date -u +%Y%m%dT%H%M%SZ)}  # a fresh run each time
 TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-16}
@@ -71,8 +71,7 @@ WARM_START_BATCH=32
 LEARN_CACHE_VERSION=2
 
 recipe_defaults() {
-  LEARN_HOME=$CACHE_DIR/learn-tiny/v$LEARN_CACHE_VERSION/seed$SEED
-  if [[ "$TOY_TASK" == hard ]]; then LEARN_HOME=$CACHE_DIR/learn-tiny/v$LEARN_CACHE_VERSION/hard/seed$SEED; fi
+  LEARN_HOME=$CACHE_DIR/learn-tiny/v$LEARN_CACHE_VERSION/${TOY_CACHE}seed$SEED
   if [[ "$LEARN_HOME" != /* ]]; then LEARN_HOME=$PWD/$LEARN_HOME; fi  # Ray workers: absolute paths
   TOY_DIR=$LEARN_HOME/data
   WARM_START_DIR=$LEARN_HOME/warm-start-$WARM_START_STEPS
