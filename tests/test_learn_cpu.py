@@ -184,7 +184,11 @@ def test_each_rollout_is_scored_against_its_own_prompt(algo: str, request: pytes
             assert str(row["gts"]) == str(a + b), row
             expected = compute_score("openai/gsm8k", row["output"], row["gts"])["score"]
             assert row["score"] == expected, row
-        assert 0 < sum(row["score"] for row in rows) < len(rows)  # something to learn from
+        right = sum(row["score"] for row in rows)
+        # Step 1 samples the warm start (about half right): something to learn from. By the last
+        # step a run may have learned every sum (a CI machine's PPO run: 128 of 128 right), so
+        # there only a score of 0 everywhere would say the pairing broke.
+        assert (0 < right < len(rows)) if step == 1 else right > 0, (step, right)
 
 
 @pytest.mark.parametrize("algo", ["ppo", "grpo"])
