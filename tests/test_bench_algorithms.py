@@ -17,6 +17,7 @@ from verl_gsm8k.bench.algorithms import (
     area_under,
     complete,
     main,
+    numbers_copied,
     step_tokens,
     summarize,
     table,
@@ -108,9 +109,26 @@ def test_the_table_gives_mean_and_spread_over_seeds(tmp_path):
     line = table(rows).splitlines()[-1]
     assert line.startswith("| grpo | 0, 1 | 0.35 (0.30-0.40) | - | - | 0.70 (0.60-0.80) |"), line
     assert "| 0.53 (0.45-0.60) | 0.60 (0.60-0.60) -> 0.70 (0.60-0.80) (**lost**: seed 0) |" in line
-    assert line.endswith("| 5.0 (5.0-5.0) | 1.9 (1.9-1.9) |"), line
+    assert line.endswith("| - -> - | 5.0 (5.0-5.0) | 1.9 (1.9-1.9) |"), line  # no dumps here
     rows[1]["status"] = 1
     assert "(seed 1: exit 1)" in table(rows)
+
+
+def test_numbers_copied_read_the_equation_not_the_answer(tmp_path):
+    """Real toy-task wordings; the answers of a hard-task GRPO run's step 20 (seed 0): right on
+    the "####" line under an equation of other numbers."""
+    made = "Betty made {} dollars in April and {} dollars in May. How many dollars did Betty make?"
+    rows = [
+        (made.format(4, 2), "4 + 2 = 6\n#### 6", "6"),  # copied, right
+        (made.format(3, 3), "4 + 4 = 6\n#### 7", "6"),  # drifted, wrong
+        (made.format(6, 3), "7 + 4 = 11\n#### 9", "9"),  # drifted, right: not the work
+        (made.format(9, 7), "9 + 7 = 16", "16"),  # copied, no marker
+    ]
+    (tmp_path / "validation").mkdir()
+    dump = [json.dumps({"input": q, "output": o, "gts": g}) for q, o, g in rows]
+    (tmp_path / "validation" / "20.jsonl").write_text("\n".join(dump) + "\n")
+    assert numbers_copied(tmp_path, 20) == 0.5
+    assert numbers_copied(tmp_path, 5) is None
 
 
 def test_bad_knob_is_one_line(capsys, tmp_path):

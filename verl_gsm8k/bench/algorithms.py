@@ -3,7 +3,9 @@
 warm start that knows part of them) over the same seeds, one run at a time, and writes per
 algorithm: greedy validation accuracy at steps 0 (the warm start), 5, 10 and 20, the area under
 the validation curve (its mean over the steps, trapezoids between test steps), wall time and the
-tokens generated; then, per seed, the comparison page and the per-question page of
+tokens generated, and the share of answers whose equation starts with the question's own two
+numbers at the first and last test (the work behind the "####" line, which the reward does not
+score); then, per seed, the comparison page and the per-question page of
 ``python -m verl_gsm8k.report`` over every algorithm's run.
 
     python -m verl_gsm8k.bench.algorithms --out bench-algos                 # 9 algorithms x 3 seeds
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -86,6 +89,27 @@ def tokens_generated(run_dir: Path, algo: str) -> int | None:
     return round(sum(step_tokens(m, group, greedy) for m in steps.values()))
 
 
+# The toy task's question ends its numbers before "How many" and its worked answer starts with
+# them ("A + B = C"): data_prep/arithmetic.py's wordings and worked_answer.
+EQUATION = re.compile(r"\s*(\d+)\s*\+\s*(\d+)")
+
+
+def numbers_copied(run_dir: Path, step: int) -> float | None:
+    """The share of validation answers whose equation starts with the question's two numbers, from
+    verl's dump of ``step``: the work the reward does not score (it reads the "#### N" line only),
+    so RL is free to let it drift while the answer line stays; or None without a dump."""
+    path = run_dir / "validation" / f"{step}.jsonl"
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    copied = 0
+    for row in rows:
+        asked = re.findall(r"\d+", row["input"].split("How many")[0])[-2:]
+        written = EQUATION.match(row["output"])
+        copied += bool(written) and list(written.groups()) == asked
+    return copied / len(rows) if rows else None
+
+
 def summarize(run: dict) -> dict:
     """One run's figures for the table, from bench.learning's run record."""
     curve = [(int(s), float(v)) for s, v in run["val_by_step"]]
@@ -103,6 +127,8 @@ def summarize(run: dict) -> dict:
         "any_format_before": run["any_format_before"],
         "any_format_after": run["any_format_after"],
         "knowledge_lost": run["knowledge_lost"],
+        "copied_before": numbers_copied(run_dir, min(curve)[0]) if curve else None,
+        "copied_after": numbers_copied(run_dir, max(curve)[0]) if curve else None,
     }
 
 
@@ -128,8 +154,9 @@ def table(rows: list[dict]) -> str:
         "| algorithm | seeds | "
         + " | ".join("warm start" if s == 0 else f"step {s}" for s in AT_STEPS)
         + " | area under the curve | sums right in any format, first -> last (lost: of the "
-        "warm start's) | wall per run (min) | tokens generated (thousands) |",
-        "|---|---|" + "---|" * (len(AT_STEPS) + 4),
+        "warm start's) | question's numbers copied into the equation, first -> last | wall per "
+        "run (min) | tokens generated (thousands) |",
+        "|---|---|" + "---|" * (len(AT_STEPS) + 5),
     ]
     for algo in dict.fromkeys(r["algo"] for r in rows):
         runs = [r for r in rows if r["algo"] == algo]
@@ -149,7 +176,9 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"| {algo} | {seeds} | "
             + " | ".join(cells)
-            + f" | {_spread([r['auc'] for r in runs])} | {kept} | {_spread(walls, 1)} | "
+            + f" | {_spread([r['auc'] for r in runs])} | {kept} | "
+            f"{_spread([r['copied_before'] for r in runs])} -> "
+            f"{_spread([r['copied_after'] for r in runs])} | {_spread(walls, 1)} | "
             f"{_spread(tokens, 1)} |"
         )
     return "\n".join(lines)
