@@ -76,6 +76,15 @@ def session(running: Running) -> list[psutil.Process]:
     return found
 
 
+def names(running: Running) -> list[str]:
+    """The names of the launch's live processes (``VLLM::EngineCor``: vLLM retitles its own)."""
+    found = []
+    for proc in session(running):
+        with contextlib.suppress(psutil.Error):
+            found.append(proc.name())
+    return found
+
+
 def term_all(running: Running) -> list[psutil.Process]:
     """SIGTERM to every process of the launch at once, as Slurm's time limit (without ``B:``),
     ``scontrol requeue`` or a preemption sends it (to the job's processes, whatever their

@@ -285,8 +285,9 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     To step 8, a checkpoint every step, MAX_CKPT_TO_KEEP=2, each launch the same command:
     1. SIGKILL (the launcher and everything under it) as soon as global_step_3/ appears: mid-save;
     2. an empty tracker planted; the relaunch falls back to the newest whole step; once it has
-       saved step 4, mid-step, SIGTERM to every process of it at once (Slurm's time limit, a
-       requeue, a preemption): none of its processes (Ray's included) outlives the launcher;
+       saved step 4, held before step 5's rollout, SIGTERM to every process of it at once
+       (Slurm's time limit, a requeue, a preemption): vLLM's engine lives through it, step 5 is
+       saved (exit 5), and none of its processes (Ray's included) outlives the launcher;
     3. the tracked step's actor shard truncated and the step before it without data.pt; the
        relaunch falls back past both and finishes: exit 0, every step logged, the last
        checkpoint whole and merged;
@@ -305,6 +306,7 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
         finish,
         kill_all,
         logged_steps,
+        names,
         newest_metrics,
         session,
         start,
@@ -345,25 +347,38 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     assert whole is not None and "critic" in whole, whole  # half a step on disk...
     assert tracker.read_text().strip() == "2"  # ...and the tracker never names it
 
-    # 2. an empty tracker (verl: open("w") then write); SIGTERM to all mid-step after saving step 4
+    # 2. an empty tracker (verl: open("w") then write); SIGTERM to all after saving step 4, the
+    #    trainer held right before step 5's rollout (ppo_trainer/guarded.py): vLLM's engine and
+    #    worker, which ended on it and failed the rollout, live through it now
+    #    (verl_plugins/vllm_sigterm.py), and the stop request saves step 5
     tracker.write_text("")
-    r2, m2 = begin("empty-tracker", dict(env, STOP_GRACE_S="120"))  # a hang: killed at 120 s
+    held = tmp_path / "paused-before-rollout-5"
+    r2, m2 = begin("empty-tracker", dict(env, STOP_GRACE_S="120", GSM8K_PAUSE_AT="rollout:5",
+                                         GSM8K_PAUSE_FILE=str(held)))  # fmt: skip
     first = wait_until("a step logged", lambda: bool(steps_of(m2)), r2, limit)
     figures.append(f"relaunch 1: its first step logged {first:.0f} s after the launch")
-    at = wait_until("step 4 logged", lambda: 4 in steps_of(m2), r2, limit)
-    time.sleep(2.0)  # into step 5
+    at = wait_until("step 5's rollout held", held.exists, r2, limit)
     signalled = term_all(r2)  # every process (the launcher alone: tests/test_slurm_cpu.py)
+
+    def engine_answered() -> bool:  # the plugin's line; without it, vLLM's engine gone
+        ignored = "SIGTERM to vLLM's EngineCore" in r2.output()
+        return ignored or not any(n.startswith("VLLM::Engine") for n in names(r2))
+
+    wait_until("vLLM's engine answered the SIGTERM", engine_answered, r2, limit)
+    held.unlink()  # the rollout goes on
     status2 = finish(r2, limit)
     out2 = r2.output()
     ours = of_run_dir(str(run_dir))
     left = [p.pid for p in session(r2)] + [p.pid for p in launch_processes(ours)]
     assert left == [], (left, out2[-3000:])  # nothing of the launch outlived its launcher
-    assert status2 != 0 and "recipe: verl exited with" in out2, (status2, out2[-3000:])
+    assert status2 == 5, (status2, out2[-3000:])  # EXIT_PREEMPTED: stopped after a save
+    assert f"recipe: stopped on SIGTERM after saving step 5 ({run_dir / 'global_step_5'})" in out2
+    assert "SIGTERM to vLLM's EngineCore" in out2 and "outside the launch: ignored" in out2
     assert f"{tracker.name} names no step here (verl would train from scratch)" in out2
     assert "resume: from global_step_" in out2 and "Training from scratch" not in out2
     assert "is in use by" not in out2  # the SIGKILLed launch left no lock behind
-    figures.append(f"SIGTERM to all {len(signalled)} processes at {at + 2:.0f} s, in step 5: exit "
-                   f"{status2}; relaunch logged {sorted(steps_of(m2))}")  # fmt: skip
+    figures.append(f"SIGTERM to all {len(signalled)} processes at {at:.0f} s, before step 5's "
+                   f"rollout: exit {status2}; relaunch logged {sorted(steps_of(m2))}")  # fmt: skip
 
     # 3. damage the newest two checkpoints; the relaunch falls back past both and finishes the
     #    run; the same command started again meanwhile refuses in one line naming the live

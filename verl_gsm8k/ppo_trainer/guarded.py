@@ -144,6 +144,7 @@ class GuardedTrainer(PPOTrainerSync):
         return super().fit(*args, **kwargs)
 
     def step(self, metrics: dict, timing_raw: dict) -> Any:
+        pause_point(f"rollout:{self.global_steps}")  # tests: a signal lands before this rollout
         started = time.time()
         batch = super().step(metrics, timing_raw)
         step = self.global_steps
