@@ -374,6 +374,9 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     assert status2 == 5, (status2, out2[-3000:])  # EXIT_PREEMPTED: stopped after a save
     assert f"recipe: stopped on SIGTERM after saving step 5 ({run_dir / 'global_step_5'})" in out2
     assert "SIGTERM to vLLM's EngineCore" in out2 and "outside the launch: ignored" in out2
+    # wandb's service (LOGGER has wandb here) ended on the signal: the trainer's wandb call fails
+    # after the save, and the metrics file, written first (guarded.py, file_first), has the step
+    assert 5 in steps_of(m2), (sorted(steps_of(m2)), out2[-3000:])
     assert f"{tracker.name} names no step here (verl would train from scratch)" in out2
     assert "resume: from global_step_" in out2 and "Training from scratch" not in out2
     assert "is in use by" not in out2  # the SIGKILLed launch left no lock behind

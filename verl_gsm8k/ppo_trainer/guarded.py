@@ -24,6 +24,10 @@ Each addition overrides one method of verl's ``PPOTrainerSync``
 - a deadline (a Slurm job's end, ``guard/deadline.py``): ``step``, ``_save_checkpoint`` and
   ``_validate`` measure themselves; after a step that one more step and its save would not
   follow before the job ends, the step is saved and ``fit`` ends, as on a stop request.
+- ``on_train_begin`` (~464, after ``fit`` built its ``Tracking`` ~423) puts the file logger
+  first: ``Tracking`` keeps its backends in its own order, wandb first
+  (``verl/utils/tracking.py`` ~86-186), so a wandb call that fails (its service process ended by
+  a SIGTERM to every process of the job) would cost the step its line in the metrics file.
 - ``_validate`` (~1031, after the save) keeps the checkpoint of the best validation score
   (KEEP_BEST): ``best_checkpoint.json`` names a step directory that pruning then keeps; when the
   best step was not a save step, it is saved then (the weights are the ones just validated).
@@ -142,6 +146,10 @@ class GuardedTrainer(PPOTrainerSync):
         history = logged_history(self.run_dir, self.global_steps + 1)
         self.watchdog = Watchdog(self.watchdog.thresholds, history, self.response_limit)
         return super().fit(*args, **kwargs)
+
+    def on_train_begin(self) -> None:
+        file_first(self.logger.logger)
+        super().on_train_begin()
 
     def step(self, metrics: dict, timing_raw: dict) -> Any:
         pause_point(f"rollout:{self.global_steps}")  # tests: a signal lands before this rollout
@@ -319,6 +327,15 @@ class GuardedTrainer(PPOTrainerSync):
         write_best(self.run_dir, step, self.best_metric, float(value), self.stamp)
         say(f"best checkpoint: step {step} ({self.best_metric} = {value:.4g})")
         return metrics
+
+
+def file_first(backends: dict[str, Any]) -> None:
+    """Reorder verl's ``Tracking.logger`` in place: the file logger first, the others as they
+    were (see the module docstring)."""
+    if "file" in backends:
+        ordered = {"file": backends.pop("file"), **backends}
+        backends.clear()
+        backends.update(ordered)
 
 
 def say(line: str) -> None:
