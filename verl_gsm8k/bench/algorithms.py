@@ -36,7 +36,7 @@ from pathlib import Path
 
 from verl_gsm8k.analysis.sampling import dropped_groups
 from verl_gsm8k.bench.cpu_train import read_metrics
-from verl_gsm8k.bench.learning import VAL, run_once
+from verl_gsm8k.bench.learning import VAL, run_once, validation_dump
 from verl_gsm8k.common.launch_record import lookup, read_records
 from verl_gsm8k.preflight.knobs import LEARN_ALGOS
 
@@ -98,10 +98,9 @@ def numbers_copied(run_dir: Path, step: int) -> float | None:
     """The share of validation answers whose equation starts with the question's two numbers, from
     verl's dump of ``step``: the work the reward does not score (it reads the "#### N" line only),
     so RL is free to let it drift while the answer line stays; or None without a dump."""
-    path = run_dir / "validation" / f"{step}.jsonl"
-    if not path.is_file():
+    rows = validation_dump(run_dir, step)
+    if rows is None:
         return None
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
     copied = 0
     for row in rows:
         asked = re.findall(r"\d+", row["input"].split("How many")[0])[-2:]

@@ -38,13 +38,21 @@ VAL = "val-core/openai/gsm8k/acc/mean@1"
 SCORE = "critic/score/mean"
 
 
-def any_format_right(run_dir: Path, step: int) -> tuple[int, int] | None:
-    """(right, questions): validation answers whose number is right in any format (the reward's
-    flexible scorer: marker, boxed, "answer is", else the last number), from verl's dump."""
+def validation_dump(run_dir: Path, step: int) -> list[dict] | None:
+    """verl's dump of the validation answers at ``step`` (``input``, ``output``, ``gts``, ...),
+    or None where that step has none."""
     path = run_dir / "validation" / f"{step}.jsonl"
     if not path.is_file():
         return None
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def any_format_right(run_dir: Path, step: int) -> tuple[int, int] | None:
+    """(right, questions): validation answers whose number is right in any format (the reward's
+    flexible scorer: marker, boxed, "answer is", else the last number), from verl's dump."""
+    rows = validation_dump(run_dir, step)
+    if rows is None:
+        return None
     right = [compute_score_flexible("openai/gsm8k", r["output"], r["gts"])["acc"] for r in rows]
     return (int(sum(right)), len(right)) if right else None
 
