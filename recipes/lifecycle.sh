@@ -50,7 +50,7 @@ slurm_job_end() {
     echo "$SLURM_JOB_END_TIME"; return 0
   fi
   local end
-  end=$(squeue -h -j "$SLURM_JOB_ID" -o %e 2>/dev/null | head -n 1) || return 0
+  end=$(squeue -h -j "$SLURM_JOB_ID" -o %e 2>/dev/null | sed -n 1p) || return 0
   [[ "$end" =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T ]] || return 0   # NONE, Unknown: no limit
   date -d "$end" +%s 2>/dev/null || true
 }

@@ -101,19 +101,27 @@ slurm_check_shared() {
   fi
 }
 
+# Ray's processes block SIGTERM (slurm_multi_node), so they are ended by `ray stop --force`
+# (SIGKILL) on every node; each `ray start --block` then exits, and its srun step with it. An srun
+# that cannot start (the job already ending) leaves them to Slurm's SIGKILL at the job's end.
 slurm_ray_teardown() {
-  local pid
+  local pid end=$((SECONDS + 30))
   if [[ ${#RAY_PIDS[@]} -gt 0 ]]; then
     echo "slurm: stopping Ray on the job's nodes"
-    for pid in "${RAY_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${RAY_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    timeout 60 srun --overlap --nodes="${SLURM_JOB_NUM_NODES:-1}" --ntasks-per-node=1 \
+      "$RAY" stop --force >/dev/null 2>&1 || true
+    for pid in "${RAY_PIDS[@]}"; do
+      while kill -0 "$pid" 2>/dev/null && (( SECONDS < end )); do sleep 1 || true; done
+      kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    done
   fi
 }
 
 # The GPUs Ray counts on the cluster at $1 ("ray status"), 0 when it does not answer.
 slurm_ray_gpus() {
   local gpus
-  gpus=$("$RAY" status --address "$1" 2>/dev/null | sed -n 's#^ *[0-9.]*/\([0-9.]*\) GPU.*#\1#p' | head -n 1)
+  gpus=$("$RAY" status --address "$1" 2>/dev/null | sed -n 's#^ *[0-9.]*/\([0-9.]*\) GPU.*#\1#p' | sed -n 1p)  # sed reads it all: no SIGPIPE under pipefail
   echo "${gpus%%.*}"
 }
 
@@ -121,6 +129,9 @@ slurm_ray_gpus() {
 # each other node (srun), a bounded wait until every node's GPUs have joined, then the recipe as
 # Ray's driver on the head (RAY_ADDRESS: recipes/common.sh attaches to the cluster). SIGTERM is
 # passed on to the recipe (it saves and stops); Ray is stopped on every node when this shell ends.
+# Each `ray start` runs with SIGTERM blocked (python -m verl_gsm8k.guard.reap exec), a mask its
+# daemons and workers inherit: a SIGTERM to every process of the job (the time limit without
+# `B:`, a preemption, scancel) leaves the cluster up while the trainer saves the step in flight.
 slurm_multi_node() {
   slurm_require slurm/multi_node.sbatch srun scontrol squeue
   local root recipe
@@ -128,6 +139,8 @@ slurm_multi_node() {
   recipe=$(slurm_recipe "$root" "${1:-}")
   shift
   RAY=${RAY:-$root/.venv/bin/ray}
+  local python=${PYTHON:-$root/.venv/bin/python}
+  local blocked=("$python" -m verl_gsm8k.guard.reap exec --)
   export LOCK_WAIT_S=${LOCK_WAIT_S:-120}
   export SLURM_REQUEUE_ON_STOP=${SLURM_REQUEUE_ON_STOP:-1}
   local nodes=${SLURM_JOB_NUM_NODES:-1} gpus=${GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-}}
@@ -138,25 +151,29 @@ slurm_multi_node() {
   fi
   slurm_check_shared "${RUN_DIR:-${RUNS_ROOT:-$root/runs}}"
   local head head_ip
-  head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+  head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)  # not head: a SIGPIPE to scontrol fails the pipeline
   head_ip=$(srun --overlap --nodes=1 --ntasks=1 -w "$head" hostname -I | awk '{print $1}')
   local address=$head_ip:$port
   trap slurm_ray_teardown EXIT
+  # SIGTERM from here on: passed on to the recipe once it runs (it saves, then stops); before it
+  # runs, nothing is trained and the recipe is not started
+  local driver="" stopping=""
+  trap 'stopping=1; if [[ -n "$driver" ]]; then pkill -TERM -P "$driver" || true; fi' TERM
   slurm_say_job "Ray head on $head ($address), $nodes node(s) x $gpus GPU(s)"
-  srun --overlap --nodes=1 --ntasks=1 -w "$head" "$RAY" start --head --block \
+  srun --overlap --nodes=1 --ntasks=1 -w "$head" --chdir="$root" "${blocked[@]}" "$RAY" start --head --block \
     --node-ip-address="$head_ip" --port="$port" --num-gpus="$gpus" &
   RAY_PIDS+=($!)
   if (( nodes > 1 )); then
-    sleep 5
+    sleep 5 || true
     srun --overlap --nodes=$((nodes - 1)) --ntasks=$((nodes - 1)) --ntasks-per-node=1 -x "$head" \
-      "$RAY" start --block --address="$address" --num-gpus="$gpus" &
+      --chdir="$root" "${blocked[@]}" "$RAY" start --block --address="$address" --num-gpus="$gpus" &
     RAY_PIDS+=($!)
   fi
   local want=$((nodes * gpus)) have=0 waited=0
   while (( waited < timeout )); do
     have=$(slurm_ray_gpus "$address")
     (( ${have:-0} >= want )) && break
-    sleep 5
+    sleep 5 || true
     waited=$((waited + 5))
   done
   if (( ${have:-0} < want )); then
@@ -166,13 +183,24 @@ slurm_multi_node() {
   slurm_say_job "all $want GPUs joined in ${waited} s: bash ${recipe#"$root"/} $*"
   export RAY_ADDRESS=$address NNODES=$nodes NDEVICES_PER_NODE=$gpus DEVICE=${DEVICE:-gpu}
   cd "$root" || exit 2
-  bash "$recipe" "$@" &
-  local driver=$!
-  trap 'kill -TERM "$driver" 2>/dev/null' TERM
-  local status=0
-  while :; do
-    wait "$driver" && status=0 || status=$?
-    kill -0 "$driver" 2>/dev/null || break
-  done
-  return "$status"
+  if [[ -n "$stopping" ]]; then
+    echo "slurm: SIGTERM before the recipe started: nothing trained, the recipe not started" >&2
+    return 143
+  fi
+  # The recipe under a subshell that ignores SIGTERM once the recipe is started (the recipe keeps
+  # its own trap) and writes the recipe's status: bash's `wait` for a pid, cut short by a trapped
+  # signal, may then lose that status or hang (bash 5.2). This shell polls the subshell instead.
+  local status_file status
+  status_file=$(mktemp "${TMPDIR:-/tmp}/slurm-recipe-status.XXXXXX")
+  ( trap ':' TERM
+    bash "$recipe" "$@" &
+    child=$!
+    trap '' TERM
+    wait "$child" && echo 0 >"$status_file" || echo "$?" >"$status_file" ) &
+  driver=$!
+  while kill -0 "$driver" 2>/dev/null; do sleep 1 || true; done  # a SIGTERM to all ends sleep too
+  wait "$driver" 2>/dev/null || true
+  status=$(cat "$status_file" 2>/dev/null || true)
+  rm -f "$status_file"
+  return "${status:-1}"
 }

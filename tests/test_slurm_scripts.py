@@ -5,9 +5,13 @@ directory some node cannot see, under a fake `srun` that runs its command as ano
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 from helpers import ROOT
 
 
@@ -64,3 +68,83 @@ def test_several_nodes_refuse_a_run_directory_a_node_cannot_see(tmp_path: Path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert f"slurm: {runs} is not on storage every node mounts (not seen on node2)" in done.stderr
     assert not list(runs.glob(".slurm-shared-check-*"))  # the probe file is removed
+
+
+FAKE_SRUN = """# runs its command here, as each node would: srun's options dropped
+while [[ $# -gt 0 && "$1" == -* ]]; do
+  case "$1" in -w|-x) shift 2 ;; *) shift ;; esac
+done
+exec "$@"
+"""
+
+FAKE_RAY = """# `ray start` stays up (as sleep, with the mask it was given) and records its pid;
+# `ray status` shows every GPU joined; `ray stop --force` kills what `ray start` left
+case "$1" in
+  start) echo "$$" >> "{pids}"; exec sleep 300 ;;
+  status) echo " 0.0/2.0 GPU" ;;
+  stop) [[ "$*" == *--force* ]] && xargs kill -KILL < "{pids}" ;;
+esac
+"""
+
+RECIPE = """trap 'echo "recipe: SIGTERM" >> "{log}"; exit 5' TERM
+echo "recipe: started" >> "{log}"
+while :; do sleep 0.1; done
+"""
+
+
+def sigterm_blocked(pid: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigBlk:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    raise AssertionError(f"no SigBlk for pid {pid}")
+
+
+def test_several_nodes_ray_lives_through_a_sigterm_to_the_whole_job_then_is_stopped(
+    tmp_path: Path,
+):
+    """Slurm's time limit without `B:`, a preemption or `scancel` signal every process of the
+    job: the batch shell (which passes it to the recipe: save, then stop) and each node's
+    `ray start` step, whose raylet would take the node's workers down before the save. Under a
+    fake srun (each node's command run here) and a fake `ray`: both `ray start`s block SIGTERM,
+    live through it, and are ended by the teardown once the recipe has stopped."""
+    pids, log = tmp_path / "ray.pids", tmp_path / "recipe.log"
+    path = fake_bin(tmp_path / "bin", srun=FAKE_SRUN, squeue="exit 0",
+                    scontrol='[[ "$1 $2" == "show hostnames" ]] && printf "node1\\nnode2\\n"',
+                    ray=FAKE_RAY.format(pids=pids))  # fmt: skip
+    recipe = tmp_path / "recipe.sh"
+    recipe.write_text(RECIPE.format(log=log))
+    nodes = dict(SLURM_JOB_NUM_NODES="2", SLURM_GPUS_ON_NODE="1", SLURM_JOB_NODELIST="node[1-2]",
+                 RUNS_ROOT=str(tmp_path / "runs"), RAY=str(tmp_path / "bin" / "ray"),
+                 PYTHON=sys.executable)  # fmt: skip
+    env = plain_env(PATH=path, SLURM_JOB_ID="7", SLURM_SUBMIT_DIR=str(ROOT), **nodes)
+    job = subprocess.Popen(["/bin/bash", str(ROOT / "slurm" / "multi_node.sbatch"), str(recipe)],
+                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, start_new_session=True)  # fmt: skip
+    try:
+
+        def up() -> list[int]:  # both nodes' `ray start` and the recipe
+            started = log.exists() and "started" in log.read_text()
+            ray = [int(pid) for pid in pids.read_text().split()] if pids.exists() else []
+            return ray if started and len(ray) == 2 else []
+
+        end = time.monotonic() + 60
+        while not up() and time.monotonic() < end and job.poll() is None:
+            time.sleep(0.1)
+        ray = up()
+        assert len(ray) == 2, (ray, job.poll(), job.poll() is not None and job.communicate()[0])
+        assert all(sigterm_blocked(pid) for pid in ray), ray
+        for pid in [*ray, job.pid]:  # every process of the job at once, as Slurm does
+            os.kill(pid, signal.SIGTERM)
+        os.killpg(job.pid, signal.SIGTERM)
+        signalled = time.monotonic()
+        out, _ = job.communicate(timeout=90)
+        ended = time.monotonic() - signalled
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert "recipe: SIGTERM" in log.read_text()  # the recipe got it: it saves, then stops
+    assert job.returncode == 5, (job.returncode, out, log.read_text())  # the recipe's status
+    assert "slurm: stopping Ray on the job's nodes" in out
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
+                   for pid in ray), out  # fmt: skip
+    assert ended < 20, (ended, out)  # by `ray stop --force`, not the teardown's 30 s fallback
