@@ -113,7 +113,7 @@ SAVE_FREQ=${SAVE_FREQ:-20}
 TEST_FREQ=${TEST_FREQ:-5}
 MAX_CKPT_TO_KEEP=${MAX_CKPT_TO_KEEP:-3}
 STOP_GRACE_SET=${STOP_GRACE_S:+1}   # set by the user: kept under Slurm too (request_stop)
-STOP_GRACE_S=${STOP_GRACE_S:-30}   # after SIGTERM: seconds to finish the step and save (Slurm, k8s: 30)
+STOP_GRACE_S=${STOP_GRACE_S:-30}   # after SIGTERM: seconds to finish the step and save (unset: chosen from the measured step and save, plan_grace)
 LOCK_WAIT_S=${LOCK_WAIT_S:-0}      # another launch trains into RUN_DIR: seconds to wait for it to end
 
 # ---- knobs: data and reward ----
@@ -524,7 +524,7 @@ launch() {
   local stamp
   stamp=$(date -u +%Y%m%dT%H%M%SZ)
   lock_run_dir "$stamp"
-  if [[ "$TRAINER" == ppo ]]; then plan_deadline || exit $?; fi
+  if [[ "$TRAINER" == ppo ]]; then plan_deadline || exit $?; plan_grace || exit $?; fi
   record_launch "$stamp" "$@" || exit $?
   mkdir -p "$RUN_DIR/metrics" "$RUN_DIR/logs"
   if logs_to_wandb; then say_where_wandb_logs; fi

@@ -2,10 +2,11 @@
 # shellcheck disable=SC2153  # STOP_GRACE_S, LOCK_WAIT_S, RUN_DIR ...: common.sh's knobs, set before any call
 # How a launch lives and ends, sourced by recipes/common.sh (never run directly): one launch per
 # run directory (lock_run_dir), a SIGTERM or Ctrl-C turned into a stop request (request_stop,
-# interrupt), the Slurm job's end as the trainer's deadline (slurm_job_end, plan_deadline), waiting
-# for verl and stopping what outlives the grace (wait_for_verl), and the requeue of a Slurm job that
-# stopped before the end of its run (requeue_if_stopped). `launch` in common.sh calls them; they
-# read its variables (RUN_DIR, PYTHON, STOP_GRACE_S, LOCK_WAIT_S, VERL_PID) when called.
+# interrupt), the Slurm job's end as the trainer's deadline (slurm_job_end, plan_deadline), the
+# grace a stop gets (plan_grace), waiting for verl and stopping what outlives the grace
+# (wait_for_verl), and the requeue of a Slurm job that stopped before the end of its run
+# (requeue_if_stopped). `launch` in common.sh calls them; they read its variables (RUN_DIR,
+# PYTHON, STOP_GRACE_S, LOCK_WAIT_S, VERL_PID) when called.
 # docs/slurm.md and docs/reliability.md say what each does for a run.
 
 # One launch at a time per run directory: two would write the same checkpoints over each other.
@@ -88,6 +89,16 @@ plan_deadline() {
     return 0
   fi
   "$PYTHON" -m verl_gsm8k.guard.deadline "$RUN_DIR" --end "$end"
+}
+
+# STOP_GRACE_S for this launch, said in one line: what a stop needs here (a step, its validation
+# and save, measured in RUN_DIR/timings.json) when the user set none; a warning when a set one, or
+# a Ray job's RAY_JOB_STOP_WAIT_TIME_S, is shorter (verl_gsm8k/guard/grace.py).
+plan_grace() {
+  local said
+  said=$(STOP_GRACE_S=${STOP_GRACE_SET:+$STOP_GRACE_S} "$PYTHON" -m verl_gsm8k.guard.grace "$RUN_DIR") || return $?
+  STOP_GRACE_S=${said##*$'\n'}   # its last line; the line saying why before it
+  if [[ "$said" == *$'\n'* ]]; then echo "${said%$'\n'*}"; fi
 }
 
 # Under slurm/one_node.sbatch (SLURM_REQUEUE_ON_STOP=1): a launch that stopped before the end of

@@ -1,0 +1,81 @@
+"""STOP_GRACE_S chosen from the steps and saves measured in the run directory, said in one line
+(verl_gsm8k/guard/grace.py, called by recipes/lifecycle.sh's plan_grace at each PPO launch)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from verl_gsm8k.guard.deadline import MARGIN_S, Timings
+from verl_gsm8k.guard.grace import RAY_JOB_ENV, RAY_WAIT_ENV, choose, stop_needs
+
+
+def measured(run_dir: Path, **timings: float) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "timings.json").write_text(json.dumps(timings))
+    return run_dir
+
+
+def test_a_stop_needs_a_whole_step_its_validation_and_save():
+    assert stop_needs(Timings()) is None
+    assert stop_needs(Timings(step_s=60, save_s=20, val_s=10)) == 60 + 10 + 20 + MARGIN_S
+    assert stop_needs(Timings(step_s=60)) == 60 + 60 + MARGIN_S  # no save measured: a step's
+
+
+def test_nothing_measured_keeps_the_default_and_says_so(tmp_path: Path):
+    grace, said = choose(tmp_path, {})
+    assert grace == 30 and said == [
+        "recipe: STOP_GRACE_S=30 s (the default; nothing measured in this run directory yet)"
+    ]
+
+
+def test_a_slow_step_raises_the_grace_unless_the_user_set_it(tmp_path: Path):
+    run_dir = measured(tmp_path, step_s=66.2, save_s=20.5, start_s=120)
+    grace, said = choose(run_dir, {})
+    assert grace == 102  # 66.2 + 20.5 + 15, up
+    assert said[0].startswith("recipe: STOP_GRACE_S=102 s, what a stop needs here (102 s: ")
+    grace, said = choose(run_dir, {"STOP_GRACE_S": "40"})
+    assert grace == 40 and len(said) == 1
+    assert said[0].startswith("recipe: warning: STOP_GRACE_S=40 s is shorter than a stop needs")
+    grace, said = choose(run_dir, {"STOP_GRACE_S": "600"})
+    assert (grace, said) == (600, [])  # set and long enough: nothing to say
+
+
+def test_a_fast_step_keeps_the_default(tmp_path: Path):
+    grace, said = choose(measured(tmp_path, step_s=5, save_s=3), {})
+    assert grace == 30 and said == [
+        "recipe: STOP_GRACE_S=30 s (the default; a stop needs 23 s: step 5 s, save 3 s, +15 s, "
+        "measured in timings.json)"
+    ]
+
+
+def test_a_ray_jobs_stop_wait_shorter_than_the_grace_is_a_warning(tmp_path: Path):
+    run_dir = measured(tmp_path, step_s=66, save_s=20)
+    _, said = choose(run_dir, {RAY_JOB_ENV: "{}"})  # Ray's default: SIGKILL 3 s after SIGTERM
+    assert said[-1].startswith(f"recipe: warning: a Ray job: `ray job stop` sends SIGKILL "
+                               f"{RAY_WAIT_ENV}=3 s after its SIGTERM")  # fmt: skip
+    assert f"start the Ray head with {RAY_WAIT_ENV}=101 in its environment" in said[-1]
+    _, said = choose(run_dir, {RAY_JOB_ENV: "{}", RAY_WAIT_ENV: "300"})
+    assert not any("Ray job" in line for line in said)
+    _, said = choose(run_dir, {RAY_WAIT_ENV: "1"})  # not a Ray job's entrypoint
+    assert not any("Ray job" in line for line in said)
+
+
+def test_the_cli_prints_the_grace_and_refuses_a_setting_that_is_not_a_number(tmp_path: Path):
+    run_dir = measured(tmp_path, step_s=66, save_s=20)
+    cli = [sys.executable, "-m", "verl_gsm8k.guard.grace", str(run_dir)]
+    done = subprocess.run(cli, capture_output=True, text=True, env={}, timeout=60)
+    said, grace = done.stdout.splitlines()  # the grace last: plan_grace reads it
+    assert (done.returncode, grace, done.stderr) == (0, "101", "")
+    assert said.startswith("recipe: STOP_GRACE_S=101 s, what a stop needs here")
+    done = subprocess.run(cli, capture_output=True, text=True, env={"STOP_GRACE_S": "9"},
+                          timeout=60)  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "9\n")  # a warning: standard error
+    assert done.stderr.startswith("recipe: warning: STOP_GRACE_S=9 s is shorter")
+    for key in ("STOP_GRACE_S", RAY_WAIT_ENV):
+        env = {key: "soon", RAY_JOB_ENV: "{}"}
+        done = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=60)
+        assert (done.returncode, done.stdout) == (2, "")
+        assert done.stderr == f"recipe: {key}='soon' is not a number of seconds\n"
