@@ -1,6 +1,7 @@
 """Many machines, at small scale: a two-node Ray cluster on this one machine (a head and a second
-node started with `ray start --block`, one logical GPU each), and the smoke recipe with NNODES=2
-attached to it through the documented entry point (RAY_ADDRESS), one PPO step.
+node started with `ray start --block`, one logical GPU each), the smoke recipe submitted to it as
+a Ray job (`ray job submit`, as docs/scaling.md submits it; NNODES=2), then stopped with
+`ray job stop` while its trainer is held right before step 2's rollout.
 
 Storage is laid out as on a real cluster: the second node runs in a mount namespace of its own
 (`unshare --mount`) with a private tmpfs over `local/`, its node-local disk, which the head
@@ -8,20 +9,28 @@ cannot see; `shared/` (the run directory, the cache with model and data) is what
 Every FSDP rank writes its checkpoint shard on its own node, so the run only keeps its
 checkpoint when RUN_DIR is shared: the test asserts that every rank's shards landed there, that
 merge.sh reads them in one place, and that a file the second node writes on its local disk does
-not reach the head (so a run dir there would lose that node's shards)."""
+not reach the head (so a run dir there would lose that node's shards).
+
+`ray job stop` sends SIGTERM to the entrypoint and every process under it (the launcher, verl's
+driver; the trainer and workers run in the cluster's own workers), then SIGKILL after
+RAY_JOB_STOP_WAIT_TIME_S (3 s unless the head was started with it: 480 here): the step in flight
+is saved by the stop request, the launcher exits 5, the job ends STOPPED. The relaunch that
+resumes from such a save is tests/test_slurm_cpu.py's (the same stop request, the same launcher).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import merge_run
-from test_train_cpu import ONE_SMALL_STEP, cpu_env, launch, output
+from helpers import ROOT, merge_run
+from test_train_cpu import ONE_SMALL_STEP, TRAIN_TIMEOUT_S, cpu_env
 
 from verl_gsm8k.evaluate.server import free_port
 
@@ -29,6 +38,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 RAY = Path(sys.executable).parent / "ray"
 NODE_ARGS = ["--num-cpus=8", "--num-gpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+JOB = "smoke-two-nodes"
 
 
 def ray_cmd(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -45,7 +55,16 @@ def private_mounts_work() -> bool:
         return False
 
 
-def test_smoke_on_a_two_node_ray_cluster(tmp_path: Path):
+def wait_for(what: str, ready, timeout: float, logs) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if ready():
+            return
+        time.sleep(1)
+    raise AssertionError(f"no {what} after {timeout} s:\n{logs()[-6000:]}")
+
+
+def test_a_ray_job_on_two_nodes_trains_and_ray_job_stop_saves_its_step(tmp_path: Path):
     if not private_mounts_work():  # the node-local disk of the second node needs it
         message = "unshare --mount is not permitted here (needs CAP_SYS_ADMIN)"
         if os.environ.get("CI") == "true":
@@ -53,13 +72,17 @@ def test_smoke_on_a_two_node_ray_cluster(tmp_path: Path):
         pytest.skip(message)
     shared, local = tmp_path / "shared", tmp_path / "local"
     local.mkdir()
-    env = cpu_env(
-        shared / "home", shared / "runs", NNODES="2", NDEVICES_PER_NODE="1", **ONE_SMALL_STEP
-    )
-    # The nodes know nothing of the recipe: only Ray's own settings (no idle-worker prestart).
-    node_env = dict(env, RAY_enable_worker_prestart="0", RAY_prestart_worker_first_driver="0")
-    head, port = start_head(node_env)
-    address = f"127.0.0.1:{port}"
+    held = shared / "paused-before-rollout-2"
+    knobs = dict(ONE_SMALL_STEP, TOTAL_TRAINING_STEPS="3", SAVE_FREQ="100", TEST_FREQ="100")
+    env = cpu_env(shared / "home", shared / "runs", NNODES="2", NDEVICES_PER_NODE="1", **knobs)
+    # What a job's entrypoint sees is the head's environment (Ray's job supervisor runs in one
+    # of its workers): the recipe's knobs, Ray's stop wait, and the test's hold of the trainer.
+    # STOP_GRACE_S over the wait: the launch must say that `ray job stop` would cut it short.
+    node_env = dict(env, RAY_enable_worker_prestart="0", RAY_prestart_worker_first_driver="0",
+                    RAY_JOB_STOP_WAIT_TIME_S="480", STOP_GRACE_S="720",
+                    GSM8K_PAUSE_AT="rollout:2", GSM8K_PAUSE_FILE=str(held))  # fmt: skip
+    head, port, dashboard = start_head(node_env)
+    address, jobs = f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}"
     # the second node: its own mount namespace, a tmpfs over local/, a marker written there
     second_cmd = [
         "unshare", "--mount", "--propagation", "private", "sh", "-c",
@@ -67,58 +90,90 @@ def test_smoke_on_a_two_node_ray_cluster(tmp_path: Path):
         f'exec "{RAY}" start --address={address} --block {" ".join(NODE_ARGS)}',
     ]  # fmt: skip
     nodes = [head]
+
+    def logs() -> str:
+        return ray_cmd(node_env, "job", "logs", f"--address={jobs}", JOB).stdout
+
+    def status() -> str:
+        return ray_cmd(node_env, "job", "status", f"--address={jobs}", JOB).stdout
+
     try:
         nodes.append(subprocess.Popen(second_cmd, env=node_env, stdout=subprocess.DEVNULL))
         for _ in range(60):  # the second node shows in `ray status` a few seconds after it starts
-            status = ray_cmd(node_env, "status", f"--address={address}")
-            if status.stdout.count(" node_") >= 2 and "/2.0 GPU" in status.stdout:
+            state = ray_cmd(node_env, "status", f"--address={address}")
+            if state.stdout.count(" node_") >= 2 and "/2.0 GPU" in state.stdout:
                 break
             time.sleep(2)
-        assert status.stdout.count(" node_") >= 2 and "/2.0 GPU" in status.stdout, status.stdout
+        assert state.stdout.count(" node_") >= 2 and "/2.0 GPU" in state.stdout, state.stdout
         assert not (local / "written-by-node-2").exists()  # node-local: the head cannot see it
 
-        run = launch("smoke_tiny", dict(env, RAY_ADDRESS=address), "data.val_max_samples=8")
-        assert run.result.returncode == 0, output(run)[-6000:]
-        assert "Started a local Ray instance" not in output(run)  # it attached to the cluster
-        assert f"preflight: [ok] gpu: Ray cluster at {address}: 2 node(s), 2 GPU(s)" in output(run)
+        entrypoint = (f"cd {shlex.quote(str(ROOT))} && exec bash recipes/smoke_tiny.sh "
+                      "trainer.val_before_train=False data.val_max_samples=8")  # fmt: skip
+        submitted = ray_cmd(node_env, "job", "submit", f"--address={jobs}", "--no-wait",
+                            f"--submission-id={JOB}", "--", "bash", "-c", entrypoint)  # fmt: skip
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        wait_for("step 2's rollout held", held.exists, TRAIN_TIMEOUT_S, logs)
+        stopping = ray_cmd(node_env, "job", "stop", f"--address={jobs}", "--no-wait", JOB)
+        assert stopping.returncode == 0, stopping.stdout + stopping.stderr
+        wait_for("the launcher's stop request", lambda: "recipe: SIGTERM:" in logs(), 120, logs)
+        held.unlink()  # step 2 goes on
+        wait_for("the job's end", lambda: "STOPPED" in status() or "FAILED" in status(),
+                 TRAIN_TIMEOUT_S, logs)  # fmt: skip
+        said = logs()
+        assert "STOPPED" in status(), (status(), said[-6000:])
+        assert "Started a local Ray instance" not in said  # it attached to the cluster
+        assert "preflight: [ok] gpu: Ray cluster at 127.0.0.1:" in said and "2 GPU(s)" in said
         # a two-node run in /tmp: the launcher says that /tmp is usually node-local
-        assert "recipe: warning: NNODES=2 and RUN_DIR" in output(run)
+        assert "recipe: warning: NNODES=2 and RUN_DIR" in said
+        # the entrypoint sees the head's environment: Ray's stop wait, said against the grace
+        assert ("recipe: warning: a Ray job: `ray job stop` sends SIGKILL "
+                "RAY_JOB_STOP_WAIT_TIME_S=480 s after its SIGTERM") in said  # fmt: skip
         run_dir = shared / "runs" / "smoke_tiny"
+        # the step in flight, saved by the stop request alone (SAVE_FREQ=100), exit 5
+        saved = run_dir / "global_step_2"
+        assert f"recipe: stopped on SIGTERM after saving step 2 ({saved})" in said
+        assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
         # the trainer ran in a worker of `ray start`: the metrics path reached it anyway
         (metrics,) = (run_dir / "metrics").glob("metrics-*.jsonl")
         steps = {json.loads(line)["step"] for line in metrics.read_text().splitlines()}
-        assert steps == {0, 1}, steps
-        step = run_dir / "global_step_1"
+        assert steps == {1, 2}, steps
         for role in ("actor", "critic"):  # FSDP over the two nodes: every rank's files, here
             for kind in ("model", "optim", "extra_state"):
                 for rank in (0, 1):
-                    shard = step / role / f"{kind}_world_size_2_rank_{rank}.pt"
+                    shard = saved / role / f"{kind}_world_size_2_rank_{rank}.pt"
                     assert shard.is_file(), shard
         merge_run(run_dir, tmp_path / "merged", env)  # every shard read in one place
     finally:
+        if held.exists():
+            held.unlink()
+        ray_cmd(node_env, "job", "stop", f"--address={jobs}", JOB)
         for node in reversed(nodes):
             stop_node(node)
         forget_the_head(port)
 
 
-def start_head(env: dict[str, str]) -> tuple[subprocess.Popen, int]:
-    """`ray start --head --block` on a port picked free, answering `ray status`. A port picked free
-    is not reserved: another test's process can take it before the head listens, and the head then
-    exits, so a few ports are tried."""
+def start_head(env: dict[str, str]) -> tuple[subprocess.Popen, int, int]:
+    """`ray start --head --block` on ports picked free, with its job server (the dashboard),
+    answering `ray status` and `ray job list`: (the process, Ray's port, the dashboard's). A port
+    picked free is not reserved: another test's process can take it before the head listens, and
+    the head then exits, so a few ports are tried."""
     for _ in range(3):
-        port = free_port()
-        cmd = [str(RAY), "start", "--head", f"--port={port}", "--include-dashboard=false",
-               "--block", *NODE_ARGS]  # fmt: skip
+        port, dashboard = free_port(), free_port()
+        cmd = [str(RAY), "start", "--head", f"--port={port}", "--include-dashboard=true",
+               "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--block",
+               *NODE_ARGS]  # fmt: skip
         head = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
-        for _ in range(60):
-            if ray_cmd(env, "status", f"--address=127.0.0.1:{port}").returncode == 0:
-                return head, port
+        jobs = f"--address=http://127.0.0.1:{dashboard}"
+        for _ in range(90):
+            if (ray_cmd(env, "status", f"--address=127.0.0.1:{port}").returncode == 0
+                    and ray_cmd(env, "job", "list", jobs).returncode == 0):  # fmt: skip
+                return head, port, dashboard
             if head.poll() is not None:
                 break
             time.sleep(2)
         stop_node(head)
         forget_the_head(port)
-    pytest.fail("`ray start --head` did not come up on any of 3 ports")
+    pytest.fail("`ray start --head` and its job server did not come up on any of 3 ports")
 
 
 def stop_node(node: subprocess.Popen) -> None:
