@@ -96,6 +96,8 @@ plan_deadline() {
 # a Ray job's RAY_JOB_STOP_WAIT_TIME_S, is shorter (verl_gsm8k/guard/grace.py).
 plan_grace() {
   local said
+  # a Slurm job with an end time: a stop gets until 5 s before it (request_stop, said by plan_deadline)
+  if [[ -z "$STOP_GRACE_SET" && -s "$RUN_DIR/job_deadline" ]]; then return 0; fi
   said=$(STOP_GRACE_S=${STOP_GRACE_SET:+$STOP_GRACE_S} "$PYTHON" -m verl_gsm8k.guard.grace "$RUN_DIR") || return $?
   STOP_GRACE_S=${said##*$'\n'}   # its last line; the line saying why before it
   if [[ "$said" == *$'\n'* ]]; then echo "${said%$'\n'*}"; fi

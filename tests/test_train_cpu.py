@@ -116,6 +116,8 @@ def test_smoke_trains_two_ppo_steps_and_checkpoints(smoke: Smoke):
     assert (cache / "tiny-qwen2" / "config.json").is_file()  # built offline on first use
     assert (cache / "gsm8k-sample" / "train.parquet").is_file()  # the shipped sample, prepared
     assert "preflight: passed" in out
+    # the grace a SIGTERM gives the trainer, said at launch (guard/grace.py): a fresh run directory
+    assert "recipe: STOP_GRACE_S=30 s (the default; nothing measured in this run directory" in out
     assert (smoke.run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     for role in ("actor", "critic"):
         shard = smoke.run_dir / "global_step_2" / role / "model_world_size_1_rank_0.pt"
