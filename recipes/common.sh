@@ -548,13 +548,15 @@ launch() {
   # A SIGTERM to every process of the job (Slurm without `B:`, a preemption) ends neither this
   # subshell (trapped: verl's own status is still the launch's) nor tee (ignored: verl's last
   # lines still land in the log); verl's processes get the signal as sent.
+  VERL_STATUS_FILE=$(mktemp "${TMPDIR:-/tmp}/gsm8k-verl-status.XXXXXX")
   ( trap ':' TERM; set +o pipefail; export GSM8K_LAUNCH_ID=$launch_id GSM8K_LAUNCH_RUN_DIR=$RUN_DIR
     export STOP_GRACE_S
     verl_main "${ray_env[@]}" -- "$@" 2>&1 | (trap '' TERM; exec tee "$RUN_DIR/logs/console-$stamp.log")
-    exit "${PIPESTATUS[0]}" ) &
+    exit_recorded "${PIPESTATUS[0]}" ) &
   VERL_PID=$!
   wait_for_verl
   local status=$?
+  rm -f "$VERL_STATUS_FILE"
   "$PYTHON" -m verl_gsm8k.guard.reap stop --launch "$launch_id" --session-of "$RUN_DIR" || true
   trap - TERM INT
   set -e

@@ -6,7 +6,7 @@
 # grace a stop gets (plan_grace), waiting for verl and stopping what outlives the grace
 # (wait_for_verl), and the requeue of a Slurm job that stopped before the end of its run
 # (requeue_if_stopped). `launch` in common.sh calls them; they read its variables (RUN_DIR,
-# PYTHON, STOP_GRACE_S, LOCK_WAIT_S, VERL_PID) when called.
+# PYTHON, STOP_GRACE_S, LOCK_WAIT_S, VERL_PID, VERL_STATUS_FILE) when called.
 # docs/slurm.md and docs/reliability.md say what each does for a run.
 
 # One launch at a time per run directory: two would write the same checkpoints over each other.
@@ -132,15 +132,26 @@ interrupt() {
   KILL_NOW=1   # wait_for_verl: SIGTERM, then SIGKILL (verl's processes block SIGTERM)
 }
 
+# The last command of verl's subshell (common.sh): its status written to VERL_STATUS_FILE, then
+# the subshell's exit with it. bash's own `wait` for the subshell, once a trapped SIGTERM has cut a
+# `wait` short and the subshell ended meanwhile, returned 255 for a 5 (6 of 40 tries, bash 5.2.15)
+# or did not return; wait_for_verl reads the file instead.
+exit_recorded() {
+  echo "$1" >"$VERL_STATUS_FILE"
+  exit "$1"
+}
+
 # wait for verl; a trapped signal interrupts `wait`, so wait again until verl ends or the grace is
 # over (then SIGTERM to every process verl started, SIGKILL to what is left 10 s later).
 wait_for_verl() {
-  local status
+  local recorded
   while :; do
     wait "$VERL_PID"
-    status=$?
     if ! kill -0 "$VERL_PID" 2>/dev/null; then
-      wait "$VERL_PID"   # verl ended: its own status, also when a trap interrupted the wait above
+      # verl ended: its status as recorded (exit_recorded); bash's only if none was (a SIGKILL)
+      recorded=$(cat "$VERL_STATUS_FILE" 2>/dev/null || true)
+      if [[ "$recorded" =~ ^[0-9]+$ ]]; then return "$recorded"; fi
+      wait "$VERL_PID"
       return $?
     fi
     while [[ -n "${STOP_DEADLINE:-}${KILL_NOW:-}" ]] && kill -0 "$VERL_PID" 2>/dev/null; do
