@@ -134,8 +134,8 @@ interrupt() {
 
 # The last command of verl's subshell (common.sh): its status written to VERL_STATUS_FILE, then
 # the subshell's exit with it. bash's own `wait` for the subshell, once a trapped SIGTERM has cut a
-# `wait` short and the subshell ended meanwhile, returned 255 for a 5 (6 of 40 tries, bash 5.2.15)
-# or did not return; wait_for_verl reads the file instead.
+# `wait` short and the subshell ended meanwhile, returned 255 for a 5 (6 of 40 tries, bash 5.2.15;
+# the same call in slurm/common.sh also hung, 2 of 24); wait_for_verl reads the file instead.
 exit_recorded() {
   echo "$1" >"$VERL_STATUS_FILE"
   exit "$1"

@@ -1,8 +1,7 @@
 """recipes/lifecycle.sh's wait_for_verl returns verl's own status after a SIGTERM, also when verl
 ends right as the signal lands: bash's `wait` for a pid, cut short by the trapped signal and
-called again once the child has ended, returned 255 for a 5 in 6 of 40 tries here (bash 5.2.15),
-or did not return. The launcher's subshell records its status (exit_recorded) and wait_for_verl
-reads it.
+called again once the child has ended, returned 255 for a 5 in 6 of 40 tries here (bash 5.2.15).
+The launcher's subshell records its status (exit_recorded) and wait_for_verl reads it.
 
 The launch is the launcher's own pattern (recipes/common.sh), with a stand-in for verl that exits
 5 on SIGTERM at once: a trap that writes the stop request (the real request_stop), a subshell

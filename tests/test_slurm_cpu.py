@@ -1,12 +1,15 @@
 """The CPU smoke run inside `slurm/one_node.sbatch` on a real Slurm (munged, slurmctld, slurmd
-started here from a one-node slurm.conf: tests/slurm_local.py), preempted mid-run.
+started here from a one-node slurm.conf: tests/slurm_local.py), stopped by its time limit.
 
-`scancel --signal=TERM --batch` once a step is logged, as a preemption's signal or the time
-limit's `--signal=B:TERM@N` reaches the batch shell: the launcher (exec'd by the sbatch file) has
-the trainer save the step in flight, exits 5 and requeues its job; the requeued job (same job, same
-command, same run directory, its output appended) resumes from that step and ends the run. Every
-step is logged once, the last checkpoint merges. The job's time limit is known: the launch says
-its deadline. One verl launch per job start: two in all (docs/testing.md, "Added since").
+The job's trainer is held right before step 2's rollout (common/pause.py), and its time limit is
+then cut to two minutes past the sbatch's signal lead (`--signal=B:TERM@120`): Slurm's own timer
+sends SIGTERM to the batch shell, as it does before every time limit (and as a preemption's
+`scancel --signal=TERM --batch` does: the same signal to the same shell). The launcher (exec'd by
+the sbatch file) has the trainer save the step in flight, exits 5 and requeues its job; the limit
+is put back, and the requeued job (same job, same command, same run directory, its output
+appended) resumes from that step and ends the run. Every step is logged once, the last checkpoint
+merges. The job's time limit is known: the launch says its deadline. One verl launch per job
+start: two in all (docs/testing.md, "Added since").
 
 The suite's one proof of a SIGTERM to the launcher: the stop request saves the step in flight
 (stamped by this launch), exit 5, the relaunch resumes from it (tests/test_train_cpu.py's SIGKILL
@@ -21,7 +24,6 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT, merge_run, require_path
-from killing import logged_steps, newest_metrics
 from slurm_local import Cluster, binary, missing_binary, slurm_cluster
 from test_train_cpu import cpu_env, metric_segments
 
@@ -30,6 +32,7 @@ from verl_gsm8k.guard.files import read_stamp
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 JOB_TIMEOUT_S = 900
+LEAD_S = 120  # slurm/one_node.sbatch: --signal=B:TERM@120
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +57,21 @@ def wait_for(what: str, ready, cluster: Cluster, job: str, out: Path, timeout: f
     raise AssertionError(f"no {what} after {timeout} s: {cluster.job(job)}\n{text[-6000:]}")
 
 
-def test_a_preempted_sbatch_job_saves_requeues_resumes_and_ends(cluster: Cluster, tmp_path: Path):
+def seconds(runtime: str) -> int:
+    """scontrol's RunTime, [D-]HH:MM:SS, in seconds."""
+    days, _, clock = runtime.rpartition("-")
+    hours, minutes, secs = (int(part) for part in clock.split(":"))
+    return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + secs
+
+
+def test_a_job_at_its_time_limit_saves_requeues_resumes_and_ends(cluster: Cluster, tmp_path: Path):
     runs = tmp_path / "runs"
     run_dir = runs / "smoke_tiny"
     out = tmp_path / "job.out"
+    held = tmp_path / "paused-before-rollout-2"
     env = cpu_env(tmp_path / "home", runs, TOTAL_TRAINING_STEPS="3", SAVE_FREQ="100",
-                  TEST_FREQ="100", **cluster.env)  # fmt: skip
+                  TEST_FREQ="100", GSM8K_PAUSE_AT="rollout:2", GSM8K_PAUSE_FILE=str(held),
+                  **cluster.env)  # fmt: skip
     submit = [
         "sbatch", "--parsable", "--gpus-per-node=0", f"--cpus-per-task={cluster.cpus}",
         "--time=30", f"--output={out}", str(ROOT / "slurm" / "one_node.sbatch"),
@@ -70,15 +82,24 @@ def test_a_preempted_sbatch_job_saves_requeues_resumes_and_ends(cluster: Cluster
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
 
-    def first_steps() -> set[int]:
-        path = newest_metrics(run_dir, set()) if (run_dir / "metrics").is_dir() else None
-        return logged_steps(path) if path else set()
+    def limit(value: str) -> None:
+        done = cluster.run("scontrol", "update", f"JobId={job}", f"TimeLimit={value}")
+        assert done.returncode == 0, done.stdout + done.stderr
 
-    # 1. a step logged: the batch shell (the launcher) gets SIGTERM, as on a preemption
-    wait_for("step 1 logged", lambda: 1 in first_steps(), cluster, job, out, JOB_TIMEOUT_S)
-    signalled = cluster.run("scancel", "--signal=TERM", "--batch", job)
-    assert signalled.returncode == 0, signalled.stderr
+    # 1. step 1 trained, the trainer held before step 2's rollout: the time limit cut to end
+    #    two minutes past the signal lead; Slurm's timer signals the batch shell (the launcher)
+    wait_for("step 2's rollout held", held.exists, cluster, job, out, JOB_TIMEOUT_S)
+    ran = seconds(cluster.job(job)["RunTime"])
+    cut = ran + LEAD_S + 120
+    limit(f"{cut // 60}:{cut % 60:02d}")
+    cut_at = time.monotonic()
+    said = "recipe: SIGTERM: the trainer saves the step in flight"
+    wait_for("Slurm's time-limit signal", lambda: said in out.read_text(errors="replace"),
+             cluster, job, out, 300)  # fmt: skip
+    waited = time.monotonic() - cut_at
     at = time.monotonic() - started
+    limit("30")  # the requeued start gets the whole limit again
+    held.unlink()  # step 2 goes on
 
     # 2. the job requeues itself and its second start ends the run
     def ended() -> bool:
@@ -97,7 +118,7 @@ def test_a_preempted_sbatch_job_saves_requeues_resumes_and_ends(cluster: Cluster
     assert "recipe: deadline: the job ends at" in first
     assert "5 s before Slurm job" in first  # the grace runs to the job's end
     saved = int(first.split("stopped on SIGTERM after saving step ")[1].split()[0])
-    assert saved >= 1
+    assert saved == 2  # the step in flight when the signal came
     # the step saved is the first launch's own (its launch stamp; SAVE_FREQ=100: the stop
     # request's save), and the launcher exited 5 (the requeue below follows exit 5 alone). The
     # claim of tests/test_train_cpu.py's SIGTERM launch until 2026-11-26 (docs/testing.md)
@@ -118,6 +139,7 @@ def test_a_preempted_sbatch_job_saves_requeues_resumes_and_ends(cluster: Cluster
     assert timings["step_s"] > 0 and timings["save_s"] > 0 and timings["start_s"] > 0
     merge_run(run_dir, tmp_path / "merged", env)
     print(
-        f"\nSIGTERM at {at:.0f} s (step {saved} in flight), run ended at {total:.0f} s "
-        f"(two job starts); measured: {timings}"
+        f"\nthe time limit cut at {ran} s of the job; Slurm's SIGTERM {waited:.0f} s later, at "
+        f"{at:.0f} s (step {saved} in flight); run ended at {total:.0f} s (two job starts); "
+        f"measured: {timings}"
     )
