@@ -17,7 +17,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#e377c2")
+# Ten: the algorithm benchmark compares nine runs on one page (bench/algorithms.py), each its own
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#e377c2",
+           "#7f7f7f", "#bcbd22")  # fmt: skip
 SEVERITY_COLOURS = {"error": "#d62728", "warning": "#ff7f0e", "note": "#1f77b4"}
 # Most points one series draws. A chart is 562 pixels wide, so 1200 points (a low and a high
 # per 2-3 pixels) look the same as 60,000 while keeping the page small however long the run.
