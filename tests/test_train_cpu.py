@@ -322,9 +322,9 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     figures: list[str] = []
     limit = float(TRAIN_TIMEOUT_S)
 
-    def begin(name: str, environment: dict[str, str] = env):
+    def begin(name: str, environment: dict[str, str] = env, *more: str):
         before = set((run_dir / "metrics").glob("metrics-*.jsonl"))
-        running = start("smoke_tiny", environment, tmp_path / f"{name}.log", *quick)
+        running = start("smoke_tiny", environment, tmp_path / f"{name}.log", *quick, *more)
         return running, lambda: newest_metrics(run_dir, before)
 
     def steps_of(metrics) -> set[int]:
@@ -438,7 +438,10 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     held = tmp_path / "paused-before-load"
     env5 = dict(env, TOTAL_TRAINING_STEPS="10", REWARD_FILE=str(reward), RESUME="force",
                 GSM8K_PAUSE_AT="load:before_open", GSM8K_PAUSE_FILE=str(held))  # fmt: skip
-    r6, m6 = begin("watchdog", env5)
+    # the tiny random model's KL to its reference grows every step (2.89 at step 8, 3.08 at step 9
+    # in one run here, 2026-11-27): its ceiling (3 nats/token), a real rule, would trip or not
+    # beside the NaN this stage plants, run by run; off for this launch
+    r6, m6 = begin("watchdog", env5, "gsm8k_guard.watchdog.kl_ceiling=0")
     wait_until("the actor's checkpoint load held", held.exists, r6, limit)
     loader = psutil.Process(int(held.read_text()))
     title = " ".join(loader.cmdline())
