@@ -112,8 +112,7 @@ slurm_ray_teardown() {
       "$RAY" stop --force >/dev/null 2>&1 || true
     for pid in "${RAY_PIDS[@]}"; do
       while kill -0 "$pid" 2>/dev/null && (( SECONDS < end )); do sleep 1 || true; done
-      kill -KILL "$pid" 2>/dev/null || true
-      wait "$pid" 2>/dev/null || true
+      kill -KILL "$pid" 2>/dev/null || true   # no `wait`: see slurm_multi_node
     done
   fi
 }
@@ -198,8 +197,8 @@ slurm_multi_node() {
     trap '' TERM
     wait "$child" && echo 0 >"$status_file" || echo "$?" >"$status_file" ) &
   driver=$!
+  # (no `wait` for it: bash reaps it; a `wait` here is the call that hung)
   while kill -0 "$driver" 2>/dev/null; do sleep 1 || true; done  # a SIGTERM to all ends sleep too
-  wait "$driver" 2>/dev/null || true
   status=$(cat "$status_file" 2>/dev/null || true)
   rm -f "$status_file"
   return "${status:-1}"
