@@ -77,12 +77,16 @@ class Timings:
         old = getattr(self, name)
         setattr(self, name, seconds if old is None else max(old, seconds))
 
+    def save_or_step(self) -> float | None:
+        """The slowest save measured; before the run's first save, a step's time stands in."""
+        return self.save_s if self.save_s is not None else self.step_s
+
     def next_step_and_save(self) -> float | None:
         """From the end of a step's update to the end of the next step's save: this step's save
         and validation (when verl runs them), the next step, its save."""
-        if self.step_s is None:
+        save = self.save_or_step()
+        if self.step_s is None or save is None:
             return None
-        save = self.save_s if self.save_s is not None else self.step_s
         return self.step_s + 2 * save + (self.val_s or 0.0)
 
 
@@ -123,7 +127,7 @@ def plan(run_dir: Path, end: float, now: float) -> tuple[int, str]:
     total = timings.start_s + needed + MARGIN_S
     measured = (
         f"measured here: start-up {timings.start_s:.0f} s, step {timings.step_s:.0f} s, save "
-        f"{timings.save_s if timings.save_s is not None else timings.step_s:.1f} s"
+        f"{timings.save_or_step():.1f} s"
     )
     if left < total:
         return 2, (

@@ -41,14 +41,14 @@ RAY_WAIT_DEFAULT_S = 3.0
 def stop_needs(timings: Timings) -> float | None:
     """Seconds from a SIGTERM to the end of verl after the stop's save, at worst: a whole step,
     its validation and save, and ``MARGIN_S`` for the shutdown. None before any step measured."""
-    if timings.step_s is None:
+    save = timings.save_or_step()
+    if timings.step_s is None or save is None:
         return None
-    save = timings.save_s if timings.save_s is not None else timings.step_s
     return timings.step_s + (timings.val_s or 0.0) + save + MARGIN_S
 
 
 def _measured(timings: Timings, needs: float) -> str:
-    save = timings.save_s if timings.save_s is not None else timings.step_s
+    save = timings.save_or_step() or 0.0
     val = f", validation {timings.val_s:.0f} s" if timings.val_s else ""
     return (f"{needs:.0f} s: step {timings.step_s:.0f} s{val}, save {save:.0f} s, "
             f"+{MARGIN_S:.0f} s, measured in {TIMINGS_FILE}")  # fmt: skip
@@ -104,9 +104,9 @@ def choose(run_dir: Path, env: Mapping[str, str]) -> tuple[float, list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m verl_gsm8k.guard.grace",
-        description="Print the STOP_GRACE_S a launch uses (standard output) and say why "
-        "(standard error), from the steps and saves measured in its run directory "
-        "(recipes/common.sh, at each PPO launch).",
+        description="Print the STOP_GRACE_S a launch uses (standard output's last line) after "
+        "the line saying why (a warning: standard error), from the steps and saves measured in "
+        "its run directory (recipes/common.sh, at each PPO launch).",
     )
     parser.add_argument("run_dir", type=Path, help="the run directory (RUN_DIR)")
     args = parser.parse_args(argv)
