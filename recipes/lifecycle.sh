@@ -108,12 +108,19 @@ plan_grace() {
 # that the same job resumes until the run ends (docs/slurm.md, "Time limits"). A launch that saved
 # nothing is not requeued: the next one would do no better.
 requeue_if_stopped() {
-  local status=$1 stamp=$2 step saved_by=""
+  local status=$1 stamp=$2 step saved_by="" restarts
   [[ "$status" == 5 && "${SLURM_REQUEUE_ON_STOP:-0}" == 1 && -n "${SLURM_JOB_ID:-}" ]] || return 0
   step=$(cat "$RUN_DIR/latest_checkpointed_iteration.txt" 2>/dev/null || true)
   if [[ -n "$step" ]]; then saved_by=$(cat "$RUN_DIR/global_step_$step/launch_stamp.txt" 2>/dev/null || true); fi
   if [[ "$saved_by" != "$stamp" ]]; then
     echo "recipe: Slurm job $SLURM_JOB_ID not requeued: this launch saved no step (start-up, a step and a save did not fit before it stopped); resubmit with more time (sbatch --time)" >&2
+    return 0
+  fi
+  # Slurm requeues it already (a preemption, `scontrol requeue`): its restart count went up, and
+  # a second requeue would fail ("Job is pending execution")
+  restarts=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/.* Restarts=\([0-9]*\).*/\1/p') || true
+  if (( ${restarts:-0} > ${SLURM_RESTART_COUNT:-0} )); then
+    echo "recipe: Slurm requeued job $SLURM_JOB_ID itself (restart $restarts: a preemption or scontrol requeue): it resumes from step $step"
     return 0
   fi
   echo "recipe: requeueing Slurm job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}): it resumes from step $step"

@@ -116,7 +116,10 @@ def write_conf(folder: Path, node: str, socket_path: Path) -> Path:
         "SchedulerType=sched/backfill",
         "ReturnToService=2",
         "JobRequeue=1",
-        "KillWait=30",
+        # SIGTERM to SIGKILL at a requeue or scancel (Slurm's default: 30 s): a CPU step and its
+        # save under the suite's load, as a cluster's KillWait (or preemption GraceTime) must
+        # cover a GPU step and its save (docs/slurm.md)
+        "KillWait=120",
         "MinJobAge=600",
         f"StateSaveLocation={folder / 'state'}",
         f"SlurmdSpoolDir={folder / 'spool'}",

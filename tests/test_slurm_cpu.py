@@ -1,19 +1,24 @@
 """The CPU smoke run inside `slurm/one_node.sbatch` on a real Slurm (munged, slurmctld, slurmd
-started here from a one-node slurm.conf: tests/slurm_local.py), stopped by its time limit.
+started here from a one-node slurm.conf: tests/slurm_local.py), stopped by its time limit, then
+by a requeue that signals every process of the job, and resumed after each.
 
-The job's trainer is held right before step 2's rollout (common/pause.py), and its time limit is
-then cut to two minutes past the sbatch's signal lead (`--signal=B:TERM@120`): Slurm's own timer
-sends SIGTERM to the batch shell, as it does before every time limit (and as a preemption's
-`scancel --signal=TERM --batch` does: the same signal to the same shell). The launcher (exec'd by
-the sbatch file) has the trainer save the step in flight, exits 5 and requeues its job; the limit
-is put back, and the requeued job (same job, same command, same run directory, its output
-appended) resumes from that step and ends the run. Every step is logged once, the last checkpoint
-merges. The job's time limit is known: the launch says its deadline. One verl launch per job
-start: two in all (docs/testing.md, "Added since").
+1. The time limit. The job's trainer is held right before step 2's rollout (common/pause.py), and
+   its time limit is then cut to 30 s past the sbatch's signal lead (`--signal=B:TERM@120`):
+   Slurm's own timer sends SIGTERM to the batch shell, as it does before every time limit (and as
+   `scancel --signal=TERM --batch` does: the same signal to the same shell). The launcher (exec'd
+   by the sbatch file) has the trainer save the step in flight, exits 5 and requeues its job.
+2. A preemption. The limit is put back; the requeued start (same job, same command, same run
+   directory, its output appended) resumes and is held before step 3's rollout; `scontrol requeue`
+   then has Slurm send SIGTERM to every process of the job (then SIGKILL after KillWait), as a
+   preemption with PreemptMode=REQUEUE does: the step in flight is saved, exit 5, and the
+   launcher says Slurm requeued the job rather than requeueing it again.
+3. The third start resumes from step 3 and ends the run. Every step is logged once, the last
+   checkpoint merges. The job's time limit is known: the launch says its deadline. One verl
+   launch per job start: three in all (docs/testing.md, "Added since").
 
-The suite's one proof of a SIGTERM to the launcher: the stop request saves the step in flight
-(stamped by this launch), exit 5, the relaunch resumes from it (tests/test_train_cpu.py's SIGKILL
-test had its own SIGTERM launch until 2026-11-26).
+The suite's one proof of a SIGTERM to the launcher alone: the stop request saves the step in
+flight (stamped by this launch), exit 5, the relaunch resumes from it (tests/test_train_cpu.py's
+SIGKILL test signals every process of a launch outside Slurm).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from test_train_cpu import cpu_env, metric_segments
 
 from verl_gsm8k.guard.files import read_stamp
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 JOB_TIMEOUT_S = 900
 LEAD_S = 120  # slurm/one_node.sbatch: --signal=B:TERM@120
@@ -64,14 +69,16 @@ def seconds(runtime: str) -> int:
     return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + secs
 
 
-def test_a_job_at_its_time_limit_saves_requeues_resumes_and_ends(cluster: Cluster, tmp_path: Path):
+def test_a_job_stopped_by_its_time_limit_then_requeued_by_slurm_resumes_each_time_and_ends(
+    cluster: Cluster, tmp_path: Path
+):
     runs = tmp_path / "runs"
     run_dir = runs / "smoke_tiny"
     out = tmp_path / "job.out"
-    held = tmp_path / "paused-before-rollout-2"
-    env = cpu_env(tmp_path / "home", runs, TOTAL_TRAINING_STEPS="3", SAVE_FREQ="100",
-                  TEST_FREQ="100", GSM8K_PAUSE_AT="rollout:2", GSM8K_PAUSE_FILE=str(held),
-                  **cluster.env)  # fmt: skip
+    held = tmp_path / "paused-before-rollout"
+    env = cpu_env(tmp_path / "home", runs, TOTAL_TRAINING_STEPS="4", SAVE_FREQ="100",
+                  TEST_FREQ="100", GSM8K_PAUSE_AT="rollout:2,rollout:3",
+                  GSM8K_PAUSE_FILE=str(held), **cluster.env)  # fmt: skip
     submit = [
         "sbatch", "--parsable", "--gpus-per-node=0", f"--cpus-per-task={cluster.cpus}",
         "--time=30", f"--output={out}", str(ROOT / "slurm" / "one_node.sbatch"),
@@ -81,65 +88,83 @@ def test_a_job_at_its_time_limit_saves_requeues_resumes_and_ends(cluster: Cluste
     submitted = cluster.run(*submit, env=env, cwd=ROOT)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
+    said = "recipe: SIGTERM: the trainer saves the step in flight"
 
     def limit(value: str) -> None:
         done = cluster.run("scontrol", "update", f"JobId={job}", f"TimeLimit={value}")
         assert done.returncode == 0, done.stdout + done.stderr
 
+    def signalled(times: int) -> bool:
+        return out.read_text(errors="replace").count(said) >= times
+
     # 1. step 1 trained, the trainer held before step 2's rollout: the time limit cut to end
-    #    two minutes past the signal lead; Slurm's timer signals the batch shell (the launcher)
+    #    30 s past the signal lead (Slurm keeps limits in whole minutes: up to a minute more);
+    #    Slurm's timer signals the batch shell (the launcher)
     wait_for("step 2's rollout held", held.exists, cluster, job, out, JOB_TIMEOUT_S)
     ran = seconds(cluster.job(job)["RunTime"])
-    cut = ran + LEAD_S + 120
+    cut = ran + LEAD_S + 30
     limit(f"{cut // 60}:{cut % 60:02d}")
     cut_at = time.monotonic()
-    said = "recipe: SIGTERM: the trainer saves the step in flight"
-    wait_for("Slurm's time-limit signal", lambda: said in out.read_text(errors="replace"),
-             cluster, job, out, 300)  # fmt: skip
+    wait_for("Slurm's time-limit signal", lambda: signalled(1), cluster, job, out, 300)
     waited = time.monotonic() - cut_at
-    at = time.monotonic() - started
-    limit("30")  # the requeued start gets the whole limit again
+    limit("30")  # the requeued starts get the whole limit again
     held.unlink()  # step 2 goes on
 
-    # 2. the job requeues itself and its second start ends the run
+    # 2. the job requeues itself; its second start resumes and is held before step 3's rollout:
+    #    `scontrol requeue` (what a preemption with PreemptMode=REQUEUE does): Slurm sends SIGTERM
+    #    to every process of the job, SIGKILL after KillWait (tests/slurm_local.py)
+    def second_held() -> bool:
+        return cluster.job(job).get("Restarts") == "1" and held.exists()
+
+    wait_for("the second start's step 3 held", second_held, cluster, job, out, JOB_TIMEOUT_S)
+    requeued = cluster.run("scontrol", "requeue", job)
+    assert requeued.returncode == 0, requeued.stdout + requeued.stderr
+    wait_for("the requeue's SIGTERM", lambda: signalled(2), cluster, job, out, 120)
+    held.unlink()  # step 3 goes on
+
+    # 3. Slurm requeued the job; its third start resumes and ends the run
     def ended() -> bool:
         state = cluster.job(job)
-        return state.get("Restarts") == "1" and state.get("JobState") in ("COMPLETED", "FAILED")
+        return state.get("Restarts") == "2" and state.get("JobState") in ("COMPLETED", "FAILED")
 
-    wait_for("the requeued job's end", ended, cluster, job, out, JOB_TIMEOUT_S)
+    wait_for("the third start's end", ended, cluster, job, out, JOB_TIMEOUT_S)
     total = time.monotonic() - started
     state = cluster.job(job)
     text = out.read_text(errors="replace")
     assert state["JobState"] == "COMPLETED" and state["ExitCode"] == "0:0", (state, text[-6000:])
 
-    first, second = text.split(f"slurm: job {job} ", 2)[1:]
-    assert "restart 0" in first and "restart 1" in second
+    first, second, third = text.split(f"slurm: job {job} ", 3)[1:]
+    assert "restart 0" in first and "restart 1" in second and "restart 2" in third
     # the launch said its deadline: the job's time limit is known
     assert "recipe: deadline: the job ends at" in first
     assert "5 s before Slurm job" in first  # the grace runs to the job's end
-    saved = int(first.split("stopped on SIGTERM after saving step ")[1].split()[0])
-    assert saved == 2  # the step in flight when the signal came
-    # the step saved is the first launch's own (its launch stamp; SAVE_FREQ=100: the stop
-    # request's save), and the launcher exited 5 (the requeue below follows exit 5 alone). The
-    # claim of tests/test_train_cpu.py's SIGTERM launch until 2026-11-26 (docs/testing.md)
-    first_metrics = sorted((run_dir / "metrics").glob("metrics-*.jsonl"))[0]
-    assert read_stamp(run_dir, saved) == first_metrics.name[len("metrics-") : -len(".jsonl")]
-    assert f"recipe: requeueing Slurm job {job} (restart 0): it resumes from step {saved}" in first
-    assert f"resume: global_step_{saved} is whole" in second, second[-6000:]
-    assert "Training from scratch" not in second
-
-    # 3. every step logged once across the two starts; the last checkpoint whole and merged
+    # each stop saved the step in flight, stamped by its own launch (SAVE_FREQ=100: the stop
+    # request's save), and the launcher exited 5
     segments = metric_segments(run_dir)
-    assert len(segments) == 2
+    assert len(segments) == 3
+    stamps = [m.name[len("metrics-") : -len(".jsonl")]
+              for m in sorted((run_dir / "metrics").glob("metrics-*.jsonl"))]  # fmt: skip
+    for n, (part, step) in enumerate(((first, 2), (second, 3))):
+        assert f"stopped on SIGTERM after saving step {step} " in part, part[-6000:]
+        assert read_stamp(run_dir, step) == stamps[n]
+    # the time limit: the job requeued itself; the preemption: Slurm did, and the launcher says so
+    # instead of a second requeue that would fail
+    assert f"recipe: requeueing Slurm job {job} (restart 0): it resumes from step 2" in first
+    assert f"recipe: Slurm requeued job {job} itself (restart 2: " in second, second[-6000:]
+    assert "failed: resubmit" not in second and "requeueing Slurm job" not in second
+    assert "resume: global_step_2 is whole" in second, second[-6000:]
+    assert "resume: global_step_3 is whole" in third, third[-6000:]
+    assert "Training from scratch" not in second + third
+
+    # 4. every step logged once across the three starts; the last checkpoint whole and merged
     trained = [s for seg in segments for s, m in seg.items() if "actor/pg_loss" in m]
-    assert sorted(trained) == [1, 2, 3], trained
-    assert max(s for s in segments[0] if "actor/pg_loss" in segments[0][s]) == saved
-    assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    assert sorted(trained) == [1, 2, 3, 4], trained
+    assert [max(s for s in seg if "actor/pg_loss" in seg[s]) for seg in segments] == [2, 3, 4]
+    assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
     timings = json.loads((run_dir / "timings.json").read_text())
     assert timings["step_s"] > 0 and timings["save_s"] > 0 and timings["start_s"] > 0
     merge_run(run_dir, tmp_path / "merged", env)
     print(
-        f"\nthe time limit cut at {ran} s of the job; Slurm's SIGTERM {waited:.0f} s later, at "
-        f"{at:.0f} s (step {saved} in flight); run ended at {total:.0f} s (two job starts); "
-        f"measured: {timings}"
+        f"\nthe time limit cut at {ran} s of the job; Slurm's SIGTERM {waited:.0f} s later; run "
+        f"ended at {total:.0f} s (three job starts); measured: {timings}"
     )
