@@ -72,3 +72,38 @@ def test_a_resumed_watchdog_reads_the_logged_history_of_every_launch(tmp_path):
     (metrics / "metrics-20261126T020000Z.jsonl").write_text('{"step": 5, "da')  # cut by a kill
     history = logged_history(tmp_path, before=5)
     assert [row[SCORE_KEY] for row in history] == [0.1, 0.2, 0.33, 0.4]
+
+
+def test_a_step_that_would_not_end_before_the_job_does_is_saved_and_the_last(tmp_path, monkeypatch):
+    """The deadline (guard/deadline.py) in the real class's step: verl's step stood in, the save
+    recorded. With time for one more step and its save the loop goes on; without, this step is
+    saved, the stop recorded for the launcher (exit 5) and verl's loop ends after it. The real
+    stop-request path that shares the save and the end runs in tests/test_slurm_cpu.py."""
+    import time
+
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from verl_gsm8k.guard.deadline import MARGIN_S, read_stop
+    from verl_gsm8k.ppo_trainer.guarded import GuardedTrainer
+
+    monkeypatch.setattr(PPOTrainerSync, "step", lambda self, metrics, timing_raw: "batch")
+    saved: list[int] = []
+    monkeypatch.setattr(
+        GuardedTrainer, "_save_checkpoint", lambda self: saved.append(self.global_steps)
+    )
+    trainer = trainer_at(3, tmp_path)
+    trainer.guard_mode, trainer.stop_at, trainer.total_training_steps = "off", None, 100
+    trainer.timings = Timings(step_s=10.0, save_s=2.0, start_s=60.0)
+    needed = 10.0 + 2 * 2.0  # this step's save, the next step, its save
+
+    trainer.job_end = time.time() + needed + MARGIN_S + 30
+    assert trainer.step({}, {}) == "batch"
+    assert (saved, trainer.stop_at, trainer.total_training_steps) == ([], None, 100)
+    assert read_stop(tmp_path) is None
+
+    trainer.global_steps = 4
+    trainer.job_end = time.time() + needed + MARGIN_S - 5
+    trainer.step({}, {})
+    assert (saved, trainer.stop_at, trainer.total_training_steps) == ([4], 4, 4)
+    stop = read_stop(tmp_path)
+    assert stop is not None and (stop["step"], stop["launch"]) == (4, trainer.stamp)
