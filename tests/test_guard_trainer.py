@@ -4,6 +4,7 @@ real in tests/test_train_cpu.py."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -79,8 +80,6 @@ def test_a_step_that_would_not_end_before_the_job_does_is_saved_and_the_last(tmp
     recorded. With time for one more step and its save the loop goes on; without, this step is
     saved, the stop recorded for the launcher (exit 5) and verl's loop ends after it. The real
     stop-request path that shares the save and the end runs in tests/test_slurm_cpu.py."""
-    import time
-
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     from verl_gsm8k.guard.deadline import MARGIN_S, read_stop
@@ -107,3 +106,51 @@ def test_a_step_that_would_not_end_before_the_job_does_is_saved_and_the_last(tmp
     assert (saved, trainer.stop_at, trainer.total_training_steps) == ([4], 4, 4)
     stop = read_stop(tmp_path)
     assert stop is not None and (stop["step"], stop["launch"]) == (4, trainer.stamp)
+
+
+def test_a_stop_requested_before_the_first_step_or_during_validation_trains_no_step_more(
+    tmp_path, monkeypatch
+):
+    """A SIGTERM during start-up (or the step-0 validation) ends fit before its first step, with
+    nothing saved (nothing trained by this launch); one during a validation after step N saves N
+    when it is not saved yet, and no step more is trained. verl's loop stands in by its condition
+    (global_steps <= total_training_steps, trainer_base.py ~467)."""
+    from types import SimpleNamespace
+
+    from verl_gsm8k.guard.files import STOP_FILE
+    from verl_gsm8k.ppo_trainer.guarded import GuardedTrainer
+
+    saved: list[int] = []
+    monkeypatch.setattr(
+        GuardedTrainer, "_save_checkpoint", lambda self: saved.append(self.global_steps)
+    )
+
+    def launch(resumed: int):
+        trainer = trainer_at(resumed, tmp_path)
+        trainer.saved_step = resumed if resumed else None  # fit(): the resumed checkpoint
+        trainer.guard_mode, trainer.stop_at, trainer.total_training_steps = "off", None, 100
+        trainer.logger = SimpleNamespace(logger={})
+        return trainer
+
+    # no request: on_train_begin and a validation change nothing
+    trainer = launch(4)
+    trainer.on_validate_end()  # the step-0 validation
+    trainer.global_steps += 1  # fit: "we start from step 1"
+    trainer.on_train_begin()
+    assert (trainer.stop_at, trainer.total_training_steps, saved) == (None, 100, [])
+
+    (tmp_path / STOP_FILE).write_text(f"{time.time() + 600:.0f}\n")
+    for resumed in (0, 4):  # a fresh run, a resumed one: the request came during start-up
+        trainer = launch(resumed)
+        trainer.global_steps += 1
+        trainer.on_train_begin()
+        assert trainer.global_steps > trainer.total_training_steps == resumed  # no step runs
+        assert (trainer.stop_at, saved) == (resumed, [])
+
+    # during the validation after step 7, not saved (SAVE_FREQ not met): saved, then the end
+    trainer = launch(4)
+    trainer.global_steps = 7
+    trainer.on_validate_end()
+    assert (trainer.stop_at, trainer.total_training_steps, saved) == (7, 7, [7])
+    trainer.on_validate_end()  # once: the stop under way is not said or saved again
+    assert saved == [7]

@@ -28,6 +28,11 @@ Each addition overrides one method of verl's ``PPOTrainerSync``
   first: ``Tracking`` keeps its backends in its own order, wandb first
   (``verl/utils/tracking.py`` ~86-186), so a wandb call that fails (its service process ended by
   a SIGTERM to every process of the job) would cost the step its line in the metrics file.
+  It also ends ``fit`` before its first step when a stop was requested during start-up or the
+  step-0 validation (nothing trained by this launch: nothing saved).
+- ``on_validate_end`` (~442, ~496: after each validation) reads the stop request too: one that
+  came during the validation after step N saves N (when it was not a save step) and ends ``fit``
+  after it, instead of training step N+1 first.
 - ``_validate`` (~1031, after the save) keeps the checkpoint of the best validation score
   (KEEP_BEST): ``best_checkpoint.json`` names a step directory that pruning then keeps; when the
   best step was not a save step, it is saved then (the weights are the ones just validated).
@@ -150,6 +155,9 @@ class GuardedTrainer(PPOTrainerSync):
     def on_train_begin(self) -> None:
         file_first(self.logger.logger)
         super().on_train_begin()
+        # a stop requested during start-up (or the step-0 validation): fit ends before its first
+        # step; nothing was trained by this launch, so nothing is saved
+        self._stop_if_requested(self.global_steps - 1)
 
     def step(self, metrics: dict, timing_raw: dict) -> Any:
         pause_point(f"rollout:{self.global_steps}")  # tests: a signal lands before this rollout
@@ -159,17 +167,36 @@ class GuardedTrainer(PPOTrainerSync):
         self._measured("step_s", started)
         if self.guard_mode != "off":
             self._watch(batch, metrics, step)
-        deadline = self._stop_deadline()
-        if deadline is not None and self.sick_step is None:
-            if time.time() < deadline:
-                say(f"stop requested (SIGTERM): saving step {step}, then stopping")
-                self._save_checkpoint()
-            else:
-                say(f"stop requested and its grace is over: step {step} not saved")
-            self._end_after(step)
-        elif self.sick_step is None and must_stop(time.time(), self.job_end, self.timings):
+        stopping = self.sick_step is not None or self._stop_if_requested(step)
+        if not stopping and must_stop(time.time(), self.job_end, self.timings):
             self._stop_for_deadline(step)
         return batch
+
+    def on_validate_end(self) -> None:
+        super().on_validate_end()
+        if self.sick_step is None:  # a stop requested during validation: no step more
+            self._stop_if_requested(self.global_steps)
+
+    def _stop_if_requested(self, step: int) -> bool:
+        """A stop request (SIGTERM) seen after ``step`` was trained (0 or the resumed step: none
+        by this launch): save that step unless it is saved or was not trained here, and end
+        ``fit`` after it. True when a stop is under way."""
+        if self.stop_at is not None:
+            return True
+        deadline = self._stop_deadline()
+        if deadline is None:
+            return False
+        if step == 0 or self.saved_step == step:
+            last = f"step {step} is saved" if step else "no step trained yet"
+            say(f"stop requested (SIGTERM): {last}, nothing new to save: stopping before step "
+                f"{step + 1}")  # fmt: skip
+        elif time.time() < deadline:
+            say(f"stop requested (SIGTERM): saving step {step}, then stopping")
+            self._save_checkpoint()
+        else:
+            say(f"stop requested and its grace is over: step {step} not saved")
+        self._end_after(step)
+        return True
 
     def _measured(self, name: str, started: float) -> None:
         """Keep the slowest ``name`` (guard/deadline.py) and, at this launch's first step, the
