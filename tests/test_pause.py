@@ -41,7 +41,8 @@ def test_each_point_named_holds_once_until_its_file_is_deleted(tmp_path: Path):
         assert proc.poll() is None, f"{point}: went on while held"
         held.unlink()
         assert proc.stdout.readline().strip() == point
-    # rollout:2 again: released once, it holds no more
-    out, err = proc.communicate(timeout=30)
-    assert out.strip() == "rollout:2", (out, err)
-    assert proc.returncode == 0 and not held.exists(), err
+    # rollout:2 again: released once, it holds no more. Read through the same buffer as
+    # readline (communicate() reads the pipe itself and would miss a line readline buffered)
+    assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
+    out = proc.stdout.read()
+    assert out.strip() == "rollout:2" and not held.exists(), out
