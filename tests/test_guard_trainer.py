@@ -75,7 +75,21 @@ def test_a_resumed_watchdog_reads_the_logged_history_of_every_launch(tmp_path):
     assert [row[SCORE_KEY] for row in history] == [0.1, 0.2, 0.33, 0.4]
 
 
-def test_a_step_that_would_not_end_before_the_job_does_is_saved_and_the_last(tmp_path, monkeypatch):
+@pytest.fixture
+def saved(monkeypatch) -> list[int]:
+    """The steps the trainer saves, its save recorded instead of run (no verl workers)."""
+    from verl_gsm8k.ppo_trainer.guarded import GuardedTrainer
+
+    steps: list[int] = []
+    monkeypatch.setattr(
+        GuardedTrainer, "_save_checkpoint", lambda self: steps.append(self.global_steps)
+    )
+    return steps
+
+
+def test_a_step_that_would_not_end_before_the_job_does_is_saved_and_the_last(
+    tmp_path, monkeypatch, saved
+):
     """The deadline (guard/deadline.py) in the real class's step: verl's step stood in, the save
     recorded. With time for one more step and its save the loop goes on; without, this step is
     saved, the stop recorded for the launcher (exit 5) and verl's loop ends after it. The real
@@ -83,13 +97,8 @@ def test_a_step_that_would_not_end_before_the_job_does_is_saved_and_the_last(tmp
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     from verl_gsm8k.guard.deadline import MARGIN_S, read_stop
-    from verl_gsm8k.ppo_trainer.guarded import GuardedTrainer
 
     monkeypatch.setattr(PPOTrainerSync, "step", lambda self, metrics, timing_raw: "batch")
-    saved: list[int] = []
-    monkeypatch.setattr(
-        GuardedTrainer, "_save_checkpoint", lambda self: saved.append(self.global_steps)
-    )
     trainer = trainer_at(3, tmp_path)
     trainer.guard_mode, trainer.stop_at, trainer.total_training_steps = "off", None, 100
     trainer.timings = Timings(step_s=10.0, save_s=2.0, start_s=60.0)
@@ -109,7 +118,7 @@ def test_a_step_that_would_not_end_before_the_job_does_is_saved_and_the_last(tmp
 
 
 def test_a_stop_requested_before_the_first_step_or_during_validation_trains_no_step_more(
-    tmp_path, monkeypatch
+    tmp_path, saved
 ):
     """A SIGTERM during start-up (or the step-0 validation) ends fit before its first step, with
     nothing saved (nothing trained by this launch); one during a validation after step N saves N
@@ -118,12 +127,6 @@ def test_a_stop_requested_before_the_first_step_or_during_validation_trains_no_s
     from types import SimpleNamespace
 
     from verl_gsm8k.guard.files import STOP_FILE
-    from verl_gsm8k.ppo_trainer.guarded import GuardedTrainer
-
-    saved: list[int] = []
-    monkeypatch.setattr(
-        GuardedTrainer, "_save_checkpoint", lambda self: saved.append(self.global_steps)
-    )
 
     def launch(resumed: int):
         trainer = trainer_at(resumed, tmp_path)
