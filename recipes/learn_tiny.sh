@@ -19,7 +19,9 @@
 #      verl's RL parquet through the real path (python -m data_prep.gsm8k);
 #   3. the warm start: verl's SFT trainer (recipes/sft_qwen2.5-0.5b_gsm8k.sh) on demonstrations that
 #      end with the "#### N" line the reward reads in only part of the answers (a habit of the
-#      question's writer: docs/learning.md), merged to a Hugging Face model (scripts/merge.sh).
+#      question's writer: docs/learning.md), its last step (WARM_START_ACC=last) or its first save
+#      whose greedy accuracy on the toy test split is in a band (WARM_START_ACC=LOW-HIGH: python -m
+#      verl_gsm8k.warm_start), merged to a Hugging Face model (scripts/merge.sh).
 # Then the RL run starts from the warm start; at its end the report (python -m verl_gsm8k.report)
 # prints validation accuracy (greedy, the toy test split) at step 0 and at the last step.
 # These settings fit a 0.37M-parameter model on a toy task, NOT Qwen2.5 on GSM8K: recipes/README.md.
@@ -35,12 +37,17 @@ RECIPE=learn_tiny
 CPU_BY_DEFAULT=1                          # no GPU: train on the CPU instead of stopping
 SEED=${SEED:-0}                           # toy data, warm start and RL data order
 # easy: sums up to 4 + 4 and a converged warm start (every algorithm reaches ~1.00: does it learn?);
-# hard: sums up to 9 + 9 and a warm start stopped at 150 SFT steps, which knows part of them
-# (nothing reaches 1.00 in 20 steps: which learns best? python -m verl_gsm8k.bench.algorithms).
+# hard: sums up to 9 + 9 and a warm start stopped when its accuracy first reaches 0.30-0.45, which
+# knows part of them (nothing reaches 1.00 in 20 steps: which learns best? bench.algorithms).
 TOY_TASK=${TOY_TASK:-easy}
-if [[ "$TOY_TASK" == hard ]]; then TOY_MAX_OPERAND=9; WARM_START_DEFAULT=150; TOY_CACHE=hard/
-else TOY_MAX_OPERAND=4; WARM_START_DEFAULT=400; TOY_CACHE=""; fi  # check_knobs refuses a name not easy or hard
-WARM_START_STEPS=${WARM_START_STEPS:-$WARM_START_DEFAULT}  # SFT steps of the warm start
+if [[ "$TOY_TASK" == hard ]]; then
+  TOY_MAX_OPERAND=9; WARM_START_DEFAULT=300; WARM_START_ACC_DEFAULT=0.30-0.45; TOY_CACHE=hard/
+else  # check_knobs refuses a name not easy or hard
+  TOY_MAX_OPERAND=4; WARM_START_DEFAULT=400; WARM_START_ACC_DEFAULT=last; TOY_CACHE=""
+fi
+WARM_START_STEPS=${WARM_START_STEPS:-$WARM_START_DEFAULT}  # SFT steps of the warm start (at most)
+WARM_START_ACC=${WARM_START_ACC:-$WARM_START_ACC_DEFAULT}  # last, or the band of a save to stop at
+WARM_START_SAVE_EVERY=10                # SFT steps between the saves scored for WARM_START_ACC
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-learn_tiny_${ALGO}_$(date -u +%Y%m%dT%H%M%SZ)}  # a fresh run each time
 TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-16}
 PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-8}
@@ -75,6 +82,7 @@ recipe_defaults() {
   if [[ "$LEARN_HOME" != /* ]]; then LEARN_HOME=$PWD/$LEARN_HOME; fi  # Ray workers: absolute paths
   TOY_DIR=$LEARN_HOME/data
   WARM_START_DIR=$LEARN_HOME/warm-start-$WARM_START_STEPS
+  if [[ "$WARM_START_ACC" != last ]]; then WARM_START_DIR+=-acc$WARM_START_ACC; fi
   MODEL_PATH=${MODEL_PATH:-$WARM_START_DIR}
   DATA_DIR=${DATA_DIR:-$TOY_DIR/rl}
 }
@@ -103,22 +111,35 @@ prepare_run() {
     echo "recipe: building the tiny random Qwen2 (offline, once) -> $TINY_MODEL_DIR"
     "$PYTHON" -m verl_gsm8k.common.tiny_model "$TINY_MODEL_DIR" --force >/dev/null
   fi
-  local sft_run=$LEARN_HOME/warm-start-run log=$LEARN_HOME/warm-start.log device=cpu
+  local sft_run=$LEARN_HOME/warm-start-run log=$LEARN_HOME/warm-start.log device=cpu picked
   if [[ "$TRAIN_ON" == gpu ]]; then device=gpu; fi
-  echo "recipe: warm start (once): $WARM_START_STEPS steps of verl's SFT trainer on the toy demonstrations -> $MODEL_PATH (log: $log)"
+  # The band: a save every WARM_START_SAVE_EVERY steps, each with its Hugging Face copy to score.
+  local save_every=$WARM_START_STEPS keep=3 contents='[model,optimizer,extra]'
+  if [[ "$WARM_START_ACC" != last ]]; then
+    save_every=$WARM_START_SAVE_EVERY keep=null contents='[model,hf_model]'
+  fi
+  echo "recipe: warm start (once): up to $WARM_START_STEPS steps of verl's SFT trainer on the toy demonstrations, WARM_START_ACC=$WARM_START_ACC -> $MODEL_PATH (log: $log)"
   rm -rf "$sft_run"
   # shellcheck disable=SC2046  # one word per `env -u NAME`
   if ! env $(warm_start_env) DEVICE=$device DRY_RUN=0 MODEL_PATH="$TINY_MODEL_DIR" \
       SFT_TRAIN_FILE="$TOY_DIR/warm_start/train.parquet" SFT_TEST_FILE="$TOY_DIR/warm_start/test.parquet" \
-      TOTAL_TRAINING_STEPS="$WARM_START_STEPS" SAVE_FREQ="$WARM_START_STEPS" TEST_FREQ="$WARM_START_STEPS" \
-      SFT_LR=$WARM_START_LR TRAIN_BATCH_SIZE=$WARM_START_BATCH MAX_LENGTH=160 LOGGER=console,file \
-      RUN_DIR="$sft_run" bash "$ROOT/recipes/sft_qwen2.5-0.5b_gsm8k.sh" \
+      TOTAL_TRAINING_STEPS="$WARM_START_STEPS" SAVE_FREQ="$save_every" TEST_FREQ="$WARM_START_STEPS" \
+      MAX_CKPT_TO_KEEP=$keep SFT_LR=$WARM_START_LR TRAIN_BATCH_SIZE=$WARM_START_BATCH MAX_LENGTH=160 \
+      LOGGER=console,file RUN_DIR="$sft_run" bash "$ROOT/recipes/sft_qwen2.5-0.5b_gsm8k.sh" \
       optim.lr_scheduler_type=cosine optim.min_lr_ratio=0.1 optim.lr_warmup_steps_ratio=0 \
-      "trainer.seed=$SEED" >"$log" 2>&1; then
+      "checkpoint.save_contents=$contents" "trainer.seed=$SEED" >"$log" 2>&1; then
     echo "recipe: the warm start's SFT run failed; its log: $log" >&2
     exit 1
   fi
-  PYTHON=$PYTHON bash "$ROOT/scripts/merge.sh" "$sft_run" "$MODEL_PATH" --force >>"$log" 2>&1 ||
+  picked=$sft_run
+  if [[ "$WARM_START_ACC" != last ]]; then
+    picked=$("$PYTHON" -m verl_gsm8k.warm_start "$sft_run" --test-file "$TOY_DIR/rl/test.parquet" \
+      --band "$WARM_START_ACC" --max-new-tokens "$MAX_RESPONSE_LENGTH" \
+      --record "$WARM_START_DIR.pick.json" 2>>"$log") ||
+      { echo "recipe: scoring the warm start's saves failed; its log: $log" >&2; exit 1; }
+    echo "recipe: $(tail -n 1 "$log") (every save scored: $WARM_START_DIR.pick.json)"
+  fi
+  PYTHON=$PYTHON bash "$ROOT/scripts/merge.sh" "$picked" "$MODEL_PATH" --force >>"$log" 2>&1 ||
     { echo "recipe: merging the warm start failed; its log: $log" >&2; exit 1; }
   rm -rf "$sft_run"
 }

@@ -24,6 +24,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from verl_gsm8k.warm_start.band import is_band
+
 # Values as Hydra parses them into numbers: a leading zero ("007") or a sign would make Hydra read
 # a string or surprise the user, so only plain decimal forms pass.
 INT = re.compile(r"0|[1-9][0-9]*")
@@ -136,6 +138,13 @@ KNOBS: tuple[Knob, ...] = (
     Knob("ALGO", one_of(*LEARN_ALGOS)),
     Knob("SEED", NON_NEGATIVE_INT),
     Knob("WARM_START_STEPS", POSITIVE_INT),
+    Knob(
+        "WARM_START_ACC",
+        Check(
+            "last, or an accuracy band LOW-HIGH with 0 <= LOW <= HIGH <= 1 (e.g. 0.30-0.45)",
+            lambda v: v == "last" or is_band(v),
+        ),
+    ),  # fmt: skip
     Knob("TOY_TASK", one_of("easy", "hard")),
     Knob("TRACE_SAMPLES", NON_NEGATIVE_INT),
     Knob("WATCHDOG", one_of("stop", "warn", "off")),
