@@ -137,7 +137,7 @@ prepare_run() {
       --band "$WARM_START_ACC" --max-new-tokens "$MAX_RESPONSE_LENGTH" \
       --record "$WARM_START_DIR.pick.json" 2>>"$log") ||
       { echo "recipe: scoring the warm start's saves failed; its log: $log" >&2; exit 1; }
-    echo "recipe: $(tail -n 1 "$log") (every save scored: $WARM_START_DIR.pick.json)"
+    echo "recipe: $(tail -n 1 "$log") (the scores: $WARM_START_DIR.pick.json)"
   fi
   PYTHON=$PYTHON bash "$ROOT/scripts/merge.sh" "$picked" "$MODEL_PATH" --force >>"$log" 2>&1 ||
     { echo "recipe: merging the warm start failed; its log: $log" >&2; exit 1; }

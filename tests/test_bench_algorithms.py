@@ -22,6 +22,8 @@ from verl_gsm8k.bench.algorithms import (
     summarize,
     table,
     tokens_generated,
+    warm_start_pick,
+    warm_starts,
 )
 from verl_gsm8k.bench.learning import VAL
 
@@ -143,3 +145,33 @@ def test_help_names_every_flag():
     ).stdout  # fmt: skip
     for flag in ("--seeds", "--algos", "--out", "--steps", "TOY_TASK=hard"):
         assert flag in out
+
+
+def test_each_seeds_warm_start_is_read_from_the_pick_beside_the_model(tmp_path):
+    """The model a run started from (its launch record's actor_rollout_ref.model.path) with
+    python -m verl_gsm8k.warm_start's record beside it: the SFT step and its scores, one line per
+    seed; a model set by hand (no record) gives none."""
+    model = tmp_path / "cache" / "warm-start-300-acc0.30-0.45"
+    Path(f"{model}.pick.json").parent.mkdir(parents=True)
+    Path(f"{model}.pick.json").write_text(json.dumps({
+        "band": [0.3, 0.45], "picked_step": 140, "in_band": True,
+        "scores": {"130": {"marker": 0.26, "any_format": 0.34, "questions": 400},
+                   "140": {"marker": 0.44, "any_format": 0.605, "questions": 400}},
+    }))  # fmt: skip
+    runs = {}
+    for name, path in (("picked", model), ("by_hand", tmp_path / "mine")):
+        run = tmp_path / name / "launches"
+        run.mkdir(parents=True)
+        (run / "launch-20260101T000000Z.yaml").write_text(
+            f"stamp: '20260101T000000Z'\nconfig:\n  actor_rollout_ref:\n    model:\n"
+            f"      path: {path}\n"
+        )
+        runs[name] = warm_start_pick(run.parent)
+    assert runs["by_hand"] is None
+    assert runs["picked"] == {"step": 140, "band": [0.3, 0.45], "in_band": True,
+                              "marker": 0.44, "any_format": 0.605}  # fmt: skip
+    rows = [{"seed": 0, "warm_start": runs["picked"]}, {"seed": 1, "warm_start": None}]
+    assert warm_starts(rows) == (
+        "- seed 0: the warm start is SFT step 140, accuracy 0.44 (right in any format 0.60), "
+        "in the band 0.30-0.45"
+    )

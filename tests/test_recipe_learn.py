@@ -79,7 +79,7 @@ def test_the_hard_toy_task_has_sums_up_to_nine_in_a_cache_of_its_own(
 ):
     """TOY_TASK=hard: the toy task is built with sums up to 9 + 9 (100 sums, 4000 training
     questions) under learn-tiny/v2/hard/, apart from the easy task's cache; a model set by hand
-    (no warm start built here: the benchmark builds it, 150 SFT steps)."""
+    (no warm start built here: the benchmark builds it, the first SFT save in 0.30-0.45)."""
     import pyarrow.parquet as pq
 
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
@@ -122,6 +122,11 @@ def test_user_arguments_and_knobs_win(tiny_model_dir, prepared_gsm8k_dir, tmp_pa
         ("SEED=-1", "knobs: SEED=-1 is not an integer >= 0"),
         ("WARM_START_STEPS=0", "knobs: WARM_START_STEPS=0 is not an integer > 0"),
         ("TOY_TASK=medium", "knobs: TOY_TASK=medium is not one of easy, hard"),
+        (
+            "WARM_START_ACC=0.45-0.30",
+            "knobs: WARM_START_ACC=0.45-0.30 is not last, or an accuracy band LOW-HIGH with "
+            "0 <= LOW <= HIGH <= 1 (e.g. 0.30-0.45)",
+        ),
     ],
 )
 def test_a_bad_knob_stops_it_before_anything_is_built(knob, line, tmp_path):

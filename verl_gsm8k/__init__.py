@@ -9,6 +9,8 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
     trace         the per-token trace of a few samples a step: which samples, the lines
     merge         verl's FSDP checkpoint -> a verified Hugging Face model (scripts/merge.sh)
     questions     which questions changed: one row per question, one column per model or step
+    warm_start    the save of an SFT run whose greedy accuracy is in a band (learn_tiny's warm
+                  start for TOY_TASK=hard)
     ppo_trainer   the trainer every PPO launch runs: verl's sync trainer, guarded and traced
     verl_plugins  modules verl imports in every process (VERL_USE_EXTERNAL_MODULES): the CPU
                   platform, the flash-attention fallback, the PPO trainer's registration,
@@ -35,7 +37,7 @@ project, and why the code is one package named verl_gsm8k: docs/architecture.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("common", "svgplot"),
     ("guard",),
-    ("trace", "merge", "questions"),
+    ("trace", "merge", "questions", "warm_start"),
     ("ppo_trainer",),
     ("verl_plugins", "evaluate"),
     ("preflight",),

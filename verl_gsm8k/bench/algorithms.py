@@ -109,6 +109,43 @@ def numbers_copied(run_dir: Path, step: int) -> float | None:
     return copied / len(rows) if rows else None
 
 
+def warm_start_pick(run_dir: Path) -> dict | None:
+    """How the run's warm start was picked (``python -m verl_gsm8k.warm_start``'s record beside
+    the model the run started from: the SFT step, its scores, the band), or None where the model
+    was not picked by a band or the run has no launch record."""
+    records = read_records(run_dir)
+    model = lookup(records[-1]["config"], "actor_rollout_ref.model.path") if records else None
+    path = Path(f"{model}.pick.json") if model else None
+    if path is None or not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    scores = record["scores"][str(record["picked_step"])]
+    return {
+        "step": record["picked_step"],
+        "band": record["band"],
+        "in_band": record["in_band"],
+        "marker": scores["marker"],
+        "any_format": scores["any_format"],
+    }
+
+
+def warm_starts(rows: list[dict]) -> str:
+    """Markdown: one line per seed, the SFT save its runs started from."""
+    lines = []
+    for seed in dict.fromkeys(r["seed"] for r in rows):
+        pick = next((r["warm_start"] for r in rows if r["seed"] == seed and r["warm_start"]), None)
+        if pick is None:
+            continue
+        low, high = pick["band"]
+        where = "in the band" if pick["in_band"] else "NONE IN THE BAND, the closest to"
+        lines.append(
+            f"- seed {seed}: the warm start is SFT step {pick['step']}, accuracy "
+            f"{pick['marker']:.2f} (right in any format {pick['any_format']:.2f}), {where} "
+            f"{low:.2f}-{high:.2f}"
+        )
+    return "\n".join(lines)
+
+
 def summarize(run: dict) -> dict:
     """One run's figures for the table, from bench.learning's run record."""
     curve = [(int(s), float(v)) for s, v in run["val_by_step"]]
@@ -128,6 +165,7 @@ def summarize(run: dict) -> dict:
         "knowledge_lost": run["knowledge_lost"],
         "copied_before": numbers_copied(run_dir, min(curve)[0]) if curve else None,
         "copied_after": numbers_copied(run_dir, max(curve)[0]) if curve else None,
+        "warm_start": warm_start_pick(run_dir),
     }
 
 
@@ -255,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(summarize(run))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
     text = table(rows)
+    if warm_starts(rows):
+        text += "\n\n" + warm_starts(rows)
     print(text)
     (args.out / "algorithms.md").write_text(text + "\n")
     (args.out / "algorithms.json").write_text(json.dumps(rows, indent=2) + "\n")
