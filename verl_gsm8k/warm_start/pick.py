@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from verl_gsm8k.common.atomic_io import write_atomic
@@ -37,8 +38,8 @@ def saves(run_dir: Path) -> list[tuple[int, Path]]:
 def pick(
     candidates: list[tuple[int, Path]],
     band: tuple[float, float],
-    scorer,
-    log=print,
+    scorer: Callable[[Path], Score],
+    log: Callable[[str], None] = print,
 ) -> tuple[int, dict[int, Score]]:
     """Score the saves in step order, stop at the first in the band; else the closest (the
     earliest of equals). Returns the picked step and every score taken."""
