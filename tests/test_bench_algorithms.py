@@ -18,6 +18,7 @@ from verl_gsm8k.bench.algorithms import (
     complete,
     main,
     numbers_copied,
+    read_earlier,
     step_tokens,
     summarize,
     table,
@@ -143,7 +144,7 @@ def test_help_names_every_flag():
         [sys.executable, "-m", "verl_gsm8k.bench.algorithms", "--help"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    for flag in ("--seeds", "--algos", "--out", "--steps", "TOY_TASK=hard"):
+    for flag in ("--seeds", "--algos", "--out", "--steps", "--with", "TOY_TASK=hard"):
         assert flag in out
 
 
@@ -175,3 +176,46 @@ def test_each_seeds_warm_start_is_read_from_the_pick_beside_the_model(tmp_path):
         "- seed 0: the warm start is SFT step 140, accuracy 0.44 (right in any format 0.60), "
         "in the band 0.30-0.45"
     )
+
+
+def _row(algo: str, seed: int, run_dir: Path, acc20: float) -> dict:
+    return {"algo": algo, "seed": seed, "status": 0, "run_dir": str(run_dir), "wall_s": 300.0,
+            "warm_start_built": False, "acc": {"0": 0.4, "5": None, "10": None, "20": acc20},
+            "auc": None, "tokens": None, "any_format_before": 0.6, "any_format_after": acc20,
+            "knowledge_lost": False, "copied_before": None, "copied_after": None,
+            "warm_start": None}  # fmt: skip
+
+
+def test_rows_of_an_earlier_run_join_the_table_and_are_not_trained_again(tmp_path, capsys):
+    """--with: another session's algorithms.json (its runs gone from this machine) joins this
+    one's rows: one table over both seeds, nothing trained for a pair it holds."""
+    earlier = tmp_path / "seed0.json"
+    earlier.write_text(json.dumps([_row("grpo", 0, tmp_path / "gone", 0.6)]))
+    out = tmp_path / "out"
+    run = write_run(out / "grpo_seed1", {0: {VAL: 0.4}, 20: {VAL: 0.8}})
+    (out / "grpo_seed1.json").write_text(json.dumps({
+        "algo": "grpo", "seed": 1, "status": 0, "run_dir": str(run), "wall_s": 300.0,
+        "warm_start_built": False, "val_by_step": [[0, 0.4], [20, 0.8]],
+        "any_format_before": 0.6, "any_format_after": 0.8, "knowledge_lost": False,
+    }))  # fmt: skip
+    code = main(["--seeds", "0", "1", "--algos", "grpo", "--with", str(earlier), "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "grpo_seed0: in --with, not trained again" in printed
+    assert "grpo_seed1: complete in" in printed  # read from --out, not trained
+    line = (out / "algorithms.md").read_text().splitlines()[2]
+    assert line.startswith("| grpo | 0, 1 | 0.40 (0.40-0.40) | - | - | 0.70 (0.60-0.80) |"), line
+    assert [r["seed"] for r in json.loads((out / "algorithms.json").read_text())] == [0, 1]
+
+
+def test_an_earlier_file_that_is_not_the_benchmarks_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"algo": "grpo", "seed": 0}]))
+    assert main(["--with", str(bad), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"bench.algorithms: --with {bad}: row 1 has no status, run_dir")
+    assert not (tmp_path / "out").exists()  # nothing written for a refused command
+    twice = tmp_path / "twice.json"
+    twice.write_text(json.dumps([_row("grpo", 0, tmp_path, 0.5)]))
+    with pytest.raises(ValueError, match=f"grpo seed 0 is also in {twice}"):
+        read_earlier([twice, twice])

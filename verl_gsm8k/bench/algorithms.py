@@ -12,9 +12,13 @@ score); then, per seed, the comparison page and the per-question page of
     python -m verl_gsm8k.bench.algorithms --seeds 0 --algos ppo grpo dapo --out bench-algos
 
 A run already complete in --out (its last validation step logged) is read, not trained again: an
-interrupted benchmark resumes with the same command. A benchmark, not a test: it prints figures,
-writes them as Markdown (OUT/algorithms.md) and JSON (OUT/algorithms.json), and is run alone (every
-other job on the machine slows every phase; the wall times are then not the algorithms').
+interrupted benchmark resumes with the same command. ``--with`` adds the rows of an earlier
+benchmark's algorithms.json (another day's seeds: docs/algorithms.md keeps each seed's file), not
+trained again either, so seeds measured in separate sessions make one table.
+
+A benchmark, not a test: it prints figures, writes them as Markdown (OUT/algorithms.md) and JSON
+(OUT/algorithms.json), and is run alone (every other job on the machine slows every phase; the
+wall times are then not the algorithms').
 
 Tokens generated: the responses of the training batch (``perf/total_num_tokens`` split by the
 mean prompt and response lengths: exact counts of the batch), plus what verl generated and did
@@ -225,7 +229,11 @@ def pages(rows: list[dict], out: Path) -> list[Path]:
     """Per seed: the comparison page (and its questions page) over every algorithm's run."""
     written = []
     for seed in dict.fromkeys(r["seed"] for r in rows):
-        runs = [r["run_dir"] for r in rows if r["seed"] == seed and r["status"] == 0]
+        runs = [
+            r["run_dir"]
+            for r in rows
+            if r["seed"] == seed and r["status"] == 0 and Path(r["run_dir"]).is_dir()
+        ]  # a row of --with whose runs are gone (another machine, another day): no page
         if len(runs) < 2:
             continue
         page = out / f"comparison-seed{seed}"
@@ -235,6 +243,33 @@ def pages(rows: list[dict], out: Path) -> list[Path]:
         else:
             print(f"{PROG}: the comparison page of seed {seed} failed: {' '.join(command)}")
     return written
+
+
+ROW_KEYS = ("algo", "seed", "status", "run_dir", "wall_s", "warm_start_built", "acc", "auc")
+
+
+def read_earlier(paths: list[Path]) -> list[dict]:
+    """The rows of earlier algorithms.json files (summarize()'s, as main() writes them); a file
+    that is not one, or an (algorithm, seed) in two of them: ValueError naming the file."""
+    rows: list[dict] = []
+    seen: dict[tuple[str, int], Path] = {}
+    for path in paths:
+        try:
+            loaded = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise ValueError(f"--with {path}: {error}") from None
+        if not isinstance(loaded, list):
+            raise ValueError(f"--with {path}: not this benchmark's algorithms.json (no list)")
+        for number, row in enumerate(loaded, 1):
+            missing = [k for k in ROW_KEYS if not isinstance(row, dict) or k not in row]
+            if missing:
+                raise ValueError(f"--with {path}: row {number} has no {', '.join(missing)}")
+            key = (row["algo"], row["seed"])
+            if key in seen:
+                raise ValueError(f"--with {path}: {key[0]} seed {key[1]} is also in {seen[key]}")
+            seen[key] = path
+            rows.append(row)
+    return rows
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,6 +297,16 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"TOTAL_TRAINING_STEPS of every run (default {AT_STEPS[-1]})",
     )
     parser.add_argument(
+        "--with",
+        dest="earlier",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="JSON",
+        help="algorithms.json files of earlier runs of this benchmark: their rows join the table "
+        "and their (algorithm, seed) pairs are not trained again",
+    )
+    parser.add_argument(
         "knobs",
         nargs="*",
         metavar="KNOB=VALUE",
@@ -276,12 +321,21 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"{PROG}: not KNOB=VALUE: {' '.join(bad)}", file=sys.stderr)
         return 2
+    try:
+        earlier = read_earlier(args.earlier)
+    except ValueError as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     knobs = [*HARD_SETTING, f"TOTAL_TRAINING_STEPS={args.steps}", *args.knobs]
-    rows = []
+    rows = list(earlier)
+    done = {(r["algo"], r["seed"]) for r in earlier}
     for seed in args.seeds:
         for algo in args.algos:
             name = f"{algo}_seed{seed}"
+            if (algo, seed) in done:
+                print(f"{PROG}: {name}: in --with, not trained again", flush=True)
+                continue
             record = args.out / f"{name}.json"
             if record.is_file() and complete(args.out / name, args.steps):
                 print(f"{PROG}: {name}: complete in {args.out}, read", flush=True)
