@@ -62,6 +62,8 @@ NOT_MEASURED = {
 }
 # A distinctive figure two docs share by coincidence: the same number, not the same measurement.
 SHARED = {
+    "159 s": "docs/gpu.md's flash-attn 4 compile on a GPU and docs/testing.md's `make setup` of "
+    "the 2026-11-27 forenoon clone: two measurements that happen to match",
     "120 s": "docs/preflight.md stopped verl after 120 s; docs/reliability.md's Slurm signal "
     "comes 120 s before the time limit: both settings",
 }
