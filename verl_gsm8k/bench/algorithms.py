@@ -347,8 +347,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(summarize(run))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
     text = table(rows)
-    if warm_starts(rows):
-        text += "\n\n" + warm_starts(rows)
+    picks = warm_starts(rows)
+    if picks:
+        text += "\n\n" + picks
     print(text)
     (args.out / "algorithms.md").write_text(text + "\n")
     (args.out / "algorithms.json").write_text(json.dumps(rows, indent=2) + "\n")
