@@ -15,6 +15,7 @@ import pytest
 from verl_gsm8k.bench.algorithms import (
     accuracy_at,
     area_under,
+    by_seed,
     complete,
     main,
     numbers_copied,
@@ -219,3 +220,24 @@ def test_an_earlier_file_that_is_not_the_benchmarks_is_one_line(tmp_path, capsys
     twice.write_text(json.dumps([_row("grpo", 0, tmp_path, 0.5)]))
     with pytest.raises(ValueError, match=f"grpo seed 0 is also in {twice}"):
         read_earlier([twice, twice])
+
+
+def test_by_seed_ranks_each_seed_and_shows_both_spreads(tmp_path):
+    """The last step per seed, its rank on that seed (ties share the better rank), the range of
+    one algorithm over the seeds and of one seed over the algorithms; nothing for one seed."""
+    rows = [
+        _row(algo, seed, tmp_path, acc)
+        for algo, seed, acc in [
+            ("ppo", 0, 0.7), ("grpo", 0, 0.5), ("dapo", 0, 0.7),
+            ("ppo", 1, 0.6), ("grpo", 1, 0.8), ("dapo", 1, 0.9),
+        ]
+    ]  # fmt: skip
+    lines = by_seed(rows).splitlines()
+    assert lines[0].startswith("| algorithm | step 20, seed 0 (rank) | step 20, seed 1 (rank) |")
+    assert lines[2] == "| ppo | 0.70 (1) | 0.60 (3) | 2.0 | 0.10 |"
+    assert lines[3] == "| grpo | 0.50 (3) | 0.80 (2) | 2.5 | 0.30 |"
+    assert lines[4] == "| dapo | 0.70 (1) | 0.90 (1) | 1.0 | 0.20 |"
+    assert lines[5] == "| range over the algorithms | 0.20 | 0.30 | | |"
+    rows[1]["status"] = 1  # a failed run is not ranked
+    assert "| grpo | - | 0.80 (2) | 2.0 | - |" in by_seed(rows)
+    assert by_seed([r for r in rows if r["seed"] == 0]) == ""

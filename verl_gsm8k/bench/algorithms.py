@@ -5,7 +5,9 @@ algorithm: greedy validation accuracy at steps 0 (the warm start), 5, 10 and 20,
 the validation curve (its mean over the steps, trapezoids between test steps), wall time and the
 tokens generated, and the share of answers whose equation starts with the question's own two
 numbers at the first and last test (the work behind the "####" line, which the reward does not
-score); then, per seed, the comparison page and the per-question page of
+score); over several seeds, each algorithm's last accuracy per seed with its rank on that seed,
+beside the spread over seeds and over algorithms (a ranking that one seed's noise can reverse is
+no ranking); then, per seed, the comparison page and the per-question page of
 ``python -m verl_gsm8k.report`` over every algorithm's run.
 
     python -m verl_gsm8k.bench.algorithms --out bench-algos                 # 9 algorithms x 3 seeds
@@ -225,6 +227,41 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def by_seed(rows: list[dict]) -> str:
+    """Markdown: the last step's accuracy of each algorithm on each seed, its rank among that
+    seed's algorithms (1: the best; ties share the better rank), and the two spreads a ranking
+    is read against: each algorithm's range over the seeds, each seed's range over the
+    algorithms. Empty with fewer than two seeds."""
+    last = str(AT_STEPS[-1])
+    final = {(r["algo"], r["seed"]): r["acc"][last] for r in rows if r["status"] == 0}
+    final = {key: acc for key, acc in final.items() if acc is not None}
+    seeds = list(dict.fromkeys(seed for _, seed in final))
+    if len(seeds) < 2:
+        return ""
+
+    def rank(algo: str, seed: int) -> int:
+        mine = final[(algo, seed)]
+        return 1 + sum(acc > mine for (_, s), acc in final.items() if s == seed)
+
+    def spread(values: list[float]) -> str:
+        return f"{max(values) - min(values):.2f}" if len(values) > 1 else "-"
+
+    lines = [
+        f"| algorithm | {' | '.join(f'step {last}, seed {s} (rank)' for s in seeds)} | "
+        "mean rank | range over the seeds |",
+        "|---|" + "---|" * (len(seeds) + 2),
+    ]
+    for algo in dict.fromkeys(algo for algo, _ in final):
+        mine = [s for s in seeds if (algo, s) in final]
+        cells = [f"{final[(algo, s)]:.2f} ({rank(algo, s)})" if s in mine else "-" for s in seeds]
+        mean_rank = statistics.fmean(rank(algo, s) for s in mine)
+        spread_seeds = spread([final[(algo, s)] for s in mine])
+        lines.append(f"| {algo} | {' | '.join(cells)} | {mean_rank:.1f} | {spread_seeds} |")
+    ranges = [spread([acc for (_, s), acc in final.items() if s == seed]) for seed in seeds]
+    lines.append(f"| range over the algorithms | {' | '.join(ranges)} | | |")
+    return "\n".join(lines)
+
+
 def pages(rows: list[dict], out: Path) -> list[Path]:
     """Per seed: the comparison page (and its questions page) over every algorithm's run."""
     written = []
@@ -347,9 +384,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(summarize(run))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
     text = table(rows)
-    picks = warm_starts(rows)
-    if picks:
-        text += "\n\n" + picks
+    for part in (warm_starts(rows), by_seed(rows)):
+        if part:
+            text += "\n\n" + part
     print(text)
     (args.out / "algorithms.md").write_text(text + "\n")
     (args.out / "algorithms.json").write_text(json.dumps(rows, indent=2) + "\n")
