@@ -119,7 +119,9 @@ prepare_run() {
     save_every=$WARM_START_SAVE_EVERY keep=null contents='[model,hf_model]'
   fi
   echo "recipe: warm start (once): up to $WARM_START_STEPS steps of verl's SFT trainer on the toy demonstrations, WARM_START_ACC=$WARM_START_ACC -> $MODEL_PATH (log: $log)"
-  rm -rf "$sft_run"
+  # A build killed mid-merge leaves merge.sh's temporary copy beside the model (a hidden
+  # .NAME.merging-* of a model's size): this build replaces it.
+  rm -rf "$sft_run" "$(dirname "$MODEL_PATH")/.$(basename "$MODEL_PATH")".merging-*
   # shellcheck disable=SC2046  # one word per `env -u NAME`
   if ! env $(warm_start_env) DEVICE=$device DRY_RUN=0 MODEL_PATH="$TINY_MODEL_DIR" \
       SFT_TRAIN_FILE="$TOY_DIR/warm_start/train.parquet" SFT_TEST_FILE="$TOY_DIR/warm_start/test.parquet" \

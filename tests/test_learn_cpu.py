@@ -64,6 +64,12 @@ def test_the_same_seed_builds_the_same_warm_start_picked_by_its_accuracy(
     verl_gsm8k.warm_start scoring them, merge.sh on the pick); 20 SFT steps instead of 300, and
     a band every save is in, so the pick is the first save (step 10), not the last."""
     steps, band = "20", "0.00-1.00"
+    homes = [tmp_path / name / ".cache" / "verl-gsm8k" / WARM_START for name in ("first", "second")]
+    warm = [home / f"warm-start-{steps}-acc{band}" for home in homes]
+    # What a SIGKILL of a build in its merge leaves (made for real: docs/reliability.md): merge.sh's
+    # temporary copy beside the model, which the next build must not leave behind.
+    killed = warm[0].with_name(f".{warm[0].name}.merging-killed")
+    killed.mkdir(parents=True)
     builds = []
     for name in ("first", "second"):
         env = dict(learned_ppo.env, HOME=str(tmp_path / name), DRY_RUN="1",
@@ -74,13 +80,12 @@ def test_the_same_seed_builds_the_same_warm_start_picked_by_its_accuracy(
         out, err = build.communicate(timeout=900)
         assert build.returncode == 0, out[-3000:] + err[-3000:]
         outs.append(out)
-    homes = [tmp_path / name / ".cache" / "verl-gsm8k" / WARM_START for name in ("first", "second")]
-    warm = [home / f"warm-start-{steps}-acc{band}" for home in homes]
     assert warm[0].with_name(warm[0].name + ".pick.json").is_file()
     assert json.loads((warm[0] / "merge_manifest.json").read_text())["step"] == 10
     assert "recipe: warm start: step 10 of 20, accuracy " in outs[0]
     assert f"in the band {band}" in outs[0]
     assert not (homes[0] / "warm-start-run").exists()  # the SFT run's 2 saves: gone once merged
+    assert not killed.exists()
     weights = [w / "model.safetensors" for w in warm]
     assert weights[0].read_bytes() == weights[1].read_bytes()
 

@@ -452,11 +452,9 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.slow
-def test_sigterm_while_the_merger_runs_leaves_nothing(ckpt_ws1, tmp_path):
-    """A cancelled job or `timeout` sends SIGTERM: no temp directory, no orphan merger."""
-    out = tmp_path / "out"
-    out.mkdir()
+def _merge_with_the_merger_running(ckpt_ws1: Path, out: Path) -> tuple[subprocess.Popen, int]:
+    """merge.sh started and held until verl's merger runs (the temporary directory exists):
+    the moment a signal lands is then the merger's, not the start-up's."""
     proc = subprocess.Popen(
         ["bash", str(MERGE_SH), str(ckpt_ws1 / "run"), str(out / "merged")],
         stdout=subprocess.PIPE,
@@ -464,26 +462,70 @@ def test_sigterm_while_the_merger_runs_leaves_nothing(ckpt_ws1, tmp_path):
         text=True,
     )  # merge.sh execs python: proc.pid is the merge itself
     merger = None
+    deadline = time.monotonic() + 120
+    while merger is None and time.monotonic() < deadline and proc.poll() is None:
+        found = [c for c in _children(proc.pid) if "verl.model_merger" in _cmdline(c)]
+        merger = found[0] if found else None
+        time.sleep(0.05)
+    if merger is None:
+        proc.kill()
+        pytest.fail(f"the verl merger never started: {proc.communicate()[1][-2000:]}")
+    assert leftovers(out), "the temporary directory should exist while the merger runs"
+    return proc, merger
+
+
+def _gone(pid: int, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_merger_runs_leaves_nothing(ckpt_ws1, tmp_path):
+    """A cancelled job or `timeout` sends SIGTERM: no temp directory, no orphan merger."""
+    out = tmp_path / "out"
+    out.mkdir()
+    proc, merger = _merge_with_the_merger_running(ckpt_ws1, out)
     try:
-        deadline = time.monotonic() + 120
-        while merger is None and time.monotonic() < deadline and proc.poll() is None:
-            found = [c for c in _children(proc.pid) if "verl.model_merger" in _cmdline(c)]
-            merger = found[0] if found else None
-            time.sleep(0.05)
-        assert merger is not None, "the verl merger never started"
-        assert leftovers(out), "the temporary directory should exist while the merger runs"
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 128 + signal.SIGTERM, stderr
         assert stderr.strip() == "merge: interrupted by SIGTERM; nothing written", stderr
         assert leftovers(out) == [] and not (out / "merged").exists()
-        time.sleep(0.5)
-        assert not _alive(merger), "the merger outlived the merge"
+        assert _gone(merger), "the merger outlived the merge"
     finally:
         if proc.poll() is None:
             proc.kill()
-        if merger is not None and _alive(merger):
+        if _alive(merger):
             os.kill(merger, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_sigkill_while_the_merger_runs_kills_the_merger_and_the_next_merge_names_the_leftover(
+    ckpt_ws1, tmp_path
+):
+    """SIGKILL (an out-of-memory killer, a scheduler past its grace) reaches no handler: the
+    merger must die with the merge, not run on orphaned; the temporary directory stays, and the
+    next merge into the target succeeds and names it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    proc, merger = _merge_with_the_merger_running(ckpt_ws1, out)
+    try:
+        proc.kill()
+        proc.communicate(timeout=60)
+        assert _gone(merger), "the merger outlived a SIGKILLed merge"
+    finally:
+        if _alive(merger):
+            os.kill(merger, signal.SIGKILL)
+    [left] = leftovers(out)
+    assert not (out / "merged").exists()
+    again = merge(ckpt_ws1 / "run", out / "merged")
+    assert again.returncode == 0, again.stderr
+    assert f"merge: {out / left} is left by a merge into the same target that was killed" in (
+        again.stderr
+    )
+    assert (out / "merged" / "config.json").is_file()
 
 
 def test_refuses_target_inside_checkpoint(ckpt_ws2, tmp_path):

@@ -38,13 +38,16 @@ verl's FSDP shards hold (merge/scan.py, merge/portable.py ``ALLOWED``): every mo
 scanned, without loading it, before verl's merger or any ``torch.load`` of ours reads it, whichever
 torch wrote it, so a crafted shard in a shared run directory runs no code. Other failures (an
 unwritable target directory included) exit 1 with one line. SIGTERM and SIGINT stop the merger's
-process group and remove the temporary directory, exit 128 + the signal number. Nothing is left
-behind in any case.
+process group and remove the temporary directory, exit 128 + the signal number. SIGKILL (an
+out-of-memory killer, a scheduler past its grace) reaches no handler: the merger dies with the
+merge (Linux's parent-death signal), and the hidden temporary directory ``.TARGET.merging-*``
+stays; no merge reads it, and the next merge into that target names it for removal.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime as dt
 import hashlib
 import json
@@ -55,8 +58,10 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -286,8 +291,15 @@ def run_verl_merger(ckpt: Checkpoint, out_dir: Path, python: str) -> tuple[list[
     print(f"{PROG}: {' '.join(cmd)}", flush=True)
     start = time.perf_counter()
     with tempfile.TemporaryFile() as log:
-        # Its own process group, so that a failure or a signal here stops it and its children.
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # Its own process group, so that a failure or a signal here stops it and its children;
+        # and killed with this process where nothing here runs (SIGKILL).
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_dies_with(os.getpid()),  # noqa: PLW1509  # no threads yet: see _dies_with
+        )
         try:
             _import_verification_stack()  # in parallel with the merger's own (slow) imports
             code = proc.wait()
@@ -303,6 +315,26 @@ def run_verl_merger(ckpt: Checkpoint, out_dir: Path, python: str) -> tuple[list[
         tail = "\n".join(output.strip().splitlines()[-25:])
         raise MergeError(f"verl's merger failed (exit {code}); last output:\n{tail}")
     return cmd, seconds
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _dies_with(parent: int) -> Callable[[], None] | None:
+    """For Popen's preexec_fn: the child gets SIGKILL when ``parent`` dies, however it dies
+    (verl's merger would otherwise run on, orphaned, writing a model nobody renames into place).
+    Linux only; ctypes is loaded here, in the parent, so that the forked child only makes one
+    call (no import, no lock, where another thread might have held one at the fork)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the call: no signal will come
+            os._exit(1)
+
+    return arm
 
 
 def _import_verification_stack() -> None:
@@ -460,6 +492,12 @@ def merge(
     if not target.parent.is_dir():
         raise CheckpointError(f"parent directory of the target does not exist: {target.parent}")
 
+    for stale in sorted(target.parent.glob(f".{target.name}.merging-*")):
+        print(
+            f"{PROG}: {stale} is left by a merge into the same target that was killed; nothing "
+            "reads it: remove it once no other merge into this target runs",
+            file=sys.stderr,
+        )
     started = time.perf_counter()
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.merging-", dir=target.parent))
