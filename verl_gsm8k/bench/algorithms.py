@@ -239,9 +239,10 @@ def by_seed(rows: list[dict]) -> str:
     if len(seeds) < 2:
         return ""
 
-    def rank(algo: str, seed: int) -> int:
-        mine = final[(algo, seed)]
-        return 1 + sum(acc > mine for (_, s), acc in final.items() if s == seed)
+    rank = {
+        (algo, seed): 1 + sum(acc > mine for (_, s), acc in final.items() if s == seed)
+        for (algo, seed), mine in final.items()
+    }
 
     def spread(values: list[float]) -> str:
         return f"{max(values) - min(values):.2f}" if len(values) > 1 else "-"
@@ -253,8 +254,8 @@ def by_seed(rows: list[dict]) -> str:
     ]
     for algo in dict.fromkeys(algo for algo, _ in final):
         mine = [s for s in seeds if (algo, s) in final]
-        cells = [f"{final[(algo, s)]:.2f} ({rank(algo, s)})" if s in mine else "-" for s in seeds]
-        mean_rank = statistics.fmean(rank(algo, s) for s in mine)
+        cells = [f"{final[(algo, s)]:.2f} ({rank[(algo, s)]})" if s in mine else "-" for s in seeds]
+        mean_rank = statistics.fmean(rank[(algo, s)] for s in mine)
         spread_seeds = spread([final[(algo, s)] for s in mine])
         lines.append(f"| {algo} | {' | '.join(cells)} | {mean_rank:.1f} | {spread_seeds} |")
     ranges = [spread([acc for (_, s), acc in final.items() if s == seed]) for seed in seeds]
