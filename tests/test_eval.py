@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from helpers import refusing_port, require_path
 from openai_stub import GarbageServer, StubServer
@@ -282,7 +283,7 @@ def test_vllm_backend_for_real_then_a_sigint_mid_evaluation(
 ):
     """The backend GPU users get by default, for real: `vllm serve` (vLLM's CPU build in .venv)
     with the tiny model, readiness, EvalScope over the OpenAI API, then the server's whole process
-    group gone; and the same after a SIGINT while EvalScope is asking."""
+    group gone; and the same after a SIGINT while EvalScope is asking, and after a SIGKILL."""
     args = ["--model", f"tiny={tiny_model_dir}", "--backend", "vllm", "--data", small_gsm8k,
             "--modes", "training", "--max-tokens", "16", "--vllm-args", VLLM_CPU_ARGS]  # fmt: skip
     proc = run_eval(*args, "--out", tmp_path / "eval", env=VLLM_CPU, timeout=900)
@@ -318,6 +319,34 @@ def test_vllm_backend_for_real_then_a_sigint_mid_evaluation(
     time.sleep(1)
     assert _servers_of(tiny_model_dir) == [], "vllm serve outlived the interrupted evaluation"
     assert not (tmp_path / "sigint" / "comparison.json").exists()
+
+    # SIGKILL (an out-of-memory killer, a scheduler past its grace) reaches no handler: vllm
+    # serve gets its parent-death signal, SIGTERM, and stops its engine processes (renamed
+    # VLLM::EngineCore and VLLM::Worker: not found by the model's path), none left orphaned.
+    killed = subprocess.Popen(
+        ["bash", str(EVAL_SH), *map(str, args), "--out", str(tmp_path / "sigkill")],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **VLLM_CPU},
+    )  # fmt: skip
+    family: list[psutil.Process] = []
+    try:
+        assert killed.stdout is not None
+        for line in killed.stdout:
+            if "evaluating tiny in training mode (vllm)" in line:
+                break
+        servers = [c for c in psutil.Process(killed.pid).children() if "serve" in c.cmdline()]
+        family = servers + [d for c in servers for d in c.children(recursive=True)]
+        assert any("EngineCore" in p.name() + " ".join(p.cmdline()) for p in family), family
+        killed.kill()  # eval.sh exec'd the driver: this is its pid
+        killed.communicate(timeout=60)
+        _, alive = psutil.wait_procs(family, timeout=60)
+        assert not alive, f"outlived a SIGKILLed evaluation: {alive}"
+    finally:
+        if killed.poll() is None:
+            killed.kill()
+        for orphan in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                orphan.kill()
 
 
 def _fake_vllm(tmp_path: Path, body: str) -> Path:
@@ -360,6 +389,39 @@ def test_vllm_backend_serves_and_always_stops(eval_env, small_gsm8k, tmp_path):
     pid = int(pid_file.read_text())
     assert not _alive(pid)
     assert "stub serving ppo" in (out / "logs" / "vllm-ppo.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_sigkilled_evaluation_takes_its_vllm_server_with_it(eval_env, small_gsm8k, tmp_path):
+    """SIGKILL (an out-of-memory killer, a scheduler past its grace) reaches no handler: the
+    server, in its own session, must still die with the evaluation, not hold the GPU and the
+    port orphaned. The stub stands in for `vllm serve` and never answers, so the evaluation is
+    held waiting for it when the kill lands."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    pid_file = tmp_path / "server.pid"
+    fake = _fake_vllm(tmp_path, f'echo $$ > "{pid_file}"; exec sleep 300')
+    cmd = ["bash", str(EVAL_SH), "--backend", "vllm", "--vllm-bin", str(fake), "--model",
+           str(model), "--data", str(small_gsm8k), "--modes", "training", "--out",
+           str(tmp_path / "killed")]  # fmt: skip
+    server = None
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as run:
+        try:
+            deadline = time.monotonic() + 60
+            while not pid_file.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert pid_file.exists(), "the fake server never started"
+            server = int(pid_file.read_text())
+            run.kill()  # eval.sh exec'd the driver: this is its pid
+            run.communicate(timeout=60)
+            deadline = time.monotonic() + 5
+            while _alive(server) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not _alive(server), "the server outlived a SIGKILLed evaluation"
+        finally:
+            if server is not None and _alive(server):
+                os.kill(server, signal.SIGKILL)
 
 
 def test_vllm_server_failures_are_reported_and_cleaned_up(eval_env, small_gsm8k, tmp_path):

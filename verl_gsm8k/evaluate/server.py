@@ -1,6 +1,6 @@
 """Models and servers: GPU detection, model resolution (directory or hub cache), and the
 ``vllm serve`` process lifecycle (start in its own process group, probe ``/v1/models`` until
-ready, always stop the whole group)."""
+ready, always stop the whole group; stopped with the evaluation even where that is SIGKILLed)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from verl_gsm8k.common.children import dies_with_this_process
 from verl_gsm8k.evaluate.common import LOG_TAIL_LINES, PROG, EvalError
 
 PROBE_TIMEOUT = 5.0  # seconds for one GET /v1/models
@@ -152,6 +153,9 @@ class ServerProcess:
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
+                    # SIGTERM: vllm serve then stops its engine processes (SIGKILL would
+                    # orphan them, with the GPU memory they hold)
+                    preexec_fn=dies_with_this_process(signal.SIGTERM),  # noqa: PLW1509
                 )
             except OSError as err:
                 raise EvalError(f"cannot start the server {self.cmd[0]}: {err}") from None

@@ -47,7 +47,6 @@ stays; no merge reads it, and the next merge into that target names it for remov
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime as dt
 import hashlib
 import json
@@ -61,10 +60,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_gsm8k.common.children import dies_with_this_process
 from verl_gsm8k.guard.files import BEST_FILE, BestError, read_best, read_stamp
 from verl_gsm8k.merge.lora import LoraError, fold_adapter
 from verl_gsm8k.merge.portable import PortableError, needs_rewrite, rewrite_as_one_rank
@@ -298,7 +297,7 @@ def run_verl_merger(ckpt: Checkpoint, out_dir: Path, python: str) -> tuple[list[
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_dies_with(os.getpid()),  # noqa: PLW1509  # no threads yet: see _dies_with
+            preexec_fn=dies_with_this_process(),  # noqa: PLW1509  # one prctl call in the child
         )
         try:
             _import_verification_stack()  # in parallel with the merger's own (slow) imports
@@ -315,26 +314,6 @@ def run_verl_merger(ckpt: Checkpoint, out_dir: Path, python: str) -> tuple[list[
         tail = "\n".join(output.strip().splitlines()[-25:])
         raise MergeError(f"verl's merger failed (exit {code}); last output:\n{tail}")
     return cmd, seconds
-
-
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def _dies_with(parent: int) -> Callable[[], None] | None:
-    """For Popen's preexec_fn: the child gets SIGKILL when ``parent`` dies, however it dies
-    (verl's merger would otherwise run on, orphaned, writing a model nobody renames into place).
-    Linux only; ctypes is loaded here, in the parent, so that the forked child only makes one
-    call (no import, no lock, where another thread might have held one at the fork)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def arm() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before the call: no signal will come
-            os._exit(1)
-
-    return arm
 
 
 def _import_verification_stack() -> None:
@@ -492,7 +471,8 @@ def merge(
     if not target.parent.is_dir():
         raise CheckpointError(f"parent directory of the target does not exist: {target.parent}")
 
-    for stale in sorted(target.parent.glob(f".{target.name}.merging-*")):
+    temp_prefix = f".{target.name}.merging-"
+    for stale in sorted(target.parent.glob(f"{temp_prefix}*")):
         print(
             f"{PROG}: {stale} is left by a merge into the same target that was killed; nothing "
             "reads it: remove it once no other merge into this target runs",
@@ -500,7 +480,7 @@ def merge(
         )
     started = time.perf_counter()
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.merging-", dir=target.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix, dir=target.parent))
     except OSError as err:
         raise MergeError(
             f"cannot write beside the target in {target.parent}: {err.strerror}"
