@@ -21,6 +21,8 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
                   the resume guard, the launch record
     cards         which recipe fits which card: docs/gpu.md's per-card table (python -m
                   verl_gsm8k.cards)
+    launch        a recipe's launch, knobs to verl and back: the knob table, the overrides, the
+                  preflight, the resume record, verl supervised (python -m verl_gsm8k.launch)
     analysis      a run read and checked: metrics in every format verl writes, health checks
     replay        the pages beside a run's report: replay.html (the trace), rollouts.html
     runreport     one run's report.html, summary.json and terminal digest
@@ -42,6 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("verl_plugins", "evaluate"),
     ("preflight",),
     ("resume", "cards"),
+    ("launch",),
     ("analysis",),
     ("replay",),
     ("runreport",),
