@@ -4,12 +4,12 @@
 #   DRY_RUN=1 bash recipes/grpo_qwen2.5-0.5b_gsm8k.sh
 set -euo pipefail
 
-RECIPE=grpo_qwen2.5-0.5b_gsm8k
-CONFIG_NAME=gsm8k_grpo
-DEFAULT_MODEL_PATH=Qwen/Qwen2.5-0.5B-Instruct
-ROLLOUT_N=${ROLLOUT_N:-5}                 # GRPO needs a group per prompt
-ROLLOUT_GPU_MEM_UTIL=${ROLLOUT_GPU_MEM_UTIL:-0.5}   # no critic on the GPU: vLLM gets more
-
-# shellcheck source=common.sh
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-launch "$@"
+recipe=(
+  --recipe grpo_qwen2.5-0.5b_gsm8k --config gsm8k_grpo
+  ROLLOUT_N=5                  # GRPO needs a group per prompt
+  ROLLOUT_GPU_MEM_UTIL=0.5     # no critic on the GPU: vLLM gets more
+)
+here=$(dirname "${BASH_SOURCE[0]}")
+python=${PYTHON:-$here/../.venv/bin/python}
+if [[ -z ${PYTHON:-} && ! -x $python ]]; then python=python3; fi
+exec "$python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"

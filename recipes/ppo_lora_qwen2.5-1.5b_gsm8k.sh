@@ -6,20 +6,17 @@
 #   DRY_RUN=1 bash recipes/ppo_lora_qwen2.5-1.5b_gsm8k.sh
 set -euo pipefail
 
-RECIPE=ppo_lora_qwen2.5-1.5b_gsm8k
-CONFIG_NAME=gsm8k_ppo_lora
-DEFAULT_MODEL_PATH=Qwen/Qwen2.5-1.5B-Instruct
-TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-64}
-PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-32}
-ACTOR_LR=${ACTOR_LR:-1e-5}               # adapters need a larger step than full fine-tuning
-CRITIC_LR=${CRITIC_LR:-1e-5}
-LORA_RANK=${LORA_RANK:-32}
-LORA_ALPHA=${LORA_ALPHA:-32}
-RECIPE_OVERRIDES=(
-  "actor_rollout_ref.model.lora_rank=$LORA_RANK"
-  "actor_rollout_ref.model.lora_alpha=$LORA_ALPHA"
+recipe=(
+  --recipe ppo_lora_qwen2.5-1.5b_gsm8k --config gsm8k_ppo_lora
+  MODEL_PATH=Qwen/Qwen2.5-1.5B-Instruct
+  TRAIN_BATCH_SIZE=64
+  PPO_MINI_BATCH_SIZE=32
+  ACTOR_LR=1e-5                # adapters need a larger step than full fine-tuning
+  CRITIC_LR=1e-5
+  LORA_RANK=32
+  LORA_ALPHA=32
 )
-
-# shellcheck source=common.sh
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-launch "$@"
+here=$(dirname "${BASH_SOURCE[0]}")
+python=${PYTHON:-$here/../.venv/bin/python}
+if [[ -z ${PYTHON:-} && ! -x $python ]]; then python=python3; fi
+exec "$python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"

@@ -2,13 +2,14 @@
 # PPO (actor + critic + reference + rule reward) on GSM8K with Qwen2.5-0.5B-Instruct, one GPU.
 #   DRY_RUN=1 bash recipes/ppo_qwen2.5-0.5b_gsm8k.sh      # preflight + final config, no GPU
 #   bash recipes/ppo_qwen2.5-0.5b_gsm8k.sh trainer.total_epochs=5
-# Every knob is an environment variable (docs/guide.md, Knobs); key=value arguments win over all.
+# Every knob is an environment variable (docs/knobs.md); key=value arguments win over all.
+# The launch itself: python -m verl_gsm8k.launch (docs/architecture.md).
 set -euo pipefail
 
-RECIPE=ppo_qwen2.5-0.5b_gsm8k
-CONFIG_NAME=gsm8k_ppo
-DEFAULT_MODEL_PATH=Qwen/Qwen2.5-0.5B-Instruct
-
-# shellcheck source=common.sh
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-launch "$@"
+recipe=(
+  --recipe ppo_qwen2.5-0.5b_gsm8k --config gsm8k_ppo
+)
+here=$(dirname "${BASH_SOURCE[0]}")
+python=${PYTHON:-$here/../.venv/bin/python}
+if [[ -z ${PYTHON:-} && ! -x $python ]]; then python=python3; fi
+exec "$python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"

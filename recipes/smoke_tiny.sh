@@ -8,22 +8,18 @@
 # data_prep/sample (docs/cpu.md): no hub, no GPU, no setting needed.
 set -euo pipefail
 
-RECIPE=smoke_tiny
-CONFIG_NAME=gsm8k_ppo
-CPU_BY_DEFAULT=1                          # no GPU: train on the CPU instead of stopping
-DEFAULT_MODEL_PATH=Qwen/Qwen2.5-0.5B-Instruct
-TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-16}
-PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-8}
-MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-128}
-TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-2}
-SAVE_FREQ=${SAVE_FREQ:-2}
-TEST_FREQ=${TEST_FREQ:-2}
-SMOKE_PROMPTS=${SMOKE_PROMPTS:-32}       # train and validation prompts used
-RECIPE_OVERRIDES=(
-  "data.train_max_samples=$SMOKE_PROMPTS"
-  "data.val_max_samples=$SMOKE_PROMPTS"
+recipe=(
+  --recipe smoke_tiny --config gsm8k_ppo
+  --cpu-by-default             # no GPU: train on the CPU instead of stopping
+  TRAIN_BATCH_SIZE=16
+  PPO_MINI_BATCH_SIZE=8
+  MAX_RESPONSE_LENGTH=128
+  TOTAL_TRAINING_STEPS=2
+  SAVE_FREQ=2
+  TEST_FREQ=2
+  SMOKE_PROMPTS=32             # train and validation prompts used
 )
-
-# shellcheck source=common.sh
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-launch "$@"
+here=$(dirname "${BASH_SOURCE[0]}")
+python=${PYTHON:-$here/../.venv/bin/python}
+if [[ -z ${PYTHON:-} && ! -x $python ]]; then python=python3; fi
+exec "$python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"

@@ -1,4 +1,4 @@
-"""TOKEN_BUDGET=auto (verl_gsm8k/preflight/budget.py, recipes/common.sh run_preflight): where the
+"""TOKEN_BUDGET=auto (verl_gsm8k/preflight/budget.py, verl_gsm8k/launch/cli.py preflight): where the
 recipe's micro-batch budgets would pass 90 % of the card, the launch runs at the largest power of
 two that fits, says so, and the user's own budget key or TOKEN_BUDGET=recipe keep what was asked.
 The card is a fake nvidia-smi; the model the real Qwen2.5-0.5B shape (its config.json from

@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, UNDEFINED_SYMBOL, USER_KNOBS, plant_flash_attn, with_pythonpath
+from helpers import UNDEFINED_SYMBOL, USER_KNOBS, plant_flash_attn, with_pythonpath
 
 FALLBACK_MODULE = "verl_gsm8k.verl_plugins.attention_fallback"
 
@@ -60,18 +60,21 @@ def python_side(env: dict[str, str]) -> dict:
 
 
 def launcher_side(env: dict[str, str]) -> tuple[str, list[str], str]:
-    """recipes/common.sh sourced as a recipe does: its attention line, overlays, plugin list."""
-    script = (
-        f'RECIPE=probe CONFIG_NAME=gsm8k_ppo; source "{ROOT}/recipes/common.sh"; '
-        'printf "%s\\n" "$ATTENTION_LINE" "${DEVICE_OVERRIDES[*]}" "${VERL_USE_EXTERNAL_MODULES:-}"'
+    """The launcher's plan in ``env`` (in a fresh process: flash_attn planted on its path): its
+    attention line, overlays, plugin list."""
+    code = (
+        "import json, os; from verl_gsm8k.launch.plan import Recipe, make_plan; "
+        "plan = make_plan(Recipe('probe', 'gsm8k_ppo'), os.environ); "
+        "print(json.dumps([plan.attention_line, plan.device_overrides, "
+        "plan.exports['VERL_USE_EXTERNAL_MODULES']]))"
     )
     result = subprocess.run(
-        ["bash", "-c", script], env=dict(env, VERL_USE_EXTERNAL_MODULES=""),
+        [sys.executable, "-c", code], env=dict(env, VERL_USE_EXTERNAL_MODULES=""),
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    attention, overlays, modules = result.stdout.splitlines()[-3:]
-    return attention, overlays.split(), modules
+    attention, overlays, modules = json.loads(result.stdout.strip().splitlines()[-1])
+    return attention, overlays, modules
 
 
 @pytest.mark.parametrize("case", ["broken", "working", "absent"])

@@ -79,9 +79,10 @@ def test_defaults_are_the_recipes_budgets():
     base = (ROOT / "configs" / "gsm8k_base.yaml").read_text()
     budgets = re.findall(r"(?:max_token_len_per_gpu): (\d+)", base)
     assert budgets and set(budgets) == {str(gpu_probe.RECIPE_TOKENS)}
-    common = (ROOT / "recipes" / "common.sh").read_text()
-    prompt = int(re.search(r"MAX_PROMPT_LENGTH:-(\d+)", common)[1])
-    response = int(re.search(r"MAX_RESPONSE_LENGTH:-(\d+)", common)[1])
+    from verl_gsm8k.launch.knobs import BY_NAME
+
+    prompt = int(BY_NAME["MAX_PROMPT_LENGTH"].default)
+    response = int(BY_NAME["MAX_RESPONSE_LENGTH"].default)
     assert prompt + response == gpu_probe.RECIPE_SEQ
 
 

@@ -98,7 +98,7 @@ def test_plugins_import_and_the_fallback_loads_a_model(gpu_python: Path, tiny_mo
 
 
 def test_knobs_reward_and_data_prep(gpu_python: Path, tmp_path: Path):
-    bad = under(gpu_python, "-m", "verl_gsm8k.preflight.knobs", "ACTOR_LR=fast")
+    bad = under(gpu_python, "-m", "verl_gsm8k.launch.knobs", "ACTOR_LR=fast")
     assert bad.returncode == 2 and "knobs: ACTOR_LR=fast is not" in bad.stderr
     prep = under(gpu_python, "-m", "data_prep.gsm8k", "--source", str(ROOT / "data_prep" /
                  "sample"), "--out-dir", str(tmp_path / "data"))  # fmt: skip

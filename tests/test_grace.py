@@ -1,5 +1,5 @@
 """STOP_GRACE_S chosen from the steps and saves measured in the run directory, said in one line
-(verl_gsm8k/guard/grace.py, called by recipes/lifecycle.sh's plan_grace at each PPO launch)."""
+(verl_gsm8k/guard/grace.py, called by verl_gsm8k/launch/cli.py at each PPO launch)."""
 
 from __future__ import annotations
 

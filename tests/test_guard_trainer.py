@@ -53,7 +53,7 @@ def test_a_validation_without_a_finite_value_keeps_no_best(tmp_path, monkeypatch
 
 def test_a_resumed_watchdog_reads_the_logged_history_of_every_launch(tmp_path):
     """ppo_trainer/guarded.py's logged_history: the steps before the resumed one, from every metrics
-    file of the run (one per launch, as recipes/common.sh names them), a step logged twice taken
+    file of the run (one per launch, as the launcher names them), a step logged twice taken
     from the later launch, validation-only lines (no score) and later steps left out."""
     import json
 

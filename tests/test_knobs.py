@@ -1,4 +1,4 @@
-"""The knob table (verl_gsm8k/preflight/knobs.py): every bad value stops a real recipe before the
+"""The knob table (verl_gsm8k/launch/knobs.py): every bad value stops a real recipe before the
 preflight, with one line naming the knob and the value; the table, Hydra, verl and docs/knobs.md
 agree."""
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 from helpers import ROOT, recipe_env, run_recipe
 
-from verl_gsm8k.preflight import knobs
+from verl_gsm8k.launch import knobs
 
 # Bad knob values -> what the one line must show. Before the table existed, the first ones ended
 # in a Python traceback, the others passed the dry run and would have failed on the GPU.
@@ -108,7 +108,7 @@ def test_loggers_are_verls():
 def test_cli_is_stdlib_only_and_quotes_values():
     """-S: no site-packages at all, so the check cannot depend on verl, Hydra or torch."""
     # -S: only the repository root (cwd) to import from
-    script = ["-m", "verl_gsm8k.preflight.knobs"]
+    script = ["-m", "verl_gsm8k.launch.knobs"]
     result = subprocess.run(
         [sys.executable, "-S", *script, "TRAIN_BATCH_SIZE=12 8", "ACTOR_LR=1e-6"],
         cwd=ROOT,
@@ -117,15 +117,19 @@ def test_cli_is_stdlib_only_and_quotes_values():
     )
     assert result.returncode == 2
     assert result.stderr == "knobs: TRAIN_BATCH_SIZE='12 8' is not an integer > 0\n"
-    names = subprocess.run(
-        [sys.executable, "-S", *script, "--names"],
+    table = subprocess.run(
+        [sys.executable, "-S", *script, "--markdown"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
-    ).stdout.split()
-    assert names == [knob.name for knob in knobs.KNOBS]
+    ).stdout
+    assert [line.split("`")[1] for line in table.splitlines()[2:]] == [
+        knob.name for knob in knobs.KNOBS
+    ]
 
 
 def test_docs_list_every_knob_check():
-    assert knobs.markdown_table() in (ROOT / "docs" / "knobs.md").read_text()
+    assert knobs.markdown_table(ROOT / "recipes") in (ROOT / "docs" / "knobs.md").read_text(), (
+        "docs/knobs.md's table is not the table's: python -m verl_gsm8k.launch.knobs --markdown"
+    )

@@ -17,6 +17,7 @@ import textwrap
 import pytest
 from helpers import QWEN25_05B, QWEN25_15B, ROOT, fake_nvidia_smi, recipe_env
 
+from verl_gsm8k.launch.plan import bare_overrides
 from verl_gsm8k.preflight import cli as preflight
 from verl_gsm8k.preflight.memory import GIB, Engine, check_memory, engine_of
 
@@ -181,7 +182,7 @@ def lora_recipe(tiny_model_dir, prepared_gsm8k_dir, tmp_path, *extra: str):
     """The LoRA recipe's composed config (its knob defaults and RECIPE_OVERRIDES)."""
     knobs = {"TRAIN_BATCH_SIZE": "64", "PPO_MINI_BATCH_SIZE": "32", "TRACE_SAMPLES": "0"}
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", **knobs)
-    overrides = preflight.recipe_overrides("gsm8k_ppo_lora", env)
+    overrides = bare_overrides("gsm8k_ppo_lora", env)
     overrides += ["actor_rollout_ref.model.lora_rank=32", *extra]
     return overrides, preflight.compose(ROOT / "configs", "gsm8k_ppo_lora", overrides)
 

@@ -1,6 +1,6 @@
 """Each planted mistake is caught by the preflight with its message; a correct config passes.
 
-The preflight runs in-process on the override list that recipes/common.sh really builds.
+The preflight runs in-process on the override list that the launcher really builds.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from helpers import (
     write_synthetic_gsm8k,
 )
 
+from verl_gsm8k.launch.plan import bare_overrides as recipe_overrides
 from verl_gsm8k.preflight import cli as preflight
-from verl_gsm8k.preflight.cli import recipe_overrides
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def base_overrides(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> list
 
 @pytest.fixture(autouse=True)
 def recipes_trainer_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What recipes/common.sh exports for every PPO launch: the module that registers the
+    """What the launcher exports for every PPO launch: the module that registers the
     recipes' trainer (trainer.v1.trainer_mode=gsm8k), which this in-process preflight checks."""
     monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_gsm8k.verl_plugins.register_trainer")
 

@@ -1,5 +1,5 @@
 """The SFT preflight (verl_gsm8k/preflight/sft.py): a correct launch passes, each planted mistake
-is caught with its message. It runs in-process on the override list recipes/common.sh really
+is caught with its message. It runs in-process on the override list the launcher really
 builds for TRAINER=sft, on SFT data from data_prep.sft (conftest's prepared_sft_dir) and the tiny
 model."""
 
@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import ROOT, recipe_env
 
-from verl_gsm8k.preflight.cli import recipe_overrides
+from verl_gsm8k.launch.plan import bare_overrides as recipe_overrides
 from verl_gsm8k.preflight.report import Report
 from verl_gsm8k.preflight.sft import run_sft
 

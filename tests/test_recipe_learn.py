@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from helpers import ROOT, composed_config, get, recipe_env, run_recipe
 
-from verl_gsm8k.preflight.knobs import LEARN_ALGOS
+from verl_gsm8k.launch.knobs import LEARN_ALGOS
 
 RECIPE = "learn_tiny"
 TOY_SETTINGS = {

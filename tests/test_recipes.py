@@ -24,7 +24,9 @@ from helpers import (
     with_pythonpath,
 )
 
-from verl_gsm8k.preflight.cli import recipe_overrides
+from verl_gsm8k.launch.cli import prune_finished, warn_unshared_run_dir
+from verl_gsm8k.launch.knobs import hydra_quote
+from verl_gsm8k.launch.plan import Recipe, bare_overrides, make_plan
 
 # The tests that read one dry run made for several of them (module fixtures gpu_dry_run, knob_run)
 # run on one xdist worker, so that each dry run is made once (a module fixture is per worker).
@@ -246,12 +248,12 @@ def test_help_lists_usage():
 def test_relative_paths_become_absolute_for_ray_workers(tiny_model_dir, tmp_path):
     (tmp_path / "model").symlink_to(tiny_model_dir)
     env = recipe_env(Path("model"), Path("data"), Path("runs"), RUN_DIR="my-run")
-    overrides = recipe_overrides("gsm8k_ppo", env, cwd=tmp_path)
+    overrides = bare_overrides("gsm8k_ppo", env, cwd=tmp_path)
     assert f"actor_rollout_ref.model.path='{tmp_path}/model'" in overrides
     assert f"data.train_files=['{tmp_path}/data/train.parquet']" in overrides
     assert f"trainer.default_local_dir='{tmp_path}/my-run'" in overrides
-    hub = recipe_overrides(
-        "gsm8k_ppo", dict(env, MODEL_PATH="Qwen/Qwen2.5-0.5B-Instruct"), tmp_path
+    hub = bare_overrides(
+        "gsm8k_ppo", dict(env, MODEL_PATH="Qwen/Qwen2.5-0.5B-Instruct"), cwd=tmp_path
     )
     assert "actor_rollout_ref.model.path='Qwen/Qwen2.5-0.5B-Instruct'" in hub  # a hub id stays
 
@@ -288,29 +290,23 @@ def test_paths_with_quotes_and_spaces_reach_verl_exactly(
 
 
 def test_hydra_quote_round_trips_any_path():
-    """The bash helper against Hydra's own override parser, on quotes and backslashes."""
+    """The launcher's quoting against Hydra's own override parser, on quotes and backslashes."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     values = ["/data/my run's dir", "a\\b", "x\\'y", "ends\\", "''", "a,b=c [x]"]
-    script = (
-        f'RECIPE=t CONFIG_NAME=t MODEL_PATH=m; source "{ROOT}/recipes/common.sh"; '
-        'for v in "$@"; do printf "%s\\0" "$(hydra_quote "$v")"; done'
-    )
-    out = subprocess.run(
-        ["bash", "-c", script, "bash", *values], capture_output=True, text=True, check=True
-    ).stdout
     parser = OverridesParser.create()
-    quoted = out.split("\0")[:-1]
-    assert len(quoted) == len(values)
-    for value, text in zip(values, quoted, strict=True):
+    for value in values:
+        text = hydra_quote(value)
         assert parser.parse_override(f"k={text}").value() == value, text
         assert parser.parse_override(f"k=[{text}]").value() == [value], text
 
 
 def fake_verl_python(path: Path, record: Path) -> Path:
-    """A PYTHON that runs everything for real but `-m verl.trainer.main_ppo`, which it records."""
+    """A PYTHON that runs everything for real but `-m verl.trainer.main_ppo`, which it records;
+    every call is logged, one line each, in ``<record>.calls``."""
     path.write_text(
         "#!/usr/bin/env bash\n"
+        f'echo "$*" >> "{record}.calls"\n'
         'if [[ "${1:-}" == "-m" && "${2:-}" == "verl.trainer.main_ppo" ]]; then\n'
         f'  {{ echo "metrics=$VERL_FILE_LOGGER_PATH"; printf "arg=%s\\n" "$@"; }} > "{record}"\n'
         '  echo "fake verl ran"; exit "${FAKE_VERL_RC:-0}"\n'
@@ -348,6 +344,10 @@ def test_launch_on_a_gpu_machine(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     assert args[-1] == "trainer.total_epochs=1"
     (console,) = (run_dir / "logs").glob("console-*.log")
     assert "fake verl ran" in console.read_text()
+    # the whole launch is one Python process, and verl's driver another (knob checks, attention,
+    # preflight, resume guard, record, supervision, status and pruning run in the launcher)
+    calls = Path(f"{record}.calls").read_text().splitlines()
+    assert len(calls) == 2 and calls[0].startswith("-m verl_gsm8k.launch "), calls
 
 
 def test_a_cpu_only_ray_head_launches_onto_the_clusters_gpus(
@@ -393,19 +393,16 @@ RAY_COPY = "/var/raytmp/session_2026-11-24_01-00-00_000000_1/runtime_resources/w
         ("1", "/tmp/runs", None),
     ],
 )
-def test_a_multi_node_run_dir_that_is_not_shared_is_warned(nnodes, runs_root, warned):
-    """recipes/common.sh's warn_unshared_run_dir, which launch calls (the two-node test sees it)."""
+def test_a_multi_node_run_dir_that_is_not_shared_is_warned(nnodes, runs_root, warned, capsys):
+    """The launcher's warn_unshared_run_dir, which every launch calls."""
     env = {k: v for k, v in os.environ.items() if k not in ("RUN_DIR", "DEVICE")}
-    env.update(NNODES=nnodes, RUNS_ROOT=runs_root, PYTHON=sys.executable)
-    script = (
-        f'RECIPE=t CONFIG_NAME=gsm8k_ppo; source "{ROOT}/recipes/common.sh"; warn_unshared_run_dir'
-    )
-    result = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    env.update(NNODES=nnodes, RUNS_ROOT=runs_root)
+    warn_unshared_run_dir(make_plan(Recipe("t", "gsm8k_ppo"), env, gpu=lambda: False, probe=False))
+    err = capsys.readouterr().err
     if warned is None:
-        assert result.stderr == ""
+        assert err == ""
         return
-    (line,) = result.stderr.splitlines()
+    (line,) = err.splitlines()
     assert line.startswith(f"recipe: warning: NNODES=2 and RUN_DIR={runs_root}/t is {warned}")
     assert "every node writes its ranks' checkpoint shards there" in line
 
@@ -442,7 +439,9 @@ def test_launch_returns_verl_exit_status(tiny_model_dir, prepared_gsm8k_dir, tmp
 def test_device_cpu_adds_the_cpu_overlay_and_user_arguments_still_win(
     tiny_model_dir, prepared_gsm8k_dir, tmp_path
 ):
-    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
+    python = fake_verl_python(tmp_path / "python", tmp_path / "never-ran")
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
+                     PYTHON=str(python))  # fmt: skip
     env.update(DEVICE="cpu", PATH="/usr/bin:/bin")
     result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env, "reward.num_workers=2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -456,6 +455,9 @@ def test_device_cpu_adds_the_cpu_overlay_and_user_arguments_still_win(
     assert get(cfg, "ray_kwargs.ray_init.num_gpus") == "${trainer.n_gpus_per_node}"
     assert get(cfg, "reward.num_workers") == 2  # the user's argument beats the overlay's 1
     assert get(cfg, "critic.model.override_config.attn_implementation") == "sdpa"
+    # the dry run, preflight and verl's composed config included, is one Python process
+    calls = (tmp_path / "never-ran.calls").read_text().splitlines()
+    assert len(calls) == 1 and calls[0].startswith("-m verl_gsm8k.launch "), calls
 
 
 @SHARED_DRY_RUNS
@@ -490,18 +492,14 @@ def test_with_flash_attn_nothing_changes_on_a_gpu(tiny_model_dir, prepared_gsm8k
     assert "+attention=sdpa" not in result.stdout
 
 
-def test_pruning_never_removes_the_step_the_tracker_names(tmp_path):
+def test_pruning_never_removes_the_step_the_tracker_names(tmp_path, capsys):
     """MAX_CKPT_TO_KEEP keeps the newest steps, and the one latest_checkpointed_iteration.txt
-    names (what a relaunch resumes from) even when it is older: common.sh's own function."""
+    names (what a relaunch resumes from) even when it is older: the launcher's own call."""
     run = tmp_path / "run"
     for step in (2, 4, 6):
         (run / f"global_step_{step}" / "actor").mkdir(parents=True)
     (run / "latest_checkpointed_iteration.txt").write_text("2\n")
-    script = (
-        f"set -euo pipefail; RECIPE=t CONFIG_NAME=gsm8k_ppo DEFAULT_MODEL_PATH=unused; "
-        f'source "{ROOT}/recipes/common.sh"; RUN_DIR="{run}" MAX_CKPT_TO_KEEP=1 prune_checkpoints'
-    )
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    prune_finished(run, "1")
+    out = capsys.readouterr().out
     assert sorted(p.name for p in run.glob("global_step_*")) == ["global_step_2", "global_step_6"]
-    assert "keeping" in done.stdout and "latest_checkpointed_iteration.txt names it" in done.stdout
+    assert "keeping" in out and "latest_checkpointed_iteration.txt names it" in out

@@ -32,7 +32,7 @@ def overrides(model: str = "/models/m", data: str = "/data") -> list[str]:
 
 
 def launch(run: Path, stamp: str, *extra: str, resume: str = "auto", knobs=(), trainer="ppo"):
-    """One launch as recipes/common.sh runs it: its exit status."""
+    """One launch as the launcher (verl_gsm8k/launch/) runs it: its exit status."""
     config = "gsm8k_ppo" if trainer == "ppo" else "gsm8k_sft"
     argv = ["--run-dir", str(run), "--stamp", stamp, "--recipe", "r", "--trainer", trainer,
             "--config-name", config, "--resume", resume]  # fmt: skip

@@ -15,8 +15,8 @@ import time
 import pytest
 from helpers import ROOT, merge_run, prepare_sft, recipe_env, run_recipe, write_synthetic_gsm8k
 
+from verl_gsm8k.launch.plan import bare_overrides as recipe_overrides
 from verl_gsm8k.preflight import cli as preflight
-from verl_gsm8k.preflight.cli import recipe_overrides
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -101,7 +101,7 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
     assert len(moved) >= len(common) // 2, f"only {len(moved)} of {len(common)} tensors moved"
 
     # the PPO recipes take it as MODEL_PATH: their preflight passes on it (in-process, with the
-    # module common.sh exports for the recipes' trainer)
+    # module the launcher exports for the recipes' trainer)
     ppo_env = recipe_env(target, prepared_gsm8k_dir, tmp_path / "ppo-runs", TRACE_SAMPLES="0")
     overrides = recipe_overrides("gsm8k_ppo", ppo_env)
     with pytest.MonkeyPatch.context() as patch:

@@ -17,7 +17,7 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
                   checked loads
     evaluate      EvalScope on GSM8K, baseline vs trained, in .venv-eval (scripts/eval.sh)
     preflight     the knob checks (knobs.py) and the preflight every recipe runs before verl
-    resume        what a launch resumes, run by common.sh before verl: the checkpoint verified,
+    resume        what a launch resumes, run by the launcher before verl: the checkpoint verified,
                   the resume guard, the launch record
     cards         which recipe fits which card: docs/gpu.md's per-card table (python -m
                   verl_gsm8k.cards)
@@ -43,8 +43,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ppo_trainer",),
     ("verl_plugins", "evaluate"),
     ("preflight",),
-    ("resume", "cards"),
+    ("resume",),
     ("launch",),
+    ("cards",),
     ("analysis",),
     ("replay",),
     ("runreport",),

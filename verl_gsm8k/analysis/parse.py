@@ -317,7 +317,7 @@ def find_segments(directory: Path) -> list[Path]:
     return logs
 
 
-VALIDATION_DIR = "validation"  # trainer.validation_data_dir of recipes/common.sh
+VALIDATION_DIR = "validation"  # trainer.validation_data_dir of the launcher (verl_gsm8k/launch/)
 _DUMPS_READ = 2  # the newest dumps: the last one may still be being written
 
 

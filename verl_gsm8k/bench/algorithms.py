@@ -44,7 +44,7 @@ from verl_gsm8k.analysis.sampling import dropped_groups
 from verl_gsm8k.bench.cpu_train import read_metrics
 from verl_gsm8k.bench.learning import VAL, run_once, validation_dump
 from verl_gsm8k.common.launch_record import lookup, read_records
-from verl_gsm8k.preflight.knobs import LEARN_ALGOS
+from verl_gsm8k.launch.knobs import LEARN_ALGOS
 
 PROG = "bench.algorithms"
 # The harder setting of the toy task (docs/algorithms.md, "A task that separates them").

@@ -50,7 +50,7 @@ from verl_gsm8k.preflight.model import count_parameters
 
 # The recipes' micro-batch token budget (configs/gsm8k_base.yaml: ppo_max_token_len_per_gpu,
 # log_prob_max_token_len_per_gpu, ppo_infer_max_token_len_per_gpu) and longest sequence
-# (recipes/common.sh: MAX_PROMPT_LENGTH 512 + MAX_RESPONSE_LENGTH 256); tests/test_gpu_probe.py
+# (launch/knobs.py: MAX_PROMPT_LENGTH 512 + MAX_RESPONSE_LENGTH 256); tests/test_gpu_probe.py
 # holds both against the files.
 RECIPE_TOKENS = 16384
 RECIPE_SEQ = 768

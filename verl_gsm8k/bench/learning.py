@@ -31,7 +31,7 @@ from pathlib import Path
 
 from rewards.gsm8k import compute_score_flexible
 from verl_gsm8k.bench.cpu_train import read_metrics
-from verl_gsm8k.preflight.knobs import LEARN_ALGOS
+from verl_gsm8k.launch.knobs import LEARN_ALGOS
 
 ROOT = Path(__file__).resolve().parents[2]
 VAL = "val-core/openai/gsm8k/acc/mean@1"

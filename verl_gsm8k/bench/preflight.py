@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from verl_gsm8k.preflight.cli import recipe_overrides
+from verl_gsm8k.launch.plan import bare_overrides as recipe_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 MISTAKES: dict[str, list[str]] = {

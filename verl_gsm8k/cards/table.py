@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.common.qwen25 import SHAPES, qwen25_config
+from verl_gsm8k.launch.plan import recipe_plan
 from verl_gsm8k.preflight.budget import fitting_budget, heaviest, with_budget
 from verl_gsm8k.preflight.compose import compose
 from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, Phase, estimate_phases
@@ -47,26 +47,18 @@ CARDS = {"24 GB": 24564 / 1024, "40 GB": 40960 / 1024, "80 GB": 81559 / 1024}
 
 
 def recipe_overrides(recipe: str, config_name: str) -> list[str]:
-    """The recipe's overrides on a GPU node (its knob defaults through recipes/common.sh and its
-    RECIPE_OVERRIDES), without the device and attention overlays the machine adds."""
-    script = (
-        "set -euo pipefail; "
-        f"eval \"$(sed -n '1,/^source /p' \"{ROOT}/recipes/{recipe}.sh\" | sed '$d')\"; "
-        f'CONFIG_NAME={config_name}; source "{ROOT}/recipes/common.sh"; '
-        'printf "%s\\0" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}"'
-    )
+    """The recipe's overrides on a GPU node (its knob defaults and its own overrides, the plan
+    the launch makes), without the device and attention overlays the machine adds."""
     env = {  # the recipe's defaults only: none of this shell's knobs
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/tmp"),
         "DEVICE": "gpu",
-        "PYTHON": sys.executable,
         "MODEL_PATH": "/models/m",
-        "HF_HUB_OFFLINE": "1",
     }
-    out = subprocess.run(
-        ["bash", "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
-    return [item for item in out.split("\0") if item]
+    plan = recipe_plan(ROOT / "recipes" / f"{recipe}.sh", env, gpu=True)
+    if plan.recipe.config != config_name:
+        raise ValueError(f"{recipe}: its config is {plan.recipe.config}, not {config_name}")
+    return [*plan.overrides, *plan.recipe.overrides]
 
 
 def phases_at(cfg: Any, hf_config: Any, budget: int | None = None) -> list[Phase]:

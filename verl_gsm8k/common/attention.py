@@ -1,5 +1,5 @@
 """Which attention a run uses, with padding removal or not, and why: the one decision behind the
-launcher's ``attention:`` line (recipes/common.sh), the preflight's device line and the fallback
+launcher's ``attention:`` line (verl_gsm8k/launch/), the preflight's device line and the fallback
 plugin verl loads in its workers (verl_gsm8k/verl_plugins/attention_fallback.py).
 
 The ``ATTENTION`` knob asks (auto, the default; fa2, fa4, sdpa or sdpa_packed). auto:

@@ -1,5 +1,5 @@
 """Whether flash-attention 2 works in this environment: the one probe behind every choice between
-flash-attention and PyTorch's sdpa (recipes/common.sh, the preflight, the attention fallback
+flash-attention and PyTorch's sdpa (verl_gsm8k/launch/, the preflight, the attention fallback
 plugin that verl loads in its workers).
 
 Finding the ``flash_attn`` package is not enough. A wheel built for another torch or CUDA installs

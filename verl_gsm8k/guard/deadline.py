@@ -1,7 +1,7 @@
 """A run that must end by a known time (a Slurm job's time limit): stop, saved, before a step that
 would not finish in time.
 
-The launcher (recipes/common.sh) writes the job's end time to ``RUN_DIR/job_deadline`` (epoch
+The launcher (verl_gsm8k/launch/) writes the job's end time to ``RUN_DIR/job_deadline`` (epoch
 seconds; under Slurm, from ``SLURM_JOB_END_TIME`` or ``squeue -o %e``). The recipes' trainer
 (``ppo_trainer/guarded.py``) measures its own steps and saves as it runs and, after each step,
 asks ``must_stop``: would one more step and a save still end before the deadline, less a margin? If
@@ -145,16 +145,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m verl_gsm8k.guard.deadline",
         description="Write a launch's deadline into its run directory and say whether start-up, "
-        "one step and a save fit before it (recipes/common.sh, under Slurm).",
+        "one step and a save fit before it (verl_gsm8k/launch/, under Slurm).",
     )
     parser.add_argument("run_dir", type=Path, help="the run directory (RUN_DIR)")
     parser.add_argument("--end", type=float, required=True, help="the job's end, epoch seconds")
     args = parser.parse_args(argv)
-    status, line = plan(args.run_dir, args.end, time.time())
-    print(f"recipe: {line}", file=sys.stderr if status else sys.stdout)
+    return plan_and_write(args.run_dir, args.end)
+
+
+def plan_and_write(run_dir: Path, end: float) -> int:
+    """Say whether start-up, a step and a save fit before ``end``; when they do, write it as the
+    trainer's deadline. The status: 0, or 2 when they do not fit."""
+    status, line = plan(run_dir, end, time.time())
+    print(f"recipe: {line}", file=sys.stderr if status else sys.stdout, flush=True)
     if status == 0:
-        args.run_dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(args.run_dir / DEADLINE_FILE, f"{args.end:.0f}\n")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(run_dir / DEADLINE_FILE, f"{end:.0f}\n")
     return status
 
 

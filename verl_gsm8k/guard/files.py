@@ -38,7 +38,7 @@ STOP_FILE = "stop_requested"
 SICK_FILE = "watchdog_sick.json"
 BEST_FORMAT = 1
 
-# The launcher's exit statuses (recipes/common.sh): a run the watchdog stopped, a run stopped on
+# The launcher's exit statuses (verl_gsm8k/launch/): a run the watchdog stopped, a run stopped on
 # SIGTERM after saving. Both resume with the same command.
 EXIT_WATCHDOG = 4
 EXIT_PREEMPTED = 5

@@ -8,7 +8,7 @@ stops verl STOP_GRACE_S after the signal, saved or not, so a grace shorter than 
 step. Its default, 30 s, is Kubernetes' and Slurm's usual wait before SIGKILL; a 0.5B PPO step on
 one GPU alone takes about a minute (docs/slurm.md, "The rule for a GPU run").
 
-So, at each PPO launch (recipes/common.sh), from ``RUN_DIR/timings.json`` (guard/deadline.py):
+So, at each PPO launch (verl_gsm8k/launch/), from ``RUN_DIR/timings.json`` (guard/deadline.py):
   STOP_GRACE_S unset, something measured   the grace is what a stop needs, if over 30 s;
   STOP_GRACE_S set                         kept, with a warning when a stop needs more;
   a Ray job's entrypoint                   ``ray job stop`` sends SIGKILL RAY_JOB_STOP_WAIT_TIME_S
@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m verl_gsm8k.guard.grace",
         description="Print the STOP_GRACE_S a launch uses (standard output's last line) after "
         "the line saying why (a warning: standard error), from the steps and saves measured in "
-        "its run directory (recipes/common.sh, at each PPO launch).",
+        "its run directory (verl_gsm8k/launch/, at each PPO launch).",
     )
     parser.add_argument("run_dir", type=Path, help="the run directory (RUN_DIR)")
     args = parser.parse_args(argv)

@@ -6,7 +6,7 @@ verl's ``max_*_ckpt_to_keep`` prunes only what the current process saved (a resu
 forgets the earlier ones) and keeps the highest step numbers. Here the newest N step directories
 are kept, plus, whatever their age, the step ``latest_checkpointed_iteration.txt`` names (what a
 relaunch resumes) and the kept best (``best_checkpoint.json``). Called by the guarded trainer after
-each save (v1 trainer) and by recipes/common.sh after a launch that ended cleanly (SFT, the legacy
+each save (v1 trainer) and by the launcher after a launch that ended cleanly (SFT, the legacy
 trainer). Standard library only.
 """
 

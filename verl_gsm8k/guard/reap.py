@@ -1,6 +1,6 @@
 """Nothing of a launch outlives it: find every process a launch started, and end them.
 
-The launcher (recipes/common.sh) starts verl with two variables in its environment,
+The launcher (verl_gsm8k/launch/) starts verl with two variables in its environment,
 ``GSM8K_LAUNCH_ID`` (unique per launch: stamp, launcher pid, host) and ``GSM8K_LAUNCH_RUN_DIR``.
 Every process verl starts inherits them: the driver, the local Ray it starts (``ray.init``: gcs,
 raylet, dashboard, log monitor, its process reaper), Ray's workers (the TaskRunner, the FSDP
@@ -218,6 +218,49 @@ def exec_blocked(argv: Sequence[str]) -> None:
     os.execvp(argv[0], list(argv))
 
 
+def check_run_dir(run_dir: str, wait_s: float, but: str = "") -> int:
+    """0 when no process of an earlier launch into ``run_dir`` runs (after waiting ``wait_s``
+    seconds for them to end); else 2, said in one line."""
+    match = of_run_dir(run_dir, but)
+    left = _wait_gone(match, wait_s, read_session(run_dir))
+    if not left:
+        return 0
+    pids = " ".join(str(proc.pid) for proc in left[:8]) + (" ..." if len(left) > 8 else "")
+    launches = sorted({proc.launch for proc in left})
+    print(f"recipe: {run_dir} is in use: {len(left)} processes of an earlier launch "
+          f"into it still run ({describe(left)}; pids {pids}; launch {', '.join(launches)}), "
+          f"though it holds no lock: a launch beside them could write over their "
+          f"checkpoints; stop them (python -m verl_gsm8k.guard.reap stop --run-dir "
+          f"{run_dir!r}) or wait for them (LOCK_WAIT_S)", file=sys.stderr, flush=True)  # fmt: skip
+    return 2
+
+
+def stop_all(
+    match: Callable[[Proc], bool], what: str, sessions: Sessions, settle_s: float = 3.0,
+    grace_s: float = 10.0,
+) -> int:  # fmt: skip
+    """End every process ``match`` finds, say in one line what had to be stopped; 1 when some
+    could not be."""
+    stopped, killed = stop(match, settle_s, grace_s, sessions)
+    left = launch_processes(match, sessions)
+    if stopped:
+        how = f", {killed} of them by SIGKILL" if killed else ""
+        print(f"recipe: {len(stopped)} processes of {what} outlived verl and were stopped "
+              f"({describe(stopped)}){how}", file=sys.stderr, flush=True)  # fmt: skip
+    if left:
+        pids = " ".join(str(proc.pid) for proc in left)
+        print(f"recipe: {len(left)} processes of {what} could not be stopped "
+              f"({describe(left)}; pids {pids})", file=sys.stderr, flush=True)  # fmt: skip
+        return 1
+    return 0
+
+
+def stop_launch(launch: str, run_dir: str) -> int:
+    """After verl has ended: every process of launch ``launch`` still there is stopped."""
+    sessions = {sid: it for sid, it in read_session(run_dir).items() if it[0] == launch}
+    return stop_all(of_launch(launch), f"launch {launch}", sessions)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["exec"]:
@@ -233,37 +276,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--grace", type=float, default=10.0, help="stop: s from SIGTERM to KILL")
     parser.add_argument("--wait", type=float, default=0.0, help="check: s to wait for them")
     args = parser.parse_args(argv)
+    if args.action == "check":
+        if args.launch:
+            parser.error("check takes --run-dir")
+        return check_run_dir(args.run_dir, args.wait, args.but)
     match = of_launch(args.launch) if args.launch else of_run_dir(args.run_dir, args.but)
     sessions = read_session(args.session_of or args.run_dir or "")
     if args.launch:  # the session written by this launch, not an earlier one's
         sessions = {sid: it for sid, it in sessions.items() if it[0] == args.launch}
     what = f"launch {args.launch}" if args.launch else f"launches into {args.run_dir}"
-    if args.action == "check":
-        if args.launch:
-            parser.error("check takes --run-dir")
-        left = _wait_gone(match, args.wait, sessions)
-        if not left:
-            return 0
-        pids = " ".join(str(proc.pid) for proc in left[:8]) + (" ..." if len(left) > 8 else "")
-        launches = sorted({proc.launch for proc in left})
-        print(f"recipe: {args.run_dir} is in use: {len(left)} processes of an earlier launch "
-              f"into it still run ({describe(left)}; pids {pids}; launch {', '.join(launches)}), "
-              f"though it holds no lock: a launch beside them could write over their "
-              f"checkpoints; stop them (python -m verl_gsm8k.guard.reap stop --run-dir "
-              f"{args.run_dir!r}) or wait for them (LOCK_WAIT_S)", file=sys.stderr)  # fmt: skip
-        return 2
-    stopped, killed = stop(match, args.settle, args.grace, sessions)
-    left = launch_processes(match, sessions)
-    if stopped:
-        how = f", {killed} of them by SIGKILL" if killed else ""
-        print(f"recipe: {len(stopped)} processes of {what} outlived verl and were stopped "
-              f"({describe(stopped)}){how}", file=sys.stderr)  # fmt: skip
-    if left:
-        pids = " ".join(str(proc.pid) for proc in left)
-        print(f"recipe: {len(left)} processes of {what} could not be stopped "
-              f"({describe(left)}; pids {pids})", file=sys.stderr)  # fmt: skip
-        return 1
-    return 0
+    return stop_all(match, what, sessions, args.settle, args.grace)
 
 
 if __name__ == "__main__":

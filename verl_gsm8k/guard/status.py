@@ -2,7 +2,7 @@
 
     python -m verl_gsm8k.guard.status RUN_DIR --stamp STAMP --verl-status N [--stopped]
 
-Run by recipes/common.sh once verl has exited. It prints one line and exits with:
+Run by the launcher (verl_gsm8k/launch/) once verl has exited. It prints one line and exits with:
 ``EXIT_WATCHDOG`` (4) when the watchdog stopped this launch (the line: the metric, its value and
 threshold, the step, the last healthy checkpoint); ``EXIT_PREEMPTED`` (5) after SIGTERM
 (``--stopped``; the line: the step saved, or that none was and where a relaunch resumes) or

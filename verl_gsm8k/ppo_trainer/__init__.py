@@ -1,11 +1,12 @@
 """The trainer every PPO launch runs: verl's v1 ``sync`` trainer (``PPOTrainerSync``), guarded and
 traced, registered in verl's trainer registry as ``gsm8k``.
 
-``recipes/common.sh`` sets ``trainer.v1.trainer_mode=gsm8k`` for every PPO launch and names
-``verl_gsm8k.verl_plugins.register_trainer`` in ``VERL_USE_EXTERNAL_MODULES``; that plugin imports
-``traced.py`` in verl's TaskRunner right after ``verl.trainer.ppo.v1``, and ``@register_trainer``
-there enters the class in verl's registry. ``python -m verl_gsm8k.preflight`` checks the choice
-(``preflight/trainer_choice.py``). What it adds to verl's sync trainer, one method at a time:
+The launcher (``verl_gsm8k/launch/``) sets ``trainer.v1.trainer_mode=gsm8k`` for every PPO launch
+and names ``verl_gsm8k.verl_plugins.register_trainer`` in ``VERL_USE_EXTERNAL_MODULES``; that plugin
+imports ``traced.py`` in verl's TaskRunner right after ``verl.trainer.ppo.v1``, and
+``@register_trainer`` there enters the class in verl's registry. ``python -m verl_gsm8k.preflight``
+checks the choice (``preflight/trainer_choice.py``). What it adds to verl's sync trainer, one method
+at a time:
 
 - ``guarded.py`` (``GuardedTrainer``): every checkpoint whole (atomic tracker and ``data.pt``),
   stamped with its launch and pruned over the whole run; the divergence watchdog before each save

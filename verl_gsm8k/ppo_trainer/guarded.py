@@ -38,7 +38,7 @@ Each addition overrides one method of verl's ``PPOTrainerSync``
   best step was not a save step, it is saved then (the weights are the ones just validated).
 
 Settings: the ``gsm8k_guard`` block of configs/gsm8k_base.yaml (knobs WATCHDOG, KEEP_BEST,
-BEST_METRIC in recipes/common.sh).
+BEST_METRIC in the launcher (verl_gsm8k/launch/)).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ SCORE_KEY = "critic/score/mean"  # verl's name for the mean sequence score (comp
 
 
 def launch_stamp() -> str | None:
-    """The launch's stamp, from its metrics file (recipes/common.sh: metrics-<stamp>.jsonl)."""
+    """The launch's stamp, from its metrics file (verl_gsm8k/launch/: metrics-<stamp>.jsonl)."""
     match = METRICS_FILE.search(os.environ.get("VERL_FILE_LOGGER_PATH", ""))
     return match.group(1) if match else None
 

@@ -2,7 +2,7 @@
 guarded (``guarded.py``), plus the per-token trace (``verl_gsm8k/trace/``).
 
 Imported in verl's TaskRunner process by ``verl_gsm8k.verl_plugins.register_trainer`` as soon as
-verl's ``verl.trainer.ppo.v1`` is; ``trainer.v1.trainer_mode=gsm8k`` (set by recipes/common.sh for
+verl's ``verl.trainer.ppo.v1`` is; ``trainer.v1.trainer_mode=gsm8k`` (set by the launcher for
 every PPO launch) then makes verl's ``get_trainer_cls`` (``verl/trainer/ppo/v1/trainer_base.py``
 ~2017, called by ``TaskRunnerV1.run`` in ``verl/trainer/main_ppo.py`` ~141) build this class.
 Besides the guard's additions it changes two methods, both calling verl's own first:
@@ -89,7 +89,7 @@ def run_settings(config: DictConfig) -> dict[str, Any]:
         "clip_ratio_low": config.actor_rollout_ref.actor.clip_ratio_low,
         "clip_ratio_high": config.actor_rollout_ref.actor.clip_ratio_high,
         "model": str(config.actor_rollout_ref.model.path),
-        # the launch's metrics file (recipes/common.sh): ties the trace to its run and launch
+        # the launch's metrics file (verl_gsm8k/launch/): ties the trace to its run and launch
         "metrics_file": os.path.basename(os.environ.get("VERL_FILE_LOGGER_PATH", "")) or None,
     }
 

@@ -2,7 +2,7 @@
 card in some phase (memory.py's estimate), the largest power-of-two budget below the recipe's
 under which every phase stays below 90 %, every micro-batch budget of the run set to it.
 
-The launcher asks for it with ``TOKEN_BUDGET=auto`` (its default; recipes/common.sh passes
+The launcher asks for it with ``TOKEN_BUDGET=auto`` (its default; the launcher passes
 ``--fit-budget FILE`` to the preflight unless the launch's own ``key=value`` overrides set a
 budget key): the preflight prints what it chose and why, checks the memory again at that budget,
 and writes the overrides to FILE for the launcher to put before the user's. The per-card table

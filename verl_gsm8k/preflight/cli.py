@@ -37,12 +37,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
 from verl_gsm8k.preflight import budget
 from verl_gsm8k.preflight.algorithm import check_algorithm
+from verl_gsm8k.preflight.batch import batch_split_problem
 from verl_gsm8k.preflight.checkpoints import check_async_save, check_disk
 from verl_gsm8k.preflight.compose import (
     LegacyKeys,
@@ -59,7 +59,6 @@ from verl_gsm8k.preflight.device import (
     visible_gpus,
 )
 from verl_gsm8k.preflight.inputs import check_data, check_reward
-from verl_gsm8k.preflight.knobs import batch_split_problem
 from verl_gsm8k.preflight.memory import check_memory
 from verl_gsm8k.preflight.model import (
     count_parameters,
@@ -401,26 +400,6 @@ def check_ray_cluster(cfg, address: str, report: Report) -> None:
         )
     else:
         report.ok("gpu", f"{summary}; this run uses {nnodes} node(s) x {per_node} GPU(s)")
-
-
-# ---------------------------------------------------------------------------- recipes
-def recipe_overrides(
-    config_name: str,
-    env: dict[str, str] | None = None,
-    cwd: Path | None = None,
-    trainer: str = "ppo",
-) -> list[str]:
-    """The override list recipes/common.sh builds in this environment (from the real file), for a
-    recipe of verl's ``trainer`` (ppo or sft)."""
-    script = (
-        f"RECIPE=preflight CONFIG_NAME={config_name} TRAINER={trainer}; "
-        f'source "{ROOT}/recipes/common.sh"; '
-        'printf "%s\\0" "${DEVICE_OVERRIDES[@]}" "${OVERRIDES[@]}" "${RECIPE_OVERRIDES[@]}"'
-    )
-    out = subprocess.run(
-        ["bash", "-c", script], env=env, cwd=cwd, capture_output=True, text=True, check=True
-    ).stdout
-    return [item for item in out.split("\0") if item]
 
 
 # ---------------------------------------------------------------------------- main

@@ -46,10 +46,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit_budget is not None and args.fit_budget.is_file():
         picked = [line for line in args.fit_budget.read_text().splitlines() if line]
     overrides = [*args.overrides[:cut], *picked, *args.overrides[cut:]]
-    sys.argv = [args.verl_module, "--config-path", args.config_path, "--config-name",
-                args.config_name, "--cfg", "job", *overrides]  # fmt: skip
+    return print_config(args.verl_module, Path(args.config_path), args.config_name, overrides)
+
+
+def print_config(
+    verl_module: str, config_path: Path, config_name: str, overrides: list[str]
+) -> int:
+    """verl's entry point with Hydra's ``--cfg job``, in this process: the composed config."""
+    sys.argv = [verl_module, "--config-path", str(config_path), "--config-name", config_name,
+                "--cfg", "job", *overrides]  # fmt: skip
     try:
-        runpy.run_module(args.verl_module, run_name="__main__", alter_sys=True)
+        runpy.run_module(verl_module, run_name="__main__", alter_sys=True)
     except SystemExit as done:  # Hydra ends --cfg job with sys.exit
         return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
     return 0

@@ -42,7 +42,7 @@ class Trace:
 
 def run_identity(run_dir: Path) -> tuple[set[str], set[str]]:
     """(experiment names, metrics file names) a trace of this run may carry: from the launch
-    records (verl_gsm8k.resume) and the metrics files (recipes/common.sh) of ``run_dir``."""
+    records (verl_gsm8k.resume) and the metrics files (verl_gsm8k/launch/) of ``run_dir``."""
     try:
         records = read_records(run_dir)
     except RecordError:
@@ -119,7 +119,7 @@ def load_trace(run_dir: Path) -> Trace:
 
 def _launch(ts: TraceStep) -> str:
     """The launch that wrote a step: its metrics file (``metrics-<stamp>.jsonl``, one per launch,
-    recipes/common.sh), "" when the trace does not say."""
+    the launcher (verl_gsm8k/launch/)), "" when the trace does not say."""
     return str((ts.head.get("run") or {}).get("metrics_file") or "")
 
 

@@ -2,7 +2,7 @@
 record a later resume is compared with.
 
 Named ``resume`` because every step of ``python -m verl_gsm8k.resume`` serves that decision; it
-launches nothing (the launcher is ``recipes/common.sh``, which runs it right before verl, not on
+launches nothing (the launcher is ``verl_gsm8k/launch/``, which runs it right before verl, not on
 a dry run). It composes the launch's config against the installed verl (as ``--cfg job`` would),
 verifies the checkpoint verl would resume and falls back to the newest whole one (``verify.py``),
 refuses to resume it when the launch that wrote it had another config, every key compared but the

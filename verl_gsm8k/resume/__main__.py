@@ -4,7 +4,7 @@
         --config-name gsm8k_ppo [--resume auto] [--knob NAME=VALUE ...] [--knob-key KEY=NAME ...] \\
         [--user KEY=VALUE ...] -- OVERRIDE ...
 
-Run by recipes/common.sh right before verl starts. The checkpoint verl would resume is verified
+Run by the launcher right before verl starts. The checkpoint verl would resume is verified
 first (verify.py: an earlier whole one when it is damaged), then compared with the launch that
 wrote it (guard.py: every key of the resolved config but the few that may change on a resume).
 Exit 0: the record is written (DIR/launches/launch-UTC.yaml) and the tracker names the step verl

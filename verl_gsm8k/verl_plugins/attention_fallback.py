@@ -11,7 +11,7 @@ packed or padded: the overlay sets the critic's padding removal) where flash-att
 ``flash_attention_4`` where ATTENTION=fa4 asked for it (compute capability 9.0+).
 
 Loaded by verl in every process through VERL_USE_EXTERNAL_MODULES, as
-verl_gsm8k.verl_plugins.attention_fallback (recipes/common.sh adds it when the choice is not
+verl_gsm8k.verl_plugins.attention_fallback (the launcher adds it when the choice is not
 flash-attn 2). It changes nothing where flash-attention 2 works: the plugin decides with the same
 function as the launcher and the preflight, verl_gsm8k/common/attention.py (the ATTENTION knob,
 which the launcher exports; flash-attn 2's extension loads or not; under ATTENTION=fa4,

@@ -20,7 +20,7 @@ whatever the path names by then. A file that fails is refused with one line nami
 Active only inside verl's loaders (``checked_loads``), nowhere else. The workers' loader
 has no extension point, so each loader is wrapped right after its module is imported, in the
 process that imports it (verl imports this module in every process: VERL_USE_EXTERNAL_MODULES,
-named by recipes/common.sh for every launch): ``FSDPCheckpointManager.load_checkpoint`` in the
+named by the launcher for every launch): ``FSDPCheckpointManager.load_checkpoint`` in the
 workers, ``_load_checkpoint`` of the v1 trainer base (which the recipes' registered trainer
 inherits) and of the legacy trainer, and the SFT trainer's ``CheckpointHandler.load_checkpoint``,
 in the trainer's process.

@@ -2,7 +2,7 @@
 guarded, traced) in verl's trainer registry, in the process that builds verl's trainer.
 
 verl imports this module in every process (VERL_USE_EXTERNAL_MODULES, named by
-recipes/common.sh for every PPO launch). Importing verl's trainer package costs ~2 s and
+the launcher for every PPO launch). Importing verl's trainer package costs ~2 s and
 ~190 MB per process, so nothing is imported here: the trainer module is imported right after
 ``verl.trainer.ppo.v1`` is, which only verl's TaskRunner does (``verl/trainer/main_ppo.py`` ~139),
 just before it looks the trainer up by ``trainer.v1.trainer_mode``.

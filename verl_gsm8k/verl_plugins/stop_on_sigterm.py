@@ -1,6 +1,6 @@
 """SIGTERM to any process of a PPO launch becomes the launcher's stop request, not a death.
 
-recipes/common.sh starts verl's driver with SIGTERM **blocked** (its signal mask), and every
+the launcher starts verl's driver with SIGTERM **blocked** (its signal mask), and every
 process verl starts inherits the mask across fork and exec: Ray's gcs and raylet, its workers (the
 TaskRunner, where the trainer loop runs, the FSDP workers, vLLM's engine). Their own SIGTERM
 handlers (Ray's: exit; raylet's: shut the node down, which takes every worker with it) are

@@ -1,0 +1,71 @@
+"""The launcher's supervision of verl (verl_gsm8k/launch/supervise.py), with stand-ins for verl:
+verl's own status survives a SIGTERM to every process at once; a SIGTERM to the launcher alone
+becomes a stop request, and verl is stopped when the grace is over."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# The launcher's side, in a process of its own: a Supervisor running `verl`, its status printed.
+LAUNCHER = """
+import os, sys
+from pathlib import Path
+from verl_gsm8k.launch.supervise import Supervisor
+
+run, ppo, grace, verl = Path(sys.argv[1]), sys.argv[2] == "ppo", int(sys.argv[3]), sys.argv[4]
+say = lambda line, err=False: print(line, flush=True)
+supervisor = Supervisor(run, grace, True, {}, say)
+code = supervisor.run(["bash", "-c", verl], dict(os.environ), run / "console.log", ppo, (), "L1")
+print("status", code, "stop requested" if supervisor.deadline else "", flush=True)
+"""
+
+
+def launch(run: Path, ppo: bool, grace: int, verl: str) -> subprocess.Popen:
+    (run / "up").unlink(missing_ok=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(run), "ppo" if ppo else "sft", str(grace), verl],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def wait_up(run: Path) -> None:
+    end = time.monotonic() + 60
+    while not (run / "up").exists() and time.monotonic() < end:
+        time.sleep(0.01)
+    assert (run / "up").exists()
+
+
+def test_verls_status_survives_a_sigterm_to_every_process_at_once(tmp_path: Path):
+    """A stand-in verl that exits 5 on SIGTERM: the launch's status is 5 every time (bash's `wait`
+    once lost it, returning 255 in 6 of 40 tries)."""
+    verl = f'trap "exit 5" TERM; echo up > {tmp_path}/up; while :; do sleep 0.05; done'
+    seen = []
+    for _ in range(10):
+        proc = launch(tmp_path, False, 30, verl)
+        wait_up(tmp_path)
+        os.killpg(proc.pid, signal.SIGTERM)  # every process of the launch at once
+        out, _ = proc.communicate(timeout=60)
+        seen.append(out.strip().splitlines()[-1])
+    assert seen == ["status 5 stop requested"] * 10, seen
+    assert (tmp_path / "stop_requested").read_text().strip().isdigit()
+
+
+def test_a_sigterm_to_the_launcher_is_a_stop_request_and_the_grace_ends_verl(tmp_path: Path):
+    """PPO: verl's driver blocks SIGTERM in a session of its own; the launcher writes the stop
+    request, and once the grace is over stops verl (SIGKILL, since it blocks SIGTERM): 143."""
+    verl = f"echo up > {tmp_path}/up; while :; do sleep 0.05; done"
+    proc = launch(tmp_path, True, 1, verl)
+    wait_up(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert "recipe: SIGTERM: the trainer saves the step in flight and stops (within " in out
+    assert "STOP_GRACE_S=1 s" in out
+    assert "recipe: STOP_GRACE_S=1 s are over: stopping verl" in out
+    assert out.strip().splitlines()[-1] == "status 143 stop requested", out
+    session = (tmp_path / ".launch.session").read_text().split()
+    assert session[1] == "L1" and int(session[0]) != proc.pid

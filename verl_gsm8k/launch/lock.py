@@ -1,0 +1,87 @@
+"""One launch at a time per run directory: two would write the same checkpoints over each other.
+
+The lock is flock(2) on RUN_DIR/.launch.lock, held through a file descriptor by the launcher and
+the verl driver it starts (the descriptor is passed on): the kernel releases it when the last of
+them ends, so a SIGKILL leaves no stale lock. The file names the launch that holds it. A launch
+that finds it held waits LOCK_WAIT_S seconds (a requeued job whose predecessor is still saving),
+then refuses in one line, before it has touched anything. Ray's processes do not inherit the
+descriptor: processes of an earlier launch into RUN_DIR that outlived it are found by their
+environment (verl_gsm8k/guard/reap.py), waited for, then refused the same way.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import socket
+import time
+from pathlib import Path
+
+from verl_gsm8k.guard import reap
+
+LOCK_FILE = ".launch.lock"
+
+
+class Busy(Exception):
+    """The run directory is in use: the one line to say, exit 2."""
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _holder(lock: Path) -> str:
+    try:
+        return lock.read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
+def lock_run_dir(run_dir: Path, stamp: str, wait_s: int, say) -> int:
+    """Take the run directory's lock (its descriptor, to pass to verl); raise Busy otherwise."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = run_dir / LOCK_FILE
+    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    if not _try_lock(fd):
+        if wait_s > 0:
+            holder = _holder(lock) or "another launch"
+            say(f"recipe: {run_dir} is in use by {holder}: waiting up to LOCK_WAIT_S={wait_s} s "
+                "for it to end", err=True)  # fmt: skip
+        end = time.monotonic() + wait_s
+        while not _try_lock(fd):
+            if time.monotonic() >= end:
+                os.close(fd)
+                raise Busy(_busy_line(run_dir, lock))
+            time.sleep(0.5)
+    if reap.check_run_dir(str(run_dir), wait_s) != 0:
+        os.close(fd)
+        raise Busy("")  # reap.check_run_dir said why
+    os.ftruncate(fd, 0)
+    os.write(fd, f"launch {stamp}, pid {os.getpid()} on {socket.gethostname()}\n".encode())
+    return fd
+
+
+def _busy_line(run_dir: Path, lock: Path) -> str:
+    holder = _holder(lock)
+    alive = "still running"
+    found = re.search(r", pid (\d+) on ", holder)
+    if found:
+        try:
+            os.kill(int(found.group(1)), 0)
+        except ProcessLookupError:
+            alive = (
+                "its launcher has ended, processes it started still run: fuser -v "
+                f"{lock} lists them"
+            )
+        except PermissionError:
+            pass
+    return (
+        f"recipe: {run_dir} is in use by {holder or 'another launch'} ({alive}): one launch at a "
+        "time per run directory; wait for it to end (LOCK_WAIT_S), stop it, or set another "
+        "EXPERIMENT_NAME"
+    )

@@ -1,0 +1,78 @@
+"""The Slurm job a launch runs in: its end (the trainer's deadline, a stop's grace) and, after a
+stop, its requeue (docs/slurm.md, "Time limits").
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+
+from verl_gsm8k.guard.files import read_stamp
+from verl_gsm8k.guard.prune import tracked_step
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout
+
+
+def job_end(env: Mapping[str, str], run: Callable[[list[str]], str] = _run) -> int | None:
+    """The end of the Slurm job (epoch seconds), or None: SLURM_JOB_END_TIME where Slurm sets it
+    (23.02 and later), else squeue's end time (%e), which a preemption's GraceTime and
+    `scontrol update TimeLimit` move. None outside a job or without a time limit."""
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    given = env.get("SLURM_JOB_END_TIME", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    lines = run(["squeue", "-h", "-j", job, "-o", "%e"]).splitlines()
+    end = lines[0].strip() if lines else ""
+    if not re.match(r"\d{4}-\d{2}-\d{2}T", end):  # NONE, Unknown: no limit
+        return None
+    try:
+        return int(datetime.fromisoformat(end).timestamp())  # squeue prints local time
+    except ValueError:
+        return None
+
+
+def requeue_if_stopped(
+    status: int, stamp: str, run_dir: Path, env: Mapping[str, str], say,
+    run: Callable[[list[str]], str] = _run,
+) -> None:  # fmt: skip
+    """Under slurm/one_node.sbatch (SLURM_REQUEUE_ON_STOP=1): a launch that stopped before the
+    end of the run (exit 5) and saved a step puts its job back in the queue, so that the same job
+    resumes until the run ends. A launch that saved nothing is not requeued: the next one would
+    do no better."""
+    job = env.get("SLURM_JOB_ID")
+    if status != 5 or env.get("SLURM_REQUEUE_ON_STOP", "0") != "1" or not job:
+        return
+    step = tracked_step(run_dir)
+    if step is None or read_stamp(run_dir, step) != stamp:
+        say(f"recipe: Slurm job {job} not requeued: this launch saved no step (start-up, a step "
+            "and a save did not fit before it stopped); resubmit with more time (sbatch --time)",
+            err=True)  # fmt: skip
+        return
+    # Slurm requeues it already (a preemption, `scontrol requeue`): its restart count went up,
+    # and a second requeue would fail ("Job is pending execution")
+    found = re.search(r" Restarts=(\d+)", run(["scontrol", "show", "job", "-o", job]))
+    restarts = int(found.group(1)) if found else 0
+    count = env.get("SLURM_RESTART_COUNT") or "0"
+    if restarts > int(count if count.isdigit() else 0):
+        say(f"recipe: Slurm requeued job {job} itself (restart {restarts}: a preemption or "
+            f"scontrol requeue): it resumes from step {step}")  # fmt: skip
+        return
+    say(f"recipe: requeueing Slurm job {job} (restart {count}): it resumes from step {step}")
+    try:
+        failed = subprocess.run(["scontrol", "requeue", job], check=False).returncode != 0
+    except OSError:
+        failed = True
+    if failed:
+        say(f"recipe: scontrol requeue {job} failed: resubmit the same command to resume",
+            err=True)  # fmt: skip

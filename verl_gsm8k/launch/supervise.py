@@ -1,0 +1,163 @@
+"""verl started and watched until it ends: its output copied to the console log, SIGTERM turned
+into a stop request, Ctrl-C into a stop now, the grace kept, what outlives verl reaped.
+
+PPO: verl's driver starts in a session of its own with SIGTERM blocked, a mask every process it
+starts inherits (Ray's daemons and workers): a SIGTERM to every process of the job reaches the
+launcher (a stop request, RUN_DIR/stop_requested) and leaves them running to save the step in
+flight; a SIGTERM to one of them alone is a stop request too
+(verl_gsm8k/verl_plugins/stop_on_sigterm.py). vLLM's engine processes unblock it (docs/slurm.md).
+SFT: torchrun runs in the launcher's process group, SIGINT ignored as a background job's is.
+After STOP_GRACE_S (or at once on Ctrl-C): SIGTERM to every process verl started, SIGKILL to
+what is left 10 s later, exit 143.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.guard import reap
+from verl_gsm8k.guard.files import STOP_FILE
+from verl_gsm8k.launch.slurm import job_end
+
+KILL_WAIT_S = 10  # from the SIGTERM to every process verl started to SIGKILL
+
+
+def _blocked_session() -> None:
+    """PPO's driver: SIGTERM blocked (inherited by every process it starts), its own session."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    os.setsid()
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process started under ``pid``, parents first."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _tee(source, log_path: Path) -> threading.Thread:
+    """Copy verl's output to this process's standard output and to the console log."""
+
+    def copy() -> None:
+        out = sys.stdout.buffer
+        with open(log_path, "wb") as log:
+            while chunk := os.read(source.fileno(), 65536):
+                for sink in (out, log):
+                    try:
+                        sink.write(chunk)
+                        sink.flush()
+                    except (OSError, ValueError):
+                        pass
+
+    thread = threading.Thread(target=copy, name="tee", daemon=True)
+    thread.start()
+    return thread
+
+
+class Supervisor:
+    """One verl launch: ``run`` returns verl's exit status (143 when the grace ran out)."""
+
+    def __init__(
+        self, run_dir: Path, grace_s: int, grace_set: bool, env: Mapping[str, str],
+        say: Callable[..., None],
+    ) -> None:  # fmt: skip
+        self.run_dir, self.grace_s, self.grace_set = run_dir, grace_s, grace_set
+        self.env, self.say = env, say
+        self.deadline: float | None = None
+        self.kill_now = False
+
+    def request_stop(self, *_: object) -> None:
+        """SIGTERM (a preemption: Slurm, Kubernetes, spot instances): ask the trainer to save the
+        step in flight and stop; after the grace, stop verl. In a Slurm job with an end time and
+        no STOP_GRACE_S of the user's, the grace runs to 5 s before the job's end (read now: a
+        preemption's GraceTime moves it), which is what Slurm allows."""
+        if self.deadline is not None:
+            return
+        now = time.time()
+        self.deadline = now + self.grace_s
+        why = f"STOP_GRACE_S={self.grace_s} s"
+        end = None if self.grace_set else job_end(self.env)
+        if end is not None and end - 5 > now:
+            self.deadline = end - 5
+            why = (f"{self.deadline - now:.0f} s: 5 s before Slurm job "
+                   f"{self.env.get('SLURM_JOB_ID')} ends; STOP_GRACE_S sets it")  # fmt: skip
+        write_atomic(self.run_dir / STOP_FILE, f"{self.deadline:.0f}\n")
+        self.say(f"recipe: SIGTERM: the trainer saves the step in flight and stops (within {why})",
+                 err=True)  # fmt: skip
+
+    def interrupt(self, *_: object) -> None:
+        """Ctrl-C: stop verl now; the checkpoints saved so far stay."""
+        self.say("recipe: interrupted: stopping verl", err=True)
+        self.kill_now = True
+
+    def run(
+        self, argv: list[str], env: dict[str, str], log_path: Path, ppo: bool, pass_fds: tuple,
+        launch_id: str,
+    ) -> int:  # fmt: skip
+        (self.run_dir / STOP_FILE).unlink(missing_ok=True)  # an earlier launch's is not ours
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.interrupt)
+        proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=pass_fds,
+            preexec_fn=_blocked_session if ppo else _ignore_sigint,
+        )  # fmt: skip
+        if ppo:  # the driver's session, for the reaping of what outlives it (guard/reap.py)
+            write_atomic(self.run_dir / reap.SESSION_FILE, f"{proc.pid} {launch_id}\n")
+        tee = _tee(proc.stdout, log_path)
+        status = self._wait(proc)
+        tee.join(timeout=5)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        reap.stop_launch(launch_id, str(self.run_dir))
+        tee.join(timeout=5)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        return status
+
+    def _wait(self, proc: subprocess.Popen) -> int:
+        while True:
+            try:
+                code = proc.wait(timeout=1)
+                return code if code >= 0 else 128 - code
+            except subprocess.TimeoutExpired:
+                pass
+            if self.kill_now or (self.deadline is not None and time.time() >= self.deadline):
+                if not self.kill_now:
+                    self.say(f"recipe: STOP_GRACE_S={self.grace_s} s are over: stopping verl",
+                             err=True)  # fmt: skip
+                pids = [proc.pid, *descendants(proc.pid)]
+                _signal_all(pids, signal.SIGTERM)
+                time.sleep(KILL_WAIT_S)
+                _signal_all(pids, signal.SIGKILL)
+                proc.wait()
+                return 143

@@ -1,0 +1,25 @@
+"""Whether a step's batch splits into mini-batches as verl asserts: the knob check and the
+preflight ask the same question."""
+
+from __future__ import annotations
+
+
+def batch_split_problem(
+    batch: int,
+    mini: int,
+    batch_name: str = "TRAIN_BATCH_SIZE",
+    mini_name: str = "PPO_MINI_BATCH_SIZE",
+) -> str | None:
+    """Why a batch of `batch` prompts does not split into mini-batches of `mini`, or None.
+
+    verl asserts batch % mini == 0 when it splits a step's batch for the first update (both are
+    multiplied by rollout.n first, which changes nothing here).
+    """
+    if mini > batch:
+        return f"{mini_name}={mini} is larger than {batch_name}={batch}"
+    if batch % mini:
+        return (
+            f"{batch_name}={batch} does not split into mini-batches of {mini_name}={mini} "
+            f"(verl asserts {batch} % {mini} == 0 at the first update)"
+        )
+    return None
