@@ -121,8 +121,8 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
-# What a reward that turns NaN does to a run's files, as issue 26 found in a real smoke run: verl
-# logs every score, reward, advantage, return, loss and grad norm of the step as NaN, and its
+# What a reward that turns NaN does to a run's files, as a real smoke run with one planted showed:
+# verl logs every score, reward, advantage, return, loss and grad norm of the step as NaN, and its
 # validation's accuracy and the reward's keys too.
 SICK_KEY = re.compile(
     r"^critic/(score|rewards|advantages|returns)/|loss$|grad_norm$|vf_explained_var$"

@@ -1,6 +1,7 @@
 """verl's own checkpoint loaders, with verl_plugins/checked_load.py imported as verl's workers and
 trainer import it: a crafted file is refused in the loading process, at the load, whatever path
-or world size it has; a whole one loads as before (issue 34, hole 5).
+or world size it has; a whole one loads as before (docs/reliability.md, "What survives what": a
+file swapped after the launcher's scan).
 
 The real loaders run here: FSDPCheckpointManager.load_checkpoint (each worker's shards) and the v1
 trainer's _load_checkpoint (data.pt), with only verl's remote worker groups stood in for. The

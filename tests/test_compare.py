@@ -137,7 +137,7 @@ def test_diff_names_the_estimator_and_the_critic_and_nothing_the_same(tmp_path: 
 
 def test_the_nine_algorithms_of_the_benchmark_each_get_their_own_colour() -> None:
     """bench.algorithms draws its nine runs on one page: a palette of eight gave the ninth (GSPO)
-    the first's colour (PPO), on every chart and in the table's key (seen on 2026-11-27)."""
+    the first's colour (PPO), on every chart and in the table's key."""
     from verl_gsm8k.compare.charts import colour
 
     assert len({colour(i) for i in range(9)}) == 9

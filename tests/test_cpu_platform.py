@@ -149,7 +149,8 @@ CRITIC_LOAD = """
 
 
 def test_critic_loads_with_sdpa_without_flash_attn(tiny_model_dir):
-    """verl's load_valuehead_model hard-codes flash_attention_2 (verl issue #5210)."""
+    """verl's load_valuehead_model hard-codes flash_attention_2 (reported upstream:
+    https://github.com/verl-project/verl/issues/5210)."""
     assert importlib.util.find_spec("flash_attn") is None
     out = run_python(CRITIC_LOAD.format(model=tiny_model_dir), ATTENTION_FALLBACK, cpu=False)
     assert out.strip().endswith("Qwen2ForTokenClassification sdpa")

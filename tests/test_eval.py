@@ -235,8 +235,8 @@ def test_sampled_evaluation_reports_mean_and_pass_at_k(eval_env, small_gsm8k, tm
     assert "max_tokens 1024 (from the default (no --run, no --max-tokens))" in markdown
     assert "Comparable to this run's validation" not in markdown
     assert "bootstrap" in markdown and "pass@k with best@N)" not in markdown
-    # the questions page beside the comparison (issue 28): a cell is the share of the K answers
-    # our reward credits; the stub answers each question the same way all 3 times
+    # the questions page beside the comparison (docs/questions.md): a cell is the share of the K
+    # answers our reward credits; the stub answers each question the same way all 3 times
     page = json.loads((out / "questions" / "summary.json").read_text())
     assert page["columns"] == ["stub-model"] and page["sampled"] is True
     assert sorted(row["shares"][0] for row in page["rows"]) == [0.0, 1.0, 1.0]
@@ -733,7 +733,7 @@ def test_checkpoint_sweep_marks_the_kept_best_checkpoint(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------
-# Evaluation as verl validates (issue 37): the run's response limit, best@N, the resume key
+# Evaluation as verl validates: the run's response limit, best@N, the resume key
 
 
 def _run_with_records(tmp_path: Path, *lengths) -> Path:

@@ -115,7 +115,8 @@ def test_a_kill_mid_prune_leaves_nothing_a_later_prune_trips_on(tmp_path: Path):
 def test_a_full_disk_mid_save_is_one_line(tmp_path: Path):
     """A real full disk (a 256 KiB tmpfs): step 2 saved whole, step 3's torch.save fails as it
     does inside verl's checkpoint manager; the launcher's line names the disk, the step whose
-    save failed, the last whole checkpoint and what one checkpoint takes (issue 34, hole 9)."""
+    save failed, the last whole checkpoint and what one checkpoint takes (docs/reliability.md,
+    "What survives what": the disk full during a save)."""
     import gc
     import shutil as sh
 

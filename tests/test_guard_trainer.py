@@ -27,8 +27,9 @@ def trainer_at(step: int, run_dir: Path):
 
 
 def test_a_best_by_another_metric_is_replaced_not_compared(tmp_path, monkeypatch):
-    """BEST_METRIC changed between launches (issue 34, hole 6): the old best's value is of
-    another metric, so this run's first validation is its best, whatever the two numbers."""
+    """BEST_METRIC changed between launches (docs/reliability.md, "What survives what"): the old
+    best's value is of another metric, so this run's first validation is its best, whatever the
+    two numbers."""
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     monkeypatch.setattr(PPOTrainerSync, "_validate", lambda self, *a, **k: {METRIC: 0.4})

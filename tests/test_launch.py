@@ -94,8 +94,9 @@ def test_resume_disable_reaches_verl_and_starts_over(gpu_env, whole_checkpoints,
     result = run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="3e-6", RESUME="disable"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "arg=trainer.resume_mode=disable" in (tmp_path / "verl-args.txt").read_text()
-    # the earlier run's checkpoints, tracker and best are set aside, nothing deleted (issue 34,
-    # hole 6): the new run's low steps are not pruned as older, nor measured against that best
+    # the earlier run's checkpoints, tracker and best are set aside, nothing deleted
+    # (docs/reliability.md, "What survives what": RESUME=disable in a folder that holds a longer
+    # older run): the new run's low steps are not pruned as older, nor measured against that best
     (aside,) = run_dir(gpu_env).glob("superseded-*")
     assert sorted(p.name for p in aside.iterdir()) == [
         "best_checkpoint.json",

@@ -17,6 +17,12 @@ ROOT = Path(verl_gsm8k.__file__).parent
 REPO = ROOT.parent
 MAX_PACKAGE_LINES = 3000
 MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80  # from its def line to its last line: one job a reader can hold
+# Functions allowed over MAX_FUNCTION_LINES, as "path/under/verl_gsm8k.py:function": {reason}.
+# Empty: every longer function was split along its seams (runreport's build_plots, render_html
+# and summarize; evaluate's build_parser and evaluate_one; merge's merge). A function added here
+# says why it is one job that cannot be cut.
+LONG_FUNCTIONS: dict[str, str] = {}
 
 
 def packages() -> list[str]:
@@ -136,6 +142,40 @@ def test_sizes() -> None:
             big_packages.append(f"{name}: {total}")
     assert not big_packages, f"packages over {MAX_PACKAGE_LINES} lines: {big_packages}"
     assert not big_modules, f"modules over {MAX_MODULE_LINES} lines: {big_modules}"
+
+
+def long_functions(root: Path = ROOT, limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """``{"path:function": lines}`` of every function or method over ``limit`` lines (nested ones
+    counted on their own too; a name defined twice in a module is counted at its longest)."""
+    found: dict[str, int] = {}
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                name = f"{path.relative_to(root).as_posix()}:{node.name}"
+                if lines > limit and lines > found.get(name, 0):
+                    found[name] = lines
+    return found
+
+
+def test_no_function_is_longer_than_a_reader_can_hold() -> None:
+    found = long_functions()
+    new = {name: lines for name, lines in found.items() if name not in LONG_FUNCTIONS}
+    assert not new, (
+        f"functions over {MAX_FUNCTION_LINES} lines (split them along their seams, or add them to "
+        f"LONG_FUNCTIONS with the reason): "
+        + ", ".join(f"verl_gsm8k/{name} ({lines} lines)" for name, lines in sorted(new.items()))
+    )
+    stale = sorted(set(LONG_FUNCTIONS) - set(found))
+    assert not stale, f"LONG_FUNCTIONS names functions no longer over the limit: {stale}"
+
+
+def test_the_length_check_counts_a_long_function(tmp_path: Path) -> None:
+    """The scan that makes the rule able to fail: a method 81 lines long is found, by name."""
+    body = "".join(f"        x{i} = {i}\n" for i in range(79))
+    (tmp_path / "probe.py").write_text(f"class C:\n    def long(self):\n{body}        return 0\n")
+    assert long_functions(tmp_path) == {"probe.py:long": 81}
 
 
 def test_every_package_is_named_in_the_docstring_and_the_map() -> None:

@@ -39,7 +39,7 @@ SCORE = "critic/score/mean"
 # Bounds from the spread over 6 seeds of each algorithm (docs/learning.md, "Results"), on this
 # 2-core machine from a fresh cache, one run at a time; each sits outside the worst seed with
 # the margin its comment gives.
-RISE = 0.20  # what the recipe must deliver (issue 18); the worst seed rose {WORST_RISE}
+RISE = 0.20  # what the recipe must deliver (docs/learning.md); the worst seed rose {WORST_RISE}
 WARM_VAL = (0.25, 0.75)  # the warm start's greedy val accuracy: the seeds gave {WARM_RANGE}
 EVAL_PYTHON = ROOT / ".venv-eval" / "bin" / "python"
 
@@ -286,7 +286,8 @@ def test_the_watchdogs_defaults_do_not_trip_on_a_healthy_run(
 def test_the_best_validation_step_is_kept_whole_between_saves(learned_grpo: Learned):
     """KEEP_BEST=1 on the GRPO run (validation every 5 steps, a save every 10): the best step is
     the first with the highest accuracy, and its checkpoint is on disk, whole, stamped by this
-    launch, whether or not it was a save step (issue 34: the guard saves a best step itself)."""
+    launch, whether or not it was a save step (the guard saves a best step itself:
+    docs/reliability.md, "The kept best")."""
     from verl_gsm8k.guard.files import read_best, read_stamp
     from verl_gsm8k.resume.verify import problem
 

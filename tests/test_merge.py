@@ -621,7 +621,7 @@ def test_best_without_a_usable_best_file_is_one_line(ckpt_ws2, tmp_path):
     step_dir = broken / f"global_step_{STEP}"
     _expect_refusal(step_dir, out, "--best takes a run directory", "--best")
     # a later launch saved that step again (a resume from an earlier step): not the weights that
-    # scored (issue 34, hole 6)
+    # scored (docs/reliability.md, "What survives what": merge.sh --best after a later launch)
     from verl_gsm8k.guard.files import write_stamp
 
     resaved = _run_with_best(ckpt_ws2, tmp_path / "resaved", STEP)

@@ -244,8 +244,9 @@ def test_legacy_trainer_keys_are_accepted_where_the_legacy_trainer_runs(base_ove
 
 
 def test_esi_redundant_time_under_the_v1_trainer_is_said_not_refused(base_overrides):
-    """verl 0.9.1 reads trainer.esi_redundant_time only in the legacy trainer (issue 26 §3): under
-    v1 the preflight warns (the launch goes on), under the legacy trainer it is silent."""
+    """verl 0.9.1 reads trainer.esi_redundant_time only in the legacy trainer (docs/reliability.md,
+    "Preemption"): under v1 the preflight warns (the launch goes on), under the legacy trainer it
+    is silent."""
     key = ["trainer.esi_redundant_time=300"]
     for extra, warned in (([], True), (["trainer.use_v1=false"], False)):
         cfg = preflight.compose(ROOT / "configs", "gsm8k_ppo", base_overrides + extra + key)
@@ -409,7 +410,8 @@ def test_checkpoint_size_and_free_space_are_said(base_overrides):
     guarded = run_preflight(base_overrides + keep)
     (line,) = [x for x in guarded.lines if "] checkpoint:" in x]
     assert "x 4 kept" in line, line
-    # no save step, or every save kept: the kept best is still written (issue 34, hole 6)
+    # no save step, or every save kept: the kept best is still written (docs/reliability.md,
+    # "The kept best")
     no_saves = run_preflight(base_overrides + ["trainer.save_freq=-1"])
     (line,) = [x for x in no_saves.lines if "] checkpoint:" in x]
     assert "x 2 kept" in line, line

@@ -3,7 +3,7 @@
 planted in every field, opened in headless Chromium, create no element from it; the trace loader
 refuses a field of the wrong type with one line naming the file and the field; a trace belongs to
 the launch that wrote it; the replay shows the KL coefficient charged at that step; a copy whose
-reward turned NaN is reported, with where it turned (issue 26)."""
+reward turned NaN is reported, with where it turned."""
 
 from __future__ import annotations
 
@@ -243,8 +243,9 @@ def test_the_replay_shows_the_kl_coefficient_charged_at_that_step(tmp_path: Path
 
 def test_a_real_run_whose_reward_turned_nan_is_reported(tmp_path: Path, copy_run):
     """The learning run with its reward NaN from step 2, written as verl and the trace write NaN
-    (tests/report_runs.py), as issue 26 planted it in a smoke run: the report, its replay, rollout
-    browser and questions page are written, and the report says where the run turned."""
+    (tests/report_runs.py), as a real smoke run with a planted NaN reward wrote them: the report,
+    its replay, rollout browser and questions page are written, and the report says where the
+    run turned."""
     run = copy_run(tmp_path, "learn_ppo")
     plant_nan(run, 2)
     out = tmp_path / "out"

@@ -17,8 +17,8 @@ from verl_gsm8k.analysis.thresholds import THRESHOLDS
 EVICTED = "training/filter_groups/evicted_samples"
 SURPLUS = "training/filter_groups/discarded_surplus_samples"
 # Steps 1-20 of the CPU DAPO run on the converged toy task (recipes/learn_tiny.sh ALGO=dapo,
-# seed 0, 16 prompts a step, 2026-11-26): groups dropped for no signal, surplus groups dropped
-# (None: not logged that step), step time in seconds.
+# seed 0, 16 prompts a step; docs/algorithms.md, "On the CPU toy task"): groups dropped for no
+# signal, surplus groups dropped (None: not logged that step), step time in seconds.
 REAL_DAPO = [
     (25, 7, 20.1), (12, 2, 10.6), (11, 1, 6.9), (4, None, 6.5), (10, None, 8.6), (26, 7, 15.8),
     (16, None, 11.2), (34, None, 20.2), (27, 7, 16.9), (49, 1, 19.4), (63, 1, 23.2), (63, 6, 25.0),

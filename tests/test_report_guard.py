@@ -1,6 +1,6 @@
-"""The report of a run the guard watched, or should have (issue 26): a run whose reward turned NaN
-is read without a traceback and the report says where it turned; the watchdog's trips and the kept
-best checkpoint are shown and in summary.json; a run without them shows nothing extra.
+"""The report of a run the guard watched, or should have: a run whose reward turned NaN is read
+without a traceback and the report says where it turned; the watchdog's trips and the kept best
+checkpoint are shown and in summary.json; a run without them shows nothing extra.
 
 The run directories are tests/test_replay.py's (metrics, trace, rollout and validation dumps in
 their writers' formats) with the sickness planted as each writer writes NaN (tests/report_runs.py);

@@ -15,7 +15,8 @@ from verl_gsm8k.analysis.thresholds import THRESHOLDS
 GAP = "training/rollout_probs_diff_mean"
 
 # The mismatch metrics of steps 1 and 2 of a real CPU run of verl's loop (the smoke recipe's
-# tiny model, fp32 vLLM and fp32 FSDP, 2026-11-26): the two engines agree to float32 rounding.
+# tiny model, fp32 vLLM and fp32 FSDP; docs/algorithms.md, "Train/inference mismatch"): the two
+# engines agree to float32 rounding.
 REAL_CPU_STEPS = [
     {
         "training/rollout_probs_diff_valid": 1.0,

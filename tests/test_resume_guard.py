@@ -217,9 +217,9 @@ def test_a_disable_launch_sets_the_earlier_run_aside_and_it_speaks_for_nothing(
     whole_checkpoints, tmp_path, capsys
 ):
     """A saved steps 2 and 4; B started over (RESUME=disable) with other settings and died before
-    its first save. B's launch moved A's checkpoints aside (issue 34, hole 6: they would crowd
-    out B's lower step numbers), so no relaunch resumes them, nothing is refused, nothing is
-    deleted: they stay in superseded-<B's stamp>/."""
+    its first save. B's launch moved A's checkpoints aside (they would crowd out B's lower step
+    numbers: docs/reliability.md, "What survives what"), so no relaunch resumes them, nothing is
+    refused, nothing is deleted: they stay in superseded-<B's stamp>/."""
     run = tmp_path / "run"
     assert launch(run, STAMPS[0]) == 0
     place(whole_checkpoints, run, {2: STAMPS[0], 4: STAMPS[0]})
@@ -280,9 +280,10 @@ def test_docs_name_every_key_that_may_change():
 
 
 def test_verification_follows_what_verl_loads(tmp_path, whole_checkpoints, capsys):
-    """save_contents=[model,extra] (issue 34, hole 4): verl writes no optimizer shard and, its
-    load_contents following save_contents, resumes without one; the launch must resume such a
-    checkpoint, and still refuse one that lacks a shard verl does load."""
+    """save_contents=[model,extra] (docs/reliability.md, "What survives what"): verl writes no
+    optimizer shard and, its load_contents following save_contents, resumes without one; the
+    launch must resume such a checkpoint, and still refuse one that lacks a shard verl does
+    load."""
     run = tmp_path / "run"
     place(whole_checkpoints, run, {2: STAMPS[0], 4: STAMPS[0]})
     for shard in run.glob("global_step_*/*/optim_world_size_*_rank_*.pt"):

@@ -291,12 +291,13 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
 
     That check refusing a shard swapped in after the launcher's scan is proven in verl's own
     loaders by tests/test_checked_load.py; a launch of its own here, to the refusal, cost a verl
-    start-up (~125 s) until 2026-11-27 (docs/testing.md, "What was cut").
+    start-up and was cut (docs/testing.md, "What was cut, and which test proves the claim now").
 
     A SIGTERM to the launcher (the stop request saves the step in flight, exit 5, the step's
     launch stamp; the relaunch resumes from it) is proven by tests/test_slurm_cpu.py, where the
     batch shell that exec'd the same launcher gets it: this test's own SIGTERM launch, between 3
-    and 4 here until 2026-11-26, was a verl start-up (~110 s) proving the same (docs/testing.md).
+    and 4 here before, was a verl start-up proving the same, and was cut (docs/testing.md, "What
+    was cut, and which test proves the claim now").
     """
     from killing import (
         finish,
@@ -381,7 +382,7 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
 
     # 3. damage the newest two checkpoints; the relaunch falls back past both and finishes the
     #    run; the same command started again meanwhile refuses in one line naming the live
-    #    launch (issue 34, hole 8), also after waiting LOCK_WAIT_S for it
+    #    launch, also after waiting LOCK_WAIT_S for it
     newest = int(tracker.read_text())
     shard = run_dir / f"global_step_{newest}" / "actor" / "model_world_size_1_rank_0.pt"
     with open(shard, "r+b") as handle:
@@ -438,9 +439,10 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     held = tmp_path / "paused-before-load"
     env5 = dict(env, TOTAL_TRAINING_STEPS="10", REWARD_FILE=str(reward), RESUME="force",
                 GSM8K_PAUSE_AT="load:before_open", GSM8K_PAUSE_FILE=str(held))  # fmt: skip
-    # the tiny random model's KL to its reference grows every step (2.89 at step 8, 3.08 at step 9
-    # in one run here, 2026-11-27): its ceiling (3 nats/token), a real rule, would trip or not
-    # beside the NaN this stage plants, run by run; off for this launch
+    # the tiny random model's KL to its reference grows every step and reaches the ceiling (3
+    # nats/token) around step 9, run by run (docs/reliability.md, "Measured: a real run killed,
+    # damaged, preempted, stopped", launch 5): a real rule that would trip or not beside the NaN
+    # this stage plants; off for this launch
     r6, m6 = begin("watchdog", env5, "gsm8k_guard.watchdog.kl_ceiling=0")
     wait_until("the actor's checkpoint load held", held.exists, r6, limit)
     loader = psutil.Process(int(held.read_text()))
@@ -458,7 +460,7 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     trip, *warnings = read_trips(run_dir)
     assert [(w["rule"], w["action"]) for w in warnings] == [("skipped_update", "warn")], warnings
     # step 9's scores are the rollout of step 8's weights: checkpoint 8 is marked sick (kept),
-    # the tracker names 7, the newest whose weights were seen healthy (issue 34, hole 1)
+    # the tracker names 7, the newest whose weights were seen healthy
     assert (trip["step"], trip["action"], trip["weights"]) == (9, "stop", "rollout"), trip
     assert (trip["last_healthy_checkpoint"], trip["sick_checkpoint"]) == (7, 8), trip
     assert f"recipe: {trip['message']} (WATCHDOG=stop: step 9 was not saved" in out6

@@ -2,7 +2,8 @@
 planted after a healthy history and stays silent on that history; each is off at 0 or null; the
 knobs read from configs/gsm8k_base.yaml are the defaults; the two real 0.5B PPO logs pass with
 the defaults. The real learning runs are replayed in tests/test_learn_cpu.py (slow), and the
-trainer that applies the rules is tested by planting failures in real runs (issue 26)."""
+trainer that applies the rules is tested by planting failures in real runs
+(tests/test_train_cpu.py, tests/test_guard_trainer.py)."""
 
 from __future__ import annotations
 

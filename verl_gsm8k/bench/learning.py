@@ -67,8 +67,9 @@ def any_format_accuracy(run_dir: Path, step: int) -> float | None:
 # the same number of questions; it fails when that count is below the binomial's one-sided
 # KNOWLEDGE_ALPHA quantile. A warm start right on every question is taken at 1 - 1/n (100 of
 # 100 does not prove a rate of exactly 1). With n = 100: a warm start at 1.00 keeps its
-# knowledge at >= 0.97, one at 0.95 at >= 0.91, one at 0.80 at >= 0.73 (the fresh-clone run of
-# issue 18 fell 0.80 -> 0.72: lost).
+# knowledge at >= 0.97, one at 0.95 at >= 0.91, one at 0.80 at >= 0.73 (a fresh clone's PPO run
+# fell 0.80 -> 0.72, which counts as lost: docs/learning.md, "Why sums were lost, and what fixed
+# it").
 KNOWLEDGE_ALPHA = 0.05
 
 

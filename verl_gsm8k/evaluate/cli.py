@@ -113,12 +113,24 @@ def pick_baseline(specs: list[ModelSpec], wanted: str | None) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line: one helper per group of arguments, added in the order --help lists them."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Evaluate models on GSM8K (test split) with EvalScope in two prompt modes "
         "and write comparison.md/.json. Example: bash scripts/eval.sh --model "
         "Qwen/Qwen2.5-0.5B-Instruct --model ppo=merged/step580 --data ~/data/gsm8k-original",
     )
+    _add_model_arguments(parser)
+    _add_api_arguments(parser)
+    _add_data_arguments(parser)
+    _add_output_arguments(parser)
+    _add_sampling_arguments(parser)
+    _add_vllm_arguments(parser)
+    return parser
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """What to evaluate: the models, the baseline, the prompt modes and the backend."""
     parser.add_argument(
         "--model",
         action="append",
@@ -149,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluated over the OpenAI API), transformers (EvalScope loads the model), auto (vllm "
         "when nvidia-smi sees a GPU; the default)",
     )
+
+
+def _add_api_arguments(parser: argparse.ArgumentParser) -> None:
+    """An OpenAI-compatible server already running, evaluated instead of or beside local models."""
     parser.add_argument(
         "--api-url",
         default=None,
@@ -163,6 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("OPENAI_API_KEY") or "EMPTY",
         help="API key for --api-url / vLLM (default: $OPENAI_API_KEY or EMPTY)",
     )
+
+
+def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """A run's checkpoints, the questions and how they are asked: data, limit, answer length,
+    batch, dtype."""
     parser.add_argument(
         "--run",
         type=Path,
@@ -211,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="transformers backend weights dtype: float32, bfloat16, float16 or auto "
         "(bfloat16 with a GPU, float32 on CPU)",
     )
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the comparison is written, and how many samples it shows."""
     parser.add_argument(
         "--out",
         type=Path,
@@ -229,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="how many responses per model and mode to write to samples/<model>-<mode>.md (default "
         f"{DEFAULT_SAMPLES})",
     )
+
+
+def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """K sampled answers per question instead of one greedy answer, and how they are sampled."""
     parser.add_argument(
         "--samples-per-question",
         type=int,
@@ -261,6 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
         "rollout); sent explicitly, since otherwise the server takes the model's "
         "generation_config.json (Qwen2.5-Instruct: 20)",
     )
+
+
+def _add_vllm_arguments(parser: argparse.ArgumentParser) -> None:
+    """The vLLM server the vllm backend starts for each local model."""
     parser.add_argument(
         "--vllm-bin",
         default=os.environ.get("VLLM_BIN") or str(ROOT / ".venv" / "bin" / "vllm"),
@@ -282,7 +315,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=900,
         help="seconds to wait for the vLLM server to answer /v1/models (default 900)",
     )
-    return parser
 
 
 def parse_settings(args: argparse.Namespace) -> tuple[Settings, list[ModelSpec]]:

@@ -202,51 +202,21 @@ def evaluate_one(
     ground_truth,
     version: str,
 ) -> dict:
+    """One model in one mode: EvalScope run into a fresh work directory, its outputs read back
+    and checked, the training mode re-scored with our reward, the samples page written; the
+    comparison row. An EvalError (or EvalScope's own) goes to the caller."""
     out = settings.out
     work_dir = out / "evalscope" / spec.label / mode
     if work_dir.exists():
         shutil.rmtree(work_dir)
     info = mode_settings(mode, settings)
-    result: dict[str, Any] = {
-        **row_identity(spec, backend, mode),
-        "correct": None,
-        "errored": None,
-        "our_reward_accuracy": None,
-        "our_reward_format_rate": None,
-        "few_shot": info["few_shot"],
-        "prompt_template": info["prompt_template"],
-        "evalscope_version": version,
-        "generation": {
-            "max_tokens": settings.max_tokens,
-            "max_tokens_from": settings.max_tokens_from,
-            "temperature": settings.temperature if settings.repeats > 1 else 0.0,
-            "do_sample": settings.repeats > 1,
-            "samples_per_question": settings.repeats,
-            **({"top_p": settings.top_p, "top_k": settings.top_k} if settings.repeats > 1 else {}),
-            "repetition_penalty": REPETITION_PENALTY,
-            "batch_size": batch_size(settings, api_url),
-            **({"dtype": settings.dtype} if backend == "transformers" else {}),
-        },
-        "work_dir": os.path.relpath(work_dir, out),
-        "error": None,
-    }
+    result = _new_row(spec, mode, settings, backend, api_url, version, info, work_dir)
     start = time.perf_counter()
     log = evalscope_log(out, spec.label, mode)
     print(f"{PROG}: evaluating {spec.label} in {mode} mode ({backend}); log: {log}", flush=True)
     with console_to(log):
         run_evalscope(spec, mode, settings, data_dir, api_url, served_name, work_dir)
-    report = read_report(work_dir, spec.label)
-    predictions = work_dir / "predictions" / spec.label / f"{BENCHMARK}_{SUBSET}.jsonl"
-    reviews_path = work_dir / "reviews" / spec.label / f"{BENCHMARK}_{SUBSET}.jsonl"
-    if not predictions.is_file():
-        raise EvalError(f"EvalScope wrote no predictions at {predictions}")
-    expected = min(settings.limit or len(rows["test"]), len(rows["test"]))
-    if report["n"] != expected:
-        raise EvalError(
-            f"EvalScope scored {report['n']} questions but {data_dir} has {expected} to score "
-            "(a stale datasets cache of another directory with the same name?)"
-        )
-    reviews = review_scores(reviews_path) if reviews_path.is_file() else {}
+    report, predictions, reviews = _read_outputs(work_dir, spec.label, settings, rows, data_dir)
     scored = [r["score"] for r in reviews.values() if r["score"] is not None]
     result.update(
         accuracy=report["score"],
@@ -260,33 +230,9 @@ def evaluate_one(
         result["pass_at_k"] = report["pass_at_k"].get(settings.repeats)
     ours = None
     if mode == "training":
-        rescored = rescore(
-            predictions, rows["test"], compute_score, ground_truth, k=settings.repeats
-        )
-        ours = rescored["per_index"]
-        result.update(
-            our_reward_accuracy=rescored["accuracy"],
-            our_reward_format_rate=rescored["format_rate"],
-            our_reward_n=rescored["questions"],
-        )
-        if settings.repeats > 1:
-            result["our_reward_pass_at_k"] = rescored["pass_at_k"]
-            if rescored["short_questions"]:  # fewer than k answers scored: not in pass@k
-                result["our_reward_short_questions"] = rescored["short_questions"]
-        if rescored["unmatched"]:
-            result["our_reward_unmatched"] = rescored["unmatched"]
+        ours = _add_our_reward(result, predictions, rows, compute_score, ground_truth, settings)
     samples = out / "samples" / f"{spec.label}-{mode}.md"
-    header = (
-        f"EvalScope {version}, {info['few_shot']}-shot, max_tokens {settings.max_tokens} "
-        f"(from {settings.max_tokens_from}), "
-        f"backend {backend}. Accuracy (EvalScope): {pct(result['accuracy'])}% of {result['n']}"
-        + (
-            f"; our reward: {pct(result['our_reward_accuracy'])}%"
-            if result["our_reward_accuracy"] is not None
-            else ""
-        )
-        + "."
-    )
+    header = _samples_header(version, info, settings, backend, result)
     write_atomic(
         samples,
         render_samples(
@@ -313,6 +259,105 @@ def evaluate_one(
         flush=True,
     )
     return result
+
+
+def _new_row(
+    spec: ModelSpec,
+    mode: str,
+    settings: Settings,
+    backend: str,
+    api_url: str | None,
+    version: str,
+    info: dict,
+    work_dir: Path,
+) -> dict[str, Any]:
+    """The comparison row before EvalScope runs: who, how (prompt, generation), where."""
+    return {
+        **row_identity(spec, backend, mode),
+        "correct": None,
+        "errored": None,
+        "our_reward_accuracy": None,
+        "our_reward_format_rate": None,
+        "few_shot": info["few_shot"],
+        "prompt_template": info["prompt_template"],
+        "evalscope_version": version,
+        "generation": {
+            "max_tokens": settings.max_tokens,
+            "max_tokens_from": settings.max_tokens_from,
+            "temperature": settings.temperature if settings.repeats > 1 else 0.0,
+            "do_sample": settings.repeats > 1,
+            "samples_per_question": settings.repeats,
+            **({"top_p": settings.top_p, "top_k": settings.top_k} if settings.repeats > 1 else {}),
+            "repetition_penalty": REPETITION_PENALTY,
+            "batch_size": batch_size(settings, api_url),
+            **({"dtype": settings.dtype} if backend == "transformers" else {}),
+        },
+        "work_dir": os.path.relpath(work_dir, settings.out),
+        "error": None,
+    }
+
+
+def _read_outputs(
+    work_dir: Path, label: str, settings: Settings, rows: dict[str, list[dict]], data_dir: Path
+) -> tuple[dict[str, Any], Path, dict]:
+    """EvalScope's report, predictions file and reviews (empty without a reviews file); an
+    EvalError when it wrote no predictions or scored another number of questions than asked."""
+    report = read_report(work_dir, label)
+    predictions = work_dir / "predictions" / label / f"{BENCHMARK}_{SUBSET}.jsonl"
+    reviews_path = work_dir / "reviews" / label / f"{BENCHMARK}_{SUBSET}.jsonl"
+    if not predictions.is_file():
+        raise EvalError(f"EvalScope wrote no predictions at {predictions}")
+    expected = min(settings.limit or len(rows["test"]), len(rows["test"]))
+    if report["n"] != expected:
+        raise EvalError(
+            f"EvalScope scored {report['n']} questions but {data_dir} has {expected} to score "
+            "(a stale datasets cache of another directory with the same name?)"
+        )
+    reviews = review_scores(reviews_path) if reviews_path.is_file() else {}
+    return report, predictions, reviews
+
+
+def _add_our_reward(
+    result: dict[str, Any],
+    predictions: Path,
+    rows: dict[str, list[dict]],
+    compute_score,
+    ground_truth,
+    settings: Settings,
+):
+    """The training mode's answers re-scored with our reward, into ``result``; the per-question
+    scores, for the samples page."""
+    rescored = rescore(predictions, rows["test"], compute_score, ground_truth, k=settings.repeats)
+    result.update(
+        our_reward_accuracy=rescored["accuracy"],
+        our_reward_format_rate=rescored["format_rate"],
+        our_reward_n=rescored["questions"],
+    )
+    if settings.repeats > 1:
+        result["our_reward_pass_at_k"] = rescored["pass_at_k"]
+        if rescored["short_questions"]:  # fewer than k answers scored: not in pass@k
+            result["our_reward_short_questions"] = rescored["short_questions"]
+    if rescored["unmatched"]:
+        result["our_reward_unmatched"] = rescored["unmatched"]
+    return rescored["per_index"]
+
+
+def _samples_header(
+    version: str, info: dict, settings: Settings, backend: str, result: dict[str, Any]
+) -> str:
+    """The samples page's first line: EvalScope's release, the prompt, the answer length, the
+    backend, and the accuracy (ours beside EvalScope's, when scored)."""
+    return (
+        f"EvalScope {version}, {info['few_shot']}-shot, max_tokens {settings.max_tokens} "
+        f"(from {settings.max_tokens_from}), "
+        f"backend {backend}. Accuracy (EvalScope): {pct(result['accuracy'])}% of {result['n']}"
+        + (
+            f"; our reward: {pct(result['our_reward_accuracy'])}%"
+            if result["our_reward_accuracy"] is not None
+            else ""
+        )
+        + "."
+    )
 
 
 def evaluate_model(

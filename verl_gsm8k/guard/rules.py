@@ -1,4 +1,5 @@
-"""The divergence watchdog's rules: is the step that just trained sick? (issue 26, section 2)
+"""The divergence watchdog's rules: is the step that just trained sick? (docs/reliability.md,
+"What survives what": a sick step, slow divergence)
 
 Standard library only (no torch, no verl): the guarded trainer (``ppo_trainer/guarded.py``)
 calls it inside verl's v1 trainer, the tests call it with plain lists.
@@ -18,7 +19,8 @@ The rules, at most one trip each, in this order (each off with its knob at 0 or 
 
 - ``non_finite``: a metric whose name contains one of ``NON_FINITE_PATTERNS`` (a loss, KL,
   entropy or score) is NaN or infinite. Knob ``non_finite`` (true/false). A NaN reward goes on
-  for ever (issue 26's planted run).
+  for ever: verl has no such check and trains on, logging the step's scores, advantages and
+  losses as NaN (tests/report_runs.py, ``SICK_KEY``: what a real smoke run logged).
 - ``skipped_update`` / ``skipped_updates``: a non-finite gradient norm. verl's engines skip that
   optimizer step and go on (an occasional one is normal in bf16), so one is a warning even in
   mode stop; ``skipped_updates`` of the last ``skipped_updates_window`` steps (default 3 of 10)
@@ -69,7 +71,8 @@ update. A trip of the rollout's metrics marks checkpoint N-1 sick (kept, never r
 best) and names the newest checkpoint before it as the last healthy one; a trip of the update's
 names N-1, and a grad-norm explosion the step before its run (ppo_trainer/guarded.py).
 
-The defaults and the real runs they were checked against: ``thresholds.py``.
+The defaults: ``thresholds.py``; the real runs they were checked against: docs/reliability.md,
+"The watchdog's thresholds, checked against real runs".
 """
 
 from __future__ import annotations

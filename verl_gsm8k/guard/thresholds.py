@@ -1,67 +1,10 @@
 """The watchdog's knobs (the ``gsm8k_guard.watchdog`` block of configs/gsm8k_base.yaml) and
-why each default is what it is. Standard library only. The rules that read them: ``rules.py``.
+their defaults. Standard library only. The rules that read them: ``rules.py``.
 
-Defaults, and the real runs they were checked against (none trips; "margin": how far the
-default sits beyond the healthy extreme). Measured 2026-11-25 on:
-- the learning runs, ``recipes/learn_tiny.sh`` (warm-started tiny model, 20 steps, PPO and GRPO):
-  /work/fixtures/learn_{ppo,grpo} replayed through ``Watchdog`` (metrics and trace), and a second
-  pair from a full test session, read for the same extremes (its directory is gone since);
-  tests/test_learn_cpu.py replays the suite's own pair on every slow run;
-- the smoke runs of a full test session (the RANDOM tiny model, vocabulary 600):
-  tests/test_train_cpu.py's ``smoke`` (4 steps, actor lr 1e-2, a resume after step 2), the
-  two-node smoke (1 step) and the LoRA run (1 step), read for the same extremes;
-- the 0.5B runs: the two real 435-step Qwen2.5-0.5B PPO GSM8K console logs (shared data
-  ``verl-logs``, metrics rounded to 3 decimals; their keys ``critic/kl`` and
-  ``actor/entropy_loss`` read as ``actor/reward_kl_penalty`` and ``actor/entropy``), replayed
-  by tests/test_watchdog_rules.py on every fast run.
-
-- non_finite (on): no loss, grad norm, KL, entropy or score metric is NaN, inf or null in any
-  of those runs (the SFT runs' ``val/loss`` is null, but the SFT trainer has no watchdog).
-- kl_spike (factor 10, floor 0.5, window 10, min history 10): the only healthy steps above
-  10 x their window's median are the 0.5B runs' first ones, where the KL starts at 0; the
-  largest is 0.046 (512-token run, step 13, median 0.002): the floor is 11 x above it. The
-  learning runs stay within 1.9 x their median (KL <= 0.16), the 0.5B runs reach 0.35 slowly.
-  The smoke runs' random model drifts fast with actor lr 1e-2 (KL 0, 0.08, 0.15, 0.52 over
-  steps 1-4, 6 x the median at step 4: neither bar would hold), hence the 10 steps of history,
-  which no smoke run of the suite reaches.
-- entropy_collapse (floor 0.005, fraction 0.02 of the first 5 steps' median): lowest healthy
-  entropy 0.0238 in the learning runs (0.53 of its start; the floor 4.8 x below), 0.049 in the
-  0.5B runs (0.10 of their start 0.45-0.48; the fraction 5 x below), 5.9 in the smoke runs
-  (ln 600 = 6.4). A learning run much longer than 20 steps keeps lowering its entropy
-  (0.045 -> 0.025 in 20 steps) and could reach the floor in a few more tens: lower
-  ``entropy_floor`` for such a run.
-- degenerate (share 0.5, repeat 0.8, min length 8, identical across 4 prompts): in the traces
-  (8 responses a step, every step) the highest share of one id in a response is 0.375 in the
-  learning runs (``0 + 0 = 0<|im_end|>``, 8 tokens) and 0.06 in the smoke runs (random ids,
-  32-128 tokens); no response counts as repeated, no step's responses are all the same. A
-  random model samples near-uniformly from 600 ids (entropy 6.4 of ln 600): 8 tokens of which
-  7 are one id, or two prompts answered identically, are out of reach.
-- reward_collapse (drop 0.25, window 5, min history 10): the largest fall of the 5-step mean
-  below its best so far is 0.064 in the 0.5B runs (3.9 x below the drop), 0.011 in the learning
-  runs; the smoke runs score 0 throughout.
-
-Added by issue 34 (slow divergence), measured 2026-11-26 on the same 0.5B logs, the suite's PPO
-learning run and its smoke run taken to step 8 by the kill test (actor lr 1e-2 on a random
-model: the fastest drift of any healthy run here):
-- skipped_updates (3 in 10 steps): no run here skipped a single update (no non-finite grad
-  norm); 2 in 10 go on, as "occasional" allows; the smoke run's planted NaN reward (step 9)
-  skips one update beside its non_finite stop.
-- kl_ceiling (3.0): the largest KL is 0.35 in the 0.5B runs (8.6 x below), 0.15 in the learning
-  run, 1.18 in the smoke run at step 8 (2.5 x below: it drifts about 0.15 a step). A KL growing
-  25 % a step from the healthy 0.08 never spikes against its median, and meets the ceiling on
-  its 17th step.
-- grad_norm_explosion (3 steps each > 10 x the median of the 10 before): the largest such run
-  is 3.95 x (0.5B critic; single spikes reach 29 x, which the rule does not count), 1.27 x in
-  the learning run; the smoke run never has the 12 steps of history it needs.
-- clipped_update (pg_clipfrac 0.6, ppo_kl 1.0): at most 0.009 and 0.005 in the 0.5B runs, 0.008
-  and 0.005 in the learning run, 0.23 and 0.20 in the smoke run (2.6 x and 4.9 x below).
-- length_collapse (0.2 x the first 5 steps' median; every response at the limit): the mean
-  length falls to 0.61 of its start in the 0.5B runs, 0.91 in the learning run, 0.81 in the
-  smoke run. Every response at the limit: the smoke run's random model cuts all 16 at some
-  steps (step 2 of the suite's run), but its mean length starts near the limit (125 of 128), so
-  the rule, which needs a start below half of it, stays quiet there; so does it for the 0.5B runs
-  (235 of 256, 314 of 512 at their start); the learning run's responses (about 12 of 24 tokens)
-  never reach the limit.
+Each default sits beyond the healthy extreme of every real run it was checked against (none
+trips), by the margin given with it: the runs, what each rule's metric reached in them, and when
+and where that was measured are in docs/reliability.md, "The watchdog's thresholds, checked
+against real runs". ``Thresholds`` says what each knob means.
 """
 
 from __future__ import annotations
@@ -79,7 +22,8 @@ CONFIG_BLOCK = "gsm8k_guard.watchdog"
 @dataclass(frozen=True)
 class Thresholds:
     """The watchdog's knobs: the block ``gsm8k_guard.watchdog`` of configs/gsm8k_base.yaml, which
-    repeats these defaults (a test keeps the two equal). Why each default: the module docstring.
+    repeats these defaults (a test keeps the two equal). Why each default: docs/reliability.md,
+    "The watchdog's thresholds, checked against real runs".
     A rule's knob at 0 or null turns it off."""
 
     # stop: a trip saves no checkpoint of the step and ends the run (files.EXIT_WATCHDOG);

@@ -457,20 +457,14 @@ def merge(
     lora_alpha: float | None = None,
     best: bool = False,
 ) -> dict:
+    """Merge the checkpoint at ``source`` (its best step with ``best``) into a Hugging Face
+    model at ``target``: built and verified in a temporary directory beside it, then renamed into
+    place whole; the manifest it wrote, with the time it took."""
     source, target = source.expanduser().resolve(), target.expanduser().resolve()
     chosen, best_record = best_step_dir(source) if best else (source, None)
     role_dir, role = resolve_source(chosen, critic)
     ckpt = check_checkpoint(role_dir, role)
-    if target.exists() or target.is_symlink():
-        if not force:
-            raise CheckpointError(f"target exists: {target} (pass --force to replace it)")
-        if not target.is_dir():
-            raise CheckpointError(f"target exists and is not a directory: {target}")
-    if _is_within(ckpt.role_dir, target) or _is_within(target, ckpt.role_dir):
-        raise CheckpointError(f"target {target} overlaps the checkpoint {ckpt.role_dir}")
-    if not target.parent.is_dir():
-        raise CheckpointError(f"parent directory of the target does not exist: {target.parent}")
-
+    _check_target(target, ckpt, force)
     temp_prefix = f".{target.name}.merging-"
     for stale in sorted(target.parent.glob(f"{temp_prefix}*")):
         print(
@@ -486,40 +480,9 @@ def merge(
             f"cannot write beside the target in {target.parent}: {err.strerror}"
         ) from None
     old: Path | None = None
-    portable: dict | None = None
     try:
-        tmp.chmod(0o755)
-        merged_from, portable = readable_copy(ckpt, tmp)
-        cmd, merge_seconds = run_verl_merger(merged_from, tmp, python)
-        shutil.rmtree(tmp / PORTABLE_DIR, ignore_errors=True)
-        config_patch = _patch_critic_config(tmp) if role == "critic" else None
-        try:  # verl's merger leaves a LoRA adapter aside: fold it in, or refuse
-            lora = fold_adapter(tmp, role, lora_alpha)
-        except LoraError as err:
-            raise CheckpointError(str(err)) from None
-        _normalize_modes(tmp)
-        verification = verify_model(tmp, role)
-        manifest = {
-            "source": str(ckpt.role_dir),
-            "source_argument": str(source),
-            "run_dir": str(ckpt.run_dir) if ckpt.run_dir else None,
-            "step": ckpt.step,
-            "best_checkpoint": best_record,  # --best: the run's best_checkpoint.json
-            "role": role,
-            "fsdp": {"FSDP_version": ckpt.fsdp_version, "world_size": ckpt.world_size},
-            "target": str(target),
-            "merger_command": [Path(cmd[0]).name, *cmd[1:8]],
-            "merge_seconds": round(merge_seconds, 2),
-            "config_patch": config_patch,
-            "portable": portable,
-            "lora": lora,
-            "verification": verification,
-            "versions": _versions(),
-            "files": file_list(tmp),
-            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        }
+        manifest = _merge_into(tmp, ckpt, role, source, target, best_record, python, lora_alpha)
         # tmp is renamed into place whole below: that rename is what makes the result atomic.
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         if target.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
             os.replace(target, old / "model")
@@ -537,4 +500,65 @@ def merge(
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     manifest["total_seconds"] = round(time.perf_counter() - started, 2)
+    return manifest
+
+
+def _check_target(target: Path, ckpt: Checkpoint, force: bool) -> None:
+    """Refuse a target that exists (without ``force``, or not a directory), overlaps the
+    checkpoint, or has no parent directory."""
+    if target.exists() or target.is_symlink():
+        if not force:
+            raise CheckpointError(f"target exists: {target} (pass --force to replace it)")
+        if not target.is_dir():
+            raise CheckpointError(f"target exists and is not a directory: {target}")
+    if _is_within(ckpt.role_dir, target) or _is_within(target, ckpt.role_dir):
+        raise CheckpointError(f"target {target} overlaps the checkpoint {ckpt.role_dir}")
+    if not target.parent.is_dir():
+        raise CheckpointError(f"parent directory of the target does not exist: {target.parent}")
+
+
+def _merge_into(
+    tmp: Path,
+    ckpt: Checkpoint,
+    role: str,
+    source: Path,
+    target: Path,
+    best_record: dict | None,
+    python: str,
+    lora_alpha: float | None,
+) -> dict:
+    """The merged model in ``tmp``: verl's merger on a readable copy of the shards, the critic's
+    config patched, a LoRA adapter folded in, the model loaded and run once; its manifest,
+    written there too."""
+    tmp.chmod(0o755)
+    merged_from, portable = readable_copy(ckpt, tmp)
+    cmd, merge_seconds = run_verl_merger(merged_from, tmp, python)
+    shutil.rmtree(tmp / PORTABLE_DIR, ignore_errors=True)
+    config_patch = _patch_critic_config(tmp) if role == "critic" else None
+    try:  # verl's merger leaves a LoRA adapter aside: fold it in, or refuse
+        lora = fold_adapter(tmp, role, lora_alpha)
+    except LoraError as err:
+        raise CheckpointError(str(err)) from None
+    _normalize_modes(tmp)
+    verification = verify_model(tmp, role)
+    manifest = {
+        "source": str(ckpt.role_dir),
+        "source_argument": str(source),
+        "run_dir": str(ckpt.run_dir) if ckpt.run_dir else None,
+        "step": ckpt.step,
+        "best_checkpoint": best_record,  # --best: the run's best_checkpoint.json
+        "role": role,
+        "fsdp": {"FSDP_version": ckpt.fsdp_version, "world_size": ckpt.world_size},
+        "target": str(target),
+        "merger_command": [Path(cmd[0]).name, *cmd[1:8]],
+        "merge_seconds": round(merge_seconds, 2),
+        "config_patch": config_patch,
+        "portable": portable,
+        "lora": lora,
+        "verification": verification,
+        "versions": _versions(),
+        "files": file_list(tmp),
+        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest

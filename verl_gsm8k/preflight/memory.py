@@ -54,14 +54,16 @@ MEMORY_WARN_FRACTION = 0.9
 # one prefetched.
 UNITS_IN_FLIGHT = 2
 # A sleeping vLLM (free_cache_engine) frees its weights and KV cache, not its CUDA context nor
-# its captured CUDA graphs (verl's rollout/rollout.yaml, cudagraph_capture_sizes' comment; issue
-# 27 puts both at about 0.5-2 GiB). The context: a CUDA context with cuBLAS/NCCL workspaces;
-# the graphs: vLLM's default capture sizes for a small model. Estimates, not measured here.
+# its captured CUDA graphs (verl's rollout/rollout.yaml, cudagraph_capture_sizes' comment: the
+# graphs cannot be offloaded). The context: a CUDA context with cuBLAS/NCCL workspaces; the
+# graphs: vLLM's default capture sizes for a small model. Estimates, not measured (docs/gpu.md,
+# "Memory per phase, measured on the CPU": what the estimate counts and cannot see).
 VLLM_ASLEEP_CONTEXT_GIB = 0.5
 VLLM_ASLEEP_GRAPHS_GIB = 1.0  # 0 with enforce_eager (no graphs)
 # Without padding removal (sdpa, no flash-attn) a micro-batch is padded to its longest
 # sequence: tokens computed over the dynamic budget, which counts real tokens. About 1.5-2x at
-# GSM8K lengths (issue 27); the upper end, since the preflight decides whether a run fits.
+# GSM8K lengths (an estimate, not measured: docs/gpu.md, "Memory per phase, measured on the
+# CPU"); the upper end, since the preflight decides whether a run fits.
 SDPA_PADDING_FACTOR = 2.0
 
 

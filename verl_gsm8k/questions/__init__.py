@@ -1,4 +1,4 @@
-"""Which questions changed: one row per question, one column per model or step (issue 28).
+"""Which questions changed: one row per question, one column per model or step (docs/questions.md).
 
     python -m verl_gsm8k.questions RUN_DIR/validation/0.jsonl RUN_DIR/validation/20.jsonl --out DIR
     python -m verl_gsm8k.questions --run RUN_DIR --out DIR      # every validation step of a run

@@ -174,15 +174,27 @@ def render_html(
     evals: EvalFile | None = None,
 ) -> str:
     """The whole report as one HTML document (no external resources)."""
-    esc = html.escape
     steps = canon.all_steps
     x_range = (float(min(steps)), float(max(steps))) if steps else (0.0, 1.0)
-    breakdown = rs.time_breakdown(canon)
-    val = summary["validation"]
-    best = val["best"]
-    thr = summary["throughput"]
-    counts = summary["health_counts"]
-    head = [
+    head = _head(title, data, summary, refresh_s)
+    body = _cards(summary, bool(steps))
+    body += _guard_section(summary, findings)
+    body += _pages_section(summary.get("pages") or {})
+    body += _health_section(findings, data.issues)
+    body += _curves_section(canon, findings, x_range)
+    if evals is not None and evals.rows:
+        body += _evals_section(evals, canon, summary["checkpoint_evals"], x_range)
+    body += _time_section(summary)
+    body += _reference_tables(summary)
+    return "\n".join(part for part in head + body if part)
+
+
+def _head(
+    title: str, data: rp.RunData, summary: dict[str, Any], refresh_s: int | None
+) -> list[str]:
+    """The document's head (a refresh for --follow) and the page's title and sources."""
+    esc = html.escape
+    return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s else "",
@@ -192,6 +204,15 @@ def render_html(
         + ", ".join(f"<code>{esc(src)}</code>" for src in data.sources)
         + f" ({esc('/'.join(summary['formats']))})</div>",
     ]
+
+
+def _cards(summary: dict[str, Any], has_steps: bool) -> list[str]:
+    """The run in a few cards: accuracy, steps, wall-clock, throughput, memory, health."""
+    esc = html.escape
+    val = summary["validation"]
+    best = val["best"]
+    thr = summary["throughput"]
+    counts = summary["health_counts"]
     cards = [
         (
             "best validation accuracy",
@@ -201,7 +222,7 @@ def render_html(
         (
             "steps",
             f"{summary['steps']['count']} ({summary['steps']['first']}-{summary['steps']['last']})"
-            if steps
+            if has_steps
             else "0",
         ),
         ("logged wall-clock", duration(summary["time"]["wall_clock_s"])),
@@ -220,21 +241,30 @@ def render_html(
     body = ['<div class="cards">']
     body += [f'<div class="card">{esc(k)}<b>{esc(v)}</b></div>' for k, v in cards]
     body.append("</div>")
-    body += _guard_section(summary, findings)
+    return body
 
-    pages = summary.get("pages") or {}
-    if any(pages.get(key) for key in ("replay", "rollouts", "questions", "issues")):
-        links = [
-            f'<a id="{key}-link" href="{esc(pages[key])}">{text}</a>'
-            for key, text in (("replay", "one iteration, replayed token by token"),
-                              ("rollouts", "every rollout and validation answer"),
-                              ("questions", "which questions changed across validation steps"))
-            if pages.get(key)
-        ]  # fmt: skip
-        body.append("<h2>Look inside</h2><p>" + (" &middot; ".join(links) or "no page") + "</p>")
-        body += [f'<p class="meta">{esc(issue)}</p>' for issue in pages.get("issues", [])]
 
-    body.append("<h2>Health checks</h2>")
+def _pages_section(pages: dict[str, Any]) -> list[str]:
+    """Links to the pages beside the report (replay, rollouts, questions), and why one is not."""
+    esc = html.escape
+    if not any(pages.get(key) for key in ("replay", "rollouts", "questions", "issues")):
+        return []
+    links = [
+        f'<a id="{key}-link" href="{esc(pages[key])}">{text}</a>'
+        for key, text in (("replay", "one iteration, replayed token by token"),
+                          ("rollouts", "every rollout and validation answer"),
+                          ("questions", "which questions changed across validation steps"))
+        if pages.get(key)
+    ]  # fmt: skip
+    body = ["<h2>Look inside</h2><p>" + (" &middot; ".join(links) or "no page") + "</p>"]
+    body += [f'<p class="meta">{esc(issue)}</p>' for issue in pages.get("issues", [])]
+    return body
+
+
+def _health_section(findings: list[rf.Finding], issues: list[rp.ParseIssue]) -> list[str]:
+    """Every finding in a table (or none fired), and the input problems the reading met."""
+    esc = html.escape
+    body = ["<h2>Health checks</h2>"]
     if not findings:
         body.append('<p class="ok">No check fired.</p>')
     else:
@@ -253,41 +283,56 @@ def render_html(
         '<p class="meta">What each check means and what to change: '
         "<code>docs/reading-a-ppo-run.md</code>. Thresholds are listed at the end.</p>"
     )
-    if data.issues:
+    if issues:
         body.append("<h2>Input problems (the rest was used)</h2><ul>")
-        body += [f"<li><code>{esc(str(issue))}</code></li>" for issue in data.issues]
+        body += [f"<li><code>{esc(str(issue))}</code></li>" for issue in issues]
         body.append("</ul>")
+    return body
 
-    body.append('<h2>Curves</h2><div class="grid">')
+
+def _curves_section(
+    canon: rp.Canonical, findings: list[rf.Finding], x_range: tuple[float, float]
+) -> list[str]:
+    """Every line chart (findings shaded on them), then the step time by phase."""
+    body = ['<h2>Curves</h2><div class="grid">']
     for plot in build_plots(canon, findings):
         body.append(render_line_plot(plot, x_range))
-    body.append(render_phase_plot(canon, x_range, breakdown["other_by_step"]))
+    other = rs.time_breakdown(canon)["other_by_step"]
+    body.append(render_phase_plot(canon, x_range, other))
     body.append("</div>")
-    if evals is not None and evals.rows:
-        body += _evals_section(evals, canon, summary["checkpoint_evals"], x_range)
+    return body
 
-    body.append("<h2>Where the time goes</h2>")
+
+def _time_section(summary: dict[str, Any]) -> list[str]:
+    """The share of wall-clock per phase, as a bar and a table, and how step time was read."""
+    esc = html.escape
+    thr = summary["throughput"]
+    body = ["<h2>Where the time goes</h2>"]
     phases = summary["time"]["phases"]
-    if phases:
-        body.append(render_share_bar(phases))
-        body.append("<table><tr><th>phase</th><th>total</th><th>share</th><th>timed</th></tr>")
-        for name, info in phases.items():
-            where = "inside the step timer" if info["inside_step"] else "outside (validation)"
-            body.append(
-                f"<tr><td>{esc(name)}</td><td>{duration(info['total_s'])}</td>"
-                f"<td>{info['share'] * 100:.1f}%</td><td>{where}</td></tr>"
-            )
-        body.append("</table>")
-        derived = (
-            "Step time = sum of the phases (this log has no step timer)."
-            if summary["time"]["step_time_derived"]
-            else "Step time as logged (timing_s/step); 'other' is the part no phase covers."
+    if not phases:
+        return body + ["<p>No timing metrics logged.</p>"]
+    body.append(render_share_bar(phases))
+    body.append("<table><tr><th>phase</th><th>total</th><th>share</th><th>timed</th></tr>")
+    for name, info in phases.items():
+        where = "inside the step timer" if info["inside_step"] else "outside (validation)"
+        body.append(
+            f"<tr><td>{esc(name)}</td><td>{duration(info['total_s'])}</td>"
+            f"<td>{info['share'] * 100:.1f}%</td><td>{where}</td></tr>"
         )
-        body.append(f'<p class="meta">{esc(derived)} Throughput: {esc(thr["basis"])}.</p>')
-    else:
-        body.append("<p>No timing metrics logged.</p>")
+    body.append("</table>")
+    derived = (
+        "Step time = sum of the phases (this log has no step timer)."
+        if summary["time"]["step_time_derived"]
+        else "Step time as logged (timing_s/step); 'other' is the part no phase covers."
+    )
+    body.append(f'<p class="meta">{esc(derived)} Throughput: {esc(thr["basis"])}.</p>')
+    return body
 
-    body.append("<h2>Metric names</h2><table><tr><th>canonical</th><th>meaning</th>")
+
+def _reference_tables(summary: dict[str, Any]) -> list[str]:
+    """The metric names read (canonical name, meaning, verl key, a few values), the thresholds."""
+    esc = html.escape
+    body = ["<h2>Metric names</h2><table><tr><th>canonical</th><th>meaning</th>"]
     body.append("<th>read from</th>")
     body.append("<th>points</th><th>first</th><th>median</th><th>last</th></tr>")
     for name, info in summary["metrics"].items():
@@ -303,4 +348,4 @@ def render_html(
     for name, value in summary["thresholds"].items():
         body.append(f"<tr><td><code>{esc(name)}</code></td><td>{esc(str(value))}</td></tr>")
     body.append("</table></body></html>")
-    return "\n".join(part for part in head + body if part)
+    return body

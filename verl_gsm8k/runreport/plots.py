@@ -143,22 +143,45 @@ def with_trend(name: str, points: Points, colour: str, window: int) -> list[Line
 
 
 def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
-    """The report's line charts, in display order."""
-    s = canon.series
+    """The report's line charts, in display order, each finding shaded on the charts it concerns."""
     win = THRESHOLDS.window
-    val = s.get("val_acc", [])
-    marks: list[tuple[int, float, str]] = []
-    if val:
-        top = max(v for _, v in val)
-        best_step = next(st for st, v in val if v == top)
-        marks.append((best_step, top, f"best {top:.3f} @ {best_step}"))
+    plots = (
+        _reward_and_policy_plots(canon, win)
+        + _length_and_update_plots(canon.series, win)
+        + _engine_and_validation_plots(canon, win)
+    )
+    _shade_findings(plots, findings)
+    return plots
+
+
+def _best_mark(val: rp.Series) -> list[tuple[int, float, str]]:
+    """The best validation accuracy, marked at its first step (none without validation)."""
+    if not val:
+        return []
+    top = max(v for _, v in val)
+    best_step = next(st for st, v in val if v == top)
+    return [(best_step, top, f"best {top:.3f} @ {best_step}")]
+
+
+def _kl_lines(s: dict[str, rp.Series], win: int) -> list[Line]:
+    """The KL to the reference (in the reward, as a loss, or both); else the update's ppo_kl."""
     kl_lines: list[Line] = []
     for i, name in enumerate(("kl", "kl_loss")):
         if name in s:
             kl_lines += with_trend(name, s[name], PALETTE[i], win)
     if not kl_lines and "ppo_kl" in s:
         kl_lines = with_trend("ppo_kl (old->new policy)", s["ppo_kl"], PALETTE[2], win)
-    plots = [
+    return kl_lines
+
+
+def _reward_and_policy_plots(canon: rp.Canonical, win: int) -> list[Plot]:
+    """What the run is for and what it costs the policy: validation accuracy, train score and
+    reward, the KL to the reference, entropy."""
+    s = canon.series
+    val = s.get("val_acc", [])
+    marks = _best_mark(val)
+    kl_lines = _kl_lines(s, win)
+    return [
         Plot(
             "val_acc",
             f"Validation accuracy ({canon.val_key or 'not logged'})",
@@ -191,6 +214,13 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
             log_y=False,
             note="actor/entropy: both verl 0.9.1 trainers (v1 and legacy) log it every step",
         ),
+    ]
+
+
+def _length_and_update_plots(s: dict[str, rp.Series], win: int) -> list[Plot]:
+    """What the policy writes and how hard each update pushes: response lengths and cuts, the
+    value loss, the clip fraction, gradient norms."""
+    return [
         Plot(
             "response_length",
             "Response length: mean and max (tokens)",
@@ -231,6 +261,14 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
             + with_trend("critic", s.get("critic_grad_norm", []), PALETTE[5], win),
             "norm",
         ),
+    ]
+
+
+def _engine_and_validation_plots(canon: rp.Canonical, win: int) -> list[Plot]:
+    """The machinery: throughput, rollout vs training agreement, GPU memory per role; and the
+    reward's other validation keys."""
+    s = canon.series
+    return [
         Plot(
             "throughput",
             "Throughput (tokens/s per GPU)"
@@ -290,6 +328,10 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
             note="val-aux/<data_source>/<key>/mean@N, logged by verl 0.9.1 for a reward dict",
         ),
     ]
+
+
+def _shade_findings(plots: list[Plot], findings: list[rf.Finding]) -> None:
+    """Shade each finding's steps on the chart of its metric (every chart for the run's state)."""
     by_id = {plot.plot_id: plot for plot in plots}
     for finding in findings:
         if finding.check in ("nan_inf", "watchdog"):  # the whole run's state: every curve
@@ -303,4 +345,3 @@ def build_plots(canon: rp.Canonical, findings: list[rf.Finding]) -> list[Plot]:
         for target in targets:
             if target in by_id:
                 by_id[target].bands.append((finding.start_step, finding.end_step, finding.severity))
-    return plots

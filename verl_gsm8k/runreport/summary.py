@@ -116,30 +116,9 @@ def summarize(
 ) -> dict[str, Any]:
     """Everything a reader (or a script) needs, as plain JSON-able values."""
     steps = canon.all_steps
-    val = canon.series.get("val_acc", [])
-    best = final = None
-    if val:
-        top = max(v for _, v in val)
-        at = [s for s, v in val if v == top]
-        best = {"value": top, "step": at[0], "also_at": at[1:]}
-        final = {"value": val[-1][1], "step": val[-1][0]}
-    key = canon.val_key or ""
-    # validations logged as NaN or null (a sick run): left out of the series, named here
-    val_not_finite = [s for s, v in data.steps.items() if key in v and not math.isfinite(v[key])]
     score = canon.series.get("score", [])
     breakdown = time_breakdown(canon)
     breakdown.pop("other_by_step")
-    throughput = canon.series.get("throughput", [])
-    tokens = canon.series.get("total_tokens", [])
-    step_time = dict(canon.series.get("step_time", []))
-    # Overall rate = tokens of all steps / time of those steps (a time-weighted mean).
-    if tokens and step_time:
-        total_tok = sum(v for s, v in tokens if s in step_time)
-        secs = sum(step_time[s] for s, _ in tokens if s in step_time)
-    else:
-        total_tok = sum(v * step_time[s] for s, v in throughput if s in step_time)
-        secs = sum(step_time[s] for s, _ in throughput if s in step_time)
-    tokens_per_s = total_tok / secs if secs else None
     gaps = [b for a, b in zip(steps, steps[1:], strict=False) if b != a + 1]
     return {
         "sources": data.sources,
@@ -150,16 +129,7 @@ def summarize(
             "last": steps[-1] if steps else None,
             "gaps_before": gaps,
         },
-        "validation": {
-            "key": canon.val_key,
-            "points": len(val),
-            "best": best,
-            "final": final,
-            "first": {"value": val[0][1], "step": val[0][0]} if val else None,
-            "not_finite_steps": val_not_finite,
-            "problems": data.val_problems,
-            "problems_from": data.val_problems_from,
-        },
+        "validation": _validation(data, canon),
         "train_score": {
             "first": score[0][1] if score else None,
             "final": score[-1][1] if score else None,
@@ -168,39 +138,84 @@ def summarize(
         },
         "time": breakdown,
         "memory": memory_peaks(canon),
-        "throughput": {
-            "tokens_per_s": tokens_per_s,
-            "median_tokens_per_s_per_gpu": _median_or_none(throughput),
-            "estimated": canon.throughput_estimated,
-            "basis": (
-                f"estimated: train_batch_size={data.config.get('train_batch_size')} x "
-                f"rollout.n={data.config.get('rollout_n', 1)} x (prompt + response length) / "
-                "step time, one GPU"
-                if canon.throughput_estimated
-                else "perf/throughput and perf/total_num_tokens as logged"
-                if throughput
-                else "not logged"
-            ),
-        },
-        "metrics": {
-            name: {
-                "label": metric_label(name),
-                "key": canon.source_keys.get(name),
-                "points": len(points),
-                "first": points[0][1],
-                "last": points[-1][1],
-                "min": min(v for _, v in points),
-                "median": statistics.median(v for _, v in points),
-                "max": max(v for _, v in points),
-            }
-            for name, points in sorted(canon.series.items())
-        },
+        "throughput": _throughput(data, canon),
+        "metrics": _metrics(canon),
         "health": [f.as_dict() for f in findings],
         "health_counts": {
             sev: sum(f.severity == sev for f in findings) for sev in ("error", "warning", "note")
         },
         "parse_issues": [str(issue) for issue in data.issues],
         "thresholds": asdict(thresholds),
+    }
+
+
+def _validation(data: RunData, canon: Canonical) -> dict[str, Any]:
+    """The validation accuracy: its best (first step reaching it), final and first values, and
+    the steps whose validation was logged as NaN or null."""
+    val = canon.series.get("val_acc", [])
+    best = final = None
+    if val:
+        top = max(v for _, v in val)
+        at = [s for s, v in val if v == top]
+        best = {"value": top, "step": at[0], "also_at": at[1:]}
+        final = {"value": val[-1][1], "step": val[-1][0]}
+    key = canon.val_key or ""
+    # validations logged as NaN or null (a sick run): left out of the series, named here
+    val_not_finite = [s for s, v in data.steps.items() if key in v and not math.isfinite(v[key])]
+    return {
+        "key": canon.val_key,
+        "points": len(val),
+        "best": best,
+        "final": final,
+        "first": {"value": val[0][1], "step": val[0][0]} if val else None,
+        "not_finite_steps": val_not_finite,
+        "problems": data.val_problems,
+        "problems_from": data.val_problems_from,
+    }
+
+
+def _throughput(data: RunData, canon: Canonical) -> dict[str, Any]:
+    """Tokens per second over the whole run, the median per GPU, and what they rest on."""
+    throughput = canon.series.get("throughput", [])
+    tokens = canon.series.get("total_tokens", [])
+    step_time = dict(canon.series.get("step_time", []))
+    # Overall rate = tokens of all steps / time of those steps (a time-weighted mean).
+    if tokens and step_time:
+        total_tok = sum(v for s, v in tokens if s in step_time)
+        secs = sum(step_time[s] for s, _ in tokens if s in step_time)
+    else:
+        total_tok = sum(v * step_time[s] for s, v in throughput if s in step_time)
+        secs = sum(step_time[s] for s, _ in throughput if s in step_time)
+    return {
+        "tokens_per_s": total_tok / secs if secs else None,
+        "median_tokens_per_s_per_gpu": _median_or_none(throughput),
+        "estimated": canon.throughput_estimated,
+        "basis": (
+            f"estimated: train_batch_size={data.config.get('train_batch_size')} x "
+            f"rollout.n={data.config.get('rollout_n', 1)} x (prompt + response length) / "
+            "step time, one GPU"
+            if canon.throughput_estimated
+            else "perf/throughput and perf/total_num_tokens as logged"
+            if throughput
+            else "not logged"
+        ),
+    }
+
+
+def _metrics(canon: Canonical) -> dict[str, dict[str, Any]]:
+    """Every canonical metric: its meaning, the key it was read from, a few of its values."""
+    return {
+        name: {
+            "label": metric_label(name),
+            "key": canon.source_keys.get(name),
+            "points": len(points),
+            "first": points[0][1],
+            "last": points[-1][1],
+            "min": min(v for _, v in points),
+            "median": statistics.median(v for _, v in points),
+            "max": max(v for _, v in points),
+        }
+        for name, points in sorted(canon.series.items())
     }
 
 

@@ -1,14 +1,15 @@
 """The attention the launcher chose, wherever verl 0.9.1 asks for flash-attention 2 without a key.
 
 verl loads the critic through verl/utils/model.py::load_valuehead_model (~649), which hard-codes
-attn_implementation="flash_attention_2" (upstream verl issue #5210): without the flash_attn
-package, PPO with a critic fails to start on a CPU and on any GPU machine without flash-attn
-("... is not a value head model, please install trl"). The actor's (and the reference's)
-attention is a config key (actor_rollout_ref.model.override_config.attn_implementation), which the
-launcher's overlay sets (configs/attention/sdpa_packed.yaml, sdpa.yaml, fa4.yaml); the critic has
-no such key, so its request is rewritten here to the same choice: ``sdpa`` (PyTorch attention,
-packed or padded: the overlay sets the critic's padding removal) where flash-attn 2 is not used,
-``flash_attention_4`` where ATTENTION=fa4 asked for it (compute capability 9.0+).
+attn_implementation="flash_attention_2" (reported upstream:
+https://github.com/verl-project/verl/issues/5210): without the flash_attn package, PPO with a critic
+fails to start on a CPU and on any GPU machine without flash-attn ("... is not a value head model,
+please install trl"). The actor's (and the reference's) attention is a config key
+(actor_rollout_ref.model.override_config.attn_implementation), which the launcher's overlay sets
+(configs/attention/sdpa_packed.yaml, sdpa.yaml, fa4.yaml); the critic has no such key, so its
+request is rewritten here to the same choice: ``sdpa`` (PyTorch attention, packed or padded: the
+overlay sets the critic's padding removal) where flash-attn 2 is not used, ``flash_attention_4``
+where ATTENTION=fa4 asked for it (compute capability 9.0+).
 
 Loaded by verl in every process through VERL_USE_EXTERNAL_MODULES, as
 verl_gsm8k.verl_plugins.attention_fallback (the launcher adds it when the choice is not
