@@ -1,15 +1,102 @@
-"""A run directory's layout lives in one module, verl_gsm8k/common/run_dir.py: its readers and
-writers do what the launcher, the trainer, the merge and the report expect of them."""
+"""A run directory's layout lives in one module, verl_gsm8k/common/run_dir.py: no other code spells
+verl's tracker or a step directory's name, and the module's readers and writers do what the
+launcher, the trainer, the merge and the report expect of them."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import tokenize
 from pathlib import Path
 
 import pytest
 
 from verl_gsm8k.common import run_dir as rd
+
+ROOT = Path(__file__).resolve().parents[1]
+HOME = "verl_gsm8k/common/run_dir.py"
+# What only the layout module may spell: verl's tracker file and the step directories' prefix.
+NEEDLES = ("latest_checkpointed_iteration", "global_step_")
+PY_FOLDERS = ("verl_gsm8k", "data_prep", "rewards", "scripts")
+SH_FOLDERS = ("recipes", "slurm", "scripts")
+SH_SUFFIXES = (".sh", ".sbatch")
+# Shell scripts that may still spell the names. recipes/lifecycle.sh is being deleted by another
+# change (its work moves into verl_gsm8k/launch/): drop this entry with it.
+SH_ALLOWED = {"recipes/lifecycle.sh"}
+
+
+def python_hits(text: str) -> list[tuple[int, str]]:
+    """(line, text) of every needle in Python code: strings and docstrings count (a docstring may
+    draw the layout only in run_dir.py), comments do not."""
+    hits = []
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            continue
+        for offset, line in enumerate(token.string.splitlines()):
+            if any(needle in line for needle in NEEDLES):
+                hits.append((token.start[0] + offset, line.strip()))
+    return hits
+
+
+def shell_hits(text: str) -> list[tuple[int, str]]:
+    """(line, text) of every needle in a shell script, comments included: a script's comments are
+    its documentation, and they point to run_dir.py instead of repeating it."""
+    return [(number, line.strip()) for number, line in enumerate(text.splitlines(), start=1)
+            if any(needle in line for needle in NEEDLES)]  # fmt: skip
+
+
+def scan(root: Path) -> list[str]:
+    """``file:line: text`` of every needle outside run_dir.py and the allowed shell scripts."""
+    found = []
+    for folder in PY_FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            name = path.relative_to(root).as_posix()
+            if name != HOME:
+                text = path.read_text(encoding="utf-8")
+                found += [f"{name}:{line}: {code}" for line, code in python_hits(text)]
+    for folder in SH_FOLDERS:
+        for path in sorted((root / folder).rglob("*")):
+            name = path.relative_to(root).as_posix()
+            if path.suffix in SH_SUFFIXES and path.is_file() and name not in SH_ALLOWED:
+                text = path.read_text(encoding="utf-8")
+                found += [f"{name}:{line}: {code}" for line, code in shell_hits(text)]
+    return found
+
+
+def test_no_code_outside_run_dir_spells_the_layout():
+    found = scan(ROOT)
+    assert not found, (
+        f"{HOME} is the one place that names verl's tracker and the step directories; use "
+        "its TRACKER, STEP_N, step_name, step_dir, saved_steps, tracked_step ... instead:\n"
+        + "\n".join(found)
+    )
+
+
+def test_the_allowed_scripts_still_exist():
+    """An allow-list entry whose script is gone must go too."""
+    assert all((ROOT / name).is_file() for name in SH_ALLOWED), sorted(SH_ALLOWED)
+
+
+def test_the_scan_sees_code_and_docstrings_not_comments(tmp_path: Path):
+    (tmp_path / "verl_gsm8k" / "common").mkdir(parents=True)
+    (tmp_path / "verl_gsm8k" / "common" / "run_dir.py").write_text('TRACKER = "global_step_"\n')
+    (tmp_path / "verl_gsm8k" / "a.py").write_text(
+        '"""Reads global_step_N."""\n'
+        "# a comment may say latest_checkpointed_iteration.txt\n"
+        'x = 1  # or global_step_N\nname = f"global_step_{x}"\n'
+    )
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "a.sh").write_text("# reads latest_checkpointed_iteration.txt\ntrue\n")
+    (tmp_path / "recipes" / "lifecycle.sh").write_text('cat "$RUN_DIR/global_step_$step"\n')
+    assert scan(tmp_path) == [
+        'verl_gsm8k/a.py:1: """Reads global_step_N."""',
+        'verl_gsm8k/a.py:4: f"global_step_{x}"',
+        "recipes/a.sh:1: # reads latest_checkpointed_iteration.txt",
+    ]
+
+
+# ---- the module ------------------------------------------------------------------------------
 
 
 def test_every_name_is_one_name_and_drawn_in_the_docstring():
