@@ -5,10 +5,10 @@
 #
 #   bash scripts/merge.sh SOURCE TARGET_DIR [--force] [--critic] [--best] [--lora-alpha A]
 #
-#   SOURCE      a run dir (latest_checkpointed_iteration.txt picks global_step_N), a global_step_N
-#               dir, or a role dir (global_step_N/actor, global_step_N/critic); an SFT run's
-#               global_step_N holds its one model directly (no actor/): merged as an "SFT model",
-#               a causal LM the PPO recipes take as MODEL_PATH
+#   SOURCE      a run dir (its tracker picks the step directory), one step directory, or a role
+#               dir (actor/ or critic/ of a step directory); an SFT run's step directory holds its
+#               one model directly (no actor/): merged as an "SFT model", a causal LM the PPO
+#               recipes take as MODEL_PATH. The names: --help, or verl_gsm8k/common/run_dir.py
 #   TARGET_DIR  the model directory to create; written beside itself first, renamed when verified
 #   --force     replace an existing TARGET_DIR (the old one is removed only after success)
 #   --critic    merge the critic (value model) instead of the actor

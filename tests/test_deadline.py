@@ -10,8 +10,8 @@ from pathlib import Path
 
 from helpers import ROOT
 
+from verl_gsm8k.common.run_dir import DEADLINE_FILE, EXIT_PREEMPTED
 from verl_gsm8k.guard.deadline import (
-    DEADLINE_FILE,
     MARGIN_S,
     Timings,
     must_stop,
@@ -20,7 +20,6 @@ from verl_gsm8k.guard.deadline import (
     record_stop,
     stamp_time,
 )
-from verl_gsm8k.guard.files import EXIT_PREEMPTED
 from verl_gsm8k.guard.status import verdict
 
 STAMP = "20261126T100000Z"

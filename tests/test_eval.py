@@ -708,8 +708,8 @@ def test_rescore_pass_at_k_unbiased_per_row_and_flags_short_questions(tmp_path, 
 def test_checkpoint_sweep_marks_the_kept_best_checkpoint(tmp_path, capsys):
     """eval.sh --run: the step a run's best_checkpoint.json names (KEEP_BEST=1) is marked in the
     table by step; without the file nothing is; an unreadable one is one line, nothing marked."""
+    from verl_gsm8k.common.run_dir import write_best
     from verl_gsm8k.evaluate.sweep import kept_best, render_steps
-    from verl_gsm8k.guard.files import write_best
 
     run = tmp_path / "run"
     run.mkdir()

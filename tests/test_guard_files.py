@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from verl_gsm8k.guard.files import (
+from verl_gsm8k.common.run_dir import (
     EXIT_PREEMPTED,
     EXIT_WATCHDOG,
     append_trip,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from verl_gsm8k.common.run_dir import read_best, write_best
 from verl_gsm8k.guard.deadline import Timings
-from verl_gsm8k.guard.files import read_best, write_best
 
 METRIC = "val-core/openai/gsm8k/acc/mean@1"
 
@@ -127,7 +127,7 @@ def test_a_stop_requested_before_the_first_step_or_during_validation_trains_no_s
     (global_steps <= total_training_steps, trainer_base.py ~467)."""
     from types import SimpleNamespace
 
-    from verl_gsm8k.guard.files import STOP_FILE
+    from verl_gsm8k.common.run_dir import STOP_FILE
 
     def launch(resumed: int):
         trainer = trainer_at(resumed, tmp_path)

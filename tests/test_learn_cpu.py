@@ -30,7 +30,7 @@ from learn_runs import STEPS, WARM_START, Learned, toy_dir, warm_start_dir
 
 from rewards.gsm8k import compute_score, compute_score_flexible
 from verl_gsm8k.bench.learning import knowledge_floor
-from verl_gsm8k.guard.files import read_trips
+from verl_gsm8k.common.run_dir import read_trips
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 
@@ -288,7 +288,7 @@ def test_the_best_validation_step_is_kept_whole_between_saves(learned_grpo: Lear
     the first with the highest accuracy, and its checkpoint is on disk, whole, stamped by this
     launch, whether or not it was a save step (the guard saves a best step itself:
     docs/reliability.md, "The kept best")."""
-    from verl_gsm8k.guard.files import read_best, read_stamp
+    from verl_gsm8k.common.run_dir import read_best, read_stamp
     from verl_gsm8k.resume.verify import problem
 
     run = learned_grpo

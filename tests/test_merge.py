@@ -580,13 +580,13 @@ def test_an_sft_checkpoint_has_no_critic_and_a_missing_shard_is_named(sft_run, t
 
 
 # ---------------------------------------------------------------------------------------------
-# --best: the step a run's best_checkpoint.json names (KEEP_BEST=1, verl_gsm8k/guard/files.py)
+# --best: the step a run's best_checkpoint.json names (KEEP_BEST=1, verl_gsm8k/common/run_dir.py)
 
 
 def _run_with_best(ckpt: Path, dest: Path, best_step: int | None) -> Path:
     """A copy of a run with a newer checkpoint the tracker names (a copy of step 2 as step 6) and,
     when ``best_step`` is given, the guard's best_checkpoint.json naming that step."""
-    from verl_gsm8k.guard.files import write_best
+    from verl_gsm8k.common.run_dir import write_best
 
     run = _copy_run(ckpt, dest)
     shutil.copytree(run / f"global_step_{STEP}", run / "global_step_6")
@@ -622,7 +622,7 @@ def test_best_without_a_usable_best_file_is_one_line(ckpt_ws2, tmp_path):
     _expect_refusal(step_dir, out, "--best takes a run directory", "--best")
     # a later launch saved that step again (a resume from an earlier step): not the weights that
     # scored (docs/reliability.md, "What survives what": merge.sh --best after a later launch)
-    from verl_gsm8k.guard.files import write_stamp
+    from verl_gsm8k.common.run_dir import write_stamp
 
     resaved = _run_with_best(ckpt_ws2, tmp_path / "resaved", STEP)
     write_stamp(resaved, STEP, "20260102T000000Z")

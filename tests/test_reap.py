@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, run_recipe
 
-from verl_gsm8k.guard.reap import ENV_LAUNCH, ENV_RUN_DIR, SESSION_FILE, blocks_sigterm, main
+from verl_gsm8k.common.run_dir import SESSION_FILE
+from verl_gsm8k.guard.reap import ENV_LAUNCH, ENV_RUN_DIR, blocks_sigterm, main
 from verl_gsm8k.verl_plugins.stop_on_sigterm import request_stop
 
 BLOCKED = (

@@ -5,7 +5,7 @@ checkpoint are shown and in summary.json; a run without them shows nothing extra
 The run directories are tests/test_replay.py's (metrics, trace, rollout and validation dumps in
 their writers' formats) with the sickness planted as each writer writes NaN (tests/report_runs.py);
 the trips and the best checkpoint are written by the guarded trainer's own writers
-(verl_gsm8k/guard/files.py). The same sickness planted in a copy of a real learning run:
+(verl_gsm8k/common/run_dir.py). The same sickness planted in a copy of a real learning run:
 tests/test_replay_untrusted.py (slow, with the other tests of the shared learning runs).
 """
 
@@ -20,7 +20,7 @@ import pytest
 from report_runs import VAL_KEY, parse_svgs, plant_nan
 from test_replay import STAMP, chromium_dom, write_run
 
-from verl_gsm8k.guard.files import append_trip, write_best
+from verl_gsm8k.common.run_dir import append_trip, write_best
 from verl_gsm8k.report import cli as report
 
 SICK_FROM = 4  # the first step whose reward is NaN, of a 6-step run

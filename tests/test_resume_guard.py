@@ -15,10 +15,9 @@ from typing import Any
 import pytest
 
 from verl_gsm8k.common.launch_record import read_records, write_record
-from verl_gsm8k.guard.files import write_stamp
+from verl_gsm8k.common.run_dir import TRACKER, write_stamp
 from verl_gsm8k.resume.__main__ import main
 from verl_gsm8k.resume.guard import ALLOWED, allowed, differences, leaves, refusal
-from verl_gsm8k.resume.verify import TRACKER
 
 STAMPS = [f"20261125T10000{i}Z" for i in range(10)]
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from verl_gsm8k.resume.verify import TRACKER, NoWholeCheckpoint, resume_point
+from verl_gsm8k.common.run_dir import TRACKER
+from verl_gsm8k.resume.verify import NoWholeCheckpoint, resume_point
 
 ROLES = ("actor", "critic")
 
@@ -96,7 +97,7 @@ def test_a_crafted_data_pt_is_skipped_without_running_code(whole_checkpoints, tm
 def test_a_checkpoint_the_watchdog_marked_sick_is_never_resumed(whole_checkpoints, tmp_path):
     """Step 4's weights produced a sick step 5 (ppo_trainer/guarded.py marks it and points the
     tracker at 2); a tracker lost since must not bring the resume back to the sick one."""
-    from verl_gsm8k.guard.files import mark_sick
+    from verl_gsm8k.common.run_dir import mark_sick
 
     run = copy_of(whole_checkpoints, tmp_path)
     mark_sick(run, 4, {"step": 5, "rule": "non_finite"})

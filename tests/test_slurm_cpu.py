@@ -32,7 +32,7 @@ from helpers import ROOT, merge_run, require_path
 from slurm_local import Cluster, binary, missing_binary, slurm_cluster
 from test_train_cpu import cpu_env, metric_segments
 
-from verl_gsm8k.guard.files import read_stamp
+from verl_gsm8k.common.run_dir import read_stamp
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

@@ -311,7 +311,7 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
         wait_until,
     )
 
-    from verl_gsm8k.guard.files import read_best, read_trips
+    from verl_gsm8k.common.run_dir import read_best, read_trips
     from verl_gsm8k.guard.reap import launch_processes, of_run_dir
     from verl_gsm8k.resume.verify import problem
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from verl_gsm8k.analysis.parse import load_run
-from verl_gsm8k.guard import files
+from verl_gsm8k.common import run_dir
 from verl_gsm8k.guard.rules import (
     IDENTICAL_METRIC,
     REPEATED_METRIC,
@@ -374,8 +374,8 @@ def test_the_message_names_metric_value_threshold_step_and_checkpoint(tmp_path: 
     assert trip.message(3, None).endswith("resume or merge from: none yet")
     nan = Trip("non_finite", "actor/pg_loss", math.nan, "not finite")
     assert "from step 12's update;" in nan.message(12, None)
-    files.append_trip(tmp_path, nan.record(12, None, "20261125T101500Z", "stop"))
-    (read,) = files.read_trips(tmp_path)
+    run_dir.append_trip(tmp_path, nan.record(12, None, "20261125T101500Z", "stop"))
+    (read,) = run_dir.read_trips(tmp_path)
     assert math.isnan(read.pop("value"))
     assert read == {
         "launch": "20261125T101500Z",

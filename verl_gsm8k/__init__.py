@@ -2,10 +2,11 @@
 
 Bottom to top (LAYERS below; a package imports only packages of lower layers, tests/test_layout.py):
 
-    common        small shared helpers: atomic writes, the launch record, the tiny test model
+    common        small shared helpers: a run directory's layout (run_dir.py), atomic writes,
+                  the launch record, the tiny test model
     svgplot       a small SVG line-chart library (standard library only) the pages draw with
-    guard         a long run's protections: atomic checkpoint files, the watchdog's rules,
-                  pruning, a Slurm job's deadline, how a launch ended
+    guard         a long run's protections: the watchdog's rules, pruning, a Slurm job's
+                  deadline, how a launch ended
     trace         the per-token trace of a few samples a step: which samples, the lines
     merge         verl's FSDP checkpoint -> a verified Hugging Face model (scripts/merge.sh)
     questions     which questions changed: one row per question, one column per model or step

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.analysis.parse import Series
+from verl_gsm8k.common.run_dir import CHECKPOINT_EVAL_DIR
 
-EVAL_FILE = Path("checkpoint_eval") / "comparison.json"
+EVAL_FILE = Path(CHECKPOINT_EVAL_DIR) / "comparison.json"
 TRAINING_MODE = "training"
 
 

@@ -1,6 +1,6 @@
 """What a guarded run leaves beside its metrics, for the report: the watchdog's trips
 (``RUN_DIR/watchdog.jsonl``) and the kept best checkpoint (``RUN_DIR/best_checkpoint.json``),
-both read with verl_gsm8k/guard/files.py, the trainer's own reader.
+both read with verl_gsm8k/common/run_dir.py, the trainer's own reader.
 
 Standard library only. A trip becomes a health finding (an error when the watchdog stopped the
 run, a warning when it only warned) and a row of the report's watchdog table; the best checkpoint
@@ -16,7 +16,7 @@ from typing import Any
 
 from verl_gsm8k.analysis.finding import Finding, fmt
 from verl_gsm8k.analysis.parse import ParseIssue
-from verl_gsm8k.guard.files import BEST_FILE, BestError, read_best, read_trips
+from verl_gsm8k.common.run_dir import BestError, best_path, read_best, read_trips, step_name
 
 
 @dataclass
@@ -34,7 +34,7 @@ def read_guard(path: Path) -> GuardRecords:
     try:
         records.best = read_best(path)
     except BestError as err:
-        where = str(path / BEST_FILE)
+        where = str(best_path(path))
         why = str(err).removeprefix(f"{where}: ")
         records.problem = ParseIssue(where, None, f"{why}; the kept best checkpoint is not named")
     return records
@@ -58,7 +58,7 @@ def trip_line(trip: dict[str, Any]) -> str:
         f"step {trip['step']}: {trip.get('rule', '?')} on {trip.get('metric', '?')} = "
         f"{value_text(trip.get('value'))} (threshold {trip.get('threshold', '?')}); action "
         f"{trip.get('action', '?')}; last healthy checkpoint: "
-        + ("none" if healthy is None else f"global_step_{healthy}")
+        + ("none" if healthy is None else step_name(healthy))
     )
 
 

@@ -41,6 +41,12 @@ from verl_gsm8k.analysis.vocab import (
     VAL_CORE_KEY,
     VAL_OLD_KEY,
 )
+from verl_gsm8k.common.run_dir import (
+    LAUNCHES_DIR,
+    METRICS_DIR,
+    VALIDATION_DIR,
+    launch_record_paths,
+)
 
 # --------------------------------------------------------------------------------------------
 # Parsing
@@ -98,8 +104,6 @@ _CONFIG_INT = {
     "rollout_n": re.compile(r"actor_rollout_ref\.rollout\.n=(\d+)"),
     "max_response_length": re.compile(r"\bmax_response_length['\"]?\s*[:=]\s*(\d+)"),
 }
-# RUN_DIR/launches/launch-<UTC>.yaml (verl_gsm8k/common/launch_record.py)
-LAUNCH_RECORDS = "launches"
 
 
 def strip_ansi(line: str) -> str:
@@ -308,7 +312,7 @@ def _looks_like_jsonl(path: Path) -> bool:
 
 def find_segments(directory: Path) -> list[Path]:
     """The metric files of a run directory, in name (= launch time) order."""
-    for candidate in (directory / "metrics", directory):
+    for candidate in (directory / METRICS_DIR, directory):
         if candidate.is_dir():
             files = sorted(p for p in candidate.glob("*.jsonl") if p.is_file())
             if files:
@@ -317,7 +321,6 @@ def find_segments(directory: Path) -> list[Path]:
     return logs
 
 
-VALIDATION_DIR = "validation"  # trainer.validation_data_dir of the launcher (verl_gsm8k/launch/)
 _DUMPS_READ = 2  # the newest dumps: the last one may still be being written
 
 
@@ -360,9 +363,8 @@ def read_launch_config(directory: Path, data: RunData) -> None:
     """The config facts of ``_CONFIG_INT`` from a run directory's launch records (each holds the
     resolved verl config as YAML; read line by line, standard library only). Launches that
     disagree on a value leave it unknown, with an issue."""
-    folder = directory / LAUNCH_RECORDS
     found: dict[str, set[int]] = {}
-    for record in sorted(folder.glob("launch-*.yaml")) if folder.is_dir() else []:
+    for record in launch_record_paths(directory):
         try:
             text = record.read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -376,7 +378,11 @@ def read_launch_config(directory: Path, data: RunData) -> None:
             data.config.setdefault(name, values.pop())
         else:
             data.issues.append(
-                ParseIssue(str(folder), None, f"launches differ in {name} ({sorted(values)})")
+                ParseIssue(
+                    str(directory / LAUNCHES_DIR),
+                    None,
+                    f"launches differ in {name} ({sorted(values)})",
+                )
             )
 
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from verl_gsm8k.analysis.vocab import PHASE_ORDER
+from verl_gsm8k.common.run_dir import METRICS_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 PHASES = (*(p for p in PHASE_ORDER if p != "other"), "step")  # the report's order
@@ -84,7 +85,7 @@ class MemorySampler(threading.Thread):
 
 def read_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
     steps: dict[int, dict[str, float]] = {}
-    for path in sorted((run_dir / "metrics").glob("*.jsonl")):
+    for path in sorted((run_dir / METRICS_DIR).glob("*.jsonl")):
         for line in path.read_text().splitlines():
             try:
                 record = json.loads(line)

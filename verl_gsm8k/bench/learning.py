@@ -31,6 +31,7 @@ from pathlib import Path
 
 from rewards.gsm8k import compute_score_flexible
 from verl_gsm8k.bench.cpu_train import read_metrics
+from verl_gsm8k.common.run_dir import VALIDATION_DIR
 from verl_gsm8k.launch.knobs import LEARN_ALGOS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +42,7 @@ SCORE = "critic/score/mean"
 def validation_dump(run_dir: Path, step: int) -> list[dict] | None:
     """verl's dump of the validation answers at ``step`` (``input``, ``output``, ``gts``, ...),
     or None where that step has none."""
-    path = run_dir / "validation" / f"{step}.jsonl"
+    path = run_dir / VALIDATION_DIR / f"{step}.jsonl"
     if not path.is_file():
         return None
     return [json.loads(line) for line in path.read_text().splitlines()]

@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from verl_gsm8k.common.run_dir import VALIDATION_DIR
 from verl_gsm8k.questions.__main__ import main as questions_main
 
 CHROMIUM = "/usr/bin/chromium"
@@ -73,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = args.out or Path(tempfile.mkdtemp(prefix="questions-bench-"))
     run = work / "run"
-    (run / "validation").mkdir(parents=True, exist_ok=True)
-    write_dumps(run / "validation", args.questions, args.steps)
+    (run / VALIDATION_DIR).mkdir(parents=True, exist_ok=True)
+    write_dumps(run / VALIDATION_DIR, args.questions, args.steps)
     start = time.perf_counter()
     assert questions_main(["--run", str(run), "--out", str(work / "page")]) == 0
     print(f"build: {time.perf_counter() - start:.2f} s")

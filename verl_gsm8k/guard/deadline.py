@@ -29,16 +29,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.common.run_dir import (
+    STAMP_FORMAT,
+    TIMINGS_FILE,
+    deadline_path,
+    deadline_stop_path,
+    timings_path,
+)
 
-DEADLINE_FILE = "job_deadline"
-TIMINGS_FILE = "timings.json"
-STOPPED_FILE = "deadline_stop.json"
 MARGIN_S = 15.0  # the trainer's stop and verl's shutdown after the last save
 
 
 def read_deadline(run_dir: Path) -> float | None:
     try:
-        return float((Path(run_dir) / DEADLINE_FILE).read_text(encoding="utf-8").strip())
+        return float(deadline_path(run_dir).read_text(encoding="utf-8").strip())
     except (OSError, ValueError):
         return None
 
@@ -46,7 +50,7 @@ def read_deadline(run_dir: Path) -> float | None:
 def stamp_time(stamp: str | None) -> float | None:
     """The epoch seconds of a launch stamp (20261126T101500Z)."""
     try:
-        return datetime.strptime(stamp or "", "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
+        return datetime.strptime(stamp or "", STAMP_FORMAT).replace(tzinfo=UTC).timestamp()
     except ValueError:
         return None
 
@@ -61,7 +65,7 @@ class Timings:
     @classmethod
     def read(cls, run_dir: Path) -> Timings:
         try:
-            data = json.loads((Path(run_dir) / TIMINGS_FILE).read_text(encoding="utf-8"))
+            data = json.loads(timings_path(run_dir).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return cls()
         known = {
@@ -71,7 +75,7 @@ class Timings:
 
     def write(self, run_dir: Path) -> None:
         data = {k: round(v, 3) for k, v in vars(self).items() if v is not None}
-        write_atomic(Path(run_dir) / TIMINGS_FILE, json.dumps(data) + "\n")
+        write_atomic(timings_path(run_dir), json.dumps(data) + "\n")
 
     def slowest(self, name: str, seconds: float) -> None:
         old = getattr(self, name)
@@ -100,12 +104,12 @@ def record_stop(
     run_dir: Path, step: int, stamp: str | None, deadline: float, needed: float
 ) -> None:
     data = {"step": step, "launch": stamp, "deadline": deadline, "needed_s": round(needed, 1)}
-    write_atomic(Path(run_dir) / STOPPED_FILE, json.dumps(data) + "\n")
+    write_atomic(deadline_stop_path(run_dir), json.dumps(data) + "\n")
 
 
 def read_stop(run_dir: Path) -> dict | None:
     try:
-        data = json.loads((Path(run_dir) / STOPPED_FILE).read_text(encoding="utf-8"))
+        data = json.loads(deadline_stop_path(run_dir).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -160,7 +164,7 @@ def plan_and_write(run_dir: Path, end: float) -> int:
     print(f"recipe: {line}", file=sys.stderr if status else sys.stdout, flush=True)
     if status == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(run_dir / DEADLINE_FILE, f"{end:.0f}\n")
+        write_atomic(deadline_path(run_dir), f"{end:.0f}\n")
     return status
 
 

@@ -29,7 +29,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from verl_gsm8k.guard.deadline import MARGIN_S, TIMINGS_FILE, Timings
+from verl_gsm8k.common.run_dir import TIMINGS_FILE
+from verl_gsm8k.guard.deadline import MARGIN_S, Timings
 
 DEFAULT_S = 30.0
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for an entrypoint

@@ -4,43 +4,32 @@
 
 verl's ``max_*_ckpt_to_keep`` prunes only what the current process saved (a resumed launch
 forgets the earlier ones) and keeps the highest step numbers. Here the newest N step directories
-are kept, plus, whatever their age, the step ``latest_checkpointed_iteration.txt`` names (what a
-relaunch resumes) and the kept best (``best_checkpoint.json``). Called by the guarded trainer after
-each save (v1 trainer) and by the launcher after a launch that ended cleanly (SFT, the legacy
-trainer). Standard library only.
+are kept, plus, whatever their age, the step the tracker names (what a relaunch resumes) and the
+kept best (``best_checkpoint.json``); the names: common/run_dir.py. Called by the guarded trainer
+after each save (v1 trainer) and by the launcher after a launch that ended cleanly (SFT, the
+legacy trainer). Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from verl_gsm8k.common.pause import pause_point
-from verl_gsm8k.guard.files import BEST_FILE, BestError, read_best
-
-TRACKER = "latest_checkpointed_iteration.txt"
-STEP_DIR = re.compile(r"global_step_(\d+)")
-REMOVING = ".removing"  # a step directory being removed: .global_step_K.removing
-
-
-def saved_steps(run_dir: Path) -> list[int]:
-    """The step numbers of RUN_DIR/global_step_N directories, oldest first."""
-    if not run_dir.is_dir():
-        return []
-    found = (STEP_DIR.fullmatch(p.name) for p in run_dir.iterdir() if p.is_dir())
-    return sorted(int(m.group(1)) for m in found if m)
-
-
-def tracked_step(run_dir: Path) -> int | None:
-    try:
-        text = (run_dir / TRACKER).read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
+from verl_gsm8k.common.run_dir import (
+    BEST_FILE,
+    TRACKER,
+    BestError,
+    read_best,
+    removing_dir,
+    removing_leftovers,
+    saved_steps,
+    step_dir,
+    tracked_step,
+)
 
 
 def protected(run_dir: Path) -> dict[int, str]:
@@ -71,14 +60,14 @@ def prune(run_dir: Path, keep: int, say_kept: bool = True) -> list[str]:
     for step in steps:
         if step in newest:
             continue
-        folder = run_dir / f"global_step_{step}"
+        folder = step_dir(run_dir, step)
         if step in guard:
             if say_kept:
                 said.append(f"MAX_CKPT_TO_KEEP={keep}: keeping {folder}: {guard[step]}")
             continue
         said.append(f"MAX_CKPT_TO_KEEP={keep}: removing {folder}")
         # renamed first: a kill mid-removal leaves no half step directory named like a checkpoint
-        doomed = folder.with_name(f".{folder.name}{REMOVING}")
+        doomed = removing_dir(run_dir, step)
         folder.rename(doomed)
         pause_point("prune:after_rename")  # tests: a kill lands here (tests/test_guard_files.py)
         shutil.rmtree(doomed, ignore_errors=True)
@@ -86,13 +75,10 @@ def prune(run_dir: Path, keep: int, say_kept: bool = True) -> list[str]:
 
 
 def clear_leftovers(run_dir: Path) -> None:
-    """Remove what a kill mid-removal left (``.global_step_K.removing``): it was being removed,
-    and a later removal of a re-saved step K would otherwise rename onto it and fail."""
-    if not run_dir.is_dir():
-        return
-    for leftover in run_dir.iterdir():
-        if leftover.name.startswith(".global_step_") and leftover.name.endswith(REMOVING):
-            shutil.rmtree(leftover, ignore_errors=True)
+    """Remove what a kill mid-removal left (``removing_dir``): it was being removed, and a later
+    removal of a re-saved step K would otherwise rename onto it and fail."""
+    for leftover in removing_leftovers(run_dir):
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

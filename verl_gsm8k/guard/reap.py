@@ -39,9 +39,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_gsm8k.common.run_dir import session_path
+
 ENV_LAUNCH = "GSM8K_LAUNCH_ID"
 ENV_RUN_DIR = "GSM8K_LAUNCH_RUN_DIR"
-SESSION_FILE = ".launch.session"  # in the run directory: "<session id> <launch id>"
 PROC = Path("/proc")
 
 
@@ -108,7 +109,7 @@ def read_session(run_dir: str) -> dict[int, tuple[str, str]]:
     """The session of the last launch into ``run_dir`` (``exec_blocked`` wrote it), as
     ``{session id: (launch id, run dir)}``; empty when there is none."""
     try:
-        sid, launch = (Path(run_dir) / SESSION_FILE).read_text(encoding="utf-8").split()[:2]
+        sid, launch = session_path(Path(run_dir)).read_text(encoding="utf-8").split()[:2]
         return {int(sid): (launch, run_dir)}
     except (OSError, ValueError):
         return {}
@@ -214,7 +215,7 @@ def exec_blocked(argv: Sequence[str]) -> None:
     if run_dir and os.getsid(0) == os.getpid():
         with contextlib.suppress(OSError):
             line = f"{os.getpid()} {os.environ.get(ENV_LAUNCH, '-')}\n"
-            (Path(run_dir) / SESSION_FILE).write_text(line, encoding="utf-8")
+            session_path(Path(run_dir)).write_text(line, encoding="utf-8")
     os.execvp(argv[0], list(argv))
 
 

@@ -84,6 +84,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from verl_gsm8k.common.run_dir import step_name
 from verl_gsm8k.guard.thresholds import Thresholds
 
 # Every metric the non_finite rule reads: a name containing one of these. Ordered as a NaN
@@ -142,11 +143,11 @@ class Trip:
         """The one line the launcher prints: metric, value, threshold, step, which weights it
         describes, and the checkpoint to resume or merge from (``marked``: the saved checkpoint
         the trip marked sick)."""
-        where = f"global_step_{last_healthy}" if last_healthy is not None else "none yet"
+        where = step_name(last_healthy) if last_healthy is not None else "none yet"
         if self.weights == ROLLOUT:
             whose = f"the responses of step {step - 1}'s weights"
             if marked is not None:
-                whose += f" (global_step_{marked}: marked sick, kept, never resumed)"
+                whose += f" ({step_name(marked)}: marked sick, kept, never resumed)"
         else:
             whose = f"step {step}'s update"
         return (
@@ -163,7 +164,7 @@ class Trip:
         action: str,
         marked: int | None = None,
     ) -> dict[str, Any]:
-        """The line of RUN_DIR/watchdog.jsonl (``files.append_trip``)."""
+        """The line of RUN_DIR/watchdog.jsonl (``common.run_dir.append_trip``)."""
         return {
             "launch": launch,
             "step": step,

@@ -19,15 +19,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from verl_gsm8k.guard.deadline import read_stop
-from verl_gsm8k.guard.files import (
+from verl_gsm8k.common.run_dir import (
     EXIT_PREEMPTED,
     EXIT_WATCHDOG,
-    WATCHDOG_FILE,
+    console_log_path,
     read_stamp,
     read_trips,
+    saved_steps,
+    step_dir,
+    step_name,
+    tracked_step,
+    watchdog_path,
 )
-from verl_gsm8k.guard.prune import saved_steps, tracked_step
+from verl_gsm8k.guard.deadline import read_stop
 
 
 def verdict(run_dir: Path, stamp: str, verl_status: int, stopped: bool) -> tuple[int, list[str]]:
@@ -45,7 +49,7 @@ def verdict(run_dir: Path, stamp: str, verl_status: int, stopped: bool) -> tuple
     if trips:
         lines.append(
             f"recipe: the watchdog warned {len(trips)} time(s) (WATCHDOG=warn), first: "
-            f"{trips[0].get('message')} (all: {run_dir / WATCHDOG_FILE})"
+            f"{trips[0].get('message')} (all: {watchdog_path(run_dir)})"
         )
     deadline = read_stop(run_dir)
     if deadline is not None and deadline.get("launch") == stamp:
@@ -61,7 +65,7 @@ def verdict(run_dir: Path, stamp: str, verl_status: int, stopped: bool) -> tuple
         if step is not None and read_stamp(run_dir, step) == stamp:
             lines.append(
                 f"recipe: stopped on SIGTERM after saving step {step} "
-                f"({run_dir / f'global_step_{step}'}); the same command resumes from it"
+                f"({step_dir(run_dir, step)}); the same command resumes from it"
             )
         else:
             where = f"step {step}" if step is not None else "the start (no checkpoint yet)"
@@ -80,7 +84,7 @@ def verdict(run_dir: Path, stamp: str, verl_status: int, stopped: bool) -> tuple
 
 def log_tail(run_dir: Path, stamp: str, size: int = 2_000_000) -> str:
     """The last ``size`` bytes of the launch's console log ("" when there is none)."""
-    log = run_dir / "logs" / f"console-{stamp}.log"
+    log = console_log_path(run_dir, stamp)
     try:
         with open(log, "rb") as handle:
             handle.seek(max(0, log.stat().st_size - size))
@@ -129,7 +133,7 @@ def disk_full(run_dir: Path, text: str) -> str | None:
     space than the last whole checkpoint takes."""
     free = shutil.disk_usage(run_dir).free if run_dir.is_dir() else None
     whole = tracked_step(run_dir)
-    need = _bytes(run_dir / f"global_step_{whole}") if whole is not None else None
+    need = _bytes(step_dir(run_dir, whole)) if whole is not None else None
     short = free is not None and need is not None and free < need
     if free is None or not (short or any(sign in text for sign in DISK_FULL_SIGNS)):
         return None
@@ -138,7 +142,7 @@ def disk_full(run_dir: Path, text: str) -> str | None:
     if whole is None or need is None:
         last, takes = "none yet (the run starts over)", ""
     else:
-        last, takes = f"global_step_{whole}, which the tracker names", f"; one takes {_size(need)}"
+        last, takes = f"{step_name(whole)}, which the tracker names", f"; one takes {_size(need)}"
     return (
         f"recipe: the disk holding {run_dir} is full ({_size(free)} free): {during} failed; the "
         f"last whole checkpoint is {last}{takes}: free space (or lower MAX_CKPT_TO_KEEP), then "

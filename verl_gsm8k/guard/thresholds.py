@@ -26,7 +26,7 @@ class Thresholds:
     "The watchdog's thresholds, checked against real runs".
     A rule's knob at 0 or null turns it off."""
 
-    # stop: a trip saves no checkpoint of the step and ends the run (files.EXIT_WATCHDOG);
+    # stop: a trip saves no checkpoint of the step and ends the run (run_dir.EXIT_WATCHDOG);
     # warn: the trip is logged and the run goes on; off: nothing is checked. Knob WATCHDOG.
     mode: str = "stop"
     # non_finite: NaN/inf in any loss, grad norm, KL, entropy or score metric. true/false.

@@ -19,9 +19,9 @@ import socket
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
+from verl_gsm8k.common.run_dir import console_log_path, deadline_path, metrics_path, new_stamp
 from verl_gsm8k.guard import deadline as job_deadline
 from verl_gsm8k.guard import grace as stop_grace
 from verl_gsm8k.guard import prune, status
@@ -192,7 +192,7 @@ def plan_stop(plan: Plan) -> tuple[int, bool]:
 
     run_dir = plan.run_dir
     given = plan.env.get("STOP_GRACE_S", "")
-    (run_dir / job_deadline.DEADLINE_FILE).unlink(missing_ok=True)
+    deadline_path(run_dir).unlink(missing_ok=True)
     end = job_end(plan.env)
     if end is None and plan.env.get("SLURM_JOB_ID"):
         say(f"recipe: Slurm job {plan.env['SLURM_JOB_ID']} has no end time (no time limit): no "
@@ -265,7 +265,7 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
     from verl_gsm8k.launch.lock import Busy, lock_run_dir
     from verl_gsm8k.launch.slurm import requeue_if_stopped
 
-    run_dir, stamp = plan.run_dir, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    run_dir, stamp = plan.run_dir, new_stamp()
     try:
         lock_fd = lock_run_dir(run_dir, stamp, int(plan.values.get("LOCK_WAIT_S", "0")), say)
     except Busy as busy:
@@ -276,13 +276,12 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
     if plan.trainer == "ppo":
         grace, grace_set = plan_stop(plan)
     record(plan, stamp, user, picked)
-    for sub in ("metrics", "logs"):
-        (run_dir / sub).mkdir(parents=True, exist_ok=True)
     if plan.logs_to_wandb():
         say_where_wandb_logs(plan)
     # verl's file logger truncates its file on open: one file per launch keeps a resumed run's
-    metrics = run_dir / "metrics" / f"metrics-{stamp}.jsonl"
-    console = run_dir / "logs" / f"console-{stamp}.log"
+    metrics, console = metrics_path(run_dir, stamp), console_log_path(run_dir, stamp)
+    for path in (metrics, console):
+        path.parent.mkdir(parents=True, exist_ok=True)
     say(f"recipe: metrics -> {metrics} | console log -> {console}")
     ray_env = []  # on a hand-started cluster the trainer runs in a worker of `ray start`
     if plan.env.get("RAY_ADDRESS") and plan.trainer == "ppo":

@@ -16,9 +16,9 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
+from verl_gsm8k.common.run_dir import new_stamp
 from verl_gsm8k.launch.knobs import KNOBS
 from verl_gsm8k.launch.plan import CONFIG_DIR, ROOT, Plan, Values
 
@@ -45,7 +45,7 @@ def defaults(values: Values, extra: dict[str, str]) -> None:
     toy = TOY.get(values.get("TOY_TASK") or "easy", TOY["easy"])
     values.set_default("WARM_START_STEPS", toy[1])
     values.set_default("WARM_START_ACC", toy[2])
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = new_stamp()
     values.set_default("EXPERIMENT_NAME", f"learn_tiny_{algo}_{stamp}")  # a fresh run each time
     home = Path(values.get("CACHE_DIR") or ".", f"learn-tiny/v{CACHE_VERSION}",
                 f"{toy[3]}seed{values.get('SEED') or '0'}").absolute()  # fmt: skip

@@ -18,9 +18,8 @@ import socket
 import time
 from pathlib import Path
 
+from verl_gsm8k.common.run_dir import lock_path
 from verl_gsm8k.guard import reap
-
-LOCK_FILE = ".launch.lock"
 
 
 class Busy(Exception):
@@ -45,7 +44,7 @@ def _holder(lock: Path) -> str:
 def lock_run_dir(run_dir: Path, stamp: str, wait_s: int, say) -> int:
     """Take the run directory's lock (its descriptor, to pass to verl); raise Busy otherwise."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    lock = run_dir / LOCK_FILE
+    lock = lock_path(run_dir)
     fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     if not _try_lock(fd):
         if wait_s > 0:

@@ -10,8 +10,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
-from verl_gsm8k.guard.files import read_stamp
-from verl_gsm8k.guard.prune import tracked_step
+from verl_gsm8k.common.run_dir import read_stamp, tracked_step
 
 
 def _run(argv: list[str]) -> str:

@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.common.run_dir import session_path, stop_path
 from verl_gsm8k.guard import reap
-from verl_gsm8k.guard.files import STOP_FILE
 from verl_gsm8k.launch.slurm import job_end
 
 KILL_WAIT_S = 10  # from the SIGTERM to every process verl started to SIGKILL
@@ -113,7 +113,7 @@ class Supervisor:
             self.deadline = end - 5
             why = (f"{self.deadline - now:.0f} s: 5 s before Slurm job "
                    f"{self.env.get('SLURM_JOB_ID')} ends; STOP_GRACE_S sets it")  # fmt: skip
-        write_atomic(self.run_dir / STOP_FILE, f"{self.deadline:.0f}\n")
+        write_atomic(stop_path(self.run_dir), f"{self.deadline:.0f}\n")
         self.say(f"recipe: SIGTERM: the trainer saves the step in flight and stops (within {why})",
                  err=True)  # fmt: skip
 
@@ -126,7 +126,7 @@ class Supervisor:
         self, argv: list[str], env: dict[str, str], log_path: Path, ppo: bool, pass_fds: tuple,
         launch_id: str,
     ) -> int:  # fmt: skip
-        (self.run_dir / STOP_FILE).unlink(missing_ok=True)  # an earlier launch's is not ours
+        stop_path(self.run_dir).unlink(missing_ok=True)  # an earlier launch's is not ours
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.interrupt)
         proc = subprocess.Popen(
@@ -134,7 +134,7 @@ class Supervisor:
             preexec_fn=_blocked_session if ppo else _ignore_sigint,
         )  # fmt: skip
         if ppo:  # the driver's session, for the reaping of what outlives it (guard/reap.py)
-            write_atomic(self.run_dir / reap.SESSION_FILE, f"{proc.pid} {launch_id}\n")
+            write_atomic(session_path(self.run_dir), f"{proc.pid} {launch_id}\n")
         tee = _tee(proc.stdout, log_path)
         status = self._wait(proc)
         tee.join(timeout=5)

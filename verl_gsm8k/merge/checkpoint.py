@@ -3,14 +3,13 @@
     bash scripts/merge.sh SOURCE TARGET_DIR [--force] [--critic] [--best]
     # = python -m verl_gsm8k.merge, whose command line is merge/cli.py
 
-SOURCE is a run directory (``trainer.default_local_dir``: its
-``latest_checkpointed_iteration.txt`` picks ``global_step_N``; with ``--best``, its
-``best_checkpoint.json``, the kept best checkpoint of KEEP_BEST=1), one ``global_step_N``
-directory, or a role directory itself (``global_step_N/actor`` or ``global_step_N/critic``). A
-checkpoint of verl's SFT trainer (recipes/sft_qwen2.5-0.5b_gsm8k.sh) holds its one model directly
-in ``global_step_N/`` (shards, ``fsdp_config.json``, ``huggingface/``; no ``actor/``): it is merged
-as a causal LM like an actor, recorded with role ``sft``, and is a model the PPO recipes take as
-``MODEL_PATH``.
+SOURCE is a run directory (``trainer.default_local_dir``: its tracker picks a step directory;
+with ``--best``, its ``best_checkpoint.json``, the kept best checkpoint of KEEP_BEST=1), one step
+directory, or a role directory itself (``actor/`` or ``critic/`` of a step directory); the names:
+common/run_dir.py. A checkpoint of verl's SFT trainer (recipes/sft_qwen2.5-0.5b_gsm8k.sh) holds
+its one model directly in the step directory (shards, ``fsdp_config.json``, ``huggingface/``; no
+``actor/``): it is merged as a causal LM like an actor, recorded with role ``sft``, and is a model
+the PPO recipes take as ``MODEL_PATH``.
 
 The merge itself is verl's own merger, run as a subprocess::
 
@@ -64,17 +63,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verl_gsm8k.common.children import dies_with_this_process
-from verl_gsm8k.guard.files import BEST_FILE, BestError, read_best, read_stamp
+from verl_gsm8k.common.run_dir import (
+    BEST_FILE,
+    STEP_N,
+    TRACKER,
+    BestError,
+    best_path,
+    read_best,
+    read_stamp,
+    saved_steps,
+    step_dir,
+    step_name,
+    step_of,
+    tracked_step,
+    tracker_path,
+)
 from verl_gsm8k.merge.lora import LoraError, fold_adapter
 from verl_gsm8k.merge.portable import PortableError, needs_rewrite, rewrite_as_one_rank
 from verl_gsm8k.merge.scan import ShardError, check_shards
 
 PROG = "merge"
-TRACKER = "latest_checkpointed_iteration.txt"
 ROLES = ("actor", "critic")
-SFT = "sft"  # the role of an SFT trainer's checkpoint: one causal LM in global_step_N/ itself
+SFT = "sft"  # the role of an SFT trainer's checkpoint: one causal LM in its step directory itself
 DESCRIBED = {"actor": "actor", "critic": "critic", SFT: "SFT model"}
-STEP_DIR = re.compile(r"global_step_(\d+)")
 MANIFEST = "merge_manifest.json"
 PROBE_MESSAGES = [{"role": "user", "content": "Natalia sold 48 clips in April. How many?"}]
 
@@ -89,7 +100,7 @@ class MergeError(Exception):
 
 @dataclass
 class Checkpoint:
-    role_dir: Path  # .../global_step_N/<role>, or .../global_step_N itself for an SFT checkpoint
+    role_dir: Path  # <step directory>/<role>, or the step directory itself for an SFT checkpoint
     role: str  # actor, critic or sft
     step: int | None
     run_dir: Path | None
@@ -101,41 +112,32 @@ class Checkpoint:
 # Resolving and checking the source
 
 
-def _step_of(path: Path) -> int | None:
-    match = STEP_DIR.fullmatch(path.name)
-    return int(match.group(1)) if match else None
-
-
-def _step_dirs(run_dir: Path) -> list[str]:
-    found = [p for p in run_dir.iterdir() if p.is_dir() and _step_of(p) is not None]
-    return [p.name for p in sorted(found, key=lambda p: _step_of(p) or 0)]
-
-
 def _step_dir_from_run(run_dir: Path) -> Path:
-    tracker = run_dir / TRACKER
+    tracker = tracker_path(run_dir)
     if not tracker.is_file():
-        steps = _step_dirs(run_dir)
+        steps = [step_name(step) for step in saved_steps(run_dir)]
         if steps:
             raise CheckpointError(
                 f"no {TRACKER} in {run_dir} (found {', '.join(steps)}; the last save may not have "
-                "finished: pass one global_step_N directory to merge it anyway)"
+                f"finished: pass one {STEP_N} directory to merge it anyway)"
             )
-        raise CheckpointError(f"no checkpoint in {run_dir}: no {TRACKER} and no global_step_N")
-    text = tracker.read_text(encoding="utf-8", errors="replace").strip()
-    if not text.isdigit():
+        raise CheckpointError(f"no checkpoint in {run_dir}: no {TRACKER} and no {STEP_N}")
+    step = tracked_step(run_dir)
+    if step is None:
+        text = tracker.read_text(encoding="utf-8", errors="replace").strip()
         raise CheckpointError(f"{tracker} does not hold a step number (it holds {text[:40]!r})")
-    step_dir = run_dir / f"global_step_{int(text)}"
-    if not step_dir.is_dir():
-        raise CheckpointError(f"{tracker} names step {int(text)} but {step_dir} is missing")
-    return step_dir
+    folder = step_dir(run_dir, step)
+    if not folder.is_dir():
+        raise CheckpointError(f"{tracker} names step {step} but {folder} is missing")
+    return folder
 
 
 def best_step_dir(run_dir: Path) -> tuple[Path, dict]:
     """``--best``: the step directory a run's best_checkpoint.json names (KEEP_BEST=1, written by
-    the guarded trainer: verl_gsm8k/guard/files.py), and that record."""
+    the guarded trainer: verl_gsm8k/common/run_dir.py), and that record."""
     if not run_dir.exists():
         raise CheckpointError(f"source not found: {run_dir}")
-    if not run_dir.is_dir() or _step_of(run_dir) is not None or run_dir.name in ROLES:
+    if not run_dir.is_dir() or step_of(run_dir) is not None or run_dir.name in ROLES:
         raise CheckpointError(f"--best takes a run directory (it reads its {BEST_FILE}): {run_dir}")
     try:
         best = read_best(run_dir)
@@ -144,19 +146,19 @@ def best_step_dir(run_dir: Path) -> tuple[Path, dict]:
     if best is None:
         raise CheckpointError(
             f"no {BEST_FILE} in {run_dir}: this run kept no best checkpoint (KEEP_BEST=1 keeps one "
-            "from its first validation on); merge a step with RUN_DIR/global_step_N"
+            f"from its first validation on); merge a step with RUN_DIR/{STEP_N}"
         )
-    path = run_dir / f"global_step_{best['step']}"
+    path = step_dir(run_dir, best["step"])
     if not path.is_dir():
         raise CheckpointError(
-            f"{run_dir / BEST_FILE} names step {best['step']} but {path} is missing"
+            f"{best_path(run_dir)} names step {best['step']} but {path} is missing"
         )
     saved_by, scored_by = read_stamp(run_dir, best["step"]), best.get("launch")
     if scored_by and saved_by and saved_by != scored_by:  # unstamped: cannot tell
         raise CheckpointError(
-            f"{run_dir / BEST_FILE} names step {best['step']} as validated by launch {scored_by}, "
+            f"{best_path(run_dir)} names step {best['step']} as validated by launch {scored_by}, "
             f"but {path} was saved by launch {saved_by}: its weights are not the "
-            "ones that scored; merge a step with RUN_DIR/global_step_N"
+            f"ones that scored; merge a step with RUN_DIR/{STEP_N}"
         )
     return path, best
 
@@ -165,37 +167,37 @@ def _holds_shards(path: Path) -> bool:
     return (path / "fsdp_config.json").exists() or any(path.glob("model_world_size_*_rank_*.pt"))
 
 
-def _sft_checkpoint(step_dir: Path, critic: bool) -> tuple[Path, str]:
+def _sft_checkpoint(folder: Path, critic: bool) -> tuple[Path, str]:
     if critic:
         raise CheckpointError(
-            f"--critic given but {step_dir} is an SFT checkpoint (one model, no critic)"
+            f"--critic given but {folder} is an SFT checkpoint (one model, no critic)"
         )
-    return step_dir, SFT
+    return folder, SFT
 
 
 def resolve_source(source: Path, critic: bool) -> tuple[Path, str]:
-    """The directory holding the shards that SOURCE designates (…/global_step_N/<role>, or
-    …/global_step_N itself for an SFT checkpoint), and the role (actor, critic or sft)."""
+    """The directory holding the shards that SOURCE designates (<step directory>/<role>, or the
+    step directory itself for an SFT checkpoint), and the role (actor, critic or sft)."""
     wanted = "critic" if critic else "actor"
     if not source.exists():
         raise CheckpointError(f"source not found: {source}")
     if not source.is_dir():
         raise CheckpointError(f"source is not a directory: {source}")
     is_role_dir = _holds_shards(source)
-    if is_role_dir and _step_of(source) is not None:  # global_step_N/ with the shards in it
+    if is_role_dir and step_of(source) is not None:  # a step directory with the shards in it
         return _sft_checkpoint(source, critic)
-    if is_role_dir or (source.name in ROLES and _step_of(source.parent) is not None):
+    if is_role_dir or (source.name in ROLES and step_of(source.parent) is not None):
         role = source.name if source.name in ROLES else wanted
         if critic and role == "actor":
             raise CheckpointError(f"--critic given but {source} is an actor checkpoint")
         return source, role
-    step_dir = source if _step_of(source) is not None else _step_dir_from_run(source)
-    if _holds_shards(step_dir) and not (step_dir / wanted).is_dir():
-        return _sft_checkpoint(step_dir, critic)
-    role_dir = step_dir / wanted
+    folder = source if step_of(source) is not None else _step_dir_from_run(source)
+    if _holds_shards(folder) and not (folder / wanted).is_dir():
+        return _sft_checkpoint(folder, critic)
+    role_dir = folder / wanted
     if not role_dir.is_dir():
         hint = " (GRPO runs have no critic)" if critic else ""
-        raise CheckpointError(f"no {wanted}/ directory in {step_dir}{hint}")
+        raise CheckpointError(f"no {wanted}/ directory in {folder}{hint}")
     return role_dir, wanted
 
 
@@ -234,9 +236,9 @@ def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
         raise CheckpointError(f"missing huggingface/ directory (config, tokenizer) in {role_dir}")
     if not (hf_dir / "config.json").is_file():
         raise CheckpointError(f"missing huggingface/config.json in {role_dir}")
-    step_dir = role_dir if role == SFT else role_dir.parent
-    step = _step_of(step_dir)
-    run_dir = step_dir.parent if step is not None else None
+    folder = role_dir if role == SFT else role_dir.parent
+    step = step_of(folder)
+    run_dir = folder.parent if step is not None else None
     version = fsdp.get("FSDP_version")
     return Checkpoint(
         role_dir=role_dir,
@@ -257,8 +259,8 @@ PORTABLE_DIR = ".portable"  # inside the temporary target: removed with it, what
 def readable_copy(ckpt: Checkpoint, tmp: Path) -> tuple[Checkpoint, dict | None]:
     """The checkpoint verl's merger can read here: itself, or, when another torch wrote it, a
     plain one-rank copy made by merge/portable.py (read version-independently)."""
-    step_dir = ckpt.role_dir if ckpt.role == SFT else ckpt.role_dir.parent
-    rewrite, why = needs_rewrite(ckpt.role_dir, ckpt.world_size, ckpt.run_dir, step_dir)
+    folder = ckpt.role_dir if ckpt.role == SFT else ckpt.role_dir.parent
+    rewrite, why = needs_rewrite(ckpt.role_dir, ckpt.world_size, ckpt.run_dir, folder)
     if not rewrite:
         return ckpt, None
     print(f"{PROG}: the checkpoint {why}: reading its shards version-independently", flush=True)

@@ -14,13 +14,12 @@ import signal
 import sys
 from pathlib import Path
 
-from verl_gsm8k.guard.files import BEST_FILE
+from verl_gsm8k.common.run_dir import BEST_FILE, STEP_N, TRACKER
 from verl_gsm8k.merge.checkpoint import (
     DESCRIBED,
     MANIFEST,
     PROG,
     SFT,
-    TRACKER,
     CheckpointError,
     MergeError,
     merge,
@@ -54,9 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "source",
         type=Path,
-        help=f"a run directory (its {TRACKER} picks global_step_N), a global_step_N directory, "
-        "or a role directory (global_step_N/actor or global_step_N/critic); an SFT run's "
-        "global_step_N holds its model directly and is merged as such",
+        help=f"a run directory (its {TRACKER} picks {STEP_N}), a {STEP_N} directory, "
+        f"or a role directory ({STEP_N}/actor or {STEP_N}/critic); an SFT run's "
+        f"{STEP_N} holds its model directly and is merged as such",
     )
     parser.add_argument(
         "target", type=Path, help="the Hugging Face model directory to create (must not exist)"

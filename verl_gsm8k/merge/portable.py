@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.common.run_dir import metrics_path, step_of
+
 # The classes a DTensor's pickle names, by module: replaced by records while reading.
 STAND_INS = {
     ("torch.distributed.tensor", "DTensor"),
@@ -245,8 +247,8 @@ def torch_here() -> str:
 
 
 def written_by(run_dir: Path | None, step_dir: Path) -> str | None:
-    """The torch version of the launch that wrote ``step_dir`` (``global_step_N``): the latest
-    launch record whose metrics file (``metrics/metrics-<stamp>.jsonl``) logged a step at or
+    """The torch version of the launch that wrote ``step_dir`` (the step directory of step N): the
+    latest launch record whose metrics file (``metrics/metrics-<stamp>.jsonl``) logged a step at or
     before N, the only record when none did; None without records. Not folder modification times,
     which a copied run directory resets."""
     if run_dir is None:
@@ -257,13 +259,10 @@ def written_by(run_dir: Path | None, step_dir: Path) -> str | None:
         records = read_records(run_dir)
     except RecordError:
         return None
-    try:
-        step = int(step_dir.name.removeprefix("global_step_"))
-    except ValueError:
-        step = None
+    step = step_of(step_dir)
 
     def first_step(record: dict) -> int | None:
-        path = Path(run_dir) / "metrics" / f"metrics-{record.get('stamp')}.jsonl"
+        path = metrics_path(run_dir, str(record.get("stamp")))
         try:
             lines = path.read_text().splitlines()
         except OSError:

@@ -45,9 +45,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import numbers
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -58,34 +58,41 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.common.pause import pause_point
-from verl_gsm8k.guard.deadline import Timings, must_stop, read_deadline, record_stop, stamp_time
-from verl_gsm8k.guard.files import (
-    STOP_FILE,
+from verl_gsm8k.common.run_dir import (
+    TRACKER,
     append_trip,
     clear_sick,
+    clear_tracker,
     drop_best,
-    finite,
     is_sick,
     mark_sick,
+    metrics_paths,
+    metrics_stamp,
     read_best,
+    saved_steps,
     step_dir,
+    step_name,
+    stop_path,
     write_best,
     write_stamp,
+    write_tracker,
 )
-from verl_gsm8k.guard.prune import TRACKER, prune, saved_steps
+from verl_gsm8k.guard.deadline import Timings, must_stop, read_deadline, record_stop, stamp_time
+from verl_gsm8k.guard.prune import prune
 from verl_gsm8k.guard.rules import Thresholds, Trip, Watchdog, prompt_of
 
 logger = logging.getLogger(__name__)
-METRICS_FILE = re.compile(r"metrics-(\d{8}T\d{6}Z)\.jsonl$")
 SCORE_KEY = "critic/score/mean"  # verl's name for the mean sequence score (compute_data_metrics)
 
 
 def launch_stamp() -> str | None:
-    """The launch's stamp, from its metrics file (verl_gsm8k/launch/: metrics-<stamp>.jsonl)."""
-    match = METRICS_FILE.search(os.environ.get("VERL_FILE_LOGGER_PATH", ""))
-    return match.group(1) if match else None
+    """The launch's stamp, from its metrics file (the launcher: metrics-<stamp>.jsonl)."""
+    return metrics_stamp(os.environ.get("VERL_FILE_LOGGER_PATH", ""))
+
+
+def finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def guard_settings(config: DictConfig) -> dict[str, Any]:
@@ -104,7 +111,7 @@ def logged_history(run_dir: Path, before: int) -> list[dict[str, float]]:
     """The training metrics of steps 1..before-1 as the run's metrics files logged them (a step
     logged by several launches: the last launch's), for a resumed watchdog's recent levels."""
     by_step: dict[int, dict[str, float]] = {}
-    for path in sorted((run_dir / "metrics").glob("metrics-*.jsonl")):
+    for path in metrics_paths(run_dir):
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 row = json.loads(line)
@@ -225,7 +232,7 @@ class GuardedTrainer(PPOTrainerSync):
 
     def _stop_deadline(self) -> float | None:
         try:
-            text = (self.run_dir / STOP_FILE).read_text(encoding="utf-8").strip()
+            text = stop_path(self.run_dir).read_text(encoding="utf-8").strip()
         except OSError:
             return None
         try:
@@ -284,13 +291,12 @@ class GuardedTrainer(PPOTrainerSync):
         """The sick checkpoint is never what a relaunch resumes nor the kept best: the tracker
         names the last healthy one (none: removed, a relaunch starts over), and a best that is
         the sick step is dropped."""
-        tracker = self.run_dir / TRACKER
         if healthy is not None:
-            write_atomic(tracker, str(healthy))
-            say(f"{TRACKER} now names global_step_{healthy}: the same command resumes from it")
+            write_tracker(self.run_dir, healthy)
+            say(f"{TRACKER} now names {step_name(healthy)}: the same command resumes from it")
         else:
-            tracker.unlink(missing_ok=True)
-            say(f"no healthy checkpoint before global_step_{sick}: {TRACKER} removed")
+            clear_tracker(self.run_dir)
+            say(f"no healthy checkpoint before {step_name(sick)}: {TRACKER} removed")
         best = read_best(self.run_dir)
         if best is not None and best["step"] >= sick:
             drop_best(self.run_dir)
@@ -314,7 +320,7 @@ class GuardedTrainer(PPOTrainerSync):
             groups.append((str(Role.Critic), self.critic_wg))
         for role, group in groups:
             remote = None if trainer.default_hdfs_dir is None else os.path.join(
-                trainer.default_hdfs_dir, f"global_step_{step}", role)  # fmt: skip
+                trainer.default_hdfs_dir, step_name(step), role)  # fmt: skip
             group.save_checkpoint(str(folder / role), remote, step, max_ckpt_to_keep=None)
             pause_point(f"save:after_{role}")  # tests: a kill lands mid-save (test_train_cpu.py)
         folder.mkdir(parents=True, exist_ok=True)
@@ -323,7 +329,7 @@ class GuardedTrainer(PPOTrainerSync):
         os.replace(partial, folder / "data.pt")
         if self.stamp:
             write_stamp(self.run_dir, step, self.stamp)
-        write_atomic(self.run_dir / TRACKER, str(step))  # verl: open("w") then write (~1024)
+        write_tracker(self.run_dir, step)  # verl: open("w") then write (~1024)
         self.saved_step = step
         self.checkpoint_callback.on_save(trainer=self, global_step=step, checkpoint_dir=str(folder),
                                          async_save=False)  # fmt: skip

@@ -31,8 +31,9 @@ from omegaconf import DictConfig, open_dict
 from verl.trainer.ppo.core_algos import kl_penalty
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 
+from verl_gsm8k.common.run_dir import TRACE_DIR
 from verl_gsm8k.ppo_trainer.guarded import GuardedTrainer
-from verl_gsm8k.trace.record import TRACE_DIRNAME, TraceWriter, sample_line, step_line
+from verl_gsm8k.trace.record import TraceWriter, sample_line, step_line
 from verl_gsm8k.trace.select import choose, prompt_of
 
 MODE = "gsm8k"
@@ -57,7 +58,7 @@ def trace_settings(config: DictConfig) -> tuple[int, str]:
     """(samples per step, directory) from ``gsm8k_trace.*``; (0, "") when the block is absent."""
     block = config.get("gsm8k_trace") or {}
     samples = int(block.get("samples", 0) or 0)
-    directory = block.get("dir") or os.path.join(config.trainer.default_local_dir, TRACE_DIRNAME)
+    directory = block.get("dir") or os.path.join(config.trainer.default_local_dir, TRACE_DIR)
     return samples, str(directory)
 
 

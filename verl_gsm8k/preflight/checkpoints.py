@@ -2,9 +2,9 @@
 
 * ``checkpoint.async_save`` is implemented for Megatron only (verl 0.9.1,
   verl/trainer/config/config.py:37). With FSDP the shards are written synchronously anyway, but
-  the v1 trainer then skips ``latest_checkpointed_iteration.txt`` (trainer_base.py ~1012), so a
-  relaunch never finds the checkpoint and trains from scratch: an error.
-* Size of one checkpoint, measured on the CPU runs of this repository (global_step_N of
+  the v1 trainer then skips writing its tracker (trainer_base.py ~1012; the run directory's names:
+  common/run_dir.py), so a relaunch never finds the checkpoint and trains from scratch: an error.
+* Size of one checkpoint, measured on the CPU runs of this repository (a step directory of
   learn_tiny.sh): the FSDP model shard holds fp32 weights (4 bytes a parameter), the optimizer
   shard Adam's two fp32 moments of each trained parameter (8 bytes); the actor and the critic
   each write both, the reference nothing. A run keeps ``trainer.max_actor_ckpt_to_keep`` of
@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.common.run_dir import TRACKER
 from verl_gsm8k.preflight.memory import lora_parameters
 from verl_gsm8k.preflight.model import count_parameters
 from verl_gsm8k.preflight.report import Report
@@ -38,13 +39,13 @@ def check_async_save(cfg: Any, report: Report) -> None:
                 "checkpoint",
                 f"{role}.checkpoint.async_save=true with strategy {strategy}: verl 0.9.1 saves "
                 "asynchronously only under Megatron, and with it skips writing "
-                "latest_checkpointed_iteration.txt, so a relaunch would train from scratch; "
+                f"{TRACKER}, so a relaunch would train from scratch; "
                 f"set {role}.checkpoint.async_save=false",
             )
 
 
 def checkpoint_bytes(cfg: Any, hf_configs: dict[str, Any]) -> int:
-    """Bytes of one global_step_N/ of this config (actor, and critic when it has one)."""
+    """Bytes of one step directory of this config (actor, and critic when it has one)."""
     total = 0
     for role, hf_config in hf_configs.items():
         model = cfg.actor_rollout_ref.model if role == "actor" else cfg.critic.model
@@ -62,7 +63,7 @@ def guarded(cfg: Any) -> bool:
 
 
 def kept_checkpoints(cfg: Any) -> int | None:
-    """How many global_step_N/ the run holds at most; None when it cannot be told. The recipes'
+    """How many step directories the run holds at most; None when it cannot be told. The recipes'
     trainer prunes after each save (never before: the newest whole checkpoint stays until the
     next is whole), so it holds one more for a moment, and the kept best beside them."""
     keep = cfg.trainer.get("max_actor_ckpt_to_keep")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from verl_gsm8k.common.run_dir import TRACE_DIR
 from verl_gsm8k.preflight.report import Report
 
 MODE = "gsm8k"
@@ -56,7 +57,7 @@ def check_trainer(cfg: Any, report: Report) -> None:
     from verl.trainer.ppo.v1 import get_trainer_cls
 
     trainer = get_trainer_cls(MODE)
-    where = block.get("dir") or f"{cfg.trainer.default_local_dir}/trace"
+    where = block.get("dir") or f"{cfg.trainer.default_local_dir}/{TRACE_DIR}"
     if samples <= 0:
         report.ok("trace", f"{trainer.__name__} selected, gsm8k_trace.samples=0: nothing traced")
         return

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from verl_gsm8k.common.run_dir import VALIDATION_DIR
+
 from .page import write
 from .table import Column, InputError, NotFiniteError, build, load_validation
 
@@ -18,9 +20,9 @@ PREFERRED_MODE = "training"
 
 def validation_steps(run_dir: Path) -> list[Path]:
     """RUN_DIR/validation/<step>.jsonl in step order; InputError if there are none."""
-    found = [p for p in (run_dir / "validation").glob("*.jsonl") if p.stem.isdigit()]
+    found = [p for p in (run_dir / VALIDATION_DIR).glob("*.jsonl") if p.stem.isdigit()]
     if not found:
-        raise InputError(f"{run_dir / 'validation'}: no <step>.jsonl validation dumps")
+        raise InputError(f"{run_dir / VALIDATION_DIR}: no <step>.jsonl validation dumps")
     return sorted(found, key=lambda p: int(p.stem))
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.launch_record import RecordError, lookup, read_records
+from verl_gsm8k.common.run_dir import TRACE_DIR, metrics_paths
 from verl_gsm8k.replay.schema import problem
 
-TRACE_DIRNAME = "trace"
 STEP_FILE = re.compile(r"^(\d+)\.jsonl$")
 
 
@@ -48,7 +48,7 @@ def run_identity(run_dir: Path) -> tuple[set[str], set[str]]:
     except RecordError:
         records = []  # the report names a broken record; the trace is still checked by metrics
     names = {str(lookup(r["config"], "trainer.experiment_name")) for r in records} - {"None"}
-    metrics = {p.name for p in (run_dir / "metrics").glob("metrics-*.jsonl")}
+    metrics = {p.name for p in metrics_paths(run_dir)}
     return names, metrics
 
 
@@ -64,7 +64,7 @@ def _foreign(head: dict[str, Any], names: set[str], metrics: set[str]) -> str | 
 
 def read_step(path: Path, names: set[str], metrics: set[str]) -> TraceStep | str:
     """The step of one trace file, or the one line that says why it is skipped."""
-    rel = f"{TRACE_DIRNAME}/{path.name}"
+    rel = f"{TRACE_DIR}/{path.name}"
     head: dict[str, Any] | None = None
     samples: list[dict[str, Any]] = []
     for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
@@ -92,7 +92,7 @@ def read_step(path: Path, names: set[str], metrics: set[str]) -> TraceStep | str
 def load_trace(run_dir: Path) -> Trace:
     """Every readable traced step of ``run_dir``; a run without a trace has one issue."""
     trace = Trace()
-    folder = Path(run_dir) / TRACE_DIRNAME
+    folder = Path(run_dir) / TRACE_DIR
     files = sorted(
         (p for p in folder.glob("*.jsonl") if STEP_FILE.match(p.name)),
         key=lambda p: int(STEP_FILE.match(p.name).group(1)),  # type: ignore[union-attr]
@@ -108,7 +108,7 @@ def load_trace(run_dir: Path) -> Trace:
         try:
             got = read_step(path, names, metrics)
         except OSError as err:
-            got = f"{TRACE_DIRNAME}/{path.name}: unreadable ({err.strerror}); step skipped"
+            got = f"{TRACE_DIR}/{path.name}: unreadable ({err.strerror}); step skipped"
         if isinstance(got, str):
             trace.issues.append(got)
         else:
@@ -138,7 +138,7 @@ def _drop_superseded(trace: Trace) -> None:
             for step in gone:
                 del trace.steps[step]
             trace.issues.append(
-                f"{TRACE_DIRNAME}/: steps {gone[0]}-{gone[-1]} ({len(gone)} files) were written by "
+                f"{TRACE_DIR}/: steps {gone[0]}-{gone[-1]} ({len(gone)} files) were written by "
                 f"an earlier launch ({earlier}), replaced from step {first} by a later one "
                 f"({later}); not replayed"
             )

@@ -20,6 +20,7 @@ from typing import Any
 
 from rewards.gsm8k import compute_score
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.common.run_dir import ROLLOUTS_DIR, VALIDATION_DIR
 from verl_gsm8k.replay.assets import data_js, page, script, write_data
 from verl_gsm8k.replay.load import Trace
 
@@ -95,14 +96,14 @@ def write_rollouts(
 ) -> tuple[Path | None, list[str]]:
     """Write the browser and its data; (page or None when the run dumped nothing, issues)."""
     issues: list[str] = []
-    train, val = _steps(run_dir / "rollouts"), _steps(run_dir / "validation")
+    train, val = _steps(run_dir / ROLLOUTS_DIR), _steps(run_dir / VALIDATION_DIR)
     if not train and not val:
         return None, [f"no rollout or validation dumps in {run_dir} (trainer.rollout_data_dir): "
                       "no rollout browser"]  # fmt: skip
     data_dir = out_dir / DATA_DIRNAME
     limit = trace.run.get("max_response_length")
     for kind, steps in (("train", train), ("val", val)):
-        folder = run_dir / ("rollouts" if kind == "train" else "validation")
+        folder = run_dir / (ROLLOUTS_DIR if kind == "train" else VALIDATION_DIR)
         for step in steps:
             rows, issue = _rows(folder / f"{step}.jsonl")
             if issue:

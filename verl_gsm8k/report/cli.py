@@ -36,6 +36,7 @@ from typing import Any
 from verl_gsm8k.analysis import parse as rp
 from verl_gsm8k.analysis.evals import evals_summary, read_checkpoint_evals
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.common.run_dir import REPORT_DIR, VALIDATION_DIR
 from verl_gsm8k.compare import cli as compare_cli
 from verl_gsm8k.questions.runs import STEPS as QUESTION_STEPS
 from verl_gsm8k.questions.runs import write_for_runs
@@ -55,7 +56,7 @@ PROG = "verl_gsm8k.report"
 def default_out_dir(input_path: Path) -> Path:
     """<run_dir>/report for a directory, <name>-report beside a file."""
     if input_path.is_dir():
-        return input_path / "report"
+        return input_path / REPORT_DIR
     return input_path.parent / f"{input_path.stem}-report"
 
 
@@ -93,7 +94,7 @@ def generate(input_path: Path, out_dir: Path, refresh_s: int | None = None) -> R
     pages = write_pages(input_path, trace, out_dir) if trace is not None else None
     # which questions changed across the validation steps (verl_gsm8k/questions)
     questions, questions_issue = (None, None)
-    if input_path.is_dir() and (input_path / "validation").is_dir():
+    if input_path.is_dir() and (input_path / VALIDATION_DIR).is_dir():
         questions, questions_issue = write_for_runs([input_path], out_dir)
     summary = {
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

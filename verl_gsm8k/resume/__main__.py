@@ -20,9 +20,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from verl_gsm8k.common.launch_record import STAMP, RecordError, build_record, write_record
+from verl_gsm8k.common.launch_record import RecordError, build_record, write_record
+from verl_gsm8k.common.run_dir import STAMP, saved_steps
 from verl_gsm8k.resume.guard import MODES, latest_checkpoint, refusal, set_aside
-from verl_gsm8k.resume.verify import NoWholeCheckpoint, resume_point, steps_in, track
+from verl_gsm8k.resume.verify import NoWholeCheckpoint, resume_point, track
 
 PROG = "verl_gsm8k.resume"
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # verl's need_critic imports its trainer (~6 s of a launch on 2 cores): asked only
                 # where there are checkpoints to verify
                 roles: tuple[str, ...] = ()
-                if args.run_dir.is_dir() and steps_in(args.run_dir):
+                if saved_steps(args.run_dir):
                     roles = ("actor", "critic") if uses_critic(config) else ("actor",)
                 step, said = resume_point(args.run_dir, roles, write=False, loads=loads(config))
             else:

@@ -4,11 +4,12 @@ must be the same experiment as the launch that WROTE that checkpoint.
 verl resumes whatever checkpoint sits in ``trainer.default_local_dir`` (``resume_mode: auto``),
 so after a change of model, batch size, reward function or learning rate, a relaunch under the
 same ``EXPERIMENT_NAME`` would continue the old weights without a word. The launch that saved
-step N is named by ``RUN_DIR/global_step_N/launch_stamp.txt`` (written by the recipes' trainer,
-``verl_gsm8k/guard/``); its record ``RUN_DIR/launches/launch-<stamp>.yaml`` is compared with the
-new launch's, leaf by leaf over the resolved configs. Every key differs the experiment except the
-few of ``ALLOWED`` (bookkeeping, logging, speed and memory); a difference stops the launch with
-one line naming each key, old -> new. Resuming the same config stays automatic. ``RESUME=force``
+step N is named by the ``launch_stamp.txt`` of its step directory (written by the recipes'
+trainer, ``verl_gsm8k/guard/``; the names: common/run_dir.py); its record
+``RUN_DIR/launches/launch-<stamp>.yaml`` is compared with the new launch's, leaf by leaf over the
+resolved configs. Every key differs the experiment except the few of ``ALLOWED`` (bookkeeping,
+logging, speed and memory); a difference stops the launch with one line naming each key, old ->
+new. Resuming the same config stays automatic. ``RESUME=force``
 resumes anyway, ``RESUME=disable`` starts over (verl's ``trainer.resume_mode=disable``), a new
 ``EXPERIMENT_NAME`` starts a new run directory.
 """
@@ -21,9 +22,18 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.common.launch_record import read_record, record_path, record_paths
-from verl_gsm8k.guard.files import BEST_FILE, read_stamp
-from verl_gsm8k.guard.prune import TRACKER
+from verl_gsm8k.common.launch_record import read_record
+from verl_gsm8k.common.run_dir import (
+    STEP_GLOB,
+    best_path,
+    launch_record_path,
+    launch_record_paths,
+    read_stamp,
+    step_dir,
+    superseded_dir,
+    tracked_step,
+    tracker_path,
+)
 
 MODES = ("auto", "force", "disable")
 
@@ -132,24 +142,20 @@ def differences(previous: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def latest_checkpoint(run_dir: Path) -> int | None:
-    """The step verl would resume from (latest_checkpointed_iteration.txt), or None."""
-    marker = Path(run_dir) / "latest_checkpointed_iteration.txt"
-    try:
-        step = int(marker.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return step if (Path(run_dir) / f"global_step_{step}").is_dir() else None
+    """The step verl would resume from (the one its tracker names, when it exists), or None."""
+    step = tracked_step(run_dir)
+    return step if step is not None and step_dir(run_dir, step).is_dir() else None
 
 
 def writer(run_dir: Path, step: int) -> dict[str, Any] | None:
     """The record of the launch that saved ``step``; None when the run has no record at all.
     (Only that record is read: a long run relaunched often holds many.)"""
     stamp = read_stamp(run_dir, step)
-    if stamp is not None and record_path(run_dir, stamp).is_file():
-        return read_record(record_path(run_dir, stamp))
+    if stamp is not None and launch_record_path(run_dir, stamp).is_file():
+        return read_record(launch_record_path(run_dir, stamp))
     # A checkpoint saved without a stamp (before the recipes' trainer wrote one), or whose
     # launch left no record: the last launch is the best guess of who wrote it.
-    paths = record_paths(run_dir)
+    paths = launch_record_paths(run_dir)
     return read_record(paths[-1]) if paths else None
 
 
@@ -177,15 +183,15 @@ def set_aside(run_dir: Path, stamp: str) -> list[str]:
     best move to ``superseded-<stamp>/`` (nothing deleted; each step there still merges), so that
     the new run's steps 1, 2, ... are not pruned as older than the old run's higher ones, nor
     measured against the old run's best. The lines to say."""
-    moved = [p for p in run_dir.glob("global_step_*") if p.is_dir()] if run_dir.is_dir() else []
-    moved += [run_dir / name for name in (TRACKER, BEST_FILE) if (run_dir / name).exists()]
+    moved = [p for p in run_dir.glob(STEP_GLOB) if p.is_dir()] if run_dir.is_dir() else []
+    moved += [path for path in (tracker_path(run_dir), best_path(run_dir)) if path.exists()]
     if not moved:
         return []
-    aside = run_dir / f"superseded-{stamp}"
+    aside = superseded_dir(run_dir, stamp)
     aside.mkdir()
     for path in sorted(moved):
         path.rename(aside / path.name)
-    steps = sorted(p.name for p in aside.glob("global_step_*"))
+    steps = sorted(p.name for p in aside.glob(STEP_GLOB))
     return [
         f"resume: RESUME=disable: the earlier run's {len(steps)} checkpoint(s), tracker and kept "
         f"best moved to {aside} (nothing deleted; merge.sh takes a step there)"

@@ -1,8 +1,9 @@
 """Before a relaunch resumes: the checkpoint verl will load is whole, or an earlier whole one is.
 
-verl 0.9.1 resumes from the step ``latest_checkpointed_iteration.txt`` names (trainer_base.py
-~850, ``find_latest_ckpt_path``) and stops with a traceback when one of its files is truncated
-(a job killed mid-save); with the tracker missing or empty it trains from scratch without a word.
+verl 0.9.1 resumes from the step its tracker names (trainer_base.py ~850,
+``find_latest_ckpt_path``; the names: common/run_dir.py) and stops with a traceback when one of
+its files is truncated (a job killed mid-save); with the tracker missing or empty it trains from
+scratch without a word.
 Before verl starts, every file verl loads from that step is checked (each rank's model, optim and
 extra_state shard, the Hugging Face config, data.pt: present, each zip record's CRC intact, and
 each pickle naming only globals a verl checkpoint holds, merge/scan.py: verl loads them all with
@@ -15,17 +16,22 @@ inspection.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from verl_gsm8k.common.atomic_io import write_atomic
-from verl_gsm8k.guard.files import SICK_FILE
+from verl_gsm8k.common.run_dir import (
+    SICK_FILE,
+    TRACKER,
+    saved_steps,
+    step_dir,
+    step_name,
+    tracked_step,
+    tracker_path,
+    write_tracker,
+)
 from verl_gsm8k.merge.checkpoint import CheckpointError, check_checkpoint
 from verl_gsm8k.merge.scan import ShardError, check_intact, scan_shard
 
-TRACKER = "latest_checkpointed_iteration.txt"
-STEP_DIR = re.compile(r"global_step_(\d+)")
 KINDS = ("model", "optim", "extra_state")
 # verl's ``checkpoint.load_contents`` (default: its ``save_contents``) -> the shards it loads
 # besides the model's: a run saved with save_contents=[model,extra] writes no optimizer shard and
@@ -43,11 +49,6 @@ def loaded_kinds(contents: Sequence[str] | None) -> tuple[str, ...]:
 
 class NoWholeCheckpoint(Exception):
     """Checkpoints exist, none of them whole: the launch stops."""
-
-
-def steps_in(run_dir: Path) -> list[int]:
-    found = (STEP_DIR.fullmatch(p.name) for p in run_dir.iterdir() if p.is_dir())
-    return sorted(int(m.group(1)) for m in found if m)
 
 
 def problem(step_dir: Path, roles: tuple[str, ...], loads: Loads | None = None) -> str | None:
@@ -78,18 +79,10 @@ def problem(step_dir: Path, roles: tuple[str, ...], loads: Loads | None = None) 
     return None
 
 
-def tracked_step(run_dir: Path) -> int | None:
-    tracker = run_dir / TRACKER
-    if not tracker.is_file():
-        return None
-    text = tracker.read_text(encoding="utf-8", errors="replace").strip()
-    return int(text) if text.isdigit() else None
-
-
 def track(run_dir: Path, step: int) -> None:
     """Point the tracker at ``step`` (atomically), unless it names it already."""
     if tracked_step(run_dir) != step:
-        write_atomic(run_dir / TRACKER, f"{step}")
+        write_tracker(run_dir, step)
 
 
 def resume_point(
@@ -101,32 +94,33 @@ def resume_point(
     checkpoints and none is whole."""
     if not run_dir.is_dir():
         return None, []
-    steps = steps_in(run_dir)
+    steps = saved_steps(run_dir)
     if not steps:
         return None, []
     tracked = tracked_step(run_dir)
     said: list[str] = []
     if tracked is not None and tracked in steps:
-        why = problem(run_dir / f"global_step_{tracked}", roles, loads)
+        why = problem(step_dir(run_dir, tracked), roles, loads)
+        name = step_name(tracked)
         if why is None:
-            return tracked, [f"resume: global_step_{tracked} is whole (every shard checked)"]
-        said.append(f"resume: global_step_{tracked}, which {TRACKER} names, is not whole: {why}")
+            return tracked, [f"resume: {name} is whole (every shard checked)"]
+        said.append(f"resume: {name}, which {TRACKER} names, is not whole: {why}")
         candidates = [s for s in steps if s < tracked]
     else:
-        state = "is missing" if not (run_dir / TRACKER).exists() else "names no step here"
+        state = "is missing" if not tracker_path(run_dir).exists() else "names no step here"
         said.append(
             f"resume: {TRACKER} {state} (verl would train from scratch); looking for the newest "
             "whole checkpoint"
         )
         candidates = steps
     for step in reversed(candidates):
-        why = problem(run_dir / f"global_step_{step}", roles, loads)
+        why = problem(step_dir(run_dir, step), roles, loads)
         if why is None:
             if write:
                 track(run_dir, step)
-            said.append(f"resume: from global_step_{step} instead ({TRACKER} now names it)")
+            said.append(f"resume: from {step_name(step)} instead ({TRACKER} now names it)")
             return step, said
-        said.append(f"resume: global_step_{step} is not whole either: {why}")
+        said.append(f"resume: {step_name(step)} is not whole either: {why}")
     raise NoWholeCheckpoint(
         f"resume: no whole checkpoint in {run_dir} ({', '.join(said)}); nothing was deleted: "
         "RESUME=disable starts over in this directory, a new EXPERIMENT_NAME in a new one"

@@ -9,6 +9,7 @@ from verl_gsm8k.analysis import finding as rf
 from verl_gsm8k.analysis import parse as rp
 from verl_gsm8k.analysis.evals import CheckpointEval, EvalFile, eval_series
 from verl_gsm8k.analysis.guard import best_text, value_text
+from verl_gsm8k.common.run_dir import WATCHDOG_FILE, step_name
 from verl_gsm8k.runreport import summary as rs
 from verl_gsm8k.runreport.plots import build_plots, render_phase_plot, render_share_bar
 from verl_gsm8k.svgplot.chart import PALETTE, Line, Plot, render_line_plot
@@ -143,13 +144,13 @@ def _guard_section(summary: dict[str, Any], findings: list[rf.Finding]) -> list[
                 value_text(trip.get("value")),
                 trip.get("threshold"),
                 trip.get("action"),
-                "none" if healthy is None else f"global_step_{healthy}",
+                "none" if healthy is None else step_name(healthy),
                 trip.get("launch"),
             )
             out.append('<tr class="trip">' + "".join(f"<td>{esc(str(c))}</td>" for c in cells)
                        + "</tr>")  # fmt: skip
         out.append(
-            '</table><p class="meta">From the run\'s <code>watchdog.jsonl</code>; a stopped run '
+            f'</table><p class="meta">From the run\'s <code>{WATCHDOG_FILE}</code>; a stopped run '
             "resumes with the same command from the last healthy checkpoint, or merge that one "
             "(<code>docs/reliability.md</code>).</p>"
         )

@@ -32,7 +32,6 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-TRACE_DIRNAME = "trace"
 # Per-token quantities, in the order of the loop: rollout, reference, critic, reward, advantage.
 PER_TOKEN = (
     "rollout_log_prob",  # vLLM's log-prob of the sampled token (rollout.calculate_log_probs)

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from verl_gsm8k.guard.files import STOP_FILE
+from verl_gsm8k.common.run_dir import STOP_FILE, stop_path
 from verl_gsm8k.guard.reap import ENV_LAUNCH, launch_of
 from verl_gsm8k.verl_plugins.after_import import after_import
 
@@ -41,7 +41,7 @@ _started = False
 
 def request_stop(run_dir: Path, grace_s: float) -> bool:
     """Write the stop request unless one is there already; True when this call wrote it."""
-    final = run_dir / STOP_FILE
+    final = stop_path(run_dir)
     partial = run_dir / f".{STOP_FILE}.{os.getpid()}"
     partial.write_text(f"{time.time() + grace_s:.0f}\n", encoding="utf-8")
     try:

@@ -2,11 +2,11 @@
 
     python -m verl_gsm8k.warm_start SFT_RUN_DIR --test-file TEST.parquet --band 0.30-0.45
 
-Every ``global_step_N`` of the run that holds a ``huggingface/`` model (verl's ``hf_model``
-save: ``checkpoint.save_contents=[model,hf_model]``) is scored in step order
+Every step directory of the run (common/run_dir.py) that holds a ``huggingface/`` model (verl's
+``hf_model`` save: ``checkpoint.save_contents=[model,hf_model]``) is scored in step order
 (``score.py``); the first whose marker accuracy lies in the band is picked. Where none does, the
-save closest to the band is picked and the summary says so. The picked ``global_step_N``
-directory is printed on stdout (the input of ``scripts/merge.sh``); one line per scored save and
+save closest to the band is picked and the summary says so. The picked step directory is
+printed on stdout (the input of ``scripts/merge.sh``); one line per scored save and
 the summary go to stderr; ``--record`` keeps every score and the pick as JSON.
 
 Exit 0 picked; 2 bad input (no such run, no scorable save, a bad band or test file): one line.
@@ -21,18 +21,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.common.run_dir import STEP_N, saved_steps, step_dir
 from verl_gsm8k.warm_start.band import distance, parse_band
 from verl_gsm8k.warm_start.score import Score, read_questions, score
 
 
 def saves(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, global_step_N) of every save with a Hugging Face model, in step order."""
-    found = []
-    for path in run_dir.glob("global_step_*"):
-        step = path.name.removeprefix("global_step_")
-        if step.isdigit() and (path / "huggingface" / "config.json").is_file():
-            found.append((int(step), path))
-    return sorted(found)
+    """(step, step directory) of every save with a Hugging Face model, in step order."""
+    found = [(step, step_dir(run_dir, step)) for step in saved_steps(run_dir)]
+    return [(step, path) for step, path in found if (path / "huggingface/config.json").is_file()]
 
 
 def pick(
@@ -59,11 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m verl_gsm8k.warm_start",
         description="Pick the first save of an SFT run whose greedy accuracy on a verl RL test "
-        "parquet lies in a band; print its global_step_N directory.",
+        f"parquet lies in a band; print its {STEP_N} directory.",
     )
-    parser.add_argument(
-        "run_dir", type=Path, help="the SFT run directory (its global_step_N saves)"
-    )
+    parser.add_argument("run_dir", type=Path, help=f"the SFT run directory (its {STEP_N} saves)")
     parser.add_argument(
         "--test-file",
         type=Path,
@@ -95,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     candidates = saves(args.run_dir)
     if not candidates:
-        print(f"warm start: {args.run_dir}: no global_step_N/huggingface save", file=sys.stderr)
+        print(f"warm start: {args.run_dir}: no {STEP_N}/huggingface save", file=sys.stderr)
         return 2
     step, scores = pick(
         candidates,

@@ -1,0 +1,233 @@
+"""A run directory's layout lives in one module, verl_gsm8k/common/run_dir.py: no other code spells
+verl's tracker or a step directory's name, and the module's readers and writers do what the
+launcher, the trainer, the merge and the report expect of them."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import tokenize
+from pathlib import Path
+
+import pytest
+
+from verl_gsm8k.common import run_dir as rd
+
+ROOT = Path(__file__).resolve().parents[1]
+HOME = "verl_gsm8k/common/run_dir.py"
+# What only the layout module may spell: verl's tracker file and the step directories' prefix.
+NEEDLES = ("latest_checkpointed_iteration", "global_step_")
+PY_FOLDERS = ("verl_gsm8k", "data_prep", "rewards", "scripts")
+SH_FOLDERS = ("recipes", "slurm", "scripts")
+SH_SUFFIXES = (".sh", ".sbatch")
+# Shell scripts that may still spell the names (none: the launch is Python, verl_gsm8k/launch/).
+SH_ALLOWED: set[str] = set()
+
+
+def python_hits(text: str) -> list[tuple[int, str]]:
+    """(line, text) of every needle in Python code: strings and docstrings count (a docstring may
+    draw the layout only in run_dir.py), comments do not."""
+    hits = []
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            continue
+        for offset, line in enumerate(token.string.splitlines()):
+            if any(needle in line for needle in NEEDLES):
+                hits.append((token.start[0] + offset, line.strip()))
+    return hits
+
+
+def shell_hits(text: str) -> list[tuple[int, str]]:
+    """(line, text) of every needle in a shell script, comments included: a script's comments are
+    its documentation, and they point to run_dir.py instead of repeating it."""
+    return [(number, line.strip()) for number, line in enumerate(text.splitlines(), start=1)
+            if any(needle in line for needle in NEEDLES)]  # fmt: skip
+
+
+def scan(root: Path) -> list[str]:
+    """``file:line: text`` of every needle outside run_dir.py and the allowed shell scripts."""
+    found = []
+    for folder in PY_FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            name = path.relative_to(root).as_posix()
+            if name != HOME:
+                text = path.read_text(encoding="utf-8")
+                found += [f"{name}:{line}: {code}" for line, code in python_hits(text)]
+    for folder in SH_FOLDERS:
+        for path in sorted((root / folder).rglob("*")):
+            name = path.relative_to(root).as_posix()
+            if path.suffix in SH_SUFFIXES and path.is_file() and name not in SH_ALLOWED:
+                text = path.read_text(encoding="utf-8")
+                found += [f"{name}:{line}: {code}" for line, code in shell_hits(text)]
+    return found
+
+
+def test_no_code_outside_run_dir_spells_the_layout():
+    found = scan(ROOT)
+    assert not found, (
+        f"{HOME} is the one place that names verl's tracker and the step directories; use "
+        "its TRACKER, STEP_N, step_name, step_dir, saved_steps, tracked_step ... instead:\n"
+        + "\n".join(found)
+    )
+
+
+def test_the_allowed_scripts_still_exist():
+    """An allow-list entry whose script is gone must go too."""
+    assert all((ROOT / name).is_file() for name in SH_ALLOWED), sorted(SH_ALLOWED)
+
+
+def test_the_scan_sees_code_and_docstrings_not_comments(tmp_path: Path):
+    (tmp_path / "verl_gsm8k" / "common").mkdir(parents=True)
+    (tmp_path / "verl_gsm8k" / "common" / "run_dir.py").write_text('TRACKER = "global_step_"\n')
+    (tmp_path / "verl_gsm8k" / "a.py").write_text(
+        '"""Reads global_step_N."""\n'
+        "# a comment may say latest_checkpointed_iteration.txt\n"
+        'x = 1  # or global_step_N\nname = f"global_step_{x}"\n'
+    )
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "a.sh").write_text("# reads latest_checkpointed_iteration.txt\ntrue\n")
+    (tmp_path / "recipes" / "lifecycle.sh").write_text('cat "$RUN_DIR/global_step_$step"\n')
+    assert scan(tmp_path) == [
+        'verl_gsm8k/a.py:1: """Reads global_step_N."""',
+        'verl_gsm8k/a.py:4: f"global_step_{x}"',
+        "recipes/a.sh:1: # reads latest_checkpointed_iteration.txt",
+    ]
+
+
+# ---- the module ------------------------------------------------------------------------------
+
+
+def test_every_name_is_one_name_and_drawn_in_the_docstring():
+    names = {key: value for key, value in vars(rd).items()
+             if key.isupper() and isinstance(value, str) and not key.startswith("_")}  # fmt: skip
+    names.pop("STEP_N"), names.pop("STEP_GLOB")  # built from STEP_PREFIX
+    assert len(set(names.values())) == len(names), names
+    tree = (rd.__doc__ or "").replace("<stamp>", "{stamp}")
+    assert not [value for value in names.values() if value not in tree]
+    assert (rd.EXIT_WATCHDOG, rd.EXIT_PREEMPTED) == (4, 5)  # recipes/common.sh exits with them
+
+
+def test_step_directories_by_name_and_number(tmp_path: Path):
+    assert rd.step_dir(tmp_path, 20) == tmp_path / rd.step_name(20) == tmp_path / "global_step_20"
+    assert (
+        rd.step_of(rd.step_dir(tmp_path, 7)) == 7 and rd.step_of(Path("x") / "global_step_0") == 0
+    )
+    for other in ("global_step_", "global_step_x", "global_step_3.tmp", "step_3", "actor"):
+        assert rd.step_of(tmp_path / other) is None, other
+    assert rd.step_of(rd.removing_dir(tmp_path, 3)) is None
+    assert rd.saved_steps(tmp_path / "missing") == []
+    for step in (100, 2, 10):
+        rd.step_dir(tmp_path, step).mkdir()
+    (tmp_path / "global_step_7").write_text("a file, not a checkpoint")
+    (tmp_path / "global_step_x").mkdir()
+    rd.removing_dir(tmp_path, 4).mkdir()
+    assert rd.saved_steps(tmp_path) == [2, 10, 100]  # by number, not by name
+    assert rd.removing_leftovers(tmp_path) == [rd.removing_dir(tmp_path, 4)]
+    assert sorted(p.name for p in tmp_path.glob(rd.STEP_GLOB)) == [
+        "global_step_10", "global_step_100", "global_step_2", "global_step_7", "global_step_x"
+    ]  # fmt: skip
+
+
+def test_the_tracker_is_written_whole_and_read_as_verl_reads_it(tmp_path: Path):
+    assert rd.tracked_step(tmp_path) is None and rd.tracked_step(tmp_path / "missing") is None
+    rd.write_tracker(tmp_path, 40)
+    assert rd.tracker_path(tmp_path).read_text() == "40"  # verl: int(open(tracker).read())
+    assert rd.tracked_step(tmp_path) == 40
+    rd.write_tracker(tmp_path, 60)
+    assert rd.tracked_step(tmp_path) == 60
+    assert [p.name for p in tmp_path.iterdir()] == [rd.TRACKER]  # no temporary file left
+    for text in ("", "  7\n", "seven", "-3", "²"):
+        rd.tracker_path(tmp_path).write_text(text)
+        assert rd.tracked_step(tmp_path) == (7 if text.strip() == "7" else None), text
+    rd.clear_tracker(tmp_path)
+    rd.clear_tracker(tmp_path)
+    assert not rd.tracker_path(tmp_path).exists()
+
+
+def test_a_failed_tracker_write_leaves_the_old_one(tmp_path: Path, monkeypatch):
+    rd.write_tracker(tmp_path, 20)
+
+    def fail(*_args, **_kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("os.replace", fail)
+    with pytest.raises(OSError, match="disk full"):
+        rd.write_tracker(tmp_path, 40)
+    assert rd.tracked_step(tmp_path) == 20 and [p.name for p in tmp_path.iterdir()] == [rd.TRACKER]
+
+
+def test_a_checkpoints_stamp_and_sick_mark(tmp_path: Path):
+    assert rd.read_stamp(tmp_path, 5) is None and not rd.is_sick(tmp_path, 5)
+    rd.step_dir(tmp_path, 5).mkdir()
+    rd.write_stamp(tmp_path, 5, "20261125T101500Z")
+    assert rd.stamp_path(tmp_path, 5).read_text() == "20261125T101500Z\n"
+    assert rd.read_stamp(tmp_path, 5) == "20261125T101500Z"
+    rd.stamp_path(tmp_path, 5).write_text("\n")
+    assert rd.read_stamp(tmp_path, 5) is None
+    rd.mark_sick(tmp_path, 5, {"step": 6, "rule": "non_finite"})
+    assert (
+        rd.is_sick(tmp_path, 5) and json.loads(rd.sick_path(tmp_path, 5).read_text())["step"] == 6
+    )
+    rd.clear_sick(tmp_path, 5)
+    rd.clear_sick(tmp_path, 5)
+    assert not rd.is_sick(tmp_path, 5)
+
+
+def test_the_kept_best(tmp_path: Path):
+    assert rd.read_best(tmp_path) is None
+    rd.write_best(tmp_path, 40, "val-core/openai/gsm8k/acc/mean@1", 0.57, "20261125T101500Z")
+    assert rd.read_best(tmp_path) == {
+        "format": rd.BEST_FORMAT, "step": 40, "metric": "val-core/openai/gsm8k/acc/mean@1",
+        "value": 0.57, "launch": "20261125T101500Z",
+    }  # fmt: skip
+    for text, why in (("{", "not readable JSON"), ('{"step": true, "value": 1}', "no integer")):
+        rd.best_path(tmp_path).write_text(text)
+        with pytest.raises(rd.BestError, match=why):
+            rd.read_best(tmp_path)
+    rd.drop_best(tmp_path)
+    rd.drop_best(tmp_path)
+    assert rd.read_best(tmp_path) is None
+
+
+def test_the_watchdog_log_keeps_nan_and_skips_an_unreadable_line(tmp_path: Path):
+    assert rd.read_trips(tmp_path) == []
+    rd.append_trip(tmp_path, {"step": 3, "value": float("nan")})
+    with open(rd.watchdog_path(tmp_path), "a") as handle:
+        handle.write('{"step": 4, "val\n')  # an unreadable line
+    rd.append_trip(tmp_path, {"step": 5, "value": 1.0})
+    trips = rd.read_trips(tmp_path)
+    assert [t["step"] for t in trips] == [3, 5] and math.isnan(trips[0]["value"])
+
+
+def test_the_launch_files(tmp_path: Path):
+    stamps = ["20261125T101500Z", "20261124T090000Z"]
+    for stamp in stamps:
+        for path in (rd.launch_record_path(tmp_path, stamp), rd.metrics_path(tmp_path, stamp)):
+            path.parent.mkdir(exist_ok=True)
+            path.write_text("")
+    assert [p.name for p in rd.launch_record_paths(tmp_path)] == [
+        "launch-20261124T090000Z.yaml", "launch-20261125T101500Z.yaml"
+    ]  # fmt: skip
+    assert [rd.metrics_stamp(p) for p in rd.metrics_paths(tmp_path)] == sorted(stamps)
+    assert rd.launch_record_paths(tmp_path / "x") == [] == rd.metrics_paths(tmp_path / "x")
+    assert rd.metrics_stamp("/runs/a/metrics/metrics-20261125T101500Z.jsonl") == stamps[0]
+    assert (
+        rd.metrics_stamp("/runs/a/metrics/metrics.jsonl") is None and rd.metrics_stamp("") is None
+    )
+    assert rd.STAMP.match(stamps[0]) and not rd.STAMP.match("2026-11-25")
+    assert (
+        rd.console_log_path(tmp_path, stamps[0]) == tmp_path / "logs" / f"console-{stamps[0]}.log"
+    )
+    assert rd.superseded_dir(tmp_path, stamps[0]).name == f"superseded-{stamps[0]}"
+
+
+def test_every_other_path_is_a_file_of_the_run_directory(tmp_path: Path):
+    paths = [rd.stop_path, rd.deadline_path, rd.timings_path, rd.deadline_stop_path, rd.lock_path,
+             rd.session_path, rd.best_path, rd.watchdog_path, rd.tracker_path]  # fmt: skip
+    made = [path(tmp_path) for path in paths]
+    assert all(p.parent == tmp_path for p in made) and len(set(made)) == len(made)
+    assert [p.name for p in made[:6]] == [
+        rd.STOP_FILE, rd.DEADLINE_FILE, rd.TIMINGS_FILE, rd.DEADLINE_STOP_FILE, rd.LOCK_FILE,
+        rd.SESSION_FILE,
+    ]  # fmt: skip

@@ -1,0 +1,335 @@
+"""A run directory (RUN_DIR, verl's ``trainer.default_local_dir``): every name in it, once, and
+the small readers and writers of its files.
+
+    RUN_DIR/
+    ├── latest_checkpointed_iteration.txt   verl's tracker: the step a relaunch resumes (TRACKER)
+    ├── global_step_N/                      one checkpoint (step_dir): actor/, critic/, data.pt
+    │   ├── launch_stamp.txt                the stamp of the launch that saved step N (STAMP_FILE)
+    │   └── watchdog_sick.json              the watchdog's trip that judged step N's weights sick
+    │                                       (SICK_FILE): kept for a look, never resumed, never the
+    │                                       best; a re-save of step N removes it
+    ├── .global_step_N.removing/            a step directory being pruned (removing_dir)
+    ├── best_checkpoint.json                the kept best checkpoint, KEEP_BEST=1 (BEST_FILE):
+    │       {"format": 1, "step": 40, "metric": "val-core/openai/gsm8k/acc/mean@1", "value": 0.57,
+    │        "launch": "20261125T101500Z"}
+    ├── watchdog.jsonl                      one line per watchdog trip (WATCHDOG_FILE):
+    │       {"launch": STAMP, "step": 12, "rule": "non_finite", "metric": "actor/pg_loss",
+    │        "value": NaN, "threshold": "not finite", "action": "stop",
+    │        "last_healthy_checkpoint": 10, "message": "the one line the launcher prints"}
+    ├── stop_requested                      the launcher's stop request on SIGTERM: the deadline,
+    │                                       epoch seconds (STOP_FILE); the trainer saves and stops
+    ├── job_deadline                        a Slurm job's end, epoch seconds (DEADLINE_FILE)
+    ├── timings.json                        the slowest step, save, validation and start-up
+    │                                       measured (TIMINGS_FILE, guard/deadline.py)
+    ├── deadline_stop.json                  the step saved before the job's end (DEADLINE_STOP_FILE)
+    ├── .launch.lock                        the launcher's flock: one launch at a time (LOCK_FILE)
+    ├── .launch.session                     "<session id> <launch id>" of the last launch
+    │                                       (SESSION_FILE, guard/reap.py)
+    ├── launches/launch-<stamp>.yaml        the launch record (common/launch_record.py)
+    ├── metrics/metrics-<stamp>.jsonl       verl's file logger, one file per launch
+    ├── logs/console-<stamp>.log            a launch's console
+    ├── validation/<step>.jsonl             verl's validation dumps (trainer.validation_data_dir)
+    ├── rollouts/<step>.jsonl               verl's rollout dumps (trainer.rollout_data_dir)
+    ├── trace/<step>.jsonl                  the per-token trace (verl_gsm8k/trace/)
+    ├── superseded-<stamp>/                 an earlier run set aside by RESUME=disable
+    ├── report/                             the report's default output (REPORT_DIR)
+    └── checkpoint_eval/                    eval.sh --run's default output (CHECKPOINT_EVAL_DIR)
+
+<stamp> is a launch's UTC time, 20261125T101500Z (STAMP). The launcher's exit statuses are here
+too: EXIT_WATCHDOG, EXIT_PREEMPTED.
+
+Standard library only: the report, merge and evaluation read these in their own environments.
+Every write is atomic (a temporary file, then a rename: common/atomic_io.py) except the watchdog
+log, which is appended one whole line at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from verl_gsm8k.common.atomic_io import write_atomic
+
+TRACKER = "latest_checkpointed_iteration.txt"
+STEP_PREFIX = "global_step_"
+STEP_N = f"{STEP_PREFIX}N"  # how a message or a help text names any step directory
+STEP_GLOB = f"{STEP_PREFIX}*"
+REMOVING = ".removing"
+STAMP_FILE = "launch_stamp.txt"
+SICK_FILE = "watchdog_sick.json"
+BEST_FILE = "best_checkpoint.json"
+BEST_FORMAT = 1
+WATCHDOG_FILE = "watchdog.jsonl"
+STOP_FILE = "stop_requested"
+DEADLINE_FILE = "job_deadline"
+TIMINGS_FILE = "timings.json"
+DEADLINE_STOP_FILE = "deadline_stop.json"
+LOCK_FILE = ".launch.lock"
+SESSION_FILE = ".launch.session"
+LAUNCHES_DIR = "launches"
+LAUNCH_RECORD = "launch-{stamp}.yaml"  # in LAUNCHES_DIR
+METRICS_DIR = "metrics"
+METRICS_FILE = "metrics-{stamp}.jsonl"  # in METRICS_DIR
+LOGS_DIR = "logs"
+CONSOLE_LOG = "console-{stamp}.log"  # in LOGS_DIR
+VALIDATION_DIR = "validation"
+ROLLOUTS_DIR = "rollouts"
+TRACE_DIR = "trace"
+SUPERSEDED_PREFIX = "superseded-"
+REPORT_DIR = "report"
+CHECKPOINT_EVAL_DIR = "checkpoint_eval"
+
+STAMP_FORMAT = "%Y%m%dT%H%M%SZ"  # a launch's UTC time (new_stamp)
+_STAMP = r"\d{8}T\d{6}Z"
+STAMP = re.compile(rf"^{_STAMP}$")
+_STEP_NAME = re.compile(rf"{re.escape(STEP_PREFIX)}(\d+)")
+# a metrics file's path, its launch stamp captured (the trainer reads it from VERL_FILE_LOGGER_PATH)
+_METRICS_NAME = re.compile(
+    re.escape(METRICS_FILE).replace(re.escape("{stamp}"), f"({_STAMP})") + "$"
+)
+
+# The launcher's exit statuses (recipes/common.sh): a run the watchdog stopped, a run stopped on
+# SIGTERM after saving. Both resume with the same command.
+EXIT_WATCHDOG = 4
+EXIT_PREEMPTED = 5
+
+
+# ---- step directories and the tracker ---------------------------------------------------------
+
+
+def new_stamp() -> str:
+    """A launch's stamp: the UTC time now, as every per-launch file name carries it."""
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).strftime(STAMP_FORMAT)
+
+
+def step_name(step: int) -> str:
+    """The name of step ``step``'s directory."""
+    return f"{STEP_PREFIX}{step}"
+
+
+def step_dir(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / step_name(step)
+
+
+def step_of(path: Path) -> int | None:
+    """The step a step directory's name holds; None for any other name."""
+    match = _STEP_NAME.fullmatch(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def saved_steps(run_dir: Path) -> list[int]:
+    """The steps of the run's step directories, oldest first ([] without a run directory)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = (step_of(p) for p in run_dir.iterdir() if p.is_dir())
+    return sorted(step for step in found if step is not None)
+
+
+def removing_dir(run_dir: Path, step: int) -> Path:
+    """Where pruning renames a step directory before removing it: a kill mid-removal leaves no
+    half step directory under a checkpoint's name."""
+    return Path(run_dir) / f".{step_name(step)}{REMOVING}"
+
+
+def removing_leftovers(run_dir: Path) -> list[Path]:
+    """The step directories a kill left half removed."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    prefix = f".{STEP_PREFIX}"
+    return [p for p in run_dir.iterdir() if p.name.startswith(prefix) and p.name.endswith(REMOVING)]
+
+
+def tracker_path(run_dir: Path) -> Path:
+    return Path(run_dir) / TRACKER
+
+
+def tracked_step(run_dir: Path) -> int | None:
+    """The step the tracker names; None when it is missing, unreadable or not a step number."""
+    try:
+        text = tracker_path(run_dir).read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdecimal() else None
+
+
+def write_tracker(run_dir: Path, step: int) -> None:
+    """Point the tracker at ``step``, atomically: verl opens it with ``open("w")`` and then
+    writes, and a kill between the two leaves an empty tracker every relaunch dies on."""
+    write_atomic(tracker_path(run_dir), str(step))
+
+
+def clear_tracker(run_dir: Path) -> None:
+    tracker_path(run_dir).unlink(missing_ok=True)
+
+
+# ---- the launch stamp of a checkpoint ---------------------------------------------------------
+
+
+def stamp_path(run_dir: Path, step: int) -> Path:
+    return step_dir(run_dir, step) / STAMP_FILE
+
+
+def write_stamp(run_dir: Path, step: int, stamp: str) -> None:
+    write_atomic(stamp_path(run_dir, step), stamp + "\n")
+
+
+def read_stamp(run_dir: Path, step: int) -> str | None:
+    """The stamp of the launch that saved ``step``; None for a checkpoint saved without one."""
+    try:
+        text = stamp_path(run_dir, step).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return text or None
+
+
+# ---- the kept best checkpoint -----------------------------------------------------------------
+
+
+class BestError(Exception):
+    """best_checkpoint.json exists and cannot be read: one line for the user."""
+
+
+def best_path(run_dir: Path) -> Path:
+    return Path(run_dir) / BEST_FILE
+
+
+def write_best(run_dir: Path, step: int, metric: str, value: float, launch: str | None) -> None:
+    best = {"format": BEST_FORMAT, "step": step, "metric": metric, "value": value, "launch": launch}
+    write_atomic(best_path(run_dir), json.dumps(best, indent=1) + "\n")
+
+
+def read_best(run_dir: Path) -> dict[str, Any] | None:
+    """The kept best checkpoint's record; None when the run keeps none."""
+    path = best_path(run_dir)
+    if not path.is_file():
+        return None
+    try:
+        best = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise BestError(f"{path}: not readable JSON ({err})") from None
+    step = best.get("step") if isinstance(best, dict) else None
+    value = best.get("value") if isinstance(best, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool) or not isinstance(value, (int, float)):
+        raise BestError(f"{path}: no integer 'step' and numeric 'value'")
+    return best
+
+
+def drop_best(run_dir: Path) -> None:
+    best_path(run_dir).unlink(missing_ok=True)
+
+
+# ---- the watchdog: sick checkpoints, its log --------------------------------------------------
+
+
+def sick_path(run_dir: Path, step: int) -> Path:
+    return step_dir(run_dir, step) / SICK_FILE
+
+
+def mark_sick(run_dir: Path, step: int, trip: dict[str, Any]) -> None:
+    write_atomic(sick_path(run_dir, step), json.dumps(trip) + "\n")
+
+
+def is_sick(run_dir: Path, step: int) -> bool:
+    return sick_path(run_dir, step).exists()
+
+
+def clear_sick(run_dir: Path, step: int) -> None:
+    sick_path(run_dir, step).unlink(missing_ok=True)
+
+
+def watchdog_path(run_dir: Path) -> Path:
+    return Path(run_dir) / WATCHDOG_FILE
+
+
+def append_trip(run_dir: Path, trip: dict[str, Any]) -> None:
+    line = json.dumps(trip) + "\n"  # NaN and Infinity stay as JSON's NaN/Infinity tokens
+    with open(watchdog_path(run_dir), "a", encoding="utf-8") as handle:
+        handle.write(line)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_trips(run_dir: Path) -> list[dict[str, Any]]:
+    """Every watchdog trip of the run, oldest first; an unreadable line is skipped."""
+    path = watchdog_path(run_dir)
+    if not path.is_file():
+        return []
+    trips = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            trip = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill mid-append
+        if isinstance(trip, dict) and isinstance(trip.get("step"), int):
+            trips.append(trip)
+    return trips
+
+
+# ---- stopping: the stop request, a job's deadline ---------------------------------------------
+
+
+def stop_path(run_dir: Path) -> Path:
+    return Path(run_dir) / STOP_FILE
+
+
+def deadline_path(run_dir: Path) -> Path:
+    return Path(run_dir) / DEADLINE_FILE
+
+
+def timings_path(run_dir: Path) -> Path:
+    return Path(run_dir) / TIMINGS_FILE
+
+
+def deadline_stop_path(run_dir: Path) -> Path:
+    return Path(run_dir) / DEADLINE_STOP_FILE
+
+
+# ---- launches: the lock, the session, the record, the metrics, the console --------------------
+
+
+def lock_path(run_dir: Path) -> Path:
+    return Path(run_dir) / LOCK_FILE
+
+
+def session_path(run_dir: Path) -> Path:
+    return Path(run_dir) / SESSION_FILE
+
+
+def launch_record_path(run_dir: Path, stamp: str) -> Path:
+    return Path(run_dir) / LAUNCHES_DIR / LAUNCH_RECORD.format(stamp=stamp)
+
+
+def launch_record_paths(run_dir: Path) -> list[Path]:
+    """The launch records of a run directory, oldest first ([] when it has none)."""
+    folder = Path(run_dir) / LAUNCHES_DIR
+    return sorted(folder.glob(LAUNCH_RECORD.format(stamp="*"))) if folder.is_dir() else []
+
+
+def metrics_path(run_dir: Path, stamp: str) -> Path:
+    return Path(run_dir) / METRICS_DIR / METRICS_FILE.format(stamp=stamp)
+
+
+def metrics_paths(run_dir: Path) -> list[Path]:
+    """The metrics files of a run directory, one per launch, oldest first."""
+    return sorted((Path(run_dir) / METRICS_DIR).glob(METRICS_FILE.format(stamp="*")))
+
+
+def metrics_stamp(path: str | os.PathLike[str]) -> str | None:
+    """The launch stamp a metrics file's path ends with; None for another path."""
+    match = _METRICS_NAME.search(os.fspath(path))
+    return match.group(1) if match else None
+
+
+def console_log_path(run_dir: Path, stamp: str) -> Path:
+    return Path(run_dir) / LOGS_DIR / CONSOLE_LOG.format(stamp=stamp)
+
+
+def superseded_dir(run_dir: Path, stamp: str) -> Path:
+    return Path(run_dir) / f"{SUPERSEDED_PREFIX}{stamp}"
