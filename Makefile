@@ -26,7 +26,7 @@ check-gpu-stack: setup-gpu-stack  ## the GPU stack's checks that need no GPU (do
 lint:  ## ruff lint + format check, shellcheck of every launcher
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/shellcheck -x recipes/*.sh scripts/*.sh slurm/*.sbatch .ci/run
+	$(VENV)/bin/shellcheck -x recipes/*.sh scripts/*.sh scripts/python slurm/*.sbatch .ci/run
 
 quality: lint  ## alias of lint
 

@@ -43,7 +43,4 @@ recipe=(
   actor_rollout_ref.actor.optim.lr_scheduler_type=cosine
   actor_rollout_ref.actor.optim.min_lr_ratio=0.1
 )
-here=$(dirname "${BASH_SOURCE[0]}")
-python=${PYTHON:-$here/../.venv/bin/python}
-if [[ -z ${PYTHON:-} && ! -x $python ]]; then python=python3; fi
-exec "$python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"
+exec "$(dirname "${BASH_SOURCE[0]}")/../scripts/python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"

@@ -16,7 +16,4 @@ recipe=(
   LORA_RANK=32
   LORA_ALPHA=32
 )
-here=$(dirname "${BASH_SOURCE[0]}")
-python=${PYTHON:-$here/../.venv/bin/python}
-if [[ -z ${PYTHON:-} && ! -x $python ]]; then python=python3; fi
-exec "$python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"
+exec "$(dirname "${BASH_SOURCE[0]}")/../scripts/python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"

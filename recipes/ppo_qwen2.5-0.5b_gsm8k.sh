@@ -9,7 +9,4 @@ set -euo pipefail
 recipe=(
   --recipe ppo_qwen2.5-0.5b_gsm8k --config gsm8k_ppo
 )
-here=$(dirname "${BASH_SOURCE[0]}")
-python=${PYTHON:-$here/../.venv/bin/python}
-if [[ -z ${PYTHON:-} && ! -x $python ]]; then python=python3; fi
-exec "$python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"
+exec "$(dirname "${BASH_SOURCE[0]}")/../scripts/python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"

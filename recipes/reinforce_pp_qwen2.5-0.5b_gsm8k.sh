@@ -10,7 +10,4 @@ recipe=(
   ROLLOUT_N=1                  # no group needed
   ROLLOUT_GPU_MEM_UTIL=0.5     # no critic on the GPU: vLLM gets more
 )
-here=$(dirname "${BASH_SOURCE[0]}")
-python=${PYTHON:-$here/../.venv/bin/python}
-if [[ -z ${PYTHON:-} && ! -x $python ]]; then python=python3; fi
-exec "$python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"
+exec "$(dirname "${BASH_SOURCE[0]}")/../scripts/python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"

@@ -19,7 +19,4 @@ recipe=(
   TEST_FREQ=2
   SMOKE_PROMPTS=32             # train and validation prompts used
 )
-here=$(dirname "${BASH_SOURCE[0]}")
-python=${PYTHON:-$here/../.venv/bin/python}
-if [[ -z ${PYTHON:-} && ! -x $python ]]; then python=python3; fi
-exec "$python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"
+exec "$(dirname "${BASH_SOURCE[0]}")/../scripts/python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"

@@ -50,13 +50,34 @@ class Recipe:
 def parse_recipe(argv: list[str]) -> tuple[Recipe, list[str]]:
     """(the recipe, the user's key=value arguments) from the launcher's command line."""
     cut = argv.index("--") if "--" in argv else len(argv)
-    parser = argparse.ArgumentParser(prog="python -m verl_gsm8k.launch", add_help=False)
-    parser.add_argument("--recipe", required=True)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--trainer", choices=tuple(VERL_MODULES), default="ppo")
-    parser.add_argument("--cpu-by-default", action="store_true")
-    parser.add_argument("--hooks", default="")
-    parser.add_argument("settings", nargs="*")
+    parser = argparse.ArgumentParser(
+        prog="python -m verl_gsm8k.launch",
+        usage="%(prog)s --recipe NAME --config CONFIG [options] [NAME=VALUE | key=value ...] -- "
+        "[key=value ...]",
+        description="A recipe's whole launch, up to verl and back (docs/architecture.md, "
+        '"One launch, hop by hop"). The recipe files of recipes/ run it; every knob is an '
+        "environment variable (docs/knobs.md). After --: the user's key=value overrides, "
+        "passed to verl last (--help there prints the recipe's usage).",
+    )
+    parser.add_argument("--recipe", required=True, help="the recipe's name (recipes/NAME.sh)")
+    parser.add_argument("--config", required=True, help="its config, configs/CONFIG.yaml")
+    parser.add_argument(
+        "--trainer", choices=tuple(VERL_MODULES), default="ppo",
+        help="verl's trainer: ppo (main_ppo, Ray; the default) or sft (sft_trainer, torchrun)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cpu-by-default", action="store_true",
+        help="DEVICE=auto without a GPU trains on the CPU instead of stopping after the preflight",
+    )  # fmt: skip
+    parser.add_argument(
+        "--hooks", default="",
+        help="a module of verl_gsm8k.launch with the recipe's defaults/prepare/after (learn_tiny)",
+    )  # fmt: skip
+    parser.add_argument(
+        "settings", nargs="*", metavar="NAME=VALUE | key=value",
+        help="NAME=VALUE: the recipe's default for a knob of the table (the environment wins); "
+        "key=value: a verl key the recipe sets, before the user's",
+    )  # fmt: skip
     args = parser.parse_args(argv[:cut])
     recipe = Recipe(args.recipe, args.config, args.trainer, args.cpu_by_default, args.hooks)
     for item in args.settings:
