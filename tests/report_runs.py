@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.analysis import finding as rf
-from verl_gsm8k.runreport import summary as rs
+from verl_gsm8k.runpage import summary as rs
 
 # The two real verl console logs under ../shared/data/verl-logs (the verl_logs_dir fixture).
 LOG_512 = "qwen2.5-0.5b-ppo-gsm8k-resp512.log"

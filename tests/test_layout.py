@@ -19,7 +19,7 @@ MAX_PACKAGE_LINES = 3000
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80  # from its def line to its last line: one job a reader can hold
 # Functions allowed over MAX_FUNCTION_LINES, as "path/under/verl_gsm8k.py:function": {reason}.
-# Empty: every longer function was split along its seams (runreport's build_plots, render_html
+# Empty: every longer function was split along its seams (runpage's build_plots, render_html
 # and summarize; evaluate's build_parser and evaluate_one; merge's merge). A function added here
 # says why it is one job that cannot be cut.
 LONG_FUNCTIONS: dict[str, str] = {}
@@ -115,7 +115,7 @@ def test_the_layer_check_sees_every_kind_of_import(tmp_path: Path) -> None:
         "PLUGIN = 'verl_gsm8k.bench.reward'\n"
         "from verl_gsm8k.compare import cli\n"
         "from ..replay import load\n"
-        "from verl_gsm8k import runreport\n"
+        "from verl_gsm8k import runpage\n"
         "def f():\n"
         "    from verl_gsm8k.questions.table import build\n"
         "    importlib.import_module('verl_gsm8k.ppo_trainer.traced')\n"
@@ -125,7 +125,7 @@ def test_the_layer_check_sees_every_kind_of_import(tmp_path: Path) -> None:
         found = [name for _, name in imported_packages(module)]
     finally:
         module.unlink()
-    expected = {"report", "compare", "replay", "runreport", "questions", "ppo_trainer", "bench"}
+    expected = {"report", "compare", "replay", "runpage", "questions", "ppo_trainer", "bench"}
     assert sorted(found) == sorted(expected), found
 
 

@@ -42,7 +42,7 @@ from verl_gsm8k.analysis import parse as rp
 from verl_gsm8k.analysis import thresholds as rt
 from verl_gsm8k.common import atomic_io
 from verl_gsm8k.report import cli as report
-from verl_gsm8k.runreport import summary as rs
+from verl_gsm8k.runpage import summary as rs
 from verl_gsm8k.svgplot import chart as svg_chart
 
 ROOT = Path(__file__).resolve().parents[1]

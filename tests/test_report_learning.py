@@ -32,7 +32,7 @@ from verl_gsm8k.analysis import learning as rl
 from verl_gsm8k.analysis import parse as rp
 from verl_gsm8k.analysis.thresholds import THRESHOLDS, Thresholds
 from verl_gsm8k.report import cli as report
-from verl_gsm8k.runreport import summary as rs
+from verl_gsm8k.runpage import summary as rs
 
 # --------------------------------------------------------------------------------------------
 # The CPU experiment (shared/notes/learning-on-cpu.md): PPO from a 0.52 checkpoint, 20 steps,

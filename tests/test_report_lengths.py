@@ -18,7 +18,7 @@ from report_runs import build_run, parse_svgs, write_jsonl
 
 from verl_gsm8k.common import launch_record
 from verl_gsm8k.report import cli as report
-from verl_gsm8k.runreport import summary as rs
+from verl_gsm8k.runpage import summary as rs
 from verl_gsm8k.svgplot.chart import tick_labels
 
 LIMIT = 24

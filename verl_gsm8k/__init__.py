@@ -26,7 +26,7 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
                   preflight, the resume record, verl supervised (python -m verl_gsm8k.launch)
     analysis      a run read and checked: metrics in every format verl writes, health checks
     replay        the pages beside a run's report: replay.html (the trace), rollouts.html
-    runreport     one run's report.html, summary.json and terminal digest
+    runpage       one run's report.html, summary.json and terminal digest
     compare       several runs side by side
     report        the entry point on top of the pages: python -m verl_gsm8k.report RUN [RUN ...]
     bench         benchmarks, not tests: reward throughput, preflight vs verl, CPU training
@@ -49,7 +49,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cards",),
     ("analysis",),
     ("replay",),
-    ("runreport",),
+    ("runpage",),
     ("compare",),
     ("report",),
     ("bench",),

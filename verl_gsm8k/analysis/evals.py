@@ -11,7 +11,7 @@ lenient score; ``our_reward_accuracy`` is our reward on the same responses, the 
 validation reports during training, so the two curves should agree when the validation set and
 generation settings match. Rows of another mode (EvalScope's own prompt) have no reward score
 and are left out. Standard library only; used by the run report and the run comparison (the
-chart itself is drawn in ``runreport/html.py``).
+chart itself is drawn in ``runpage/html.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The comparison's charts: each headline metric with one line per run, against each x axis.
 
 Drawn as the run report draws its own: with verl_gsm8k/svgplot/ (Plot, Line, render_line_plot)
-and the report's trend (verl_gsm8k/runreport/plots.py: with_trend, raw values faint under a rolling
+and the report's trend (verl_gsm8k/runpage/plots.py: with_trend, raw values faint under a rolling
 median); only the x of each point changes with the axis.
 """
 
@@ -15,7 +15,7 @@ from verl_gsm8k.analysis.parse import Series
 from verl_gsm8k.analysis.thresholds import THRESHOLDS
 from verl_gsm8k.analysis.vocab import CUT_SHARE
 from verl_gsm8k.compare.runs import Run
-from verl_gsm8k.runreport.plots import with_trend
+from verl_gsm8k.runpage.plots import with_trend
 from verl_gsm8k.svgplot.chart import PALETTE, Line, Plot
 
 

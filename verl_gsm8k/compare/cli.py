@@ -41,8 +41,8 @@ from verl_gsm8k.compare.runs import (
     table,
 )
 from verl_gsm8k.questions.runs import write_for_runs
-from verl_gsm8k.runreport.html import duration
-from verl_gsm8k.runreport.summary import json_safe
+from verl_gsm8k.runpage.html import duration
+from verl_gsm8k.runpage.summary import json_safe
 
 PROG = "verl_gsm8k.report"
 DEFAULT_OUT = Path("comparison")

@@ -15,7 +15,7 @@ from verl_gsm8k.analysis.vocab import metric_label
 from verl_gsm8k.compare.charts import AXIS_TITLES, build_charts, colour, eval_chart, x_range
 from verl_gsm8k.compare.diff import ConfigDiff
 from verl_gsm8k.compare.runs import AXES, Run
-from verl_gsm8k.runreport.html import CSS, duration, num
+from verl_gsm8k.runpage.html import CSS, duration, num
 from verl_gsm8k.svgplot.chart import render_line_plot
 
 _AXIS_CSS = (

@@ -18,7 +18,7 @@ from verl_gsm8k.analysis.evals import EvalFile, read_checkpoint_evals
 from verl_gsm8k.analysis.finding import Finding
 from verl_gsm8k.analysis.parse import Canonical, InputError, RunData
 from verl_gsm8k.compare.config import ConfigError, RunConfig, read_config
-from verl_gsm8k.runreport import summary as rs
+from verl_gsm8k.runpage import summary as rs
 
 # The x axes a comparison offers: name -> what it counts.
 AXES = {

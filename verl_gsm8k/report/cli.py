@@ -13,7 +13,7 @@ plots are SVG drawn by verl_gsm8k/svgplot/, so the HTML needs nothing else to op
 This package is the entry point on top of the pages: it chooses them from the inputs and
 imports each page's package, never the other way round (verl_gsm8k/__init__.py, LAYERS). One
 run: the replay and rollout pages (verl_gsm8k/replay), the questions page (verl_gsm8k/questions)
-and the report itself (verl_gsm8k/runreport: summary.json, report.html, the terminal digest),
+and the report itself (verl_gsm8k/runpage: summary.json, report.html, the terminal digest),
 from a run read and checked by verl_gsm8k/analysis. Several runs: verl_gsm8k/compare.
 
 Exit status: 0 when a report was written (health findings do not change it), 1 when nothing at
@@ -42,9 +42,9 @@ from verl_gsm8k.questions.runs import STEPS as QUESTION_STEPS
 from verl_gsm8k.questions.runs import write_for_runs
 from verl_gsm8k.replay.load import load_trace
 from verl_gsm8k.replay.pages import write_pages
-from verl_gsm8k.runreport import summary as rs
-from verl_gsm8k.runreport.digest import HTML_NAME, SUMMARY_NAME, terminal_summary
-from verl_gsm8k.runreport.html import render_html
+from verl_gsm8k.runpage import summary as rs
+from verl_gsm8k.runpage.digest import HTML_NAME, SUMMARY_NAME, terminal_summary
+from verl_gsm8k.runpage.html import render_html
 
 PROG = "verl_gsm8k.report"
 

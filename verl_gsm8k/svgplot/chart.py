@@ -6,7 +6,7 @@ to open.
 (each run's low and high, so a spike is still drawn). The parts, for other kinds of chart:
 ``Axes`` (data -> pixels), ``axes_svg`` (frame, ticks, labels), ``legend_svg``, ``figure`` (the
 ``<svg>`` with the id, title and data attributes tests/browser.py reads), ``bucket_means``.
-Which charts a page draws is its own choice: verl_gsm8k/runreport/plots.py (one run's report),
+Which charts a page draws is its own choice: verl_gsm8k/runpage/plots.py (one run's report),
 verl_gsm8k/compare/charts.py (the run comparison).
 """
 

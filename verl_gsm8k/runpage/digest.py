@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.analysis.guard import best_text, trip_line
-from verl_gsm8k.runreport.html import duration, final_val_text, memory_text
+from verl_gsm8k.runpage.html import duration, final_val_text, memory_text
 
 HTML_NAME = "report.html"
 SUMMARY_NAME = "summary.json"

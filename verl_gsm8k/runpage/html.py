@@ -10,8 +10,8 @@ from verl_gsm8k.analysis import parse as rp
 from verl_gsm8k.analysis.evals import CheckpointEval, EvalFile, eval_series
 from verl_gsm8k.analysis.guard import best_text, value_text
 from verl_gsm8k.common.run_dir import WATCHDOG_FILE, step_name
-from verl_gsm8k.runreport import summary as rs
-from verl_gsm8k.runreport.plots import build_plots, render_phase_plot, render_share_bar
+from verl_gsm8k.runpage import summary as rs
+from verl_gsm8k.runpage.plots import build_plots, render_phase_plot, render_share_bar
 from verl_gsm8k.svgplot.chart import PALETTE, Line, Plot, render_line_plot
 
 CSS = """
