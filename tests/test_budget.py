@@ -16,8 +16,8 @@ from verl_gsm8k.cards.table import recipe_overrides
 from verl_gsm8k.common.qwen25 import qwen25_config
 from verl_gsm8k.preflight import budget
 from verl_gsm8k.preflight.compose import compose
+from verl_gsm8k.preflight.lines import Report
 from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, estimate_phases
-from verl_gsm8k.preflight.report import Report
 
 CARD_24GB = ("NVIDIA GeForce RTX 4090", 24564)
 PACKED = ["+attention=sdpa_packed"]  # what a GPU without flash-attn 2 runs (docs/gpu.md)

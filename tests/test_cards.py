@@ -11,8 +11,8 @@ from helpers import ROOT
 
 from verl_gsm8k.cards import table as cards
 from verl_gsm8k.common.qwen25 import qwen25_config
+from verl_gsm8k.preflight.lines import Report
 from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, check_memory
-from verl_gsm8k.preflight.report import Report
 
 # Composes 9 configs and estimates 36 rows x 3 cards: 20-35 s on the 2 CI cores.
 pytestmark = pytest.mark.slow

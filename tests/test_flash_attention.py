@@ -31,7 +31,7 @@ PYTHON_SIDE = textwrap.dedent(
                            capture_output=True, text=True)
     import verl_gsm8k.verl_plugins.attention_fallback as fallback
     from verl_gsm8k.preflight.device import check_device
-    from verl_gsm8k.preflight.report import Report
+    from verl_gsm8k.preflight.lines import Report
     cfg = OmegaConf.create({
         "trainer": {"device": "cuda"},
         "actor_rollout_ref": {"model": {"use_remove_padding": True,

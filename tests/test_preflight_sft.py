@@ -14,7 +14,7 @@ import pytest
 from helpers import ROOT, recipe_env
 
 from verl_gsm8k.launch.plan import bare_overrides as recipe_overrides
-from verl_gsm8k.preflight.report import Report
+from verl_gsm8k.preflight.lines import Report
 from verl_gsm8k.preflight.sft import run_sft
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl_gsm8k.preflight.report import Report
+from verl_gsm8k.preflight.lines import Report
 
 # Estimators whose baseline is the prompt's group (verl/trainer/ppo/core_algos.py).
 GROUP_ESTIMATORS = frozenset(

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.run_dir import TRACKER
+from verl_gsm8k.preflight.lines import Report
 from verl_gsm8k.preflight.memory import lora_parameters
 from verl_gsm8k.preflight.model import count_parameters
-from verl_gsm8k.preflight.report import Report
 
 GIB = 1024**3
 WEIGHT_BYTES = 4  # fp32 shard of the FSDP model

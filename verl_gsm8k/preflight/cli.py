@@ -6,7 +6,7 @@
 Every recipe runs it on its final override list. Checks, each reported on one line (data and
 reward live in verl_gsm8k/preflight/inputs.py, device and LoRA in
 verl_gsm8k/preflight/device.py, composing in compose.py, the model's whereabouts in model.py, the
-report in verl_gsm8k/preflight/report.py):
+lines it prints in verl_gsm8k/preflight/lines.py):
   keys     legacy keys that verl 0.9.1 silently ignores or rejects, and keys the trainer that
            runs (trainer.use_v1) ignores, each with the key to use instead;
   config   the overrides compose against the INSTALLED verl config (unknown key -> closest match)
@@ -59,13 +59,13 @@ from verl_gsm8k.preflight.device import (
     visible_gpus,
 )
 from verl_gsm8k.preflight.inputs import check_data, check_reward
+from verl_gsm8k.preflight.lines import Report, one_line
 from verl_gsm8k.preflight.memory import check_memory
 from verl_gsm8k.preflight.model import (
     count_parameters,
     offline_if_hub_unreachable,
     resolve_model,
 )
-from verl_gsm8k.preflight.report import Report, one_line
 from verl_gsm8k.preflight.sft import run_sft
 from verl_gsm8k.preflight.trainer_choice import check_trainer
 

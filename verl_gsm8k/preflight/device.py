@@ -19,7 +19,7 @@ from verl_gsm8k.common.attention import (
     statement,
 )
 from verl_gsm8k.common.flash_attention import flash_attn_problem
-from verl_gsm8k.preflight.report import Report
+from verl_gsm8k.preflight.lines import Report
 
 FALLBACK_MODULE = "verl_gsm8k.verl_plugins.attention_fallback"
 CPU_MODULE = "verl_gsm8k.verl_plugins.cpu_platform"

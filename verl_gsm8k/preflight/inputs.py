@@ -13,7 +13,7 @@ import numbers
 import os
 from pathlib import Path
 
-from verl_gsm8k.preflight.report import Report, one_line
+from verl_gsm8k.preflight.lines import Report, one_line
 
 REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")
 # A right and a wrong answer in each format a GSM8K prompt can ask for (ground truth 72).

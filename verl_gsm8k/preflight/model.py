@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import os
 
-from verl_gsm8k.preflight.report import Report
+from verl_gsm8k.preflight.lines import Report
 
 HUB_PROBE_TIMEOUT_S = 5.0
 

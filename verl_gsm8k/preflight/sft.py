@@ -3,7 +3,7 @@
     python -m verl_gsm8k.preflight --trainer sft [--config-name gsm8k_sft] -- key=value ...
 
 recipes/sft_qwen2.5-0.5b_gsm8k.sh runs it on its final override list (the PPO recipes run cli.py's
-checks; both use compose.py, model.py, device.py and report.py). Checks, each on one line:
+checks; both use compose.py, model.py, device.py and lines.py). Checks, each on one line:
   keys     keys of verl's older SFT trainer (fsdp_sft_trainer.py, what tutorials use) that the
            engine trainer of 0.9.1 does not read, with the key to use instead;
   config   the overrides compose against the INSTALLED verl config (unknown key -> closest match),
@@ -42,9 +42,9 @@ from verl_gsm8k.preflight.device import (
     visible_gpus,
 )
 from verl_gsm8k.preflight.inputs import as_list, read_rows
+from verl_gsm8k.preflight.lines import Report, one_line
 from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION
 from verl_gsm8k.preflight.model import count_parameters, offline_if_hub_unreachable, resolve_model
-from verl_gsm8k.preflight.report import Report, one_line
 
 OLD_TRAINER = "verl's older SFT trainer (fsdp_sft_trainer.py)"
 # Keys of the older trainer's sft_trainer.yaml -> the engine trainer's (sft_trainer_engine.yaml).

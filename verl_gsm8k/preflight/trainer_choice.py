@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from verl_gsm8k.common.run_dir import TRACE_DIR
-from verl_gsm8k.preflight.report import Report
+from verl_gsm8k.preflight.lines import Report
 
 MODE = "gsm8k"
 PLUGIN = "verl_gsm8k.verl_plugins.register_trainer"

@@ -1,5 +1,6 @@
-"""The preflight's report: one line per check result, secrets masked, and the one-line
-summary of an exception. Shared by verl_gsm8k/preflight/cli.py and the check modules beside it."""
+"""The lines the preflight prints: one per check result (``Report`` collects them and counts the
+errors and warnings), secrets masked, and the one-line summary of an exception. Shared by
+verl_gsm8k/preflight/cli.py and the check modules beside it."""
 
 from __future__ import annotations
 
