@@ -12,7 +12,7 @@ from helpers import ROOT, fake_nvidia_smi, recipe_env, run_recipe
 from test_recipes import fake_verl_python
 
 from verl_gsm8k.common.launch_record import read_records
-from verl_gsm8k.resume.guard import differences
+from verl_gsm8k.resume.same_config import differences
 
 RECIPE = "ppo_qwen2.5-0.5b_gsm8k"
 

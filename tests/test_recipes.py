@@ -345,7 +345,7 @@ def test_launch_on_a_gpu_machine(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     (console,) = (run_dir / "logs").glob("console-*.log")
     assert "fake verl ran" in console.read_text()
     # the whole launch is one Python process, and verl's driver another (knob checks, attention,
-    # preflight, resume guard, record, supervision, status and pruning run in the launcher)
+    # preflight, same-config check, record, supervision, status and pruning run in the launcher)
     calls = Path(f"{record}.calls").read_text().splitlines()
     assert len(calls) == 2 and calls[0].startswith("-m verl_gsm8k.launch "), calls
 

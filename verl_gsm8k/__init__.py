@@ -19,7 +19,7 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
     evaluate      EvalScope on GSM8K, baseline vs trained, in .venv-eval (scripts/eval.sh)
     preflight     the knob checks (knobs.py) and the preflight every recipe runs before verl
     resume        what a launch resumes, run by the launcher before verl: the checkpoint verified,
-                  the resume guard, the launch record
+                  the same-config check, the launch record
     cards         which recipe fits which card: docs/gpu.md's per-card table (python -m
                   verl_gsm8k.cards)
     launch        a recipe's launch, knobs to verl and back: the knob table, the overrides, the

@@ -99,7 +99,7 @@ def read_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
 # that shows it (docs/cpu.md, "Start-up"): the launcher's own checks, then verl's processes.
 START_UP_MARKS = (
     ("preflight_done_s", "preflight: passed"),  # knob checks, first-use builds, the preflight
-    ("launch_recorded_s", "launch: recorded"),  # the resume guard and the launch record
+    ("launch_recorded_s", "launch: recorded"),  # the same-config check and the launch record
     ("ray_up_s", "Started a local Ray instance"),  # verl's driver imported, Ray's processes up
     ("trainer_process_up_s", "(TaskRunnerV1 pid="),  # the trainer's Ray actor has imported verl
     ("worker_group_asked_s", "create worker group"),  # config, tokenizer, datasets, dataloaders

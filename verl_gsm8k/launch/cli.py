@@ -1,7 +1,7 @@
 """python -m verl_gsm8k.launch: a recipe's whole launch, in one process, up to verl and back.
 
     knobs -> overrides -> attention -> knob checks -> preflight (DRY_RUN=1: then verl's composed
-    config, exit 0) -> run-directory lock -> Slurm deadline and stop grace -> resume guard and
+    config, exit 0) -> run-directory lock -> Slurm deadline and stop grace -> same-config check and
     launch record -> verl (PPO: main_ppo, SIGTERM blocked, its own session; SFT: torchrun) ->
     supervised (SIGTERM: a stop request; the grace; Ctrl-C) -> what outlives verl reaped -> how
     the launch ended (the exit status) -> pruning -> the Slurm requeue.
@@ -214,7 +214,7 @@ def plan_stop(plan: Plan) -> tuple[int, bool]:
 
 
 def record(plan: Plan, stamp: str, user: list[str], picked: list[str]) -> None:
-    """The resume guard, then RUN_DIR/launches/launch-<stamp>.yaml (verl_gsm8k/resume/)."""
+    """The same-config check, then RUN_DIR/launches/launch-<stamp>.yaml (verl_gsm8k/resume/)."""
     from verl_gsm8k.resume.__main__ import main as record_main
 
     args = ["--run-dir", str(plan.run_dir), "--stamp", stamp, "--recipe", plan.recipe.name,

@@ -10,7 +10,7 @@ Each addition overrides one method of verl's ``PPOTrainerSync``
   checkpoint callback) and four differences:
   the tracker and ``data.pt`` are written atomically (verl opens the tracker with ``open("w")``,
   then writes: a kill between the two leaves an empty tracker every relaunch dies on);
-  the step directory gets the launch's stamp (``launch_stamp.txt``: the resume guard compares a
+  the step directory gets the launch's stamp (``launch_stamp.txt``: the same-config check compares a
   relaunch with the launch that wrote the checkpoint);
   MAX_CKPT_TO_KEEP prunes whole step directories of the run (``guard/prune.py``), never the
   checkpoint the tracker names nor the kept best, where verl's workers prune only what their own

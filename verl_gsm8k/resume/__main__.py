@@ -1,4 +1,4 @@
-"""python -m verl_gsm8k.resume: what this launch resumes (verified, guarded), then its record.
+"""python -m verl_gsm8k.resume: what this launch resumes (verified, same config), then its record.
 
     python -m verl_gsm8k.resume --run-dir DIR --stamp UTC --recipe NAME --trainer ppo \\
         --config-name gsm8k_ppo [--resume auto] [--knob NAME=VALUE ...] [--knob-key KEY=NAME ...] \\
@@ -6,7 +6,7 @@
 
 Run by the launcher right before verl starts. The checkpoint verl would resume is verified
 first (verify.py: an earlier whole one when it is damaged), then compared with the launch that
-wrote it (guard.py: every key of the resolved config but the few that may change on a resume).
+wrote it (same_config.py: every key of the resolved config but the few that may change on a resume).
 Exit 0: the record is written (DIR/launches/launch-UTC.yaml) and the tracker names the step verl
 resumes; 2: one line on stderr (a resume of another experiment refused, no whole checkpoint, a
 config that does not compose, a record that exists), and nothing written.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from verl_gsm8k.common.launch_record import RecordError, build_record, write_record
 from verl_gsm8k.common.run_dir import STAMP, saved_steps
-from verl_gsm8k.resume.guard import MODES, latest_checkpoint, refusal, set_aside
+from verl_gsm8k.resume.same_config import MODES, latest_checkpoint, refusal, set_aside
 from verl_gsm8k.resume.verify import NoWholeCheckpoint, resume_point, track
 
 PROG = "verl_gsm8k.resume"
@@ -96,9 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto: resume a checkpoint only when the launch that wrote it had the same config, "
         "every key compared but the few that may change on a resume (total steps, save and test "
-        "frequency, loggers, speed and memory settings: guard.py ALLOWED); else stop with one "
-        "line naming each key that differs; force: resume whatever differs; disable: the launch "
-        "starts over (verl's trainer.resume_mode=disable)",
+        "frequency, loggers, speed and memory settings: same_config.py ALLOWED); else stop with "
+        "one line naming each key that differs; force: resume whatever differs; disable: the "
+        "launch starts over (verl's trainer.resume_mode=disable)",
     )
     parser.add_argument(
         "--knob", action="append", default=[], metavar="NAME=VALUE", help="a knob the launch set"
@@ -142,8 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             gpus=visible_gpus(),
         )
         # The step verl will resume, verified first (it may be an earlier whole one than the
-        # tracker names), then the guard on that step; the tracker is pointed at it only once the
-        # launch may go on: a refused launch changes nothing.
+        # tracker names), then the same-config check on that step; the tracker is pointed at it
+        # only once the launch may go on: a refused launch changes nothing.
         step, said = None, []
         if args.resume != "disable":
             if args.trainer == "ppo":

@@ -1,6 +1,6 @@
-"""The resume guard (verl_gsm8k/resume/guard.py): a relaunch is compared, key by key over the
-resolved config, with the launch that WROTE the checkpoint it would resume. Launches are the
-launcher's own main() (python -m verl_gsm8k.resume: the installed verl config composed by Hydra,
+"""The same-config check (verl_gsm8k/resume/same_config.py): a relaunch is compared, key by key
+over the resolved config, with the launch that WROTE the checkpoint it would resume. Launches are
+the launcher's own main() (python -m verl_gsm8k.resume: the installed verl config composed by Hydra,
 a real record written); the checkpoints are real FSDP ones of verl's checkpoint manager
 (tests/conftest.py's ``whole_checkpoints``), stamped as the recipes' trainer stamps them."""
 
@@ -17,7 +17,7 @@ import pytest
 from verl_gsm8k.common.launch_record import read_records, write_record
 from verl_gsm8k.common.run_dir import TRACKER, write_stamp
 from verl_gsm8k.resume.__main__ import main
-from verl_gsm8k.resume.guard import ALLOWED, allowed, differences, leaves, refusal
+from verl_gsm8k.resume.same_config import ALLOWED, allowed, differences, leaves, refusal
 
 STAMPS = [f"20261125T10000{i}Z" for i in range(10)]
 

@@ -51,7 +51,7 @@ ALLOWED = (
     "trainer.test_freq", "trainer.val_before_train", "trainer.val_only",
     "trainer.log_val_generations", "trainer.logger.*", "trainer.project_name",
     "trainer.experiment_name", "actor_rollout_ref.rollout.trace.*",
-    # the run directory itself (the guard runs in it) and the dumps written under it
+    # the run directory itself (this comparison runs in it) and the dumps written under it
     "trainer.default_local_dir", "trainer.rollout_data_dir", "trainer.validation_data_dir",
     # speed and memory only: micro-batches, token budgets, offloading, recomputation, timeouts
     "*micro_batch_size*", "*max_token_len_per_gpu", "*use_dynamic_bsz", "*offload*",
