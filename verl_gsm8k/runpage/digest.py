@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.analysis.guard import best_text, trip_line
+from verl_gsm8k.analysis.guard_records import best_text, trip_line
 from verl_gsm8k.runpage.html import duration, final_val_text, memory_text
 
 HTML_NAME = "report.html"

@@ -8,7 +8,7 @@ from typing import Any
 from verl_gsm8k.analysis import finding as rf
 from verl_gsm8k.analysis import parse as rp
 from verl_gsm8k.analysis.evals import CheckpointEval, EvalFile, eval_series
-from verl_gsm8k.analysis.guard import best_text, value_text
+from verl_gsm8k.analysis.guard_records import best_text, value_text
 from verl_gsm8k.common.run_dir import WATCHDOG_FILE, step_name
 from verl_gsm8k.runpage import summary as rs
 from verl_gsm8k.runpage.plots import build_plots, render_phase_plot, render_share_bar

@@ -14,7 +14,7 @@ from typing import Any
 
 from verl_gsm8k.analysis.checks import health_checks
 from verl_gsm8k.analysis.finding import Finding
-from verl_gsm8k.analysis.guard import guard_summary, read_guard, trip_findings
+from verl_gsm8k.analysis.guard_records import guard_summary, read_guard, trip_findings
 from verl_gsm8k.analysis.parse import (
     Canonical,
     RunData,
@@ -235,10 +235,10 @@ def analyse(
 ) -> tuple[RunData, Canonical, list[Finding], dict[str, Any]]:
     """Load, canonicalise, check and summarise one input (with the checks of its per-token
     ``trace``, when given: verl_gsm8k/replay/checks.py; and a run directory's watchdog trips and
-    kept best checkpoint: analysis/guard.py)."""
+    kept best checkpoint: analysis/guard_records.py)."""
     data = load_run(path)
     canon = canonicalize(data)
-    guard = read_guard(path)  # the watchdog's trips, the kept best checkpoint (analysis/guard.py)
+    guard = read_guard(path)  # the watchdog's trips, the kept best (analysis/guard_records.py)
     if guard.problem:
         data.issues.append(guard.problem)
     more = (trace_checks(trace, thresholds) if trace else []) + trip_findings(guard.trips)
