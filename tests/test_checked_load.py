@@ -20,7 +20,7 @@ import torch
 from omegaconf import OmegaConf
 
 import verl_gsm8k.verl_plugins.checked_load  # noqa: F401  (wraps verl's loaders, as in verl)
-from verl_gsm8k.guard.status import refused_load, verdict
+from verl_gsm8k.launch.outcome import refused_load, verdict
 from verl_gsm8k.merge.scan import ShardError
 
 

@@ -20,7 +20,7 @@ from verl_gsm8k.guard.deadline import (
     record_stop,
     stamp_time,
 )
-from verl_gsm8k.guard.status import verdict
+from verl_gsm8k.launch.outcome import verdict
 
 STAMP = "20261126T100000Z"
 

@@ -1,5 +1,5 @@
 """STOP_GRACE_S chosen from the steps and saves measured in the run directory, said in one line
-(verl_gsm8k/guard/grace.py, called by verl_gsm8k/launch/cli.py at each PPO launch)."""
+(verl_gsm8k/launch/grace.py, called by verl_gsm8k/launch/cli.py at each PPO launch)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from verl_gsm8k.guard.deadline import MARGIN_S, Timings
-from verl_gsm8k.guard.grace import RAY_JOB_ENV, RAY_WAIT_ENV, choose, stop_needs
+from verl_gsm8k.launch.grace import RAY_JOB_ENV, RAY_WAIT_ENV, choose, stop_needs
 
 
 def measured(run_dir: Path, **timings: float) -> Path:
@@ -65,7 +65,7 @@ def test_a_ray_jobs_stop_wait_shorter_than_the_grace_is_a_warning(tmp_path: Path
 
 def test_the_cli_prints_the_grace_and_refuses_a_setting_that_is_not_a_number(tmp_path: Path):
     run_dir = measured(tmp_path, step_s=66, save_s=20)
-    cli = [sys.executable, "-m", "verl_gsm8k.guard.grace", str(run_dir)]
+    cli = [sys.executable, "-m", "verl_gsm8k.launch.grace", str(run_dir)]
     done = subprocess.run(cli, capture_output=True, text=True, env={}, timeout=60)
     said, grace = done.stdout.splitlines()  # the grace last: plan_grace reads it
     assert (done.returncode, grace, done.stderr) == (0, "101", "")

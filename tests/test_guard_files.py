@@ -16,7 +16,7 @@ from verl_gsm8k.common.run_dir import (
     write_stamp,
 )
 from verl_gsm8k.guard.prune import prune
-from verl_gsm8k.guard.status import verdict
+from verl_gsm8k.launch.outcome import verdict
 
 STAMP, OTHER = "20261125T101500Z", "20261125T090000Z"
 
@@ -77,7 +77,7 @@ def test_pruning_keeps_the_newest_the_tracked_and_the_best(tmp_path: Path):
 
 def test_the_cli_prints_and_exits_as_the_launcher_expects(tmp_path: Path):
     append_trip(tmp_path, trip(9, STAMP))
-    cmd = [sys.executable, "-m", "verl_gsm8k.guard.status", str(tmp_path), "--stamp", STAMP,
+    cmd = [sys.executable, "-m", "verl_gsm8k.launch.outcome", str(tmp_path), "--stamp", STAMP,
            "--verl-status", "0"]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert result.returncode == EXIT_WATCHDOG and "non_finite at step 9" in result.stderr

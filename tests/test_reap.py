@@ -1,4 +1,4 @@
-"""Nothing of a launch outlives it (verl_gsm8k/guard/reap.py), on real processes: the ones a
+"""Nothing of a launch outlives it (verl_gsm8k/launch/reap.py), on real processes: the ones a
 launch started are found by their environment, also re-parented and with SIGTERM blocked, and
 ended; another launch's are never touched; a launch refuses to train beside an earlier one's.
 (The whole path, a real launch under SIGTERM to all its processes, is in
@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, run_recipe
 
+from verl_gsm8k.common.launch_env import ENV_LAUNCH, ENV_RUN_DIR
 from verl_gsm8k.common.run_dir import SESSION_FILE
-from verl_gsm8k.guard.reap import ENV_LAUNCH, ENV_RUN_DIR, blocks_sigterm, main
+from verl_gsm8k.launch.reap import blocks_sigterm, main
 from verl_gsm8k.verl_plugins.stop_on_sigterm import request_stop
 
 BLOCKED = (
@@ -175,7 +176,7 @@ def test_a_process_whose_environment_is_gone_is_found_by_its_session(tmp_path: P
     environment: `exec` (how the launcher starts verl) gives the launch a session of its own,
     named in the run directory, and a process of that session is stopped all the same."""
     env = dict(os.environ, **{ENV_LAUNCH: "L3", ENV_RUN_DIR: str(tmp_path)}, PYTHONPATH=str(ROOT))
-    driver = [sys.executable, "-m", "verl_gsm8k.guard.reap", "exec", "--", "bash", "-c",
+    driver = [sys.executable, "-m", "verl_gsm8k.launch.reap", "exec", "--", "bash", "-c",
               "env -i sleep 301 >/dev/null 2>&1 &"]  # fmt: skip
     subprocess.run(driver, env=env, timeout=60, check=True)
     sid = int((tmp_path / SESSION_FILE).read_text().split()[0])

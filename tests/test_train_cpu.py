@@ -116,7 +116,7 @@ def test_smoke_trains_two_ppo_steps_and_checkpoints(smoke: Smoke):
     assert (cache / "tiny-qwen2" / "config.json").is_file()  # built offline on first use
     assert (cache / "gsm8k-sample" / "train.parquet").is_file()  # the shipped sample, prepared
     assert "preflight: passed" in out
-    # the grace a SIGTERM gives the trainer, said at launch (guard/grace.py): a fresh run directory
+    # the grace a SIGTERM gives the trainer, said at launch (launch/grace.py): a fresh run directory
     assert "recipe: STOP_GRACE_S=30 s (the default; nothing measured in this run directory" in out
     assert (smoke.run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     for role in ("actor", "critic"):
@@ -312,7 +312,7 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     )
 
     from verl_gsm8k.common.run_dir import read_best, read_trips
-    from verl_gsm8k.guard.reap import launch_processes, of_run_dir
+    from verl_gsm8k.launch.reap import launch_processes, of_run_dir
     from verl_gsm8k.resume.verify import problem
 
     run_dir, roles = smoke.run_dir, ("actor", "critic")

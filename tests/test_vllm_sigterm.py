@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from verl_gsm8k.guard.reap import ENV_LAUNCH
+from verl_gsm8k.common.launch_env import ENV_LAUNCH
 
 
 def engine(handled: str, ready: str, launch: str | None) -> None:

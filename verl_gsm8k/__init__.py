@@ -3,10 +3,10 @@
 Bottom to top (LAYERS below; a package imports only packages of lower layers, tests/test_layout.py):
 
     common        small shared helpers: a run directory's layout (run_dir.py), atomic writes,
-                  the launch record, the tiny test model
+                  the launch record, a launch's variables in its processes, the tiny test model
     svgplot       a small SVG line-chart library (standard library only) the pages draw with
-    guard         a long run's protections: the watchdog's rules, pruning, a Slurm job's
-                  deadline, how a launch ended
+    guard         a long run's protections inside the trainer: the watchdog's rules, pruning,
+                  a Slurm job's deadline
     trace         the per-token trace of a few samples a step: which samples, the lines
     merge         verl's FSDP checkpoint -> a verified Hugging Face model (scripts/merge.sh)
     questions     which questions changed: one row per question, one column per model or step
@@ -23,7 +23,8 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
     cards         which recipe fits which card: docs/gpu.md's per-card table (python -m
                   verl_gsm8k.cards)
     launch        a recipe's launch, knobs to verl and back: the knob table, the overrides, the
-                  preflight, the resume record, verl supervised (python -m verl_gsm8k.launch)
+                  preflight, the resume record, verl supervised, its processes reaped, how it
+                  ended (python -m verl_gsm8k.launch)
     analysis      a run read and checked: metrics in every format verl writes, health checks
     replay        the pages beside a run's report: replay.html (the trace), rollouts.html
     runpage       one run's report.html, summary.json and terminal digest

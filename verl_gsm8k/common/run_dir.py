@@ -24,7 +24,7 @@ the small readers and writers of its files.
     ├── deadline_stop.json                  the step saved before the job's end (DEADLINE_STOP_FILE)
     ├── .launch.lock                        the launcher's flock: one launch at a time (LOCK_FILE)
     ├── .launch.session                     "<session id> <launch id>" of the last launch
-    │                                       (SESSION_FILE, guard/reap.py)
+    │                                       (SESSION_FILE, launch/reap.py)
     ├── launches/launch-<stamp>.yaml        the launch record (common/launch_record.py)
     ├── metrics/metrics-<stamp>.jsonl       verl's file logger, one file per launch
     ├── logs/console-<stamp>.log            a launch's console

@@ -23,8 +23,9 @@ from pathlib import Path
 
 from verl_gsm8k.common.run_dir import console_log_path, deadline_path, metrics_path, new_stamp
 from verl_gsm8k.guard import deadline as job_deadline
-from verl_gsm8k.guard import grace as stop_grace
-from verl_gsm8k.guard import prune, status
+from verl_gsm8k.guard import prune
+from verl_gsm8k.launch import grace as stop_grace
+from verl_gsm8k.launch import outcome
 from verl_gsm8k.launch.knobs import hydra_quote, problems
 from verl_gsm8k.launch.plan import (
     CONFIG_DIR,
@@ -302,7 +303,7 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
         prune_finished(run_dir, plan.values.get("MAX_CKPT_TO_KEEP", ""))
     if plan.trainer == "ppo":
         say(f"recipe: verl exited with {code}. Report: python -m verl_gsm8k.report {run_dir}")
-        code, lines = status.verdict(run_dir, stamp, code, supervisor.deadline is not None)
+        code, lines = outcome.verdict(run_dir, stamp, code, supervisor.deadline is not None)
         for line in lines:
             say(line, err=True)
     else:

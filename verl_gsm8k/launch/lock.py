@@ -6,7 +6,7 @@ them ends, so a SIGKILL leaves no stale lock. The file names the launch that hol
 that finds it held waits LOCK_WAIT_S seconds (a requeued job whose predecessor is still saving),
 then refuses in one line, before it has touched anything. Ray's processes do not inherit the
 descriptor: processes of an earlier launch into RUN_DIR that outlived it are found by their
-environment (verl_gsm8k/guard/reap.py), waited for, then refused the same way.
+environment (verl_gsm8k/launch/reap.py), waited for, then refused the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from verl_gsm8k.common.run_dir import lock_path
-from verl_gsm8k.guard import reap
+from verl_gsm8k.launch import reap
 
 
 class Busy(Exception):

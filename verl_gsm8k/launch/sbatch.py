@@ -32,7 +32,7 @@ MARKER = "verl_gsm8k/launch/sbatch.py"
 ONE_NODE = "slurm/one_node.sbatch"
 MULTI_NODE = "slurm/multi_node.sbatch"
 # The remote side of each `ray start`: SIGTERM blocked, a session of its own, then exec.
-REAP_EXEC = ("-m", "verl_gsm8k.guard.reap", "exec", "--")
+REAP_EXEC = ("-m", "verl_gsm8k.launch.reap", "exec", "--")
 POLL_S = 5.0  # the join's polling period, and the head's head start before the workers
 MODES = {
     "one-node": (ONE_NODE, "checks, then exec's the recipe: it becomes the job's batch process "

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.common.run_dir import session_path, stop_path
-from verl_gsm8k.guard import reap
+from verl_gsm8k.launch import reap
 from verl_gsm8k.launch.slurm import job_end
 
 KILL_WAIT_S = 10  # from the SIGTERM to every process verl started to SIGKILL
@@ -133,7 +133,7 @@ class Supervisor:
             argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=pass_fds,
             preexec_fn=_blocked_session if ppo else _ignore_sigint,
         )  # fmt: skip
-        if ppo:  # the driver's session, for the reaping of what outlives it (guard/reap.py)
+        if ppo:  # the driver's session, for the reaping of what outlives it (launch/reap.py)
             write_atomic(session_path(self.run_dir), f"{proc.pid} {launch_id}\n")
         tee = _tee(proc.stdout, log_path)
         status = self._wait(proc)

@@ -15,7 +15,7 @@ So while verl loads a checkpoint, ``torch.load`` of a path in that process opens
 checks that open handle (the zip directory and every record's CRC, every pickle's globals on the
 allow-list: merge/scan.py) and loads from the same handle: what is loaded is what was checked,
 whatever the path names by then. A file that fails is refused with one line naming it
-(ShardError, "checked load: ..."), which the launcher repeats as its last line (guard/status.py).
+(ShardError, "checked load: ..."), which the launcher repeats as its last line (launch/outcome.py).
 
 Active only inside verl's loaders (``checked_loads``), nowhere else. The workers' loader
 has no extension point, so each loader is wrapped right after its module is imported, in the
@@ -41,7 +41,7 @@ from verl_gsm8k.common.pause import pause_point
 from verl_gsm8k.merge.scan import ShardError, intact_open, scan_open
 from verl_gsm8k.verl_plugins.after_import import after_import
 
-PREFIX = "checked load: "  # guard/status.py finds the refusal in verl's log by it
+PREFIX = "checked load: "  # launch/outcome.py finds the refusal in verl's log by it
 
 
 def _checked(load: Callable[..., Any]) -> Callable[..., Any]:

@@ -32,8 +32,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from verl_gsm8k.common.launch_env import ENV_LAUNCH, launch_of
 from verl_gsm8k.common.run_dir import STOP_FILE, stop_path
-from verl_gsm8k.guard.reap import ENV_LAUNCH, launch_of
 from verl_gsm8k.verl_plugins.after_import import after_import
 
 _started = False

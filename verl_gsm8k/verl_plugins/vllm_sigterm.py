@@ -32,7 +32,7 @@ import os
 import signal
 import threading
 
-from verl_gsm8k.guard.reap import ENV_LAUNCH, launch_of
+from verl_gsm8k.common.launch_env import ENV_LAUNCH, launch_of
 
 _started = False
 

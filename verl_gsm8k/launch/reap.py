@@ -1,21 +1,21 @@
 """Nothing of a launch outlives it: find every process a launch started, and end them.
 
-The launcher (verl_gsm8k/launch/) starts verl with two variables in its environment,
-``GSM8K_LAUNCH_ID`` (unique per launch: stamp, launcher pid, host) and ``GSM8K_LAUNCH_RUN_DIR``.
-Every process verl starts inherits them: the driver, the local Ray it starts (``ray.init``: gcs,
-raylet, dashboard, log monitor, its process reaper), Ray's workers (the TaskRunner, the FSDP
-workers, vLLM's engine) and their children, also once they are re-parented to init or have left
-the launch's process group (verl's driver calls ``setpgrp`` when it starts Ray: a kill of the
-launcher's group misses all of them). The launcher starts verl through ``exec`` below, in a
-session of its own, named in RUN_DIR/.launch.session: a process whose environment /proc no
-longer shows (Ray's retitled workers) is found by its session. Only this user's processes, on
-this machine, are looked at. A Ray cluster the launch attaches to (``RAY_ADDRESS``) was started
+The launcher (verl_gsm8k/launch/) starts verl with two variables in its environment
+(common/launch_env.py), ``GSM8K_LAUNCH_ID`` (unique per launch: stamp, launcher pid, host) and
+``GSM8K_LAUNCH_RUN_DIR``. Every process verl starts inherits them: the driver, the local Ray it
+starts (``ray.init``: gcs, raylet, dashboard, log monitor, its process reaper), Ray's workers (the
+TaskRunner, the FSDP workers, vLLM's engine) and their children, also once they are re-parented to
+init or have left the launch's process group (verl's driver calls ``setpgrp`` when it starts Ray: a
+kill of the launcher's group misses all of them). The launcher starts verl through ``exec`` below,
+in a session of its own, named in RUN_DIR/.launch.session: a process whose environment /proc no
+longer shows (Ray's retitled workers) is found by its session. Only this user's processes, on this
+machine, are looked at. A Ray cluster the launch attaches to (``RAY_ADDRESS``) was started
 elsewhere, without these variables and outside the session: its processes never match.
 
-    python -m verl_gsm8k.guard.reap stop --launch ID [--grace S]   # after verl has ended
-    python -m verl_gsm8k.guard.reap stop --run-dir DIR             # every launch into DIR
-    python -m verl_gsm8k.guard.reap check --run-dir DIR [--wait S] # none may train beside us
-    python -m verl_gsm8k.guard.reap exec -- CMD ...                # how the launcher starts verl
+    python -m verl_gsm8k.launch.reap stop --launch ID [--grace S]   # after verl has ended
+    python -m verl_gsm8k.launch.reap stop --run-dir DIR             # every launch into DIR
+    python -m verl_gsm8k.launch.reap check --run-dir DIR [--wait S] # none may train beside us
+    python -m verl_gsm8k.launch.reap exec -- CMD ...                # how the launcher starts verl
 
 ``stop`` gives the processes a moment to end on their own (Ray's shutdown is under way when
 verl exits), then SIGTERM, then SIGKILL after ``--grace`` seconds (at once to a process that
@@ -39,11 +39,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_gsm8k.common.launch_env import ENV_LAUNCH, ENV_RUN_DIR, PROC, launch_environ
 from verl_gsm8k.common.run_dir import session_path
-
-ENV_LAUNCH = "GSM8K_LAUNCH_ID"
-ENV_RUN_DIR = "GSM8K_LAUNCH_RUN_DIR"
-PROC = Path("/proc")
 
 
 @dataclass(frozen=True)
@@ -52,21 +49,6 @@ class Proc:
     name: str
     launch: str
     run_dir: str
-
-
-def _environ(pid: int) -> dict[str, str]:
-    raw = (PROC / str(pid) / "environ").read_bytes()
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    wanted = (ENV_LAUNCH.encode(), ENV_RUN_DIR.encode())
-    return {k.decode(): v.decode(errors="replace") for k, v in pairs if k in wanted}
-
-
-def launch_of(pid: int) -> str | None:
-    """The launch id process ``pid`` carries (``GSM8K_LAUNCH_ID``); None when none, or gone."""
-    try:
-        return _environ(pid).get(ENV_LAUNCH)
-    except OSError:
-        return None
 
 
 def _name(pid: int) -> str:
@@ -131,7 +113,7 @@ def launch_processes(
         try:
             if entry.stat().st_uid != uid or _zombie(pid):
                 continue
-            env = _environ(pid)
+            env = launch_environ(pid)
             if ENV_LAUNCH in env:
                 proc = Proc(pid, _name(pid), env[ENV_LAUNCH], env.get(ENV_RUN_DIR, ""))
             elif sessions and os.getsid(pid) in sessions:
@@ -231,7 +213,7 @@ def check_run_dir(run_dir: str, wait_s: float, but: str = "") -> int:
     print(f"recipe: {run_dir} is in use: {len(left)} processes of an earlier launch "
           f"into it still run ({describe(left)}; pids {pids}; launch {', '.join(launches)}), "
           f"though it holds no lock: a launch beside them could write over their "
-          f"checkpoints; stop them (python -m verl_gsm8k.guard.reap stop --run-dir "
+          f"checkpoints; stop them (python -m verl_gsm8k.launch.reap stop --run-dir "
           f"{run_dir!r}) or wait for them (LOCK_WAIT_S)", file=sys.stderr, flush=True)  # fmt: skip
     return 2
 
@@ -266,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["exec"]:
         exec_blocked(argv[2:] if argv[1:2] == ["--"] else argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m verl_gsm8k.guard.reap", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m verl_gsm8k.launch.reap", description=__doc__)
     parser.add_argument("action", choices=("stop", "check"))
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--launch", help="the launch's GSM8K_LAUNCH_ID")

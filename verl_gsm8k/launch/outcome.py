@@ -1,6 +1,6 @@
 """How a PPO launch ended, as the launcher says it and exits with it.
 
-    python -m verl_gsm8k.guard.status RUN_DIR --stamp STAMP --verl-status N [--stopped]
+    python -m verl_gsm8k.launch.outcome RUN_DIR --stamp STAMP --verl-status N [--stopped]
 
 Run by the launcher (verl_gsm8k/launch/) once verl has exited. It prints one line and exits with:
 ``EXIT_WATCHDOG`` (4) when the watchdog stopped this launch (the line: the metric, its value and
@@ -152,7 +152,7 @@ def disk_full(run_dir: Path, text: str) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m verl_gsm8k.guard.status", description=__doc__.split("\n\n")[0]
+        prog="python -m verl_gsm8k.launch.outcome", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("run_dir", type=Path, help="the run directory (RUN_DIR)")
     parser.add_argument("--stamp", required=True, help="the launch's UTC stamp")

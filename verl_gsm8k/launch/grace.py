@@ -104,7 +104,7 @@ def choose(run_dir: Path, env: Mapping[str, str]) -> tuple[float, list[str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m verl_gsm8k.guard.grace",
+        prog="python -m verl_gsm8k.launch.grace",
         description="Print the STOP_GRACE_S a launch uses (standard output's last line) after "
         "the line saying why (a warning: standard error), from the steps and saves measured in "
         "its run directory (verl_gsm8k/launch/, at each PPO launch).",

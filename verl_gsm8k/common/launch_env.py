@@ -1,0 +1,35 @@
+"""A launch's two variables in the environment of every process it starts, and how another
+process reads them.
+
+The launcher (verl_gsm8k/launch/) starts verl with ``GSM8K_LAUNCH_ID`` (unique per launch: stamp,
+launcher pid, host) and ``GSM8K_LAUNCH_RUN_DIR``; every process verl starts inherits them. They
+tell which processes belong to a launch: the launcher reaps those that outlive verl
+(launch/reap.py), and verl's processes tell a SIGTERM from inside the launch from one sent from
+outside (verl_plugins/stop_on_sigterm.py, verl_plugins/vllm_sigterm.py), which is why this sits
+below both. Standard library only; Linux's /proc.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ENV_LAUNCH = "GSM8K_LAUNCH_ID"
+ENV_RUN_DIR = "GSM8K_LAUNCH_RUN_DIR"
+PROC = Path("/proc")
+
+
+def launch_environ(pid: int) -> dict[str, str]:
+    """The launch's variables in process ``pid``'s environment (those it has); OSError when the
+    process is gone or not ours to read."""
+    raw = (PROC / str(pid) / "environ").read_bytes()
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    wanted = (ENV_LAUNCH.encode(), ENV_RUN_DIR.encode())
+    return {k.decode(): v.decode(errors="replace") for k, v in pairs if k in wanted}
+
+
+def launch_of(pid: int) -> str | None:
+    """The launch id process ``pid`` carries (``GSM8K_LAUNCH_ID``); None when none, or gone."""
+    try:
+        return launch_environ(pid).get(ENV_LAUNCH)
+    except OSError:
+        return None
