@@ -1,4 +1,4 @@
 """Protections for a long run, applied by the trainer every PPO launch runs
 (``verl_gsm8k/ppo_trainer/guarded.py``): the watchdog's rules (rules.py) and their knobs
-(thresholds.py), pruning (prune.py) and a Slurm job's deadline (deadline.py). What they leave in
-the run directory, and every name in it: verl_gsm8k/common/run_dir.py."""
+(watchdog_settings.py), pruning (prune.py) and a Slurm job's deadline (deadline.py). What they
+leave in the run directory, and every name in it: verl_gsm8k/common/run_dir.py."""

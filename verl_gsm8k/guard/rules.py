@@ -71,8 +71,8 @@ update. A trip of the rollout's metrics marks checkpoint N-1 sick (kept, never r
 best) and names the newest checkpoint before it as the last healthy one; a trip of the update's
 names N-1, and a grad-norm explosion the step before its run (ppo_trainer/guarded.py).
 
-The defaults: ``thresholds.py``; the real runs they were checked against: docs/reliability.md,
-"The watchdog's thresholds, checked against real runs".
+The defaults: ``watchdog_settings.py``; the real runs they were checked against:
+docs/reliability.md, "The watchdog's thresholds, checked against real runs".
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_gsm8k.common.run_dir import step_name
-from verl_gsm8k.guard.thresholds import Thresholds
+from verl_gsm8k.guard.watchdog_settings import Thresholds
 
 # Every metric the non_finite rule reads: a name containing one of these. Ordered as a NaN
 # spreads (a score feeds the advantages, the loss, then the gradient), so the first one named
