@@ -759,7 +759,7 @@ def test_a_runs_evaluation_answers_within_the_runs_own_response_limit(tmp_path):
     """eval.sh --run: max_tokens is the run's data.max_response_length (its last launch record),
     --max-tokens overrides it, and where it came from is said; only the run's own limit is called
     comparable to verl's validation score."""
-    from verl_gsm8k.evaluate.common import training_comparable_to
+    from verl_gsm8k.evaluate.settings import training_comparable_to
 
     run = _run_with_records(tmp_path, 128, 256)
     settings = _sweep_settings(run)

@@ -45,7 +45,11 @@ import time
 from pathlib import Path
 
 from verl_gsm8k.common.run_dir import STEP_N
-from verl_gsm8k.evaluate.common import (
+from verl_gsm8k.evaluate.render import render_markdown
+from verl_gsm8k.evaluate.scoring import add_deltas
+from verl_gsm8k.evaluate.server import has_gpu, probe_openai, resolve_model_path
+from verl_gsm8k.evaluate.session import Session, exit_interrupted, read_rows, write_comparison
+from verl_gsm8k.evaluate.settings import (
     DATA_SOURCE,
     DEFAULT_MAX_TOKENS,
     DEFAULT_SAMPLES,
@@ -59,10 +63,6 @@ from verl_gsm8k.evaluate.common import (
     Settings,
     UsageError,
 )
-from verl_gsm8k.evaluate.render import render_markdown
-from verl_gsm8k.evaluate.scoring import add_deltas
-from verl_gsm8k.evaluate.server import has_gpu, probe_openai, resolve_model_path
-from verl_gsm8k.evaluate.session import Session, exit_interrupted, read_rows, write_comparison
 from verl_gsm8k.evaluate.sweep import run_sweep
 
 # ---------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from verl_gsm8k.evaluate.common import UsageError
+from verl_gsm8k.evaluate.settings import UsageError
 
 
 def load_data(source: str) -> dict[str, list[dict]]:

@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
-from verl_gsm8k.evaluate.common import (
+from verl_gsm8k.evaluate.render import pct, render_samples
+from verl_gsm8k.evaluate.scoring import read_jsonl, read_report, rescore, review_scores
+from verl_gsm8k.evaluate.server import ServerProcess, free_port, vllm_serve_command
+from verl_gsm8k.evaluate.settings import (
     BENCHMARK,
     PROG,
     REPETITION_PENALTY,
@@ -27,9 +30,6 @@ from verl_gsm8k.evaluate.common import (
     Settings,
     training_comparable_to,
 )
-from verl_gsm8k.evaluate.render import pct, render_samples
-from verl_gsm8k.evaluate.scoring import read_jsonl, read_report, rescore, review_scores
-from verl_gsm8k.evaluate.server import ServerProcess, free_port, vllm_serve_command
 
 
 def _metric_name(meta) -> str:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.evaluate.common import BENCHMARK, DATA_SOURCE, REWARD_FILE, EvalError, UsageError
+from verl_gsm8k.evaluate.settings import BENCHMARK, DATA_SOURCE, REWARD_FILE, EvalError, UsageError
 
 
 def response_text(record: dict) -> str:

@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from verl_gsm8k.common.children import dies_with_this_process
-from verl_gsm8k.evaluate.common import LOG_TAIL_LINES, PROG, EvalError
+from verl_gsm8k.evaluate.settings import LOG_TAIL_LINES, PROG, EvalError
 
 PROBE_TIMEOUT = 5.0  # seconds for one GET /v1/models
 

@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
-from verl_gsm8k.evaluate.common import (
+from verl_gsm8k.evaluate.data import load_data, write_data
+from verl_gsm8k.evaluate.run import evaluate_model, mode_settings
+from verl_gsm8k.evaluate.scoring import load_reward
+from verl_gsm8k.evaluate.settings import (
     BENCHMARK,
     PROG,
     REPETITION_PENALTY,
@@ -21,9 +24,6 @@ from verl_gsm8k.evaluate.common import (
     Settings,
     UsageError,
 )
-from verl_gsm8k.evaluate.data import load_data, write_data
-from verl_gsm8k.evaluate.run import evaluate_model, mode_settings
-from verl_gsm8k.evaluate.scoring import load_reward
 from verl_gsm8k.questions.runs import write_for_evaluation
 
 

@@ -44,7 +44,11 @@ from verl_gsm8k.common.run_dir import (
     step_dir,
     step_name,
 )
-from verl_gsm8k.evaluate.common import (
+from verl_gsm8k.evaluate.render import pct, render_markdown
+from verl_gsm8k.evaluate.scoring import add_deltas
+from verl_gsm8k.evaluate.server import resolve_model_path
+from verl_gsm8k.evaluate.session import Session, exit_interrupted, read_rows, write_comparison
+from verl_gsm8k.evaluate.settings import (
     PROG,
     REPETITION_PENALTY,
     ROOT,
@@ -53,10 +57,6 @@ from verl_gsm8k.evaluate.common import (
     Settings,
     UsageError,
 )
-from verl_gsm8k.evaluate.render import pct, render_markdown
-from verl_gsm8k.evaluate.scoring import add_deltas
-from verl_gsm8k.evaluate.server import resolve_model_path
-from verl_gsm8k.evaluate.session import Session, exit_interrupted, read_rows, write_comparison
 
 MERGE_PREFIX = ".merge-step-"
 RECORDS = f"{LAUNCHES_DIR}/{LAUNCH_RECORD.format(stamp='*')}"  # named in messages

@@ -1,4 +1,4 @@
-"""What every part of the GSM8K evaluation shares: constants, errors, a model, the settings.
+"""The evaluation's settings and what every part of it shares: constants, errors, a model.
 
 Standard library only. ``data_prep`` and ``rewards`` are imported as the packages they are: the
 project is installed (editable) in .venv-eval too.
