@@ -551,7 +551,7 @@ def sft_run(ckpt_ws1, tmp_path_factory) -> Path:
 
 
 def test_an_sft_checkpoint_is_found_from_its_run_dir_or_step_dir(sft_run, ckpt_ws1):
-    from verl_gsm8k.merge.checkpoint import check_checkpoint, resolve_source
+    from verl_gsm8k.merge.find import check_checkpoint, resolve_source
 
     step_dir = sft_run / f"global_step_{STEP}"
     for source in (sft_run, step_dir):
@@ -597,7 +597,7 @@ def _run_with_best(ckpt: Path, dest: Path, best_step: int | None) -> Path:
 
 
 def test_best_picks_the_step_best_checkpoint_json_names_not_the_tracker(ckpt_ws2, tmp_path):
-    from verl_gsm8k.merge.checkpoint import best_step_dir, resolve_source
+    from verl_gsm8k.merge.find import best_step_dir, resolve_source
 
     run = _run_with_best(ckpt_ws2, tmp_path / "run", STEP)
     step_dir, best = best_step_dir(run)
@@ -630,7 +630,7 @@ def test_best_without_a_usable_best_file_is_one_line(ckpt_ws2, tmp_path):
                     f"{resaved / f'global_step_{STEP}'} was saved by launch 20260102T000000Z",
                     "--best")  # fmt: skip
     write_stamp(resaved, STEP, "20260101T000000Z")  # the same launch: merged as before
-    from verl_gsm8k.merge.checkpoint import best_step_dir
+    from verl_gsm8k.merge.find import best_step_dir
 
     assert best_step_dir(resaved)[0] == resaved / f"global_step_{STEP}"
 

@@ -15,15 +15,8 @@ import sys
 from pathlib import Path
 
 from verl_gsm8k.common.run_dir import BEST_FILE, STEP_N, TRACKER
-from verl_gsm8k.merge.checkpoint import (
-    DESCRIBED,
-    MANIFEST,
-    PROG,
-    SFT,
-    CheckpointError,
-    MergeError,
-    merge,
-)
+from verl_gsm8k.merge.checkpoint import MANIFEST, PROG, MergeError, merge
+from verl_gsm8k.merge.find import DESCRIBED, SFT, CheckpointError
 
 
 class Interrupted(BaseException):

@@ -29,7 +29,7 @@ from verl_gsm8k.common.run_dir import (
     tracker_path,
     write_tracker,
 )
-from verl_gsm8k.merge.checkpoint import CheckpointError, check_checkpoint
+from verl_gsm8k.merge.find import CheckpointError, check_checkpoint
 from verl_gsm8k.merge.scan import ShardError, check_intact, scan_shard
 
 KINDS = ("model", "optim", "extra_state")
