@@ -4,13 +4,19 @@ because it would silently train something else. No training: dry runs and compos
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import pytest
 from helpers import ROOT, composed_config, get, recipe_env, run_recipe
 from omegaconf import OmegaConf
 
-from verl_gsm8k.preflight.algorithm import algorithm_problems, overlong_problems
+from verl_gsm8k.preflight.algorithm import (
+    GROUP_AT_ONE,
+    algorithm_problems,
+    algorithm_warnings,
+    overlong_problems,
+)
 from verl_gsm8k.preflight.cli import LEGACY_KEYS
 from verl_gsm8k.preflight.compose import compose, legacy_key_problems
 
@@ -120,12 +126,29 @@ REWARD_KEYS = {"score", "acc", "format", "pred_found", "hedged", "clipped"}  # r
 def test_the_shipped_configs_pass(configs, name):
     cfg = variant(configs, name)
     assert algorithm_problems(cfg, REWARD_KEYS) + overlong_problems(cfg) == []
+    assert algorithm_warnings(cfg) == []
 
 
-# (config, changed keys, the text of the one refusal): each a combination that would train
-# something else than its name says.
+N1 = "actor_rollout_ref.rollout.n"
+ESTIMATOR = "algorithm.adv_estimator"
+
+# (config, changed keys, the text of the one refusal): each a combination that verl refuses or
+# that would train something else than its name says.
 MISTAKES = [
-    ("rloo", {"actor_rollout_ref.rollout.n": 1}, "rollout.n = 1: algorithm.adv_estimator=rloo"),
+    ("rloo", {N1: 1}, "rollout.n = 1: algorithm.adv_estimator=rloo"),
+    ("grpo", {N1: 1, ESTIMATOR: "gpg"}, "adv_estimator=gpg compares the responses"),
+    (
+        "grpo",
+        {N1: 1, ESTIMATOR: "optimal_token_baseline"},
+        "adv_estimator=optimal_token_baseline compares the responses",
+    ),
+    (
+        "grpo",
+        {N1: 1, ESTIMATOR: "tir_optimal_token_baseline"},
+        "adv_estimator=tir_optimal_token_baseline compares the responses",
+    ),
+    ("rloo", {N1: 1, ESTIMATOR: "rloo_vectorized"}, "the advantage is 0 for every response"),
+    ("grpo", {N1: 1, ESTIMATOR: "grpo_passk"}, "Pass@k requires at least 2 samples per group"),
     (
         "reinforce_pp_baseline",
         {"actor_rollout_ref.rollout.n": 1},
@@ -133,14 +156,12 @@ MISTAKES = [
     ),
     ("grpo", {"critic.enable": True}, "critic.enable=true with algorithm.adv_estimator=grpo"),
     ("ppo", {"critic.enable": False}, "critic.enable=false with algorithm.adv_estimator=gae"),
-    ("grpo", {"algorithm.use_kl_in_reward": True}, "is charged twice"),
     (
         "drgrpo",
         {"algorithm.adv_estimator": "grpo_vectorized"},
         "norm_adv_by_std_in_grpo=false is ignored by adv_estimator=grpo_vectorized",
     ),
     ("drgrpo", {"actor_rollout_ref.actor.loss_scale_factor": None}, "loss_scale_factor null"),
-    ("gspo", {"actor_rollout_ref.actor.clip_ratio_high": 0.2}, "clip_ratio_high=0.2: GSPO"),
     ("remax", {"trainer.use_v1": True}, "adv_estimator=remax with trainer.use_v1=true"),
     ("dapo", {"trainer.use_v1": False}, "the legacy trainer never reads algorithm.filter_groups"),
     (
@@ -159,7 +180,17 @@ MISTAKES = [
     (
         "dapo",
         {"reward.reward_kwargs.overlong_buffer_cfg.len": 300},
-        "overlong_buffer_cfg.len=300 must be above 0 and below data.max_response_length",
+        "overlong_buffer_cfg.len=300 must be above 0 and at most reward.reward_kwargs.max_resp_len",
+    ),
+    (
+        "dapo",
+        {"reward.reward_kwargs.overlong_buffer_cfg.len": 0},
+        "overlong_buffer_cfg.len=0 must be above 0",
+    ),
+    (
+        "dapo",
+        {"reward.reward_kwargs.max_resp_len": None},
+        "max_resp_len is not set: verl's dapo reward manager asserts it",
     ),
 ]
 
@@ -174,6 +205,120 @@ def test_a_combination_that_trains_something_else_is_refused(configs, name, chan
     problems = algorithm_problems(cfg, REWARD_KEYS) + overlong_problems(cfg)
     assert any(expected in line for line in problems), problems
     assert all("\n" not in line for line in problems)
+
+
+def changed(configs, name: str, changes: dict):
+    cfg = variant(configs, name)
+    for key, value in changes.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    return cfg
+
+
+# (config, changed keys, the text of the one warning): combinations verl runs as written; the
+# preflight says so and what verl does, and lets the launch go on.
+WARNINGS = [
+    ("grpo", {"algorithm.use_kl_in_reward": True}, "charges the KL to the reference twice"),
+    (
+        "rloo",
+        {"actor_rollout_ref.actor.use_kl_loss": True},
+        "charges the KL to the reference twice",
+    ),
+    (
+        "gspo",
+        {"actor_rollout_ref.actor.clip_ratio_high": 0.2},
+        "clip_ratio_high=0.2: verl allows this and clips the sequence-level ratio",
+    ),
+    (
+        "dapo",
+        {
+            "reward.reward_kwargs.max_resp_len": 512,
+            "reward.reward_kwargs.overlong_buffer_cfg.len": 300,
+        },
+        "max_resp_len=512 with data.max_response_length=256: verl allows this",
+    ),
+    (
+        "dapo",
+        {"reward.reward_kwargs.max_resp_len": 200},
+        "the penalty keeps growing past -penalty_factor",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "changes", "expected"), WARNINGS, ids=[w[2][:40] for w in WARNINGS]
+)
+def test_a_combination_verl_allows_is_a_warning(configs, name, changes, expected):
+    cfg = changed(configs, name, changes)
+    assert algorithm_problems(cfg, REWARD_KEYS) + overlong_problems(cfg) == []
+    (warning,) = algorithm_warnings(cfg)
+    assert expected in warning and "verl allows this" in warning, warning
+    assert "\n" not in warning
+
+
+def test_an_overlong_buffer_as_long_as_max_resp_len_is_accepted(configs):
+    """verl's dapo manager asserts max_resp_len >= len: the penalty may ramp over the whole
+    response."""
+    cfg = changed(configs, "dapo", {"reward.reward_kwargs.overlong_buffer_cfg.len": 256})
+    assert overlong_problems(cfg) == [] and algorithm_warnings(cfg) == []
+
+
+@pytest.fixture(scope="module")
+def core_algos():
+    from verl.trainer.ppo import core_algos
+
+    return core_algos
+
+
+def test_every_estimator_verl_groups_by_prompt_is_checked_at_one_response(core_algos):
+    """An estimator that takes the prompt index (``uid``) computes a group baseline: the preflight
+    must say what each does with a group of one."""
+    grouped = {
+        name
+        for name, fn in core_algos.ADV_ESTIMATOR_REGISTRY.items()
+        if "index" in inspect.signature(fn).parameters
+    }
+    assert grouped == set(GROUP_AT_ONE)
+
+
+@pytest.mark.parametrize("estimator", sorted(GROUP_AT_ONE))
+def test_the_reason_at_one_response_is_what_verl_computes(core_algos, estimator):
+    """Each estimator run by verl on four prompts with one response each (scores 1, 0, 1, 0.5):
+    the preflight's reason names what came out."""
+    import numpy as np
+    import torch
+
+    scores = torch.tensor([1.0, 0.0, 1.0, 0.5])
+    rewards = torch.zeros(4, 3)
+    rewards[:, -1] = scores
+    kwargs = {
+        "token_level_rewards": rewards,
+        "response_mask": torch.ones(4, 3),
+        "index": np.array(["a", "b", "c", "d"], dtype=object),
+        "config": OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gamma": 1.0}),
+        "old_log_probs": torch.full((4, 3), -1.0),  # the optimal token baselines' inputs
+        "sum_pi_squared": torch.full((4, 3), 0.3),
+    }
+    fn = core_algos.get_adv_estimator_fn(estimator)
+    params = inspect.signature(fn).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    reason = GROUP_AT_ONE[estimator]
+    try:
+        advantages, _ = fn(**kwargs)
+    except ValueError as exc:
+        assert "raises ValueError" in reason and str(exc).split(".")[0] in reason, reason
+        return
+    first = advantages[:, 0]
+    assert torch.allclose(advantages, first.unsqueeze(-1).expand(4, 3))  # one value per response
+    if torch.all(first == 0):
+        assert "the advantage is 0 for every response" in reason, reason
+    elif torch.allclose(first, scores, atol=1e-5):
+        assert "the raw score" in reason and "times" not in reason, reason
+    elif torch.allclose(first, scores * first[0] / scores[0]):
+        assert "the raw score times" in reason, reason
+    else:
+        assert abs(first.mean()) < 1e-5  # whitened: mean 0 over the batch
+        assert "whitens over the batch" in reason, reason
 
 
 def test_reinforce_pp_needs_no_group(configs):

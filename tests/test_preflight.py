@@ -328,6 +328,21 @@ def test_grpo_needs_a_group_per_prompt(base_overrides):
     assert report.errors == 0, "\n".join(report.lines)
 
 
+def test_kl_in_the_reward_and_in_the_loss_is_said_not_refused(base_overrides):
+    """verl runs both at once (it prints a notice): a warning that says so, and the launch goes on
+    with the algorithm line naming both."""
+    both = ["algorithm.use_kl_in_reward=True", "actor_rollout_ref.rollout.n=4"]
+    report = run_preflight(base_overrides + both, config="gsm8k_grpo")
+    assert report.errors == 0, "\n".join(report.lines)
+    warned = [line for line in report.lines if "[warn] algorithm:" in line]
+    assert len(warned) == 1 and "verl allows this" in warned[0], "\n".join(report.lines)
+    assert "charges the KL to the reference twice" in warned[0]
+    assert any(
+        "[ok] algorithm:" in line and "KL in the reward and in the loss" in line
+        for line in report.lines
+    ), "\n".join(report.lines)
+
+
 def test_reward_is_tried_in_the_format_the_prompts_ask_for(base_overrides, tmp_path):
     """Boxed prompts with the #### reward would score every response 0: caught, with the fix."""
     boxed = prepare(
