@@ -25,7 +25,7 @@ LOG_512 = "qwen2.5-0.5b-ppo-gsm8k-resp512.log"
 LOG_256 = "qwen2.5-0.5b-ppo-gsm8k-resp256.log"
 
 # The critic's value loss and grad norm, step by step from step 1, of measured CPU runs: smoke
-# runs (tiny random model, 3-4 steps) with a critic learning rate of 1e-1 (four; the first run's
+# runs (tiny random model, 3-4 steps) with a critic learning rate of 1e-1 (five; the first run's
 # grad norms of steps 2-3 were not kept: interpolated) and healthy ones (critic lr 1e-5; the
 # suite's with actor lr 1e-2, and one with the defaults), and the suite's PPO learning run (20
 # steps, warm-started tiny model); docs/reliability.md, "The watchdog's thresholds, checked
@@ -39,6 +39,7 @@ EXPLODING_CRITICS = {
     "second": ([1.145, 63.14, 28.67, 16.03], [15.84, 123.3, 75.43, 26.79]),
     "third": ([0.5618, 15.65, 16.93, 3.149], [10.58, 59.98, 37.92, 17.15]),
     "fourth": ([3.917, 44.16, 10.58], [23.46, 67.90, 45.61]),  # step 1 already diverging
+    "fifth": ([0.8390, 81.76, 42.82, 6.577], [16.25, 121.7, 52.35, 18.83]),
 }
 HEALTHY_CRITICS = {
     "smoke, actor lr 1e-2": ([0.0449, 0.0277, 0.0188, 0.0124], [4.57, 3.11, 1.91, 0.51]),

@@ -466,7 +466,7 @@ def short_run(vf_loss: list[float], grad_norm: list[float]) -> list[dict[str, An
 
 
 @pytest.mark.parametrize(("run", "last"), [("first", 4), ("second", 4), ("third", 4),
-                                           ("fourth", 2)])  # fmt: skip
+                                           ("fourth", 2), ("fifth", 4)])  # fmt: skip
 def test_an_exploding_critic_is_a_warning_naming_vf_loss(tmp_path: Path, run: str, last: int):
     """A critic learning rate of 1e-1: the value loss 11-58 x its start at step 2 (the fourth
     run's step 3 falls back to 2.7 x)."""

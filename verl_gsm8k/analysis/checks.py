@@ -317,8 +317,9 @@ def check_value_loss(canon: Canonical, t: Thresholds) -> list[Finding]:
 
 def check_critic_divergence(canon: Canonical, t: Thresholds) -> list[Finding]:
     """The critic diverging: value loss far above the run's first logged one and above a floor
-    no healthy critic of a 0/1 reward reaches, from the second step on; the critic's grad norm
-    at the worst step against its own first value is in the message and the evidence."""
+    that a critic whose values stay within 0/1 returns never reaches, from the second step on;
+    the critic's grad norm at the worst step against its own first value is in the message and
+    the evidence."""
     points = [(s, v) for s, v in canon.series.get("vf_loss", []) if math.isfinite(v)]
     if len(points) < 2:
         return []
