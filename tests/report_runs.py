@@ -1,7 +1,9 @@
 """The report tests' synthetic verl 0.9.1 runs (healthy, or with a pathology planted through a
-mutator), their writer, and a reader of the SVG plots of a report page.
+mutator), their writer, and a reader of the SVG plots of a report page; the critics of measured
+short runs, healthy and exploding.
 
-Used by tests/test_report.py and tests/test_report_learning.py.
+Used by tests/test_report.py and tests/test_report_learning.py; the critics also by
+tests/test_watchdog_rules.py.
 """
 
 from __future__ import annotations
@@ -21,6 +23,29 @@ from verl_gsm8k.runpage import summary as rs
 # The two real verl console logs under ../shared/data/verl-logs (the verl_logs_dir fixture).
 LOG_512 = "qwen2.5-0.5b-ppo-gsm8k-resp512.log"
 LOG_256 = "qwen2.5-0.5b-ppo-gsm8k-resp256.log"
+
+# The critic's value loss and grad norm, step by step from step 1, of measured CPU runs: smoke
+# runs (tiny random model, 3-4 steps) with a critic learning rate of 1e-1 (five; the first run's
+# grad norms of steps 2-3 were not kept: interpolated) and healthy ones (critic lr 1e-5; the
+# suite's with actor lr 1e-2, and one with the defaults), and the suite's PPO learning run (20
+# steps, warm-started tiny model); docs/reliability.md, "The watchdog's thresholds, checked
+# against real runs".
+_LEARNING_VF_LOSS = [0.206, 0.129, 0.119, 0.115, 0.097, 0.067, 0.039, 0.038, 0.021, 0.040]
+_LEARNING_VF_LOSS += [0.017, 0.041, 0.048, 0.034, 0.018, 0.029, 0.011, 0.013, 0.027, 0.012]
+_LEARNING_GRAD_NORM = [2.95, 0.88, 1.11, 1.51, 0.69, 0.90, 0.33, 0.47, 0.44, 0.57]
+_LEARNING_GRAD_NORM += [0.41, 0.45, 0.27, 0.42, 0.60, 0.23, 0.14, 0.30, 0.29, 0.30]
+EXPLODING_CRITICS = {
+    "first": ([0.27, 15.7, 20.5, 42.9], [7.6, 30.0, 60.0, 100.0]),
+    "second": ([1.145, 63.14, 28.67, 16.03], [15.84, 123.3, 75.43, 26.79]),
+    "third": ([0.5618, 15.65, 16.93, 3.149], [10.58, 59.98, 37.92, 17.15]),
+    "fourth": ([3.917, 44.16, 10.58], [23.46, 67.90, 45.61]),  # step 1 already diverging
+    "fifth": ([0.8390, 81.76, 42.82, 6.577], [16.25, 121.7, 52.35, 18.83]),
+}
+HEALTHY_CRITICS = {
+    "smoke, actor lr 1e-2": ([0.0449, 0.0277, 0.0188, 0.0124], [4.57, 3.11, 1.91, 0.51]),
+    "smoke, default lrs": ([0.0320, 0.0207, 0.0151, 0.0097], [3.61, 2.62, 1.67, 0.52]),
+    "learning run": (_LEARNING_VF_LOSS, _LEARNING_GRAD_NORM),
+}
 
 
 STEPS = 200

@@ -47,7 +47,9 @@ def test_warnings_are_counted_and_verls_status_kept(tmp_path: Path):
     append_trip(tmp_path, trip(4, STAMP, "warn"))
     append_trip(tmp_path, trip(5, STAMP, "warn"))
     status, (line,) = verdict(tmp_path, STAMP, 1, stopped=False)
-    assert status == 1 and "warned 2 time(s)" in line and "non_finite at step 4" in line
+    assert status == 1 and "warned 2 time(s), the run went on" in line
+    assert "non_finite at step 4" in line
+    assert "WATCHDOG=warn" not in line  # a warning-only rule warns under WATCHDOG=stop too
 
 
 def test_sigterm_says_which_step_was_saved_or_that_none_was(tmp_path: Path):

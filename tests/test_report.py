@@ -22,6 +22,8 @@ import browser
 import pytest
 from browser import WINDOW, chart_titles, plot_series, png_size, render, require_chromium
 from report_runs import (
+    EXPLODING_CRITICS,
+    HEALTHY_CRITICS,
     LOG_256,
     LOG_512,
     PHASES,
@@ -446,7 +448,67 @@ def test_value_loss_explosion(tmp_path: Path) -> None:
     hit = only(findings, "value_loss_explosion")
     # 10x the earlier low (~0.06) is passed near step 120 + log(7.5)/log(1.1) ~ 141
     assert 135 <= hit.start_step <= 150 and hit.end_step == STEPS
-    assert checks_fired(findings) == {"value_loss_explosion", "value_loss_not_decreasing"}
+    # ... and 5x the run's first value loss (~0.22) near step 120 + log(13.5)/log(1.1) ~ 147
+    assert 144 <= only(findings, "critic_divergence").start_step <= 151
+    assert checks_fired(findings) == {
+        "value_loss_explosion",
+        "value_loss_not_decreasing",
+        "critic_divergence",
+    }
+
+
+def short_run(vf_loss: list[float], grad_norm: list[float]) -> list[dict[str, Any]]:
+    """A healthy run's steps 0..len(vf_loss), its critic's value loss and grad norm replaced."""
+    records = build_run()[: len(vf_loss) + 1]
+    for record, loss, norm in zip(records[1:], vf_loss, grad_norm, strict=True):
+        record["data"] |= {"critic/vf_loss": loss, "critic/grad_norm": norm}
+    return records
+
+
+@pytest.mark.parametrize(("run", "last"), [("first", 4), ("second", 4), ("third", 4),
+                                           ("fourth", 2), ("fifth", 4)])  # fmt: skip
+def test_an_exploding_critic_is_a_warning_naming_vf_loss(tmp_path: Path, run: str, last: int):
+    """A critic learning rate of 1e-1: the value loss 11-58 x its start at step 2 (the fourth
+    run's step 3 falls back to 2.7 x)."""
+    findings = analyse_records(tmp_path, short_run(*EXPLODING_CRITICS[run]))[2]
+    hit = only(findings, "critic_divergence")
+    assert (hit.severity, hit.metric, hit.start_step, hit.end_step) == ("warning", "vf_loss", 2,
+                                                                       last)  # fmt: skip
+    assert hit.message.startswith("critic/vf_loss up to ")
+    assert "critic/grad_norm there" in hit.message
+    assert hit.evidence["peak"] / hit.evidence["start"] > 10
+    assert checks_fired(findings) == {"critic_divergence"}
+
+
+@pytest.mark.parametrize("run", sorted(HEALTHY_CRITICS))
+def test_a_healthy_critic_of_a_short_run_raises_nothing(tmp_path: Path, run: str) -> None:
+    assert analyse_records(tmp_path, short_run(*HEALTHY_CRITICS[run]))[2] == []
+
+
+def test_a_critic_that_started_near_0_and_learns_stays_under_the_floor(tmp_path: Path) -> None:
+    """Every reward 0 at first (the critic fits ~0, as the smoke runs' 0.005), then rewards vary
+    and the loss rises to a 0/1 reward's level, 0.2: 40 x its start, healthy. The floor keeps
+    it quiet; a factor alone would not."""
+
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        d["critic/vf_loss"] = 0.005 if step < 20 else 0.2
+
+    records = build_run(mutate)
+    assert "critic_divergence" not in checks_fired(analyse_records(tmp_path / "floor", records)[2])
+    no_floor = rt.Thresholds(critic_loss_floor=0.0)
+    data = rp.load_run(write_jsonl(tmp_path / "m.jsonl", records))
+    hit = only(rc.health_checks(data, rp.canonicalize(data), no_floor), "critic_divergence")
+    assert hit.start_step == 20
+
+
+def test_the_real_critics_stay_far_below_the_bar(real_runs) -> None:
+    """The real 0.5B runs' value loss reaches at most 1.18 x its start (step 1 of the 512-token
+    run): under a quarter of the factor."""
+    t = rt.THRESHOLDS
+    for name, (_, canon, _, _) in real_runs.items():
+        assert rc.check_critic_divergence(canon, t) == [], name
+        values = [v for _, v in canon.series["vf_loss"]]
+        assert max(values[1:]) / values[0] < t.critic_start_factor / 4, name
 
 
 def test_value_loss_not_decreasing(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from report_runs import EXPLODING_CRITICS, HEALTHY_CRITICS
 
 from verl_gsm8k.analysis.parse import load_run
 from verl_gsm8k.common import run_dir
@@ -215,6 +216,56 @@ def test_a_run_of_exploding_grad_norms_trips_one_spike_does_not() -> None:
     assert trip.sick_from(31) == 29  # the first update of the run
 
 
+def critic_trips(losses: list[float], norms: list[float]) -> list[tuple[int, Trip]]:
+    """A run from its first step with the given critic, every step checked and accepted."""
+    watchdog = Watchdog(Thresholds())
+    trips = []
+    for step, (loss, norm) in enumerate(zip(losses, norms, strict=True), 1):
+        metrics = {**healthy_steps(1)[0], "critic/vf_loss": loss, "critic/grad_norm": norm}
+        trips += [(step, trip) for trip in watchdog.check(step, metrics, [], [])]
+        watchdog.accept(metrics)
+    return trips
+
+
+@pytest.mark.parametrize("run", sorted(EXPLODING_CRITICS))
+def test_an_exploding_critic_warns_once_where_it_crosses_and_never_stops(run: str) -> None:
+    """From the run's first step: the value loss 11-58 x its start at step 2 warns there (a
+    warning even in mode stop), not again while it stays above the bar."""
+    losses, norms = EXPLODING_CRITICS[run]
+    ((step, trip),) = critic_trips(losses, norms)
+    assert (step, trip.rule, trip.metric, trip.stops) == (2, "critic_divergence", "critic/vf_loss",
+                                                           False)  # fmt: skip
+    assert trip.weights == "update" and trip.value == losses[1]
+    assert "the critic diverges; a warning, the run goes on" in trip.threshold
+    assert f"critic/grad_norm {norms[1]:.3g} = " in trip.threshold
+
+
+@pytest.mark.parametrize("run", sorted(HEALTHY_CRITICS))
+def test_a_healthy_critic_of_a_cpu_run_trips_nothing(run: str) -> None:
+    assert critic_trips(*HEALTHY_CRITICS[run]) == []
+
+
+def test_the_critic_warns_again_after_it_came_back() -> None:
+    watchdog = after_history()
+    diverged = with_(**{"critic/vf_loss": 50.0})
+    (trip,) = check(watchdog, diverged)
+    assert trip.rule == "critic_divergence" and not trip.stops
+    watchdog.accept(diverged)
+    assert check(watchdog, diverged) == []  # still above: no second line
+    watchdog.accept(with_())
+    assert [t.rule for t in check(watchdog, diverged)] == ["critic_divergence"]
+
+
+def test_a_critic_that_started_near_0_and_learns_stays_under_the_floor() -> None:
+    """Every reward 0 at first (the critic fits ~0), then a 0/1 reward's loss: 40 x its start,
+    healthy, under the floor."""
+    losses = [0.005] * 5 + [0.2] * 5
+    for floor, tripped in ((1.0, []), (0.0, [6])):
+        watchdog = Watchdog(Thresholds(critic_loss_floor=floor))
+        steps = [{**m, "critic/vf_loss": v} for m, v in zip(healthy_steps(10), losses, strict=True)]
+        assert [step for step, trips in run(watchdog, steps) if trips] == tripped
+
+
 def test_length_collapse_and_every_response_at_the_limit() -> None:
     (trip,) = check(after_history(), with_(**{"response_length/mean": 20.0}))
     assert (trip.rule, trip.metric) == ("length_collapse", "response_length/mean")
@@ -302,6 +353,7 @@ PLANTED = {
     "kl_ceiling": ({"kl_ceiling": None, "kl_spike_factor": 0}, {"actor/reward_kl_penalty": 9.0}),
     "clip_fraction": ({"clip_fraction_ceiling": None}, {"actor/pg_clipfrac": 0.9}),
     "ppo_kl": ({"ppo_kl_ceiling": 0}, {"actor/ppo_kl": 3.0}),
+    "critic_divergence": ({"critic_loss_factor": None}, {"critic/vf_loss": 50.0}),
     "length_fraction": ({"length_fraction": 0}, {"response_length/mean": 10.0}),
     "entropy_floor": ({"entropy_floor": None, "entropy_fraction": 0}, {"actor/entropy": 1e-4}),
     "reward_collapse": ({"reward_drop": None}, {"critic/score/mean": -5.0}),
@@ -421,6 +473,7 @@ def test_the_config_block_is_the_defaults() -> None:
         ),
         ({"reward_drop": True}, ".reward_drop: True is not a number >= 0 (or null: off)"),
         ({"kl_spike_floor": None}, ".kl_spike_floor: None is not a number >= 0"),
+        ({"critic_loss_floor": -1}, ".critic_loss_floor: -1 is not a number >= 0"),
         ({"degenerate_repeat": 0}, ".degenerate_repeat: 0 is not a number > 0 and <= 1"),
         ({"kl_spike_window": 0}, ".kl_spike_window: 0 is not an integer >= 1"),
         ({"reward_window": 2.5}, ".reward_window: 2.5 is not an integer >= 1"),

@@ -1,8 +1,9 @@
 """Health checks of a PPO/GRPO run, on the canonical series that ``parse`` builds: NaN/inf and
-where a sick run turned, KL, entropy, length, value loss, flat accuracy, clip fraction,
-rollout/training mismatch (its trend; its level against verl's FAQ); and ``health_checks``,
-which runs every check of the report, those of ``learning`` (accuracy below its best, KL growing
-without a score gain) and ``sampling`` (DAPO's dropped groups) included.
+where a sick run turned, KL, entropy, length, value loss, the critic diverging from its start,
+flat accuracy, clip fraction, rollout/training mismatch (its trend; its level against verl's
+FAQ); and ``health_checks``, which runs every check of the report, those of ``learning``
+(accuracy below its best, KL growing without a score gain) and ``sampling`` (DAPO's dropped
+groups) included.
 
 Standard library only. Every constant lives in ``thresholds.Thresholds``;
 docs/reading-a-ppo-run.md repeats them with what to change when a check fires.
@@ -314,6 +315,42 @@ def check_value_loss(canon: Canonical, t: Thresholds) -> list[Finding]:
     return findings
 
 
+def check_critic_divergence(canon: Canonical, t: Thresholds) -> list[Finding]:
+    """The critic diverging: value loss far above the run's first logged one and above a floor
+    that a critic whose values stay within 0/1 returns never reaches, from the second step on;
+    the critic's grad norm at the worst step against its own first value is in the message and
+    the evidence."""
+    points = [(s, v) for s, v in canon.series.get("vf_loss", []) if math.isfinite(v)]
+    if len(points) < 2:
+        return []
+    start_step, start = points[0]
+    bar = max(t.critic_start_factor * start, t.critic_loss_floor)
+    flags = [False] + [v > bar for _, v in points[1:]]
+    norms = [(s, v) for s, v in canon.series.get("critic_grad_norm", []) if math.isfinite(v)]
+    norm_at = dict(norms)
+    findings: list[Finding] = []
+    for a, b in spans(flags):
+        peak_step, peak = max(points[a : b + 1], key=lambda p: p[1])
+        times = f" = {peak / start:.0f}x" if start > 0 else ""
+        message = (
+            f"critic/vf_loss up to {fmt(peak)} at step {peak_step}{times} its start {fmt(start)} "
+            f"(step {start_step}; bar {fmt(bar)} = max({t.critic_start_factor:g} x start, "
+            f"{t.critic_loss_floor:g})): the critic diverges"
+        )
+        evidence: dict[str, Any] = {"start": start, "peak": peak, "peak_step": peak_step,
+                                    "bar": bar}  # fmt: skip
+        if norms and peak_step in norm_at and norms[0][1] > 0:
+            first_norm, norm = norms[0][1], norm_at[peak_step]
+            message += (
+                f"; critic/grad_norm there {fmt(norm)} = {norm / first_norm:.1f}x its start "
+                f"{fmt(first_norm)}"
+            )
+            evidence |= {"grad_norm": norm, "grad_norm_start": first_norm}
+        findings.append(Finding("critic_divergence", "warning", "vf_loss", points[a][0],
+                                points[b][0], message, evidence))  # fmt: skip
+    return findings
+
+
 def check_accuracy_flat(canon: Canonical, t: Thresholds) -> list[Finding]:
     """Smoothed accuracy not improving for a long stretch at the end of the run."""
     val = canon.series.get("val_acc", [])
@@ -537,6 +574,7 @@ def health_checks(
         + check_entropy(canon, t)
         + check_length_hacking(canon, t)
         + check_value_loss(canon, t)
+        + check_critic_divergence(canon, t)
         + check_accuracy_flat(canon, t)
         + check_clip_fraction(canon, t)
         + check_rollout_mismatch(canon, t)

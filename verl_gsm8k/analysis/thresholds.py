@@ -73,6 +73,22 @@ class Thresholds:
     # first quarter (needs vf_min_steps). Real runs: about 0.6.
     vf_flat_ratio: float = 0.95
     vf_min_steps: int = 40
+    # The critic diverging: a step's value loss above critic_start_factor x the run's first
+    # logged value loss AND above critic_loss_floor, from the second step on (a 2-step smoke run
+    # is judged; value_loss_explosion needs 20 steps). The first step is the base, not a median
+    # of several: a critic with too high a learning rate diverges from its second step, so any
+    # later step already holds the divergence. A fresh critic starts at its highest (the real
+    # runs: 14 and 5.8), so the base errs on the quiet side. The floor: verl's value loss is half
+    # the squared error, so a critic whose values stay within the range of 0/1 returns has a loss
+    # of at most 0.5 (the real runs: at most 0.27 from step 10 on); a critic that started at
+    # ~0 (every reward 0) and then sees rewards vary rises many times its start, healthy, and
+    # stays under it. Measured: healthy runs reach at most 1.18 x their start (the real
+    # 512-token run's step 1), the CPU smoke runs with a critic lr of 1e-1 11-58 x at step 2
+    # (11 x where step 1 had already begun to diverge), so 5 sits 4.2 x above the one and 2.3 x
+    # below the other; every run and number: docs/reliability.md, "The watchdog's thresholds,
+    # checked against real runs" (its critic paragraph).
+    critic_start_factor: float = 5.0
+    critic_loss_floor: float = 1.0
 
     # Accuracy flat: the smoothed accuracy (median of 3 validations, or the rolling-median train
     # score when there are fewer than acc_min_val_points validations) has not beaten its best by

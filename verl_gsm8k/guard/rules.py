@@ -39,6 +39,14 @@ The rules, at most one trip each, in this order (each off with its knob at 0 or 
 - ``grad_norm_explosion``: each of the last ``grad_norm_run`` steps' actor or critic grad norm
   above ``grad_norm_factor`` x the median of the ``grad_norm_window`` healthy steps before them.
   A run of them, not one: healthy runs have single spikes (a 0.5B run: 29 x its recent median).
+- ``critic_divergence``: ``critic/vf_loss`` above ``critic_loss_factor`` x the run's first logged
+  value loss AND above ``critic_loss_floor``, from the second step on: a warning (``stops``
+  False, whatever the mode) on the step it crosses that bar, not again while it stays above.
+  The first step is the base: a critic with too high a learning rate diverges from its second
+  step (a smoke run with a critic lr of 1e-1), long before any window of history fills. The
+  floor keeps a critic that started near 0 (every reward 0) quiet once rewards vary: a critic
+  whose values stay within 0/1 returns has a value loss of at most 0.5 (verl halves the squared
+  error). The message gives ``critic/grad_norm`` against its own first value beside it.
 - ``clipped_update``: ``actor/pg_clipfrac`` above ``clip_fraction_ceiling`` or ``actor/ppo_kl``
   above ``ppo_kl_ceiling``: the update moved the policy far from the one that sampled.
 - ``length_collapse``: ``response_length/mean`` below ``length_fraction`` x the median of the
@@ -101,6 +109,7 @@ GRAD_NORM_PATTERN = "grad_norm"
 UPDATE_PATTERNS = ("pg_loss", "vf_loss", "grad_norm", "ppo_kl", "clipfrac")
 ROLLOUT, UPDATE = "rollout", "update"
 GRAD_NORM_KEYS = ("actor/grad_norm", "critic/grad_norm")
+VF_LOSS_KEY, CRITIC_GRAD_NORM_KEY = "critic/vf_loss", "critic/grad_norm"
 CLIPFRAC_KEY, PPO_KL_KEY = "actor/pg_clipfrac", "actor/ppo_kl"
 LENGTH_KEY, LENGTH_MIN_KEY = "response_length/mean", "response_length/min"
 KL_KEYS = ("actor/reward_kl_penalty", "actor/kl_loss")  # KL in the reward (PPO), as a loss (GRPO)
@@ -242,6 +251,11 @@ class Watchdog:
         grad_span = thresholds.grad_norm_window + thresholds.grad_norm_run - 1
         self._grad_norms = {key: deque(maxlen=grad_span) for key in GRAD_NORM_KEYS}
         self._length_start: list[float] = []
+        # critic_divergence: the run's first value loss and critic grad norm, and whether the
+        # last accepted step was above the bar (the rule warns where it crosses, not every step)
+        self._vf_start: float | None = None
+        self._critic_norm_start: float | None = None
+        self._vf_above = False
         for metrics in history:
             self.accept(metrics)
 
@@ -265,6 +279,7 @@ class Watchdog:
             self._kl_spike(metrics),
             self._kl_ceiling(metrics),
             self._grad_norm_explosion(metrics),
+            self._critic_divergence(metrics),
             self._clipped_update(metrics),
             self._length_collapse(metrics),
             self._entropy_collapse(metrics),
@@ -288,6 +303,7 @@ class Watchdog:
             norm = _finite(metrics, key)
             if norm is not None:
                 norms.append(norm)
+        self._accept_critic(metrics)
         length = _finite(metrics, LENGTH_KEY)
         if length is not None and len(self._length_start) < t.length_start_steps:
             self._length_start.append(length)
@@ -377,6 +393,42 @@ class Watchdog:
                 )
                 return Trip("grad_norm_explosion", key, value, threshold, span=t.grad_norm_run)
         return None
+
+    def _critic_bar(self) -> float | None:
+        """critic_divergence's bar: max(factor x the first value loss, floor); None: off, or no
+        value loss accepted yet."""
+        factor = _knob(self.thresholds.critic_loss_factor)
+        if factor is None or self._vf_start is None:
+            return None
+        return max(factor * self._vf_start, self.thresholds.critic_loss_floor)
+
+    def _accept_critic(self, metrics: Mapping[str, Any]) -> None:
+        norm = _finite(metrics, CRITIC_GRAD_NORM_KEY)
+        if norm is not None and self._critic_norm_start is None:
+            self._critic_norm_start = norm
+        value = _finite(metrics, VF_LOSS_KEY)
+        if value is None:
+            return
+        if self._vf_start is None:
+            self._vf_start = value
+            return
+        bar = self._critic_bar()
+        self._vf_above = bar is not None and value > bar
+
+    def _critic_divergence(self, metrics: Mapping[str, Any]) -> Trip | None:
+        bar, value = self._critic_bar(), _finite(metrics, VF_LOSS_KEY)
+        if bar is None or value is None or value <= bar or self._vf_above:
+            return None
+        t, start = self.thresholds, self._vf_start
+        threshold = (
+            f"> {bar:.3g} = max({t.critic_loss_factor:g} x the run's first {VF_LOSS_KEY} "
+            f"({start:.3g}), {t.critic_loss_floor:g}): the critic diverges; a warning, the run "
+            "goes on"
+        )
+        norm, first = _finite(metrics, CRITIC_GRAD_NORM_KEY), self._critic_norm_start
+        if norm is not None and first:
+            threshold += f"; {CRITIC_GRAD_NORM_KEY} {norm:.3g} = {norm / first:.1f} x its first"
+        return Trip("critic_divergence", VF_LOSS_KEY, value, threshold, stops=False)
 
     def _clipped_update(self, metrics: Mapping[str, Any]) -> Trip | None:
         t = self.thresholds

@@ -48,6 +48,11 @@ class Thresholds:
     grad_norm_factor: float | None = 10.0
     grad_norm_window: int = 10
     grad_norm_run: int = 3
+    # critic_divergence: critic/vf_loss > max(factor x the run's first logged one, floor), a
+    # warning on the step it crosses that bar, never a stop (mode stop included). factor 0/null:
+    # off.
+    critic_loss_factor: float | None = 5.0
+    critic_loss_floor: float = 1.0
     # clipped_update: actor/pg_clipfrac > clip_fraction_ceiling, or actor/ppo_kl > ppo_kl_ceiling
     # (the update moved the policy far from the one that sampled). Each 0/null: off.
     clip_fraction_ceiling: float | None = 0.6
@@ -85,12 +90,13 @@ class Thresholds:
             if not (flag is None or (isinstance(flag, int) and flag in (0, 1))):
                 raise ValueError(f"{CONFIG_BLOCK}.{name}: {flag!r} is not true, false or null")
         for name in ("kl_spike_factor", "entropy_floor", "reward_drop", "kl_ceiling",
-                     "grad_norm_factor", "ppo_kl_ceiling"):  # fmt: skip
+                     "grad_norm_factor", "ppo_kl_ceiling", "critic_loss_factor"):  # fmt: skip
             _number(self, name, optional=True)
         for name in ("entropy_fraction", "degenerate_share", "clip_fraction_ceiling",
                      "length_fraction"):  # fmt: skip
             _number(self, name, optional=True, most=1.0)
         _number(self, "kl_spike_floor")
+        _number(self, "critic_loss_floor")
         _number(self, "degenerate_repeat", most=1.0, positive=True)
         for name in (
             "kl_spike_window",
