@@ -21,8 +21,6 @@ NEEDLES = ("latest_checkpointed_iteration", "global_step_")
 PY_FOLDERS = ("verl_gsm8k", "data_prep", "rewards", "scripts")
 SH_FOLDERS = ("recipes", "slurm", "scripts")
 SH_SUFFIXES = (".sh", ".sbatch")
-# Shell scripts that may still spell the names (none: the launch is Python, verl_gsm8k/launch/).
-SH_ALLOWED: set[str] = set()
 
 
 def python_hits(text: str) -> list[tuple[int, str]]:
@@ -57,7 +55,7 @@ def scan(root: Path) -> list[str]:
     for folder in SH_FOLDERS:
         for path in sorted((root / folder).rglob("*")):
             name = path.relative_to(root).as_posix()
-            if path.suffix in SH_SUFFIXES and path.is_file() and name not in SH_ALLOWED:
+            if path.suffix in SH_SUFFIXES and path.is_file():
                 text = path.read_text(encoding="utf-8")
                 found += [f"{name}:{line}: {code}" for line, code in shell_hits(text)]
     return found
@@ -72,11 +70,6 @@ def test_no_code_outside_run_dir_spells_the_layout():
     )
 
 
-def test_the_allowed_scripts_still_exist():
-    """An allow-list entry whose script is gone must go too."""
-    assert all((ROOT / name).is_file() for name in SH_ALLOWED), sorted(SH_ALLOWED)
-
-
 def test_the_scan_sees_code_and_docstrings_not_comments(tmp_path: Path):
     (tmp_path / "verl_gsm8k" / "common").mkdir(parents=True)
     (tmp_path / "verl_gsm8k" / "common" / "run_dir.py").write_text('TRACKER = "global_step_"\n')
@@ -87,11 +80,12 @@ def test_the_scan_sees_code_and_docstrings_not_comments(tmp_path: Path):
     )
     (tmp_path / "recipes").mkdir()
     (tmp_path / "recipes" / "a.sh").write_text("# reads latest_checkpointed_iteration.txt\ntrue\n")
-    (tmp_path / "recipes" / "lifecycle.sh").write_text('cat "$RUN_DIR/global_step_$step"\n')
+    (tmp_path / "recipes" / "b.sh").write_text('cat "$RUN_DIR/global_step_$step"\n')
     assert scan(tmp_path) == [
         'verl_gsm8k/a.py:1: """Reads global_step_N."""',
         'verl_gsm8k/a.py:4: f"global_step_{x}"',
         "recipes/a.sh:1: # reads latest_checkpointed_iteration.txt",
+        'recipes/b.sh:1: cat "$RUN_DIR/global_step_$step"',
     ]
 
 
@@ -105,7 +99,7 @@ def test_every_name_is_one_name_and_drawn_in_the_docstring():
     assert len(set(names.values())) == len(names), names
     tree = (rd.__doc__ or "").replace("<stamp>", "{stamp}")
     assert not [value for value in names.values() if value not in tree]
-    assert (rd.EXIT_WATCHDOG, rd.EXIT_PREEMPTED) == (4, 5)  # recipes/common.sh exits with them
+    assert (rd.EXIT_WATCHDOG, rd.EXIT_PREEMPTED) == (4, 5)  # the launcher exits with them
 
 
 def test_step_directories_by_name_and_number(tmp_path: Path):

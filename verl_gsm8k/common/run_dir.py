@@ -35,7 +35,8 @@ the small readers and writers of its files.
     ├── report/                             the report's default output (REPORT_DIR)
     └── checkpoint_eval/                    eval.sh --run's default output (CHECKPOINT_EVAL_DIR)
 
-<stamp> is a launch's UTC time, 20261125T101500Z (STAMP). The launcher's exit statuses are here
+<stamp> is a launch's UTC time, 20261125T101500Z (STAMP; written with STAMP_FORMAT,
+%Y%m%dT%H%M%SZ, by new_stamp). The launcher's exit statuses are here
 too: EXIT_WATCHDOG, EXIT_PREEMPTED.
 
 Standard library only: the report, merge and evaluation read these in their own environments.
