@@ -5,8 +5,9 @@
 # environment (.venv-eval), never in .venv (EvalScope's antlr4 4.13 breaks verl's Hydra). On a
 # GPU each model is served by vLLM from .venv; the server is always stopped at the end.
 #
-#   bash scripts/eval.sh --model Qwen/Qwen2.5-0.5B-Instruct --model ppo=merged/step580 \
-#       --data ~/data/gsm8k-original [--modes training,evalscope] [--limit N] [--out DIR]
+#   bash scripts/eval.sh --model Qwen/Qwen2.5-0.5B-Instruct --model ppo=merged/best \
+#       --data ~/data/gsm8k [--modes training,evalscope] [--limit N] [--out DIR]
+#   bash scripts/eval.sh --run runs/ppo_qwen2.5-0.5b_gsm8k   # every kept checkpoint of a run
 #   bash scripts/eval.sh --api-url http://127.0.0.1:8000/v1 --api-model NAME ...
 #   bash scripts/eval.sh --help        # every flag
 #

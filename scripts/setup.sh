@@ -42,6 +42,9 @@ case "$FLASH_ATTN" in
   *) echo "setup.sh: FLASH_ATTN must be auto, 2, 4 or none, not '$FLASH_ATTN'" >&2; exit 2 ;;
 esac
 
+# pyproject.toml's requires-python (>=3.10,<3.13): say so before a venv is half built.
+"$PYTHON" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] < (3, 13))' 2>/dev/null || { echo "setup.sh: PYTHON=$PYTHON is $("$PYTHON" --version 2>/dev/null || echo 'not found'); the project needs Python 3.10-3.12: name one, e.g. PYTHON=python3.12 make setup" >&2; exit 2; }
+
 start=$(date +%s)
 
 # The one pin of a package inside an extra of pyproject.toml, e.g. pin torch -> "torch==2.13.0".

@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Evaluate models on GSM8K (test split) with EvalScope in two prompt modes "
         "and write comparison.md/.json. Example: bash scripts/eval.sh --model "
-        "Qwen/Qwen2.5-0.5B-Instruct --model ppo=merged/step580 --data ~/data/gsm8k-original",
+        "Qwen/Qwen2.5-0.5B-Instruct --model ppo=merged/best --data ~/data/gsm8k",
     )
     _add_model_arguments(parser)
     _add_api_arguments(parser)
