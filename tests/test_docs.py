@@ -199,3 +199,154 @@ def test_the_readme_reads_in_five_minutes():
                  "reward", "dataset", "report", "compare runs", "evaluate a checkpoint",
                  "run the tests"):  # fmt: skip
         assert item in text, item
+
+
+# ---------------------------------------------------------------------------------------------
+# What the docs cite is there: test names, links inside the repository, knob defaults in one place
+
+CITING = ("README.md", "recipes/README.md")  # and every docs/*.md
+# A test name, not part of a longer word, a path or a key (`val/test_score`, `trainer.test_freq`,
+# `autocast_test_lists.py`); a trailing `_` is a prefix (`test_a_kill_mid_prune_*`).
+TEST_NAME = re.compile(r"(?:(?<=tests/)|(?<![\w/.\-]))(test_\w+?)(\.py)?(?![\w.*])")
+# Tests that were cut or renamed, named only where docs/testing.md keeps their history (each row
+# says what proves the claim now); none of them may exist again, nor be cited anywhere else.
+REMOVED_TESTS = {
+    "test_grpo_trains_on_cpu": "cut: 'What was cut'",
+    "test_recipe_specific_settings": "cut: 'What was cut'",
+    "test_a_disable_launch_that_never_saved_does_not_speak_for_the_checkpoint": "cut",
+    "test_killed_relaunched_and_preempted_the_run_ends_whole": "renamed",
+    "test_relaunch_resumes_to_step_4_and_keeps_max_ckpt": "replaced",
+    "test_a_job_at_its_time_limit_saves_requeues_resumes_and_ends": "replaced",
+    "test_a_preempted_sbatch_job_saves_requeues_resumes_and_ends": "replaced",
+    "test_smoke_on_a_two_node_ray_cluster": "replaced",
+    "test_lifecycle_wait": "a file, gone with lifecycle.sh",
+}
+HISTORY = "docs/testing.md"
+
+
+def _citing_docs(root: Path) -> list[str]:
+    return [*CITING, *sorted(str(p.relative_to(root)) for p in (root / "docs").glob("*.md"))]
+
+
+def cited_tests_missing(root: Path) -> list[str]:
+    """Every test file or function a doc names that tests/ does not hold, as ``file:line: name``."""
+    tests = root / "tests"
+    defined = set(re.findall(r"^\s*(?:async )?def (test_\w+)", "\n".join(
+        p.read_text(encoding="utf-8") for p in tests.glob("*.py")), re.M))  # fmt: skip
+    problems = []
+    for path in _citing_docs(root):
+        if not (root / path).is_file():
+            continue
+        for number, line in enumerate((root / path).read_text(encoding="utf-8").splitlines(), 1):
+            for name, py in TEST_NAME.findall(line):
+                if name in REMOVED_TESTS:
+                    if path != HISTORY:
+                        problems.append(f"{path}:{number}: {name} was {REMOVED_TESTS[name]}")
+                    continue
+                if py:
+                    found = (tests / f"{name}.py").is_file()
+                elif name.endswith("_"):
+                    found = any(d.startswith(name) for d in defined)
+                else:
+                    found = name in defined
+                if not found:
+                    problems.append(f"{path}:{number}: {name}{py} is not in tests/")
+    problems += [f"tests/: {name} is listed as removed but exists" for name in REMOVED_TESTS
+                 if name in defined or (tests / f"{name}.py").is_file()]  # fmt: skip
+    return problems
+
+
+def test_every_test_a_doc_cites_exists():
+    assert cited_tests_missing(ROOT) == []
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def links_outside_the_repository(root: Path) -> list[str]:
+    """Every relative Markdown link that leaves the repository (``../shared/...``) or names
+    nothing in it."""
+    problems = []
+    for path in _citing_docs(root):
+        if not (root / path).is_file():
+            continue
+        base = (root / path).parent
+        for number, line in enumerate((root / path).read_text(encoding="utf-8").splitlines(), 1):
+            for target in LINK.findall(line):
+                if re.match(r"[a-z]+:|#", target):  # https://..., mailto:, an anchor
+                    continue
+                resolved = (base / target.split("#")[0]).resolve()
+                if not resolved.is_relative_to(root.resolve()):
+                    problems.append(f"{path}:{number}: {target} is outside the repository")
+                elif not resolved.exists():  # docs/'s ../shared/ is the repository's, and absent
+                    problems.append(f"{path}:{number}: {target} is not in the repository")
+    return problems
+
+
+def test_no_doc_links_outside_the_repository():
+    assert links_outside_the_repository(ROOT) == []
+
+
+KNOB_ROW = re.compile(r"^\|([^|]*)\|([^|]*)\|")
+
+
+def knob_defaults_outside_knobs_md(root: Path) -> list[str]:
+    """A row ``| `KNOB` | <its default> | ...`` of a table whose second column is headed "Default",
+    in any doc but docs/knobs.md (the generated table, the one home of every default): the
+    default as knobs.py spells it (``| `A`, `B` | `1`, `2` |`` pairs them in order). Tables of
+    other columns (docs/scaling.md's "1 GPU" next to "8 GPUs") are settings for a case, not
+    checked."""
+    from verl_gsm8k.launch.knobs import BY_NAME
+
+    problems = []
+    for path in _citing_docs(root):
+        if path == "docs/knobs.md" or not (root / path).is_file():
+            continue
+        lines = (root / path).read_text(encoding="utf-8").splitlines()
+        header = ""
+        for number, line in enumerate(lines, 1):
+            if number < len(lines) and re.match(r"^\|\s*:?-{3,}", lines[number]):
+                header = line
+            match = KNOB_ROW.match(line)
+            head = KNOB_ROW.match(header)
+            if not match or not head or head.group(2).strip().lower() != "default":
+                continue
+            names = re.findall(r"`([A-Z][A-Z0-9_]+)`", match.group(1))
+            values = [v.strip().strip("`").strip() for v in match.group(2).split(",")]
+            for name, value in zip(names, values, strict=False):
+                knob = BY_NAME.get(name)
+                if knob is not None and knob.default not in (None, "") and value == knob.default:
+                    problems.append(f"{path}:{number}: {name}'s default ({value}) in a table: "
+                                    "link to docs/knobs.md instead")  # fmt: skip
+    return problems
+
+
+def test_no_knob_default_is_stated_in_a_table_outside_knobs_md():
+    assert knob_defaults_outside_knobs_md(ROOT) == []
+
+
+def test_the_citation_checks_go_red_on_planted_cases(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "tests" / "test_real.py").write_text("def test_real_name():\n    pass\n")
+    (tmp_path / "README.md").write_text(
+        "`tests/test_real.py::test_real_name`, `test_real_`, `val/test_score`, "
+        "`trainer.test_freq`\n`tests/test_gone.py::test_made_up`\n[notes](../shared/notes.md), "
+        "[ok](docs/x.md), [web](https://example.com)\n\n| Knob | Default |\n|---|---|\n"
+        "| `TEST_FREQ` | `5` |\n\n| knob | 1 GPU |\n|---|---|\n| `TEST_FREQ` | 5 |\n"
+    )
+    (tmp_path / "docs" / "x.md").write_text(
+        "`test_grpo_trains_on_cpu` [up](../../x.md)\n[shared](../shared/notes.md) [me](x.md)\n"
+    )
+    missing = cited_tests_missing(tmp_path)
+    assert missing == ["README.md:2: test_gone.py is not in tests/",
+                       "README.md:2: test_made_up is not in tests/",
+                       "docs/x.md:1: test_grpo_trains_on_cpu was cut: 'What was cut'"]  # fmt: skip
+    assert links_outside_the_repository(tmp_path) == [
+        "README.md:3: ../shared/notes.md is outside the repository",
+        "docs/x.md:1: ../../x.md is outside the repository",
+        "docs/x.md:2: ../shared/notes.md is not in the repository",
+    ]
+    assert knob_defaults_outside_knobs_md(tmp_path) == [
+        "README.md:7: TEST_FREQ's default (5) in a table: link to docs/knobs.md instead"
+    ]

@@ -92,8 +92,8 @@ _METRICS_NAME = re.compile(
     re.escape(METRICS_FILE).replace(re.escape("{stamp}"), f"({_STAMP})") + "$"
 )
 
-# The launcher's exit statuses (verl_gsm8k/launch/cli.py): a run the watchdog stopped, a run stopped on
-# SIGTERM after saving. Both resume with the same command.
+# The launcher's exit statuses (verl_gsm8k/launch/cli.py): a run the watchdog stopped, a run
+# stopped on SIGTERM after saving. Both resume with the same command.
 EXIT_WATCHDOG = 4
 EXIT_PREEMPTED = 5
 
