@@ -58,18 +58,29 @@ def verl_config_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
 
 
+# Configs composed in this process, by (config dir, name, overrides): the launcher's preflight and
+# its launch record ask for the same one (about a second each on 2 cores); each caller gets a copy.
+_COMPOSED: dict[tuple[str, str, tuple[str, ...]], Any] = {}
+
+
 def compose(config_dir: Path, config_name: str, overrides: list[str]):
     """The config verl composes from ``config_dir/config_name`` and the overrides; verl's own
     configs are read from their folder (``verl_config_dir``), the same files as the configs'
     ``pkg://`` searchpath names; a searchpath among the overrides still wins."""
+    import copy
+
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    searchpath = f"hydra.searchpath=[file://{verl_config_dir()}]"
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-        return hydra_compose(config_name=config_name, overrides=[searchpath, *overrides])
+    key = (str(config_dir), config_name, tuple(overrides))
+    if key not in _COMPOSED:
+        searchpath = f"hydra.searchpath=[file://{verl_config_dir()}]"
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+            cfg = hydra_compose(config_name=config_name, overrides=[searchpath, *overrides])
+        _COMPOSED[key] = cfg
+    return copy.deepcopy(_COMPOSED[key])
 
 
 def flat_keys(node: Any, prefix: str = "") -> list[str]:
