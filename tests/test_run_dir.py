@@ -225,3 +225,14 @@ def test_every_other_path_is_a_file_of_the_run_directory(tmp_path: Path):
         rd.STOP_FILE, rd.DEADLINE_FILE, rd.TIMINGS_FILE, rd.DEADLINE_STOP_FILE, rd.LOCK_FILE,
         rd.SESSION_FILE,
     ]  # fmt: skip
+
+
+def test_a_stamp_an_earlier_launch_used_is_never_given_again(tmp_path: Path):
+    """Two launches into one run directory within the same second: the second waits for a stamp
+    of its own (its launch record is never overwritten, so it would be refused)."""
+    now = rd.new_stamp()
+    for path in (rd.launch_record_path(tmp_path, now), rd.metrics_path(tmp_path, now)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    stamp = rd.unused_stamp(tmp_path)
+    assert stamp != now and stamp > now

@@ -108,6 +108,19 @@ def new_stamp() -> str:
     return datetime.now(UTC).strftime(STAMP_FORMAT)
 
 
+def unused_stamp(run_dir: Path) -> str:
+    """A stamp no earlier launch into ``run_dir`` used (its record, metrics or console log): a
+    relaunch within the same second as the last launch waits for the next second."""
+    import time
+
+    while True:
+        stamp = new_stamp()
+        taken = (launch_record_path, metrics_path, console_log_path)
+        if not any(path(run_dir, stamp).exists() for path in taken):
+            return stamp
+        time.sleep(0.2)
+
+
 def step_name(step: int) -> str:
     """The name of step ``step``'s directory."""
     return f"{STEP_PREFIX}{step}"

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from verl_gsm8k.common.run_dir import console_log_path, deadline_path, metrics_path, new_stamp
+from verl_gsm8k.common.run_dir import console_log_path, deadline_path, metrics_path, unused_stamp
 from verl_gsm8k.guard import deadline as job_deadline
 from verl_gsm8k.guard import prune
 from verl_gsm8k.launch import grace as stop_grace
@@ -266,7 +266,8 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
     from verl_gsm8k.launch.lock import Busy, lock_run_dir
     from verl_gsm8k.launch.slurm import requeue_if_stopped
 
-    run_dir, stamp = plan.run_dir, new_stamp()
+    run_dir = plan.run_dir
+    stamp = unused_stamp(run_dir)
     try:
         lock_fd = lock_run_dir(run_dir, stamp, int(plan.values.get("LOCK_WAIT_S", "0")), say)
     except Busy as busy:
