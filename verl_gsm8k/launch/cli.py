@@ -34,6 +34,7 @@ from verl_gsm8k.launch.plan import (
     make_plan,
     parse_recipe,
     probe_attention,
+    recipe_hooks,
 )
 from verl_gsm8k.launch.supervise import Supervisor
 
@@ -251,7 +252,7 @@ def say_where_wandb_logs(plan: Plan) -> None:
 
 
 def verl_argv(plan: Plan, overrides: list[str]) -> list[str]:
-    python = plan.env.get("PYTHON") or sys.executable
+    python = plan.python
     if plan.trainer == "ppo":
         launcher = [python]
     else:  # one process per device (`python -m torch.distributed.run`, with this python)
@@ -312,8 +313,7 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
             f"recipe: verl exited with {code}. Metrics: {metrics}; to a Hugging Face model (a "
             f"MODEL_PATH for the PPO recipes): bash scripts/merge.sh {run_dir} OUT_DIR"
         )
-    plan.extra["stamp"] = stamp
-    hooks = _hooks(plan)
+    hooks = recipe_hooks(plan.recipe)
     if hooks is not None:
         hooks.after(plan, code)
     requeue_if_stopped(code, stamp, run_dir, plan.env, say)
@@ -326,14 +326,6 @@ def prune_finished(run_dir: Path, keep: str) -> None:
     relaunch resumes from nor the kept best (verl_gsm8k/guard/prune.py)."""
     if keep.isdigit() and int(keep) > 0:
         prune.main([str(run_dir), "--keep", keep])
-
-
-def _hooks(plan: Plan):
-    if not plan.recipe.hooks:
-        return None
-    import importlib
-
-    return importlib.import_module(f"verl_gsm8k.launch.{plan.recipe.hooks}")
 
 
 def launch(argv: list[str]) -> int:
@@ -358,7 +350,7 @@ def launch(argv: list[str]) -> int:
     warn_unshared_run_dir(plan)
     if plan.train_on == "cpu":
         prepare_cpu_defaults(plan)
-    hooks = _hooks(plan)
+    hooks = recipe_hooks(plan.recipe)
     if hooks is not None:
         hooks.prepare(plan)
     dry_run = plan.values.get("DRY_RUN") == "1"

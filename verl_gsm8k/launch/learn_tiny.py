@@ -67,10 +67,6 @@ def _say(line: str, err: bool = False) -> None:
     print(line, file=sys.stderr if err else sys.stdout, flush=True)
 
 
-def _python(plan: Plan) -> str:
-    return plan.env.get("PYTHON") or sys.executable
-
-
 def prepare(plan: Plan) -> None:
     """The toy data and the warm start, when missing."""
     extra, values = plan.extra, plan.values
@@ -146,7 +142,7 @@ def build_warm_start(plan: Plan, toy_dir: Path, warm: Path) -> None:
     if band:
         with open(log, "ab") as err:
             done = subprocess.run(
-                [_python(plan), "-m", "verl_gsm8k.warm_start", str(run), "--test-file",
+                [plan.python, "-m", "verl_gsm8k.warm_start", str(run), "--test-file",
                  str(toy_dir / "rl/test.parquet"), "--band", plan.values["WARM_START_ACC"],
                  "--max-new-tokens", plan.values["MAX_RESPONSE_LENGTH"], "--record",
                  f"{warm}.pick.json"], stdout=subprocess.PIPE, stderr=err, text=True, check=False,
@@ -160,7 +156,7 @@ def build_warm_start(plan: Plan, toy_dir: Path, warm: Path) -> None:
     with open(log, "ab") as out:
         merged = subprocess.run(
             ["bash", str(ROOT / "scripts/merge.sh"), picked, str(warm), "--force"],
-            env={**os.environ, "PYTHON": _python(plan)}, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHON": plan.python}, stdout=out, stderr=subprocess.STDOUT,
             check=False,
         )  # fmt: skip
     if merged.returncode:
@@ -176,5 +172,5 @@ def after(plan: Plan, status: int) -> None:
     _say("recipe: step 0 is the warm start; the report below reads its validation accuracy "
          "(greedy, toy test split) and the last step's")  # fmt: skip
     run_dir = str(plan.run_dir)
-    if subprocess.run([_python(plan), "-m", "verl_gsm8k.report", run_dir], check=False).returncode:
+    if subprocess.run([plan.python, "-m", "verl_gsm8k.report", run_dir], check=False).returncode:
         _say(f"recipe: the report failed (python -m verl_gsm8k.report {run_dir})", err=True)

@@ -19,6 +19,7 @@ import argparse
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,6 +152,11 @@ class Plan:
             if knob.name in self.from_env and self.trainer not in knob.trainers
         ]
 
+    @property
+    def python(self) -> str:
+        """The interpreter verl and the recipe's own steps run with: PYTHON, else this one."""
+        return self.env.get("PYTHON") or sys.executable
+
     def logs_to_wandb(self) -> bool:
         return "wandb" in self.values["LOGGER"].split(",")
 
@@ -195,7 +201,8 @@ def _train_on(device: str, cpu_by_default: bool, gpu: Callable[[], bool]) -> str
     return "none"  # the knob check stops the launch with one line
 
 
-def _hooks(recipe: Recipe):
+def recipe_hooks(recipe: Recipe):
+    """The module of the recipe's hooks (``--hooks NAME``: verl_gsm8k/launch/NAME.py), or None."""
     if not recipe.hooks:
         return None
     import importlib
@@ -255,7 +262,7 @@ def make_plan(
     )
     values.hooked["CACHE_DIR"] = cache
     tiny = Path(cache) / "tiny-qwen2"
-    hooks = _hooks(recipe)
+    hooks = recipe_hooks(recipe)
     extra: dict[str, str] = {}
     if hooks is not None:
         hooks.defaults(values, extra)
