@@ -2,15 +2,8 @@
 # Does the loop LEARN? On a CPU, in minutes, with no setting: a warm-started tiny model gets better
 # at a toy task in GSM8K's format under PPO (actor + critic, GAE) or any algorithm of
 # docs/algorithms.md, each with its own config (configs/gsm8k_<ALGO>.yaml):
-#   ALGO=ppo bash recipes/learn_tiny.sh                     # PPO: critic, GAE (the default)
-#   ALGO=grpo bash recipes/learn_tiny.sh                    # GRPO: group baseline, no critic
-#   ALGO=rloo bash recipes/learn_tiny.sh                    # RLOO: leave-one-out baseline
-#   ALGO=reinforce_pp bash recipes/learn_tiny.sh            # REINFORCE++: batch-whitened returns
-#   ALGO=reinforce_pp_baseline bash recipes/learn_tiny.sh   # REINFORCE++ with a group baseline
-#   ALGO=remax bash recipes/learn_tiny.sh                   # ReMax: greedy baseline (legacy trainer)
-#   ALGO=drgrpo bash recipes/learn_tiny.sh                  # Dr. GRPO: no std, constant-length loss
-#   ALGO=dapo bash recipes/learn_tiny.sh                    # DAPO: clip-higher, dynamic sampling
-#   ALGO=gspo bash recipes/learn_tiny.sh                    # GSPO: sequence-level ratio and clip
+#   bash recipes/learn_tiny.sh              # PPO: critic, GAE (the default)
+#   ALGO=grpo bash recipes/learn_tiny.sh    # GRPO, or any algorithm of docs/algorithms.md's table
 # Every algorithm keeps this recipe's toy settings (group of ROLLOUT_N=8 where it has groups);
 # DAPO's overlong buffer is a fifth of the toy's response length, as the paper's is of its own.
 # First use builds the toy task and the warm start (an SFT run of verl's, merged), cached under

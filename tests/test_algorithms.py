@@ -11,6 +11,7 @@ import pytest
 from helpers import ROOT, composed_config, get, recipe_env, run_recipe
 from omegaconf import OmegaConf
 
+from verl_gsm8k.launch.knobs import LEARN_ALGOS
 from verl_gsm8k.preflight.algorithm import (
     GROUP_AT_ONE,
     algorithm_problems,
@@ -80,6 +81,12 @@ ALGORITHMS = {
     },
 }
 
+
+
+def test_every_algorithm_config_has_its_row_here():
+    """A new configs/gsm8k_<algo>.yaml is an ALGO at once (launch/knobs.py): its row above is what
+    its dry run is checked against (PPO's and GRPO's recipes: tests/test_recipes.py)."""
+    assert set(LEARN_ALGOS) - {"ppo", "grpo"} == set(ALGORITHMS)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from helpers import ROOT, composed_config, get, recipe_env, run_recipe
 
-from verl_gsm8k.launch.knobs import LEARN_ALGOS
+from verl_gsm8k.launch.knobs import LEARN_ALGOS, recipe_arguments
 
 RECIPE = "learn_tiny"
 TOY_SETTINGS = {
@@ -141,13 +141,19 @@ def test_a_bad_knob_stops_it_before_anything_is_built(knob, line, tmp_path):
     assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
 
 
-def test_every_algorithm_is_an_algo_with_its_config_and_its_header_line():
-    """ALGO's names (the knob table) are the configs of docs/algorithms.md, each with its line in
-    the recipe's header; the configs that are not an algorithm (base, LoRA, SFT) are not ALGOs."""
+def test_every_algorithm_config_is_an_algo_with_its_recipe_and_its_doc_row():
+    """ALGO's names come from configs/ alone (a new algorithm's config is its ALGO); each has a
+    recipe file of its own naming that config, and its row in docs/algorithms.md's table; the
+    configs that are not an algorithm (base, LoRA, SFT) are not ALGOs."""
     configs = {p.stem.removeprefix("gsm8k_") for p in (ROOT / "configs").glob("gsm8k_*.yaml")}
     assert set(LEARN_ALGOS) == configs - {"base", "ppo_lora", "sft"}
-    header = (ROOT / "recipes" / f"{RECIPE}.sh").read_text().split("set -euo pipefail")[0]
+    assert LEARN_ALGOS[:2] == ("ppo", "grpo")  # the default and the suite's second, listed first
+    recipe_configs = {
+        args[args.index("--config") + 1]
+        for path in (ROOT / "recipes").glob("*_qwen2.5-*_gsm8k.sh")
+        for args in [recipe_arguments(path)]
+    }
     algorithms_doc = (ROOT / "docs" / "algorithms.md").read_text()
     for algo in LEARN_ALGOS:
-        assert f"#   ALGO={algo} bash recipes/learn_tiny.sh" in header, algo
+        assert f"gsm8k_{algo}" in recipe_configs, algo  # its recipe file
         assert f"(`gsm8k_{algo}`)" in algorithms_doc, algo  # its row of the table

@@ -24,10 +24,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from verl_gsm8k.launch.knobs import BY_NAME, KNOBS, hydra_quote, recipe_arguments
+from verl_gsm8k.launch.knobs import BY_NAME, CONFIG_DIR, KNOBS, hydra_quote, recipe_arguments
 
-ROOT = Path(__file__).resolve().parents[2]
-CONFIG_DIR = ROOT / "configs"
+ROOT = CONFIG_DIR.parent
 VERL_MODULES = {"ppo": "verl.trainer.main_ppo", "sft": "verl.trainer.sft_trainer"}
 # On a Ray cluster started by hand (RAY_ADDRESS) the workers of every node were forked from
 # `ray start`, not from the launcher: the job's runtime environment hands them these variables.
