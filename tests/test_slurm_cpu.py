@@ -10,15 +10,17 @@ by a requeue that signals every process of the job, and resumed after each.
 2. A preemption. The limit is put back; the requeued start (same job, same command, same run
    directory, its output appended) resumes and is held before step 3's rollout; `scontrol requeue`
    then has Slurm send SIGTERM to every process of the job (then SIGKILL after KillWait), as a
-   preemption with PreemptMode=REQUEUE does: the step in flight is saved, exit 5, and the
-   launcher says Slurm requeued the job rather than requeueing it again.
+   preemption with PreemptMode=REQUEUE does: vLLM's engine and worker ignore it (one line each,
+   verl_plugins/vllm_sigterm.py), the rollout runs, the step in flight is saved, exit 5, and the
+   launcher says Slurm requeued the job rather than requeueing it again. wandb (offline) logs
+   beside the file logger: its service ends on the signal, the metrics file still has the step.
 3. The third start resumes from step 3 and ends the run. Every step is logged once, the last
    checkpoint merges. The job's time limit is known: the launch says its deadline. One verl
    launch per job start: three in all (docs/testing.md, "Added since").
 
-The suite's one proof of a SIGTERM to the launcher alone: the stop request saves the step in
-flight (stamped by this launch), exit 5, the relaunch resumes from it (tests/test_train_cpu.py's
-SIGKILL test signals every process of a launch outside Slurm).
+The suite's one proof of a SIGTERM to the launcher alone (the stop request saves the step in
+flight, stamped by this launch, exit 5, the relaunch resumes from it) and of a SIGTERM to every
+process of a launch (tests/test_train_cpu.py's kill test: a SIGKILL, damage, the watchdog).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from slurm_local import Cluster, binary, missing_binary, slurm_cluster
 from test_train_cpu import cpu_env, metric_segments
 
 from verl_gsm8k.common.run_dir import read_stamp
+from verl_gsm8k.launch.reap import launch_processes, of_run_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -78,6 +81,7 @@ def test_a_job_stopped_by_its_time_limit_then_requeued_by_slurm_resumes_each_tim
     held = tmp_path / "paused-before-rollout"
     env = cpu_env(tmp_path / "home", runs, TOTAL_TRAINING_STEPS="4", SAVE_FREQ="100",
                   TEST_FREQ="100", GSM8K_PAUSE_AT="rollout:2,rollout:3",
+                  LOGGER="console,file,wandb", WANDB_MODE="offline",
                   GSM8K_PAUSE_FILE=str(held), **cluster.env)  # fmt: skip
     submit = [
         "sbatch", "--parsable", "--gpus-per-node=0", f"--cpus-per-task={cluster.cpus}",
@@ -153,6 +157,10 @@ def test_a_job_stopped_by_its_time_limit_then_requeued_by_slurm_resumes_each_tim
     assert f"recipe: Slurm requeued job {job} itself (restart 2: " in second, second[-6000:]
     assert "failed: resubmit" not in second and "requeueing Slurm job" not in second
     assert "resume: global_step_2 is whole" in second, second[-6000:]
+    # vLLM's engine lived through the SIGTERM to every process (without the plugin it ends and
+    # the rollout fails), and whatever outlived verl was stopped by the launcher, not by Slurm
+    assert "SIGTERM to vLLM's EngineCore" in second and "outside the launch: ignored" in second
+    assert "could not be stopped" not in first + second + third
     assert "resume: global_step_3 is whole" in third, third[-6000:]
     assert "Training from scratch" not in second + third
 
@@ -163,6 +171,7 @@ def test_a_job_stopped_by_its_time_limit_then_requeued_by_slurm_resumes_each_tim
     assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
     timings = json.loads((run_dir / "timings.json").read_text())
     assert timings["step_s"] > 0 and timings["save_s"] > 0 and timings["start_s"] > 0
+    assert [p.pid for p in launch_processes(of_run_dir(str(run_dir)))] == []  # none left
     merge_run(run_dir, tmp_path / "merged", env)
     print(
         f"\nthe time limit cut at {ran} s of the job; Slurm's SIGTERM {waited:.0f} s later; run "

@@ -322,7 +322,7 @@ class GuardedTrainer(PPOTrainerSync):
             remote = None if trainer.default_hdfs_dir is None else os.path.join(
                 trainer.default_hdfs_dir, step_name(step), role)  # fmt: skip
             group.save_checkpoint(str(folder / role), remote, step, max_ckpt_to_keep=None)
-            pause_point(f"save:after_{role}")  # tests: a kill lands mid-save (test_train_cpu.py)
+            pause_point(f"save:{step}:after_{role}")  # tests: a kill lands mid-save
         folder.mkdir(parents=True, exist_ok=True)
         partial = folder / ".data.pt.tmp"
         torch.save(self.train_dataloader.state_dict(), partial)
