@@ -8,6 +8,7 @@ set -euo pipefail
 recipe=(
   --recipe gspo_qwen2.5-0.5b_gsm8k --config gsm8k_gspo
   ROLLOUT_N=16                 # verl's GSPO example
+  PPO_MINI_BATCH_SIZE=32       # 4 updates a step, as the GSPO paper's four minibatches
   ROLLOUT_GPU_MEM_UTIL=0.5     # no critic on the GPU: vLLM gets more
 )
 exec "$(dirname "${BASH_SOURCE[0]}")/../scripts/python" -m verl_gsm8k.launch "${recipe[@]}" -- "$@"

@@ -4,7 +4,8 @@
 # docs/algorithms.md, each with its own config (configs/gsm8k_<ALGO>.yaml):
 #   bash recipes/learn_tiny.sh              # PPO: critic, GAE (the default)
 #   ALGO=grpo bash recipes/learn_tiny.sh    # GRPO, or any algorithm of docs/algorithms.md's table
-# Every algorithm keeps this recipe's toy settings (group of ROLLOUT_N=8 where it has groups);
+# Every algorithm keeps this recipe's toy settings (ROLLOUT_N=8 for all, those whose own recipe
+# ships one response per prompt included: docs/algorithms.md, "On the CPU toy task");
 # DAPO's overlong buffer is a fifth of the toy's response length, as the paper's is of its own.
 # First use builds the toy task and the warm start (an SFT run of verl's, merged), cached under
 # CACHE_DIR/learn-tiny/: verl_gsm8k/launch/learn_tiny.py. At the end the report prints validation

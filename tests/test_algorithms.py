@@ -68,6 +68,9 @@ ALGORITHMS = {
         "reward.reward_manager.name": "dapo",
         "reward.reward_kwargs.max_resp_len": 256,
         "reward.reward_kwargs.overlong_buffer_cfg.enable": True,
+        "reward.reward_kwargs.overlong_buffer_cfg.len": 51,  # a fifth of 256
+        "actor_rollout_ref.actor.clip_ratio_c": 10.0,  # verl's DAPO example
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 8,  # 16 mini-batches: verl's example
         "actor_rollout_ref.rollout.n": 16,
     },
     "gspo": {
@@ -77,6 +80,7 @@ ALGORITHMS = {
         "actor_rollout_ref.actor.clip_ratio_high": 0.0004,
         "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
         "actor_rollout_ref.actor.use_kl_loss": False,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 32,  # 4 mini-batches: the paper's
         "actor_rollout_ref.rollout.n": 16,
     },
 }
@@ -106,6 +110,21 @@ def test_every_algorithm_recipe_passes_its_dry_run(
             got = get(cfg, got.strip("${}"))
         assert got == value, (algo, key, got)
 
+
+
+@pytest.mark.parametrize("length, buffer", [("256", "51"), ("1024", "204"), ("7", "1")])
+def test_dapos_overlong_buffer_is_a_fifth_of_the_response_length(length, buffer):
+    """The paper's buffer is 4096 of its 20480 tokens: a user who raises MAX_RESPONSE_LENGTH gets
+    the penalty over the same share of it, not over a fixed 51 tokens that would then fall inside
+    ordinary answers (OVERLONG_BUFFER_LEN=auto in the DAPO recipe file)."""
+    from verl_gsm8k.launch.plan import recipe_plan
+
+    env = {"HOME": "/nonexistent", "MAX_RESPONSE_LENGTH": length}
+    plan = recipe_plan(ROOT / "recipes" / "dapo_qwen2.5-0.5b_gsm8k.sh", env, gpu=True)
+    key = "reward.reward_kwargs.overlong_buffer_cfg.len="
+    assert [o for o in plan.all_overrides([]) if o.startswith(key)] == [key + buffer]
+    grpo = recipe_plan(ROOT / "recipes" / "grpo_qwen2.5-0.5b_gsm8k.sh", env, gpu=True)
+    assert not any(o.startswith(key) for o in grpo.all_overrides([]))  # no penalty: not set
 
 @pytest.fixture(scope="module")
 def configs() -> dict[str, object]:

@@ -57,10 +57,7 @@ def defaults(values: Values, extra: dict[str, str]) -> None:
     values.set_default("MODEL_PATH", str(home / warm))
     values.set_default("DATA_DIR", str(home / "data" / "rl"))
     if algo == "dapo":  # the overlong buffer: a fifth of the response length, as the paper's
-        length = int(values.get("MAX_RESPONSE_LENGTH") or "0")
-        values.recipe.overrides.append(
-            f"reward.reward_kwargs.overlong_buffer_cfg.len={length // 5}"
-        )
+        values.set_default("OVERLONG_BUFFER_LEN", "auto")
 
 
 def _say(line: str, err: bool = False) -> None:

@@ -240,6 +240,8 @@ def _resolve(values: Values, recipe: Recipe, train_on: str, tiny: Path) -> dict[
     out["RUN_DIR"] = _absolute(
         values.get("RUN_DIR") or f"{out['RUNS_ROOT']}/{out['EXPERIMENT_NAME']}"
     )
+    if out.get("OVERLONG_BUFFER_LEN") == "auto" and out.get("MAX_RESPONSE_LENGTH", "").isdigit():
+        out["OVERLONG_BUFFER_LEN"] = str(max(1, int(out["MAX_RESPONSE_LENGTH"]) // 5))
     if not out.get("LOGGER"):
         out["LOGGER"] = "console,file" + (",wandb" if env.get("WANDB_API_KEY") else "")
     return out
