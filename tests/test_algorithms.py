@@ -86,11 +86,11 @@ ALGORITHMS = {
 }
 
 
-
 def test_every_algorithm_config_has_its_row_here():
     """A new configs/gsm8k_<algo>.yaml is an ALGO at once (launch/knobs.py): its row above is what
     its dry run is checked against (PPO's and GRPO's recipes: tests/test_recipes.py)."""
     assert set(LEARN_ALGOS) - {"ppo", "grpo"} == set(ALGORITHMS)
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
@@ -111,7 +111,6 @@ def test_every_algorithm_recipe_passes_its_dry_run(
         assert got == value, (algo, key, got)
 
 
-
 @pytest.mark.parametrize("length, buffer", [("256", "51"), ("1024", "204"), ("7", "1")])
 def test_dapos_overlong_buffer_is_a_fifth_of_the_response_length(length, buffer):
     """The paper's buffer is 4096 of its 20480 tokens: a user who raises MAX_RESPONSE_LENGTH gets
@@ -125,6 +124,7 @@ def test_dapos_overlong_buffer_is_a_fifth_of_the_response_length(length, buffer)
     assert [o for o in plan.all_overrides([]) if o.startswith(key)] == [key + buffer]
     grpo = recipe_plan(ROOT / "recipes" / "grpo_qwen2.5-0.5b_gsm8k.sh", env, gpu=True)
     assert not any(o.startswith(key) for o in grpo.all_overrides([]))  # no penalty: not set
+
 
 @pytest.fixture(scope="module")
 def configs() -> dict[str, object]:
