@@ -29,11 +29,14 @@ FLASH_ATTN_BUILD=${FLASH_ATTN_BUILD:-0}
 INSTALLER=${INSTALLER:-uv}
 
 target=main
+for arg in "$@"; do  # --help anywhere: the help, and nothing installed
+  case "$arg" in -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+done
+[ $# -le 1 ] || { echo "setup.sh: one argument at most, not $# (use --eval, --gpu-stack or --help)" >&2; exit 2; }
 case "${1:-}" in
   "") ;;
   --eval) target="eval" ;;
   --gpu-stack) target="gpu-stack"; VENV_DIR=${VENV_DIR_GPU:-$ROOT/.venv-gpu} ;;
-  -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "setup.sh: unknown argument '$1' (use --eval, --gpu-stack or --help)" >&2; exit 2 ;;
 esac
 
