@@ -161,25 +161,8 @@ ESTIMATOR = "algorithm.adv_estimator"
 # (config, changed keys, the text of the one refusal): each a combination that verl refuses or
 # that would train something else than its name says.
 MISTAKES = [
-    ("rloo", {N1: 1}, "rollout.n = 1: algorithm.adv_estimator=rloo"),
-    ("grpo", {N1: 1, ESTIMATOR: "gpg"}, "adv_estimator=gpg compares the responses"),
-    (
-        "grpo",
-        {N1: 1, ESTIMATOR: "optimal_token_baseline"},
-        "adv_estimator=optimal_token_baseline compares the responses",
-    ),
-    (
-        "grpo",
-        {N1: 1, ESTIMATOR: "tir_optimal_token_baseline"},
-        "adv_estimator=tir_optimal_token_baseline compares the responses",
-    ),
     ("rloo", {N1: 1, ESTIMATOR: "rloo_vectorized"}, "the advantage is 0 for every response"),
     ("grpo", {N1: 1, ESTIMATOR: "grpo_passk"}, "Pass@k requires at least 2 samples per group"),
-    (
-        "reinforce_pp_baseline",
-        {"actor_rollout_ref.rollout.n": 1},
-        "adv_estimator=reinforce_plus_plus_baseline compares the responses",
-    ),
     ("grpo", {"critic.enable": True}, "critic.enable=true with algorithm.adv_estimator=grpo"),
     ("ppo", {"critic.enable": False}, "critic.enable=false with algorithm.adv_estimator=gae"),
     (
@@ -243,6 +226,28 @@ def changed(configs, name: str, changes: dict):
 # (config, changed keys, the text of the one warning): combinations verl runs as written; the
 # preflight says so and what verl does, and lets the launch go on.
 WARNINGS = [
+    (
+        "reinforce_pp_baseline",
+        {"actor_rollout_ref.rollout.n": 1},
+        "adv_estimator=reinforce_plus_plus_baseline compares the responses",
+    ),
+    (
+        "rloo",
+        {N1: 1},
+        "adv_estimator=rloo compares the responses within a prompt's group; verl allows this",
+    ),
+    ("grpo", {N1: 1}, "with one response verl gives it mean 0 and std 1"),
+    ("grpo", {N1: 1, ESTIMATOR: "gpg"}, "adv_estimator=gpg compares the responses"),
+    (
+        "grpo",
+        {N1: 1, ESTIMATOR: "optimal_token_baseline"},
+        "adv_estimator=optimal_token_baseline compares the responses",
+    ),
+    (
+        "grpo",
+        {N1: 1, ESTIMATOR: "tir_optimal_token_baseline"},
+        "adv_estimator=tir_optimal_token_baseline compares the responses",
+    ),
     ("grpo", {"algorithm.use_kl_in_reward": True}, "charges the KL to the reference twice"),
     (
         "rloo",

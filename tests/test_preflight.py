@@ -321,9 +321,16 @@ def test_cli_prints_time_and_exits_nonzero_on_error(base_overrides):
     assert "Traceback" not in result.stdout + result.stderr
 
 
-def test_grpo_needs_a_group_per_prompt(base_overrides):
+def test_grpo_with_one_response_per_prompt_is_said_not_refused(base_overrides):
+    """verl runs GRPO at rollout.n=1 (the raw score as the advantage): a warning, the launch goes
+    on; rloo_vectorized there trains nothing (every advantage 0): refused."""
     report = run_preflight(base_overrides + ["actor_rollout_ref.rollout.n=1"], config="gsm8k_grpo")
-    assert "rollout.n = 1: algorithm.adv_estimator=grpo compares the responses" in errors(report)
+    assert report.errors == 0, "\n".join(report.lines)
+    warned = [line for line in report.lines if "[warn] algorithm:" in line]
+    assert len(warned) == 1 and "adv_estimator=grpo compares the responses" in warned[0], warned
+    vectorized = ["actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=rloo_vectorized"]
+    report = run_preflight(base_overrides + vectorized, config="gsm8k_grpo")
+    assert "the advantage is 0 for every response" in errors(report)
     report = run_preflight(base_overrides + ["actor_rollout_ref.rollout.n=4"], config="gsm8k_grpo")
     assert report.errors == 0, "\n".join(report.lines)
 

@@ -3,9 +3,10 @@ naming the key. An error where verl itself fails or asserts, or where the run wo
 train something else than its name says; a warning, saying "verl allows this" and what verl then
 does, where verl runs the combination as written and it may be meant.
 
-  group     the estimators with a group baseline need rollout.n >= 2: with one response per
-            prompt each computes something else (GROUP_AT_ONE: the raw score as the advantage,
-            an advantage of 0 for every response, or verl's error);
+  group     the estimators with a group baseline compare rollout.n >= 2 responses: with one
+            response per prompt each computes something else (GROUP_AT_ONE). Refused where verl
+            raises (grpo_passk) or where every advantage is 0 and nothing can be learned
+            (rloo_vectorized); a warning where verl trains on the raw score instead;
   critic    a critic is trained only for GAE; critic.enable=true beside another estimator trains
             one that nothing reads, critic.enable=false beside GAE has no values to estimate with;
   kl        the KL to the reference in the reward (use_kl_in_reward) and in the loss
@@ -73,6 +74,9 @@ GROUP_AT_ONE = {
     ),
 }
 GROUP_ESTIMATORS = frozenset(GROUP_AT_ONE)
+# At one response per prompt these either fail in verl or train nothing: refused. The others run
+# a baseline-free policy gradient, which may be meant: a warning.
+REFUSED_AT_ONE = frozenset({"grpo_passk", "rloo_vectorized"})
 # The estimators that read algorithm.norm_adv_by_std_in_grpo: compute_advantage passes it to grpo
 # (trainer/ppo/ray_trainer.py ~235-245), grpo_passk reads it from the config (core_algos.py ~500).
 STD_READERS = frozenset({"grpo", "grpo_passk"})
@@ -103,7 +107,7 @@ def algorithm_problems(cfg: Any, reward_keys: set[str] | None = None) -> list[st
     v1 = bool(_get(cfg, "trainer.use_v1", True))
     problems: list[str] = []
 
-    if estimator in GROUP_ESTIMATORS and n < 2:
+    if estimator in REFUSED_AT_ONE and n < 2:
         problems.append(
             f"actor_rollout_ref.rollout.n = {n}: algorithm.adv_estimator={estimator} compares the "
             f"responses within a prompt's group; with one response {GROUP_AT_ONE[estimator]}; "
@@ -147,6 +151,13 @@ def algorithm_warnings(cfg: Any) -> list[str]:
     "verl allows this" and what verl then does."""
     actor = cfg.actor_rollout_ref.actor
     warnings: list[str] = []
+    estimator, n = str(cfg.algorithm.adv_estimator), int(cfg.actor_rollout_ref.rollout.n)
+    if estimator in GROUP_ESTIMATORS - REFUSED_AT_ONE and n < 2:
+        warnings.append(
+            f"actor_rollout_ref.rollout.n = {n}: algorithm.adv_estimator={estimator} compares the "
+            f"responses within a prompt's group; verl allows this: with one response "
+            f"{GROUP_AT_ONE[estimator]}; set ROLLOUT_N >= 2 unless that is meant"
+        )
     # verl's validate_config only prints a notice (utils/config.py ~184); then both apply: the
     # penalty on the reward (trainer/ppo/v1/trainer_base.py ~1754, the legacy
     # ray_trainer.py ~1639) and the loss term (workers/utils/losses.py ~132-140).
