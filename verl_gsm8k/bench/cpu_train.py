@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 from verl_gsm8k.analysis.vocab import PHASE_ORDER
+from verl_gsm8k.common.children import dies_with_this_process
 from verl_gsm8k.common.run_dir import METRICS_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,6 +131,8 @@ def run(recipe: str, env_overrides: dict[str, str], args: list[str], interval: f
         text=True,
         errors="replace",
         start_new_session=True,
+        # SIGKILLed, the benchmark takes its launch with it: SIGTERM, the launcher's stop
+        preexec_fn=dies_with_this_process(signal.SIGTERM),  # noqa: PLW1509  # one prctl call
     )
     sampler = MemorySampler(proc.pid, interval)
     sampler.start()

@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from rewards.gsm8k import compute_score_flexible
 from verl_gsm8k.bench.cpu_train import read_metrics
+from verl_gsm8k.common.children import dies_with_this_process
 from verl_gsm8k.common.run_dir import VALIDATION_DIR
 from verl_gsm8k.launch.knobs import LEARN_ALGOS
 
@@ -111,6 +113,8 @@ def run_once(
             stdout=sink,
             stderr=subprocess.STDOUT,
             check=False,
+            # SIGKILLed, the benchmark takes its launch with it: SIGTERM, the launcher's stop
+            preexec_fn=dies_with_this_process(signal.SIGTERM),  # noqa: PLW1509  # one prctl call
         ).returncode
     wall = time.monotonic() - start
     steps = read_metrics(run_dir)

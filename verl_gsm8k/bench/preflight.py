@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from verl_gsm8k.common.children import dies_with_this_process
 from verl_gsm8k.launch.plan import bare_overrides as recipe_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +49,8 @@ def timed(cmd: list[str], timeout: float) -> tuple[float, bool, str]:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        # SIGKILLed, the benchmark takes its launch with it: SIGTERM, the launcher's stop
+        preexec_fn=dies_with_this_process(signal.SIGTERM),  # noqa: PLW1509  # one prctl call
     )
     exited = True
     try:
