@@ -23,7 +23,27 @@ def trainer_at(step: int, run_dir: Path):
     trainer.global_steps, trainer.sick_step, trainer.saved_step = step, None, step
     trainer.stamp = "20261126T000000Z"
     trainer.timings, trainer.started_up = Timings(), False  # _validate measures itself (deadline)
+    trainer.save_every_s, trainer.last_save = 0.0, time.time()  # no time saves
     return trainer
+
+
+def test_a_time_save_comes_after_the_first_step_past_the_interval(tmp_path, monkeypatch):
+    """SAVE_EVERY_MIN: a step that ends that long after the last save is saved, SAVE_FREQ or not;
+    one that ends sooner is not (the real run: tests/test_train_cpu.py's kill test)."""
+    from verl_gsm8k.ppo_trainer.guarded import GuardedTrainer
+
+    saved: list[int] = []
+    monkeypatch.setattr(
+        GuardedTrainer, "_save_checkpoint", lambda self: saved.append(self.global_steps)
+    )
+    trainer = trainer_at(5, tmp_path)
+    trainer.save_every_s, trainer.last_save = 600.0, time.time() - 599.0
+    trainer._save_if_due(5)
+    trainer.last_save -= 2.0  # now 601 s ago
+    trainer._save_if_due(5)
+    trainer.save_every_s = 0.0  # SAVE_EVERY_MIN=0: never
+    trainer._save_if_due(5)
+    assert saved == [5]
 
 
 def test_a_best_by_another_metric_is_replaced_not_compared(tmp_path, monkeypatch):

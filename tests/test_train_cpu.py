@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -294,7 +295,8 @@ def test_an_emptied_tracker_resumes_from_the_newest_whole_step(smoke: Smoke, tmp
 def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     """Last: it extends the shared run directory (steps 1-2 of the smoke run, best = step 2).
 
-    To step 8, a checkpoint every step, MAX_CKPT_TO_KEEP=2, each launch the same command:
+    To step 8, a time save every step (SAVE_EVERY_MIN; SAVE_FREQ past the end),
+    MAX_CKPT_TO_KEEP=2, each launch the same command:
     1. SIGKILL (the launcher and everything under it) while the trainer is held between step 5's
        actor shards and its critic's: mid-save, with steps 3 and 4 saved whole before it;
     2. the tracked step's actor shard truncated and the step before it without data.pt; the
@@ -324,8 +326,10 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
 
     run_dir, roles = smoke.run_dir, ("actor", "critic")
     tracker = run_dir / "latest_checkpointed_iteration.txt"
-    env = dict(smoke.env, TOTAL_TRAINING_STEPS="8", SAVE_FREQ="1", TEST_FREQ="4",
-               MAX_CKPT_TO_KEEP="2", STOP_GRACE_S="600")  # fmt: skip
+    # every checkpoint a time save (SAVE_FREQ past the run's end, SAVE_EVERY_MIN at 0.06 s: one
+    # a step): the kill, the damage, pruning, the kept best and the resume all on time saves
+    env = dict(smoke.env, TOTAL_TRAINING_STEPS="8", SAVE_FREQ="100", SAVE_EVERY_MIN="0.001",
+               TEST_FREQ="4", MAX_CKPT_TO_KEEP="2", STOP_GRACE_S="600")  # fmt: skip
     quick = ("trainer.val_before_train=False",)  # a key that may change on a resume: saves time
     figures: list[str] = []
     limit = float(TRAIN_TIMEOUT_S)
@@ -353,6 +357,8 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     assert whole is not None and "critic" in whole, whole  # half a step on disk...
     assert tracker.read_text().strip() == "4"  # ...and the tracker never names it
     assert {3, 4} <= steps_of(m1), sorted(steps_of(m1))  # saved whole before it
+    saved_by_time = r"time save: [0-9.]+ min since the last save \(SAVE_EVERY_MIN\): saving step 4"
+    assert re.search(saved_by_time, r1.output()), r1.output()[-3000:]
 
     # 2. damage the newest two whole checkpoints; the relaunch falls back past them and the
     #    half-saved one and finishes the run; the same command started again meanwhile refuses

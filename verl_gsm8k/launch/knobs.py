@@ -305,6 +305,13 @@ KNOBS: tuple[Knob, ...] = (
          ppo=(Key("gsm8k_guard.keep_best", "bool"),), trainers=PPO),
     Knob("BEST_METRIC", METRIC, "val-core/openai/gsm8k/acc/mean@1", "what KEEP_BEST ranks by",
          ppo=_keys("gsm8k_guard.best_metric", form="quoted"), trainers=PPO),
+    Knob("SAVE_EVERY_MIN", Check("auto, or minutes >= 0 (0: none)",
+                                 lambda v: v == "auto" or NON_NEGATIVE_NUMBER.ok(v)), "auto",
+         "a checkpoint after the first step past each this many minutes since the last save, "
+         "besides SAVE_FREQ: what a SIGKILL can lose (docs/reliability.md)",
+         ppo=_keys("gsm8k_guard.save_every_min"), trainers=PPO,
+         rule="auto: the slowest save measured in RUN_DIR/timings.json over 3% (at least 1 min; "
+         "20 before any save was measured)"),
     Knob("STOP_GRACE_S", NON_NEGATIVE_INT, None,
          "after SIGTERM, the seconds verl has to finish the step in flight and save it; then it "
          "is stopped, exit 5 (docs/reliability.md, Preemption)",

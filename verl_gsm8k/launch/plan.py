@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from verl_gsm8k.launch import save_every
 from verl_gsm8k.launch.knobs import BY_NAME, CONFIG_DIR, KNOBS, hydra_quote, recipe_arguments
 
 ROOT = CONFIG_DIR.parent
@@ -240,6 +241,8 @@ def _resolve(values: Values, recipe: Recipe, train_on: str, tiny: Path) -> dict[
     out["RUN_DIR"] = _absolute(
         values.get("RUN_DIR") or f"{out['RUNS_ROOT']}/{out['EXPERIMENT_NAME']}"
     )
+    if out.get("SAVE_EVERY_MIN") == "auto":  # from the saves measured in the run directory
+        out["SAVE_EVERY_MIN"] = f"{save_every.choose(Path(out['RUN_DIR']), 'auto')[0]:g}"
     if out.get("OVERLONG_BUFFER_LEN") == "auto" and out.get("MAX_RESPONSE_LENGTH", "").isdigit():
         out["OVERLONG_BUFFER_LEN"] = str(max(1, int(out["MAX_RESPONSE_LENGTH"]) // 5))
     if not out.get("LOGGER"):

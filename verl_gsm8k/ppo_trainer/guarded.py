@@ -21,6 +21,9 @@ Each addition overrides one method of verl's ``PPOTrainerSync``
   (SIGTERM, ``stop_requested``). A trip (WATCHDOG=stop) or a stop request ends ``fit`` after
   this step: verl's loop runs while ``global_steps <= total_training_steps`` (~467), so the total
   is lowered to this step. verl still logs the step's metrics, and a stop request saves it first.
+- a time save (SAVE_EVERY_MIN, ``gsm8k_guard.save_every_min``): ``step`` saves a healthy step that
+  ends that long or longer after this launch's last save (or its start), SAVE_FREQ or not: what
+  a SIGKILL, which no handler sees, can lose (launch/save_every.py picks the interval).
 - a deadline (a Slurm job's end, ``guard/deadline.py``): ``step``, ``_save_checkpoint`` and
   ``_validate`` measure themselves; after a step that one more step and its save would not
   follow before the job ends, the step is saved and ``fit`` ends, as on a stop request.
@@ -104,6 +107,7 @@ def guard_settings(config: DictConfig) -> dict[str, Any]:
         "thresholds": thresholds,
         "keep_best": bool(block.get("keep_best", True)),
         "best_metric": str(block.get("best_metric") or "val-core/openai/gsm8k/acc/mean@1"),
+        "save_every_s": 60.0 * float(block.get("save_every_min") or 0),
     }
 
 
@@ -137,6 +141,8 @@ class GuardedTrainer(PPOTrainerSync):
         self.guard_mode: str = settings["mode"]
         self.keep_best: bool = settings["keep_best"]
         self.best_metric: str = settings["best_metric"]
+        self.save_every_s: float = settings["save_every_s"]
+        self.last_save = time.time()  # fit's start (reset there), then each save's end
         self.run_dir = Path(config.trainer.default_local_dir)
         self.stamp = launch_stamp()
         self.response_limit = int(config.data.get("max_response_length") or 0) or None
@@ -155,6 +161,7 @@ class GuardedTrainer(PPOTrainerSync):
         # global_steps is the resumed step here (init loaded the checkpoint)
         if self.global_steps > 0:
             self.saved_step = self.global_steps  # the resumed checkpoint exists: never saved again
+        self.last_save = time.time()  # the workers' start-up is not time a SIGKILL could lose
         history = logged_history(self.run_dir, self.global_steps + 1)
         self.watchdog = Watchdog(self.watchdog.thresholds, history, self.response_limit)
         return super().fit(*args, **kwargs)
@@ -177,7 +184,17 @@ class GuardedTrainer(PPOTrainerSync):
         stopping = self.sick_step is not None or self._stop_if_requested(step)
         if not stopping and must_stop(time.time(), self.job_end, self.timings):
             self._stop_for_deadline(step)
+        elif not stopping:
+            self._save_if_due(step)
         return batch
+
+    def _save_if_due(self, step: int) -> None:
+        """A time save (SAVE_EVERY_MIN): ``step`` saved when the last save is that long ago."""
+        since = time.time() - self.last_save
+        if self.save_every_s and since >= self.save_every_s:
+            say(f"time save: {since / 60:.1f} min since the last save (SAVE_EVERY_MIN): saving "
+                f"step {step}")  # fmt: skip
+            self._save_checkpoint()
 
     def on_validate_end(self) -> None:
         super().on_validate_end()
@@ -337,6 +354,7 @@ class GuardedTrainer(PPOTrainerSync):
         for line in prune(self.run_dir, int(keep), say_kept=False):  # the launcher says them
             say(line)
         self._measured("save_s", started)
+        self.last_save = time.time()
 
     # ---- the best checkpoint -------------------------------------------------------------
     def _validate(self, *args: Any, **kwargs: Any) -> dict:
