@@ -142,6 +142,10 @@ def test_a_job_stopped_by_its_time_limit_then_requeued_by_slurm_resumes_each_tim
     # the launch said its deadline: the job's time limit is known
     assert "recipe: deadline: the job ends at" in first
     assert "5 s before Slurm job" in first  # the grace runs to the job's end
+    # KillWait (tests/slurm_local.py: 120 s) against a stop measured by the earlier start
+    kill_wait = f"recipe: Slurm: a requeue or preemption of job {job} leaves 120 s from its SIGTERM"
+    assert f"{kill_wait} to its SIGKILL (KillWait" in first and "no step measured" in first
+    assert "measured here, it fits" in second, second[-6000:]
     # each stop saved the step in flight, stamped by its own launch (SAVE_FREQ=100: the stop
     # request's save), and the launcher exited 5
     segments = metric_segments(run_dir)

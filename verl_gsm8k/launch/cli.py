@@ -191,11 +191,15 @@ def plan_stop(plan: Plan) -> tuple[int, bool]:
     """(STOP_GRACE_S, set by the user) for this PPO launch, each said in one line; a Slurm job's
     end as the trainer's deadline (RUN_DIR/job_deadline), refused when start-up, a step and a
     save measured by earlier launches do not fit the time left."""
-    from verl_gsm8k.launch.slurm import job_end
+    from verl_gsm8k.guard.deadline import Timings
+    from verl_gsm8k.launch.slurm import job_end, kill_wait_line
 
     run_dir = plan.run_dir
     given = plan.env.get("STOP_GRACE_S", "")
     deadline_path(run_dir).unlink(missing_ok=True)
+    fits = kill_wait_line(plan.env, stop_grace.stop_needs(Timings.read(run_dir)))
+    if fits:
+        say(fits, err="NOT fit" in fits)
     end = job_end(plan.env)
     if end is None and plan.env.get("SLURM_JOB_ID"):
         say(f"recipe: Slurm job {plan.env['SLURM_JOB_ID']} has no end time (no time limit): no "

@@ -41,6 +41,40 @@ def job_end(env: Mapping[str, str], run: Callable[[list[str]], str] = _run) -> i
         return None
 
 
+def job_fields(job: str, run: Callable[[list[str]], str] = _run) -> dict[str, str]:
+    """``scontrol show job -o JOB`` as {field: value} (values with spaces cut at the first)."""
+    pairs = (word.partition("=") for word in run(["scontrol", "show", "job", "-o", job]).split())
+    return {name: value for name, sep, value in pairs if sep}
+
+
+def kill_wait_line(
+    env: Mapping[str, str], needs: float | None, run: Callable[[list[str]], str] = _run
+) -> str | None:
+    """Under Slurm, one line: the seconds a requeue or a preemption leaves between its SIGTERM to
+    every process of the job and its SIGKILL (KillWait; a preemption adds the partition's
+    GraceTime), and whether a stop (a step and its save, ``needs`` measured in this run) fits in
+    them. None outside a job or when Slurm does not say."""
+    job = env.get("SLURM_JOB_ID")
+    found = re.search(r"^KillWait\s*=\s*(\d+)", run(["scontrol", "show", "config"]), re.M)
+    if not job or not found:
+        return None
+    kill_wait = int(found.group(1))
+    partition = job_fields(job, run).get("Partition", "")
+    shown = run(["scontrol", "show", "partition", "-o", partition]) if partition else ""
+    found = re.search(r"\bGraceTime=(\d+)", shown)
+    grace = int(found.group(1)) if found else 0
+    extra = f"; a preemption adds GraceTime {grace} s" if grace else ""
+    said = (f"recipe: Slurm: a requeue or preemption of job {job} leaves {kill_wait} s from its "
+            f"SIGTERM to its SIGKILL (KillWait{extra})")  # fmt: skip
+    if needs is None:
+        return said + ": no step measured in this run yet to compare"
+    if needs <= kill_wait:
+        return said + f": a stop needs {needs:.0f} s measured here, it fits"
+    return said + (f": a stop needs {needs:.0f} s measured here, it does NOT fit: a requeue "
+                   "would lose the step in flight (the time limit is covered: the sbatch's "
+                   "--signal=B:TERM@120)")  # fmt: skip
+
+
 def requeue_if_stopped(
     status: int, stamp: str, run_dir: Path, env: Mapping[str, str], say,
     run: Callable[[list[str]], str] = _run,
@@ -48,24 +82,29 @@ def requeue_if_stopped(
     """Under slurm/one_node.sbatch (SLURM_REQUEUE_ON_STOP=1): a launch that stopped before the
     end of the run (exit 5) and saved a step puts its job back in the queue, so that the same job
     resumes until the run ends. A launch that saved nothing is not requeued: the next one would
-    do no better."""
+    do no better. What Slurm did itself (a requeue, a preemption, scancel) is said instead."""
     job = env.get("SLURM_JOB_ID")
     if status != 5 or env.get("SLURM_REQUEUE_ON_STOP", "0") != "1" or not job:
         return
     step = tracked_step(run_dir)
+    resumes = f"step {step}" if step is not None else "the start"
+    fields = job_fields(job, run)
+    # Slurm requeues it already (a preemption, `scontrol requeue`): its restart count went up,
+    # and a second requeue would fail ("Job is pending execution")
+    restarts = int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0
+    count = env.get("SLURM_RESTART_COUNT") or "0"
+    if restarts > int(count if count.isdigit() else 0):
+        say(f"recipe: Slurm requeued job {job} itself (restart {restarts}: a preemption or "
+            f"scontrol requeue): it resumes from {resumes}")  # fmt: skip
+        return
+    if fields.get("JobState") == "CANCELLED":
+        say(f"recipe: Slurm job {job} was cancelled (scancel): not requeued; the same command "
+            f"resumes from {resumes}")  # fmt: skip
+        return
     if step is None or read_stamp(run_dir, step) != stamp:
         say(f"recipe: Slurm job {job} not requeued: this launch saved no step (start-up, a step "
             "and a save did not fit before it stopped); resubmit with more time (sbatch --time)",
             err=True)  # fmt: skip
-        return
-    # Slurm requeues it already (a preemption, `scontrol requeue`): its restart count went up,
-    # and a second requeue would fail ("Job is pending execution")
-    found = re.search(r" Restarts=(\d+)", run(["scontrol", "show", "job", "-o", job]))
-    restarts = int(found.group(1)) if found else 0
-    count = env.get("SLURM_RESTART_COUNT") or "0"
-    if restarts > int(count if count.isdigit() else 0):
-        say(f"recipe: Slurm requeued job {job} itself (restart {restarts}: a preemption or "
-            f"scontrol requeue): it resumes from step {step}")  # fmt: skip
         return
     say(f"recipe: requeueing Slurm job {job} (restart {count}): it resumes from step {step}")
     try:
