@@ -31,7 +31,8 @@ def test_kill_wait_is_compared_with_what_a_stop_needs(needs, ends):
     line = kill_wait_line({"SLURM_JOB_ID": "7"}, needs, scontrol(partition="GraceTime=60"))
     head = "recipe: Slurm: a requeue or preemption of job 7 leaves 30 s from its SIGTERM to its"
     assert line == f"{head} SIGKILL (KillWait; a preemption adds GraceTime 60 s): {ends}"
-    assert kill_wait_line({}, needs, scontrol()) is None  # outside a job
+    outside = kill_wait_line({}, needs, lambda argv: pytest.fail(f"ran {argv} outside a job"))
+    assert outside is None  # and every launch outside Slurm starts no scontrol
 
 
 def stopped(tmp_path: Path, job: str, saved_by: str | None, restarts: str = "0") -> list[str]:

@@ -55,8 +55,10 @@ def kill_wait_line(
     GraceTime), and whether a stop (a step and its save, ``needs`` measured in this run) fits in
     them. None outside a job or when Slurm does not say."""
     job = env.get("SLURM_JOB_ID")
+    if not job:
+        return None
     found = re.search(r"^KillWait\s*=\s*(\d+)", run(["scontrol", "show", "config"]), re.M)
-    if not job or not found:
+    if not found:
         return None
     kill_wait = int(found.group(1))
     partition = job_fields(job, run).get("Partition", "")
