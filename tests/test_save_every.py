@@ -47,5 +47,7 @@ def test_the_launch_passes_the_minutes_to_the_trainer(tmp_path: Path):
     plan = recipe_plan(ROOT / "recipes" / "ppo_qwen2.5-0.5b_gsm8k.sh", env, gpu=True)
     assert plan.run_dir == run_dir
     assert "gsm8k_guard.save_every_min=10" in plan.all_overrides([])
+    said = "recipe: a time save after the first step past each 10 min (SAVE_EVERY_MIN=auto: a "
+    assert plan.save_every_line.startswith(said + "save takes 18 s here"), plan.save_every_line
     sft = recipe_plan(ROOT / "recipes" / "sft_qwen2.5-0.5b_gsm8k.sh", env, gpu=True)
     assert not any("save_every_min" in o for o in sft.all_overrides([]))  # verl's SFT trainer

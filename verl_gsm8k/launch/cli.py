@@ -25,12 +25,11 @@ from verl_gsm8k.common.run_dir import console_log_path, deadline_path, metrics_p
 from verl_gsm8k.guard import deadline as job_deadline
 from verl_gsm8k.guard import prune
 from verl_gsm8k.launch import grace as stop_grace
-from verl_gsm8k.launch import outcome, save_every
+from verl_gsm8k.launch import outcome
 from verl_gsm8k.launch.knobs import hydra_quote, problems
 from verl_gsm8k.launch.plan import (
     CONFIG_DIR,
     Plan,
-    Values,
     has_gpu,
     make_plan,
     parse_recipe,
@@ -283,8 +282,7 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
     grace, grace_set = int(plan.env.get("STOP_GRACE_S") or stop_grace.DEFAULT_S), False
     if plan.trainer == "ppo":
         grace, grace_set = plan_stop(plan)
-        asked = Values(plan.env, plan.recipe).get("SAVE_EVERY_MIN") or "auto"
-        say(save_every.choose(run_dir, asked)[1])  # the minutes plan.py passed to the trainer
+        say(plan.save_every_line)  # the minutes plan.py passed to the trainer
     record(plan, stamp, user, picked)
     if plan.logs_to_wandb():
         say_where_wandb_logs(plan)

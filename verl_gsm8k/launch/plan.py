@@ -120,6 +120,7 @@ class Plan:
     overrides: list[str] = field(default_factory=list)  # every knob's keys
     knob_keys: dict[str, str] = field(default_factory=dict)  # verl key -> the knob that set it
     extra: dict[str, str] = field(default_factory=dict)  # what hooks keep for later (learn_tiny)
+    save_every_line: str = ""  # SAVE_EVERY_MIN's interval, said at launch (PPO)
 
     @property
     def trainer(self) -> str:
@@ -241,8 +242,6 @@ def _resolve(values: Values, recipe: Recipe, train_on: str, tiny: Path) -> dict[
     out["RUN_DIR"] = _absolute(
         values.get("RUN_DIR") or f"{out['RUNS_ROOT']}/{out['EXPERIMENT_NAME']}"
     )
-    if out.get("SAVE_EVERY_MIN") == "auto":  # from the saves measured in the run directory
-        out["SAVE_EVERY_MIN"] = f"{save_every.choose(Path(out['RUN_DIR']), 'auto')[0]:g}"
     if out.get("OVERLONG_BUFFER_LEN") == "auto" and out.get("MAX_RESPONSE_LENGTH", "").isdigit():
         out["OVERLONG_BUFFER_LEN"] = str(max(1, int(out["MAX_RESPONSE_LENGTH"]) // 5))
     if not out.get("LOGGER"):
@@ -284,9 +283,21 @@ def make_plan(
         train_on, tiny, use_sample_data=use_sample, data_home=data_home, extra=extra,
     )  # fmt: skip
     plan.from_env &= set(BY_NAME)
+    _save_every(plan)
     _device(plan, probe)
     _knob_overrides(plan)
     return plan
+
+
+def _save_every(plan: Plan) -> None:
+    """SAVE_EVERY_MIN's minutes for the trainer (auto: from the saves measured in the run
+    directory) and the line that says them; a bad value is left to the knob check's one line."""
+    value = plan.values.get("SAVE_EVERY_MIN")
+    if value is None or not BY_NAME["SAVE_EVERY_MIN"].check.ok(value):
+        return
+    minutes, plan.save_every_line = save_every.choose(plan.run_dir, value)
+    if value == "auto":
+        plan.values["SAVE_EVERY_MIN"] = f"{minutes:g}"
 
 
 def probe_attention(plan: Plan) -> None:
