@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Supervised fine-tuning (SFT) on GSM8K's worked solutions, Qwen2.5-0.5B-Instruct, one GPU: verl's
-# SFT trainer (torchrun -m verl.trainer.sft_trainer, FSDP2), loss on the answer tokens only. The
+# SFT trainer (torchrun -m verl_gsm8k.sft_trainer, FSDP2), loss on the answer tokens only. The
 # prompts are exactly the PPO recipes' prompts; the merged result is a MODEL_PATH for them.
 #   python -m data_prep.sft                              # -> ~/data/gsm8k-sft/{train,test}.parquet
 #   DRY_RUN=1 bash recipes/sft_qwen2.5-0.5b_gsm8k.sh     # preflight + final config, no GPU

@@ -166,7 +166,7 @@ def recording_python(path: Path, record: Path) -> Path:
     path.write_text(
         "#!/usr/bin/env bash\n"
         'if [[ "${1:-}" == "-m" && ( "${2:-}" == "torch.distributed.run" ||'
-        ' "${2:-}" == "verl.trainer.sft_trainer" ) ]]; then\n'
+        ' "${2:-}" == "verl_gsm8k.sft_trainer" ) ]]; then\n'
         f'  {{ echo "metrics=${{VERL_FILE_LOGGER_PATH:-}}"; env | grep "^VERL_" | sort;'
         f' printf "arg=%s\\n" "$@"; }} > "{record}"\n'
         '  echo "fake verl ran"; exit "${FAKE_VERL_RC:-0}"\n'
@@ -212,7 +212,7 @@ def test_launch_on_a_gpu_machine_runs_torchrun_with_user_arguments_last(
         "--nnodes=1",
         "--nproc_per_node=2",
         "-m",
-        "verl.trainer.sft_trainer",
+        "verl_gsm8k.sft_trainer",
         *CONFIG_ARGS,
     ]
     assert args[-1] == "trainer.total_epochs=1"

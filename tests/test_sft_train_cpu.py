@@ -1,17 +1,22 @@
 """verl's real SFT loop on this CPU, end to end: `DEVICE=cpu bash recipes/sft_qwen2.5-0.5b_gsm8k.sh`
 trains the tiny model (torchrun, FSDP2, fp32, verl's cpu platform) on data_prep.sft's transcripts
-of synthetic GSM8K problems for a few steps, then `scripts/merge.sh` turns the run directory into
-a Hugging Face model that moved away from the start, and the PPO preflight accepts it as
-MODEL_PATH. One training process, well under 2 minutes on 2 cores.
+of synthetic GSM8K problems; a SIGTERM to every process of the launch while step 4 trains (Slurm's
+requeue, a preemption) saves step 4 and exits 5, and the same command resumes to the end; then
+`scripts/merge.sh` turns the run directory into a Hugging Face model that moved away from the
+start, and the PPO preflight accepts it as MODEL_PATH. One training process per launch, about two
+minutes for both on 2 cores.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import time
+from pathlib import Path
 
+import killing
 import pytest
 from helpers import ROOT, merge_run, prepare_sft, recipe_env, run_recipe, write_synthetic_gsm8k
 
@@ -22,15 +27,25 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 RECIPE = "sft_qwen2.5-0.5b_gsm8k"
 STEPS = 6  # 96 problems in batches of 32: two epochs of 3 steps
+STOP_AT = 4  # the step in flight when the first launch is stopped: the second epoch's first
 
 
 def metric_steps(run_dir) -> dict[int, dict[str, float]]:
-    (path,) = (run_dir / "metrics").glob("metrics-*.jsonl")  # one launch, one file
+    """Every step's metrics over the run's launches (one file each); a step trained twice fails."""
     steps: dict[int, dict[str, float]] = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        steps.setdefault(record["step"], {}).update(record["data"])
+    for path in sorted((run_dir / "metrics").glob("metrics-*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if "train/loss" in record["data"]:
+                assert record["step"] not in steps, f"step {record['step']} trained twice"
+            steps.setdefault(record["step"], {}).update(record["data"])
     return steps
+
+
+def metrics_file(run_dir, output: str):
+    """The metrics file the launcher names in its output."""
+    (path,) = re.findall(r"recipe: metrics -> (\S+)", output)
+    return Path(path)
 
 
 def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
@@ -57,11 +72,35 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
     for name in [k for k in env if k.startswith("VERL_")]:
         del env[name]  # the recipe sets what verl needs on a CPU
     start = time.monotonic()
+
+    # the first launch, held before step 4 trains, gets SIGTERM on every process: the step in
+    # flight is saved, the launch exits 5 with nothing of it left
+    paused = tmp_path / "paused"
+    held = dict(env, GSM8K_PAUSE_AT=f"sft_step:{STOP_AT}", GSM8K_PAUSE_FILE=str(paused))
+    first = killing.start(RECIPE, held, tmp_path / "first.log")
+    killing.wait_until(f"step {STOP_AT} held", paused.exists, first, timeout=300)
+    signalled = killing.term_all(first)
+    paused.unlink()  # the step goes on, the signal already there
+    code = killing.finish(first, timeout=200)
+    output = first.output()
+    assert code == 5, output[-6000:]
+    assert "device: cpu (DEVICE=cpu)" in output and "preflight: passed" in output
+    assert f"stop requested (SIGTERM): saving step {STOP_AT}, then stopping" in output
+    assert f"recipe: stopped on SIGTERM after saving step {STOP_AT}" in output
+    assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == str(STOP_AT)
+    assert len(signalled) >= 2 and not killing.session(first), killing.names(first)
+    stamp = (run_dir / f"global_step_{STOP_AT}" / "launch_stamp.txt").read_text().strip()
+    assert (run_dir / "metrics" / f"metrics-{stamp}.jsonl").is_file()
+
+    # the same command resumes from step 4 to the end
     result = run_recipe(RECIPE, env, timeout=400)
     trained_s = time.monotonic() - start
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
-    assert "device: cpu (DEVICE=cpu)" in result.stdout and "preflight: passed" in result.stdout
+    second = {
+        json.loads(line)["step"] for line in metrics_file(run_dir, output).read_text().splitlines()
+    }
+    assert second == set(range(STOP_AT + 1, STEPS + 1)), second  # resumed after step 4
 
     # the checkpoint: the SFT trainer's layout, the last step
     assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
@@ -110,7 +149,8 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
     assert report.errors == 0, "\n".join(report.lines)
     assert any("[ok] model: actor: verl loads qwen2" in line for line in report.lines)
     print(
-        f"\nSFT: {STEPS} steps trained in {trained_s:.0f} s (recipe launch to exit), merged in "
+        f"\nSFT: {STEPS} steps trained in {trained_s:.0f} s (two launches, stopped after step "
+        f"{STOP_AT}), merged in "
         f"{merged_s:.0f} s; loss {losses[0]:.2f} -> {losses[-1]:.2f}",
         file=sys.stderr,
     )

@@ -13,6 +13,7 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
     warm_start    the save of an SFT run whose greedy accuracy is in a band (learn_tiny's warm
                   start for TOY_TASK=hard)
     ppo_trainer   the trainer every PPO launch runs: verl's sync trainer, guarded and traced
+    sft_trainer   the trainer the SFT recipe runs: verl's SFT trainer, saving on a stop request
     verl_plugins  modules verl imports in every process (VERL_USE_EXTERNAL_MODULES): the CPU
                   platform, the flash-attention fallback, the PPO trainer's registration,
                   checked loads
@@ -42,7 +43,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("common", "svgplot"),
     ("guard",),
     ("trace", "merge", "questions", "warm_start"),
-    ("ppo_trainer",),
+    ("ppo_trainer", "sft_trainer"),
     ("verl_plugins", "evaluate"),
     ("preflight",),
     ("resume",),

@@ -6,12 +6,17 @@ launcher pid, host) and ``GSM8K_LAUNCH_RUN_DIR``; every process verl starts inhe
 tell which processes belong to a launch: the launcher reaps those that outlive verl
 (launch/reap.py), and verl's processes tell a SIGTERM from inside the launch from one sent from
 outside (verl_plugins/stop_on_sigterm.py, verl_plugins/vllm_sigterm.py), which is why this sits
-below both. Standard library only; Linux's /proc.
+below both. The launch's stamp reaches the trainers through the metrics file the launcher names
+(``VERL_FILE_LOGGER_PATH``, RUN_DIR/metrics/metrics-<stamp>.jsonl). Standard library only;
+Linux's /proc.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from verl_gsm8k.common.run_dir import metrics_stamp
 
 ENV_LAUNCH = "GSM8K_LAUNCH_ID"
 ENV_RUN_DIR = "GSM8K_LAUNCH_RUN_DIR"
@@ -33,3 +38,8 @@ def launch_of(pid: int) -> str | None:
         return launch_environ(pid).get(ENV_LAUNCH)
     except OSError:
         return None
+
+
+def launch_stamp() -> str | None:
+    """This launch's stamp, in a process verl started (None outside a launch)."""
+    return metrics_stamp(os.environ.get("VERL_FILE_LOGGER_PATH", ""))

@@ -293,6 +293,19 @@ def stop_path(run_dir: Path) -> Path:
     return Path(run_dir) / STOP_FILE
 
 
+def read_stop_request(run_dir: Path, now: float) -> float | None:
+    """The stop request's deadline (epoch seconds); None when no stop was requested. A request
+    whose deadline cannot be read asks for a save now: an hour from ``now``."""
+    try:
+        text = stop_path(run_dir).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return now + 3600.0
+
+
 def deadline_path(run_dir: Path) -> Path:
     return Path(run_dir) / DEADLINE_FILE
 

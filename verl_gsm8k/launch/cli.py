@@ -310,14 +310,14 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
         prune_finished(run_dir, plan.values.get("MAX_CKPT_TO_KEEP", ""))
     if plan.trainer == "ppo":
         say(f"recipe: verl exited with {code}. Report: python -m verl_gsm8k.report {run_dir}")
-        code, lines = outcome.verdict(run_dir, stamp, code, supervisor.deadline is not None)
-        for line in lines:
-            say(line, err=True)
     else:
         say(
             f"recipe: verl exited with {code}. Metrics: {metrics}; to a Hugging Face model (a "
             f"MODEL_PATH for the PPO recipes): bash scripts/merge.sh {run_dir} OUT_DIR"
         )
+    code, lines = outcome.verdict(run_dir, stamp, code, supervisor.deadline is not None)
+    for line in lines:
+        say(line, err=True)
     hooks = recipe_hooks(plan.recipe)
     if hooks is not None:
         hooks.after(plan, code)

@@ -1,4 +1,4 @@
-"""How a PPO launch ended, as the launcher says it and exits with it.
+"""How a launch (PPO or SFT) ended, as the launcher says it and exits with it.
 
     python -m verl_gsm8k.launch.outcome RUN_DIR --stamp STAMP --verl-status N [--stopped]
 

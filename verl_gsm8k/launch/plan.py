@@ -28,7 +28,9 @@ from verl_gsm8k.launch import save_every
 from verl_gsm8k.launch.knobs import BY_NAME, CONFIG_DIR, KNOBS, hydra_quote, recipe_arguments
 
 ROOT = CONFIG_DIR.parent
-VERL_MODULES = {"ppo": "verl.trainer.main_ppo", "sft": "verl.trainer.sft_trainer"}
+# PPO: verl's own entry (its trainer is ours through verl's registry, verl_gsm8k/ppo_trainer/);
+# SFT: verl's entry with our trainer class (verl_gsm8k/sft_trainer/: it has no registry).
+VERL_MODULES = {"ppo": "verl.trainer.main_ppo", "sft": "verl_gsm8k.sft_trainer"}
 # On a Ray cluster started by hand (RAY_ADDRESS) the workers of every node were forked from
 # `ray start`, not from the launcher: the job's runtime environment hands them these variables.
 RAY_ENV_VARS = (
@@ -64,7 +66,7 @@ def parse_recipe(argv: list[str]) -> tuple[Recipe, list[str]]:
     parser.add_argument("--config", required=True, help="its config, configs/CONFIG.yaml")
     parser.add_argument(
         "--trainer", choices=tuple(VERL_MODULES), default="ppo",
-        help="verl's trainer: ppo (main_ppo, Ray; the default) or sft (sft_trainer, torchrun)",
+        help="verl's trainer: ppo (main_ppo, Ray; the default) or sft (its SFT trainer, torchrun)",
     )  # fmt: skip
     parser.add_argument(
         "--cpu-by-default", action="store_true",

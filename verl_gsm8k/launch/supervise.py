@@ -6,9 +6,10 @@ starts inherits (Ray's daemons and workers): a SIGTERM to every process of the j
 launcher (a stop request, RUN_DIR/stop_requested) and leaves them running to save the step in
 flight; a SIGTERM to one of them alone is a stop request too
 (verl_gsm8k/verl_plugins/stop_on_sigterm.py). vLLM's engine processes unblock it (docs/slurm.md).
-SFT: torchrun runs in the launcher's process group, SIGINT ignored as a background job's is.
-After STOP_GRACE_S (or at once on Ctrl-C): SIGTERM to every process verl started, SIGKILL to
-what is left 10 s later, exit 143.
+SFT: torchrun runs in the launcher's process group with SIGTERM blocked too and SIGINT ignored
+as a background job's is; its workers read the stop request after each step
+(verl_gsm8k/sft_trainer/). After STOP_GRACE_S (or at once on Ctrl-C): SIGTERM to every process
+verl started, SIGKILL to what is left 10 s later, exit 143.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def _blocked_session() -> None:
     os.setsid()
 
 
-def _ignore_sigint() -> None:
+def _blocked_no_sigint() -> None:
+    """SFT's torchrun: SIGTERM blocked (its workers inherit the mask), SIGINT ignored."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -131,7 +134,7 @@ class Supervisor:
         signal.signal(signal.SIGINT, self.interrupt)
         proc = subprocess.Popen(
             argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=pass_fds,
-            preexec_fn=_blocked_session if ppo else _ignore_sigint,
+            preexec_fn=_blocked_session if ppo else _blocked_no_sigint,
         )  # fmt: skip
         if ppo:  # the driver's session, for the reaping of what outlives it (launch/reap.py)
             write_atomic(session_path(self.run_dir), f"{proc.pid} {launch_id}\n")
