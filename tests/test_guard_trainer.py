@@ -24,6 +24,7 @@ def trainer_at(step: int, run_dir: Path):
     trainer.stamp = "20261126T000000Z"
     trainer.timings, trainer.started_up = Timings(), False  # _validate measures itself (deadline)
     trainer.save_every_s, trainer.last_save = 0.0, time.time()  # no time saves
+    trainer.resumed_step, trainer.logger_ready = step, False
     return trainer
 
 

@@ -13,7 +13,8 @@ by a requeue that signals every process of the job, and resumed after each.
    preemption with PreemptMode=REQUEUE does: vLLM's engine and worker ignore it (one line each,
    verl_plugins/vllm_sigterm.py), the rollout runs, the step in flight is saved, exit 5, and the
    launcher says Slurm requeued the job rather than requeueing it again. wandb (offline) logs
-   beside the file logger: its service ends on the signal, the metrics file still has the step.
+   beside the file logger: its service ends on the signal, the metrics file still has the step,
+   and the next start sends that step to its own wandb run.
 3. The third start resumes from step 3 and ends the run. Every step is logged once, the last
    checkpoint merges. The job's time limit is known: the launch says its deadline. One verl
    launch per job start: three in all (docs/testing.md, "Added since").
@@ -33,6 +34,7 @@ import pytest
 from helpers import ROOT, merge_run, require_path
 from slurm_local import Cluster, binary, missing_binary, slurm_cluster
 from test_train_cpu import cpu_env, metric_segments
+from wandb_offline import history
 
 from verl_gsm8k.common.run_dir import read_stamp
 from verl_gsm8k.launch.reap import launch_processes, of_run_dir
@@ -167,6 +169,15 @@ def test_a_job_stopped_by_its_time_limit_then_requeued_by_slurm_resumes_each_tim
     assert "could not be stopped" not in first + second + third
     assert "resume: global_step_3 is whole" in third, third[-6000:]
     assert "Training from scratch" not in second + third
+    # wandb (offline): its service ended on the requeue's SIGTERM and lost step 3; the third
+    # start sent it to its own wandb run before step 4 (ppo_trainer/wandb_gap.py)
+    assert "wandb: its service process ended" in second and "step 3 is in the" in second
+    assert "wandb: 1 step(s) of earlier launches, 3 to 3, are in" in third, third[-6000:]
+    runs = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 3, runs
+    (first_run,), (third_run,) = runs[0].glob("run-*.wandb"), runs[2].glob("run-*.wandb")
+    assert sorted(history(first_run)) == [1, 2]  # stopped by a SIGTERM to the launcher alone
+    assert sorted(history(third_run)) == [3, 4]
 
     # 4. every step logged once across the three starts; the last checkpoint whole and merged
     trained = [s for seg in segments for s, m in seg.items() if "actor/pg_loss" in m]

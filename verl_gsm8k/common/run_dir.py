@@ -22,6 +22,8 @@ the small readers and writers of its files.
     ├── timings.json                        the slowest step, save, validation and start-up
     │                                       measured (TIMINGS_FILE, guard/deadline.py)
     ├── deadline_stop.json                  the step saved before the job's end (DEADLINE_STOP_FILE)
+    ├── wandb_logged_step                   the last step wandb's client took (WANDB_STEP_FILE):
+    │                                       a later launch sends wandb the steps after it
     ├── .launch.lock                        the launcher's flock: one launch at a time (LOCK_FILE)
     ├── .launch.session                     "<session id> <launch id>" of the last launch
     │                                       (SESSION_FILE, launch/reap.py)
@@ -68,6 +70,7 @@ STOP_FILE = "stop_requested"
 DEADLINE_FILE = "job_deadline"
 TIMINGS_FILE = "timings.json"
 DEADLINE_STOP_FILE = "deadline_stop.json"
+WANDB_STEP_FILE = "wandb_logged_step"
 LOCK_FILE = ".launch.lock"
 SESSION_FILE = ".launch.session"
 LAUNCHES_DIR = "launches"
@@ -346,6 +349,41 @@ def metrics_path(run_dir: Path, stamp: str) -> Path:
 def metrics_paths(run_dir: Path) -> list[Path]:
     """The metrics files of a run directory, one per launch, oldest first."""
     return sorted((Path(run_dir) / METRICS_DIR).glob(METRICS_FILE.format(stamp="*")))
+
+
+def logged_rows(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """Every step's metrics as the run's metrics files hold them, the rows of a step merged (its
+    training line, its validation); a step logged by several launches: the last launch's."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for path in metrics_paths(run_dir):
+        this_launch: dict[int, dict[str, Any]] = {}
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a kill
+            step, data = row.get("step"), row.get("data")
+            if isinstance(step, int) and isinstance(data, dict):
+                this_launch.setdefault(step, {}).update(data)
+        by_step.update(this_launch)
+    return by_step
+
+
+def wandb_step_path(run_dir: Path) -> Path:
+    return Path(run_dir) / WANDB_STEP_FILE
+
+
+def write_wandb_step(run_dir: Path, step: int) -> None:
+    write_atomic(wandb_step_path(run_dir), f"{step}\n")
+
+
+def read_wandb_step(run_dir: Path) -> int | None:
+    """The last step wandb took in an earlier launch; None when none logged to wandb."""
+    try:
+        text = wandb_step_path(run_dir).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdecimal() else None
 
 
 def metrics_stamp(path: str | os.PathLike[str]) -> str | None:

@@ -11,7 +11,8 @@ at a time:
 - ``guarded.py`` (``GuardedTrainer``): every checkpoint whole (atomic tracker and ``data.pt``),
   stamped with its launch and pruned over the whole run; the divergence watchdog before each save
   (its rules: ``verl_gsm8k/guard/``); a save, then a stop, on SIGTERM or before a Slurm job's end;
-  the kept best checkpoint after validation (docs/reliability.md);
+  the kept best checkpoint after validation (docs/reliability.md); wandb through a stop that
+  ended its service (``wandb_gap.py``: the next launch sends it the steps it lost);
 - ``traced.py`` (``TracingTrainer``, the registered class, built on ``GuardedTrainer``): the
   per-token trace of a few samples a step, ``RUN_DIR/trace/<step>.jsonl`` (what is recorded and
   how: ``verl_gsm8k/trace/``; docs/replay.md).

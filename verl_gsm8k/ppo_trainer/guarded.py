@@ -27,12 +27,14 @@ Each addition overrides one method of verl's ``PPOTrainerSync``
 - a deadline (a Slurm job's end, ``guard/deadline.py``): ``step``, ``_save_checkpoint`` and
   ``_validate`` measure themselves; after a step that one more step and its save would not
   follow before the job ends, the step is saved and ``fit`` ends, as on a stop request.
-- ``on_train_begin`` (~464, after ``fit`` built its ``Tracking`` ~423) puts the file logger
-  first: ``Tracking`` keeps its backends in its own order, wandb first
-  (``verl/utils/tracking.py`` ~86-186), so a wandb call that fails (its service process ended by
-  a SIGTERM to every process of the job) would cost the step its line in the metrics file.
-  It also ends ``fit`` before its first step when a stop was requested during start-up or the
-  step-0 validation (nothing trained by this launch: nothing saved).
+- ``on_validate_begin`` and ``on_train_begin`` (~439 and ~464, after ``fit`` built its
+  ``Tracking`` ~423), whichever comes first, prepare the loggers: the file logger first
+  (``Tracking`` keeps its backends in its own order, wandb first, ``verl/utils/tracking.py``
+  ~86-186, so a wandb call that fails, its service process ended by a SIGTERM to every process
+  of the job, would cost the step its line in the metrics file), and wandb wrapped so that such a
+  failure ends only wandb and a later launch sends it the steps it missed (``wandb_gap.py``).
+  ``on_train_begin`` also ends ``fit`` before its first step when a stop was requested during
+  start-up or the step-0 validation (nothing trained by this launch: nothing saved).
 - ``on_validate_end`` (~442, ~496: after each validation) reads the stop request too: one that
   came during the validation after step N saves N (when it was not a save step) and ends ``fit``
   after it, instead of training step N+1 first.
@@ -61,6 +63,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from verl_gsm8k.common.launch_env import launch_stamp
 from verl_gsm8k.common.pause import pause_point
 from verl_gsm8k.common.run_dir import (
     TRACKER,
@@ -71,12 +74,11 @@ from verl_gsm8k.common.run_dir import (
     is_sick,
     mark_sick,
     metrics_paths,
-    metrics_stamp,
     read_best,
+    read_stop_request,
     saved_steps,
     step_dir,
     step_name,
-    stop_path,
     write_best,
     write_stamp,
     write_tracker,
@@ -84,14 +86,10 @@ from verl_gsm8k.common.run_dir import (
 from verl_gsm8k.guard.deadline import Timings, must_stop, read_deadline, record_stop, stamp_time
 from verl_gsm8k.guard.prune import prune
 from verl_gsm8k.guard.rules import Thresholds, Trip, Watchdog, prompt_of
+from verl_gsm8k.ppo_trainer.wandb_gap import AckedWandb, send_missing
 
 logger = logging.getLogger(__name__)
 SCORE_KEY = "critic/score/mean"  # verl's name for the mean sequence score (compute_data_metrics)
-
-
-def launch_stamp() -> str | None:
-    """The launch's stamp, from its metrics file (the launcher: metrics-<stamp>.jsonl)."""
-    return metrics_stamp(os.environ.get("VERL_FILE_LOGGER_PATH", ""))
 
 
 def finite(value: Any) -> bool:
@@ -153,12 +151,15 @@ class GuardedTrainer(PPOTrainerSync):
         self.job_end = read_deadline(self.run_dir)  # a Slurm job's end (guard/deadline.py)
         self.timings = Timings.read(self.run_dir)  # the slowest step, save, validation measured
         self.started_up = False  # this launch's first step has ended
+        self.resumed_step = 0  # the step fit starts after (set there)
+        self.logger_ready = False  # verl's Tracking reordered and wandb wrapped (fit, once)
         best = self.best_metric if self.keep_best else "off"
         say(f"watchdog {self.guard_mode}, keep best {best}, checkpoints {self.run_dir}")
 
     # ---- the loop ------------------------------------------------------------------------
     def fit(self, *args: Any, **kwargs: Any) -> Any:
         # global_steps is the resumed step here (init loaded the checkpoint)
+        self.resumed_step = self.global_steps
         if self.global_steps > 0:
             self.saved_step = self.global_steps  # the resumed checkpoint exists: never saved again
         self.last_save = time.time()  # the workers' start-up is not time a SIGKILL could lose
@@ -166,12 +167,28 @@ class GuardedTrainer(PPOTrainerSync):
         self.watchdog = Watchdog(self.watchdog.thresholds, history, self.response_limit)
         return super().fit(*args, **kwargs)
 
+    def on_validate_begin(self) -> None:
+        self._prepare_logger()  # the validation before training logs before on_train_begin
+        super().on_validate_begin()
+
     def on_train_begin(self) -> None:
-        file_first(self.logger.logger)
+        self._prepare_logger()
         super().on_train_begin()
         # a stop requested during start-up (or the step-0 validation): fit ends before its first
         # step; nothing was trained by this launch, so nothing is saved
         self._stop_if_requested(self.global_steps - 1)
+
+    def _prepare_logger(self) -> None:
+        """Once, before this launch logs anything: the file logger first, wandb acknowledged and
+        sent what an earlier launch's stop kept from it (wandb_gap.py)."""
+        if self.logger_ready:
+            return
+        self.logger_ready = True
+        backends = self.logger.logger
+        file_first(backends)
+        if "wandb" in backends:
+            backends["wandb"] = AckedWandb(backends["wandb"], self.run_dir)
+            send_missing(backends["wandb"], self.run_dir, self.resumed_step)
 
     def step(self, metrics: dict, timing_raw: dict) -> Any:
         pause_point(f"rollout:{self.global_steps}")  # tests: a signal lands before this rollout
@@ -207,7 +224,7 @@ class GuardedTrainer(PPOTrainerSync):
         ``fit`` after it. True when a stop is under way."""
         if self.stop_at is not None:
             return True
-        deadline = self._stop_deadline()
+        deadline = read_stop_request(self.run_dir, time.time())
         if deadline is None:
             return False
         if step == 0 or self.saved_step == step:
@@ -246,16 +263,6 @@ class GuardedTrainer(PPOTrainerSync):
     def _end_after(self, step: int) -> None:
         self.stop_at = step
         self.total_training_steps = step  # verl's loop condition (trainer_base.py ~467)
-
-    def _stop_deadline(self) -> float | None:
-        try:
-            text = stop_path(self.run_dir).read_text(encoding="utf-8").strip()
-        except OSError:
-            return None
-        try:
-            return float(text)
-        except ValueError:
-            return time.time() + 3600.0  # a request without a deadline: save now
 
     # ---- the watchdog --------------------------------------------------------------------
     def _watch(self, batch: Any, metrics: dict, step: int) -> None:
