@@ -25,7 +25,7 @@ def test_a_stop_needs_a_whole_step_its_validation_and_save():
 
 
 def test_nothing_measured_keeps_the_default_and_says_so(tmp_path: Path):
-    grace, said = choose(tmp_path, {})
+    grace, said = choose(Timings.read(tmp_path), {})
     assert grace == 30 and said == [
         "recipe: STOP_GRACE_S=30 s (the default; nothing measured in this run directory yet)"
     ]
@@ -33,18 +33,18 @@ def test_nothing_measured_keeps_the_default_and_says_so(tmp_path: Path):
 
 def test_a_slow_step_raises_the_grace_unless_the_user_set_it(tmp_path: Path):
     run_dir = measured(tmp_path, step_s=66.2, save_s=20.5, start_s=120)
-    grace, said = choose(run_dir, {})
+    grace, said = choose(Timings.read(run_dir), {})
     assert grace == 102  # 66.2 + 20.5 + 15, up
     assert said[0].startswith("recipe: STOP_GRACE_S=102 s, what a stop needs here (102 s: ")
-    grace, said = choose(run_dir, {"STOP_GRACE_S": "40"})
+    grace, said = choose(Timings.read(run_dir), {"STOP_GRACE_S": "40"})
     assert grace == 40 and len(said) == 1
     assert said[0].startswith("recipe: warning: STOP_GRACE_S=40 s is shorter than a stop needs")
-    grace, said = choose(run_dir, {"STOP_GRACE_S": "600"})
+    grace, said = choose(Timings.read(run_dir), {"STOP_GRACE_S": "600"})
     assert (grace, said) == (600, [])  # set and long enough: nothing to say
 
 
 def test_a_fast_step_keeps_the_default(tmp_path: Path):
-    grace, said = choose(measured(tmp_path, step_s=5, save_s=3), {})
+    grace, said = choose(Timings.read(measured(tmp_path, step_s=5, save_s=3)), {})
     assert grace == 30 and said == [
         "recipe: STOP_GRACE_S=30 s (the default; a stop needs 23 s: step 5 s, save 3 s, +15 s, "
         "measured in timings.json)"
@@ -53,13 +53,14 @@ def test_a_fast_step_keeps_the_default(tmp_path: Path):
 
 def test_a_ray_jobs_stop_wait_shorter_than_the_grace_is_a_warning(tmp_path: Path):
     run_dir = measured(tmp_path, step_s=66, save_s=20)
-    _, said = choose(run_dir, {RAY_JOB_ENV: "{}"})  # Ray's default: SIGKILL 3 s after SIGTERM
+    # Ray's default: SIGKILL 3 s after SIGTERM
+    _, said = choose(Timings.read(run_dir), {RAY_JOB_ENV: "{}"})
     assert said[-1].startswith(f"recipe: warning: a Ray job: `ray job stop` sends SIGKILL "
                                f"{RAY_WAIT_ENV}=3 s after its SIGTERM")  # fmt: skip
     assert f"start the Ray head with {RAY_WAIT_ENV}=101 in its environment" in said[-1]
-    _, said = choose(run_dir, {RAY_JOB_ENV: "{}", RAY_WAIT_ENV: "300"})
+    _, said = choose(Timings.read(run_dir), {RAY_JOB_ENV: "{}", RAY_WAIT_ENV: "300"})
     assert not any("Ray job" in line for line in said)
-    _, said = choose(run_dir, {RAY_WAIT_ENV: "1"})  # not a Ray job's entrypoint
+    _, said = choose(Timings.read(run_dir), {RAY_WAIT_ENV: "1"})  # not a Ray job's entrypoint
     assert not any("Ray job" in line for line in said)
 
 

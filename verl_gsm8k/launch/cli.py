@@ -196,7 +196,8 @@ def plan_stop(plan: Plan) -> tuple[int, bool]:
     run_dir = plan.run_dir
     given = plan.env.get("STOP_GRACE_S", "")
     deadline_path(run_dir).unlink(missing_ok=True)
-    fits = kill_wait_line(plan.env, stop_grace.stop_needs(Timings.read(run_dir)))
+    timings = Timings.read(run_dir)
+    fits = kill_wait_line(plan.env, stop_grace.stop_needs(timings))
     if fits:
         say(fits, err="NOT fit" in fits)
     end = job_end(plan.env)
@@ -210,7 +211,7 @@ def plan_stop(plan: Plan) -> tuple[int, bool]:
         if not given:  # a stop gets until 5 s before the job's end (Supervisor.request_stop)
             return int(stop_grace.DEFAULT_S), False
     try:
-        grace, said = stop_grace.choose(run_dir, {**plan.env, "STOP_GRACE_S": given})
+        grace, said = stop_grace.choose(timings, {**plan.env, "STOP_GRACE_S": given})
     except ValueError as error:
         say(str(error), err=True)
         raise Exit(2) from None

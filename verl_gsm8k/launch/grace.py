@@ -66,9 +66,9 @@ def seconds(env: Mapping[str, str], key: str) -> float | None:
         raise ValueError(f"recipe: {key}={value!r} is not a number of seconds") from None
 
 
-def choose(run_dir: Path, env: Mapping[str, str]) -> tuple[float, list[str]]:
-    """(STOP_GRACE_S for this launch, the lines to say); ValueError on a setting not a number."""
-    timings = Timings.read(run_dir)
+def choose(timings: Timings, env: Mapping[str, str]) -> tuple[float, list[str]]:
+    """(STOP_GRACE_S for this launch, the lines to say) from the run directory's measured
+    ``timings``; ValueError on a setting not a number."""
     needs = stop_needs(timings)
     said: list[str] = []
     given = seconds(env, "STOP_GRACE_S")
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path, help="the run directory (RUN_DIR)")
     args = parser.parse_args(argv)
     try:
-        grace, said = choose(args.run_dir, os.environ)
+        grace, said = choose(Timings.read(args.run_dir), os.environ)
     except ValueError as error:
         print(error, file=sys.stderr)
         return 2
