@@ -41,18 +41,22 @@ def wait_up(run: Path) -> None:
 
 
 def test_verls_status_survives_a_sigterm_to_every_process_at_once(tmp_path: Path):
-    """A stand-in verl that exits 5 on SIGTERM: the launch's status is 5 every time (bash's `wait`
-    once lost it, returning 255 in 6 of 40 tries)."""
-    verl = f'trap "exit 5" TERM; echo up > {tmp_path}/up; while :; do sleep 0.05; done'
+    """SFT's torchrun, stood in for: SIGTERM blocked, so the signal to every process at once
+    leaves it running; it sees the launcher's stop request and exits 5 (a trainer's save, then its
+    end). The launch's status is 5 every time (bash's `wait` once lost it, returning 255 in 6 of
+    40 tries); with SIGTERM not blocked the stand-in would die of it (143)."""
+    stop = tmp_path / "stop_requested"
+    verl = f"echo up > {tmp_path}/up; while [[ ! -e {stop} ]]; do sleep 0.05; done; exit 5"
     seen = []
     for _ in range(10):
+        stop.unlink(missing_ok=True)
         proc = launch(tmp_path, False, 30, verl)
         wait_up(tmp_path)
         os.killpg(proc.pid, signal.SIGTERM)  # every process of the launch at once
         out, _ = proc.communicate(timeout=60)
         seen.append(out.strip().splitlines()[-1])
     assert seen == ["status 5 stop requested"] * 10, seen
-    assert (tmp_path / "stop_requested").read_text().strip().isdigit()
+    assert stop.read_text().strip().isdigit()
 
 
 def test_a_sigterm_to_the_launcher_is_a_stop_request_and_the_grace_ends_verl(tmp_path: Path):
