@@ -113,8 +113,14 @@ def test_a_ray_job_on_two_nodes_trains_and_ray_job_stop_saves_its_step(tmp_path:
 
         entrypoint = (f"cd {shlex.quote(str(ROOT))} && exec bash recipes/smoke_tiny.sh "
                       "trainer.val_before_train=False data.val_max_samples=8")  # fmt: skip
-        submitted = ray_cmd(node_env, "job", "submit", f"--address={jobs}", "--no-wait",
-                            f"--submission-id={JOB}", "--", "bash", "-c", entrypoint)  # fmt: skip
+        for _ in range(30):  # the job agent starts after the node shows in `ray status`
+            submitted = ray_cmd(node_env, "job", "submit", f"--address={jobs}", "--no-wait",
+                                f"--submission-id={JOB}", "--", "bash", "-c",
+                                entrypoint)  # fmt: skip
+            said = submitted.stdout + submitted.stderr
+            if submitted.returncode == 0 or "No available agent" not in said:
+                break
+            time.sleep(2)  # Ray's own answer: "No available agent ..., please try again later"
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
         wait_for("step 2's rollout held", held.exists, TRAIN_TIMEOUT_S, logs)
         stopping = ray_cmd(node_env, "job", "stop", f"--address={jobs}", "--no-wait", JOB)

@@ -22,8 +22,8 @@ the small readers and writers of its files.
     ├── timings.json                        the slowest step, save, validation and start-up
     │                                       measured (TIMINGS_FILE, guard/deadline.py)
     ├── deadline_stop.json                  the step saved before the job's end (DEADLINE_STOP_FILE)
-    ├── wandb_logged_step                   the last step wandb's client took (WANDB_STEP_FILE):
-    │                                       a later launch sends wandb the steps after it
+    ├── wandb_logged_step                   the last step of the last launch that finished wandb
+    │                                       (WANDB_STEP_FILE): a later launch sends the steps after
     ├── .launch.lock                        the launcher's flock: one launch at a time (LOCK_FILE)
     ├── .launch.session                     "<session id> <launch id>" of the last launch
     │                                       (SESSION_FILE, launch/reap.py)
@@ -378,7 +378,8 @@ def write_wandb_step(run_dir: Path, step: int) -> None:
 
 
 def read_wandb_step(run_dir: Path) -> int | None:
-    """The last step wandb took in an earlier launch; None when none logged to wandb."""
+    """The step up to which wandb holds the run (the last launch that finished wandb, or where
+    the first launch with wandb started); None when no launch logged to wandb."""
     try:
         text = wandb_step_path(run_dir).read_text(encoding="utf-8").strip()
     except OSError:

@@ -179,8 +179,8 @@ class GuardedTrainer(PPOTrainerSync):
         self._stop_if_requested(self.global_steps - 1)
 
     def _prepare_logger(self) -> None:
-        """Once, before this launch logs anything: the file logger first, wandb acknowledged and
-        sent what an earlier launch's stop kept from it (wandb_gap.py)."""
+        """Once, before this launch logs anything: the file logger first; wandb wrapped, and sent
+        the steps an earlier launch's stop kept from it (wandb_gap.py)."""
         if self.logger_ready:
             return
         self.logger_ready = True
