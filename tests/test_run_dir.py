@@ -236,3 +236,25 @@ def test_a_stamp_an_earlier_launch_used_is_never_given_again(tmp_path: Path):
         path.write_text("")
     stamp = rd.unused_stamp(tmp_path)
     assert stamp != now and stamp > now
+
+
+def test_logged_rows_merge_a_steps_lines_and_take_each_metric_from_the_last_launch(
+    tmp_path: Path,
+):
+    """A step's training line and validation merged; step 2 trained again by a relaunch (its
+    value replaced); step 3, which the relaunch resumed and validated first, keeps the earlier
+    launch's training line beside that validation; a line cut by a kill skipped."""
+    launches = {
+        "20261128T000000Z": [(1, {"loss": 1.0}), (2, {"loss": 2.0}), (3, {"loss": 3.0}),
+                             (3, {"val/acc": 0.3})],
+        "20261128T010000Z": [(2, {"loss": 2.5}), (3, {"loss": 3.5})],
+        "20261128T020000Z": [(3, {"val/acc": 0.4})],  # resumed from step 3: its validation
+    }  # fmt: skip
+    for stamp, rows in launches.items():
+        path = rd.metrics_path(tmp_path, stamp)
+        path.parent.mkdir(exist_ok=True)
+        lines = [json.dumps({"step": step, "data": data}) for step, data in rows]
+        path.write_text("\n".join(lines) + '\n{"step": 4, "da')
+    assert rd.logged_rows(tmp_path) == {
+        1: {"loss": 1.0}, 2: {"loss": 2.5}, 3: {"loss": 3.5, "val/acc": 0.4},
+    }  # fmt: skip

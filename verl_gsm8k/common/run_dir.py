@@ -352,11 +352,12 @@ def metrics_paths(run_dir: Path) -> list[Path]:
 
 
 def logged_rows(run_dir: Path) -> dict[int, dict[str, Any]]:
-    """Every step's metrics as the run's metrics files hold them, the rows of a step merged (its
-    training line, its validation); a step logged by several launches: the last launch's."""
+    """Every step's metrics as the run's metrics files hold them, the lines of a step merged (its
+    training line, its validations); a metric logged by several launches: the last launch's (a
+    step trained again after a resume, and a relaunch's validation of the step it resumes, which
+    adds to that step's training line)."""
     by_step: dict[int, dict[str, Any]] = {}
     for path in metrics_paths(run_dir):
-        this_launch: dict[int, dict[str, Any]] = {}
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 row = json.loads(line)
@@ -364,8 +365,7 @@ def logged_rows(run_dir: Path) -> dict[int, dict[str, Any]]:
                 continue  # a line cut by a kill
             step, data = row.get("step"), row.get("data")
             if isinstance(step, int) and isinstance(data, dict):
-                this_launch.setdefault(step, {}).update(data)
-        by_step.update(this_launch)
+                by_step.setdefault(step, {}).update(data)
     return by_step
 
 

@@ -48,7 +48,6 @@ BEST_METRIC in the launcher (verl_gsm8k/launch/)).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import numbers
@@ -72,8 +71,8 @@ from verl_gsm8k.common.run_dir import (
     clear_tracker,
     drop_best,
     is_sick,
+    logged_rows,
     mark_sick,
-    metrics_paths,
     read_best,
     read_stop_request,
     saved_steps,
@@ -83,6 +82,7 @@ from verl_gsm8k.common.run_dir import (
     write_stamp,
     write_tracker,
 )
+from verl_gsm8k.guard import say
 from verl_gsm8k.guard.deadline import Timings, must_stop, read_deadline, record_stop, stamp_time
 from verl_gsm8k.guard.prune import prune
 from verl_gsm8k.guard.rules import Thresholds, Trip, Watchdog, prompt_of
@@ -112,22 +112,8 @@ def guard_settings(config: DictConfig) -> dict[str, Any]:
 def logged_history(run_dir: Path, before: int) -> list[dict[str, float]]:
     """The training metrics of steps 1..before-1 as the run's metrics files logged them (a step
     logged by several launches: the last launch's), for a resumed watchdog's recent levels."""
-    by_step: dict[int, dict[str, float]] = {}
-    for path in metrics_paths(run_dir):
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            step, data = row.get("step"), row.get("data")
-            if (
-                isinstance(step, int)
-                and 0 < step < before
-                and isinstance(data, dict)
-                and (SCORE_KEY in data)
-            ):
-                by_step[step] = data
-    return [by_step[step] for step in sorted(by_step)]
+    rows = logged_rows(run_dir)
+    return [rows[step] for step in sorted(rows) if 0 < step < before and SCORE_KEY in rows[step]]
 
 
 class GuardedTrainer(PPOTrainerSync):
@@ -394,10 +380,6 @@ def file_first(backends: dict[str, Any]) -> None:
         ordered = {"file": backends.pop("file"), **backends}
         backends.clear()
         backends.update(ordered)
-
-
-def say(line: str) -> None:
-    print(f"gsm8k_guard: {line}", flush=True)
 
 
 def _unbind(value: Any) -> list[Any]:

@@ -27,10 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.run_dir import logged_rows, read_wandb_step, write_wandb_step
-
-
-def say(line: str) -> None:
-    print(f"gsm8k_guard: {line}", flush=True)
+from verl_gsm8k.guard import say
 
 
 class AckedWandb:

@@ -32,10 +32,7 @@ from verl.trainer.sft_trainer import SFTTrainer
 from verl_gsm8k.common.launch_env import launch_stamp
 from verl_gsm8k.common.pause import pause_point
 from verl_gsm8k.common.run_dir import read_stop_request, step_dir, write_stamp
-
-
-def say(line: str) -> None:
-    print(f"gsm8k_guard: {line}", flush=True)
+from verl_gsm8k.guard import say
 
 
 class StoppableSFTTrainer(SFTTrainer):

@@ -34,6 +34,7 @@ from typing import Any
 
 from verl_gsm8k.common.launch_env import ENV_LAUNCH, launch_of
 from verl_gsm8k.common.run_dir import STOP_FILE, stop_path
+from verl_gsm8k.guard import say
 from verl_gsm8k.verl_plugins.after_import import after_import
 
 _started = False
@@ -65,13 +66,11 @@ def _wait_for_sigterm(run_dir: Path, grace_s: float) -> None:
         try:
             wrote = request_stop(run_dir, grace_s)
         except OSError as error:
-            print(f"gsm8k_guard: SIGTERM to pid {os.getpid()}: no stop request written ({error})",
-                  flush=True)  # fmt: skip
+            say(f"SIGTERM to pid {os.getpid()}: no stop request written ({error})")
             continue
         if wrote:
-            print(f"gsm8k_guard: SIGTERM to pid {os.getpid()}: stop requested; the trainer saves "
-                  f"the step in flight and stops (within STOP_GRACE_S={grace_s:.0f} s)",
-                  flush=True)  # fmt: skip
+            say(f"SIGTERM to pid {os.getpid()}: stop requested; the trainer saves the step in "
+                f"flight and stops (within STOP_GRACE_S={grace_s:.0f} s)")  # fmt: skip
 
 
 def _kill_at_once(node_module: ModuleType) -> None:

@@ -33,6 +33,7 @@ import signal
 import threading
 
 from verl_gsm8k.common.launch_env import ENV_LAUNCH, launch_of
+from verl_gsm8k.guard import say
 
 _started = False
 
@@ -59,9 +60,8 @@ def _wait_for_sigterm(launch: str, title: str) -> None:
         if _from_the_launch(sender, launch):
             _deliver_to_self()
         elif not said:
-            print(f"gsm8k_guard: SIGTERM to vLLM's {title} (pid {os.getpid()}) from pid {sender}, "
-                  "outside the launch: ignored (the trainer's stop request ends the launch)",
-                  flush=True)  # fmt: skip
+            say(f"SIGTERM to vLLM's {title} (pid {os.getpid()}) from pid {sender}, outside the "
+                "launch: ignored (the trainer's stop request ends the launch)")  # fmt: skip
             said = True
 
 
