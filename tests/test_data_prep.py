@@ -494,25 +494,25 @@ def test_unwritable_output_is_found_before_anything_is_replaced(tmp_path, earlie
 def test_sigint_while_writing_exits_130_in_one_line_and_keeps_earlier_files(
     tmp_path, earlier_output
 ):
-    # A large source, so that writing takes far longer than delivering a signal; the test waits
-    # until the run is provably writing (its first temp file exists) before it sends SIGINT.
-    source = tmp_path / "src"
-    source.mkdir()
-    with open(source / "train.jsonl", "w", encoding="utf-8") as handle:
-        for i in range(60_000):
-            question = f"Tom has {i} apples and buys 7 more. How many apples does he have? " * 3
-            answer = f"{i} + 7 = <<{i}+7={i + 7}>>{i + 7} apples.\n#### {i + 7}"
-            handle.write(json.dumps({"question": question, "answer": answer}) + "\n")
-    (source / "test.jsonl").write_text(GOOD + "\n", "utf-8")
+    # The run is held right after its first output (train.parquet) is complete in its temp file
+    # and before the next one is written (common/pause.py): the SIGINT lands there every time,
+    # not in a race between a poll and the writer (a loaded machine once let every rename finish
+    # before the signal arrived).
+    # other rows than the earlier run's: outputs renamed into place would show
+    source = write_jsonl_dir(tmp_path / "src", {**SYNTHETIC, "train": SYNTHETIC["train"][:3]})
     out, hub = tmp_path / "out", tmp_path / "hub"
     shutil.copytree(earlier_output / "out", out)
     shutil.copytree(earlier_output / "hub", hub)
     before = snapshot(out), snapshot(hub)
+    held = tmp_path / "held"
+    env = dict(os.environ, GSM8K_PAUSE_AT="replace_all:wrote:train.parquet",
+               GSM8K_PAUSE_FILE=str(held))  # fmt: skip
 
     args = ["--source", source, "--out-dir", out, "--hub-layout-dir", hub]
     with subprocess.Popen(
         [sys.executable, "-m", "data_prep.gsm8k", *map(str, args)],
         cwd=ROOT,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -520,16 +520,12 @@ def test_sigint_while_writing_exits_130_in_one_line_and_keeps_earlier_files(
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as proc:
         try:
-            first_line = proc.stdout.readline()  # printed once every row is read
-            assert first_line.startswith("data_prep.gsm8k: read 60000 train, 1 test rows")
-
-            def temps() -> list[Path]:
-                return list(out.glob(f".train.parquet.{proc.pid}.*.tmp"))
-
             deadline = time.monotonic() + 120
-            while not temps() and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.001)
-            assert temps(), "the run never started writing"
+            while not held.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert held.exists(), "the run never finished writing its first output"
+            temps = list(out.glob(f".train.parquet.{proc.pid}.*.tmp"))
+            assert len(temps) == 1 and pq.read_table(temps[0]).num_rows == 3  # complete, unrenamed
             proc.send_signal(signal.SIGINT)
             stdout, stderr = proc.communicate(timeout=120)
         finally:
@@ -540,7 +536,8 @@ def test_sigint_while_writing_exits_130_in_one_line_and_keeps_earlier_files(
     assert (
         stderr == "data_prep.gsm8k: interrupted; outputs are replaced all together or not at all\n"
     )
-    assert stdout == ""  # no "done" summary
+    assert stdout.startswith("data_prep.gsm8k: read 3 train, 2 test rows")
+    assert "done" not in stdout  # no summary
     assert (snapshot(out), snapshot(hub)) == before  # no temp file left either
 
 

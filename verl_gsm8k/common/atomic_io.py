@@ -4,8 +4,9 @@ it; several files all together or none.
 A reader sees the old file or the new one, never half of one, and a failure (or Ctrl-C) leaves
 the old ones and no temporary file. ``replace_all`` checks every target before creating anything
 and renames only once every temporary file is complete, with Ctrl-C held back during the renames;
-``write_atomic`` is the one-text-file case. Standard library only: used in .venv (the trainer, the
-pages, ``python -m data_prep.*``) and .venv-eval (verl_gsm8k/evaluate/).
+``write_atomic`` is the one-text-file case. Standard library only (and the stdlib-only test
+hook of common/pause.py): used in .venv (the trainer, the pages, ``python -m data_prep.*``) and
+.venv-eval (verl_gsm8k/evaluate/).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import signal
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+
+from verl_gsm8k.common.pause import pause_point
 
 Writers = dict[Path, Callable[[Path], None]]  # output path -> function writing it to a given path
 
@@ -75,6 +78,7 @@ def replace_all(targets: Mapping[Path, Callable[[Path], None]]) -> None:
             with open(temp, "rb") as handle:
                 os.fsync(handle.fileno())
             os.chmod(temp, 0o644)  # mkstemp's 0600 would hide the file from other users
+            pause_point(f"replace_all:wrote:{target.name}")  # tests: Ctrl-C between two writes
         with sigint_deferred():
             for target, temp in temps.items():
                 os.replace(temp, target)
