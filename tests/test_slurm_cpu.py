@@ -3,7 +3,7 @@ started here from a one-node slurm.conf: tests/slurm_local.py), stopped by its t
 by a requeue that signals every process of the job, and resumed after each.
 
 1. The time limit. The job's trainer is held right before step 2's rollout (common/pause.py), and
-   its time limit is then cut to 30 s past the sbatch's signal lead (`--signal=B:TERM@120`):
+   its time limit is then cut to the sbatch's signal lead (`--signal=B:TERM@120`) from now:
    Slurm's own timer sends SIGTERM to the batch shell, as it does before every time limit (and as
    `scancel --signal=TERM --batch` does: the same signal to the same shell). The launcher (exec'd
    by the sbatch file) has the trainer save the step in flight, exits 5 and requeues its job.
@@ -104,11 +104,12 @@ def test_a_job_stopped_by_its_time_limit_then_requeued_by_slurm_resumes_each_tim
         return out.read_text(errors="replace").count(said) >= times
 
     # 1. step 1 trained, the trainer held before step 2's rollout: the time limit cut to end
-    #    30 s past the signal lead (Slurm keeps limits in whole minutes: up to a minute more);
-    #    Slurm's timer signals the batch shell (the launcher)
+    #    the signal lead from now (Slurm keeps limits in whole minutes: up to a minute more), so
+    #    the signal is due at once or within that minute, and the job keeps at least LEAD_S - 5 s
+    #    for the step and its save; Slurm's timer signals the batch shell (the launcher)
     wait_for("step 2's rollout held", held.exists, cluster, job, out, JOB_TIMEOUT_S)
     ran = seconds(cluster.job(job)["RunTime"])
-    cut = ran + LEAD_S + 30
+    cut = ran + LEAD_S
     limit(f"{cut // 60}:{cut % 60:02d}")
     cut_at = time.monotonic()
     wait_for("Slurm's time-limit signal", lambda: signalled(1), cluster, job, out, 300)

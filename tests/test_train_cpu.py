@@ -295,22 +295,23 @@ def test_an_emptied_tracker_resumes_from_the_newest_whole_step(smoke: Smoke, tmp
 def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     """Last: it extends the shared run directory (steps 1-2 of the smoke run, best = step 2).
 
-    To step 8, a time save every step (SAVE_EVERY_MIN; SAVE_FREQ past the end),
-    MAX_CKPT_TO_KEEP=2, each launch the same command:
+    To step 10, a time save every step (SAVE_EVERY_MIN; SAVE_FREQ past the end),
+    MAX_CKPT_TO_KEEP=2, a reward that turns NaN when the test says so, each launch the same
+    command (RESUME=force: the reward is not that of the smoke run's checkpoints):
     1. SIGKILL (the launcher and everything under it) while the trainer is held between step 5's
        actor shards and its critic's: mid-save, with steps 3 and 4 saved whole before it;
     2. the tracked step's actor shard truncated and the step before it without data.pt; the
-       relaunch falls back past both to an older whole step and finishes: exit 0,
-       every step logged, the last checkpoint whole and merged; the same command started again
-       meanwhile refuses in one line;
-    3. RESUME=force with a reward that turns NaN: its actor worker, held right before it opens
-       its first checkpoint file, shows that verl's loads in a real worker go through the check
-       (verl_plugins/checked_load.py); then the watchdog stops step 9 unsaved, exit 4, marks
-       checkpoint 8 (whose weights produced step 9's rollout) sick and names 7.
+       relaunch falls back past both to an older whole step; the same command started again
+       meanwhile refuses in one line; its actor worker, held right before it opens its first
+       checkpoint file, shows that verl's loads in a real worker go through the check
+       (verl_plugins/checked_load.py); every step to 8 is logged once, then, held before step
+       9's rollout, the reward turns NaN: the watchdog stops step 9 unsaved, exit 4, marks
+       checkpoint 8 (whose weights produced step 9's rollout) sick and names 7, which merges.
 
     That check refusing a shard swapped in after the launcher's scan is proven in verl's own
     loaders by tests/test_checked_load.py; a launch of its own here, to the refusal, cost a verl
-    start-up and was cut (docs/testing.md, "What was cut, and which test proves the claim now").
+    start-up and was cut (docs/testing.md, "What was cut, and which test proves the claim now"),
+    as was a third launch here for the NaN alone.
 
     A SIGTERM to the launcher, and a SIGTERM to every process of a launch (vLLM's engine living
     through it, the step in flight saved, exit 5, the relaunch resuming from it), are proven by
@@ -326,17 +327,26 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
 
     run_dir, roles = smoke.run_dir, ("actor", "critic")
     tracker = run_dir / "latest_checkpointed_iteration.txt"
+    marker = tmp_path / "nan-now"
+    reward = tmp_path / "nan_reward.py"
+    reward.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'rewards')!r})\n"
+                      + NAN_REWARD.format(marker=str(marker)))  # fmt: skip
     # every checkpoint a time save (SAVE_FREQ past the run's end, SAVE_EVERY_MIN at 0.06 s: one
     # a step): the kill, the damage, pruning, the kept best and the resume all on time saves
-    env = dict(smoke.env, TOTAL_TRAINING_STEPS="8", SAVE_FREQ="100", SAVE_EVERY_MIN="0.001",
-               TEST_FREQ="4", MAX_CKPT_TO_KEEP="2", STOP_GRACE_S="600")  # fmt: skip
-    quick = ("trainer.val_before_train=False",)  # a key that may change on a resume: saves time
+    env = dict(smoke.env, TOTAL_TRAINING_STEPS="10", SAVE_FREQ="100", SAVE_EVERY_MIN="0.001",
+               TEST_FREQ="4", MAX_CKPT_TO_KEEP="2", STOP_GRACE_S="600",
+               REWARD_FILE=str(reward), RESUME="force")  # fmt: skip
+    # val_before_train: a key that may change on a resume, saves time. The tiny random model's
+    # KL to its reference grows every step and reaches the ceiling (3 nats/token) around step 9,
+    # run by run (docs/reliability.md, "Measured: a real run killed, damaged, preempted,
+    # stopped", launch 3): a real rule that would trip or not beside the NaN; off here
+    quick = ("trainer.val_before_train=False", "gsm8k_guard.watchdog.kl_ceiling=0")
     figures: list[str] = []
     limit = float(TRAIN_TIMEOUT_S)
 
-    def begin(name: str, environment: dict[str, str] = env, *more: str):
+    def begin(name: str, environment: dict[str, str] = env):
         before = set((run_dir / "metrics").glob("metrics-*.jsonl"))
-        running = start("smoke_tiny", environment, tmp_path / f"{name}.log", *quick, *more)
+        running = start("smoke_tiny", environment, tmp_path / f"{name}.log", *quick)
         return running, lambda: newest_metrics(run_dir, before)
 
     def steps_of(metrics) -> set[int]:
@@ -361,83 +371,49 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     assert re.search(saved_by_time, r1.output()), r1.output()[-3000:]
 
     # 2. damage the newest two whole checkpoints; the relaunch falls back past them and the
-    #    half-saved one and finishes the run; the same command started again meanwhile refuses
-    #    in one line naming the live launch, also after waiting LOCK_WAIT_S for it
+    #    half-saved one; the same command started again meanwhile refuses in one line naming the
+    #    live launch, also after waiting LOCK_WAIT_S for it
     newest = int(tracker.read_text())
     shard = run_dir / f"global_step_{newest}" / "actor" / "model_world_size_1_rank_0.pt"
     with open(shard, "r+b") as handle:
         handle.truncate(shard.stat().st_size // 2)
     older = max(s for s in range(1, newest) if (run_dir / f"global_step_{s}").is_dir())
     (run_dir / f"global_step_{older}" / "data.pt").unlink()
-    r4, m4 = begin("finish")
-    wait_until("the launch recorded", lambda: "launch: recorded" in r4.output(), r4, limit)
+    held = tmp_path / "held"  # the checkpoint's first file in the actor's worker, then step 9
+    r2, m2 = begin("finish", dict(env, GSM8K_PAUSE_AT="load:before_open,rollout:9",
+                                  GSM8K_PAUSE_FILE=str(held)))  # fmt: skip
+    wait_until("the launch recorded", lambda: "launch: recorded" in r2.output(), r2, limit)
     for wait in ("0", "3"):
         second = run_recipe("smoke_tiny", dict(env, LOCK_WAIT_S=wait), *quick, timeout=120)
         said = second.stdout + second.stderr
         assert second.returncode == 2, said[-3000:]
-        assert "is in use by launch 20" in said and f"pid {r4.process.pid} on" in said, said
+        assert "is in use by launch 20" in said and f"pid {r2.process.pid} on" in said, said
         assert "Started a local Ray instance" not in said
         assert ("waiting up to LOCK_WAIT_S=3 s" in said) == (wait == "3")
     figures.append("a second launch into the live run directory refused")
-    assert finish(r4, limit) == 0, r4.output()[-6000:]
-    out4 = r4.output()
-    assert f"global_step_{newest}, which {tracker.name} names, is not whole" in out4
-    assert "resume: from global_step_" in out4 and "Training from scratch" not in out4
-    assert "is in use by" not in out4  # the SIGKILLed launch left no lock behind
-    no_data = run_dir / f"global_step_{older}"
-    assert f"missing data.pt (the dataloader's position) in {no_data}" in out4
-    figures.append(f"relaunch 2 (to the end): {time.monotonic() - r4.started:.0f} s")
-    segments = metric_segments(run_dir)
-    trained = {s for seg in segments for s, m in seg.items() if "actor/pg_loss" in m}
-    assert trained == set(range(1, 9)), sorted(trained)
-    assert tracker.read_text().strip() == "8" and problem(run_dir / "global_step_8", roles) is None
-    best = read_best(run_dir)
-    assert best is not None
-    kept = sorted(int(p.name.split("_")[-1]) for p in run_dir.glob("global_step_*"))
-    assert kept == sorted({7, 8, best["step"]}), kept  # the last two and the best, however old
-    assert read_trips(run_dir) == []  # the watchdog stayed silent through kills and relaunches
-    report = subprocess.run([sys.executable, "-m", "verl_gsm8k.report", str(run_dir)],
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert report.returncode == 0, report.stdout + report.stderr
-    summary = json.loads((run_dir / "report" / "summary.json").read_text())
-    steps = summary["steps"]
-    assert (steps["first"], steps["last"], steps["count"]) == (0, 8, 9), steps  # none twice
-    assert summary["best_checkpoint"]["step"] == best["step"] and not summary["watchdog_trips"]
-    merged = tmp_path / "merged"
-    merge_run(run_dir, merged, smoke.env)
-    from transformers import AutoModelForCausalLM
-
-    assert AutoModelForCausalLM.from_pretrained(merged).num_parameters() > 0
-    redone = sum(len(seg) for seg in segments) - len({s for seg in segments for s in seg})
-    figures.append(f"finished: {len(segments)} launches, {redone} step logs redone")
-
-    # 3. the checkpoint's load in the actor's worker goes through the check (held at its first
-    #    file: common/pause.py); then a reward that turns NaN: the watchdog stops the step before
-    #    its checkpoint
-    marker = tmp_path / "nan-now"
-    reward = tmp_path / "nan_reward.py"
-    reward.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'rewards')!r})\n"
-                      + NAN_REWARD.format(marker=str(marker)))  # fmt: skip
-    held = tmp_path / "paused-before-load"
-    env5 = dict(env, TOTAL_TRAINING_STEPS="10", REWARD_FILE=str(reward), RESUME="force",
-                GSM8K_PAUSE_AT="load:before_open", GSM8K_PAUSE_FILE=str(held))  # fmt: skip
-    # the tiny random model's KL to its reference grows every step and reaches the ceiling (3
-    # nats/token) around step 9, run by run (docs/reliability.md, "Measured: a real run killed,
-    # damaged, preempted, stopped", launch 3): a real rule that would trip or not beside the NaN
-    # this stage plants; off for this launch
-    r6, m6 = begin("watchdog", env5, "gsm8k_guard.watchdog.kl_ceiling=0")
-    wait_until("the actor's checkpoint load held", held.exists, r6, limit)
+    wait_until("the actor's checkpoint load held", held.exists, r2, limit)
     loader = psutil.Process(int(held.read_text()))
     title = " ".join(loader.cmdline())
     held.unlink()  # go on
     # Ray's title of a worker running a task: the actor's load_checkpoint, not the trainer's
     assert title.startswith("ray::") and "load_checkpoint" in title, title
     figures.append(f"the first checkpoint file opened by: {title}")
-    wait_until("the metrics file", lambda: m6() is not None, r6, limit)
-    marker.touch()
-    status6 = finish(r6, limit)
-    out6 = r6.output()
-    assert status6 == 4, out6[-6000:]
+    wait_until("step 9's rollout held", held.exists, r2, limit)
+    trained = {s for seg in metric_segments(run_dir) for s, m in seg.items() if "actor/pg_loss" in m}
+    assert trained == set(range(1, 9)), sorted(trained)  # every step, across the kill
+    assert tracker.read_text().strip() == "8" and problem(run_dir / "global_step_8", roles) is None
+    assert read_trips(run_dir) == []  # the watchdog stayed silent through kills and relaunches
+    marker.touch()  # step 9's rewards are NaN
+    held.unlink()
+    status2 = finish(r2, limit)
+    out2 = r2.output()
+    assert status2 == 4, out2[-6000:]
+    assert f"global_step_{newest}, which {tracker.name} names, is not whole" in out2
+    assert "resume: from global_step_" in out2 and "Training from scratch" not in out2
+    assert "is in use by" not in out2  # the SIGKILLed launch left no lock behind
+    no_data = run_dir / f"global_step_{older}"
+    assert f"missing data.pt (the dataloader's position) in {no_data}" in out2
+    figures.append(f"relaunch 2 (to the watchdog's stop): {time.monotonic() - r2.started:.0f} s")
     # the NaN score stops the run; its NaN gradient (verl skips that update) is a warning beside
     trip, *warnings = read_trips(run_dir)
     assert [(w["rule"], w["action"]) for w in warnings] == [("skipped_update", "warn")], warnings
@@ -445,13 +421,29 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     # the tracker names 7, the newest whose weights were seen healthy
     assert (trip["step"], trip["action"], trip["weights"]) == (9, "stop", "rollout"), trip
     assert (trip["last_healthy_checkpoint"], trip["sick_checkpoint"]) == (7, 8), trip
-    assert f"recipe: {trip['message']} (WATCHDOG=stop: step 9 was not saved" in out6
+    assert f"recipe: {trip['message']} (WATCHDOG=stop: step 9 was not saved" in out2
     assert not (run_dir / "global_step_9").exists() and tracker.read_text().strip() == "7"
     assert (run_dir / "global_step_8" / "watchdog_sick.json").is_file()
     assert "global_step_8: marked sick, kept, never resumed" in trip["message"]
+    best = read_best(run_dir)
+    assert best is not None
+    kept = sorted(int(p.name.split("_")[-1]) for p in run_dir.glob("global_step_*"))
+    assert kept == sorted({7, 8, best["step"]}), kept  # the last two and the best, however old
+
     report = subprocess.run([sys.executable, "-m", "verl_gsm8k.report", str(run_dir)],
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert report.returncode == 0, report.stdout + report.stderr  # a sick run is reported
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    steps = summary["steps"]
+    assert steps["first"] == 0 and steps["count"] == steps["last"] + 1, steps  # none twice
+    assert summary["best_checkpoint"]["step"] == best["step"]
     assert [t["step"] for t in summary["watchdog_trips"]] == [9, 9], summary["watchdog_trips"]
+    merged = tmp_path / "merged"
+    merge_run(run_dir, merged, smoke.env)  # the tracked step: 7, the newest healthy
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(merged).num_parameters() > 0
+    segments = metric_segments(run_dir)
+    redone = sum(len(seg) for seg in segments) - len({s for seg in segments for s in seg})
+    figures.append(f"finished: {len(segments)} launches, {redone} step logs redone")
     print("\n".join(figures))
