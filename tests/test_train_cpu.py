@@ -399,7 +399,8 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     assert title.startswith("ray::") and "load_checkpoint" in title, title
     figures.append(f"the first checkpoint file opened by: {title}")
     wait_until("step 9's rollout held", held.exists, r2, limit)
-    trained = {s for seg in metric_segments(run_dir) for s, m in seg.items() if "actor/pg_loss" in m}
+    segments = metric_segments(run_dir)
+    trained = {s for seg in segments for s, m in seg.items() if "actor/pg_loss" in m}
     assert trained == set(range(1, 9)), sorted(trained)  # every step, across the kill
     assert tracker.read_text().strip() == "8" and problem(run_dir / "global_step_8", roles) is None
     assert read_trips(run_dir) == []  # the watchdog stayed silent through kills and relaunches
