@@ -339,7 +339,7 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     # val_before_train: a key that may change on a resume, saves time. The tiny random model's
     # KL to its reference grows every step and reaches the ceiling (3 nats/token) around step 9,
     # run by run (docs/reliability.md, "Measured: a real run killed, damaged, preempted,
-    # stopped", launch 3): a real rule that would trip or not beside the NaN; off here
+    # stopped"): a real rule that would trip or not beside the NaN; off here
     quick = ("trainer.val_before_train=False", "gsm8k_guard.watchdog.kl_ceiling=0")
     figures: list[str] = []
     limit = float(TRAIN_TIMEOUT_S)
