@@ -23,7 +23,8 @@ the small readers and writers of its files.
     │                                       measured (TIMINGS_FILE, guard/deadline.py)
     ├── deadline_stop.json                  the step saved before the job's end (DEADLINE_STOP_FILE)
     ├── wandb_logged_step                   the last step of the last launch that finished wandb
-    │                                       (WANDB_STEP_FILE): a later launch sends the steps after
+    │                                       (WANDB_STEP_FILE): a later launch sends wandb the
+    │                                       steps after it
     ├── .launch.lock                        the launcher's flock: one launch at a time (LOCK_FILE)
     ├── .launch.session                     "<session id> <launch id>" of the last launch
     │                                       (SESSION_FILE, launch/reap.py)
