@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ReMax on GSM8K with Qwen2.5-0.5B-Instruct, one GPU: no critic; the baseline is one extra greedy
-# response per prompt. Runs verl's LEGACY trainer (the v1 trainer has no ReMax baseline), without
-# the recipes' guard and trace: configs/gsm8k_remax.yaml.
+# response per prompt. Runs verl's LEGACY trainer (the v1 trainer has no ReMax baseline), guarded
+# and traced as the other recipes: configs/gsm8k_remax.yaml.
 # The algorithm's settings: configs/gsm8k_remax.yaml; the paper and its cost: docs/algorithms.md.
 #   DRY_RUN=1 bash recipes/remax_qwen2.5-0.5b_gsm8k.sh
 set -euo pipefail

@@ -1,6 +1,7 @@
-"""The guarded trainer's own bookkeeping (verl_gsm8k/ppo_trainer/guarded.py) on the real class, with
-verl's validation itself stood in for: the kept best. Its saves, kills and watchdog stops run for
-real in tests/test_train_cpu.py."""
+"""The guarded trainers' own bookkeeping (verl_gsm8k/ppo_trainer/guard_base.py, guarded.py,
+legacy.py) on the real classes, with verl's validation and loop stood in for: the kept best, the
+time save, the deadline, the stop request. Their saves, kills and watchdog stops run for real in
+tests/test_train_cpu.py (v1) and tests/test_train_cpu_variants.py (legacy)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from verl_gsm8k.guard.deadline import Timings
 METRIC = "val-core/openai/gsm8k/acc/mean@1"
 
 
-def trainer_at(step: int, run_dir: Path):
+def trainer_at(step: int, run_dir: Path, legacy: bool = False):
     from verl_gsm8k.ppo_trainer.guarded import GuardedTrainer
+    from verl_gsm8k.ppo_trainer.legacy import GuardedLegacyTrainer
 
-    trainer = GuardedTrainer.__new__(GuardedTrainer)  # no verl workers: _validate alone
+    cls = GuardedLegacyTrainer if legacy else GuardedTrainer
+    trainer = cls.__new__(cls)  # no verl workers: the guard's bookkeeping alone
     trainer.run_dir, trainer.keep_best, trainer.best_metric = run_dir, True, METRIC
     trainer.global_steps, trainer.sick_step, trainer.saved_step = step, None, step
     trainer.stamp = "20261126T000000Z"
@@ -74,12 +77,12 @@ def test_a_validation_without_a_finite_value_keeps_no_best(tmp_path, monkeypatch
 
 
 def test_a_resumed_watchdog_reads_the_logged_history_of_every_launch(tmp_path):
-    """ppo_trainer/guarded.py's logged_history: the steps before the resumed one, from every metrics
-    file of the run (one per launch, as the launcher names them), a step logged twice taken
-    from the later launch, validation-only lines (no score) and later steps left out."""
+    """ppo_trainer/guard_base.py's logged_history: the steps before the resumed one, from every
+    metrics file of the run (one per launch, as the launcher names them), a step logged twice
+    taken from the later launch, validation-only lines (no score) and later steps left out."""
     import json
 
-    from verl_gsm8k.ppo_trainer.guarded import SCORE_KEY, logged_history
+    from verl_gsm8k.ppo_trainer.guard_base import SCORE_KEY, logged_history
 
     metrics = tmp_path / "metrics"
     metrics.mkdir()
@@ -99,13 +102,11 @@ def test_a_resumed_watchdog_reads_the_logged_history_of_every_launch(tmp_path):
 
 @pytest.fixture
 def saved(monkeypatch) -> list[int]:
-    """The steps the trainer saves, its save recorded instead of run (no verl workers)."""
-    from verl_gsm8k.ppo_trainer.guarded import GuardedTrainer
+    """The steps the trainers save, their save recorded instead of run (no verl workers)."""
+    from verl_gsm8k.ppo_trainer.guard_base import GuardBase
 
     steps: list[int] = []
-    monkeypatch.setattr(
-        GuardedTrainer, "_save_checkpoint", lambda self: steps.append(self.global_steps)
-    )
+    monkeypatch.setattr(GuardBase, "_save_checkpoint", lambda self: steps.append(self.global_steps))
     return steps
 
 
@@ -179,3 +180,40 @@ def test_a_stop_requested_before_the_first_step_or_during_validation_trains_no_s
     assert (trainer.stop_at, trainer.total_training_steps, saved) == (7, 7, [7])
     trainer.on_validate_end()  # once: the stop under way is not said or saved again
     assert saved == [7]
+
+
+def test_the_legacy_loop_takes_no_batch_once_the_run_is_to_end(tmp_path, saved):
+    """verl's legacy trainer has no hooks: its dataloader, wrapped (ppo_trainer/legacy.py), ends
+    the loop. No request: every batch. A stop request during start-up or a validation (read before
+    the next batch): the last step saved if this launch trained it unsaved, no batch more. A run
+    that is to end after a step (a trip, a stop request, a deadline: stop_at): no batch more.
+    verl's loop stands in: it adds one to global_steps after each step (ray_trainer.py ~1790)."""
+    from verl_gsm8k.common.run_dir import STOP_FILE
+    from verl_gsm8k.ppo_trainer.legacy import _StoppingLoader
+
+    def loop(trainer) -> list[str]:
+        taken = []
+        for batch in _StoppingLoader(["a", "b", "c"], trainer):
+            taken.append(batch)
+            trainer.global_steps += 1
+        return taken
+
+    def launch(resumed: int):
+        trainer = trainer_at(resumed, tmp_path, legacy=True)
+        trainer.saved_step = resumed if resumed else None  # _load_checkpoint: the resumed one
+        trainer.guard_mode, trainer.stop_at = "off", None
+        trainer.global_steps = resumed + 1  # fit: "we start from step 1"
+        return trainer
+
+    trainer = launch(4)
+    assert loop(trainer) == ["a", "b", "c"] and trainer.global_steps == 8
+    trainer._end_after(5)  # the watchdog's trip, or a stop request after the update
+    assert loop(trainer) == [] and saved == []
+
+    (tmp_path / STOP_FILE).write_text(f"{time.time() + 600:.0f}\n")
+    for resumed in (0, 4):  # a stop requested during start-up: nothing trained, nothing saved
+        trainer = launch(resumed)
+        assert loop(trainer) == [] and trainer.stop_at == resumed and saved == []
+    trainer = launch(4)
+    trainer.global_steps = 8  # step 7 trained (not a save step), then its validation
+    assert loop(trainer) == [] and (trainer.stop_at, saved) == (7, [7])

@@ -96,7 +96,9 @@ def test_recipes_trace_by_default_and_say_where_they_cannot(
     lora = run_recipe("ppo_lora_qwen2.5-1.5b_gsm8k", dict(env, TRAIN_BATCH_SIZE="16",
                                                           PPO_MINI_BATCH_SIZE="8"))  # fmt: skip
     assert lora.returncode == 0, lora.stdout[-3000:] + lora.stderr[-3000:]
-    assert "preflight: [ok] trace: off: this config runs verl's legacy trainer" in lora.stdout
-    assert "preflight: [warn] guard: verl's legacy trainer (trainer.use_v1=false) runs" in (
+    # verl's legacy trainer (the LoRA recipe's) is traced and guarded too (ppo_trainer/legacy.py)
+    assert get(composed_config(lora.stdout), "trainer.use_v1") is False
+    assert "preflight: [ok] trace: 4 responses per step (whole prompt groups of rollout.n=1)" in (
         lora.stdout
     )
+    assert "preflight: [warn] guard" not in lora.stdout  # no "runs without the guard" warning

@@ -3,7 +3,7 @@ would not finish in time.
 
 The launcher (verl_gsm8k/launch/) writes the job's end time to ``RUN_DIR/job_deadline`` (epoch
 seconds; under Slurm, from ``SLURM_JOB_END_TIME`` or ``squeue -o %e``). The recipes' trainer
-(``ppo_trainer/guarded.py``) measures its own steps and saves as it runs and, after each step,
+(``ppo_trainer/guard_base.py``) measures its own steps and saves as it runs and, after each step,
 asks ``must_stop``: would one more step and a save still end before the deadline, less a margin? If
 not, it saves the step just trained and stops; the launcher exits 5, and a requeued job resumes.
 

@@ -1,7 +1,7 @@
 """The divergence watchdog's rules: is the step that just trained sick? (docs/reliability.md,
 "What survives what": a sick step, slow divergence)
 
-Standard library only (no torch, no verl): the guarded trainer (``ppo_trainer/guarded.py``)
+Standard library only (no torch, no verl): the guarded trainer (``ppo_trainer/guard_base.py``)
 calls it inside verl's v1 trainer, the tests call it with plain lists.
 
     watchdog = Watchdog(Thresholds.from_mapping(cfg["gsm8k_guard"]["watchdog"]), history)
@@ -77,7 +77,7 @@ scores, the entropy and the KL to the reference come from the policy after step 
 checkpoint is already saved; the losses, grad norms, ppo_kl and clip fractions are step N's own
 update. A trip of the rollout's metrics marks checkpoint N-1 sick (kept, never resumed, never
 best) and names the newest checkpoint before it as the last healthy one; a trip of the update's
-names N-1, and a grad-norm explosion the step before its run (ppo_trainer/guarded.py).
+names N-1, and a grad-norm explosion the step before its run (ppo_trainer/guard_base.py).
 
 The defaults: ``watchdog_settings.py``; the real runs they were checked against:
 docs/reliability.md, "The watchdog's thresholds, checked against real runs".

@@ -2,7 +2,7 @@
 bound on what a SIGKILL loses (a node lost, the out-of-memory killer, a spot instance reclaimed
 without notice: no handler runs, and everything since the last checkpoint is gone).
 
-The trainer (ppo_trainer/guarded.py) saves after the first step that ends SAVE_EVERY_MIN or more
+The trainer (ppo_trainer/guard_base.py) saves after the first step that ends SAVE_EVERY_MIN or more
 after its last save (or after its start); these checkpoints are like any other (pruning, the kept
 best, the resume). ``auto`` picks the interval from the run's own slowest save measured in
 ``RUN_DIR/timings.json`` (guard/deadline.py) so that time saves cost at most ``SHARE`` of the

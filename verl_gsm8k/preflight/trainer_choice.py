@@ -1,21 +1,22 @@
-"""Which trainer a PPO config runs: verl_gsm8k/ppo_trainer/ (mode ``gsm8k``) selected and
-registered, with the trace on or off, or verl's legacy trainer, which runs neither, and why.
+"""Which trainer a PPO config runs: verl_gsm8k/ppo_trainer/'s (mode ``gsm8k``), on verl's v1
+trainer or its legacy one (``trainer.use_v1=false``), with the trace on or off, or verl's own
+trainer unguarded, and why.
 
 The guard (verified checkpoints, the watchdog, the kept best, a save on SIGTERM) and the per-token
-trace live in verl's v1 trainer registered as ``gsm8k``; the legacy trainer
-(``trainer.use_v1=false``, which the LoRA recipe needs) has no trainer registry, so a config that
-runs it has neither, and says so.
+trace run in both of verl's trainers when ``trainer.v1.trainer_mode=gsm8k`` and the plugin that
+puts them in place (``verl_plugins/register_trainer.py``) is loaded.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
 from verl_gsm8k.common.run_dir import TRACE_DIR
+from verl_gsm8k.ppo_trainer import MODE
 from verl_gsm8k.preflight.lines import Report
 
-MODE = "gsm8k"
 PLUGIN = "verl_gsm8k.verl_plugins.register_trainer"
 
 
@@ -31,19 +32,6 @@ def check_trainer(cfg: Any, report: Report) -> None:
                 f"traced (the trace needs trainer.v1.trainer_mode={MODE}, which the recipes set)",
             )
         return
-    if not cfg.trainer.get("use_v1", True):
-        report.ok(
-            "trace",
-            "off: this config runs verl's legacy trainer (trainer.use_v1=false), which has no "
-            "trainer registry to record from; RUN_DIR/trace/ stays empty",
-        )
-        report.warn(
-            "guard",
-            "verl's legacy trainer (trainer.use_v1=false) runs without the recipes' guard: no "
-            "watchdog, no kept best checkpoint, verl's own tracker write and pruning "
-            "(docs/reliability.md); a relaunch still verifies the checkpoint it resumes",
-        )
-        return
     if PLUGIN not in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(","):
         report.error(
             "trace",
@@ -51,12 +39,13 @@ def check_trainer(cfg: Any, report: Report) -> None:
             "registers the trainer in verl's TaskRunner); the recipes add it to every PPO launch",
         )
         return
-    import importlib
+    if cfg.trainer.get("use_v1", True):
+        importlib.import_module(PLUGIN)  # it registers the trainer when verl's v1 is imported
+        from verl.trainer.ppo.v1 import get_trainer_cls
 
-    importlib.import_module(PLUGIN)
-    from verl.trainer.ppo.v1 import get_trainer_cls
-
-    trainer = get_trainer_cls(MODE)
+        trainer = get_trainer_cls(MODE)
+    else:  # what verl_plugins/register_trainer.py builds in place of verl's RayPPOTrainer
+        from verl_gsm8k.ppo_trainer.legacy import GuardedLegacyTrainer as trainer
     where = block.get("dir") or f"{cfg.trainer.default_local_dir}/{TRACE_DIR}"
     if samples <= 0:
         report.ok("trace", f"{trainer.__name__} selected, gsm8k_trace.samples=0: nothing traced")

@@ -99,8 +99,8 @@ def load_trace(run_dir: Path) -> Trace:
     ) if folder.is_dir() else []  # fmt: skip
     if not files:
         trace.issues.append(
-            f"no per-token trace in {folder} (TRACE_SAMPLES=0, the legacy trainer, or a run "
-            "from before the trace): no replay page"
+            f"no per-token trace in {folder} (TRACE_SAMPLES=0, a trainer.v1.trainer_mode other "
+            "than gsm8k, or a run from before the trace): no replay page"
         )
         return trace
     names, metrics = run_identity(Path(run_dir))

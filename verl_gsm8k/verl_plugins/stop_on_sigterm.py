@@ -7,7 +7,7 @@ handlers (Ray's: exit; raylet's: shut the node down, which takes every worker wi
 installed but never run, so a SIGTERM to every process of the job (Slurm's time limit without
 ``B:``, ``scontrol requeue``, a preemption, ``ray job stop``) no longer kills the run before it
 can save. The launcher, which gets the signal too, writes RUN_DIR/stop_requested; the trainer saves
-the step in flight at its end and stops (ppo_trainer/guarded.py); SIGKILL (Slurm's ``KillWait``,
+the step in flight at its end and stops (ppo_trainer/guard_base.py); SIGKILL (Slurm's ``KillWait``,
 the launcher's STOP_GRACE_S) still ends everything.
 
 verl imports this module in every process (VERL_USE_EXTERNAL_MODULES). In a process that has
