@@ -103,6 +103,9 @@ def test_every_algorithm_recipe_passes_its_dry_run(
     result = run_recipe(f"{algo}_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert re.search(r"preflight: \[ok\] algorithm: ", result.stdout), result.stdout[-3000:]
+    # guarded and traced, on verl's v1 trainer or (ReMax, LoRA) its legacy one: ppo_trainer/
+    assert re.search(r"preflight: \[ok\] trace: \d+ responses per step", result.stdout)
+    assert "preflight: [warn] guard" not in result.stdout
     cfg = composed_config(result.stdout)
     for key, value in ALGORITHMS[algo].items():
         got = get(cfg, key)

@@ -70,6 +70,9 @@ def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, gpu_dry_run):
     result = made.result
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert re.search(r"preflight: passed \(\d+ warning\(s\)\) in \d+\.\d s", result.stdout)
+    # guarded and traced, on verl's v1 trainer or (ReMax, LoRA) its legacy one: ppo_trainer/
+    assert re.search(r"preflight: \[ok\] trace: \d+ responses per step", result.stdout)
+    assert "preflight: [warn] guard" not in result.stdout
     cfg = composed_config(result.stdout)
     assert get(cfg, "trainer.test_freq") == 13
     assert get(cfg, "actor_rollout_ref.model.path") == str(tiny_model_dir)
