@@ -241,3 +241,14 @@ def test_by_seed_ranks_each_seed_and_shows_both_spreads(tmp_path):
     rows[1]["status"] = 1  # a failed run is not ranked
     assert "| grpo | - | 0.80 (2) | 2.0 | - |" in by_seed(rows)
     assert by_seed([r for r in rows if r["seed"] == 0]) == ""
+
+
+def test_each_algorithm_runs_at_learn_tinys_group_size_or_its_own_recipes():
+    """bench.learning --group-size: the same ROLLOUT_N for every algorithm (learn_tiny's), or each
+    algorithm's own recipe's (docs/algorithms.md, "On the CPU toy task")."""
+    from verl_gsm8k.bench.learning import group_size
+    from verl_gsm8k.launch.knobs import LEARN_ALGOS
+
+    own = {algo: group_size(algo, "recipe") for algo in ("reinforce_pp", "remax", "rloo", "dapo")}
+    assert own == {"reinforce_pp": 1, "remax": 1, "rloo": 4, "dapo": 16}
+    assert {group_size(algo, "learn_tiny") for algo in LEARN_ALGOS} == {8}

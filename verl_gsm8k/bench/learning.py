@@ -10,6 +10,7 @@ tolerance on the 100 questions, the same property tests/test_learn_cpu.py assert
 
     python -m verl_gsm8k.bench.learning                           # seeds 0 1 2, ppo and grpo
     python -m verl_gsm8k.bench.learning --seeds 0 --algos grpo -- ACTOR_LR=1e-4
+    python -m verl_gsm8k.bench.learning --algos remax rloo --group-size recipe
 
 A benchmark, not a test: it prints figures (and writes them as JSON with --json). Every run goes
 to a fresh run root (--out; the cache of tiny model, toy data and warm starts is the normal
@@ -34,7 +35,7 @@ from rewards.gsm8k import compute_score_flexible
 from verl_gsm8k.bench.cpu_train import read_metrics
 from verl_gsm8k.common.children import dies_with_this_process
 from verl_gsm8k.common.run_dir import VALIDATION_DIR
-from verl_gsm8k.launch.knobs import LEARN_ALGOS
+from verl_gsm8k.launch.knobs import BY_NAME, LEARN_ALGOS, recipe_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 VAL = "val-core/openai/gsm8k/acc/mean@1"
@@ -95,6 +96,15 @@ def knowledge_lost(before_right: int, after_right: int, n: int) -> bool:
     return after_right < knowledge_floor(before_right, n)
 
 
+def group_size(algo: str, choice: str) -> int:
+    """The responses per prompt a run of ``algo`` gets: learn_tiny's (the same for every
+    algorithm) or the algorithm's own recipe's (recipes/<algo>_qwen2.5-0.5b_gsm8k.sh; the knob's
+    default where the recipe sets none)."""
+    recipe = "learn_tiny" if choice == "learn_tiny" else f"{algo}_qwen2.5-0.5b_gsm8k"
+    value = recipe_settings(ROOT / "recipes" / f"{recipe}.sh").get("ROLLOUT_N")
+    return int(value or BY_NAME["ROLLOUT_N"].default)
+
+
 def run_once(
     seed: int, algo: str, out: Path, knobs: list[str], cache: Path | None, name: str = ""
 ) -> dict:
@@ -104,6 +114,7 @@ def run_once(
     if cache is not None:
         env["CACHE_DIR"] = str(cache)
     env.update(knob.split("=", 1) for knob in knobs)
+    rollout_n = int(env.get("ROLLOUT_N") or group_size(algo, "learn_tiny"))
     log = out / f"{env['EXPERIMENT_NAME']}.log"
     start = time.monotonic()
     with log.open("w") as sink:
@@ -123,6 +134,7 @@ def run_once(
     return {
         "seed": seed,
         "algo": algo,
+        "rollout_n": rollout_n,
         "run_dir": str(run_dir),
         "status": status,
         "log": str(log),
@@ -153,9 +165,9 @@ def fmt(value: float | None) -> str:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| algo | seed | val before | val after (best) | rise | sum right in any format, "
+        "| algo | n | seed | val before | val after (best) | rise | sum right in any format, "
         "before -> after | train score, first 5 -> last 5 | wall |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         rise = (
@@ -169,7 +181,8 @@ def table(rows: list[dict]) -> str:
         if r["status"] != 0:
             wall += f", exit {r['status']}"
         lines.append(
-            f"| {r['algo']} | {r['seed']} | {fmt(r['val_before'])} | {fmt(r['val_after'])} "
+            f"| {r['algo']} | {r.get('rollout_n', '-')} | {r['seed']} | {fmt(r['val_before'])} "
+            f"| {fmt(r['val_after'])} "
             f"({fmt(r['val_best'])}) | {rise} | {fmt(r['any_format_before'])} -> "
             f"{fmt(r['any_format_after'])}{' **LOST SUMS**' if r.get('knowledge_lost') else ''}"
             f" | {fmt(r['score_first5'])} -> "
@@ -199,6 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="build tiny model, toy data and warm starts in a new cache under --out (first-use "
         "wall time) instead of the normal CACHE_DIR",
     )
+    parser.add_argument(
+        "--group-size",
+        choices=("learn_tiny", "recipe"),
+        default="learn_tiny",
+        help="responses per prompt (ROLLOUT_N): learn_tiny's, the same for every algorithm (the "
+        "default), or each algorithm's own recipe's (1 for REINFORCE++ and ReMax, 16 for DAPO "
+        "and GSPO); a ROLLOUT_N=... knob after -- wins over both",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
         "knobs", nargs="*", metavar="KNOB=VALUE", help="after --: knobs for every run"
@@ -219,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     for seed in args.seeds:
         for algo in args.algos:
             print(f"bench.learning: seed {seed}, {algo} ...", flush=True)
-            rows.append(run_once(seed, algo, out, args.knobs, cache))
+            size = [f"ROLLOUT_N={group_size(algo, args.group_size)}"]
+            name = f"learn_{algo}_n{size[0].split('=')[1]}_seed{seed}"
+            rows.append(run_once(seed, algo, out, size + args.knobs, cache, name))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
     print(table(rows))
     if args.json:
