@@ -217,3 +217,42 @@ def test_the_legacy_loop_takes_no_batch_once_the_run_is_to_end(tmp_path, saved):
     trainer = launch(4)
     trainer.global_steps = 8  # step 7 trained (not a save step), then its validation
     assert loop(trainer) == [] and (trainer.stop_at, saved) == (7, [7])
+
+
+def test_the_legacy_trainer_orders_verls_loggers_before_its_first_log(tmp_path, monkeypatch):
+    """verl's legacy fit builds its Tracking inside (ray_trainer.py ~1417): for the length of
+    fit, Tracking is replaced so that its first log puts the file logger first and wraps wandb
+    (ppo_trainer/legacy.py), and verl's class is back afterwards. verl's fit stands in: it builds
+    a Tracking of two recording backends, wandb first as verl orders them, and logs a step."""
+    from types import SimpleNamespace
+
+    import verl.utils.tracking as tracking
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from verl_gsm8k.ppo_trainer.wandb_gap import AckedWandb
+
+    calls: list[str] = []
+
+    class Backend:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def log(self, data: dict, step: int) -> None:
+            calls.append(self.name)
+
+    def fit(self):
+        from verl.utils.tracking import Tracking  # as verl's fit imports it
+
+        logger = Tracking.__new__(Tracking)  # its backends without their set-up
+        logger.logger = {"wandb": Backend("wandb"), "file": Backend("file")}
+        logger.log(data={"critic/score/mean": 0.5}, step=1)
+        return logger
+
+    verls = tracking.Tracking
+    monkeypatch.setattr(RayPPOTrainer, "fit", fit)
+    trainer = trainer_at(0, tmp_path, legacy=True)
+    trainer.tracer = SimpleNamespace(close=lambda: None)
+    logger = trainer.fit()
+    assert calls == ["file", "wandb"]
+    assert isinstance(logger.logger["wandb"], AckedWandb)
+    assert tracking.Tracking is verls
