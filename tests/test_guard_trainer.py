@@ -106,7 +106,11 @@ def saved(monkeypatch) -> list[int]:
     from verl_gsm8k.ppo_trainer.guard_base import GuardBase
 
     steps: list[int] = []
-    monkeypatch.setattr(GuardBase, "_save_checkpoint", lambda self: steps.append(self.global_steps))
+
+    def save(self, step: int | None = None) -> None:
+        steps.append(self.global_steps if step is None else step)
+
+    monkeypatch.setattr(GuardBase, "_save_checkpoint", save)
     return steps
 
 

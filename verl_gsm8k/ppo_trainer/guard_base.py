@@ -195,7 +195,7 @@ class GuardBase:
                 f"{step + 1}")  # fmt: skip
         elif time.time() < deadline:
             say(f"stop requested (SIGTERM): saving step {step}, then stopping")
-            self._save_checkpoint()
+            self._save_checkpoint(step)
         else:
             say(f"stop requested and its grace is over: step {step} not saved")
         self._end_after(step)
@@ -297,8 +297,11 @@ class GuardBase:
             say(f"the kept best was step {best['step']}, judged sick: no best checkpoint kept")
 
     # ---- saving --------------------------------------------------------------------------
-    def _save_checkpoint(self) -> None:
-        step = self.global_steps
+    def _save_checkpoint(self, step: int | None = None) -> None:
+        """Save the trainer's state as ``step`` (verl calls it without: ``global_steps``; the
+        legacy loop has counted the next step already when a stop request is read before its
+        batch)."""
+        step = self.global_steps if step is None else step
         if self.sick_step == step:
             say(f"step {step} is not saved: the watchdog stopped it")
             return

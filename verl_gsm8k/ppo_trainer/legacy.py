@@ -72,23 +72,15 @@ class _StoppingLoader:
     def __iter__(self) -> Iterator[Any]:
         trainer = self.trainer
         batches = iter(self.loader)
-        while not self._stopping():
+        # fit has already counted the step just trained (~1790): the stop request is after the one
+        # before, and its save names that step
+        while not trainer._stop_if_requested(trainer.global_steps - 1):
             pause_point(f"rollout:{trainer.global_steps}")  # tests: a signal lands before it
             batch = next(batches, None)
             if batch is None:
                 return
             trainer.step_started = time.time()
             yield batch
-
-    def _stopping(self) -> bool:
-        """The stop request, read before the next batch: ``fit`` has already counted the step
-        just trained (~1790), so a save now must name that step, not the next."""
-        trainer = self.trainer
-        trainer.global_steps -= 1
-        try:
-            return trainer._stop_if_requested(trainer.global_steps)
-        finally:
-            trainer.global_steps += 1
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -207,7 +199,7 @@ class GuardedLegacyTrainer(GuardBase, RayPPOTrainer):
             "prompt_ids": [tensors["prompts"][i][prompt_mask[i]].tolist() for i in rows],
             "response_ids": listed(tensors["responses"]),
             "response_mask": listed(tensors["response_mask"]),
-            "per_token": per_token, "absent": [absent] * len(rows),
+            "per_token": per_token,
             "ground_truth": [_ground_truth(other, i) for i in rows],
             "data_source": [other["data_source"][i] for i in rows] if "data_source" in other
             else None,
@@ -218,7 +210,7 @@ class GuardedLegacyTrainer(GuardBase, RayPPOTrainer):
         if self.tracer.run["adv_estimator"] == "gae" and self.use_critic:
             raw = (tensors["returns"] - tensors["values"])[tensors["response_mask"].bool()]
         stats = batch_stats({key: row.tolist() for key, row in zip(keys, scores, strict=True)}, raw)
-        return self.tracer.lines(step, metrics, chosen, columns, len(keys), stats)
+        return self.tracer.lines(step, metrics, chosen, columns, absent, len(keys), stats)
 
 
 def _keys(batch: DataProto) -> list[str]:

@@ -129,14 +129,15 @@ class Tracer:
         metrics: dict,
         keys: Sequence[str],
         columns: dict[str, list | None],
+        absent: dict[str, str],
         of: int,
         stats: dict[str, Any],
     ) -> list[dict]:
         """The step line, then a line per traced sample. ``keys``: {uid}_{session}_{index};
         ``columns``: per-sample lists in the order of ``keys``: ``prompt_ids``,
         ``response_ids``, ``per_token`` (dicts of record.py's names, a value per response
-        token), ``absent`` (why a quantity is missing), and, None when unknown,
-        ``response_mask``, ``ground_truth``, ``data_source``, ``reward_extra``."""
+        token), and, None when unknown, ``response_mask``, ``ground_truth``, ``data_source``,
+        ``reward_extra``; ``absent``: why a quantity is missing (the same for every sample)."""
         head = step_line(step, self.run, metrics, traced=len(keys), of=of)
         head["batch"] = clean(stats)  # a NaN score (the step a watchdog stops) is JSON's null
         lines = [head]
@@ -151,7 +152,7 @@ class Tracer:
                     step=step, key=key, uid=prompt_of(key), session=session_of(key),
                     prompt_ids=value["prompt_ids"], response_ids=responses,
                     response_mask=value.get("response_mask") or [1] * len(responses),
-                    per_token=per_token, absent=value["absent"], decode=self.decode,
+                    per_token=per_token, absent=absent, decode=self.decode,
                     ground_truth=value.get("ground_truth"), data_source=value.get("data_source"),
                     reward_extra=value.get("reward_extra") or {},
                 )

@@ -76,7 +76,7 @@ class TracingTrainer(GuardedTrainer):
             return rows(data[name]) if name in fields else None
 
         named = {TQ_PER_TOKEN[name]: rows(data[name]) for name in fields & set(TQ_PER_TOKEN)}
-        old, ref = (data.get(name) if name in fields else None
+        old, ref = (data[name] if name in fields else None
                     for name in ("old_log_probs", "ref_log_prob"))  # fmt: skip
         if old is not None and ref is not None and old.is_nested:
             old, ref = old.unbind(), ref.unbind()
@@ -84,13 +84,13 @@ class TracingTrainer(GuardedTrainer):
         models, extras = column("reward_model") or [], column("extra_fields") or []
         columns = {
             "prompt_ids": column("prompts"), "response_ids": column("responses"),
-            "per_token": per_token, "absent": [absent] * len(keys),
+            "per_token": per_token,
             "response_mask": column("response_mask"), "data_source": column("data_source"),
             "ground_truth": [_of(model, "ground_truth") for model in models] or None,
             "reward_extra": [_of(extra, "reward_extra_info") for extra in extras] or None,
         }  # fmt: skip
         stats = self._batch_stats(batch, real)
-        return self.tracer.lines(step, metrics, keys, columns, len(real), stats)
+        return self.tracer.lines(step, metrics, keys, columns, absent, len(real), stats)
 
     def _batch_stats(self, batch: Any, real: list[str]) -> dict[str, Any]:
         scores = tq.kv_batch_get(keys=real, partition_id=batch.partition_id,
