@@ -23,6 +23,7 @@ from verl.trainer.ppo.core_algos import kl_penalty
 from verl_gsm8k.common.run_dir import TRACE_DIR
 from verl_gsm8k.guard.rules import prompt_of
 from verl_gsm8k.trace.record import TraceWriter, clean, sample_line, step_line
+from verl_gsm8k.trace.select import session_of
 
 TIMING_KEY = "timing_s/gsm8k_trace"  # logged every step with the step's other timings
 logger = logging.getLogger(__name__)
@@ -203,11 +204,6 @@ def batch_stats(scores: dict[str, Sequence[float]], raw_advantage: torch.Tensor 
             "tokens": raw.numel(), "eps": 1e-8,
         }  # fmt: skip
     return stats
-
-
-def session_of(key: str) -> int:
-    parts = key.rsplit("_", 2)
-    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 0
 
 
 def rows(value: Any) -> list[Any]:

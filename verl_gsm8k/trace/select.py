@@ -35,6 +35,11 @@ def choose(keys: Sequence[str], step: int, samples: int) -> list[str]:
     return chosen
 
 
+def session_of(key: str) -> int:
+    """The session of a response key ``{uid}_{session}_{index}`` (0 for any other key)."""
+    return _session_index(key)[0]
+
+
 def _session_index(key: str) -> tuple[int, int, str]:
     parts = key.rsplit("_", 2)
     if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
