@@ -57,7 +57,8 @@ def write_run(root: Path, *, grpo: bool = False, steps: int = 6, **kw: Any) -> P
     rollout and validation dumps."""
     run = root / "run"
     write_jsonl(run / "metrics" / f"metrics-{STAMP}.jsonl", build_run()[: steps + 1])
-    settings = {"experiment": "run", "adv_estimator": "grpo" if grpo else "gae", "gamma": 1.0,
+    estimator = kw.get("estimator") or ("grpo" if grpo else "gae")
+    settings = {"experiment": "run", "adv_estimator": estimator, "gamma": 1.0,
                 "lam": 1.0, "norm_adv_by_std_in_grpo": True, "rollout_n": 4,
                 "kl": {"in": "loss" if grpo else "reward", "estimator": "low_var_kl" if grpo
                        else "kl", "coef": 0.001},
@@ -159,6 +160,18 @@ def test_ppo_replay_draws_value_return_and_kl_curves(tmp_path: Path):
     assert curves == ["kl", "value", "advantage"], curves
     assert 'data-series="value"' in dom and 'data-series="return"' in dom
     assert "whitened over the whole batch" in dom
+
+
+def test_replay_says_how_remax_computes_its_advantage(tmp_path: Path):
+    """ReMax (verl's legacy trainer, traced too): its baseline is a greedy response's score, not
+    a group's mean (verl's compute_remax_outcome_advantage)."""
+    require_chromium()
+    run = write_run(tmp_path, grpo=True, estimator="remax")
+    assert report(run, tmp_path / "out").returncode == 0
+    dom = chromium_dom((tmp_path / "out" / "replay.html").as_uri(), tmp_path)
+    how = dom.split('id="adv-body"', 1)[1].split("</p>", 1)[0]
+    assert "score of one greedy response to the same prompt" in how, how
+    assert "group" not in how, how
 
 
 def test_rollout_browser_filters_and_compares_first_and_last_validation(tmp_path: Path):

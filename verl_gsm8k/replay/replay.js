@@ -115,9 +115,18 @@ function render(){
     curve('value', [{name: 'value', values: pt.value, colour: '#1f5fa0'},
                     {name: 'return', values: pt['return'], colour: '#e08a00'}], n, s.tokens) :
     absentNote(s, 'value');
-  var w = D.batch.advantage_whitening, how = run.adv_estimator === 'gae' ?
-    'GAE (gamma ' + fmt(run.gamma) + ', lambda ' + fmt(run.lam) + ') of reward minus value, then ' +
-    'whitened over the whole batch' + (w ? ' (mean ' + fmt(w.mean) + ', variance ' + fmt(w['var']) + ')' : '') :
+  // verl's estimators (verl/trainer/ppo/core_algos.py); the group's mean is GRPO's and Dr. GRPO's
+  var w = D.batch.advantage_whitening, how = {
+    gae: 'GAE (gamma ' + fmt(run.gamma) + ', lambda ' + fmt(run.lam) + ') of reward minus value, then ' +
+      'whitened over the whole batch' + (w ? ' (mean ' + fmt(w.mean) + ', variance ' + fmt(w['var']) + ')' : ''),
+    rloo: 'the response\'s score minus the mean score of the other responses to its prompt: the same ' +
+      'advantage on every token',
+    reinforce_plus_plus: 'the return from each token (the reward, KL penalty included, summed to the end with ' +
+      'gamma ' + fmt(run.gamma) + '), whitened over the whole batch',
+    reinforce_plus_plus_baseline: 'the response\'s score minus its group\'s mean, then whitened over the whole batch',
+    remax: 'the return from each token (the reward, KL penalty included, summed to the end) minus the score ' +
+      'of one greedy response to the same prompt (the baseline)'
+  }[run.adv_estimator] ||
     'the response\'s score minus its group\'s mean' + (run.norm_adv_by_std_in_grpo ? ', divided by the group\'s standard deviation' : '') +
     ': the same advantage on every token';
   document.getElementById('adv-body').innerHTML = '<p class=why>Advantage: ' + how +
