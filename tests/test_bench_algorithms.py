@@ -98,6 +98,7 @@ def test_the_table_gives_mean_and_spread_over_seeds(tmp_path):
             summarize(
                 {
                     "algo": "grpo",
+                    "rollout_n": 8,
                     "seed": seed,
                     "status": 0,
                     "run_dir": str(run),
@@ -111,7 +112,9 @@ def test_the_table_gives_mean_and_spread_over_seeds(tmp_path):
             )  # fmt: skip
         )
     line = table(rows).splitlines()[-1]
-    assert line.startswith("| grpo | 0, 1 | 0.35 (0.30-0.40) | - | - | 0.70 (0.60-0.80) |"), line
+    assert line.startswith("| grpo | 8 | 0, 1 | 0.35 (0.30-0.40) | - | - | 0.70 (0.60-0.80) |"), (
+        line
+    )
     assert "| 0.53 (0.45-0.60) | 0.60 (0.60-0.60) -> 0.70 (0.60-0.80) (**lost**: seed 0) |" in line
     assert line.endswith("| - -> - | 5.0 (5.0-5.0) | 1.9 (1.9-1.9) |"), line  # no dumps here
     rows[1]["status"] = 1
@@ -179,9 +182,10 @@ def test_each_seeds_warm_start_is_read_from_the_pick_beside_the_model(tmp_path):
     )
 
 
-def _row(algo: str, seed: int, run_dir: Path, acc20: float) -> dict:
-    return {"algo": algo, "seed": seed, "status": 0, "run_dir": str(run_dir), "wall_s": 300.0,
-            "warm_start_built": False, "acc": {"0": 0.4, "5": None, "10": None, "20": acc20},
+def _row(algo: str, seed: int, run_dir: Path, acc20: float, n: int = 8) -> dict:
+    return {"algo": algo, "rollout_n": n, "seed": seed, "status": 0, "run_dir": str(run_dir),
+            "wall_s": 300.0, "warm_start_built": False,
+            "acc": {"0": 0.4, "5": None, "10": None, "20": acc20},
             "auc": None, "tokens": None, "any_format_before": 0.6, "any_format_after": acc20,
             "knowledge_lost": False, "copied_before": None, "copied_after": None,
             "warm_start": None}  # fmt: skip
@@ -193,19 +197,21 @@ def test_rows_of_an_earlier_run_join_the_table_and_are_not_trained_again(tmp_pat
     earlier = tmp_path / "seed0.json"
     earlier.write_text(json.dumps([_row("grpo", 0, tmp_path / "gone", 0.6)]))
     out = tmp_path / "out"
-    run = write_run(out / "grpo_seed1", {0: {VAL: 0.4}, 20: {VAL: 0.8}})
-    (out / "grpo_seed1.json").write_text(json.dumps({
-        "algo": "grpo", "seed": 1, "status": 0, "run_dir": str(run), "wall_s": 300.0,
-        "warm_start_built": False, "val_by_step": [[0, 0.4], [20, 0.8]],
+    run = write_run(out / "grpo_n8_seed1", {0: {VAL: 0.4}, 20: {VAL: 0.8}})
+    (out / "grpo_n8_seed1.json").write_text(json.dumps({
+        "algo": "grpo", "rollout_n": 8, "seed": 1, "status": 0, "run_dir": str(run),
+        "wall_s": 300.0, "warm_start_built": False, "val_by_step": [[0, 0.4], [20, 0.8]],
         "any_format_before": 0.6, "any_format_after": 0.8, "knowledge_lost": False,
     }))  # fmt: skip
     code = main(["--seeds", "0", "1", "--algos", "grpo", "--with", str(earlier), "--out", str(out)])
     printed = capsys.readouterr().out
     assert code == 0
-    assert "grpo_seed0: in --with, not trained again" in printed
-    assert "grpo_seed1: complete in" in printed  # read from --out, not trained
+    assert "grpo_n8_seed0: in --with, not trained again" in printed
+    assert "grpo_n8_seed1: complete in" in printed  # read from --out, not trained
     line = (out / "algorithms.md").read_text().splitlines()[2]
-    assert line.startswith("| grpo | 0, 1 | 0.40 (0.40-0.40) | - | - | 0.70 (0.60-0.80) |"), line
+    assert line.startswith("| grpo | 8 | 0, 1 | 0.40 (0.40-0.40) | - | - | 0.70 (0.60-0.80) |"), (
+        line
+    )
     assert [r["seed"] for r in json.loads((out / "algorithms.json").read_text())] == [0, 1]
 
 
@@ -214,11 +220,11 @@ def test_an_earlier_file_that_is_not_the_benchmarks_is_one_line(tmp_path, capsys
     bad.write_text(json.dumps([{"algo": "grpo", "seed": 0}]))
     assert main(["--with", str(bad), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"bench.algorithms: --with {bad}: row 1 has no status, run_dir")
+    assert err.startswith(f"bench.algorithms: --with {bad}: row 1 has no rollout_n, status")
     assert not (tmp_path / "out").exists()  # nothing written for a refused command
     twice = tmp_path / "twice.json"
     twice.write_text(json.dumps([_row("grpo", 0, tmp_path, 0.5)]))
-    with pytest.raises(ValueError, match=f"grpo seed 0 is also in {twice}"):
+    with pytest.raises(ValueError, match=f"grpo_n8_seed0 is also in {twice}"):
         read_earlier([twice, twice])
 
 
@@ -233,13 +239,15 @@ def test_by_seed_ranks_each_seed_and_shows_both_spreads(tmp_path):
         ]
     ]  # fmt: skip
     lines = by_seed(rows).splitlines()
-    assert lines[0].startswith("| algorithm | step 20, seed 0 (rank) | step 20, seed 1 (rank) |")
-    assert lines[2] == "| ppo | 0.70 (1) | 0.60 (3) | 2.0 | 0.10 |"
-    assert lines[3] == "| grpo | 0.50 (3) | 0.80 (2) | 2.5 | 0.30 |"
-    assert lines[4] == "| dapo | 0.70 (1) | 0.90 (1) | 1.0 | 0.20 |"
-    assert lines[5] == "| range over the algorithms | 0.20 | 0.30 | | |"
+    assert lines[0].startswith(
+        "| algorithm | n | step 20, seed 0 (rank) | step 20, seed 1 (rank) |"
+    )
+    assert lines[2] == "| ppo | 8 | 0.70 (1) | 0.60 (3) | 2.0 | 0.10 |"
+    assert lines[3] == "| grpo | 8 | 0.50 (3) | 0.80 (2) | 2.5 | 0.30 |"
+    assert lines[4] == "| dapo | 8 | 0.70 (1) | 0.90 (1) | 1.0 | 0.20 |"
+    assert lines[5] == "| range over the algorithms | | 0.20 | 0.30 | | |"
     rows[1]["status"] = 1  # a failed run is not ranked
-    assert "| grpo | - | 0.80 (2) | 2.0 | - |" in by_seed(rows)
+    assert "| grpo | 8 | - | 0.80 (2) | 2.0 | - |" in by_seed(rows)
     assert by_seed([r for r in rows if r["seed"] == 0]) == ""
 
 
@@ -252,3 +260,25 @@ def test_each_algorithm_runs_at_learn_tinys_group_size_or_its_own_recipes():
     own = {algo: group_size(algo, "recipe") for algo in ("reinforce_pp", "remax", "rloo", "dapo")}
     assert own == {"reinforce_pp": 1, "remax": 1, "rloo": 4, "dapo": 16}
     assert {group_size(algo, "learn_tiny") for algo in LEARN_ALGOS} == {8}
+
+
+def test_an_algorithm_at_two_group_sizes_is_two_lines_and_two_runs(tmp_path, capsys):
+    """--group-size recipe: each algorithm at its recipe's ROLLOUT_N; a run is keyed by algorithm,
+    group size and seed, so GRPO at 8 (learn_tiny's, from --with) and at 5 (its recipe's) are
+    two table lines and two ranks, and neither is read for the other."""
+    earlier = tmp_path / "n8.json"
+    earlier.write_text(json.dumps([_row("grpo", 0, tmp_path / "gone", 0.6)]))
+    out = tmp_path / "out"
+    run = write_run(out / "grpo_n5_seed0", {0: {VAL: 0.4}, 20: {VAL: 0.7}}, group=5)
+    (out / "grpo_n5_seed0.json").write_text(json.dumps({
+        "algo": "grpo", "rollout_n": 5, "seed": 0, "status": 0, "run_dir": str(run),
+        "wall_s": 200.0, "warm_start_built": False, "val_by_step": [[0, 0.4], [20, 0.7]],
+        "any_format_before": 0.6, "any_format_after": 0.7, "knowledge_lost": False,
+    }))  # fmt: skip
+    argv = ["--seeds", "0", "--algos", "grpo", "--with", str(earlier), "--out", str(out)]
+    assert main([*argv, "--group-size", "recipe"]) == 0
+    printed = capsys.readouterr().out
+    assert "grpo_n5_seed0: complete in" in printed and "not trained again" not in printed
+    lines = (out / "algorithms.md").read_text().splitlines()
+    assert lines[2].startswith("| grpo | 8 | 0 | 0.40 | - | - | 0.60 |"), lines[2]
+    assert lines[3].startswith("| grpo | 5 | 0 | 0.40 | - | - | 0.70 |"), lines[3]

@@ -12,6 +12,11 @@ no ranking); then, per seed, the comparison page and the per-question page of
 
     python -m verl_gsm8k.bench.algorithms --out bench-algos                 # 9 algorithms x 3 seeds
     python -m verl_gsm8k.bench.algorithms --seeds 0 --algos ppo grpo dapo --out bench-algos
+    python -m verl_gsm8k.bench.algorithms --group-size recipe --out bench-algos-own-n
+
+Every algorithm runs at learn_tiny's group size (``ROLLOUT_N=8``: equal responses per step), or
+with ``--group-size recipe`` at its own recipe's; a run is named and keyed by its algorithm, its
+group size and its seed, so the two kinds of row can share a table.
 
 A run already complete in --out (its last validation step logged) is read, not trained again: an
 interrupted benchmark resumes with the same command. ``--with`` adds the rows of an earlier
@@ -42,7 +47,13 @@ from pathlib import Path
 
 from verl_gsm8k.analysis.sampling import dropped_groups
 from verl_gsm8k.bench.cpu_train import read_metrics
-from verl_gsm8k.bench.learning import VAL, run_once, validation_dump
+from verl_gsm8k.bench.learning import (
+    VAL,
+    add_group_size_flag,
+    group_size,
+    run_once,
+    validation_dump,
+)
 from verl_gsm8k.common.launch_record import lookup, read_records
 from verl_gsm8k.launch.knobs import LEARN_ALGOS
 
@@ -158,6 +169,7 @@ def summarize(run: dict) -> dict:
     run_dir = Path(run["run_dir"])
     return {
         "algo": run["algo"],
+        "rollout_n": run["rollout_n"],
         "seed": run["seed"],
         "status": run["status"],
         "run_dir": str(run_dir),
@@ -173,6 +185,15 @@ def summarize(run: dict) -> dict:
         "copied_after": numbers_copied(run_dir, max(curve)[0]) if curve else None,
         "warm_start": warm_start_pick(run_dir),
     }
+
+
+def arm(row: dict) -> tuple[str, int]:
+    """What a row compares: its algorithm at its group size (a table line, a rank)."""
+    return row["algo"], row["rollout_n"]
+
+
+def run_name(algo: str, n: int, seed: int) -> str:
+    return f"{algo}_n{n}_seed{seed}"
 
 
 def complete(run_dir: Path, last_step: int) -> bool:
@@ -194,15 +215,15 @@ def _spread(values: list[float | None], digits: int = 2) -> str:
 def table(rows: list[dict]) -> str:
     """Markdown: one line per algorithm, the mean over seeds and (min-max)."""
     lines = [
-        "| algorithm | seeds | "
+        "| algorithm | n | seeds | "
         + " | ".join("warm start" if s == 0 else f"step {s}" for s in AT_STEPS)
         + " | area under the curve | sums right in any format, first -> last (lost: of the "
         "warm start's) | question's numbers copied into the equation, first -> last | wall per "
         "run (min) | tokens generated (thousands) |",
-        "|---|---|" + "---|" * (len(AT_STEPS) + 5),
+        "|---|---|---|" + "---|" * (len(AT_STEPS) + 5),
     ]
-    for algo in dict.fromkeys(r["algo"] for r in rows):
-        runs = [r for r in rows if r["algo"] == algo]
+    for algo, n in dict.fromkeys(arm(r) for r in rows):
+        runs = [r for r in rows if arm(r) == (algo, n)]
         failed = [r for r in runs if r["status"] != 0]
         seeds = ", ".join(str(r["seed"]) for r in runs)
         if failed:
@@ -217,7 +238,7 @@ def table(rows: list[dict]) -> str:
         if lost:
             kept += f" (**lost**: seed {', '.join(lost)})"
         lines.append(
-            f"| {algo} | {seeds} | "
+            f"| {algo} | {n} | {seeds} | "
             + " | ".join(cells)
             + f" | {_spread([r['auc'] for r in runs])} | {kept} | "
             f"{_spread([r['copied_before'] for r in runs])} -> "
@@ -233,33 +254,35 @@ def by_seed(rows: list[dict]) -> str:
     is read against: each algorithm's range over the seeds, each seed's range over the
     algorithms. Empty with fewer than two seeds."""
     last = str(AT_STEPS[-1])
-    final = {(r["algo"], r["seed"]): r["acc"][last] for r in rows if r["status"] == 0}
+    final = {(arm(r), r["seed"]): r["acc"][last] for r in rows if r["status"] == 0}
     final = {key: acc for key, acc in final.items() if acc is not None}
     seeds = list(dict.fromkeys(seed for _, seed in final))
     if len(seeds) < 2:
         return ""
 
     rank = {
-        (algo, seed): 1 + sum(acc > mine for (_, s), acc in final.items() if s == seed)
-        for (algo, seed), mine in final.items()
+        (key, seed): 1 + sum(acc > mine for (_, s), acc in final.items() if s == seed)
+        for (key, seed), mine in final.items()
     }
 
     def spread(values: list[float]) -> str:
         return f"{max(values) - min(values):.2f}" if len(values) > 1 else "-"
 
     lines = [
-        f"| algorithm | {' | '.join(f'step {last}, seed {s} (rank)' for s in seeds)} | "
+        f"| algorithm | n | {' | '.join(f'step {last}, seed {s} (rank)' for s in seeds)} | "
         "mean rank | range over the seeds |",
-        "|---|" + "---|" * (len(seeds) + 2),
+        "|---|---|" + "---|" * (len(seeds) + 2),
     ]
-    for algo in dict.fromkeys(algo for algo, _ in final):
-        mine = [s for s in seeds if (algo, s) in final]
-        cells = [f"{final[(algo, s)]:.2f} ({rank[(algo, s)]})" if s in mine else "-" for s in seeds]
-        mean_rank = statistics.fmean(rank[(algo, s)] for s in mine)
-        spread_seeds = spread([final[(algo, s)] for s in mine])
-        lines.append(f"| {algo} | {' | '.join(cells)} | {mean_rank:.1f} | {spread_seeds} |")
+    for key in dict.fromkeys(key for key, _ in final):
+        mine = [s for s in seeds if (key, s) in final]
+        cells = [f"{final[(key, s)]:.2f} ({rank[(key, s)]})" if s in mine else "-" for s in seeds]
+        mean_rank = statistics.fmean(rank[(key, s)] for s in mine)
+        spread_seeds = spread([final[(key, s)] for s in mine])
+        lines.append(
+            f"| {key[0]} | {key[1]} | {' | '.join(cells)} | {mean_rank:.1f} | {spread_seeds} |"
+        )
     ranges = [spread([acc for (_, s), acc in final.items() if s == seed]) for seed in seeds]
-    lines.append(f"| range over the algorithms | {' | '.join(ranges)} | | |")
+    lines.append(f"| range over the algorithms | | {' | '.join(ranges)} | | |")
     return "\n".join(lines)
 
 
@@ -283,14 +306,17 @@ def pages(rows: list[dict], out: Path) -> list[Path]:
     return written
 
 
-ROW_KEYS = ("algo", "seed", "status", "run_dir", "wall_s", "warm_start_built", "acc", "auc")
+ROW_KEYS = (
+    "algo", "rollout_n", "seed", "status", "run_dir", "wall_s", "warm_start_built", "acc", "auc"
+)  # fmt: skip
 
 
 def read_earlier(paths: list[Path]) -> list[dict]:
     """The rows of earlier algorithms.json files (summarize()'s, as main() writes them); a file
-    that is not one, or an (algorithm, seed) in two of them: ValueError naming the file."""
+    that is not one, or an (algorithm, group size, seed) in two of them: ValueError naming the
+    file."""
     rows: list[dict] = []
-    seen: dict[tuple[str, int], Path] = {}
+    seen: dict[tuple[str, int, int], Path] = {}
     for path in paths:
         try:
             loaded = json.loads(path.read_text())
@@ -302,9 +328,9 @@ def read_earlier(paths: list[Path]) -> list[dict]:
             missing = [k for k in ROW_KEYS if not isinstance(row, dict) or k not in row]
             if missing:
                 raise ValueError(f"--with {path}: row {number} has no {', '.join(missing)}")
-            key = (row["algo"], row["seed"])
+            key = (*arm(row), row["seed"])
             if key in seen:
-                raise ValueError(f"--with {path}: {key[0]} seed {key[1]} is also in {seen[key]}")
+                raise ValueError(f"--with {path}: {run_name(*key)} is also in {seen[key]}")
             seen[key] = path
             rows.append(row)
     return rows
@@ -342,8 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="JSON",
         help="algorithms.json files of earlier runs of this benchmark: their rows join the table "
-        "and their (algorithm, seed) pairs are not trained again",
+        "and their (algorithm, group size, seed) runs are not trained again",
     )
+    add_group_size_flag(parser)
     parser.add_argument(
         "knobs",
         nargs="*",
@@ -367,11 +394,13 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     knobs = [*HARD_SETTING, f"TOTAL_TRAINING_STEPS={args.steps}", *args.knobs]
     rows = list(earlier)
-    done = {(r["algo"], r["seed"]) for r in earlier}
+    done = {(*arm(r), r["seed"]) for r in earlier}
+    given = dict(knob.split("=", 1) for knob in args.knobs).get("ROLLOUT_N")  # wins, as in runs
     for seed in args.seeds:
         for algo in args.algos:
-            name = f"{algo}_seed{seed}"
-            if (algo, seed) in done:
+            n = int(given or group_size(algo, args.group_size))
+            name = run_name(algo, n, seed)
+            if (algo, n, seed) in done:
                 print(f"{PROG}: {name}: in --with, not trained again", flush=True)
                 continue
             record = args.out / f"{name}.json"
@@ -380,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
                 run = json.loads(record.read_text())
             else:
                 print(f"{PROG}: {name} ...", flush=True)
-                run = run_once(seed, algo, args.out, knobs, None, name=name)
+                run = run_once(seed, algo, args.out, [f"ROLLOUT_N={n}", *knobs], None, name=name)
                 record.write_text(json.dumps(run, indent=2) + "\n")
             rows.append(summarize(run))
             print(table(rows[-1:]).splitlines()[-1], flush=True)

@@ -105,6 +105,18 @@ def group_size(algo: str, choice: str) -> int:
     return int(value or BY_NAME["ROLLOUT_N"].default)
 
 
+def add_group_size_flag(parser: argparse.ArgumentParser) -> None:
+    """``--group-size``, shared by the benchmarks that train learn_tiny per algorithm."""
+    parser.add_argument(
+        "--group-size",
+        choices=("learn_tiny", "recipe"),
+        default="learn_tiny",
+        help="responses per prompt (ROLLOUT_N): learn_tiny's, the same for every algorithm (the "
+        "default), or each algorithm's own recipe's (1 for PPO, REINFORCE++ and ReMax, 4 for "
+        "RLOO, 5 for GRPO, 16 for DAPO and GSPO); a ROLLOUT_N=... knob after -- wins over both",
+    )
+
+
 def run_once(
     seed: int, algo: str, out: Path, knobs: list[str], cache: Path | None, name: str = ""
 ) -> dict:
@@ -212,14 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="build tiny model, toy data and warm starts in a new cache under --out (first-use "
         "wall time) instead of the normal CACHE_DIR",
     )
-    parser.add_argument(
-        "--group-size",
-        choices=("learn_tiny", "recipe"),
-        default="learn_tiny",
-        help="responses per prompt (ROLLOUT_N): learn_tiny's, the same for every algorithm (the "
-        "default), or each algorithm's own recipe's (1 for REINFORCE++ and ReMax, 16 for DAPO "
-        "and GSPO); a ROLLOUT_N=... knob after -- wins over both",
-    )
+    add_group_size_flag(parser)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
         "knobs", nargs="*", metavar="KNOB=VALUE", help="after --: knobs for every run"
