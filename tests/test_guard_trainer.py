@@ -1,7 +1,8 @@
 """The guarded trainers' own bookkeeping (verl_gsm8k/ppo_trainer/guard_base.py, guarded.py,
 legacy.py) on the real classes, with verl's validation and loop stood in for: the kept best, the
-time save, the deadline, the stop request. Their saves, kills and watchdog stops run for real in
-tests/test_train_cpu.py (v1) and tests/test_train_cpu_variants.py (legacy)."""
+time save, the deadline, the stop request, the resume. Their saves, kills and watchdog stops run
+for real in tests/test_train_cpu.py and tests/test_slurm_cpu.py (v1) and
+tests/test_train_cpu_variants.py (legacy)."""
 
 from __future__ import annotations
 
@@ -221,6 +222,35 @@ def test_the_legacy_loop_takes_no_batch_once_the_run_is_to_end(tmp_path, saved):
     trainer = launch(4)
     trainer.global_steps = 8  # step 7 trained (not a save step), then its validation
     assert loop(trainer) == [] and (trainer.stop_at, saved) == (7, [7])
+
+
+def test_the_legacy_trainer_begins_its_guard_at_the_step_it_resumes(tmp_path, monkeypatch):
+    """verl's legacy trainer loads its checkpoint in ``_load_checkpoint`` (ray_trainer.py ~1192),
+    which sets global_steps; the guarded one then begins its guard there (ppo_trainer/legacy.py):
+    the resumed step is never saved again, its watchdog is given the steps logged before the next
+    one, and the time since the last save starts now. verl's load stands in (global_steps = 4)."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from verl_gsm8k.guard.rules import Thresholds, Watchdog
+    from verl_gsm8k.ppo_trainer import guard_base
+
+    asked: list[tuple[Path, int]] = []
+
+    def history(run_dir: Path, before: int) -> list:
+        asked.append((run_dir, before))
+        return []
+
+    def verls_load(self) -> None:
+        self.global_steps = 4
+
+    monkeypatch.setattr(guard_base, "logged_history", history)
+    monkeypatch.setattr(RayPPOTrainer, "_load_checkpoint", verls_load)
+    trainer = trainer_at(0, tmp_path, legacy=True)
+    trainer.saved_step, trainer.last_save, trainer.response_limit = None, 0.0, 32
+    trainer.watchdog = Watchdog(Thresholds(), [], 32)
+    trainer._load_checkpoint()
+    assert (trainer.resumed_step, trainer.saved_step, asked) == (4, 4, [(tmp_path, 5)])
+    assert time.time() - trainer.last_save < 60
 
 
 def test_the_legacy_trainer_orders_verls_loggers_before_its_first_log(tmp_path, monkeypatch):
