@@ -156,11 +156,12 @@ def test_sigterm_from_inside_the_launch_is_rays_teardown_not_a_stop(tmp_path: Pa
     code = (
         "import os, signal, subprocess, sys, time, verl_gsm8k.verl_plugins.stop_on_sigterm as m; "
         "assert m._started; "
-        "subprocess.run([sys.executable, '-c', f'import os, signal; os.kill({os.getpid()}, "
-        "signal.SIGTERM)'], check=True); time.sleep(1); "
+        "sender = subprocess.Popen([sys.executable, '-c', f'import os, signal, time; "
+        "os.kill({os.getpid()}, signal.SIGTERM); time.sleep(30)']); time.sleep(1); "
         f"print('inside', os.path.exists({str(tmp_path / 'stop_requested')!r}), flush=True); "
-        "os.kill(os.getpid(), signal.SIGTERM); time.sleep(1)"
-    )  # the child inherits the launch id: a sender inside the launch
+        "sender.kill(); sender.wait(); os.kill(os.getpid(), signal.SIGTERM); time.sleep(1)"
+    )  # the child inherits the launch id: a sender inside the launch, alive while it is judged
+    # (a sender gone before the judging thread reads its environment counts as outside)
     env = dict(os.environ, **{ENV_LAUNCH: "L1", ENV_RUN_DIR: str(tmp_path)}, PYTHONPATH=str(ROOT))
     command = [sys.executable, "-c", BLOCKED, sys.executable, "-c", code]
     out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
