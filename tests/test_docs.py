@@ -216,6 +216,7 @@ REMOVED_TESTS = {
     "test_a_disable_launch_that_never_saved_does_not_speak_for_the_checkpoint": "cut",
     "test_killed_relaunched_and_preempted_the_run_ends_whole": "renamed",
     "test_relaunch_resumes_to_step_4_and_keeps_max_ckpt": "replaced",
+    "test_a_ray_job_on_two_nodes_trains_and_ray_job_stop_saves_its_step": "renamed",
     "test_a_job_at_its_time_limit_saves_requeues_resumes_and_ends": "replaced",
     "test_a_preempted_sbatch_job_saves_requeues_resumes_and_ends": "replaced",
     "test_smoke_on_a_two_node_ray_cluster": "replaced",

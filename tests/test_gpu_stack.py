@@ -219,3 +219,18 @@ def test_checkpoints_merge_across_the_stacks(
     manifest = json.loads((tmp_path / "merged" / "merge_manifest.json").read_text())
     assert manifest["portable"] and manifest["role"] == "sft"
     assert manifest["verification"]["forward"]["finite"] is True
+
+
+@pytest.mark.slow
+def test_a_checkpoint_reshards_under_the_gpu_stack(
+    gpu_python: Path, tiny_model_dir: Path, tmp_path: Path
+):
+    """The reshard builds the new ranks' device mesh with torch's own constructor, private
+    arguments included (verl_gsm8k/reshard/shards.py): under the GPU stack's torch too, a
+    checkpoint of world size 2 saved by verl's manager, resharded to 1 and loaded there, holds
+    the saved weights and moments bit for bit (tests/test_reshard.py's checks)."""
+    from test_reshard import ranks, resharded_and_resumed
+
+    saved = tmp_path / "ws2"
+    ranks("save", tiny_model_dir, saved, 2, python=gpu_python)
+    resharded_and_resumed(saved, 2, 1, tiny_model_dir, tmp_path, python=gpu_python)

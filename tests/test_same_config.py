@@ -128,7 +128,6 @@ GUARDED = [
     ("actor_rollout_ref.model.lora_alpha", 64),
     ("actor_rollout_ref.model.target_modules", "q_proj"),
     ("data.seed", 7),
-    ("trainer.n_gpus_per_node", 2),  # verl loads the shards of its own world size only
 ]
 
 
@@ -169,6 +168,7 @@ def test_the_keys_that_may_change_on_a_resume(ppo_record):
         ("ray_kwargs.ray_init.num_cpus", 64),
     ]:  # fmt: skip
         new = changed(new, key, value)
+    new = changed(changed(new, "trainer.nnodes", 2), "trainer.n_gpus_per_node", 4)  # resharded
     new["config"]["trainer"]["logger"].append("tensorboard")  # a key the old record lacks
     new["config"]["ray_kwargs"]["ray_init"]["runtime_env"] = {"env_vars": {"WANDB_DIR": "/w"}}
     new["config"]["gsm8k_guard"] = {"watchdog": {"mode": "warn"}, "keep_best": False}
@@ -205,9 +205,15 @@ def test_sft_configs_are_compared_the_same_way(tmp_path):
     ]:  # fmt: skip
         same = changed(same, key, value)
     assert differences(old, same) == []
-    for key, value in [("model.path", "/models/other"), ("optim.lr", 1e-4),
-                       ("data.train_batch_size", 64), ("data.max_length", 2048),
-                       ("trainer.seed", 3), ("model.lora_rank", 8)]:  # fmt: skip
+    for key, value in [
+        ("model.path", "/models/other"),
+        ("optim.lr", 1e-4),
+        ("data.train_batch_size", 64),
+        ("data.max_length", 2048),
+        ("trainer.seed", 3),
+        ("model.lora_rank", 8),
+        ("trainer.n_gpus_per_node", 2),
+    ]:  # an SFT checkpoint is not resharded
         was = leaves(old["config"])[key]
         assert differences(old, changed(old, key, value)) == [f"{key} {was} -> {value}"]
 
@@ -296,3 +302,34 @@ def test_verification_follows_what_verl_loads(tmp_path, whole_checkpoints, capsy
     # the default load_contents (model, optimizer, extra): no step is whole, nothing is launched
     assert launch(run, STAMPS[1]) == 2
     assert "missing optim_world_size_2_rank_0.pt" in refused_line(capsys)
+
+
+def test_a_resume_on_another_number_of_gpus_is_resharded_before_verl_starts(
+    whole_checkpoints, tmp_path, capsys
+):
+    """Saved at world size 2, resumed on one GPU: the launch rewrites the step it resumes for
+    one rank (verl_gsm8k/reshard/, tests/test_reshard.py for what the shards then hold), keeps
+    the original files, and leaves the other steps as they are; back on two GPUs, the same."""
+    run = tmp_path / "run"
+    assert launch(run, STAMPS[0], "trainer.n_gpus_per_node=2") == 0
+    place(whole_checkpoints, run, {2: STAMPS[0], 4: STAMPS[0]})
+    capsys.readouterr()
+    one = "trainer.n_gpus_per_node=1"  # the recipes' one GPU
+    assert launch(run, STAMPS[1], one) == 0
+    out = capsys.readouterr().out
+    for role in ("actor", "critic"):
+        said = f"reshard: global_step_4/{role} was saved at world size 2: rewritten for 1 "
+        assert said in out, out
+        folder = run / "global_step_4" / role
+        assert json.loads((folder / "fsdp_config.json").read_text())["world_size"] == 1
+        assert (folder / "model_world_size_1_rank_0.pt").is_file()
+        assert (folder / "model_world_size_2_rank_1.pt").is_file()  # kept
+        assert not list((run / "global_step_2" / role).glob("*_world_size_1_*"))
+    assert out.index("reshard: global_step_4 resharded in") < out.index("launch: recorded")
+    assert launch(run, STAMPS[2], one) == 0
+    assert "reshard:" not in capsys.readouterr().out  # already at one rank
+    assert launch(run, STAMPS[3], one, "trainer.nnodes=2") == 0
+    assert (
+        "global_step_4/critic was saved at world size 1: rewritten for 2 "
+        in capsys.readouterr().out
+    )

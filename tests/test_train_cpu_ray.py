@@ -1,7 +1,9 @@
 """Many machines, at small scale: a two-node Ray cluster on this one machine (a head and a second
 node started with `ray start --block`, one logical GPU each), the smoke recipe submitted to it as
 a Ray job (`ray job submit`, as docs/scaling.md submits it; NNODES=2), then stopped with
-`ray job stop` while its trainer is held right before step 2's rollout.
+`ray job stop` while its trainer is held right before step 1's rollout; the cluster gone, the
+same recipe relaunched on this one node (world size 1) resumes that two-rank checkpoint and ends
+the run.
 
 Storage is laid out as on a real cluster: the second node runs in a mount namespace of its own
 (`unshare --mount`) with a private tmpfs over `local/`, its node-local disk, which the head
@@ -14,8 +16,12 @@ not reach the head (so a run dir there would lose that node's shards).
 `ray job stop` sends SIGTERM to the entrypoint and every process under it (the launcher, verl's
 driver; the trainer and workers run in the cluster's own workers), then SIGKILL after
 RAY_JOB_STOP_WAIT_TIME_S (3 s unless the head was started with it: 480 here): the step in flight
-is saved by the stop request, the launcher exits 5, the job ends STOPPED. The relaunch that
-resumes from such a save is tests/test_slurm_cpu.py's (the same stop request, the same launcher).
+is saved by the stop request, the launcher exits 5, the job ends STOPPED.
+
+A run that lost a node: verl 0.9.1 resumes only the shards of its own world size, so the
+relaunch's launcher rewrites step 1's for one rank before verl starts (verl_gsm8k/reshard/; what
+the resharded shards hold, bit for bit, and the next steps' losses: tests/test_reshard.py), and
+verl trains step 2 from them: every step logged once across the two launches.
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT, merge_run
-from test_train_cpu import ONE_SMALL_STEP, TRAIN_TIMEOUT_S, cpu_env
+from test_train_cpu import ONE_SMALL_STEP, TRAIN_TIMEOUT_S, cpu_env, launch, metric_segments, output
 
+from verl_gsm8k.common.run_dir import TRACKER
 from verl_gsm8k.evaluate.server import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -39,6 +46,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 RAY = Path(sys.executable).parent / "ray"
 NODE_ARGS = ["--num-cpus=8", "--num-gpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
 JOB = "smoke-two-nodes"
+ARGS = ("trainer.val_before_train=False", "data.val_max_samples=8")
 
 
 def ray_cmd(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -64,7 +72,7 @@ def wait_for(what: str, ready, timeout: float, logs) -> None:
     raise AssertionError(f"no {what} after {timeout} s:\n{logs()[-6000:]}")
 
 
-def test_a_ray_job_on_two_nodes_trains_and_ray_job_stop_saves_its_step(tmp_path: Path):
+def test_a_ray_job_on_two_nodes_is_stopped_saved_and_resumed_on_one(tmp_path: Path):
     if not private_mounts_work():  # the node-local disk of the second node needs it
         message = "unshare --mount is not permitted here (needs CAP_SYS_ADMIN)"
         if os.environ.get("CI") == "true":
@@ -72,15 +80,15 @@ def test_a_ray_job_on_two_nodes_trains_and_ray_job_stop_saves_its_step(tmp_path:
         pytest.skip(message)
     shared, local = tmp_path / "shared", tmp_path / "local"
     local.mkdir()
-    held = shared / "paused-before-rollout-2"
-    knobs = dict(ONE_SMALL_STEP, TOTAL_TRAINING_STEPS="3", SAVE_FREQ="100", TEST_FREQ="100")
+    held = shared / "paused-before-rollout-1"
+    knobs = dict(ONE_SMALL_STEP, TOTAL_TRAINING_STEPS="2", SAVE_FREQ="100", TEST_FREQ="100")
     env = cpu_env(shared / "home", shared / "runs", NNODES="2", NDEVICES_PER_NODE="1", **knobs)
     # What a job's entrypoint sees is the head's environment (Ray's job supervisor runs in one
     # of its workers): the recipe's knobs, Ray's stop wait, and the test's hold of the trainer.
     # STOP_GRACE_S over the wait: the launch must say that `ray job stop` would cut it short.
     node_env = dict(env, RAY_enable_worker_prestart="0", RAY_prestart_worker_first_driver="0",
                     RAY_JOB_STOP_WAIT_TIME_S="480", STOP_GRACE_S="720",
-                    GSM8K_PAUSE_AT="rollout:2", GSM8K_PAUSE_FILE=str(held))  # fmt: skip
+                    GSM8K_PAUSE_AT="rollout:1", GSM8K_PAUSE_FILE=str(held))  # fmt: skip
     head, port, dashboard = start_head(node_env)
     address, jobs = f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}"
     # the second node: its own mount namespace, a tmpfs over local/, a marker written there
@@ -112,7 +120,7 @@ def test_a_ray_job_on_two_nodes_trains_and_ray_job_stop_saves_its_step(tmp_path:
         assert not (local / "written-by-node-2").exists()  # node-local: the head cannot see it
 
         entrypoint = (f"cd {shlex.quote(str(ROOT))} && exec bash recipes/smoke_tiny.sh "
-                      "trainer.val_before_train=False data.val_max_samples=8")  # fmt: skip
+                      f"{' '.join(ARGS)}")  # fmt: skip
         for _ in range(30):  # the job agent starts after the node shows in `ray status`
             submitted = ray_cmd(node_env, "job", "submit", f"--address={jobs}", "--no-wait",
                                 f"--submission-id={JOB}", "--", "bash", "-c",
@@ -122,11 +130,11 @@ def test_a_ray_job_on_two_nodes_trains_and_ray_job_stop_saves_its_step(tmp_path:
                 break
             time.sleep(2)  # Ray's own answer: "No available agent ..., please try again later"
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-        wait_for("step 2's rollout held", held.exists, TRAIN_TIMEOUT_S, logs)
+        wait_for("step 1's rollout held", held.exists, TRAIN_TIMEOUT_S, logs)
         stopping = ray_cmd(node_env, "job", "stop", f"--address={jobs}", "--no-wait", JOB)
         assert stopping.returncode == 0, stopping.stdout + stopping.stderr
         wait_for("the launcher's stop request", lambda: "recipe: SIGTERM:" in logs(), 120, logs)
-        held.unlink()  # step 2 goes on
+        held.unlink()  # step 1 goes on
         wait_for("the job's end", lambda: status().is_terminal(), 600, logs)  # 480 s: the SIGKILL
         said = logs()
         assert status() == JobStatus.STOPPED, (status(), said[-6000:])
@@ -140,13 +148,13 @@ def test_a_ray_job_on_two_nodes_trains_and_ray_job_stop_saves_its_step(tmp_path:
                 "RAY_JOB_STOP_WAIT_TIME_S=480 s after its SIGTERM") in said  # fmt: skip
         run_dir = shared / "runs" / "smoke_tiny"
         # the step in flight, saved by the stop request alone (SAVE_FREQ=100), exit 5
-        saved = run_dir / "global_step_2"
-        assert f"recipe: stopped on SIGTERM after saving step 2 ({saved})" in said
-        assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+        saved = run_dir / "global_step_1"
+        assert f"recipe: stopped on SIGTERM after saving step 1 ({saved})" in said
+        assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
         # the trainer ran in a worker of `ray start`: the metrics path reached it anyway
         (metrics,) = (run_dir / "metrics").glob("metrics-*.jsonl")
         steps = {json.loads(line)["step"] for line in metrics.read_text().splitlines()}
-        assert steps == {1, 2}, steps
+        assert steps == {1}, steps
         for role in ("actor", "critic"):  # FSDP over the two nodes: every rank's files, here
             for kind in ("model", "optim", "extra_state"):
                 for rank in (0, 1):
@@ -160,6 +168,20 @@ def test_a_ray_job_on_two_nodes_trains_and_ray_job_stop_saves_its_step(tmp_path:
         for node in reversed(nodes):
             stop_node(node)
         forget_the_head(port)
+
+    # the cluster is gone: the same recipe on this node alone, one rank, resumes and ends
+    again = launch("smoke_tiny", cpu_env(shared / "home", shared / "runs", **knobs), *ARGS)
+    said = output(again)
+    assert again.result.returncode == 0, said[-6000:]
+    assert "resume: global_step_1 is whole" in said and "Training from scratch" not in said
+    for role in ("actor", "critic"):
+        line = f"reshard: global_step_1/{role} was saved at world size 2: rewritten for 1 "
+        assert line in said, said[-6000:]
+        assert (saved / role / "model_world_size_2_rank_1.pt").is_file()  # the original, kept
+    segments = metric_segments(run_dir)
+    assert [sorted(s for s in seg if "actor/pg_loss" in seg[s]) for seg in segments] == [[1], [2]]
+    last = json.loads((run_dir / "global_step_2" / "actor" / "fsdp_config.json").read_text())
+    assert last["world_size"] == 1 and (run_dir / TRACKER).read_text().strip() == "2"
 
 
 def start_head(env: dict[str, str]) -> tuple[subprocess.Popen, int, int]:

@@ -9,6 +9,8 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
                   a Slurm job's deadline
     trace         the per-token trace of a few samples a step: which samples, the lines
     merge         verl's FSDP checkpoint -> a verified Hugging Face model (scripts/merge.sh)
+    reshard       a PPO checkpoint's FSDP shards rewritten for another world size (a resume on
+                  another number of GPUs)
     questions     which questions changed: one row per question, one column per model or step
     warm_start    the save of an SFT run whose greedy accuracy is in a band (learn_tiny's warm
                   start for TOY_TASK=hard)
@@ -42,7 +44,7 @@ project, and why the code is one package named verl_gsm8k: docs/architecture.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("common", "svgplot"),
     ("guard",),
-    ("trace", "merge", "questions", "warm_start"),
+    ("trace", "merge", "reshard", "questions", "warm_start"),
     ("ppo_trainer", "sft_trainer"),
     ("verl_plugins", "evaluate"),
     ("preflight",),

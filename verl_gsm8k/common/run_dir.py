@@ -4,6 +4,9 @@ the small readers and writers of its files.
     RUN_DIR/
     ├── latest_checkpointed_iteration.txt   verl's tracker: the step a relaunch resumes (TRACKER)
     ├── global_step_N/                      one checkpoint (step_dir): actor/, critic/, data.pt
+    │   │                                   (a role's shards: those of the world size its
+    │   │                                   fsdp_config.json names, and after a reshard those of
+    │   │                                   the world sizes it had, kept: reshard/shards.py)
     │   ├── launch_stamp.txt                the stamp of the launch that saved step N (STAMP_FILE)
     │   └── watchdog_sick.json              the watchdog's trip that judged step N's weights sick
     │                                       (SICK_FILE): kept for a look, never resumed, never the

@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from verl_gsm8k.common.launch_record import RecordError, build_record, write_record
-from verl_gsm8k.common.run_dir import STAMP, saved_steps
+from verl_gsm8k.common.run_dir import STAMP, saved_steps, step_dir
+from verl_gsm8k.reshard.cli import reshard_step
+from verl_gsm8k.reshard.shards import ReshardError
 from verl_gsm8k.resume.same_config import MODES, latest_checkpoint, refusal, set_aside
 from verl_gsm8k.resume.verify import NoWholeCheckpoint, resume_point, track
 
@@ -74,6 +76,12 @@ def loads(config: dict) -> dict[str, list[str]]:
         if isinstance(node, list):
             found[role] = [str(item) for item in node]
     return found
+
+
+def world_size(config: dict) -> int:
+    """The ranks verl's FSDP runs on: trainer.nnodes x trainer.n_gpus_per_node."""
+    trainer = config.get("trainer", {})
+    return int(trainer.get("nnodes", 1)) * int(trainer.get("n_gpus_per_node", 1))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,13 +168,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(stop, file=sys.stderr)
             return 2
         if args.trainer == "ppo" and step is not None:
+            # only the world size changed: the checkpoint's shards rewritten for the new one
+            said += reshard_step(step_dir(args.run_dir, step), world_size(config))
             track(args.run_dir, step)
         if args.resume == "disable":
             said += set_aside(args.run_dir, args.stamp)
         for line in said:
             print(line)
         path = write_record(args.run_dir, record)
-    except (RecordError, NoWholeCheckpoint) as err:
+    except (RecordError, NoWholeCheckpoint, ReshardError) as err:
         print(f"launch: {err}", file=sys.stderr)
         return 2
     print(f"launch: recorded -> {path}")

@@ -69,10 +69,13 @@ ALLOWED = (
     # trainer, the token trace and the guard's watchdog and keep-best settings
     "ray_kwargs.*", "trainer.v1.trainer_mode", "gsm8k_trace.*", "gsm8k_guard.*",
 )  # fmt: skip
-# Not allowed, though they change no experiment: trainer.nnodes and trainer.n_gpus_per_node. verl
-# 0.9.1's FSDPCheckpointManager.load_checkpoint (utils/checkpoint/fsdp_checkpoint_manager.py
-# ~213) opens model_world_size_<W>_rank_<r>.pt of the NEW world size W: another GPU count cannot
-# resume a checkpoint (scripts/merge.sh merges any world size; train on from the merged model).
+# A PPO run's world size may change too: the launch rewrites the checkpoint's shards for the new
+# one before verl starts (verl 0.9.1's FSDPCheckpointManager.load_checkpoint, utils/checkpoint/
+# fsdp_checkpoint_manager.py ~213, opens only model_world_size_<W>_rank_<r>.pt of its own W:
+# verl_gsm8k/reshard/), and with it the rollout's copy of it. An SFT run's may not (its checkpoint
+# is not resharded).
+RESHARDED = ("trainer.nnodes", "trainer.n_gpus_per_node", "actor_rollout_ref.rollout.nnodes",
+             "actor_rollout_ref.rollout.n_gpus_per_node")  # fmt: skip
 
 
 def allowed(key: str) -> bool:
@@ -131,7 +134,7 @@ def differences(previous: dict[str, Any], new: dict[str, Any]) -> list[str]:
     old, now = leaves(previous["config"]), leaves(new["config"])
     out = []
     for key in [*old, *(k for k in now if k not in old)]:
-        if allowed(key):
+        if allowed(key) or (before == "ppo" and key in RESHARDED):
             continue
         if key in old and key in now and same(old[key], now[key]):
             continue

@@ -1,0 +1,283 @@
+"""A checkpoint saved at world size W resumes at W' (verl_gsm8k/reshard/), on real verl shards.
+
+A tiny Qwen2 actor and its critic are trained one AdamW step (a cosine schedule in warm-up, each
+rank's RNG moved apart) with FSDP2 over W gloo ranks and saved by verl 0.9.1's own
+FSDPCheckpointManager; the test takes the next two steps at W as the reference. A copy is
+resharded to W' by ``python -m verl_gsm8k.reshard``, loaded by verl's manager at W' and trained the
+same two steps: the weights and AdamW's moments it loads are the saved ones bit for bit, the
+scheduler and each rank's RNG come back, and the next steps' losses match the run that never
+changed its world size (the tolerance below). Both ways: 2 -> 1 and 1 -> 2.
+
+This file is also the ranks' helper (a subprocess: torch.distributed never starts in pytest)::
+
+    python tests/test_reshard.py save  MODEL_DIR RUN_DIR W
+    python tests/test_reshard.py check MODEL_DIR RUN_DIR W' OUT.json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROLES = ("actor", "critic")
+STEP = 1
+BATCH, SEQ = 12, 16  # 12 rows split evenly over 1, 2, 3 or 4 ranks
+
+# The next steps' losses at W' against W. Measured here (tiny model, float32, gloo, both ways):
+# they differ by 0 to 1.2e-7 relative (the ranks' parts of the batch summed in another order).
+# Made-up faults after a correct reshard moved them by: two ranks' shards swapped >= 9e-4 (the
+# first loss), AdamW's moments lost 8e-5 (the actor's second loss; 0.22 the critic's). 1e-5 is
+# 80x the noise and 8x below the smallest fault. (The bit-exact weights and moments, the
+# scheduler's lr and the RNG are asserted exactly besides.)
+LOSS_RTOL = 1e-5
+
+
+def _batch(step: int, rank: int, world: int, vocab: int):
+    import torch
+
+    ids = torch.randint(3, vocab, (BATCH, SEQ), generator=torch.Generator().manual_seed(step))
+    rows = BATCH // world
+    return ids[rank * rows : (rank + 1) * rows]
+
+
+def _loss(role: str, model, ids):
+    if role == "actor":
+        return model(input_ids=ids, labels=ids).loss
+    target = (ids.float() / model.config.vocab_size).unsqueeze(-1)  # any fixed value target
+    return (model(input_ids=ids).logits.float() - target).pow(2).mean()
+
+
+def _train_step(role: str, model, optimizer, scheduler, step: int, rank: int, world: int) -> float:
+    """One step on the step's global batch; the loss averaged over the ranks (the batch's)."""
+    import torch
+    import torch.distributed as dist
+
+    loss = _loss(role, model, _batch(step, rank, world, model.config.vocab_size))
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    total = loss.detach().clone()
+    dist.all_reduce(total)
+    return float(total / world) if torch.isfinite(total) else float("nan")
+
+
+def _full(model, optimizer) -> dict:
+    """Every parameter and AdamW moment as a full tensor, by name (collective)."""
+    from torch.distributed.tensor import DTensor
+
+    def whole(t):
+        return (t.full_tensor() if isinstance(t, DTensor) else t).detach().clone()
+
+    names = [name for name, _ in model.named_parameters()]
+    state = optimizer.state_dict()["state"]
+    full = {f"param:{n}": whole(p) for n, p in model.named_parameters()}
+    for index, moments in state.items():
+        for key in ("exp_avg", "exp_avg_sq"):
+            full[f"{key}:{names[index]}"] = whole(moments[key])
+    return full
+
+
+def _rank(rank: int, world: int, rendezvous: str, mode: str, model_dir: str, run: str, out: str):
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForTokenClassification,
+        AutoTokenizer,
+    )
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+    from verl.utils.torch_functional import get_cosine_schedule_with_warmup
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank,
+                            world_size=world)  # fmt: skip
+    try:
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
+        results: dict = {}
+        for role in ROLES:
+            torch.manual_seed(1234 if mode == "save" else 99)  # a load must overwrite all of it
+            config = AutoConfig.from_pretrained(model_dir)
+            if role == "critic":  # as verl's FSDP engine builds its value model
+                config.num_labels, config.classifier_dropout = 1, 0.0
+                model = AutoModelForTokenClassification.from_pretrained(
+                    model_dir, config=config, dtype=torch.float32
+                )
+            else:
+                model = AutoModelForCausalLM.from_pretrained(model_dir, config=config,
+                                                             dtype=torch.float32)  # fmt: skip
+            for layer in model.model.layers:
+                fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+            lr = 1e-3 if mode == "save" else 5e-2  # param_groups come from the file on a load
+            optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+            scheduler = get_cosine_schedule_with_warmup(optimizer, 2, 10)
+            manager = FSDPCheckpointManager(
+                model, optimizer, lr_scheduler=scheduler,
+                processing_class=AutoTokenizer.from_pretrained(model_dir),
+                checkpoint_config={"save_contents": ["model", "optimizer", "extra"]},
+            )  # fmt: skip
+            folder = str(Path(run) / f"global_step_{STEP}" / role)
+            if mode == "save":
+                _train_step(role, model, optimizer, scheduler, STEP, rank, world)
+                torch.manual_seed(1000 + rank)  # each rank's RNG its own, as in a real run
+                manager.save_checkpoint(folder, global_step=STEP)
+            else:
+                manager.load_checkpoint(folder)
+            rng = torch.rand(1).item()  # what this rank's RNG gives right after the save/load
+            full = _full(model, optimizer)
+            lrs = scheduler.get_last_lr()
+            losses = [_train_step(role, model, optimizer, scheduler, s, rank, world)
+                      for s in (STEP + 1, STEP + 2)]  # fmt: skip
+            rngs = [None] * world
+            dist.all_gather_object(rngs, rng)
+            if rank == 0:
+                torch.save(full, Path(out).with_suffix(f".{role}.pt"))
+                results[role] = {"lr": lrs, "losses": losses, "rng": rngs}
+        if rank == 0:
+            Path(out).write_text(json.dumps(results))
+            if mode == "save":
+                (Path(run) / "latest_checkpointed_iteration.txt").write_text(str(STEP))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _helper(argv: list[str]) -> int:
+    import multiprocessing as mp
+
+    import transformers  # noqa: F401  (imported once; every rank is forked from here)
+    import verl.utils.checkpoint.fsdp_checkpoint_manager  # noqa: F401
+
+    mode, model_dir, run, world = argv[0], argv[1], argv[2], int(argv[3])
+    out = argv[4] if len(argv) > 4 else str(Path(run) / "saved.json")
+    Path(run).mkdir(parents=True, exist_ok=True)
+    rendezvous = str(Path(out).with_suffix(".rendezvous"))
+    ctx = mp.get_context("fork")  # one process per rank: torch keeps meshes per process
+    ranks = [ctx.Process(target=_rank, args=(r, world, rendezvous, mode, model_dir, run, out))
+             for r in range(world)]  # fmt: skip
+    for proc in ranks:
+        proc.start()
+    for proc in ranks:
+        proc.join(timeout=240)
+    codes = [proc.exitcode for proc in ranks]
+    for proc in ranks:
+        if proc.is_alive():
+            proc.kill()
+    Path(rendezvous).unlink(missing_ok=True)
+    if codes != [0] * world:
+        print(f"{mode} at world size {world}: rank exit codes {codes}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_helper(sys.argv[1:]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The tests
+
+import pytest  # noqa: E402
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def ranks(*args: object, python: str | Path = sys.executable) -> None:
+    """The ranks' helper (this file) under ``python``: ``save`` or ``check``."""
+    proc = subprocess.run([str(python), __file__, *map(str, args)], capture_output=True,
+                          text=True, timeout=500)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def saved(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """world size -> a run saved at step 1 at that world size (and its next steps, saved.json)."""
+    base = tmp_path_factory.mktemp("reshard")
+    for world in (1, 2):
+        ranks("save", tiny_model_dir, base / f"ws{world}", world)
+    return {world: base / f"ws{world}" for world in (1, 2)}
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.pt"))}
+
+
+def reshard(
+    run: Path, world: int, python: str | Path = sys.executable
+) -> subprocess.CompletedProcess:
+    return subprocess.run([str(python), "-m", "verl_gsm8k.reshard", str(run), "--world-size",
+                           str(world)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)  # fmt: skip
+
+
+def resharded_and_resumed(saved: Path, old: int, new: int, model: Path, work: Path,
+                          python: str | Path = sys.executable) -> None:  # fmt: skip
+    """A copy of the run ``saved`` at world size ``old`` resharded to ``new`` and loaded there
+    by verl's manager, both under ``python``: everything asserted against the saved run."""
+    import torch
+
+    run = work / "run"
+    shutil.copytree(saved, run)
+    before = {role: digests(run / f"global_step_{STEP}" / role) for role in ROLES}
+    done = reshard(run, new, python)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for role in ROLES:
+        said = (f"reshard: global_step_{STEP}/{role} was saved at world size {old}: rewritten "
+                f"for {new}")  # fmt: skip
+        assert said in done.stdout, done.stdout
+        folder = run / f"global_step_{STEP}" / role
+        assert json.loads((folder / "fsdp_config.json").read_text())["world_size"] == new
+        now = digests(folder)
+        assert {k: now[k] for k in before[role]} == before[role]  # the originals, untouched
+        assert sum(f"_world_size_{new}_" in name for name in now) == 3 * new
+    ranks("check", model, run, new, work / "loaded.json", python=python)
+    reference = json.loads((saved / "saved.json").read_text())
+    loaded = json.loads((work / "loaded.json").read_text())
+    for role in ROLES:
+        want = torch.load(saved / f"saved.{role}.pt", weights_only=True)
+        got = torch.load(work / f"loaded.{role}.pt", weights_only=True)
+        assert want.keys() == got.keys()
+        unequal = [name for name in want if not torch.equal(want[name], got[name])]
+        assert not unequal, f"{role}: not bit-exact after the reshard: {unequal[:5]}"
+        assert loaded[role]["lr"] == reference[role]["lr"]  # the scheduler's place
+        # new rank r draws what old rank r % W would have drawn
+        assert loaded[role]["rng"] == [reference[role]["rng"][r % old] for r in range(new)]
+        for ours, theirs in zip(loaded[role]["losses"], reference[role]["losses"], strict=True):
+            assert ours == pytest.approx(theirs, rel=LOSS_RTOL), (role, loaded, reference)
+
+
+@pytest.mark.parametrize(("old", "new"), [(2, 1), (1, 2)])
+def test_a_checkpoint_resharded_resumes_as_if_its_world_size_never_changed(
+    saved: dict[int, Path], tiny_model_dir: Path, tmp_path: Path, old: int, new: int
+):
+    resharded_and_resumed(saved[old], old, new, tiny_model_dir, tmp_path)
+
+
+def test_a_damaged_shard_stops_the_reshard_in_one_line_and_the_checkpoint_stays(
+    saved: dict[int, Path], tmp_path: Path
+):
+    run = tmp_path / "run"
+    shutil.copytree(saved[2], run)
+    critic = run / f"global_step_{STEP}" / "critic"
+    shard = critic / "optim_world_size_2_rank_1.pt"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])  # a save cut short
+    before = digests(critic)
+    done = reshard(run, 1)
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()[-1:]
+    assert "optim_world_size_2_rank_1.pt does not load" in line, done.stderr
+    assert "the checkpoint as saved is unchanged" in line
+    assert json.loads((critic / "fsdp_config.json").read_text())["world_size"] == 2
+    assert {k: v for k, v in digests(critic).items() if "_world_size_2_" in k} == before
+    assert not [p for p in critic.iterdir() if ".reshard-" in p.name]  # no partial file left

@@ -1,0 +1,97 @@
+"""``python -m verl_gsm8k.reshard RUN_DIR --world-size N [--step S]``: the checkpoint a relaunch
+resumes (or step S), every role of it, rewritten for N ranks (reshard/shards.py).
+
+Exit 0: resharded (or already at N), one line per role; 2: one line naming what stopped it (no
+checkpoint, a missing or damaged shard), nothing of the checkpoint changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from verl_gsm8k.common.run_dir import STEP_N, TRACKER, step_dir, step_name, tracked_step
+from verl_gsm8k.reshard.shards import (
+    ReshardError,
+    commit,
+    shard_files,
+    world_size_of,
+    write_shards,
+)
+
+PROG = "reshard"
+ROLES = ("actor", "critic")
+
+
+def reshard_step(folder: Path, new_world: int) -> list[str]:
+    """Reshard every role of the step directory ``folder`` for ``new_world`` ranks; the lines
+    to say (none when every role is at ``new_world`` already). Every role's new files are
+    written before any is named the checkpoint: a failure leaves the step as it was saved.
+    ReshardError as shards.py."""
+    started = time.monotonic()
+    moved = {}
+    for role in ROLES:
+        role_dir = folder / role
+        if role_dir.is_dir() and world_size_of(role_dir) != new_world:
+            moved[role] = write_shards(role_dir, new_world)
+    said = []
+    for role, old in moved.items():
+        commit(folder / role, new_world)
+        kept = ", ".join(str(w) for w in sorted(shard_files(folder / role)) if w != new_world)
+        said.append(
+            f"{PROG}: {folder.name}/{role} was saved at world size {old}: rewritten for "
+            f"{new_world} (weights, optimizer, scheduler and RNG states; the files of world size "
+            f"{kept} kept beside)"
+        )
+    if said:
+        said.append(f"{PROG}: {folder.name} resharded in {time.monotonic() - started:.0f} s")
+    return said
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m verl_gsm8k.{PROG}",
+        description="Rewrite a PPO checkpoint's FSDP shards (actor and critic: weights, "
+        "optimizer, scheduler and RNG states) for another world size, so that verl resumes it "
+        "on another number of GPUs. The original shards are kept; fsdp_config.json is rewritten "
+        "last, so a stop at any moment leaves a checkpoint that resumes. The launcher does this "
+        "itself when a resume changes only trainer.nnodes or trainer.n_gpus_per_node.",
+    )
+    parser.add_argument("run_dir", type=Path, help=f"the run directory (RUN_DIR) holding {STEP_N}/")
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        required=True,
+        help="the number of ranks the run resumes on: trainer.nnodes x trainer.n_gpus_per_node",
+    )
+    parser.add_argument(
+        "--step",
+        type=int,
+        help=f"the step to reshard (default: the one {TRACKER} names, which verl resumes)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    step = args.step if args.step is not None else tracked_step(args.run_dir)
+    if step is None:
+        print(
+            f"{PROG}: {args.run_dir} has no {TRACKER} naming a step: pass --step", file=sys.stderr
+        )
+        return 2
+    folder = step_dir(args.run_dir, step)
+    if not folder.is_dir():
+        print(f"{PROG}: no {step_name(step)} in {args.run_dir}", file=sys.stderr)
+        return 2
+    try:
+        said = reshard_step(folder, args.world_size)
+    except ReshardError as error:
+        print(f"{PROG}: {folder}: {error} (the checkpoint as saved is unchanged)", file=sys.stderr)
+        return 2
+    for line in said or [f"{PROG}: {folder.name} is at world size {args.world_size} already"]:
+        print(line)
+    return 0
