@@ -162,6 +162,8 @@ def test_a_job_stopped_by_its_time_limit_then_requeued_by_slurm_resumes_each_tim
     # instead of a second requeue that would fail
     assert f"recipe: requeueing Slurm job {job} (restart 0): it resumes from step 2" in first
     assert f"recipe: Slurm requeued job {job} itself (restart 2: " in second, second[-6000:]
+    # the requeue's SIGKILL comes KillWait after its SIGTERM, not at the time limit: said so
+    assert f"5 s before Slurm's SIGKILL, KillWait 120 s after its requeue of job {job}" in second
     assert "failed: resubmit" not in second and "requeueing Slurm job" not in second
     assert "resume: global_step_2 is whole" in second, second[-6000:]
     # vLLM's engine lived through the SIGTERM to every process (without the plugin it ends and

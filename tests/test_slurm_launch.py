@@ -63,3 +63,42 @@ def test_a_cancelled_job_is_said_so_not_told_to_ask_for_more_time(tmp_path: Path
 def test_a_launch_that_saved_nothing_is_not_requeued(tmp_path: Path):
     said = stopped(tmp_path, "Partition=debug Restarts=0 JobState=RUNNING", "an earlier launch")
     assert said and "not requeued: this launch saved no step" in said[0]
+
+
+@pytest.mark.parametrize(
+    ("state", "within"),
+    [("JobState=COMPLETING Restarts=1", "within 25 s: 5 s before Slurm's SIGKILL, KillWait 30 s "
+      "after its requeue of job 7; STOP_GRACE_S sets it"),
+     ("JobState=CANCELLED Restarts=0", "within 25 s: 5 s before Slurm's SIGKILL, KillWait 30 s "
+      "after its cancel of job 7; STOP_GRACE_S sets it"),
+     ("JobState=RUNNING Restarts=0", "5 s before Slurm job 7 ends; STOP_GRACE_S sets it")],
+    ids=["requeue", "scancel", "time limit"],
+)  # fmt: skip
+def test_a_sigterm_from_slurms_requeue_or_scancel_gets_killwait_not_the_time_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str, within: str
+):
+    """A requeue's or scancel's SIGKILL comes KillWait after its SIGTERM, whatever the time
+    limit: the launcher's grace, and its line, say so (scontrol and squeue stood in on PATH)."""
+    import time
+
+    from verl_gsm8k.launch.supervise import Supervisor
+
+    end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3600))
+    answers = {"scontrol": f'case "$2" in config) printf "%s" "{CONFIG}";; '
+                           f'job) echo "JobId=7 Partition=debug {state}";; esac',
+               "squeue": f"echo {end}"}  # fmt: skip
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in answers.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    said: list[str] = []
+    env = {"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "0"}
+    supervisor = Supervisor(tmp_path, 30, False, env, lambda line, err=False: said.append(line))
+    supervisor.request_stop()
+    (line,) = said
+    assert line.startswith("recipe: SIGTERM: the trainer saves the step in flight and stops (")
+    assert within in line, line
+    left = float((tmp_path / "stop_requested").read_text()) - time.time()
+    assert (20 < left <= 26) if "KillWait" in within else (3500 < left < 3600), left

@@ -16,7 +16,13 @@ not reach the head (so a run dir there would lose that node's shards).
 `ray job stop` sends SIGTERM to the entrypoint and every process under it (the launcher, verl's
 driver; the trainer and workers run in the cluster's own workers), then SIGKILL after
 RAY_JOB_STOP_WAIT_TIME_S (3 s unless the head was started with it: 480 here): the step in flight
-is saved by the stop request, the launcher exits 5, the job ends STOPPED.
+is saved by the stop request, the launcher exits 5, the job ends STOPPED. Right before it, every
+process of the second node gets SIGTERM too, as every process of every node of a Slurm job does
+on a requeue or preemption: that node's Ray was started as slurm/multi_node.sbatch starts it
+(SIGTERM blocked, ``python -m verl_gsm8k.launch.reap exec``), the launch's variables reach its
+workers (the launcher passes them in Ray's runtime_env), so its FSDP rank and its vLLM engine
+live through the signal and the step is saved (without them vLLM's engine ended and nothing was
+saved: measured under a real two-node Slurm, docs/slurm.md).
 
 A run that lost a node: verl 0.9.1 resumes only the shards of its own world size, so the
 relaunch's launcher rewrites step 1's for one rank before verl starts (verl_gsm8k/reshard/; what
@@ -26,9 +32,11 @@ verl trains step 2 from them: every step logged once across the two launches.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -95,7 +103,8 @@ def test_a_ray_job_on_two_nodes_is_stopped_saved_and_resumed_on_one(tmp_path: Pa
     second_cmd = [
         "unshare", "--mount", "--propagation", "private", "sh", "-c",
         f'mount -t tmpfs none "{local}" && echo node2 > "{local}/written-by-node-2" && '
-        f'exec "{RAY}" start --address={address} --block {" ".join(NODE_ARGS)}',
+        f'exec "{sys.executable}" -m verl_gsm8k.launch.reap exec -- "{RAY}" start '
+        f'--address={address} --block {" ".join(NODE_ARGS)}',
     ]  # fmt: skip
     nodes = [head]
 
@@ -131,6 +140,11 @@ def test_a_ray_job_on_two_nodes_is_stopped_saved_and_resumed_on_one(tmp_path: Pa
             time.sleep(2)  # Ray's own answer: "No available agent ..., please try again later"
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
         wait_for("step 1's rollout held", held.exists, TRAIN_TIMEOUT_S, logs)
+        second = in_session(nodes[1].pid)  # reap exec: the node's own session
+        assert len(second) >= 5, second  # its `ray start`, raylet, agents, the job's workers
+        for pid in second:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
         stopping = ray_cmd(node_env, "job", "stop", f"--address={jobs}", "--no-wait", JOB)
         assert stopping.returncode == 0, stopping.stdout + stopping.stderr
         wait_for("the launcher's stop request", lambda: "recipe: SIGTERM:" in logs(), 120, logs)
@@ -138,6 +152,9 @@ def test_a_ray_job_on_two_nodes_is_stopped_saved_and_resumed_on_one(tmp_path: Pa
         wait_for("the job's end", lambda: status().is_terminal(), 600, logs)  # 480 s: the SIGKILL
         said = logs()
         assert status() == JobStatus.STOPPED, (status(), said[-6000:])
+        # the second node lived through its SIGTERM: its vLLM engine said so, its Ray still runs
+        assert "SIGTERM to vLLM's EngineCore" in said and "outside the launch: ignored" in said
+        assert nodes[1].poll() is None
         assert "Started a local Ray instance" not in said  # it attached to the cluster
         # Ray's job supervisor gives the entrypoint the cluster's address by the node's own IP
         assert "preflight: [ok] gpu: Ray cluster at " in said and ": 2 node(s), 2 GPU(s)" in said
@@ -165,8 +182,12 @@ def test_a_ray_job_on_two_nodes_is_stopped_saved_and_resumed_on_one(tmp_path: Pa
         if held.exists():
             held.unlink()
         ray_cmd(node_env, "job", "stop", f"--address={jobs}", JOB)
-        for node in reversed(nodes):
-            stop_node(node)
+        if len(nodes) > 1:  # SIGTERM blocked there: SIGKILL to the node's session
+            for pid in in_session(nodes[1].pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            nodes[1].wait(timeout=60)
+        stop_node(head)
         forget_the_head(port)
 
     # the cluster is gone: the same recipe on this node alone, one rank, resumes and ends
@@ -206,6 +227,17 @@ def start_head(env: dict[str, str]) -> tuple[subprocess.Popen, int, int]:
         stop_node(head)
         forget_the_head(port)
     pytest.fail("`ray start --head` and its job server did not come up on any of 3 ports")
+
+
+def in_session(sid: int) -> list[int]:
+    """The live processes of session ``sid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if os.getsid(int(entry.name)) == sid:
+                    found.append(int(entry.name))
+    return found
 
 
 def stop_node(node: subprocess.Popen) -> None:

@@ -292,16 +292,16 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
     for path in (metrics, console):
         path.parent.mkdir(parents=True, exist_ok=True)
     say(f"recipe: metrics -> {metrics} | console log -> {console}")
-    ray_env = []  # on a hand-started cluster the trainer runs in a worker of `ray start`
-    if plan.env.get("RAY_ADDRESS") and plan.trainer == "ppo":
-        key = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
-        ray_env = [f"{key}={hydra_quote(str(metrics))}"]
     # Every process verl starts carries these two variables (Ray's included, which leave the
     # launcher's process group): once verl has ended, whatever is left of them is stopped.
     launch_id = f"{stamp}-{os.getpid()}-{socket.gethostname()}"
-    env = {**plan.env, **plan.exports, "GSM8K_LAUNCH_ID": launch_id,
-           "GSM8K_LAUNCH_RUN_DIR": str(run_dir), "STOP_GRACE_S": str(grace),
-           "VERL_FILE_LOGGER_PATH": str(metrics)}  # fmt: skip
+    launch_vars = {"GSM8K_LAUNCH_ID": launch_id, "GSM8K_LAUNCH_RUN_DIR": str(run_dir),
+                   "STOP_GRACE_S": str(grace), "VERL_FILE_LOGGER_PATH": str(metrics)}  # fmt: skip
+    ray_env = []  # on a hand-started cluster the trainer and workers run in workers of `ray
+    if plan.env.get("RAY_ADDRESS") and plan.trainer == "ppo":  # start`: the variables go there
+        key = "+ray_kwargs.ray_init.runtime_env.env_vars"
+        ray_env = [f"{key}.{name}={hydra_quote(value)}" for name, value in launch_vars.items()]
+    env = {**plan.env, **plan.exports, **launch_vars}
     overrides = [*plan.all_overrides([], picked), *ray_env, *user]
     say(f"recipe: verl starts, {time.monotonic() - start:.1f} s after the launch began")
     supervisor = Supervisor(run_dir, grace, grace_set, plan.env, say)

@@ -316,7 +316,8 @@ KNOBS: tuple[Knob, ...] = (
          "after SIGTERM, the seconds verl has to finish the step in flight and save it; then it "
          "is stopped, exit 5 (docs/reliability.md, Preemption)",
          rule="what a stop needs, from the step and save measured in RUN_DIR/timings.json, at "
-         "least 30; in a Slurm job with a time limit: until 5 s before its end"),
+         "least 30; in a Slurm job with a time limit: until 5 s before its end (before Slurm's "
+         "SIGKILL, KillWait after a requeue's or scancel's SIGTERM)"),
     Knob("LOCK_WAIT_S", NON_NEGATIVE_INT, "0",
          "another launch trains into RUN_DIR: seconds to wait for it to end, then refused in one "
          "line, exit 2"),

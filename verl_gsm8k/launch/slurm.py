@@ -47,6 +47,30 @@ def job_fields(job: str, run: Callable[[list[str]], str] = _run) -> dict[str, st
     return {name: value for name, sep, value in pairs if sep}
 
 
+def kill_wait(run: Callable[[list[str]], str] = _run) -> int | None:
+    """Slurm's KillWait: the seconds from its SIGTERM to every process of a job it ends early
+    (a requeue, a preemption, scancel) to its SIGKILL; None when Slurm does not say."""
+    found = re.search(r"^KillWait\s*=\s*(\d+)", run(["scontrol", "show", "config"]), re.M)
+    return int(found.group(1)) if found else None
+
+
+def ended_by_slurm(env: Mapping[str, str], run: Callable[[list[str]], str] = _run) -> str | None:
+    """What Slurm is doing to this launch's job, asked when its SIGTERM arrives: "requeue" (its
+    restart count went up: `scontrol requeue`, a preemption), "cancel" (scancel), or None (the
+    job runs on: the time limit's own signal, a SIGTERM from elsewhere)."""
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    fields = job_fields(job, run)
+    restarts = int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0
+    count = env.get("SLURM_RESTART_COUNT") or "0"
+    if restarts > int(count if count.isdigit() else 0):
+        return "requeue"
+    if fields.get("JobState", "").startswith("CANCELLED"):
+        return "cancel"
+    return None
+
+
 def kill_wait_line(
     env: Mapping[str, str], needs: float | None, run: Callable[[list[str]], str] = _run
 ) -> str | None:
@@ -57,20 +81,19 @@ def kill_wait_line(
     job = env.get("SLURM_JOB_ID")
     if not job:
         return None
-    found = re.search(r"^KillWait\s*=\s*(\d+)", run(["scontrol", "show", "config"]), re.M)
-    if not found:
+    kill_wait_s = kill_wait(run)
+    if kill_wait_s is None:
         return None
-    kill_wait = int(found.group(1))
     partition = job_fields(job, run).get("Partition", "")
     shown = run(["scontrol", "show", "partition", "-o", partition]) if partition else ""
     found = re.search(r"\bGraceTime=(\d+)", shown)
     grace = int(found.group(1)) if found else 0
     extra = f"; a preemption adds GraceTime {grace} s" if grace else ""
-    said = (f"recipe: Slurm: a requeue or preemption of job {job} leaves {kill_wait} s from its "
+    said = (f"recipe: Slurm: a requeue or preemption of job {job} leaves {kill_wait_s} s from its "
             f"SIGTERM to its SIGKILL (KillWait{extra})")  # fmt: skip
     if needs is None:
         return said + ": no step measured in this run yet to compare"
-    if needs <= kill_wait:
+    if needs <= kill_wait_s:
         return said + f": a stop needs {needs:.0f} s measured here, it fits"
     return said + (f": a stop needs {needs:.0f} s measured here, it does NOT fit: a requeue "
                    "would lose the step in flight (the time limit is covered: the sbatch's "
@@ -90,16 +113,15 @@ def requeue_if_stopped(
         return
     step = tracked_step(run_dir)
     resumes = f"step {step}" if step is not None else "the start"
-    fields = job_fields(job, run)
-    # Slurm requeues it already (a preemption, `scontrol requeue`): its restart count went up,
-    # and a second requeue would fail ("Job is pending execution")
-    restarts = int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0
-    count = env.get("SLURM_RESTART_COUNT") or "0"
-    if restarts > int(count if count.isdigit() else 0):
+    # Slurm requeues it already (a preemption, `scontrol requeue`): a second requeue would fail
+    # ("Job is pending execution")
+    ended = ended_by_slurm(env, run)
+    if ended == "requeue":
+        restarts = job_fields(job, run).get("Restarts", "?")
         say(f"recipe: Slurm requeued job {job} itself (restart {restarts}: a preemption or "
             f"scontrol requeue): it resumes from {resumes}")  # fmt: skip
         return
-    if fields.get("JobState") == "CANCELLED":
+    if ended == "cancel":
         say(f"recipe: Slurm job {job} was cancelled (scancel): not requeued; the same command "
             f"resumes from {resumes}")  # fmt: skip
         return
@@ -108,6 +130,7 @@ def requeue_if_stopped(
             "and a save did not fit before it stopped); resubmit with more time (sbatch --time)",
             err=True)  # fmt: skip
         return
+    count = env.get("SLURM_RESTART_COUNT") or "0"
     say(f"recipe: requeueing Slurm job {job} (restart {count}): it resumes from step {step}")
     try:
         failed = subprocess.run(["scontrol", "requeue", job], check=False).returncode != 0

@@ -27,7 +27,7 @@ from pathlib import Path
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.common.run_dir import session_path, stop_path
 from verl_gsm8k.launch import reap
-from verl_gsm8k.launch.slurm import job_end
+from verl_gsm8k.launch.slurm import ended_by_slurm, job_end, kill_wait
 
 KILL_WAIT_S = 10  # from the SIGTERM to every process verl started to SIGKILL
 
@@ -112,10 +112,18 @@ class Supervisor:
         self.deadline = now + self.grace_s
         why = f"STOP_GRACE_S={self.grace_s} s"
         end = None if self.grace_set else job_end(self.env)
+        job = self.env.get("SLURM_JOB_ID")
         if end is not None and end - 5 > now:
             self.deadline = end - 5
-            why = (f"{self.deadline - now:.0f} s: 5 s before Slurm job "
-                   f"{self.env.get('SLURM_JOB_ID')} ends; STOP_GRACE_S sets it")  # fmt: skip
+            why = (f"{self.deadline - now:.0f} s: 5 s before Slurm job {job} ends; STOP_GRACE_S "
+                   "sets it")  # fmt: skip
+        # a requeue or scancel ends the job KillWait after this signal, not at its time limit
+        ended = None if self.grace_set else ended_by_slurm(self.env)
+        wait = kill_wait() if ended else None
+        if wait is not None and now + wait - 5 < self.deadline:
+            self.deadline = now + wait - 5
+            why = (f"{self.deadline - now:.0f} s: 5 s before Slurm's SIGKILL, KillWait {wait} s "
+                   f"after its {ended} of job {job}; STOP_GRACE_S sets it")  # fmt: skip
         write_atomic(stop_path(self.run_dir), f"{self.deadline:.0f}\n")
         self.say(f"recipe: SIGTERM: the trainer saves the step in flight and stops (within {why})",
                  err=True)  # fmt: skip
