@@ -10,8 +10,9 @@ Storage is laid out as on a real cluster: the second node runs in a mount namesp
 cannot see; `shared/` (the run directory, the cache with model and data) is what both mount.
 Every FSDP rank writes its checkpoint shard on its own node, so the run only keeps its
 checkpoint when RUN_DIR is shared: the test asserts that every rank's shards landed there, that
-merge.sh reads them in one place, and that a file the second node writes on its local disk does
-not reach the head (so a run dir there would lose that node's shards).
+they are read in one place (the one-node resume below rewrites them for one rank from all of
+them), and that a file the second node writes on its local disk does not reach the head (so a
+run dir there would lose that node's shards).
 
 `ray job stop` sends SIGTERM to the entrypoint and every process under it (the launcher, verl's
 driver; the trainer and workers run in the cluster's own workers), then SIGKILL after
@@ -43,7 +44,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, merge_run
+from helpers import ROOT
 from test_train_cpu import ONE_SMALL_STEP, TRAIN_TIMEOUT_S, cpu_env, launch, metric_segments, output
 
 from verl_gsm8k.common.run_dir import TRACKER
@@ -177,7 +178,6 @@ def test_a_ray_job_on_two_nodes_is_stopped_saved_and_resumed_on_one(tmp_path: Pa
                 for rank in (0, 1):
                     shard = saved / role / f"{kind}_world_size_2_rank_{rank}.pt"
                     assert shard.is_file(), shard
-        merge_run(run_dir, tmp_path / "merged", env)  # every shard read in one place
     finally:
         if held.exists():
             held.unlink()
