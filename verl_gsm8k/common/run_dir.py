@@ -4,9 +4,11 @@ the small readers and writers of its files.
     RUN_DIR/
     ├── latest_checkpointed_iteration.txt   verl's tracker: the step a relaunch resumes (TRACKER)
     ├── global_step_N/                      one checkpoint (step_dir): actor/, critic/, data.pt
-    │   │                                   (a role's shards: those of the world size its
-    │   │                                   fsdp_config.json names, and after a reshard those of
-    │   │                                   the world sizes it had, kept: reshard/shards.py)
+    │   │                                   (a role's shards, <kind>_world_size_W_rank_r.pt for
+    │   │                                   SHARD_KINDS (shard_name): those of the world size its
+    │   │                                   fsdp_config.json (FSDP_CONFIG) names, and after a
+    │   │                                   reshard those of the world sizes it had, kept:
+    │   │                                   reshard/shards.py)
     │   ├── launch_stamp.txt                the stamp of the launch that saved step N (STAMP_FILE)
     │   └── watchdog_sick.json              the watchdog's trip that judged step N's weights sick
     │                                       (SICK_FILE): kept for a look, never resumed, never the
@@ -72,6 +74,9 @@ BEST_FORMAT = 1
 WATCHDOG_FILE = "watchdog.jsonl"
 STOP_FILE = "stop_requested"
 DEADLINE_FILE = "job_deadline"
+# verl's FSDP files in a role's directory (actor/, critic/): one of each kind per rank
+SHARD_KINDS = ("model", "optim", "extra_state")
+FSDP_CONFIG = "fsdp_config.json"  # its world_size names the files that are the checkpoint
 TIMINGS_FILE = "timings.json"
 DEADLINE_STOP_FILE = "deadline_stop.json"
 WANDB_STEP_FILE = "wandb_logged_step"
@@ -126,6 +131,12 @@ def unused_stamp(run_dir: Path) -> str:
         if not any(path(run_dir, stamp).exists() for path in taken):
             return stamp
         time.sleep(0.2)
+
+
+def shard_name(kind: str, world_size: int | str, rank: int | str) -> str:
+    """verl's file for rank ``rank``'s ``kind`` (SHARD_KINDS) at ``world_size`` ranks; ``*`` for
+    either makes a glob."""
+    return f"{kind}_world_size_{world_size}_rank_{rank}.pt"
 
 
 def step_name(step: int) -> str:

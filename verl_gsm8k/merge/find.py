@@ -15,6 +15,7 @@ from pathlib import Path
 
 from verl_gsm8k.common.run_dir import (
     BEST_FILE,
+    FSDP_CONFIG,
     STEP_N,
     TRACKER,
     BestError,
@@ -22,6 +23,7 @@ from verl_gsm8k.common.run_dir import (
     read_best,
     read_stamp,
     saved_steps,
+    shard_name,
     step_dir,
     step_name,
     step_of,
@@ -101,7 +103,7 @@ def best_step_dir(run_dir: Path) -> tuple[Path, dict]:
 
 
 def _holds_shards(path: Path) -> bool:
-    return (path / "fsdp_config.json").exists() or any(path.glob("model_world_size_*_rank_*.pt"))
+    return (path / FSDP_CONFIG).exists() or any(path.glob(shard_name("model", "*", "*")))
 
 
 def _sft_checkpoint(folder: Path, critic: bool) -> tuple[Path, str]:
@@ -140,7 +142,7 @@ def resolve_source(source: Path, critic: bool) -> tuple[Path, str]:
 
 def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
     """Everything verl's merger reads must be there; CheckpointError names the first gap."""
-    config_path = role_dir / "fsdp_config.json"
+    config_path = role_dir / FSDP_CONFIG
     if not config_path.is_file():
         raise CheckpointError(f"missing fsdp_config.json in {role_dir}")
     try:
@@ -150,12 +152,8 @@ def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
             raise ValueError
     except (ValueError, KeyError, TypeError):
         raise CheckpointError(f"{config_path} has no valid world_size") from None
-    missing = [
-        f"model_world_size_{world_size}_rank_{rank}.pt"
-        for rank in range(world_size)
-        if not (role_dir / f"model_world_size_{world_size}_rank_{rank}.pt").is_file()
-        or (role_dir / f"model_world_size_{world_size}_rank_{rank}.pt").stat().st_size == 0
-    ]
+    shards = [role_dir / shard_name("model", world_size, rank) for rank in range(world_size)]
+    missing = [shard.name for shard in shards if not shard.is_file() or shard.stat().st_size == 0]
     if missing:
         shown = ", ".join(missing[:3]) + (
             f" and {len(missing) - 3} more" if len(missing) > 3 else ""

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.common.run_dir import metrics_path, step_of
+from verl_gsm8k.common.run_dir import FSDP_CONFIG, metrics_path, shard_name, step_of
 
 # The classes a DTensor's pickle names, by module: replaced by records while reading.
 STAND_INS = {
@@ -203,8 +203,7 @@ def full_state_dict(role_dir: Path, world_size: int) -> dict[str, Any]:
     """Every rank's shards joined into full tensors (the merger's own rule: rank order)."""
     import torch
 
-    ranks = [load_shard(role_dir / f"model_world_size_{world_size}_rank_{r}.pt")
-             for r in range(world_size)]  # fmt: skip
+    ranks = [load_shard(role_dir / shard_name("model", world_size, r)) for r in range(world_size)]
     full: dict[str, Any] = {}
     for key in ranks[0]:
         pieces = [rank[key] for rank in ranks]
@@ -224,10 +223,10 @@ def rewrite_as_one_rank(role_dir: Path, world_size: int, out_dir: Path) -> Path:
 
     state = full_state_dict(role_dir, world_size)
     out_dir.mkdir(parents=True)
-    torch.save(state, out_dir / "model_world_size_1_rank_0.pt")
-    fsdp = json.loads((role_dir / "fsdp_config.json").read_text())
+    torch.save(state, out_dir / shard_name("model", 1, 0))
+    fsdp = json.loads((role_dir / FSDP_CONFIG).read_text())
     fsdp["world_size"] = 1
-    (out_dir / "fsdp_config.json").write_text(json.dumps(fsdp))
+    (out_dir / FSDP_CONFIG).write_text(json.dumps(fsdp))
     shutil.copytree(role_dir / "huggingface", out_dir / "huggingface")
     for extra in role_dir.glob("lora_*.json"):
         shutil.copy2(extra, out_dir / extra.name)
@@ -320,6 +319,6 @@ def needs_rewrite(
         if _minor(wrote) == _minor(here):
             return False, f"written by torch {wrote}, read by torch {here}"
         return True, f"written by torch {wrote} (launch record), this environment has torch {here}"
-    if loads_here(role_dir / f"model_world_size_{world_size}_rank_0.pt"):
+    if loads_here(role_dir / shard_name("model", world_size, 0)):
         return False, f"loads with torch {here} (no launch record names the torch that wrote it)"
     return True, f"does not load with torch {here} (no launch record names the torch that wrote it)"

@@ -9,46 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from verl_gsm8k.common.run_dir import STEP_N, TRACKER, step_dir, step_name, tracked_step
-from verl_gsm8k.reshard.shards import (
-    ReshardError,
-    commit,
-    shard_files,
-    world_size_of,
-    write_shards,
-)
-
-PROG = "reshard"
-ROLES = ("actor", "critic")
-
-
-def reshard_step(folder: Path, new_world: int) -> list[str]:
-    """Reshard every role of the step directory ``folder`` for ``new_world`` ranks; the lines
-    to say (none when every role is at ``new_world`` already). Every role's new files are
-    written before any is named the checkpoint: a failure leaves the step as it was saved.
-    ReshardError as shards.py."""
-    started = time.monotonic()
-    moved = {}
-    for role in ROLES:
-        role_dir = folder / role
-        if role_dir.is_dir() and world_size_of(role_dir) != new_world:
-            moved[role] = write_shards(role_dir, new_world)
-    said = []
-    for role, old in moved.items():
-        commit(folder / role, new_world)
-        kept = ", ".join(str(w) for w in sorted(shard_files(folder / role)) if w != new_world)
-        said.append(
-            f"{PROG}: {folder.name}/{role} was saved at world size {old}: rewritten for "
-            f"{new_world} (weights, optimizer, scheduler and RNG states; the files of world size "
-            f"{kept} kept beside)"
-        )
-    if said:
-        said.append(f"{PROG}: {folder.name} resharded in {time.monotonic() - started:.0f} s")
-    return said
+from verl_gsm8k.reshard.shards import PROG, ReshardError, reshard_step
 
 
 def build_parser() -> argparse.ArgumentParser:

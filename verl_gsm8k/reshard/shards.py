@@ -1,4 +1,7 @@
-"""One role's FSDP shards (a step's ``actor/`` or ``critic/``) rewritten for another world size.
+"""A step's FSDP shards rewritten for another world size: each role's (``actor/``, ``critic/``)
+new files written beside its own (``write_shards``), then named the checkpoint (``commit``) once
+every role's are written (``reshard_step``, which the launch and ``python -m verl_gsm8k.reshard``
+call).
 
 verl 0.9.1's FSDPCheckpointManager saves, on every rank r of W, ``torch.save`` of that rank's
 sharded state dicts: ``model_world_size_W_rank_r.pt`` (parameter name -> DTensor),
@@ -29,14 +32,16 @@ import json
 import logging
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.common.run_dir import FSDP_CONFIG, SHARD_KINDS, shard_name
 
-FSDP_CONFIG = "fsdp_config.json"
-KINDS = ("model", "optim", "extra_state")
-_SHARD = re.compile(r"(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt")
+PROG = "reshard"  # how its lines start, from the launch or its own command
+ROLES = ("actor", "critic")
+_SHARD = re.compile(rf"({'|'.join(SHARD_KINDS)})_world_size_(\d+)_rank_(\d+)\.pt")
 _PARTIAL = ".reshard-"  # a new shard being written: .<name>.reshard-<pid>
 
 
@@ -45,7 +50,7 @@ class ReshardError(Exception):
 
 
 def shard_path(role_dir: Path, kind: str, world_size: int, rank: int) -> Path:
-    return Path(role_dir) / f"{kind}_world_size_{world_size}_rank_{rank}.pt"
+    return Path(role_dir) / shard_name(kind, world_size, rank)
 
 
 def world_size_of(role_dir: Path) -> int:
@@ -230,3 +235,29 @@ def shard_files(role_dir: Path) -> dict[int, list[Path]]:
         if match:
             found.setdefault(int(match.group(2)), []).append(path)
     return found
+
+
+def reshard_step(folder: Path, new_world: int) -> list[str]:
+    """Reshard every role of the step directory ``folder`` for ``new_world`` ranks; the lines
+    to say (none when every role is at ``new_world`` already). Every role's new files are
+    written before any is named the checkpoint: a failure leaves the step as it was saved.
+    ReshardError as shards.py."""
+    started = time.monotonic()
+    moved = {}
+    for role in ROLES:
+        if (folder / role).is_dir():
+            old = write_shards(folder / role, new_world)
+            if old != new_world:
+                moved[role] = old
+    said = []
+    for role, old in moved.items():
+        commit(folder / role, new_world)
+        kept = ", ".join(str(w) for w in sorted(shard_files(folder / role)) if w != new_world)
+        said.append(
+            f"{PROG}: {folder.name}/{role} was saved at world size {old}: rewritten for "
+            f"{new_world} (weights, optimizer, scheduler and RNG states; the files of world size "
+            f"{kept} kept beside)"
+        )
+    if said:
+        said.append(f"{PROG}: {folder.name} resharded in {time.monotonic() - started:.0f} s")
+    return said

@@ -22,8 +22,7 @@ from pathlib import Path
 
 from verl_gsm8k.common.launch_record import RecordError, build_record, write_record
 from verl_gsm8k.common.run_dir import STAMP, saved_steps, step_dir
-from verl_gsm8k.reshard.cli import reshard_step
-from verl_gsm8k.reshard.shards import ReshardError
+from verl_gsm8k.reshard.shards import ReshardError, reshard_step
 from verl_gsm8k.resume.same_config import MODES, latest_checkpoint, refusal, set_aside
 from verl_gsm8k.resume.verify import NoWholeCheckpoint, resume_point, track
 

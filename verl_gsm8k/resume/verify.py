@@ -20,9 +20,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from verl_gsm8k.common.run_dir import (
+    SHARD_KINDS,
     SICK_FILE,
     TRACKER,
     saved_steps,
+    shard_name,
     step_dir,
     step_name,
     tracked_step,
@@ -32,7 +34,6 @@ from verl_gsm8k.common.run_dir import (
 from verl_gsm8k.merge.find import CheckpointError, check_checkpoint
 from verl_gsm8k.merge.scan import ShardError, check_intact, scan_shard
 
-KINDS = ("model", "optim", "extra_state")
 # verl's ``checkpoint.load_contents`` (default: its ``save_contents``) -> the shards it loads
 # besides the model's: a run saved with save_contents=[model,extra] writes no optimizer shard and
 # resumes without one.
@@ -43,7 +44,7 @@ Loads = Mapping[str, Sequence[str]]  # role -> verl's load_contents of that role
 def loaded_kinds(contents: Sequence[str] | None) -> tuple[str, ...]:
     """The shard kinds besides the model's that verl loads for a role (None: all of them)."""
     if contents is None:
-        return KINDS[1:]
+        return SHARD_KINDS[1:]
     return tuple(kind for name, kind in LOADED.items() if name in contents)
 
 
@@ -64,7 +65,7 @@ def problem(step_dir: Path, roles: tuple[str, ...], loads: Loads | None = None) 
             ckpt = check_checkpoint(role_dir, role)  # model shards (CRC), fsdp_config, huggingface/
             for kind in loaded_kinds(None if loads is None else loads.get(role)):
                 for rank in range(ckpt.world_size):
-                    shard = role_dir / f"{kind}_world_size_{ckpt.world_size}_rank_{rank}.pt"
+                    shard = role_dir / shard_name(kind, ckpt.world_size, rank)
                     if not shard.is_file():
                         return f"missing {shard.name} in {role_dir}"
                     check_intact(shard)
