@@ -39,7 +39,7 @@ SERIAL_GROUPS = {
         "test_ray_cluster.py",
         "test_sft_train_cpu.py",
         "test_train_cpu.py",
-        "test_train_cpu_ray.py",
+        "test_slurm_nodes_cpu.py",
         "test_train_cpu_variants.py",
     },
 }

@@ -1,7 +1,13 @@
-"""A real one-node Slurm for the tests: munged, slurmctld and slurmd started from a slurm.conf in a
-temporary folder (docs/slurm.md, "What was measured"). Nothing is installed here: CI installs
+"""A real Slurm for the tests: munged, slurmctld and one slurmd per node started from a slurm.conf
+in a temporary folder (docs/slurm.md, "What was measured"). Nothing is installed here: CI installs
 Debian's ``slurm-wlm`` and ``munge`` (.ci/run); without them the caller skips through
 ``helpers.require_path`` (a failure under CI=true).
+
+One node is this machine under its own name, with its own CPUs. Several nodes are node names on
+this one machine (n1, n2, ...), each its own ``slurmd -N NAME`` on its own port, claiming the
+``cpus`` it is given (``SlurmdParameters=config_overrides``: Slurm trusts the file, not the
+hardware): a job's steps then run on "each node" here, as on a cluster whose nodes all mount
+the same storage.
 
 Everything lives in the folder: the munge key and socket, Slurm's state, spool, pid and log files,
 on ports picked free. The clients find it through ``SLURM_CONF`` (``Cluster.env``).
@@ -20,6 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers import require_path
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "squeue", "scancel", "sinfo")
 
@@ -30,6 +38,15 @@ def missing_binary() -> str | None:
         if binary(name) is None:
             return name
     return None
+
+
+def require_slurm() -> None:
+    """Skip the test without Slurm's daemons and clients (a failure under CI=true)."""
+    missing = missing_binary()
+    require_path(
+        Path(binary(missing) or f"/usr/bin/{missing}") if missing else Path("/"),
+        f"no {missing} (Debian's slurm-wlm and munge: apt-get install slurm-wlm munge)",
+    )
 
 
 def binary(name: str) -> str | None:
@@ -53,16 +70,13 @@ def memory_mib() -> int:
 class Cluster:
     folder: Path
     conf: Path
-    node: str
+    nodes: tuple[str, ...]
+    cpus: int  # each node's
     pids: dict[str, int] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, str]:
         return {"SLURM_CONF": str(self.conf)}
-
-    @property
-    def cpus(self) -> int:
-        return os.cpu_count() or 1
 
     def run(
         self,
@@ -91,11 +105,12 @@ class Cluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def write_conf(folder: Path, node: str, socket_path: Path) -> Path:
+def write_conf(folder: Path, nodes: tuple[str, ...], cpus: int, socket_path: Path) -> Path:
     conf = folder / "slurm.conf"
+    host = socket.gethostname().split(".")[0]
     lines = [
         "ClusterName=verlgsm8k",
-        f"SlurmctldHost={node}(127.0.0.1)",
+        f"SlurmctldHost={host}(127.0.0.1)",
         "SlurmUser=root",
         "SlurmdUser=root",
         f"SlurmctldPort={free_port()}",
@@ -122,15 +137,19 @@ def write_conf(folder: Path, node: str, socket_path: Path) -> Path:
         "KillWait=120",
         "MinJobAge=600",
         f"StateSaveLocation={folder / 'state'}",
-        f"SlurmdSpoolDir={folder / 'spool'}",
+        f"SlurmdSpoolDir={folder / 'spool' / '%n'}",  # %n: the node's name
         f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
-        f"SlurmdPidFile={folder / 'slurmd.pid'}",
+        f"SlurmdPidFile={folder / 'slurmd-%n.pid'}",
         f"SlurmctldLogFile={folder / 'slurmctld.log'}",
-        f"SlurmdLogFile={folder / 'slurmd.log'}",
-        f"NodeName={node} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1} "
-        f"RealMemory={memory_mib()} State=UNKNOWN",
-        f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP",
+        f"SlurmdLogFile={folder / 'slurmd-%n.log'}",
+        "SlurmdParameters=config_overrides",  # the CPUs and memory below, whatever is here
     ]
+    for node in nodes:  # several names on one machine: each slurmd on its own port
+        where = f"NodeHostname={host} Port={free_port()} " if len(nodes) > 1 else ""
+        lines.append(f"NodeName={node} {where}NodeAddr=127.0.0.1 CPUs={cpus} "
+                     f"RealMemory={memory_mib()} State=UNKNOWN")  # fmt: skip
+    lines.append(f"PartitionName=debug Nodes={','.join(nodes)} Default=YES MaxTime=INFINITE "
+                 "State=UP")  # fmt: skip
     conf.write_text("\n".join(lines) + "\n")
     return conf
 
@@ -145,19 +164,24 @@ def _pid(path: Path, timeout: float) -> int:
 
 
 @contextlib.contextmanager
-def slurm_cluster(folder: Path, start_timeout: float = 60) -> Iterator[Cluster]:
-    """Start munged, slurmctld and slurmd in ``folder``; wait until the node is idle; stop all
-    three (by the pids they wrote) when the block ends."""
+def slurm_cluster(
+    folder: Path, nodes: int = 1, cpus: int = 0, start_timeout: float = 60
+) -> Iterator[Cluster]:
+    """Start munged, slurmctld and a slurmd per node in ``folder`` (one node: this machine's
+    name and CPU count; several: n1, n2, ..., ``cpus`` each); wait until every node is idle; stop
+    them all (by the pids they wrote) when the block ends."""
     for sub in ("state", "spool", "munge"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     (folder / "munge").chmod(0o700)
-    node = socket.gethostname().split(".")[0]
+    names = (socket.gethostname().split(".")[0],) if nodes == 1 else ()
+    names = names or tuple(f"n{i}" for i in range(1, nodes + 1))
     key = folder / "munge" / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
     sock = folder / "munge" / "munge.socket"
-    conf = write_conf(folder, node, sock)
-    cluster = Cluster(folder, conf, node)
+    cpus = cpus or os.cpu_count() or 1
+    conf = write_conf(folder, names, cpus, sock)
+    cluster = Cluster(folder, conf, names, cpus)
     env = dict(os.environ, SLURM_CONF=str(conf))
     try:
         subprocess.run(
@@ -167,19 +191,25 @@ def slurm_cluster(folder: Path, start_timeout: float = 60) -> Iterator[Cluster]:
             check=True, capture_output=True, text=True, timeout=30,
         )  # fmt: skip
         cluster.pids["munged"] = _pid(folder / "munge" / "munged.pid", 10)
-        for daemon in ("slurmctld", "slurmd"):
-            subprocess.run([binary(daemon) or daemon, "-f", str(conf)], env=env, check=True,
-                           capture_output=True, text=True, timeout=30)  # fmt: skip
-            cluster.pids[daemon] = _pid(folder / f"{daemon}.pid", 20)
+        subprocess.run([binary("slurmctld") or "slurmctld", "-f", str(conf)], env=env,
+                       check=True, capture_output=True, text=True, timeout=30)  # fmt: skip
+        cluster.pids["slurmctld"] = _pid(folder / "slurmctld.pid", 20)
+        for name in names:
+            slurmd = [binary("slurmd") or "slurmd", "-f", str(conf), "-N", name]
+            subprocess.run(slurmd, env=env, check=True, capture_output=True, text=True,
+                           timeout=30)  # fmt: skip
+            cluster.pids[f"slurmd {name}"] = _pid(folder / f"slurmd-{name}.pid", 20)
         end = time.monotonic() + start_timeout
         while True:
-            state = cluster.run("sinfo", "-h", "-n", node, "-o", "%T").stdout.strip()
-            if state.startswith("idle"):
+            shown = cluster.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.split()
+            states = dict(zip(shown[::2], shown[1::2], strict=False))
+            if all(states.get(name, "").startswith("idle") for name in names):
                 break
             if time.monotonic() > end:
                 raise RuntimeError(
-                    f"the Slurm node is {state or 'not listed'} after {start_timeout} s:\n"
-                    + cluster.log("slurmctld")[-3000:] + cluster.log("slurmd")[-3000:]
+                    f"the Slurm nodes are {states or 'not listed'} after {start_timeout} s:\n"
+                    + cluster.log("slurmctld")[-3000:]
+                    + "".join(cluster.log(f"slurmd-{name}")[-3000:] for name in names)
                 )  # fmt: skip
             time.sleep(0.5)
         yield cluster
@@ -189,15 +219,13 @@ def slurm_cluster(folder: Path, start_timeout: float = 60) -> Iterator[Cluster]:
             end = time.monotonic() + 60
             while time.monotonic() < end and cluster.run("squeue", "-h").stdout.strip():
                 time.sleep(1)
-        for daemon in reversed(DAEMONS):
-            pid = cluster.pids.get(daemon)
-            if pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGTERM)
-        for daemon in reversed(DAEMONS):
-            pid = cluster.pids.get(daemon)
+        daemons = list(reversed(cluster.pids.values()))  # slurmds, slurmctld, munged
+        for pid in daemons:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in daemons:
             end = time.monotonic() + 20
-            while pid is not None and time.monotonic() < end:
+            while time.monotonic() < end:
                 try:
                     os.kill(pid, 0)
                 except ProcessLookupError:

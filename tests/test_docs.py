@@ -221,6 +221,8 @@ REMOVED_TESTS = {
     "test_a_preempted_sbatch_job_saves_requeues_resumes_and_ends": "replaced",
     "test_smoke_on_a_two_node_ray_cluster": "replaced",
     "test_lifecycle_wait": "a file, gone with lifecycle.sh",
+    "test_a_ray_job_on_two_nodes_is_stopped_saved_and_resumed_on_one": "replaced",
+    "test_train_cpu_ray": "a file, replaced by test_slurm_nodes_cpu.py",
 }
 HISTORY = "docs/testing.md"
 

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, merge_run, require_path
-from slurm_local import Cluster, binary, missing_binary, slurm_cluster
+from helpers import ROOT, merge_run
+from slurm_local import Cluster, require_slurm, slurm_cluster
 from test_train_cpu import cpu_env, metric_segments
 from wandb_offline import history
 
@@ -47,11 +47,7 @@ LEAD_S = 120  # slurm/one_node.sbatch: --signal=B:TERM@120
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
-    missing = missing_binary()
-    require_path(
-        Path(binary(missing) or f"/usr/bin/{missing}") if missing else Path("/"),
-        f"no {missing} (Debian's slurm-wlm and munge: apt-get install slurm-wlm munge)",
-    )
+    require_slurm()
     with slurm_cluster(tmp_path_factory.mktemp("slurm")) as running:
         yield running
 

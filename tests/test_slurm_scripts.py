@@ -113,12 +113,12 @@ done
 exec "$@"
 """
 
-FAKE_RAY = """# `ray start` stays up (as sleep, with the mask it was given) and records its pid and
-# arguments; `ray status` shows {gpus} GPUs joined; `ray stop --force` kills what `ray start` left
+FAKE_RAY = """# `ray start` stays up (as sleep, with the mask and session it was given), records its
+# pid and arguments; `ray status` shows {gpus} GPUs joined. No `ray stop`: the teardown ends
+# the job's `ray start` process groups itself (reap stop --slurm-ray)
 case "$1" in
   start) echo "$$" >> "{pids}"; echo "$*" >> "{pids}.args"; exec sleep 300 ;;
   status) echo " 0.0/{gpus}.0 GPU" ;;
-  stop) [[ "$*" == *--force* ]] && xargs kill -KILL < "{pids}" ;;
 esac
 """
 
@@ -198,7 +198,8 @@ def test_several_nodes_ray_lives_through_a_sigterm_to_the_whole_job_then_is_stop
     assert job.returncode == 5, (job.returncode, out, log.read_text())  # the recipe's status
     assert "slurm: stopping Ray on the job's nodes" in out
     assert gone(ray), out
-    assert ended < 20, (ended, out)  # by `ray stop --force`, not the teardown's 30 s fallback
+    assert ended < 20, (ended, out)  # by the stop of the job's Ray, not the 30 s fallback
+    assert "slurm: Ray of job 7 on " in out and ": 2 processes stopped (2x sleep)" in out, out
     for args in Path(f"{pids}.args").read_text().splitlines():
         assert "--block" in args and "--num-gpus=1" in args and "--num-cpus=4" in args, args
 

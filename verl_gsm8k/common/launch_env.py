@@ -23,12 +23,12 @@ ENV_RUN_DIR = "GSM8K_LAUNCH_RUN_DIR"
 PROC = Path("/proc")
 
 
-def launch_environ(pid: int) -> dict[str, str]:
-    """The launch's variables in process ``pid``'s environment (those it has); OSError when the
-    process is gone or not ours to read."""
+def launch_environ(pid: int, names: tuple[str, ...] = (ENV_LAUNCH, ENV_RUN_DIR)) -> dict[str, str]:
+    """The launch's variables (or the other ``names``) in process ``pid``'s environment, those it
+    has; OSError when the process is gone or not ours to read."""
     raw = (PROC / str(pid) / "environ").read_bytes()
     pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    wanted = (ENV_LAUNCH.encode(), ENV_RUN_DIR.encode())
+    wanted = tuple(name.encode() for name in names)
     return {k.decode(): v.decode(errors="replace") for k, v in pairs if k in wanted}
 
 

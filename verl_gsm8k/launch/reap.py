@@ -16,6 +16,7 @@ elsewhere, without these variables and outside the session: its processes never 
     python -m verl_gsm8k.launch.reap stop --run-dir DIR             # every launch into DIR
     python -m verl_gsm8k.launch.reap check --run-dir DIR [--wait S] # none may train beside us
     python -m verl_gsm8k.launch.reap exec -- CMD ...                # how the launcher starts verl
+    python -m verl_gsm8k.launch.reap stop --slurm-ray JOB           # Slurm job JOB's Ray, here
 
 ``stop`` gives the processes a moment to end on their own (Ray's shutdown is under way when
 verl exits), then SIGTERM, then SIGKILL after ``--grace`` seconds (at once to a process that
@@ -24,6 +25,14 @@ had to stop (nothing when nothing outlived verl). ``check`` (the run-directory l
 ``flock``) refuses in one line when processes of an earlier launch into the same run directory
 still run, after waiting ``--wait`` seconds for them to end: they hold no lock (Ray's processes
 do not inherit the launcher's lock file) and could still write checkpoints.
+
+``stop --slurm-ray JOB`` ends the Ray that slurm/multi_node.sbatch started for Slurm job JOB on
+this machine: each node's ``ray start --block`` runs through ``exec`` with
+``GSM8K_RAY_OF_SLURM_JOB`` set to the job's id and leads its process group, which holds that
+node's whole Ray (gcs, raylet, agents, workers), SIGTERM blocked: SIGKILL to every process of
+those groups. Ray's
+other clusters on the machine (another job's, a launch's own) are not touched, as they would be
+by ``ray stop --force``.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import argparse
 import contextlib
 import os
 import signal
+import socket
 import sys
 import time
 from collections import Counter
@@ -201,6 +211,52 @@ def exec_blocked(argv: Sequence[str]) -> None:
     os.execvp(argv[0], list(argv))
 
 
+ENV_RAY_OF_JOB = "GSM8K_RAY_OF_SLURM_JOB"
+
+
+def slurm_ray_groups(job: str) -> set[int]:
+    """The process groups of Slurm job ``job``'s Ray on this machine: each led by a ``ray start``
+    that carries ENV_RAY_OF_JOB=job (the srun clients that started them carry it too, and lead
+    no group). slurmstepd starts each task as a process group leader, which ``exec``'s setsid
+    cannot change; every process Ray starts stays in that group."""
+    found = set()
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            pid = int(entry.name)
+            with contextlib.suppress(OSError):
+                marked = launch_environ(pid, (ENV_RAY_OF_JOB,)).get(ENV_RAY_OF_JOB)
+                if marked == job and os.getpgid(pid) == pid:
+                    found.add(pid)
+    return found
+
+
+def stop_slurm_ray(job: str, seconds: float = 10.0) -> int:
+    """SIGKILL every process of Slurm job ``job``'s Ray on this machine (SIGTERM is blocked
+    there), rescanning until none is left (a raylet may still start a worker), ``seconds`` at
+    most; one line saying what was stopped; 1 when some could not be."""
+    groups, uid = slurm_ray_groups(job), os.getuid()
+    stopped: dict[int, Proc] = {}
+    end = time.monotonic() + seconds
+    while True:
+        left = []
+        for entry in PROC.iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(entry.name) if entry.name.isdigit() else 0
+                ours = pid and os.getpgid(pid) in groups and entry.stat().st_uid == uid
+                if ours and not _zombie(pid):
+                    left.append(Proc(pid, _name(pid), job, ""))
+        if not left or time.monotonic() > end:
+            break
+        stopped.update((proc.pid, proc) for proc in left)
+        _signal(left, signal.SIGKILL)
+        time.sleep(0.2)
+    host = socket.gethostname().split(".")[0]
+    done = describe(list(stopped.values())) or "none left"
+    print(f"slurm: Ray of job {job} on {host}: {len(stopped)} processes stopped ({done})"
+          + (f"; {len(left)} could not be" if left else ""), flush=True)  # fmt: skip
+    return 1 if left else 0
+
+
 def check_run_dir(run_dir: str, wait_s: float, but: str = "") -> int:
     """0 when no process of an earlier launch into ``run_dir`` runs (after waiting ``wait_s``
     seconds for them to end); else 2, said in one line."""
@@ -253,6 +309,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--launch", help="the launch's GSM8K_LAUNCH_ID")
     which.add_argument("--run-dir", help="every launch into this run directory")
+    which.add_argument(
+        "--slurm-ray",
+        metavar="JOB",
+        help="stop: the Ray slurm/multi_node.sbatch "
+        "started for Slurm job JOB on this machine (its ray start process groups)",
+    )
     parser.add_argument("--session-of", default="", help="stop --launch: its run directory")
     parser.add_argument("--but", default="", help="check: a launch id left out (the caller's)")
     parser.add_argument("--settle", type=float, default=3.0, help="stop: s to end on their own")
@@ -260,9 +322,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--wait", type=float, default=0.0, help="check: s to wait for them")
     args = parser.parse_args(argv)
     if args.action == "check":
-        if args.launch:
+        if not args.run_dir:
             parser.error("check takes --run-dir")
         return check_run_dir(args.run_dir, args.wait, args.but)
+    if args.slurm_ray:
+        return stop_slurm_ray(args.slurm_ray)
     match = of_launch(args.launch) if args.launch else of_run_dir(args.run_dir, args.but)
     sessions = read_session(args.session_of or args.run_dir or "")
     if args.launch:  # the session written by this launch, not an earlier one's

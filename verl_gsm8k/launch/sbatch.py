@@ -27,12 +27,16 @@ from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
+from verl_gsm8k.launch.reap import ENV_RAY_OF_JOB, stop_slurm_ray
+
 # What tells the repository's root: the file the sbatch files run.
 MARKER = "verl_gsm8k/launch/sbatch.py"
 ONE_NODE = "slurm/one_node.sbatch"
 MULTI_NODE = "slurm/multi_node.sbatch"
-# The remote side of each `ray start`: SIGTERM blocked, a session of its own, then exec.
+# The remote side of each `ray start`: SIGTERM blocked, a session of its own, then exec; and
+# what ends their processes on a node (reap.py, "stop --slurm-ray").
 REAP_EXEC = ("-m", "verl_gsm8k.launch.reap", "exec", "--")
+REAP_STOP = ("-m", "verl_gsm8k.launch.reap", "stop", "--slurm-ray")
 POLL_S = 5.0  # the join's polling period, and the head's head start before the workers
 MODES = {
     "one-node": (ONE_NODE, "checks, then exec's the recipe: it becomes the job's batch process "
@@ -297,7 +301,9 @@ class RayNodes:
         if re.fullmatch(r"[1-9][0-9]*", cpus):
             ray.append(f"--num-cpus={cpus}")
         remote = [f"--chdir={self.root}", sys.executable, *REAP_EXEC, *ray]
-        self.steps.append(subprocess.Popen(["srun", "--overlap", *where, *remote]))
+        # srun passes its environment on: the mark that names the step's session as this job's Ray
+        env = dict(os.environ, **{ENV_RAY_OF_JOB: knob("SLURM_JOB_ID")})
+        self.steps.append(subprocess.Popen(["srun", "--overlap", *where, *remote], env=env))
 
     def start(self, stop: Forwarder) -> None:
         """The head on the first node (where this process, and so the driver, runs), then a
@@ -322,24 +328,37 @@ class RayNodes:
                 return have, waited
             stop.pause(POLL_S)
 
+    def _wait(self, seconds: float) -> None:
+        """Until every step has ended, ``seconds`` at most."""
+        end = time.monotonic() + seconds
+        while any(step.poll() is None for step in self.steps) and time.monotonic() < end:
+            time.sleep(0.2)
+
     def stop(self) -> None:
-        """`ray stop --force` (SIGKILL, which the blocked mask does not stop) on every node: each
-        `ray start --block` then exits, and its srun step with it. An srun that cannot start (the
-        job already ending) leaves them to Slurm's SIGKILL at the job's end."""
+        """SIGKILL (which the blocked mask does not stop) to this job's Ray, node by node
+        (``reap stop --slurm-ray``: the process groups of its `ray start`s, not every Ray of the
+        node as `ray stop --force` would): first here, the head's node, which needs no srun (a job
+        Slurm is ending, a requeue or scancel, starts no more steps), then on every node by srun;
+        each `ray start --block` then exits, and its srun step with it. Where srun cannot start,
+        the other nodes' raylets exit on their own once their head is gone (Ray's
+        gcs_rpc_server_reconnect_timeout_s, 60 s), or Slurm's SIGKILL ends them KillWait after
+        its SIGTERM, whichever comes first."""
         if not self.steps:
             return
         say("slurm: stopping Ray on the job's nodes")
-        cmd = ["srun", "--overlap", f"--nodes={self.nodes}", "--ntasks-per-node=1", self.ray]
+        job = knob("SLURM_JOB_ID")
+        stop_slurm_ray(job)
+        self._wait(POLL_S)
+        cmd = ["srun", "--overlap", f"--nodes={self.nodes}", "--ntasks-per-node=1",
+               sys.executable, *REAP_STOP, job]  # fmt: skip
         end = time.monotonic() + 30
         # again every 5 s: a step started just before (a SIGTERM right after the workers' srun)
         # may start its ray after the first stop has run on its node
         while any(step.poll() is None for step in self.steps) and time.monotonic() < end:
             with contextlib.suppress(OSError, subprocess.SubprocessError):
-                subprocess.run([*cmd, "stop", "--force"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, timeout=60)  # fmt: skip
-            again = min(end, time.monotonic() + POLL_S)
-            while any(step.poll() is None for step in self.steps) and time.monotonic() < again:
-                time.sleep(0.2)
+                subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               timeout=60)  # fmt: skip
+            self._wait(min(POLL_S, end - time.monotonic()))
         for step in self.steps:
             if step.poll() is None:
                 step.kill()
