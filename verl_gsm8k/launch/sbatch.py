@@ -33,8 +33,9 @@ from verl_gsm8k.launch.reap import ENV_RAY_OF_JOB, stop_slurm_ray
 MARKER = "verl_gsm8k/launch/sbatch.py"
 ONE_NODE = "slurm/one_node.sbatch"
 MULTI_NODE = "slurm/multi_node.sbatch"
-# The remote side of each `ray start`: SIGTERM blocked, a session of its own, then exec; and
-# what ends their processes on a node (reap.py, "stop --slurm-ray").
+# The remote side of each `ray start`: SIGTERM blocked, then exec (slurmstepd made it a process
+# group leader, which Ray's processes stay in); and what ends that group on a node (reap.py,
+# "stop --slurm-ray").
 REAP_EXEC = ("-m", "verl_gsm8k.launch.reap", "exec", "--")
 REAP_STOP = ("-m", "verl_gsm8k.launch.reap", "stop", "--slurm-ray")
 POLL_S = 5.0  # the join's polling period, and the head's head start before the workers
@@ -301,7 +302,7 @@ class RayNodes:
         if re.fullmatch(r"[1-9][0-9]*", cpus):
             ray.append(f"--num-cpus={cpus}")
         remote = [f"--chdir={self.root}", sys.executable, *REAP_EXEC, *ray]
-        # srun passes its environment on: the mark that names the step's session as this job's Ray
+        # srun passes its environment on: the mark that names the step's group as this job's Ray
         env = dict(os.environ, **{ENV_RAY_OF_JOB: knob("SLURM_JOB_ID")})
         self.steps.append(subprocess.Popen(["srun", "--overlap", *where, *remote], env=env))
 
