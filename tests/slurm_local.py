@@ -173,8 +173,10 @@ def slurm_cluster(
     for sub in ("state", "spool", "munge"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     (folder / "munge").chmod(0o700)
-    names = (socket.gethostname().split(".")[0],) if nodes == 1 else ()
-    names = names or tuple(f"n{i}" for i in range(1, nodes + 1))
+    if nodes == 1:
+        names: tuple[str, ...] = (socket.gethostname().split(".")[0],)
+    else:
+        names = tuple(f"n{i}" for i in range(1, nodes + 1))
     key = folder / "munge" / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)

@@ -135,8 +135,11 @@ def unused_stamp(run_dir: Path) -> str:
 
 def shard_name(kind: str, world_size: int | str, rank: int | str) -> str:
     """verl's file for rank ``rank``'s ``kind`` (SHARD_KINDS) at ``world_size`` ranks; ``*`` for
-    either makes a glob."""
+    either makes a glob. SHARD_NAME reads it back."""
     return f"{kind}_world_size_{world_size}_rank_{rank}.pt"
+
+
+SHARD_NAME = re.compile(rf"({'|'.join(SHARD_KINDS)})_world_size_(\d+)_rank_(\d+)\.pt")
 
 
 def step_name(step: int) -> str:

@@ -30,9 +30,8 @@ do not inherit the launcher's lock file) and could still write checkpoints.
 this machine: each node's ``ray start --block`` runs through ``exec`` with
 ``GSM8K_RAY_OF_SLURM_JOB`` set to the job's id and leads its process group, which holds that
 node's whole Ray (gcs, raylet, agents, workers), SIGTERM blocked: SIGKILL to every process of
-those groups. Ray's
-other clusters on the machine (another job's, a launch's own) are not touched, as they would be
-by ``ray stop --force``.
+those groups. Ray's other clusters on the machine (another job's, a launch's own) are not
+touched, as they would be by ``ray stop --force``.
 """
 
 from __future__ import annotations

@@ -31,17 +31,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
-from verl_gsm8k.common.run_dir import FSDP_CONFIG, SHARD_KINDS, shard_name
+from verl_gsm8k.common.run_dir import FSDP_CONFIG, SHARD_NAME, shard_name
 
 PROG = "reshard"  # how its lines start, from the launch or its own command
 ROLES = ("actor", "critic")
-_SHARD = re.compile(rf"({'|'.join(SHARD_KINDS)})_world_size_(\d+)_rank_(\d+)\.pt")
 _PARTIAL = ".reshard-"  # a new shard being written: .<name>.reshard-<pid>
 
 
@@ -231,7 +229,7 @@ def shard_files(role_dir: Path) -> dict[int, list[Path]]:
     """world size -> the shard files of that world size in ``role_dir``."""
     found: dict[int, list[Path]] = {}
     for path in sorted(Path(role_dir).iterdir()):
-        match = _SHARD.fullmatch(path.name)
+        match = SHARD_NAME.fullmatch(path.name)
         if match:
             found.setdefault(int(match.group(2)), []).append(path)
     return found
