@@ -19,9 +19,9 @@ from learn_runs import Learned, learn
 # Ray, train, or share a training run through a session or module fixture form two chains, each
 # one xdist group run by one worker in file order, one run at a time within the chain (a session
 # fixture is per worker, so a chain holds every file that reads its runs):
-# - "learning": the learning runs of learn_tiny.sh (tests/learn_runs.py) and what reads them, and
-#   the smoke run preempted inside slurm/one_node.sbatch on a real Slurm (test_slurm_cpu.py);
-# - "training": the smoke run, its kills and relaunches, the other recipes' runs, Ray clusters.
+# - "learning": the learning runs of learn_tiny.sh (tests/learn_runs.py) and what reads them;
+# - "training": the smoke run, its kills and relaunches, the other recipes' runs, Ray clusters,
+#   the smoke run as a Slurm job on two nodes (test_slurm_nodes_cpu.py).
 # The two chains run side by side, one on each worker (loadgroup sends the largest scopes out
 # first), and the other tests fill in as a chain ends. Two runs at once on one machine each start
 # their own Ray (configs/device/cpu.yaml: address local; a run on a cluster is given its address).
@@ -32,7 +32,6 @@ SERIAL_GROUPS = {
         "test_learn_cpu.py",
         "test_questions_cpu.py",
         "test_replay_untrusted.py",
-        "test_slurm_cpu.py",
         "test_trace_cpu.py",
     },
     "training": {

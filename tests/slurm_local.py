@@ -22,7 +22,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,9 +100,29 @@ class Cluster:
                 fields[key] = value
         return fields
 
+    def wait_for(self, what: str, ready: Callable[[], bool], job: str, out: Path,
+                 timeout: float) -> float:  # fmt: skip
+        """Poll ``ready`` every half second; the seconds it took. Past ``timeout``: the job
+        cancelled, and a failure naming what never came, the job's fields and its output's end."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if ready():
+                return time.monotonic() - start
+            time.sleep(0.5)
+        self.run("scancel", job)
+        text = out.read_text(errors="replace") if out.exists() else ""
+        raise AssertionError(f"no {what} after {timeout} s: {self.job(job)}\n{text[-6000:]}")
+
     def log(self, name: str) -> str:
         path = self.folder / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+def seconds(runtime: str) -> int:
+    """scontrol's RunTime or TimeLimit, [D-]HH:MM:SS, in seconds."""
+    days, _, clock = runtime.rpartition("-")
+    hours, minutes, secs = (int(part) for part in clock.split(":"))
+    return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + secs
 
 
 def write_conf(folder: Path, nodes: tuple[str, ...], cpus: int, socket_path: Path) -> Path:

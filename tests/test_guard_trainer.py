@@ -1,7 +1,7 @@
 """The guarded trainers' own bookkeeping (verl_gsm8k/ppo_trainer/guard_base.py, guarded.py,
 legacy.py) on the real classes, with verl's validation and loop stood in for: the kept best, the
 time save, the deadline, the stop request, the resume. Their saves, kills and watchdog stops run
-for real in tests/test_train_cpu.py and tests/test_slurm_cpu.py (v1) and
+for real in tests/test_train_cpu.py and tests/test_slurm_nodes_cpu.py (v1) and
 tests/test_train_cpu_variants.py (legacy)."""
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def test_a_step_that_would_not_end_before_the_job_does_is_saved_and_the_last(
     """The deadline (guard/deadline.py) in the real class's step: verl's step stood in, the save
     recorded. With time for one more step and its save the loop goes on; without, this step is
     saved, the stop recorded for the launcher (exit 5) and verl's loop ends after it. The real
-    stop-request path that shares the save and the end runs in tests/test_slurm_cpu.py."""
+    stop-request path that shares the save and the end runs in tests/test_slurm_nodes_cpu.py."""
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     from verl_gsm8k.guard.deadline import MARGIN_S, read_stop

@@ -1,7 +1,7 @@
 """The test hook that holds a process at a named point (verl_gsm8k/common/pause.py): a point not
 named never holds; a named one holds until its file is deleted, then never again; several points
-named hold one after the other through the same file (tests/test_slurm_cpu.py holds one launch
-before step 2 and the next before step 3)."""
+named hold one after the other through the same file (tests/test_slurm_nodes_cpu.py holds one
+launch before step 1 and the next before step 2)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What the launcher reads of its Slurm job (verl_gsm8k/launch/slurm.py), with scontrol's answers
 stood in: whether a stop fits in KillWait, said at launch, and after a stop, what stopped the job
 (Slurm's own requeue, scancel, the launcher's requeue). The same on a real Slurm:
-tests/test_slurm_cpu.py."""
+tests/test_slurm_nodes_cpu.py."""
 
 from __future__ import annotations
 

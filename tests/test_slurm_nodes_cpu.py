@@ -1,9 +1,10 @@
-"""Several nodes under a real Slurm: `slurm/multi_node.sbatch` on two nodes (two node names on this
-one machine, each its own slurmd: tests/slurm_local.py) runs the smoke recipe over a Ray cluster
-(its head on n1, a worker on n2; one logical GPU a node, FSDP over both), is requeued by Slurm
-during step 1, then shrunk to one node and resumed there.
+"""The CPU smoke run under a real Slurm, a job of `slurm/multi_node.sbatch` on two nodes (two node
+names on this one machine, each its own slurmd: tests/slurm_local.py): a Ray cluster (its head
+on n1, a worker on n2; one logical GPU a node, FSDP over both), requeued by Slurm during step 1,
+shrunk to one node and resumed there, stopped by its time limit, requeued by itself and resumed
+to the end. One job, three starts, one verl launch each (docs/testing.md, "The budget rule").
 
-1. The requeue. The trainer is held right before step 1's rollout; `scontrol requeuehold` (a
+1. A preemption. The trainer is held right before step 1's rollout; `scontrol requeuehold` (a
    requeue, as a preemption with PreemptMode=REQUEUE does, held so that the test can shrink the
    job before it starts again) has Slurm send SIGTERM to every process of the job on both nodes:
    the batch process passes it to the launcher, each node's Ray (started with SIGTERM blocked)
@@ -13,14 +14,20 @@ during step 1, then shrunk to one node and resumed there.
    in a job Slurm is ending (`reap stop --slurm-ray`, on the head's node itself): nothing of the
    job is left, and the job leaves COMPLETING at once rather than at Slurm's SIGKILL, KillWait
    (120 s) after its SIGTERM.
-2. A node lost. The requeued job is given one node (`scontrol update`) and released:
-   its second start runs Ray on one node, the launcher sees only the world size changed and
-   reshards step 1's two-rank checkpoint for one rank (verl_gsm8k/reshard/) before verl starts,
-   and step 2 ends the run. Every step is logged once across the two starts.
+2. A node lost. The requeued job is given one node (`scontrol update`) and released: its second
+   start runs Ray on one node, the launcher sees only the world size changed and reshards step
+   1's two-rank checkpoint for one rank (verl_gsm8k/reshard/) before verl starts.
+3. The time limit. That start is held before step 2's rollout and its time limit cut to the
+   sbatch's signal lead (`--signal=B:TERM@180`) from now: Slurm's own timer sends SIGTERM to the
+   batch process alone, as before every time limit (and as `scancel --signal=TERM --batch`
+   does); it passes it to the launcher, which has the trainer save the step in flight, exits 5
+   and requeues its job. The third start resumes from step 2 and ends the run at step 3.
 
-Two verl launches (docs/testing.md, "The budget rule"). The suite's one run of the multi-node
-sbatch file under a real Slurm; its control flow under a fake srun and ray is in
-tests/test_slurm_scripts.py.
+Every step is logged once across the three starts, and reaches wandb (offline): where the
+preemption's SIGTERM ended wandb's service, the next start sends it the step the first could not.
+Each start says its deadline and whether a stop measured in the run fits Slurm's KillWait. The
+suite's one run of the sbatch files under a real Slurm; their control flow under a fake srun and
+ray, and the one-node sbatch's exec, in tests/test_slurm_scripts.py.
 """
 
 from __future__ import annotations
@@ -30,22 +37,24 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
-from slurm_local import Cluster, require_slurm, slurm_cluster
-from test_slurm_cpu import wait_for
+from helpers import ROOT, merge_run
+from slurm_local import Cluster, require_slurm, seconds, slurm_cluster
 from test_train_cpu import ONE_SMALL_STEP, TRAIN_TIMEOUT_S, cpu_env, metric_segments
+from wandb_offline import history
 
-from verl_gsm8k.common.run_dir import TRACKER
+from verl_gsm8k.common.run_dir import TRACKER, read_stamp
 from verl_gsm8k.launch.reap import launch_processes, of_run_dir, slurm_ray_groups
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 # Each node claims 8 CPUs (config_overrides): Ray's `ray start --num-cpus` is the job's
 # SLURM_CPUS_ON_NODE, and the CPU run's workers need more than this machine's two
 NODE_CPUS = 8
 ARGS = ("trainer.val_before_train=False", "data.val_max_samples=8")
 KILL_WAIT_S = 120  # tests/slurm_local.py
+LEAD_S = 180  # slurm/multi_node.sbatch: --signal=B:TERM@180
 HELD = ("PENDING", "REQUEUE_HOLD", "REQUEUED")  # scontrol's words once COMPLETING is over
+SIGTERM_SAID = "recipe: SIGTERM: the trainer saves the step in flight"
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +64,7 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory):
         yield running
 
 
-def test_a_two_node_job_requeued_by_slurm_saves_its_step_then_resumes_on_one_node(
+def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_its_time_limit(
     two_nodes: Cluster, tmp_path: Path
 ):
     cluster = two_nodes
@@ -63,11 +72,12 @@ def test_a_two_node_job_requeued_by_slurm_saves_its_step_then_resumes_on_one_nod
     run_dir = runs / "smoke_tiny"
     out = tmp_path / "job.out"
     held = tmp_path / "paused-before-rollout"
-    knobs = dict(ONE_SMALL_STEP, TOTAL_TRAINING_STEPS="2", SAVE_FREQ="100", TEST_FREQ="100")
+    knobs = dict(ONE_SMALL_STEP, TOTAL_TRAINING_STEPS="3", SAVE_FREQ="100", TEST_FREQ="100")
     # GPUS_PER_NODE: one logical GPU a node for Ray (the job asks Slurm for none); Ray's worker
     # prestart off: fewer idle workers on this two-core machine
     env = cpu_env(tmp_path / "home", runs, **knobs, GPUS_PER_NODE="1",
-                  GSM8K_PAUSE_AT="rollout:1", GSM8K_PAUSE_FILE=str(held),
+                  GSM8K_PAUSE_AT="rollout:1,rollout:2", GSM8K_PAUSE_FILE=str(held),
+                  LOGGER="console,file,wandb", WANDB_MODE="offline",
                   RAY_enable_worker_prestart="0", RAY_prestart_worker_first_driver="0",
                   **cluster.env)  # fmt: skip
     submit = [
@@ -86,18 +96,24 @@ def test_a_two_node_job_requeued_by_slurm_saves_its_step_then_resumes_on_one_nod
     def state() -> str:
         return cluster.job(job).get("JobState", "")
 
+    def wait_for(what: str, ready, timeout: float = TRAIN_TIMEOUT_S) -> float:
+        return cluster.wait_for(what, ready, job, out, timeout)
+
+    def control(*change: str) -> None:
+        done = cluster.run("scontrol", *change)
+        assert done.returncode == 0, done.stdout + done.stderr
+
     # 1. step 1's rollout held on two nodes; the requeue signals every process of the job
-    wait_for("step 1's rollout held", held.exists, cluster, job, out, TRAIN_TIMEOUT_S)
-    requeued = cluster.run("scontrol", "requeuehold", job)
-    assert requeued.returncode == 0, requeued.stdout + requeued.stderr
+    wait_for("step 1's rollout held", held.exists)
+    control("requeuehold", job)
     signalled = time.monotonic()
-    wait_for("the requeue's SIGTERM", lambda: "recipe: SIGTERM:" in text(), cluster, job, out, 120)
+    wait_for("the requeue's SIGTERM", lambda: SIGTERM_SAID in text(), 120)
     held.unlink()  # step 1 goes on
 
     def stopped() -> bool:  # held after the requeue, every process of the first start gone
         return "stopping Ray on the job's nodes" in text() and state() in HELD
 
-    wait_for("the first start's end", stopped, cluster, job, out, TRAIN_TIMEOUT_S)
+    wait_for("the first start's end", stopped)
     ended = time.monotonic() - signalled
     first = text()
     # nothing of the job left on either node: its Ray sessions, the launch's processes
@@ -108,6 +124,11 @@ def test_a_two_node_job_requeued_by_slurm_saves_its_step_then_resumes_on_one_nod
     assert f"recipe: Slurm requeued job {job} itself (restart 1: " in first, first[-6000:]
     grace = f"5 s before Slurm's SIGKILL, KillWait {KILL_WAIT_S} s after its requeue of job {job}"
     assert grace in first, first[-6000:]
+    # the launch said its deadline (the job's time limit is known) and KillWait's margin, with no
+    # stop measured yet in this run directory
+    assert "recipe: deadline: the job ends at" in first
+    kill_wait = f"recipe: Slurm: a requeue or preemption of job {job} leaves {KILL_WAIT_S} s from"
+    assert kill_wait in first and "no step measured" in first, first[-6000:]
     # Ray on both nodes, each given the job's CPUs; the cluster's workers lived through the
     # SIGTERM (they carry the launch's variables), vLLM's engines too
     assert "preflight: [ok] gpu: Ray cluster at " in first and ": 2 node(s), 2 GPU(s)" in first
@@ -125,20 +146,37 @@ def test_a_two_node_job_requeued_by_slurm_saves_its_step_then_resumes_on_one_nod
 
     # 2. one node lost: the requeued job shrunk to one node (its task count first: Slurm keeps
     #    the two tasks and their CPUs of `--nodes=2 --ntasks-per-node=1` otherwise, and starts it
-    #    on two nodes again), released; it reshards and ends
-    shrink = (
-        ("update", f"JobId={job}", "NumTasks=1"),
-        ("update", f"JobId={job}", "NumNodes=1", f"NumCPUs={cluster.cpus}"),
-        ("release", job),
-    )
-    for change in shrink:
-        done = cluster.run("scontrol", *change)
-        assert done.returncode == 0, done.stdout + done.stderr
-    wait_for("the second start's end", lambda: state() in ("COMPLETED", "FAILED"), cluster, job,
-             out, TRAIN_TIMEOUT_S)  # fmt: skip
+    #    on two nodes again), released; it reshards and is held before step 2's rollout
+    control("update", f"JobId={job}", "NumTasks=1")
+    control("update", f"JobId={job}", "NumNodes=1", f"NumCPUs={cluster.cpus}")
+    control("release", job)
+    wait_for("step 2's rollout held", lambda: cluster.job(job).get("Restarts") == "1" and
+             held.exists())  # fmt: skip
+
+    # 3. the time limit cut to end the signal lead from now (Slurm keeps limits in whole
+    #    minutes: up to a minute more), so the signal is due at once or within that minute, and
+    #    the start keeps at least LEAD_S - 5 s for the step and its save; Slurm's timer signals
+    #    the batch process, which passes it to the launcher
+    ran = seconds(cluster.job(job)["RunTime"])
+    cut = ran + LEAD_S
+    control("update", f"JobId={job}", f"TimeLimit={cut // 60}:{cut % 60:02d}")
+    cut_at = time.monotonic()
+    wait_for("Slurm's time-limit signal", lambda: text().count(SIGTERM_SAID) >= 2, 300)
+    waited = time.monotonic() - cut_at
+    control("update", f"JobId={job}", "TimeLimit=30")  # the requeued start gets it all again
+    held.unlink()  # step 2 goes on
+
+    def ended_all() -> bool:
+        fields = cluster.job(job)
+        return fields.get("Restarts") == "2" and fields.get("JobState") in ("COMPLETED", "FAILED")
+
+    wait_for("the third start's end", ended_all)
     total = time.monotonic() - started
-    fields, second = cluster.job(job), text()[len(first) :]  # --open-mode=append
-    assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", (fields, second)
+    fields = cluster.job(job)
+    # each start's output from its first line (--open-mode=append; two job lines a start)
+    later = text()[len(first) :]
+    assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", (fields, later)
+    second, third = later.split(f"slurm: job {job} (verl-gsm8k-multi) restart 2 on ", 1)
     assert f"slurm: job {job} (verl-gsm8k-multi) restart 1 on n" in second, second[-6000:]
     assert "1 node(s) x 1 GPU(s)" in second, second[-6000:]
     assert "resume: global_step_1 is whole" in second and "Training from scratch" not in second
@@ -146,12 +184,50 @@ def test_a_two_node_job_requeued_by_slurm_saves_its_step_then_resumes_on_one_nod
         line = f"reshard: global_step_1/{role} was saved at world size 2: rewritten for 1 "
         assert line in second, second[-6000:]
         assert (saved / role / "model_world_size_2_rank_1.pt").is_file()  # the original, kept
+    # the time limit: a stop measured in the first start fits KillWait; the step in flight saved
+    # by the stop request (SAVE_FREQ=100), stamped by this launch; the job requeued by itself
+    assert "measured here, it fits" in second, second[-6000:]
+    assert "5 s before Slurm job" in second  # the grace runs to the job's end
+    assert "stopped on SIGTERM after saving step 2 " in second, second[-6000:]
+    stamps = sorted(m.name[len("metrics-") : -len(".jsonl")]
+                    for m in (run_dir / "metrics").glob("metrics-*.jsonl"))  # fmt: skip
+    assert len(stamps) == 3 and read_stamp(run_dir, 2) == stamps[1]
+    assert f"recipe: requeueing Slurm job {job} (restart 1): it resumes from step 2" in second
+    assert "failed: resubmit" not in second
+    assert "resume: global_step_2 is whole" in third and "Training from scratch" not in third
+    assert "could not be stopped" not in first + second + third
+
+    # every step logged once across the three starts; the last checkpoint whole and merged
     segments = metric_segments(run_dir)
-    assert [sorted(s for s in seg if "actor/pg_loss" in seg[s]) for seg in segments] == [[1], [2]]
-    last = json.loads((run_dir / "global_step_2" / "actor" / "fsdp_config.json").read_text())
-    assert last["world_size"] == 1 and (run_dir / TRACKER).read_text().strip() == "2"
+    assert [sorted(s for s in seg if "actor/pg_loss" in seg[s]) for seg in segments] == [
+        [1], [2], [3]]  # fmt: skip
+    last = json.loads((run_dir / "global_step_3" / "actor" / "fsdp_config.json").read_text())
+    assert last["world_size"] == 1 and (run_dir / TRACKER).read_text().strip() == "3"
+    timings = json.loads((run_dir / "timings.json").read_text())
+    assert timings["step_s"] > 0 and timings["save_s"] > 0 and timings["start_s"] > 0
     assert slurm_ray_groups(job) == set()
+    assert [p.pid for p in launch_processes(of_run_dir(str(run_dir)))] == []
+    merge_run(run_dir, tmp_path / "merged", env)
+    # wandb (offline) beside the file logger: every step reaches it. Where the requeue's SIGTERM
+    # ended its service process (wandb-core ends on it), step 1's wandb call failed in one line
+    # and the second start sent step 1 to its own wandb run before step 2 (ppo_trainer/
+    # wandb_gap.py). A CI run once saw the service live through that SIGTERM (no line): then
+    # step 1 is in the first start's run, or sent again by the second where that run did not
+    # finish wandb
+    runs_logged = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs_logged) == 3, runs_logged
+    logged = [sorted(history(next(r.glob("run-*.wandb")))) for r in runs_logged]
+    service_ended = "wandb: its service process ended" in first
+    resent = "wandb: 1 step(s) of earlier launches, 1 to 1, are in" in second
+    if service_ended:
+        assert "step 1 is in the metrics file, not in wandb" in first, first[-6000:]
+        assert resent, second[-6000:]
+    step_1_in = 1 if resent else 0  # the wandb run that has step 1
+    assert 1 in logged[step_1_in] and 2 in logged[1] and 3 in logged[2], logged
     print(
         f"\nthe requeue's first start ended {ended:.0f} s after its SIGTERM (KillWait "
-        f"{KILL_WAIT_S} s); the job ended at {total:.0f} s, two starts"
+        f"{KILL_WAIT_S} s); the time limit cut at {ran} s of the second start, Slurm's signal "
+        f"{waited:.0f} s later; the job ended at {total:.0f} s, three starts; wandb's service "
+        f"ended on the requeue's SIGTERM: {service_ended}, steps in each start's wandb run: "
+        f"{logged}; measured: {timings}"
     )

@@ -7,10 +7,11 @@ One launch. The legacy trainer's stop request and resume are its own few lines, 
 real class by tests/test_guard_trainer.py (the wrapped dataloader ends the loop and saves the
 step trained; `_load_checkpoint` begins the guard at the loaded step); that a launch's processes
 live through a SIGTERM to every one of them and save the step in flight is the launcher's and the
-workers' doing, the same for both trainers, proven for real by tests/test_slurm_cpu.py's requeue.
-A second launch here for those cost a verl start-up (docs/testing.md, "What was cut"). GRPO's
-training on the CPU (no critic, KL as a loss) is proven on the learning run of tests/learn_runs.py
-(test_learn_cpu.py), which composes the same config (configs/gsm8k_grpo.yaml)."""
+workers' doing, the same for both trainers, proven for real by tests/test_slurm_nodes_cpu.py's
+requeue. A second launch here for those cost a verl start-up (docs/testing.md, "What was cut").
+GRPO's training on the CPU (no critic, KL as a loss) is proven on the learning run of
+tests/learn_runs.py (test_learn_cpu.py), which composes the same config
+(configs/gsm8k_grpo.yaml)."""
 
 from __future__ import annotations
 

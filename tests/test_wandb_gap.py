@@ -3,7 +3,7 @@ launch whose wandb service process is ended by a real SIGTERM keeps going and sa
 and the next launch sends its own wandb run the steps wandb did not finish, from the metrics
 files.
 Each launch is its own process, as verl's TaskRunner is. The same on a real stop (a SIGTERM to
-every process of a CPU training run): tests/test_slurm_cpu.py."""
+every process of a CPU training run): tests/test_slurm_nodes_cpu.py."""
 
 from __future__ import annotations
 
