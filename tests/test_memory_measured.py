@@ -41,9 +41,11 @@ from verl_gsm8k.preflight import activations as act
 from verl_gsm8k.preflight.cli import compose
 from verl_gsm8k.preflight.memory import GIB, Engine, engine_of, update_peak
 
-# About 85 s on the 2 CI cores under load (MemTracker updates every module's peak at every op,
+# About 190 s on the 2 CI cores under load (MemTracker updates every module's peak at every op,
 # and verl's logprobs_from_logits_v2 loops over tokens): over the suite's ~30 s mark for slow.
-pytestmark = pytest.mark.slow
+# The measurement is a module fixture, made once per xdist worker: one group keeps both tests on
+# one worker, so it is made once (split over the two, it was made twice: 407 s for the file).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("memory_measured")]
 
 BATCH, SEQ = 3, 512  # 1536 tokens: the update's logits peak above its end-of-backward peaks
 TOKENS = BATCH * SEQ
