@@ -42,7 +42,7 @@ from slurm_local import Cluster, require_slurm, seconds, slurm_cluster
 from test_train_cpu import ONE_SMALL_STEP, TRAIN_TIMEOUT_S, cpu_env, metric_segments
 from wandb_offline import history
 
-from verl_gsm8k.common.run_dir import TRACKER, read_stamp
+from verl_gsm8k.common.run_dir import TRACKER, metrics_paths, metrics_stamp, read_stamp
 from verl_gsm8k.launch.reap import launch_processes, of_run_dir, slurm_ray_groups
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -189,8 +189,7 @@ def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_it
     assert "measured here, it fits" in second, second[-6000:]
     assert "5 s before Slurm job" in second  # the grace runs to the job's end
     assert "stopped on SIGTERM after saving step 2 " in second, second[-6000:]
-    stamps = sorted(m.name[len("metrics-") : -len(".jsonl")]
-                    for m in (run_dir / "metrics").glob("metrics-*.jsonl"))  # fmt: skip
+    stamps = [metrics_stamp(path) for path in metrics_paths(run_dir)]
     assert len(stamps) == 3 and read_stamp(run_dir, 2) == stamps[1]
     assert f"recipe: requeueing Slurm job {job} (restart 1): it resumes from step 2" in second
     assert "failed: resubmit" not in second
