@@ -24,7 +24,6 @@ problems as chat transcripts for supervised fine-tuning) reuses the reading and 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import socket
@@ -35,6 +34,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from rewards import gsm8k as reward
+from verl_gsm8k.common import json_read
 from verl_gsm8k.common.atomic_io import NotWritable, Writers, replace_all
 
 PROG = "data_prep.gsm8k"
@@ -54,7 +55,10 @@ PROMPT_STYLES: dict[str, str] = {
 }
 DEFAULT_PROMPT_STYLE = "hash"
 
-_NUMBER = re.compile(r"-?[0-9][0-9,]*(\.[0-9]+)?")
+# A ground truth: an optional sign ("- 5" is -5, as the reward reads it), then "1,234" (groups of
+# three only) or "1234", then an optional ".5".
+_NUMBER = re.compile(r"(-) ?((?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?)|"
+                     r"((?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?)")  # fmt: skip
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")  # "name" or "owner/name"
 _MARKER = "####"
 
@@ -79,16 +83,27 @@ def build_prompt(question: str, style: str = DEFAULT_PROMPT_STYLE) -> str:
 def ground_truth(answer: str) -> str:
     """The number after the last ``####`` of a GSM8K solution, commas removed ("1,080" -> "1080").
 
-    Raises ValueError when there is no ``####`` or what follows it is not a plain number.
+    Raises ValueError when there is no ``####``, what follows it is not a plain number (a sign,
+    which one space may follow, as the reward reads it; thousands in groups of three) or no
+    response could match it (the reward, rewards/gsm8k.py, given that answer line, does not
+    credit it: a number longer than it reads, say).
     """
     _, marker, tail = answer.rpartition(_MARKER)
     if not marker:
         raise ValueError(f"answer has no '{_MARKER} <number>' line")
     value = tail.strip()
-    if not _NUMBER.fullmatch(value):
-        shown = value if len(value) <= 40 else value[:37] + "..."
+    match = _NUMBER.fullmatch(value)
+    shown = value if len(value) <= 40 else value[:37] + "..."
+    if not match:
         raise ValueError(f"answer after '{_MARKER}' is not a number: {shown!r}")
-    return value.replace(",", "")
+    truth = (match[1] or "") + (match[2] or match[3]).replace(",", "")
+    said = f"{_MARKER} {value}"  # the reference answer line, as a response would write it
+    if len(value) > reward.ANSWER_WINDOW or reward.compute_score(None, said, truth)["acc"] != 1.0:
+        raise ValueError(
+            f"answer after '{_MARKER}' is a number no response can match: {shown!r} (the reward "
+            f"reads {reward.ANSWER_WINDOW} characters of an answer line)"
+        )
+    return truth
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,9 +153,9 @@ def _read_jsonl(path: Path, limit: int | None) -> list[Row]:
         if not line.strip():
             continue  # blank lines (a trailing newline, say) carry no row
         try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataPrepError(f"{where}: invalid JSON ({err.msg}, column {err.colno})") from None
+            raw = json_read.parse(line, where)
+        except json_read.JsonError as err:
+            raise DataPrepError(f"{where}: invalid JSON ({err.reason})") from None
         rows.append(_validate(raw, where))
     return rows
 

@@ -30,8 +30,9 @@ Contract shared by every scorer in ``REWARD_FUNCTIONS``:
   tag's content, the line after "answer is") holds numbers of more than one value, as in
   ``12 or 13``, ``1,2,3``, ``12-13`` or ``5 apples and 6 pears``, it scores 0 whichever is right,
   and the scorer does not fall back to an earlier marker or another extractor. ``-5``, ``2.5``,
-  ``3/4``, ``1,234,567``, a unit's exponent (``m^2``) and the same value twice are one candidate;
-  an explanation on the following lines is not part of the segment.
+  ``- 5``, ``3/4``, ``1,234,567``, a unit's exponent (``m^2``) and the same value twice are one
+  candidate; a power of a number (``7^2``) is an expression, not a stated value, and scores 0
+  like a hedge; an explanation on the following lines is not part of the segment.
 
 Scorers:
 
@@ -58,15 +59,18 @@ ACC_WEIGHT = 0.8  # compute_score_format: weight of correctness (keep >= 0.7)
 FORMAT_WEIGHT = 0.2  # compute_score_format: weight of the "#### <number>" format
 MARKER = "####"
 
-# A number: optional sign (not glued to a word, as in "x-5"), then "1,234" (groups of three
-# only), "18", "18.00" or ".5", then an optional "/ 4" denominator. No nested quantifiers.
+# A number: optional sign (not glued to a word, as in "x-5"; one space may follow it: "- 5" is
+# -5), then "1,234" (groups of three only), "18", "18.00" or ".5", then an optional "/ 4"
+# denominator. No nested quantifiers.
 _NUMBER_RE = re.compile(
-    r"(?:(?<![0-9A-Za-z])(?P<neg>-))?"
+    r"(?:(?<![0-9A-Za-z])(?P<neg>-) ?)?"
     r"(?P<num>(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+)"
     r"(?:\s?/\s?(?P<den>\d+))?"
 )
-# A unit's exponent ("m^2", "cm^{3}"), removed before counting an answer's numbers.
-_EXPONENT_RE = re.compile(r"\^\{?\d+\}?")
+# A unit's exponent ("m^2", "cm^{3}": right after a letter), removed before counting an answer's
+# numbers; a number's power ("7^2", "10 ^ 3") is an expression, not one stated value.
+_EXPONENT_RE = re.compile(r"(?<=[A-Za-z])\^\{?\d+\}?")
+_POWER_RE = re.compile(r"[0-9)}]\s?\^")
 _LATEX_FRAC_RE = re.compile(r"\\[dt]?frac\s?\{([^{}]*)\}\s?\{([^{}]*)\}")
 _ANSWER_IS_RE = re.compile(r"answer\s*(?:is|:|=)", re.IGNORECASE)
 _SPACE_RE = re.compile(r"\s")
@@ -130,7 +134,7 @@ def _answer(segment: str) -> Answer:
     """
     text = _EXPONENT_RE.sub("", _clean(segment[:ANSWER_WINDOW]))
     values = {_to_fraction(match) for match in _NUMBER_RE.finditer(text)}
-    if len(values) > 1:
+    if len(values) > 1 or (values and _POWER_RE.search(text)):
         return HEDGED
     return values.pop() if values else None  # a lone "5/0" is no number
 

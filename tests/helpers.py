@@ -222,3 +222,41 @@ def with_pythonpath(env: dict[str, str], *entries: Path) -> dict[str, str]:
     this tree's, not an installed copy's), then what was there."""
     parts = [str(p) for p in entries] + [str(ROOT)] + [env.get("PYTHONPATH", "")]
     return dict(env, PYTHONPATH=os.pathsep.join(p for p in parts if p))
+
+
+def assert_loads_as_torch(run_dir: Path) -> int:
+    """Every checkpoint file (``*.pt``) of ``run_dir`` passes the checks and the checked load
+    (verl_gsm8k/common/checkpoint_files.py) gives what ``torch.load(weights_only=False)`` gives,
+    bit for bit (tensors' dtypes, DTensors' placements and local shards, numpy arrays, every
+    other value); the number of files compared."""
+    import numpy as np
+    import torch
+    import torch.distributed.tensor as dtensor
+
+    from verl_gsm8k.common.checkpoint_files import load
+
+    def same(a: object, b: object, where: str) -> None:
+        assert type(a) is type(b), where
+        if isinstance(a, dtensor.DTensor):
+            assert a.placements == b.placements and a.shape == b.shape, where
+            same(a.to_local(), b.to_local(), where)
+        elif isinstance(a, torch.Tensor):
+            assert a.dtype == b.dtype and torch.equal(a, b), where
+        elif isinstance(a, dict):
+            assert list(a) == list(b), where
+            for key in a:
+                same(a[key], b[key], f"{where}[{key!r}]")
+        elif isinstance(a, list | tuple):
+            assert len(a) == len(b), where
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                same(x, y, f"{where}[{i}]")
+        elif isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and np.array_equal(a, b), where
+        else:
+            assert a == b, where
+
+    files = sorted(Path(run_dir).rglob("*.pt"))
+    for path in files:
+        same(load(path), torch.load(path, map_location="cpu", weights_only=False), str(path))
+    assert files, f"no checkpoint file in {run_dir}"
+    return len(files)

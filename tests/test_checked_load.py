@@ -4,8 +4,9 @@ or world size it has; a whole one loads as before (docs/reliability.md, "What su
 file swapped after the launcher's scan).
 
 The real loaders run here: FSDPCheckpointManager.load_checkpoint (each worker's shards) and the v1
-trainer's _load_checkpoint (data.pt), with only verl's remote worker groups stood in for. The
-same refusal inside a real resumed CPU run: tests/test_train_cpu.py (the kill test, stage 5).
+trainer's _load_checkpoint (data.pt), with only verl's remote worker groups stood in for. That a
+real launch's worker loads through this check: tests/test_train_cpu.py (the kill test, its last
+launch held at the actor worker's first load); no real launch is given a crafted file.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from crafted_shards import KINDS
+from crafted_shards import plant as plant_crafted
 from omegaconf import OmegaConf
 
 import verl_gsm8k.verl_plugins.checked_load  # noqa: F401  (wraps verl's loaders, as in verl)
+from verl_gsm8k.common.checkpoint_files import ShardError
 from verl_gsm8k.launch.outcome import refused_load, verdict
-from verl_gsm8k.merge.scan import ShardError
 
 
 class _Planted:
@@ -92,6 +95,24 @@ def test_a_worker_loads_a_whole_checkpoint_of_any_world_size_as_before(
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     with pytest.raises(ShardError, match=f"checked load: shard {shard} is truncated"):
         manager(["model", "optimizer", "extra"]).load_checkpoint(str(role))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_worker_refuses_each_crafted_shard_at_its_load(tmp_path, single_process_group, kind):
+    """verl's own FSDPCheckpointManager.load_checkpoint on a real model shard made into each
+    crafted kind (tests/crafted_shards.py: two archives glued, one prepended or appended, a
+    pickle payload): refused at the load in one line, nothing run."""
+    marker = tmp_path / "ran"
+    role = tmp_path / "global_step_3" / "actor"
+    role.mkdir(parents=True)
+    shard = role / "model_world_size_1_rank_0.pt"
+    torch.save(manager(["model"]).model.state_dict(), shard)
+    plant_crafted(kind, shard, marker)
+    with pytest.raises(ShardError) as err:
+        manager(["model"]).load_checkpoint(str(role))
+    said = str(err.value)
+    assert said.startswith("checked load: ") and str(shard) in said and "\n" not in said, said
+    assert not marker.exists(), "the crafted shard ran inside verl's load"
 
 
 class _Loader:
@@ -165,9 +186,9 @@ def test_the_launcher_names_the_refused_file_in_one_line(tmp_path):
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / f"console-{stamp}.log").write_text(
         "ray.exceptions.RayTaskError(ShardError): ray::WorkerDict.actor_rollout_load_checkpoint()\n"
-        "verl_gsm8k.merge.scan.ShardError: checked load: refused to load /r/global_step_8/actor/"
-        "model_world_size_1_rank_0.pt: its pickle names the global posix.system, which no verl "
-        "checkpoint holds\n"
+        "verl_gsm8k.common.checkpoint_files.ShardError: checked load: refused to load "
+        "/r/global_step_8/actor/model_world_size_1_rank_0.pt: its pickle names the global "
+        "posix.system, which no verl checkpoint holds\n"
     )
     status, lines = verdict(tmp_path, stamp, 1, stopped=False)
     assert status == 1 and len(lines) == 1, lines

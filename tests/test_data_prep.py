@@ -330,6 +330,7 @@ GOOD = json.dumps(SYNTHETIC["test"][0])
 GOOD_ROWS = [{"question": "Different rows, so a partial write would show.", "answer": "#### 1"}]
 MALFORMED = {
     "bad-json": ('{"question": "x", "answer": ', "invalid JSON ("),
+    "deep-json": ("[" * 100_000 + "]" * 100_000, "invalid JSON (nested too deep)"),
     "not-object": ('["question", "answer"]', "row is not a JSON object"),
     "no-hash": (
         json.dumps({"question": "Q?", "answer": "It is 5."}),
@@ -342,6 +343,14 @@ MALFORMED = {
     "number-then-text": (
         json.dumps({"question": "Q?", "answer": "so\n#### 18 dollars"}),
         "answer after '####' is not a number: '18 dollars'",
+    ),
+    "bad-separators": (
+        json.dumps({"question": "Q?", "answer": "so\n#### 1,,,2,"}),
+        "answer after '####' is not a number: '1,,,2,'",
+    ),
+    "no-response-matches": (
+        json.dumps({"question": "Q?", "answer": "so\n#### " + "9" * 10**6}),
+        "answer after '####' is a number no response can match: '9999",
     ),
     "no-question": (json.dumps({"answer": "#### 3"}), "missing or empty 'question' field"),
     "empty-question": (
@@ -608,7 +617,13 @@ def test_prompt_styles_single_source_of_truth():
 
 @pytest.mark.parametrize(
     ("answer", "truth"),
-    [("a\n#### 72", "72"), ("#### 1,080", "1080"), ("x\n#### -7", "-7"), ("#### 0.5  \n", "0.5")],
+    [
+        ("a\n#### 72", "72"),
+        ("#### 1,080", "1080"),
+        ("x\n#### -7", "-7"),
+        ("#### 0.5  \n", "0.5"),
+        ("#### - 5", "-5"),
+    ],  # fmt: skip
 )
 def test_ground_truth(answer, truth):
     assert ground_truth(answer) == truth
@@ -619,7 +634,11 @@ def test_ground_truth_strips_thousands_separators(number):
     assert ground_truth(f"Steps <<1+1=2>>.\n#### {number:,}") == str(number)
 
 
-@pytest.mark.parametrize("answer", ["no marker", "#### ", "#### 12 apples", "#### $5", "#### 1e3"])
+@pytest.mark.parametrize(
+    "answer",
+    ["no marker", "#### ", "#### 12 apples", "#### $5", "#### 1e3", "#### 1,,,2,", "#### 1,0000",
+     "#### 12,", "#### 7^2", "#### " + "9" * 101, "#### " + "9" * 10**6],
+)  # fmt: skip
 def test_ground_truth_rejects(answer):
     with pytest.raises(ValueError, match="####"):
         ground_truth(answer)

@@ -70,6 +70,7 @@ def test_same_config_resumes_a_different_one_stops_with_one_line(
     first, second = read_records(run_dir(gpu_env))
     assert first["stamp"] != second["stamp"] and differences(first, second) == []
     (tmp_path / "verl-args.txt").unlink()
+    (tmp_path / "m").mkdir()  # another model: the launcher refuses a path that does not exist
     other = run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="1e-4", MODEL_PATH=str(tmp_path / "m")))
     assert other.returncode == 2
     (line,) = [x for x in other.stderr.splitlines() if x.startswith("launch:")]

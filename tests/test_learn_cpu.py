@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 from browser import plot_series, render, require_chromium
-from helpers import ROOT, merge_run, require_path
+from helpers import ROOT, assert_loads_as_torch, merge_run, require_path
 from learn_runs import STEPS, WARM_START, Learned, toy_dir, warm_start_dir
 
 from rewards.gsm8k import compute_score, compute_score_flexible
@@ -118,6 +118,7 @@ def test_grpo_runs_without_a_critic_and_charges_kl_as_a_loss(learned_grpo: Learn
     trained = [m for s, m in learned_grpo.steps.items() if s >= 1]
     assert all("actor/kl_loss" in m and "critic/vf_loss" not in m for m in trained)
     assert VAL in learned_grpo.steps[0]
+    assert_loads_as_torch(learned_grpo.run_dir)  # the checked load: bit for bit
 
 
 def test_the_preflights_checkpoint_size_is_the_runs(learned_ppo: Learned):

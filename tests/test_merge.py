@@ -464,7 +464,7 @@ def _merge_with_the_merger_running(ckpt_ws1: Path, out: Path) -> tuple[subproces
     merger = None
     deadline = time.monotonic() + 120
     while merger is None and time.monotonic() < deadline and proc.poll() is None:
-        found = [c for c in _children(proc.pid) if "verl.model_merger" in _cmdline(c)]
+        found = [c for c in _children(proc.pid) if "merge.verl_merger" in _cmdline(c)]
         merger = found[0] if found else None
         time.sleep(0.05)
     if merger is None:
@@ -778,7 +778,7 @@ def test_a_crafted_shard_of_this_torch_is_refused_before_verls_merger_loads_it(c
         f"merge: refused to load {shard}: its pickle names the global os.system, which no verl "
         "checkpoint holds"
     )
-    assert "verl.model_merger" not in proc.stdout and list(out.iterdir()) == []
+    assert "verl_merger" not in proc.stdout and list(out.iterdir()) == []
 
 
 def test_the_scan_follows_every_way_a_pickle_names_a_global(ckpt_ws2, tmp_path):
@@ -789,20 +789,22 @@ def test_the_scan_follows_every_way_a_pickle_names_a_global(ckpt_ws2, tmp_path):
     import pickle
     import zipfile
 
-    from verl_gsm8k.merge.scan import ShardError, scan_shard
+    from verl_gsm8k.common.checkpoint_files import ShardError, check_file
 
     real = sorted((ckpt_ws2 / "run").rglob("*_world_size_2_rank_*.pt"))
     assert len(real) == 12
     for shard in real:
-        scan_shard(shard)
+        check_file(shard)
 
     marker = tmp_path / "ran"
     planted = _Planted(marker)
 
     def archive(name: str, pkl: bytes, head: bytes = b"", extra: str = "") -> Path:
         path = tmp_path / name
-        with zipfile.ZipFile(path, "w") as out:
+        with zipfile.ZipFile(path, "w") as out:  # the records torch's reader needs
             out.writestr("archive/data.pkl", pkl)
+            out.writestr("archive/version", b"3\n")
+            out.writestr("archive/byteorder", b"little")
             if extra:
                 out.writestr(f"archive/{extra}", b"")
         path.write_bytes(head + path.read_bytes())
@@ -817,13 +819,13 @@ def test_the_scan_follows_every_way_a_pickle_names_a_global(ckpt_ws2, tmp_path):
         archive("stack.pt", memoized): "the global posix.system,",
         archive("inst.pt", b"(ios\nsystem\nS'true'\n."): "the global os.system,",
         archive("computed.pt", rot13): "cannot be checked (STACK_GLOBAL requires str)",
-        archive("ahead.pt", b"", head=pickle.dumps(planted, protocol=2)): "does not start as",
+        archive("ahead.pt", b"", head=pickle.dumps(planted, protocol=2)): "not one torch zip",
         archive("script.pt", pickle.dumps({}), extra="constants.pkl"): "a TorchScript archive",
-        archive("escape.pt", b"\x80\x04\x8c\x02os\x8c\x07sys\x1b[2J\x93."): "'os.sys\\x1b[2J'",
+        archive("escape.pt", b"\x80\x04\x8c\x02os\x8c\x07sys\x1b[2J\x93."): "os.sys\\x1b[2J,",
     }
     for path, needle in cases.items():
         with pytest.raises(ShardError) as err:
-            scan_shard(path)
+            check_file(path)
         message = str(err.value)
         assert "\n" not in message and str(path) in message and needle in message, message
     assert not marker.exists()

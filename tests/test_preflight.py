@@ -141,6 +141,10 @@ MISTAKES = {
         "train file /nonexistent/train.parquet does not exist",
     ),
     "batch larger than data": (["data.train_batch_size=512"], "not one full batch"),
+    "an override Hydra cannot parse": (
+        ["data.train_files=$(x)"],
+        "override 'data.train_files=$(x)' is not in Hydra's override grammar (mismatched input",
+    ),
     "unknown reward function": (
         ["reward.custom_reward_function.name=compute_scor"],
         "functions in that file: compute_score",

@@ -229,6 +229,21 @@ def test_a_failing_preflight_stops_the_recipe_before_verl(
     assert "model_engine:" not in result.stdout  # verl's --cfg job never ran
 
 
+def test_a_missing_local_model_is_one_line_before_anything_of_verl(
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+):
+    missing = tmp_path / "no-such-model"
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
+                     MODEL_PATH=str(missing))  # fmt: skip
+    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"recipe: MODEL_PATH={missing} does not exist: a local directory holding the model's "
+        "config.json and weights, or a hub id such as Qwen/Qwen2.5-0.5B-Instruct"
+    ]
+    assert "preflight:" not in result.stdout  # nothing of verl was imported
+
+
 def test_gpu_count_is_checked_against_the_request(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     env = recipe_env(
         tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1", NDEVICES_PER_NODE="2"

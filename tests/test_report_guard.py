@@ -135,6 +135,32 @@ def test_watchdog_trips_and_the_kept_best_checkpoint_are_shown(tmp_path: Path, c
     assert "global_step_4" in printed and f"kept best checkpoint: step 4 ({VAL_KEY}" in printed
 
 
+def test_text_of_the_run_reaches_the_terminal_escaped_and_a_deep_metrics_line_is_skipped(
+    tmp_path: Path, capsys
+):
+    """A run directory from a shared folder: a terminal escape in a watchdog trip is printed
+    escaped; a metrics line nested 100k deep is one warning, the report still written."""
+    run = write_run(tmp_path, steps=6)
+    append_trip(run, {"launch": STAMP, "step": 5, "rule": "non_finite",
+                      "metric": "actor/pg_loss\x1b]0;owned\x07", "value": 1.0,
+                      "threshold": "finite", "action": "stop", "last_healthy_checkpoint": 4,
+                      "message": "stopped\x1b[2J"})  # fmt: skip
+    segment = next((run / "metrics").glob("*.jsonl"))
+    lines = segment.read_text().splitlines()
+    steps = {json.loads(line)["step"] for line in lines}
+    lines.insert(2, "[" * 100_000 + "]" * 100_000)
+    segment.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    assert report.main([str(run), "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "\x1b" not in printed.out + printed.err
+    assert "non_finite on actor/pg_loss\\x1b]0;owned\\x07" in printed.out
+    (warning,) = [x for x in printed.err.splitlines() if "nested too deep" in x]
+    assert f"{segment}:3: invalid JSON (nested too deep), skipped" in warning
+    assert (out / "report.html").is_file()
+    assert strict_json(out / "summary.json")["steps"]["count"] == len(steps)
+
+
 def test_a_run_without_guard_files_shows_nothing_extra(tmp_path: Path):
     run = write_run(tmp_path, steps=4)
     result = report.generate(run, tmp_path / "out")

@@ -18,7 +18,15 @@ from pathlib import Path
 
 import killing
 import pytest
-from helpers import ROOT, merge_run, prepare_sft, recipe_env, run_recipe, write_synthetic_gsm8k
+from helpers import (
+    ROOT,
+    assert_loads_as_torch,
+    merge_run,
+    prepare_sft,
+    recipe_env,
+    run_recipe,
+    write_synthetic_gsm8k,
+)
 
 from verl_gsm8k.launch.plan import bare_overrides as recipe_overrides
 from verl_gsm8k.preflight import cli as preflight
@@ -91,6 +99,7 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
     assert len(signalled) >= 2 and not killing.session(first), killing.names(first)
     stamp = (run_dir / f"global_step_{STOP_AT}" / "launch_stamp.txt").read_text().strip()
     assert (run_dir / "metrics" / f"metrics-{stamp}.jsonl").is_file()
+    assert_loads_as_torch(run_dir)  # the SFT checkpoint, by the checked load: bit for bit
 
     # the same command resumes from step 4 to the end
     result = run_recipe(RECIPE, env, timeout=400)

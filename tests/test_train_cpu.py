@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import ROOT, USER_KNOBS, merge_run, require_path, run_recipe
+from helpers import ROOT, USER_KNOBS, assert_loads_as_torch, merge_run, require_path, run_recipe
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -124,6 +124,7 @@ def test_smoke_trains_two_ppo_steps_and_checkpoints(smoke: Smoke):
     for role in ("actor", "critic"):
         shard = smoke.run_dir / "global_step_2" / role / "model_world_size_1_rank_0.pt"
         assert shard.is_file() and shard.stat().st_size > 100_000
+    assert assert_loads_as_torch(smoke.run_dir) >= 7  # the checked load, bit for bit
 
 
 def test_wandb_offline_run_holds_the_file_loggers_metrics_and_no_key(smoke: Smoke):

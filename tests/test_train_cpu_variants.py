@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, assert_loads_as_torch
 from test_train_cpu import NAN_REWARD, ONE_SMALL_STEP, TRAIN_TIMEOUT_S, cpu_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -61,6 +61,7 @@ def test_ppo_lora_is_guarded_traced_and_its_best_merge_carries_the_adapter(tmp_p
     assert not (run_dir / "global_step_3").exists() and tracker.read_text().strip() == "1"
     assert (run_dir / "global_step_2" / "watchdog_sick.json").is_file()
     assert (read_best(run_dir) or {}).get("step") == 1
+    assert_loads_as_torch(run_dir)  # the LoRA checkpoint, by the checked load: bit for bit
     meta = json.loads((run_dir / "global_step_1" / "actor" / "lora_train_meta.json").read_text())
     assert meta["r"] == 8 and meta["lora_alpha"] == 16
     # traced: each step's chosen responses, with the critic's values and the KL in the reward

@@ -16,13 +16,13 @@ chart itself is drawn in ``runpage/html.py``).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.analysis.parse import Series
+from verl_gsm8k.common import json_read
 from verl_gsm8k.common.run_dir import CHECKPOINT_EVAL_DIR
 
 EVAL_FILE = Path(CHECKPOINT_EVAL_DIR) / "comparison.json"
@@ -65,9 +65,11 @@ def read_checkpoint_evals(run_dir: Path) -> EvalFile | None:
     if not path.is_file():
         return None
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return EvalFile(path, [], f"not readable JSON ({exc})")
+        payload = json_read.read(path)
+    except OSError as exc:
+        return EvalFile(path, [], f"not readable ({exc})")
+    except json_read.JsonError as exc:
+        return EvalFile(path, [], f"not readable JSON ({exc.reason})")
     results = payload.get("results") if isinstance(payload, dict) else None
     if not isinstance(results, list):
         return EvalFile(path, [], 'no "results" list')

@@ -21,7 +21,6 @@ Inputs understood
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sys
@@ -41,6 +40,7 @@ from verl_gsm8k.analysis.vocab import (
     VAL_CORE_KEY,
     VAL_OLD_KEY,
 )
+from verl_gsm8k.common import json_read
 from verl_gsm8k.common.run_dir import (
     LAUNCHES_DIR,
     METRICS_DIR,
@@ -186,9 +186,9 @@ def parse_jsonl(path: Path, data: RunData) -> int:
             )
             unparsed = None
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            unparsed = (lineno, f"{exc.msg}, column {exc.colno}")
+            record = json_read.parse(line, str(path))
+        except json_read.JsonError as exc:
+            unparsed = (lineno, exc.reason)
             continue
         step = record.get("step") if isinstance(record, dict) else None
         metrics = record.get("data") if isinstance(record, dict) else None
@@ -347,8 +347,8 @@ def count_val_problems(directory: Path) -> tuple[int, str] | None:
             with dump.open("rb") as handle:
                 for raw in handle:
                     try:
-                        row = json.loads(raw)
-                    except ValueError:
+                        row = json_read.parse(raw, str(dump))
+                    except json_read.JsonError:
                         continue  # a line cut off mid-write
                     if isinstance(row, dict) and isinstance(row.get("input"), str):
                         inputs.add(row["input"])

@@ -60,6 +60,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.common import json_read
 from verl_gsm8k.common.atomic_io import write_atomic
 
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -77,6 +78,7 @@ DEADLINE_FILE = "job_deadline"
 # verl's FSDP files in a role's directory (actor/, critic/): one of each kind per rank
 SHARD_KINDS = ("model", "optim", "extra_state")
 FSDP_CONFIG = "fsdp_config.json"  # its world_size names the files that are the checkpoint
+ROLES = ("actor", "critic")  # a PPO checkpoint's role directories, each one model's shards
 TIMINGS_FILE = "timings.json"
 DEADLINE_STOP_FILE = "deadline_stop.json"
 WANDB_STEP_FILE = "wandb_logged_step"
@@ -140,6 +142,50 @@ def shard_name(kind: str, world_size: int | str, rank: int | str) -> str:
 
 
 SHARD_NAME = re.compile(rf"({'|'.join(SHARD_KINDS)})_world_size_(\d+)_rank_(\d+)\.pt")
+
+
+class FsdpConfigError(ValueError):
+    """A role directory whose fsdp_config.json cannot be read or names no world size its
+    directory could hold: one line."""
+
+
+def read_fsdp_config(role_dir: Path) -> dict[str, Any]:
+    """``role_dir``'s fsdp_config.json (verl's FSDP_version and world_size), read with bounds."""
+    path = Path(role_dir) / FSDP_CONFIG
+    try:
+        config = json_read.read(path, max_bytes=1 << 20)
+    except OSError as err:
+        raise FsdpConfigError(f"{path} cannot be read ({err.strerror or err})") from None
+    except json_read.JsonError as err:
+        raise FsdpConfigError(str(err)) from None
+    if not isinstance(config, dict):
+        raise FsdpConfigError(f"{path} holds no JSON object")
+    return config
+
+
+def read_world_size(role_dir: Path) -> int:
+    """The world size ``role_dir``'s fsdp_config.json names: the files that are the checkpoint.
+    Checked against the directory before anything builds that many paths: a world size larger
+    than the number of entries in ``role_dir`` cannot have its shards there."""
+    path = Path(role_dir) / FSDP_CONFIG
+    world = read_fsdp_config(role_dir).get("world_size")
+    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+        raise FsdpConfigError(f"{path} has no valid world_size ({repr(world)[:60]})")
+    entries = sum(1 for _ in os.scandir(role_dir))
+    if world > entries:
+        raise FsdpConfigError(
+            f"{path} says world_size {world}, but {role_dir} holds {entries} files: its shards "
+            "cannot be there"
+        )
+    return world
+
+
+def write_world_size(role_dir: Path, world: int, source: Path | None = None) -> None:
+    """fsdp_config.json of ``role_dir`` rewritten atomically to name ``world`` ranks, its other
+    keys those of ``source``'s (default: its own)."""
+    config = read_fsdp_config(Path(source or role_dir))
+    config["world_size"] = world
+    write_atomic(Path(role_dir) / FSDP_CONFIG, json.dumps(config, indent=4) + "\n")
 
 
 def step_name(step: int) -> str:
@@ -246,9 +292,11 @@ def read_best(run_dir: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        best = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise BestError(f"{path}: not readable JSON ({err})") from None
+        best = json_read.read(path, max_bytes=1 << 20)
+    except OSError as err:
+        raise BestError(f"{path}: not readable ({err})") from None
+    except json_read.JsonError as err:
+        raise BestError(str(err)) from None
     step = best.get("step") if isinstance(best, dict) else None
     value = best.get("value") if isinstance(best, dict) else None
     if not isinstance(step, int) or isinstance(step, bool) or not isinstance(value, (int, float)):
@@ -299,8 +347,8 @@ def read_trips(run_dir: Path) -> list[dict[str, Any]]:
     trips = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            trip = json.loads(line)
-        except ValueError:
+            trip = json_read.parse(line, str(path))
+        except json_read.JsonError:
             continue  # a line cut by a kill mid-append
         if isinstance(trip, dict) and isinstance(trip.get("step"), int):
             trips.append(trip)
@@ -378,9 +426,11 @@ def logged_rows(run_dir: Path) -> dict[int, dict[str, Any]]:
     for path in metrics_paths(run_dir):
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
-                row = json.loads(line)
-            except ValueError:
+                row = json_read.parse(line, str(path))
+            except json_read.JsonError:
                 continue  # a line cut by a kill
+            if not isinstance(row, dict):
+                continue
             step, data = row.get("step"), row.get("data")
             if isinstance(step, int) and isinstance(data, dict):
                 by_step.setdefault(step, {}).update(data)

@@ -28,6 +28,7 @@ from typing import Any
 from verl_gsm8k.analysis.evals import evals_summary
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.common.run_dir import VALIDATION_DIR
+from verl_gsm8k.common.terminal import clean
 from verl_gsm8k.compare.charts import CHARTS
 from verl_gsm8k.compare.diff import NAMED, ConfigDiff, config_diff
 from verl_gsm8k.compare.page import render_page
@@ -130,7 +131,7 @@ def terminal_text(summary: dict[str, Any], out_dir: Path | None) -> str:
         lines.append(f"  config of {label} not compared: {why}")
     if out_dir is not None:
         lines.append(f"  written: {out_dir / HTML_NAME}, {out_dir / SUMMARY_NAME}")
-    return "\n".join(lines)
+    return "\n".join(clean(line) for line in lines)  # the runs' text, escaped
 
 
 def compare(paths: Sequence[Path], out_dir: Path, step: str = "last") -> dict[str, Any]:
@@ -162,15 +163,15 @@ def main(paths: Sequence[Path], out: Path | None, quiet: bool, step: str = "last
     try:
         summary = compare(paths, out_dir, step)
     except CompareError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {clean(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"{PROG}: error: cannot write the comparison to {out_dir}: {exc}", file=sys.stderr)
         return 1
     for run in summary["runs"]:
         for issue in run["parse_issues"]:
-            print(f"{PROG}: warning: {issue}", file=sys.stderr)
+            print(f"{PROG}: warning: {clean(issue)}", file=sys.stderr)
     if summary["questions_issue"]:
-        print(f"{PROG}: warning: {summary['questions_issue']}", file=sys.stderr)
+        print(f"{PROG}: warning: {clean(summary['questions_issue'])}", file=sys.stderr)
     print(out_dir / HTML_NAME if quiet else terminal_text(summary, out_dir))
     return 0

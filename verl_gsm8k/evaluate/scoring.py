@@ -5,12 +5,12 @@ EvalScope's report and reviews, deltas against the baseline. Pure; tested withou
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import sys
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.common import json_read
 from verl_gsm8k.evaluate.settings import BENCHMARK, DATA_SOURCE, REWARD_FILE, EvalError, UsageError
 
 
@@ -37,8 +37,12 @@ def user_prompt(record: dict) -> str:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    with path.open(encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        lines = [(n, line) for n, line in enumerate(handle, 1) if line.strip()]
+    try:
+        return [json_read.parse(line, f"{path}: line {n}") for n, line in lines]
+    except json_read.JsonError as err:
+        raise EvalError(str(err)) from None
 
 
 def load_reward(path: Path = REWARD_FILE):
@@ -119,8 +123,11 @@ def read_report(work_dir: Path, label: str) -> dict:
     path = work_dir / "reports" / label / f"{BENCHMARK}.json"
     if not path.is_file():
         raise EvalError(f"EvalScope wrote no report at {path}")
-    report = json.loads(path.read_text(encoding="utf-8"))
-    metrics = report.get("metrics") or []
+    try:
+        report = json_read.read(path)
+    except json_read.JsonError as err:
+        raise EvalError(str(err)) from None
+    metrics = (report.get("metrics") if isinstance(report, dict) else None) or []
     if not metrics:
         raise EvalError(f"EvalScope's report {path} has no metrics")
     # the mean first; with several answers per question EvalScope adds pass@n for n <= k

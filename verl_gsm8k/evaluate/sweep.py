@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import shutil
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.common import json_read
 from verl_gsm8k.common.launch_record import RecordError, lookup, read_record, read_records
 from verl_gsm8k.common.run_dir import (
     BEST_FILE,
@@ -141,8 +141,8 @@ def earlier_rows(out: Path, key: dict[str, Any]) -> list[dict]:
     if not path.is_file():
         return []
     try:
-        old = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        old = json_read.read(path)
+    except (OSError, json_read.JsonError):
         raise UsageError(f"{path} is not readable JSON: remove it or pass another --out") from None
     settings = (old.get("sweep") or {}).get("settings") or {}
     differ = [

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from verl_gsm8k.common import json_read
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.common.run_dir import (
     STAMP_FORMAT,
@@ -65,8 +66,10 @@ class Timings:
     @classmethod
     def read(cls, run_dir: Path) -> Timings:
         try:
-            data = json.loads(timings_path(run_dir).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = json_read.read(timings_path(run_dir), max_bytes=1 << 20)
+        except (OSError, json_read.JsonError):
+            return cls()
+        if not isinstance(data, dict):
             return cls()
         known = {
             k: float(v) for k, v in data.items() if k in ("step_s", "save_s", "val_s", "start_s")
@@ -109,8 +112,8 @@ def record_stop(
 
 def read_stop(run_dir: Path) -> dict | None:
     try:
-        data = json.loads(deadline_stop_path(run_dir).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json_read.read(deadline_stop_path(run_dir), max_bytes=1 << 20)
+    except (OSError, json_read.JsonError):
         return None
     return data if isinstance(data, dict) else None
 

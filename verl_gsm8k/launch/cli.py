@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from verl_gsm8k.common.run_dir import console_log_path, deadline_path, metrics_path, unused_stamp
+from verl_gsm8k.common.terminal import clean
 from verl_gsm8k.guard import deadline as job_deadline
 from verl_gsm8k.guard import prune
 from verl_gsm8k.launch import grace as stop_grace
@@ -48,7 +49,10 @@ class Exit(Exception):
 
 
 def say(line: str, err: bool = False) -> None:
-    print(line, file=sys.stderr if err else sys.stdout, flush=True)
+    """One of the launcher's lines; what it quotes from files (a run directory's messages,
+    verl's log) has its control characters escaped, its own line breaks kept."""
+    text = "\n".join(clean(part) for part in line.split("\n"))
+    print(text, file=sys.stderr if err else sys.stdout, flush=True)
 
 
 def usage(recipe: str) -> None:
@@ -95,6 +99,23 @@ def warn_unshared_run_dir(plan: Plan) -> None:
         "writes its ranks' checkpoint shards there, and merge.sh and a resume need them all in "
         "one place; set RUNS_ROOT to storage every node mounts (docs/scaling.md)",
         err=True)  # fmt: skip
+
+
+def check_local_models(plan: Plan, user: list[str]) -> None:
+    """A model knob naming a local directory that does not exist: one line, exit 2, before the
+    preflight imports verl (whose first words on it would be a hub-id error). A hub id, or a key
+    the user sets after ``--``, is the preflight's to check."""
+    overridden = {item.split("=", 1)[0].lstrip("+~") for item in user}
+    for name in ("MODEL_PATH", "CRITIC_MODEL_PATH"):
+        value = plan.values.get(name)
+        keys = [key for key, knob in plan.knob_keys.items() if knob == name]
+        if not value or not keys or overridden & set(keys):
+            continue
+        if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().exists():
+            say(f"recipe: {name}={value} does not exist: a local directory holding the model's "
+                "config.json and weights, or a hub id such as Qwen/Qwen2.5-0.5B-Instruct",
+                err=True)  # fmt: skip
+            raise Exit(2)
 
 
 def prepare_cpu_defaults(plan: Plan) -> None:
@@ -359,6 +380,7 @@ def launch(argv: list[str]) -> int:
     hooks = recipe_hooks(plan.recipe)
     if hooks is not None:
         hooks.prepare(plan)
+    check_local_models(plan, user)
     dry_run = plan.values.get("DRY_RUN") == "1"
     picked: list[str] = []
     if plan.values.get("SKIP_PREFLIGHT") != "1":

@@ -31,6 +31,7 @@ from verl_gsm8k.common.run_dir import (
     tracked_step,
     watchdog_path,
 )
+from verl_gsm8k.common.terminal import clean
 from verl_gsm8k.guard.deadline import read_stop
 
 
@@ -165,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     status, lines = verdict(args.run_dir, args.stamp, args.verl_status, args.stopped)
     for line in lines:
-        print(line, file=sys.stderr)
+        print(clean(line), file=sys.stderr)
     return status
 
 

@@ -11,9 +11,11 @@ its one model directly in the step directory (shards, ``fsdp_config.json``, ``hu
 ``actor/``): it is merged as a causal LM like an actor, recorded with role ``sft``, and is a model
 the PPO recipes take as ``MODEL_PATH``. Finding and checking that checkpoint: merge/find.py.
 
-The merge itself is verl's own merger, run as a subprocess::
+The merge itself is verl's own merger, run as a subprocess with its ``torch.load`` the checked
+load (merge/verl_merger.py)::
 
-    python -m verl.model_merger merge --backend fsdp --local_dir <...>/actor --target_dir <tmp>
+    python -m verl_gsm8k.merge.verl_merger merge --backend fsdp --local_dir <...>/actor \
+        --target_dir <tmp>
 
 Then the result is proved: the model loads with transformers (``AutoModelForCausalLM`` for the
 actor; ``AutoModelForTokenClassification`` with one label for the critic, see below) with no
@@ -32,10 +34,11 @@ Safety: everything is written to a temporary directory beside TARGET_DIR and ren
 only when complete and verified. An existing TARGET_DIR is refused unless ``--force``, and is then
 replaced only after success. A missing, partial or corrupt checkpoint (a shard that is not a
 whole torch file, or fails its checksums) stops before anything is written, with one line naming
-what is wrong, exit 2. So does a shard whose pickle names a global outside the allow-list of what
-verl's FSDP shards hold (merge/scan.py, merge/portable.py ``ALLOWED``): every model shard is
-scanned, without loading it, before verl's merger or any ``torch.load`` of ours reads it, whichever
-torch wrote it, so a crafted shard in a shared run directory runs no code. Other failures (an
+what is wrong, exit 2. So does a shard that is not one zip archive from byte 0 or whose pickle
+names a global outside the allow-list of what verl's FSDP shards hold: every model shard is
+checked before verl's merger or any ``torch.load`` of ours reads it, whichever torch wrote it,
+and every load is torch's weights-only one (common/checkpoint_files.py), so a crafted shard in a
+shared run directory runs no code. Other failures (an
 unwritable target directory included) exit 1 with one line. SIGTERM and SIGINT stop the merger's
 process group and remove the temporary directory, exit 128 + the signal number. SIGKILL (an
 out-of-memory killer, a scheduler past its grace) reaches no handler: the merger dies with the
@@ -61,6 +64,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from verl_gsm8k.common import json_read
 from verl_gsm8k.common.children import dies_with_this_process
 from verl_gsm8k.merge.find import (
     SFT,
@@ -109,7 +113,7 @@ def run_verl_merger(ckpt: Checkpoint, out_dir: Path, python: str) -> tuple[list[
     cmd = [
         python,
         "-m",
-        "verl.model_merger",
+        "verl_gsm8k.merge.verl_merger",  # verl.model_merger, its torch.load the checked load
         "merge",
         "--backend",
         "fsdp",
@@ -158,7 +162,12 @@ def _import_verification_stack() -> None:
 def _patch_critic_config(model_dir: Path) -> dict | None:
     """Make config.json say what the weights are: <Arch>ForTokenClassification, one label."""
     path = model_dir / "config.json"
-    config = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        config = json_read.read(path, max_bytes=1 << 20)
+    except (OSError, json_read.JsonError) as err:
+        raise MergeError(f"the merged {path} cannot be read ({err})") from None
+    if not isinstance(config, dict):
+        raise MergeError(f"the merged {path} holds no JSON object")
     before = list(config.get("architectures") or [])
     after = [
         re.sub(r"For(CausalLM|ConditionalGeneration)$", "ForTokenClassification", a) for a in before

@@ -1,27 +1,32 @@
 """The checkpoint a merge reads, found and checked before anything loads it: a run directory's
 tracked step (or, with ``--best``, the step its best_checkpoint.json names), a step directory, or
 a role directory (``actor/``, ``critic/``, or an SFT step directory holding its one model), each
-shard whole and naming only allowed globals (merge/scan.py). The names: common/run_dir.py.
+shard checked before anything loads it (common/checkpoint_files.py). The names:
+common/run_dir.py.
 
 Used by the merge (merge/checkpoint.py) and by the launcher's verification of the checkpoint a
-relaunch resumes (verl_gsm8k/resume/verify.py). Standard library only, with merge/scan.py.
+relaunch resumes (verl_gsm8k/resume/verify.py).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_gsm8k.common.checkpoint_files import ShardError, check_file
 from verl_gsm8k.common.run_dir import (
     BEST_FILE,
     FSDP_CONFIG,
+    ROLES,
     STEP_N,
     TRACKER,
     BestError,
+    FsdpConfigError,
     best_path,
     read_best,
+    read_fsdp_config,
     read_stamp,
+    read_world_size,
     saved_steps,
     shard_name,
     step_dir,
@@ -30,9 +35,7 @@ from verl_gsm8k.common.run_dir import (
     tracked_step,
     tracker_path,
 )
-from verl_gsm8k.merge.scan import ShardError, check_shards
 
-ROLES = ("actor", "critic")
 SFT = "sft"  # the role of an SFT trainer's checkpoint: one causal LM in its step directory itself
 DESCRIBED = {"actor": "actor", "critic": "critic", SFT: "SFT model"}
 
@@ -146,12 +149,9 @@ def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
     if not config_path.is_file():
         raise CheckpointError(f"missing fsdp_config.json in {role_dir}")
     try:
-        fsdp = json.loads(config_path.read_text(encoding="utf-8"))
-        world_size = int(fsdp["world_size"])
-        if world_size < 1:
-            raise ValueError
-    except (ValueError, KeyError, TypeError):
-        raise CheckpointError(f"{config_path} has no valid world_size") from None
+        world_size = read_world_size(role_dir)
+    except FsdpConfigError as err:
+        raise CheckpointError(str(err)) from None
     shards = [role_dir / shard_name("model", world_size, rank) for rank in range(world_size)]
     missing = [shard.name for shard in shards if not shard.is_file() or shard.stat().st_size == 0]
     if missing:
@@ -162,8 +162,9 @@ def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
             f"missing rank shard {shown} in {role_dir} (fsdp_config.json says world_size "
             f"{world_size})"
         )
-    try:  # whole, and naming no global outside portable.ALLOWED: before anything loads them
-        check_shards(role_dir, world_size)
+    try:  # before anything loads them: of any world size, as verl's merger takes their count
+        for shard in sorted(role_dir.glob(shard_name("model", "*", "*"))):  # from rank 0's mesh
+            check_file(shard)
     except ShardError as err:
         raise CheckpointError(str(err)) from None
     hf_dir = role_dir / "huggingface"
@@ -174,7 +175,7 @@ def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
     folder = role_dir if role == SFT else role_dir.parent
     step = step_of(folder)
     run_dir = folder.parent if step is not None else None
-    version = fsdp.get("FSDP_version")
+    version = read_fsdp_config(role_dir).get("FSDP_version")
     return Checkpoint(
         role_dir=role_dir,
         role=role,

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from verl_gsm8k.common import json_read
+
 ADAPTER_DIR = "lora_adapter"
 
 
@@ -27,8 +29,8 @@ def adapter_config(model_dir: Path) -> dict | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        return json_read.read(path, max_bytes=1 << 20)
+    except (OSError, json_read.JsonError) as exc:
         raise LoraError(f"{path}: unreadable adapter config ({exc})") from None
 
 

@@ -9,8 +9,10 @@ rank's local tensor and its placement (``Shard(dim)`` or ``Replicate``) are enou
 
 So, when the torch that wrote a checkpoint (the run's launch record, ``RUN_DIR/launches/``) is not
 this environment's, or when rank 0 does not load here, the shards are read with ``torch.load`` and
-an unpickler that stands simple records in for exactly the DTensor and device-mesh classes below
-(every other class is torch's own, and storages load as usual). The full tensors (shards joined
+an unpickler that stands simple records in for exactly the DTensor and device-mesh classes
+(``DTENSOR_GLOBALS``) and refuses every global the one allow-list does not hold (both in
+common/checkpoint_files.py, which checks each file before it is read; every other class is
+torch's own, and storages load as usual). The full tensors (shards joined
 along their placement's dim, in rank order) are written as one plain world-size-1 shard in a
 temporary copy of the checkpoint, which verl's own merger then merges like any other. torch
 itself is not patched. A layout this cannot read (a 2-D mesh, a partial placement) stops before
@@ -19,7 +21,6 @@ verl's merger with one line naming both torch versions and where to merge instea
 
 from __future__ import annotations
 
-import json
 import pickle
 import shutil
 import types
@@ -27,24 +28,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.common.run_dir import FSDP_CONFIG, metrics_path, shard_name, step_of
-
-# The classes a DTensor's pickle names, by module: replaced by records while reading.
-STAND_INS = {
-    ("torch.distributed.tensor", "DTensor"),
-    ("torch.distributed._tensor.api", "DTensor"),
-    ("torch.distributed.tensor._api", "DTensor"),
-    ("torch.distributed.device_mesh", "DeviceMesh"),
-    ("torch.distributed._mesh_layout", "_MeshLayout"),
-    ("torch.distributed._mesh_layout", "_FlatLayout"),
-    ("torch.distributed.tensor._dtensor_spec", "DTensorSpec"),
-    ("torch.distributed.tensor._dtensor_spec", "TensorMeta"),
-    ("torch.distributed.tensor._dtensor_spec", "ShardOrderEntry"),
-    ("torch.distributed.tensor.placement_types", "Shard"),
-    ("torch.distributed.tensor.placement_types", "_StridedShard"),
-    ("torch.distributed.tensor.placement_types", "Replicate"),
-    ("torch.distributed.tensor.placement_types", "Partial"),
-}
+from verl_gsm8k.common import json_read
+from verl_gsm8k.common.checkpoint_files import (
+    DTENSOR_GLOBALS,
+    CheckedUnpickler,
+    ShardError,
+    UnsafeGlobal,
+    allowed,
+    load,
+    load_standing_in,
+)
+from verl_gsm8k.common.run_dir import metrics_path, shard_name, step_of, write_world_size
 
 
 class PortableError(Exception):
@@ -108,61 +102,11 @@ def _rebuild_wrapper(cls: Any, *args: Any) -> Any:
     return torch._utils._rebuild_wrapper_subclass(cls, *args)
 
 
-# Every other global an FSDP shard of verl names (read from the model, optim and extra_state
-# shards of the learning runs, tests/learn_runs.py, torch 2.13, and of shards the GPU stack's torch
-# 2.11 wrote, tests/test_merge.py's helper): anything else is refused, so a crafted shard in a
-# shared run directory cannot run code (os.system, builtins.exec...). The one allow-list: merge/
-# scan.py checks every model shard against it, without loading it, before verl's merger or this
-# module reads one.
-ALLOWED = {
-    ("collections", "OrderedDict"),
-    ("torch", "Size"),
-    ("torch", "device"),
-    ("torch._utils", "_rebuild_tensor_v2"),
-    ("torch._utils", "_rebuild_parameter"),
-    ("torch._utils", "_rebuild_wrapper_subclass"),
-    ("torch._tensor", "_rebuild_from_type_v2"),
-    ("torch.serialization", "_get_layout"),
-    ("_codecs", "encode"),  # numpy arrays' bytes in extra_state (RNG states)
-    ("numpy", "dtype"),
-    ("numpy", "ndarray"),
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.dtypes", "UInt32DType"),
-}
-
-
-class UnsafeGlobal(Exception):
-    """A pickle names a global no verl checkpoint holds: refused before it is imported."""
-
-
-def allowed(module: str, name: str) -> bool:
-    """True for the globals listed above, a tensor storage class or a dtype of ``torch``."""
-    if (module, name) in ALLOWED or (module, name) in STAND_INS:
-        return True
-    if module == "torch" and name.endswith("Storage") and name.isidentifier():
-        return True
-    if module == "torch" and not name.startswith("_"):
-        import torch
-
-        return isinstance(getattr(torch, name, None), torch.dtype)
-    return False
-
-
-class CheckedUnpickler(pickle.Unpickler):
-    """The default unpickler, refusing every global :func:`allowed` does not accept."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if not allowed(module, name):
-            raise UnsafeGlobal(f"{module}.{name}")
-        return super().find_class(module, name)
-
-
 class _Unpickler(CheckedUnpickler):
     def find_class(self, module: str, name: str) -> Any:
         if not allowed(module, name):
             raise UnsafeGlobal(f"{module}.{name}")
-        if (module, name) in STAND_INS:
+        if (module, name) in DTENSOR_GLOBALS:
             return _record_type(name)
         if (module, name) == ("torch._tensor", "_rebuild_from_type_v2"):
             return _rebuild_from_type
@@ -176,10 +120,10 @@ PICKLE_MODULE = types.SimpleNamespace(Unpickler=_Unpickler, load=pickle.load, __
 
 
 def load_shard(path: Path) -> dict[str, Any]:
-    import torch
-
     try:
-        return torch.load(path, map_location="cpu", weights_only=False, pickle_module=PICKLE_MODULE)
+        return load_standing_in(path, PICKLE_MODULE)
+    except ShardError as err:
+        raise PortableError(str(err)) from None
     except UnsafeGlobal as err:
         raise PortableError(f"{path}: refused to load, its pickle names the global {err}") from None
 
@@ -224,9 +168,7 @@ def rewrite_as_one_rank(role_dir: Path, world_size: int, out_dir: Path) -> Path:
     state = full_state_dict(role_dir, world_size)
     out_dir.mkdir(parents=True)
     torch.save(state, out_dir / shard_name("model", 1, 0))
-    fsdp = json.loads((role_dir / FSDP_CONFIG).read_text())
-    fsdp["world_size"] = 1
-    (out_dir / FSDP_CONFIG).write_text(json.dumps(fsdp))
+    write_world_size(out_dir, 1, source=role_dir)
     shutil.copytree(role_dir / "huggingface", out_dir / "huggingface")
     for extra in role_dir.glob("lora_*.json"):
         shutil.copy2(extra, out_dir / extra.name)
@@ -268,9 +210,10 @@ def written_by(run_dir: Path | None, step_dir: Path) -> str | None:
             return None
         for line in lines:
             try:
-                value = json.loads(line).get("step")
-            except (ValueError, AttributeError):
+                row = json_read.parse(line, str(path))
+            except json_read.JsonError:
                 continue
+            value = row.get("step") if isinstance(row, dict) else None
             if isinstance(value, int):
                 return value
         return None
@@ -288,19 +231,16 @@ def written_by(run_dir: Path | None, step_dir: Path) -> str | None:
 
 
 def loads_here(shard: Path) -> bool:
-    """Whether this torch unpickles ``shard``: with torch's own weights-only loader, which takes
-    DTensors and their mesh once ``torch.distributed.tensor`` is imported (torch 2.11 and 2.13)."""
+    """Whether this torch unpickles ``shard`` with the checked weights-only load
+    (common/checkpoint_files.py), which takes DTensors and their mesh (torch 2.11 and 2.13)."""
     import logging
-
-    import torch
-    import torch.distributed.tensor  # noqa: F401  (registers the DTensor classes as safe)
 
     # unpickling a DeviceMesh outside its process group warns on every load (harmless here)
     mesh_log = logging.getLogger("torch.distributed.device_mesh")
     level = mesh_log.level
     mesh_log.setLevel(logging.ERROR)
     try:
-        torch.load(shard, map_location="cpu", weights_only=True)
+        load(shard, mmap=True)
     except Exception:  # any unpickling failure: a class or attribute this torch does not have
         return False
     finally:

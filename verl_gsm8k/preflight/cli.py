@@ -47,9 +47,9 @@ from verl_gsm8k.preflight.checkpoints import check_async_save, check_disk
 from verl_gsm8k.preflight.compose import (
     LegacyKeys,
     compose,
+    compose_error,
     legacy_key_problems,
     split_override,
-    unknown_key_message,
 )
 from verl_gsm8k.preflight.device import (
     check_device,
@@ -200,8 +200,7 @@ def check_config(config_dir: Path, config_name: str, overrides: list[str], repor
     try:
         cfg = compose(config_dir, config_name, overrides)
     except Exception as exc:  # Hydra raises several types; all mean "does not compose"
-        message = unknown_key_message(exc, config_dir, config_name) or one_line(exc)
-        report.error("config", message)
+        report.error("config", compose_error(exc, config_dir, config_name, overrides))
         return None
     import verl
     from verl.trainer.ppo.utils import need_critic, need_reference_policy

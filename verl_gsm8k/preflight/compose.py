@@ -114,3 +114,37 @@ def unknown_key_message(exc: BaseException, config_dir: Path, config_name: str) 
     suggestions = closest_keys(bad_key, flat_keys(base))
     hint = f"; did you mean {' or '.join(suggestions)}?" if suggestions else ""
     return f"unknown key '{bad_key}' in the installed verl config{hint}"
+
+
+def grammar_message(exc: BaseException, overrides: list[str]) -> str | None:
+    """Hydra's override-grammar error names no override: the first one Hydra cannot parse."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException, OverrideParseException
+
+    if not isinstance(exc, OverrideParseException):
+        return None
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_override(override)
+        except HydraException as err:  # the parser's own type for a grammar error
+            why = str(err).split(" See https://", 1)[0].strip()
+            return (
+                f"override {override!r} is not in Hydra's override grammar ({why}); a value "
+                "holding $ ( ) or spaces goes in quotes inside the argument: "
+                "key='value' (https://hydra.cc/docs/advanced/override_grammar/basic/)"
+            )
+    return None
+
+
+def compose_error(exc: BaseException, config_dir: Path, config_name: str,
+                  overrides: list[str]) -> str:  # fmt: skip
+    """The one line a failed ``compose`` is: an unknown key with the closest ones, an override
+    Hydra cannot parse, or the error itself."""
+    from verl_gsm8k.preflight.lines import one_line
+
+    return (
+        unknown_key_message(exc, config_dir, config_name)
+        or grammar_message(exc, overrides)
+        or one_line(exc)
+    )

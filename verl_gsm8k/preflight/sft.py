@@ -29,9 +29,9 @@ from typing import Any
 from verl_gsm8k.preflight.compose import (
     LegacyKeys,
     compose,
+    compose_error,
     legacy_key_problems,
     split_override,
-    unknown_key_message,
 )
 from verl_gsm8k.preflight.device import (
     TRAINED_BYTES_PER_PARAM,
@@ -102,8 +102,7 @@ def check_sft_config(config_dir: Path, config_name: str, overrides: list[str], r
     try:
         cfg = compose(config_dir, config_name, overrides)
     except Exception as exc:  # Hydra raises several types; all mean "does not compose"
-        message = unknown_key_message(exc, config_dir, config_name) or one_line(exc)
-        report.error("config", message)
+        report.error("config", compose_error(exc, config_dir, config_name, overrides))
         return None
     import verl
     from verl.utils.config import omega_conf_to_dataclass

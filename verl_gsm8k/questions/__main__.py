@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from verl_gsm8k.common.terminal import clean
+
 from .page import write
 from .runs import STEPS, evalscope_reviews, load_columns, run_columns
 from .table import InputError, build
@@ -66,10 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         columns = [column for found, _ in groups for column in found]
         notes = [note for _, note in groups if note]
     except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {clean(exc)}", file=sys.stderr)
         return 2
     for line in notes:
-        print(f"warning: {line}", file=sys.stderr)
+        print(f"warning: {clean(line)}", file=sys.stderr)
     table = build(columns)
     if not table["questions"]:
         print("error: no question is in every input", file=sys.stderr)

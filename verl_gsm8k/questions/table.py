@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rewards.gsm8k import HEDGED, _marker_answer, _tail, compute_score, compute_score_flexible
+from verl_gsm8k.common import json_read
 
 FILTERS = (
     "learned",
@@ -74,9 +74,9 @@ def load_validation(path: Path, label: str | None = None) -> Column:
     for number, line in enumerate(lines, 1):
         if line.strip():
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}: line {number}: not JSON ({exc})") from exc
+                rows.append(json_read.parse(line, f"{path}: line {number}"))
+            except json_read.JsonError as exc:
+                raise InputError(str(exc)) from None
     return _column(path, rows, label or path.stem)
 
 
@@ -124,13 +124,13 @@ def _load_evalscope(path: Path, label: str | None) -> Column:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json_read.parse(line, f"{path}: line {number}")
             messages = record["messages"]
             user = [m["content"] for m in messages if m["role"] == "user"][-1]
             answer = [m["content"] for m in messages if m["role"] == "assistant"][-1]
             target = record["target"]
             truth = str(target[0] if isinstance(target, list) else target)
-        except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+        except (json_read.JsonError, KeyError, IndexError, TypeError) as exc:
             raise InputError(f"{path}: line {number}: not an EvalScope review ({exc})") from exc
         acc = compute_score("openai/gsm8k", answer, truth)["acc"]
         rows.append(

@@ -9,12 +9,12 @@ step left behind by an earlier launch into the same directory (``_drop_supersede
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.common import json_read
 from verl_gsm8k.common.launch_record import RecordError, lookup, read_records
 from verl_gsm8k.common.run_dir import TRACE_DIR, metrics_paths
 from verl_gsm8k.replay.schema import problem
@@ -69,8 +69,8 @@ def read_step(path: Path, names: set[str], metrics: set[str]) -> TraceStep | str
     samples: list[dict[str, Any]] = []
     for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
         try:
-            item = json.loads(line)
-        except json.JSONDecodeError:
+            item = json_read.parse(line, rel)
+        except json_read.JsonError:
             return f"{rel}: line {number} is not JSON (a file cut short?); step skipped"
         if not isinstance(item, dict):
             return f"{rel}: line {number} is not a JSON object; step skipped"

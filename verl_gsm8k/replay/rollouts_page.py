@@ -13,12 +13,12 @@ the text without its end-of-sequence token, so without a trace this flag is unkn
 from __future__ import annotations
 
 import html
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from rewards.gsm8k import compute_score
+from verl_gsm8k.common import json_read
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.common.run_dir import ROLLOUTS_DIR, VALIDATION_DIR
 from verl_gsm8k.replay.assets import data_js, page, script, write_data
@@ -32,8 +32,8 @@ def _rows(path: Path) -> tuple[list[dict[str, Any]], str | None]:
     rows, issue = [], None
     for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
+            row = json_read.parse(line, str(path))
+        except json_read.JsonError:
             issue = (
                 f"{path.parent.name}/{path.name}: line {number} is not JSON; rows after it skipped"
             )

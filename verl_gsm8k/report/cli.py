@@ -37,6 +37,7 @@ from verl_gsm8k.analysis import parse as rp
 from verl_gsm8k.analysis.evals import evals_summary, read_checkpoint_evals
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.common.run_dir import REPORT_DIR, VALIDATION_DIR
+from verl_gsm8k.common.terminal import clean
 from verl_gsm8k.compare import cli as compare_cli
 from verl_gsm8k.questions.runs import STEPS as QUESTION_STEPS
 from verl_gsm8k.questions.runs import write_for_runs
@@ -194,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _err(message: str) -> None:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    print(f"{PROG}: error: {clean(message)}", file=sys.stderr)
 
 
 @dataclass
@@ -251,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(result, Failure):
             return result.code
         for issue in result.issues:
-            print(f"{PROG}: warning: {issue}", file=sys.stderr)
+            print(f"{PROG}: warning: {clean(issue)}", file=sys.stderr)
         if args.quiet:
             print(out_dir / HTML_NAME)
         else:
@@ -277,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 last, last_code = outcome, 0
                 for issue in outcome.issues:
                     if issue not in shown_issues:
-                        print(f"{PROG}: warning: {issue}", file=sys.stderr)
+                        print(f"{PROG}: warning: {clean(issue)}", file=sys.stderr)
                 shown_issues = set(outcome.issues)
                 s = outcome.summary
                 best = s["validation"]["best"]

@@ -28,18 +28,23 @@ checkpoint of world size W whole and named, and running it again finishes it.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from verl_gsm8k.common.atomic_io import write_atomic
-from verl_gsm8k.common.run_dir import FSDP_CONFIG, SHARD_NAME, shard_name
+from verl_gsm8k.common.checkpoint_files import ShardError, load
+from verl_gsm8k.common.run_dir import (
+    ROLES,
+    SHARD_NAME,
+    FsdpConfigError,
+    read_world_size,
+    shard_name,
+    write_world_size,
+)
 
 PROG = "reshard"  # how its lines start, from the launch or its own command
-ROLES = ("actor", "critic")
 _PARTIAL = ".reshard-"  # a new shard being written: .<name>.reshard-<pid>
 
 
@@ -53,24 +58,20 @@ def shard_path(role_dir: Path, kind: str, world_size: int, rank: int) -> Path:
 
 def world_size_of(role_dir: Path) -> int:
     """The world size ``fsdp_config.json`` names (the files that are the checkpoint)."""
-    path = Path(role_dir) / FSDP_CONFIG
     try:
-        world = int(json.loads(path.read_text(encoding="utf-8"))["world_size"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ReshardError(f"{path}: no world_size to read ({error})") from None
-    if world < 1:
-        raise ReshardError(f"{path}: world_size {world} is not a number of ranks")
-    return world
+        return read_world_size(Path(role_dir))
+    except FsdpConfigError as error:
+        raise ReshardError(str(error)) from None
 
 
 def _load(path: Path) -> Any:
-    import torch
-
     if not path.is_file():
         raise ReshardError(f"missing {path.name} in {path.parent}")
-    try:  # verl writes these with torch.save and loads them with weights_only=False
-        return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except Exception as error:  # a truncated zip, a bad pickle: torch raises several types
+    try:  # checked, then loaded memory-mapped by torch's weights-only unpickler
+        return load(path, mmap=True)
+    except ShardError as error:
+        raise ReshardError(str(error)) from None
+    except Exception as error:  # torch raises several types on what the checks let through
         raise ReshardError(f"{path} does not load ({type(error).__name__}: {error})") from None
 
 
@@ -219,10 +220,7 @@ def write_shards(role_dir: Path, new_world: int) -> int:
 
 def commit(role_dir: Path, new_world: int) -> None:
     """Name the files of ``new_world`` the checkpoint: ``fsdp_config.json`` rewritten atomically."""
-    path = Path(role_dir) / FSDP_CONFIG
-    config = json.loads(path.read_text(encoding="utf-8"))
-    config["world_size"] = new_world
-    write_atomic(path, json.dumps(config, indent=4) + "\n")
+    write_world_size(Path(role_dir), new_world)
 
 
 def shard_files(role_dir: Path) -> dict[int, list[Path]]:

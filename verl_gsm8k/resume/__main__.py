@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from verl_gsm8k.common.launch_record import RecordError, build_record, write_record
-from verl_gsm8k.common.run_dir import STAMP, saved_steps, step_dir
+from verl_gsm8k.common.run_dir import ROLES, STAMP, saved_steps, step_dir
 from verl_gsm8k.reshard.shards import ReshardError, reshard_step
 from verl_gsm8k.resume.same_config import MODES, latest_checkpoint, refusal, set_aside
 from verl_gsm8k.resume.verify import NoWholeCheckpoint, resume_point, track
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # where there are checkpoints to verify
                 roles: tuple[str, ...] = ()
                 if saved_steps(args.run_dir):
-                    roles = ("actor", "critic") if uses_critic(config) else ("actor",)
+                    roles = ROLES if uses_critic(config) else ROLES[:1]
                 step, said = resume_point(args.run_dir, roles, write=False, loads=loads(config))
             else:
                 step = latest_checkpoint(args.run_dir)

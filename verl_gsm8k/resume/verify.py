@@ -6,8 +6,8 @@ its files is truncated (a job killed mid-save); with the tracker missing or empt
 scratch without a word.
 Before verl starts, every file verl loads from that step is checked (each rank's model, optim and
 extra_state shard, the Hugging Face config, data.pt: present, each zip record's CRC intact, and
-each pickle naming only globals a verl checkpoint holds, merge/scan.py: verl loads them all with
-``weights_only=False``).
+each pickle naming only globals a verl checkpoint holds: common/checkpoint_files.py, whose checked
+load verl's own loaders then run, verl_plugins/checked_load.py).
 When the named step is not whole, the newest whole step before it is named instead (the tracker
 rewritten atomically, one line said); a missing or empty tracker is written for the newest whole
 step. No whole step at all is one line and exit 2: nothing is deleted, the damaged steps stay for
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from verl_gsm8k.common.checkpoint_files import ShardError, check_file
 from verl_gsm8k.common.run_dir import (
     SHARD_KINDS,
     SICK_FILE,
@@ -32,7 +33,6 @@ from verl_gsm8k.common.run_dir import (
     write_tracker,
 )
 from verl_gsm8k.merge.find import CheckpointError, check_checkpoint
-from verl_gsm8k.merge.scan import ShardError, check_intact, scan_shard
 
 # verl's ``checkpoint.load_contents`` (default: its ``save_contents``) -> the shards it loads
 # besides the model's: a run saved with save_contents=[model,extra] writes no optimizer shard and
@@ -68,13 +68,11 @@ def problem(step_dir: Path, roles: tuple[str, ...], loads: Loads | None = None) 
                     shard = role_dir / shard_name(kind, ckpt.world_size, rank)
                     if not shard.is_file():
                         return f"missing {shard.name} in {role_dir}"
-                    check_intact(shard)
-                    scan_shard(shard)  # verl loads it with weights_only=False
+                    check_file(shard)
         data = step_dir / "data.pt"
         if not data.is_file():
             return f"missing data.pt (the dataloader's position) in {step_dir}"
-        check_intact(data)
-        scan_shard(data)
+        check_file(data)
     except (CheckpointError, ShardError) as err:
         return str(err)
     return None

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.analysis.guard_records import best_text, trip_line
+from verl_gsm8k.common.terminal import clean
 from verl_gsm8k.runpage.html import duration, final_val_text, memory_text
 
 HTML_NAME = "report.html"
@@ -79,4 +80,4 @@ def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
         ):
             if pages.get(key):
                 lines.append(f"  {what:<20}: {out_dir / pages[key]}")
-    return "\n".join(lines)
+    return "\n".join(clean(line) for line in lines)  # text of the run directory, escaped

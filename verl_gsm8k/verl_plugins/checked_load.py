@@ -11,11 +11,14 @@ verl loads them one to three minutes later, in other processes, each with
 A file swapped in between, a ``trainer.resume_from_path`` the launcher never reads, or a shard of
 another world size than the saved one would be loaded unchecked.
 
-So while verl loads a checkpoint, ``torch.load`` of a path in that process opens the file once,
-checks that open handle (the zip directory and every record's CRC, every pickle's globals on the
-allow-list: merge/scan.py) and loads from the same handle: what is loaded is what was checked,
-whatever the path names by then. A file that fails is refused with one line naming it
-(ShardError, "checked load: ..."), which the launcher repeats as its last line (launch/outcome.py).
+So while verl loads a checkpoint, ``torch.load`` of a path in that process is the checked load of
+common/checkpoint_files.py, whatever ``weights_only`` verl passes: the file opened once, that open
+handle checked (one zip archive from byte 0, every record's CRC, every pickle's globals on the
+allow-list, read through torch's own reader) and loaded from the same handle by torch's
+weights-only unpickler with the allow-list registered: what is loaded is what was checked,
+whatever the path names by then, and even a file changed in place cannot run code. A file that
+fails is refused with one line naming it (ShardError, "checked load: ..."), which the launcher
+repeats as its last line (launch/outcome.py).
 
 Active only inside verl's loaders (``checked_loads``), nowhere else. The workers' loader
 has no extension point, so each loader is wrapped right after its module is imported, in the
@@ -29,38 +32,28 @@ in the trainer's process.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from verl_gsm8k.common.pause import pause_point
-from verl_gsm8k.merge.scan import ShardError, intact_open, scan_open
+from verl_gsm8k.common.checkpoint_files import ShardError, restricted_torch_load
 from verl_gsm8k.verl_plugins.after_import import after_import
 
 PREFIX = "checked load: "  # launch/outcome.py finds the refusal in verl's log by it
 
 
 def _checked(load: Callable[..., Any]) -> Callable[..., Any]:
-    """``torch.load`` that checks a path's file and loads from the handle it checked."""
+    """``torch.load`` whose refusals say that they come from the checked load."""
+    restricted = restricted_torch_load(load)
 
     @functools.wraps(load)
-    def checked_load(f: Any, *args: Any, **kwargs: Any) -> Any:
-        if not isinstance(f, (str, os.PathLike)):
-            return load(f, *args, **kwargs)  # a buffer verl made itself
-        path = Path(f)
-        pause_point("load:before_open")  # tests: a file swapped after the launcher's check
-        with path.open("rb") as handle:
-            try:
-                intact_open(handle, path)
-                scan_open(handle, path)
-            except ShardError as err:
-                raise ShardError(f"{PREFIX}{err}") from None
-            handle.seek(0)
-            return load(handle, *args, **kwargs)
+    def checked_load(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return restricted(*args, **kwargs)
+        except ShardError as err:
+            raise ShardError(f"{PREFIX}{err}") from None
 
     checked_load._gsm8k_checked = True  # type: ignore[attr-defined]
     return checked_load
