@@ -81,6 +81,26 @@ def test_one_node_execs_the_recipe_as_the_batch_process(tmp_path: Path):
                       "(LOCK_WAIT_S=120, requeue on a stop: 1)\n")  # fmt: skip
 
 
+def test_one_node_trains_on_the_gpus_slurm_gave_it(tmp_path: Path):
+    """--gpus-per-node=2 sets SLURM_GPUS_ON_NODE=2: the recipe gets NDEVICES_PER_NODE=2; a
+    NDEVICES_PER_NODE asking for another number is one line, exit 2, the recipe never run."""
+    path = fake_bin(tmp_path / "bin", squeue="exit 0", scontrol="exit 0")
+    out, recipe = tmp_path / "recipe.out", tmp_path / "recipe.sh"
+    recipe.write_text(f'echo "$NDEVICES_PER_NODE" > "{out}"\n')
+    env = plain_env(PATH=path, SLURM_JOB_ID="7", SLURM_JOB_NAME="t", SLURM_JOB_NODELIST="node1",
+                    SLURM_SUBMIT_DIR=str(ROOT), SLURM_GPUS_ON_NODE="2")  # fmt: skip
+    env.pop("NDEVICES_PER_NODE", None)
+    done = sbatch_file("one_node.sbatch", env, str(recipe))
+    assert done.returncode == 0, done.stderr
+    assert out.read_text().strip() == "2"
+    assert done.stdout.rstrip().endswith(", NDEVICES_PER_NODE=2 from SLURM_GPUS_ON_NODE)")
+    out.unlink()
+    done = sbatch_file("one_node.sbatch", dict(env, NDEVICES_PER_NODE="4"), str(recipe))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "NDEVICES_PER_NODE=4, but Slurm gave this job 2 GPU(s)" in done.stderr
+    assert not out.exists()
+
+
 def test_the_first_argument_must_be_a_recipe(tmp_path: Path):
     path = fake_bin(tmp_path / "bin", squeue="exit 0", scontrol="exit 0")
     env = plain_env(PATH=path, SLURM_JOB_ID="7", SLURM_SUBMIT_DIR=str(ROOT))

@@ -54,6 +54,8 @@ KNOBS = """environment variables (empty counts as unset, as in the recipes):
   VERL_GSM8K_ROOT              the repository (default: SLURM_SUBMIT_DIR, else the current folder)
   PYTHON                       the sbatch files' interpreter for this module, and multi-node's
                                on every node (default: <root>/.venv/bin/python)
+  SLURM_GPUS_ON_NODE           set by Slurm (--gpus-per-node, --gpus): one-node's
+                               NDEVICES_PER_NODE, which may not ask for another number
 multi-node only:
   GPUS_PER_NODE                GPUs per node (default: Slurm's SLURM_GPUS_ON_NODE)
   RAY_PORT (6379)              the Ray head's port
@@ -155,6 +157,22 @@ def export_defaults() -> None:
     os.environ["SLURM_REQUEUE_ON_STOP"] = knob("SLURM_REQUEUE_ON_STOP", "1")
 
 
+def job_gpus() -> str:
+    """The GPUs Slurm gave the job on this node (SLURM_GPUS_ON_NODE, from --gpus-per-node or
+    --gpus) are the recipe's NDEVICES_PER_NODE; a NDEVICES_PER_NODE that asks for another number
+    is one line, exit 2. What to add to the job's line ("" when Slurm gave no GPU count)."""
+    gpus = knob("SLURM_GPUS_ON_NODE")
+    if not re.fullmatch(r"[0-9]+", gpus) or int(gpus) < 1:
+        return ""
+    asked = knob("NDEVICES_PER_NODE")
+    if asked and asked != gpus:
+        fail(f"slurm: NDEVICES_PER_NODE={asked}, but Slurm gave this job {gpus} GPU(s) on its "
+             f"node (SLURM_GPUS_ON_NODE): submit with --gpus-per-node={asked}, or leave "
+             "NDEVICES_PER_NODE unset")  # fmt: skip
+    os.environ["NDEVICES_PER_NODE"] = gpus
+    return f", NDEVICES_PER_NODE={gpus} from SLURM_GPUS_ON_NODE"
+
+
 def one_node(root: str, recipe: str, overrides: Sequence[str]) -> NoReturn:
     """The recipe replaces this process, so ``--signal=B:TERM@N`` reaches the launcher itself
     (save the step in flight, then stop). The run directory is the recipe's (from the environment
@@ -163,10 +181,11 @@ def one_node(root: str, recipe: str, overrides: Sequence[str]) -> NoReturn:
     root = repo_root(root)
     path = recipe_path(root, recipe)
     export_defaults()
+    gpus = job_gpus()
     os.chdir(root)
     say_job(
         f"{command_line(root, path, overrides)} (LOCK_WAIT_S={os.environ['LOCK_WAIT_S']}, "
-        f"requeue on a stop: {os.environ['SLURM_REQUEUE_ON_STOP']})"
+        f"requeue on a stop: {os.environ['SLURM_REQUEUE_ON_STOP']}{gpus})"
     )
     # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec: the
     # recipe gets the default, as it would from a shell
