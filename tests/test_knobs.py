@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import ROOT, recipe_env, run_recipe
@@ -133,3 +134,25 @@ def test_docs_list_every_knob_check():
     assert knobs.markdown_table(ROOT / "recipes") in (ROOT / "docs" / "knobs.md").read_text(), (
         "docs/knobs.md's table is not the table's: python -m verl_gsm8k.launch.knobs --markdown"
     )
+
+
+def test_a_knob_that_always_sets_a_key_is_its_only_default():
+    """A key a knob sets at every launch of a trainer (a default, no recipe of its own) has no
+    value in configs/: declared ??? at most, so that the knob table is its one default."""
+    import glob
+
+    from omegaconf import OmegaConf
+
+    from verl_gsm8k.launch.knobs import KNOBS
+
+    found = []
+    for path in sorted(glob.glob(str(ROOT / "configs" / "**" / "*.yaml"), recursive=True)):
+        config = OmegaConf.load(path)
+        for knob in KNOBS:
+            if knob.default is None or knob.recipes:
+                continue
+            for trainer in knob.trainers:
+                for key in knob.keys(trainer):
+                    if OmegaConf.select(config, key.path, default=None) is not None:
+                        found.append(f"{Path(path).name}: {key.path} (set by {knob.name})")
+    assert found == [], found
