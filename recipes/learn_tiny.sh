@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Does the loop LEARN? On a CPU, in minutes, with no setting: a warm-started tiny model gets better
+# Does the loop LEARN? On a CPU, in minutes, with no setting (on a machine with a GPU it trains
+# there instead, a path the tests do not run): a warm-started tiny model gets better
 # at a toy task in GSM8K's format under PPO (actor + critic, GAE) or any algorithm of
 # docs/algorithms.md, each with its own config (configs/gsm8k_<ALGO>.yaml):
 #   bash recipes/learn_tiny.sh              # PPO: critic, GAE (the default)
