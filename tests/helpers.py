@@ -139,6 +139,8 @@ def composed_config(stdout: str) -> dict:
 
     assert "preflight: passed" in stdout, stdout[-3000:]
     yaml_text = stdout.split("preflight: passed", 1)[1].split("\n", 1)[1]
+    if yaml_text.startswith("recipe: verl command: "):  # the command, printed before its config
+        yaml_text = yaml_text.split("\n", 1)[1]
     return yaml.safe_load(yaml_text)
 
 

@@ -24,7 +24,7 @@ from crafted_shards import KINDS, plant
 from helpers import ROOT, assert_loads_as_torch
 
 from verl_gsm8k.common import checkpoint_files
-from verl_gsm8k.common.checkpoint_files import ShardError, load
+from verl_gsm8k.common.checkpoint_files import ShardError, check_file, load
 from verl_gsm8k.merge.find import CheckpointError, check_checkpoint
 from verl_gsm8k.resume.verify import resume_point
 from verl_gsm8k.verl_plugins.checked_load import checked_loads
@@ -160,3 +160,92 @@ def test_json_nested_too_deep_is_one_line(run):
     with pytest.raises(CheckpointError) as err:
         check_checkpoint(role, "critic")
     assert str(err.value) == f"{role / 'fsdp_config.json'}: not readable JSON (nested too deep)"
+
+
+def _archive(path: Path, pkl: bytes, **records: bytes) -> Path:
+    """A torch-readable zip archive holding ``pkl`` as its data.pkl, and ``records`` besides."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as out:
+        out.writestr("archive/data.pkl", pkl)
+        out.writestr("archive/version", b"3\n")
+        out.writestr("archive/byteorder", b"little")
+        for name, data in records.items():
+            out.writestr(f"archive/{name}", data)
+    return path
+
+
+def test_a_pickle_calling_what_checkpoints_only_rebuild_is_refused(tmp_path):
+    """DeviceMesh(...) would start torch.distributed in the loading process (torch's own
+    weights-only loader allows the call); TypedStorage(n) would allocate n elements."""
+    mesh = (b"\x80\x02ctorch.distributed.device_mesh\nDeviceMesh\nX\x03\x00\x00\x00cpu"
+            b"]K\x00a\x86R.")  # fmt: skip
+    storage = b"\x80\x02ctorch\nFloatStorage\nJ\x00\xe1\xf5\x05\x85R."
+    for name, pkl, called in (("mesh", mesh, "DeviceMesh"), ("storage", storage, "FloatStorage")):
+        path = _archive(tmp_path / f"{name}.pt", pkl)
+        with pytest.raises(ShardError, match=f"its pickle calls torch.*{called}, which a verl"):
+            load(path)
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        pytest.param(lambda np: np.array([1, None], dtype=object), id="object-dtype"),
+        pytest.param(lambda np: np.zeros(2, dtype=[("a", "u4")]), id="fields"),
+        pytest.param(None, id="dtype-state-with-a-sub-array"),
+    ],
+)
+def test_a_numpy_array_is_rebuilt_only_as_numbers(tmp_path, array):
+    """numpy's own classes take any state, an object dtype's bytes read as object pointers: the
+    checked load builds numeric arrays only (common/numpy_state.py), and refuses the rest."""
+    import numpy as np
+
+    path = tmp_path / "extra_state_world_size_1_rank_0.pt"
+    if array is None:  # dtype('u4') given the state of a sub-array: how a forged dtype is made
+        dtype = b"cnumpy\ndtype\nX\x02\x00\x00\x00u4\x89\x88\x87R"
+        state = b"(K\x03X\x01\x00\x00\x00|" + dtype + b"K\x01\x85\x86NNK\x04K\x04K\x00tb"
+        _archive(path, b"\x80\x02" + dtype + state + b".")
+    else:
+        torch.save({"rng": array(np)}, path)
+    with pytest.raises(ShardError, match="refused to load .*numpy"):
+        load(path)
+    rng = np.random.get_state()
+    torch.save({"rng": {"numpy": rng, "ints": np.arange(5), "be": np.arange(3, dtype=">f8")}}, path)
+    loaded = load(path)["rng"]
+    assert type(loaded["numpy"][1]) is np.ndarray and np.array_equal(loaded["numpy"][1], rng[1])
+    assert loaded["be"].dtype == np.dtype(">f8") and loaded["ints"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_a_zip_record_torch_would_read_otherwise_is_refused(tmp_path, monkeypatch):
+    """miniz reads no data for an entry marked a directory (it hands back uninitialised memory)
+    and finds names whatever their case; a pickle record larger than a checkpoint's structure is
+    refused before anything is read."""
+    import zipfile
+
+    real = tmp_path / "real.pt"
+    torch.save({"w": torch.arange(4)}, real)
+    with zipfile.ZipFile(real) as archive:
+        records = [(info, archive.read(info)) for info in archive.infolist()]
+
+    def rewrite(path: Path, change) -> Path:
+        with zipfile.ZipFile(path, "w") as out:
+            for info, data in records:
+                out.writestr(*change(zipfile.ZipInfo(info.filename), data))
+        return path
+
+    def directory(info, data):
+        if info.filename.endswith("/data/0"):
+            info.external_attr = 0x10
+        return info, data
+
+    def case(info, data):
+        if info.filename.endswith("/version"):
+            info.filename = info.filename.replace("/version", "/DATA.PKL")
+        return info, data
+
+    for change, why in ((directory, "is a directory"), (case, "named twice")):
+        with pytest.raises(ShardError, match=why):
+            check_file(rewrite(tmp_path / f"{change.__name__}.pt", change))
+    monkeypatch.setattr(checkpoint_files, "MAX_PICKLE", 100)
+    with pytest.raises(ShardError, match="data.pkl is larger than 100 bytes"):
+        check_file(real)

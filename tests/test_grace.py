@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
 
 from verl_gsm8k.guard.deadline import MARGIN_S, Timings
 from verl_gsm8k.launch.grace import RAY_JOB_ENV, RAY_WAIT_ENV, choose, stop_needs
@@ -64,19 +64,17 @@ def test_a_ray_jobs_stop_wait_shorter_than_the_grace_is_a_warning(tmp_path: Path
     assert not any("Ray job" in line for line in said)
 
 
-def test_the_cli_prints_the_grace_and_refuses_a_setting_that_is_not_a_number(tmp_path: Path):
+def test_the_grace_is_said_a_shorter_setting_kept_with_a_warning_and_a_word_refused(
+    tmp_path: Path,
+):
     run_dir = measured(tmp_path, step_s=66, save_s=20)
-    cli = [sys.executable, "-m", "verl_gsm8k.launch.grace", str(run_dir)]
-    done = subprocess.run(cli, capture_output=True, text=True, env={}, timeout=60)
-    said, grace = done.stdout.splitlines()  # the grace last: plan_grace reads it
-    assert (done.returncode, grace, done.stderr) == (0, "101", "")
-    assert said.startswith("recipe: STOP_GRACE_S=101 s, what a stop needs here")
-    done = subprocess.run(cli, capture_output=True, text=True, env={"STOP_GRACE_S": "9"},
-                          timeout=60)  # fmt: skip
-    assert (done.returncode, done.stdout) == (0, "9\n")  # a warning: standard error
-    assert done.stderr.startswith("recipe: warning: STOP_GRACE_S=9 s is shorter")
+    grace, said = choose(Timings.read(run_dir), {})
+    assert grace == 101 and said[-1].startswith(
+        "recipe: STOP_GRACE_S=101 s, what a stop needs here"
+    )
+    grace, said = choose(Timings.read(run_dir), {"STOP_GRACE_S": "9"})
+    assert grace == 9 and said[-1].startswith("recipe: warning: STOP_GRACE_S=9 s is shorter")
     for key in ("STOP_GRACE_S", RAY_WAIT_ENV):
-        env = {key: "soon", RAY_JOB_ENV: "{}"}
-        done = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=60)
-        assert (done.returncode, done.stdout) == (2, "")
-        assert done.stderr == f"recipe: {key}='soon' is not a number of seconds\n"
+        with pytest.raises(ValueError) as err:
+            choose(Timings.read(run_dir), {key: "soon", RAY_JOB_ENV: "{}"})
+        assert str(err.value) == f"recipe: {key}='soon' is not a number of seconds"

@@ -4,6 +4,7 @@ common.sh with a stand-in for verl's entry point (test_recipes.fake_verl_python)
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from helpers import ROOT, fake_nvidia_smi, recipe_env, run_recipe
 from test_recipes import fake_verl_python
 
+from verl_gsm8k.common.command_line import PREFIX
 from verl_gsm8k.common.launch_record import read_records
 from verl_gsm8k.resume.same_config import differences
 
@@ -58,6 +60,14 @@ def test_a_launch_records_its_config_knobs_versions_and_host(gpu_env, tmp_path):
     assert record["versions"]["verl"] == "0.9.1" and record["versions"]["torch"]
     assert len(record["git"]["commit"]) == 40 and isinstance(record["git"]["dirty"], bool)
     assert record["host"]["gpus"] == [{"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.6}]
+    # the exact command verl got: said on the console, kept in the record, the args verl received
+    (said,) = [x for x in result.stdout.splitlines() if x.startswith(PREFIX)]
+    command = shlex.split(record["verl_command"])
+    assert said == PREFIX + record["verl_command"]
+    argv = command[next(i for i, w in enumerate(command) if "=" not in w) + 1 :]
+    got = [x.removeprefix("arg=") for x in (tmp_path / "verl-args.txt").read_text().splitlines()]
+    assert argv[:2] == ["-m", "verl.trainer.main_ppo"] and got[1:] == argv
+    assert f"VERL_FILE_LOGGER_PATH={metrics.removeprefix('metrics=')}" in command
 
 
 def test_same_config_resumes_a_different_one_stops_with_one_line(

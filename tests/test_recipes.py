@@ -24,6 +24,7 @@ from helpers import (
     with_pythonpath,
 )
 
+from verl_gsm8k.common.command_line import PREFIX
 from verl_gsm8k.launch.cli import prune_finished, warn_unshared_run_dir
 from verl_gsm8k.launch.knobs import hydra_quote
 from verl_gsm8k.launch.plan import Recipe, bare_overrides, make_plan
@@ -185,6 +186,29 @@ def test_path_knobs_land_on_their_keys(knob_run):
     ):
         assert get(cfg, f"trainer.{key}") == paths["RUN_DIR"] + suffix
     assert get(cfg, "trainer.logger") == ["console", "tensorboard"]
+
+
+@SHARED_DRY_RUNS
+def test_the_printed_verl_command_run_by_hand_composes_the_launchers_config(gpu_dry_run, tmp_path):
+    """DRY_RUN=1 prints the command a launch gives verl as one shell line; that line, run in a
+    shell with ``--cfg job`` appended, prints the very config the launcher composed."""
+    result = gpu_dry_run("smoke_tiny").result
+    assert result.returncode == 0, result.stdout[-2000:]
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith(PREFIX)]
+    command = line.removeprefix(PREFIX)
+    assert " -m verl.trainer.main_ppo " in command and " data.train_batch_size=16 " in command
+    assert not any(value in line for value in SECRETS.values())
+    env = {k: v for k, v in os.environ.items() if k not in SECRETS}
+    by_hand = subprocess.run(["bash", "-c", f"{command} --cfg job"], capture_output=True,
+                             text=True, timeout=300, env=env, cwd=tmp_path)  # fmt: skip
+    assert by_hand.returncode == 0, by_hand.stderr[-3000:]
+    import yaml
+
+    launched = composed_config(result.stdout)
+    assert yaml.safe_load(by_hand.stdout) == launched
+    assert (
+        get(launched, "data.train_batch_size") == 16 and get(launched, "gsm8k_trace.samples") == 4
+    )
 
 
 @SHARED_DRY_RUNS

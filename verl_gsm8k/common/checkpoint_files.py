@@ -16,14 +16,20 @@ The one policy, for the merge, the resume, the reshard and verl's own loaders al
 3. **Naming only allowed globals** (``scan``): every pickle of the archive, read through torch's own
    reader (the bytes ``torch.load`` unpickles), is run through the standard library's unpickler
    with a ``find_class`` that checks each name against ``ALLOWED`` and hands back an inert stand-in
-   instead of importing anything. A global whose name is not a literal of the pickle gets a
+   instead of importing anything; only the functions and value types of ``CALLED`` may be
+   called (a DeviceMesh built by a call would start torch.distributed, a storage class called
+   allocate what the file says). A global whose name is not a literal of the pickle gets a
    stand-in where a string is needed and fails the scan: refused too. A TorchScript archive
-   (``constants.pkl``), which ``torch.load`` hands to ``torch.jit.load``, is refused.
+   (``constants.pkl``), which ``torch.load`` hands to ``torch.jit.load``, is refused, and so are
+   an entry miniz would read no data for (a directory), names that differ only in case (miniz
+   ignores it) and a pickle larger than ``MAX_PICKLE``.
 4. **Loaded by torch's restricted unpickler** (``load``): ``torch.load(..., weights_only=True)``
    from the handle that was checked, with exactly the entries of ``ALLOWED`` that torch does not
-   allow by default registered. This is the enforcement: a file changed in place after its check
-   still cannot run code. ``restricted_torch_load`` makes verl's own ``torch.load`` calls this
-   load (verl_plugins/checked_load.py in verl's processes, merge/verl_merger.py in verl's merger).
+   allow by default registered, numpy's names as the stand-ins of common/numpy_state.py, which
+   rebuild numeric arrays only (numpy's own would take an object dtype's bytes as pointers).
+   This is the enforcement: a file changed in place after its check still cannot run code.
+   ``restricted_torch_load`` makes verl's own ``torch.load`` calls this load
+   (verl_plugins/checked_load.py in verl's processes, merge/verl_merger.py in verl's merger).
 
 Any failure is a ``ShardError`` with one line naming the file and why.
 """
@@ -31,14 +37,12 @@ Any failure is a ``ShardError`` with one line naming the file and why.
 from __future__ import annotations
 
 import functools
-import importlib
 import io
 import os
 import pickle
 import stat
 import struct
 import threading
-import warnings
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from verl_gsm8k.common.numpy_state import NUMPY, CheckedArray, CheckedDtype, plain_arrays
 from verl_gsm8k.common.pause import pause_point
 from verl_gsm8k.common.terminal import clean as shown
 
@@ -81,12 +86,30 @@ ALLOWED = frozenset({
     ("torch._tensor", "_rebuild_from_type_v2"),
     ("torch.serialization", "_get_layout"),
     ("_codecs", "encode"),  # numpy arrays' bytes in extra_state (RNG states)
-    ("numpy", "dtype"),
+    ("numpy", "dtype"),  # these three: read by NUMPY's checked stand-ins, never numpy's own
     ("numpy", "ndarray"),
     ("numpy.core.multiarray", "_reconstruct"),
     ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.dtypes", "UInt32DType"),
 }) | DTENSOR_GLOBALS  # fmt: skip
+
+# The globals a pickle may call (REDUCE, INST, OBJ): functions and value types. A class of
+# DTENSOR_GLOBALS is only ever rebuilt (NEWOBJ, its state set), and a storage class only named:
+# calling DeviceMesh(...) would start torch.distributed, torch.FloatStorage(n) allocate n floats.
+CALLED = frozenset({
+    ("collections", "OrderedDict"),
+    ("torch", "Size"),
+    ("torch", "device"),
+    ("torch._utils", "_rebuild_tensor_v2"),
+    ("torch._utils", "_rebuild_parameter"),
+    ("torch._utils", "_rebuild_wrapper_subclass"),
+    ("torch._tensor", "_rebuild_from_type_v2"),
+    ("torch.serialization", "_get_layout"),
+    ("_codecs", "encode"),
+    ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+})  # fmt: skip
+MAX_PICKLE = 64 << 20  # a checkpoint's data.pkl holds its structure, not its tensors: megabytes
 
 MAX_DIRECTORY = 64 << 20  # a central directory larger than this is not a checkpoint's
 _CHUNK = 1 << 20
@@ -200,13 +223,15 @@ def _central(handle: BinaryIO, entries: int, cd_offset: int, cd_end: int) -> lis
     for _ in range(entries):
         if directory[at : at + 4] != _CENTRAL or at + 46 > len(directory):
             raise ValueError("its central directory is malformed")
-        (flags, method, crc, csize, usize, name_len, extra_len, comment_len, disk, offset) = (
-            struct.unpack_from("<8xHH4xLLLHHHH6xL", directory, at)
-        )
+        (flags, method, crc, csize, usize, name_len, extra_len, comment_len, disk, attrs,
+         offset) = struct.unpack_from("<8xHH4xLLLHHHH2xLL", directory, at)  # fmt: skip
         name = directory[at + 46 : at + 46 + name_len]
         extra = directory[at + 46 + name_len : at + 46 + name_len + extra_len]
         at += 46 + name_len + extra_len + comment_len
         usize, csize, offset = _zip64_sizes(extra, usize, csize, offset)
+        if attrs & 0x10 or name.endswith(b"/") or not 0 < len(name) <= 255:
+            raise ValueError(f"record {name[:60]!r} is a directory (miniz would read no data for "
+                             "it), or its name is empty or over 255 bytes")  # fmt: skip
         if method != 0 or flags & 0x01 or csize != usize or disk not in (0, _U16):
             raise ValueError(f"record {name!r} is compressed, encrypted or split (torch.save "
                              "stores)")  # fmt: skip
@@ -230,9 +255,10 @@ def archive_records(handle: BinaryIO, path: Path) -> list[Record]:
             sig, lflags, method, name_len, extra_len = struct.unpack("<4s2xHH16xHH", head)
             if sig != _LOCAL or lflags != flags or method != 0:
                 raise ValueError(f"the local header at byte {offset} does not match its entry")
-            if _read_at(handle, offset + 30, name_len) != raw or raw in names:
-                raise ValueError(f"record {raw!r} is named twice or differently")
-            names.add(raw)
+            if _read_at(handle, offset + 30, name_len) != raw or raw.lower() in names:
+                raise ValueError(f"record {raw!r} is named twice (torch's reader ignores case) "
+                                 "or differently")  # fmt: skip
+            names.add(raw.lower())
             start = offset + 30 + name_len + extra_len
             at = start + length
             if flags & 0x08:  # a data descriptor follows the data
@@ -308,11 +334,24 @@ class _StandIn:
         pass
 
 
+class _Called(Exception):
+    """A pickle calls a class that real checkpoints only rebuild or name."""
+
+
+class _NotCalled(_StandIn):
+    """A stand-in for a class a pickle may rebuild (NEWOBJ: ``__new__`` only) but not call."""
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        raise _Called(type(self).__name__)
+
+
 class _Scanner(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if not allowed(module, name):
             raise UnsafeGlobal(f"{module}.{name}")
-        return _StandIn  # a class, so that NEWOBJ (cls.__new__) works as on the real one
+        if (module, name) in CALLED:
+            return _StandIn  # a class, so that NEWOBJ (cls.__new__) works as on the real one
+        return type(f"{module}.{name}", (_NotCalled,), {})
 
     def persistent_load(self, pid: Any) -> Any:
         return _StandIn()
@@ -325,6 +364,8 @@ class CheckedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if not allowed(module, name):
             raise UnsafeGlobal(f"{module}.{name}")
+        if f"{module}.{name}" in NUMPY:
+            return NUMPY[f"{module}.{name}"]
         return super().find_class(module, name)
 
 
@@ -338,7 +379,7 @@ def scan(handle: BinaryIO, path: Path, records: list[Record]) -> None:
         with _open_zipfile_reader(handle) as reader:
             names = reader.get_all_records()
             pickles = [(n, reader.get_record(n)) for n in names if n.lower().endswith(".pkl")]
-    except RuntimeError as err:
+    except (RuntimeError, UnicodeDecodeError) as err:
         raise ShardError(f"refused to load {path}: torch cannot read it ({shown(err)})") from None
     prefix = records[0].name.split("/", 1)[0] + "/"
     if sorted(names) != sorted(r.name.removeprefix(prefix) for r in records):
@@ -356,6 +397,11 @@ def scan(handle: BinaryIO, path: Path, records: list[Record]) -> None:
                 f"refused to load {path}: its pickle names the global {shown(err)}, which no "
                 "verl checkpoint holds"
             ) from None
+        except _Called as err:
+            raise ShardError(
+                f"refused to load {path}: its pickle calls {shown(err)}, which a verl checkpoint "
+                "only rebuilds or names"
+            ) from None
         except Exception as err:  # anything the scan cannot follow is refused
             raise ShardError(
                 f"refused to load {path}: its pickle {shown(name)} cannot be checked ({shown(err)})"
@@ -366,6 +412,10 @@ def check_open(handle: BinaryIO, path: Path) -> None:
     """Steps 1-3 on the file open as ``handle``: what a caller then loads from the same handle is
     what was checked, whatever ``path`` names by then."""
     records = archive_records(handle, path)
+    big = [r.name for r in records if r.name.lower().endswith(".pkl") and r.size > MAX_PICKLE]
+    if big:
+        raise ShardError(f"refused to load {path}: its pickle {shown(big[0])} is larger than "
+                         f"{MAX_PICKLE} bytes, more than a checkpoint's structure")  # fmt: skip
     check_crcs(handle, path, records)
     scan(handle, path, records)
 
@@ -383,7 +433,10 @@ def check_file(path: Path) -> None:
 def open_file(path: Path) -> Iterator[BinaryIO]:
     """``path`` opened for reading: a regular file, never a directory, FIFO or device (opened
     without blocking, so that a FIFO cannot hold the reader)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except ValueError as err:  # a NUL byte in the path
+        raise ShardError(f"refused to load {shown(path)}: {err}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise ShardError(f"refused to load {path}: not a regular file")
@@ -400,25 +453,18 @@ _REGISTERING = threading.Lock()
 @functools.cache
 def _register() -> None:
     """Register, for torch's weights-only unpickler in this process, the entries of ``ALLOWED``
-    that it does not allow by default (once, for every thread: a ``safe_globals`` block per load
-    would race between verl's merger's loading threads); the DTensor classes register themselves
-    on import."""
+    that it does not allow by default: numpy's names as the checked stand-ins of ``NUMPY``
+    (once, for every thread: a ``safe_globals`` block per load would race between verl's
+    merger's loading threads); the DTensor classes register themselves on import."""
     import torch
     import torch.distributed.tensor  # noqa: F401  (registers DTensor and the mesh classes)
     from torch import _weights_only_unpickler as restricted
 
     default = set(restricted._get_allowed_globals())
-    pairs = []
-    for module, name in sorted(ALLOWED - DTENSOR_GLOBALS):
-        if f"{module}.{name}" in default:
-            continue
-        with warnings.catch_warnings():  # numpy.core is numpy._core's deprecated alias
-            warnings.simplefilter("ignore")
-            try:
-                value = getattr(importlib.import_module(module), name)
-            except (ImportError, AttributeError):
-                continue  # not in this numpy: its checkpoints cannot name it either
-        pairs.append((value, f"{module}.{name}"))
+    missing = {f"{m}.{n}" for m, n in ALLOWED - DTENSOR_GLOBALS} - default - set(NUMPY)
+    assert not missing, f"ALLOWED names no object for torch's loader: {sorted(missing)}"
+    pairs: list[Any] = [(value, name) for name, value in NUMPY.items()]
+    pairs += [CheckedDtype, CheckedArray]  # their state is set by the pickle (BUILD)
     torch.serialization.add_safe_globals(pairs)
 
 
@@ -435,13 +481,25 @@ def load(path: Path, *, map_location: Any = "cpu", mmap: bool = False) -> Any:
             source = f"/proc/self/fd/{handle.fileno()}" if mmap else handle
             with _REGISTERING:
                 _register()
-            return torch.load(source, map_location=map_location, weights_only=True, mmap=mmap)
+            loaded = torch.load(source, map_location=map_location, weights_only=True, mmap=mmap)
+    except ShardError:
+        raise
     except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ShardError(f"refused to load {path}: torch's weights-only loader refused it "
-                         f"({shown(first)})") from None  # fmt: skip
+                         f"({_first_line(err)})") from None  # fmt: skip
     except OSError as err:
         raise ShardError(f"shard {path} cannot be read ({shown(err)})") from None
+    except Exception as err:  # what torch raises on a file the checks let through
+        raise ShardError(f"refused to load {path}: torch could not load it ({_first_line(err)})"
+                         ) from None  # fmt: skip
+    return plain_arrays(loaded)
+
+
+def _first_line(err: BaseException) -> str:
+    """The line of torch's message that says why (its weights-only error opens with advice)."""
+    text = str(err).split("WeightsUnpickler error:", 1)[-1]
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return shown((lines or [type(err).__name__])[0][:300])
 
 
 def load_standing_in(path: Path, pickle_module: Any) -> Any:
@@ -455,8 +513,8 @@ def load_standing_in(path: Path, pickle_module: Any) -> Any:
     with open_file(path) as handle:
         check_open(handle, path)
         handle.seek(0)
-        return torch.load(handle, map_location="cpu", weights_only=False,
-                          pickle_module=pickle_module)  # fmt: skip
+        return plain_arrays(torch.load(handle, map_location="cpu", weights_only=False,
+                                       pickle_module=pickle_module))  # fmt: skip
 
 
 def restricted_torch_load(original: Callable[..., Any]) -> Callable[..., Any]:

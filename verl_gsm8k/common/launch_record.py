@@ -101,8 +101,10 @@ def build_record(
     config: dict[str, Any],
     root: Path,
     gpus: list[tuple[str, float]],
+    verl_command: str | None = None,
 ) -> dict[str, Any]:
     device = str(config.get("trainer", {}).get("device", "cuda"))
+    command = {"verl_command": verl_command} if verl_command else {}
     return {
         "format": FORMAT,
         "stamp": stamp,
@@ -112,6 +114,7 @@ def build_record(
         "knobs": dict(knobs),
         "knob_keys": dict(knob_keys),
         "user_overrides": list(user_overrides),
+        **command,  # the exact command the launch gave verl, one shell line, secrets masked
         "versions": versions(),
         "git": git_state(root),
         "host": host(device, gpus),

@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from verl_gsm8k.common.command_line import PREFIX, shell_line
 from verl_gsm8k.common.run_dir import console_log_path, deadline_path, metrics_path, unused_stamp
 from verl_gsm8k.common.terminal import clean
 from verl_gsm8k.guard import deadline as job_deadline
@@ -165,27 +166,32 @@ def preflight(plan: Plan, user: list[str], dry_run: bool) -> list[str]:
         budget = Path(tempfile.mkstemp(prefix="token-budget.")[1])
         fit = ["--fit-budget", str(budget)]
     head = ["--trainer", plan.trainer, "--config-name", plan.recipe.config]
-    overrides = plan.all_overrides(user)
+    from verl_gsm8k.preflight.cli import main as preflight_main
+
     try:
-        if dry_run:
-            from verl_gsm8k.preflight.dry_run import main as dry_run_main
-
-            code = dry_run_main([
-                "--verl-module", plan.verl_module, "--config-path", str(CONFIG_DIR),
-                "--user-args", str(len(user)), *fit, *head, "--", *overrides,
-            ])  # fmt: skip
-        else:
-            from verl_gsm8k.preflight.cli import main as preflight_main
-
-            code = preflight_main([*fit, *head, "--", *overrides])
+        code = preflight_main([*fit, *head, "--", *plan.all_overrides(user)])
         if code:
             raise Exit(code)
+        picked = []
         if budget is not None and budget.stat().st_size:
-            return [line for line in budget.read_text().splitlines() if line]
-        return []
+            picked = [line for line in budget.read_text().splitlines() if line]
     finally:
         if budget is not None:
             budget.unlink(missing_ok=True)
+    if dry_run:  # the command a launch would run, then verl's --cfg job of it, in this process
+        from verl_gsm8k.preflight.dry_run import print_config
+
+        overrides = plan.all_overrides(user, picked)
+        say_command(verl_argv(plan, overrides), plan.exports)
+        raise Exit(print_config(plan.verl_module, CONFIG_DIR, plan.recipe.config, overrides))
+    return picked
+
+
+def say_command(argv: list[str], env: dict[str, str]) -> str:
+    """The exact command verl gets, said as one shell line (common/command_line.py); the line."""
+    line = shell_line(argv, env)
+    say(f"{PREFIX}{line}")
+    return line
 
 
 def no_gpu(plan: Plan) -> bool:
@@ -241,13 +247,14 @@ def plan_stop(plan: Plan) -> tuple[int, bool]:
     return int(grace), bool(given)
 
 
-def record(plan: Plan, stamp: str, user: list[str], picked: list[str]) -> None:
-    """The same-config check, then RUN_DIR/launches/launch-<stamp>.yaml (verl_gsm8k/resume/)."""
+def record(plan: Plan, stamp: str, user: list[str], picked: list[str], command: str) -> None:
+    """The same-config check, then RUN_DIR/launches/launch-<stamp>.yaml (verl_gsm8k/resume/),
+    which keeps ``command``, the verl command line."""
     from verl_gsm8k.resume.__main__ import main as record_main
 
     args = ["--run-dir", str(plan.run_dir), "--stamp", stamp, "--recipe", plan.recipe.name,
             "--trainer", plan.trainer, "--config-name", plan.recipe.config, "--resume",
-            plan.values.get("RESUME", "auto")]  # fmt: skip
+            plan.values.get("RESUME", "auto"), "--verl-command", command]  # fmt: skip
     for name, value in plan.values.items():
         args += ["--knob", f"{name}={value}"]
     for key, name in plan.knob_keys.items():
@@ -305,14 +312,8 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
     if plan.trainer == "ppo":
         grace, grace_set = plan_stop(plan)
         say(plan.save_every_line)  # the minutes plan.py passed to the trainer
-    record(plan, stamp, user, picked)
-    if plan.logs_to_wandb():
-        say_where_wandb_logs(plan)
     # verl's file logger truncates its file on open: one file per launch keeps a resumed run's
     metrics, console = metrics_path(run_dir, stamp), console_log_path(run_dir, stamp)
-    for path in (metrics, console):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    say(f"recipe: metrics -> {metrics} | console log -> {console}")
     # Every process verl starts carries these two variables (Ray's included, which leave the
     # launcher's process group): once verl has ended, whatever is left of them is stopped.
     launch_id = f"{stamp}-{os.getpid()}-{socket.gethostname()}"
@@ -324,9 +325,17 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
         ray_env = [f"{key}.{name}={hydra_quote(value)}" for name, value in launch_vars.items()]
     env = {**plan.env, **plan.exports, **launch_vars}
     overrides = [*plan.all_overrides([], picked), *ray_env, *user]
+    argv = verl_argv(plan, overrides)
+    command = say_command(argv, {**plan.exports, **launch_vars})
+    record(plan, stamp, user, picked, command)
+    if plan.logs_to_wandb():
+        say_where_wandb_logs(plan)
+    for path in (metrics, console):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    say(f"recipe: metrics -> {metrics} | console log -> {console}")
     say(f"recipe: verl starts, {time.monotonic() - start:.1f} s after the launch began")
     supervisor = Supervisor(run_dir, grace, grace_set, plan.env, say)
-    code = supervisor.run(verl_argv(plan, overrides), env, console, plan.trainer == "ppo",
+    code = supervisor.run(argv, env, console, plan.trainer == "ppo",
                           (lock_fd,), launch_id)  # fmt: skip
     if code == 0:
         prune_finished(run_dir, plan.values.get("MAX_CKPT_TO_KEEP", ""))
@@ -384,13 +393,13 @@ def launch(argv: list[str]) -> int:
     dry_run = plan.values.get("DRY_RUN") == "1"
     picked: list[str] = []
     if plan.values.get("SKIP_PREFLIGHT") != "1":
-        picked = preflight(plan, user, dry_run)
-        if dry_run:
-            return 0  # verl's --cfg job ran in the preflight's process
+        picked = preflight(plan, user, dry_run)  # DRY_RUN: ends there, after verl's --cfg job
     elif dry_run:
         from verl_gsm8k.preflight.dry_run import print_config
 
-        return print_config(plan.verl_module, CONFIG_DIR, recipe.config, plan.all_overrides(user))
+        overrides = plan.all_overrides(user)
+        say_command(verl_argv(plan, overrides), plan.exports)
+        return print_config(plan.verl_module, CONFIG_DIR, recipe.config, overrides)
     if no_gpu(plan):
         say_no_gpu(plan)
         return 3

@@ -22,12 +22,8 @@ trainer stops itself before the end (guard/deadline.py). Standard library only.
 
 from __future__ import annotations
 
-import argparse
 import math
-import os
-import sys
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 
 from verl_gsm8k.common.run_dir import TIMINGS_FILE
 from verl_gsm8k.guard.deadline import MARGIN_S, Timings
@@ -100,27 +96,3 @@ def choose(timings: Timings, env: Mapping[str, str]) -> tuple[float, list[str]]:
                 "environment (docs/scaling.md)"
             )
     return grace, said
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m verl_gsm8k.launch.grace",
-        description="Print the STOP_GRACE_S a launch uses (standard output's last line) after "
-        "the line saying why (a warning: standard error), from the steps and saves measured in "
-        "its run directory (verl_gsm8k/launch/, at each PPO launch).",
-    )
-    parser.add_argument("run_dir", type=Path, help="the run directory (RUN_DIR)")
-    args = parser.parse_args(argv)
-    try:
-        grace, said = choose(Timings.read(args.run_dir), os.environ)
-    except ValueError as error:
-        print(error, file=sys.stderr)
-        return 2
-    for line in said:
-        print(line, file=sys.stderr if line.startswith("recipe: warning:") else sys.stdout)
-    print(f"{grace:.0f}")  # last: the launcher reads it
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

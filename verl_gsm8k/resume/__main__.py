@@ -124,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="an override the user gave on the command line (also in the list after --)",
     )
+    parser.add_argument(
+        "--verl-command",
+        default=None,
+        help="the exact command the launch gives verl, one shell line "
+        "(common/command_line.py): kept in the record",
+    )
     parser.add_argument("overrides", nargs="*", help="the launch's full override list (after --)")
     return parser
 
@@ -147,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config=config,
             root=ROOT,
             gpus=visible_gpus(),
+            verl_command=args.verl_command,
         )
         # The step verl will resume, verified first (it may be an earlier whole one than the
         # tracker names), then the same-config check on that step; the tracker is pointed at it

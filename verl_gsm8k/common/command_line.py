@@ -1,0 +1,30 @@
+"""The exact command a launch gives verl, as one shell line: the variables the launcher sets for
+verl, then verl's entry point with every override in the order verl receives them. A verl user
+can copy it, rerun it without the launcher (``--cfg job`` appended prints its config) and diff
+two launches' lines. Secret values are masked: a variable or a key named like a key, token,
+secret or password shows ``***``. Standard library only."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+
+PREFIX = "recipe: verl command: "  # how the line starts on the console (and tests find it)
+MASK = "***"
+_SECRET = re.compile(r"(?i)(key|token|secret|password)")
+
+
+def _shown_override(arg: str) -> str:
+    key, sep, value = arg.partition("=")
+    if sep and _SECRET.search(key.rsplit(".", 1)[-1]):
+        return f"{key}={MASK}"
+    return arg
+
+
+def shell_line(argv: Sequence[str], env: Mapping[str, str]) -> str:
+    """``NAME=value ... python -m MODULE args...``, every word quoted for a POSIX shell."""
+    words = [f"{name}={shlex.quote(MASK if _SECRET.search(name) else value)}"
+             for name, value in env.items()]  # fmt: skip
+    words += [shlex.quote(_shown_override(arg)) for arg in argv]
+    return " ".join(words)
