@@ -450,10 +450,15 @@ def test_the_message_names_metric_value_threshold_step_and_checkpoint(tmp_path: 
 
 
 def test_the_config_block_is_the_defaults() -> None:
+    from verl_gsm8k.launch.knobs import KNOBS
+
     block = yaml.safe_load((ROOT / "configs" / "gsm8k_base.yaml").read_text())["gsm8k_guard"]
-    knobs = block["watchdog"]
-    assert set(knobs) == {f.name for f in dataclasses.fields(Thresholds)}
+    assert set(block["watchdog"]) == {f.name for f in dataclasses.fields(Thresholds)}
+    # mode is the WATCHDOG knob's, declared ??? in the config: the knob table holds its default
+    knobs = {key: value for key, value in block["watchdog"].items() if value != "???"}
+    assert set(block["watchdog"]) - set(knobs) == {"mode"}
     assert Thresholds.from_mapping(knobs) == Thresholds()
+    assert next(k.default for k in KNOBS if k.name == "WATCHDOG") == Thresholds().mode
     assert Thresholds.from_mapping({"mode": "warn", "reward_drop": None}) == Thresholds(
         mode="warn", reward_drop=None
     )
