@@ -72,26 +72,6 @@ DTENSOR_GLOBALS = frozenset({
     ("torch.distributed.tensor.placement_types", "Partial"),
 })  # fmt: skip
 
-# Every other global a verl checkpoint file names (read from the model, optim and extra_state
-# shards and data.pt of real PPO, GRPO, LoRA, SFT and resharded runs under torch 2.13, and of
-# shards the GPU stack's torch 2.11 wrote; each trainer's test loads its run's files through
-# ``load``: tests/helpers.py, assert_loads_as_torch): anything else is refused.
-ALLOWED = frozenset({
-    ("collections", "OrderedDict"),
-    ("torch", "Size"),
-    ("torch", "device"),
-    ("torch._utils", "_rebuild_tensor_v2"),
-    ("torch._utils", "_rebuild_parameter"),
-    ("torch._utils", "_rebuild_wrapper_subclass"),
-    ("torch._tensor", "_rebuild_from_type_v2"),
-    ("torch.serialization", "_get_layout"),
-    ("_codecs", "encode"),  # numpy arrays' bytes in extra_state (RNG states)
-    ("numpy", "dtype"),  # these three: read by NUMPY's checked stand-ins, never numpy's own
-    ("numpy", "ndarray"),
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-}) | DTENSOR_GLOBALS  # fmt: skip
-
 # The globals a pickle may call (REDUCE, INST, OBJ): functions and value types. A class of
 # DTENSOR_GLOBALS is only ever rebuilt (NEWOBJ, its state set), and a storage class only named:
 # calling DeviceMesh(...) would start torch.distributed, torch.FloatStorage(n) allocate n floats.
@@ -104,11 +84,17 @@ CALLED = frozenset({
     ("torch._utils", "_rebuild_wrapper_subclass"),
     ("torch._tensor", "_rebuild_from_type_v2"),
     ("torch.serialization", "_get_layout"),
-    ("_codecs", "encode"),
-    ("numpy", "dtype"),
+    ("_codecs", "encode"),  # numpy arrays' bytes in extra_state (RNG states)
+    ("numpy", "dtype"),  # numpy's names: read by NUMPY's checked stand-ins, never numpy's own
     ("numpy.core.multiarray", "_reconstruct"),
     ("numpy._core.multiarray", "_reconstruct"),
 })  # fmt: skip
+
+# Every global a verl checkpoint file names (read from the model, optim and extra_state shards
+# and data.pt of real PPO, GRPO, LoRA, SFT and resharded runs under torch 2.13, and of shards the
+# GPU stack's torch 2.11 wrote; each trainer's test loads its run's files through ``load``:
+# tests/helpers.py, assert_loads_as_torch): anything else is refused.
+ALLOWED = CALLED | {("numpy", "ndarray")} | DTENSOR_GLOBALS
 MAX_PICKLE = 64 << 20  # a checkpoint's data.pkl holds its structure, not its tensors: megabytes
 
 MAX_DIRECTORY = 64 << 20  # a central directory larger than this is not a checkpoint's
