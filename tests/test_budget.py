@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, composed_config, fake_nvidia_smi, get, recipe_env, run_recipe
+from helpers import ROOT, composed_config, fake_nvidia_smi, get, launch_in_process, recipe_env
 
 from verl_gsm8k.cards.table import recipe_overrides
 from verl_gsm8k.common.qwen25 import qwen25_config
@@ -73,7 +73,7 @@ def test_the_launch_runs_at_the_budget_that_fits_the_card(
             qwen_shaped_model, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1", SAVE_FREQ="-1"
         )
         env.update(knobs, PATH=f"{bin_dir}:{env['PATH']}")
-        return run_recipe("ppo_qwen2.5-0.5b_gsm8k", env, *args)
+        return launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env, *args)
 
     picked = dry_run()  # ATTENTION=auto: packed rows under sdpa on this GPU without flash-attn 2
     assert "attention: sdpa, padding removal on" in picked.stdout, picked.stdout[-3000:]

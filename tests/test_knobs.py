@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, recipe_env, run_recipe
+from helpers import ROOT, launch_in_process, recipe_env
 
 from verl_gsm8k.launch import knobs
 
@@ -39,7 +39,7 @@ def test_bad_knob_stops_the_recipe_with_one_line(
 ):
     values, shown = BAD[case]
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1", **values)
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
     output = (result.stdout + result.stderr).strip()
     assert result.returncode == 2, output[-3000:]
     assert "\n" not in output, output[-3000:]  # one line, and the preflight never started

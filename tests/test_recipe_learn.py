@@ -10,7 +10,7 @@ It is not in helpers.RECIPES: with no MODEL_PATH its dry run would first build t
 from __future__ import annotations
 
 import pytest
-from helpers import ROOT, composed_config, get, recipe_env, run_recipe
+from helpers import ROOT, composed_config, get, launch_in_process, recipe_env
 
 from verl_gsm8k.launch.knobs import LEARN_ALGOS, recipe_arguments
 
@@ -41,7 +41,7 @@ def dry_run(algo: str, tiny_model_dir, prepared_gsm8k_dir, tmp_path, *args: str)
         ALGO=algo,
         CACHE_DIR=str(tmp_path / "cache"),
     )
-    result = run_recipe(RECIPE, env, *args)
+    result = launch_in_process(RECIPE, env, *args)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result, composed_config(result.stdout)
 
@@ -85,7 +85,7 @@ def test_the_hard_toy_task_has_sums_up_to_nine_in_a_cache_of_its_own(
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
                      TOY_TASK="hard", CACHE_DIR=str(tmp_path / "cache"))  # fmt: skip
     env.pop("DATA_DIR")
-    result = run_recipe(RECIPE, env)
+    result = launch_in_process(RECIPE, env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "toy task (hard: sums up to 9 + 9" in result.stdout
     data = tmp_path / "cache" / "learn-tiny" / "v2" / "hard" / "seed0" / "data" / "rl"
@@ -106,7 +106,7 @@ def test_user_arguments_and_knobs_win(tiny_model_dir, prepared_gsm8k_dir, tmp_pa
         SEED="7",
         EXPERIMENT_NAME="mine",
     )
-    result = run_recipe(RECIPE, env, "trainer.test_freq=2")
+    result = launch_in_process(RECIPE, env, "trainer.test_freq=2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     cfg = composed_config(result.stdout)
     assert get(cfg, "actor_rollout_ref.actor.optim.lr") == 1e-4
@@ -135,7 +135,7 @@ def test_a_bad_knob_stops_it_before_anything_is_built(knob, line, tmp_path):
     env.pop("MODEL_PATH")
     env.pop("DATA_DIR")
     env["CACHE_DIR"] = str(tmp_path / "cache")
-    result = run_recipe(RECIPE, env)
+    result = launch_in_process(RECIPE, env)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [line]
     assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()

@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ROOT, composed_config, fake_nvidia_smi, get, recipe_env, run_recipe
+from helpers import (
+    ROOT,
+    composed_config,
+    fake_nvidia_smi,
+    get,
+    launch_in_process,
+    recipe_env,
+    run_recipe,
+)
 
 RECIPE = "sft_qwen2.5-0.5b_gsm8k"
 SECRETS = {"WANDB_API_KEY": "wandb-secret-0123456789", "HF_TOKEN": "hf_secret_abcdef123456"}
@@ -127,7 +135,7 @@ def test_without_gpu_it_stops_after_the_preflight_with_one_line(
 ):
     env = recipe_env(tiny_model_dir, prepared_sft_dir, tmp_path / "runs", TRAIN_BATCH_SIZE="32")
     env["PATH"] = "/usr/bin:/bin"  # no nvidia-smi
-    result = run_recipe(RECIPE, env)
+    result = launch_in_process(RECIPE, env)
     assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]
     assert "preflight: passed" in result.stdout
     assert result.stderr.strip().splitlines()[-1] == (
@@ -151,7 +159,7 @@ def test_without_gpu_it_stops_after_the_preflight_with_one_line(
 )
 def test_a_bad_knob_stops_it_with_one_line(knobs, line, tmp_path):
     env = recipe_env(Path("/x"), Path("/x"), tmp_path / "runs", DRY_RUN="1", **knobs)
-    result = run_recipe(RECIPE, env)
+    result = launch_in_process(RECIPE, env)
     output = (result.stdout + result.stderr).strip()
     assert result.returncode == 2, output[-3000:]
     assert output == line
@@ -271,7 +279,7 @@ def test_a_step_count_alone_brings_enough_epochs(knobs, epochs, tiny_model_dir, 
         DRY_RUN="1",
         **knobs,
     )
-    result = run_recipe(RECIPE, env)
+    result = launch_in_process(RECIPE, env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert not record.exists()  # neither torchrun nor a second Python started
     lines = result.stdout.splitlines()

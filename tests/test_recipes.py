@@ -18,7 +18,9 @@ from helpers import (
     composed_config,
     fake_nvidia_smi,
     get,
+    launch_in_process,
     plant_flash_attn,
+    recipe_args,
     recipe_env,
     run_recipe,
     with_pythonpath,
@@ -159,7 +161,7 @@ def knob_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory):
         **{k: v for k, (v, _) in KNOBS.items()},
         **paths,
     )
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return composed_config(result.stdout), paths
 
@@ -222,7 +224,7 @@ def test_secrets_are_never_printed_and_wandb_follows_the_key(
     assert get(composed_config(result.stdout), "trainer.logger") == ["console", "file", "wandb"]
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
                      HF_TOKEN=SECRETS["HF_TOKEN"])  # fmt: skip
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 0, result.stdout[-2000:]
     assert SECRETS["HF_TOKEN"] not in result.stdout + result.stderr
     assert get(composed_config(result.stdout), "trainer.logger") == ["console", "file"]
@@ -233,7 +235,7 @@ def test_without_gpu_a_recipe_stops_after_preflight_with_one_line(
 ):
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs")
     env["PATH"] = "/usr/bin:/bin"  # no nvidia-smi
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 3
     assert "preflight: passed" in result.stdout
     assert "no NVIDIA GPU is visible here" in result.stderr
@@ -247,7 +249,9 @@ def test_a_failing_preflight_stops_the_recipe_before_verl(
     tiny_model_dir, prepared_gsm8k_dir, tmp_path
 ):
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env, "custom_reward_function.name=compute_score")
+    result = launch_in_process(
+        "ppo_qwen2.5-0.5b_gsm8k", env, "custom_reward_function.name=compute_score"
+    )
     assert result.returncode == 1
     assert "use reward.custom_reward_function.name" in result.stdout
     assert "model_engine:" not in result.stdout  # verl's --cfg job never ran
@@ -259,7 +263,7 @@ def test_a_missing_local_model_is_one_line_before_anything_of_verl(
     missing = tmp_path / "no-such-model"
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
                      MODEL_PATH=str(missing))  # fmt: skip
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"recipe: MODEL_PATH={missing} does not exist: a local directory holding the model's "
@@ -274,9 +278,26 @@ def test_gpu_count_is_checked_against_the_request(tiny_model_dir, prepared_gsm8k
     )
     bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 1
     assert "trainer.n_gpus_per_node=2 but this node has 1 GPU(s)" in result.stdout
+
+
+def test_each_recipe_file_passes_the_launcher_its_array_and_the_users_arguments(tmp_path):
+    """What bash hands the launcher is what the in-process launches of the tests use
+    (helpers.recipe_args): each recipe file run with a PYTHON that records its arguments."""
+    record = tmp_path / "argv"
+    python = tmp_path / "python"
+    python.write_text(f'#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "{record}"\n')
+    python.chmod(0o755)
+    recipes = sorted(path.stem for path in (ROOT / "recipes").glob("*.sh"))
+    assert len(recipes) >= 13
+    for recipe in recipes:
+        env = recipe_env(Path("/x"), Path("/x"), Path("/x"), PYTHON=str(python))
+        run = run_recipe(recipe, env, "a.b='c d'", "x=1")
+        assert run.returncode == 0, run.stderr
+        argv = record.read_text().split("\0")[:-1]
+        assert argv == ["-m", "verl_gsm8k.launch", *recipe_args(recipe), "--", "a.b='c d'", "x=1"]
 
 
 def test_help_lists_usage():
@@ -316,7 +337,7 @@ def test_paths_with_quotes_and_spaces_reach_verl_exactly(
     shutil.copy(ROOT / "rewards" / "gsm8k.py", reward)
     runs = base / "runs 'root'"
     env = recipe_env(model, data, runs, DRY_RUN="1", REWARD_FILE=str(reward))
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     cfg = composed_config(result.stdout)
     assert get(cfg, "actor_rollout_ref.model.path") == str(model)
@@ -452,7 +473,7 @@ def test_a_multi_node_run_dir_that_is_not_shared_is_warned(nnodes, runs_root, wa
 def test_the_launch_warns_of_a_node_local_run_dir(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", NNODES="2",
                      DRY_RUN="1", SKIP_PREFLIGHT="1")  # fmt: skip
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "recipe: warning: NNODES=2 and RUN_DIR=" in result.stderr
 

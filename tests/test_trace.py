@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from helpers import composed_config, get, recipe_env, run_recipe
+from helpers import composed_config, get, launch_in_process, recipe_env
 
 from verl_gsm8k.guard.rules import prompt_of
 from verl_gsm8k.trace.record import TraceWriter, clean, sample_line, step_line
@@ -80,7 +80,7 @@ def test_recipes_trace_by_default_and_say_when_it_is_off(
 ):
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
                      DEVICE="cpu")  # fmt: skip
-    on = run_recipe("grpo_qwen2.5-0.5b_gsm8k", env)
+    on = launch_in_process("grpo_qwen2.5-0.5b_gsm8k", env)
     assert on.returncode == 0, on.stdout[-3000:] + on.stderr[-3000:]
     assert "preflight: [ok] trace: 4 responses per step (whole prompt groups of rollout.n=5)" in (
         on.stdout
@@ -88,7 +88,7 @@ def test_recipes_trace_by_default_and_say_when_it_is_off(
     cfg = composed_config(on.stdout)
     assert get(cfg, "trainer.v1.trainer_mode") == "gsm8k"
     assert get(cfg, "gsm8k_trace.samples") == 4
-    off = run_recipe("grpo_qwen2.5-0.5b_gsm8k", dict(env, TRACE_SAMPLES="0"))
+    off = launch_in_process("grpo_qwen2.5-0.5b_gsm8k", dict(env, TRACE_SAMPLES="0"))
     assert off.returncode == 0, off.stdout[-3000:] + off.stderr[-3000:]
     assert "preflight: [ok] trace: TracingTrainer selected, gsm8k_trace.samples=0" in off.stdout
     # the trace off, the trainer stays: it is the run's guard too (verl_gsm8k/guard/)
