@@ -6,7 +6,8 @@
 #   bash scripts/setup.sh --gpu-stack  # .venv-gpu: the GPU machine's .venv, built here without a
 #                                      # GPU (same path as on a GPU), for the checks that need none
 #
-# Knobs (environment): PYTHON (interpreter, default python3), VENV_DIR (default .venv),
+# Knobs (environment): SETUP_PYTHON (the interpreter that builds the environments, default
+# python3; PYTHON is the project's own, the recipes' and merge.sh's), VENV_DIR (default .venv),
 # VENV_DIR_GPU (--gpu-stack's, default .venv-gpu),
 # EVAL_VENV_DIR (default .venv-eval), FORCE_CPU=1 (CPU stack even where a GPU is visible),
 # FLASH_ATTN=auto|2|4|none (GPU stack's attention kernels; default auto, or 2: flash-attn 2 from a
@@ -19,7 +20,14 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PYTHON=${PYTHON:-python3}
+# PYTHON names the project's interpreter (scripts/python, merge.sh, the sbatch files), never the
+# one that builds it: the set-up reads SETUP_PYTHON. PYTHON given to the set-up alone is read as
+# before, with one line saying the new name (left exported, it would run the recipes without verl).
+if [[ -z ${SETUP_PYTHON:-} && -n ${PYTHON:-} ]]; then
+  echo "setup.sh: PYTHON=$PYTHON read as SETUP_PYTHON, the interpreter that builds the environments; PYTHON is the project's interpreter for the recipes: unset it after the set-up" >&2
+  SETUP_PYTHON=$PYTHON
+fi
+PYTHON=${SETUP_PYTHON:-python3}
 VENV_DIR=${VENV_DIR:-$ROOT/.venv}
 EVAL_VENV_DIR=${EVAL_VENV_DIR:-$ROOT/.venv-eval}
 FORCE_CPU=${FORCE_CPU:-0}
@@ -30,7 +38,7 @@ INSTALLER=${INSTALLER:-uv}
 
 target=main
 for arg in "$@"; do  # --help anywhere: the help, and nothing installed
-  case "$arg" in -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+  case "$arg" in -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 done
 [ $# -le 1 ] || { echo "setup.sh: one argument at most, not $# (use --eval, --gpu-stack or --help)" >&2; exit 2; }
 case "${1:-}" in
@@ -46,7 +54,7 @@ case "$FLASH_ATTN" in
 esac
 
 # pyproject.toml's requires-python (>=3.10,<3.13): say so before a venv is half built.
-"$PYTHON" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] < (3, 13))' 2>/dev/null || { echo "setup.sh: PYTHON=$PYTHON is $("$PYTHON" --version 2>/dev/null || echo 'not found'); the project needs Python 3.10-3.12: name one, e.g. PYTHON=python3.12 make setup" >&2; exit 2; }
+"$PYTHON" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] < (3, 13))' 2>/dev/null || { echo "setup.sh: SETUP_PYTHON=$PYTHON is $("$PYTHON" --version 2>/dev/null || echo 'not found'); the project needs Python 3.10-3.12: name one, e.g. SETUP_PYTHON=python3.12 make setup" >&2; exit 2; }
 
 start=$(date +%s)
 

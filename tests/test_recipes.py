@@ -230,6 +230,24 @@ def test_secrets_are_never_printed_and_wandb_follows_the_key(
     assert get(composed_config(result.stdout), "trainer.logger") == ["console", "file"]
 
 
+def test_a_launch_names_the_knobs_it_took_from_the_environment(
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+):
+    """A variable a shell exported for something else (SEED, LOGGER) is a knob here: the launch
+    says in one line which knobs came from the environment, and no other variable."""
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
+                     SEED="7", LOGGER="console", NOT_A_KNOB="x")  # fmt: skip
+    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (line,) = [x for x in result.stdout.splitlines() if "knobs from the environment" in x]
+    words = line.removeprefix("recipe: knobs from the environment: ").split()
+    assert sorted(words) == sorted([
+        f"MODEL_PATH={tiny_model_dir}", f"DATA_DIR={prepared_gsm8k_dir}",
+        f"RUNS_ROOT={tmp_path / 'runs'}", "DRY_RUN=1", "SEED=7", "LOGGER=console",
+    ])  # fmt: skip
+    assert get(composed_config(result.stdout), "data.seed") == 7
+
+
 def test_without_gpu_a_recipe_stops_after_preflight_with_one_line(
     tiny_model_dir, prepared_gsm8k_dir, tmp_path
 ):

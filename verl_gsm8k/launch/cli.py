@@ -81,6 +81,14 @@ def check(plan: Plan) -> None:
             "(docs/knobs.md)", err=True)  # fmt: skip
 
 
+def knobs_from_env_line(plan: Plan) -> str:
+    """The knobs this launch took from the environment, as NAME=value words (secrets masked):
+    a variable a shell exported for something else (DEVICE, SEED, LOGGER) shows here."""
+    taken = {name: value for name, value in plan.values.items() if name in plan.from_env}
+    shown = shell_line([], taken) if taken else "none (the recipe's and the table's defaults)"
+    return f"recipe: knobs from the environment: {shown}"
+
+
 def warn_unshared_run_dir(plan: Plan) -> None:
     """Every FSDP rank writes its shards to RUN_DIR on its own node (docs/scaling.md, "Where
     things land"): with several nodes RUN_DIR must be storage they all mount. /tmp is usually
@@ -383,6 +391,7 @@ def launch(argv: list[str]) -> int:
         f"{plan.values['MODEL_PATH']} | run dir: {plan.run_dir}")  # fmt: skip
     say(f"recipe: device: {plan.train_on} (DEVICE={plan.values.get('DEVICE', 'auto')}){where} | "
         f"attention: {plan.attention_line}")  # fmt: skip
+    say(knobs_from_env_line(plan))
     warn_unshared_run_dir(plan)
     if plan.train_on == "cpu":
         prepare_cpu_defaults(plan)
