@@ -7,7 +7,6 @@ import contextlib
 import io
 import json
 import os
-import shlex
 import socket
 import subprocess
 import sys
@@ -122,14 +121,6 @@ def run_recipe(recipe: str, env: dict[str, str], *args: str, timeout: int = 240)
     )
 
 
-def recipe_args(recipe: str) -> list[str]:
-    """The arguments recipes/RECIPE.sh passes the launcher before ``--`` (its ``recipe=( ... )``
-    array, comments dropped); tests/test_recipes.py checks them against what bash passes."""
-    text = (ROOT / "recipes" / f"{recipe}.sh").read_text()
-    body = text.split("\nrecipe=(\n", 1)[1].split("\n)\n", 1)[0]
-    return shlex.split(body, comments=True)
-
-
 def launch_in_process(recipe: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """``bash recipes/RECIPE.sh ARGS`` as this process: the launcher's main on the recipe's
     arguments, under ``env`` alone, its output captured; verl is imported once per test worker
@@ -138,6 +129,7 @@ def launch_in_process(recipe: str, env: dict[str, str], *args: str) -> subproces
     from unittest import mock
 
     from verl_gsm8k.launch import cli
+    from verl_gsm8k.launch.knobs import recipe_arguments
     from verl_gsm8k.preflight.model import hub_reachable
 
     def no_training(*_: object) -> int:
@@ -155,7 +147,7 @@ def launch_in_process(recipe: str, env: dict[str, str], *args: str) -> subproces
             contextlib.redirect_stdout(out),
             contextlib.redirect_stderr(err),
         ):
-            code = cli.main([*recipe_args(recipe), "--", *args])
+            code = cli.main([*recipe_arguments(ROOT / "recipes" / f"{recipe}.sh"), "--", *args])
     finally:
         os.environ.clear()
         os.environ.update(saved_env)

@@ -8,7 +8,7 @@ import inspect
 import re
 
 import pytest
-from helpers import ROOT, composed_config, get, recipe_env, run_recipe
+from helpers import ROOT, composed_config, get, launch_in_process, recipe_env, run_recipe
 from omegaconf import OmegaConf
 
 from verl_gsm8k.launch.knobs import LEARN_ALGOS
@@ -34,11 +34,13 @@ ALGORITHMS = {
         "algorithm.use_kl_in_reward": True,
         "actor_rollout_ref.actor.use_kl_loss": False,
         "actor_rollout_ref.rollout.n": 1,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 128,  # one update a step: verl's example
     },
     "reinforce_pp_baseline": {
         "algorithm.adv_estimator": "reinforce_plus_plus_baseline",
         "algorithm.use_kl_in_reward": True,
         "actor_rollout_ref.rollout.n": 8,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 128,
     },
     "remax": {
         "algorithm.adv_estimator": "remax",
@@ -127,6 +129,36 @@ def test_dapos_overlong_buffer_is_a_fifth_of_the_response_length(length, buffer)
     assert [o for o in plan.all_overrides([]) if o.startswith(key)] == [key + buffer]
     grpo = recipe_plan(ROOT / "recipes" / "grpo_qwen2.5-0.5b_gsm8k.sh", env, gpu=True)
     assert not any(o.startswith(key) for o in grpo.all_overrides([]))  # no penalty: not set
+
+
+def test_dapos_overlong_buffer_follows_a_response_length_given_after_the_double_dash():
+    """data.max_response_length=1024 after ``--`` is the length verl gets: the automatic buffer
+    is a fifth of it, as of the knob's (the user's own buffer key, given too, wins last)."""
+    from verl_gsm8k.launch.plan import recipe_plan
+
+    dapo = ROOT / "recipes" / "dapo_qwen2.5-0.5b_gsm8k.sh"
+    key = "reward.reward_kwargs.overlong_buffer_cfg.len="
+    user = ["data.max_response_length=1024"]
+    plan = recipe_plan(dapo, {"HOME": "/nonexistent"}, gpu=True, user=user)
+    assert [o for o in plan.all_overrides(user) if o.startswith(key)] == [key + "204"]
+    own = [*user, key + "100"]
+    plan = recipe_plan(dapo, {"HOME": "/nonexistent"}, gpu=True, user=own)
+    assert [o for o in plan.all_overrides(own) if o.startswith(key)][-1] == key + "100"
+
+
+@pytest.mark.parametrize("algo", ["dapo", "gspo", "drgrpo"])
+def test_a_kl_coefficient_is_warned_where_the_config_charges_no_kl(configs, algo):
+    """KL_COEF (or a KL coefficient key after ``--``) on a config with no KL in the reward nor
+    in the loss: one warning line naming what was set; nothing where it was not set, nor on a
+    config that charges KL (GRPO: in the loss)."""
+    from verl_gsm8k.preflight.algorithm import unused_kl_warnings
+
+    chosen = {"algorithm.kl_ctrl.kl_coef": "KL_COEF=0.01",
+              "actor_rollout_ref.actor.kl_loss_coef": "KL_COEF=0.01"}  # fmt: skip
+    (line,) = unused_kl_warnings(variant(configs, algo), chosen)
+    assert line.startswith("KL_COEF=0.01 does nothing here: this config charges no KL")
+    assert unused_kl_warnings(variant(configs, algo), {}) == []
+    assert unused_kl_warnings(variant(configs, "grpo"), chosen) == []
 
 
 @pytest.fixture(scope="module")
@@ -366,3 +398,19 @@ def test_the_old_name_of_dapos_overlong_settings_is_refused_with_the_new_one():
     key = "reward_model.reward_kwargs.overlong_buffer_cfg.enable"
     (problem,) = legacy_key_problems([key], LEGACY_KEYS)
     assert "use reward.reward_kwargs.overlong_buffer_cfg.enable" in problem
+
+
+def test_the_dapo_launch_warns_of_kl_coef_and_sizes_its_buffer_from_the_users_length(
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+):
+    """The launch end to end (in process): KL_COEF from the environment reaches the preflight as
+    chosen by the user; data.max_response_length=1024 after -- sizes the automatic buffer."""
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
+                     KL_COEF="0.01")  # fmt: skip
+    result = launch_in_process("dapo_qwen2.5-0.5b_gsm8k", env, "data.max_response_length=1024")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "preflight: [warn] algorithm: KL_COEF=0.01 does nothing here" in result.stdout
+    cfg = composed_config(result.stdout)
+    assert get(cfg, "reward.reward_kwargs.overlong_buffer_cfg.len") == 204
+    quiet = launch_in_process("dapo_qwen2.5-0.5b_gsm8k", dict(env, KL_COEF=""))
+    assert quiet.returncode == 0 and "does nothing here" not in quiet.stdout

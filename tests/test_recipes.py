@@ -20,7 +20,6 @@ from helpers import (
     get,
     launch_in_process,
     plant_flash_attn,
-    recipe_args,
     recipe_env,
     run_recipe,
     with_pythonpath,
@@ -28,7 +27,7 @@ from helpers import (
 
 from verl_gsm8k.common.command_line import PREFIX
 from verl_gsm8k.launch.cli import prune_finished, warn_unshared_run_dir
-from verl_gsm8k.launch.knobs import hydra_quote
+from verl_gsm8k.launch.knobs import hydra_quote, recipe_arguments
 from verl_gsm8k.launch.plan import Recipe, bare_overrides, make_plan
 
 # The tests that read one dry run made for several of them (module fixtures gpu_dry_run, knob_run)
@@ -302,8 +301,9 @@ def test_gpu_count_is_checked_against_the_request(tiny_model_dir, prepared_gsm8k
 
 
 def test_each_recipe_file_passes_the_launcher_its_array_and_the_users_arguments(tmp_path):
-    """What bash hands the launcher is what the in-process launches of the tests use
-    (helpers.recipe_args): each recipe file run with a PYTHON that records its arguments."""
+    """What bash hands the launcher is what launch.knobs.recipe_arguments reads from the file (the
+    in-process launches of the tests, the docs' tables): each recipe run with a PYTHON that
+    records its arguments."""
     record = tmp_path / "argv"
     python = tmp_path / "python"
     python.write_text(f'#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "{record}"\n')
@@ -315,7 +315,8 @@ def test_each_recipe_file_passes_the_launcher_its_array_and_the_users_arguments(
         run = run_recipe(recipe, env, "a.b='c d'", "x=1")
         assert run.returncode == 0, run.stderr
         argv = record.read_text().split("\0")[:-1]
-        assert argv == ["-m", "verl_gsm8k.launch", *recipe_args(recipe), "--", "a.b='c d'", "x=1"]
+        words = recipe_arguments(ROOT / "recipes" / f"{recipe}.sh")
+        assert argv == ["-m", "verl_gsm8k.launch", *words, "--", "a.b='c d'", "x=1"]
 
 
 def test_help_lists_usage():

@@ -167,17 +167,18 @@ def preflight(plan: Plan, user: list[str], dry_run: bool) -> list[str]:
     """The preflight on the final override list, in this process; the token budget it picks
     (TOKEN_BUDGET=auto, PPO, no budget key among the user's overrides). DRY_RUN: then verl's own
     --cfg job, in the same process (verl imported once)."""
-    fit: list[str] = []
     budget = None
     own_budget = any("max_token_len_per_gpu=" in arg for arg in user)
     if plan.trainer == "ppo" and plan.values.get("TOKEN_BUDGET") == "auto" and not own_budget:
         budget = Path(tempfile.mkstemp(prefix="token-budget.")[1])
-        fit = ["--fit-budget", str(budget)]
-    head = ["--trainer", plan.trainer, "--config-name", plan.recipe.config]
-    from verl_gsm8k.preflight.cli import main as preflight_main
+    from verl_gsm8k.preflight.cli import preflight as run_preflight
 
+    chosen = {key: f"{knob}={plan.values[knob]}" for key, knob in plan.knob_keys.items()
+              if knob in plan.from_env}  # fmt: skip
+    chosen.update({item.split("=", 1)[0].lstrip("+~"): item for item in user})
     try:
-        code = preflight_main([*fit, *head, "--", *plan.all_overrides(user)])
+        code = run_preflight(plan.trainer, plan.recipe.config, plan.all_overrides(user),
+                             CONFIG_DIR, None, budget, chosen)  # fmt: skip
         if code:
             raise Exit(code)
         picked = []
@@ -378,7 +379,7 @@ def launch(argv: list[str]) -> int:
         usage(recipe.name)
         return 0
     start = time.monotonic()
-    plan = make_plan(recipe, os.environ, probe=False)
+    plan = make_plan(recipe, os.environ, probe=False, user=user)
     check(plan)  # in well under a second, before the attention probe imports torch
     probe_attention(plan)
     if plan.attention_refusal:

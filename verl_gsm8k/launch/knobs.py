@@ -217,14 +217,16 @@ KNOBS: tuple[Knob, ...] = (
                                       lambda v: v == "auto" or _int_above(v, 0)), None,
          "DAPO's overlong penalty: the last tokens before MAX_RESPONSE_LENGTH it covers",
          ppo=_keys("reward.reward_kwargs.overlong_buffer_cfg.len"), trainers=PPO,
-         rule="auto: a fifth of MAX_RESPONSE_LENGTH, as the paper's (4096 of 20480 tokens)",
+         rule="auto: a fifth of the response length verl gets (MAX_RESPONSE_LENGTH, or "
+         "data.max_response_length= after --), as the paper's (4096 of 20480 tokens)",
          recipes=("dapo_qwen2.5-0.5b_gsm8k", "learn_tiny")),
     Knob("ACTOR_LR", POSITIVE_NUMBER, "1e-6", "the actor's learning rate",
          ppo=_keys("actor_rollout_ref.actor.optim.lr"), trainers=PPO),
     Knob("CRITIC_LR", POSITIVE_NUMBER, "1e-5", "the critic's learning rate",
          ppo=_keys("critic.optim.lr"), trainers=PPO),
     Knob("KL_COEF", NON_NEGATIVE_NUMBER, "0.001",
-         "the KL coefficient: in the reward (PPO) or in the loss (GRPO), as the config uses it",
+         "the KL coefficient: in the reward (PPO) or in the loss (GRPO), as the config uses it; "
+         "set where a config charges no KL (DAPO, GSPO, Dr. GRPO), the preflight warns",
          ppo=_keys("algorithm.kl_ctrl.kl_coef", "actor_rollout_ref.actor.kl_loss_coef"),
          trainers=PPO),
     Knob("ROLLOUT_TP", POSITIVE_INT, "1", "vLLM's tensor parallel size",

@@ -20,7 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -213,7 +213,19 @@ def recipe_hooks(recipe: Recipe):
     return importlib.import_module(f"verl_gsm8k.launch.{recipe.hooks}")
 
 
-def _resolve(values: Values, recipe: Recipe, train_on: str, tiny: Path) -> dict[str, str]:
+def user_value(user: Sequence[str], key: str) -> str | None:
+    """The value the user's last ``key=value`` (or ``+key=``, ``++key=``) gives ``key``."""
+    found = None
+    for item in user:
+        name, sep, value = item.partition("=")
+        if sep and name.lstrip("+") == key:
+            found = value
+    return found
+
+
+def _resolve(
+    values: Values, recipe: Recipe, train_on: str, tiny: Path, user: Sequence[str]
+) -> dict[str, str]:
     """Every knob's value for this trainer (paths absolute: Ray's workers do not share the
     launch's working directory)."""
     env, trainer = values.env, recipe.trainer
@@ -244,8 +256,10 @@ def _resolve(values: Values, recipe: Recipe, train_on: str, tiny: Path) -> dict[
     out["RUN_DIR"] = _absolute(
         values.get("RUN_DIR") or f"{out['RUNS_ROOT']}/{out['EXPERIMENT_NAME']}"
     )
-    if out.get("OVERLONG_BUFFER_LEN") == "auto" and out.get("MAX_RESPONSE_LENGTH", "").isdigit():
-        out["OVERLONG_BUFFER_LEN"] = str(max(1, int(out["MAX_RESPONSE_LENGTH"]) // 5))
+    # auto: a fifth of the response length verl gets (the knob's, or a key=value after --)
+    length = user_value(user, "data.max_response_length") or out.get("MAX_RESPONSE_LENGTH", "")
+    if out.get("OVERLONG_BUFFER_LEN") == "auto" and length.isdigit():
+        out["OVERLONG_BUFFER_LEN"] = str(max(1, int(length) // 5))
     if not out.get("LOGGER"):
         out["LOGGER"] = "console,file" + (",wandb" if env.get("WANDB_API_KEY") else "")
     return out
@@ -256,9 +270,11 @@ def make_plan(
     env: Mapping[str, str],
     gpu: Callable[[], bool] | None = None,
     probe: bool = True,
+    user: Sequence[str] = (),
 ) -> Plan:
-    """The plan of ``recipe`` in ``env``. ``probe``: ask this machine which attention it runs
-    (imports torch); False takes sdpa (tests and tables that only want the override list)."""
+    """The plan of ``recipe`` in ``env`` with the user's key=value arguments ``user`` (read
+    where a knob's rule follows a key they set). ``probe``: ask this machine which attention it
+    runs (imports torch); False takes sdpa (tests and tables that only want the override list)."""
     values = Values(env, recipe)
     gpu = gpu or (lambda: has_gpu(env))
     train_on = _train_on(values.get("DEVICE") or "auto", recipe.cpu_by_default, gpu)
@@ -281,7 +297,7 @@ def make_plan(
     )  # fmt: skip
     values.hooked.setdefault("DATA_DIR", str(sample if use_sample else data_home))
     plan = Plan(
-        recipe, env, _resolve(values, recipe, train_on, tiny), {k for k in env if env[k]},
+        recipe, env, _resolve(values, recipe, train_on, tiny, user), {k for k in env if env[k]},
         train_on, tiny, use_sample_data=use_sample, data_home=data_home, extra=extra,
     )  # fmt: skip
     plan.from_env &= set(BY_NAME)
@@ -385,11 +401,14 @@ def _knob_overrides(plan: Plan) -> None:
         plan.knob_keys["trainer.resume_mode"] = "RESUME"
 
 
-def recipe_plan(recipe_file: Path, env: Mapping[str, str], gpu: bool = False) -> Plan:
-    """The plan a recipe file makes in ``env``, without probing this machine: ``gpu`` says
-    whether it has one, the attention is sdpa (for tests and the per-card table)."""
+def recipe_plan(
+    recipe_file: Path, env: Mapping[str, str], gpu: bool = False, user: Sequence[str] = ()
+) -> Plan:
+    """The plan a recipe file makes in ``env`` and the user's ``user`` arguments, without probing
+    this machine: ``gpu`` says whether it has one, the attention is sdpa (for tests and the
+    per-card table)."""
     recipe, _ = parse_recipe(recipe_arguments(recipe_file))
-    return make_plan(recipe, env, gpu=lambda: gpu, probe=False)
+    return make_plan(recipe, env, gpu=lambda: gpu, probe=False, user=user)
 
 
 def bare_overrides(

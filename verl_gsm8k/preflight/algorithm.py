@@ -28,6 +28,7 @@ does, where verl runs the combination as written and it may be meant.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from verl_gsm8k.preflight.lines import Report
@@ -282,13 +283,36 @@ def _overlong_warnings(cfg: Any) -> list[str]:
     ]
 
 
-def check_algorithm(cfg: Any, report: Report, reward_keys: set[str] | None = None) -> None:
+KL_COEF_KEYS = ("algorithm.kl_ctrl.kl_coef", "actor_rollout_ref.actor.kl_loss_coef")
+
+
+def unused_kl_warnings(cfg: Any, chosen: Mapping[str, str]) -> list[str]:
+    """A KL coefficient the user chose (``chosen``: verl key -> the knob or key=value that set
+    it) where the config charges no KL at all: verl reads neither coefficient then."""
+    if bool(cfg.algorithm.use_kl_in_reward) or bool(cfg.actor_rollout_ref.actor.use_kl_loss):
+        return []
+    given = sorted({chosen[key] for key in KL_COEF_KEYS if key in chosen})
+    if not given:
+        return []
+    return [
+        f"{', '.join(given)} does nothing here: this config charges no KL "
+        "(algorithm.use_kl_in_reward=false, actor_rollout_ref.actor.use_kl_loss=false), so verl "
+        "reads neither algorithm.kl_ctrl.kl_coef nor actor_rollout_ref.actor.kl_loss_coef"
+    ]
+
+
+def check_algorithm(
+    cfg: Any,
+    report: Report,
+    reward_keys: set[str] | None = None,
+    chosen: Mapping[str, str] | None = None,
+) -> None:
     problems = algorithm_problems(cfg, reward_keys) + overlong_problems(cfg)
     for problem in problems:
         report.error("algorithm", problem)
     if problems:
         return
-    for warning in algorithm_warnings(cfg):
+    for warning in algorithm_warnings(cfg) + unused_kl_warnings(cfg, chosen or {}):
         report.warn("algorithm", warning)
     actor = cfg.actor_rollout_ref.actor
     kl = {

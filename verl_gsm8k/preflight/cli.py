@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from verl_gsm8k.preflight import budget
@@ -408,6 +409,7 @@ def run(
     overrides: list[str],
     dump: Path | None,
     fit_budget: Path | None = None,
+    chosen: Mapping[str, str] | None = None,
 ) -> Report:
     report = Report()
     clean = check_legacy_keys(overrides, report)
@@ -432,7 +434,7 @@ def run(
         check_disk(cfg, hf_configs, report)
     first_prompt = check_data(cfg, tokenizer, report)
     reward_keys = check_reward(cfg, report, first_prompt)
-    check_algorithm(cfg, report, reward_keys)
+    check_algorithm(cfg, report, reward_keys, chosen)
     check_gpus(cfg, hf_configs, report, fit_budget)
     return report
 
@@ -481,17 +483,32 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides key=value (after --)")
     args = parser.parse_args(argv)
+    if args.trainer == "sft" and args.fit_budget is not None:
+        parser.error("--fit-budget is for --trainer ppo (the PPO/GRPO micro-batch budgets)")
+    config_name = args.config_name or CONFIG_NAMES[args.trainer]
+    chosen = {item.split("=", 1)[0].lstrip("+~"): item for item in args.overrides}
+    return preflight(args.trainer, config_name, args.overrides, args.config_dir.resolve(),
+                     args.dump_config, args.fit_budget, chosen)  # fmt: skip
 
+
+def preflight(
+    trainer: str,
+    config_name: str,
+    overrides: list[str],
+    config_dir: Path = DEFAULT_CONFIG_DIR,
+    dump: Path | None = None,
+    fit_budget: Path | None = None,
+    chosen: Mapping[str, str] | None = None,
+) -> int:
+    """The preflight of ``overrides`` (every one of a launch, in verl's order): its lines, then
+    passed or FAILED; 0 or 1. ``chosen``: the verl keys the user set (key -> the knob or the
+    key=value that set it), warned where they do nothing; ``fit_budget``: as --fit-budget."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     start = time.monotonic()
-    config_name = args.config_name or CONFIG_NAMES[args.trainer]
-    config_dir = args.config_dir.resolve()
-    if args.trainer == "sft":
-        if args.fit_budget is not None:
-            parser.error("--fit-budget is for --trainer ppo (the PPO/GRPO micro-batch budgets)")
-        report = run_sft(config_name, config_dir, args.overrides, args.dump_config)
+    if trainer == "sft":
+        report = run_sft(config_name, config_dir, overrides, dump)
     else:
-        report = run(config_name, config_dir, args.overrides, args.dump_config, args.fit_budget)
+        report = run(config_name, config_dir, overrides, dump, fit_budget, chosen)
     elapsed = time.monotonic() - start
     if report.errors:
         print(
