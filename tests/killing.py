@@ -61,8 +61,8 @@ def wait_until(
 def session(running: Running) -> list[psutil.Process]:
     """Every live process of the launch's sessions: the launcher's (the test started it in one of
     its own) and every session a process under it is in (the launcher starts verl's driver in a
-    session of its own, verl_gsm8k/launch/reap.py exec); also those that left their process group
-    (verl's driver calls setpgrp when it starts Ray) or were re-parented to init."""
+    session of its own, verl_gsm8k/launch/supervise.py start); also those that left their process
+    group (verl's driver calls setpgrp when it starts Ray) or were re-parented to init."""
     with contextlib.suppress(psutil.Error):
         for proc in psutil.Process(running.process.pid).children(recursive=True):
             with contextlib.suppress(psutil.Error, OSError):

@@ -19,6 +19,7 @@ from helpers import ROOT, run_recipe
 from verl_gsm8k.common.launch_env import ENV_LAUNCH, ENV_RUN_DIR
 from verl_gsm8k.common.run_dir import SESSION_FILE
 from verl_gsm8k.launch.reap import blocks_sigterm, main
+from verl_gsm8k.launch.supervise import start
 from verl_gsm8k.verl_plugins.stop_on_sigterm import request_stop
 
 BLOCKED = (
@@ -174,12 +175,11 @@ pytestmark = pytest.mark.timeout(300)
 
 def test_a_process_whose_environment_is_gone_is_found_by_its_session(tmp_path: Path, capsys):
     """Ray retitles its workers (setproctitle), which may overwrite what /proc shows of their
-    environment: `exec` (how the launcher starts verl) gives the launch a session of its own,
+    environment: the launcher starts verl's driver in a session of its own (supervise.start),
     named in the run directory, and a process of that session is stopped all the same."""
     env = dict(os.environ, **{ENV_LAUNCH: "L3", ENV_RUN_DIR: str(tmp_path)}, PYTHONPATH=str(ROOT))
-    driver = [sys.executable, "-m", "verl_gsm8k.launch.reap", "exec", "--", "bash", "-c",
-              "env -i sleep 301 >/dev/null 2>&1 &"]  # fmt: skip
-    subprocess.run(driver, env=env, timeout=60, check=True)
+    driver = ["bash", "-c", "env -i sleep 301 >/dev/null 2>&1 &"]
+    assert start(driver, env, tmp_path, "L3", ppo=True).wait(timeout=60) == 0
     sid = int((tmp_path / SESSION_FILE).read_text().split()[0])
     pid = 0
     for _ in range(200):  # the background `env -i sleep` has exec'd

@@ -6,16 +6,17 @@ The launcher (verl_gsm8k/launch/) starts verl with two variables in its environm
 starts (``ray.init``: gcs, raylet, dashboard, log monitor, its process reaper), Ray's workers (the
 TaskRunner, the FSDP workers, vLLM's engine) and their children, also once they are re-parented to
 init or have left the launch's process group (verl's driver calls ``setpgrp`` when it starts Ray: a
-kill of the launcher's group misses all of them). The launcher starts verl through ``exec`` below,
-in a session of its own, named in RUN_DIR/.launch.session: a process whose environment /proc no
-longer shows (Ray's retitled workers) is found by its session. Only this user's processes, on this
-machine, are looked at. A Ray cluster the launch attaches to (``RAY_ADDRESS``) was started
-elsewhere, without these variables and outside the session: its processes never match.
+kill of the launcher's group misses all of them). The launcher starts verl's driver in a session
+of its own (launch/supervise.py ``start``), named in RUN_DIR/.launch.session: a process whose
+environment /proc no longer shows (Ray's retitled workers) is found by its session. Only this
+user's processes, on this machine, are looked at. A Ray cluster the launch attaches to
+(``RAY_ADDRESS``) was started elsewhere, without these variables and outside the session: its
+processes never match.
 
     python -m verl_gsm8k.launch.reap stop --launch ID [--grace S]   # after verl has ended
     python -m verl_gsm8k.launch.reap stop --run-dir DIR             # every launch into DIR
     python -m verl_gsm8k.launch.reap check --run-dir DIR [--wait S] # none may train beside us
-    python -m verl_gsm8k.launch.reap exec -- CMD ...                # how the launcher starts verl
+    python -m verl_gsm8k.launch.reap exec -- CMD ...                # multi_node.sbatch's ray start
     python -m verl_gsm8k.launch.reap stop --slurm-ray JOB           # Slurm job JOB's Ray, here
 
 ``stop`` gives the processes a moment to end on their own (Ray's shutdown is under way when
@@ -196,18 +197,20 @@ def stop(
 
 
 def exec_blocked(argv: Sequence[str]) -> None:
-    """Become verl's driver: SIGTERM blocked (inherited by every process it starts), a session
-    of its own (which every process it starts stays in), written to RUN_DIR/.launch.session
-    for ``stop`` and ``check``; then exec ``argv``."""
+    """Become ``argv`` with SIGTERM blocked (inherited by every process it starts) in a session
+    of its own: each ``ray start`` of slurm/multi_node.sbatch, so that its daemons and workers
+    live through a SIGTERM to every process of the job (the launcher gives verl's driver the same
+    mask and session itself: launch/supervise.py)."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     with contextlib.suppress(OSError):
-        os.setsid()  # fails only for a process group leader: the environment still names them
-    run_dir = os.environ.get(ENV_RUN_DIR)
-    if run_dir and os.getsid(0) == os.getpid():
-        with contextlib.suppress(OSError):
-            line = f"{os.getpid()} {os.environ.get(ENV_LAUNCH, '-')}\n"
-            session_path(Path(run_dir)).write_text(line, encoding="utf-8")
+        os.setsid()  # fails only for a process group leader (slurmstepd's tasks): kept as is
     os.execvp(argv[0], list(argv))
+
+
+EXEC_USAGE = (
+    "usage: python -m verl_gsm8k.launch.reap exec [--] COMMAND [ARG ...]\n"
+    "runs COMMAND with SIGTERM blocked in a session of its own (multi_node.sbatch's ray start)"
+)
 
 
 ENV_RAY_OF_JOB = "GSM8K_RAY_OF_SLURM_JOB"
@@ -302,7 +305,11 @@ def stop_launch(launch: str, run_dir: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["exec"]:
-        exec_blocked(argv[2:] if argv[1:2] == ["--"] else argv[1:])
+        command = argv[2:] if argv[1:2] == ["--"] else argv[1:]
+        if not command or (argv[1:2] != ["--"] and command[0] in ("-h", "--help")):
+            print(EXEC_USAGE, file=sys.stdout if command else sys.stderr)
+            return 0 if command else 2
+        exec_blocked(command)
     parser = argparse.ArgumentParser(prog="python -m verl_gsm8k.launch.reap", description=__doc__)
     parser.add_argument("action", choices=("stop", "check"))
     which = parser.add_mutually_exclusive_group(required=True)

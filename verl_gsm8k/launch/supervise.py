@@ -44,6 +44,22 @@ def _blocked_no_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def start(
+    argv: list[str], env: Mapping[str, str], run_dir: Path, launch_id: str, ppo: bool,
+    pass_fds: tuple = (),
+) -> subprocess.Popen:  # fmt: skip
+    """verl, its output piped: PPO's driver with SIGTERM blocked in a session of its own, which
+    RUN_DIR/.launch.session names for the reaping of what outlives it (launch/reap.py, where
+    Ray's retitled workers no longer show their environment); SFT's torchrun with SIGINT off."""
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=pass_fds,
+        preexec_fn=_blocked_session if ppo else _blocked_no_sigint,
+    )  # fmt: skip
+    if ppo:
+        write_atomic(session_path(run_dir), f"{proc.pid} {launch_id}\n")
+    return proc
+
+
 def descendants(pid: int) -> list[int]:
     """Every process started under ``pid``, parents first."""
     children: dict[int, list[int]] = {}
@@ -140,12 +156,7 @@ class Supervisor:
         stop_path(self.run_dir).unlink(missing_ok=True)  # an earlier launch's is not ours
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.interrupt)
-        proc = subprocess.Popen(
-            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=pass_fds,
-            preexec_fn=_blocked_session if ppo else _blocked_no_sigint,
-        )  # fmt: skip
-        if ppo:  # the driver's session, for the reaping of what outlives it (launch/reap.py)
-            write_atomic(session_path(self.run_dir), f"{proc.pid} {launch_id}\n")
+        proc = start(argv, env, self.run_dir, launch_id, ppo, pass_fds)
         tee = _tee(proc.stdout, log_path)
         status = self._wait(proc)
         tee.join(timeout=5)
