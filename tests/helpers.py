@@ -33,12 +33,17 @@ QWEN25_15B = SHAPES["1.5B"]
 USER_KNOBS = ("LOGGER", "WANDB_API_KEY", "RUN_DIR", "RUNS_ROOT", "DATA_DIR", "PYTHON")
 
 
+def skip_or_fail(message: str) -> None:
+    """Skip, or fail under CI=true (where CI builds and may do everything a test needs)."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def require_path(path: Path, message: str) -> Path:
     """path if it exists; else skip, or fail under CI=true (where CI builds everything)."""
     if not path.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail(message)
     return path
 
 

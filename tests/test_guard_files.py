@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import skip_or_fail
+
 from verl_gsm8k.common.run_dir import (
     EXIT_PREEMPTED,
     EXIT_WATCHDOG,
@@ -128,7 +130,7 @@ def test_a_full_disk_mid_save_is_one_line(tmp_path: Path):
     mount = tmp_path / "small"
     mount.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)]).returncode:
-        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+        skip_or_fail("mounting a tmpfs needs root (CI runs as root)")
     try:
         run = mount / "run"
         steps(run, 2)

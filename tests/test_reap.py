@@ -1,8 +1,8 @@
 """Nothing of a launch outlives it (verl_gsm8k/launch/reap.py), on real processes: the ones a
 launch started are found by their environment, also re-parented and with SIGTERM blocked, and
 ended; another launch's are never touched; a launch refuses to train beside an earlier one's.
-(The whole path, a real launch under SIGTERM to all its processes, is in
-tests/test_train_cpu.py::test_killed_and_relaunched_the_run_ends_whole.)"""
+(The whole path, a real launch under SIGTERM to all its processes, is the requeue of
+tests/test_slurm_nodes_cpu.py.)"""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 parent's (verl_gsm8k/verl_plugins/vllm_sigterm.py). Real signals to a real child process started
 as vLLM starts its engine (multiprocessing, the plugin called in its main thread, then a SIGTERM
 handler of its own installed, as vllm/v1/engine/core.py does). The plugin inside a real launch,
-vLLM's engine included: tests/test_train_cpu.py::test_killed_and_relaunched_the_run_ends_whole."""
+vLLM's engine living through a SIGTERM to every process: tests/test_slurm_nodes_cpu.py's requeue."""
 
 from __future__ import annotations
 
