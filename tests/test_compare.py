@@ -60,7 +60,11 @@ def grpo_metrics(step: int, data: dict[str, Any]) -> None:
 
 
 def make_run(
-    root: Path, name: str, algo: str | None = "gae", stamp: str = "20250101T000000Z"
+    root: Path,
+    name: str,
+    algo: str | None = "gae",
+    stamp: str = "20250101T000000Z",
+    verl_command: str | None = None,
 ) -> Path:
     """A run directory: metrics of one launch and, unless ``algo`` is None, its launch record."""
     run = root / name
@@ -81,6 +85,7 @@ def make_run(
             config=verl_config(algo, n),
             root=root,
             gpus=[("NVIDIA H100", 80.0)] * 2,
+            verl_command=verl_command,
         )
         write_record(run, record)
     return run
@@ -423,6 +428,31 @@ def test_real_logs_compared(verl_logs_dir: Path, tmp_path: Path) -> None:
     assert "0.579 @ 349" in page and "0.538 @ 199" in page
     svgs = parse_svgs(page)
     assert svgs["val_acc-step"]["series"] == [(43, 43), (43, 43)]
+
+
+def test_two_launches_verl_commands_differ_where_they_do(tmp_path: Path) -> None:
+    """The recorded verl commands (common/command_line.py's line): the variables the launcher set
+    for verl and verl's entry point, compared beside the config (whose keys hold the overrides);
+    the launch's own id and metrics path never count as a difference."""
+    from verl_gsm8k.common.command_line import shell_line
+
+    def line(threads: str, stamp: str, config: str) -> str:
+        env = {"ATTENTION": "auto", "OMP_NUM_THREADS": threads, "GSM8K_LAUNCH_ID": f"{stamp}-1-h",
+               "VERL_FILE_LOGGER_PATH": f"/r/{stamp}.jsonl"}  # fmt: skip
+        argv = ["/venv/bin/python", "-m", "verl.trainer.main_ppo", "--config-path", "/repo",
+                "--config-name", config, "data.train_files=['/d/t.parquet']"]  # fmt: skip
+        return shell_line(argv, env)
+
+    a = make_run(tmp_path, "a", verl_command=line("1", "A", "gsm8k_ppo"))
+    b = make_run(tmp_path, "b", "grpo", "20250102T000000Z", line("4", "B", "gsm8k_grpo"))
+    rows = diff_keys(compare_cli.compare([a, b], tmp_path / "cmp"))
+    threads = rows["verl command: OMP_NUM_THREADS"]
+    assert threads["group"] == "launch" and threads["values"] == {"a": "1", "b": "4"}
+    assert rows["verl command: entry point"]["values"] == {
+        "a": "verl.trainer.main_ppo gsm8k_ppo", "b": "verl.trainer.main_ppo gsm8k_grpo"
+    }  # fmt: skip
+    assert not [key for key in rows if key.endswith(("GSM8K_LAUNCH_ID", "VERL_FILE_LOGGER_PATH"))]
+    assert "verl command: ATTENTION" not in rows  # the same in both
 
 
 def test_a_resumed_run_is_one_line(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,9 @@ MAX_DUMP_LINES = 5_000
 _PREFIX = re.compile(rf"^\s*(?P<who>{RAY_PREFIX})?\s?")
 # Another process's prefix glued to the end of a dump line (its output interleaved mid-line).
 _TRAILING_PREFIX = re.compile(rf"{RAY_PREFIX}\s*$")
+# Variables of a recorded verl command that name the launch itself, never a setting.
+PER_LAUNCH = {"GSM8K_LAUNCH_ID", "GSM8K_LAUNCH_RUN_DIR", "VERL_FILE_LOGGER_PATH"}
+_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
 
 
 class ConfigError(Exception):
@@ -115,6 +119,30 @@ def _launch_facts(record: dict[str, Any]) -> dict[str, Any]:
     }
     for name, version in (record.get("versions") or {}).items():
         facts[f"versions.{name}"] = version
+    facts.update(command_facts(str(record.get("verl_command") or "")))
+    return facts
+
+
+def command_facts(command: str) -> dict[str, str]:
+    """What a recorded verl command (``verl_command``: common/command_line.py) says beside its
+    overrides, which the config diff holds: each variable the launcher set for verl, and verl's
+    entry point with its config. Nothing from a line that does not parse."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return {}
+    facts: dict[str, str] = {}
+    while words and (match := _ASSIGNMENT.fullmatch(words[0])):
+        name, value = match.groups()
+        words = words[1:]
+        if name not in PER_LAUNCH:
+            facts[f"verl command: {name}"] = value
+    if "-m" in words[:-1]:
+        at = words.index("-m")
+        config = words[words.index("--config-name") + 1] if "--config-name" in words[:-1] else ""
+        facts["verl command: entry point"] = " ".join(
+            word for word in (words[at + 1], config) if word
+        )
     return facts
 
 
