@@ -79,12 +79,11 @@ def test_pruning_keeps_the_newest_the_tracked_and_the_best(tmp_path: Path):
     assert prune(tmp_path, 2, say_kept=False) == []
 
 
-def test_the_cli_prints_and_exits_as_the_launcher_expects(tmp_path: Path):
+def test_a_watchdog_trip_is_the_launchs_exit_status_and_its_line(tmp_path: Path):
+    """What the launcher says and exits with after verl exits 0 from a tripped run."""
     append_trip(tmp_path, trip(9, STAMP))
-    cmd = [sys.executable, "-m", "verl_gsm8k.launch.outcome", str(tmp_path), "--stamp", STAMP,
-           "--verl-status", "0"]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert result.returncode == EXIT_WATCHDOG and "non_finite at step 9" in result.stderr
+    status, lines = verdict(tmp_path, STAMP, 0, False)
+    assert status == EXIT_WATCHDOG and any("non_finite at step 9" in line for line in lines)
 
 
 def test_a_kill_mid_prune_leaves_nothing_a_later_prune_trips_on(tmp_path: Path):

@@ -1,22 +1,18 @@
 """How a launch (PPO or SFT) ended, as the launcher says it and exits with it.
 
-    python -m verl_gsm8k.launch.outcome RUN_DIR --stamp STAMP --verl-status N [--stopped]
-
-Run by the launcher (verl_gsm8k/launch/) once verl has exited. It prints one line and exits with:
+``verdict``, called by the launcher (launch/cli.py) once verl has exited, gives one line and
+the launch's exit status:
 ``EXIT_WATCHDOG`` (4) when the watchdog stopped this launch (the line: the metric, its value and
 threshold, the step, the last healthy checkpoint); ``EXIT_PREEMPTED`` (5) after SIGTERM
-(``--stopped``; the line: the step saved, or that none was and where a relaunch resumes) or
+(``stopped``; the line: the step saved, or that none was and where a relaunch resumes) or
 before a job's end (``guard/deadline.py``: the step saved); verl's
 own status otherwise. Warn-mode trips of the launch are counted in a line. Standard library only.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from verl_gsm8k.common.run_dir import (
@@ -31,7 +27,6 @@ from verl_gsm8k.common.run_dir import (
     tracked_step,
     watchdog_path,
 )
-from verl_gsm8k.common.terminal import clean
 from verl_gsm8k.guard.deadline import read_stop
 
 
@@ -151,24 +146,3 @@ def disk_full(run_dir: Path, text: str) -> str | None:
         f"last whole checkpoint is {last}{takes}: free space (or lower MAX_CKPT_TO_KEEP), then "
         "the same command resumes"
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m verl_gsm8k.launch.outcome", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("run_dir", type=Path, help="the run directory (RUN_DIR)")
-    parser.add_argument("--stamp", required=True, help="the launch's UTC stamp")
-    parser.add_argument("--verl-status", type=int, required=True, help="verl's exit status")
-    parser.add_argument(
-        "--stopped", action="store_true", help="the launcher received SIGTERM during the run"
-    )
-    args = parser.parse_args(argv)
-    status, lines = verdict(args.run_dir, args.stamp, args.verl_status, args.stopped)
-    for line in lines:
-        print(clean(line), file=sys.stderr)
-    return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())
