@@ -28,7 +28,7 @@ from verl_gsm8k.guard import deadline as job_deadline
 from verl_gsm8k.guard import prune
 from verl_gsm8k.launch import grace as stop_grace
 from verl_gsm8k.launch import outcome
-from verl_gsm8k.launch.knobs import hydra_quote, problems
+from verl_gsm8k.launch.knobs import problems
 from verl_gsm8k.launch.plan import (
     CONFIG_DIR,
     Plan,
@@ -36,6 +36,7 @@ from verl_gsm8k.launch.plan import (
     make_plan,
     parse_recipe,
     probe_attention,
+    ray_env_overrides,
     recipe_hooks,
 )
 from verl_gsm8k.launch.supervise import Supervisor
@@ -187,13 +188,17 @@ def preflight(plan: Plan, user: list[str], dry_run: bool) -> list[str]:
     finally:
         if budget is not None:
             budget.unlink(missing_ok=True)
-    if dry_run:  # the command a launch would run, then verl's --cfg job of it, in this process
-        from verl_gsm8k.preflight.dry_run import print_config
-
-        overrides = plan.all_overrides(user, picked)
-        say_command(verl_argv(plan, overrides), plan.exports)
-        raise Exit(print_config(plan.verl_module, CONFIG_DIR, plan.recipe.config, overrides))
+    if dry_run:
+        raise Exit(show_dry_run(plan, plan.all_overrides(user, picked)))
     return picked
+
+
+def show_dry_run(plan: Plan, overrides: list[str]) -> int:
+    """DRY_RUN=1's end: the command a launch would run, then verl's --cfg job of it, here."""
+    from verl_gsm8k.preflight.dry_run import print_config
+
+    say_command(verl_argv(plan, overrides), plan.exports)
+    return print_config(plan.verl_module, CONFIG_DIR, plan.recipe.config, overrides)
 
 
 def say_command(argv: list[str], env: dict[str, str]) -> str:
@@ -328,10 +333,8 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
     launch_id = f"{stamp}-{os.getpid()}-{socket.gethostname()}"
     launch_vars = {"GSM8K_LAUNCH_ID": launch_id, "GSM8K_LAUNCH_RUN_DIR": str(run_dir),
                    "STOP_GRACE_S": str(grace), "VERL_FILE_LOGGER_PATH": str(metrics)}  # fmt: skip
-    ray_env = []  # on a hand-started cluster the trainer and workers run in workers of `ray
-    if plan.env.get("RAY_ADDRESS") and plan.trainer == "ppo":  # start`: the variables go there
-        key = "+ray_kwargs.ray_init.runtime_env.env_vars"
-        ray_env = [f"{key}.{name}={hydra_quote(value)}" for name, value in launch_vars.items()]
+    on_cluster = plan.env.get("RAY_ADDRESS") and plan.trainer == "ppo"
+    ray_env = ray_env_overrides(launch_vars) if on_cluster else []
     env = {**plan.env, **plan.exports, **launch_vars}
     overrides = [*plan.all_overrides([], picked), *ray_env, *user]
     argv = verl_argv(plan, overrides)
@@ -405,11 +408,7 @@ def launch(argv: list[str]) -> int:
     if plan.values.get("SKIP_PREFLIGHT") != "1":
         picked = preflight(plan, user, dry_run)  # DRY_RUN: ends there, after verl's --cfg job
     elif dry_run:
-        from verl_gsm8k.preflight.dry_run import print_config
-
-        overrides = plan.all_overrides(user)
-        say_command(verl_argv(plan, overrides), plan.exports)
-        return print_config(plan.verl_module, CONFIG_DIR, recipe.config, overrides)
+        return show_dry_run(plan, plan.all_overrides(user))
     if no_gpu(plan):
         say_no_gpu(plan)
         return 3

@@ -31,8 +31,7 @@ ROOT = CONFIG_DIR.parent
 # PPO: verl's own entry (its trainer is ours through verl's registry, verl_gsm8k/ppo_trainer/);
 # SFT: verl's entry with our trainer class (verl_gsm8k/sft_trainer/: it has no registry).
 VERL_MODULES = {"ppo": "verl.trainer.main_ppo", "sft": "verl_gsm8k.sft_trainer"}
-# On a Ray cluster started by hand (RAY_ADDRESS) the workers of every node were forked from
-# `ray start`, not from the launcher: the job's runtime environment hands them these variables.
+# The variables a Ray cluster started by hand gets through the job (ray_env_overrides).
 RAY_ENV_VARS = (
     "VERL_USE_EXTERNAL_MODULES", "ATTENTION", "VERL_PLATFORM", "VERL_ENGINE_DEVICE",
     "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "WANDB_MODE", "WANDB_DIR",
@@ -376,11 +375,15 @@ def _device(plan: Plan, probe: bool) -> None:
         exports["WANDB_DIR"] = env.get("WANDB_DIR") or str(plan.run_dir)
     if env.get("RAY_ADDRESS") and plan.trainer == "ppo":
         plan.device_overrides.append("+ray=attach")
-        for name in RAY_ENV_VARS:
-            value = exports.get(name) or env.get(name)
-            if value:
-                key = f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}"
-                plan.device_overrides.append(f"{key}={hydra_quote(value)}")
+        shared = {name: exports.get(name) or env.get(name) or "" for name in RAY_ENV_VARS}
+        plan.device_overrides += ray_env_overrides(shared)
+
+
+def ray_env_overrides(variables: Mapping[str, str]) -> list[str]:
+    """On a Ray cluster started by hand (RAY_ADDRESS), verl's trainer and workers run in workers
+    of `ray start`, not under the launcher: the job's runtime environment hands them these."""
+    key = "+ray_kwargs.ray_init.runtime_env.env_vars"
+    return [f"{key}.{name}={hydra_quote(value)}" for name, value in variables.items() if value]
 
 
 def _knob_overrides(plan: Plan) -> None:
