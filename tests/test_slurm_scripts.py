@@ -1,4 +1,4 @@
-"""The sbatch files and what they exec (verl_gsm8k/launch/sbatch.py), without Slurm running: bad
+"""The sbatch files and what they exec (verl_gsm8k/sbatch/cli.py), without Slurm running: bad
 input, one line each (outside a job, with no Slurm installed, not the repository, no Python, a
 first argument that is not a recipe, and with several nodes a run directory some node cannot
 see), the one-node exec, and Ray over several nodes under a fake `srun` that runs each node's

@@ -20,7 +20,7 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
                   platform, the flash-attention fallback, the PPO trainer's registration,
                   checked loads
     evaluate      EvalScope on GSM8K, baseline vs trained, in .venv-eval (scripts/eval.sh)
-    preflight     the knob checks (knobs.py) and the preflight every recipe runs before verl
+    preflight     the preflight every recipe runs before verl
     resume        what a launch resumes, run by the launcher before verl: the checkpoint verified,
                   the same-config check, the launch record
     cards         which recipe fits which card: docs/gpu.md's per-card table (python -m
@@ -28,6 +28,8 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
     launch        a recipe's launch, knobs to verl and back: the knob table, the overrides, the
                   preflight, the resume record, verl supervised, its processes reaped, how it
                   ended (python -m verl_gsm8k.launch)
+    sbatch        what slurm/*.sbatch exec: a recipe in a Slurm job, one node or Ray over its
+                  nodes (python -m verl_gsm8k.sbatch)
     analysis      a run read and checked: metrics in every format verl writes, health checks
     replay        the pages beside a run's report: replay.html (the trace), rollouts.html
     runpage       one run's report.html, summary.json and terminal digest
@@ -50,7 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("preflight",),
     ("resume",),
     ("launch",),
-    ("cards",),
+    ("sbatch", "cards"),
     ("analysis",),
     ("replay",),
     ("runpage",),

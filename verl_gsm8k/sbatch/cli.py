@@ -2,8 +2,8 @@
 repository, picks the interpreter, cd's to the repository's root and exec's this module, so the
 job's batch process is this one:
 
-    python -m verl_gsm8k.launch.sbatch one-node RECIPE [key=value ...]
-    python -m verl_gsm8k.launch.sbatch multi-node RECIPE [key=value ...]
+    python -m verl_gsm8k.sbatch one-node RECIPE [key=value ...]
+    python -m verl_gsm8k.sbatch multi-node RECIPE [key=value ...]
 
 Bad input is one line starting ``slurm:``, and exit 2.
 """
@@ -30,7 +30,7 @@ from typing import NoReturn
 from verl_gsm8k.launch.reap import ENV_RAY_OF_JOB, stop_slurm_ray
 
 # What tells the repository's root: the file the sbatch files run.
-MARKER = "verl_gsm8k/launch/sbatch.py"
+MARKER = "verl_gsm8k/sbatch/cli.py"
 ONE_NODE = "slurm/one_node.sbatch"
 MULTI_NODE = "slurm/multi_node.sbatch"
 # The remote side of each `ray start`: SIGTERM blocked, then exec (slurmstepd made it a process
@@ -436,7 +436,7 @@ def default_root() -> str:
 def build_parser() -> argparse.ArgumentParser:
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
-        prog="python -m verl_gsm8k.launch.sbatch", description=__doc__, epilog=KNOBS,
+        prog="python -m verl_gsm8k.sbatch", description=__doc__, epilog=KNOBS,
         formatter_class=raw,
     )  # fmt: skip
     modes = parser.add_subparsers(dest="mode", required=True, metavar="{one-node,multi-node}")
@@ -459,7 +459,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.mode == "one-node":
         one_node(root, args.recipe, args.overrides)
     return multi_node(root, args.recipe, args.overrides)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
