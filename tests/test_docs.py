@@ -64,8 +64,6 @@ NOT_MEASURED = {
 SHARED = {
     "120 s": "docs/preflight.md stopped verl after 120 s; docs/reliability.md's Slurm signal "
     "comes 120 s before the time limit: both settings",
-    "139 s": "docs/testing.md's make setup of 494e1fd and docs/reliability.md's SIGKILL 139 s into "
-    "a launch: two measurements that happen to agree",
 }
 
 
