@@ -40,6 +40,7 @@ from verl_gsm8k.launch.plan import (
     recipe_hooks,
 )
 from verl_gsm8k.launch.supervise import Supervisor
+from verl_gsm8k.preflight.compose import split_override
 
 
 class Exit(Exception):
@@ -115,7 +116,7 @@ def check_local_models(plan: Plan, user: list[str]) -> None:
     """A model knob naming a local directory that does not exist: one line, exit 2, before the
     preflight imports verl (whose first words on it would be a hub-id error). A hub id, or a key
     the user sets after ``--``, is the preflight's to check."""
-    overridden = {item.split("=", 1)[0].lstrip("+~") for item in user}
+    overridden = {split_override(item)[0] for item in user}
     for name in ("MODEL_PATH", "CRITIC_MODEL_PATH"):
         value = plan.values.get(name)
         keys = [key for key, knob in plan.knob_keys.items() if knob == name]
@@ -176,7 +177,7 @@ def preflight(plan: Plan, user: list[str], dry_run: bool) -> list[str]:
 
     chosen = {key: f"{knob}={plan.values[knob]}" for key, knob in plan.knob_keys.items()
               if knob in plan.from_env}  # fmt: skip
-    chosen.update({item.split("=", 1)[0].lstrip("+~"): item for item in user})
+    chosen.update({split_override(item)[0]: item for item in user})
     try:
         code = run_preflight(plan.trainer, plan.recipe.config, plan.all_overrides(user),
                              CONFIG_DIR, None, budget, chosen)  # fmt: skip

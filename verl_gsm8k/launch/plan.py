@@ -26,6 +26,7 @@ from pathlib import Path
 
 from verl_gsm8k.launch import save_every
 from verl_gsm8k.launch.knobs import BY_NAME, CONFIG_DIR, KNOBS, hydra_quote, recipe_arguments
+from verl_gsm8k.preflight.compose import split_override
 
 ROOT = CONFIG_DIR.parent
 # PPO: verl's own entry (its trainer is ours through verl's registry, verl_gsm8k/ppo_trainer/);
@@ -213,11 +214,12 @@ def recipe_hooks(recipe: Recipe):
 
 
 def user_value(user: Sequence[str], key: str) -> str | None:
-    """The value the user's last ``key=value`` (or ``+key=``, ``++key=``) gives ``key``."""
+    """The value the user's last ``key=value`` (or ``+key=``, ``++key=``) gives ``key``; a
+    deletion (``~key``) gives none."""
     found = None
     for item in user:
-        name, sep, value = item.partition("=")
-        if sep and name.lstrip("+") == key:
+        name, value = split_override(item)
+        if "=" in item and not item.startswith("~") and name == key:
             found = value
     return found
 

@@ -486,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.trainer == "sft" and args.fit_budget is not None:
         parser.error("--fit-budget is for --trainer ppo (the PPO/GRPO micro-batch budgets)")
     config_name = args.config_name or CONFIG_NAMES[args.trainer]
-    chosen = {item.split("=", 1)[0].lstrip("+~"): item for item in args.overrides}
+    chosen = {split_override(item)[0]: item for item in args.overrides}
     return preflight(args.trainer, config_name, args.overrides, args.config_dir.resolve(),
                      args.dump_config, args.fit_budget, chosen)  # fmt: skip
 
