@@ -1,8 +1,9 @@
 """The exact command a launch gives verl, as one shell line: the variables the launcher sets for
 verl, then verl's entry point with every override in the order verl receives them. A verl user
 can copy it, rerun it without the launcher (``--cfg job`` appended prints its config) and diff
-two launches' lines. Secret values are masked: a variable or a key named like a key, token,
-secret or password shows ``***``. Standard library only."""
+two launches' lines (``split_line`` reads one back: the run comparison). Secret values are
+masked: a variable or a key named like a key, token, secret or password shows ``***``. Standard
+library only."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Mapping, Sequence
 PREFIX = "recipe: verl command: "  # how the line starts on the console (and tests find it)
 MASK = "***"
 _SECRET = re.compile(r"(?i)(key|token|secret|password)")
+_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
 
 
 def _shown_override(arg: str) -> str:
@@ -28,3 +30,14 @@ def shell_line(argv: Sequence[str], env: Mapping[str, str]) -> str:
              for name, value in env.items()]  # fmt: skip
     words += [shlex.quote(_shown_override(arg)) for arg in argv]
     return " ".join(words)
+
+
+def split_line(line: str) -> tuple[dict[str, str], list[str]]:
+    """``shell_line``'s line read back: (the variables, the command's words). ValueError when
+    it does not parse as a shell line."""
+    words = shlex.split(line)
+    env: dict[str, str] = {}
+    while words and (match := _ASSIGNMENT.fullmatch(words[0])):
+        env[match.group(1)] = match.group(2)
+        words = words[1:]
+    return env, words

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import ast
 import re
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.analysis.parse import RAY_PREFIX, strip_ansi
+from verl_gsm8k.common.command_line import split_line
 from verl_gsm8k.common.launch_record import RecordError, read_records
 from verl_gsm8k.common.run_dir import LAUNCHES_DIR, launch_record_path
 
@@ -34,7 +34,6 @@ _PREFIX = re.compile(rf"^\s*(?P<who>{RAY_PREFIX})?\s?")
 _TRAILING_PREFIX = re.compile(rf"{RAY_PREFIX}\s*$")
 # Variables of a recorded verl command that name the launch itself, never a setting.
 PER_LAUNCH = {"GSM8K_LAUNCH_ID", "GSM8K_LAUNCH_RUN_DIR", "VERL_FILE_LOGGER_PATH"}
-_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
 
 
 class ConfigError(Exception):
@@ -128,15 +127,12 @@ def command_facts(command: str) -> dict[str, str]:
     overrides, which the config diff holds: each variable the launcher set for verl, and verl's
     entry point with its config. Nothing from a line that does not parse."""
     try:
-        words = shlex.split(command)
+        env, words = split_line(command)
     except ValueError:
         return {}
-    facts: dict[str, str] = {}
-    while words and (match := _ASSIGNMENT.fullmatch(words[0])):
-        name, value = match.groups()
-        words = words[1:]
-        if name not in PER_LAUNCH:
-            facts[f"verl command: {name}"] = value
+    facts = {
+        f"verl command: {name}": value for name, value in env.items() if name not in PER_LAUNCH
+    }
     if "-m" in words[:-1]:
         at = words.index("-m")
         config = words[words.index("--config-name") + 1] if "--config-name" in words[:-1] else ""
