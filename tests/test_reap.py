@@ -17,8 +17,9 @@ import pytest
 from helpers import ROOT, run_recipe
 
 from verl_gsm8k.common.launch_env import ENV_LAUNCH, ENV_RUN_DIR
+from verl_gsm8k.common.procs import blocks_sigterm
 from verl_gsm8k.common.run_dir import SESSION_FILE
-from verl_gsm8k.launch.reap import blocks_sigterm, main
+from verl_gsm8k.launch.reap import main
 from verl_gsm8k.launch.supervise import start
 from verl_gsm8k.verl_plugins.stop_on_sigterm import request_stop
 
@@ -106,6 +107,40 @@ def test_check_refuses_beside_an_earlier_launch_until_it_ends(tmp_path: Path, ca
     finally:
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_check_stops_what_a_launch_whose_launcher_has_ended_left(tmp_path: Path, capsys):
+    """A launch id names its launcher (stamp, pid, host): when that pid has ended here, what the
+    launch left is stopped at once (SIGTERM blocked: SIGKILL) and the check passes; a launch whose
+    launcher lives, or ran on another host, is waited for and refused as before."""
+    import socket
+
+    from verl_gsm8k.common.run_dir import new_stamp
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stamp, host = new_stamp(), socket.gethostname()
+    ended, living = f"{stamp}-{dead.pid}-{host}", f"{stamp}-{os.getpid()}-{host}"
+    run_dir = tmp_path / "run"
+    left = [orphan(ended, run_dir, blocked=True), orphan(ended, run_dir)]
+    try:
+        started = time.monotonic()
+        assert main(["check", "--run-dir", str(run_dir), "--wait", "30"]) == 0
+        assert time.monotonic() - started < 10  # not the 30 s wait
+        said = capsys.readouterr().err
+        assert f"2 processes of launch {ended} outlived its launcher and were stopped" in said
+        assert not any(alive(pid) for pid in left)
+        for launch in (living, f"{stamp}-{dead.pid}-not-{host}"):
+            pid = orphan(launch, run_dir)
+            try:
+                assert main(["check", "--run-dir", str(run_dir), "--wait", "0.5"]) == 2
+                assert f"launch {launch})" in capsys.readouterr().err and alive(pid)
+            finally:
+                os.kill(pid, signal.SIGKILL)
+    finally:
+        for pid in left:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_launch_refuses_to_train_beside_survivors_of_an_earlier_one(tmp_path: Path):

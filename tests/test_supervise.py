@@ -20,7 +20,7 @@ from verl_gsm8k.launch.supervise import Supervisor
 run, ppo, grace, verl = Path(sys.argv[1]), sys.argv[2] == "ppo", int(sys.argv[3]), sys.argv[4]
 say = lambda line, err=False: print(line, flush=True)
 supervisor = Supervisor(run, grace, True, {}, say)
-code = supervisor.run(["bash", "-c", verl], dict(os.environ), run / "console.log", ppo, (), "L1")
+code = supervisor.run(["bash", "-c", verl], dict(os.environ), run / "console.log", ppo, "L1")
 print("status", code, "stop requested" if supervisor.deadline else "", flush=True)
 """
 
@@ -73,3 +73,22 @@ def test_a_sigterm_to_the_launcher_is_a_stop_request_and_the_grace_ends_verl(tmp
     assert out.strip().splitlines()[-1] == "status 143 stop requested", out
     session = (tmp_path / ".launch.session").read_text().split()
     assert session[1] == "L1" and int(session[0]) != proc.pid
+
+
+def test_a_sigkill_of_the_launcher_ends_verl(tmp_path: Path):
+    """No handler runs on SIGKILL: verl's driver (PPO, its own session) and torchrun (SFT) get
+    the parent-death signal, and end with the launcher instead of training on without it."""
+    for ppo in (True, False):
+        verl = f"echo $$ > {tmp_path}/up; while :; do sleep 0.05; done"
+        proc = launch(tmp_path, ppo, 30, verl)
+        wait_up(tmp_path)
+        stand_in = int((tmp_path / "up").read_text())
+        proc.kill()
+        proc.wait(timeout=30)
+        end = time.monotonic() + 10
+        while time.monotonic() < end and Path(f"/proc/{stand_in}").exists():
+            time.sleep(0.05)
+        ended = not Path(f"/proc/{stand_in}").exists()
+        if not ended:
+            os.kill(stand_in, signal.SIGKILL)
+        assert ended, f"verl ({'ppo' if ppo else 'sft'}) lives on without its launcher"

@@ -307,8 +307,10 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     To step 10, a time save every step (SAVE_EVERY_MIN; SAVE_FREQ past the end),
     MAX_CKPT_TO_KEEP=2, a reward that turns NaN when the test says so, each launch the same
     command (RESUME=force: the reward is not that of the smoke run's checkpoints):
-    1. SIGKILL (the launcher and everything under it) while the trainer is held between step 5's
-       actor shards and its critic's: mid-save, with steps 3 and 4 saved whole before it;
+    1. SIGKILL to the launcher alone (the OOM killer's choice, a `kill -9`) while the trainer is
+       held between step 5's actor shards and its critic's: mid-save, with steps 3 and 4 saved
+       whole before it; none of verl's processes held the run directory's lock, verl's driver
+       dies with the launcher, and the relaunch, started at once, stops whatever is left;
     2. the tracked step's actor shard truncated and the step before it without data.pt; the
        relaunch falls back past both to an older whole step; the same command started again
        meanwhile refuses in one line; its actor worker, held right before it opens its first
@@ -329,10 +331,18 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     were verl start-ups proving the same, and were cut (docs/testing.md, "What was cut, and which
     test proves the claim now"); an emptied tracker: the test above.
     """
-    from killing import finish, kill_all, logged_steps, newest_metrics, start, wait_until
+    from killing import finish, logged_steps, newest_metrics, start, wait_until
 
+    from verl_gsm8k.common import procs
     from verl_gsm8k.common.run_dir import read_best, read_trips
+    from verl_gsm8k.launch import reap
     from verl_gsm8k.resume.verify import problem
+
+    def open_files(pid: int) -> set[str]:
+        try:
+            return {f.path for f in psutil.Process(pid).open_files()}
+        except psutil.Error:
+            return set()
 
     run_dir, roles = smoke.run_dir, ("actor", "critic")
     tracker = run_dir / "latest_checkpointed_iteration.txt"
@@ -370,7 +380,22 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     first = wait_until("a step logged", lambda: bool(steps_of(m1)), r1, limit)
     figures.append(f"launch 1: its first step logged {first:.0f} s after the launch")
     at = wait_until("the save of step 5 paused", paused.exists, r1, limit)
-    kill_all(r1)
+    # the lock is the launcher's alone: none of verl's processes holds its descriptor
+    lock = str(run_dir / ".launch.lock")
+    driver, launch = (run_dir / ".launch.session").read_text().split()
+    sessions = reap.launch_sessions(launch, str(run_dir))
+    verl = reap.launch_processes(reap.of_launch(launch), sessions)
+    assert int(driver) in {proc.pid for proc in verl}, verl
+    holders = [proc for proc in verl if lock in open_files(proc.pid)]
+    assert holders == [] and lock in open_files(r1.process.pid), holders
+    r1.process.kill()  # the launcher alone, as the OOM killer or a `kill -9` would
+    r1.process.wait(timeout=60)
+    gone = time.monotonic()
+    while time.monotonic() - gone < 30 and procs.alive(int(driver)):
+        time.sleep(0.05)
+    assert not procs.alive(int(driver)), "verl's driver trains on without its launcher"
+    figures.append(f"kill 1 of the launcher alone at {at:.0f} s; verl's driver ended "
+                   f"{time.monotonic() - gone:.1f} s later")  # fmt: skip
     whole = problem(run_dir / "global_step_5", roles)
     figures.append(f"kill 1 at {at:.0f} s, in the save of step 5 (step 5 then: {whole})")
     assert whole is not None and "critic" in whole, whole  # half a step on disk...
@@ -392,6 +417,9 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     r2, m2 = begin("finish", dict(env, GSM8K_PAUSE_AT="load:before_open,rollout:9",
                                   GSM8K_PAUSE_FILE=str(held)))  # fmt: skip
     wait_until("the launch recorded", lambda: "launch: recorded" in r2.output(), r2, limit)
+    assert reap.launch_processes(reap.of_launch(launch), sessions) == []  # launch 1: nothing left
+    stopped = re.search(r"recipe: \d+ processes of launch \S+ outlived its launcher.*", r2.output())
+    figures.append(f"relaunch 2 at once: {stopped.group(0) if stopped else 'nothing left'}")
     for wait in ("0", "3"):
         second = run_recipe("smoke_tiny", dict(env, LOCK_WAIT_S=wait), *quick, timeout=120)
         said = second.stdout + second.stderr

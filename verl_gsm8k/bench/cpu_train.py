@@ -25,44 +25,12 @@ import time
 from pathlib import Path
 
 from verl_gsm8k.analysis.vocab import PHASE_ORDER
+from verl_gsm8k.common import procs
 from verl_gsm8k.common.children import dies_with_this_process
 from verl_gsm8k.common.run_dir import METRICS_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 PHASES = (*(p for p in PHASE_ORDER if p != "other"), "step")  # the report's order
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            return [int(p) for p in fh.read().split()]
-    except OSError:
-        return []
-
-
-def process_tree(root: int) -> list[int]:
-    """root and every process descended from it (Ray's workers are children of its raylet)."""
-    seen, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        seen.append(pid)
-        todo.extend(_children(pid))
-    return seen
-
-
-def _memory_kib(pid: int) -> tuple[int, int]:
-    """(PSS, RSS) of one process in KiB; (0, 0) once it is gone."""
-    pss = rss = 0
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            for line in fh:
-                if line.startswith("Pss:"):
-                    pss = int(line.split()[1])
-                elif line.startswith("Rss:"):
-                    rss = int(line.split()[1])
-    except OSError:
-        pass
-    return pss, rss
 
 
 class MemorySampler(threading.Thread):
@@ -74,10 +42,10 @@ class MemorySampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            pids = process_tree(self.root)
+            pids = procs.tree(self.root)  # Ray's workers: children of its raylet
             pss = rss = 0
             for pid in pids:
-                p, r = _memory_kib(pid)
+                p, r = procs.memory_kib(pid)
                 pss, rss = pss + p, rss + r
             self.peak_pss = max(self.peak_pss, pss)
             self.peak_rss = max(self.peak_rss, rss)

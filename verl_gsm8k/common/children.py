@@ -9,8 +9,9 @@ server holding its GPU memory and port. Linux's parent-death signal ends it:
     subprocess.Popen(cmd, start_new_session=True, preexec_fn=dies_with_this_process())
 
 It reaches the direct child only (so a child with children of its own gets SIGTERM, to stop
-them), and it fires when the *thread* that started the child ends: start such children from a
-thread that outlives them (both callers use the main thread). Standard library only.
+them, or arms its own children: ``die_with_parent``), and it fires when the *thread* that
+started the child ends: start such children from a thread that outlives them (every caller uses
+the main thread). Standard library only.
 """
 
 from __future__ import annotations
@@ -41,3 +42,14 @@ def dies_with_this_process(sig: int = signal.SIGKILL) -> Callable[[], None] | No
             os._exit(1)
 
     return arm
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """The same signal armed from inside a child whose starter is not ours (torchrun's workers):
+    ``sig`` when the parent dies; this process ends now if it already has (off Linux: nothing)."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+    if os.getppid() != parent:
+        os._exit(1)

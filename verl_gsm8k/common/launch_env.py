@@ -7,37 +7,46 @@ tell which processes belong to a launch: the launcher reaps those that outlive v
 (launch/reap.py), and verl's processes tell a SIGTERM from inside the launch from one sent from
 outside (verl_plugins/stop_on_sigterm.py, verl_plugins/vllm_sigterm.py), which is why this sits
 below both. The launch's stamp reaches the trainers through the metrics file the launcher names
-(``VERL_FILE_LOGGER_PATH``, RUN_DIR/metrics/metrics-<stamp>.jsonl). Standard library only;
-Linux's /proc.
+(``VERL_FILE_LOGGER_PATH``, RUN_DIR/metrics/metrics-<stamp>.jsonl). Processes are read by
+common/procs.py.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import socket
+from datetime import UTC, datetime
 
-from verl_gsm8k.common.run_dir import metrics_stamp
+from verl_gsm8k.common import procs
+from verl_gsm8k.common.run_dir import STAMP_FORMAT, metrics_stamp
 
 ENV_LAUNCH = "GSM8K_LAUNCH_ID"
 ENV_RUN_DIR = "GSM8K_LAUNCH_RUN_DIR"
-PROC = Path("/proc")
 
 
-def launch_environ(pid: int, names: tuple[str, ...] = (ENV_LAUNCH, ENV_RUN_DIR)) -> dict[str, str]:
-    """The launch's variables (or the other ``names``) in process ``pid``'s environment, those it
-    has; OSError when the process is gone or not ours to read."""
-    raw = (PROC / str(pid) / "environ").read_bytes()
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    wanted = tuple(name.encode() for name in names)
-    return {k.decode(): v.decode(errors="replace") for k, v in pairs if k in wanted}
+def new_launch_id(stamp: str) -> str:
+    """This launch's id: its stamp, the launcher's pid and this host's name."""
+    return f"{stamp}-{os.getpid()}-{socket.gethostname()}"
+
+
+def launcher_ended(launch: str) -> bool:
+    """True when launch ``launch``'s launcher ran on this host and is gone (its pid ended, or
+    was taken by a process started after the launch); False when it lives or ran elsewhere."""
+    stamp, _, rest = launch.partition("-")
+    pid, _, host = rest.partition("-")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        began = datetime.strptime(stamp, STAMP_FORMAT).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return False
+    started = procs.started_at(int(pid)) if procs.alive(int(pid)) else None
+    return started is None or started > began + 1  # the launcher started before its stamp
 
 
 def launch_of(pid: int) -> str | None:
     """The launch id process ``pid`` carries (``GSM8K_LAUNCH_ID``); None when none, or gone."""
-    try:
-        return launch_environ(pid).get(ENV_LAUNCH)
-    except OSError:
-        return None
+    return (procs.environ(pid, (ENV_LAUNCH,)) or {}).get(ENV_LAUNCH)
 
 
 def launch_stamp() -> str | None:

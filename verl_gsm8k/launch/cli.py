@@ -15,13 +15,13 @@ watchdog stopped the run, 5 stopped on SIGTERM or before a job's end after savin
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from verl_gsm8k.common.command_line import PREFIX, shell_line
+from verl_gsm8k.common.launch_env import ENV_LAUNCH, ENV_RUN_DIR, new_launch_id
 from verl_gsm8k.common.run_dir import console_log_path, deadline_path, metrics_path, unused_stamp
 from verl_gsm8k.common.terminal import clean
 from verl_gsm8k.guard import deadline as job_deadline
@@ -265,18 +265,14 @@ def plan_stop(plan: Plan) -> tuple[int, bool]:
 def record(plan: Plan, stamp: str, user: list[str], picked: list[str], command: str) -> None:
     """The same-config check, then RUN_DIR/launches/launch-<stamp>.yaml (verl_gsm8k/resume/),
     which keeps ``command``, the verl command line."""
-    from verl_gsm8k.resume.__main__ import main as record_main
+    from verl_gsm8k.resume.__main__ import record_launch
 
-    args = ["--run-dir", str(plan.run_dir), "--stamp", stamp, "--recipe", plan.recipe.name,
-            "--trainer", plan.trainer, "--config-name", plan.recipe.config, "--resume",
-            plan.values.get("RESUME", "auto"), "--verl-command", command]  # fmt: skip
-    for name, value in plan.values.items():
-        args += ["--knob", f"{name}={value}"]
-    for key, name in plan.knob_keys.items():
-        args += ["--knob-key", f"{key}={name}"]
-    for item in user:
-        args += ["--user", item]
-    code = record_main([*args, "--", *plan.all_overrides(user, picked)])
+    code = record_launch(
+        plan.run_dir, stamp, plan.recipe.name, plan.trainer, plan.recipe.config,
+        plan.all_overrides(user, picked), resume=plan.values.get("RESUME", "auto"),
+        knobs=dict(plan.values), knob_keys=dict(plan.knob_keys), user=user, verl_command=command,
+        config_dir=CONFIG_DIR,
+    )  # fmt: skip
     if code:
         raise Exit(code)
 
@@ -318,7 +314,7 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
     run_dir = plan.run_dir
     stamp = unused_stamp(run_dir)
     try:
-        lock_fd = lock_run_dir(run_dir, stamp, int(plan.values.get("LOCK_WAIT_S", "0")), say)
+        lock_run_dir(run_dir, stamp, int(plan.values.get("LOCK_WAIT_S", "0")), say)
     except Busy as busy:
         if str(busy):
             say(str(busy), err=True)
@@ -331,8 +327,8 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
     metrics, console = metrics_path(run_dir, stamp), console_log_path(run_dir, stamp)
     # Every process verl starts carries these two variables (Ray's included, which leave the
     # launcher's process group): once verl has ended, whatever is left of them is stopped.
-    launch_id = f"{stamp}-{os.getpid()}-{socket.gethostname()}"
-    launch_vars = {"GSM8K_LAUNCH_ID": launch_id, "GSM8K_LAUNCH_RUN_DIR": str(run_dir),
+    launch_id = new_launch_id(stamp)
+    launch_vars = {ENV_LAUNCH: launch_id, ENV_RUN_DIR: str(run_dir),
                    "STOP_GRACE_S": str(grace), "VERL_FILE_LOGGER_PATH": str(metrics)}  # fmt: skip
     on_cluster = plan.env.get("RAY_ADDRESS") and plan.trainer == "ppo"
     ray_env = ray_env_overrides(launch_vars) if on_cluster else []
@@ -348,8 +344,7 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
     say(f"recipe: metrics -> {metrics} | console log -> {console}")
     say(f"recipe: verl starts, {time.monotonic() - start:.1f} s after the launch began")
     supervisor = Supervisor(run_dir, grace, grace_set, plan.env, say)
-    code = supervisor.run(argv, env, console, plan.trainer == "ppo",
-                          (lock_fd,), launch_id)  # fmt: skip
+    code = supervisor.run(argv, env, console, plan.trainer == "ppo", launch_id)
     if code == 0:
         prune_finished(run_dir, plan.values.get("MAX_CKPT_TO_KEEP", ""))
     if plan.trainer == "ppo":
@@ -374,7 +369,8 @@ def prune_finished(run_dir: Path, keep: str) -> None:
     ended cleanly, the limit applies to the whole run directory, never removing the checkpoint a
     relaunch resumes from nor the kept best (verl_gsm8k/guard/prune.py)."""
     if keep.isdigit() and int(keep) > 0:
-        prune.main([str(run_dir), "--keep", keep])
+        for line in prune.prune(run_dir, int(keep)):
+            say(f"recipe: {line}")
 
 
 def launch(argv: list[str]) -> int:

@@ -1,12 +1,14 @@
 """One launch at a time per run directory: two would write the same checkpoints over each other.
 
-The lock is flock(2) on RUN_DIR/.launch.lock, held through a file descriptor by the launcher and
-the verl driver it starts (the descriptor is passed on): the kernel releases it when the last of
-them ends, so a SIGKILL leaves no stale lock. The file names the launch that holds it. A launch
+The lock is flock(2) on RUN_DIR/.launch.lock, held by the launcher alone, through a descriptor
+no process it starts inherits: the kernel releases it when the launcher ends, however it ends.
+verl's driver dies with the launcher (launch/supervise.py ``start``), so no process of a launch
+outlives its lock by more than its shutdown. The file names the launch that holds it. A launch
 that finds it held waits LOCK_WAIT_S seconds (a requeued job whose predecessor is still saving),
-then refuses in one line, before it has touched anything. Ray's processes do not inherit the
-descriptor: processes of an earlier launch into RUN_DIR that outlived it are found by their
-environment (verl_gsm8k/launch/reap.py), waited for, then refused the same way.
+then refuses in one line, before it has touched anything. Processes of an earlier launch into
+RUN_DIR that are still there are found by their environment (verl_gsm8k/launch/reap.py): those
+of a launch whose launcher has ended are stopped; the others are waited for, then refused the
+same way.
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ def _holder(lock: Path) -> str:
 
 
 def lock_run_dir(run_dir: Path, stamp: str, wait_s: int, say) -> int:
-    """Take the run directory's lock (its descriptor, to pass to verl); raise Busy otherwise."""
+    """Take the run directory's lock for as long as this process lives (its descriptor, not
+    inheritable); raise Busy otherwise."""
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = lock_path(run_dir)
-    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     if not _try_lock(fd):
         if wait_s > 0:
             holder = _holder(lock) or "another launch"

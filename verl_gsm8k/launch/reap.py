@@ -24,8 +24,10 @@ verl exits), then SIGTERM, then SIGKILL after ``--grace`` seconds (at once to a 
 blocks SIGTERM, as the launcher starts verl's), and says in one line what it
 had to stop (nothing when nothing outlived verl). ``check`` (the run-directory lock, after
 ``flock``) refuses in one line when processes of an earlier launch into the same run directory
-still run, after waiting ``--wait`` seconds for them to end: they hold no lock (Ray's processes
-do not inherit the launcher's lock file) and could still write checkpoints.
+still run, after waiting ``--wait`` seconds for them to end: they hold no lock (only the launcher
+holds it) and could still write checkpoints. Those of a launch whose launcher has ended (a
+SIGKILL of it: verl's driver dies with it, launch/supervise.py, and Ray's processes follow) are
+not waited for: they are stopped, said in one line, and the relaunch goes on.
 
 ``stop --slurm-ray JOB`` ends the Ray that slurm/multi_node.sbatch started for Slurm job JOB on
 this machine: each node's ``ray start --block`` runs through ``exec`` with
@@ -43,13 +45,13 @@ import os
 import signal
 import socket
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from verl_gsm8k.common.launch_env import ENV_LAUNCH, ENV_RUN_DIR, PROC, launch_environ
+from verl_gsm8k.common import procs
+from verl_gsm8k.common.launch_env import ENV_LAUNCH, ENV_RUN_DIR, launcher_ended
 from verl_gsm8k.common.run_dir import session_path
 
 
@@ -61,45 +63,12 @@ class Proc:
     run_dir: str
 
 
-def _name(pid: int) -> str:
-    """What ``ps`` would show first: Ray's workers retitle themselves (``ray::TaskRunner``)."""
-    try:
-        argv = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
-    except OSError:
-        argv = []
-    first = argv[0].decode(errors="replace").split(" ")[0] if argv and argv[0] else ""
-    if not first:
-        return (PROC / str(pid) / "comm").read_text().strip()
-    base = os.path.basename(first)
-    if base.startswith("python") and len(argv) > 1:  # python -m X / python [-u] path/x.py
-        rest = [a.decode(errors="replace") for a in argv[1:] if a]
-        scripts = [a for a in rest if not a.startswith("-")]
-        module = rest[rest.index("-m") + 1] if "-m" in rest[:-1] else scripts[0] if scripts else ""
-        return f"python {os.path.basename(module)}"[:60]
-    return base[:60]
+Sessions = dict[int, tuple[str, str]]
 
 
-def _zombie(pid: int) -> bool:
-    stat = (PROC / str(pid) / "stat").read_text()
-    return stat[stat.rindex(")") + 2 :].startswith(("Z", "X"))
-
-
-def blocks_sigterm(pid: int) -> bool:
-    """True when the process has SIGTERM in its signal mask (verl's processes, started so by the
-    launcher: verl_plugins/stop_on_sigterm.py): only SIGKILL ends it."""
-    try:
-        status = (PROC / str(pid) / "status").read_text()
-    except OSError:
-        return False
-    for line in status.splitlines():
-        if line.startswith("SigBlk:"):
-            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
-    return False
-
-
-def read_session(run_dir: str) -> dict[int, tuple[str, str]]:
-    """The session of the last launch into ``run_dir`` (``exec_blocked`` wrote it), as
-    ``{session id: (launch id, run dir)}``; empty when there is none."""
+def read_session(run_dir: str) -> Sessions:
+    """The session of the last launch into ``run_dir`` (launch/supervise.py ``start`` wrote it),
+    as ``{session id: (launch id, run dir)}``; empty when there is none."""
     try:
         sid, launch = session_path(Path(run_dir)).read_text(encoding="utf-8").split()[:2]
         return {int(sid): (launch, run_dir)}
@@ -107,32 +76,26 @@ def read_session(run_dir: str) -> dict[int, tuple[str, str]]:
         return {}
 
 
-def launch_processes(
-    match: Callable[[Proc], bool], sessions: dict[int, tuple[str, str]] | None = None
-) -> list[Proc]:
+def launch_processes(match: Callable[[Proc], bool], sessions: Sessions | None = None) -> list[Proc]:
     """This user's live processes that carry a launch's variables, or are in the session of one
     of ``sessions``, and ``match``. (Ray retitles its workers, setproctitle, which may overwrite
     what /proc shows of their environment; none of them leaves verl's session.)"""
-    uid, me, found = os.getuid(), os.getpid(), []
-    if sessions and os.getsid(0) in sessions:  # a session id used again: ours, never a survivor
-        sessions = {sid: it for sid, it in sessions.items() if sid != os.getsid(0)}
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        pid = int(entry.name)
-        try:
-            if entry.stat().st_uid != uid or _zombie(pid):
-                continue
-            env = launch_environ(pid)
-            if ENV_LAUNCH in env:
-                proc = Proc(pid, _name(pid), env[ENV_LAUNCH], env.get(ENV_RUN_DIR, ""))
-            elif sessions and os.getsid(pid) in sessions:
-                launch, run_dir = sessions[os.getsid(pid)]
-                proc = Proc(pid, _name(pid), launch, run_dir)
-            else:
-                continue
-        except (OSError, ValueError):
+    mine = procs.session_of(0)
+    if sessions and mine in sessions:  # a session id used again: ours, never a survivor
+        sessions = {sid: it for sid, it in sessions.items() if sid != mine}
+    found = []
+    for process in procs.ours():
+        pid = process.pid
+        env = procs.environ(pid, (ENV_LAUNCH, ENV_RUN_DIR))
+        if env is None:
             continue  # ended meanwhile, or not ours to read
+        if ENV_LAUNCH in env:
+            proc = Proc(pid, procs.name(pid), env[ENV_LAUNCH], env.get(ENV_RUN_DIR, ""))
+        elif sessions and procs.session_of(pid) in sessions:
+            launch, run_dir = sessions[procs.session_of(pid)]  # type: ignore[index]
+            proc = Proc(pid, procs.name(pid), launch, run_dir)
+        else:
+            continue
         if match(proc):
             found.append(proc)
     return found
@@ -147,53 +110,37 @@ def of_run_dir(run_dir: str, but: str = "") -> Callable[[Proc], bool]:
     return lambda proc: proc.launch != but and os.path.realpath(proc.run_dir or "/") == real
 
 
-def describe(procs: Sequence[Proc]) -> str:
-    counts = Counter(proc.name for proc in procs)
+def describe(found: Sequence[Proc]) -> str:
+    counts = Counter(proc.name for proc in found)
     return ", ".join(name if n == 1 else f"{n}x {name}" for name, n in counts.most_common())
 
 
-def _signal(procs: Sequence[Proc], sig: signal.Signals) -> None:
-    for proc in procs:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(proc.pid, sig)
+class Finder:
+    """``launch_processes`` as common/procs.py's ``stop`` rescans it, keeping each Proc seen."""
 
+    def __init__(self, match: Callable[[Proc], bool], sessions: Sessions) -> None:
+        self.match, self.sessions = match, sessions
+        self.seen: dict[int, Proc] = {}
 
-Sessions = dict[int, tuple[str, str]]
+    def __call__(self) -> list[int]:
+        found = launch_processes(self.match, self.sessions)
+        self.seen.update((proc.pid, proc) for proc in found)
+        return [proc.pid for proc in found]
 
-
-def _wait_gone(match: Callable[[Proc], bool], seconds: float, sessions: Sessions) -> list[Proc]:
-    end = time.monotonic() + seconds
-    left = launch_processes(match, sessions)
-    while left and time.monotonic() < end:
-        time.sleep(0.2)
-        left = launch_processes(match, sessions)
-    return left
+    def procs_of(self, pids: Iterable[int]) -> list[Proc]:
+        return [self.seen[pid] for pid in pids if pid in self.seen]
 
 
 def stop(
     match: Callable[[Proc], bool], settle_s: float, grace_s: float, sessions: Sessions
 ) -> tuple[list[Proc], int]:
-    """End every matching process: what was still there after ``settle_s`` (the ones this had
-    to stop) and how many of them needed SIGKILL (those left ``grace_s`` after SIGTERM)."""
-    left = _wait_gone(match, settle_s, sessions)
-    stopped: dict[int, Proc] = {proc.pid: proc for proc in left}
-    killed: set[int] = set()
-    end = time.monotonic() + grace_s
-    while left and time.monotonic() < end:  # a dying raylet may still start a worker: rescan
-        deaf = [proc for proc in left if blocks_sigterm(proc.pid)]
-        _signal(deaf, signal.SIGKILL)
-        killed.update(proc.pid for proc in deaf)
-        _signal([proc for proc in left if proc not in deaf], signal.SIGTERM)
-        left = _wait_gone(match, min(1.0, max(0.0, end - time.monotonic())), sessions)
-        stopped.update((proc.pid, proc) for proc in left)
-    for _ in range(20):
-        if not left:
-            break
-        _signal(left, signal.SIGKILL)
-        killed.update(proc.pid for proc in left)
-        left = _wait_gone(match, 0.5, sessions)
-        stopped.update((proc.pid, proc) for proc in left)
-    return list(stopped.values()), len(killed)
+    """End every matching process (common/procs.py's one policy): what was still there after
+    ``settle_s`` (the ones this had to stop) and how many of them needed SIGKILL."""
+    find = Finder(match, sessions)
+    if not procs.wait_gone(find, settle_s):
+        return [], 0
+    seen, killed = procs.stop(find, grace_s)
+    return find.procs_of(sorted(seen)), len(killed)
 
 
 def exec_blocked(argv: Sequence[str]) -> None:
@@ -222,13 +169,10 @@ def slurm_ray_groups(job: str) -> set[int]:
     no group). slurmstepd starts each task as a process group leader, which ``exec``'s setsid
     cannot change; every process Ray starts stays in that group."""
     found = set()
-    for entry in PROC.iterdir():
-        if entry.name.isdigit():
-            pid = int(entry.name)
-            with contextlib.suppress(OSError):
-                marked = launch_environ(pid, (ENV_RAY_OF_JOB,)).get(ENV_RAY_OF_JOB)
-                if marked == job and os.getpgid(pid) == pid:
-                    found.add(pid)
+    for process in procs.ours():
+        marked = (procs.environ(process.pid, (ENV_RAY_OF_JOB,)) or {}).get(ENV_RAY_OF_JOB)
+        if marked == job and procs.group_of(process.pid) == process.pid:
+            found.add(process.pid)
     return found
 
 
@@ -236,34 +180,35 @@ def stop_slurm_ray(job: str, seconds: float = 10.0) -> int:
     """SIGKILL every process of Slurm job ``job``'s Ray on this machine (SIGTERM is blocked
     there), rescanning until none is left (a raylet may still start a worker), ``seconds`` at
     most; one line saying what was stopped; 1 when some could not be."""
-    groups, uid = slurm_ray_groups(job), os.getuid()
-    stopped: dict[int, Proc] = {}
-    end = time.monotonic() + seconds
-    while True:
-        left = []
-        for entry in PROC.iterdir():
-            with contextlib.suppress(OSError, ValueError):
-                pid = int(entry.name) if entry.name.isdigit() else 0
-                ours = pid and os.getpgid(pid) in groups and entry.stat().st_uid == uid
-                if ours and not _zombie(pid):
-                    left.append(Proc(pid, _name(pid), job, ""))
-        if not left or time.monotonic() > end:
-            break
-        stopped.update((proc.pid, proc) for proc in left)
-        _signal(left, signal.SIGKILL)
-        time.sleep(0.2)
+    groups, names = slurm_ray_groups(job), {}
+
+    def find() -> list[int]:
+        left = [p.pid for p in procs.ours() if procs.group_of(p.pid) in groups]
+        names.update((pid, names.get(pid) or procs.name(pid)) for pid in left)
+        return left
+
+    seen, _ = procs.stop(find, 0.0, kill_rounds=max(1, int(seconds / 0.5)))
+    left = find()
     host = socket.gethostname().split(".")[0]
-    done = describe(list(stopped.values())) or "none left"
+    stopped = [Proc(pid, names[pid], job, "") for pid in sorted(seen)]
+    done = describe(stopped) or "none left"
     print(f"slurm: Ray of job {job} on {host}: {len(stopped)} processes stopped ({done})"
           + (f"; {len(left)} could not be" if left else ""), flush=True)  # fmt: skip
     return 1 if left else 0
 
 
 def check_run_dir(run_dir: str, wait_s: float, but: str = "") -> int:
-    """0 when no process of an earlier launch into ``run_dir`` runs (after waiting ``wait_s``
-    seconds for them to end); else 2, said in one line."""
-    match = of_run_dir(run_dir, but)
-    left = _wait_gone(match, wait_s, read_session(run_dir))
+    """0 when no process of an earlier launch into ``run_dir`` runs; else 2, said in one line.
+    Those of a launch whose launcher has ended (a SIGKILL; verl's driver dies with it) are
+    stopped, said in one line; the others are waited for ``wait_s`` seconds."""
+    sessions, match = read_session(run_dir), of_run_dir(run_dir, but)
+    orphaned = sorted({p.launch for p in launch_processes(match, sessions)
+                       if launcher_ended(p.launch)})  # fmt: skip
+    for launch in orphaned:
+        stop_all(of_launch(launch), f"launch {launch}", launch_sessions(launch, run_dir), 0.0,
+                 outlived="its launcher")  # fmt: skip
+    find = Finder(match, sessions)
+    left = find.procs_of(procs.wait_gone(find, wait_s))
     if not left:
         return 0
     pids = " ".join(str(proc.pid) for proc in left[:8]) + (" ..." if len(left) > 8 else "")
@@ -278,7 +223,7 @@ def check_run_dir(run_dir: str, wait_s: float, but: str = "") -> int:
 
 def stop_all(
     match: Callable[[Proc], bool], what: str, sessions: Sessions, settle_s: float = 3.0,
-    grace_s: float = 10.0,
+    grace_s: float = 10.0, outlived: str = "verl",
 ) -> int:  # fmt: skip
     """End every process ``match`` finds, say in one line what had to be stopped; 1 when some
     could not be."""
@@ -286,7 +231,7 @@ def stop_all(
     left = launch_processes(match, sessions)
     if stopped:
         how = f", {killed} of them by SIGKILL" if killed else ""
-        print(f"recipe: {len(stopped)} processes of {what} outlived verl and were stopped "
+        print(f"recipe: {len(stopped)} processes of {what} outlived {outlived} and were stopped "
               f"({describe(stopped)}){how}", file=sys.stderr, flush=True)  # fmt: skip
     if left:
         pids = " ".join(str(proc.pid) for proc in left)
@@ -296,10 +241,16 @@ def stop_all(
     return 0
 
 
-def stop_launch(launch: str, run_dir: str) -> int:
-    """After verl has ended: every process of launch ``launch`` still there is stopped."""
-    sessions = {sid: it for sid, it in read_session(run_dir).items() if it[0] == launch}
-    return stop_all(of_launch(launch), f"launch {launch}", sessions)
+def launch_sessions(launch: str, run_dir: str) -> Sessions:
+    """The session RUN_DIR/.launch.session names, if launch ``launch`` wrote it."""
+    return {sid: it for sid, it in read_session(run_dir).items() if it[0] == launch}
+
+
+def stop_launch(launch: str, run_dir: str, settle_s: float = 3.0) -> int:
+    """Every process of launch ``launch`` still there is stopped (after verl has ended, or once
+    the stop grace is over)."""
+    return stop_all(of_launch(launch), f"launch {launch}", launch_sessions(launch, run_dir),
+                    settle_s)  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -336,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     match = of_launch(args.launch) if args.launch else of_run_dir(args.run_dir, args.but)
     sessions = read_session(args.session_of or args.run_dir or "")
     if args.launch:  # the session written by this launch, not an earlier one's
-        sessions = {sid: it for sid, it in sessions.items() if it[0] == args.launch}
+        sessions = launch_sessions(args.launch, args.session_of)
     what = f"launch {args.launch}" if args.launch else f"launches into {args.run_dir}"
     return stop_all(match, what, sessions, args.settle, args.grace)
 

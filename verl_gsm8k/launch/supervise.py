@@ -8,13 +8,13 @@ flight; a SIGTERM to one of them alone is a stop request too
 (verl_gsm8k/verl_plugins/stop_on_sigterm.py). vLLM's engine processes unblock it (docs/slurm.md).
 SFT: torchrun runs in the launcher's process group with SIGTERM blocked too and SIGINT ignored
 as a background job's is; its workers read the stop request after each step
-(verl_gsm8k/sft_trainer/). After STOP_GRACE_S (or at once on Ctrl-C): SIGTERM to every process
-verl started, SIGKILL to what is left 10 s later, exit 143.
+(verl_gsm8k/sft_trainer/). After STOP_GRACE_S (or at once on Ctrl-C): every process of the launch
+stopped by common/procs.py's one policy (SIGKILL at once to those that block SIGTERM, SIGTERM to
+the others and SIGKILL 10 s later), exit 143. A SIGKILL of the launcher ends verl too (``start``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -24,12 +24,14 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from verl_gsm8k.common import procs
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.common.children import dies_with_this_process
 from verl_gsm8k.common.run_dir import session_path, stop_path
 from verl_gsm8k.launch import reap
 from verl_gsm8k.launch.slurm import ended_by_slurm, job_end, kill_wait
 
-KILL_WAIT_S = 10  # from the SIGTERM to every process verl started to SIGKILL
+KILL_WAIT_S = 10  # from the SIGTERM to a process of verl's that does not block it to SIGKILL
 
 
 def _blocked_session() -> None:
@@ -45,45 +47,29 @@ def _blocked_no_sigint() -> None:
 
 
 def start(
-    argv: list[str], env: Mapping[str, str], run_dir: Path, launch_id: str, ppo: bool,
-    pass_fds: tuple = (),
-) -> subprocess.Popen:  # fmt: skip
+    argv: list[str], env: Mapping[str, str], run_dir: Path, launch_id: str, ppo: bool
+) -> subprocess.Popen:
     """verl, its output piped: PPO's driver with SIGTERM blocked in a session of its own, which
     RUN_DIR/.launch.session names for the reaping of what outlives it (launch/reap.py, where
-    Ray's retitled workers no longer show their environment); SFT's torchrun with SIGINT off."""
+    Ray's retitled workers no longer show their environment); SFT's torchrun with SIGINT off.
+    Either gets SIGKILL when the launcher dies (common/children.py), and SFT's workers die with
+    torchrun (sft_trainer/); Ray's workers end with the driver, its agents may linger. The run
+    directory's lock, the launcher's alone (no descriptor is passed on), is free at once, and
+    the relaunch stops what is left (reap.check_run_dir)."""
+    mask = _blocked_session if ppo else _blocked_no_sigint
+    dies = dies_with_this_process(signal.SIGKILL)
+
+    def preexec() -> None:
+        mask()
+        if dies is not None:
+            dies()
+
     proc = subprocess.Popen(
-        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=pass_fds,
-        preexec_fn=_blocked_session if ppo else _blocked_no_sigint,
-    )  # fmt: skip
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=preexec,
+    )  # fmt: skip  # noqa: PLW1509  # one prctl call in the child (common/children.py)
     if ppo:
         write_atomic(session_path(run_dir), f"{proc.pid} {launch_id}\n")
     return proc
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process started under ``pid``, parents first."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _signal_all(pids: list[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
 
 
 def _tee(source, log_path: Path) -> threading.Thread:
@@ -150,13 +136,12 @@ class Supervisor:
         self.kill_now = True
 
     def run(
-        self, argv: list[str], env: dict[str, str], log_path: Path, ppo: bool, pass_fds: tuple,
-        launch_id: str,
-    ) -> int:  # fmt: skip
+        self, argv: list[str], env: dict[str, str], log_path: Path, ppo: bool, launch_id: str
+    ) -> int:
         stop_path(self.run_dir).unlink(missing_ok=True)  # an earlier launch's is not ours
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.interrupt)
-        proc = start(argv, env, self.run_dir, launch_id, ppo, pass_fds)
+        proc = start(argv, env, self.run_dir, launch_id, ppo)
         tee = _tee(proc.stdout, log_path)
         status = self._wait(proc)
         tee.join(timeout=5)
@@ -177,9 +162,7 @@ class Supervisor:
                 if not self.kill_now:
                     self.say(f"recipe: STOP_GRACE_S={self.grace_s} s are over: stopping verl",
                              err=True)  # fmt: skip
-                pids = [proc.pid, *descendants(proc.pid)]
-                _signal_all(pids, signal.SIGTERM)
-                time.sleep(KILL_WAIT_S)
-                _signal_all(pids, signal.SIGKILL)
+                # verl's tree now; what left it (Ray's, re-parented) is found by ``run``'s reaping
+                procs.stop(lambda: procs.tree(proc.pid), KILL_WAIT_S)
                 proc.wait()
                 return 143

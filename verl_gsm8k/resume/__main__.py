@@ -134,59 +134,79 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def record_launch(
+    run_dir: Path, stamp: str, recipe: str, trainer: str, config_name: str,
+    overrides: list[str], *, resume: str = "auto", knobs: dict[str, str] | None = None,
+    knob_keys: dict[str, str] | None = None, user: Sequence[str] = (),
+    verl_command: str | None = None, config_dir: Path = ROOT / "configs",
+) -> int:  # fmt: skip
+    """The launcher's call: the step verl resumes verified and compared, then the record; 0, or
+    2 with one line on stderr and nothing written (the module docstring)."""
     try:
-        if not STAMP.match(args.stamp):
-            raise RecordError(f"--stamp {args.stamp!r}: not YYYYMMDDTHHMMSSZ")
-        config = composed(args.config_dir.resolve(), args.config_name, list(args.overrides))
+        if not STAMP.match(stamp):
+            raise RecordError(f"--stamp {stamp!r}: not YYYYMMDDTHHMMSSZ")
+        config = composed(config_dir.resolve(), config_name, list(overrides))
         from verl_gsm8k.preflight.device import visible_gpus
 
         record = build_record(
-            stamp=args.stamp,
-            recipe=args.recipe,
-            trainer=args.trainer,
-            config_name=args.config_name,
-            knobs=_pairs(args.knob, "--knob"),
-            knob_keys=_pairs(args.knob_key, "--knob-key"),
-            user_overrides=list(args.user),
+            stamp=stamp,
+            recipe=recipe,
+            trainer=trainer,
+            config_name=config_name,
+            knobs=dict(knobs or {}),
+            knob_keys=dict(knob_keys or {}),
+            user_overrides=list(user),
             config=config,
             root=ROOT,
             gpus=visible_gpus(),
-            verl_command=args.verl_command,
+            verl_command=verl_command,
         )
         # The step verl will resume, verified first (it may be an earlier whole one than the
         # tracker names), then the same-config check on that step; the tracker is pointed at it
         # only once the launch may go on: a refused launch changes nothing.
         step, said = None, []
-        if args.resume != "disable":
-            if args.trainer == "ppo":
+        if resume != "disable":
+            if trainer == "ppo":
                 # verl's need_critic imports its trainer (~6 s of a launch on 2 cores): asked only
                 # where there are checkpoints to verify
                 roles: tuple[str, ...] = ()
-                if saved_steps(args.run_dir):
+                if saved_steps(run_dir):
                     roles = ROLES if uses_critic(config) else ROLES[:1]
-                step, said = resume_point(args.run_dir, roles, write=False, loads=loads(config))
+                step, said = resume_point(run_dir, roles, write=False, loads=loads(config))
             else:
-                step = latest_checkpoint(args.run_dir)
-        stop = refusal(args.run_dir, step, record, args.resume)
+                step = latest_checkpoint(run_dir)
+        stop = refusal(run_dir, step, record, resume)
         if stop:
             print(stop, file=sys.stderr)
             return 2
-        if args.trainer == "ppo" and step is not None:
+        if trainer == "ppo" and step is not None:
             # only the world size changed: the checkpoint's shards rewritten for the new one
-            said += reshard_step(step_dir(args.run_dir, step), world_size(config))
-            track(args.run_dir, step)
-        if args.resume == "disable":
-            said += set_aside(args.run_dir, args.stamp)
+            said += reshard_step(step_dir(run_dir, step), world_size(config))
+            track(run_dir, step)
+        if resume == "disable":
+            said += set_aside(run_dir, stamp)
         for line in said:
             print(line)
-        path = write_record(args.run_dir, record)
+        path = write_record(run_dir, record)
     except (RecordError, NoWholeCheckpoint, ReshardError) as err:
         print(f"launch: {err}", file=sys.stderr)
         return 2
     print(f"launch: recorded -> {path}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        knobs, knob_keys = _pairs(args.knob, "--knob"), _pairs(args.knob_key, "--knob-key")
+    except RecordError as err:
+        print(f"launch: {err}", file=sys.stderr)
+        return 2
+    return record_launch(
+        args.run_dir, args.stamp, args.recipe, args.trainer, args.config_name,
+        list(args.overrides), resume=args.resume, knobs=knobs, knob_keys=knob_keys,
+        user=args.user, verl_command=args.verl_command, config_dir=args.config_dir,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
