@@ -64,6 +64,8 @@ NOT_MEASURED = {
 SHARED = {
     "120 s": "docs/preflight.md stopped verl after 120 s; docs/reliability.md's Slurm signal "
     "comes 120 s before the time limit: both settings",
+    "103 s": "docs/testing.md's make setup of one fresh clone; docs/cpu.md's training run with "
+    "OMP_NUM_THREADS=1: two measurements",
 }
 
 
