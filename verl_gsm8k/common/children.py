@@ -35,21 +35,19 @@ def dies_with_this_process(sig: int = signal.SIGKILL) -> Callable[[], None] | No
         return None
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     parent = os.getpid()
-
-    def arm() -> None:
-        prctl(PR_SET_PDEATHSIG, sig)
-        if os.getppid() != parent:  # this process died before the call: no signal will come
-            os._exit(1)
-
-    return arm
+    return lambda: _arm(prctl, sig, parent)
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """The same signal armed from inside a child whose starter is not ours (torchrun's workers):
     ``sig`` when the parent dies; this process ends now if it already has (off Linux: nothing)."""
-    if not sys.platform.startswith("linux"):
-        return
-    parent = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+    if sys.platform.startswith("linux"):
+        _arm(ctypes.CDLL(None, use_errno=True).prctl, sig, os.getppid())
+
+
+def _arm(prctl: Callable[..., int], sig: int, parent: int) -> None:
+    """``sig`` on the parent's death; exit now if ``parent`` died before the call (no signal
+    would come)."""
+    prctl(PR_SET_PDEATHSIG, sig)
     if os.getppid() != parent:
         os._exit(1)

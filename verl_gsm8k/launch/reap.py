@@ -26,7 +26,7 @@ had to stop (nothing when nothing outlived verl). ``check`` (the run-directory l
 ``flock``) refuses in one line when processes of an earlier launch into the same run directory
 still run, after waiting ``--wait`` seconds for them to end: they hold no lock (only the launcher
 holds it) and could still write checkpoints. Those of a launch whose launcher has ended (a
-SIGKILL of it: verl's driver dies with it, launch/supervise.py, and Ray's processes follow) are
+SIGKILL of it: verl's driver dies with it, launch/supervise.py; Ray's agents may linger) are
 not waited for: they are stopped, said in one line, and the relaunch goes on.
 
 ``stop --slurm-ray JOB`` ends the Ray that slurm/multi_node.sbatch started for Slurm job JOB on
@@ -91,8 +91,8 @@ def launch_processes(match: Callable[[Proc], bool], sessions: Sessions | None = 
             continue  # ended meanwhile, or not ours to read
         if ENV_LAUNCH in env:
             proc = Proc(pid, procs.name(pid), env[ENV_LAUNCH], env.get(ENV_RUN_DIR, ""))
-        elif sessions and procs.session_of(pid) in sessions:
-            launch, run_dir = sessions[procs.session_of(pid)]  # type: ignore[index]
+        elif sessions and (sid := procs.session_of(pid)) in sessions:
+            launch, run_dir = sessions[sid]  # type: ignore[index]
             proc = Proc(pid, procs.name(pid), launch, run_dir)
         else:
             continue
@@ -246,11 +246,9 @@ def launch_sessions(launch: str, run_dir: str) -> Sessions:
     return {sid: it for sid, it in read_session(run_dir).items() if it[0] == launch}
 
 
-def stop_launch(launch: str, run_dir: str, settle_s: float = 3.0) -> int:
-    """Every process of launch ``launch`` still there is stopped (after verl has ended, or once
-    the stop grace is over)."""
-    return stop_all(of_launch(launch), f"launch {launch}", launch_sessions(launch, run_dir),
-                    settle_s)  # fmt: skip
+def stop_launch(launch: str, run_dir: str) -> int:
+    """After verl has ended: every process of launch ``launch`` still there is stopped."""
+    return stop_all(of_launch(launch), f"launch {launch}", launch_sessions(launch, run_dir))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
