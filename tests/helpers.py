@@ -197,19 +197,25 @@ def get(cfg: dict, dotted: str):
 def fake_nvidia_smi(
     bin_dir: Path, gpus: list[tuple[str, int]], compute_cap: str | None = None
 ) -> Path:
-    """An nvidia-smi on PATH that reports the given (name, MiB) GPUs, each of compute capability
-    ``compute_cap`` (e.g. "9.0") when asked for it (``--query-gpu=compute_cap``)."""
+    """An nvidia-smi on PATH that lists the given (name, MiB) GPUs (``-L``) and answers
+    ``--query-gpu=name,memory.total[,compute_cap]``, each GPU of compute capability
+    ``compute_cap`` (e.g. "9.0"); without one it refuses a query naming compute_cap, as a driver
+    older than that field does. Each call appends its arguments to $FAKE_NVIDIA_SMI_CALLS when
+    that names a file."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "nvidia-smi"
     listing = "\n".join(f"GPU {i}: {name} (UUID: GPU-test-{i})" for i, (name, _) in enumerate(gpus))
     query = "\n".join(f"{name}, {mib}" for name, mib in gpus)
-    caps = "\n".join(compute_cap for _ in gpus) if compute_cap else ""
+    with_cap = "\n".join(f"{name}, {mib}, {compute_cap}" for name, mib in gpus)
+    old_driver = "echo 'Field \"compute_cap\" is not a valid field to query.'; exit 2"
     script.write_text(
         "#!/usr/bin/env bash\n"
+        'if [[ -n "${FAKE_NVIDIA_SMI_CALLS:-}" ]]; then echo "$*" >> "$FAKE_NVIDIA_SMI_CALLS"; fi\n'
         f'if [[ "${{1:-}}" == "-L" ]]; then printf "%s\\n" "{listing}"; exit 0; fi\n'
-        + (f'if [[ "$*" == *compute_cap* ]]; then printf "%s\\n" "{caps}"; exit 0; fi\n'
-           if compute_cap else "")
-        + f'printf "%s\\n" "{query}"\n'
+        f'if [[ "$*" == *compute_cap* ]]; then '
+        + (f'printf "%s\\n" "{with_cap}"; exit 0' if compute_cap else old_driver)
+        + "; fi\n"
+        f'printf "%s\\n" "{query}"\n'
     )  # fmt: skip
     script.chmod(0o755)
     return bin_dir

@@ -32,6 +32,7 @@ from helpers import (
 )
 
 from verl_gsm8k.common import attention as att
+from verl_gsm8k.common import gpus
 
 H100 = ("NVIDIA H100 80GB HBM3", 81559)
 A100 = ("NVIDIA A100-SXM4-80GB", 81920)
@@ -167,6 +168,29 @@ def test_the_probe_reads_nvidia_smi_and_the_installed_package(tmp_path: Path, mo
         else:
             with pytest.raises(att.AttentionRefused, match="this card has 8.6"):
                 att.probe("fa4")
+
+
+def test_the_gpus_are_asked_once_in_one_query(tmp_path: Path, monkeypatch):
+    """common/gpus.py: names, memory and capabilities from one nvidia-smi call, asked once per
+    nvidia-smi; a driver without compute_cap is asked again without it (capability unknown)."""
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_CALLS", str(calls))
+    new = fake_nvidia_smi(tmp_path / "new", [H100, A100], compute_cap="9.0")
+    for _ in range(3):
+        assert gpus.listed(str(new)) == (
+            gpus.Gpu(H100[0], H100[1] / 1024, (9, 0)), gpus.Gpu(A100[0], A100[1] / 1024, (9, 0))
+        )  # fmt: skip
+    assert calls.read_text().splitlines() == [
+        "--query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits"
+    ]
+    old = fake_nvidia_smi(tmp_path / "old", [A100])
+    assert gpus.listed(str(old)) == (gpus.Gpu(A100[0], A100[1] / 1024, None),)
+    assert gpus.capabilities(gpus.listed(str(old))) is None
+    assert calls.read_text().splitlines()[1:] == [
+        "--query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits",
+        "--query-gpu=name,memory.total --format=csv,noheader,nounits",
+    ]
+    assert gpus.listed(str(tmp_path)) == () and gpus.capabilities(()) == []  # no nvidia-smi
 
 
 def test_the_overlays_say_what_the_choice_says():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,7 +19,8 @@ from helpers import ROOT, run_recipe
 
 from verl_gsm8k.common.launch_env import ENV_LAUNCH, ENV_RUN_DIR
 from verl_gsm8k.common.procs import blocks_sigterm
-from verl_gsm8k.common.run_dir import SESSION_FILE
+from verl_gsm8k.common.run_dir import SESSION_FILE, lock_path
+from verl_gsm8k.launch.lock import Busy, lock_run_dir
 from verl_gsm8k.launch.reap import main
 from verl_gsm8k.launch.supervise import start
 from verl_gsm8k.verl_plugins.stop_on_sigterm import request_stop
@@ -141,6 +143,40 @@ def test_check_stops_what_a_launch_whose_launcher_has_ended_left(tmp_path: Path,
         for pid in left:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_held_lock_says_whether_its_launcher_still_runs(tmp_path: Path):
+    """The refusal's line names the lock's holder and tells a live launcher (or one on another
+    host, never judged from here) from a lock held on after its launcher ended (fuser names the
+    holder: a process that inherited it)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    lock_path(run_dir).touch()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR)"
+         "; fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+         str(lock_path(run_dir))],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        for host, state in [
+            (socket.gethostname(), "its launcher has ended, another process holds the lock"),
+            ("elsewhere", "(still running)"),
+        ]:
+            lock_path(run_dir).write_text(f"launch 20260101T000000Z, pid {gone.pid} on {host}\n")
+            if host != "elsewhere":
+                assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+            with pytest.raises(Busy) as refused:
+                lock_run_dir(run_dir, "20260102T000000Z", 0, print)
+            line = str(refused.value)
+            assert f"is in use by launch 20260101T000000Z, pid {gone.pid} on {host}" in line, line
+            assert state in line, line
+            assert "fuser" in line if host != "elsewhere" else "fuser" not in line, line
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_a_launch_refuses_to_train_beside_survivors_of_an_earlier_one(tmp_path: Path):

@@ -49,7 +49,7 @@ def gpu_dry_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> Callabl
     H100), a wandb key and an HF token in the environment, an extra key=value argument last:
     made once per recipe, on first use, for every test that reads it (each dry run ~12-18 s)."""
     base = tmp_path_factory.mktemp("gpu-dry-runs")
-    bin_dir = fake_nvidia_smi(base / "bin", [H100])
+    bin_dir = fake_nvidia_smi(base / "bin", [H100], compute_cap="9.0")
     made: dict[str, DryRun] = {}
 
     def dry_run(recipe: str) -> DryRun:
@@ -57,6 +57,7 @@ def gpu_dry_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> Callabl
             runs = base / recipe / "runs"
             env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, runs, DRY_RUN="1", **SECRETS)
             env["PATH"] = f"{bin_dir}:{env['PATH']}"
+            env["FAKE_NVIDIA_SMI_CALLS"] = str(base / f"{recipe}.nvidia-smi-calls")
             # an extra key=value argument comes last, so it beats the recipe's own setting
             made[recipe] = DryRun(run_recipe(recipe, env, "trainer.test_freq=13"), runs)
         return made[recipe]
@@ -75,6 +76,11 @@ def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, gpu_dry_run):
     # guarded and traced, on verl's v1 trainer or (ReMax, LoRA) its legacy one: ppo_trainer/
     assert re.search(r"preflight: \[ok\] trace: \d+ responses per step", result.stdout)
     assert "preflight: [warn] guard" not in result.stdout
+    # the launch asked the GPUs once (common/gpus.py) for the plan, attention, preflight, record;
+    # a bare `nvidia-smi` is verl's own platform check (verl/plugin/platform/platform_cuda.py)
+    calls = (made.runs_root.parent.parent / f"{recipe}.nvidia-smi-calls").read_text().splitlines()
+    ours = [call for call in calls if call]
+    assert ours == ["--query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits"]
     cfg = composed_config(result.stdout)
     assert get(cfg, "trainer.test_freq") == 13
     assert get(cfg, "actor_rollout_ref.model.path") == str(tiny_model_dir)

@@ -25,8 +25,7 @@ a loading extension, either on the CPU) is refused with one line, before anythin
     # exit 0: prints the choice (fa2, fa4, sdpa or sdpa_packed), then its one-line statement;
     # exit 2: prints the refusal, one line
 
-The compute capability comes from ``nvidia-smi --query-gpu=compute_cap`` (no CUDA context is
-created, so the launcher, the preflight and Ray's driver can ask it without taking GPU memory).
+The compute capability comes from nvidia-smi's one query of the node's GPUs (common/gpus.py).
 """
 
 from __future__ import annotations
@@ -34,10 +33,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import shutil
-import subprocess
 from dataclasses import dataclass
 
+from verl_gsm8k.common import gpus
 from verl_gsm8k.common.flash_attention import flash_attn_problem, has_distribution
 
 WANTS = ("auto", "fa2", "fa4", "sdpa", "sdpa_packed")
@@ -95,22 +93,7 @@ def statement(implementation: str, padding_removal: bool, why: str, cost: str = 
 def gpu_capabilities() -> list[tuple[int, int]] | None:
     """The compute capability of every GPU nvidia-smi lists; [] without a GPU (or nvidia-smi);
     None where it cannot say (an old driver without ``compute_cap``)."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout  # fmt: skip
-    except (subprocess.SubprocessError, OSError):
-        return None
-    caps = []
-    for line in out.split():
-        major, dot, minor = line.strip().partition(".")
-        if not (dot and major.isdigit() and minor.isdigit()):
-            return None
-        caps.append((int(major), int(minor)))
-    return caps
+    return gpus.capabilities(gpus.listed())
 
 
 def fa4_installed() -> bool:

@@ -8,7 +8,6 @@ import contextlib
 import http.client
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +17,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from verl_gsm8k.common import gpus
 from verl_gsm8k.common.children import dies_with_this_process
 from verl_gsm8k.evaluate.settings import LOG_TAIL_LINES, PROG, EvalError
 
@@ -25,15 +25,8 @@ PROBE_TIMEOUT = 5.0  # seconds for one GET /v1/models
 
 
 def has_gpu() -> bool:
-    if shutil.which("nvidia-smi") is None:
-        return False
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return any(line.startswith("GPU") for line in out.splitlines())
+    """Whether nvidia-smi lists a GPU here (common/gpus.py)."""
+    return bool(gpus.listed())
 
 
 def resolve_model_path(source: str) -> str:

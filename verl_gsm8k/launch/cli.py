@@ -212,7 +212,7 @@ def say_command(argv: list[str], env: dict[str, str]) -> str:
 def no_gpu(plan: Plan) -> bool:
     if plan.train_on == "none":
         return True
-    return plan.train_on == "gpu" and not has_gpu() and not plan.on_ray_cluster()
+    return plan.train_on == "gpu" and not has_gpu(plan.env) and not plan.on_ray_cluster()
 
 
 def say_no_gpu(plan: Plan) -> None:

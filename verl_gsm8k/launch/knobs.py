@@ -177,7 +177,7 @@ RUN_DIR_PPO = (
 # One row per knob, in the order the docs list them.
 KNOBS: tuple[Knob, ...] = (
     Knob("DEVICE", one_of("auto", "gpu", "cpu"), "auto",
-         "auto: a GPU when `nvidia-smi -L` lists one; without one the recipes marked "
+         "auto: a GPU when `nvidia-smi` lists one; without one the recipes marked "
          "`--cpu-by-default` (smoke_tiny, learn_tiny) train on the CPU and the others stop after "
          "the preflight. cpu adds `configs/device/cpu.yaml` and the CPU platform (docs/cpu.md); "
          "gpu insists on a GPU"),

@@ -20,6 +20,7 @@ import socket
 import time
 from pathlib import Path
 
+from verl_gsm8k.common import procs
 from verl_gsm8k.common.run_dir import lock_path
 from verl_gsm8k.launch import reap
 
@@ -71,17 +72,11 @@ def lock_run_dir(run_dir: Path, stamp: str, wait_s: int, say) -> int:
 def _busy_line(run_dir: Path, lock: Path) -> str:
     holder = _holder(lock)
     alive = "still running"
-    found = re.search(r", pid (\d+) on ", holder)
-    if found:
-        try:
-            os.kill(int(found.group(1)), 0)
-        except ProcessLookupError:
-            alive = (
-                "its launcher has ended, processes it started still run: fuser -v "
-                f"{lock} lists them"
-            )
-        except PermissionError:
-            pass
+    found = re.search(r", pid (\d+) on (\S+)", holder)
+    if found and found.group(2) == socket.gethostname() and not procs.alive(int(found.group(1))):
+        # the launcher is gone but the lock is held: by a process that inherited it (a launch of
+        # an earlier version of this project passed it on), which fuser names
+        alive = f"its launcher has ended, another process holds the lock: fuser -v {lock} names it"
     return (
         f"recipe: {run_dir} is in use by {holder or 'another launch'} ({alive}): one launch at a "
         "time per run directory; wait for it to end (LOCK_WAIT_S), stop it, or set another "

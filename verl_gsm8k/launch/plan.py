@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from verl_gsm8k.common import gpus
 from verl_gsm8k.launch import save_every
 from verl_gsm8k.launch.knobs import BY_NAME, CONFIG_DIR, KNOBS, hydra_quote, recipe_arguments
 from verl_gsm8k.preflight.compose import split_override
@@ -95,13 +94,8 @@ def parse_recipe(argv: list[str]) -> tuple[Recipe, list[str]]:
 
 
 def has_gpu(env: Mapping[str, str] | None = None) -> bool:
-    """Whether ``nvidia-smi -L`` (found on ``env``'s PATH) lists a GPU."""
-    path = (env if env is not None else os.environ).get("PATH")
-    smi = shutil.which("nvidia-smi", path=path)
-    if smi is None:
-        return False
-    listed = subprocess.run([smi, "-L"], capture_output=True, text=True, check=False)
-    return any(line.startswith("GPU") for line in listed.stdout.splitlines())
+    """Whether the nvidia-smi on ``env``'s PATH lists a GPU (common/gpus.py)."""
+    return bool(gpus.listed((env if env is not None else os.environ).get("PATH")))
 
 
 @dataclass

@@ -5,10 +5,10 @@ reports one line. The SFT preflight (sft.py) shares the CPU platform check and t
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from typing import Any
 
+from verl_gsm8k.common import gpus
 from verl_gsm8k.common.attention import (
     AttentionRefused,
     Choice,
@@ -161,25 +161,8 @@ def check_lora(cfg: Any, use_critic: bool, report: Report) -> None:
 
 
 def visible_gpus() -> list[tuple[str, float]]:
-    """(name, memory GiB) of each NVIDIA GPU nvidia-smi reports; [] without one."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    gpus = []
-    for line in out.strip().splitlines():
-        name, _, mib = line.rpartition(",")
-        if name and mib.strip().isdigit():
-            gpus.append((name.strip(), int(mib) / 1024))
-    return gpus
+    """(name, memory GiB) of each NVIDIA GPU nvidia-smi reports (common/gpus.py); [] without."""
+    return [(gpu.name, gpu.memory_gib) for gpu in gpus.listed()]
 
 
 # How long the preflight waits for a Ray cluster to answer (ray.init + ray.nodes in a child).
