@@ -18,19 +18,37 @@ from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, check_memory
 pytestmark = pytest.mark.slow
 
 
+STALE = "python -m verl_gsm8k.cards --write docs/gpu.md --write README.md"
+
+
 @pytest.fixture(scope="module")
-def generated() -> str:
-    return cards.table()
+def made() -> cards.Rows:
+    return cards.rows()
 
 
-def test_docs_gpu_md_holds_the_current_table(generated):
+def _inside(doc: str, begin: str, end: str) -> str:
+    return doc.split(begin, 1)[1].split(end, 1)[0].strip()
+
+
+def test_docs_gpu_md_holds_the_current_table(made):
+    generated = cards.table(made)
     doc = (ROOT / "docs" / "gpu.md").read_text()
-    inside = doc.split(cards.BEGIN, 1)[1].split(cards.END, 1)[0]
-    assert inside.strip() == generated.strip(), (
-        "docs/gpu.md's per-card table is stale: python -m verl_gsm8k.cards --write docs/gpu.md"
-    )
+    assert _inside(doc, cards.BEGIN, cards.END) == generated.strip(), f"stale table: {STALE}"
     rows = [ln for ln in generated.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
     assert len(rows) == len(cards.RECIPES) * 4 * len(cards.ATTENTION)
+
+
+def test_the_readmes_card_lines_are_the_tables(made):
+    """README.md's line per recipe says, in words, what the table's cells of the recipe's own
+    model say under packed sdpa and flash-attn 2."""
+    readme = (ROOT / "README.md").read_text()
+    assert _inside(readme, cards.README_BEGIN, cards.README_END) == (
+        cards.readme_lines(made).strip()
+    ), f"stale card lines: {STALE}"
+    lines = cards.readme_lines(made).splitlines()
+    assert len(lines) == len(cards.RECIPES)
+    cell = made["ppo_lora_qwen2.5-1.5b_gsm8k", "1.5B", "sdpa, packed"][0]  # 24 GB, over 90 %
+    assert f"runs at {cell.budget} tokens a micro-batch on 24 GB cards" in lines[2], lines[2]
 
 
 def lora_cfg(attention: str):
@@ -79,3 +97,17 @@ def test_write_replaces_only_between_the_markers(tmp_path):
     )
     with pytest.raises(ValueError, match="markers"):
         cards.replace_between_markers("no markers here", "new\n")
+
+
+def test_write_fills_each_block_a_doc_holds(tmp_path, made):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{cards.README_BEGIN}\nold\n{cards.README_END}\nrest\n")
+    cards.write(readme, made)
+    assert readme.read_text() == (
+        f"# x\n{cards.README_BEGIN}\n{cards.readme_lines(made)}{cards.README_END}\nrest\n"
+    )
+    plain = tmp_path / "plain.md"
+    plain.write_text("no markers\n")
+    with pytest.raises(ValueError, match="neither"):
+        cards.write(plain, made)
+    assert plain.read_text() == "no markers\n"

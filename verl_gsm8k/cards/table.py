@@ -5,9 +5,10 @@ on 24, 40 and 80 GB cards, one GPU. A cell is the heaviest phase's estimate; whe
 the largest power of two below the recipe's under which every phase fits).
 
     python -m verl_gsm8k.cards                  # print the table (markdown)
-    python -m verl_gsm8k.cards --write docs/gpu.md   # between its markers
+    python -m verl_gsm8k.cards --write docs/gpu.md --write README.md   # between their markers
 
-tests/test_cards.py regenerates it and fails when docs/gpu.md is stale.
+README.md holds one line per recipe from the same cells, in words (the figures' home is
+docs/gpu.md). tests/test_cards.py regenerates both and fails when either is stale.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, Phase, estimate_ph
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- cards:begin (python -m verl_gsm8k.cards) -->", "<!-- cards:end -->"
+README_BEGIN = "<!-- cards-readme:begin (python -m verl_gsm8k.cards) -->"
+README_END = "<!-- cards-readme:end -->"
 # recipe -> (its config, its model's size)
 RECIPES = {
     "ppo_qwen2.5-0.5b_gsm8k": ("gsm8k_ppo", "0.5B"),
@@ -68,31 +72,64 @@ def phases_at(cfg: Any, hf_config: Any, budget: int | None = None) -> list[Phase
     )
 
 
-def row_cells(cfg: Any, hf_config: Any) -> list[str]:
-    """A cell per card: the heaviest phase in GiB; past 90 % of the card also "tight" or "no",
-    the phase, and the budget the launcher would choose there (budget.fitting_budget)."""
+@dataclass(frozen=True)
+class Cell:
+    """One recipe, model and attention path on one card."""
+
+    gib: float  # the heaviest phase per GPU
+    phase: str
+    card: float  # the card's GiB
+    budget: int | None  # past 90 %: the largest budget under which every phase fits, or None
+
+    @property
+    def fits(self) -> bool:
+        return self.gib <= MEMORY_WARN_FRACTION * self.card
+
+    def text(self) -> str:
+        if self.fits:
+            return f"{self.gib:.1f}"
+        verdict = "tight" if self.gib <= self.card else "no"
+        what = f"{self.budget} tokens fit" if self.budget else "no budget fits"
+        return f"{self.gib:.1f} {verdict} ({self.phase}; {what})"
+
+    def words(self) -> str:
+        """What a launch does on this card, without the figures (the README's line)."""
+        if self.fits:
+            return "fits"
+        if self.budget:
+            return f"runs at {self.budget} tokens a micro-batch"
+        return "does not fit"
+
+
+def cells_of(cfg: Any, hf_config: Any) -> list[Cell]:
+    """A cell per card: the heaviest phase, and past 90 % of the card the budget the launcher
+    would choose there (budget.fitting_budget)."""
     recipe = phases_at(cfg, hf_config)
     cells = []
     for card in CARDS.values():
         gib, phase = heaviest(recipe, card)
-        if gib <= MEMORY_WARN_FRACTION * card:
-            cells.append(f"{gib:.1f}")
-            continue
-        verdict = "tight" if gib <= card else "no"
-        fitting = fitting_budget(cfg, {"actor": hf_config}, card)
-        what = f"{fitting} tokens fit" if fitting else "no budget fits"
-        cells.append(f"{gib:.1f} {verdict} ({phase}; {what})")
+        fitting = None
+        if gib > MEMORY_WARN_FRACTION * card:
+            fitting = fitting_budget(cfg, {"actor": hf_config}, card)
+        cells.append(Cell(gib, phase, card, fitting))
     return cells
 
 
-def table(config_dir: Path = ROOT / "configs") -> str:
-    """The markdown table: a row per recipe, model size and attention path; a column per card."""
+def row_cells(cfg: Any, hf_config: Any) -> list[str]:
+    """The table's cells of one row: the heaviest phase in GiB; past 90 % of the card also
+    "tight" or "no", the phase, and the budget the launcher would choose there."""
+    return [cell.text() for cell in cells_of(cfg, hf_config)]
+
+
+# (recipe, model size, attention path) -> a cell per card
+Rows = dict[tuple[str, str, str], list[Cell]]
+
+
+def rows(config_dir: Path = ROOT / "configs") -> Rows:
+    """Every row's cells: a row per recipe, model size and attention path."""
     warnings.filterwarnings("ignore", message="Disabled critic")  # verl's note for GRPO
-    lines = [
-        "| recipe | model | attention | " + " | ".join(CARDS) + " |",
-        "|---|---|---|" + "---:|" * len(CARDS),
-    ]
-    for recipe, (config_name, own) in RECIPES.items():
+    out: Rows = {}
+    for recipe, (config_name, _) in RECIPES.items():
         base = recipe_overrides(recipe, config_name)
         paths = ["actor_rollout_ref.model.path=/models/m", "critic.model.path=/models/m"]
         one_gpu = ["trainer.n_gpus_per_node=1", "trainer.nnodes=1"]
@@ -103,18 +140,68 @@ def table(config_dir: Path = ROOT / "configs") -> str:
         for size in SHAPES:
             hf_config = qwen25_config(size)
             for attention, cfg in cfgs.items():
-                cells = row_cells(cfg, hf_config)
-                model = f"**{size}**" if size == own else size
-                lines.append(f"| {recipe} | {model} | {attention} | " + " | ".join(cells) + " |")
+                out[recipe, size, attention] = cells_of(cfg, hf_config)
+    return out
+
+
+def table(made: Rows | None = None) -> str:
+    """The markdown table: a row per recipe, model size and attention path; a column per card."""
+    made = rows() if made is None else made
+    lines = [
+        "| recipe | model | attention | " + " | ".join(CARDS) + " |",
+        "|---|---|---|" + "---:|" * len(CARDS),
+    ]
+    for (recipe, size, attention), cells in made.items():
+        model = f"**{size}**" if size == RECIPES[recipe][1] else size
+        texts = " | ".join(cell.text() for cell in cells)
+        lines.append(f"| {recipe} | {model} | {attention} | {texts} |")
     return "\n".join(lines) + "\n"
 
 
-def replace_between_markers(doc: str, generated: str) -> str:
-    if BEGIN not in doc or END not in doc:
-        raise ValueError(f"markers '{BEGIN}' and '{END}' not found")
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{generated}{END}{tail}"
+def readme_lines(made: Rows | None = None) -> str:
+    """One line per recipe at its own model: what each card does under the two attention paths
+    a GPU launch takes (flash-attn 2 where it loads, else packed sdpa: common/attention.py)."""
+    made = rows() if made is None else made
+    lines = []
+    for recipe, (_, own) in RECIPES.items():
+        paths = [
+            f"{attention}: {_on_cards(made[recipe, own, attention])}"
+            for attention in ("sdpa, packed", "flash-attn 2")
+        ]
+        lines.append(f"- `{recipe}` ({own}) with " + "; with ".join(paths))
+    return "\n".join(lines) + "\n"
+
+
+def _on_cards(cells: list[Cell]) -> str:
+    """ "fits on 40 and 80 GB cards, runs at 8192 tokens a micro-batch on 24 GB cards"."""
+    groups: dict[str, list[str]] = {}
+    for name, cell in zip(CARDS, cells, strict=True):
+        groups.setdefault(cell.words(), []).append(name.removesuffix(" GB"))
+    said = []
+    for words, sizes in groups.items():
+        listed = sizes[0] if len(sizes) == 1 else f"{', '.join(sizes[:-1])} and {sizes[-1]}"
+        said.append(f"{words} on {listed} GB cards")
+    return ", ".join(said)
+
+
+def replace_between_markers(doc: str, generated: str, begin: str = BEGIN, end: str = END) -> str:
+    if begin not in doc or end not in doc:
+        raise ValueError(f"markers '{begin}' and '{end}' not found")
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{generated}{end}{tail}"
+
+
+def write(doc: Path, made: Rows) -> None:
+    """Replace each generated block whose markers ``doc`` holds (the table, the README lines)."""
+    text = doc.read_text()
+    blocks = [(BEGIN, END, table), (README_BEGIN, README_END, readme_lines)]
+    held = [(begin, end, render) for begin, end, render in blocks if begin in text]
+    if not held:
+        raise ValueError(f"neither '{BEGIN}' nor '{README_BEGIN}' found")
+    for begin, end, render in held:
+        text = replace_between_markers(text, render(made), begin, end)
+    write_atomic(doc, text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,21 +211,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--write",
         type=Path,
-        default=None,
+        action="append",
+        default=[],
         metavar="DOC",
-        help="replace the table between the markers in DOC (docs/gpu.md) instead of printing it",
+        help="replace what is between the markers in DOC instead of printing the table: the table "
+        "in docs/gpu.md, one line per recipe in README.md (repeat for both)",
     )
     args = parser.parse_args(argv)
-    generated = table()
-    if args.write is None:
-        print(generated, end="")
+    made = rows()
+    if not args.write:
+        print(table(made), end="")
         return 0
-    try:
-        text = replace_between_markers(args.write.read_text(), generated)
-    except (OSError, ValueError) as exc:
-        print(f"cards: {args.write}: {exc}", file=sys.stderr)
-        return 1
-    write_atomic(args.write, text)
+    for doc in args.write:
+        try:
+            write(doc, made)
+        except (OSError, ValueError) as exc:
+            print(f"cards: {doc}: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 
