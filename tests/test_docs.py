@@ -33,8 +33,13 @@ FIGURE = re.compile(
     rf"|{_NUMBER} ?%"
     r")"
 )
+# A figure distinctive enough that two docs holding it are one measurement copied: three digits
+# or two decimals, a GiB figure with one decimal, a duration of hours and minutes or minutes and
+# seconds, or two digits not a multiple of 5 (round ones, 10 s or 30 s, are mostly settings).
 DISTINCTIVE = re.compile(
     r"(?<![\w.])((?:\d{3,}|\d+\.\d{2,}|\d{2,}\.\d+)\s?(?:s|min|h|GiB|GB|MiB|MB)"
+    r"|\d+\s?h \d+\s?(?:min|m)|\d+\s?(?:min|m) \d+\s?s"
+    r"|[1-9][1-46-9]\s?(?:s|min|h)"
     r"|[1-9]\.\d\s?(?:GiB|GB))\b"
 )
 TEST_COUNT = re.compile(r"(?<![\w.])\d+ passed\b")
@@ -52,6 +57,7 @@ NOT_MEASURED = {
         "0.30-0.45",  # WARM_START_ACC's default with TOY_TASK=hard, a band to stop at
     ),
     "Makefile": ("vLLM 0.24",),
+    "docs/slurm.md": ("step 66 s, save 20 s",),  # an example line: tests/test_grace.py's inputs
     "recipes/README.md": (
         "0.37M-parameter",  # the tiny model's size, a property of its config
         "above 90 % of a",  # the preflight's warning threshold
@@ -66,6 +72,8 @@ SHARED = {
     "comes 120 s before the time limit: both settings",
     "103 s": "docs/testing.md's make setup of one fresh clone; docs/cpu.md's training run with "
     "OMP_NUM_THREADS=1: two measurements",
+    "66 s": "docs/reading-a-ppo-run.md's reference step (64-66 s); docs/gpu.md's flash-attn 4 "
+    "packed update on an H100: two measurements",
 }
 
 
@@ -126,6 +134,24 @@ def test_a_figure_copied_into_the_readme_is_named(tmp_path, monkeypatch):
     assert "docs/gpu.md:1: '878 passed': test counts live in docs/testing.md" in problems
     assert "docs/testing.md:1: '1938 s' is also in docs/gpu.md:1: one home" in problems[-1]
     assert len(problems) == 3
+
+
+def test_a_copied_duration_of_two_digits_is_named(tmp_path, monkeypatch):
+    """Durations of hours and minutes, and two-digit figures not a multiple of 5, are caught when
+    copied; round two-digit settings (30 s) are not."""
+    fake = tmp_path / "repo"
+    (fake / "docs").mkdir(parents=True)
+    (fake / "docs" / "reading.md").write_text("logged 8 h 41 min; a step took 67 s\n")
+    (fake / "docs" / "slurm.md").write_text("a run of 8 h 41 min, 67 s a step, KillWait 30 s\n")
+    (fake / "docs" / "compare.md").write_text("wall 3m 21s; the 30 s default\n")
+    (fake / "docs" / "cpu.md").write_text("wall 3m 21s\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", fake)
+    problems = figures_outside_their_home(())
+    assert sorted(p.split(" is also")[0] for p in problems) == [
+        "docs/cpu.md:1: '3 m 21 s'",
+        "docs/slurm.md:1: '67 s'",
+        "docs/slurm.md:1: '8 h 41 min'",
+    ], problems
 
 
 # ---------------------------------------------------------------------------------------------
