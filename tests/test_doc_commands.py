@@ -39,11 +39,11 @@ DOCS = [ROOT / "README.md", ROOT / "recipes" / "README.md", *sorted((ROOT / "doc
 BLOCK = re.compile(r"```(?:bash|sh|shell)\n(.*?)```", re.S)
 # Commands of other tools, shown as the user runs them; not run by this test.
 EXTERNAL = {"git", "source", "export", "cat", "ray", "nvidia-smi", "wandb"}
-# Variables the docs set that are not knobs: the interpreter, wandb's and Ray's own, a doc's own
-# shorthand for a shared mount.
+# Variables the docs set that are not knobs: the set-up's (scripts/setup.sh), wandb's and Ray's
+# own, a doc's own shorthand for a shared mount.
 OTHER_VARIABLES = {
-    "PYTHON", "SETUP_PYTHON", "FLASH_ATTN", "TEST_WORKERS", "CI", "WANDB_MODE", "WANDB_API_KEY",
-    "RAY_ADDRESS", "RAY_JOB_STOP_WAIT_TIME_S",
+    "PYTHON", "SETUP_PYTHON", "FLASH_ATTN", "UPGRADE", "TEST_WORKERS", "CI", "WANDB_MODE",
+    "WANDB_API_KEY", "RAY_ADDRESS", "RAY_JOB_STOP_WAIT_TIME_S",
     "RAY_enable_worker_prestart", "SHARED",
 }  # fmt: skip
 ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)

