@@ -107,6 +107,7 @@ def figures_outside_their_home(link_only=LINK_ONLY, docs: list[str] | None = Non
                 ]
             for match in DISTINCTIVE.finditer(line):
                 figure = re.sub(r"(\d)\s?([a-zA-Z])", r"\1 \2", match.group(1))
+                figure = re.sub(r"(\d) min\b", r"\1 m", figure)  # 8 h 41 min is 8h 41m
                 first = seen.setdefault(figure, f"{path}:{number}")
                 if not first.startswith(f"{path}:") and figure not in SHARED:
                     problems.append(
@@ -143,14 +144,15 @@ def test_a_copied_duration_of_two_digits_is_named(tmp_path, monkeypatch):
     (fake / "docs").mkdir(parents=True)
     (fake / "docs" / "reading.md").write_text("logged 8 h 41 min; a step took 67 s\n")
     (fake / "docs" / "slurm.md").write_text("a run of 8 h 41 min, 67 s a step, KillWait 30 s\n")
-    (fake / "docs" / "compare.md").write_text("wall 3m 21s; the 30 s default\n")
+    (fake / "docs" / "compare.md").write_text("wall 3m 21s, 8h 41m; the 30 s default\n")
     (fake / "docs" / "cpu.md").write_text("wall 3m 21s\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", fake)
     problems = figures_outside_their_home(())
     assert sorted(p.split(" is also")[0] for p in problems) == [
         "docs/cpu.md:1: '3 m 21 s'",
+        "docs/reading.md:1: '8 h 41 m'",
         "docs/slurm.md:1: '67 s'",
-        "docs/slurm.md:1: '8 h 41 min'",
+        "docs/slurm.md:1: '8 h 41 m'",
     ], problems
 
 
