@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup lock setup-train setup-eval setup-gpu-stack check-gpu-stack test test-fast lint quality format bench bench-cpu bench-learn bench-trace clean
+.PHONY: help setup lock wheelhouse setup-train setup-eval setup-gpu-stack check-gpu-stack test test-fast lint quality format bench bench-cpu bench-learn bench-trace clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -19,6 +19,9 @@ setup-eval:  ## build .venv-eval alone: EvalScope, kept apart from verl's Hydra
 
 lock:  ## write locks/*.txt again from pyproject.toml's pins (each lock's versions kept where the pins allow; UPGRADE=1: the newest): docs/guide.md#set-up
 	bash scripts/setup.sh --lock
+
+wheelhouse:  ## STACK=cpu|gpu|eval|eval-http DIR=folder: every file of that lock, for a machine without internet (then make setup WHEELHOUSE=folder there): docs/guide.md#set-up
+	bash scripts/setup.sh --wheelhouse "$(STACK)" "$(DIR)"
 
 setup-gpu-stack:  ## build .venv-gpu: a GPU machine's .venv (torch 2.11, vLLM 0.24), here without a GPU (its size: docs/gpu.md)
 	bash scripts/setup.sh --gpu-stack

@@ -6,6 +6,8 @@
 #   bash scripts/setup.sh --gpu-stack  # .venv-gpu: the GPU machine's .venv, built here without a
 #                                      # GPU (same path as on a GPU), for the checks that need none
 #   bash scripts/setup.sh --lock       # locks/*.txt again from pyproject.toml's pins (make lock)
+#   bash scripts/setup.sh --wheelhouse STACK DIR  # every file of locks/STACK.txt into DIR, for a
+#                                      # machine without internet (make wheelhouse STACK= DIR=)
 #
 # Knobs (environment): SETUP_PYTHON (the interpreter that builds the environments, default
 # python3; PYTHON is the project's own, the recipes' and merge.sh's), VENV_DIR (default .venv),
@@ -17,7 +19,8 @@
 # FLASH_ATTN_WHEEL (GPU: a flash-attn wheel file or URL matching your torch/CUDA/Python),
 # FLASH_ATTN_BUILD=1 (GPU: compile flash-attn from source when no wheel matches; hours),
 # INSTALLER=uv|pip (default uv: the same locks, installed several times faster),
-# UPGRADE=1 (--lock: newest releases the pins allow, instead of keeping each lock's versions).
+# UPGRADE=1 (--lock: newest releases the pins allow, instead of keeping each lock's versions),
+# WHEELHOUSE=DIR (install from a --wheelhouse folder only: no index is ever asked).
 # Every direct pin lives in pyproject.toml; each environment installs its lock (locks/*.txt).
 set -euo pipefail
 
@@ -40,15 +43,21 @@ INSTALLER=${INSTALLER:-uv}
 
 target=main
 for arg in "$@"; do  # --help anywhere: the help, and nothing installed
-  case "$arg" in -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+  case "$arg" in -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 done
-[ $# -le 1 ] || { echo "setup.sh: one argument at most, not $# (use --eval, --gpu-stack, --lock or --help)" >&2; exit 2; }
+if [[ ${1:-} == --wheelhouse ]]; then
+  [ $# -eq 3 ] || { echo "setup.sh: --wheelhouse STACK DIR (STACK: cpu, gpu, eval or eval-http)" >&2; exit 2; }
+  stack=$2 house=$3
+  set -- --wheelhouse
+fi
+[ $# -le 1 ] || { echo "setup.sh: one argument at most, not $# (use --eval, --gpu-stack, --lock, --wheelhouse or --help)" >&2; exit 2; }
 case "${1:-}" in
   "") ;;
   --eval) target="eval" ;;
   --gpu-stack) target="gpu-stack"; VENV_DIR=${VENV_DIR_GPU:-$ROOT/.venv-gpu} ;;
   --lock) target="lock" ;;
-  *) echo "setup.sh: unknown argument '$1' (use --eval, --gpu-stack, --lock or --help)" >&2; exit 2 ;;
+  --wheelhouse) target="wheelhouse" ;;
+  *) echo "setup.sh: unknown argument '$1' (use --eval, --gpu-stack, --lock, --wheelhouse or --help)" >&2; exit 2 ;;
 esac
 
 case "$FLASH_ATTN" in
@@ -86,15 +95,25 @@ make_venv() {
   else
     echo "==> reusing $dir"
   fi
-  "$dir/bin/python" -m pip install --quiet --upgrade pip
-  if [[ "$INSTALLER" == uv ]]; then "$dir/bin/python" -m pip install --quiet "$(pin uv)"; fi
+  pip_only "$dir" --upgrade pip
+  if [[ "$INSTALLER" == uv ]]; then pip_only "$dir" "$(pin uv)"; fi
 }
 
-pip_only() { local dir=$1; shift; "$dir/bin/python" -m pip install --quiet "$@"; }
+# WHEELHOUSE=DIR: every install takes its files from DIR alone, and no installer asks an index.
+WHEELHOUSE=${WHEELHOUSE:-}
+pip_offline=() uv_offline=()
+if [[ -n $WHEELHOUSE ]]; then
+  [[ -d $WHEELHOUSE ]] || { echo "setup.sh: WHEELHOUSE=$WHEELHOUSE is not a folder" >&2; exit 2; }
+  WHEELHOUSE=$(cd "$WHEELHOUSE" && pwd)
+  pip_offline=(--no-index --find-links "$WHEELHOUSE")
+  uv_offline=(--offline --no-index --find-links "$WHEELHOUSE")
+fi
+
+pip_only() { local dir=$1; shift; "$dir/bin/python" -m pip install --quiet "${pip_offline[@]}" "$@"; }
 pip_in() {
   local dir=$1; shift
   case "$INSTALLER" in
-    uv) "$dir/bin/uv" pip install --quiet --python "$dir/bin/python" "$@" ;;
+    uv) "$dir/bin/uv" pip install --quiet --python "$dir/bin/python" "${uv_offline[@]}" "$@" ;;
     pip) pip_only "$dir" "$@" ;;
     *) echo "setup.sh: INSTALLER must be uv or pip, not '$INSTALLER'" >&2; exit 2 ;;
   esac
@@ -133,6 +152,10 @@ on_lock_python() {
 install_stack() {
   local dir=$1 name=$2 extras
   extras=$(lock_extras "$name")
+  if [[ -n $WHEELHOUSE ]]; then
+    on_lock_python || { echo "setup.sh: WHEELHOUSE installs a lock, made for Python $LOCK_PYTHON: SETUP_PYTHON=$PYTHON is $("$PYTHON" --version 2>&1)" >&2; exit 2; }
+    (cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse check --lock "locks/$name.txt" --dir "$WHEELHOUSE") || exit 2
+  fi
   if on_lock_python; then
     pip_in "$dir" --no-deps --require-hashes -r "$ROOT/locks/$name.txt"
     pip_in "$dir" --no-deps -e "$ROOT"
@@ -161,6 +184,25 @@ write_locks() {
     echo "==> locks/$name.txt: $(grep -cE '^[A-Za-z0-9]' "$ROOT/locks/$name.txt") distributions ($(lock_extras "$name"))"
   done
 }
+
+# Every file of locks/STACK.txt (hash-checked) and pip's own wheel, downloaded into DIR for a
+# machine without internet (Python 3.11, Linux x86_64, as the locks), then DIR's manifest.
+write_wheelhouse() {
+  local stack=$1 house=$2
+  [[ -f "$ROOT/locks/$stack.txt" ]] || { echo "setup.sh: no locks/$stack.txt (STACK: cpu, gpu, eval or eval-http)" >&2; exit 2; }
+  on_lock_python || { echo "setup.sh: the locks are for Python $LOCK_PYTHON: SETUP_PYTHON=$PYTHON is $("$PYTHON" --version 2>&1)" >&2; exit 2; }
+  mkdir -p "$house"
+  echo "==> downloading every file of locks/$stack.txt into $house"
+  "$PYTHON" -m pip download --quiet --no-deps --require-hashes -r "$ROOT/locks/$stack.txt" -d "$house"
+  "$PYTHON" -m pip download --quiet --no-deps pip -d "$house"
+  (cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse manifest --lock "locks/$stack.txt" --dir "$house")
+}
+
+if [[ "$target" == wheelhouse ]]; then
+  write_wheelhouse "$stack" "$house"
+  echo "==> done in $(( $(date +%s) - start )) s"
+  exit 0
+fi
 
 if [[ "$target" == lock ]]; then
   uv_dir=$(mktemp -d)
