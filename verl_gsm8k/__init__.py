@@ -46,8 +46,8 @@ project, and why the code is one package named verl_gsm8k: docs/architecture.md.
 # Packages bottom to top. A package imports only from packages in lower layers (none of its own
 # layer), so the pages never reach up to the entry point that chooses them.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("common", "svgplot", "wheelhouse"),
-    ("guard",),
+    ("common", "svgplot"),
+    ("guard", "wheelhouse"),
     ("trace", "merge", "reshard", "questions", "warm_start"),
     ("ppo_trainer", "sft_trainer"),
     ("verl_plugins", "evaluate"),

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import json
 import os
 import pickle
@@ -66,6 +65,7 @@ from pathlib import Path
 
 from verl_gsm8k.common import json_read
 from verl_gsm8k.common.children import dies_with_this_process
+from verl_gsm8k.common.digest import file_sha256
 from verl_gsm8k.merge.find import (
     SFT,
     Checkpoint,
@@ -248,20 +248,12 @@ def _normalize_modes(model_dir: Path) -> None:
         path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def file_list(model_dir: Path) -> list[dict]:
     return [
         {
             "path": p.relative_to(model_dir).as_posix(),
             "bytes": p.stat().st_size,
-            "sha256": _sha256(p),
+            "sha256": file_sha256(p),
         }
         for p in sorted(model_dir.rglob("*"))
         if p.is_file() and p.name != MANIFEST

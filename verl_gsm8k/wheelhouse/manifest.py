@@ -11,12 +11,13 @@ missing wheel is named instead of an installer's resolution error.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from verl_gsm8k.common.digest import file_sha256
 
 MANIFEST = "MANIFEST.tsv"
 # One entry of a uv lock: `name==version \` then its `--hash=sha256:...` lines.
@@ -39,14 +40,6 @@ def entries(lock_text: str) -> list[Entry]:
     ]
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
 
@@ -57,7 +50,7 @@ def write_manifest(lock: Path, folder: Path) -> tuple[int, int, list[str]]:
     by_hash = {h: e for e in entries(lock.read_text()) for h in e.hashes}
     rows, found, total = [], set(), 0
     for path in _files(folder):
-        digest, size = sha256(path), path.stat().st_size
+        digest, size = file_sha256(path), path.stat().st_size
         entry = by_hash.get(digest)
         if entry is not None:
             found.add(entry.name)
