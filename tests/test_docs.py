@@ -357,6 +357,52 @@ def test_no_knob_default_is_stated_in_a_table_outside_knobs_md():
     assert knob_defaults_outside_knobs_md(ROOT) == []
 
 
+# A knob's default said in prose: "`KNOB=VALUE` (the default", "`KNOB` (default `VALUE`",
+# "`KNOB` knob, `VALUE` by default", "`KNOB` defaults to VALUE".
+PROSE_DEFAULTS = (
+    re.compile(r"`([A-Z][A-Z0-9_]+)=([^`\s]+)`,? \(?(?:the )?default\b"),
+    re.compile(r"`([A-Z][A-Z0-9_]+)`(?: knob)?,? \(?default:? `?([^`\s,;)]+)`?"),
+    re.compile(r"`([A-Z][A-Z0-9_]+)`(?: knob)?, `([^`]+)` by default"),
+    re.compile(r"`([A-Z][A-Z0-9_]+)` defaults to `?([^`\s,;)]+)"),
+)
+
+
+def knob_defaults_said_wrong(root: Path) -> list[str]:
+    """A knob's default said in a doc's prose that is not the knob table's (launch/knobs.py)."""
+    from verl_gsm8k.launch.knobs import BY_NAME
+
+    problems = []
+    for path in _citing_docs(root):
+        if not (root / path).is_file():
+            continue
+        text = (root / path).read_text(encoding="utf-8")
+        for pattern in PROSE_DEFAULTS:
+            for match in pattern.finditer(text):
+                name, value = match.group(1), match.group(2).rstrip(".:")
+                knob = BY_NAME.get(name)
+                if knob is None or knob.default in (None, "") or value == knob.default:
+                    continue
+                number = text.count("\n", 0, match.start()) + 1
+                problems.append(f"{path}:{number}: {name}'s default said as {value!r}; the "
+                                f"table's is {knob.default!r} (docs/knobs.md)")  # fmt: skip
+    return problems
+
+
+def test_every_knob_default_said_in_prose_is_the_tables(tmp_path):
+    assert knob_defaults_said_wrong(ROOT) == []
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text(
+        "`KEEP_BEST=0` (the default), `KEEP_BEST=1`, the default;\n"
+        "`TRACE_SAMPLES` (default 8), the `ATTENTION` knob, `fa2` by default,\n"
+        "`REWARD_FN` defaults to `compute_score`, `ACTOR_LR` (default `1e-6`)\n"
+    )
+    assert knob_defaults_said_wrong(tmp_path) == [
+        "README.md:1: KEEP_BEST's default said as '0'; the table's is '1' (docs/knobs.md)",
+        "README.md:2: TRACE_SAMPLES's default said as '8'; the table's is '4' (docs/knobs.md)",
+        "README.md:2: ATTENTION's default said as 'fa2'; the table's is 'auto' (docs/knobs.md)",
+    ]
+
+
 def test_the_citation_checks_go_red_on_planted_cases(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "docs").mkdir()
