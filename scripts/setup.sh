@@ -6,7 +6,7 @@
 #   bash scripts/setup.sh --gpu-stack  # .venv-gpu: the GPU machine's .venv, built here without a
 #                                      # GPU (same path as on a GPU), for the checks that need none
 #   bash scripts/setup.sh --lock       # locks/*.txt again from pyproject.toml's pins (make lock)
-#   bash scripts/setup.sh --wheelhouse STACK DIR  # every file of locks/STACK.txt into DIR, for a
+#   bash scripts/setup.sh --wheelhouse STACK DIR  # the files of locks/STACK.txt into DIR, for a
 #                                      # machine without internet (make wheelhouse STACK= DIR=)
 #
 # Knobs (environment): SETUP_PYTHON (the interpreter that builds the environments, default
@@ -20,7 +20,8 @@
 # FLASH_ATTN_BUILD=1 (GPU: compile flash-attn from source when no wheel matches; hours),
 # INSTALLER=uv|pip (default uv: the same locks, installed several times faster),
 # UPGRADE=1 (--lock: newest releases the pins allow, instead of keeping each lock's versions),
-# WHEELHOUSE=DIR (install from a --wheelhouse folder only: no index is ever asked).
+# WHEELHOUSE=DIR (install from a --wheelhouse folder only: no index is ever asked),
+# EXCLUDE=NAMES (--wheelhouse: leave these out, for a machine whose Python already has them).
 # Every direct pin lives in pyproject.toml; each environment installs its lock (locks/*.txt).
 set -euo pipefail
 
@@ -43,7 +44,7 @@ INSTALLER=${INSTALLER:-uv}
 
 target=main
 for arg in "$@"; do  # --help anywhere: the help, and nothing installed
-  case "$arg" in -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+  case "$arg" in -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 done
 if [[ ${1:-} == --wheelhouse ]]; then
   [ $# -eq 3 ] || { echo "setup.sh: --wheelhouse STACK DIR (STACK: cpu, gpu, eval or eval-http)" >&2; exit 2; }
@@ -91,7 +92,7 @@ make_venv() {
   local dir=$1
   if [[ ! -x "$dir/bin/python" ]]; then
     echo "==> creating $dir with $("$PYTHON" --version 2>&1)"
-    "$PYTHON" -m venv "$dir"
+    "$PYTHON" -m venv ${venv_flags[@]+"${venv_flags[@]}"} "$dir"
   else
     echo "==> reusing $dir"
   fi
@@ -107,13 +108,23 @@ if [[ -n $WHEELHOUSE ]]; then
   WHEELHOUSE=$(cd "$WHEELHOUSE" && pwd)
   pip_offline=(--no-index --find-links "$WHEELHOUSE")
   uv_offline=(--offline --no-index --find-links "$WHEELHOUSE")
+  # flash-attn 4 is resolved on top of the GPU lock (its extra is in no lock): not offline
+  [[ "$FLASH_ATTN" != 4 ]] || { echo "setup.sh: FLASH_ATTN=4 is resolved from an index, which WHEELHOUSE rules out: set up without it there" >&2; exit 2; }
+fi
+# A wheelhouse made with EXCLUDE leaves packages to the machine's own Python (a cluster image's
+# torch): the environments see its packages, and each left-out one must be there at the lock's
+# version (install_stack).
+venv_flags=()
+if [[ -n $WHEELHOUSE ]] && grep -q $'\t-\texcluded\t' "$WHEELHOUSE/MANIFEST.tsv" 2>/dev/null; then
+  venv_flags=(--system-site-packages)
 fi
 
-pip_only() { local dir=$1; shift; "$dir/bin/python" -m pip install --quiet "${pip_offline[@]}" "$@"; }
+# ${a[@]+"${a[@]}"}: an empty array under set -u, also on bash before 4.4 (older clusters).
+pip_only() { local dir=$1; shift; "$dir/bin/python" -m pip install --quiet ${pip_offline[@]+"${pip_offline[@]}"} "$@"; }
 pip_in() {
   local dir=$1; shift
   case "$INSTALLER" in
-    uv) "$dir/bin/uv" pip install --quiet --python "$dir/bin/python" "${uv_offline[@]}" "$@" ;;
+    uv) "$dir/bin/uv" pip install --quiet --python "$dir/bin/python" ${uv_offline[@]+"${uv_offline[@]}"} "$@" ;;
     pip) pip_only "$dir" "$@" ;;
     *) echo "setup.sh: INSTALLER must be uv or pip, not '$INSTALLER'" >&2; exit 2 ;;
   esac
@@ -155,10 +166,23 @@ install_stack() {
   if [[ -n $WHEELHOUSE ]]; then
     on_lock_python || { echo "setup.sh: WHEELHOUSE installs a lock, made for Python $LOCK_PYTHON: SETUP_PYTHON=$PYTHON is $("$PYTHON" --version 2>&1)" >&2; exit 2; }
     (cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse check --lock "locks/$name.txt" --dir "$WHEELHOUSE") || exit 2
+    local spec have
+    while read -r spec; do
+      have=$("$dir/bin/python" -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "${spec%%==*}" 2>/dev/null || echo "none")
+      [[ "$have" == "${spec#*==}" ]] || { echo "setup.sh: WHEELHOUSE=$WHEELHOUSE leaves out $spec (EXCLUDE) for this machine's own Python to hold, and $PYTHON has ${spec%%==*} $have: install that version there, or make the wheelhouse without EXCLUDE" >&2; exit 2; }
+      echo "==> $spec: this machine's own (the wheelhouse leaves it out)"
+    done < <(cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse excluded --lock "locks/$name.txt" --dir "$WHEELHOUSE")
   fi
   if on_lock_python; then
-    pip_in "$dir" --no-deps --require-hashes -r "$ROOT/locks/$name.txt"
+    local lock="$ROOT/locks/$name.txt"
+    if [[ -n $WHEELHOUSE ]]; then  # the lock without what the wheelhouse leaves out
+      lock=$(mktemp)
+      (cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse lock --lock "locks/$name.txt" --dir "$WHEELHOUSE") > "$lock"
+    fi
+    pip_in "$dir" --no-deps --require-hashes -r "$lock"
+    if [[ -n $WHEELHOUSE ]]; then rm -f "$lock"; fi
     pip_in "$dir" --no-deps -e "$ROOT"
+    echo "$name" > "$dir/lock-name"  # which lock this is (tests/test_locks.py compares them)
     echo "==> $dir: locks/$name.txt installed"
   else
     echo "==> notice: $("$PYTHON" --version 2>&1) is not the locks' Python $LOCK_PYTHON: resolving pyproject.toml's extras ${extras// /,} afresh (versions beyond the direct pins may differ from locks/$name.txt)"
@@ -192,10 +216,23 @@ write_wheelhouse() {
   [[ -f "$ROOT/locks/$stack.txt" ]] || { echo "setup.sh: no locks/$stack.txt (STACK: cpu, gpu, eval or eval-http)" >&2; exit 2; }
   on_lock_python || { echo "setup.sh: the locks are for Python $LOCK_PYTHON: SETUP_PYTHON=$PYTHON is $("$PYTHON" --version 2>&1)" >&2; exit 2; }
   mkdir -p "$house"
-  echo "==> downloading every file of locks/$stack.txt into $house"
-  "$PYTHON" -m pip download --quiet --no-deps --require-hashes -r "$ROOT/locks/$stack.txt" -d "$house"
-  "$PYTHON" -m pip download --quiet --no-deps pip -d "$house"
-  (cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse manifest --lock "locks/$stack.txt" --dir "$house")
+  house=$(cd "$house" && pwd)
+  local wanted
+  wanted=$(mktemp)
+  (cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse lock --lock "locks/$stack.txt" --dir "$house" --exclude "${EXCLUDE:-}") > "$wanted"
+  echo "==> downloading the files of locks/$stack.txt${EXCLUDE:+ but $EXCLUDE} into $house"
+  # the locks' platform, whatever the machine downloading (a lock holds every platform's hashes)
+  # (pip takes the platform tags as listed: each manylinux glibc up to the locks' 2.28, named)
+  local for_locks=(--python-version "$LOCK_PYTHON" --implementation cp --abi "cp${LOCK_PYTHON/./}"
+                   --abi abi3 --abi none --platform linux_x86_64) tag
+  for tag in manylinux_2_{28,27,26,25,24,23,22,21,20,19,18,17,16,15,14,13,12,11,10,9,8,7,6,5}_x86_64 \
+      manylinux2014_x86_64 manylinux2010_x86_64 manylinux1_x86_64; do
+    for_locks+=(--platform "$tag")
+  done
+  "$PYTHON" -m pip download --quiet --no-deps "${for_locks[@]}" --require-hashes -r "$wanted" -d "$house"
+  "$PYTHON" -m pip download --quiet --no-deps "${for_locks[@]}" pip -d "$house"
+  rm -f "$wanted"
+  (cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse manifest --lock "locks/$stack.txt" --dir "$house" --exclude "${EXCLUDE:-}")
 }
 
 if [[ "$target" == wheelhouse ]]; then
@@ -241,7 +278,7 @@ if [[ "$target" == eval ]]; then
     # On a GPU the model is served by vLLM from .venv; EvalScope only talks to it over HTTP.
     install_stack "$EVAL_VENV_DIR" eval-http
   else
-    pip_only "$EVAL_VENV_DIR" "$(pin torch)"
+    [[ -n $WHEELHOUSE ]] || pip_only "$EVAL_VENV_DIR" "$(pin torch)"  # a wheelhouse holds the lock's
     install_stack "$EVAL_VENV_DIR" eval
   fi
   compile_bytecode "$EVAL_VENV_DIR"
@@ -320,7 +357,7 @@ if has_gpu || [[ "$target" == gpu-stack ]]; then
   echo "==> attention the recipes will use here: $("$VENV_DIR/bin/python" -m verl_gsm8k.common.attention | tail -n 1)"
 else
   echo "==> no NVIDIA GPU: installing the CPU training stack (torch CPU build first, no CUDA; vLLM's CPU build)"
-  pip_only "$VENV_DIR" "$(pin torch)"
+  [[ -n $WHEELHOUSE ]] || pip_only "$VENV_DIR" "$(pin torch)"  # a wheelhouse holds the lock's
   install_stack "$VENV_DIR" cpu
   vllm_cpu_fixes
 fi

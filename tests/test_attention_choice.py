@@ -191,6 +191,12 @@ def test_the_gpus_are_asked_once_in_one_query(tmp_path: Path, monkeypatch):
         "--query-gpu=name,memory.total --format=csv,noheader,nounits",
     ]
     assert gpus.listed(str(tmp_path)) == () and gpus.capabilities(()) == []  # no nvidia-smi
+    # a card that reports no memory ([N/A]: unified memory) is still a GPU
+    unified = tmp_path / "unified"
+    unified.mkdir()
+    (unified / "nvidia-smi").write_text('#!/bin/sh\necho "NVIDIA GB10, [N/A], 12.1"\n')
+    (unified / "nvidia-smi").chmod(0o755)
+    assert gpus.listed(str(unified)) == (gpus.Gpu("NVIDIA GB10", None, (12, 1)),)
 
 
 def test_the_overlays_say_what_the_choice_says():

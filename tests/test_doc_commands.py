@@ -42,7 +42,7 @@ EXTERNAL = {"git", "source", "export", "cat", "ray", "nvidia-smi", "wandb"}
 # Variables the docs set that are not knobs: the set-up's (scripts/setup.sh), wandb's and Ray's
 # own, a doc's own shorthand for a shared mount.
 OTHER_VARIABLES = {
-    "PYTHON", "SETUP_PYTHON", "FLASH_ATTN", "UPGRADE", "WHEELHOUSE", "STACK", "DIR",
+    "PYTHON", "SETUP_PYTHON", "FLASH_ATTN", "UPGRADE", "WHEELHOUSE", "STACK", "DIR", "EXCLUDE",
     "TEST_WORKERS", "CI", "WANDB_MODE",
     "WANDB_API_KEY", "RAY_ADDRESS", "RAY_JOB_STOP_WAIT_TIME_S",
     "RAY_enable_worker_prestart", "SHARED",

@@ -8,7 +8,6 @@ import hashlib
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -89,26 +88,21 @@ def _installed(python: Path) -> dict[str, str]:
     return {canonicalize_name(k): v for k, v in json.loads(out.stdout).items()}
 
 
-def _gpu_here() -> bool:
-    code = "from verl_gsm8k.common import gpus; print(bool(gpus.listed()))"
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True).stdout.strip() == "True"  # fmt: skip
-
-
 @pytest.mark.parametrize("venv", [".venv", ".venv-eval", ".venv-gpu"])
 def test_a_built_environment_is_its_lock(venv: str):
     """What `make setup` (and setup-gpu-stack) installed is the lock, version for version."""
     python = ROOT / venv / "bin" / "python"
     if not python.exists():
         skip_or_fail(f"no {venv} (make setup, make setup-gpu-stack)")
-    gpu = _gpu_here()
-    lock = {".venv": "gpu" if gpu else "cpu", ".venv-eval": "eval-http" if gpu else "eval",
-            ".venv-gpu": "gpu"}[venv]  # fmt: skip
+    named = ROOT / venv / "lock-name"  # written by scripts/setup.sh with the lock it installed
+    if not named.is_file():
+        skip_or_fail(f"{venv} was not built from a lock (a Python other than the locks' 3.11)")
+    lock = named.read_text().strip()
     locked = lock_entries((LOCKS / f"{lock}.txt").read_text())
     installed = _installed(python)
     differ = {n: (v, installed.get(n)) for n, v in locked.items() if installed.get(n) != v}
     extra = sorted(set(installed) - set(locked) - BESIDE)
-    if gpu and venv == ".venv":  # FLASH_ATTN's kernels (scripts/setup.sh) come beside the lock
+    if lock == "gpu" and venv == ".venv":  # FLASH_ATTN's kernels (setup.sh) come beside the lock
         extra = [name for name in extra if not name.startswith(("flash-attn", "nvidia-cutlass"))]
     assert differ == {} and extra == [], (
         f"{venv} is not locks/{lock}.txt: (locked, installed) {differ}; not in the lock: {extra}"
@@ -153,3 +147,37 @@ def test_the_wheelhouse_names_the_file_it_lacks(tmp_path: Path):
     (house / "beta-2.0.tar.gz").write_bytes(b"not beta")  # a file of that name, other bytes
     assert manifest.write_manifest(lock, house)[2] == ["beta==2.0"]
     assert manifest.missing_files(lock, house) == ["beta==2.0"]
+
+
+def test_a_wheelhouse_can_leave_a_package_to_the_machine(tmp_path: Path):
+    """EXCLUDE: the entry leaves the downloaded lock and gets a manifest row of its own, so the
+    check does not ask for its file and the install leaves it to the machine's Python."""
+    from verl_gsm8k.wheelhouse import manifest
+
+    house = tmp_path / "wheels"
+    house.mkdir()
+    (house / "alpha-1.0-py3-none-any.whl").write_bytes(b"a")
+    alpha = hashlib.sha256(b"a").hexdigest()
+    text = (
+        "# header\n"
+        f"alpha==1.0 \\\n    --hash=sha256:{alpha}\n    # via x\n"
+        f"Big_Torch==2.0 \\\n    --hash=sha256:{'1' * 64} \\\n    --hash=sha256:{'2' * 64}\n"
+        "    # via\n    #   alpha\n"
+    )
+    lock = tmp_path / "lock.txt"
+    lock.write_text(text)
+    assert manifest.without(text, {"big-torch"}) == (
+        f"# header\nalpha==1.0 \\\n    --hash=sha256:{alpha}\n    # via x\n"
+    )
+    assert manifest.missing_files(lock, house) == [f"{house} has no MANIFEST.tsv (make "
+                                                   "wheelhouse writes it)"]  # fmt: skip
+    assert manifest.write_manifest(lock, house, {"big-torch"}) == (1, 1, [])
+    assert manifest.excluded(house) == {"big-torch": "2.0"}
+    assert manifest.missing_files(lock, house) == []
+    # a second stack's manifest into the same folder keeps what the first left out
+    other = tmp_path / "other.txt"
+    other.write_text(f"alpha==1.0 \\\n    --hash=sha256:{alpha}\n")
+    manifest.write_manifest(other, house)
+    assert manifest.excluded(house) == {"big-torch": "2.0"}
+    assert manifest.main(["excluded", "--lock", str(lock), "--dir", str(house)]) == 0
+    assert manifest.main(["lock", "--lock", str(lock), "--dir", str(house), "--exclude", "nope"])

@@ -98,7 +98,7 @@ class Cell:
             return "fits"
         if self.budget:
             return f"runs at {self.budget} tokens a micro-batch"
-        return "does not fit"
+        return "is tight (no budget fits)" if self.gib <= self.card else "does not fit"
 
 
 def cells_of(cfg: Any, hf_config: Any) -> list[Cell]:

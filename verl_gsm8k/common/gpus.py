@@ -23,7 +23,7 @@ TIMEOUT_S = 20
 @dataclass(frozen=True)
 class Gpu:
     name: str
-    memory_gib: float
+    memory_gib: float | None  # None: not reported ([N/A] on a card with unified memory)
     capability: tuple[int, int] | None  # None: the driver does not report it
 
 
@@ -57,22 +57,26 @@ def _ask(smi: str, changed: int) -> tuple[Gpu, ...]:
     gpus = []
     for fields in rows or []:
         name, mib = fields[0], fields[1] if len(fields) > 1 else ""
-        if not (name and mib.isdigit()):
+        if not name:
             continue
-        gpus.append(Gpu(name, int(mib) / 1024, _capability(fields[2] if len(fields) > 2 else "")))
+        memory = int(mib) / 1024 if mib.isdigit() else None
+        gpus.append(Gpu(name, memory, _capability(fields[2] if len(fields) > 2 else "")))
     return tuple(gpus)
 
 
 def _query(smi: str, fields: str) -> list[list[str]] | None:
     """Each line of ``nvidia-smi --query-gpu=fields`` split into its fields (from the right: the
-    name comes first); None when nvidia-smi fails."""
+    name comes first); None when nvidia-smi refuses the query (worth asking without a field),
+    [] when it cannot run or hangs (not asked again)."""
     try:
         out = subprocess.run(
             [smi, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
             capture_output=True, text=True, timeout=TIMEOUT_S, check=True,
         ).stdout  # fmt: skip
-    except (subprocess.SubprocessError, OSError):
+    except subprocess.CalledProcessError:
         return None
+    except (subprocess.SubprocessError, OSError):
+        return []
     cut = fields.count(",")
     return [[part.strip() for part in line.rsplit(",", cut)] for line in out.strip().splitlines()]
 

@@ -79,13 +79,16 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def host(device: str, gpus: list[tuple[str, float]]) -> dict[str, Any]:
+def host(device: str, gpus: list[tuple[str, float | None]]) -> dict[str, Any]:
     return {
         "name": platform.node(),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "device": device,
-        "gpus": [{"name": name, "memory_gib": round(gib, 1)} for name, gib in gpus],
+        "gpus": [
+            {"name": name, "memory_gib": None if gib is None else round(gib, 1)}
+            for name, gib in gpus
+        ],
     }
 
 
@@ -100,7 +103,7 @@ def build_record(
     user_overrides: list[str],
     config: dict[str, Any],
     root: Path,
-    gpus: list[tuple[str, float]],
+    gpus: list[tuple[str, float | None]],
     verl_command: str | None = None,
 ) -> dict[str, Any]:
     device = str(config.get("trainer", {}).get("device", "cuda"))

@@ -61,11 +61,12 @@ def lock_run_dir(run_dir: Path, stamp: str, wait_s: int, say) -> int:
                 os.close(fd)
                 raise Busy(_busy_line(run_dir, lock))
             time.sleep(0.5)
+    # the holder's line at once: a launch refused while this one checks names this one
+    os.ftruncate(fd, 0)
+    os.write(fd, f"launch {stamp}, pid {os.getpid()} on {socket.gethostname()}\n".encode())
     if reap.check_run_dir(str(run_dir), wait_s) != 0:
         os.close(fd)
         raise Busy("")  # reap.check_run_dir said why
-    os.ftruncate(fd, 0)
-    os.write(fd, f"launch {stamp}, pid {os.getpid()} on {socket.gethostname()}\n".encode())
     return fd
 
 

@@ -368,7 +368,8 @@ def check_gpus(
             "gpu", f"trainer.n_gpus_per_node={wanted} but this node has {len(gpus)} GPU(s)"
         )
     else:
-        report.ok("gpu", f"{len(gpus)} x {gpus[0][0]} ({card:.0f} GiB); this node uses {wanted}")
+        memory = f"{card:.0f} GiB" if card is not None else "memory not reported"
+        report.ok("gpu", f"{len(gpus)} x {gpus[0][0]} ({memory}); this node uses {wanted}")
     if hf_configs and "actor" in hf_configs:
         if fit_budget is not None and card is not None:
             cfg = budget.choose(cfg, hf_configs, card, fit_budget, report)

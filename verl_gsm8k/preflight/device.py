@@ -160,8 +160,9 @@ def check_lora(cfg: Any, use_critic: bool, report: Report) -> None:
         )
 
 
-def visible_gpus() -> list[tuple[str, float]]:
-    """(name, memory GiB) of each NVIDIA GPU nvidia-smi reports (common/gpus.py); [] without."""
+def visible_gpus() -> list[tuple[str, float | None]]:
+    """(name, memory GiB or None where not reported) of each NVIDIA GPU nvidia-smi reports
+    (common/gpus.py); [] without one."""
     return [(gpu.name, gpu.memory_gib) for gpu in gpus.listed()]
 
 

@@ -368,9 +368,11 @@ def check_sft_gpus(cfg: Any, hf_config, report: Report) -> None:
         report.error(
             "gpu", f"trainer.n_gpus_per_node={wanted} but this node has {len(gpus)} GPU(s)"
         )
+    elif gib is None:
+        report.ok("gpu", f"{len(gpus)} x {name} (memory not reported); this run uses {wanted}")
     else:
         report.ok("gpu", f"{len(gpus)} x {name} ({gib:.0f} GiB); this run uses {wanted}")
-    if hf_config is None:
+    if hf_config is None or gib is None:
         return
     states = count_parameters(hf_config) * TRAINED_BYTES_PER_PARAM / wanted / 1024**3
     summary = (

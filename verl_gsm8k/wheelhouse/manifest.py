@@ -34,40 +34,95 @@ class Entry:
 
 
 def entries(lock_text: str) -> list[Entry]:
-    return [
+    """The lock's entries; ValueError when a line that starts an entry is not one this reads
+    (a lock not written by `make lock`), so no check passes on a lock it could not read."""
+    found = [
         Entry(name, version, frozenset(HASH.findall(block)))
         for name, version, block in ENTRY.findall(lock_text)
     ]
+    starts = [line for line in lock_text.splitlines() if line[:1].isalnum()]
+    if not found or len(found) != len(starts):
+        raise ValueError(f"{len(starts)} entries, {len(found)} read: not a `make lock` lock")
+    return found
+
+
+def _named(path: Path) -> tuple[str, str]:
+    """(name, version) from a distribution's file name (a wheel: name-version-..., an sdist:
+    name-version.tar.gz); ("", "") for another file."""
+    if path.name.endswith(".whl") and path.name.count("-") >= 4:
+        name, version = path.name.split("-")[:2]
+        return name, version
+    for suffix in (".tar.gz", ".zip"):
+        if path.name.endswith(suffix) and "-" in path.name:
+            name, _, version = path.name.removesuffix(suffix).rpartition("-")
+            return name, version
+    return "", ""
+
+
+def canonical(name: str) -> str:
+    """A distribution's name as installers compare it (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
 
 
-def write_manifest(lock: Path, folder: Path) -> tuple[int, int, list[str]]:
+def without(lock_text: str, names: set[str]) -> str:
+    """The lock without the entries of ``names`` (each entry's hash and comment lines go with
+    it)."""
+    kept, skipping = [], False
+    for line in lock_text.splitlines(keepends=True):
+        if line[:1] not in (" ", "\t", "\n", "#", ""):
+            skipping = canonical(line.split("==", 1)[0]) in names
+        if not skipping:
+            kept.append(line)
+    return "".join(kept)
+
+
+def excluded(folder: Path) -> dict[str, str]:
+    """name -> version of what the wheelhouse leaves out (EXCLUDE): the target machine's own."""
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
+        return {}
+    rows = [line.split("\t") for line in manifest.read_text().splitlines()[1:]]
+    return {
+        canonical(r[0]): r[1] for r in rows if len(r) == 5 and r[2] == "-" and r[3] == "excluded"
+    }
+
+
+def write_manifest(
+    lock: Path, folder: Path, exclude: set[str] = frozenset()
+) -> tuple[int, int, list[str]]:
     """MANIFEST.tsv of ``folder`` against ``lock``: (files, bytes, the lock's entries with no
-    file)."""
-    by_hash = {h: e for e in entries(lock.read_text()) for h in e.hashes}
-    rows, found, total = [], set(), 0
+    file). The entries of ``exclude`` (and those an earlier stack's manifest left out) get a row
+    of their own, with no file."""
+    locked = entries(lock.read_text())
+    by_hash = {h: e for e in locked for h in e.hashes}
+    left_out = excluded(folder) | {
+        canonical(e.name): e.version for e in locked if canonical(e.name) in exclude
+    }
+    rows, found, total = [], set(left_out), 0
     for path in _files(folder):
         digest, size = file_sha256(path), path.stat().st_size
         entry = by_hash.get(digest)
         if entry is not None:
-            found.add(entry.name)
+            found.add(canonical(entry.name))
         # a file beside the lock (pip's wheel): named by its file, name-version-...
-        name, version = (entry.name, entry.version) if entry else tuple(path.name.split("-")[:2])
+        name, version = (entry.name, entry.version) if entry else _named(path)
         rows.append(f"{name}\t{version}\t{path.name}\t{digest}\t{size}")
         total += size
+    rows += [f"{name}\t{version}\t-\texcluded\t0" for name, version in sorted(left_out.items())]
     tmp = folder / f".{MANIFEST}.tmp"
     tmp.write_text("name\tversion\tfile\tsha256\tbytes\n" + "".join(r + "\n" for r in rows))
     os.replace(tmp, folder / MANIFEST)
-    missing = [f"{e.name}=={e.version}" for e in entries(lock.read_text()) if e.name not in found]
-    return len(rows), total, missing
+    missing = [f"{e.name}=={e.version}" for e in locked if canonical(e.name) not in found]
+    return len(rows) - len(left_out), total, missing
 
 
 def missing_files(lock: Path, folder: Path) -> list[str]:
     """The lock's entries that no file of ``folder`` holds, by its sha256 as the manifest says
-    it (the installer checks the hashes again as it installs)."""
+    it (the installer checks the hashes again as it installs), and that it does not leave out."""
     manifest = folder / MANIFEST
     if not manifest.is_file():
         return [f"{folder} has no {MANIFEST} (make wheelhouse writes it)"]
@@ -76,24 +131,53 @@ def missing_files(lock: Path, folder: Path) -> list[str]:
         fields = line.split("\t")
         if len(fields) == 5 and (folder / fields[2]).is_file():
             held.add(fields[3])
-    return [f"{e.name}=={e.version}" for e in entries(lock.read_text()) if not e.hashes & held]
+    left_out = excluded(folder)
+    return [
+        f"{e.name}=={e.version}"
+        for e in entries(lock.read_text())
+        if not e.hashes & held and canonical(e.name) not in left_out
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m verl_gsm8k.wheelhouse", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("action", choices=("manifest", "check"),
+    parser.add_argument("action", choices=("manifest", "check", "lock", "excluded"),
                         help="manifest: write DIR/MANIFEST.tsv and print the total; check: exit 1 "
-                        "naming the first entry of LOCK without a file in DIR")  # fmt: skip
+                        "naming the first entry of LOCK without a file in DIR; lock: print LOCK "
+                        "without what DIR leaves out (or --exclude names); excluded: print what "
+                        "DIR leaves out of LOCK, name==version a line")  # fmt: skip
     parser.add_argument("--lock", type=Path, required=True, help="the lock (locks/<name>.txt)")
     parser.add_argument("--dir", type=Path, required=True, help="the wheelhouse folder")
+    parser.add_argument("--exclude", default="",
+                        help="manifest, lock: names of the lock left out of the wheelhouse, comma- "
+                        "or space-separated (EXCLUDE: the target machine has them)")  # fmt: skip
     args = parser.parse_args(argv)
     if not args.dir.is_dir():
         print(f"wheelhouse: {args.dir} is not a folder", file=sys.stderr)
         return 1
+    names = {canonical(name) for name in args.exclude.replace(",", " ").split()}
+    try:
+        locked = entries(args.lock.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"wheelhouse: {args.lock}: {exc}", file=sys.stderr)
+        return 1
+    unknown = sorted(names - {canonical(e.name) for e in locked})
+    if unknown:
+        print(f"wheelhouse: EXCLUDE names {unknown[0]}, which {args.lock} does not hold",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    if args.action == "excluded":  # with the lock's own versions: what the target must hold
+        left_out = excluded(args.dir)
+        print("".join(f"{e.name}=={e.version}\n" for e in locked if canonical(e.name) in left_out),
+              end="")  # fmt: skip
+        return 0
+    if args.action == "lock":
+        print(without(args.lock.read_text(), names | set(excluded(args.dir))), end="")
+        return 0
     if args.action == "manifest":
-        files, total, missing = write_manifest(args.lock, args.dir)
+        files, total, missing = write_manifest(args.lock, args.dir, names)
         print(f"==> {args.dir}: {files} files, {total / 1e6:.0f} MB ({args.dir / MANIFEST})")
         if missing:
             print(f"wheelhouse: {args.dir} lacks {missing[0]} of {args.lock} "
