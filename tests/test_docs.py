@@ -70,8 +70,6 @@ NOT_MEASURED = {
 SHARED = {
     "120 s": "docs/preflight.md stopped verl after 120 s; docs/reliability.md's Slurm signal "
     "comes 120 s before the time limit: both settings",
-    "103 s": "docs/testing.md's make setup of one fresh clone; docs/cpu.md's training run with "
-    "OMP_NUM_THREADS=1: two measurements",
     "66 s": "docs/reading-a-ppo-run.md's reference step (64-66 s); docs/gpu.md's flash-attn 4 "
     "packed update on an H100: two measurements",
 }
