@@ -115,7 +115,7 @@ fi
 # torch): the environments see its packages, and each left-out one must be there at the lock's
 # version (install_stack).
 venv_flags=()
-if [[ -n $WHEELHOUSE ]] && grep -q $'\t-\texcluded\t' "$WHEELHOUSE/MANIFEST.tsv" 2>/dev/null; then
+if [[ -n $WHEELHOUSE && -n $(cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse excluded --dir "$WHEELHOUSE") ]]; then
   venv_flags=(--system-site-packages)
 fi
 
@@ -209,8 +209,8 @@ write_locks() {
   done
 }
 
-# Every file of locks/STACK.txt (hash-checked) and pip's own wheel, downloaded into DIR for a
-# machine without internet (Python 3.11, Linux x86_64, as the locks), then DIR's manifest.
+# Each entry of locks/STACK.txt but EXCLUDE's, its file for the locks' platform (hash-checked),
+# and pip's own wheel, downloaded into DIR for a machine without internet; then DIR's manifest.
 write_wheelhouse() {
   local stack=$1 house=$2
   [[ -f "$ROOT/locks/$stack.txt" ]] || { echo "setup.sh: no locks/$stack.txt (STACK: cpu, gpu, eval or eval-http)" >&2; exit 2; }

