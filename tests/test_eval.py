@@ -401,7 +401,9 @@ def test_a_sigkilled_evaluation_takes_its_vllm_server_with_it(eval_env, small_gs
     model.mkdir()
     (model / "config.json").write_text("{}")
     pid_file = tmp_path / "server.pid"
-    fake = _fake_vllm(tmp_path, f'echo $$ > "{pid_file}"; exec sleep 300')
+    # written whole, then renamed: the test never reads the file before its pid is in it
+    pid = f'echo $$ > "{pid_file}.tmp" && mv "{pid_file}.tmp" "{pid_file}"'
+    fake = _fake_vllm(tmp_path, f"{pid}; exec sleep 300")
     cmd = ["bash", str(EVAL_SH), "--backend", "vllm", "--vllm-bin", str(fake), "--model",
            str(model), "--data", str(small_gsm8k), "--modes", "training", "--out",
            str(tmp_path / "killed")]  # fmt: skip

@@ -33,6 +33,12 @@ def launch(run: Path, ppo: bool, grace: int, verl: str) -> subprocess.Popen:
     )  # fmt: skip
 
 
+def up(run: Path, what: str = "up") -> str:
+    """A stand-in's line that it runs: written whole to a temporary name, then renamed, so that
+    the test never reads the file between bash's creating it and its writing."""
+    return f"echo {what} > {run}/up.tmp && mv {run}/up.tmp {run}/up"
+
+
 def wait_up(run: Path) -> None:
     end = time.monotonic() + 60
     while not (run / "up").exists() and time.monotonic() < end:
@@ -46,7 +52,7 @@ def test_verls_status_survives_a_sigterm_to_every_process_at_once(tmp_path: Path
     end). The launch's status is 5 every time (bash's `wait` once lost it, returning 255 in 6 of
     40 tries); with SIGTERM not blocked the stand-in would die of it (143)."""
     stop = tmp_path / "stop_requested"
-    verl = f"echo up > {tmp_path}/up; while [[ ! -e {stop} ]]; do sleep 0.05; done; exit 5"
+    verl = f"{up(tmp_path)}; while [[ ! -e {stop} ]]; do sleep 0.05; done; exit 5"
     seen = []
     for _ in range(10):
         stop.unlink(missing_ok=True)
@@ -62,7 +68,7 @@ def test_verls_status_survives_a_sigterm_to_every_process_at_once(tmp_path: Path
 def test_a_sigterm_to_the_launcher_is_a_stop_request_and_the_grace_ends_verl(tmp_path: Path):
     """PPO: verl's driver blocks SIGTERM in a session of its own; the launcher writes the stop
     request, and once the grace is over stops verl (SIGKILL, since it blocks SIGTERM): 143."""
-    verl = f"echo up > {tmp_path}/up; while :; do sleep 0.05; done"
+    verl = f"{up(tmp_path)}; while :; do sleep 0.05; done"
     proc = launch(tmp_path, True, 1, verl)
     wait_up(tmp_path)
     proc.send_signal(signal.SIGTERM)
@@ -79,7 +85,7 @@ def test_a_sigkill_of_the_launcher_ends_verl(tmp_path: Path):
     """No handler runs on SIGKILL: verl's driver (PPO, its own session) and torchrun (SFT) get
     the parent-death signal, and end with the launcher instead of training on without it."""
     for ppo in (True, False):
-        verl = f"echo $$ > {tmp_path}/up; while :; do sleep 0.05; done"
+        verl = f"{up(tmp_path, '$$')}; while :; do sleep 0.05; done"
         proc = launch(tmp_path, ppo, 30, verl)
         wait_up(tmp_path)
         stand_in = int((tmp_path / "up").read_text())
