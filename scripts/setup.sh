@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build the project environments from their locks; safe to re-run (a re-used environment is
-# brought to its lock: what is there stays, what the lock no longer lists is removed and named).
+# Build the project environments from their locks; safe to re-run (on the locks' Python, a
+# re-used environment is brought to its lock: what the lock no longer lists is removed, named).
 #
 #   bash scripts/setup.sh              # .venv: GPU training stack, or the CPU training stack
 #   bash scripts/setup.sh --eval       # .venv-eval: EvalScope, kept apart from verl's Hydra
@@ -20,8 +20,9 @@
 # FLASH_ATTN_WHEEL (GPU: a flash-attn wheel file or URL matching your torch/CUDA/Python),
 # FLASH_ATTN_BUILD=1 (GPU: compile flash-attn from source when no wheel matches; hours),
 # INSTALLER=uv|pip (default uv: the same locks, installed several times faster),
-# TORCH_CPU_INDEX=URL (CPU stacks: where pip finds the lock's CPU torch, which PyPI does not
-# hold; default PyTorch's https://download.pytorch.org/whl/cpu; empty: pip's configuration alone),
+# TORCH_CPU_INDEX=URL (where the CPU torch, which PyPI does not hold, is installed, downloaded
+# and locked from; default PyTorch's https://download.pytorch.org/whl/cpu; empty: pip's
+# configuration alone, and for --lock a wheel folder in PIP_FIND_LINKS),
 # UPGRADE=1 (--lock: newest releases the pins allow, instead of keeping each lock's versions),
 # WHEELHOUSE=DIR (install from a --wheelhouse folder only: no index is ever asked),
 # EXCLUDE=NAMES (--wheelhouse: leave these out, for a machine whose Python already has them).
@@ -114,15 +115,24 @@ pip_first() {
   pip_only "$dir" "$@" --no-deps --require-hashes -r <(printf '%s\n' "$req")
 }
 
-# The CPU torch (2.13.0+cpu) is on PyTorch's CPU index, not on PyPI: pip installs the lock's,
-# hash-checked, from TORCH_CPU_INDEX or a folder pip's configuration names (PIP_FIND_LINKS).
+# The locks whose torch is the CPU build (2.13.0+cpu), which is on PyTorch's CPU index, not on
+# PyPI: their resolution (--lock), download (--wheelhouse) and install also ask TORCH_CPU_INDEX.
+CPU_TORCH_LOCKS="cpu eval"
+cpu_torch_index() {  # NAME: torch_index=(the index flags for locks/NAME.txt)
+  torch_index=()
+  if [[ " $CPU_TORCH_LOCKS " == *" $1 "* && -n $TORCH_CPU_INDEX ]]; then torch_index=(--extra-index-url "$TORCH_CPU_INDEX"); fi
+}
+
+# pip installs the lock's CPU torch first, hash-checked, from TORCH_CPU_INDEX or a folder pip's
+# configuration names (PIP_FIND_LINKS); a wheelhouse holds it.
 install_cpu_torch() {
-  local dir=$1 name=$2 index=()
-  if [[ -z $WHEELHOUSE && -n $TORCH_CPU_INDEX ]]; then index=(--extra-index-url "$TORCH_CPU_INDEX"); fi
+  local dir=$1 name=$2
+  cpu_torch_index "$name"
+  if [[ -n $WHEELHOUSE ]]; then torch_index=(); fi
   if on_lock_python; then
-    pip_first "$dir" "$name" torch ${index[@]+"${index[@]}"}
+    pip_first "$dir" "$name" torch ${torch_index[@]+"${torch_index[@]}"}
   else
-    pip_only "$dir" ${index[@]+"${index[@]}"} "$(pin torch)"
+    pip_only "$dir" ${torch_index[@]+"${torch_index[@]}"} "$(pin torch)"
   fi
 }
 
@@ -137,7 +147,7 @@ if [[ -n $WHEELHOUSE ]]; then
 fi
 # A wheelhouse made with EXCLUDE leaves packages to the machine's own Python (a cluster image's
 # torch): the environments see its packages, and each left-out one must be there at the lock's
-# version (install_stack).
+# version (check_wheelhouse).
 venv_flags=()
 if [[ -n $WHEELHOUSE && -n $(cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse excluded --dir "$WHEELHOUSE") ]]; then
   venv_flags=(--system-site-packages)
@@ -184,18 +194,40 @@ on_lock_python() {
 }
 
 # WHEELHOUSE: before anything is made, what the folder leaves to this machine's Python must be
-# there at the lock's version, and every other entry of locks/NAME.txt must have its file; each
-# refusal is one line.
+# there at the lock's version, seen by environment DIR, and every other entry of locks/NAME.txt
+# must have its file; each refusal is one line.
 check_wheelhouse() {
-  local name=$1 spec have
+  local dir=$1 name=$2 left spec have
   [[ -n $WHEELHOUSE ]] || return 0
   on_lock_python || { echo "setup.sh: WHEELHOUSE installs a lock, made for Python $LOCK_PYTHON: SETUP_PYTHON=$PYTHON is $("$PYTHON" --version 2>&1)" >&2; exit 2; }
+  left=$(cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse excluded --lock "locks/$name.txt" --dir "$WHEELHOUSE") || exit 2
+  if [[ -n $left ]]; then
+    # an environment made with --system-site-packages sees its base Python's packages: a
+    # virtual environment's own are never seen, and an environment made without them sees none
+    "$PYTHON" -c 'import sys; sys.exit(sys.prefix != sys.base_prefix)' || { echo "setup.sh: WHEELHOUSE=$WHEELHOUSE leaves packages to this machine's Python, and SETUP_PYTHON=$PYTHON is a virtual environment's, whose packages the environments would not see: name the machine's own Python" >&2; exit 2; }
+    if [[ -f $dir/pyvenv.cfg ]] && ! grep -qE '^include-system-site-packages *= *true' "$dir/pyvenv.cfg"; then
+      echo "setup.sh: WHEELHOUSE=$WHEELHOUSE leaves packages to this machine's Python, and $dir was made without them: remove $dir, then set up again" >&2; exit 2
+    fi
+  fi
   while read -r spec; do
+    [[ -n $spec ]] || continue
     have=$("$PYTHON" -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "${spec%%==*}" 2>/dev/null || echo "none")
     [[ "$have" == "${spec#*==}" ]] || { echo "setup.sh: WHEELHOUSE=$WHEELHOUSE leaves out $spec (EXCLUDE) for this machine's own Python to hold, and $PYTHON has ${spec%%==*} $have: install that version there, or make the wheelhouse without EXCLUDE" >&2; exit 2; }
     echo "==> $spec: this machine's own (the wheelhouse leaves it out)"
-  done < <(cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse excluded --lock "locks/$name.txt" --dir "$WHEELHOUSE")
+  done <<< "$left"
   (cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse check --lock "locks/$name.txt" --dir "$WHEELHOUSE") || exit 2
+}
+
+# What environment DIR's own site-packages hold that locks/NAME.txt does not list (an older
+# lock's, another stack's) is removed before the lock is installed, and named.
+remove_stale() {
+  local dir=$1 name=$2 site stale args=()
+  while read -r site; do args+=(--site "$site"); done < <("$dir/bin/python" -c 'import sysconfig; p = sysconfig.get_paths(); print(p["purelib"]); print(p["platlib"])')
+  stale=$(cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse extraneous --lock "locks/$name.txt" "${args[@]}" | paste -sd ' ' -)
+  [[ -n $stale ]] || return 0
+  echo "==> $dir: removing what locks/$name.txt does not list: $stale"
+  # shellcheck disable=SC2086  # one name a word
+  "$dir/bin/python" -m pip uninstall --quiet -y $stale || echo "==> notice: pip could not remove all of: $stale (remove $dir and set up again for a clean one)"
 }
 
 # Environment DIR gets locks/NAME.txt as it is (hash-checked, nothing resolved), then the project
@@ -210,16 +242,10 @@ install_stack() {
       lock=$(mktemp)
       (cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse lock --lock "locks/$name.txt" --dir "$WHEELHOUSE") > "$lock"
     fi
+    remove_stale "$dir" "$name"
     pip_in "$dir" --no-deps --require-hashes -r "$lock"
     if [[ -n $WHEELHOUSE ]]; then rm -f "$lock"; fi
     pip_in "$dir" --no-deps -e "$ROOT"
-    local stale
-    stale=$("$dir/bin/python" -m verl_gsm8k.wheelhouse extraneous --lock "$ROOT/locks/$name.txt" | paste -sd ' ' -)
-    if [[ -n $stale ]]; then  # an older lock's, in a re-used environment
-      echo "==> $dir: removing what locks/$name.txt does not list: $stale"
-      # shellcheck disable=SC2086  # one name a word
-      "$dir/bin/python" -m pip uninstall --quiet -y $stale
-    fi
     echo "$name" > "$dir/lock-name"  # which lock this is (tests/test_locks.py compares them)
     echo "==> $dir: locks/$name.txt installed"
   else
@@ -236,11 +262,10 @@ write_locks() {
     for extra in $(lock_extras "$name"); do args+=(--extra "$extra"); done
     if [[ $name == cpu ]]; then for pkg in "${CPU_LEFT_OUT[@]}"; do args+=(--no-emit-package "$pkg"); done; fi
     if [[ ${UPGRADE:-0} == 1 ]]; then args+=(--upgrade); fi
-    # the CPU torch is on PyTorch's CPU index alone; each package from the index with its best
-    # release (uv's default takes all of a package from the first index that has any of it)
-    if [[ $name == cpu || $name == eval ]] && [[ -n $TORCH_CPU_INDEX ]]; then
-      args+=(--extra-index-url "$TORCH_CPU_INDEX" --index-strategy unsafe-best-match)
-    fi
+    # each package from the index with its best release (uv's default takes all of a package
+    # from the first index that has any of it, and PyTorch's index holds some of PyPI's)
+    cpu_torch_index "$name"
+    if [[ ${#torch_index[@]} -gt 0 ]]; then args+=("${torch_index[@]}" --index-strategy unsafe-best-match); fi
     tmp="$ROOT/locks/.$name.txt.tmp"
     # the current lock is uv's starting point: versions change only where a pin asks (or UPGRADE=1)
     if [[ -f "$ROOT/locks/$name.txt" ]]; then cp "$ROOT/locks/$name.txt" "$tmp"; else rm -f "$tmp"; fi
@@ -272,7 +297,9 @@ write_wheelhouse() {
       manylinux2014_x86_64 manylinux2010_x86_64 manylinux1_x86_64; do
     for_locks+=(--platform "$tag")
   done
-  "$PYTHON" -m pip download --quiet --no-deps "${for_locks[@]}" --require-hashes -r "$wanted" -d "$house"
+  cpu_torch_index "$stack"
+  "$PYTHON" -m pip download --quiet --no-deps "${for_locks[@]}" ${torch_index[@]+"${torch_index[@]}"} \
+    --require-hashes -r "$wanted" -d "$house"
   rm -f "$wanted"
   (cd "$ROOT" && "$PYTHON" -m verl_gsm8k.wheelhouse manifest --lock "locks/$stack.txt" --dir "$house" --exclude "${EXCLUDE:-}")
 }
@@ -317,7 +344,7 @@ report() {
 if [[ "$target" == eval ]]; then
   # On a GPU the model is served by vLLM from .venv; EvalScope only talks to it over HTTP.
   if has_gpu; then name="eval-http"; else name="eval"; fi
-  check_wheelhouse "$name"
+  check_wheelhouse "$EVAL_VENV_DIR" "$name"
   make_venv "$EVAL_VENV_DIR" "$name"
   if [[ $name == eval ]]; then install_cpu_torch "$EVAL_VENV_DIR" eval; fi
   install_stack "$EVAL_VENV_DIR" "$name"
@@ -384,7 +411,7 @@ PY
 
 if has_gpu || [[ "$target" == gpu-stack ]]; then
   if [[ "$FLASH_ATTN" == 4 ]]; then name=gpu-flash4; else name=gpu; fi
-  check_wheelhouse "$name"
+  check_wheelhouse "$VENV_DIR" "$name"
   make_venv "$VENV_DIR" "$name"
   if [[ "$target" == gpu-stack ]]; then
     echo "==> --gpu-stack: installing the GPU training stack (verl + vLLM) into $VENV_DIR, as on a GPU machine"
@@ -398,7 +425,7 @@ if has_gpu || [[ "$target" == gpu-stack ]]; then
   # else sdpa with padding removal; the same function says which, and why.
   echo "==> attention the recipes will use here: $("$VENV_DIR/bin/python" -m verl_gsm8k.common.attention | tail -n 1)"
 else
-  check_wheelhouse cpu
+  check_wheelhouse "$VENV_DIR" cpu
   make_venv "$VENV_DIR" cpu
   echo "==> no NVIDIA GPU: installing the CPU training stack (torch CPU build first, no CUDA; vLLM's CPU build)"
   install_cpu_torch "$VENV_DIR" cpu

