@@ -244,6 +244,7 @@ REMOVED_TESTS = {
     "test_lifecycle_wait": "a file, gone with lifecycle.sh",
     "test_a_ray_job_on_two_nodes_is_stopped_saved_and_resumed_on_one": "replaced",
     "test_train_cpu_ray": "a file, replaced by test_slurm_nodes_cpu.py",
+    "test_flash_attn_4_resolves_with_the_gpu_stack": "replaced by locks/gpu-flash4.txt",
     "test_slurm_cpu": "a file, merged into test_slurm_nodes_cpu.py",
     "test_a_job_stopped_by_its_time_limit_then_requeued_by_slurm_resumes_each_time_and_ends": (
         "merged into test_slurm_nodes_cpu.py"
