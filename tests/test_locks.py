@@ -155,8 +155,9 @@ def test_a_built_environment_is_its_lock(venv: str):
 
 
 def test_the_wheelhouse_names_the_file_it_lacks(tmp_path: Path):
-    """The manifest matches each file to the lock entry holding its sha256 (pip's wheel beside
-    them by its name); the check before an offline install names an entry without a file."""
+    """The manifest matches each file to the lock entry holding its sha256 (a file no entry
+    holds, another stack's, by its name); the check before an offline install names an entry
+    without a file."""
     house = tmp_path / "wheels"
     house.mkdir()
     files = {"alpha-1.0-py3-none-any.whl": b"a", "beta-2.0.tar.gz": b"b"}
