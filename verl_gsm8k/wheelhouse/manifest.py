@@ -170,7 +170,7 @@ def missing_files(lock: Path, folder: Path) -> list[str]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m verl_gsm8k.wheelhouse", description=__doc__.split("\n\n")[0]
     )
@@ -193,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
                         "folder of the environment (repeat for purelib and platlib)")  # fmt: skip
     parser.add_argument("--only", default="", help="lock: print only these entries (comma- or "
                         "space-separated names), e.g. the installers, installed first")  # fmt: skip
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.dir is None and args.action not in ("lock", "extraneous"):
         parser.error(f"{args.action} needs --dir")
