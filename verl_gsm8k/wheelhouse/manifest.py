@@ -170,7 +170,7 @@ def missing_files(lock: Path, folder: Path) -> list[str]:
     ]
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m verl_gsm8k.wheelhouse", description=__doc__.split("\n\n")[0]
     )
@@ -197,7 +197,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.dir is None and args.action not in ("lock", "extraneous"):
         parser.error(f"{args.action} needs --dir")
