@@ -103,15 +103,31 @@ class Cluster:
     def wait_for(self, what: str, ready: Callable[[], bool], job: str, out: Path,
                  timeout: float) -> float:  # fmt: skip
         """Poll ``ready`` every half second; the seconds it took. Past ``timeout``: the job
-        cancelled, and a failure naming what never came, the job's fields and its output's end."""
+        cancelled, and a failure naming what never came, the job's fields (or scontrol's error),
+        the daemons no longer running, the job's output's end and slurmctld's log's."""
         start = time.monotonic()
         while time.monotonic() - start < timeout:
             if ready():
                 return time.monotonic() - start
             time.sleep(0.5)
+        shown = self.run("scontrol", "show", "job", "-o", job)
         self.run("scancel", job)
         text = out.read_text(errors="replace") if out.exists() else ""
-        raise AssertionError(f"no {what} after {timeout} s: {self.job(job)}\n{text[-6000:]}")
+        raise AssertionError(
+            f"no {what} after {timeout} s: {self.job(job) or shown.stderr.strip()}; daemons "
+            f"gone: {self.gone() or 'none'}\n{text[-6000:]}\nslurmctld.log:\n"
+            + self.log("slurmctld")[-2000:]
+        )  # fmt: skip
+
+    def gone(self) -> list[str]:
+        """The daemons of this cluster no longer running."""
+        ended = []
+        for name, pid in self.pids.items():
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                ended.append(name)
+        return ended
 
     def log(self, name: str) -> str:
         path = self.folder / f"{name}.log"
