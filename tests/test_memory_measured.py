@@ -1,5 +1,7 @@
 """The preflight's memory per phase (preflight/memory.py, activations.py), measured: each phase's
-computation as verl 0.9.1 runs it, on a Qwen2.5-0.5B-shaped model built from its config alone,
+computation as verl 0.9.1 runs it, on a model of Qwen2.5-0.5B's widths (hidden size, heads,
+vocabulary) with 4 of its 24 layers, built from that config alone (every term per layer is the
+same; the estimate counts the layers the config gives),
 under torch's tensor-bytes tracker (torch.distributed._tools.mem_tracker.MemTracker, a dispatch
 mode that files every live tensor's storage as a parameter, gradient, optimizer state,
 activation or temporary) and fake tensors (FakeTensorMode: the real shapes and dtypes, no memory
@@ -41,8 +43,9 @@ from verl_gsm8k.preflight import activations as act
 from verl_gsm8k.preflight.cli import compose
 from verl_gsm8k.preflight.memory import GIB, Engine, engine_of, update_peak
 
-# About 190 s on the 2 CI cores under load (MemTracker updates every module's peak at every op,
-# and verl's logprobs_from_logits_v2 loops over tokens): over the suite's ~30 s mark for slow.
+# About 50 s alone on this project's 2 cores with 4 layers, 175 s with 24 beside another file
+# (MemTracker updates every module's peak at every op, and verl's logprobs_from_logits_v2 loops
+# over tokens).
 # The measurement is a module fixture, made once per xdist worker: one group keeps both tests on
 # one worker, so it is made once (split over the two, it was made twice: 407 s for the file).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("memory_measured")]
@@ -51,6 +54,7 @@ BATCH, SEQ = 3, 512  # 1536 tokens: the update's logits peak above its end-of-ba
 TOKENS = BATCH * SEQ
 FP32 = 4
 TOLERANCE = 0.15
+SHAPE = dict(QWEN25_05B, num_hidden_layers=4)  # the widths of the 0.5B model, 4 layers
 MIB = 2**20
 
 
@@ -126,7 +130,7 @@ def engines() -> dict[str, Engine]:
     paths = ["actor_rollout_ref.model.path=/models/m", "critic.model.path=/models/m"]
     one_gpu = ["actor_rollout_ref.model.lora_rank=0", "trainer.n_gpus_per_node=1"]
     cfg = compose(ROOT / "configs", "gsm8k_ppo", [*paths, *one_gpu])
-    hf = Qwen2Config(**QWEN25_05B)
+    hf = Qwen2Config(**SHAPE)
     built = {role: engine_of(cfg, role, hf, 1) for role in ("actor", "reference", "critic")}
     assert {e.dtype for e in built.values()} == {"fp32"}, built  # the tracker's run is fp32
     return built
@@ -140,7 +144,7 @@ def measure() -> Table:
     from verl.trainer.ppo import core_algos
     from verl.utils import torch_functional as verl_F
 
-    hf = Qwen2Config(**QWEN25_05B, attn_implementation="sdpa")
+    hf = Qwen2Config(**SHAPE, attn_implementation="sdpa")
     e = engines()
     table = Table()
     gib = float(GIB)
@@ -238,7 +242,7 @@ def measure() -> Table:
         update("actor update", actor, actor_opt, actor_backward, e["actor"])
 
         # ---- critic: a 1-label token classifier, as verl's load_valuehead_model builds it
-        critic_hf = Qwen2Config(**QWEN25_05B, attn_implementation="sdpa", num_labels=1,
+        critic_hf = Qwen2Config(**SHAPE, attn_implementation="sdpa", num_labels=1,
                                 classifier_dropout=0.0)  # fmt: skip
         critic = AutoModelForTokenClassification.from_config(critic_hf)
         critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -288,6 +292,6 @@ def test_the_old_log_prob_pass_is_the_heaviest_forward(table: Table):
     """The entropy makes the old log-prob pass hold about three times the reference's logits (fp32:
     logits, softmax, and the product or logsumexp's temporary)."""
     acts = {row.phase: row.measured for row in table.rows if row.what.endswith("(ACT)")}
-    logits = TOKENS * QWEN25_05B["vocab_size"] * FP32
+    logits = TOKENS * SHAPE["vocab_size"] * FP32
     assert acts["old log-prob"] >= 3 * logits
     assert acts["old log-prob"] > 1.4 * acts["reference"]
