@@ -92,13 +92,7 @@ class Cluster:
 
     def job(self, job_id: str) -> dict[str, str]:
         """``scontrol show job``'s fields (JobState, RestartCnt, ExitCode, ...); {} once gone."""
-        shown = self.run("scontrol", "show", "job", "-o", job_id)
-        fields: dict[str, str] = {}
-        for word in shown.stdout.split():
-            key, sep, value = word.partition("=")
-            if sep and key not in fields:
-                fields[key] = value
-        return fields
+        return fields_of(self.run("scontrol", "show", "job", "-o", job_id).stdout)
 
     def wait_for(self, what: str, ready: Callable[[], bool], job: str, out: Path,
                  timeout: float) -> float:  # fmt: skip
@@ -113,8 +107,9 @@ class Cluster:
         shown = self.run("scontrol", "show", "job", "-o", job)
         self.run("scancel", job)
         text = out.read_text(errors="replace") if out.exists() else ""
+        fields = fields_of(shown.stdout) or shown.stderr.strip()  # at the timeout, not cancelled
         raise AssertionError(
-            f"no {what} after {timeout} s: {self.job(job) or shown.stderr.strip()}; daemons "
+            f"no {what} after {timeout} s: {fields}; daemons "
             f"gone: {self.gone() or 'none'}\n{text[-6000:]}\nslurmctld.log:\n"
             + self.log("slurmctld")[-2000:]
         )  # fmt: skip
@@ -123,15 +118,27 @@ class Cluster:
         """The daemons of this cluster no longer running."""
         ended = []
         for name, pid in self.pids.items():
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            try:  # a zombie's state is Z: ended, though its pid still answers
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                state = "gone"
+            if state in ("gone", "Z"):
                 ended.append(name)
         return ended
 
     def log(self, name: str) -> str:
         path = self.folder / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+def fields_of(shown: str) -> dict[str, str]:
+    """``scontrol show job -o``'s words as fields (the first of each key)."""
+    fields: dict[str, str] = {}
+    for word in shown.split():
+        key, sep, value = word.partition("=")
+        if sep and key not in fields:
+            fields[key] = value
+    return fields
 
 
 def seconds(runtime: str) -> int:

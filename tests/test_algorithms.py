@@ -102,7 +102,8 @@ def test_every_algorithm_recipe_passes_its_dry_run(
     """The real recipe file: its knob defaults, the preflight (algorithm line included), and
     verl's own composed config (`--cfg job`). In this process: what bash hands the launcher is
     the file's array (tests/test_recipes.py, for every recipe file), and verl is imported once
-    for all nine instead of once a dry run (about 19 s each here)."""
+    for all seven instead of once a dry run (about 19 s each here). The four main recipes' dry runs
+    run as bash processes of their own (tests/test_recipes.py, tests/test_gpu_stack.py)."""
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
     result = launch_in_process(f"{algo}_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

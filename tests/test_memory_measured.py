@@ -5,7 +5,7 @@ same; the estimate counts the layers the config gives),
 under torch's tensor-bytes tracker (torch.distributed._tools.mem_tracker.MemTracker, a dispatch
 mode that files every live tensor's storage as a parameter, gradient, optimizer state,
 activation or temporary) and fake tensors (FakeTensorMode: the real shapes and dtypes, no memory
-allocated, so the 0.5B model and 151936-wide logits cost nothing here). Each figure is compared
+allocated, so the model and its 151936-wide logits cost nothing here). Each figure is compared
 with the estimate for the same model, tokens and dtypes, within 15 %.
 
 Apples to apples: one rank, no FSDP (the estimate's weights are all the weights; a GPU holds

@@ -74,6 +74,7 @@ def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_it
     run_dir = runs / "smoke_tiny"
     out = tmp_path / "job.out"
     held = tmp_path / "paused-before-rollout"
+    # 3 steps, of which 2 train: step 2 is not the run's last, so its launcher requeues the job
     knobs = dict(ONE_SMALL_STEP, TOTAL_TRAINING_STEPS="3", SAVE_FREQ="100", TEST_FREQ="100")
     # GPUS_PER_NODE: one logical GPU a node for Ray (the job asks Slurm for none); Ray's worker
     # prestart off: fewer idle workers on this two-core machine
@@ -214,6 +215,7 @@ def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_it
     assert slurm_ray_groups(job) == set()
     assert [p.pid for p in launch_processes(of_run_dir(str(run_dir)))] == []
     merge_run(run_dir, tmp_path / "merged", env)
+    assert json.loads((tmp_path / "merged" / "merge_manifest.json").read_text())["step"] == 2
     # wandb (offline) beside the file logger: every step reaches it. Where the requeue's SIGTERM
     # ended its service process (wandb-core ends on it), step 1's wandb call failed in one line
     # and the second start sent step 1 to its own wandb run before step 2 (ppo_trainer/

@@ -324,8 +324,9 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     start-up and was cut (docs/testing.md, "What was cut, and which test proves the claim now"),
     as was a third launch here for the NaN alone.
 
-    A SIGTERM to the launcher, and a SIGTERM to every process of a launch (vLLM's engine living
-    through it, the step in flight saved, exit 5, the relaunch resuming from it), are proven by
+    A SIGTERM to the launcher (the step in flight saved whole and stamped, exit 5, the job
+    requeued), and a SIGTERM to every process of a launch (vLLM's engine living through it, the
+    step in flight saved, exit 5, the relaunch resuming from it), are proven by
     tests/test_slurm_nodes_cpu.py: Slurm's time limit signals the batch process that runs the
     launcher, and a requeue signals every process of the job. This test's own launches for each
     were verl start-ups proving the same, and were cut (docs/testing.md, "What was cut, and which
