@@ -28,6 +28,8 @@ from pathlib import Path
 
 from helpers import require_path
 
+from verl_gsm8k.common import procs
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "squeue", "scancel", "sinfo")
 
@@ -115,16 +117,8 @@ class Cluster:
         )  # fmt: skip
 
     def gone(self) -> list[str]:
-        """The daemons of this cluster no longer running."""
-        ended = []
-        for name, pid in self.pids.items():
-            try:  # a zombie's state is Z: ended, though its pid still answers
-                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                state = "gone"
-            if state in ("gone", "Z"):
-                ended.append(name)
-        return ended
+        """The daemons of this cluster no longer running (a zombie counts as ended)."""
+        return [name for name, pid in self.pids.items() if not procs.alive(pid)]
 
     def log(self, name: str) -> str:
         path = self.folder / f"{name}.log"
