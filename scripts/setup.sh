@@ -71,8 +71,8 @@ case "$FLASH_ATTN" in
   *) echo "setup.sh: FLASH_ATTN must be auto, 2, 4 or none, not '$FLASH_ATTN'" >&2; exit 2 ;;
 esac
 
-# pyproject.toml's requires-python (>=3.10,<3.13): say so before a venv is half built.
-"$PYTHON" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] < (3, 13))' 2>/dev/null || { echo "setup.sh: SETUP_PYTHON=$PYTHON is $("$PYTHON" --version 2>/dev/null || echo 'not found'); the project needs Python 3.10-3.12: name one, e.g. SETUP_PYTHON=python3.12 make setup" >&2; exit 2; }
+# pyproject.toml's requires-python (>=3.11,<3.13), said before anything is made.
+"$PYTHON" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] < (3, 13))' 2>/dev/null || { echo "setup.sh: SETUP_PYTHON=$PYTHON is $("$PYTHON" --version 2>/dev/null || echo 'not found'); the project needs Python 3.11 or 3.12 (the locks are built for 3.11): choose one, e.g. SETUP_PYTHON=python3.11 make setup" >&2; exit 2; }
 
 start=$(date +%s)
 

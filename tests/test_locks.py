@@ -8,10 +8,10 @@ import hashlib
 import json
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 from helpers import ROOT, skip_or_fail
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name

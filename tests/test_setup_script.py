@@ -4,11 +4,13 @@ wheelhouse is checked against this machine's Python before anything is made."""
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import ROOT
 
 from verl_gsm8k.wheelhouse import manifest
@@ -20,14 +22,27 @@ def setup(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(script, env={**base, **env}, capture_output=True, text=True, timeout=60)
 
 
-def test_setup_python_names_the_interpreter_that_builds_the_environments():
-    """An interpreter outside 3.10-3.12 (here none at all) is refused before anything is built."""
-    result = setup(SETUP_PYTHON="/nonexistent/python3.9", PYTHON="/nonexistent/project-python")
-    assert result.returncode == 2
-    assert result.stderr.splitlines() == [
-        "setup.sh: SETUP_PYTHON=/nonexistent/python3.9 is not found; the project needs Python "
-        "3.10-3.12: name one, e.g. SETUP_PYTHON=python3.12 make setup"
-    ]
+def python_310() -> str:
+    """A real Python 3.10 (pyenv's, or one on PATH), else a skip."""
+    found = [*glob.glob("/root/.pyenv/versions/3.10*/bin/python3.10"), "python3.10"]
+    for python in found:
+        version = subprocess.run([python, "--version"], capture_output=True, text=True)
+        if version.stdout.startswith("Python 3.10"):
+            return python
+    pytest.skip("no Python 3.10 here")
+
+
+def test_a_python_the_project_does_not_run_on_is_refused_in_one_line(tmp_path: Path):
+    """Python 3.10 (no datetime.UTC) and a missing interpreter: one line, exit 2, nothing made."""
+    python = python_310()
+    for name, found in ((python, "Python 3.10"), ("/nonexistent/python3", "not found")):
+        result = setup(SETUP_PYTHON=name, VENV_DIR=str(tmp_path / "venv"))
+        assert result.returncode == 2 and not (tmp_path / "venv").exists()
+        assert result.stderr.startswith(f"setup.sh: SETUP_PYTHON={name} is {found}")
+        assert result.stderr.count("\n") == 1 and result.stderr.endswith(
+            "; the project needs Python 3.11 or 3.12 (the locks are built for 3.11): choose "
+            "one, e.g. SETUP_PYTHON=python3.11 make setup\n"
+        )
 
 
 def test_python_alone_is_still_read_with_one_line_naming_setup_python():

@@ -21,7 +21,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ def _x_values(run: Run) -> dict[str, list[float | None] | None]:
 def build_summary(runs: Sequence[Run], diff: ConfigDiff) -> dict[str, Any]:
     """summary.json: the table, checks, config diff and curves of every run."""
     return {
-        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "inputs": [str(run.path) for run in runs],
         "axes": {
             "step": AXES["step"],

@@ -66,7 +66,7 @@ class Session:
     def summary(self, baseline: str, results: list[dict], seconds: float) -> dict[str, Any]:
         s = self.settings
         return {
-            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "evalscope_version": self.version,
             "benchmark_version": self.benchmark_version,
             "baseline": baseline,

@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,7 @@ def generate(input_path: Path, out_dir: Path, refresh_s: int | None = None) -> R
     if input_path.is_dir() and (input_path / VALIDATION_DIR).is_dir():
         questions, questions_issue = write_for_runs([input_path], out_dir)
     summary = {
-        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "input": str(input_path),
         **summary,
         "val_acc_by_step": canon.series.get("val_acc", []),
