@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup lock wheelhouse setup-train setup-eval setup-gpu-stack check-gpu-stack test test-fast lint quality format bench bench-cpu bench-learn bench-trace clean
+.PHONY: help setup lock wheelhouse setup-train setup-eval setup-gpu-stack check-gpu-stack test test-fast lint quality format bench-cpu clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -50,17 +50,8 @@ test: lint  ## lint, then the whole CPU test suite, real CPU training included (
 test-fast:  ## the suite without the slow tests (no training runs): for iteration, not for CI
 	$(PY) -m pytest -m "not slow"
 
-bench:  ## reward throughput: ours vs verl's built-in scorer
-	$(PY) -m verl_gsm8k.bench.reward
-
 bench-cpu:  ## smoke_tiny on this CPU: wall time, time to each step, phases, peak memory
 	$(PY) -m verl_gsm8k.bench.cpu_train
-
-bench-learn:  ## learn_tiny, 3 seeds x PPO and GRPO: accuracy before/after, wall time (its time: docs/learning.md)
-	$(PY) -m verl_gsm8k.bench.learning
-
-bench-trace:  ## the per-token trace's cost: learn_tiny traced vs untraced, 3 runs each (its time: docs/replay.md)
-	$(PY) -m verl_gsm8k.bench.trace
 
 clean:  ## remove caches (keeps the environments)
 	rm -rf .pytest_cache .ruff_cache .hypothesis build *.egg-info

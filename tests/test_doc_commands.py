@@ -285,7 +285,7 @@ def test_the_checks_go_red_on_planted_defects(tmp_path):
     assert help_problems(report, ["--no-such-flag"], whole_line=False) == [
         "--no-such-flag is not in its --help"
     ]
-    bench = shlex.split("python -m verl_gsm8k.bench.algorithms --seeds 0")
+    bench = shlex.split("python -m verl_gsm8k.bench.gpu_probe --models tiny")
     assert problems_of(bench, whole_line=False) == ["--out is required (its usage line)"]
     assert problems_of(["ACTOR_RL=1e-6", "bash", "recipes/smoke_tiny.sh"]) == [
         "ACTOR_RL is neither a knob (docs/knobs.md) nor a variable we know"

@@ -17,6 +17,7 @@ evaluated by `scripts/eval.sh`: tests/test_checkpoint_sweep_cpu.py, on the PPO r
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 from pathlib import Path
@@ -28,7 +29,6 @@ from helpers import ROOT, assert_loads_as_torch
 from learn_runs import STEPS, WARM_START, Learned, toy_dir, warm_start_dir
 
 from rewards.gsm8k import compute_score, compute_score_flexible
-from verl_gsm8k.bench.learning import knowledge_floor
 from verl_gsm8k.common.run_dir import read_trips
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
@@ -40,6 +40,17 @@ SCORE = "critic/score/mean"
 # the margin its comment gives.
 RISE = 0.20  # what the recipe must deliver; the worst seed's rise: docs/learning.md, the bounds
 WARM_VAL = (0.25, 0.75)  # the warm start's greedy val accuracy: the seeds' range, same place
+
+
+def knowledge_floor(before_right: int, n: int, alpha: float = 0.05) -> int:
+    """The fewest right answers of n that keep a rate of before_right/n: the binomial's one-sided
+    alpha quantile (a warm start right on all n taken at 1 - 1/n)."""
+    p, cdf = min(before_right / n, 1 - 1 / n), 0.0
+    for floor in range(n + 1):
+        cdf += math.comb(n, floor) * p**floor * (1 - p) ** (n - floor)
+        if cdf >= alpha:
+            return floor
+    return n + 1
 
 
 def test_first_use_builds_the_toy_task_and_the_warm_start(learn_base: Path, learned_ppo: Learned):
@@ -168,7 +179,7 @@ def test_rl_keeps_the_sums_the_warm_start_knew(algo: str, request: pytest.Fixtur
     """Right in any format (the reward's flexible scorer: the last number when there is no
     marker line), warm start (step 0) vs trained (last step), verl's greedy validation of the same
     100 questions: the trained count must not fall below the binomial floor of the warm start's
-    rate (verl_gsm8k.bench.learning.knowledge_floor: one-sided 5%)."""
+    rate (knowledge_floor: one-sided 5%)."""
     run: Learned = request.getfixturevalue(f"learned_{algo}")
     before, after = answers(run, 0), answers(run, STEPS)
     right0, right1 = right_in_any_format(before), right_in_any_format(after)

@@ -1,1 +1,1 @@
-"""Benchmarks, not tests: python -m verl_gsm8k.bench.reward, .preflight, .cpu_train, .learning."""
+"""Benchmarks, not tests: python -m verl_gsm8k.bench.cpu_train (make bench-cpu), .gpu_probe."""
