@@ -115,6 +115,17 @@ def recipe_env(model_dir: Path, data_dir: Path, runs_root: Path, **knobs: str) -
     return env
 
 
+def gpu_recipe_overrides(recipe: str) -> list[str]:
+    """A recipe's overrides on a GPU node (its knob defaults and its own keys, none of this
+    shell's knobs), without the device and attention overlays the machine adds."""
+    from verl_gsm8k.launch.plan import recipe_plan
+
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "DEVICE": "gpu",
+           "MODEL_PATH": "/models/m"}  # fmt: skip
+    plan = recipe_plan(ROOT / "recipes" / f"{recipe}.sh", env, gpu=True)
+    return [*plan.overrides, *plan.recipe.overrides]
+
+
 def run_recipe(recipe: str, env: dict[str, str], *args: str, timeout: int = 240):
     return subprocess.run(
         ["bash", str(ROOT / "recipes" / f"{recipe}.sh"), *args],

@@ -24,6 +24,7 @@ from helpers import (
     USER_KNOBS,
     composed_config,
     fake_nvidia_smi,
+    gpu_recipe_overrides,
     plant_flash_attn,
     plant_flash_attn_4,
     recipe_env,
@@ -302,18 +303,16 @@ def test_the_memory_estimate_follows_the_packed_overlay():
     sdpa_packed overlay alone moves the estimate: the PPO recipe's config on Qwen2.5-0.5B, its
     old log-prob pass packed (compiled entropy over the real tokens) far below the padded one
     (eager entropy over twice the budget)."""
-    from verl_gsm8k.cards import table as cards
     from verl_gsm8k.common.qwen25 import qwen25_config
     from verl_gsm8k.preflight import memory
+    from verl_gsm8k.preflight.compose import compose
 
-    config_name, size = cards.RECIPES["ppo_qwen2.5-0.5b_gsm8k"]
-    base = cards.recipe_overrides("ppo_qwen2.5-0.5b_gsm8k", config_name)
+    config_name, size = "gsm8k_ppo", "0.5B"
+    base = gpu_recipe_overrides("ppo_qwen2.5-0.5b_gsm8k")
     one_gpu = ["trainer.n_gpus_per_node=1", "trainer.nnodes=1"]
     old_logprob = {}
     for overlay, packed in (("sdpa", False), ("sdpa_packed", True)):
-        cfg = cards.compose(
-            ROOT / "configs", config_name, [*base, *one_gpu, f"+attention={overlay}"]
-        )
+        cfg = compose(ROOT / "configs", config_name, [*base, *one_gpu, f"+attention={overlay}"])
         for role in ("actor", "critic"):
             assert memory.remove_padding(cfg, role) is packed, (overlay, role)
             assert memory.attention(cfg, role) == "sdpa"

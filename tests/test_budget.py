@@ -10,9 +10,16 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, composed_config, fake_nvidia_smi, get, launch_in_process, recipe_env
+from helpers import (
+    ROOT,
+    composed_config,
+    fake_nvidia_smi,
+    get,
+    gpu_recipe_overrides,
+    launch_in_process,
+    recipe_env,
+)
 
-from verl_gsm8k.cards.table import recipe_overrides
 from verl_gsm8k.common.qwen25 import qwen25_config
 from verl_gsm8k.preflight import budget
 from verl_gsm8k.preflight.compose import compose
@@ -26,14 +33,14 @@ PATHS = ["actor_rollout_ref.model.path=/models/m", "critic.model.path=/models/m"
 
 
 def test_choose_writes_the_largest_budget_that_fits(tmp_path):
-    recipe = recipe_overrides("ppo_qwen2.5-0.5b_gsm8k", "gsm8k_ppo")  # the per-card table's
+    recipe = gpu_recipe_overrides("ppo_qwen2.5-0.5b_gsm8k")
     cfg = compose(ROOT / "configs", "gsm8k_ppo", [*recipe, *PATHS, *ONE_GPU, *PACKED])
     hf = {"actor": qwen25_config("0.5B")}
     card = CARD_24GB[1] / 1024
     out, report = tmp_path / "budget", Report()
     chosen = budget.choose(cfg, hf, card, out, report)
     lines = out.read_text().split()
-    assert lines == budget.overrides(8192), lines  # the per-card table's cell says 8192 too
+    assert lines == budget.overrides(8192), lines
     assert all(int(get(chosen, key)) == 8192 for key in budget.BUDGET_KEYS)
     phases = estimate_phases(chosen, hf)
     assert max(p.gib(card) for p in phases) <= MEMORY_WARN_FRACTION * card

@@ -7,7 +7,8 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
     svgplot       a small SVG line-chart library (standard library only) the pages draw with
     wheelhouse    a locked environment's files in a folder, for a machine without internet: the
                   manifest and its check (standard library only: scripts/setup.sh runs it)
-    guard         a long run's protections inside the trainer: the watchdog's rules, pruning,
+    guard         a long run's protections inside the trainer: the health rules (the watchdog's,
+                  which the report runs too), their thresholds, verl's metric names, pruning,
                   a Slurm job's deadline
     trace         the per-token trace of a few samples a step: which samples, the lines
     merge         verl's FSDP checkpoint -> a verified Hugging Face model (scripts/merge.sh)
@@ -25,8 +26,6 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
     preflight     the preflight every recipe runs before verl
     resume        what a launch resumes, run by the launcher before verl: the checkpoint verified,
                   the same-config check, the launch record
-    cards         which recipe fits which card: docs/gpu.md's per-card table (python -m
-                  verl_gsm8k.cards)
     launch        a recipe's launch, knobs to verl and back: the knob table, the overrides, the
                   preflight, the resume record, verl supervised, its processes reaped, how it
                   ended (python -m verl_gsm8k.launch)
@@ -37,7 +36,7 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
     runpage       one run's report.html, summary.json and terminal digest
     compare       several runs side by side
     report        the entry point on top of the pages: python -m verl_gsm8k.report RUN [RUN ...]
-    bench         benchmarks, not tests: reward throughput, preflight vs verl, CPU training
+    bench         benchmarks, not tests: a CPU training run, the GPU memory probe
 
 The bash entry points live in scripts/: setup.sh, merge.sh, eval.sh. The map of the whole
 project, and why the code is one package named verl_gsm8k: docs/architecture.md.
@@ -54,7 +53,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("preflight",),
     ("resume",),
     ("launch",),
-    ("sbatch", "cards"),
+    ("sbatch",),
     ("analysis",),
     ("replay",),
     ("runpage",),

@@ -5,8 +5,7 @@ under which every phase stays below 90 %, every micro-batch budget of the run se
 The launcher asks for it with ``TOKEN_BUDGET=auto`` (its default; the launcher passes
 ``--fit-budget FILE`` to the preflight unless the launch's own ``key=value`` overrides set a
 budget key): the preflight prints what it chose and why, checks the memory again at that budget,
-and writes the overrides to FILE for the launcher to put before the user's. The per-card table
-(``python -m verl_gsm8k.cards``) reads the same search.
+and writes the overrides to FILE for the launcher to put before the user's.
 """
 
 from __future__ import annotations
