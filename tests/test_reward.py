@@ -1,8 +1,6 @@
-"""Tests of rewards/gsm8k.py on its own (no verl import): tables, properties, hostile input, data.
-
-verl-dependent checks (agreement with verl's built-in scorer, verl's loader and reward managers
-calling our function) are in tests/test_reward_verl.py.
-"""
+"""rewards/gsm8k.py: its tables and properties, hostile input, the real GSM8K solutions, and
+verl 0.9.1 beside it (its built-in GSM8K scorer; its loader, reward-loop worker and naive reward
+manager calling our function)."""
 
 from __future__ import annotations
 
@@ -11,531 +9,374 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
-from helpers import require_shared
+import torch
+from helpers import ROOT, require_shared
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
+from verl import DataProto
+from verl.trainer.ppo.reward import get_custom_reward_fn
+from verl.utils.reward_score import default_compute_score
+from verl.utils.reward_score import gsm8k as verl_gsm8k
 
 from rewards import gsm8k as rg
-from rewards.gsm8k import (
-    ACC_WEIGHT,
-    FORMAT_WEIGHT,
-    REWARD_FUNCTIONS,
-    TAIL_CHARS,
-    compute_score,
-    compute_score_flexible,
-    compute_score_format,
-)
+from rewards.gsm8k import ACC_WEIGHT, FORMAT_WEIGHT, REWARD_FUNCTIONS, TAIL_CHARS
 
-REPO = Path(__file__).resolve().parents[1]
-GSM8K_ROWS = {"train.jsonl": 7473, "test.jsonl": 1319}
-REQUIRED_KEYS = {"score", "acc", "format", "pred_found", "hedged", "clipped"}
+STRICT, FLEX, FORMAT = rg.compute_score, rg.compute_score_flexible, rg.compute_score_format
+REWARD_PATH = str(ROOT / "rewards" / "gsm8k.py")
+REASONING = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nIn all 48+24 = <<48+24=72>>72.\n"
+PROOF = "She pays 1,234 dollars.\n#### $1,234.00"  # only ours credits it: seeing 1.0 proves ours
 
 
-def _call(fn, solution, truth):
-    return fn(data_source="openai/gsm8k", solution_str=solution, ground_truth=truth, extra_info={})
+def call(fn, solution, truth) -> dict:
+    result = fn(data_source="openai/gsm8k", solution_str=solution, ground_truth=truth)
+    assert set(result) == set(rg.KEYS)
+    assert all(type(v) is float and math.isfinite(v) for v in result.values()), result
+    assert 0 <= result["score"] <= 1 and {result[k] for k in rg.KEYS[1:]} <= {0.0, 1.0}
+    return result
 
 
-def _check_contract(result: object) -> None:
-    assert isinstance(result, dict)
-    assert set(result) >= REQUIRED_KEYS
-    for key, value in result.items():
-        assert type(value) in (int, float), (key, value)  # bool / None / str are not metrics
-        assert math.isfinite(value), (key, value)
-    assert 0.0 <= result["score"] <= 1.0
-    for key in REQUIRED_KEYS - {"score"}:
-        assert result[key] in (0.0, 1.0), (key, result[key])
+def verl(response, truth) -> float:
+    return float(verl_gsm8k.compute_score(response, truth))
 
 
-REASONING = (
-    "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
-    "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n"
-)
-
-# (response, ground truth, expected compute_score). Each tolerance, then the negative cases.
-STRICT_CASES = [
-    pytest.param(REASONING + "#### 72", "72", 1.0, id="plain"),
-    pytest.param(REASONING + "#### $72", "72", 1.0, id="dollar"),
-    pytest.param(REASONING + "#### $ 72", "72", 1.0, id="dollar-space"),
-    pytest.param("She earned 0.2 x 50 = $10.\n#### $10.00", "10", 1.0, id="dollar-decimals"),
-    pytest.param("Total: 1200 apples.\n#### 1,200", "1200", 1.0, id="thousands-comma"),
-    pytest.param("Total: 1200 apples.\n#### 1200", "1,200", 1.0, id="truth-has-comma"),
-    pytest.param("#### $1,234,567.00", "1234567", 1.0, id="dollar-commas-decimals"),
-    pytest.param(REASONING + "#### 72.", "72", 1.0, id="trailing-period"),
-    pytest.param("The discount is 25 percent.\n#### 25%", "25", 1.0, id="percent"),
-    pytest.param("#### 18 dollars", "18", 1.0, id="unit-word"),
-    pytest.param("#### 5 hours.", "5", 1.0, id="unit-word-period"),
-    pytest.param("#### **18**", "18", 1.0, id="bold-number"),
-    pytest.param("**#### 18**", "18", 1.0, id="bold-line"),
-    pytest.param("**Final answer:**\n#### **$18.00**", "18", 1.0, id="bold-dollar-decimals"),
-    pytest.param("So he pays 18.\n####18", "18", 1.0, id="no-space"),
-    pytest.param("####     18   \n", "18", 1.0, id="extra-spaces"),
-    pytest.param("####\n18", "18", 1.0, id="number-on-next-line"),
-    pytest.param("#### 18.00", "18", 1.0, id="decimal-zeros"),
-    pytest.param("#### 18.0", "18.00", 1.0, id="decimal-both-sides"),
-    pytest.param("#### .5", "0.5", 1.0, id="leading-dot"),
-    pytest.param("#### 0.5", ".5", 1.0, id="leading-dot-truth"),
-    pytest.param("#### 3/4", "0.75", 1.0, id="fraction"),
-    pytest.param("#### 1/2", ".5", 1.0, id="fraction-vs-leading-dot"),
-    pytest.param("#### \\frac{3}{4}", "0.75", 1.0, id="latex-frac"),
-    pytest.param("#### -5", "-5", 1.0, id="negative"),
-    pytest.param("#### $-5", "-5", 1.0, id="negative-dollar"),
-    pytest.param("#### -$5", "-5", 1.0, id="minus-dollar"),
-    pytest.param("#### \u22125", "-5", 1.0, id="unicode-minus"),
-    pytest.param("#### - 5", "-5", 1.0, id="minus-then-space-is-the-sign"),
-    pytest.param("#### 12 m^2", "12", 1.0, id="unit-exponent"),
-    pytest.param("#### 8 cm^{3}", "8", 1.0, id="unit-exponent-braced"),
-    pytest.param("#### The answer is 42", "42", 1.0, id="words-before-number"),
-    pytest.param("#### 42\r\n", "42", 1.0, id="crlf"),
-    pytest.param("#### 42 ####", "42", 1.0, id="closing-marker"),
-    pytest.param("#### Step 1\nadd them\n#### 42", "42", 1.0, id="markdown-heading-before"),
-    pytest.param("#### 42\n" + "I checked it twice. " * 60, "42", 1.0, id="marker-1200-from-end"),
-    pytest.param("#### 7\n#### 5/0", "7", 1.0, id="zero-denominator-is-no-number"),
-    pytest.param("#### 42", 42, 1.0, id="int-truth"),
-    pytest.param("#### 42", 42.0, 1.0, id="float-truth"),
-    pytest.param("#### 1200", REASONING + "#### 1,200", 1.0, id="truth-is-reference-solution"),
-    # negative cases
-    pytest.param(REASONING + "#### 71", "72", 0.0, id="wrong-number"),
-    pytest.param("#### 72", "720", 0.0, id="72-vs-720"),
-    pytest.param("#### 720", "72", 0.0, id="720-vs-72"),
-    pytest.param("#### 7.2", "72", 0.0, id="7.2-vs-72"),
-    pytest.param("#### 72", "7.2", 0.0, id="72-vs-7.2"),
-    pytest.param("#### 72\nWait, that is wrong.\n#### 70", "72", 0.0, id="right-before-last"),
-    pytest.param("The answer is 72 ####", "72", 0.0, id="number-only-before-marker"),
-    pytest.param(REASONING + "The answer is 72.", "72", 0.0, id="no-marker"),
-    pytest.param("\\boxed{72}", "72", 0.0, id="boxed-without-marker"),
-    pytest.param("#### seventy-two", "72", 0.0, id="number-in-words"),
-    pytest.param("#### 1,2", "12", 0.0, id="comma-not-thousands"),
-    pytest.param("#### 1,2", "1", 0.0, id="comma-list-is-hedged"),
-    pytest.param("#### 3/4", "3", 0.0, id="fraction-is-not-numerator"),
-    pytest.param("#### 5/0", "5", 0.0, id="zero-denominator"),
-    pytest.param("#### 1,2345", "1234", 0.0, id="bad-comma-grouping"),
-    pytest.param("#### 72\n" + "x " * TAIL_CHARS, "72", 0.0, id="marker-beyond-tail"),
-    pytest.param("#### 5", "-5", 0.0, id="sign-matters"),
-    pytest.param("#### -5", "5", 0.0, id="sign-matters-truth"),
-    pytest.param("#### - 5", "5", 0.0, id="spaced-sign-matters"),
-    pytest.param("#### 7^2", "7", 0.0, id="power-is-not-its-base"),
-    pytest.param("#### 7^2", "49", 0.0, id="power-is-not-a-stated-value"),
-    pytest.param("#### 2^2", "2", 0.0, id="power-of-equal-numbers"),
-    pytest.param("#### 72", "", 0.0, id="empty-truth"),
-    pytest.param("#### 72", None, 0.0, id="none-truth"),
-    pytest.param("", "72", 0.0, id="empty"),
-    pytest.param(None, "72", 0.0, id="none"),
-]
+# (response, truth, compute_score, verl's built-in scorer or None): every tolerated form of
+# docs/guide.md scores 1; where verl differs, docs/reward.md lists the response.
+CASES = [
+    (REASONING + "#### 72", "72", 1, 1), ("#### $18", "18", 1, 0), ("#### $ 72", "72", 1, None),
+    ("#### -$5", "-5", 1, 0), ("#### $-5", "-5", 1, None), ("#### \u22125", "-5", 1, None),
+    ("#### 1,200", "1200", 1, 1), ("#### 1200", "1,200", 1, None), ("#### 1,200", "1,200", 1, 0),
+    ("#### $1,234,567.00", "1234567", 1, None), ("#### 18.", "18", 1, 0),
+    ("#### 18%", "18", 1, 1), ("#### 18 dollars", "18", 1, 1), ("#### 5 hours.", "5", 1, None),
+    ("#### **18**", "18", 1, 0), ("**#### 18**", "18", 1, 1), ("#### **$18.00**", "18", 1, None),
+    ("####18", "18", 1, 0), ("####  18", "18", 1, 0), ("####\n18", "18", 1, None),
+    ("#### 18.00", "18", 1, 0), ("#### 18.0", "18.00", 1, None), ("#### 018", "18", 1, 0),
+    ("#### .5", "0.5", 1, 0), ("#### 0.5", ".5", 1, None), ("#### 1/2", ".5", 1, None),
+    ("#### 3/4", "0.75", 1, 0), ("#### \\frac{3}{4}", "0.75", 1, None), ("#### -3", "-3", 1, 1),
+    ("#### - 5", "-5", 1, None), ("#### 12 m^2", "12", 1, None), ("#### 8 cm^{3}", "8", 1, None),
+    ("#### 7 m²", "7", 1, None), ("#### The answer is 42", "42", 1, None),
+    ("#### 42\r\n", "42", 1, None), ("#### 18 ####", "18", 1, 1), ("#### 18\n####", "18", 1, 1),
+    ("#### Step 1\nadd\n#### 42", "42", 1, None), ("#### 7\n#### 5/0", "7", 1, None),
+    ("#### \\boxed{18}", "18", 1, 0), ("#### 18\n" + "I checked it twice. " * 20, "18", 1, 0),
+    ("#### 42", 42, 1, None), ("#### 18", 18, 1, 0), ("#### 42", 42.0, 1, None),
+    ("#### 1200", REASONING + "#### 1,200", 1, None), ("#### 72 (72 clips)", "72", 1, None),
+    ("#### 3/4 = 0.75", "0.75", 1, None), ("#### 72\nBecause 48 + 24 = 72, not 70.", "72", 1, None),
+    (REASONING + "#### 71", "72", 0, 0), ("#### 720", "72", 0, 0), ("#### 7.2", "72", 0, 0),
+    ("#### 72", "7.2", 0, None), ("#### 72\nWait.\n#### 70", "72", 0, 0),
+    ("The answer is 72 ####", "72", 0, None), (REASONING + "The answer is 72.", "72", 0, 0),
+    ("\\boxed{72}", "72", 0, 0), ("#### seventy-two", "72", 0, None), ("#### 3/4", "3", 0, None),
+    ("#### 5/0", "5", 0, None), ("#### 5", "-5", 0, None), ("#### - 5", "5", 0, None),
+    ("#### 72\n" + "x " * TAIL_CHARS, "72", 0, None), ("#### 72", "", 0, None),
+    ("#### 72", None, 0, None), ("", "72", 0, 0), (None, "72", 0, None),
+    ("#### 1,2", "12", 0, 1), ("#### 1,2345", "12345", 0, 1), ("#### 12 or 13", "12", 0, 1),
+    ("#### 12-13", "12", 0, 1), ("#### 5 apples and 6 pears", "5", 0, 1),
+    ("#### 125,96", "12596", 0, 1), ("#### 1,2,3,4,5", "12345", 0, 1),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(("response", "truth", "expected"), STRICT_CASES)
-def test_compute_score_table(response, truth, expected):
-    result = _call(compute_score, response, truth)
-    _check_contract(result)
-    assert result["score"] == expected
-    assert result["acc"] == expected
-    # whenever the marker answer is right, the other two scorers agree it is right
-    if expected == 1.0:
-        assert _call(compute_score_flexible, response, truth)["score"] == 1.0
-        assert _call(compute_score_format, response, truth)["score"] == 1.0
+@pytest.mark.parametrize(("response", "truth", "ours", "theirs"), CASES)
+def test_compute_score_and_verls_scorer(response, truth, ours, theirs):
+    assert call(STRICT, response, truth)["score"] == call(STRICT, response, truth)["acc"] == ours
+    if ours:  # a right marker answer is right for every scorer
+        assert call(FLEX, response, truth)["score"] == call(FORMAT, response, truth)["score"] == 1
+    if theirs is not None:
+        assert verl(response, truth) == theirs
+    if theirs is not None and theirs != ours:  # each difference is listed in the docs
+        assert f"`{response.splitlines()[0]}`" in (ROOT / "docs" / "reward.md").read_text()
 
 
-# (response, ground truth, expected compute_score_flexible), including the priority order
-# marker > \boxed{} > <answer></answer> > "answer is" > last number.
-FLEXIBLE_CASES = [
-    pytest.param("So the total is \\boxed{72}.", "72", 1.0, id="boxed"),
-    pytest.param("\\boxed{\\$1{,}200}", "1200", 1.0, id="boxed-latex-dollar-comma"),
-    pytest.param("\\boxed{\\frac{3}{4}}", "0.75", 1.0, id="boxed-frac"),
-    pytest.param("\\boxed{\\text{\\textbf{72}} apples}", "72", 1.0, id="boxed-nested-braces"),
-    pytest.param("<answer>72</answer>", "72", 1.0, id="answer-tag"),
-    pytest.param("<think>48+24</think>\n<answer>\n $72.00 \n</answer>", "72", 1.0, id="tag-noisy"),
-    pytest.param("So the answer is 72.", "72", 1.0, id="answer-is"),
-    pytest.param("Final Answer: $1,200\n(1,000 per box)", "1200", 1.0, id="final-answer-colon"),
-    pytest.param("THE ANSWER IS 72 apples.", "72", 1.0, id="answer-is-any-case"),
-    pytest.param("She sold 48 + 24 = 72", "72", 1.0, id="last-number"),
-    pytest.param("#### 72\nCheck: 70 + 2", "72", 1.0, id="marker-beats-last-number"),
-    pytest.param("#### 72\nso \\boxed{70}", "72", 1.0, id="marker-beats-boxed"),
-    pytest.param("\\boxed{72}. The answer is 70", "72", 1.0, id="boxed-beats-answer-is"),
-    pytest.param("<answer>72</answer> in 5 steps", "72", 1.0, id="tag-beats-last-number"),
-    pytest.param("The answer is 72.\nCheck: 72 - 2 = 70", "72", 1.0, id="answer-is-beats-last"),
-    pytest.param("\\boxed{70} then \\boxed{72}", "72", 1.0, id="last-boxed"),
-    pytest.param("\\boxed{72}\n<answer>70</answer>", "72", 1.0, id="boxed-beats-tag"),
-    pytest.param("\\boxed{72} and an unclosed \\boxed{70", "70", 1.0, id="unclosed-box-skipped"),
-    # negative cases
-    pytest.param("\\boxed{70}", "72", 0.0, id="boxed-wrong"),
-    pytest.param("#### 70\n\\boxed{72}", "72", 0.0, id="wrong-marker-wins"),
-    pytest.param("\\boxed{72}\nThe answer is 70", "70", 0.0, id="answer-is-loses-to-boxed"),
-    pytest.param("I do not know.", "72", 0.0, id="no-number"),
-    pytest.param("", "72", 0.0, id="empty"),
-    pytest.param(None, "72", 0.0, id="none"),
-]
+# (response, truth, compute_score_flexible): and its order marker > box > tag > "answer is" > last
+FLEXIBLE = [
+    ("So it is \\boxed{72}.", "72", 1), ("\\boxed{\\$1{,}200}", "1200", 1),
+    ("\\boxed{\\frac{3}{4}}", "0.75", 1), ("\\boxed{\\text{\\textbf{72}} apples}", "72", 1),
+    ("<think>48+24</think>\n<answer>\n $72.00 \n</answer>", "72", 1),
+    ("So the answer is 72.", "72", 1), ("Final Answer: $1,200\n(1,000 per box)", "1200", 1),
+    ("THE ANSWER IS 72 apples.", "72", 1), ("She sold 48 + 24 = 72", "72", 1),
+    ("#### 72\nso \\boxed{70}", "72", 1), ("\\boxed{72}. The answer is 70", "72", 1),
+    ("<answer>72</answer> in 5 steps", "72", 1), ("The answer is 72.\nCheck: 72 - 2", "72", 1),
+    ("\\boxed{70} then \\boxed{72}", "72", 1), ("\\boxed{72}\n<answer>70</answer>", "72", 1),
+    ("\\boxed{72} and an unclosed \\boxed{70", "70", 1), ("#### 70\n\\boxed{72}", "72", 0),
+    ("\\boxed{72}\nThe answer is 70", "70", 0), ("I do not know.", "72", 0), (None, "72", 0),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(("response", "truth", "expected"), FLEXIBLE_CASES)
-def test_compute_score_flexible_table(response, truth, expected):
-    result = _call(compute_score_flexible, response, truth)
-    _check_contract(result)
-    assert result["score"] == expected
-    assert result["acc"] == expected
+@pytest.mark.parametrize(("response", "truth", "expected"), FLEXIBLE)
+def test_compute_score_flexible(response, truth, expected):
+    assert call(FLEX, response, truth)["acc"] == call(FLEX, response, truth)["score"] == expected
 
 
-# (response, ground truth, expected acc, expected format) for compute_score_format
-FORMAT_CASES = [
-    pytest.param(REASONING + "#### 72", "72", 1.0, 1.0, id="right-with-marker"),
-    pytest.param(REASONING + "So the answer is \\boxed{72}.", "72", 1.0, 0.0, id="right-no-marker"),
-    pytest.param(REASONING + "#### 70", "72", 0.0, 1.0, id="wrong-with-marker"),
-    pytest.param("I think it is 70.", "72", 0.0, 0.0, id="wrong-no-marker"),
-    pytest.param("#### none", "72", 0.0, 0.0, id="marker-without-number"),
-    pytest.param("", "72", 0.0, 0.0, id="empty"),
-]
+def test_format_score_weights_the_marker():
+    assert (ACC_WEIGHT, FORMAT_WEIGHT) == (0.8, 0.2)  # docs/reward.md states these
+    cases = {"#### 72": 1.0, "\\boxed{72}": 0.8, "#### 70": 0.2, "#### none": 0.0, "70": 0.0}
+    for response, score in cases.items():
+        assert call(FORMAT, response, "72")["score"] == pytest.approx(score)
+    assert set(REWARD_FUNCTIONS) == {"compute_score", "compute_score_flexible",
+                                     "compute_score_format"}  # fmt: skip
+    assert STRICT("openai/gsm8k", "#### 3", "3")["score"] == 1.0  # positional, extra keywords
+    assert FORMAT("x", "#### 3", "3", None, foo=1, bar=None)["score"] == 1.0
 
 
-@pytest.mark.parametrize(("response", "truth", "acc", "fmt"), FORMAT_CASES)
-def test_compute_score_format_table(response, truth, acc, fmt):
-    result = _call(compute_score_format, response, truth)
-    _check_contract(result)
-    assert (result["acc"], result["format"]) == (acc, fmt)
-    assert result["score"] == pytest.approx(ACC_WEIGHT * acc + FORMAT_WEIGHT * fmt)
+def test_only_the_tail_is_read_and_a_cut_token_is_dropped():
+    inside = "#### 42\n" + "a" * (TAIL_CHARS - 8)
+    assert call(STRICT, inside, "42")["score"] == 1.0 and call(STRICT, inside, "42")["clipped"] == 0
+    assert call(STRICT, inside + "a", "42") == dict.fromkeys(rg.KEYS, 0.0) | {"clipped": 1.0}
+    cut = call(FLEX, "123456 " + "x" * (TAIL_CHARS - 4), "456")  # the cut falls inside 123456
+    assert (cut["pred_found"], cut["clipped"]) == (0.0, 1.0)
 
 
-def test_format_weights_as_documented():
-    assert (ACC_WEIGHT, FORMAT_WEIGHT) == (0.8, 0.2)  # docs/reward.md states these numbers
-    assert ACC_WEIGHT >= 0.7
-    assert abs(ACC_WEIGHT + FORMAT_WEIGHT - 1.0) < 1e-12
-    scores = {_call(compute_score_format, case.values[0], "72")["score"] for case in FORMAT_CASES}
-    assert sorted(scores) == pytest.approx([0.0, 0.2, 0.8, 1.0])
+# (response, scorers reading it, truths): several values or an expression, never credited
+BOTH, FLEXIBLES = (STRICT, FLEX, FORMAT), (FLEX, FORMAT)
+HEDGED = [
+    ("#### 7+7", BOTH, ["7", "14"]), ("#### 7*7", BOTH, ["7", "49"]),
+    ("#### 7x7", BOTH, ["7", "49"]),
+    ("#### 7 × 7", BOTH, ["7"]), ("#### 7-7", BOTH, ["7", "0"]), ("#### 7²", BOTH, ["7", "49"]),
+    ("#### 7^2", BOTH, ["7", "49"]), ("#### 2^2", BOTH, ["2", "4"]), ("#### 7**2", BOTH, ["7"]),
+    ("#### 125,96", BOTH, ["125", "96"]), (REASONING + "#### 12 or 13", BOTH, ["12", "13"]),
+    ("#### 12, 13", BOTH, ["12"]), ("#### 12 - 13", BOTH, ["12", "-13"]),
+    ("#### 12–13", BOTH, ["12", "13"]), ("#### between 12 and 13", BOTH, ["13"]),
+    ("#### **12** or **13**", BOTH, ["12"]), ("#### 12 (or 13)", BOTH, ["12"]),
+    ("#### -5 or 5", BOTH, ["5"]), ("#### 1 1/2", BOTH, ["1", "1.5"]),
+    ("#### 1,234, 5,678", BOTH, ["1234"]), ("#### 72\n#### 12 or 13", BOTH, ["72", "12"]),
+    ("\\boxed{12, 13}", FLEXIBLES, ["12"]), ("\\boxed{12 \\text{ or } 13}", FLEXIBLES, ["12"]),
+    ("\\boxed{12} then \\boxed{12-13}", FLEXIBLES, ["12"]), ("<answer>7+7</answer>", FLEXIBLES,
+    ["7"]), ("So the answer is 12 or 13.", FLEXIBLES, ["12"]),
+    ("Final Answer: $1,200 (1,000 per box)", FLEXIBLES, ["1200"]),
+    ("#### 12 or 13\n\\boxed{12}", FLEXIBLES, ["12"]), ("\\boxed{7+7}\nanswer is 7", FLEXIBLES,
+    ["7"]),
+]  # fmt: skip
 
 
-def test_registry_names_the_public_functions():
-    assert set(REWARD_FUNCTIONS) == {
-        "compute_score",
-        "compute_score_flexible",
-        "compute_score_format",
-    }
-    for name, fn in REWARD_FUNCTIONS.items():
-        assert getattr(rg, name) is fn
-
-
-def test_positional_call_and_extra_kwargs():
-    # verl passes keywords, and may add reward_kwargs; positional use must work too
-    assert compute_score("openai/gsm8k", "#### 3", "3")["score"] == 1.0
-    assert compute_score_format("x", "#### 3", "3", None, foo=1, bar=None)["score"] == 1.0
-
-
-def test_tail_is_read_and_clipped_flag():
-    answer = "#### 42\n"
-    inside = answer + "a" * (TAIL_CHARS - len(answer))  # exactly TAIL_CHARS long
-    assert _call(compute_score, inside, "42")["clipped"] == 0.0
-    assert _call(compute_score, inside, "42")["score"] == 1.0
-    outside = answer + "a" * (TAIL_CHARS - len(answer) + 1)  # one char too many: marker cut off
-    assert _call(compute_score, outside, "42") == {
-        "score": 0.0,
-        "acc": 0.0,
-        "format": 0.0,
-        "pred_found": 0.0,
-        "hedged": 0.0,
-        "clipped": 1.0,
-    }
-
-
-def test_cut_does_not_leave_half_a_number():
-    # the cut falls inside "123456": the flexible scorer must not read its tail "456" as a number
-    text = "123456 " + "x" * (TAIL_CHARS - 4)
-    assert len(text) > TAIL_CHARS
-    result = _call(compute_score_flexible, text, "456")
-    assert (result["pred_found"], result["clipped"]) == (0.0, 1.0)
-
-
-# ---------------------------------------------------------------- hedged answers
-
-# (response, scorers that must reject it, truths to try): the answer segment offers several
-# candidate numbers, so it scores 0 whichever of them is right (before, the first one scored 1).
-STRICT = ("compute_score", "compute_score_flexible", "compute_score_format")
-FLEXIBLE = ("compute_score_flexible", "compute_score_format")
-HEDGED_CASES = [
-    pytest.param("#### 125,96", STRICT, ["125", "96", "12596"], id="bad-thousands-group"),
-    pytest.param(REASONING + "#### 12 or 13", STRICT, ["12", "13"], id="or"),
-    pytest.param("#### 1,2,3,4,5", STRICT, ["1", "5", "12345"], id="comma-list"),
-    pytest.param("#### 12, 13", STRICT, ["12", "13"], id="comma-space-list"),
-    pytest.param("#### 12-13", STRICT, ["12", "13"], id="range-hyphen"),
-    pytest.param("#### 12 - 13", STRICT, ["12", "13", "-13"], id="range-spaced"),
-    pytest.param("#### 12–13", STRICT, ["12", "13"], id="range-en-dash"),
-    pytest.param("#### between 12 and 13", STRICT, ["12", "13"], id="between"),
-    pytest.param("#### 5 apples and 6 pears", STRICT, ["5", "6", "11"], id="two-quantities"),
-    pytest.param("#### $12 or $13", STRICT, ["12", "13"], id="dollars"),
-    pytest.param("#### **12** or **13**", STRICT, ["12", "13"], id="bold"),
-    pytest.param("#### 12 (or 13)", STRICT, ["12", "13"], id="parenthesis"),
-    pytest.param("#### 3.5 or 4", STRICT, ["3.5", "4"], id="decimal-or-integer"),
-    pytest.param("#### -5 or 5", STRICT, ["-5", "5"], id="signs"),
-    pytest.param("#### 1 1/2", STRICT, ["1", "0.5", "1.5"], id="mixed-number"),
-    pytest.param("#### 1,234, 5,678", STRICT, ["1234", "5678"], id="two-thousands"),
-    pytest.param("#### 72\n#### 12 or 13", STRICT, ["72", "12"], id="last-marker-not-skipped"),
-    pytest.param("\\boxed{12, 13}", FLEXIBLE, ["12", "13"], id="boxed-list"),
-    pytest.param("\\boxed{12 \\text{ or } 13}", FLEXIBLE, ["12", "13"], id="boxed-or"),
-    pytest.param("\\boxed{12} then \\boxed{12-13}", FLEXIBLE, ["12"], id="last-box-hedged"),
-    pytest.param("<answer>12 or 13</answer>", FLEXIBLE, ["12", "13"], id="tag"),
-    pytest.param("So the answer is 12 or 13.", FLEXIBLE, ["12", "13"], id="answer-is"),
-    pytest.param("THE ANSWER IS 72 apples, 5 each", FLEXIBLE, ["72", "5"], id="answer-is-two"),
-    pytest.param("Final Answer: $1,200 (1,000 per box)", FLEXIBLE, ["1200"], id="answer-colon"),
-    pytest.param("#### 12 or 13\n\\boxed{12}", FLEXIBLE, ["12"], id="marker-not-passed-over"),
-    pytest.param("\\boxed{12 or 13}\nThe answer is 12", FLEXIBLE, ["12"], id="box-not-passed"),
-]
-
-
-@pytest.mark.parametrize(("response", "names", "truths"), HEDGED_CASES)
-def test_hedged_answer_scores_zero_whichever_is_right(response, names, truths):
-    for name in names:
+@pytest.mark.parametrize(("response", "scorers", "truths"), HEDGED)
+def test_a_hedge_or_an_expression_scores_zero_whichever_is_right(response, scorers, truths):
+    for fn in scorers:
         for truth in truths:
-            result = _call(REWARD_FUNCTIONS[name], response, truth)
-            _check_contract(result)
-            assert (result["score"], result["acc"]) == (0.0, 0.0), (name, truth)
-            assert (result["hedged"], result["pred_found"], result["format"]) == (1.0, 1.0, 0.0)
+            result = call(fn, response, truth)
+            assert (result["score"], result["acc"], result["format"]) == (0, 0, 0), (fn, truth)
+            assert (result["hedged"], result["pred_found"]) == (1, 1)
 
 
-# (response, ground truth): formatting noise around ONE number is still credited by every scorer
-SINGLE_CANDIDATE_CASES = [
-    pytest.param("#### 1,234,567", "1234567", id="thousands-groups"),
-    pytest.param("#### -1,234", "-1234", id="negative-thousands"),
-    pytest.param("#### -5", "-5", id="negative-is-not-a-range"),
-    pytest.param("#### -2.5", "-2.5", id="negative-decimal"),
-    pytest.param("#### 0.25", "0.25", id="decimal-is-one-number"),
-    pytest.param("#### 3/4", "0.75", id="fraction-is-one-number"),
-    pytest.param("#### \\dfrac{3}{4}", "0.75", id="latex-fraction"),
-    pytest.param("#### $1,200.00 per month", "1200", id="currency-and-unit"),
-    pytest.param("#### 15% of them", "15", id="percent-and-words"),
-    pytest.param("#### 18 m^2", "18", id="unit-exponent"),
-    pytest.param("#### 18 cm^{3}", "18", id="unit-exponent-braces"),
-    pytest.param("#### 72 (72 clips)", "72", id="same-value-twice"),
-    pytest.param("#### 3/4 = 0.75", "0.75", id="same-value-two-ways"),
-    pytest.param("#### **$18.00**", "18", id="bold-currency"),
-    pytest.param(
-        "#### 72\nBecause 48 + 24 = 72, not 70 or 71.\nDone in 2 steps.",
-        "72",
-        id="explanation-on-following-lines",
-    ),
-    pytest.param("####\n72\nthat is 70 + 2", "72", id="number-on-next-line-then-explanation"),
-]
+PROPERTY = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+ANY = st.one_of(
+    st.none(), st.text(max_size=3000), st.integers(), st.floats(), st.binary(max_size=200),
+    st.text(alphabet="0123456789.,-+$/#*%{}\\ \nboxedanswer<>:isx^²", max_size=500),
+    st.lists(st.text(max_size=20), max_size=5), st.booleans(),
+)  # fmt: skip
 
 
-@pytest.mark.parametrize(("response", "truth"), SINGLE_CANDIDATE_CASES)
-def test_single_candidate_with_noise_is_credited(response, truth):
-    for fn in REWARD_FUNCTIONS.values():
-        result = _call(fn, response, truth)
-        assert (result["score"], result["acc"], result["hedged"]) == (1.0, 1.0, 0.0), fn
-
-
-# ---------------------------------------------------------------- properties (hypothesis)
-
-ANY_VALUE = st.one_of(
-    st.none(),
-    st.text(max_size=3000),
-    st.text(alphabet="0123456789.,-+$/#*%{}\\ \nboxedanswer<>:is", max_size=500),
-    st.integers(),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.binary(max_size=200),
-    st.lists(st.text(max_size=20), max_size=5),
-    st.booleans(),
-)
-PROPERTY_SETTINGS = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-
-
-@PROPERTY_SETTINGS
-@given(solution=ANY_VALUE, truth=ANY_VALUE)
-def test_never_raises_and_returns_numeric_metrics(solution, truth):
-    strict = _call(compute_score, solution, truth)
-    flexible = _call(compute_score_flexible, solution, truth)
-    formatted = _call(compute_score_format, solution, truth)
-    for result in (strict, flexible, formatted):
-        _check_contract(result)
-    # relations that hold by construction of the three scorers
+@PROPERTY
+@given(solution=ANY, truth=ANY)
+def test_never_raises_and_the_scorers_agree_by_construction(solution, truth):
+    strict, flexible, formatted = (call(fn, solution, truth) for fn in (STRICT, FLEX, FORMAT))
     assert strict["score"] == strict["acc"] == strict["format"] * strict["acc"]
-    assert flexible["acc"] >= strict["acc"]
+    assert flexible["acc"] >= strict["acc"] and formatted["acc"] == flexible["acc"]
     assert flexible["format"] == formatted["format"] == strict["format"]
-    assert formatted["acc"] == flexible["acc"]
-    for result in (strict, flexible, formatted):  # a hedged answer is found but never right
-        assert result["hedged"] <= result["pred_found"]
-        assert result["hedged"] * result["acc"] == 0.0
-    assert strict["hedged"] * strict["format"] == 0.0
+    for result in (strict, flexible, formatted):  # a hedge is found but never right
+        assert result["hedged"] <= result["pred_found"] and result["hedged"] * result["acc"] == 0
     assert formatted["score"] == pytest.approx(
         ACC_WEIGHT * formatted["acc"] + FORMAT_WEIGHT * formatted["format"]
     )
 
 
-def _decorate(n: int, style: str) -> str:
-    sign, magnitude = ("-" if n < 0 else ""), abs(n)
-    return {
-        "plain": f"{n}",
-        "commas": f"{n:,}",
-        "dollar": f"{sign}${magnitude:,}",
-        "decimals": f"{n}.00",
-        "bold": f"**{n:,}**",
-        "unit": f"{n} dollars",
-        "period": f"{n}.",
-        "percent": f"{n}%",
-        "nospace": f"{n}",
-    }[style]
+def decorate(n: int, style: str) -> str:
+    sign = "-" if n < 0 else ""
+    return {"plain": f"{n}", "commas": f"{n:,}", "dollar": f"{sign}${abs(n):,}", "bold":
+            f"**{n:,}**", "decimals": f"{n}.00", "unit": f"{n} dollars", "period": f"{n}.",
+            "percent": f"{n}%"}[style]  # fmt: skip
 
 
-STYLES = ["plain", "commas", "dollar", "decimals", "bold", "unit", "period", "percent", "nospace"]
-PROSE = st.text(alphabet="abcdefghijklmnopqrstuvwxyz ABC.\n=+", max_size=2500)
+STYLES = ["plain", "commas", "dollar", "bold", "decimals", "unit", "period", "percent"]
+NUMBERS = st.integers(min_value=-(10**7), max_value=10**9)
 
 
-@PROPERTY_SETTINGS
-@given(
-    prose=PROSE,
-    n=st.integers(min_value=-(10**7), max_value=10**9),
-    other=st.integers(min_value=-(10**7), max_value=10**9),
-    style=st.sampled_from(STYLES),
-    truth_commas=st.booleans(),
-)
-def test_marker_round_trip(prose, n, other, style, truth_commas):
-    marker = "####" if style == "nospace" else "#### "
-    response = f"{prose}\n{marker}{_decorate(n, style)}\n"
-    truth = f"{n:,}" if truth_commas else str(n)
-    for fn in REWARD_FUNCTIONS.values():
-        assert _call(fn, response, truth)["score"] == 1.0
-    expected = 1.0 if other == n else 0.0
-    assert _call(compute_score, response, str(other))["score"] == expected
+@PROPERTY
+@given(prose=st.text(alphabet="abcdefghij ABC.\n=+", max_size=2500), n=NUMBERS, other=NUMBERS,
+       style=st.sampled_from(STYLES), space=st.sampled_from(["", " "]),
+       explanation=st.text(alphabet="abc 0123456789+=-.,$%*\n", max_size=300))  # fmt: skip
+def test_one_stated_number_round_trips_through_every_scorer(
+    prose, n, other, style, space, explanation
+):
+    response = f"{prose}\n####{space}{decorate(n, style)}\n{explanation}"
+    for fn in (STRICT, FLEX, FORMAT):
+        assert (call(fn, response, f"{n:,}")["score"], call(fn, response, str(n))["hedged"]) == (
+            1, 0)  # fmt: skip
+    assert call(STRICT, response, str(other))["score"] == (other == n)
 
 
-JOINERS = [
-    " or ",
-    ", ",
-    " - ",
-    "\u2013",
-    " to ",
-    " and ",
-    " (or ",
-    "; ",
-    " apples and ",
-    " or maybe ",
-]
-PLACES = {  # where the answer segment is, and the scorers that read it there
-    "#### {}": STRICT,
-    "\\boxed{{{}}}": FLEXIBLE,
-    "<answer>{}</answer>": FLEXIBLE,
-    "The answer is {}.": FLEXIBLE,
-}
-
-
-@PROPERTY_SETTINGS
-@given(
-    a=st.integers(min_value=-(10**7), max_value=10**9),
-    b=st.integers(min_value=-(10**7), max_value=10**9),
-    styles=st.tuples(st.sampled_from(STYLES), st.sampled_from(STYLES)),
-    joiner=st.sampled_from(JOINERS),
-    place=st.sampled_from(sorted(PLACES)),
-)
-def test_two_different_candidates_are_never_credited(a, b, styles, joiner, place):
-    if a == b:
-        b = a + 1
-    segment = _decorate(a, styles[0]) + joiner + _decorate(b, styles[1])
-    response = REASONING + place.format(segment)
-    for name in PLACES[place]:
-        for truth in (str(a), str(b), f"{a:,}"):
-            result = _call(REWARD_FUNCTIONS[name], response, truth)
-            assert (result["acc"], result["hedged"]) == (0.0, 1.0), (name, response, truth)
-
-
-@PROPERTY_SETTINGS
-@given(
-    n=st.integers(min_value=-(10**7), max_value=10**9),
-    style=st.sampled_from(STYLES),
-    explanation=st.text(alphabet="abc 0123456789+=-.,$%*\n", max_size=300),
-)
-def test_one_candidate_then_explanation_lines_is_credited(n, style, explanation):
-    response = f"{REASONING}#### {_decorate(n, style)}\n{explanation}"
-    for fn in REWARD_FUNCTIONS.values():
-        result = _call(fn, response, str(n))
-        assert (result["score"], result["hedged"]) == (1.0, 0.0), (fn, response)
-
-
-@PROPERTY_SETTINGS
+@PROPERTY
 @given(
     junk=st.text(alphabet="abcxyz#", min_size=TAIL_CHARS, max_size=3 * TAIL_CHARS),
     response=st.text(max_size=TAIL_CHARS // 2),
     truth=st.sampled_from(["72", "-3", "0.5"]),
 )
 def test_only_the_tail_matters(junk, response, truth):
-    # anything before the last TAIL_CHARS characters (cut at a whitespace) is ignored
-    for fn in REWARD_FUNCTIONS.values():
-        short, padded = _call(fn, response, truth), _call(fn, junk + "\n" + response, truth)
-        assert padded["clipped"] == 1.0
-        assert {k: v for k, v in short.items() if k != "clipped"} == {
-            k: v for k, v in padded.items() if k != "clipped"
-        }
+    for fn in (STRICT, FLEX, FORMAT):
+        padded = call(fn, junk + "\n" + response, truth)
+        assert padded == call(fn, response, truth) | {"clipped": 1.0}
+
+
+@PROPERTY
+@given(a=NUMBERS, b=NUMBERS, styles=st.tuples(*[st.sampled_from(STYLES)] * 2),
+       joiner=st.sampled_from([" or ", ", ", " - ", "\u2013", " to ", " and ", " (or ", "; "]),
+       place=st.sampled_from(["#### {}", "\\boxed{{{}}}", "<answer>{}</answer>",
+                              "The answer is {}."]))  # fmt: skip
+def test_two_different_numbers_are_never_credited(a, b, styles, joiner, place):
+    b = b if a != b else a + 1
+    response = REASONING + place.format(decorate(a, styles[0]) + joiner + decorate(b, styles[1]))
+    for fn in (STRICT, FLEX, FORMAT) if place.startswith("#") else (FLEX, FORMAT):
+        for truth in (str(a), str(b), f"{a:,}"):
+            assert (call(fn, response, truth)["acc"], call(fn, response, truth)["hedged"]) == (
+                0, 1), (fn, response, truth)  # fmt: skip
 
 
 HOSTILE = [
-    pytest.param("1," * 500_000, id="commas"),
-    pytest.param("#### " + "9" * 10**6, id="marker-then-million-digits"),
-    pytest.param("9" * 10**6 + " #### " + "9" * 1990, id="huge-number-in-tail"),
-    pytest.param("\\boxed{" * 100_000, id="nested-boxed"),
-    pytest.param("\\boxed{" * 250 + "}" * 100, id="nested-boxed-in-tail"),
-    pytest.param("#### 1" * 300_000, id="many-markers"),
-    pytest.param("####" * 300_000, id="many-empty-markers"),
-    pytest.param("<answer>" * 200_000, id="open-tags"),
-    pytest.param("the answer is " * 100_000, id="answer-is-repeated"),
-    pytest.param("\\frac{" * 300_000, id="open-fracs"),
-    pytest.param(" " * 10**6 + "#### 5", id="spaces"),
-    pytest.param("-" * 10**6, id="minus-signs"),
-    pytest.param(".5" * 500_000, id="dots"),
-    pytest.param("1/" * 500_000, id="slashes"),
-    pytest.param("1,000" * 200_000, id="comma-groups"),
-    pytest.param("\x00\ud800" * 100_000, id="nul-and-lone-surrogate"),
-    pytest.param(b"#### 5" * 200_000, id="bytes"),
-]
+    "1," * 500_000, "#### " + "9" * 10**6, "9" * 10**6 + " #### " + "9" * 1990,
+    "\\boxed{" * 100_000, "\\boxed{" * 250 + "}" * 100, "#### 1" * 300_000, "####" * 300_000,
+    "<answer>" * 200_000, "the answer is " * 100_000, "\\frac{" * 300_000,
+    " " * 10**6 + "#### 5", "-" * 10**6, ".5" * 500_000, "1/" * 500_000, "1,000" * 200_000,
+    "7+" * 500_000, "\x00\ud800" * 100_000, b"#### 5" * 200_000,
+]  # fmt: skip
 
 
-@pytest.mark.parametrize("hostile", HOSTILE)
+@pytest.mark.parametrize("hostile", HOSTILE, ids=range(len(HOSTILE)))
 def test_hostile_input_is_fast(hostile):
-    for fn in REWARD_FUNCTIONS.values():
-        for truth in ("5", hostile):  # hostile ground truths as well
+    for fn in (STRICT, FLEX, FORMAT):
+        for truth in ("5", hostile):
             start = time.perf_counter()
-            result = _call(fn, hostile, truth)
-            elapsed = time.perf_counter() - start
-            _check_contract(result)
-            assert elapsed < 2.0, (fn.__name__, elapsed)
+            call(fn, hostile, truth)
+            assert time.perf_counter() - start < 2.0, fn
 
 
-# ---------------------------------------------------------------- the real GSM8K data
-
-
-def _gsm8k_rows() -> list[dict]:
-    folder = require_shared("gsm8k")
-    rows = []
-    for name, count in GSM8K_ROWS.items():
-        with open(folder / name, encoding="utf-8") as handle:
-            part = [json.loads(line) for line in handle if line.strip()]
-        assert len(part) == count, name
-        rows.extend(part)
-    return rows
-
-
-def _reference_truth(answer: str) -> str:
-    """What verl's own GSM8K prep stores as ground truth: after '#### ', commas removed."""
-    return answer.split("#### ")[-1].strip().replace(",", "")
-
-
-def test_every_reference_solution_is_credited():
-    rows = _gsm8k_rows()
+def test_every_gsm8k_reference_solution_as_verl_scores_it():
+    """Each of the 8792 solutions: credited by every scorer and by verl; with another answer,
+    0 (0.2 for the format score) for both; hedging between its answer and the next number,
+    credited by verl and not by ours."""
+    folder, failures, hedged = require_shared("gsm8k"), [], set()
+    rows = [json.loads(ln) for name in ("train.jsonl", "test.jsonl")
+            for ln in (folder / name).read_text().splitlines() if ln.strip()]  # fmt: skip
     assert len(rows) == 8792
-    failures = []
     for index, row in enumerate(rows):
-        truth = _reference_truth(row["answer"])
-        for fn in REWARD_FUNCTIONS.values():
-            result = _call(fn, row["answer"], truth)
-            if (result["score"], result["hedged"]) != (1.0, 0.0):
-                failures.append((index, fn.__name__, row["answer"][-60:], truth))
-    assert failures == []
+        truth = row["answer"].split("#### ")[-1].strip().replace(",", "")
+        head = row["answer"].rpartition("#### ")[0]
+        wrong = f"{head}#### {int(truth) - 1}"
+        got = [call(fn, row["answer"], truth)["score"] for fn in (STRICT, FLEX, FORMAT)]
+        got += [verl(row["answer"], truth), call(STRICT, wrong, truth)["score"], verl(wrong, truth)]
+        if got != [1, 1, 1, 1, 0, 0] or call(FORMAT, wrong, truth)["score"] != FORMAT_WEIGHT:
+            failures.append((index, got))
+        hedge = f"{head}#### {truth} or {int(truth) + 1}"
+        hedged.add((verl(hedge, truth), call(STRICT, hedge, truth)["score"]))
+    assert failures == [] and hedged == {(1.0, 0.0)}
+    with pytest.raises(TypeError):  # verl's scorer raises on None; ours scores 0
+        verl_gsm8k.compute_score(None, "18")
 
 
-def test_every_reference_solution_with_a_changed_answer_is_rejected():
-    failures = []
-    for index, row in enumerate(_gsm8k_rows()):
-        truth = _reference_truth(row["answer"])
-        head, _, _ = row["answer"].rpartition("#### ")
-        wrong = f"{head}#### {int(truth) + 1}"  # every GSM8K answer is an integer
-        if _call(compute_score, wrong, truth)["score"] != 0.0:
-            failures.append((index, wrong[-40:], truth))
-        if _call(compute_score_format, wrong, truth)["score"] != pytest.approx(FORMAT_WEIGHT):
-            failures.append((index, "format", wrong[-40:], truth))
-    assert failures == []
+@PROPERTY
+@given(
+    prose=st.text(alphabet="abcdefghij klmnop=+-*.,\n0123456789", max_size=1500),
+    n=NUMBERS,
+    other=NUMBERS,
+    commas=st.booleans(),
+    right=st.booleans(),
+    suffix=st.sampled_from(["", "\n", " dollars", "%", " apples in total.\n", "\n\nDone!"]),
+)
+def test_agrees_with_verl_on_well_formed_answers(prose, n, other, commas, suffix, right):
+    response = f"{prose}\n#### {n:,}{suffix}" if commas else f"{prose}\n#### {n}{suffix}"
+    truth = str(n if right else other)
+    assert call(STRICT, response, truth)["score"] == verl(response, truth)
+
+
+# ---------------------------------------------------------------- verl runs our function
+
+
+def reward_config(name: str) -> OmegaConf:
+    fn = {"path": REWARD_PATH, "name": name, "reward_kwargs": {"unused_kwarg": 1}}
+    return OmegaConf.create({"reward": {"custom_reward_function": fn}})
+
+
+def test_verls_loader_calls_our_function_by_name():
+    call_args = {"data_source": "openai/gsm8k", "solution_str": PROOF, "ground_truth": "1234"}
+    assert default_compute_score(**call_args) == 0.0  # verl's own scorer rejects PROOF
+    for name, fn in REWARD_FUNCTIONS.items():
+        assert get_custom_reward_fn(reward_config(name))(**call_args, extra_info={}) == fn(
+            **call_args) and fn(**call_args)["acc"] == 1.0  # fmt: skip
+    with pytest.raises(AttributeError):
+        get_custom_reward_fn(reward_config("compute_score_typo"))
+
+
+BATCH = [(REASONING + "#### 72", "72"), (PROOF, "1234"), ("It is 70.\n#### 70", "72"),
+         ("So the answer is \\boxed{72}.", "72")]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def batch(tiny_model_dir) -> tuple:
+    """A rollout batch as verl builds it: left-padded prompts, right-padded responses + EOS."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    chat = [{"role": "user", "content": "How many clips did Natalia sell?"}]
+    prompt = tok(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False),
+                 add_special_tokens=False)["input_ids"][-48:]  # fmt: skip
+    rows, masks, left = [], [], 48 - len(prompt)
+    for response, _ in BATCH:
+        ids = tok(response, add_special_tokens=False)["input_ids"]
+        assert tok.decode(ids, skip_special_tokens=True) == response
+        ids, pad = (ids + [tok.eos_token_id])[:64], [tok.pad_token_id]
+        rows.append(pad * left + prompt + ids + pad * (64 - len(ids)))
+        masks.append([0] * left + [1] * (len(prompt) + len(ids)) + [0] * (64 - len(ids)))
+    ids = torch.tensor(rows)
+    data = DataProto.from_dict(
+        tensors={"prompts": ids[:, :48], "responses": ids[:, 48:], "input_ids": ids,
+                 "attention_mask": torch.tensor(masks)},
+        non_tensors={"data_source": np.array(["openai/gsm8k"] * len(BATCH), dtype=object),
+                     "reward_model": np.array([{"style": "rule", "ground_truth": t}
+                                               for _, t in BATCH], dtype=object)},
+    )  # fmt: skip
+    return tok, data
+
+
+def reward_loop_scores(tiny_model_dir, batch, overrides: list[str]) -> list[dict]:
+    """verl's RewardLoopWorker, what main_ppo runs as a Ray actor, on the composed config."""
+    import verl
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from verl.experimental.reward_loop import RewardLoopWorker
+
+    GlobalHydra.instance().clear()
+    config_dir = Path(verl.__file__).parent / "trainer" / "config"
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        config = compose("ppo_trainer", [f"actor_rollout_ref.model.path={tiny_model_dir}",
+                                          *overrides])  # fmt: skip
+    worker = RewardLoopWorker(config)
+    return worker.loop.run_until_complete(worker.compute_score_batch(batch[1]))
+
+
+@pytest.mark.parametrize("name", sorted(REWARD_FUNCTIONS))
+def test_verls_reward_loop_worker_runs_our_function(name, tiny_model_dir, batch):
+    outputs = reward_loop_scores(tiny_model_dir, batch, [
+        f"reward.custom_reward_function.path={REWARD_PATH}",
+        f"reward.custom_reward_function.name={name}"])  # fmt: skip
+    for output, (response, truth) in zip(outputs, BATCH, strict=True):
+        assert output["reward_extra_info"] == REWARD_FUNCTIONS[name]("gsm8k", response, truth)
+        assert output["reward_score"] == output["reward_extra_info"]["score"]
+    assert outputs[1]["reward_score"] == 1.0  # PROOF: only ours credits it
+    if name == "compute_score":  # the control: no custom function, verl's built-in scorer
+        default = reward_loop_scores(tiny_model_dir, batch, [])
+        assert [output["reward_score"] for output in default] == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_verls_legacy_naive_reward_manager_runs_our_function(batch):
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    tok, data = batch
+    loaded = get_custom_reward_fn(reward_config("compute_score_format"))
+    result = NaiveRewardManager(tokenizer=tok, num_examine=0, compute_score=loaded)(
+        data, return_dict=True)  # fmt: skip
+    last = data.batch["attention_mask"][:, 48:].sum(dim=1) - 1
+    for i, (response, truth) in enumerate(BATCH):
+        expected = FORMAT("openai/gsm8k", response, truth)
+        reward = result["reward_tensor"][i]
+        assert reward[last[i]].item() == pytest.approx(reward.sum().item()) == pytest.approx(
+            expected["score"])  # fmt: skip
+        assert {k: v[i] for k, v in result["reward_extra_info"].items()} == expected
