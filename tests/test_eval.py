@@ -647,7 +647,7 @@ def test_rescore_with_our_reward(tmp_path):
         records.append(record)
     path = tmp_path / "pred.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    scored = scoring.rescore(path, rows, scoring.load_reward(), ground_truth)
+    scored = scoring.rescore(path, rows)
     assert scored["n"] == 3 and scored["unmatched"] == 0
     assert scored["accuracy"] == pytest.approx(2 / 3) and scored["format_rate"] == 1.0
     assert [scored["per_index"][i]["acc"] for i in range(3)] == [1.0, 1.0, 0.0]
@@ -696,7 +696,7 @@ def test_rescore_pass_at_k_unbiased_per_row_and_flags_short_questions(tmp_path, 
         records.append(record)
     path = tmp_path / "pred.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    scored = scoring.rescore(path, rows, scoring.load_reward(), ground_truth, k=2)
+    scored = scoring.rescore(path, rows, k=2)
     # row 0: n=3, c=1: 1 - C(2,2)/C(3,2) = 2/3; row 1: 0; row 2 has 1 answer < k: flagged, left out
     assert scored["questions"] == 3
     assert scored["pass_at_k"] == pytest.approx((2 / 3 + 0.0) / 2)
@@ -751,18 +751,15 @@ def _run_with_records(tmp_path: Path, *lengths) -> Path:
 
 
 def _sweep_settings(run: Path, *flags):
-    from verl_gsm8k.evaluate.sweep import sweep_settings
-
-    argv = ["--run", str(run), "--backend", "transformers", "--dtype", "float32", *flags]
-    return sweep_settings(ev.build_parser().parse_args(argv), lambda a: ev.parse_settings(a)[0])
+    argv = ["--run", str(run), "--backend", "transformers", "--dtype", "float32", "--data", "d",
+            *flags]  # fmt: skip
+    return ev.parse_settings(ev.build_parser().parse_args(argv))[0]
 
 
 def test_a_runs_evaluation_answers_within_the_runs_own_response_limit(tmp_path):
     """eval.sh --run: max_tokens is the run's data.max_response_length (its last launch record),
     --max-tokens overrides it, and where it came from is said; only the run's own limit is called
     comparable to verl's validation score."""
-    from verl_gsm8k.evaluate.settings import training_comparable_to
-
     run = _run_with_records(tmp_path, 128, 256)
     settings = _sweep_settings(run)
     assert settings.max_tokens == 256
@@ -770,14 +767,14 @@ def test_a_runs_evaluation_answers_within_the_runs_own_response_limit(tmp_path):
         f"data.max_response_length of the run's launch record "
         f"{run / 'launches' / 'launch-20260102T000000Z.yaml'}"
     )
-    assert training_comparable_to(settings).startswith("Comparable to this run's validation")
+    assert settings.comparable_to().startswith("Comparable to this run's validation")
     override = _sweep_settings(run, "--max-tokens", "64")
     assert (override.max_tokens, override.max_tokens_from) == (64, "--max-tokens")
-    assert "Comparable to this" not in training_comparable_to(override)
-    plain, _ = ev.parse_settings(ev.build_parser().parse_args(
+    assert "Comparable to this" not in override.comparable_to()
+    plain, _, _ = ev.parse_settings(ev.build_parser().parse_args(
         ["--model", str(tmp_path), "--backend", "transformers", "--dtype", "float32"]))  # fmt: skip
-    assert (plain.max_tokens, plain.max_tokens_from_run) == (1024, False)
-    assert "only if that equals the run's data.max_response_length" in training_comparable_to(plain)
+    assert (plain.max_tokens, plain.max_tokens_from) == (1024, ev.MAX_TOKENS_DEFAULT)
+    assert "only if that equals the run's data.max_response_length" in plain.comparable_to()
     bad = _run_with_records(tmp_path / "bad", "long")
     with pytest.raises(ev.UsageError) as err:
         _sweep_settings(bad)
@@ -808,9 +805,12 @@ def test_a_resumed_sweep_with_another_sampling_setting_is_refused_not_mixed(tmp_
     directory with another one is refused in one line naming it, never mixed into the table."""
     import dataclasses
 
-    from verl_gsm8k.evaluate.sweep import earlier_rows, settings_key
+    from verl_gsm8k.evaluate.sweep import earlier_rows
 
-    base, _ = ev.parse_settings(ev.build_parser().parse_args(
+    def settings_key(settings, data):
+        return dataclasses.replace(settings, data=data).key()
+
+    base, _, _ = ev.parse_settings(ev.build_parser().parse_args(
         ["--model", str(tmp_path), "--backend", "transformers", "--dtype", "float32",
          "--samples-per-question", "4", "--out", str(tmp_path / "o")]))  # fmt: skip
     out = tmp_path / "sweep"

@@ -1,4 +1,4 @@
-"""python -m verl_gsm8k.evaluate, run by scripts/eval.sh: the command line is evaluate/cli.py."""
+"""python -m verl_gsm8k.evaluate (scripts/eval.sh): evaluate/cli.py."""
 
 from verl_gsm8k.evaluate.cli import main
 

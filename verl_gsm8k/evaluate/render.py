@@ -1,4 +1,4 @@
-"""Render the comparison table (comparison.md) and the per-model samples (samples/*.md)."""
+"""comparison.md's table and samples/<model>-<mode>.md."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ import re
 
 from verl_gsm8k.evaluate.scoring import match_row, response_text, user_prompt
 
-# verl 0.9.1's best@N (verl/trainer/ppo/metric_utils.py: process_validation_metrics,
-# bootstrap_metric): 1000 draws of N of a question's N answers WITH replacement, the mean of each
-# draw's best. A question with c of N right scores about 1 - (1 - c/N)^N there, pass@N 1.
+# verl's best@N (verl/trainer/ppo/metric_utils.py: process_validation_metrics, bootstrap_metric)
 BEST_AT_N = (
     "verl's best@N/mean is not this: it is a bootstrap (1000 draws of N of the N answers with "
     "replacement, the mean of each draw's best), about 1 - (1 - c/N)^N per question, so it sits "
@@ -25,139 +23,100 @@ def pp(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:+.2f}"
 
 
-def _how(gen: dict) -> str:
-    if gen.get("samples_per_question", 1) > 1:
-        return (
-            f"sampled ({gen['samples_per_question']} answers per question, temperature "
-            f"{gen['temperature']}, repetition_penalty {gen['repetition_penalty']})"
-        )
-    penalty = gen["repetition_penalty"]
-    return f"greedy (temperature 0, do_sample false, repetition_penalty {penalty})"
+def generation_line(gen: dict) -> str:
+    k, penalty = gen.get("samples_per_question", 1), gen["repetition_penalty"]
+    how = (
+        f"sampled ({k} answers per question, temperature {gen['temperature']}, "
+        if k > 1
+        else "greedy (temperature 0, do_sample false, "
+    )
+    return (
+        f"{how}repetition_penalty {penalty}), max_tokens {gen['max_tokens']} (from "
+        f"{gen.get('max_tokens_from') or 'unrecorded'})"
+    )
 
 
 def render_markdown(summary: dict) -> str:
-    gen = summary["generation"]
+    gen, results, base = summary["generation"], summary["results"], summary["baseline"]
+    limit = f", limit {summary['limit']}" if summary.get("limit") else ""
     lines = [
-        "# GSM8K evaluation",
-        "",
+        "# GSM8K evaluation", "",
         f"EvalScope {summary['evalscope_version']} (benchmark gsm8k "
-        f"{summary.get('benchmark_version') or '?'}), data `{summary['data']['source']}` "
-        f"(test split, {summary['data']['n_test']} rows"
-        + (f", limit {summary['limit']}" if summary.get("limit") else "")
-        + f"), baseline **{summary['baseline']}**. Generation: {_how(gen)}, max_tokens "
-        f"{gen['max_tokens']} (from {gen.get('max_tokens_from') or 'unrecorded'}), batch size "
-        f"{gen['batch_size'] or 'auto (8 local, 64 server)'}.",
+        f"{summary.get('benchmark_version') or '?'}), data `{summary['data']['source']}` (test "
+        f"split, {summary['data']['n_test']} rows{limit}), baseline **{base}**. Generation: "
+        f"{generation_line(gen)}, batch size {gen['batch_size'] or 'auto (8 local, 64 server)'}.",
         "",
         "| model | mode | accuracy % (EvalScope) | n | our reward acc % | Δ vs baseline (pp) "
         "| Δ our reward (pp) | backend |",
         "|---|---|---:|---:|---:|---:|---:|---|",
-    ]
-    for r in summary["results"]:
-        model = r["model"] + (" (baseline)" if r["model"] == summary["baseline"] else "")
-        if r.get("error"):
-            lines.append(f"| {model} | {r['mode']} | failed | — | — | — | — | {r['backend']} |")
-            continue
-        lines.append(
-            f"| {model} | {r['mode']} | {pct(r['accuracy'])} | {r['n']} "
-            f"| {pct(r.get('our_reward_accuracy'))} | {pp(r.get('delta_vs_baseline'))} "
-            f"| {pp(r.get('our_reward_delta_vs_baseline'))} | {r['backend']} |"
-        )
-    sampled = [r for r in summary["results"] if r.get("pass_at_k") is not None
+    ]  # fmt: skip
+    for r in results:
+        model = r["model"] + (" (baseline)" if r["model"] == base else "")
+        cells = (
+            ["failed", "—", "—", "—", "—"]
+            if r.get("error")
+            else [pct(r["accuracy"]), r["n"], pct(r.get("our_reward_accuracy")),
+                  pp(r.get("delta_vs_baseline")), pp(r.get("our_reward_delta_vs_baseline"))]
+        )  # fmt: skip
+        lines.append(f"| {model} | {r['mode']} | {' | '.join(map(str, cells))} | {r['backend']} |")
+    sampled = [r for r in results if r.get("pass_at_k") is not None
                or r.get("our_reward_pass_at_k") is not None]  # fmt: skip
     if sampled:
-        k = gen.get("samples_per_question")
         lines += [
-            "",
-            f"Sampled: {k} answers per question at temperature {gen.get('temperature')}; the "
-            "accuracies above are mean@k (over every answer): compare them with verl's mean@N "
-            "validation metric. pass@k below is the unbiased estimate, per question "
-            "1 - C(n-c,k)/C(n,k) over its n answers with c right (Chen et al. 2021). "
-            f"{BEST_AT_N}",
-            "",
+            "", f"Sampled: {gen.get('samples_per_question')} answers per question at temperature "
+            f"{gen.get('temperature')}; the accuracies above are mean@k (over every answer): "
+            "compare them with verl's mean@N validation metric. pass@k below is the unbiased "
+            "estimate, per question 1 - C(n-c,k)/C(n,k) over its n answers with c right (Chen et "
+            f"al. 2021). {BEST_AT_N}", "",
             "| model | mode | pass@k % (EvalScope) | pass@k % (our reward) |",
             "|---|---|---:|---:|",
-        ]
-        lines += [
-            f"| {r['model']} | {r['mode']} | {pct(r.get('pass_at_k'))} "
-            f"| {pct(r.get('our_reward_pass_at_k'))} |"
-            for r in sampled
-        ]
+            *(f"| {r['model']} | {r['mode']} | {pct(r.get('pass_at_k'))} "
+              f"| {pct(r.get('our_reward_pass_at_k'))} |" for r in sampled),
+        ]  # fmt: skip
     lines += ["", "## Modes", ""]
     for mode, info in summary["modes"].items():
         template = info["prompt_template"].replace("{{", "{").replace("}}", "}")
-        template = template.replace("\n", "\\n")
         lines.append(
             f"- **{mode}**: {info['few_shot']}-shot, scorer: {info['scorer']}; prompt template "
-            f"`{template}`. {info['comparable_to']}"
+            f"`{template.replace(chr(10), chr(92) + 'n')}`. {info['comparable_to']}"
         )
-    failed = [r for r in summary["results"] if r.get("error")]
+    failed = [r for r in results if r.get("error")]
     if failed:
         lines += ["", "## Failures", ""]
-        for r in failed:
-            first = r["error"].strip().splitlines()[0] if r["error"].strip() else "error"
-            lines.append(f"- {r['model']} / {r['mode']}: {first}")
-    lines += [
-        "",
-        "Accuracies from different prompts, few-shot settings or EvalScope releases are not "
-        "comparable; compare rows of the same mode only. Samples: `samples/`.",
-        "",
-    ]
+        lines += [f"- {r['model']} / {r['mode']}: {r['error'].strip().splitlines()[0]}"
+                  for r in failed]  # fmt: skip
+    lines += ["", "Accuracies from different prompts, few-shot settings or EvalScope releases are "
+              "not comparable; compare rows of the same mode only. Samples: `samples/`.",
+              ""]  # fmt: skip
     return "\n".join(lines)
 
 
-def _fence(text: str) -> str:
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    return "`" * max(3, longest + 1)
+def _fenced(text: str) -> list[str]:
+    fence = "`" * max(3, max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    return [fence + "text", text, fence]
 
 
-def render_samples(
-    label: str,
-    mode: str,
-    records: list[dict],
-    reviews: dict[int, dict],
-    ours: dict[int, dict] | None,
-    rows: list[dict],
-    ground_truth,
-    k: int,
-    header: str,
-) -> str:
-    lines = [
-        f"# {label}: {mode} mode, first {min(k, len(records))} of {len(records)}",
-        "",
-        header,
-        "",
-    ]
+def render_samples(label: str, mode: str, header: str, records: list[dict], reviews: dict,
+                   ours: dict | None, rows: list[dict], k: int) -> str:  # fmt: skip
+    """The first ``k`` answers: question, ground truth, both verdicts, prompt, response."""
+    from data_prep.gsm8k import ground_truth
+
+    lines = [f"# {label}: {mode} mode, first {min(k, len(records))} of {len(records)}", "",
+             header, ""]  # fmt: skip
     for record in sorted(records, key=lambda r: r.get("index", 0))[:k]:
-        index = record.get("index")
-        row = match_row(record, rows)
+        index, row = record.get("index"), match_row(record, rows)
         review = reviews.get(index, {})
-        response = response_text(record)
-        fence = _fence(response)
-        es = review.get("score")
-        verdicts = [f"EvalScope {'correct' if es else 'wrong'} ({es})"]
+        verdicts = [f"EvalScope {'correct' if review.get('score') else 'wrong'} "
+                    f"({review.get('score')})"]  # fmt: skip
         if ours is not None and index in ours:
             verdicts.append(f"our reward acc {ours[index]['acc']:.0f}")
+        truth = ground_truth(row["answer"]) if row else review.get("target")
         lines += [
-            f"## test #{index}: {', '.join(verdicts)}",
-            "",
-            f"**Question:** {row['question'] if row else user_prompt(record)}",
-            "",
-            f"**Ground truth:** {ground_truth(row['answer']) if row else review.get('target')}"
-            f" | **EvalScope extracted:** `{review.get('extracted')}`",
-            "",
-            "<details><summary>prompt sent (last user message)</summary>",
-            "",
-            _fence(user_prompt(record)) + "text",
-            user_prompt(record),
-            _fence(user_prompt(record)),
-            "",
-            "</details>",
-            "",
-            "**Response:**",
-            "",
-            fence + "text",
-            response,
-            fence,
-            "",
-        ]
+            f"## test #{index}: {', '.join(verdicts)}", "",
+            f"**Question:** {row['question'] if row else user_prompt(record)}", "",
+            f"**Ground truth:** {truth} | **EvalScope extracted:** `{review.get('extracted')}`",
+            "", "<details><summary>prompt sent (last user message)</summary>", "",
+            *_fenced(user_prompt(record)), "", "</details>", "", "**Response:**", "",
+            *_fenced(response_text(record)), "",
+        ]  # fmt: skip
     return "\n".join(lines)

@@ -1,89 +1,95 @@
-"""The evaluation's settings and what every part of it shares: constants, errors, a model.
-
-Standard library only. ``data_prep`` and ``rewards`` are imported as the packages they are: the
-project is installed (editable) in .venv-eval too.
-"""
+"""The evaluation's settings, constants and errors: what every part of it shares (stdlib only)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-
 PROG = "eval.sh"
 MODES = ("training", "evalscope")
-BENCHMARK = "gsm8k"
-SUBSET = "main"
+BENCHMARK, SUBSET = "gsm8k", "main"
 DATA_SOURCE = "openai/gsm8k"
-REWARD_FILE = ROOT / "rewards" / "gsm8k.py"
-DEFAULT_SAMPLES = 10
-LOG_TAIL_LINES = 40
+# Stated, as verl's rollout: else the model's generation_config.json (Qwen2.5-Instruct: 1.1)
+# is applied by transformers' generate and by vLLM's server defaults.
 REPETITION_PENALTY = 1.0
-# Without --run or --max-tokens. The recipes train and validate at data.max_response_length (256
-# by default): verl scores an answer it cut off as 0, so at this larger limit a model reads higher
-# than its validation score said.
+# Without --run or --max-tokens. verl scores an answer cut at data.max_response_length (256 in
+# the recipes) 0, so at this larger limit a model reads higher than its validation said.
 DEFAULT_MAX_TOKENS = 1024
 MAX_TOKENS_FLAG = "--max-tokens"
 MAX_TOKENS_DEFAULT = f"the default (no --run, no {MAX_TOKENS_FLAG})"
 
 
 class EvalError(Exception):
-    """A user-facing failure of one evaluation (bad model, server did not start, ...)."""
+    """One evaluation failed (a model, a server, EvalScope's outputs): its rows say so."""
 
 
 class UsageError(Exception):
-    """Bad arguments or inputs: one line, exit 2, nothing evaluated."""
+    """Bad arguments or inputs: one line, exit 2, nothing written."""
 
 
 @dataclass
 class ModelSpec:
     label: str  # model_id in EvalScope's outputs and in the tables
-    source: str  # what the user gave: a directory, a hub id, or an API model name
-    api_url: str | None = None  # set: an already-running OpenAI-compatible server
-    path: str | None = None  # resolved local directory (local models)
+    source: str  # what the user gave: a directory, a hub id, or the model served at api_url
+    api_url: str | None = None  # an already-running OpenAI-compatible server
+    path: str | None = None  # the resolved local directory
 
 
 @dataclass
 class Settings:
     modes: list[str]
-    backend: str
-    max_tokens: int
-    batch_size: int | None  # None: 8 for the transformers backend, 64 for a server
-    limit: int | None
-    dtype: str
-    api_key: str
-    vllm_bin: str
-    vllm_args: list[str]
-    server_timeout: float
-    port: int | None
-    samples: int
+    backend: str  # vllm or transformers (a model at an --api-url is "api")
+    data: str
     out: Path
-    repeats: int = 1  # answers sampled per question (--samples-per-question); 1: greedy
-    temperature: float = 0.0  # sampling temperature when repeats > 1
-    top_p: float = 1.0  # nucleus sampling when repeats > 1 (verl's rollout: 1.0, off)
-    top_k: int = -1  # top-k sampling when repeats > 1 (verl's rollout: -1, off)
-    # where max_tokens came from: MAX_TOKENS_FLAG, MAX_TOKENS_DEFAULT, or a run's launch record
-    # ("data.max_response_length of RUN_DIR/launches/launch-<stamp>.yaml")
-    max_tokens_from: str = MAX_TOKENS_DEFAULT
+    max_tokens: int
+    max_tokens_from: str  # MAX_TOKENS_FLAG, MAX_TOKENS_DEFAULT or the run's launch record
+    limit: int | None = None
+    batch_size: int | None = None  # None: 8 for the transformers backend, 64 for a server
+    dtype: str = "float32"
+    repeats: int = 1  # answers sampled per question; 1: greedy
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = -1
+    samples: int = 10
+    api_key: str = "EMPTY"
+    vllm_bin: str = "vllm"
+    vllm_args: list[str] = field(default_factory=list)
+    server_timeout: float = 900.0
+    port: int | None = None
 
-    @property
-    def max_tokens_from_run(self) -> bool:
-        return self.max_tokens_from not in (MAX_TOKENS_FLAG, MAX_TOKENS_DEFAULT)
+    def generation(self) -> dict[str, Any]:
+        """How every answer was generated, recorded beside its score."""
+        sampled = self.repeats > 1
+        return {
+            "max_tokens": self.max_tokens, "max_tokens_from": self.max_tokens_from,
+            "temperature": self.temperature if sampled else 0.0, "do_sample": sampled,
+            "samples_per_question": self.repeats, "top_p": self.top_p if sampled else None,
+            "top_k": self.top_k if sampled else None, "repetition_penalty": REPETITION_PENALTY,
+            "batch_size": self.batch_size,
+        }  # fmt: skip
 
+    def key(self) -> dict[str, Any]:
+        """A sweep's resume key: the data and every setting that changes an answer or its
+        score (not where max_tokens came from, nor the batch)."""
+        kept = {k: v for k, v in self.generation().items()
+                if k not in ("max_tokens_from", "do_sample", "batch_size")}  # fmt: skip
+        return {"modes": list(self.modes), "data": self.data, "limit": self.limit, **kept,
+                "backend": self.backend, "dtype": self.dtype}  # fmt: skip
 
-def training_comparable_to(settings: Settings) -> str:
-    """What a training-mode score compares with: verl's validation score only at the run's own
-    response limit (verl cuts an answer at data.max_response_length and scores it 0)."""
-    limit = f"max_tokens {settings.max_tokens}, from {settings.max_tokens_from}"
-    if settings.max_tokens_from_run:
+    def comparable_to(self) -> str:
+        """What a training-mode score compares with: verl's validation score only at the run's
+        own response limit."""
+        limit = f"max_tokens {self.max_tokens}, from {self.max_tokens_from}"
+        if self.max_tokens_from not in (MAX_TOKENS_FLAG, MAX_TOKENS_DEFAULT):
+            return (
+                "Comparable to this run's validation score (val-core/openai/gsm8k/acc): the "
+                f"training prompt and the run's own response limit ({limit})."
+            )
         return (
-            "Comparable to this run's validation score (val-core/openai/gsm8k/acc): the training "
-            f"prompt and the run's own response limit ({limit})."
+            f"The training prompt, at {limit}: comparable to a run's validation score "
+            "(val-core/openai/gsm8k/acc) only if that equals the run's data.max_response_length "
+            "(verl cuts a longer answer and scores it 0, so a larger limit reads higher). "
+            "`--run RUN_DIR` takes the run's own limit."
         )
-    return (
-        f"The training prompt, at {limit}: comparable to a run's validation score "
-        "(val-core/openai/gsm8k/acc) only if that equals the run's data.max_response_length "
-        "(verl cuts a longer answer and scores it 0, so a larger limit reads higher). "
-        "`--run RUN_DIR` takes the run's own limit."
-    )
