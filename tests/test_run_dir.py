@@ -238,12 +238,10 @@ def test_a_stamp_an_earlier_launch_used_is_never_given_again(tmp_path: Path):
     assert stamp != now and stamp > now
 
 
-def test_logged_rows_merge_a_steps_lines_and_take_each_metric_from_the_last_launch(
-    tmp_path: Path,
-):
+def test_logged_rows_merge_a_steps_lines_and_take_each_metric_from_the_last_launch(tmp_path):
     """A step's training line and validation merged; step 2 trained again by a relaunch (its
     value replaced); step 3, which the relaunch resumed and validated first, keeps the earlier
-    launch's training line beside that validation; a line cut by a kill skipped."""
+    launch's training line beside that validation; every bad line named once and skipped."""
     launches = {
         "20261128T000000Z": [(1, {"loss": 1.0}), (2, {"loss": 2.0}), (3, {"loss": 3.0}),
                              (3, {"val/acc": 0.3})],
@@ -254,7 +252,36 @@ def test_logged_rows_merge_a_steps_lines_and_take_each_metric_from_the_last_laun
         path = rd.metrics_path(tmp_path, stamp)
         path.parent.mkdir(exist_ok=True)
         lines = [json.dumps({"step": step, "data": data}) for step, data in rows]
-        path.write_text("\n".join(lines) + '\n{"step": 4, "da')
-    assert rd.logged_rows(tmp_path) == {
-        1: {"loss": 1.0}, 2: {"loss": 2.5}, 3: {"loss": 3.5, "val/acc": 0.4},
+        path.write_text("\n".join(lines) + '\n{"step": 4, "da')  # a line cut by a kill
+    first = rd.metrics_path(tmp_path, "20261128T000000Z")
+    with first.open("a") as handle:  # what a shared folder may hold: no traceback, one line each
+        handle.write(
+            '\n{"step": ' + "9" * 400 + ', "data": {}}\n[1]\n{"step": true, "data": {}}'
+            '\n{"step": 5, "data": {"loss": 5.0}}\n'
+        )
+    issues: list[str] = []
+    assert rd.logged_rows(tmp_path, issues) == {
+        1: {"loss": 1.0}, 2: {"loss": 2.5}, 3: {"loss": 3.5, "val/acc": 0.4}, 5: {"loss": 5.0},
     }  # fmt: skip
+    assert [i.split(": ", 1)[0].rsplit("/", 1)[1] for i in issues] == [
+        f"{first.name}:5", f"{first.name}:6", f"{first.name}:7", f"{first.name}:8",
+        "metrics-20261128T010000Z.jsonl:3", "metrics-20261128T020000Z.jsonl:2",
+    ]  # fmt: skip
+    assert "invalid JSON" in issues[0] and "not a {" in issues[1] and "truncated last" in issues[4]
+    empty = rd.metrics_path(tmp_path, "20261128T030000Z")
+    empty.write_text("\n")
+    rd.logged_rows(tmp_path, issues)
+    assert issues[-1] == f"{empty}: empty file"
+
+
+def test_dump_files_are_the_steps_of_a_folder_in_order(tmp_path: Path):
+    assert rd.dump_files(tmp_path, rd.VALIDATION_DIR) == {}
+    folder = tmp_path / rd.VALIDATION_DIR
+    folder.mkdir()
+    for name in ("10", "2", "notes", "3.tmp", "9" * 13, "\u0663"):  # \u0663: an Arabic 3
+        (folder / f"{name}.jsonl").write_text("{}")
+    (folder / "5.jsonl").mkdir()
+    assert rd.dump_files(tmp_path, rd.VALIDATION_DIR) == {
+        2: folder / "2.jsonl",
+        10: folder / "10.jsonl",
+    }

@@ -57,6 +57,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -417,24 +418,71 @@ def metrics_paths(run_dir: Path) -> list[Path]:
     return sorted((Path(run_dir) / METRICS_DIR).glob(METRICS_FILE.format(stamp="*")))
 
 
-def logged_rows(run_dir: Path) -> dict[int, dict[str, Any]]:
+MAX_STEP = 10**12  # a larger "step" in a metrics line is not one verl logged
+
+
+def jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of each non-blank line of a JSON-lines file, read a line at a time;
+    a line that is not JSON gives its json_read.JsonError as the value. OSError as usual."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            text = raw.decode("utf-8", errors="replace")
+            if text.strip():
+                try:
+                    yield number, json_read.parse(text, f"{path}:{number}")
+                except json_read.JsonError as err:
+                    yield number, err
+
+
+def metric_lines(path: Path, issues: list[str]) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """(line number, step, data) of each record of a metrics file (verl's file logger:
+    ``{"step": N, "data": {...}}``); each line that is not one is named in ``issues``."""
+    cut, seen, kept = None, 0, 0  # cut: a line that is not JSON (the last: a kill mid-write)
+    try:
+        for number, row in jsonl(path):
+            seen += 1
+            if cut:
+                issues.append(f"{path}:{cut[0]}: invalid JSON ({cut[1]}), skipped")
+                cut = None
+            if isinstance(row, json_read.JsonError):
+                cut = (number, row.reason)
+                continue
+            step, data = (row.get("step"), row.get("data")) if isinstance(row, dict) else (0, 0)
+            if type(step) is not int or not 0 <= step <= MAX_STEP or not isinstance(data, dict):
+                issues.append(f'{path}:{number}: not a {{"step": 0..{MAX_STEP:.0e}, '
+                              '"data": {...}} record, skipped')  # fmt: skip
+                continue
+            kept += 1
+            yield number, step, data
+    except OSError as err:
+        issues.append(f"{path}: cannot read ({err.strerror or err})")
+        return
+    if cut:
+        issues.append(f"{path}:{cut[0]}: truncated last line ({cut[1]}), skipped")
+    if not kept:
+        issues.append(f"{path}: " + ("no metric records found" if seen else "empty file"))
+
+
+def logged_rows(run_dir: Path, issues: list[str] | None = None) -> dict[int, dict[str, Any]]:
     """Every step's metrics as the run's metrics files hold them, the lines of a step merged (its
     training line, its validations); a metric logged by several launches: the last launch's (a
     step trained again after a resume, and a relaunch's validation of the step it resumes, which
     adds to that step's training line)."""
-    by_step: dict[int, dict[str, Any]] = {}
+    rows: dict[int, dict[str, Any]] = {}
     for path in metrics_paths(run_dir):
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                row = json_read.parse(line, str(path))
-            except json_read.JsonError:
-                continue  # a line cut by a kill
-            if not isinstance(row, dict):
-                continue
-            step, data = row.get("step"), row.get("data")
-            if isinstance(step, int) and isinstance(data, dict):
-                by_step.setdefault(step, {}).update(data)
-    return by_step
+        for _, step, data in metric_lines(path, [] if issues is None else issues):
+            rows.setdefault(step, {}).update(data)
+    return rows
+
+
+def dump_files(run_dir: Path, folder: str) -> dict[int, Path]:
+    """The ``<step>.jsonl`` files of a dump folder (VALIDATION_DIR, ROLLOUTS_DIR, TRACE_DIR), by
+    step, oldest first."""
+    where = Path(run_dir) / folder
+    files = where.glob("*.jsonl") if where.is_dir() else []
+    steps = (p for p in files if p.stem.isascii() and p.stem.isdecimal() and len(p.stem) < 13)
+    found = {int(p.stem): p for p in steps}
+    return {step: found[step] for step in sorted(found) if found[step].is_file()}
 
 
 def wandb_step_path(run_dir: Path) -> Path:
