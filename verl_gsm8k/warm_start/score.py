@@ -1,9 +1,6 @@
-"""Greedy accuracy of a Hugging Face model on a verl RL parquet (``prompt``: chat messages,
-``reward_model.ground_truth``, ``data_source``), scored by the project's reward: the marker line
-(``compute_score``, what verl's validation reports) and right in any format
-(``compute_score_flexible``). Transformers' ``generate`` on the CPU, in batches, left-padded, the
-chat template applied as verl's RL dataset applies it: for the toy model, seconds per save.
-"""
+"""Greedy accuracy of a Hugging Face model on a verl RL parquet, by the project's reward: on the
+``#### N`` line (``compute_score``: verl's validation) and right in any format. transformers'
+``generate`` on the CPU, left-padded batches, the chat template as verl's RL dataset applies it."""
 
 from __future__ import annotations
 
@@ -15,55 +12,43 @@ from rewards.gsm8k import compute_score, compute_score_flexible
 
 @dataclass(frozen=True)
 class Score:
-    marker: float  # accuracy on the "#### N" line: verl's val-core acc for this reward
+    marker: float  # accuracy on the "#### N" line
     any_format: float  # the number right wherever it is written
     questions: int
 
 
 def read_questions(test_file: Path) -> list[dict]:
-    """The parquet's rows; one line naming the file and the missing column when it is not a verl
-    RL parquet."""
+    """The parquet's rows; ValueError naming the file and what is missing."""
     import pyarrow.parquet as pq
 
     rows = pq.read_table(test_file).to_pylist()
-    for column in ("prompt", "reward_model", "data_source"):
-        if rows and column not in rows[0]:
-            raise ValueError(f"{test_file}: no column {column!r} (not a verl RL parquet)")
     if not rows:
         raise ValueError(f"{test_file}: no rows")
+    for column in ("prompt", "reward_model", "data_source"):
+        if column not in rows[0]:
+            raise ValueError(f"{test_file}: no column {column!r} (not a verl RL parquet)")
     return rows
 
 
-def greedy_answers(
-    model_dir: Path, prompts: list[list[dict]], max_new_tokens: int, batch_size: int = 100
-) -> list[str]:
-    """The model's greedy response to each chat prompt, special tokens dropped."""
+def greedy_answers(model_dir: Path, prompts: list[list[dict]], max_new_tokens: int) -> list[str]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging
 
-    logging.disable_progress_bar()  # a bar per load, one load per save: noise in the log
+    logging.disable_progress_bar()  # one bar per save scored: noise in the log
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side, tokenizer.pad_token = "left", tokenizer.pad_token or tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    texts = [
-        tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
-        for p in prompts
-    ]
     answers: list[str] = []
-    with torch.no_grad():
-        for start in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True)
-            out = model.generate(
-                **batch,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-            new = out[:, batch["input_ids"].shape[1] :]
-            answers += tokenizer.batch_decode(new, skip_special_tokens=True)
+    for start in range(0, len(prompts), 100):
+        texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
+                 for p in prompts[start : start + 100]]  # fmt: skip
+        batch = tokenizer(texts, return_tensors="pt", padding=True)
+        with torch.no_grad():
+            out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        new = out[:, batch["input_ids"].shape[1] :]
+        answers += tokenizer.batch_decode(new, skip_special_tokens=True)
     return answers
 
 
