@@ -1,0 +1,99 @@
+"""The calculator tool, as verl's agent loop calls it: built by verl's tool registry from
+configs/tools/calculator.yaml, each call through ToolAgentLoop._call_tool (the loop's own parsing
+of the arguments, its unknown-tool and bad-JSON answers, then our execute)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+from verl.experimental.agent_loop.tool_agent_loop import AgentData, ToolAgentLoop
+from verl.experimental.agent_loop.tool_parser import FunctionCall
+from verl.tools.tool_registry import initialize_tools_from_config
+
+from verl_gsm8k.tools.calculator import MAX_CHARS, calculate
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tools" / "calculator.yaml"
+
+
+@pytest.fixture(scope="module")
+def loop() -> ToolAgentLoop:
+    """verl's loop with only what _call_tool reads: the tools of our config, the reply limit."""
+    (tool,) = initialize_tools_from_config(str(CONFIG))
+    loop = ToolAgentLoop.__new__(ToolAgentLoop)
+    loop.tools = {tool.name: tool}
+    loop.max_tool_response_length = 256
+    loop.tool_response_truncate_side = "middle"
+    return loop
+
+
+def call(loop: ToolAgentLoop, name: str, arguments: str) -> str:
+    data = AgentData([], None, None, None, None, {}, "r", {})
+    data._active_tools = loop.tools
+    response, reward, _ = asyncio.run(
+        loop._call_tool(FunctionCall(name=name, arguments=arguments), {}, data)
+    )
+    assert reward == 0.0
+    return response.text
+
+
+def expr(text: str) -> str:
+    return json.dumps({"expression": text})
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [("48*72", "3456"), ("(48/2)+48", "72"), ("7/2", "3.5"), ("-3 + 2^10", "1021"),
+     ("2**-3", "0.125"), ("0.1+0.2", "0.3"), ("1/3", "0.333333333333")],
+)  # fmt: skip
+def test_arithmetic_is_computed_exactly(loop, expression: str, value: str) -> None:
+    assert call(loop, "calculator", expr(expression)) == value
+
+
+LONG = f"error: the expression is longer than {MAX_CHARS}"
+BAD_CALLS = {
+    "code": ("calculator", expr("__import__('os').system('touch {marker}')"), "error: only"),
+    "a name": ("calculator", expr("x + 1"), "error: only"),
+    "an attribute": ("calculator", expr("(1).real"), "error: only"),
+    "a call": ("calculator", expr("abs(-1)"), "error: only"),
+    "a lambda": ("calculator", expr("(lambda: 1)()"), "error: only"),
+    "a power tower": ("calculator", expr("9**9**9"), "error: exponents"),
+    "a result too large": ("calculator", expr("99999999999**3"), "error: result too large"),
+    "a huge literal": ("calculator", expr("1" + "0" * 120), "error: result too large"),
+    "a long expression": ("calculator", expr("1+" * 150 + "1"), LONG),
+    "deep nesting": ("calculator", expr("(" * 99 + "1" + ")" * 99), "1"),
+    "division by zero": ("calculator", expr("7/(3-3)"), "error: division by zero"),
+    "not arithmetic": ("calculator", expr("7 +* 2"), "error: not an arithmetic expression"),
+    "a string argument": ("calculator", json.dumps("48/2"), "error: call it with"),
+    "no expression": ("calculator", json.dumps({"formula": "1+1"}), "error: call it with"),
+    "a list expression": ("calculator", json.dumps({"expression": [1, 2]}), "error: call it with"),
+    "an unknown tool": ("python", expr("1+1"), "Unknown function 'python'"),
+    "arguments not JSON": ("calculator", "{expression: 1+1", "Invalid JSON"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CALLS))
+def test_every_bad_call_is_an_error_text_in_milliseconds(loop, case: str, tmp_path: Path) -> None:
+    name, arguments, answer = BAD_CALLS[case]
+    marker = tmp_path / "ran"
+    started = time.perf_counter()
+    text = call(loop, name, arguments.replace("{marker}", str(marker)))
+    seconds = time.perf_counter() - started
+    assert text.startswith(answer), text
+    assert seconds < 0.05, f"{case}: {seconds * 1000:.1f} ms"
+    assert not marker.exists()
+
+
+def test_the_calculator_never_sees_the_ground_truth(loop) -> None:
+    """Whatever verl hands it beside the arguments (the trajectory, its row's fields), the answer
+    is the arithmetic's: the same call gives the same text for every row."""
+    data = AgentData([{"role": "user", "content": "#### 5"}], None, None, None, None, {}, "r", {})
+    data._active_tools = loop.tools
+    kwargs = {"calculator": {"create_kwargs": {"ground_truth": "5"}}}
+    response, _, _ = asyncio.run(
+        loop._call_tool(FunctionCall(name="calculator", arguments=expr("2+2")), kwargs, data)
+    )
+    assert response.text == "4" == calculate({"expression": "2+2"})
