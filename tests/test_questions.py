@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from browser import dom
 
 from verl_gsm8k.questions.__main__ import main
 from verl_gsm8k.questions.table import (
@@ -101,7 +102,7 @@ def test_bad_input_is_one_line_and_writes_nothing(
     assert main([str(good), str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
     assert main([str(good), str(bad), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and "missing.jsonl: no such file" in err[0] and "5.jsonl: line 1" in err[1]
+    assert len(err) == 2 and "missing.jsonl: unreadable" in err[0] and "5.jsonl:1: not" in err[1]
     assert not out.exists()
 
 
@@ -153,3 +154,23 @@ def test_each_runs_last_or_best_step(tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["columns"] == ["a:10", "b:0"]
     assert summary["mcnemar"]["right_then_wrong"] == 1  # C? right at a:10, wrong at b:0
+
+
+def test_the_page_in_chromium_loads_its_data_files_and_shows_text_as_text(tmp_path: Path) -> None:
+    """The page opens from file:// with its data beside it; a view is chosen by the address;
+    markup in a question shows as text (the page sets text, never HTML)."""
+    evil = "<b id=pwned>x</b>?"
+    first = _dump(tmp_path / "0.jsonl", [("A?", "1", "#### 2", 0), ("B?", "2", "#### 2", 1),
+                                         (evil, "3", "#### 4", 0)])  # fmt: skip
+    last = _dump(tmp_path / "9.jsonl", [("A?", "1", "#### 1", 1), ("B?", "2", "#### 2", 1),
+                                        (evil, "3", "#### 3", 1)])  # fmt: skip
+    out = tmp_path / "out"
+    assert main([str(first), str(last), "--out", str(out)]) == 0
+    page = out / "questions.html"
+    assert "A?" not in page.read_text()  # the rows come from data/*.js, not inlined
+    shown = dom(page, tmp_path)
+    assert shown.count('class="row"') == 3 and "learned: 2" in shown
+    assert "&lt;b id=pwned&gt;" in shown and 'id="pwned"' not in shown
+    assert "McNemar (first vs last): 2 learned, 0 forgotten" in shown
+    learned = dom(f"{page.as_uri()}#filter=learned&q=a", tmp_path)
+    assert learned.count('class="row"') == 1 and "1 shown" in learned

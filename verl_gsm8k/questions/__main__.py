@@ -1,4 +1,5 @@
-"""python -m verl_gsm8k.questions: the per-question comparison page."""
+"""python -m verl_gsm8k.questions DUMP.jsonl ... | --run RUN_DIR | --evalscope EVAL_DIR --out DIR:
+the questions page of validation dumps, runs or evaluations, columns in the order given."""
 
 from __future__ import annotations
 
@@ -18,60 +19,37 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m verl_gsm8k.questions",
         description="One row per question, one column per validation dump: which changed.",
     )
-    parser.add_argument(
-        "dumps",
-        nargs="*",
-        type=Path,
-        help="verl validation dumps <step>.jsonl or EvalScope reviews/<model>/gsm8k_main.jsonl, "
-        "one column each, in the order given",
-    )
-    parser.add_argument(
-        "--run",
-        type=Path,
-        action="append",
-        default=[],
-        help="a run directory: every RUN/validation/<step>.jsonl becomes a column (repeatable)",
-    )
-    parser.add_argument(
-        "--evalscope",
-        type=Path,
-        action="append",
-        default=[],
-        help="an evaluation folder (scripts/eval.sh's output, or RUN_DIR/checkpoint_eval from "
-        "eval.sh --run): each model's EvalScope reviews become a column, baseline first, then "
-        "step-N in order (repeatable)",
-    )
-    parser.add_argument(
-        "--mode",
-        default=None,
-        help="with --evalscope: the evaluation mode folder to read (default: the first found)",
-    )
-    parser.add_argument(
-        "--step",
-        choices=STEPS,
-        default="all",
-        help="which validation steps of each --run become columns: all (default), last, or "
-        "best (the highest accuracy, the earliest of equals)",
-    )
-    parser.add_argument(
-        "--out", type=Path, required=True, help="output folder: questions.html, data/, summary.json"
-    )
+    parser.add_argument("dumps", nargs="*", type=Path,
+                        help="verl validation dumps <step>.jsonl or EvalScope reviews "
+                        "<model>/gsm8k_main.jsonl, a column each, in the order given")  # fmt: skip
+    parser.add_argument("--run", type=Path, action="append", default=[],
+                        help="a run directory: each RUN/validation/<step>.jsonl a column "
+                        "(repeatable)")  # fmt: skip
+    parser.add_argument("--evalscope", type=Path, action="append", default=[],
+                        help="an evaluation folder (eval.sh's output, or RUN_DIR/checkpoint_eval "
+                        "of eval.sh --run): each model's EvalScope reviews a column, the "
+                        "baseline first, then step-N in order (repeatable)")  # fmt: skip
+    parser.add_argument("--mode", help="with --evalscope: the evaluation mode folder to read "
+                        "(default: the first found)")  # fmt: skip
+    parser.add_argument("--step", choices=STEPS, default="all",
+                        help="which validation steps of each --run: all (default), last, or "
+                        "best (the highest accuracy, the earliest of equals)")  # fmt: skip
+    parser.add_argument("--out", type=Path, required=True,
+                        help="output folder: questions.html, data/, summary.json")  # fmt: skip
     args = parser.parse_args(argv)
+    if not (args.dumps or args.run or args.evalscope):
+        parser.error("give result files, --run RUN_DIR or --evalscope EVAL_DIR")
     try:
-        if not (args.dumps or args.run or args.evalscope):
-            parser.error("give result files, --run RUN_DIR or --evalscope EVAL_DIR")
-        # columns in the order given: result files, then runs, then evaluation folders
         groups = [load_columns([(p, None) for p in args.dumps])] if args.dumps else []
         groups += [run_columns(run, args.step, f"{run.name}:") for run in args.run]
-        for eval_dir in args.evalscope:
-            groups.append(load_columns(evalscope_reviews(eval_dir, args.mode)))
-        columns = [column for found, _ in groups for column in found]
-        notes = [note for _, note in groups if note]
-    except InputError as exc:
-        print(f"error: {clean(exc)}", file=sys.stderr)
+        groups += [load_columns(evalscope_reviews(d, args.mode)) for d in args.evalscope]
+    except InputError as err:
+        print(f"error: {clean(err)}", file=sys.stderr)
         return 2
-    for line in notes:
-        print(f"warning: {clean(line)}", file=sys.stderr)
+    for _, note in groups:
+        if note:
+            print(f"warning: {clean(note)}", file=sys.stderr)
+    columns = [column for found, _ in groups for column in found]
     table = build(columns)
     if not table["questions"]:
         print("error: no question is in every input", file=sys.stderr)

@@ -1,4 +1,4 @@
-const T = window.QTABLE, COLS = window.QCOLS || [];
+const D = window.QDATA || {}, T = D.table, COLS = (i) => D[i] || {};
 const $ = (id) => document.getElementById(id);
 function el(tag, text, cls) { const e = document.createElement(tag);
   if (text !== undefined) e.textContent = String(text); if (cls) e.className = cls; return e; }
@@ -18,9 +18,9 @@ function counts() {
 function detail(row) {
   const td = el("td"); td.colSpan = T.columns.length + 2;
   td.appendChild(el("p", "Question: " + row.question)); td.appendChild(el("p", "Ground truth: " + row.ground_truth));
-  const grid = el("div", undefined, "grid");
+  const grid = el("div", undefined, "cols");
   T.columns.forEach((label, i) => { const box = el("div"); box.appendChild(el("h4", label));
-    const mine = (COLS[i] || {})[row.id] || [], ref = (COLS[0] || {})[row.id] || [];
+    const mine = COLS(i)[row.id] || [], ref = COLS(0)[row.id] || [];
     mine.forEach((r, k) => box.appendChild(responseBox(r, i === 0 ? null : (ref[k] ?? "")))); grid.appendChild(box); });
   td.appendChild(grid); const tr = el("tr", undefined, "detail"); tr.appendChild(td); return tr; }
 function render() {
