@@ -1,8 +1,7 @@
-"""data_prep.gsm8k: sources, verl row schema, prompts, validation, atomic and deterministic writes.
-
-Tests marked by the `shared_gsm8k_dir` fixture use the real GSM8K release; the rest build small
-synthetic sources in tmp_path, so the behaviour is covered even where the shared copy is absent.
-"""
+"""data_prep: GSM8K as verl's RL rows (data_prep.gsm8k) and SFT transcripts (data_prep.sft), read
+back by verl's own datasets; the toy task of learn_tiny.sh (data_prep.arithmetic). Sources,
+validation (one line naming file and line, exit 2, nothing written), atomic and byte-identical
+writes. The real GSM8K release where the shared copy is, synthetic sources everywhere."""
 
 from __future__ import annotations
 
@@ -10,35 +9,28 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import ROOT
 from hypothesis import given
 from hypothesis import strategies as st
 
-from data_prep import gsm8k
-from data_prep.gsm8k import (
-    PROMPT_STYLES,
-    build_prompt,
-    ground_truth,
-    load_source,
-    write_hub_layout,
-    write_verl_splits,
-)
+from data_prep import arithmetic, gsm8k, sft
+from data_prep.gsm8k import build_prompt, ground_truth, load_source, write_all, write_hub_layout
+from rewards.gsm8k import compute_score
 
-ROOT = Path(__file__).resolve().parents[1]
-HASH_INSTRUCTION = ' Let\'s think step by step and output the final answer after "####".'
-BOXED_INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
-
+HASH = ' Let\'s think step by step and output the final answer after "####".'
+BOXED = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 SYNTHETIC = {
     "train": [
-        {"question": "Tom has 3 apples and buys 4 more. How many?", "answer": "3+4=7\n#### 7"},
+        {"question": "Tom has 3 apples, buys 4. How many?", "answer": "3+4=<<3+4=7>>7\n#### 7"},
         {"question": "A farm sells 1,200 eggs twice. Total?", "answer": "2*1200=2400\n#### 2,400"},
         {"question": "It was 3 degrees and fell 10. Now?", "answer": "3-10=-7\n#### -7"},
         {"question": "Half of 1 {curly} cake?", "answer": "1/2=0.5\n#### 0.5"},
@@ -47,34 +39,23 @@ SYNTHETIC = {
         {"question": "Janet’s ducks lay 16 eggs. She eats 3. Left?", "answer": "16-3\n#### 13"},
         {"question": "Sum of 1,000 and 25?", "answer": "1000+25\n#### 1,025"},
     ],
-}
-SYNTHETIC_TRUTHS = {"train": ["7", "2400", "-7", "0.5"], "test": ["13", "1025"]}
+}  # fmt: skip
+TRUTHS = {"train": ["7", "2400", "-7", "0.5"], "test": ["13", "1025"]}
 
 
-# ---------------------------------------------------------------------------------------------
-# helpers
+def cli(module, capsys, *args) -> tuple[int, str, str]:
+    """``python -m data_prep.<module> args``, in this process: (exit code, stdout, stderr)."""
+    code = module.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
-def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """The real CLI, `python -m data_prep.gsm8k ...`, from the repository root."""
-    return subprocess.run(
-        [sys.executable, "-m", "data_prep.gsm8k", *map(str, args)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def write_jsonl_dir(
-    directory: Path, splits: dict[str, list], raw_lines: dict | None = None
-) -> Path:
-    """A source dir in OpenAI's original layout; raw_lines[split] replaces that file's text."""
+def source(directory: Path, raw: dict[str, str] | None = None) -> Path:
+    """SYNTHETIC in OpenAI's layout; ``raw[split]`` replaces that file's text."""
     directory.mkdir(parents=True, exist_ok=True)
-    for split, rows in splits.items():
+    for split, rows in SYNTHETIC.items():
         text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-        (directory / f"{split}.jsonl").write_text((raw_lines or {}).get(split, text), "utf-8")
+        (directory / f"{split}.jsonl").write_text((raw or {}).get(split, text), "utf-8")
     return directory
 
 
@@ -83,550 +64,305 @@ def rows_of(path: Path) -> list[dict]:
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
-    """Every file under a directory (relative path -> bytes), temp files included."""
-    return {
-        str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()
-    }
+    """Every file under ``directory``, temporary ones included."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*")
+            if p.is_file()}  # fmt: skip
 
 
-def source_rows(directory: Path, split: str) -> list[dict]:
-    lines = (directory / f"{split}.jsonl").read_text("utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
 
 
-def expected_truth(answer: str) -> str:
-    """Independent reading of the reference answer: the text after '#### ', commas removed."""
-    return answer.split("#### ")[-1].strip().replace(",", "")
-
-
-# ---------------------------------------------------------------------------------------------
-# the full shared copy
+# ---------------------------------------------------------------- the real GSM8K release
 
 
 @pytest.fixture(scope="module")
-def prepared_full(shared_gsm8k_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    out = tmp_path_factory.mktemp("full") / "gsm8k"
-    result = run_cli("--source", shared_gsm8k_dir, "--out-dir", out)
+def full(shared_gsm8k_dir: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("full")
+    result = subprocess.run([sys.executable, "-m", "data_prep.gsm8k", "--source",
+                             shared_gsm8k_dir, "--out-dir", out], capture_output=True, text=True,
+                            cwd=ROOT, timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stderr
-    return out, result.stdout
-
-
-def test_full_counts_and_elapsed_time_printed(prepared_full):
-    out, stdout = prepared_full
-    assert sorted(p.name for p in out.iterdir()) == ["test.parquet", "train.parquet"]
-    assert pq.read_metadata(out / "train.parquet").num_rows == 7473
-    assert pq.read_metadata(out / "test.parquet").num_rows == 1319
-    assert "train: 7473 rows" in stdout
-    assert "test: 1319 rows" in stdout
-    elapsed = re.search(r"done in (\d+\.\d+) s", stdout)
-    assert elapsed, stdout
-    assert float(elapsed.group(1)) < 15  # "in seconds" (about 1 s here)
-
-
-def test_full_schema_is_verl_rlhf_dataset_schema(prepared_full, shared_gsm8k_dir: Path):
-    out, _ = prepared_full
-    schema = pq.read_schema(out / "train.parquet")
-    text = pa.string()
-    assert schema.names == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
-    assert schema.field("data_source").type == text
-    assert schema.field("prompt").type == pa.list_(pa.struct([("role", text), ("content", text)]))
-    assert schema.field("ability").type == text
-    assert schema.field("reward_model").type == pa.struct([("style", text), ("ground_truth", text)])
-    assert schema.field("extra_info").type == pa.struct(
-        [("split", text), ("index", pa.int64()), ("question", text), ("answer", text)]
-    )
-    first_source = source_rows(shared_gsm8k_dir, "train")[0]
-    assert rows_of(out / "train.parquet")[0] == {
-        "data_source": "openai/gsm8k",
-        "prompt": [{"role": "user", "content": first_source["question"] + HASH_INSTRUCTION}],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": "72"},
-        "extra_info": {
-            "split": "train",
-            "index": 0,
-            "question": first_source["question"],
-            "answer": first_source["answer"],
-        },
-    }
+    assert "train: 7473 rows" in result.stdout and "test: 1319 rows" in result.stdout
+    assert float(re.search(r"done in (\d+\.\d+) s", result.stdout)[1]) < 15  # about 1 s here
+    return out
 
 
 @pytest.mark.parametrize("split", ["train", "test"])
-def test_full_every_row_matches_its_source_row(prepared_full, shared_gsm8k_dir, split):
-    out, _ = prepared_full
-    source = source_rows(shared_gsm8k_dir, split)
-    rows = rows_of(out / f"{split}.parquet")
-    assert len(rows) == len(source)
-    for index, (row, src) in enumerate(zip(rows, source, strict=True)):
-        assert row["data_source"] == "openai/gsm8k"
-        assert row["ability"] == "math"
-        assert row["prompt"] == [{"role": "user", "content": src["question"] + HASH_INSTRUCTION}]
-        assert row["reward_model"] == {
-            "style": "rule",
-            "ground_truth": expected_truth(src["answer"]),
-        }
-        assert row["extra_info"] == {
-            "split": split,
-            "index": index,
-            "question": src["question"],
-            "answer": src["answer"],
-        }
-
-
-def test_full_ground_truths_with_commas_and_signs(prepared_full, shared_gsm8k_dir):
-    out, _ = prepared_full
-    for split, known in {
-        "train": {0: "72", 345: "1080", 5715: "-7"},  # "#### 1,080" on line 346
-        "test": {0: "18", 146: "2125", 489: "-10"},  # "#### 2,125" on line 147
-    }.items():
-        rows = rows_of(out / f"{split}.parquet")
-        for index, truth in known.items():
-            assert rows[index]["reward_model"]["ground_truth"] == truth
-        with_commas = [
-            (row["extra_info"]["answer"], row["reward_model"]["ground_truth"])
-            for row in rows
-            if "," in row["extra_info"]["answer"].rsplit("####", 1)[1]
-        ]
-        assert len(with_commas) >= 10  # 79 in train, 14 in test
-        for answer, truth in with_commas:
-            assert "," not in truth
-            assert truth == answer.rsplit("#### ", 1)[1].strip().replace(",", "")
-
-
-def test_full_rerun_is_byte_identical(prepared_full, shared_gsm8k_dir, tmp_path):
-    out, _ = prepared_full
-    again = run_cli("--source", shared_gsm8k_dir, "--out-dir", tmp_path)
-    assert again.returncode == 0, again.stderr
-    for name in ("train.parquet", "test.parquet"):
-        assert (tmp_path / name).read_bytes() == (out / name).read_bytes()
-
-
-def test_full_hub_layout_source_gives_byte_identical_output(
-    prepared_full, shared_gsm8k_dir, tmp_path
-):
-    out, _ = prepared_full
-    hub = write_hub_layout(load_source(str(shared_gsm8k_dir)), tmp_path / "hub")
-    from_hub = run_cli("--source", hub, "--out-dir", tmp_path / "from_hub")
-    assert from_hub.returncode == 0, from_hub.stderr
-    for name in ("train.parquet", "test.parquet"):
-        assert (tmp_path / "from_hub" / name).read_bytes() == (out / name).read_bytes()
-
-
-def test_full_limit_and_boxed_style(prepared_full, shared_gsm8k_dir, tmp_path):
-    out, _ = prepared_full
-    result = run_cli(
-        "--source",
-        shared_gsm8k_dir,
-        "--out-dir",
-        tmp_path,
-        "--limit",
-        "5",
-        "--prompt-style",
-        "boxed",
+def test_every_real_row_in_verls_schema(full, shared_gsm8k_dir, split):
+    schema = pq.read_schema(full / f"{split}.parquet")
+    turns, text = (
+        pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])),
+        pa.string(),
     )
-    assert result.returncode == 0, result.stderr
-    assert "train: 5 rows" in result.stdout and "test: 5 rows" in result.stdout
+    assert [(f.name, f.type) for f in schema] == [
+        ("data_source", text), ("prompt", turns), ("ability", text),
+        ("reward_model", pa.struct([("style", text), ("ground_truth", text)])),
+        ("extra_info", pa.struct([("split", text), ("index", pa.int64()), ("question", text),
+                                  ("answer", text)])),
+    ]  # fmt: skip
+    rows, sources = rows_of(full / f"{split}.parquet"), jsonl(shared_gsm8k_dir / f"{split}.jsonl")
+    assert len(rows) == len(sources) == {"train": 7473, "test": 1319}[split]
+    for index, (row, src) in enumerate(zip(rows, sources, strict=True)):
+        truth = src["answer"].split("#### ")[-1].strip().replace(",", "")  # read independently
+        assert row == {"data_source": "openai/gsm8k", "ability": "math",
+                       "prompt": [{"role": "user", "content": src["question"] + HASH}],
+                       "reward_model": {"style": "rule", "ground_truth": truth},
+                       "extra_info": {"split": split, "index": index, **src}}  # fmt: skip
+    known = {"train": {0: "72", 345: "1080", 5715: "-7"}, "test": {146: "2125", 489: "-10"}}
+    assert {i: rows[i]["reward_model"]["ground_truth"] for i in known[split]} == known[split]
+    assert sum("," in r["extra_info"]["answer"].rsplit("####")[1] for r in rows) >= 14
+
+
+def test_the_real_release_again_and_from_the_hub_layout_gives_the_same_bytes(
+    full, shared_gsm8k_dir, tmp_path, capsys
+):
+    hub = write_hub_layout(load_source(str(shared_gsm8k_dir)), tmp_path / "hub")
+    for src, out in ((shared_gsm8k_dir, tmp_path / "again"), (hub, tmp_path / "from-hub")):
+        assert cli(gsm8k, capsys, "--source", src, "--out-dir", out)[0] == 0
+        assert snapshot(out) == snapshot(full)
+    code, out, _ = cli(gsm8k, capsys, "--source", shared_gsm8k_dir, "--out-dir", tmp_path / "b",
+                       "--limit", "5", "--prompt-style", "boxed")  # fmt: skip
+    assert code == 0 and "train: 5 rows" in out and "test: 5 rows" in out
     for split in ("train", "test"):
-        full = rows_of(out / f"{split}.parquet")[:5]
-        limited = rows_of(tmp_path / f"{split}.parquet")
-        assert len(limited) == 5
-        for row, ref in zip(limited, full, strict=True):
-            question = ref["extra_info"]["question"]
-            assert row["prompt"][0]["content"] == question + BOXED_INSTRUCTION
-            assert {k: v for k, v in row.items() if k != "prompt"} == {
-                k: v for k, v in ref.items() if k != "prompt"
-            }
+        for row, ref in zip(rows_of(tmp_path / "b" / f"{split}.parquet"),
+                            rows_of(full / f"{split}.parquet")[:5], strict=True):  # fmt: skip
+            assert row["prompt"][0]["content"] == ref["extra_info"]["question"] + BOXED
+            assert row | {"prompt": None} == ref | {"prompt": None}
 
 
-# ---------------------------------------------------------------------------------------------
-# synthetic sources (no shared data needed)
+# ---------------------------------------------------------------- synthetic sources
 
 
-def test_synthetic_rows_prompts_and_ground_truths(tmp_path):
-    source = write_jsonl_dir(tmp_path / "src", SYNTHETIC)
-    for style, instruction in (("hash", HASH_INSTRUCTION), ("boxed", BOXED_INSTRUCTION)):
+@pytest.fixture(scope="module")
+def earlier(tmp_path_factory) -> Path:
+    """A good earlier run (out/ and hub/) that a failing run must leave byte for byte."""
+    base = tmp_path_factory.mktemp("earlier")
+    write_all(load_source(str(source(base / "src"))), base / "out", hub_dir=base / "hub")
+    return base
+
+
+def test_rows_prompts_and_ground_truths_of_both_styles(tmp_path, capsys):
+    for style, instruction in (("hash", HASH), ("boxed", BOXED)):
         out = tmp_path / style
-        result = run_cli("--source", source, "--out-dir", out, "--prompt-style", style)
-        assert result.returncode == 0, result.stderr
+        assert cli(gsm8k, capsys, "--source", source(tmp_path / "src"), "--out-dir", out,
+                   "--prompt-style", style)[0] == 0  # fmt: skip
         for split, raw in SYNTHETIC.items():
             rows = rows_of(out / f"{split}.parquet")
             assert [r["prompt"][0]["content"] for r in rows] == [
                 r["question"] + instruction for r in raw
             ]
-            assert [r["reward_model"]["ground_truth"] for r in rows] == SYNTHETIC_TRUTHS[split]
-            assert [r["extra_info"]["index"] for r in rows] == list(range(len(raw)))
-            assert {r["extra_info"]["split"] for r in rows} == {split}
-
-
-def test_splits_flag_writes_only_those_splits(tmp_path):
-    source = write_jsonl_dir(tmp_path / "src", {"test": SYNTHETIC["test"]})  # no train.jsonl
-    result = run_cli("--source", source, "--out-dir", tmp_path / "out", "--splits", "test")
-    assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["test.parquet"]
-
-
-def test_same_input_gives_byte_identical_parquet_in_process(tmp_path):
-    data = load_source(str(write_jsonl_dir(tmp_path / "src", SYNTHETIC)))
-    first = write_verl_splits(data, tmp_path / "a")
-    second = write_verl_splits(data, tmp_path / "b")
-    for split in data:
-        assert first[split].read_bytes() == second[split].read_bytes()
+            assert [r["reward_model"]["ground_truth"] for r in rows] == TRUTHS[split]
+            assert [(r["extra_info"]["split"], r["extra_info"]["index"]) for r in rows] == [
+                (split, i) for i in range(len(raw))
+            ]
+    assert build_prompt("{x}", "boxed") == gsm8k.PROMPT_STYLES["boxed"].format(question="{x}")
+    with pytest.raises(ValueError, match="unknown prompt style"):
+        build_prompt("Q?", "latex")
+    (tmp_path / "only-test").mkdir()
+    shutil.copy(tmp_path / "src" / "test.jsonl", tmp_path / "only-test")  # no train.jsonl
+    assert cli(gsm8k, capsys, "--source", tmp_path / "only-test", "--out-dir", tmp_path / "t",
+               "--splits", "test")[0] == 0  # fmt: skip
+    assert sorted(snapshot(tmp_path / "t")) == ["test.parquet"]
 
 
 @pytest.mark.parametrize("top_level", [False, True], ids=["main-subdir", "top-level"])
-def test_hub_layout_source_equals_jsonl_source(tmp_path, top_level):
-    source = write_jsonl_dir(tmp_path / "src", SYNTHETIC)
-    hub = tmp_path / "hub"
-    # The CLI flag writes the same layout as the function.
-    result = run_cli("--source", source, "--out-dir", tmp_path / "a", "--hub-layout-dir", hub)
-    assert result.returncode == 0, result.stderr
-    assert snapshot(hub) == snapshot(write_hub_layout(load_source(str(source)), tmp_path / "hub2"))
+def test_the_hub_layout_reads_back_as_the_same_rows(tmp_path, capsys, top_level):
+    src, hub = source(tmp_path / "src"), tmp_path / "hub"
+    assert cli(gsm8k, capsys, "--source", src, "--out-dir", tmp_path / "a",
+               "--hub-layout-dir", hub)[0] == 0  # fmt: skip
+    assert snapshot(hub) == snapshot(write_hub_layout(load_source(str(src)), tmp_path / "h2"))
+    assert sorted(snapshot(hub)) == ["README.md", "main/test-00000-of-00001.parquet",
+                                     "main/train-00000-of-00001.parquet"]  # fmt: skip
+    assert (hub / "README.md").read_text().split("---\n")[1] == (
+        "configs:\n- config_name: main\n  data_files:\n  - split: train\n"
+        "    path: main/train-00000-of-00001.parquet\n  - split: test\n"
+        "    path: main/test-00000-of-00001.parquet\n"
+    )
     if top_level:
         for shard in (hub / "main").iterdir():
             shard.rename(hub / shard.name)
-        (hub / "main").rmdir()
-    result = run_cli("--source", hub, "--out-dir", tmp_path / "b")
-    assert result.returncode == 0, result.stderr
+    else:  # what EvalScope does with a local dataset_id: load_dataset(DIR, "main"), offline
+        import datasets
+
+        loaded = datasets.load_dataset(str(hub), "main", cache_dir=str(tmp_path / "cache"))
+        assert {split: loaded[split].to_list() for split in loaded} == SYNTHETIC
+    assert cli(gsm8k, capsys, "--source", hub, "--out-dir", tmp_path / "b")[0] == 0
     assert snapshot(tmp_path / "a") == snapshot(tmp_path / "b")
 
 
-def test_hub_layout_files_and_readme_header(tmp_path):
-    data = load_source(str(write_jsonl_dir(tmp_path / "src", SYNTHETIC)))
-    hub = write_hub_layout(data, tmp_path / "hub")
-    assert sorted(snapshot(hub)) == [
-        "README.md",
-        "main/test-00000-of-00001.parquet",
-        "main/train-00000-of-00001.parquet",
-    ]
-    for split, raw in SYNTHETIC.items():
-        table = pq.read_table(hub / "main" / f"{split}-00000-of-00001.parquet")
-        assert table.column_names == ["question", "answer"]
-        assert table.to_pylist() == raw
-    header = (hub / "README.md").read_text().split("---\n")[1]
-    assert header == (
-        "configs:\n"
-        "- config_name: main\n"
-        "  data_files:\n"
-        "  - split: train\n"
-        "    path: main/train-00000-of-00001.parquet\n"
-        "  - split: test\n"
-        "    path: main/test-00000-of-00001.parquet\n"
-    )
-
-
-def test_hub_layout_loads_offline_with_datasets_config_main(tmp_path):
-    """What EvalScope does with a local dataset_id: load_dataset(DIR, "main")."""
-    import datasets
-
-    data = load_source(str(write_jsonl_dir(tmp_path / "src", SYNTHETIC)))
-    hub = write_hub_layout(data, tmp_path / "hub")
-    loaded = datasets.load_dataset(str(hub), "main", cache_dir=str(tmp_path / "cache"))
-    assert {split: loaded[split].to_list() for split in loaded} == SYNTHETIC
-
-
-# ---------------------------------------------------------------------------------------------
-# validation: one line naming file and line, exit 2, nothing written
+# ---------------------------------------------------------------- bad input, bad outputs
 
 GOOD = json.dumps(SYNTHETIC["test"][0])
-GOOD_ROWS = [{"question": "Different rows, so a partial write would show.", "answer": "#### 1"}]
 MALFORMED = {
-    "bad-json": ('{"question": "x", "answer": ', "invalid JSON ("),
-    "deep-json": ("[" * 100_000 + "]" * 100_000, "invalid JSON (nested too deep)"),
-    "not-object": ('["question", "answer"]', "row is not a JSON object"),
-    "no-hash": (
-        json.dumps({"question": "Q?", "answer": "It is 5."}),
-        "answer has no '#### <number>' line",
-    ),
-    "not-number": (
-        json.dumps({"question": "Q?", "answer": "so\n#### seventy"}),
-        "answer after '####' is not a number: 'seventy'",
-    ),
-    "number-then-text": (
-        json.dumps({"question": "Q?", "answer": "so\n#### 18 dollars"}),
-        "answer after '####' is not a number: '18 dollars'",
-    ),
-    "bad-separators": (
-        json.dumps({"question": "Q?", "answer": "so\n#### 1,,,2,"}),
-        "answer after '####' is not a number: '1,,,2,'",
-    ),
-    "no-response-matches": (
-        json.dumps({"question": "Q?", "answer": "so\n#### " + "9" * 10**6}),
-        "answer after '####' is a number no response can match: '9999",
-    ),
-    "no-question": (json.dumps({"answer": "#### 3"}), "missing or empty 'question' field"),
-    "empty-question": (
-        json.dumps({"question": "  ", "answer": "#### 3"}),
-        "missing or empty 'question' field",
-    ),
-    "empty-answer": (
-        json.dumps({"question": "Q?", "answer": ""}),
-        "missing or empty 'answer' field",
-    ),
-    "question-not-text": (
-        json.dumps({"question": 12, "answer": "#### 3"}),
-        "'question' is not a string (int)",
-    ),
-    # JSON's "\ud800" escape decodes to a lone surrogate, which UTF-8 (and pyarrow) cannot hold
-    "lone-surrogate-question": (
-        '{"question": "How many \\ud800 apples?", "answer": "#### 3"}',
-        "'question' is not valid Unicode text (lone surrogate '\\ud800' at character 10)",
-    ),
-    "lone-surrogate-answer": (
-        '{"question": "Q?", "answer": "3 apples \\udfff\\n#### 3"}',
-        "'answer' is not valid Unicode text (lone surrogate '\\udfff' at character 10)",
-    ),
-}
+    '{"question": "x", "answer": ': "invalid JSON (Expecting value, column 29)",
+    "[" * 100_000 + "]" * 100_000: "invalid JSON (nested too deep)",
+    '["question", "answer"]': "row is not a JSON object",
+    "null": "row is not a JSON object",
+    '{"question": "Q?", "answer": "It is 5."}': "answer has no '#### <number>' line",
+    '{"question": "Q?", "answer": "#### seventy"}': "answer after '####' is not a number: "
+    "'seventy'",
+    '{"question": "Q?", "answer": "#### 18 dollars"}': "answer after '####' is not a number: "
+    "'18 dollars'",
+    '{"question": "Q?", "answer": "#### 1,,,2,"}': "answer after '####' is not a number",
+    '{"question": "Q?", "answer": "#### ' + "9" * 10**6 + '"}': "answer after '####' is a "
+    "number no response can match: '9999",
+    '{"answer": "#### 3"}': "missing or empty 'question' field",
+    '{"question": "  ", "answer": "#### 3"}': "missing or empty 'question' field",
+    '{"question": "Q?", "answer": ""}': "missing or empty 'answer' field",
+    '{"question": 12, "answer": "#### 3"}': "'question' is not a string (int)",
+    '{"question": "How many \\ud800 apples?", "answer": "#### 3"}': "'question' is not valid "
+    "Unicode text (lone surrogate '\\ud800' at character 10)",
+    '{"question": "Q?", "answer": "3 apples \\udfff\\n#### 3"}': "'answer' is not valid Unicode "
+    "text (lone surrogate '\\udfff' at character 10)",
+}  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def earlier_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A good earlier run (out/ and hub/) that a failing run must leave byte for byte."""
-    base = tmp_path_factory.mktemp("earlier")
-    data = load_source(str(write_jsonl_dir(base / "src", SYNTHETIC)))
-    write_verl_splits(data, base / "out")
-    write_hub_layout(data, base / "hub")
-    return base
+@pytest.mark.parametrize("line", MALFORMED, ids=range(len(MALFORMED)))
+def test_a_malformed_row_is_one_line_naming_file_and_line(tmp_path, line):
+    # line 4 is bad: two good rows and a blank line (blank lines count in the numbering)
+    src = source(tmp_path, {"test": "\n".join([GOOD, GOOD, "", line, GOOD]) + "\n"})
+    with pytest.raises(gsm8k.DataPrepError) as bad:
+        load_source(str(src))
+    assert str(bad.value).startswith(f"{src / 'test.jsonl'}:4: {MALFORMED[line]}")
+    assert "\n" not in str(bad.value)
 
 
-@pytest.mark.parametrize("split", ["train", "test"])
-@pytest.mark.parametrize("kind", list(MALFORMED))
-def test_malformed_row_one_line_exit_2_nothing_written(tmp_path, earlier_output, kind, split):
-    bad_line, message = MALFORMED[kind]
-    other = [{"question": "Different rows, so a partial write would show.", "answer": "#### 1"}]
-    # Line 4 is bad: two good rows and a blank line (blank lines count in the numbering).
-    raw = {split: "\n".join([GOOD, GOOD, "", bad_line, GOOD]) + "\n"}
-    source = write_jsonl_dir(tmp_path / "src", {"train": other, "test": other}, raw)
+@pytest.mark.parametrize("module", [gsm8k, sft])
+def test_bad_input_writes_nothing_and_exits_2(tmp_path, earlier, capsys, module):
+    """The train split is good, the test split's line 4 bad: nothing is replaced, no temp file."""
+    src = source(tmp_path / "src", {"test": "\n".join([GOOD, GOOD, "", "{}"]) + "\n"})
     out, hub = tmp_path / "out", tmp_path / "hub"
-    shutil.copytree(earlier_output / "out", out)
-    shutil.copytree(earlier_output / "hub", hub)
-    before = snapshot(out), snapshot(hub)
-
-    result = run_cli("--source", source, "--out-dir", out, "--hub-layout-dir", hub)
-
-    assert result.returncode == 2
-    assert result.stdout == ""
-    assert "Traceback" not in result.stderr
-    assert result.stderr.count("\n") == 1
-    prefix = f"data_prep.gsm8k: {source / f'{split}.jsonl'}:4: "
-    assert result.stderr.startswith(prefix + message), result.stderr
-    assert (snapshot(out), snapshot(hub)) == before
+    shutil.copytree(earlier / "out", out)
+    shutil.copytree(earlier / "hub", hub)
+    before = snapshot(tmp_path)
+    args = ["--source", src, "--out-dir", out] + (["--hub-layout-dir", hub] * (module is gsm8k))
+    code, stdout, stderr = cli(module, capsys, *args)
+    name = module.__name__
+    assert (code, stdout) == (2, "")
+    assert stderr == f"{name}: {src / 'test.jsonl'}:4: missing or empty 'question' field\n"
+    assert snapshot(tmp_path) == before
 
 
-def test_malformed_parquet_row_names_file_and_row(tmp_path):
-    main = tmp_path / "hub" / "main"
-    main.mkdir(parents=True)
-    for split in ("train", "test"):
-        rows = list(SYNTHETIC[split])
-        if split == "test":
-            rows.insert(1, {"question": "Q?", "answer": None})
-        table = pa.Table.from_pylist(
-            rows, schema=pa.schema([("question", pa.string()), ("answer", pa.string())])
-        )
-        pq.write_table(table, main / f"{split}-00000-of-00001.parquet")
-    result = run_cli("--source", tmp_path / "hub", "--out-dir", tmp_path / "out")
-    assert result.returncode == 2
-    assert result.stderr == (
-        f"data_prep.gsm8k: {main / 'test-00000-of-00001.parquet'}:row 2: "
-        "missing or empty 'answer' field\n"
-    )
-    assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.parametrize(
-    ("name", "message"),
-    [
-        ("missing", "no such directory"),
-        ("", "no train.jsonl, main/train-00000-of-00001.parquet"),
-        ("file.jsonl", "must be a directory"),
-        ("empty", "train.jsonl: no rows"),
-    ],
-    ids=["missing-dir", "empty-dir", "a-file", "empty-split"],
-)
-def test_bad_source_is_one_line_exit_2(tmp_path, name, message):
+def test_a_bad_parquet_row_or_source_is_one_line(tmp_path, capsys):
+    (tmp_path / "hub" / "main").mkdir(parents=True)
+    for split, rows in SYNTHETIC.items():
+        rows = rows[:1] + [{"question": "Q?", "answer": None}] * (split == "test") + rows[1:]
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / "hub" / "main" /
+                       f"{split}-00000-of-00001.parquet")  # fmt: skip
     (tmp_path / "file.jsonl").write_text(GOOD + "\n")
-    write_jsonl_dir(tmp_path / "empty", {"train": [], "test": SYNTHETIC["test"]})
-    result = run_cli("--source", tmp_path / name, "--out-dir", tmp_path / "out")
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr
-
-
-def test_interrupted_write_keeps_earlier_files_and_leaves_no_temp(
-    tmp_path, earlier_output, monkeypatch
-):
-    out = tmp_path / "out"
-    shutil.copytree(earlier_output / "out", out)
-    before = snapshot(out)
-    calls = []
-
-    def dying_writer(table, where, **kwargs):
-        calls.append(where)
-        Path(where).write_bytes(b"PAR1 half a file")
-        if len(calls) == 2:  # the second split: the first temp file is complete by now
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(pq, "write_table", dying_writer)
-    data = load_source(
-        str(
-            write_jsonl_dir(
-                tmp_path / "src", {"train": SYNTHETIC["test"], "test": SYNTHETIC["train"]}
-            )
-        )
-    )
-    with pytest.raises(KeyboardInterrupt):
-        write_verl_splits(data, out)
-    assert len(calls) == 2 and all(Path(c).parent == out for c in calls)
-    assert snapshot(out) == before  # neither replaced, no temp file left
+    source(tmp_path / "empty", {"train": ""})
+    source(tmp_path / "latin1", {"train": ""})
+    (tmp_path / "latin1" / "train.jsonl").write_bytes(GOOD.encode() + b"\n\xff\n")
+    cases = {
+        "hub": f"{tmp_path}/hub/main/test-00000-of-00001.parquet:row 2: missing or empty "
+        "'answer' field",
+        "missing": "no such directory", "file.jsonl": "must be a directory",
+        "empty": "train.jsonl: no rows", "": "no train.jsonl, main/train-00000-of-00001.parquet",
+        "latin1": f"{tmp_path}/latin1/train.jsonl:2: not UTF-8 text",
+    }  # fmt: skip
+    for name, message in cases.items():
+        code, _, err = cli(gsm8k, capsys, "--source", tmp_path / name, "--out-dir", tmp_path / "o")
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("bad", ["hub", "out"])
-def test_unwritable_output_is_found_before_anything_is_replaced(tmp_path, earlier_output, bad):
-    # Different rows from the earlier run's, so any replaced file would show.
-    source = write_jsonl_dir(tmp_path / "src", {"train": SYNTHETIC["test"], "test": GOOD_ROWS})
+def test_an_unwritable_output_is_found_before_anything_is_replaced(tmp_path, earlier, bad, capsys):
+    src = source(tmp_path / "src", {"train": GOOD + "\n"})  # other rows: a rename would show
     out, hub = tmp_path / "out", tmp_path / "hub"
-    shutil.copytree(earlier_output / "out", out)
-    shutil.copytree(earlier_output / "hub", hub)
-    before = snapshot(tmp_path)
+    shutil.copytree(earlier / "out", out)
+    shutil.copytree(earlier / "hub", hub)
     (tmp_path / "a-file").write_text("a file where a directory is needed\n")
-    bad_dir = tmp_path / "a-file" / "sub"  # cannot be created, even by root
-    args = {"out": out, "hub": hub, bad: bad_dir}
+    before = snapshot(tmp_path)
+    args = {"out": out, "hub": hub, bad: tmp_path / "a-file" / "sub"}  # not even root makes it
+    code, _, err = cli(gsm8k, capsys, "--source", src, "--out-dir", args["out"],
+                       "--hub-layout-dir", args["hub"])  # fmt: skip
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"data_prep.gsm8k: cannot write {tmp_path}/a-file/sub/")
+    assert err.endswith(f": {tmp_path / 'a-file'} is not a directory\n")
+    assert snapshot(tmp_path) == before
+    code, _, err = cli(sft, capsys, "--source", src, "--out-dir", tmp_path / "a-file" / "sub")
+    assert code == 2 and err.startswith(f"data_prep.sft: cannot write {tmp_path}/a-file/sub/")
 
-    result = run_cli("--source", source, "--out-dir", args["out"], "--hub-layout-dir", args["hub"])
 
-    assert result.returncode == 2
-    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.startswith(f"data_prep.gsm8k: cannot write {bad_dir}/"), result.stderr
-    assert result.stderr.endswith(f": {tmp_path / 'a-file'} is not a directory\n")
-    del (after := snapshot(tmp_path))["a-file"]
-    assert after == before  # out/ and hub/ byte for byte, no temp file, nothing created
-
-
-def test_sigint_while_writing_exits_130_in_one_line_and_keeps_earlier_files(
-    tmp_path, earlier_output
-):
-    # The run is held right after its first output (train.parquet) is complete in its temp file
-    # and before the next one is written (common/pause.py): the SIGINT lands there every time,
-    # not in a race between a poll and the writer (a loaded machine once let every rename finish
-    # before the signal arrived).
-    # other rows than the earlier run's: outputs renamed into place would show
-    source = write_jsonl_dir(tmp_path / "src", {**SYNTHETIC, "train": SYNTHETIC["train"][:3]})
+def test_ctrl_c_while_writing_keeps_earlier_files_and_exits_130(tmp_path, earlier, monkeypatch,
+                                                                capsys):  # fmt: skip
+    """Ctrl-C once the first output is complete in its temporary file: nothing is replaced, no
+    temporary file is left, one line, exit 130."""
+    src = source(tmp_path / "src", {"train": GOOD + "\n"})
     out, hub = tmp_path / "out", tmp_path / "hub"
-    shutil.copytree(earlier_output / "out", out)
-    shutil.copytree(earlier_output / "hub", hub)
-    before = snapshot(out), snapshot(hub)
-    held = tmp_path / "held"
-    env = dict(os.environ, GSM8K_PAUSE_AT="replace_all:wrote:train.parquet",
-               GSM8K_PAUSE_FILE=str(held))  # fmt: skip
+    shutil.copytree(earlier / "out", out)
+    shutil.copytree(earlier / "hub", hub)
+    before, written = snapshot(tmp_path), []
+    real = pq.write_table
 
-    args = ["--source", source, "--out-dir", out, "--hub-layout-dir", hub]
-    with subprocess.Popen(
-        [sys.executable, "-m", "data_prep.gsm8k", *map(str, args)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # a shell without job control starts background jobs with SIGINT ignored: undo that
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    ) as proc:
-        try:
-            deadline = time.monotonic() + 120
-            while not held.exists() and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert held.exists(), "the run never finished writing its first output"
-            temps = list(out.glob(f".train.parquet.{proc.pid}.*.tmp"))
-            assert len(temps) == 1 and pq.read_table(temps[0]).num_rows == 3  # complete, unrenamed
-            proc.send_signal(signal.SIGINT)
-            stdout, stderr = proc.communicate(timeout=120)
-        finally:
-            proc.kill()
+    def interrupted(table, where, **kwargs):
+        real(table, where, **kwargs)
+        written.append(Path(where))
+        if len(written) == 2:
+            raise KeyboardInterrupt
 
-    assert proc.returncode == 130, (stdout, stderr)
-    assert "Traceback" not in stderr
+    monkeypatch.setattr(pq, "write_table", interrupted)
+    code, stdout, stderr = cli(gsm8k, capsys, "--source", src, "--out-dir", out,
+                               "--hub-layout-dir", hub)  # fmt: skip
+    assert code == 130 and written[0].parent == out and written[0].name.endswith(".tmp")
     assert (
         stderr == "data_prep.gsm8k: interrupted; outputs are replaced all together or not at all\n"
     )
-    assert stdout.startswith("data_prep.gsm8k: read 3 train, 2 test rows")
-    assert "done" not in stdout  # no summary
-    assert (snapshot(out), snapshot(hub)) == before  # no temp file left either
+    assert stdout.startswith("data_prep.gsm8k: read 1 train, 2 test rows") and "done" not in stdout
+    assert snapshot(tmp_path) == before
 
 
-# ---------------------------------------------------------------------------------------------
-# the hub source
-
-
-def test_default_hub_source_fails_fast_when_offline(tmp_path):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    start = time.monotonic()
-    result = run_cli("--out-dir", tmp_path / "out", env=env)
-    assert time.monotonic() - start < 30
-    assert result.returncode == 2
-    assert "Traceback" not in result.stderr
-    assert result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.startswith("data_prep.gsm8k: could not load 'openai/gsm8k'")
-    assert "Hugging Face hub" in result.stderr and "--source DIR" in result.stderr
-    assert not (tmp_path / "out").exists()
-
-
-def test_unreachable_hub_is_detected_without_offline_flags(tmp_path):
+def test_an_unreachable_hub_fails_in_seconds_in_one_line(tmp_path):
     """No HF_HUB_OFFLINE: a quick probe finds the hub unreachable instead of ~25 s of retries."""
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("HF_") and "proxy" not in k.lower()
-    }
-    env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # discard port: refused at once
-    env["HF_HOME"] = str(tmp_path / "hf")  # an empty cache
+    } | {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
     start = time.monotonic()
-    result = run_cli("--out-dir", tmp_path / "out", env=env)
-    assert time.monotonic() - start < 20
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "--source DIR" in result.stderr, result.stderr
+    result = subprocess.run(
+        [sys.executable, "-m", "data_prep.gsm8k", "--out-dir", tmp_path / "o"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert time.monotonic() - start < 20 and result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("data_prep.gsm8k: could not load 'openai/gsm8k'")
+    assert "Hugging Face hub" in result.stderr and "--source DIR" in result.stderr
+    assert not (tmp_path / "o").exists()
 
 
-def test_hub_source_rows_are_validated(monkeypatch):
+def test_hub_rows_are_validated(monkeypatch):
     import datasets
 
-    def fake_load_dataset(name, config):
+    def load_dataset(name, config):
         assert (name, config) == ("openai/gsm8k", "main")
-        bad_test = [*SYNTHETIC["test"], {"question": "Q?", "answer": "#### ?"}]
-        return datasets.DatasetDict(
-            train=datasets.Dataset.from_list(SYNTHETIC["train"]),
-            test=datasets.Dataset.from_list(bad_test),
-        )
+        test = [*SYNTHETIC["test"], {"question": "Q?", "answer": "#### ?"}]
+        return datasets.DatasetDict(train=datasets.Dataset.from_list(SYNTHETIC["train"]),
+                                    test=datasets.Dataset.from_list(test))  # fmt: skip
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     assert load_source("openai/gsm8k", limit=2) == {k: v[:2] for k, v in SYNTHETIC.items()}
     with pytest.raises(gsm8k.DataPrepError, match=r"^openai/gsm8k \(main, test\):row 3: answer"):
         load_source("openai/gsm8k")
 
 
-# ---------------------------------------------------------------------------------------------
-# public API and CLI surface
-
-
-def test_prompt_styles_single_source_of_truth():
-    assert set(PROMPT_STYLES) == {"hash", "boxed"}
-    assert all("{question}" in template for template in PROMPT_STYLES.values())
-    assert build_prompt("Q?", "hash") == "Q?" + HASH_INSTRUCTION
-    assert build_prompt("Q?", "boxed") == "Q?" + BOXED_INSTRUCTION
-    assert build_prompt("Q?") == build_prompt("Q?", "hash")
-    # str.format semantics (what EvalScope's prompt_template uses); braces in questions survive.
-    assert PROMPT_STYLES["boxed"].format(question="{x}") == build_prompt("{x}", "boxed")
-    with pytest.raises(ValueError, match="unknown prompt style"):
-        build_prompt("Q?", "latex")
-
-
-@pytest.mark.parametrize(
-    ("answer", "truth"),
-    [
-        ("a\n#### 72", "72"),
-        ("#### 1,080", "1080"),
-        ("x\n#### -7", "-7"),
-        ("#### 0.5  \n", "0.5"),
-        ("#### - 5", "-5"),
-    ],  # fmt: skip
-)
+@pytest.mark.parametrize(("answer", "truth"), [
+    ("a\n#### 72", "72"), ("#### 1,080", "1080"), ("x\n#### -7", "-7"), ("#### 0.5  \n", "0.5"),
+    ("#### - 5", "-5"), ("no marker", None), ("#### ", None), ("#### 12 apples", None),
+    ("#### $5", None), ("#### 1e3", None), ("#### 1,0000", None), ("#### 12,", None),
+    ("#### 7^2", None), ("#### 7+7", None), ("#### " + "9" * 101, None),
+])  # fmt: skip
 def test_ground_truth(answer, truth):
-    assert ground_truth(answer) == truth
+    if truth is not None:
+        assert ground_truth(answer) == truth
+    else:
+        with pytest.raises(ValueError, match="####"):
+            ground_truth(answer)
 
 
 @given(st.integers(min_value=-(10**12), max_value=10**12))
@@ -634,106 +370,215 @@ def test_ground_truth_strips_thousands_separators(number):
     assert ground_truth(f"Steps <<1+1=2>>.\n#### {number:,}") == str(number)
 
 
-@pytest.mark.parametrize(
-    "answer",
-    ["no marker", "#### ", "#### 12 apples", "#### $5", "#### 1e3", "#### 1,,,2,", "#### 1,0000",
-     "#### 12,", "#### 7^2", "#### " + "9" * 101, "#### " + "9" * 10**6],
-)  # fmt: skip
-def test_ground_truth_rejects(answer):
-    with pytest.raises(ValueError, match="####"):
-        ground_truth(answer)
+@pytest.mark.parametrize("module", [gsm8k, sft, arithmetic])
+def test_help_explains_every_flag(module, capsys):
+    with pytest.raises(SystemExit) as done:
+        module.main(["--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    flags = {gsm8k: ["--source", "--out-dir", "--prompt-style", "--limit", "--splits",
+                     "--hub-layout-dir", "openai/gsm8k", "~/data/gsm8k"],
+             sft: ["--source", "--out-dir", "--prompt-style", "--limit", "--splits",
+                   "~/data/gsm8k-sft", "MultiTurnSFTDataset"],
+             arithmetic: ["--out-dir", "--max-operand", "--train-per-pair", "--test-per-pair",
+                          "--marker-rates", "--seed"]}[module]  # fmt: skip
+    assert [flag for flag in flags if flag not in out] == []
 
 
-def test_help_explains_every_flag():
-    result = run_cli("--help")
-    assert result.returncode == 0
-    for flag in (
-        "--source",
-        "--out-dir",
-        "--prompt-style",
-        "--limit",
-        "--splits",
-        "--hub-layout-dir",
-    ):
-        assert flag in result.stdout
-    assert "openai/gsm8k" in result.stdout and "~/data/gsm8k" in result.stdout
+# ---------------------------------------------------------------- verl reads what we write
 
 
-# ---------------------------------------------------------------------------------------------
-# verl's own RLHFDataset reads what we write
-
-
-def rlhf_dataset(parquet: Path, tokenizer, tmp_path: Path):
+def check_rlhf(parquet: Path, tokenizer, tmp_path: Path, expected: dict[int, tuple]) -> int:
+    """verl's RLHFDataset and collate_fn over ``parquet``: the chat template's prompt, the
+    ground truth and the data source of the rows ``expected`` names; returns its length."""
     from omegaconf import OmegaConf
-    from verl.utils.dataset.rl_dataset import RLHFDataset
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
-    config = OmegaConf.create(
-        {
-            "prompt_key": "prompt",
-            "max_prompt_length": 1024,
-            "filter_overlong_prompts": True,
-            "filter_overlong_prompts_workers": 1,
-            "truncation": "error",
-            "return_raw_chat": True,
-            "cache_dir": str(tmp_path / "verl-cache"),
-        }
-    )
-    return RLHFDataset(str(parquet), tokenizer, config)
-
-
-def rendered_prompt(tokenizer, messages) -> str:
-    """What verl's agent loop feeds the model: the chat template over raw_prompt, tokenized."""
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-        ids = ids["input_ids"]
-    return tokenizer.decode(ids)
-
-
-def check_rlhf_items(dataset, tokenizer, expected: dict[int, tuple[str, str, str]]) -> None:
-    from verl.utils.dataset.rl_dataset import collate_fn
-
-    items = {index: dataset[index] for index in expected}
-    batch = collate_fn(list(items.values()))
-    for position, (index, (question, instruction, truth)) in enumerate(expected.items()):
-        item = items[index]
-        text = rendered_prompt(tokenizer, item["raw_prompt"])
+    config = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": 1024,
+                               "filter_overlong_prompts": True, "truncation": "error",
+                               "filter_overlong_prompts_workers": 1, "return_raw_chat": True,
+                               "cache_dir": str(tmp_path / "verl-cache")})  # fmt: skip
+    dataset = RLHFDataset(str(parquet), tokenizer, config)
+    items = [dataset[index] for index in expected]
+    batch = collate_fn(items)
+    for position, (item, (index, (prompt, truth))) in enumerate(zip(items, expected.items(),
+                                                                     strict=True)):  # fmt: skip
+        ids = tokenizer.apply_chat_template(item["raw_prompt"], add_generation_prompt=True)
+        text = tokenizer.decode(ids["input_ids"] if hasattr(ids, "keys") else ids)
         assert text.startswith("<|im_start|>system\n")
-        assert (
-            f"<|im_start|>user\n{question}{instruction}<|im_end|>\n<|im_start|>assistant\n" in text
-        )
-        assert item["reward_model"]["ground_truth"] == truth
-        assert batch["reward_model"][position]["ground_truth"] == truth
+        assert f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n" in text
+        assert item["reward_model"]["ground_truth"] == batch["reward_model"][position][
+            "ground_truth"] == truth  # fmt: skip
         assert item["data_source"] == batch["data_source"][position] == "openai/gsm8k"
         assert item["index"] == index
+    return len(dataset)
 
 
-def test_rlhf_dataset_reads_full_test_split(
-    prepared_full, tiny_model_dir, shared_gsm8k_dir, tmp_path
-):
+def test_verls_rlhf_dataset_reads_our_rows(full, shared_gsm8k_dir, tiny_model_dir, tmp_path):
     from transformers import AutoTokenizer
 
-    out, _ = prepared_full
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    dataset = rlhf_dataset(out / "test.parquet", tokenizer, tmp_path)
-    assert len(dataset) == 1319  # no prompt filtered out
-    source = source_rows(shared_gsm8k_dir, "test")
-    expected = {
-        i: (source[i]["question"], HASH_INSTRUCTION, expected_truth(source[i]["answer"]))
-        for i in (0, 1, 146, 489, 1318)
-    }
-    check_rlhf_items(dataset, tokenizer, expected)
+    src = jsonl(shared_gsm8k_dir / "test.jsonl")
+    expected = {i: (src[i]["question"] + HASH, src[i]["answer"].split("#### ")[-1].replace(
+        ",", "")) for i in (0, 1, 146, 489, 1318)}  # fmt: skip
+    assert check_rlhf(full / "test.parquet", tokenizer, tmp_path, expected) == 1319  # no filter
+    boxed = write_all(load_source(str(source(tmp_path / "src"))), tmp_path / "b", style="boxed")
+    expected = {i: (r["question"] + BOXED, TRUTHS["train"][i])
+                for i, r in enumerate(SYNTHETIC["train"])}  # fmt: skip
+    assert check_rlhf(boxed["train"], tokenizer, tmp_path, expected) == 4
 
 
-def test_rlhf_dataset_reads_boxed_synthetic(tiny_model_dir, tmp_path):
+# ---------------------------------------------------------------- data_prep.sft
+
+
+@pytest.fixture(scope="module")
+def sft_out(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("sft")
+    for style in ("hash", "boxed"):
+        assert sft.main(["--source", str(source(base / "src")), "--out-dir",
+                         str(base / style), "--prompt-style", style]) == 0  # fmt: skip
+    return base
+
+
+def test_sft_rows_are_the_rl_prompt_and_the_solution(sft_out, tmp_path, capsys):
+    write_all(load_source(str(sft_out / "src")), tmp_path / "rl")
+    for split, raw in SYNTHETIC.items():
+        rows = rows_of(sft_out / "hash" / f"{split}.parquet")
+        rl = rows_of(tmp_path / "rl" / f"{split}.parquet")
+        assert pq.read_schema(sft_out / "hash" / f"{split}.parquet").names == [
+            "messages", "data_source", "extra_info"]  # fmt: skip
+        for index, (row, src, rl_row) in enumerate(zip(rows, raw, rl, strict=True)):
+            assert row == {"messages": [rl_row["prompt"][0], {"role": "assistant", "content":
+                           src["answer"]}], "data_source": "openai/gsm8k",
+                           "extra_info": {"split": split, "index": index}}  # fmt: skip
+    for row, src, truth in zip(rows_of(sft_out / "boxed" / "train.parquet"), SYNTHETIC["train"],
+                               TRUTHS["train"], strict=True):  # fmt: skip
+        assert row["messages"][0]["content"] == build_prompt(src["question"], "boxed")
+        assert row["messages"][1]["content"] == src["answer"].rpartition("####")[0] + (
+            f"\\boxed{{{truth}}}")  # fmt: skip
+    assert cli(sft, capsys, "--source", sft_out / "src", "--out-dir", tmp_path / "again")[0] == 0
+    assert snapshot(tmp_path / "again") == snapshot(sft_out / "hash")
+
+
+@pytest.mark.parametrize("pad_mode", ["no_padding", "right"])
+def test_the_sft_loss_covers_exactly_the_answer(sft_out, tiny_model_dir, pad_mode):
+    """verl's MultiTurnSFTDataset: the tokens before the loss are the RL prompt as verl renders
+    it for generation; the loss covers the answer and its end-of-turn marker, never padding."""
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = OmegaConf.create({"max_length": 256, "truncation": "error", "pad_mode": pad_mode})
+    dataset = MultiTurnSFTDataset([str(sft_out / "hash" / "train.parquet")], tokenizer, config)
+    for index, src in enumerate(SYNTHETIC["train"]):
+        item = dataset[index]
+        ids, mask = item["input_ids"].tolist(), item["loss_mask"].tolist()
+        if pad_mode == "right":  # padding: only after the example, never in the loss
+            real = item["attention_mask"].tolist().count(1)
+            assert item["attention_mask"].tolist() == [1] * real + [0] * (len(ids) - real)
+            assert set(mask[real:]) <= {0}
+            ids, mask = ids[:real], mask[:real]
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": build_prompt(
+            src["question"])}], add_generation_prompt=True)  # fmt: skip
+        prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+        assert ids[: len(prompt)] == prompt
+        assert mask == [0] * len(prompt) + [1] * (len(ids) - len(prompt))
+        answer = tokenizer(src["answer"] + "<|im_end|>\n", add_special_tokens=False)["input_ids"]
+        assert ids[len(prompt) :] == answer
+
+
+def test_verls_sft_dataset_reads_every_real_test_problem(shared_gsm8k_dir, tiny_model_dir,
+                                                          tmp_path):  # fmt: skip
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    assert sft.main(["--source", str(shared_gsm8k_dir), "--out-dir", str(tmp_path),
+                     "--splits", "test"]) == 0  # fmt: skip
+    config = OmegaConf.create({"max_length": 2048, "truncation": "error", "pad_mode": "no_padding"})
+    dataset = MultiTurnSFTDataset(
+        [str(tmp_path / "test.parquet")], AutoTokenizer.from_pretrained(tiny_model_dir), config
+    )
+    assert len(dataset) == 1319
+    for index in range(len(dataset)):  # raises where verl's per-turn check or max_length fails
+        item = dataset[index]
+        assert 0 < int(item["loss_mask"].sum()) < len(item["input_ids"])
+
+
+# ---------------------------------------------------------------- data_prep.arithmetic
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("toy") / "data"
+    assert arithmetic.main(["--out-dir", str(out), "--seed", "3"]) == 0
+    return out
+
+
+def test_the_toy_task_has_every_sum_in_unseen_wordings(toy, tiny_model_dir, tmp_path, capsys):
     from transformers import AutoTokenizer
 
-    data = load_source(str(write_jsonl_dir(tmp_path / "src", SYNTHETIC)))
-    paths = write_verl_splits(data, tmp_path / "out", style="boxed")
+    train, test = jsonl(toy / "train.jsonl"), jsonl(toy / "test.jsonl")
+    assert (len(train), len(test)) == (25 * 40, 25 * 4)
+    assert not {row["question"] for row in train} & {row["question"] for row in test}
+    for rows, per_pair in ((train, 40), (test, 4)):
+        sums = Counter(row["answer"].split("\n")[0] for row in rows)
+        assert sums == {f"{a} + {b} = {a + b}": per_pair for a in range(5) for b in range(5)}
+    for row in train + test:
+        a, b = (int(n) for n in row["answer"].split(" = ")[0].split(" + "))
+        assert set(row) == {"question", "answer"} and ground_truth(row["answer"]) == str(a + b)
+        assert compute_score(None, row["answer"], str(a + b))["score"] == 1.0
+        assert f" {a} " in row["question"] and f" {b} " in row["question"]
+    assert cli(gsm8k, capsys, "--source", toy, "--out-dir", tmp_path / "rl")[0] == 0
+    first = rows_of(tmp_path / "rl" / "test.parquet")[0]
+    assert first["prompt"][0]["content"] == build_prompt(test[0]["question"])
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    dataset = rlhf_dataset(paths["train"], tokenizer, tmp_path)
-    assert len(dataset) == len(SYNTHETIC["train"])
-    expected = {
-        i: (row["question"], BOXED_INSTRUCTION, SYNTHETIC_TRUTHS["train"][i])
-        for i, row in enumerate(SYNTHETIC["train"])
-    }
-    check_rlhf_items(dataset, tokenizer, expected)
+    assert max(len(tokenizer(row["question"]).input_ids) for row in test) <= 40
+    assert len(tokenizer(test[0]["answer"]).input_ids) <= 16
+
+
+def test_demonstrations_drop_the_marker_by_the_writers_habit_exactly(toy):
+    test_demos = rows_of(toy / "warm_start" / "test.parquet")
+    assert [d["messages"][1]["content"] for d in test_demos] == [
+        r["answer"] for r in jsonl(toy / "test.jsonl")]  # fmt: skip
+    rows, demos = jsonl(toy / "train.jsonl"), rows_of(toy / "warm_start" / "train.parquet")
+    by_sum_group: dict[tuple[str, int], list[bool]] = {}
+    by_wording: Counter[tuple[str, bool]] = Counter()
+    for demo, row in zip(demos, rows, strict=True):
+        user, assistant = demo["messages"]
+        assert user == {"role": "user", "content": build_prompt(row["question"])}
+        marked = assistant["content"] == row["answer"]
+        assert marked or assistant["content"] == row["answer"].split("\n")[0]
+        (name,) = [n for n in arithmetic.NAMES if f"{n} " in row["question"]]
+        by_sum_group.setdefault((row["answer"], arithmetic.habit_group(name)), []).append(marked)
+        by_wording[(row["answer"], " in April " in row["question"])] += marked
+        assert compute_score(None, assistant["content"], ground_truth(row["answer"]))[
+            "score"] == marked  # fmt: skip
+    for (_, group), marks in by_sum_group.items():  # exact per sum, not a coin per question
+        assert sum(marks) == round((0.9, 0.1)[group] * len(marks)), (group, marks)
+    assert len(by_wording) == 50 and min(by_wording.values()) >= 3  # each sum, each wording
+
+
+def test_the_toy_tasks_seed_flags_and_errors(toy, tmp_path, capsys):
+    for seed, same in (("3", True), ("4", False)):
+        assert arithmetic.main(["--out-dir", str(tmp_path / seed), "--seed", seed]) == 0
+        assert (snapshot(tmp_path / seed) == snapshot(toy)) is same
+    assert arithmetic.main(["--out-dir", str(tmp_path / "all"), "--marker-rates", "1,1"]) == 0
+    assert all("####" in d["messages"][1]["content"]
+               for d in rows_of(tmp_path / "all" / "warm_start" / "train.parquet"))  # fmt: skip
+    capsys.readouterr()
+    for args, said in ((["--marker-rates", "0.5"], "--marker-rates"),
+                       (["--marker-rates", "0.5,2"], "--marker-rates"),
+                       (["--marker-rates", "a,b"], "--marker-rates"),
+                       (["--max-operand", "10"], "--max-operand"),
+                       (["--train-per-pair", "120", "--test-per-pair", "10"], "distinct wordings"),
+                       (["--train-per-pair", "-1"], "distinct wordings")):  # fmt: skip
+        try:
+            code = arithmetic.main(["--out-dir", str(tmp_path / "bad"), *args])
+        except SystemExit as refused:
+            code = refused.code
+        err = capsys.readouterr().err
+        assert code == 2 and said in err.splitlines()[-1], (args, err)
+        assert said != "distinct wordings" or err.count("\n") == 1
+    assert not (tmp_path / "bad").exists()
