@@ -1,8 +1,5 @@
-"""One run's summary (validation, time per phase, throughput, metrics, findings) as plain JSON.
-
-Standard library only. ``analyse`` is the one call that loads, canonicalises, checks and
-summarises an input.
-"""
+"""One run read, checked and summarised as plain JSON (``analyse``: an input to summary.json's
+numbers). Standard library only."""
 
 from __future__ import annotations
 
@@ -14,213 +11,138 @@ from typing import Any
 
 from verl_gsm8k.analysis.checks import health_checks
 from verl_gsm8k.analysis.finding import Finding
-from verl_gsm8k.analysis.guard_records import guard_summary, read_guard, trip_findings
-from verl_gsm8k.analysis.parse import (
-    Canonical,
-    RunData,
-    Series,
-    canonicalize,
-    load_run,
-)
-from verl_gsm8k.analysis.thresholds import THRESHOLDS, Thresholds
-from verl_gsm8k.analysis.vocab import (
-    MEMORY_ROLES,
-    OUTSIDE_STEP_PHASES,
-    PHASE_ORDER,
-    metric_label,
-)
+from verl_gsm8k.analysis.guard_records import read_guard, trip_findings
+from verl_gsm8k.analysis.parse import Canonical, RunData, Series, canonicalize, load_run
+from verl_gsm8k.guard.thresholds import THRESHOLDS, Thresholds
+from verl_gsm8k.guard.vocab import MEMORY_ROLES, OUTSIDE_STEP_PHASES, PHASE_ORDER, metric_label
 from verl_gsm8k.replay.checks import trace_checks
 from verl_gsm8k.replay.load import Trace
 
-# --------------------------------------------------------------------------------------------
-# Summary
-# --------------------------------------------------------------------------------------------
+
+def phase_order(name: str) -> tuple[int, str]:
+    return (PHASE_ORDER.index(name) if name in PHASE_ORDER else 99, name)
 
 
 def time_breakdown(canon: Canonical) -> dict[str, Any]:
-    """Seconds per phase over the run, with "other" = step time not covered by a phase.
-
-    Wall-clock is the sum of step times plus the phases verl times outside its step timer
-    (validation). For older logs without a step timer the step time is the sum of the phases.
-    """
+    """Seconds per phase, "other" the step time no phase covers; the wall-clock is the step
+    times plus the phases timed outside the step (validation). ``other_by_step`` for the plot."""
     step_time = dict(canon.series.get("step_time", []))
-    totals: dict[str, float] = {}
-    other_by_step: Series = []
-    overrun = 0.0
-    per_step_in: dict[int, float] = {}
+    inside: dict[int, float] = {}
+    totals = {phase: sum(v for _, v in points) for phase, points in canon.phases.items()}
     for phase, points in canon.phases.items():
-        totals[phase] = sum(v for _, v in points)
-        if phase not in OUTSIDE_STEP_PHASES:
-            for step, value in points:
-                per_step_in[step] = per_step_in.get(step, 0.0) + value
-    for step, seconds in step_time.items():
-        rest = seconds - per_step_in.get(step, 0.0)
-        overrun = max(overrun, -rest)
-        other_by_step.append((step, max(rest, 0.0)))
-    other_total = sum(v for _, v in other_by_step)
-    if other_total > 0:
-        totals["other"] = other_total
-    steps_total = sum(step_time.values())
-    outside = sum(v for k, v in totals.items() if k in OUTSIDE_STEP_PHASES)
-    wall = steps_total + outside
-    ordered = sorted(totals, key=lambda k: (PHASE_ORDER.index(k) if k in PHASE_ORDER else 99, k))
+        for step, value in points if phase not in OUTSIDE_STEP_PHASES else []:
+            inside[step] = inside.get(step, 0.0) + value
+    other = [(s, max(t - inside.get(s, 0.0), 0.0)) for s, t in step_time.items()]
+    if sum(v for _, v in other) > 0:
+        totals["other"] = sum(v for _, v in other)
+    steps = sum(step_time.values())
     denom = sum(totals.values())
     return {
-        "wall_clock_s": wall,
-        "step_time_total_s": steps_total,
+        "wall_clock_s": steps + sum(v for k, v in totals.items() if k in OUTSIDE_STEP_PHASES),
+        "step_time_total_s": steps,
         "step_time_derived": canon.step_time_derived,
-        "max_phase_overrun_s": overrun,
         "phases": {
             k: {
                 "total_s": totals[k],
                 "share": totals[k] / denom if denom else 0.0,
                 "inside_step": k not in OUTSIDE_STEP_PHASES,
             }
-            for k in ordered
-        },
-        "other_by_step": other_by_step,
+            for k in sorted(totals, key=phase_order)
+        },  # fmt: skip
+        "other_by_step": other,
     }
 
 
-def memory_peaks(canon: Canonical) -> dict[str, Any]:
-    """Peak GPU memory per role (GiB, with the step it was reached) and peak host memory in use.
-
-    Roles come from verl 0.9.1's role-prefixed engine metrics (actor/perf/..., critic/perf/...);
-    an older log's unprefixed perf/max_memory_allocated_gb is shown under "role not named".
-    """
-
-    def peak(name: str) -> dict[str, Any] | None:
-        points = canon.series.get(name)
-        if not points:
-            return None
-        step, value = max(points, key=lambda p: p[1])
-        return {"gb": value, "step": step, "key": canon.source_keys.get(name)}
-
-    gpu: dict[str, dict[str, Any]] = {}
-    for role, (allocated, reserved) in MEMORY_ROLES.items():
-        peaks = {"allocated": peak(allocated), "reserved": peak(reserved)}
-        if any(peaks.values()):
-            gpu[role] = peaks
-    return {"gpu": gpu, "host_used": peak("cpu_memory_used_gb")}
+def _peak(canon: Canonical, name: str) -> dict[str, Any] | None:
+    points = canon.series.get(name)
+    if not points:
+        return None
+    step, value = max(points, key=lambda p: p[1])
+    return {"gb": value, "step": step, "key": canon.source_keys.get(name)}
 
 
-def _median_or_none(points: Series) -> float | None:
+def _median(points: Series) -> float | None:
     return statistics.median(v for _, v in points) if points else None
 
 
-def summarize(
-    data: RunData,
-    canon: Canonical,
-    findings: list[Finding],
-    thresholds: Thresholds = THRESHOLDS,
-) -> dict[str, Any]:
-    """Everything a reader (or a script) needs, as plain JSON-able values."""
-    steps = canon.all_steps
-    score = canon.series.get("score", [])
-    breakdown = time_breakdown(canon)
-    breakdown.pop("other_by_step")
-    gaps = [b for a, b in zip(steps, steps[1:], strict=False) if b != a + 1]
-    return {
-        "sources": data.sources,
-        "formats": sorted(set(data.formats)),
-        "steps": {
-            "count": len(steps),
-            "first": steps[0] if steps else None,
-            "last": steps[-1] if steps else None,
-            "gaps_before": gaps,
-        },
-        "validation": _validation(data, canon),
-        "train_score": {
-            "first": score[0][1] if score else None,
-            "final": score[-1][1] if score else None,
-            "first_median_10": _median_or_none(score[:10]) if score else None,
-            "final_median_10": _median_or_none(score[-10:]) if score else None,
-        },
-        "time": breakdown,
-        "memory": memory_peaks(canon),
-        "throughput": _throughput(data, canon),
-        "metrics": _metrics(canon),
-        "health": [f.as_dict() for f in findings],
-        "health_counts": {
-            sev: sum(f.severity == sev for f in findings) for sev in ("error", "warning", "note")
-        },
-        "parse_issues": [str(issue) for issue in data.issues],
-        "thresholds": asdict(thresholds),
-    }
-
-
 def _validation(data: RunData, canon: Canonical) -> dict[str, Any]:
-    """The validation accuracy: its best (first step reaching it), final and first values, and
-    the steps whose validation was logged as NaN or null."""
+    """The best (its first step), final and first validation accuracy; the steps whose
+    validation was logged NaN or null (a sick run), left out of the series."""
     val = canon.series.get("val_acc", [])
-    best = final = None
-    if val:
-        top = max(v for _, v in val)
-        at = [s for s, v in val if v == top]
-        best = {"value": top, "step": at[0], "also_at": at[1:]}
-        final = {"value": val[-1][1], "step": val[-1][0]}
+    top = max((v for _, v in val), default=None)
+    at = [s for s, v in val if v == top]
     key = canon.val_key or ""
-    # validations logged as NaN or null (a sick run): left out of the series, named here
-    val_not_finite = [s for s, v in data.steps.items() if key in v and not math.isfinite(v[key])]
     return {
         "key": canon.val_key,
         "points": len(val),
-        "best": best,
-        "final": final,
+        "best": {"value": top, "step": at[0], "also_at": at[1:]} if val else None,
+        "final": {"value": val[-1][1], "step": val[-1][0]} if val else None,
         "first": {"value": val[0][1], "step": val[0][0]} if val else None,
-        "not_finite_steps": val_not_finite,
+        "not_finite_steps": [
+            s for s, v in data.steps.items() if key in v and not math.isfinite(v[key])
+        ],  # fmt: skip
         "problems": data.val_problems,
         "problems_from": data.val_problems_from,
     }
 
 
 def _throughput(data: RunData, canon: Canonical) -> dict[str, Any]:
-    """Tokens per second over the whole run, the median per GPU, and what they rest on."""
-    throughput = canon.series.get("throughput", [])
-    tokens = canon.series.get("total_tokens", [])
-    step_time = dict(canon.series.get("step_time", []))
-    # Overall rate = tokens of all steps / time of those steps (a time-weighted mean).
-    if tokens and step_time:
-        total_tok = sum(v for s, v in tokens if s in step_time)
-        secs = sum(step_time[s] for s, _ in tokens if s in step_time)
-    else:
-        total_tok = sum(v * step_time[s] for s, v in throughput if s in step_time)
-        secs = sum(step_time[s] for s, _ in throughput if s in step_time)
-    return {
-        "tokens_per_s": total_tok / secs if secs else None,
-        "median_tokens_per_s_per_gpu": _median_or_none(throughput),
-        "estimated": canon.throughput_estimated,
-        "basis": (
-            f"estimated: train_batch_size={data.config.get('train_batch_size')} x "
-            f"rollout.n={data.config.get('rollout_n', 1)} x (prompt + response length) / "
-            "step time, one GPU"
-            if canon.throughput_estimated
-            else "perf/throughput and perf/total_num_tokens as logged"
-            if throughput
-            else "not logged"
-        ),
-    }
+    """Tokens per second over the run (tokens of all steps / their time), the median per GPU."""
+    rate = canon.series.get("throughput", [])
+    times = dict(canon.series.get("step_time", []))
+    tokens = canon.series.get("total_tokens") or [(s, v * times.get(s, 0)) for s, v in rate]
+    secs = sum(times[s] for s, _ in tokens if s in times)
+    basis = "not logged" if not rate else "perf/throughput and perf/total_num_tokens as logged"
+    if canon.throughput_estimated:
+        basis = (f"estimated: train_batch_size={data.config.get('train_batch_size')} x "
+                 f"rollout.n={data.config.get('rollout_n', 1)} x (prompt + response length) / "
+                 "step time, one GPU")  # fmt: skip
+    return {"tokens_per_s": sum(v for s, v in tokens if s in times) / secs if secs else None,
+            "median_tokens_per_s_per_gpu": _median(rate),
+            "estimated": canon.throughput_estimated, "basis": basis}  # fmt: skip
 
 
-def _metrics(canon: Canonical) -> dict[str, dict[str, Any]]:
-    """Every canonical metric: its meaning, the key it was read from, a few of its values."""
+def _stats(name: str, p: Series, canon: Canonical) -> dict[str, Any]:
+    """A metric's meaning, its verl key and a few of its values."""
+    values = [v for _, v in p]
+    return {"label": metric_label(name), "key": canon.source_keys.get(name), "points": len(p),
+            "first": values[0], "last": values[-1], "min": min(values),
+            "median": statistics.median(values), "max": max(values)}  # fmt: skip
+
+
+def summarize(data: RunData, canon: Canonical, findings: list[Finding],
+              thresholds: Thresholds = THRESHOLDS) -> dict[str, Any]:  # fmt: skip
+    """Everything a reader or a script needs, as plain JSON-able values."""
+    steps, score = canon.all_steps, canon.series.get("score", [])
+    time = time_breakdown(canon)
+    del time["other_by_step"]
+    gaps = [b for a, b in zip(steps, steps[1:], strict=False) if b > a + 1]
+    ends = (steps[0], steps[-1]) if steps else (None, None)
+    scores = (score[0][1], score[-1][1]) if score else (None, None)
+    gpu = {role: {"allocated": _peak(canon, a), "reserved": _peak(canon, r)}
+           for role, (a, r) in MEMORY_ROLES.items()}  # fmt: skip
+    gpu = {role: peaks for role, peaks in gpu.items() if any(peaks.values())}
+    counts = {sev: sum(f.severity == sev for f in findings) for sev in ("error", "warning", "note")}
     return {
-        name: {
-            "label": metric_label(name),
-            "key": canon.source_keys.get(name),
-            "points": len(points),
-            "first": points[0][1],
-            "last": points[-1][1],
-            "min": min(v for _, v in points),
-            "median": statistics.median(v for _, v in points),
-            "max": max(v for _, v in points),
-        }
-        for name, points in sorted(canon.series.items())
-    }
+        "sources": data.sources,
+        "formats": sorted(set(data.formats)),
+        "steps": dict(count=len(steps), first=ends[0], last=ends[1], gaps_before=gaps),
+        "validation": _validation(data, canon),
+        "train_score": dict(first=scores[0], final=scores[1], first_median_10=_median(
+            score[:10]), final_median_10=_median(score[-10:])),
+        "time": time,
+        "memory": {"gpu": gpu, "host_used": _peak(canon, "cpu_memory_used_gb")},
+        "throughput": _throughput(data, canon),
+        "metrics": {name: _stats(name, p, canon) for name, p in sorted(canon.series.items())},
+        "health": [f.as_dict() for f in findings],
+        "health_counts": counts,
+        "parse_issues": list(data.issues),
+        "thresholds": asdict(thresholds),
+    }  # fmt: skip
 
 
 def json_safe(value: Any) -> Any:
-    """Plain JSON: tuples become lists, non-finite floats (e.g. an overflowing sum) null."""
+    """Plain JSON: tuples become lists, floats not finite (an overflowing sum) null."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -230,19 +152,14 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def analyse(
-    path: Path, thresholds: Thresholds = THRESHOLDS, trace: Trace | None = None
-) -> tuple[RunData, Canonical, list[Finding], dict[str, Any]]:
-    """Load, canonicalise, check and summarise one input (with the checks of its per-token
-    ``trace``, when given: verl_gsm8k/replay/checks.py; and a run directory's watchdog trips and
-    kept best checkpoint: analysis/guard_records.py)."""
+def analyse(path: Path, thresholds: Thresholds = THRESHOLDS, trace: Trace | None = None
+            ) -> tuple[RunData, Canonical, list[Finding], dict[str, Any]]:  # fmt: skip
+    """Read, check and summarise one input: with the checks of its per-token ``trace``
+    (replay/checks.py), and a run directory's watchdog trips and kept best."""
     data = load_run(path)
     canon = canonicalize(data)
-    guard = read_guard(path)  # the watchdog's trips, the kept best (analysis/guard_records.py)
-    if guard.problem:
-        data.issues.append(guard.problem)
-    more = (trace_checks(trace, thresholds) if trace else []) + trip_findings(guard.trips)
+    guard = read_guard(path, data.issues)
+    more = trace_checks(trace, thresholds) if trace else []
+    more += trip_findings(guard["watchdog_trips"])
     findings = health_checks(data, canon, thresholds, more)
-    summary = summarize(data, canon, findings, thresholds)
-    summary.update(guard_summary(guard))
-    return data, canon, findings, summary
+    return data, canon, findings, {**summarize(data, canon, findings, thresholds), **guard}
