@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import require_chromium
-from helpers import ROOT
+from browser import dom
 from report_runs import build_run, checks_fired, write_jsonl
 
 from verl_gsm8k.replay.checks import trace_checks
 from verl_gsm8k.replay.load import load_trace
+from verl_gsm8k.report import cli as report
 from verl_gsm8k.trace.record import sample_line, step_line
 
 STAMP = "20260101T000000Z"
@@ -99,98 +97,69 @@ def write_run(root: Path, *, grpo: bool = False, steps: int = 6, **kw: Any) -> P
     return run
 
 
-def report(run: Path, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "verl_gsm8k.report", str(run), "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-
-
 def chromium_dom(url: str, tmp_path: Path) -> str:
-    from browser import FLAGS, require_chromium
-
-    profile = tmp_path / "profile"
-    out = subprocess.run(
-        [str(require_chromium()), *FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0 and "<html" in out.stdout, out.stderr
-    return out.stdout
+    return dom(url, tmp_path)
 
 
-def test_replay_page_shows_the_loop_for_a_grpo_group(tmp_path: Path):
-    require_chromium()
-    run = write_run(tmp_path, grpo=True)
-    result = report(run, tmp_path / "out")
-    assert result.returncode == 0, result.stderr
-    assert "replay (per token)" in result.stdout and "rollout browser" in result.stdout
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["pages"] == {
-        "replay": "replay.html",
-        "rollouts": "rollouts.html",
-        "questions": "questions/questions.html",  # the run's validation dumps, question by question
-        "issues": [],
-    }
-    page = tmp_path / "out" / "replay.html"
-    dom = chromium_dom(f"{page.as_uri()}#step=3&sample=1&token=6", tmp_path)
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The report of a PPO, a GRPO and a ReMax run: name -> its report folder."""
+    out = {}
+    for name, kw in (("ppo", {}), ("grpo", {"grpo": True}),
+                     ("remax", {"grpo": True, "estimator": "remax"})):  # fmt: skip
+        run = write_run(tmp_path_factory.mktemp(name), **kw)
+        out[name] = report.generate(run, run / "report").out_dir
+    return out
+
+
+def test_replay_page_shows_the_loop_for_a_grpo_group(runs: dict[str, Path], tmp_path: Path):
+    summary = json.loads((runs["grpo"] / "summary.json").read_text())
+    assert summary["pages"] == {"replay": "replay.html", "rollouts": "rollouts.html",
+                                "questions": "questions/questions.html", "issues": []}  # fmt: skip
+    page = runs["grpo"] / "replay.html"
+    shown = dom(f"{page.as_uri()}#step=3&sample=1&token=6", tmp_path)
     tokens = re.findall(r'<span class="tok[^"]*" tabindex="0" data-i="(\d+)" data-adv="([^"]*)" '
-                        r'style="background:\s*([^";]+)', dom)  # fmt: skip
+                        r'style="background:\s*([^";]+)', shown)  # fmt: skip
     assert [int(i) for i, _, _ in tokens] == list(range(len(WRONG)))  # sample 1: the wrong one
     assert {adv for _, adv, _ in tokens} == {"-1.7"}  # the deepest red of the step's scale:
     assert tokens[0][2].replace(" ", "") == "rgb(215,48,39)"
-    panel = dom.split('id="panel"', 1)[1]
+    panel = shown.split('id="panel"', 1)[1]
     assert "token 6" in panel and 'data-num="advantage">-1.7<' in panel
-    assert "absent in this run: no critic" in dom  # GRPO: no value, said so
-    assert 'id="group-mean">0.75<' in dom and 'id="group-std">0.5<' in dom
-    assert (
-        len(re.findall(r"<tr[^>]*><td>\d+</td><td><code>", dom.split('id="group-table"')[1])) == 4
-    )
-    assert "No <code>####</code> line" in dom  # the wrong response's reward, explained
-    assert "actor/pg_clipfrac" in dom.split('id="update-table"')[1]
-    default = chromium_dom(page.as_uri(), tmp_path)  # no fragment: an informative sample
+    assert "absent in this run: no critic" in shown  # GRPO: no value, said so
+    assert 'id="group-mean">0.75<' in shown and 'id="group-std">0.5<' in shown
+    group = shown.split('id="group-table"')[1]
+    assert len(re.findall(r"<tr[^>]*><td>\d+</td><td><code>", group)) == 4
+    assert "No <code>####</code> line" in shown  # the wrong response's reward, explained
+    assert "actor/pg_clipfrac" in shown.split('id="update-table"')[1]
+    default = dom(page.as_uri(), tmp_path)  # no fragment: an informative sample
     assert 'selected="">#0 score 1' in default and "step 6" in default
 
 
-def test_ppo_replay_draws_value_return_and_kl_curves(tmp_path: Path):
-    require_chromium()
-    run = write_run(tmp_path)
-    assert report(run, tmp_path / "out").returncode == 0
-    dom = chromium_dom((tmp_path / "out" / "replay.html").as_uri(), tmp_path)
-    curves = re.findall(r'data-curve="(\w+)"', dom)
-    assert curves == ["kl", "value", "advantage"], curves
-    assert 'data-series="value"' in dom and 'data-series="return"' in dom
-    assert "whitened over the whole batch" in dom
+def test_ppo_replay_draws_value_return_and_kl_curves_and_remax_its_baseline(runs, tmp_path):
+    """ReMax (verl's legacy trainer, traced too): its baseline is a greedy response's score,
+    not a group's mean (verl's compute_remax_outcome_advantage)."""
+    shown = dom(runs["ppo"] / "replay.html", tmp_path)
+    assert re.findall(r'data-curve="(\w+)"', shown) == ["kl", "value", "advantage"]
+    assert 'data-series="value"' in shown and 'data-series="return"' in shown
+    assert "whitened over the whole batch" in shown
+    how = dom(runs["remax"] / "replay.html", tmp_path).split('id="adv-body"', 1)[1]
+    how = how.split("</p>", 1)[0]
+    assert "score of one greedy response to the same prompt" in how and "group" not in how, how
 
 
-def test_replay_says_how_remax_computes_its_advantage(tmp_path: Path):
-    """ReMax (verl's legacy trainer, traced too): its baseline is a greedy response's score, not
-    a group's mean (verl's compute_remax_outcome_advantage)."""
-    require_chromium()
-    run = write_run(tmp_path, grpo=True, estimator="remax")
-    assert report(run, tmp_path / "out").returncode == 0
-    dom = chromium_dom((tmp_path / "out" / "replay.html").as_uri(), tmp_path)
-    how = dom.split('id="adv-body"', 1)[1].split("</p>", 1)[0]
-    assert "score of one greedy response to the same prompt" in how, how
-    assert "group" not in how, how
-
-
-def test_rollout_browser_filters_and_compares_first_and_last_validation(tmp_path: Path):
-    require_chromium()
-    run = write_run(tmp_path)
-    assert report(run, tmp_path / "out").returncode == 0
-    page = (tmp_path / "out" / "rollouts.html").as_uri()
-    dom = chromium_dom(f"{page}#kind=train&step=2&filter=nomarker", tmp_path)
-    rows = re.findall(r'<tr class="row">', dom)
-    assert len(rows) == 1 and "no ####" in dom and "1 of 4 responses" in dom
+def test_rollout_browser_filters_and_compares_first_and_last_validation(runs, tmp_path):
+    page = (runs["ppo"] / "rollouts.html").as_uri()
+    shown = dom(f"{page}#kind=train&step=2&filter=nomarker", tmp_path)
+    assert shown.count('<tr class="row">') == 1 and "no ####" in shown and "1 of 4" in shown
     # the three 12-token responses reached max_response_length (12): the trace's lengths say so
-    clipped = chromium_dom(f"{page}#kind=train&step=2&filter=clipped", tmp_path)
+    clipped = dom(f"{page}#kind=train&step=2&filter=clipped", tmp_path)
     assert "3 of 4 responses" in clipped and clipped.count("cut at 12 tokens") == 3
-    compare = chromium_dom(f"{page}#kind=compare", tmp_path)
+    compare = dom(f"{page}#kind=compare", tmp_path)
     assert "1 changed between step 0 and step 6" in compare
     assert compare.count('<tr class="row">') == 1
 
 
-def test_bad_trace_inputs_are_one_line_each_and_the_report_still_renders(tmp_path: Path):
+def test_bad_trace_inputs_are_one_line_each_and_the_report_still_renders(tmp_path, capsys):
     run = write_run(tmp_path, steps=4)
     trace = run / "trace"
     (trace / "2.jsonl").write_text((trace / "2.jsonl").read_text()[:300])  # cut short
@@ -205,19 +174,15 @@ def test_bad_trace_inputs_are_one_line_each_and_the_report_still_renders(tmp_pat
         "trace/3.jsonl: a trace of another run (its metrics file "
         "metrics-20990101T000000Z.jsonl is not one of this run's); step skipped",
     ]
-    result = report(run, tmp_path / "out")
-    assert result.returncode == 0
-    assert [x for x in result.stderr.splitlines() if "trace/" in x] == [
-        f"verl_gsm8k.report: warning: {issue}" for issue in loaded.issues
-    ]
-    assert (tmp_path / "out" / "report.html").is_file() and (
-        tmp_path / "out" / "replay.html"
-    ).is_file()
+    assert report.main([str(run), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [x for x in err if "trace/" in x] == [f"verl_gsm8k.report: warning: {issue}"
+                                                 for issue in loaded.issues]  # fmt: skip
+    assert (tmp_path / "out" / "replay.html").is_file()
     for path in trace.iterdir():
         path.unlink()
-    bare = report(run, tmp_path / "bare")
-    assert bare.returncode == 0
-    (line,) = [x for x in bare.stderr.splitlines() if "trace" in x]
+    assert report.main([str(run), "--out", str(tmp_path / "bare"), "--quiet"]) == 0
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "trace" in x]
     assert "no per-token trace" in line and "no replay page" in line
     assert not (tmp_path / "bare" / "replay.html").exists()
     page = (tmp_path / "bare" / "report.html").read_text()

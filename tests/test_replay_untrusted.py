@@ -15,13 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import require_chromium
+from browser import dom as chromium_dom
 from report_runs import plant_nan
-from test_replay import chromium_dom
 
 from verl_gsm8k.replay.load import load_trace
-from verl_gsm8k.replay.pages import write_pages
-from verl_gsm8k.replay.replay_page import charged_kl_coef
+from verl_gsm8k.replay.pages import charged_kl_coef, write_pages
 from verl_gsm8k.report import cli as report
 
 pytestmark = pytest.mark.slow  # the learning runs: made once per session, shared
@@ -79,7 +77,6 @@ def no_element_from_markup(dom: str) -> None:
 
 
 def test_markup_in_every_text_field_of_a_real_trace_creates_no_element(tmp_path: Path, copy_run):
-    require_chromium()
     run = copy_run(tmp_path)
     path = run / "trace" / f"{STEP}.jsonl"
     head, *samples = read_lines(path)
@@ -121,7 +118,6 @@ def _rewrite(path: Path, change) -> None:
 
 def test_the_pages_escape_numbers_too_whatever_a_data_file_holds(tmp_path: Path, copy_run):
     """The loader refuses a number field holding text (below); the pages escape it anyway."""
-    require_chromium()
     run = copy_run(tmp_path)
     out = tmp_path / "out"
     write_pages(run, load_trace(run), out)
@@ -220,7 +216,6 @@ def test_a_trace_belongs_to_the_launch_that_wrote_it(tmp_path: Path, copy_run):
 
 
 def test_the_replay_shows_the_kl_coefficient_charged_at_that_step(tmp_path: Path, copy_run):
-    require_chromium()
     run = copy_run(tmp_path, "learn_ppo")  # KL in the reward
     path = run / "trace" / f"{STEP}.jsonl"
     head, *samples = read_lines(path)
@@ -251,7 +246,7 @@ def test_a_real_run_whose_reward_turned_nan_is_reported(tmp_path: Path, copy_run
     out = tmp_path / "out"
     assert report.main([str(run), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text(), parse_constant=pytest.fail)
-    (turned,) = [f for f in summary["health"] if f["check"] == "first_non_finite"]
-    assert (turned["start_step"], turned["evidence"]["last_finite_step"]) == (2, 1)
+    (turned,) = [f for f in summary["health"] if f["check"] == "non_finite"]
+    assert (turned["start_step"], turned["evidence"]["step_before"]) == (2, 1)
     assert summary["pages"]["rollouts"] and summary["pages"]["replay"]
     assert (out / "questions" / "questions.html").is_file()  # step 0's validation, still finite

@@ -11,11 +11,10 @@ import json
 import math
 import re
 import statistics
-import subprocess
 from pathlib import Path
 
+import browser
 import pytest
-from browser import FLAGS, require_chromium
 from learn_runs import STEPS, Learned
 from transformers import AutoTokenizer
 
@@ -127,15 +126,10 @@ def test_traced_tokens_are_the_dumped_responses_and_their_scores_the_rewards(
 @pytest.mark.parametrize("algo", ["ppo", "grpo"])
 def test_the_real_runs_replay_page_shows_the_loop(algo: str, request: pytest.FixtureRequest,
                                                   tmp_path: Path):  # fmt: skip
-    require_chromium()
     run: Learned = request.getfixturevalue(f"learned_{algo}")
     page = run.run_dir / "report" / "replay.html"
     assert page.is_file(), "learn_tiny.sh's report writes the replay beside report.html"
-    dom = subprocess.run(
-        [str(require_chromium()), *FLAGS, f"--user-data-dir={tmp_path / 'p'}", "--dump-dom",
-         f"{page.as_uri()}#step={STEPS}&sample=0&token=3"],
-        capture_output=True, text=True, timeout=120,
-    ).stdout  # fmt: skip
+    dom = browser.dom(f"{page.as_uri()}#step={STEPS}&sample=0&token=3", tmp_path)
     tokens = re.findall(r'class="tok[^"]*" tabindex="0" data-i="\d+" data-adv="([^"]+)" '
                         r'style="background:\s*([^";]+)', dom)  # fmt: skip
     assert tokens and all(adv != "n/a" for adv, _ in tokens)

@@ -57,7 +57,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +113,19 @@ EXIT_WATCHDOG = 4
 EXIT_PREEMPTED = 5
 
 
-# ---- step directories and the tracker ---------------------------------------------------------
+def _file(name: str) -> Callable[[Path], Path]:
+    return lambda run_dir: Path(run_dir) / name
+
+
+def _step_file(name: str) -> Callable[[Path, int], Path]:
+    return lambda run_dir, step: step_dir(run_dir, step) / name
+
+
+tracker_path, best_path, watchdog_path = _file(TRACKER), _file(BEST_FILE), _file(WATCHDOG_FILE)
+stop_path, deadline_path, timings_path = _file(STOP_FILE), _file(DEADLINE_FILE), _file(TIMINGS_FILE)
+deadline_stop_path, lock_path = _file(DEADLINE_STOP_FILE), _file(LOCK_FILE)
+session_path, wandb_step_path = _file(SESSION_FILE), _file(WANDB_STEP_FILE)
+stamp_path, sick_path = _step_file(STAMP_FILE), _step_file(SICK_FILE)
 
 
 def new_stamp() -> str:
@@ -228,10 +240,6 @@ def removing_leftovers(run_dir: Path) -> list[Path]:
     return [p for p in run_dir.iterdir() if p.name.startswith(prefix) and p.name.endswith(REMOVING)]
 
 
-def tracker_path(run_dir: Path) -> Path:
-    return Path(run_dir) / TRACKER
-
-
 def tracked_step(run_dir: Path) -> int | None:
     """The step the tracker names; None when it is missing, unreadable or not a step number."""
     try:
@@ -251,13 +259,6 @@ def clear_tracker(run_dir: Path) -> None:
     tracker_path(run_dir).unlink(missing_ok=True)
 
 
-# ---- the launch stamp of a checkpoint ---------------------------------------------------------
-
-
-def stamp_path(run_dir: Path, step: int) -> Path:
-    return step_dir(run_dir, step) / STAMP_FILE
-
-
 def write_stamp(run_dir: Path, step: int, stamp: str) -> None:
     write_atomic(stamp_path(run_dir, step), stamp + "\n")
 
@@ -271,15 +272,8 @@ def read_stamp(run_dir: Path, step: int) -> str | None:
     return text or None
 
 
-# ---- the kept best checkpoint -----------------------------------------------------------------
-
-
 class BestError(Exception):
     """best_checkpoint.json exists and cannot be read: one line for the user."""
-
-
-def best_path(run_dir: Path) -> Path:
-    return Path(run_dir) / BEST_FILE
 
 
 def write_best(run_dir: Path, step: int, metric: str, value: float, launch: str | None) -> None:
@@ -309,13 +303,6 @@ def drop_best(run_dir: Path) -> None:
     best_path(run_dir).unlink(missing_ok=True)
 
 
-# ---- the watchdog: sick checkpoints, its log --------------------------------------------------
-
-
-def sick_path(run_dir: Path, step: int) -> Path:
-    return step_dir(run_dir, step) / SICK_FILE
-
-
 def mark_sick(run_dir: Path, step: int, trip: dict[str, Any]) -> None:
     write_atomic(sick_path(run_dir, step), json.dumps(trip) + "\n")
 
@@ -326,10 +313,6 @@ def is_sick(run_dir: Path, step: int) -> bool:
 
 def clear_sick(run_dir: Path, step: int) -> None:
     sick_path(run_dir, step).unlink(missing_ok=True)
-
-
-def watchdog_path(run_dir: Path) -> Path:
-    return Path(run_dir) / WATCHDOG_FILE
 
 
 def append_trip(run_dir: Path, trip: dict[str, Any]) -> None:
@@ -356,13 +339,6 @@ def read_trips(run_dir: Path) -> list[dict[str, Any]]:
     return trips
 
 
-# ---- stopping: the stop request, a job's deadline ---------------------------------------------
-
-
-def stop_path(run_dir: Path) -> Path:
-    return Path(run_dir) / STOP_FILE
-
-
 def read_stop_request(run_dir: Path, now: float) -> float | None:
     """The stop request's deadline (epoch seconds); None when no stop was requested. A request
     whose deadline cannot be read asks for a save now: an hour from ``now``."""
@@ -374,29 +350,6 @@ def read_stop_request(run_dir: Path, now: float) -> float | None:
         return float(text)
     except ValueError:
         return now + 3600.0
-
-
-def deadline_path(run_dir: Path) -> Path:
-    return Path(run_dir) / DEADLINE_FILE
-
-
-def timings_path(run_dir: Path) -> Path:
-    return Path(run_dir) / TIMINGS_FILE
-
-
-def deadline_stop_path(run_dir: Path) -> Path:
-    return Path(run_dir) / DEADLINE_STOP_FILE
-
-
-# ---- launches: the lock, the session, the record, the metrics, the console --------------------
-
-
-def lock_path(run_dir: Path) -> Path:
-    return Path(run_dir) / LOCK_FILE
-
-
-def session_path(run_dir: Path) -> Path:
-    return Path(run_dir) / SESSION_FILE
 
 
 def launch_record_path(run_dir: Path, stamp: str) -> Path:
@@ -483,10 +436,6 @@ def dump_files(run_dir: Path, folder: str) -> dict[int, Path]:
     steps = (p for p in files if p.stem.isascii() and p.stem.isdecimal() and len(p.stem) < 13)
     found = {int(p.stem): p for p in steps}
     return {step: found[step] for step in sorted(found) if found[step].is_file()}
-
-
-def wandb_step_path(run_dir: Path) -> Path:
-    return Path(run_dir) / WANDB_STEP_FILE
 
 
 def write_wandb_step(run_dir: Path, step: int) -> None:

@@ -1,11 +1,7 @@
-"""Health checks only per-token data can make, on the run's trace (``load.py``): a critic whose
-values do not vary while the rewards do, GRPO steps where most prompt groups have no score spread,
-and vLLM's and the actor's probabilities of the traced tokens disagreeing (stale weights).
-
-Each returns the report's ``Finding`` (``verl_gsm8k/analysis/finding.py``); the constants are in
-``Thresholds`` (``verl_gsm8k/analysis/thresholds.py``). ``summary.analyse`` adds them to a run
-directory's health checks.
-"""
+"""The report's checks only the per-token trace can make (``load.py``): a critic whose values
+do not vary while the rewards do, GRPO steps where most prompt groups have no score spread, and
+vLLM's and the actor's probabilities of the traced tokens disagreeing (stale weights). Their bars
+are fields of ``guard.thresholds.Thresholds``; ``runpage.summary.analyse`` adds them to a run's."""
 
 from __future__ import annotations
 
@@ -14,7 +10,7 @@ import statistics
 from typing import Any
 
 from verl_gsm8k.analysis.finding import Finding, fmt, spans
-from verl_gsm8k.analysis.thresholds import THRESHOLDS, Thresholds
+from verl_gsm8k.guard.thresholds import THRESHOLDS, Thresholds
 from verl_gsm8k.replay.load import Trace
 
 
@@ -38,9 +34,8 @@ def check_critic_flat(trace: Trace, t: Thresholds) -> list[Finding]:
     return [Finding(
         "critic_flat", "warning", "trace:value", flat[0][0], flat[-1][0],
         f"on {len(flat)} of the {len(spread_steps)} traced steps whose rewards differ, the "
-        f"critic's values varied by at most {fmt(worst)} (std over every traced token, bar "
-        f"{t.critic_flat_std}): a critic that predicts a constant gives every token the same "
-        "advantage (check critic.optim.lr, that the critic is updated at all, and its warm-up)",
+        f"critic's values varied by at most {fmt(worst)} (std, bar {t.critic_flat_std}): every "
+        "token gets the same advantage (critic.optim.lr, its warm-up)",
         {"steps": [s for s, _ in flat], "max_value_std": worst},
     )]  # fmt: skip
 
@@ -64,10 +59,8 @@ def check_zero_spread_groups(trace: Trace, t: Thresholds) -> list[Finding]:
         high = sum(g["all_max"] for g in window if g["score_min"] != g["score_max"])
         wrong = low >= high
         share = statistics.median(shares[a : b + 1])
-        what = ("most of them all at the step's lowest score: the prompts are out of reach, "
-                "GRPO learns nothing from them (easier data, a warm start, more samples per "
-                "prompt)") if wrong else ("most of them all at the step's highest score: the "
-                "run has converged on these prompts (harder data, or a shorter run)")  # fmt: skip
+        what = ("most all wrong: the prompts are out of reach" if wrong
+                else "most all right: the run has converged on these prompts")  # fmt: skip
         findings.append(Finding(
             "grpo_zero_spread", "warning" if wrong else "note", "trace:groups", steps[a],
             steps[b], f"over steps {steps[a]}-{steps[b]} a median {fmt(share)} of each step's "
@@ -100,9 +93,8 @@ def check_trace_prob_gap(trace: Trace, t: Thresholds) -> list[Finding]:
             "trace_prob_gap", "warning", "trace:rollout_log_prob", steps[a], steps[b],
             f"over steps {steps[a]}-{steps[b]} vLLM's and the actor's probabilities of the "
             f"traced tokens differed by {fmt(min(gaps[a:b + 1]))}-{fmt(max(gaps[a:b + 1]))} on "
-            f"average (bar {t.trace_prob_gap}); the largest, {fmt(gap)}, at step {at}, response "
-            f"{k}, token {i} (replay.html#step={at}&sample={k}&token={i}): the rollout sampled "
-            "with other weights than the actor trains (a stale weight sync, or other kernels)",
+            f"average (bar {t.trace_prob_gap}), up to {fmt(gap)} (replay.html#step={at}&sample="
+            f"{k}&token={i}): the rollout sampled with other weights (a stale weight sync?)",
             {"steps": steps[a : b + 1], "mean_gap": gaps[a : b + 1],
              "largest": {"step": at, "sample": k, "token": i, "gap": gap}},
         ))  # fmt: skip
@@ -110,10 +102,5 @@ def check_trace_prob_gap(trace: Trace, t: Thresholds) -> list[Finding]:
 
 
 def trace_checks(trace: Trace, t: Thresholds = THRESHOLDS) -> list[Finding]:
-    if not trace.steps:
-        return []
-    return (
-        check_critic_flat(trace, t)
-        + check_zero_spread_groups(trace, t)
-        + check_trace_prob_gap(trace, t)
-    )
+    checks = (check_critic_flat, check_zero_spread_groups, check_trace_prob_gap)
+    return [finding for check in checks for finding in check(trace, t)]

@@ -1,25 +1,69 @@
-"""Reading ``RUN_DIR/trace/<step>.jsonl`` (written by ``verl_gsm8k.trace``), defensively.
-
-Each problem is one line in ``Trace.issues`` and the rest is still read: a run without a trace, a
-file that is not JSON (cut short by a crash or a full disk), a file without its step line, a file
-whose step line names another run (another experiment, or a metrics file this run does not have),
-a line with a field of the wrong type (``schema.py``: a trace in a shared folder is untrusted), a
-step left behind by an earlier launch into the same directory (``_drop_superseded``).
+"""Reading ``RUN_DIR/trace/<step>.jsonl`` (written by verl_gsm8k/trace/), untrusted: each problem
+is one line in ``Trace.issues`` and the step is skipped, the rest still read. A line with a
+field of another type than ``STEP`` or ``SAMPLE`` says (a trace may come from a shared folder),
+a file cut short, a step line of another run, a step an earlier launch left behind.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common import json_read
+from verl_gsm8k.common import run_dir as rd
 from verl_gsm8k.common.launch_record import RecordError, lookup, read_records
-from verl_gsm8k.common.run_dir import TRACE_DIR, metrics_paths
-from verl_gsm8k.replay.schema import problem
 
-STEP_FILE = re.compile(r"^(\d+)\.jsonl$")
+# The type of each field a page uses, by its dotted path: int, num, str, scalar (any of
+# those or a bool), map (a mapping), map:KIND (a mapping of KIND), list:KIND (a list of KIND,
+# KIND? when its items may be null: NaN in the trace). Every field may be absent or null.
+STEP = {"run": "map", "run.kl": "map", "batch": "map", "step": "int", "traced": "int",
+        "of": "int", "run.experiment": "str", "run.metrics_file": "str",
+        "run.adv_estimator": "str", "run.gamma": "num", "run.lam": "num",
+        "run.norm_adv_by_std_in_grpo": "scalar", "run.rollout_n": "int",
+        "run.max_response_length": "int", "run.kl.in": "str", "run.kl.estimator": "str",
+        "run.kl.coef": "num", "run.kl.controller": "str", "metrics": "map:num",
+        "batch.groups": "map:num", "batch.response_lengths": "map:int",
+        "batch.advantage_whitening": "map:num"}  # fmt: skip
+SAMPLE = {"prompt": "map", "response": "map", "per_token": "map", "step": "int", "key": "str",
+          "uid": "str", "session": "int", "score": "num", "data_source": "scalar",
+          "ground_truth": "scalar", "reward_extra": "map:scalar", "absent": "map:str",
+          "prompt.tokens": "list:str", "prompt.ids": "list:int", "response.tokens": "list:str",
+          "response.ids": "list:int"}  # fmt: skip
+TYPES = {"int": (int,), "num": (int, float), "str": (str,), "scalar": (str, int, float, bool),
+         "map": (dict,), "list": (list,)}  # fmt: skip
+NAMES = {"map": "mapping", dict: "dict", type(None): "null"}
+
+
+def _wrong(path: str, kind: str, value: Any) -> str | None:
+    if value is None or type(value) in TYPES[kind]:
+        return None
+    got = NAMES.get(type(value), type(value).__name__)
+    return f"field {path} is a {got}, not a {NAMES.get(kind, kind)}"
+
+
+def problem(line: dict[str, Any]) -> str | None:
+    """The first field of a step or sample line of the wrong type, in one phrase."""
+    spec = dict(STEP if line.get("kind") == "step" else SAMPLE)
+    if isinstance(line.get("per_token"), dict) and line.get("kind") != "step":
+        spec.update({f"per_token.{name}": "list:num?" for name in line["per_token"]})
+    for path, kind in spec.items():
+        value: Any = line
+        for part in path.split("."):  # a parent that is not a mapping is named under the path
+            value = value.get(part) if isinstance(value, dict) else value
+        kind, _, item = kind.partition(":")
+        if why := _wrong(path, kind, value):
+            return why
+        if not item or value is None:
+            continue
+        pairs = value.items() if kind == "map" else enumerate(value)
+        for key, each in pairs:
+            where = f"{path}.{key}" if kind == "map" else f"{path}[{key}]"
+            if each is None and kind == "list" and not item.endswith("?"):
+                return f"field {where} is a null, not a {item}"
+            if why := _wrong(where, item.rstrip("?"), each):
+                return why
+    return None
 
 
 @dataclass
@@ -37,45 +81,29 @@ class Trace:
     @property
     def run(self) -> dict[str, Any]:
         """The run settings of the latest traced step ({} without a trace)."""
-        return self.steps[max(self.steps)].head.get("run", {}) if self.steps else {}
+        return self.steps[max(self.steps)].head.get("run") or {} if self.steps else {}
 
 
 def run_identity(run_dir: Path) -> tuple[set[str], set[str]]:
-    """(experiment names, metrics file names) a trace of this run may carry: from the launch
-    records (verl_gsm8k.resume) and the metrics files (verl_gsm8k/launch/) of ``run_dir``."""
+    """(experiment names, metrics file names) a trace of this run may name: from its launch
+    records and its metrics files."""
     try:
         records = read_records(run_dir)
     except RecordError:
-        records = []  # the report names a broken record; the trace is still checked by metrics
+        records = []  # the report names a broken record; the metrics files still tell
     names = {str(lookup(r["config"], "trainer.experiment_name")) for r in records} - {"None"}
-    metrics = {p.name for p in metrics_paths(run_dir)}
-    return names, metrics
+    return names, {p.name for p in rd.metrics_paths(run_dir)}
 
 
-def _foreign(head: dict[str, Any], names: set[str], metrics: set[str]) -> str | None:
-    run = head.get("run") or {}
-    experiment, metrics_file = run.get("experiment"), run.get("metrics_file")
-    if names and experiment and experiment not in names:
-        return f"experiment {experiment!r}, not {' or '.join(sorted(names))!r}"
-    if metrics and metrics_file and metrics_file not in metrics:
-        return f"its metrics file {metrics_file} is not one of this run's"
-    return None
-
-
-def read_step(path: Path, names: set[str], metrics: set[str]) -> TraceStep | str:
+def read_step(path: Path, step: int, names: set[str], metrics: set[str]) -> TraceStep | str:
     """The step of one trace file, or the one line that says why it is skipped."""
-    rel = f"{TRACE_DIR}/{path.name}"
-    head: dict[str, Any] | None = None
-    samples: list[dict[str, Any]] = []
-    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
-        try:
-            item = json_read.parse(line, rel)
-        except json_read.JsonError:
+    rel, head, samples = f"{rd.TRACE_DIR}/{path.name}", None, []
+    for number, item in rd.jsonl(path):
+        if isinstance(item, json_read.JsonError):
             return f"{rel}: line {number} is not JSON (a file cut short?); step skipped"
         if not isinstance(item, dict):
             return f"{rel}: line {number} is not a JSON object; step skipped"
-        wrong = problem(item) if item.get("kind") in ("step", "sample") else None
-        if wrong:
+        if item.get("kind") in ("step", "sample") and (wrong := problem(item)):
             return f"{rel}: line {number}: {wrong}; step skipped"
         if item.get("kind") == "step":
             head = item
@@ -83,62 +111,57 @@ def read_step(path: Path, names: set[str], metrics: set[str]) -> TraceStep | str
             samples.append(item)
     if head is None:
         return f"{rel}: no step line; step skipped"
-    foreign = _foreign(head, names, metrics)
-    if foreign:
-        return f"{rel}: a trace of another run ({foreign}); step skipped"
-    return TraceStep(int(head.get("step", -1)), head, samples)
+    run = head.get("run") or {}
+    experiment, metrics_file = run.get("experiment"), run.get("metrics_file")
+    if names and experiment and experiment not in names:
+        return (f"{rel}: a trace of another run (experiment {experiment!r}, not "
+                f"{' or '.join(sorted(names))!r}); step skipped")  # fmt: skip
+    if metrics and metrics_file and metrics_file not in metrics:
+        return (f"{rel}: a trace of another run (its metrics file {metrics_file} is not one of "
+                "this run's); step skipped")  # fmt: skip
+    return TraceStep(step, head, samples)
 
 
 def load_trace(run_dir: Path) -> Trace:
     """Every readable traced step of ``run_dir``; a run without a trace has one issue."""
-    trace = Trace()
-    folder = Path(run_dir) / TRACE_DIR
-    files = sorted(
-        (p for p in folder.glob("*.jsonl") if STEP_FILE.match(p.name)),
-        key=lambda p: int(STEP_FILE.match(p.name).group(1)),  # type: ignore[union-attr]
-    ) if folder.is_dir() else []  # fmt: skip
+    trace, files = Trace(), rd.dump_files(run_dir, rd.TRACE_DIR)
     if not files:
-        trace.issues.append(
-            f"no per-token trace in {folder} (TRACE_SAMPLES=0, a trainer.v1.trainer_mode other "
-            "than gsm8k, or a run from before the trace): no replay page"
-        )
+        trace.issues.append(f"no per-token trace in {Path(run_dir) / rd.TRACE_DIR} "
+                            "(TRACE_SAMPLES=0, a trainer.v1.trainer_mode other than gsm8k, or a "
+                            "run from before the trace): no replay page")  # fmt: skip
         return trace
     names, metrics = run_identity(Path(run_dir))
-    for path in files:
+    for step, path in files.items():
         try:
-            got = read_step(path, names, metrics)
+            got = read_step(path, step, names, metrics)
         except OSError as err:
-            got = f"{TRACE_DIR}/{path.name}: unreadable ({err.strerror}); step skipped"
+            got = f"{rd.TRACE_DIR}/{path.name}: unreadable ({err.strerror}); step skipped"
         if isinstance(got, str):
             trace.issues.append(got)
         else:
-            trace.steps[got.step] = got
+            trace.steps[step] = got
     _drop_superseded(trace)
     return trace
 
 
 def _launch(ts: TraceStep) -> str:
-    """The launch that wrote a step: its metrics file (``metrics-<stamp>.jsonl``, one per launch,
-    the launcher (verl_gsm8k/launch/)), "" when the trace does not say."""
+    """The launch that wrote a step: its metrics file, one per launch ("" when not said)."""
     return str((ts.head.get("run") or {}).get("metrics_file") or "")
 
 
 def _drop_superseded(trace: Trace) -> None:
-    """Keep a step of an earlier launch only below the first step a later launch traced: a later
-    launch that started over (``RESUME=disable``) or resumed from an earlier checkpoint replaced
-    every step from there on, and the old files left beyond its last step belong to another run."""
+    """Keep a step of an earlier launch only below the first step a later launch traced: a
+    later launch that started over (RESUME=disable) or resumed from an earlier checkpoint
+    replaced every step from there on."""
     launches = sorted({_launch(ts) for ts in trace.steps.values()} - {""})
-    for later_index, later in enumerate(launches[1:], start=1):
+    for index, later in enumerate(launches[1:], start=1):
         first = min(step for step, ts in trace.steps.items() if _launch(ts) == later)
-        for earlier in launches[:later_index]:
-            gone = sorted(step for step, ts in trace.steps.items()
-                          if _launch(ts) == earlier and step >= first)  # fmt: skip
-            if not gone:
-                continue
+        for earlier in launches[:index]:
+            gone = [s for s, ts in trace.steps.items() if _launch(ts) == earlier and s >= first]
             for step in gone:
                 del trace.steps[step]
-            trace.issues.append(
-                f"{TRACE_DIR}/: steps {gone[0]}-{gone[-1]} ({len(gone)} files) were written by "
-                f"an earlier launch ({earlier}), replaced from step {first} by a later one "
-                f"({later}); not replayed"
-            )
+            if gone:
+                trace.issues.append(
+                    f"{rd.TRACE_DIR}/: steps {gone[0]}-{gone[-1]} ({len(gone)} files) were "
+                    f"written by an earlier launch ({earlier}), replaced from step {first} by "
+                    f"a later one ({later}); not replayed")  # fmt: skip

@@ -1,22 +1,17 @@
-"""The lines of a trace file, built from plain Python values, and their writer.
-
-``trace/<step>.jsonl`` holds one ``step`` line, then one ``sample`` line per traced response:
+"""The lines of ``trace/<step>.jsonl``, from plain Python values, and their writer:
 
     {"kind": "step", "step": 7, "run": {...settings...}, "traced": 8, "of": 128,
      "metrics": {"actor/pg_clipfrac": 0.01, ...}}
     {"kind": "sample", "step": 7, "key": "<uid>_3_0", "uid": "<uid>", "session": 3,
      "data_source": "openai/gsm8k", "ground_truth": "5", "score": 1.0,
-     "reward_extra": {"acc": 1.0, "format": 1.0, ...},
-     "prompt": {"ids": [...], "tokens": [...]},
+     "reward_extra": {"acc": 1.0, ...}, "prompt": {"ids": [...], "tokens": [...]},
      "response": {"ids": [...], "tokens": [...], "mask": [...]},
-     "per_token": {"rollout_log_prob": [...], "old_log_prob": [...], "ref_log_prob": [...],
-                   "kl": [...], "value": [...], "score": [...], "reward": [...],
-                   "advantage": [...], "return": [...], "entropy": [...]},
+     "per_token": {"rollout_log_prob": [...], ..., "return": [...]},
      "absent": {"value": "no critic (algorithm.adv_estimator=grpo)", ...}}
 
 ``per_token`` lists are aligned with ``response.ids``; a quantity the run does not compute is
-left out of ``per_token`` and named in ``absent`` with the reason, never written as zeros. Floats
-keep 7 significant digits; NaN and infinities become null (JSON has neither).
+named in ``absent`` with the reason, never written as zeros. Floats keep 7 significant digits;
+NaN and infinities become null (JSON has neither).
 """
 
 from __future__ import annotations
@@ -32,16 +27,15 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-# Per-token quantities, in the order of the loop: rollout, reference, critic, reward, advantage.
-PER_TOKEN = (
+PER_TOKEN = (  # in the order of the loop
     "rollout_log_prob",  # vLLM's log-prob of the sampled token (rollout.calculate_log_probs)
-    "old_log_prob",  # the actor's, recomputed before the update (the PPO ratio's denominator)
+    "old_log_prob",  # the actor's, recomputed before the update (the ratio's denominator)
     "entropy",  # the actor's entropy at that position
     "ref_log_prob",  # the reference model's
-    "kl",  # the KL estimator at that token (old vs reference), before the coefficient
+    "kl",  # the KL estimator at the token (old vs reference), before the coefficient
     "value",  # the critic's value of the state before the token
-    "score",  # the reward function's score, placed on the last response token
-    "reward",  # score minus coefficient x KL when the KL is in the reward, else the score
+    "score",  # the reward function's score, on the last response token
+    "reward",  # the score minus coefficient x KL when the KL is in the reward, else the score
     "advantage",  # GAE (PPO) or the group-normalised score (GRPO), as the update used it
     "return",  # advantage + value before whitening (what the critic regresses to)
 )
@@ -57,83 +51,56 @@ def clean(value: Any) -> Any:
         return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [clean(v) for v in value]
-    if hasattr(value, "item"):  # numpy / torch scalars
-        return clean(value.item())
-    if hasattr(value, "tolist"):
-        return clean(value.tolist())
+    if hasattr(value, "item") or hasattr(value, "tolist"):  # numpy / torch
+        return clean(value.item() if hasattr(value, "item") else value.tolist())
     return str(value)
 
 
-def sample_line(
-    *,
-    step: int,
-    key: str,
-    uid: str,
-    session: int,
-    prompt_ids: Sequence[int],
-    response_ids: Sequence[int],
-    response_mask: Sequence[int],
-    per_token: Mapping[str, Sequence[float]],
-    absent: Mapping[str, str],
-    decode: Callable[[int], str],
-    ground_truth: Any = None,
-    data_source: Any = None,
-    reward_extra: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """One ``sample`` line. Every ``per_token`` list must have one value per response token."""
-    n = len(response_ids)
+def sample_line(*, step: int, key: str, uid: str, session: int, prompt_ids: Sequence[int],
+                response_ids: Sequence[int], response_mask: Sequence[int],
+                per_token: Mapping[str, Sequence[float]], absent: Mapping[str, str],
+                decode: Callable[[int], str], ground_truth: Any = None, data_source: Any = None,
+                reward_extra: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """One ``sample`` line; every ``per_token`` list has one value per response token."""
     for name, values in per_token.items():
         if name not in PER_TOKEN:
             raise ValueError(f"unknown per-token quantity {name!r}")
-        if len(values) != n:
-            raise ValueError(f"{name}: {len(values)} values for {n} response tokens")
+        if len(values) != len(response_ids):
+            raise ValueError(
+                f"{name}: {len(values)} values for {len(response_ids)} response tokens"
+            )
     scores = per_token.get("score")
-    return clean(
-        {
-            "kind": "sample",
-            "step": step,
-            "key": key,
-            "uid": uid,
-            "session": session,
-            "data_source": data_source,
-            "ground_truth": ground_truth,
-            "score": sum(scores) if scores is not None else None,
-            "reward_extra": dict(reward_extra or {}),
-            "prompt": {"ids": list(prompt_ids), "tokens": [decode(i) for i in prompt_ids]},
-            "response": {
-                "ids": list(response_ids),
-                "tokens": [decode(i) for i in response_ids],
-                "mask": list(response_mask),
-            },
-            "per_token": {name: list(per_token[name]) for name in PER_TOKEN if name in per_token},
-            "absent": dict(absent),
-        }
-    )
+    return clean({
+        "kind": "sample", "step": step, "key": key, "uid": uid, "session": session,
+        "data_source": data_source, "ground_truth": ground_truth,
+        "score": sum(scores) if scores is not None else None,
+        "reward_extra": dict(reward_extra or {}),
+        "prompt": {"ids": list(prompt_ids), "tokens": [decode(i) for i in prompt_ids]},
+        "response": {"ids": list(response_ids), "tokens": [decode(i) for i in response_ids],
+                     "mask": list(response_mask)},
+        "per_token": {name: list(per_token[name]) for name in PER_TOKEN if name in per_token},
+        "absent": dict(absent),
+    })  # fmt: skip
 
 
-def step_line(
-    step: int, run: Mapping[str, Any], metrics: Mapping[str, Any], traced: int, of: int
-) -> dict[str, Any]:
-    """The ``step`` line: the run's settings, how many responses were traced, the step's metrics
-    (every number verl logged for the step, validation included)."""
+def step_line(step: int, run: Mapping[str, Any], metrics: Mapping[str, Any], traced: int,
+              of: int) -> dict[str, Any]:  # fmt: skip
+    """The ``step`` line: the run's settings, how many responses were traced, every number verl
+    logged for the step (validation included)."""
     numbers = {k: v for k, v in metrics.items() if _is_number(v)}
-    return clean(
-        {"kind": "step", "step": step, "run": dict(run), "traced": traced, "of": of,
-         "metrics": numbers}
-    )  # fmt: skip
+    return clean({"kind": "step", "step": step, "run": dict(run), "traced": traced, "of": of,
+                  "metrics": numbers})  # fmt: skip
 
 
 def _is_number(value: Any) -> bool:
-    if isinstance(value, bool):
-        return False
     if isinstance(value, (int, float)):
-        return True
-    return hasattr(value, "item") and getattr(value, "ndim", 1) == 0
+        return not isinstance(value, bool)
+    return hasattr(value, "item") and getattr(value, "ndim", 1) == 0  # a numpy / torch scalar
 
 
 class TraceWriter:
-    """Writes ``<dir>/<step>.jsonl`` on one background thread (temp file, then rename), so the
-    training thread only builds the lines. A failed write is logged once and never stops
+    """Writes ``<dir>/<step>.jsonl`` on one background thread (a temporary file, then a rename):
+    the training thread only builds the lines. A failed write is logged once and never stops
     training: the trace is a diagnostic."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
@@ -143,37 +110,28 @@ class TraceWriter:
         self.failures = 0
 
     def submit(self, step: int, lines: list[dict[str, Any]]) -> None:
-        self._reap()
+        self._reap(wait=False)
         self._pending.append(self._executor.submit(self._write, step, lines))
 
     def _write(self, step: int, lines: list[dict[str, Any]]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        target = self.directory / f"{step}.jsonl"
         tmp = self.directory / f".{step}.jsonl.tmp"
-        text = "".join(json.dumps(line, allow_nan=False) + "\n" for line in lines)
-        tmp.write_text(text)
-        os.replace(tmp, target)
+        tmp.write_text("".join(json.dumps(line, allow_nan=False) + "\n" for line in lines))
+        os.replace(tmp, self.directory / f"{step}.jsonl")
 
-    def _reap(self) -> None:
+    def _reap(self, wait: bool) -> None:
         still = []
         for future in self._pending:
-            if not future.done():
+            if not wait and not future.done():
                 still.append(future)
-            elif future.exception() is not None:
-                self._failed(future.exception())
+            elif (err := future.exception()) is not None:
+                self.failures += 1
+                if self.failures == 1:
+                    logger.warning("trace: writing to %s failed (%s); training goes on",
+                                   self.directory, err)  # fmt: skip
         self._pending = still
-
-    def _failed(self, err: BaseException | None) -> None:
-        self.failures += 1
-        if self.failures == 1:
-            logger.warning(
-                "trace: writing to %s failed (%s); training goes on", self.directory, err
-            )
 
     def close(self) -> None:
         """Wait for every pending write."""
-        for future in self._pending:
-            if future.exception() is not None:
-                self._failed(future.exception())
-        self._pending = []
+        self._reap(wait=True)
         self._executor.shutdown(wait=True)
