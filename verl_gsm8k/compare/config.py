@@ -1,39 +1,43 @@
-"""Where a compared run's config comes from, as flat dotted verl keys.
+"""A compared run's config and the diff of the runs' configs (the one diff of
+common/config_diff.py): only the keys whose values differ, grouped as the GSM8K PPO tutorial
+groups them, each with the recipe knob that set it.
 
-* A run directory: its launch records, ``RUN_DIR/launches/launch-<UTC>.yaml``
-  (``verl_gsm8k/common/launch_record.py``); the latest is the config the run now has, and its
-  ``knob_keys`` name the recipe knob that set each key. A directory without a record has no
-  config to compare (one line says so).
-* A verl console log: the config dict verl pprints at its top, one line of the dump per console
-  line behind a Ray prefix (``(TaskRunner pid=...)``, ``(main_task pid=...)``) and ANSI codes,
-  other processes' lines interleaved. Read with ``ast.literal_eval``, never ``eval``.
-* A metrics .jsonl file carries no config.
-
-Standard library only, plus verl_gsm8k.common.launch_record's reader (PyYAML).
-"""
+A run directory's config is its latest launch record (common/launch_record.py); a verl console
+log's is the config dict verl pprints at its top (read with ``ast.literal_eval``, never run); a
+metrics .jsonl carries none."""
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.analysis.parse import RAY_PREFIX, strip_ansi
 from verl_gsm8k.common.command_line import split_line
+from verl_gsm8k.common.config_diff import differing, leaves
 from verl_gsm8k.common.launch_record import RecordError, read_records
 from verl_gsm8k.common.run_dir import LAUNCHES_DIR, launch_record_path
 
-# Console lines read while looking for the dump: verl prints it before anything else it logs.
-MAX_SCAN_LINES = 20_000
-MAX_DUMP_LINES = 5_000
+MAX_SCAN_LINES, MAX_DUMP_LINES = 20_000, 5_000  # verl prints its config before anything else
 _PREFIX = re.compile(rf"^\s*(?P<who>{RAY_PREFIX})?\s?")
-# Another process's prefix glued to the end of a dump line (its output interleaved mid-line).
-_TRAILING_PREFIX = re.compile(rf"{RAY_PREFIX}\s*$")
+_TRAILING_PREFIX = re.compile(rf"{RAY_PREFIX}\s*$")  # another process's, glued mid-line
 # Variables of a recorded verl command that name the launch itself, never a setting.
 PER_LAUNCH = {"GSM8K_LAUNCH_ID", "GSM8K_LAUNCH_RUN_DIR", "VERL_FILE_LOGGER_PATH"}
+GROUPS = ("launch", "data", "actor", "rollout", "reference", "critic", "algorithm", "reward",
+          "trainer", "other", "named after the run")  # fmt: skip
+# Keys that differ only by each run's own name (the run directory under it): last, apart.
+NAMED = GROUPS[-1]
+_PREFIX_GROUPS = (
+    ("data.", "data"), ("actor_rollout_ref.rollout.", "rollout"),
+    ("actor_rollout_ref.ref.", "reference"), ("actor_rollout_ref.", "actor"),
+    ("critic.", "critic"), ("algorithm.", "algorithm"), ("reward_model.", "reward"),
+    ("reward.", "reward"), ("custom_reward_function.", "reward"), ("trainer.", "trainer"),
+)  # fmt: skip
+# verl runs a critic when critic.enable says so, else when the estimator is GAE (need_critic):
+# a row of its own, since GRPO's config may differ from PPO's in no critic.* key.
+CRITIC_IN_USE = "critic in use (critic.enable, else algorithm.adv_estimator == gae)"
 
 
 class ConfigError(Exception):
@@ -42,45 +46,27 @@ class ConfigError(Exception):
 
 @dataclass
 class RunConfig:
-    """A run's config as dotted keys (None when the run has none), and where it came from."""
+    """A run's config as dotted keys (None when it has none), and where it came from."""
 
     flat: dict[str, Any] | None
-    source: str  # "launch record PATH", "config dump in PATH", or why there is none
+    source: str
     knob_keys: dict[str, str] = field(default_factory=dict)  # verl key -> recipe knob
-    user_keys: set[str] = field(default_factory=set)  # keys given as key=value by the user
-    launch: dict[str, Any] = field(default_factory=dict)  # recipe, config_name, versions, host
+    user_keys: set[str] = field(default_factory=set)  # keys the user gave as key=value
+    launch: dict[str, Any] = field(default_factory=dict)  # recipe, versions, host, command
 
     def get(self, key: str) -> Any:
         return None if self.flat is None else self.flat.get(key)
 
 
-def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}; lists and empty mappings are values of their own."""
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten(value, f"{dotted}."))
-        else:
-            flat[dotted] = value
-    return flat
-
-
 def config_dump(path: Path) -> dict[str, Any] | None:
-    """The config dict pprinted at the top of a verl console log; None when there is none.
-
-    The dump starts at the first line whose text (after the Ray prefix) opens a dict literal;
-    only the lines of that same process (the same prefix) continue it.
-    """
-    owner: str | None = None
-    parts: list[str] = []
+    """The config dict pprinted at the top of a verl console log, or None: it starts at the first
+    line (after its Ray prefix) that opens a dict, and only that process's lines continue it."""
+    owner, parts = None, []
     with path.open("rb") as handle:
         for number, raw in enumerate(handle):
-            line = strip_ansi(raw.decode("utf-8", errors="replace").replace("\x00", ""))
-            line = line.rstrip("\r\n")
+            line = strip_ansi(raw.decode("utf-8", "replace").replace("\x00", "")).rstrip("\r\n")
             prefix = _PREFIX.match(line)
-            who = (prefix.group("who") or "") if prefix else ""
-            text = line[prefix.end() :] if prefix else line
+            who, text = prefix.group("who") or "", line[prefix.end() :]
             if owner is None:
                 if number >= MAX_SCAN_LINES:
                     return None
@@ -101,52 +87,35 @@ def config_dump(path: Path) -> dict[str, Any] | None:
     return None
 
 
-def _override_key(override: str) -> str:
-    return override.partition("=")[0].lstrip("+~")
+def command_facts(command: str) -> dict[str, str]:
+    """What a recorded verl command says beside its overrides (which the config holds): each
+    variable the launcher set for verl, and verl's entry point with its config."""
+    try:
+        env, words = split_line(command)
+    except ValueError:
+        return {}
+    facts = {f"verl command: {k}": v for k, v in env.items() if k not in PER_LAUNCH}
+    if "-m" in words[:-1]:
+        entry = [words[words.index("-m") + 1]]
+        if "--config-name" in words[:-1]:
+            entry.append(words[words.index("--config-name") + 1])
+        facts["verl command: entry point"] = " ".join(entry)
+    return facts
 
 
 def _launch_facts(record: dict[str, Any]) -> dict[str, Any]:
     """What a launch record says beside the config: recipe, config file, versions, hardware."""
     host = record.get("host") or {}
-    gpus = host.get("gpus") or []
-    facts: dict[str, Any] = {
-        "recipe": record.get("recipe"),
-        "trainer": record.get("trainer"),
-        "config_name": record.get("config_name"),
-        "host.device": host.get("device"),
-        "host.gpus": ", ".join(str(g.get("name")) for g in gpus if isinstance(g, dict)) or None,
-    }
-    for name, version in (record.get("versions") or {}).items():
-        facts[f"versions.{name}"] = version
-    facts.update(command_facts(str(record.get("verl_command") or "")))
-    return facts
-
-
-def command_facts(command: str) -> dict[str, str]:
-    """What a recorded verl command (``verl_command``: common/command_line.py) says beside its
-    overrides, which the config diff holds: each variable the launcher set for verl, and verl's
-    entry point with its config. Nothing from a line that does not parse."""
-    try:
-        env, words = split_line(command)
-    except ValueError:
-        return {}
-    facts = {
-        f"verl command: {name}": value for name, value in env.items() if name not in PER_LAUNCH
-    }
-    if "-m" in words[:-1]:
-        at = words.index("-m")
-        config = words[words.index("--config-name") + 1] if "--config-name" in words[:-1] else ""
-        facts["verl command: entry point"] = " ".join(
-            word for word in (words[at + 1], config) if word
-        )
-    return facts
+    gpus = [str(g.get("name")) for g in host.get("gpus") or [] if isinstance(g, dict)]
+    facts = {key: record.get(key) for key in ("recipe", "trainer", "config_name")}
+    facts.update({"host.device": host.get("device"), "host.gpus": ", ".join(gpus) or None})
+    facts.update({f"versions.{k}": v for k, v in (record.get("versions") or {}).items()})
+    return facts | command_facts(str(record.get("verl_command") or ""))
 
 
 def read_config(path: Path, fmt: str) -> RunConfig:
-    """The config of a compared input (a run directory or a metrics file of format ``fmt``).
-
-    Raises ConfigError when a launch record exists but cannot be read.
-    """
+    """The config of a compared input (a run directory, or a file of format ``fmt``);
+    ConfigError when a launch record exists but cannot be read."""
     if path.is_dir():
         try:
             records = read_records(path)
@@ -154,16 +123,14 @@ def read_config(path: Path, fmt: str) -> RunConfig:
             raise ConfigError(str(err)) from None
         if not records:
             return RunConfig(None, f"no launch record in {path / LAUNCHES_DIR}")
-        latest = records[-1]
-        stamp = latest.get("stamp", "?")
-        of = f" (the latest of {len(records)})" if len(records) > 1 else ""
-        return RunConfig(
-            flatten(latest["config"]),
-            f"launch record {launch_record_path(path, stamp).name}{of}",
-            {str(k): str(v) for k, v in (latest.get("knob_keys") or {}).items()},
-            {_override_key(str(o)) for o in latest.get("user_overrides") or []},
-            _launch_facts(latest),
-        )
+        last = records[-1]
+        source = launch_record_path(path, last.get("stamp", "?")).name
+        if len(records) > 1:
+            source += f" (the latest of {len(records)})"
+        user = {str(o).partition("=")[0].lstrip("+~") for o in last.get("user_overrides") or []}
+        knobs = {str(k): str(v) for k, v in (last.get("knob_keys") or {}).items()}
+        return RunConfig(leaves(last["config"]), f"launch record {source}", knobs, user,
+                         _launch_facts(last))  # fmt: skip
     if fmt != "console":
         return RunConfig(None, f"{path.name} is a metrics file: it carries no config")
     try:
@@ -172,4 +139,77 @@ def read_config(path: Path, fmt: str) -> RunConfig:
         raise ConfigError(f"{path}: cannot read ({err.strerror or err})") from None
     if dump is None:
         return RunConfig(None, f"no config dump found at the top of {path}")
-    return RunConfig(flatten(dump), f"config dump at the top of {path.name}")
+    return RunConfig(leaves(dump), f"config dump at the top of {path.name}")
+
+
+def group_of(key: str) -> str:
+    return next((group for prefix, group in _PREFIX_GROUPS if key.startswith(prefix)), "other")
+
+
+def critic_in_use(config: RunConfig) -> bool | None:
+    """Whether verl runs a critic with this config; None when the config does not say."""
+    if config.get("critic.enable") is not None:
+        return bool(config.get("critic.enable"))
+    estimator = config.get("algorithm.adv_estimator")
+    return None if estimator is None else str(estimator) == "gae"
+
+
+def _named_after_run(values: list[Any], names: list[str]) -> bool:
+    """Each run's value is its own name, or a path with it as a directory, the same once the
+    name is taken out (``runs/a/rollouts``); a file merely named like the run is a setting."""
+    shapes = set()
+    for value, name in zip(values, names, strict=True):
+        parts = value.split("/") if isinstance(value, str) else []
+        if not name or name not in parts:
+            return False
+        shapes.add(tuple("\0" if part == name else part for part in parts))
+    return len(shapes) == 1
+
+
+@dataclass
+class DiffRow:
+    """One differing key: its value in each run that has it, and who set it."""
+
+    key: str
+    group: str
+    values: dict[str, Any]  # run label -> value, for the runs whose config has the key
+    missing_in: list[str]  # runs with a config that lacks the key
+    knobs: list[str] = field(default_factory=list)  # recipe knobs that set it, in any run
+    user_override: bool = False  # given as key=value on a launch's command line
+
+
+@dataclass
+class ConfigDiff:
+    """The diff over the runs that have a config; the others, with the reason."""
+
+    compared: list[str]
+    not_compared: dict[str, str]  # run label -> why it has no config
+    rows: list[DiffRow]
+
+    def by_group(self) -> dict[str, list[DiffRow]]:
+        groups = {name: [row for row in self.rows if row.group == name] for name in GROUPS}
+        return {name: rows for name, rows in groups.items() if rows}
+
+
+def config_diff(configs: dict[str, RunConfig]) -> ConfigDiff:
+    """The keys whose values are not the same in every run with a config (two at least)."""
+    have = {label: c for label, c in configs.items() if c.flat is not None}
+    missing = {label: c.source for label, c in configs.items() if c.flat is None}
+    if len(have) < 2:
+        return ConfigDiff(list(have), missing, [])
+    tables = {label: {**c.launch, **(c.flat or {}), CRITIC_IN_USE: critic_in_use(c)}
+              for label, c in have.items()}  # fmt: skip
+    names = [str(c.get("trainer.experiment_name") or "") for c in have.values()]
+    rows = []
+    for key in differing(list(tables.values())):
+        values = {label: table[key] for label, table in tables.items() if key in table}
+        group = "critic" if key == CRITIC_IN_USE else group_of(key)
+        if any(key in c.launch for c in have.values()):
+            group = "launch"
+        elif len(values) == len(have) and _named_after_run(list(values.values()), names):
+            group = NAMED
+        knobs = sorted({c.knob_keys[key] for c in have.values() if key in c.knob_keys})
+        rows.append(DiffRow(key, group, values, [x for x in have if x not in values], knobs,
+                            any(key in c.user_keys for c in have.values())))  # fmt: skip
+    rows.sort(key=lambda row: (GROUPS.index(row.group), row.key))
+    return ConfigDiff(list(have), missing, rows)
