@@ -66,12 +66,15 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 class _Charts(HTMLParser):
-    """Every chart of a page: its visible title, ticks and series pixels; a placeholder (a
-    chart not drawn) has a title and nothing else."""
+    """Every chart of a page: its visible title, ticks and series pixels (a placeholder, a
+    chart not drawn, has a title only); and by <svg> id, its data-points, its series' names
+    and tags, their data-count and the points each draws."""
 
     def __init__(self) -> None:
         super().__init__()
         self.charts: list[dict] = []
+        self.svgs: dict[str, dict] = {}
+        self.plot: dict | None = None
         self.caption: list[str] | None = None  # an open <figcaption>, or a placeholder's <b>
         self.placeholder = self.svg = False
         self.tick: str | None = None  # the axis of an open tick label
@@ -82,6 +85,16 @@ class _Charts(HTMLParser):
         if tag == "figcaption" or (tag == "b" and self.placeholder):
             self.caption = []
         self.placeholder |= tag == "div" and "missing" in classes
+        if tag == "svg" and a.get("id", "").startswith("plot-"):
+            self.plot = {"data-points": a.get("data-points"), "series": [], "names": []}
+            self.svgs[a["id"][5:]] = self.plot
+        elif self.plot is not None and a.get("data-series"):
+            self.plot["names"].append((a["data-series"], tag))
+            if tag in ("polyline", "polygon"):  # a stacked area: its top edge, then its bottom
+                points = sum("," in xy for xy in a.get("points", "").split())
+                self.plot["series"].append(
+                    (int(a["data-count"]), points // (1 + (tag == "polygon")))
+                )
         if tag == "svg" and "plot" in classes and self.charts and not self.charts[-1]["drawn"]:
             self.svg = True
             self.charts[-1].update(drawn=True, log=a.get("data-y-scale") == "log")
@@ -111,6 +124,7 @@ class _Charts(HTMLParser):
             self.caption = None
         self.placeholder &= tag != "div"
         self.svg &= tag != "svg"
+        self.plot = None if tag == "svg" else self.plot
         self.tick = None if tag == "text" else self.tick
 
 
@@ -150,3 +164,11 @@ def plot_series(page: str, title: str) -> dict[str, list[Point]]:
     scale = (lambda v: 10**v) if chart["log"] else (lambda v: v)
     return {name: [(ax + bx * px, scale(ay + by * py)) for px, py in pixels]
             for name, pixels in chart["series"].items()}  # fmt: skip
+
+
+def parse_svgs(page: str) -> dict[str, dict]:
+    """Every chart of a page by id: {"data-points", "names": [(series, tag)], "series":
+    [(data-count, points drawn)]}."""
+    reader = _Charts()
+    reader.feed(page)
+    return reader.svgs

@@ -1,10 +1,7 @@
 """The report tests' synthetic verl 0.9.1 runs (healthy, or with a pathology planted through a
-mutator), their writer, and a reader of the SVG plots of a report page; the critics of measured
-short runs, healthy and exploding.
-
-Used by tests/test_report.py and tests/test_report_learning.py; the critics also by
-tests/test_watchdog_rules.py.
-"""
+mutator), their writer, a NaN planted as each writer writes it, and the critics of measured
+short runs, healthy and exploding (tests/test_watchdog_rules.py). Charts are read with
+tests/browser.py's parse_svgs."""
 
 from __future__ import annotations
 
@@ -13,9 +10,10 @@ import math
 import random
 import re
 from collections.abc import Callable
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+
+from browser import parse_svgs as parse_svgs  # the report tests read charts with it
 
 from verl_gsm8k.analysis import finding as rf
 from verl_gsm8k.runpage import summary as rs
@@ -217,43 +215,3 @@ def only(findings: list[rf.Finding], check: str) -> rf.Finding:
 def analyse_records(tmp_path: Path, records: list[dict[str, Any]]):
     path = write_jsonl(tmp_path / "run" / "metrics" / "metrics-20250101T000000Z.jsonl", records)
     return rs.analyse(path.parent.parent)
-
-
-# --------------------------------------------------------------------------------------------
-# Reading the plots of a report page
-# --------------------------------------------------------------------------------------------
-
-
-class _SvgCollector(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.svgs: dict[str, dict[str, Any]] = {}
-        self.current: str | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        if tag == "svg" and (a.get("id") or "").startswith("plot-"):
-            self.current = a["id"][len("plot-") :]
-            self.svgs[self.current] = {
-                "data-points": a.get("data-points"),
-                "series": [],
-                "names": [],
-            }
-        elif self.current and tag in ("polyline", "polygon", "rect") and a.get("data-series"):
-            entry = self.svgs[self.current]
-            entry["names"].append((a["data-series"], tag))
-            if tag in ("polyline", "polygon"):
-                coords = [p for p in (a.get("points") or "").split() if "," in p]
-                # a stacked-area polygon runs along its top edge and back along its bottom edge
-                per_point = 2 if tag == "polygon" else 1
-                entry["series"].append((int(a["data-count"] or 0), len(coords) // per_point))
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "svg":
-            self.current = None
-
-
-def parse_svgs(page: str) -> dict[str, dict[str, Any]]:
-    collector = _SvgCollector()
-    collector.feed(page)
-    return collector.svgs

@@ -76,7 +76,18 @@ def no_element_from_markup(dom: str) -> None:
     assert "&lt;b id=pwned" in dom  # the planted text did reach the page, as text
 
 
-def test_markup_in_every_text_field_of_a_real_trace_creates_no_element(tmp_path: Path, copy_run):
+def _rewrite(path: Path, change) -> None:
+    """Edit the payload of a page's data file (``window.X[key]={...};``) in place."""
+    prefix, body = re.match(r"(.*?\]=)(.*);\n$", path.read_text(), re.S).groups()  # type: ignore[union-attr]
+    payload = json.loads(body)
+    change(payload)
+    path.write_text(f"{prefix}{json.dumps(payload)};\n")
+
+
+def test_markup_in_every_field_of_a_real_trace_creates_no_element(tmp_path: Path, copy_run):
+    """Markup in every text field of the trace and the dumps, then in every number field of
+    the pages' data files (which the loader would refuse): Chromium builds no element from
+    it, and the pages still show the step."""
     run = copy_run(tmp_path)
     path = run / "trace" / f"{STEP}.jsonl"
     head, *samples = read_lines(path)
@@ -99,28 +110,9 @@ def test_markup_in_every_text_field_of_a_real_trace_creates_no_element(tmp_path:
         write_lines(run / folder / f"{step}.jsonl", rows)
     trace = load_trace(run)
     assert STEP in trace.steps and trace.issues == []  # text fields may hold any text
-    pages = write_pages(run, trace, tmp_path / "out")
-    assert pages.replay and pages.rollouts
-    replay = chromium_dom(f"{pages.replay.as_uri()}#step={STEP}&sample=1&token=0", tmp_path)
-    no_element_from_markup(replay)
-    assert 'id="group-table"' in replay and "token 0" in replay.split('id="panel"', 1)[1]
-    for fragment in (f"kind=train&step={STEP}", "kind=compare"):
-        no_element_from_markup(chromium_dom(f"{pages.rollouts.as_uri()}#{fragment}", tmp_path))
-
-
-def _rewrite(path: Path, change) -> None:
-    """Edit the payload of a page's data file (``window.X[key]={...};``) in place."""
-    prefix, body = re.match(r"(.*?\]=)(.*);\n$", path.read_text(), re.S).groups()  # type: ignore[union-attr]
-    payload = json.loads(body)
-    change(payload)
-    path.write_text(f"{prefix}{json.dumps(payload)};\n")
-
-
-def test_the_pages_escape_numbers_too_whatever_a_data_file_holds(tmp_path: Path, copy_run):
-    """The loader refuses a number field holding text (below); the pages escape it anyway."""
-    run = copy_run(tmp_path)
     out = tmp_path / "out"
-    write_pages(run, load_trace(run), out)
+    pages = write_pages(run, trace, out)
+    assert pages.replay and pages.rollouts
 
     def replay_step(payload: dict[str, Any]) -> None:
         payload["run"].update(rollout_n=mark("rollout_n"), gamma=mark("gamma"))
@@ -131,21 +123,18 @@ def test_the_pages_escape_numbers_too_whatever_a_data_file_holds(tmp_path: Path,
             sample["score"] = mark("score")
             sample["pt"]["advantage"] = [mark("adv")] * len(sample["tokens"])
 
-    def rollouts_step(payload: dict[str, Any]) -> None:
-        for row in payload["rows"]:
-            row.update(n=mark("n"), clip=1, s=mark("s"))
-
     _rewrite(out / "replay" / f"step-{STEP}.js", replay_step)
-    _rewrite(out / "rollouts" / f"train-{STEP}.js", rollouts_step)
+    marked = {"n": mark("n"), "clip": 1, "s": mark("s")}
+    _rewrite(out / "rollouts" / f"train-{STEP}.js",
+             lambda payload: [row.update(marked) for row in payload["rows"]])  # fmt: skip
     _rewrite(out / "rollouts" / "index.js", lambda index: index.update(limit=mark("limit")))
-    replay = chromium_dom(
-        f"{(out / 'replay.html').as_uri()}#step={STEP}&sample=1&token=0", tmp_path
-    )
+    replay = chromium_dom(f"{pages.replay.as_uri()}#step={STEP}&sample=1&token=0", tmp_path)
     no_element_from_markup(replay)
     assert 'id="group-table"' in replay and "token 0" in replay.split('id="panel"', 1)[1]
-    browser = chromium_dom(f"{(out / 'rollouts.html').as_uri()}#kind=train&step={STEP}", tmp_path)
-    no_element_from_markup(browser)
-    assert "cut at &lt;b id=pwned-limit" in browser
+    rollouts = chromium_dom(f"{pages.rollouts.as_uri()}#kind=train&step={STEP}", tmp_path)
+    no_element_from_markup(rollouts)
+    assert "cut at &lt;b id=pwned-limit" in rollouts
+    no_element_from_markup(chromium_dom(f"{pages.rollouts.as_uri()}#kind=compare", tmp_path))
 
 
 @pytest.mark.parametrize(

@@ -123,7 +123,7 @@ def test_step_directories_by_name_and_number(tmp_path: Path):
     ]  # fmt: skip
 
 
-def test_the_tracker_is_written_whole_and_read_as_verl_reads_it(tmp_path: Path):
+def test_the_tracker_is_written_whole_and_read_as_verl_reads_it(tmp_path: Path, monkeypatch):
     assert rd.tracked_step(tmp_path) is None and rd.tracked_step(tmp_path / "missing") is None
     rd.write_tracker(tmp_path, 40)
     assert rd.tracker_path(tmp_path).read_text() == "40"  # verl: int(open(tracker).read())
@@ -134,24 +134,18 @@ def test_the_tracker_is_written_whole_and_read_as_verl_reads_it(tmp_path: Path):
     for text in ("", "  7\n", "seven", "-3", "²"):
         rd.tracker_path(tmp_path).write_text(text)
         assert rd.tracked_step(tmp_path) == (7 if text.strip() == "7" else None), text
+    rd.write_tracker(tmp_path, 20)
+    monkeypatch.setattr("os.replace", lambda *_: 1 / 0)  # a failed write leaves the old one
+    with pytest.raises(ZeroDivisionError):
+        rd.write_tracker(tmp_path, 40)
+    assert rd.tracked_step(tmp_path) == 20 and [p.name for p in tmp_path.iterdir()] == [rd.TRACKER]
+    monkeypatch.undo()
     rd.clear_tracker(tmp_path)
     rd.clear_tracker(tmp_path)
     assert not rd.tracker_path(tmp_path).exists()
 
 
-def test_a_failed_tracker_write_leaves_the_old_one(tmp_path: Path, monkeypatch):
-    rd.write_tracker(tmp_path, 20)
-
-    def fail(*_args, **_kwargs):
-        raise OSError("disk full")
-
-    monkeypatch.setattr("os.replace", fail)
-    with pytest.raises(OSError, match="disk full"):
-        rd.write_tracker(tmp_path, 40)
-    assert rd.tracked_step(tmp_path) == 20 and [p.name for p in tmp_path.iterdir()] == [rd.TRACKER]
-
-
-def test_a_checkpoints_stamp_and_sick_mark(tmp_path: Path):
+def test_a_checkpoints_stamp_and_sick_mark_the_kept_best_and_the_watchdog_log(tmp_path: Path):
     assert rd.read_stamp(tmp_path, 5) is None and not rd.is_sick(tmp_path, 5)
     rd.step_dir(tmp_path, 5).mkdir()
     rd.write_stamp(tmp_path, 5, "20261125T101500Z")
@@ -166,9 +160,6 @@ def test_a_checkpoints_stamp_and_sick_mark(tmp_path: Path):
     rd.clear_sick(tmp_path, 5)
     rd.clear_sick(tmp_path, 5)
     assert not rd.is_sick(tmp_path, 5)
-
-
-def test_the_kept_best(tmp_path: Path):
     assert rd.read_best(tmp_path) is None
     rd.write_best(tmp_path, 40, "val-core/openai/gsm8k/acc/mean@1", 0.57, "20261125T101500Z")
     assert rd.read_best(tmp_path) == {
@@ -181,11 +172,7 @@ def test_the_kept_best(tmp_path: Path):
             rd.read_best(tmp_path)
     rd.drop_best(tmp_path)
     rd.drop_best(tmp_path)
-    assert rd.read_best(tmp_path) is None
-
-
-def test_the_watchdog_log_keeps_nan_and_skips_an_unreadable_line(tmp_path: Path):
-    assert rd.read_trips(tmp_path) == []
+    assert rd.read_best(tmp_path) is None and rd.read_trips(tmp_path) == []
     rd.append_trip(tmp_path, {"step": 3, "value": float("nan")})
     with open(rd.watchdog_path(tmp_path), "a") as handle:
         handle.write('{"step": 4, "val\n')  # an unreadable line
@@ -214,9 +201,6 @@ def test_the_launch_files(tmp_path: Path):
         rd.console_log_path(tmp_path, stamps[0]) == tmp_path / "logs" / f"console-{stamps[0]}.log"
     )
     assert rd.superseded_dir(tmp_path, stamps[0]).name == f"superseded-{stamps[0]}"
-
-
-def test_every_other_path_is_a_file_of_the_run_directory(tmp_path: Path):
     paths = [rd.stop_path, rd.deadline_path, rd.timings_path, rd.deadline_stop_path, rd.lock_path,
              rd.session_path, rd.best_path, rd.watchdog_path, rd.tracker_path]  # fmt: skip
     made = [path(tmp_path) for path in paths]
