@@ -1,4 +1,4 @@
-"""The report's check of DAPO's dynamic sampling (analysis/sampling.check_dropped_groups): the
+"""The report's check of DAPO's dynamic sampling (analysis/checks.check_dropped_groups): the
 share of the prompt groups a step generated that verl's v1 trainer dropped (no signal, or
 surplus), read from its real metric names, with a real CPU DAPO run's counts."""
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from report_runs import analyse_records, only
 
+from verl_gsm8k.analysis.checks import check_dropped_groups, dropped_groups
 from verl_gsm8k.analysis.parse import load_run
-from verl_gsm8k.analysis.sampling import check_dropped_groups, dropped_groups
-from verl_gsm8k.analysis.thresholds import THRESHOLDS
+from verl_gsm8k.guard.thresholds import THRESHOLDS
 
 EVICTED = "training/filter_groups/evicted_samples"
 SURPLUS = "training/filter_groups/discarded_surplus_samples"

@@ -50,19 +50,18 @@ def test_a_run_whose_reward_turned_nan_is_reported_with_where_it_turned(tmp_path
     assert "Traceback" not in printed.err
 
     summary = strict_json(out / "summary.json")
-    (turned,) = [f for f in summary["health"] if f["check"] == "first_non_finite"]
-    assert turned["severity"] == "error" and turned["start_step"] == SICK_FROM
-    assert turned["evidence"]["last_finite_step"] == SICK_FROM - 1
-    keys = {"critic/score/mean", "critic/rewards/mean", "actor/pg_loss", "critic/vf_loss",
-            "actor/grad_norm", "critic/grad_norm"}  # fmt: skip
-    assert set(turned["evidence"]["keys"]) == keys
+    (turned,) = [f for f in summary["health"] if f["check"] == "non_finite"]  # the watchdog's rule
+    assert (turned["severity"], turned["start_step"], turned["end_step"]) == ("error", SICK_FROM, 6)
+    evidence = turned["evidence"]
+    assert (evidence["key"], evidence["step_before"]) == ("critic/score/mean", SICK_FROM - 1)
+    assert "also: actor/pg_loss, critic/vf_loss" in evidence["threshold"]
     assert summary["validation"]["not_finite_steps"] == [6]
-    assert f"the run turned at step {SICK_FROM}" in printed.out
+    assert f"non_finite at step {SICK_FROM} and the 2 trained steps to 6" in printed.out
     assert "final val accuracy  : NaN at step 6 (last finite: 0.3 at step 0)" in printed.out
 
     page = (out / "report.html").read_text()
     banner = re.search(r'<p id="turned" class="sev-error">([^<]*)</p>', page)
-    assert banner and f"turned at step {SICK_FROM}" in banner.group(1)
+    assert banner and f"non_finite at step {SICK_FROM}" in banner.group(1)
     assert "NaN @ step 6" in page
     # the replay's step menu: no mean score for a step whose scores are NaN (null in the trace)
     index = (out / "replay" / "index.js").read_text()

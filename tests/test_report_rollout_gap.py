@@ -10,7 +10,7 @@ from typing import Any
 
 from report_runs import analyse_records, build_run, checks_fired, only
 
-from verl_gsm8k.analysis.thresholds import THRESHOLDS
+from verl_gsm8k.guard.thresholds import THRESHOLDS
 
 GAP = "training/rollout_probs_diff_mean"
 

@@ -1,367 +1,63 @@
-"""Health checks of a PPO/GRPO run, on the canonical series that ``parse`` builds: NaN/inf and
-where a sick run turned, KL, entropy, length, value loss, the critic diverging from its start,
-flat accuracy, clip fraction, rollout/training mismatch (its trend; its level against verl's
-FAQ); and ``health_checks``, which runs every check of the report, those of ``learning``
-(accuracy below its best, KL growing without a score gain) and ``sampling`` (DAPO's dropped
-groups) included.
-
-Standard library only. Every constant lives in ``thresholds.Thresholds``;
-docs/reading-a-ppo-run.md repeats them with what to change when a check fires.
-"""
+"""The report's health checks: the watchdog's per-step rules over every logged step (guard/
+rules.py: the steps it trips on), and the whole-run trends that are no reason to stop: flat
+accuracy, accuracy below its best, KL growing without a score gain, length hacking, a value loss
+not falling, a clip fraction at ~0, the train/inference gap, DAPO's dropped groups. Standard
+library only; every bar is a field of ``guard.thresholds.Thresholds``."""
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections import deque
 from typing import Any
 
 from verl_gsm8k.analysis.finding import Finding, aligned, fmt, rolling_median, spans
-from verl_gsm8k.analysis.learning import (
-    check_accuracy_below_best,
-    check_kl_without_score_gain,
-    score_range,
-)
 from verl_gsm8k.analysis.parse import Canonical, RunData
-from verl_gsm8k.analysis.sampling import check_dropped_groups
-from verl_gsm8k.analysis.thresholds import THRESHOLDS, Thresholds
-from verl_gsm8k.analysis.vocab import METRICS_BY_NAME
+from verl_gsm8k.guard.rules import judge_run, trained_steps
+from verl_gsm8k.guard.thresholds import THRESHOLDS, Thresholds
+from verl_gsm8k.guard.vocab import NAME_OF_KEY
 
-# The metrics whose first NaN/inf/null marks where a sick run turned
-# (check_first_non_finite).
-TURN_METRICS = ("score", "reward", "pg_loss", "vf_loss", "kl_loss", "actor_grad_norm",
-                "critic_grad_norm")  # fmt: skip
-
-
-def check_non_finite(data: RunData) -> list[Finding]:
-    """NaN or inf in any logged metric, grouped into runs of consecutive steps."""
-    steps = list(data.steps)
-    bad_keys = [sorted(k for k, v in data.steps[s].items() if not math.isfinite(v)) for s in steps]
-    findings: list[Finding] = []
-    for a, b in spans([bool(k) for k in bad_keys]):
-        start, end, count = steps[a], steps[b], b - a + 1
-        shown = sorted(set().union(*bad_keys[a : b + 1]))
-        listed = ", ".join(shown[:6]) + (f" and {len(shown) - 6} more" if len(shown) > 6 else "")
-        findings.append(
-            Finding(
-                "nan_inf",
-                "error",
-                shown[0],
-                start,
-                end,
-                f"NaN/inf (or null) in {len(shown)} metric(s) on {count} step(s): {listed}",
-                {"keys": shown, "steps": count},
-            )
-        )
-    return findings
+DOCS = "what to change: docs/reading-a-ppo-run.md"
+_EPS = 1e-9  # a drop of exactly the bar counts (0.5 - 0.4 is 0.0999... in floating point)
+# DAPO's dropped prompt groups (no signal, or surplus), under the replay buffer's prefix
+DROPPED_SUFFIXES = ("/filter_groups/evicted_samples", "/filter_groups/discarded_surplus_samples")
+STEP_KEY = "timing_s/step"  # logged by a training step, not by a validation-only one
 
 
-def check_first_non_finite(data: RunData, canon: Canonical) -> list[Finding]:
-    """Where a sick run turned: the first step whose loss, grad norm, score or validation accuracy
-    is NaN, inf or null (verl's file logger writes NaN as null), and the last step before it."""
-    keys = {key for name in TURN_METRICS for key, _ in METRICS_BY_NAME[name].keys}
-    keys |= {canon.val_key} if canon.val_key else set()
-    logged = [(step, values) for step, values in data.steps.items() if keys & values.keys()]
-    bad = [sorted(k for k in keys & values.keys() if not math.isfinite(values[k]))
-           for _, values in logged]  # fmt: skip
-    sick = [i for i, keys_bad in enumerate(bad) if keys_bad]
-    if not sick:
-        return []
-    first, last = sick[0], sick[-1]
-    turned, shown = logged[first][0], bad[first]
-    listed = ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
-    before = logged[first - 1][0] if first else None
-    message = (
-        f"the run turned at step {turned}: {listed} NaN, inf or null; {len(sick)} of the "
-        f"{len(logged) - first} steps logged from there are not finite; "
-        + ("from its first logged step" if before is None else f"last finite step: {before}")
-        + (f"; finite again from step {logged[last + 1][0]}" if last + 1 < len(logged) else "")
-    )
-    evidence = {"first_step": turned, "keys": shown, "last_finite_step": before,
-                "steps_not_finite": len(sick)}  # fmt: skip
-    return [Finding("first_non_finite", "error", shown[0], turned, logged[last][0], message,
-                    evidence)]  # fmt: skip
-
-
-def check_kl(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """KL growing without bound (consecutive block medians multiplying) or jumping."""
-    name = "kl" if "kl" in canon.series else "kl_loss" if "kl_loss" in canon.series else None
-    if name is None:
-        return []
-    points = canon.series[name]
-    steps = [s for s, _ in points]
-    values = [v for _, v in points]
-    findings: list[Finding] = []
-    block = max(t.kl_block_min, len(values) // t.kl_blocks)
-    blocks = [
-        (steps[i], steps[min(i + block, len(steps)) - 1], statistics.median(values[i : i + block]))
-        for i in range(0, len(values), block)
-        if len(values[i : i + block]) >= max(3, block // 2)
-    ]
-    growth_run: list[int] = []
-    reported_until = -1
-    for i in range(2, len(blocks)):  # skip block 0: KL starts at exactly 0
-        prev, cur = blocks[i - 1][2], blocks[i][2]
-        growing = prev > 0 and cur >= t.kl_growth_ratio * prev
-        if growing:
-            growth_run.append(i)
-        if growth_run and (not growing or i == len(blocks) - 1):
-            last = growth_run[-1]
-            if len(growth_run) >= t.kl_growth_blocks and blocks[last][2] >= t.kl_min_level:
-                first = growth_run[0] - 1
-                meds = [round(b[2], 6) for b in blocks[first : last + 1]]
-                findings.append(
-                    Finding(
-                        "kl_unbounded",
-                        "warning",
-                        name,
-                        blocks[first][0],
-                        blocks[last][1],
-                        f"block medians of {block} steps grew {len(growth_run)} times in a row by "
-                        f">= {t.kl_growth_ratio}x: " + " -> ".join(fmt(m) for m in meds),
-                        {"block_steps": block, "block_medians": meds},
-                    )
-                )
-                reported_until = blocks[last][1]
-            growth_run = []
-    # Jumps: compare the median of the next few steps with the median of the steps before.
-    flags: list[bool] = []
-    detail: dict[int, tuple[float, float]] = {}
-    for i in range(len(values)):
-        if i < t.kl_jump_before or i + t.kl_jump_after > len(values):
-            flags.append(False)
-            continue
-        before = statistics.median(values[i - t.kl_jump_before : i])
-        after = statistics.median(values[i : i + t.kl_jump_after])
-        jump = after > t.kl_jump_factor * max(before, 0.0) + t.kl_jump_abs
-        flags.append(jump)
-        if jump:
-            detail[steps[i]] = (before, after)
-    for a, b in spans(flags):
-        start, end = steps[a], steps[b]
-        if start <= reported_until and end <= reported_until:
-            continue
-        before, after = detail[start]
-        findings.append(
-            Finding(
-                "kl_jump",
-                "warning",
-                name,
-                start,
-                end,
-                f"jump at step {start}: median KL of the next {t.kl_jump_after} steps "
-                f"{fmt(after)} vs {fmt(before)} over the previous {t.kl_jump_before} "
-                f"(> {t.kl_jump_factor}x + {t.kl_jump_abs})",
-                {"before": before, "after": after},
-            )
-        )
-    return findings
-
-
-def check_entropy(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """Entropy collapsing towards zero relative to where it started."""
-    points = canon.series.get("entropy", [])
-    if len(points) < 2 * t.window:
-        return []
-    steps = [s for s, _ in points]
-    values = [v for _, v in points]
-    start_level = statistics.median(values[: t.window])
-    bar = max(t.entropy_collapse_frac * start_level, t.entropy_floor)
-    smooth = rolling_median(values, t.window)
-    findings: list[Finding] = []
-    for a, b in spans([m < bar for m in smooth], min_len=t.window // 2):
-        start, end, low = steps[a], steps[b], min(smooth[a : b + 1])
-        findings.append(
-            Finding(
-                "entropy_collapse",
-                "warning",
-                "entropy",
-                start,
-                end,
-                f"rolling median entropy fell to {fmt(low)} (start {fmt(start_level)}; bar "
-                f"{fmt(bar)} = max({t.entropy_collapse_frac} x start, {t.entropy_floor}))",
-                {"start_level": start_level, "lowest": low, "bar": bar},
-            )
-        )
-    return findings
-
-
-def check_length_hacking(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """Response length rising well above its recent low while the score rises with it."""
-    steps, lengths, scores = aligned(canon, "response_length_mean", "score")
-    if len(steps) < 3 * t.window:
-        return []
-    len_med = rolling_median(lengths, t.window, centered=False)
-    score_med = rolling_median(scores, t.window, centered=False)
-    flags: list[bool] = []
-    detail: list[dict[str, float] | None] = []
-    # Candidates for point i: earlier points within len_lookback steps whose trailing window is
-    # full and ends before i's starts, i.e. indices first..i-window. ``lows`` holds the
-    # candidates whose median is below every later candidate's (a sliding minimum: indices and
-    # medians both increasing), so the lowest is lows[0], and the last candidate near the low is
-    # the last entry of lows near it. Each index enters and leaves lows once: linear time.
-    lows: deque[int] = deque()
-    first = 0
-    for i in range(len(steps)):
-        newest = i - t.window
-        if newest >= t.window - 1:
-            while lows and len_med[lows[-1]] >= len_med[newest]:
-                lows.pop()
-            lows.append(newest)
-        while steps[i] - steps[first] > t.len_lookback:
-            first += 1
-        while lows and lows[0] < max(first, t.window - 1):
-            lows.popleft()
-        if not lows or len_med[lows[0]] <= 0:
-            flags.append(False)
-            detail.append(None)
-            continue
-        # The rise starts at the last point still near the low: compare the score from there, so
-        # that an earlier, unrelated score gain (e.g. the first learning phase) does not count.
-        near = len_med[lows[0]] * (1 + t.len_base_tol)
-        lo_index = lows[0]
-        for j in lows:
-            if len_med[j] > near:
-                break
-            lo_index = j
-        rise = len_med[i] / len_med[lo_index] - 1.0
-        gain = score_med[i] - score_med[lo_index]
-        hit = rise >= t.len_rise and gain >= t.len_score_gain
-        flags.append(hit)
-        detail.append(
-            {
-                "low_step": steps[lo_index],
-                "low_length": len_med[lo_index],
-                "length": len_med[i],
-                "score_then": score_med[lo_index],
-                "score": score_med[i],
-            }
-            if hit
-            else None
-        )
-    findings: list[Finding] = []
-    for a, b in spans(flags, min_len=max(2, t.window // 2)):
-        start, end = steps[a], steps[b]
-        worst = max(
-            (d for d in detail[a : b + 1] if d is not None),
-            key=lambda d: d["length"] / d["low_length"],
-        )
-        first_step = int(worst["low_step"])
-        findings.append(
-            Finding(
-                "length_hacking",
-                "warning",
-                "response_length_mean",
-                min(first_step, start),
-                end,
-                f"rolling median length {fmt(worst['low_length'])} -> {fmt(worst['length'])} "
-                f"(+{(worst['length'] / worst['low_length'] - 1) * 100:.0f}%) while score "
-                f"{fmt(worst['score_then'])} -> {fmt(worst['score'])}",
-                worst,
-            )
-        )
-    return findings
-
-
-def check_value_loss(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """Value loss exploding after warm-up, or not decreasing over the run."""
-    points = canon.series.get("vf_loss", [])
-    if len(points) < 2 * t.window:
-        return []
-    steps = [s for s, _ in points]
-    values = [v for _, v in points]
-    smooth = rolling_median(values, t.window)
-    findings: list[Finding] = []
-    flags: list[bool] = []
-    lows: list[float] = []
-    low = math.inf
-    for i, med in enumerate(smooth):
-        if i >= t.window:
-            low = min(low, med)
-        lows.append(low)
-        flags.append(i > t.window and low > 0 and med > t.vf_explode_factor * low)
-    for a, b in spans(flags, min_len=t.window // 2):
-        start, end = steps[a], steps[b]
-        peak, base = max(zip(smooth[a : b + 1], lows[a : b + 1], strict=True))
-        findings.append(
-            Finding(
-                "value_loss_explosion",
-                "warning",
-                "vf_loss",
-                start,
-                end,
-                f"rolling median value loss {fmt(peak)} = {peak / base:.1f}x its earlier low "
-                f"{fmt(base)} (bar {t.vf_explode_factor}x)",
-                {"peak": peak, "earlier_low": base},
-            )
-        )
-    if len(values) >= t.vf_min_steps:
-        quarter = len(values) // 4
-        first = statistics.median(values[:quarter])
-        last = statistics.median(values[-quarter:])
-        if first > 0 and last >= t.vf_flat_ratio * first:
-            findings.append(
-                Finding(
-                    "value_loss_not_decreasing",
-                    "warning",
-                    "vf_loss",
-                    steps[0],
-                    steps[-1],
-                    f"median value loss of the last quarter {fmt(last)} vs the first quarter "
-                    f"{fmt(first)} (ratio {last / first:.2f} >= {t.vf_flat_ratio})",
-                    {"first_quarter": first, "last_quarter": last},
-                )
-            )
-    return findings
-
-
-def check_critic_divergence(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """The critic diverging: value loss far above the run's first logged one and above a floor
-    that a critic whose values stay within 0/1 returns never reaches, from the second step on;
-    the critic's grad norm at the worst step against its own first value is in the message and
-    the evidence."""
-    points = [(s, v) for s, v in canon.series.get("vf_loss", []) if math.isfinite(v)]
-    if len(points) < 2:
-        return []
-    start_step, start = points[0]
-    bar = max(t.critic_start_factor * start, t.critic_loss_floor)
-    flags = [False] + [v > bar for _, v in points[1:]]
-    norms = [(s, v) for s, v in canon.series.get("critic_grad_norm", []) if math.isfinite(v)]
-    norm_at = dict(norms)
-    findings: list[Finding] = []
-    for a, b in spans(flags):
-        peak_step, peak = max(points[a : b + 1], key=lambda p: p[1])
-        times = f" = {peak / start:.0f}x" if start > 0 else ""
-        message = (
-            f"critic/vf_loss up to {fmt(peak)} at step {peak_step}{times} its start {fmt(start)} "
-            f"(step {start_step}; bar {fmt(bar)} = max({t.critic_start_factor:g} x start, "
-            f"{t.critic_loss_floor:g})): the critic diverges"
-        )
-        evidence: dict[str, Any] = {"start": start, "peak": peak, "peak_step": peak_step,
-                                    "bar": bar}  # fmt: skip
-        if norms and peak_step in norm_at and norms[0][1] > 0:
-            first_norm, norm = norms[0][1], norm_at[peak_step]
-            message += (
-                f"; critic/grad_norm there {fmt(norm)} = {norm / first_norm:.1f}x its start "
-                f"{fmt(first_norm)}"
-            )
-            evidence |= {"grad_norm": norm, "grad_norm_start": first_norm}
-        findings.append(Finding("critic_divergence", "warning", "vf_loss", points[a][0],
-                                points[b][0], message, evidence))  # fmt: skip
+def step_findings(data: RunData, t: Thresholds) -> list[Finding]:
+    """A finding per run of trained steps in a row that trip one rule: an error where the
+    watchdog would stop, a warning where it would only warn."""
+    steps = trained_steps(data.steps)
+    index, by_rule = {step: i for i, step in enumerate(steps)}, {}
+    for step, trip in judge_run(data.steps, t, data.config.get("max_response_length")):
+        by_rule.setdefault(trip.rule, {})[index[step]] = trip
+    findings = []
+    for at in by_rule.values():
+        for a, b in spans([i in at for i in range(len(steps))]):
+            trip, first = at[a], max(0, a - at[a].span + 1)
+            before = steps[first - 1] if first else None
+            more = f" and the {b - a} trained steps to {steps[b]}" if b > a else ""
+            since = "its first trained step" if before is None else f"the step before: {before}"
+            findings.append(Finding(
+                trip.rule, "error" if trip.stops else "warning",
+                NAME_OF_KEY.get(trip.metric, trip.metric), steps[first], steps[b],
+                f"{trip.rule} at step {steps[a]}{more}: {trip.metric} = {trip.value:.4g} "
+                f"({trip.threshold}); {since}",
+                {"key": trip.metric, "value": trip.value, "threshold": trip.threshold,
+                 "weights": trip.weights, "steps": b - a + 1, "step_before": before},
+            ))  # fmt: skip
     return findings
 
 
 def check_accuracy_flat(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """Smoothed accuracy not improving for a long stretch at the end of the run."""
+    """The smoothed accuracy not beating its best for a long stretch at the end of the run."""
     val = canon.series.get("val_acc", [])
-    if len(val) >= t.acc_min_val_points:
-        name, points, window = "val_acc", val, 3
-    else:
-        name, points, window = "score", canon.series.get("score", []), t.window
+    name, points, window = ("val_acc", val, 3) if len(val) >= t.acc_min_val_points else (
+        "score", canon.series.get("score", []), t.window)  # fmt: skip
     if len(points) < 2:
         return []
-    steps = [s for s, _ in points]
-    smooth = rolling_median([v for _, v in points], window)
+    steps, smooth = [s for s, _ in points], rolling_median([v for _, v in points], window)
     best, best_step = smooth[0], steps[0]
     for step, value in zip(steps, smooth, strict=True):
         if value >= best + t.acc_min_gain:
@@ -369,219 +65,272 @@ def check_accuracy_flat(canon: Canonical, t: Thresholds) -> list[Finding]:
     flat_for = steps[-1] - best_step
     if flat_for < t.acc_flat_steps:
         return []
-    never = best_step == steps[0]
-    lo = min(m for s, m in zip(steps, smooth, strict=True) if s >= best_step)
-    hi = max(m for s, m in zip(steps, smooth, strict=True) if s >= best_step)
-    if never:
-        message = (
-            f"smoothed {name} never rose {t.acc_min_gain} above its start {fmt(smooth[0])} "
-            f"in {flat_for} steps (range {fmt(lo)}-{fmt(hi)}): nothing is being learnt"
-        )
+    after = [m for s, m in zip(steps, smooth, strict=True) if s >= best_step]
+    lo, hi, never = fmt(min(after)), fmt(max(after)), best_step == steps[0]
+    message = (f"smoothed {name} never rose {t.acc_min_gain} above its start {fmt(smooth[0])} "
+               f"in {flat_for} steps (range {lo}-{hi}): nothing is being learnt" if never else
+               f"plateau: smoothed {name} has stayed within {lo}-{hi} for {flat_for} steps "
+               f"without beating {fmt(best)} (reached at step {best_step}) by "
+               f"{t.acc_min_gain}")  # fmt: skip
+    return [Finding("accuracy_flat", "warning" if never else "note", name, best_step, steps[-1],
+                    message, {"best_smoothed": best, "since_step": best_step,
+                              "flat_steps": flat_for})]  # fmt: skip
+
+
+def accuracy_drop_bar(best: float, later: float, problems: int | None,
+                      t: Thresholds) -> tuple[float, str]:  # fmt: skip
+    """How far below ``best`` an accuracy must be to be clearly below it, and why, in words:
+    max(floor, min(abs, rel x best)), and with n problems known at least acc_drop_z standard
+    errors of a difference of two evaluations, sqrt(2 p (1 - p) / n)."""
+    bar = max(t.acc_drop_floor, min(t.acc_drop_abs, t.acc_drop_rel * best))
+    why = f"max({t.acc_drop_floor}, min({t.acc_drop_abs}, {t.acc_drop_rel} x best))"
+    if problems:
+        p = min(max((best + later) / 2, 0.0), 1.0)
+        noise = t.acc_drop_z * math.sqrt(2 * p * (1 - p) / problems)
+        if noise > bar:
+            bar, why = noise, f"{t.acc_drop_z} standard errors of a difference of two evaluations"
+    return bar, why + (f" on {problems} problems" if problems else ", number of problems not known")
+
+
+def check_accuracy_below_best(canon: Canonical, t: Thresholds) -> list[Finding]:
+    """Validation accuracy ending clearly below its best earlier value."""
+    val = canon.series.get("val_acc", [])
+    if len(val) < 2:
+        return []
+    best = max(v for _, v in val)
+    best_step = next(s for s, v in val if v == best)
+    last_step, last = val[-1]
+    bar, why = accuracy_drop_bar(best, last, canon.val_problems, t)
+    if last_step == best_step or best - last < bar - _EPS:
+        return []
+    below = next(i for i, (_, v) in enumerate(reversed(val)) if best - v < bar - _EPS)
+    since, start = val[-below][0], best_step == val[0][0] == 0
+    keep = ("the model before training was better" if start else
+            f"the step-{best_step} model was better: keep its checkpoint")  # fmt: skip
+    message = (f"validation accuracy ended at {last:.3g} (step {last_step}), {best - last:.3g} "
+               f"below its best {best:.3g} (step {best_step}{', before training' * start}), at "
+               f"least {bar:.3g} below it for its last {below} evaluation(s), since step "
+               f"{since} (bar: {why}); {keep} ({DOCS})")  # fmt: skip
+    evidence = {"best_step": best_step, "best": best, "last_step": last_step, "last": last,
+                "drop": best - last, "bar": bar, "problems": canon.val_problems,
+                "evaluations_below": below, "below_since_step": since}  # fmt: skip
+    return [Finding("accuracy_below_best", "warning", "val_acc", best_step, last_step, message,
+                    evidence)]  # fmt: skip
+
+
+def score_range(canon: Canonical, score: str) -> tuple[float, float] | None:
+    """(worst, best) score of any response of the run (critic/score/min and /max)."""
+    lows = [v for _, v in canon.series.get(f"{score}_min", [])]
+    highs = [v for _, v in canon.series.get(f"{score}_max", [])]
+    return (min(lows), max(highs)) if lows and highs and max(highs) > min(lows) else None
+
+
+def _converged(bounds: tuple[float, float] | None, value: float, t: Thresholds) -> bool:
+    """``value`` within kl_gain_headroom of the top of the score's range."""
+    return bounds is not None and bounds[1] - value <= t.kl_gain_headroom * (bounds[1] - bounds[0])
+
+
+def _thirds(values: list[float]) -> tuple[float, float, float]:
+    k = len(values) // 3
+    return (statistics.median(values[:k]), statistics.median(values[k : len(values) - k]),
+            statistics.median(values[len(values) - k :]))  # fmt: skip
+
+
+def check_kl_without_score_gain(canon: Canonical, t: Thresholds) -> list[Finding]:
+    """The KL to the reference growing through the end of the run while the train score does
+    not; a note where the score already sits within kl_gain_headroom of its range's top."""
+    s = canon.series
+    kl = next((n for n in ("kl", "kl_loss") if n in s), None)
+    score = next((n for n in ("score", "reward") if n in s), None)
+    if kl is None or score is None:
+        return []
+    steps, scores, kls = aligned(canon, score, kl)
+    size = int(len(steps) * t.kl_gain_frac)
+    if size < max(t.kl_gain_min_steps, 3):
+        return []
+    steps, (s0, _, s2), (k0, k1, k2) = steps[-size:], _thirds(scores[-size:]), _thirds(kls[-size:])
+    growing = (k0 < k1 < k2 and k2 - k1 >= t.kl_gain_late_share * (k2 - k0)
+               and k2 >= t.kl_gain_ratio * k0 and k2 - k0 >= t.kl_gain_abs)  # fmt: skip
+    if not growing or s2 - s0 >= t.kl_gain_score_min:
+        return []
+    ratio = f", {k2 / k0:.1f}x" if k0 > 0 else ""
+    evidence: dict[str, Any] = {"window_steps": size, "score_metric": score, "score_start": s0,
+                                "score_end": s2, "kl_start": k0, "kl_middle": k1,
+                                "kl_end": k2}  # fmt: skip
+    message = (f"over steps {steps[0]}-{steps[-1]} (the last {size} steps) the train score "
+               f"({canon.source_keys.get(score, score)}) went {fmt(s0)} -> {fmt(s2)} while the "
+               f"KL to the reference ({canon.source_keys.get(kl, kl)}) kept growing {fmt(k0)} -> "
+               f"{fmt(k1)} -> {fmt(k2)} (medians of its thirds{ratio})")  # fmt: skip
+    bounds, severity = score_range(canon, score), "warning"
+    if bounds is not None and _converged(bounds, s0, t):
+        severity = "note"
+        evidence.update(score_floor=bounds[0], score_ceiling=bounds[1], converged=True)
+        message += (f": the score sits near the best a response scores (range "
+                    f"{fmt(bounds[0])}..{fmt(bounds[1])}), the run has converged; a shorter run "
+                    f"scores the same ({DOCS})")  # fmt: skip
     else:
-        message = (
-            f"plateau: smoothed {name} has stayed within {fmt(lo)}-{fmt(hi)} for {flat_for} "
-            f"steps without beating {fmt(best)} (reached at step {best_step}) by "
-            f"{t.acc_min_gain}"
-        )
-    return [
-        Finding(
-            "accuracy_flat",
-            "warning" if never else "note",
-            name,
-            best_step,
-            steps[-1],
-            message,
-            {"best_smoothed": best, "since_step": best_step, "flat_steps": flat_for},
-        )
-    ]
+        message += f": the policy drifts and buys no reward ({DOCS})"
+    return [Finding("kl_without_score_gain", severity, kl, steps[0], steps[-1], message,
+                    evidence)]  # fmt: skip
 
 
-def check_clip_fraction(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """PPO clip fraction stuck at ~0 or persistently very high."""
-    points = canon.series.get("pg_clipfrac", [])
-    if len(points) < t.clip_window:
+def check_length_hacking(canon: Canonical, t: Thresholds) -> list[Finding]:
+    """The response length rising well above where it began to climb while the score rises."""
+    steps, lengths, scores = aligned(canon, "response_length_mean", "score")
+    if len(steps) < 3 * t.window:
         return []
-    steps = [s for s, _ in points]
-    smooth = rolling_median([v for _, v in points], t.clip_window)
-    findings: list[Finding] = []
-    for check, flags, why in (
-        (
-            "clip_fraction_zero",
-            [m <= t.clip_low for m in smooth],
-            f"<= {t.clip_low}: the probability ratio never leaves the clip range (updates too "
-            "small, or a single on-policy mini-batch per step)",
-        ),
-        (
-            "clip_fraction_high",
-            [m >= t.clip_high for m in smooth],
-            f">= {t.clip_high}: updates push far past the trust region",
-        ),
-    ):
-        for a, b in spans(flags, min_len=t.clip_window):
-            start, end, span = steps[a], steps[b], smooth[a : b + 1]
-            evidence: dict[str, Any] = {"min": min(span), "max": max(span), "steps": len(span)}
-            severity, message = (
-                "warning",
-                (
-                    f"rolling median clip fraction {fmt(min(span))}-{fmt(max(span))} "
-                    f"over {len(span)} steps, {why}"
-                ),
-            )
-            converged = _converged(canon, start, end, t) if check == "clip_fraction_zero" else None
-            if converged is not None:
-                severity = "note"
-                evidence.update(converged=True, train_score=converged)
-                message += (
-                    f"; but the train score sits at {fmt(converged)}, within "
-                    f"{t.kl_gain_headroom} of the best a response scores: nearly every "
-                    "response already earns the top score, so the updates are tiny (converged)"
-                )
-            findings.append(Finding(check, severity, "pg_clipfrac", start, end, message, evidence))
+    length = rolling_median(lengths, t.window, centered=False)
+    score = rolling_median(scores, t.window, centered=False)
+    # lows: the candidates (points within len_lookback whose trailing window ends before i's
+    # begins) below every later one, a sliding minimum: each index enters and leaves once
+    lows: deque[int] = deque()
+    first, flags, detail = 0, [], []
+    for i in range(len(steps)):
+        newest = i - t.window
+        if newest >= t.window - 1:
+            while lows and length[lows[-1]] >= length[newest]:
+                lows.pop()
+            lows.append(newest)
+        while steps[i] - steps[first] > t.len_lookback:
+            first += 1
+        while lows and lows[0] < max(first, t.window - 1):
+            lows.popleft()
+        hit = None
+        if lows and length[lows[0]] > 0:
+            # the climb starts at the last point still near the low: an earlier score gain
+            # (the first learning phase) does not count
+            low = lows[0]
+            for j in lows:
+                if length[j] > length[lows[0]] * (1 + t.len_base_tol):
+                    break
+                low = j
+            if (length[i] / length[low] - 1 >= t.len_rise
+                    and score[i] - score[low] >= t.len_score_gain):  # fmt: skip
+                hit = {"low_step": steps[low], "low_length": length[low], "length": length[i],
+                       "score_then": score[low], "score": score[i]}  # fmt: skip
+        flags.append(hit is not None)
+        detail.append(hit)
+    findings = []
+    for a, b in spans(flags, min_len=max(2, t.window // 2)):
+        worst = max((d for d in detail[a : b + 1] if d),
+                    key=lambda d: d["length"] / d["low_length"])  # fmt: skip
+        rise = (worst["length"] / worst["low_length"] - 1) * 100
+        findings.append(Finding(
+            "length_hacking", "warning", "response_length_mean",
+            min(int(worst["low_step"]), steps[a]), steps[b],
+            f"rolling median length {fmt(worst['low_length'])} -> {fmt(worst['length'])} "
+            f"(+{rise:.0f}%) while score {fmt(worst['score_then'])} -> {fmt(worst['score'])}",
+            worst,
+        ))  # fmt: skip
     return findings
 
 
-def _converged(canon: Canonical, start: int, end: int, t: Thresholds) -> float | None:
-    """The median train score over steps start..end when it is within kl_gain_headroom of the
-    top of the run's score range (a converged run), else None."""
-    bounds = score_range(canon, "score")
-    scores = [v for s, v in canon.series.get("score", []) if start <= s <= end]
-    if bounds is None or not scores:
-        return None
-    median = statistics.median(scores)
-    return median if bounds[1] - median <= t.kl_gain_headroom * (bounds[1] - bounds[0]) else None
-
-
-def check_rollout_mismatch(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """Inference-engine and training-engine probabilities of the same tokens disagreeing."""
-    corr = canon.series.get("rollout_probs_corr", [])
-    diff = canon.series.get("rollout_probs_diff_max", [])
-    low_corr: dict[int, float] = {}  # step -> rolling median correlation, where below the bar
-    if len(corr) >= t.window:
-        smooth = rolling_median([v for _, v in corr], t.window)
-        low_corr = {s: m for (s, _), m in zip(corr, smooth, strict=True) if m < t.mismatch_corr_min}
-    high_diff: dict[int, float] = {}  # step -> rolling median largest difference, where too high
-    base = bar = math.nan
-    if len(diff) >= t.mismatch_base_steps + t.window:
-        base = statistics.median(v for _, v in diff[: t.mismatch_base_steps])
-        bar = max(t.mismatch_jump_factor * base, t.mismatch_diff_floor)
-        smooth = rolling_median([v for _, v in diff], t.window)
-        high_diff = {s: m for (s, _), m in zip(diff, smooth, strict=True) if m > bar}
-    if not low_corr and not high_diff:
+def check_value_loss_not_decreasing(canon: Canonical, t: Thresholds) -> list[Finding]:
+    """The median value loss of the last quarter not below the first quarter's."""
+    points = canon.series.get("vf_loss", [])
+    values, quarter = [v for _, v in points], len(points) // 4
+    if len(values) < t.vf_min_steps:
         return []
-    steps = sorted({s for s, _ in corr} | {s for s, _ in diff})
-    flags = [s in low_corr or s in high_diff for s in steps]
-    findings: list[Finding] = []
-    for a, b in spans(flags, min_len=t.window // 2):
-        span = steps[a : b + 1]
-        corrs = [low_corr[s] for s in span if s in low_corr]
-        diffs = [high_diff[s] for s in span if s in high_diff]
-        why: list[str] = []
-        evidence: dict[str, Any] = {}
-        if corrs:
-            why.append(
-                f"rolling median Pearson correlation down to {fmt(min(corrs))} "
-                f"(bar {t.mismatch_corr_min})"
-            )
-            evidence["lowest_corr"] = min(corrs)
-        if diffs:
-            why.append(
-                f"rolling median largest |p_rollout - p_training| up to {fmt(max(diffs))} "
-                f"vs {fmt(base)} over the first {t.mismatch_base_steps} steps (bar {fmt(bar)})"
-            )
-            evidence.update(highest_diff_max=max(diffs), diff_max_base=base, diff_max_bar=bar)
-        findings.append(
-            Finding(
-                "rollout_mismatch",
-                "warning",
-                "rollout_probs_corr" if corrs else "rollout_probs_diff_max",
-                span[0],
-                span[-1],
-                "; ".join(why) + ": the inference engine and the trainer disagree on the policy",
-                evidence,
-            )
-        )
+    first, last = statistics.median(values[:quarter]), statistics.median(values[-quarter:])
+    if not first > 0 or last < t.vf_flat_ratio * first:
+        return []
+    return [Finding("value_loss_not_decreasing", "warning", "vf_loss", points[0][0],
+                    points[-1][0], f"median value loss of the last quarter {fmt(last)} vs the "
+                    f"first quarter {fmt(first)} (ratio {last / first:.2f} >= {t.vf_flat_ratio})",
+                    {"first_quarter": first, "last_quarter": last})]  # fmt: skip
+
+
+def check_clip_fraction_zero(canon: Canonical, t: Thresholds) -> list[Finding]:
+    """The clip fraction's rolling median at ~0 for clip_window steps: the ratio never leaves the
+    trust region; a note where the train score is within kl_gain_headroom of its top."""
+    points, bounds = canon.series.get("pg_clipfrac", []), score_range(canon, "score")
+    smooth, findings = rolling_median([v for _, v in points], t.clip_window), []
+    score = canon.series.get("score", [])
+    steps, values = [s for s, _ in score], [v for _, v in score]
+    for a, b in spans([m <= t.clip_low for m in smooth], min_len=t.clip_window):
+        start, end, span = points[a][0], points[b][0], smooth[a : b + 1]
+        scores = values[bisect.bisect_left(steps, start) : bisect.bisect_right(steps, end)]
+        median = statistics.median(scores) if scores else math.nan
+        near = _converged(bounds, median, t)
+        message = (f"rolling median clip fraction {fmt(min(span))}-{fmt(max(span))} over "
+                   f"{len(span)} steps, <= {t.clip_low}: the ratio never leaves the clip range "
+                   "(updates too small, or one on-policy mini-batch a step)")  # fmt: skip
+        if near:
+            message += (f"; but the train score sits at {fmt(median)}, near the best a "
+                        "response scores: converged")  # fmt: skip
+        findings.append(Finding("clip_fraction_zero", "note" if near else "warning",
+                                "pg_clipfrac", start, end, message,
+                                {"min": min(span), "max": max(span), "steps": len(span),
+                                 "converged": near, "train_score": median}))  # fmt: skip
     return findings
-
-
-# verl's corrections for the gap, named in the rollout_gap finding (verl docs/algo/rollout_corr.md,
-# docs/faq/faq.rst): importance weights or rejection of off-policy tokens, then the known cause.
-ROLLOUT_CORRECTION = (
-    "verl's correction: algorithm.rollout_correction.rollout_is=token (truncated importance "
-    "weights, rollout_is_threshold 2.0) or rollout_rs (reject the off-policy tokens), verl "
-    "docs/algo/rollout_corr.md; its FAQ's known cause on vLLM: "
-    "+actor_rollout_ref.rollout.engine_kwargs.vllm.disable_cascade_attn=True"
-)
 
 
 def check_rollout_gap(data: RunData, canon: Canonical, t: Thresholds) -> list[Finding]:
     """The mean per-token |p_rollout - p_training| above the level verl's FAQ calls a precision
-    problem of the inference engine (warning) or above its normal level (note)."""
+    problem of the inference engine (warning), or above its normal level (note)."""
     points = canon.series.get("rollout_probs_diff_mean", [])
-    if not points:
-        return []
     window = min(t.window, len(points))
     smooth = rolling_median([v for _, v in points], window)
-    steps = [s for s, _ in points]
-    corrected = any(
-        key.startswith("rollout_corr/rollout_is") or key.startswith("rollout_corr/rollout_rs")
-        for values in data.steps.values()
-        for key in values
-    )
-    findings: list[Finding] = []
-    faq = (
-        f"verl's FAQ: below {t.mismatch_mean_normal} is normal, above {t.mismatch_mean_harmful} "
-        "a precision problem of the inference engine"
-    )
-    fix = (
-        "the rollout correction is on (rollout_corr/rollout_is*/rollout_rs* logged): look for "
-        "the cause"
-        if corrected
-        else ROLLOUT_CORRECTION
-    )
-    harmful = [m > t.mismatch_mean_harmful for m in smooth]
-    above_normal = [t.mismatch_mean_normal < m <= t.mismatch_mean_harmful for m in smooth]
-    findings: list[Finding] = []
-    for severity, bar, flags in (
-        ("warning", t.mismatch_mean_harmful, harmful),
-        ("note", t.mismatch_mean_normal, above_normal),
-    ):
-        for a, b in spans(flags, min_len=max(1, window // 2)):
+    corrected = any(key.startswith(("rollout_corr/rollout_is", "rollout_corr/rollout_rs"))
+                    for values in data.steps.values() for key in values)  # fmt: skip
+    fix = ("the rollout correction is on (rollout_corr/rollout_is* logged): look for the cause"
+           if corrected else "verl's correction: algorithm.rollout_correction.rollout_is=token "
+           "or rollout_rs (verl docs/algo/rollout_corr.md)")  # fmt: skip
+    findings = []
+    levels = (("warning", t.mismatch_mean_harmful, math.inf),
+              ("note", t.mismatch_mean_normal, t.mismatch_mean_harmful))  # fmt: skip
+    for severity, low, high in levels:
+        for a, b in spans([low < m <= high for m in smooth], min_len=max(1, window // 2)):
             peak = max(smooth[a : b + 1])
-            findings.append(
-                Finding(
-                    "rollout_gap",
-                    severity,
-                    "rollout_probs_diff_mean",
-                    steps[a],
-                    steps[b],
-                    f"mean |p_rollout - p_training| per token ({window}-step median) up to "
-                    f"{fmt(peak)} > {bar} ({faq}); {fix}",
-                    {"peak_median": peak, "bar": bar, "correction_on": corrected},
-                )
-            )
+            findings.append(Finding(
+                "rollout_gap", severity, "rollout_probs_diff_mean", points[a][0], points[b][0],
+                f"mean |p_rollout - p_training| per token ({window}-step median) up to "
+                f"{fmt(peak)} > {low} (verl's FAQ: a precision problem of the inference engine "
+                f"above {t.mismatch_mean_harmful}); {fix}",
+                {"peak_median": peak, "bar": low, "correction_on": corrected},
+            ))  # fmt: skip
     return findings
 
 
-def health_checks(
-    data: RunData, canon: Canonical, t: Thresholds = THRESHOLDS, more: list[Finding] | None = None
-) -> list[Finding]:
-    """Run every check (plus ``more`` findings, e.g. the trace's); ordered by severity, step."""
-    findings = (
-        list(more or [])
-        + check_non_finite(data)
-        + check_first_non_finite(data, canon)
-        + check_kl(canon, t)
-        + check_entropy(canon, t)
-        + check_length_hacking(canon, t)
-        + check_value_loss(canon, t)
-        + check_critic_divergence(canon, t)
-        + check_accuracy_flat(canon, t)
-        + check_clip_fraction(canon, t)
-        + check_rollout_mismatch(canon, t)
-        + check_rollout_gap(data, canon, t)
-        + check_dropped_groups(data, t)
-        + check_accuracy_below_best(canon, t)
-        + check_kl_without_score_gain(canon, t)
-    )
+def dropped_groups(metrics: dict[str, float]) -> float:
+    """Prompt groups a step generated and DAPO's dynamic sampling dropped (0: none logged)."""
+    return sum(v for k, v in metrics.items() if k.endswith(DROPPED_SUFFIXES))
+
+
+def check_dropped_groups(data: RunData, t: Thresholds) -> list[Finding]:
+    """Most of what the steps generated dropped by dynamic sampling (algorithm.filter_groups):
+    the window-step median of the dropped share of prompt groups above dropped_groups_share."""
+    batch = data.config.get("train_batch_size")
+    if not batch or not any(k.endswith(DROPPED_SUFFIXES) for m in data.steps.values() for k in m):
+        return []
+    steps = [s for s, m in data.steps.items() if STEP_KEY in m]
+    dropped = [dropped_groups(data.steps[s]) for s in steps]
+    window = min(t.window, len(steps))
+    smooth = rolling_median([d / (d + batch) for d in dropped], window)
+    findings = []
+    for a, b in spans([m > t.dropped_groups_share for m in smooth], min_len=max(1, window // 2)):
+        peak, share = max(range(a, b + 1), key=lambda i: dropped[i]), max(smooth[a : b + 1])
+        findings.append(Finding(
+            "dropped_groups", "warning", "filter_groups/evicted_samples", steps[a], steps[b],
+            f"dynamic sampling dropped {share:.0%} of the prompt groups the steps generated "
+            f"({window}-step median; bar {t.dropped_groups_share:.0%}), up to "
+            f"{dropped[peak]:.0f} groups for {batch} kept at step {steps[peak]}: most prompts "
+            "are answered all right or all wrong, and verl 0.9.1 ignores "
+            "filter_groups.max_num_gen_batches (docs/algorithms.md)",
+            {"peak_share": share, "batch": batch},
+        ))  # fmt: skip
+    return findings
+
+
+def health_checks(data: RunData, canon: Canonical, t: Thresholds = THRESHOLDS,
+                  more: list[Finding] | None = None) -> list[Finding]:  # fmt: skip
+    """Every check (plus ``more`` findings, e.g. the trace's), ordered by severity and step."""
+    findings = [
+        *(more or []), *step_findings(data, t), *check_accuracy_flat(canon, t),
+        *check_accuracy_below_best(canon, t), *check_kl_without_score_gain(canon, t),
+        *check_length_hacking(canon, t), *check_value_loss_not_decreasing(canon, t),
+        *check_clip_fraction_zero(canon, t),
+        *check_rollout_gap(data, canon, t), *check_dropped_groups(data, t),
+    ]  # fmt: skip
     order = {"error": 0, "warning": 1, "note": 2}
     return sorted(findings, key=lambda f: (order[f.severity], f.start_step, f.check))

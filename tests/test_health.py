@@ -1,0 +1,227 @@
+"""The report's health checks (verl_gsm8k/analysis/checks.py): the watchdog's per-step rules run
+over every logged step, so a planted pathology is flagged on the very steps the watchdog trips
+on, with the same thresholds; the whole-run trends; the two real verl logs raise no warning; the
+table of thresholds the docs show. The rules themselves: tests/test_watchdog_rules.py; the
+learning trends: tests/test_report_learning.py."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from report_runs import (
+    LOG_256,
+    LOG_512,
+    STEPS,
+    VAL_KEY,
+    analyse_records,
+    build_run,
+    checks_fired,
+    only,
+    write_jsonl,
+)
+
+from verl_gsm8k.analysis import parse as rp
+from verl_gsm8k.analysis.checks import health_checks
+from verl_gsm8k.guard.rules import judge_run
+from verl_gsm8k.guard.thresholds import THRESHOLDS, doc_table
+from verl_gsm8k.runpage import summary as rs
+
+ROOT = Path(__file__).resolve().parents[1]
+KL = "actor/reward_kl_penalty"
+
+
+def test_real_logs_raise_no_false_alarm(verl_logs_dir: Path) -> None:
+    """Both runs are healthy: accuracy rises from ~0 to 0.54-0.58, KL levels off at 0.2-0.3,
+    entropy falls to ~12% of its start, the value loss settles (at most 1.18 x its start)."""
+    for name in (LOG_512, LOG_256):
+        _, canon, findings, summary = rs.analyse(verl_logs_dir / name)
+        assert [str(f) for f in findings if f.severity != "note"] == [], name
+        assert summary["health_counts"]["error"] == summary["health_counts"]["warning"] == 0
+        assert summary["thresholds"] == asdict(THRESHOLDS)  # the table it used
+        values = [v for _, v in canon.series["vf_loss"]]
+        assert max(values[1:]) / values[0] < THRESHOLDS.critic_loss_factor / 4, name
+
+
+def _from(first: int, **values: Any):
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if step >= first:
+            d.update({k: v(step - first) if callable(v) else v for k, v in values.items()})
+
+    return mutate
+
+
+# Each pathology planted in the healthy synthetic run, and what else it makes the report say.
+# fmt: off
+PLANTED = {
+    # KL growing 6 % a step while the score has plateaued: the ceiling, and the trend
+    "kl_ceiling": (_from(120, **{KL: lambda k: 0.2 * 1.06**k}), {"kl_without_score_gain"}),
+    "kl_spike": (lambda s, d: d.update({KL: 2.5}) if s in (150, 151) else None, set()),
+    "entropy_collapse": (_from(100, **{"actor/entropy": lambda k: 0.15 * math.exp(-k / 8)}),
+                         set()),
+    "critic_divergence": (_from(120, **{"critic/vf_loss": lambda k: 0.08 * 1.1**k}),
+                          {"value_loss_not_decreasing"}),
+    "clipped_update": (lambda s, d: d.update({"actor/pg_clipfrac": 0.7}) if 50 <= s < 110
+                       else None, set()),
+    "length_collapse": (_from(150, **{"response_length/mean": 30.0}), set()),
+}
+# fmt: on
+
+
+@pytest.mark.parametrize("rule", sorted(PLANTED))
+def test_a_planted_pathology_is_flagged_on_the_steps_the_watchdog_trips(tmp_path, rule):
+    mutate, more = PLANTED[rule]
+    data, _, findings, _ = analyse_records(tmp_path, build_run(mutate))
+    tripped = [step for step, trip in judge_run(data.steps, THRESHOLDS) if trip.rule == rule]
+    hits = [f for f in findings if f.check == rule]
+    flagged = [s for f in hits for s in data.steps if f.start_step <= s <= f.end_step]
+    assert tripped and flagged == tripped, [str(f) for f in hits]
+    assert checks_fired(findings) == {rule} | more
+    severity = "warning" if rule == "critic_divergence" else "error"  # a stop: an error
+    assert {f.severity for f in hits} == {severity}
+
+
+def test_nan_and_null_values_are_where_the_run_turned(tmp_path: Path) -> None:
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if 150 <= step <= 160:
+            d["actor/pg_loss"] = float("nan")
+        if step == 170:
+            d["critic/vf_loss"] = None  # what orjson writes for NaN/inf
+        if step == 171:
+            d["actor/grad_norm"] = float("inf")
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    spans = [(f.check, f.severity, f.start_step, f.end_step) for f in findings]
+    assert spans == [("non_finite", "error", 150, 160), ("non_finite", "error", 170, 170),
+                     ("skipped_update", "warning", 171, 171)]  # fmt: skip
+    turned = findings[0]
+    assert (turned.metric, turned.evidence["key"], turned.evidence["step_before"]) == (
+        "pg_loss", "actor/pg_loss", 149)  # fmt: skip
+    assert turned.message.startswith("non_finite at step 150 and the 10 trained steps to 160: ")
+
+
+def test_every_response_at_the_runs_limit_is_a_length_collapse() -> None:
+    """The limit is the run's data.max_response_length (its launch record or console log)."""
+    data = rp.RunData(config={"max_response_length": 100})
+    for step in range(1, 9):
+        cut = step > 6
+        data.merge(step, {"critic/score/mean": 0.5, "response_length/mean": 100.0 if cut else 40.0,
+                          "response_length/min": 100.0 if cut else 10.0})  # fmt: skip
+    (hit,) = health_checks(data, rp.canonicalize(data))
+    found = (hit.check, hit.metric, hit.start_step, hit.end_step)
+    assert found == ("length_collapse", "response_length_min", 7, 8)
+
+
+def test_thresholds_are_tunable(tmp_path: Path) -> None:
+    """A stricter entropy bar makes the healthy run's ordinary decline fire."""
+    path = write_jsonl(tmp_path / "m.jsonl", build_run())
+    assert rs.analyse(path)[2] == []
+    strict = replace(THRESHOLDS, entropy_fraction=0.5)
+    assert checks_fired(rs.analyse(path, strict)[2]) == {"entropy_collapse"}
+
+
+def test_length_hacking_needs_the_score_to_rise_with_the_length(tmp_path: Path) -> None:
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        if step >= 100:
+            d["response_length/mean"] = 260.0 * (1 + 0.02 * (step - 100))
+            d["critic/score/mean"] += 0.002 * (step - 100)
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    assert checks_fired(findings) == {"length_hacking"}
+    hit = only(findings, "length_hacking")
+    assert 85 <= hit.start_step <= 115 and hit.end_step == STEPS
+
+    def without_gain(step: int, d: dict[str, Any]) -> None:
+        mutate(step, d)
+        if step >= 100:
+            d["critic/score/mean"] = 0.64 - 0.0005 * (step - 100) + 0.01 * math.sin(step)
+
+    assert analyse_records(tmp_path / "b", build_run(without_gain))[2] == []
+
+
+def test_value_loss_not_decreasing(tmp_path: Path) -> None:
+    def mutate(step: int, d: dict[str, Any]) -> None:
+        d["critic/vf_loss"] = 0.2 + 0.0005 * step + 0.01 * math.sin(step)
+
+    findings = analyse_records(tmp_path, build_run(mutate))[2]
+    assert checks_fired(findings) == {"value_loss_not_decreasing"}
+    hit = only(findings, "value_loss_not_decreasing")
+    assert (hit.start_step, hit.end_step) == (1, STEPS)
+
+
+def test_a_clip_fraction_at_0_warns_and_on_a_converged_run_is_a_note(tmp_path: Path) -> None:
+    """Updates that never leave the trust region; a note where nearly every response already
+    earns the top score (the CPU GRPO learning runs end so)."""
+
+    def zero(step: int, d: dict[str, Any]) -> None:
+        d.update({"critic/score/min": 0.0, "critic/score/max": 1.0})
+        if step >= 100:
+            d["actor/pg_clipfrac"] = 0.0
+
+    hit = only(analyse_records(tmp_path, build_run(zero))[2], "clip_fraction_zero")
+    assert hit.severity == "warning" and 95 <= hit.start_step <= 105 and hit.end_step == STEPS
+
+    def converged(step: int, d: dict[str, Any]) -> None:
+        zero(step, d)
+        d["critic/score/mean"] = 0.97 if step >= 100 else d["critic/score/mean"]
+
+    hit = only(analyse_records(tmp_path / "b", build_run(converged))[2], "clip_fraction_zero")
+    assert hit.severity == "note" and "converged" in hit.message
+    assert hit.evidence["train_score"] == pytest.approx(0.97)
+
+
+def test_accuracy_flat_from_the_start_warns_a_plateau_is_a_note(tmp_path: Path) -> None:
+    rng = random.Random(1)
+
+    def flat(step: int, d: dict[str, Any]) -> None:
+        if VAL_KEY in d:
+            d[VAL_KEY] = 0.30 + rng.uniform(-0.004, 0.004)
+        d["critic/score/mean"] = 0.15 + rng.uniform(-0.01, 0.01)
+
+    hit = only(analyse_records(tmp_path, build_run(flat))[2], "accuracy_flat")
+    assert (hit.severity, hit.metric, hit.start_step, hit.end_step) == ("warning", "val_acc", 0,
+                                                                        STEPS)  # fmt: skip
+
+    def plateau(step: int, d: dict[str, Any]) -> None:
+        if VAL_KEY in d:
+            d[VAL_KEY] = min(0.30 + 0.004 * step, 0.50)  # rises until step 50, then flat
+
+    (hit,) = analyse_records(tmp_path / "b", build_run(plateau))[2]
+    assert (hit.check, hit.severity) == ("accuracy_flat", "note")
+    assert 40 <= hit.start_step <= 60 and hit.end_step == STEPS
+
+
+def test_checks_stay_linear_with_many_findings() -> None:
+    """60,000 steps with a skipped update every fourth step, an entropy, a value loss and a clip
+    fraction (0 or 0.9) flickering across their bars: a finding per stretch, in seconds."""
+    long, data = 60_000, rp.RunData()
+    for step in range(1, long + 1):
+        data.merge(step, {
+            "critic/score/mean": 0.5,
+            "actor/entropy": 0.4 if step <= 20 or (step // 10) % 2 else 0.001,
+            "actor/grad_norm": math.nan if step % 4 == 3 else 1.0,
+            "actor/pg_clipfrac": 0.0 if (step // 40) % 2 else 0.9,
+            "critic/vf_loss": 0.1 if step <= 20 or (step // 20) % 2 else 50.0,
+        })  # fmt: skip
+    started = time.monotonic()
+    findings = health_checks(data, rp.canonicalize(data))
+    assert time.monotonic() - started < 20
+    counts: dict[str, int] = {}
+    for finding in findings:
+        counts[finding.check] = counts.get(finding.check, 0) + 1
+    assert counts["skipped_update"] + counts["skipped_updates"] == long // 4
+    assert abs(counts["entropy_collapse"] - long // 20) <= 2
+    assert abs(counts["clipped_update"] - long // 80) <= 2
+    assert abs(counts["clip_fraction_zero"] - long // 80) <= 2
+    assert abs(counts["critic_divergence"] - long // 40) <= 2
+
+
+def test_docs_threshold_table_is_the_dataclass() -> None:
+    """docs/reading-a-ppo-run.md shows guard/thresholds.py's table as ``doc_table`` prints it."""
+    text = (ROOT / "docs" / "reading-a-ppo-run.md").read_text(encoding="utf-8")
+    assert doc_table() in text, "paste guard.thresholds.doc_table() into the docs' table"
