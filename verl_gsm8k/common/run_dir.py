@@ -162,18 +162,31 @@ class FsdpConfigError(ValueError):
     directory could hold: one line."""
 
 
-def read_fsdp_config(role_dir: Path) -> dict[str, Any]:
-    """``role_dir``'s fsdp_config.json (verl's FSDP_version and world_size), read with bounds."""
-    path = Path(role_dir) / FSDP_CONFIG
+def _json(path: Path, error: type[Exception]) -> dict[str, Any]:
+    """A small JSON object of the run directory, read with bounds; ``error``, one line, for a
+    file that is not one."""
     try:
-        config = json_read.read(path, max_bytes=1 << 20)
+        value = json_read.read(path, max_bytes=1 << 20)
     except OSError as err:
-        raise FsdpConfigError(f"{path} cannot be read ({err.strerror or err})") from None
+        raise error(f"{path}: cannot be read ({err.strerror or err})") from None
     except json_read.JsonError as err:
-        raise FsdpConfigError(str(err)) from None
-    if not isinstance(config, dict):
-        raise FsdpConfigError(f"{path} holds no JSON object")
-    return config
+        raise error(str(err)) from None
+    if not isinstance(value, dict):
+        raise error(f"{path} holds no JSON object")
+    return value
+
+
+def _text(path: Path) -> str:
+    """A small text file's stripped text; "" when it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def read_fsdp_config(role_dir: Path) -> dict[str, Any]:
+    """``role_dir``'s fsdp_config.json (verl's FSDP_version and world_size)."""
+    return _json(Path(role_dir) / FSDP_CONFIG, FsdpConfigError)
 
 
 def read_world_size(role_dir: Path) -> int:
@@ -242,10 +255,7 @@ def removing_leftovers(run_dir: Path) -> list[Path]:
 
 def tracked_step(run_dir: Path) -> int | None:
     """The step the tracker names; None when it is missing, unreadable or not a step number."""
-    try:
-        text = tracker_path(run_dir).read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return None
+    text = _text(tracker_path(run_dir))
     return int(text) if text.isdecimal() else None
 
 
@@ -265,11 +275,7 @@ def write_stamp(run_dir: Path, step: int, stamp: str) -> None:
 
 def read_stamp(run_dir: Path, step: int) -> str | None:
     """The stamp of the launch that saved ``step``; None for a checkpoint saved without one."""
-    try:
-        text = stamp_path(run_dir, step).read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    return text or None
+    return _text(stamp_path(run_dir, step)) or None
 
 
 class BestError(Exception):
@@ -286,15 +292,9 @@ def read_best(run_dir: Path) -> dict[str, Any] | None:
     path = best_path(run_dir)
     if not path.is_file():
         return None
-    try:
-        best = json_read.read(path, max_bytes=1 << 20)
-    except OSError as err:
-        raise BestError(f"{path}: not readable ({err})") from None
-    except json_read.JsonError as err:
-        raise BestError(str(err)) from None
-    step = best.get("step") if isinstance(best, dict) else None
-    value = best.get("value") if isinstance(best, dict) else None
-    if not isinstance(step, int) or isinstance(step, bool) or not isinstance(value, (int, float)):
+    best = _json(path, BestError)
+    step, value = best.get("step"), best.get("value")
+    if type(step) is not int or not isinstance(value, (int, float)):
         raise BestError(f"{path}: no integer 'step' and numeric 'value'")
     return best
 
@@ -445,10 +445,7 @@ def write_wandb_step(run_dir: Path, step: int) -> None:
 def read_wandb_step(run_dir: Path) -> int | None:
     """The step up to which wandb holds the run (the last launch that finished wandb, or where
     the first launch with wandb started); None when no launch logged to wandb."""
-    try:
-        text = wandb_step_path(run_dir).read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
+    text = _text(wandb_step_path(run_dir))
     return int(text) if text.isdecimal() else None
 
 
