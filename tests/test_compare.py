@@ -8,19 +8,24 @@ Real data: the two verl console logs under ../shared/data/verl-logs (512 vs 256 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import plot_series, render, require_chromium
+from browser import dom, plot_series
 from report_runs import LOG_256, LOG_512, STEPS, build_run, parse_svgs, write_jsonl
 
+from verl_gsm8k.common.config_diff import leaves
 from verl_gsm8k.common.launch_record import build_record, write_record
 from verl_gsm8k.compare import cli as compare_cli
-from verl_gsm8k.compare.config import RunConfig, config_dump, flatten
-from verl_gsm8k.compare.diff import CRITIC_IN_USE, NAMED, config_diff, group_of
+from verl_gsm8k.compare.config import (
+    CRITIC_IN_USE,
+    NAMED,
+    RunConfig,
+    config_diff,
+    config_dump,
+    group_of,
+)
 from verl_gsm8k.compare.runs import unique_labels
 from verl_gsm8k.report import cli as report
 
@@ -113,8 +118,8 @@ def diff_keys(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_diff_names_the_estimator_and_the_critic_and_nothing_the_same(tmp_path: Path) -> None:
-    gae = RunConfig(flatten(verl_config("gae", 1)), "a", KNOB_KEYS)
-    grpo = RunConfig(flatten(verl_config("grpo", 5)), "b", KNOB_KEYS)
+    gae = RunConfig(leaves(verl_config("gae", 1)), "a", KNOB_KEYS)
+    grpo = RunConfig(leaves(verl_config("grpo", 5)), "b", KNOB_KEYS)
     diff = config_diff({"gae": gae, "grpo": grpo})
     rows = {row.key: row for row in diff.rows}
     assert set(rows) == {
@@ -138,14 +143,6 @@ def test_diff_names_the_estimator_and_the_critic_and_nothing_the_same(tmp_path: 
     assert CRITIC_IN_USE not in rows
     assert rows["critic.enable"].values == {"gae": False}
     assert rows["critic.enable"].missing_in == ["grpo"]
-
-
-def test_the_nine_algorithms_of_the_benchmark_each_get_their_own_colour() -> None:
-    """bench.algorithms draws its nine runs on one page: a palette of eight gave the ninth (GSPO)
-    the first's colour (PPO), on every chart and in the table's key."""
-    from verl_gsm8k.compare.charts import colour
-
-    assert len({colour(i) for i in range(9)}) == 9
 
 
 def test_diff_compares_values_not_spellings() -> None:
@@ -207,7 +204,7 @@ def test_config_dump_read_safely_from_a_console_log(tmp_path: Path) -> None:
     ]
     log = tmp_path / "console.log"
     log.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    assert flatten(config_dump(log) or {}) == {
+    assert leaves(config_dump(log) or {}) == {
         "data.max_response_length": 256,
         "data.train_batch_size": 64,
         "reward.note": "a } inside a string",
@@ -223,9 +220,9 @@ def test_config_dump_read_safely_from_a_console_log(tmp_path: Path) -> None:
 
 
 def test_config_dump_of_the_real_logs(verl_logs_dir: Path) -> None:
-    c512 = flatten(config_dump(verl_logs_dir / LOG_512) or {})
-    c256 = flatten(config_dump(verl_logs_dir / LOG_256) or {})
-    assert len(c512) == len(c256) == 99
+    c512 = leaves(config_dump(verl_logs_dir / LOG_512) or {})
+    c256 = leaves(config_dump(verl_logs_dir / LOG_256) or {})
+    assert len(c512) == len(c256) == 97  # two empty override_config mappings: no setting
     assert (c512["data.max_response_length"], c256["data.max_response_length"]) == (512, 256)
     assert (c512["data.max_prompt_length"], c256["data.max_prompt_length"]) == (1024, 512)
     # The 256 log's dump is cut by 49 lines of worker output after trainer.experiment_name.
@@ -240,34 +237,14 @@ def test_config_dump_of_the_real_logs(verl_logs_dir: Path) -> None:
 
 def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path: Path, capsys) -> None:
     gae, grpo = two_runs
-    write_evals(
-        gae,
-        [
-            {
-                "step": 0,
-                "model": "base",
-                "mode": "training",
-                "accuracy": 0.33,
-                "our_reward_accuracy": 0.31,
-                "n": 100,
-            },
-            {
-                "step": 0,
-                "model": "base",
-                "mode": "evalscope",
-                "accuracy": 0.40,
-                "our_reward_accuracy": None,
-            },
-            {
-                "step": 100,
-                "model": "s100",
-                "mode": "training",
-                "accuracy": 0.52,
-                "our_reward_accuracy": 0.50,
-                "n": 100,
-            },
-        ],
-    )
+    write_evals(gae, [
+        {"step": 0, "model": "base", "mode": "training", "accuracy": 0.33,
+         "our_reward_accuracy": 0.31, "n": 100},
+        {"step": 0, "model": "base", "mode": "evalscope", "accuracy": 0.40,
+         "our_reward_accuracy": None},
+        {"step": 100, "model": "s100", "mode": "training", "accuracy": 0.52,
+         "our_reward_accuracy": 0.50, "n": 100},
+    ])  # fmt: skip
     out = tmp_path / "cmp"
     assert report.main([str(gae), str(grpo), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -280,20 +257,13 @@ def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path: Path, c
     assert rows[CRITIC_IN_USE]["values"] == {"ppo-gae": True, "grpo": False}
     assert rows["actor_rollout_ref.rollout.n"]["knobs"] == ["ROLLOUT_N"]
     assert rows["recipe"]["group"] == "launch"
-    for same in (
-        "critic.optim.lr",
-        "critic.model.path",
-        "data.train_batch_size",
-        "trainer.total_epochs",
-        "host.gpus",
-    ):
-        assert same not in rows, same
+    same = ("critic.optim.lr", "critic.model.path", "data.train_batch_size", "trainer.total_epochs",
+            "host.gpus")  # fmt: skip
+    assert not set(same) & set(rows)
     assert rows["algorithm.use_kl_in_reward"]["group"] == "algorithm"
     # metrics of one run only are listed, not dropped
     some = summary["metrics_in_some_runs"]
-    assert (
-        some["vf_loss"] == ["ppo-gae"] and some["kl"] == ["ppo-gae"] and some["kl_loss"] == ["grpo"]
-    )
+    assert (some["vf_loss"], some["kl"], some["kl_loss"]) == (["ppo-gae"], ["ppo-gae"], ["grpo"])
     assert "score" in summary["shared_metrics"]
     # the table: 64 prompts x rollout.n responses a step, 2 GPUs
     tables = {r["label"]: r["table"] for r in summary["runs"]}
@@ -319,17 +289,12 @@ def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path: Path, c
     page = (out / "comparison.html").read_text(encoding="utf-8")
     svgs = parse_svgs(page)
     for axis in ("step", "samples", "wall_time"):
-        assert {n for n, _ in svgs[f"score-{axis}"]["names"]} == {
-            "ppo-gae",
-            "ppo-gae (raw)",
-            "grpo",
-            "grpo (raw)",
-        }
-        assert {n for n, _ in svgs[f"vf_loss-{axis}"]["names"]} == {"ppo-gae", "ppo-gae (raw)"}
-        assert {n for n, _ in svgs[f"checkpoint_eval-{axis}"]["names"]} == {
-            "ppo-gae verl validation",
-            "ppo-gae our reward (checkpoints)",
-        }
+        names = {chart: {n for n, _ in svgs[f"{chart}-{axis}"]["names"]}
+                 for chart in ("score", "vf_loss", "checkpoint_eval")}  # fmt: skip
+        assert names == {"score": {"ppo-gae", "ppo-gae (raw)", "grpo", "grpo (raw)"},
+                         "vf_loss": {"ppo-gae", "ppo-gae (raw)"},
+                         "checkpoint_eval": {"ppo-gae verl validation",
+                                             "ppo-gae our reward (checkpoints)"}}, axis  # fmt: skip
     assert 'data-key="algorithm.adv_estimator"' in page and 'data-key="critic.optim.lr"' not in page
     assert "<script" not in page and "http" not in page.split("</style>")[0]
 
@@ -366,38 +331,33 @@ def test_cut_share_and_the_device_of_a_cpu_run(tmp_path: Path) -> None:
 def test_compare_page_in_headless_chromium(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
     """Chromium draws both runs' curves where their values are, and the x-axis buttons switch
     the chart sets (a copy of the page gets a script that clicks one and reads the CSS)."""
-    require_chromium()
     gae, grpo = two_runs
     out = tmp_path / "cmp"
     summary = compare_cli.compare([gae, grpo], out)
-    dom, _ = render(out / "comparison.html", tmp_path)
-    drawn = plot_series(dom, "Validation accuracy by step")
+    probe = ("<script>const seen = () => [...document.querySelectorAll('.axis-set')]"
+             ".map(e => e.id + '=' + getComputedStyle(e).display).join(' ');"
+             "document.body.dataset.before = seen();"
+             "document.querySelector('label[for=x-samples]').click();"
+             "document.body.dataset.after = seen();</script></body>")  # fmt: skip
+    probed = tmp_path / "probed.html"
+    probed.write_text((out / "comparison.html").read_text().replace("</body>", probe))
+    shown = dom(probed, tmp_path)
+    assert 'data-before="set-step=flex set-samples=none set-wall_time=none"' in shown
+    assert 'data-after="set-step=none set-samples=flex set-wall_time=none"' in shown
+    drawn = plot_series(shown, "Validation accuracy by step")
     assert set(drawn) == {"ppo-gae", "grpo"}
     for label in ("ppo-gae", "grpo"):
         logged = summary["curves"]["val_acc"][label]
         assert len(drawn[label]) == len(logged) == STEPS // 10 + 1
         for (x, y), (step, value) in zip(drawn[label], logged, strict=True):
             assert x == pytest.approx(step, abs=0.5) and y == pytest.approx(value, abs=0.003)
-    by_samples = plot_series(dom, "Validation accuracy by samples seen")
+    by_samples = plot_series(shown, "Validation accuracy by samples seen")
     assert by_samples["grpo"][-1][0] == pytest.approx(STEPS * 320, rel=0.005)
     assert by_samples["ppo-gae"][-1][0] == pytest.approx(STEPS * 64, rel=0.005)
-    score = plot_series(dom, "Train score (critic/score/mean) by step")
+    score = plot_series(shown, "Train score (critic/score/mean) by step")
     assert set(score) == {"ppo-gae", "ppo-gae (raw)", "grpo", "grpo (raw)"}
-    assert plot_series(dom, "KL as a loss (actor/kl_loss) by step").keys() == {"grpo", "grpo (raw)"}
-
-    probe = (
-        "<script>const seen = () => [...document.querySelectorAll('.axis-set')]"
-        ".map(e => e.id + '=' + getComputedStyle(e).display).join(' ');"
-        "document.body.dataset.before = seen();"
-        "document.querySelector('label[for=x-samples]').click();"
-        "document.body.dataset.after = seen();</script></body>"
-    )
-    page = (out / "comparison.html").read_text(encoding="utf-8")
-    probed = tmp_path / "probed.html"
-    probed.write_text(page.replace("</body>", probe), encoding="utf-8")
-    dom, _ = render(probed, tmp_path)
-    assert 'data-before="set-step=flex set-samples=none set-wall_time=none"' in dom
-    assert 'data-after="set-step=none set-samples=flex set-wall_time=none"' in dom
+    assert plot_series(shown, "KL as a loss (actor/kl_loss) by step").keys() == {
+        "grpo", "grpo (raw)"}  # fmt: skip
 
 
 def test_real_logs_compared(verl_logs_dir: Path, tmp_path: Path) -> None:
@@ -455,40 +415,31 @@ def test_two_launches_verl_commands_differ_where_they_do(tmp_path: Path) -> None
     assert "verl command: ATTENTION" not in rows  # the same in both
 
 
-def test_a_resumed_run_is_one_line(tmp_path: Path) -> None:
+def test_a_resumed_run_without_launch_record_is_one_line_said_and_compared(tmp_path: Path):
+    """Its two launches merged into one line; its config said to be unknown, not compared; no
+    samples axis without it (drawn by step and wall time, and said so)."""
     records = build_run()
     resumed = tmp_path / "resumed"
     write_jsonl(resumed / "metrics" / "metrics-20250101T000000Z.jsonl", records[:131])
     write_jsonl(resumed / "metrics" / "metrics-20250102T000000Z.jsonl", records[100:])
-    other = make_run(tmp_path, "other", None)
-    out = tmp_path / "cmp"
-    summary = compare_cli.compare([resumed, other], out)
-    assert len(summary["runs"][0]["sources"]) == 2
-    assert summary["runs"][0]["x"]["steps"] == list(range(STEPS + 1))
-    svgs = parse_svgs((out / "comparison.html").read_text(encoding="utf-8"))
-    names = [n for n, _ in svgs["score-step"]["names"]]
-    assert names.count("resumed") == 1 and names.count("resumed (raw)") == 1
-    val = [n for n, _ in svgs["val_acc-step"]["names"]]
-    assert val == ["resumed", "other"]
-    assert svgs["val_acc-step"]["series"][0] == (STEPS // 10 + 1, STEPS // 10 + 1)
-
-
-def test_a_run_without_launch_record_is_said_and_still_compared(tmp_path: Path) -> None:
-    bare = make_run(tmp_path, "bare", None)
     gae = make_run(tmp_path, "gae")
     out = tmp_path / "cmp"
-    summary = compare_cli.compare([bare, gae], out)
+    summary = compare_cli.compare([resumed, gae], out)
+    run = summary["runs"][0]
+    assert len(run["sources"]) == 2 and run["x"]["steps"] == list(range(STEPS + 1))
+    assert run["x"]["samples"] is None
     diff = summary["config_diff"]
-    assert diff["not_compared"] == {"bare": f"no launch record in {bare / 'launches'}"}
+    assert diff["not_compared"] == {"resumed": f"no launch record in {resumed / 'launches'}"}
     assert diff["compared"] == ["gae"] and diff["groups"] == {}
     page = (out / "comparison.html").read_text(encoding="utf-8")
     assert page.count('class="config-missing"') == 1
+    assert "Not drawn: resumed: no data.train_batch_size in its config" in page
     svgs = parse_svgs(page)
-    assert {n for n, _ in svgs["score-step"]["names"]} == {"bare", "bare (raw)", "gae", "gae (raw)"}
-    # without a config the run has no samples axis: drawn by step and wall time, and said so
+    assert [n for n, _ in svgs["score-step"]["names"]] == [
+        "resumed (raw)", "resumed", "gae (raw)", "gae"]  # fmt: skip
     assert {n for n, _ in svgs["score-samples"]["names"]} == {"gae", "gae (raw)"}
-    assert "Not drawn: bare: no data.train_batch_size in its config" in page
-    assert summary["runs"][0]["x"]["samples"] is None
+    assert [n for n, _ in svgs["val_acc-step"]["names"]] == ["resumed", "gae"]
+    assert svgs["val_acc-step"]["series"][0] == (STEPS // 10 + 1, STEPS // 10 + 1)
 
 
 def test_unique_labels(tmp_path: Path) -> None:
@@ -512,7 +463,7 @@ def _bad(tmp_path: Path, case: str) -> tuple[list[str], str]:
         return [str(good), str(tmp_path / "nope")], f"input not found: {tmp_path / 'nope'}"
     if case == "no metrics":
         (tmp_path / "empty").mkdir()
-        return [str(good), str(tmp_path / "empty")], "no metrics/*.jsonl, *.jsonl or *.log"
+        return [str(good), str(tmp_path / "empty")], "no metrics/*.jsonl in directory"
     if case == "empty metrics":
         write_jsonl(tmp_path / "started" / SEGMENT, [])
         return [str(good), str(tmp_path / "started")], "no metrics could be read from"
@@ -543,30 +494,14 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path: Path, case: str, capsys)
     assert not out.exists()
 
 
-def test_follow_takes_one_input_and_the_default_out_dir(
-    two_runs: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:
+def test_follow_takes_one_input_and_the_default_out_dir(two_runs, tmp_path, monkeypatch, capsys):
     gae, grpo = two_runs
     assert report.main([str(gae), str(grpo), "--follow"]) == 2
     assert "--follow reads one INPUT" in capsys.readouterr().err
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
+    monkeypatch.chdir(tmp_path)
     assert report.main([str(gae), str(grpo), "--quiet"]) == 0
     assert capsys.readouterr().out.strip() == str(Path("comparison") / "comparison.html")
-    assert sorted(p.name for p in (work / "comparison").iterdir()) == [
-        "comparison.html",
-        "summary.json",
-    ]
-
-
-def test_cli_help_names_the_comparison() -> None:
-    text = subprocess.run(
-        [sys.executable, "-m", "verl_gsm8k.report", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    ).stdout
-    text = " ".join(text.split())
+    assert sorted(p.name for p in (tmp_path / "comparison").iterdir()) == [
+        "comparison.html", "summary.json"]  # fmt: skip
+    text = " ".join(report.build_parser().format_help().split())
     assert "Two or more INPUTs" in text and "./comparison" in text and "comparison.html" in text

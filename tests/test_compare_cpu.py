@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from browser import plot_series, render, require_chromium
+from browser import dom, plot_series
 from helpers import ROOT
 from learn_runs import Learned
 
-from verl_gsm8k.compare.diff import CRITIC_IN_USE, NAMED
+from verl_gsm8k.compare.config import CRITIC_IN_USE, NAMED
 
 # The first test of the learning chain to read the GRPO run makes it (session fixture
 # learned_grpo, about 330 s here): the limit covers that run on a machine several times slower,
@@ -27,7 +27,6 @@ VAL = "val-core/openai/gsm8k/acc/mean@1"
 def test_ppo_and_grpo_learning_runs_side_by_side(
     learned_ppo: Learned, learned_grpo: Learned, tmp_path: Path
 ):
-    require_chromium()
     out = tmp_path / "cmp"
     done = subprocess.run(
         [sys.executable, "-m", "verl_gsm8k.report", str(learned_ppo.run_dir),
@@ -49,8 +48,7 @@ def test_ppo_and_grpo_learning_runs_side_by_side(
     settings = [r["key"] for g, rows in groups.items() if g != NAMED for r in rows]
     assert not [k for k in settings if k.startswith(("data.", "actor_rollout_ref.rollout."))], rows
     assert rows["actor_rollout_ref.actor.use_kl_loss"]["values"] == {ppo: False, grpo: True}
-    dom, _ = render(out / "comparison.html", tmp_path)
-    drawn = plot_series(dom, "Validation accuracy by step")
+    drawn = plot_series(dom(out / "comparison.html", tmp_path), "Validation accuracy by step")
     assert set(drawn) == {ppo, grpo}
     for run in (learned_ppo, learned_grpo):
         logged = {s: m[VAL] for s, m in run.steps.items() if VAL in m}
