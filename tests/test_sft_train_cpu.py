@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import killing
+import pause_points
 import pytest
 from helpers import (
     ROOT,
@@ -84,7 +85,7 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
     # the first launch, held before step 4 trains, gets SIGTERM on every process: the step in
     # flight is saved, the launch exits 5 with nothing of it left
     paused = tmp_path / "paused"
-    held = dict(env, GSM8K_PAUSE_AT=f"sft_step:{STOP_AT}", GSM8K_PAUSE_FILE=str(paused))
+    held = pause_points.env(f"sft_step:{STOP_AT}", paused, env)
     first = killing.start(RECIPE, held, tmp_path / "first.log")
     killing.wait_until(f"step {STOP_AT} held", paused.exists, first, timeout=300)
     signalled = killing.term_all(first)

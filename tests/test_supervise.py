@@ -1,6 +1,6 @@
-"""The launcher's supervision of verl (verl_gsm8k/launch/supervise.py), with stand-ins for verl:
-verl's own status survives a SIGTERM to every process at once; a SIGTERM to the launcher alone
-becomes a stop request, and verl is stopped when the grace is over."""
+"""The launcher's supervision of verl (verl_gsm8k/launch/supervise.py), verl stood in for: verl's
+own status survives a SIGTERM to every process at once; a SIGTERM to the launcher alone is a stop
+request, and verl is stopped when the grace is over; verl dies with a SIGKILLed launcher."""
 
 from __future__ import annotations
 
@@ -11,90 +11,87 @@ import sys
 import time
 from pathlib import Path
 
-# The launcher's side, in a process of its own: a Supervisor running `verl`, its status printed.
+from verl_gsm8k.common.procs import alive
+
 LAUNCHER = """
 import os, sys
 from pathlib import Path
 from verl_gsm8k.launch.supervise import Supervisor
 
 run, ppo, grace, verl = Path(sys.argv[1]), sys.argv[2] == "ppo", int(sys.argv[3]), sys.argv[4]
-say = lambda line, err=False: print(line, flush=True)
-supervisor = Supervisor(run, grace, True, {}, say)
+supervisor = Supervisor(run, grace, {}, lambda line, err=False: print(line, flush=True))
 code = supervisor.run(["bash", "-c", verl], dict(os.environ), run / "console.log", ppo, "L1")
 print("status", code, "stop requested" if supervisor.deadline else "", flush=True)
 """
 
 
 def launch(run: Path, ppo: bool, grace: int, verl: str) -> subprocess.Popen:
-    (run / "up").unlink(missing_ok=True)
-    return subprocess.Popen(
-        [sys.executable, "-c", LAUNCHER, str(run), "ppo" if ppo else "sft", str(grace), verl],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
-
-
-def up(run: Path, what: str = "up") -> str:
-    """A stand-in's line that it runs: written whole to a temporary name, then renamed, so that
-    the test never reads the file between bash's creating it and its writing."""
-    return f"echo {what} > {run}/up.tmp && mv {run}/up.tmp {run}/up"
-
-
-def wait_up(run: Path) -> None:
+    """The launcher in a process of its own, running ``verl``, once that says it is up (its
+    line written whole, then renamed: never read half written)."""
+    up = run / "up"
+    up.unlink(missing_ok=True)
+    verl = f"echo $$ > {run}/up.tmp && mv {run}/up.tmp {up}; {verl}"
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(run), "ppo" if ppo else "sft",
+                             str(grace), verl], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
     end = time.monotonic() + 60
-    while not (run / "up").exists() and time.monotonic() < end:
+    while not up.exists() and time.monotonic() < end:
         time.sleep(0.01)
-    assert (run / "up").exists()
+    assert up.exists()
+    return proc
 
 
 def test_verls_status_survives_a_sigterm_to_every_process_at_once(tmp_path: Path):
     """SFT's torchrun, stood in for: SIGTERM blocked, so the signal to every process at once
-    leaves it running; it sees the launcher's stop request and exits 5 (a trainer's save, then its
-    end). The launch's status is 5 every time (bash's `wait` once lost it, returning 255 in 6 of
-    40 tries); with SIGTERM not blocked the stand-in would die of it (143)."""
+    leaves it running; it sees the stop request and exits 5 (a status of its own): the
+    launch's status is 5 every time (bash's `wait` once lost it, 255 in 6 of 40 tries);
+    with SIGTERM not blocked the stand-in would die of it (143)."""
     stop = tmp_path / "stop_requested"
-    verl = f"{up(tmp_path)}; while [[ ! -e {stop} ]]; do sleep 0.05; done; exit 5"
+    verl = f"while [[ ! -e {stop} ]]; do sleep 0.05; done; exit 5"
     seen = []
     for _ in range(10):
         stop.unlink(missing_ok=True)
         proc = launch(tmp_path, False, 30, verl)
-        wait_up(tmp_path)
         os.killpg(proc.pid, signal.SIGTERM)  # every process of the launch at once
-        out, _ = proc.communicate(timeout=60)
-        seen.append(out.strip().splitlines()[-1])
+        seen.append(proc.communicate(timeout=60)[0].strip().splitlines()[-1])
     assert seen == ["status 5 stop requested"] * 10, seen
-    assert stop.read_text().strip().isdigit()
+    assert stop.read_text().split()[1] == "sigterm"
 
 
 def test_a_sigterm_to_the_launcher_is_a_stop_request_and_the_grace_ends_verl(tmp_path: Path):
     """PPO: verl's driver blocks SIGTERM in a session of its own; the launcher writes the stop
     request, and once the grace is over stops verl (SIGKILL, since it blocks SIGTERM): 143."""
-    verl = f"{up(tmp_path)}; while :; do sleep 0.05; done"
-    proc = launch(tmp_path, True, 1, verl)
-    wait_up(tmp_path)
+    proc = launch(tmp_path, True, 1, "while :; do sleep 0.05; done")
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert "recipe: SIGTERM: the trainer saves the step in flight and stops (within " in out
-    assert "STOP_GRACE_S=1 s" in out
-    assert "recipe: STOP_GRACE_S=1 s are over: stopping verl" in out
+    assert "STOP_GRACE_S=1 s" in out and "recipe: STOP_GRACE_S=1 s are over: stopping verl" in out
     assert out.strip().splitlines()[-1] == "status 143 stop requested", out
     session = (tmp_path / ".launch.session").read_text().split()
     assert session[1] == "L1" and int(session[0]) != proc.pid
+
+
+def test_a_stop_requested_inside_verl_has_its_deadline_kept(tmp_path: Path):
+    """A request the trainer or one of verl's processes wrote (a job's end, a SIGTERM to the
+    driver alone): the launcher ends verl at its deadline all the same."""
+    request = f"echo $(( $(date +%s) + 1 )) job-end > {tmp_path}/stop_requested"
+    proc = launch(tmp_path, True, 600, f"{request}; while :; do sleep 0.05; done")
+    out, _ = proc.communicate(timeout=60)
+    assert out.strip().splitlines()[-1] == "status 143 stop requested", out
 
 
 def test_a_sigkill_of_the_launcher_ends_verl(tmp_path: Path):
     """No handler runs on SIGKILL: verl's driver (PPO, its own session) and torchrun (SFT) get
     the parent-death signal, and end with the launcher instead of training on without it."""
     for ppo in (True, False):
-        verl = f"{up(tmp_path, '$$')}; while :; do sleep 0.05; done"
-        proc = launch(tmp_path, ppo, 30, verl)
-        wait_up(tmp_path)
+        proc = launch(tmp_path, ppo, 30, "while :; do sleep 0.05; done")
         stand_in = int((tmp_path / "up").read_text())
         proc.kill()
         proc.wait(timeout=30)
         end = time.monotonic() + 10
-        while time.monotonic() < end and Path(f"/proc/{stand_in}").exists():
+        while time.monotonic() < end and alive(stand_in):
             time.sleep(0.05)
-        ended = not Path(f"/proc/{stand_in}").exists()
+        ended = not alive(stand_in)
         if not ended:
             os.kill(stand_in, signal.SIGKILL)
         assert ended, f"verl ({'ppo' if ppo else 'sft'}) lives on without its launcher"

@@ -118,7 +118,7 @@ def test_smoke_trains_two_ppo_steps_and_checkpoints(smoke: Smoke):
     assert (cache / "tiny-qwen2" / "config.json").is_file()  # built offline on first use
     assert (cache / "gsm8k-sample" / "train.parquet").is_file()  # the shipped sample, prepared
     assert "preflight: passed" in out
-    # the grace a SIGTERM gives the trainer, said at launch (launch/grace.py): a fresh run directory
+    # the grace a SIGTERM gives the trainer, said at launch (guard/stop.py): a fresh run directory
     assert "recipe: STOP_GRACE_S=30 s (the default; nothing measured in this run directory" in out
     assert (smoke.run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     for role in ("actor", "critic"):
@@ -208,7 +208,7 @@ def test_merge_carries_the_training(smoke: Smoke, tmp_path: Path):
     import torch
     from safetensors.torch import load_file
 
-    from verl_gsm8k.merge.portable import full_state_dict
+    from verl_gsm8k.common.checkpoint_files import load
 
     target = tmp_path / "merged"
     merge_run(smoke.run_dir, target, smoke.env)
@@ -216,8 +216,9 @@ def test_merge_carries_the_training(smoke: Smoke, tmp_path: Path):
     merged = {}
     for shard in target.glob("*.safetensors"):
         merged.update(load_file(shard))
-    # the checkpoint's own weights (fp32 here), read as the portable merge reads them
-    trained = full_state_dict(smoke.run_dir / "global_step_2" / "actor", 1)
+    # the checkpoint's own weights (fp32 here): at world size 1 each DTensor's local part is whole
+    shard = load(smoke.run_dir / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt")
+    trained = {name: tensor.to_local() for name, tensor in shard.items()}
     common = sorted(set(base) & set(merged) & set(trained))
     assert len(common) >= 20
     # the merge holds the trained weights, at the merged dtype (bf16 rounding alone moves most of
@@ -332,6 +333,7 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     were verl start-ups proving the same, and were cut (docs/testing.md, "What was cut, and which
     test proves the claim now"); an emptied tracker: the test above.
     """
+    import pause_points
     from killing import finish, logged_steps, newest_metrics, start, wait_until
 
     from verl_gsm8k.common import procs
@@ -374,9 +376,9 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
         return logged_steps(path) if path else set()
 
     # 1. SIGKILL in the save of step 5: the trainer holds between the actor's shards and the
-    #    critic's (common/pause.py), so the kill lands mid-save every time
+    #    critic's (tests/pause_points.py), so the kill lands mid-save every time
     paused = tmp_path / "paused-mid-save"
-    hold = dict(env, GSM8K_PAUSE_AT="save:5:after_actor", GSM8K_PAUSE_FILE=str(paused))
+    hold = pause_points.env("save:5:after_actor", paused, env)
     r1, m1 = begin("kill-mid-save", hold)
     first = wait_until("a step logged", lambda: bool(steps_of(m1)), r1, limit)
     figures.append(f"launch 1: its first step logged {first:.0f} s after the launch")
@@ -384,7 +386,7 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     # the lock is the launcher's alone: none of verl's processes holds its descriptor
     lock = str(run_dir / ".launch.lock")
     driver, launch = (run_dir / ".launch.session").read_text().split()
-    sessions = reap.launch_sessions(launch, str(run_dir))
+    sessions = reap.read_session(str(run_dir), launch)
     verl = reap.launch_processes(reap.of_launch(launch), sessions)
     assert int(driver) in {proc.pid for proc in verl}, verl
     holders = [proc for proc in verl if lock in open_files(proc.pid)]
@@ -415,8 +417,7 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     older = max(s for s in range(1, newest) if (run_dir / f"global_step_{s}").is_dir())
     (run_dir / f"global_step_{older}" / "data.pt").unlink()
     held = tmp_path / "held"  # the checkpoint's first file in the actor's worker, then step 9
-    r2, m2 = begin("finish", dict(env, GSM8K_PAUSE_AT="load:before_open,rollout:9",
-                                  GSM8K_PAUSE_FILE=str(held)))  # fmt: skip
+    r2, m2 = begin("finish", pause_points.env("load:before_open,rollout:9", held, env))
     wait_until("the launch recorded", lambda: "launch: recorded" in r2.output(), r2, limit)
     assert reap.launch_processes(reap.of_launch(launch), sessions) == []  # launch 1: nothing left
     stopped = re.search(r"recipe: \d+ processes of launch \S+ outlived its launcher.*", r2.output())

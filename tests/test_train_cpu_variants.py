@@ -33,6 +33,7 @@ def test_ppo_lora_is_guarded_traced_and_its_best_merge_carries_the_adapter(tmp_p
     produced step 3's rollout) sick, the tracker names 1; every step traced (the sick one too);
     ``merge --best`` merges the kept best (step 1: the tiny model's accuracy stays 0, so the first
     validated step stays the best)."""
+    import pause_points
     import torch
     from killing import finish, start, wait_until
     from safetensors.torch import load_file
@@ -45,8 +46,8 @@ def test_ppo_lora_is_guarded_traced_and_its_best_merge_carries_the_adapter(tmp_p
     env = cpu_env(
         tmp_path / "home", tmp_path / "runs", LORA_RANK="8", LORA_ALPHA="16", ACTOR_LR="1e-2",
         **dict(ONE_SMALL_STEP, TOTAL_TRAINING_STEPS="3"), REWARD_FILE=str(reward),
-        GSM8K_PAUSE_AT="rollout:3", GSM8K_PAUSE_FILE=str(held),
     )  # fmt: skip
+    env = pause_points.env("rollout:3", held, env)  # held before step 3's rollout
     args = ("data.val_max_samples=8", "trainer.val_before_train=False")
     run_dir = tmp_path / "runs" / "ppo_lora_qwen2.5-1.5b_gsm8k"
     tracker = run_dir / "latest_checkpointed_iteration.txt"

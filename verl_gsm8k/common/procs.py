@@ -1,15 +1,9 @@
-"""The one module that reads other processes and stops them, over psutil (every environment of
-this project has it: accelerate, peft and vLLM require it).
+"""The one module that reads other processes and stops them, over psutil. A process that ended
+meanwhile, or is not ours to read, is simply not there.
 
-Reading: this user's live processes (zombies left out), a process's descendants and memory, the
-variables of its environment a caller names, whether it blocks SIGTERM (psutil has no signal
-mask: the ``SigBlk`` line of /proc/PID/status), the name ``ps`` would show first. A process that
-ended meanwhile, or is not ours to read, is simply not there: each reader says so by its result.
-
-Stopping, one policy for the launcher's supervisor and its reaper (launch/supervise.py,
-launch/reap.py): SIGKILL at once to a process that blocks SIGTERM (verl's, started so by the
-launcher: a SIGTERM would only wait in its mask), SIGTERM to the others, SIGKILL to what is left
-``grace_s`` later; no sleep beyond the moment the last one has ended.
+Stopping, one policy (the launcher's supervisor and reaper, the evaluation's server): SIGKILL at
+once to a process that blocks SIGTERM (verl's: a SIGTERM would only wait in its mask), SIGTERM to
+the others, SIGKILL to what is left ``grace_s`` later.
 """
 
 from __future__ import annotations
@@ -23,11 +17,9 @@ from pathlib import Path
 
 import psutil
 
-STATUS = "/proc/{pid}/status"
-
 
 def ours() -> Iterator[psutil.Process]:
-    """This user's live processes, this one left out."""
+    """This user's live processes but this one."""
     uid, me = os.getuid(), os.getpid()
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
@@ -43,7 +35,6 @@ def alive(pid: int) -> bool:
 
 
 def started_at(pid: int) -> float | None:
-    """When process ``pid`` started (seconds since the epoch); None when it is gone."""
     try:
         return psutil.Process(pid).create_time()
     except psutil.Error:
@@ -51,7 +42,7 @@ def started_at(pid: int) -> float | None:
 
 
 def environ(pid: int, names: Sequence[str]) -> dict[str, str] | None:
-    """The ``names`` that process ``pid``'s environment holds; None when it is gone or not ours."""
+    """The ``names`` process ``pid``'s environment holds; None when it is gone or not ours."""
     try:
         env = psutil.Process(pid).environ()
     except psutil.Error:
@@ -73,21 +64,17 @@ def group_of(pid: int) -> int | None:
         return None
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live process started under ``pid`` (those re-parented to init are not)."""
-    try:
-        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
 def tree(pid: int) -> list[int]:
-    """``pid`` and every process under it, those still alive."""
-    return [p for p in (pid, *descendants(pid)) if alive(p)]
+    """``pid`` and every live process under it (not those re-parented to init)."""
+    try:
+        under = [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        under = []
+    return [p for p in (pid, *under) if alive(p)]
 
 
 def memory_kib(pid: int) -> tuple[int, int]:
-    """(PSS, RSS) of one process in KiB; (0, 0) once it is gone or unreadable."""
+    """(PSS, RSS) in KiB; (0, 0) once gone."""
     try:
         info = psutil.Process(pid).memory_full_info()
     except psutil.Error:
@@ -96,20 +83,18 @@ def memory_kib(pid: int) -> tuple[int, int]:
 
 
 def blocks_sigterm(pid: int) -> bool:
-    """True when the process has SIGTERM in its signal mask: only SIGKILL ends it."""
+    """SIGTERM in the process's signal mask (psutil has none: /proc's SigBlk)."""
     try:
-        status = Path(STATUS.format(pid=pid)).read_text()
+        status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
-    for line in status.splitlines():
-        if line.startswith("SigBlk:"):
-            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
-    return False
+    blocked = next((line.split()[1] for line in status.splitlines() if line[:7] == "SigBlk:"), "0")
+    return bool(int(blocked, 16) >> (signal.SIGTERM - 1) & 1)
 
 
 def name(pid: int) -> str:
-    """What ``ps`` would show first: Ray's workers retitle themselves (``ray::TaskRunner``); for
-    ``python -m X`` or ``python path/x.py``, ``python X``."""
+    """What ``ps`` shows first (Ray's retitled workers: ``ray::TaskRunner``); ``python X`` for
+    ``python -m X`` or ``python path/X``."""
     try:
         proc = psutil.Process(pid)
         argv = proc.cmdline()
@@ -117,12 +102,11 @@ def name(pid: int) -> str:
             return proc.name()
     except psutil.Error:
         return "?"
-    first = argv[0].split(" ")[0]
-    base = os.path.basename(first)
+    base = os.path.basename(argv[0].split(" ")[0])
     if base.startswith("python") and len(argv) > 1:
         rest = [a for a in argv[1:] if a]
         scripts = [a for a in rest if not a.startswith("-")]
-        module = rest[rest.index("-m") + 1] if "-m" in rest[:-1] else scripts[0] if scripts else ""
+        module = rest[rest.index("-m") + 1] if "-m" in rest[:-1] else (scripts or [""])[0]
         return f"python {os.path.basename(module)}"[:60]
     return base[:60]
 
@@ -136,9 +120,8 @@ def send(pids: Sequence[int], sig: signal.Signals) -> None:
 def stop(
     find: Callable[[], Sequence[int]], grace_s: float, kill_rounds: int = 20
 ) -> tuple[set[int], set[int]]:
-    """Stop every process ``find`` returns, rescanning (a dying raylet may still start a worker):
-    SIGKILL at once to those that block SIGTERM, SIGTERM to the others, SIGKILL to what is left
-    after ``grace_s``. (every pid seen, the pids that took a SIGKILL)."""
+    """Stop every process ``find`` returns, rescanning (a dying raylet may start a worker); (the
+    pids seen, those that took a SIGKILL)."""
     seen: set[int] = set()
     killed: set[int] = set()
     end = time.monotonic() + grace_s

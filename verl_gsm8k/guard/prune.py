@@ -1,24 +1,13 @@
-"""MAX_CKPT_TO_KEEP over the whole run directory, never removing what a resume or a merge needs.
-
-    python -m verl_gsm8k.guard.prune RUN_DIR --keep N
-
-verl's ``max_*_ckpt_to_keep`` prunes only what the current process saved (a resumed launch
-forgets the earlier ones) and keeps the highest step numbers. Here the newest N step directories
-are kept, plus, whatever their age, the step the tracker names (what a relaunch resumes) and the
-kept best (``best_checkpoint.json``); the names: common/run_dir.py. Called by the guarded trainer
-after each save (v1 trainer) and by the launcher after a launch that ended cleanly (SFT, the
-legacy trainer). Standard library only.
-"""
+"""MAX_CKPT_TO_KEEP over the whole run directory: verl's own pruning forgets what earlier
+launches saved. The newest N step directories are kept, and whatever their age the step the
+tracker names and the kept best. Called by the trainer after each save and by the launcher after
+a launch that ended cleanly. Standard library only."""
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 
-from verl_gsm8k.common.pause import pause_point
 from verl_gsm8k.common.run_dir import (
     BEST_FILE,
     TRACKER,
@@ -38,7 +27,7 @@ def protected(run_dir: Path) -> dict[int, str]:
     try:
         best = read_best(run_dir)
     except BestError:
-        best = None  # unreadable: protect nothing by it (the report says the file is bad)
+        best = None  # unreadable: protects nothing (the report names the file)
     if best is not None:
         keep[best["step"]] = f"the best {best['metric']} ({best['value']:.4g}, {BEST_FILE})"
     tracked = tracked_step(run_dir)
@@ -48,52 +37,21 @@ def protected(run_dir: Path) -> dict[int, str]:
 
 
 def prune(run_dir: Path, keep: int, say_kept: bool = True) -> list[str]:
-    """Remove all but the newest ``keep`` step directories and the protected ones; the lines
-    naming each removed (and, with ``say_kept``, each protected old) step directory."""
+    """Remove all but the newest ``keep`` step directories and the protected ones; a line for
+    each removed one (and, with ``say_kept``, each old one kept)."""
     if keep <= 0:
         return []
-    clear_leftovers(run_dir)
-    steps = saved_steps(run_dir)
-    newest = set(steps[-keep:])
+    for leftover in removing_leftovers(run_dir):  # a kill mid-removal: a re-saved step's would
+        shutil.rmtree(leftover, ignore_errors=True)  # be renamed onto it
+    steps, said = saved_steps(run_dir), []
     guard = protected(run_dir)
-    said = []
-    for step in steps:
-        if step in newest:
-            continue
+    for step in steps[:-keep]:
         folder = step_dir(run_dir, step)
         if step in guard:
-            if say_kept:
-                said.append(f"MAX_CKPT_TO_KEEP={keep}: keeping {folder}: {guard[step]}")
+            said += [f"MAX_CKPT_TO_KEEP={keep}: keeping {folder}: {guard[step]}"] * say_kept
             continue
         said.append(f"MAX_CKPT_TO_KEEP={keep}: removing {folder}")
-        # renamed first: a kill mid-removal leaves no half step directory named like a checkpoint
-        doomed = removing_dir(run_dir, step)
+        doomed = removing_dir(run_dir, step)  # renamed first: never half a checkpoint's name
         folder.rename(doomed)
-        pause_point("prune:after_rename")  # tests: a kill lands here (tests/test_guard_files.py)
         shutil.rmtree(doomed, ignore_errors=True)
     return said
-
-
-def clear_leftovers(run_dir: Path) -> None:
-    """Remove what a kill mid-removal left (``removing_dir``): it was being removed, and a later
-    removal of a re-saved step K would otherwise rename onto it and fail."""
-    for leftover in removing_leftovers(run_dir):
-        shutil.rmtree(leftover, ignore_errors=True)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m verl_gsm8k.guard.prune", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("run_dir", type=Path, help="the run directory (RUN_DIR)")
-    parser.add_argument(
-        "--keep", type=int, required=True, help="newest checkpoints kept (MAX_CKPT_TO_KEEP; 0: all)"
-    )
-    args = parser.parse_args(argv)
-    for line in prune(args.run_dir, args.keep):
-        print(f"recipe: {line}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,19 +1,16 @@
-"""python -m verl_gsm8k.launch: a recipe's whole launch, in one process, up to verl and back.
-
-    knobs -> overrides -> attention -> knob checks -> preflight (DRY_RUN=1: then verl's composed
-    config, exit 0) -> run-directory lock -> Slurm deadline and stop grace -> same-config check and
-    launch record -> verl (PPO: main_ppo, SIGTERM blocked, its own session; SFT: torchrun) ->
-    supervised (SIGTERM: a stop request; the grace; Ctrl-C) -> what outlives verl reaped -> how
-    the launch ended (the exit status) -> pruning -> the Slurm requeue.
-
-A recipe file (recipes/*.sh) runs it as ``exec python -m verl_gsm8k.launch RECIPE-ARGS -- "$@"``
-(plan.py says what a recipe passes). Exit statuses (docs/reliability.md): 0 done, 1 the preflight
-failed, 2 bad input (a knob, a busy run directory, a refused resume), 3 no GPU here, 4 the
-watchdog stopped the run, 5 stopped on SIGTERM or before a job's end after saving, else verl's.
+"""python -m verl_gsm8k.launch: a recipe's whole launch, in one process, up to verl and back
+(docs/architecture.md, "One launch, hop by hop"): knobs, knob checks, attention, the preflight
+(DRY_RUN=1: then verl's composed config), the run directory's lock, a job's deadline and the stop
+grace (guard/stop.py), the same-config check and launch record, verl supervised, how it ended,
+pruning, the Slurm requeue. Exit statuses (docs/reliability.md): 0 done, 1 the preflight failed,
+2 bad input or a busy run directory, 3 no GPU, 4 the watchdog stopped the run, 5 stopped after
+saving (SIGTERM, a job's end), 143 stopped by the launcher, else verl's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 import tempfile
@@ -22,13 +19,10 @@ from pathlib import Path
 
 from verl_gsm8k.common.command_line import PREFIX, shell_line
 from verl_gsm8k.common.launch_env import ENV_LAUNCH, ENV_RUN_DIR, new_launch_id
-from verl_gsm8k.common.run_dir import console_log_path, deadline_path, metrics_path, unused_stamp
+from verl_gsm8k.common.run_dir import console_log_path, metrics_path, unused_stamp
 from verl_gsm8k.common.terminal import clean
-from verl_gsm8k.guard import deadline as job_deadline
-from verl_gsm8k.guard import prune
-from verl_gsm8k.launch import grace as stop_grace
+from verl_gsm8k.guard import prune, stop
 from verl_gsm8k.launch import outcome
-from verl_gsm8k.launch.knobs import problems
 from verl_gsm8k.launch.plan import (
     CONFIG_DIR,
     Plan,
@@ -52,54 +46,38 @@ class Exit(Exception):
 
 
 def say(line: str, err: bool = False) -> None:
-    """One of the launcher's lines; what it quotes from files (a run directory's messages,
-    verl's log) has its control characters escaped, its own line breaks kept."""
+    """A launcher line; what it quotes (a run directory's messages) has control characters
+    escaped, its own line breaks kept."""
     text = "\n".join(clean(part) for part in line.split("\n"))
     print(text, file=sys.stderr if err else sys.stdout, flush=True)
 
 
-def usage(recipe: str) -> None:
-    print(f"usage: [KNOB=value ...] bash recipes/{recipe}.sh [verl.key=value ...]")
-    print("Knobs and their verl keys: docs/knobs.md. Extra key=value arguments override "
-          "everything.")  # fmt: skip
-    print("DRY_RUN=1 runs the preflight and prints the final config without a GPU.")
+def fail(line: str, code: int = 2) -> None:
+    say(line, err=True)
+    raise Exit(code)
 
 
 def check(plan: Plan) -> None:
     """The knob checks, before anything slow: one line per bad value, exit 2."""
-    lines = problems(plan.values)
+    lines = plan.problems()  # the knobs, and a trainer.logger without file
     for line in lines:
         say(f"knobs: {line}", err=True)
     if lines:
         raise Exit(2)
     if plan.trainer == "sft" and plan.values.get("NNODES", "1") != "1":
-        say(f"recipe: NNODES={plan.values['NNODES']}: the SFT recipe trains on one node (torchrun "
-            "--standalone); set NDEVICES_PER_NODE for more devices", err=True)  # fmt: skip
-        raise Exit(2)
-    ignored = plan.ignored()
-    if ignored:
-        label = plan.trainer.upper()
-        say(f"recipe: ignoring {' '.join(ignored)}: not knobs of verl's {label} trainer "
-            "(docs/knobs.md)", err=True)  # fmt: skip
-
-
-def knobs_from_env_line(plan: Plan) -> str:
-    """The knobs this launch took from the environment, as NAME=value words (secrets masked):
-    a variable a shell exported for something else (DEVICE, SEED, LOGGER) shows here."""
-    taken = {name: value for name, value in plan.values.items() if name in plan.from_env}
-    shown = shell_line([], taken) if taken else "none (the recipe's and the table's defaults)"
-    return f"recipe: knobs from the environment: {shown}"
+        fail(f"recipe: NNODES={plan.values['NNODES']}: the SFT recipe trains on one node "
+             "(torchrun --standalone); set NDEVICES_PER_NODE for more devices")  # fmt: skip
+    if ignored := plan.ignored():
+        say(f"recipe: ignoring {' '.join(ignored)}: not knobs of verl's {plan.trainer.upper()} "
+            "trainer (docs/knobs.md)", err=True)  # fmt: skip
 
 
 def warn_unshared_run_dir(plan: Plan) -> None:
-    """Every FSDP rank writes its shards to RUN_DIR on its own node (docs/scaling.md, "Where
-    things land"): with several nodes RUN_DIR must be storage they all mount. /tmp is usually
-    node-local, and Ray unpacks `ray job submit --working-dir` under <temp dir>/session_*/
-    runtime_resources/, a cache it deletes."""
-    nnodes = plan.values.get("NNODES", "1")
+    """With several nodes every rank writes its shards to RUN_DIR on its own node: /tmp is
+    usually a node's own, and Ray deletes its session's working_dir copy."""
+    nnodes, run_dir = plan.values.get("NNODES", "1"), f"{plan.run_dir}/"
     if not nnodes.isdigit() or int(nnodes) <= 1:
         return
-    run_dir = f"{plan.run_dir}/"
     if "/session_" in run_dir and "/runtime_resources/" in run_dir:
         why = "inside Ray's session directory (a working_dir copy Ray deletes)"
     elif run_dir.startswith("/tmp/"):
@@ -113,24 +91,29 @@ def warn_unshared_run_dir(plan: Plan) -> None:
 
 
 def check_local_models(plan: Plan, user: list[str]) -> None:
-    """A model knob naming a local directory that does not exist: one line, exit 2, before the
-    preflight imports verl (whose first words on it would be a hub-id error). A hub id, or a key
-    the user sets after ``--``, is the preflight's to check."""
+    """A model knob naming a local directory that is not there: one line, before verl's hub-id
+    error; one the user sets after ``--`` is the preflight's."""
     overridden = {split_override(item)[0] for item in user}
     for name in ("MODEL_PATH", "CRITIC_MODEL_PATH"):
-        value = plan.values.get(name)
-        keys = [key for key, knob in plan.knob_keys.items() if knob == name]
-        if not value or not keys or overridden & set(keys):
-            continue
-        if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().exists():
-            say(f"recipe: {name}={value} does not exist: a local directory holding the model's "
-                "config.json and weights, or a hub id such as Qwen/Qwen2.5-0.5B-Instruct",
-                err=True)  # fmt: skip
-            raise Exit(2)
+        value = plan.values.get(name) or ""
+        keys = {key for key, knob in plan.knob_keys.items() if knob == name}
+        local = value.startswith(("/", "./", "../", "~"))
+        if keys and not keys & overridden and local and not Path(value).expanduser().exists():
+            fail(f"recipe: {name}={value} does not exist: a local directory holding the "
+                 "model's config.json and weights, or a hub id such as "
+                 "Qwen/Qwen2.5-0.5B-Instruct")  # fmt: skip
+
+
+def quiet(main, argv: list[str]) -> None:
+    """A stage's main in this process, its standard output silenced (its errors stay)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    if code:
+        raise Exit(code)
 
 
 def prepare_cpu_defaults(plan: Plan) -> None:
-    """First use on a CPU: build the tiny model and prepare the shipped GSM8K sample, if missing."""
+    """First use on a CPU: the tiny model and the shipped GSM8K sample, if missing."""
     model = Path(plan.values["MODEL_PATH"])
     if model == plan.tiny_model_dir and not (model / "config.json").exists():
         say(f"recipe: building the tiny random Qwen2 (offline, once) -> {model}")
@@ -146,35 +129,22 @@ def prepare_cpu_defaults(plan: Plan) -> None:
             from data_prep.gsm8k import main as prepare
         else:
             from data_prep.sft import main as prepare
-        root = CONFIG_DIR.parent
-        quiet(prepare, ["--source", str(root / "data_prep/sample"), "--out-dir", data_dir])
+        sample = str(CONFIG_DIR.parent / "data_prep/sample")
+        quiet(prepare, ["--source", sample, "--out-dir", data_dir])
     if model == plan.tiny_model_dir:
-        label = plan.trainer.upper()
-        say(f"recipe: CPU run of a TINY RANDOM model: the {label} loop is real, its accuracy "
-            "means nothing (docs/cpu.md).")  # fmt: skip
-
-
-def quiet(main, argv: list[str]) -> None:
-    """A stage's main in this process with its standard output silenced (its errors stay)."""
-    import contextlib
-    import io
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        code = main(argv)
-    if code:
-        raise Exit(code)
+        say(f"recipe: CPU run of a TINY RANDOM model: the {plan.trainer.upper()} loop is real, "
+            "its accuracy means nothing (docs/cpu.md).")  # fmt: skip
 
 
 def preflight(plan: Plan, user: list[str], dry_run: bool) -> list[str]:
     """The preflight on the final override list, in this process; the token budget it picks
-    (TOKEN_BUDGET=auto, PPO, no budget key among the user's overrides). DRY_RUN: then verl's own
-    --cfg job, in the same process (verl imported once)."""
-    budget = None
-    own_budget = any("max_token_len_per_gpu=" in arg for arg in user)
-    if plan.trainer == "ppo" and plan.values.get("TOKEN_BUDGET") == "auto" and not own_budget:
-        budget = Path(tempfile.mkstemp(prefix="token-budget.")[1])
+    (TOKEN_BUDGET=auto, PPO, none of the user's). DRY_RUN: then verl's --cfg job, here."""
     from verl_gsm8k.preflight.cli import preflight as run_preflight
 
+    budget, picked = None, []
+    own = any("max_token_len_per_gpu=" in arg for arg in user)
+    if plan.trainer == "ppo" and plan.values.get("TOKEN_BUDGET") == "auto" and not own:
+        budget = Path(tempfile.mkstemp(prefix="token-budget.")[1])
     chosen = {key: f"{knob}={plan.values[knob]}" for key, knob in plan.knob_keys.items()
               if knob in plan.from_env}  # fmt: skip
     chosen.update({split_override(item)[0]: item for item in user})
@@ -183,8 +153,7 @@ def preflight(plan: Plan, user: list[str], dry_run: bool) -> list[str]:
                              CONFIG_DIR, None, budget, chosen)  # fmt: skip
         if code:
             raise Exit(code)
-        picked = []
-        if budget is not None and budget.stat().st_size:
+        if budget is not None:
             picked = [line for line in budget.read_text().splitlines() if line]
     finally:
         if budget is not None:
@@ -195,76 +164,82 @@ def preflight(plan: Plan, user: list[str], dry_run: bool) -> list[str]:
 
 
 def show_dry_run(plan: Plan, overrides: list[str]) -> int:
-    """DRY_RUN=1's end: the command a launch would run, then verl's --cfg job of it, here."""
+    """DRY_RUN=1's end: the command a launch would run, then verl's --cfg job of it."""
     from verl_gsm8k.preflight.dry_run import print_config
 
-    say_command(verl_argv(plan, overrides), plan.exports)
+    say(f"{PREFIX}{shell_line(verl_argv(plan, overrides), plan.exports)}")
     return print_config(plan.verl_module, CONFIG_DIR, plan.recipe.config, overrides)
 
 
-def say_command(argv: list[str], env: dict[str, str]) -> str:
-    """The exact command verl gets, said as one shell line (common/command_line.py); the line."""
-    line = shell_line(argv, env)
-    say(f"{PREFIX}{line}")
-    return line
+def verl_argv(plan: Plan, overrides: list[str]) -> list[str]:
+    launcher = [plan.python]
+    if plan.trainer == "sft":  # one process per device
+        launcher += ["-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+                     f"--nproc_per_node={plan.values['NDEVICES_PER_NODE']}"]  # fmt: skip
+    return [*launcher, "-m", plan.verl_module, "--config-path", str(CONFIG_DIR), "--config-name",
+            plan.recipe.config, *overrides]  # fmt: skip
 
 
-def no_gpu(plan: Plan) -> bool:
-    if plan.train_on == "none":
-        return True
-    return plan.train_on == "gpu" and not has_gpu(plan.env) and not plan.on_ray_cluster()
-
-
-def say_no_gpu(plan: Plan) -> None:
-    name = plan.recipe.name
+def check_gpu(plan: Plan) -> None:
+    """No GPU where the plan trains on one: one line, exit 3."""
+    none_here = plan.train_on == "gpu" and not has_gpu(plan.env) and not plan.on_ray_cluster()
+    if plan.train_on != "none" and not none_here:
+        return
+    name, cluster = plan.recipe.name, ""
     here = f"bash recipes/smoke_tiny.sh, or DEVICE=cpu bash recipes/{name}.sh"
     if plan.trainer == "sft":
         here = f"DEVICE=cpu bash recipes/{name}.sh"
-    cluster = ""
-    address = plan.env.get("RAY_ADDRESS")
-    if address and plan.trainer == "ppo":
+    if (address := plan.env.get("RAY_ADDRESS")) and plan.trainer == "ppo":
         cluster = f" To train on the GPUs of the Ray cluster at RAY_ADDRESS={address}: DEVICE=gpu."
-    say("recipe: preflight passed, but no NVIDIA GPU is visible here. To train on this CPU at toy "
-        f"scale: {here}; DRY_RUN=1 prints the final config.{cluster}", err=True)  # fmt: skip
+    fail("recipe: preflight passed, but no NVIDIA GPU is visible here. To train on this CPU at "
+         f"toy scale: {here}; DRY_RUN=1 prints the final config.{cluster}", 3)  # fmt: skip
 
 
-def plan_stop(plan: Plan) -> tuple[int, bool]:
-    """(STOP_GRACE_S, set by the user) for this PPO launch, each said in one line; a Slurm job's
-    end as the trainer's deadline (RUN_DIR/job_deadline), refused when start-up, a step and a
-    save measured by earlier launches do not fit the time left."""
-    from verl_gsm8k.guard.deadline import Timings
+def plan_stop(plan: Plan) -> tuple[int, dict[str, str]]:
+    """(STOP_GRACE_S, verl's variables) of a PPO launch, each said in one line: KillWait in a
+    Slurm job, the job's end for the trainer (refused when what was measured does not fit)."""
     from verl_gsm8k.launch.slurm import job_end, kill_wait_line
 
-    run_dir = plan.run_dir
-    given = plan.env.get("STOP_GRACE_S", "")
-    deadline_path(run_dir).unlink(missing_ok=True)
-    timings = Timings.read(run_dir)
-    fits = kill_wait_line(plan.env, stop_grace.stop_needs(timings))
-    if fits:
+    timings = stop.Timings.read(plan.run_dir)
+    if fits := kill_wait_line(plan.env, timings.stop_needs()):
         say(fits, err="NOT fit" in fits)
-    end = job_end(plan.env)
-    if end is None and plan.env.get("SLURM_JOB_ID"):
-        say(f"recipe: Slurm job {plan.env['SLURM_JOB_ID']} has no end time (no time limit): no "
-            "deadline")  # fmt: skip
+    end, job = job_end(plan.env), plan.env.get("SLURM_JOB_ID")
+    if end is None and job:
+        say(f"recipe: Slurm job {job} has no end time (no time limit): no deadline")
     if end is not None:
-        code = job_deadline.plan_and_write(run_dir, end)
+        code, line = stop.fits(plan.run_dir, end, time.time())
+        say(line, err=bool(code))
         if code:
             raise Exit(code)
-        if not given:  # a stop gets until 5 s before the job's end (Supervisor.request_stop)
-            return int(stop_grace.DEFAULT_S), False
+        if not plan.env.get("STOP_GRACE_S"):  # a SIGTERM's grace runs to the job's end
+            return int(stop.DEFAULT_GRACE_S), {stop.ENV_JOB_END: str(end)}
     try:
-        grace, said = stop_grace.choose(timings, {**plan.env, "STOP_GRACE_S": given})
+        grace, said = stop.grace(timings, plan.env)
     except ValueError as error:
-        say(str(error), err=True)
-        raise Exit(2) from None
+        fail(str(error))
     for line in said:
         say(line, err=line.startswith("recipe: warning:"))
-    return int(grace), bool(given)
+    return int(grace), {stop.ENV_JOB_END: str(end)} if end else {}
+
+
+def say_where_wandb_logs(plan: Plan) -> None:
+    """wandb without a key: WANDB_MODE=offline logs locally. The key is never printed."""
+    wandb_dir = Path(plan.exports["WANDB_DIR"])
+    wandb_dir.mkdir(parents=True, exist_ok=True)
+    mode, runs = plan.env.get("WANDB_MODE", ""), f"{wandb_dir}/wandb/offline-run-*"
+    if mode == "offline":
+        say(f"recipe: wandb offline: this run is logged under {runs}; upload it later with: "
+            f"wandb sync {runs}")  # fmt: skip
+    elif mode == "disabled":
+        say("recipe: wandb disabled (WANDB_MODE=disabled): nothing is logged to wandb")
+    elif not plan.env.get("WANDB_API_KEY") and not (Path.home() / ".netrc").exists():
+        say("recipe: LOGGER has wandb but no WANDB_API_KEY (and no wandb login): wandb will fail "
+            "to start; WANDB_MODE=offline logs locally with no key and no network",
+            err=True)  # fmt: skip
 
 
 def record(plan: Plan, stamp: str, user: list[str], picked: list[str], command: str) -> None:
-    """The same-config check, then RUN_DIR/launches/launch-<stamp>.yaml (verl_gsm8k/resume/),
-    which keeps ``command``, the verl command line."""
+    """The same-config check, then RUN_DIR/launches/launch-<stamp>.yaml (verl_gsm8k/resume/)."""
     from verl_gsm8k.resume.__main__ import record_launch
 
     code = record_launch(
@@ -277,41 +252,12 @@ def record(plan: Plan, stamp: str, user: list[str], picked: list[str], command: 
         raise Exit(code)
 
 
-def say_where_wandb_logs(plan: Plan) -> None:
-    """wandb without a key: WANDB_MODE=offline logs under WANDB_DIR with no key and no network,
-    for `wandb sync` later. The key itself is never printed."""
-    wandb_dir = Path(plan.exports["WANDB_DIR"])
-    wandb_dir.mkdir(parents=True, exist_ok=True)
-    mode = plan.env.get("WANDB_MODE", "")
-    if mode == "offline":
-        runs = f"{wandb_dir}/wandb/offline-run-*"
-        say(f"recipe: wandb offline: this run is logged under {runs}; upload it later with: "
-            f"wandb sync {runs}")  # fmt: skip
-    elif mode == "disabled":
-        say("recipe: wandb disabled (WANDB_MODE=disabled): nothing is logged to wandb")
-    elif not plan.env.get("WANDB_API_KEY") and not (Path.home() / ".netrc").exists():
-        say("recipe: LOGGER has wandb but no WANDB_API_KEY (and no wandb login): wandb will fail "
-            "to start; WANDB_MODE=offline logs locally with no key and no network",
-            err=True)  # fmt: skip
-
-
-def verl_argv(plan: Plan, overrides: list[str]) -> list[str]:
-    python = plan.python
-    if plan.trainer == "ppo":
-        launcher = [python]
-    else:  # one process per device (`python -m torch.distributed.run`, with this python)
-        launcher = [python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                    f"--nproc_per_node={plan.values['NDEVICES_PER_NODE']}"]  # fmt: skip
-    return [*launcher, "-m", plan.verl_module, "--config-path", str(CONFIG_DIR), "--config-name",
-            plan.recipe.config, *overrides]  # fmt: skip
-
-
 def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
     """From the lock to the requeue: verl runs, supervised; the launch's exit status."""
     from verl_gsm8k.launch.lock import Busy, lock_run_dir
     from verl_gsm8k.launch.slurm import requeue_if_stopped
 
-    run_dir = plan.run_dir
+    run_dir, ppo = plan.run_dir, plan.trainer == "ppo"
     stamp = unused_stamp(run_dir)
     try:
         lock_run_dir(run_dir, stamp, int(plan.values.get("LOCK_WAIT_S", "0")), say)
@@ -319,23 +265,21 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
         if str(busy):
             say(str(busy), err=True)
         raise Exit(2) from None
-    grace, grace_set = int(plan.env.get("STOP_GRACE_S") or stop_grace.DEFAULT_S), False
-    if plan.trainer == "ppo":
-        grace, grace_set = plan_stop(plan)
+    grace, extra = int(plan.env.get("STOP_GRACE_S") or stop.DEFAULT_GRACE_S), {}
+    if ppo:
+        grace, extra = plan_stop(plan)
         say(plan.save_every_line)  # the minutes plan.py passed to the trainer
-    # verl's file logger truncates its file on open: one file per launch keeps a resumed run's
+    # one metrics file per launch: verl's file logger truncates its file on open
     metrics, console = metrics_path(run_dir, stamp), console_log_path(run_dir, stamp)
-    # Every process verl starts carries these two variables (Ray's included, which leave the
-    # launcher's process group): once verl has ended, whatever is left of them is stopped.
+    # every process verl starts carries these (Ray's, out of the launcher's group, too): what
+    # is left of them once verl has ended is stopped (launch/reap.py)
     launch_id = new_launch_id(stamp)
-    launch_vars = {ENV_LAUNCH: launch_id, ENV_RUN_DIR: str(run_dir),
-                   "STOP_GRACE_S": str(grace), "VERL_FILE_LOGGER_PATH": str(metrics)}  # fmt: skip
-    on_cluster = plan.env.get("RAY_ADDRESS") and plan.trainer == "ppo"
-    ray_env = ray_env_overrides(launch_vars) if on_cluster else []
-    env = {**plan.env, **plan.exports, **launch_vars}
-    overrides = [*plan.all_overrides([], picked), *ray_env, *user]
-    argv = verl_argv(plan, overrides)
-    command = say_command(argv, {**plan.exports, **launch_vars})
+    launch_vars = {ENV_LAUNCH: launch_id, ENV_RUN_DIR: str(run_dir), "STOP_GRACE_S": str(grace),
+                   "VERL_FILE_LOGGER_PATH": str(metrics), **extra}  # fmt: skip
+    ray_env = ray_env_overrides(launch_vars) if plan.env.get("RAY_ADDRESS") and ppo else []
+    argv = verl_argv(plan, [*plan.all_overrides([], picked), *ray_env, *user])
+    command = shell_line(argv, {**plan.exports, **launch_vars})
+    say(f"{PREFIX}{command}")
     record(plan, stamp, user, picked, command)
     if plan.logs_to_wandb():
         say_where_wandb_logs(plan)
@@ -343,31 +287,27 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
     say(f"recipe: metrics -> {metrics} | console log -> {console}")
     say(f"recipe: verl starts, {time.monotonic() - start:.1f} s after the launch began")
-    supervisor = Supervisor(run_dir, grace, grace_set, plan.env, say)
-    code = supervisor.run(argv, env, console, plan.trainer == "ppo", launch_id)
+    supervisor = Supervisor(run_dir, grace, plan.env, say)
+    env = {**plan.env, **plan.exports, **launch_vars}
+    code = supervisor.run(argv, env, console, ppo, launch_id)
     if code == 0:
         prune_finished(run_dir, plan.values.get("MAX_CKPT_TO_KEEP", ""))
-    if plan.trainer == "ppo":
-        say(f"recipe: verl exited with {code}. Report: python -m verl_gsm8k.report {run_dir}")
-    else:
-        say(
-            f"recipe: verl exited with {code}. Metrics: {metrics}; to a Hugging Face model (a "
-            f"MODEL_PATH for the PPO recipes): bash scripts/merge.sh {run_dir} OUT_DIR"
-        )
-    code, lines = outcome.verdict(run_dir, stamp, code, supervisor.deadline is not None)
+    report = f"Report: python -m verl_gsm8k.report {run_dir}" if ppo else (
+        f"Metrics: {metrics}; to a Hugging Face model (a MODEL_PATH for the PPO recipes): bash "
+        f"scripts/merge.sh {run_dir} OUT_DIR")  # fmt: skip
+    say(f"recipe: verl exited with {code}. {report}")
+    code, lines = outcome.verdict(run_dir, stamp, code)
     for line in lines:
         say(line, err=True)
-    hooks = recipe_hooks(plan.recipe)
-    if hooks is not None:
+    if (hooks := recipe_hooks(plan.recipe)) is not None:
         hooks.after(plan, code)
     requeue_if_stopped(code, stamp, run_dir, plan.env, say)
     return code
 
 
 def prune_finished(run_dir: Path, keep: str) -> None:
-    """verl's max_*_ckpt_to_keep prunes only what the current process saved: after a launch that
-    ended cleanly, the limit applies to the whole run directory, never removing the checkpoint a
-    relaunch resumes from nor the kept best (verl_gsm8k/guard/prune.py)."""
+    """After a clean end, MAX_CKPT_TO_KEEP over the whole run (verl prunes only what its own
+    process saved), never the checkpoint the tracker names nor the kept best."""
     if keep.isdigit() and int(keep) > 0:
         for line in prune.prune(run_dir, int(keep)):
             say(f"recipe: {line}")
@@ -376,15 +316,17 @@ def prune_finished(run_dir: Path, keep: str) -> None:
 def launch(argv: list[str]) -> int:
     recipe, user = parse_recipe(argv)
     if user[:1] in (["-h"], ["--help"]):
-        usage(recipe.name)
+        print(f"usage: [KNOB=value ...] bash recipes/{recipe.name}.sh [verl.key=value ...]\n"
+              "Knobs and their verl keys: docs/knobs.md. Extra key=value arguments override "
+              "everything.\nDRY_RUN=1 runs the preflight and prints the final config without a "
+              "GPU.")  # fmt: skip
         return 0
     start = time.monotonic()
     plan = make_plan(recipe, os.environ, probe=False, user=user)
     check(plan)  # in well under a second, before the attention probe imports torch
     probe_attention(plan)
     if plan.attention_refusal:
-        say(plan.attention_refusal, err=True)
-        raise Exit(2)
+        fail(plan.attention_refusal)
     os.environ.update(plan.exports)  # the preflight, and every process started from here
     where = f" on the Ray cluster at RAY_ADDRESS={plan.env['RAY_ADDRESS']}" if (
         plan.on_ray_cluster()) else ""  # fmt: skip
@@ -392,12 +334,13 @@ def launch(argv: list[str]) -> int:
         f"{plan.values['MODEL_PATH']} | run dir: {plan.run_dir}")  # fmt: skip
     say(f"recipe: device: {plan.train_on} (DEVICE={plan.values.get('DEVICE', 'auto')}){where} | "
         f"attention: {plan.attention_line}")  # fmt: skip
-    say(knobs_from_env_line(plan))
+    taken = {name: value for name, value in plan.values.items() if name in plan.from_env}
+    shown = shell_line([], taken) if taken else "none (the recipe's and the table's defaults)"
+    say(f"recipe: knobs from the environment: {shown}")  # secrets masked
     warn_unshared_run_dir(plan)
     if plan.train_on == "cpu":
         prepare_cpu_defaults(plan)
-    hooks = recipe_hooks(plan.recipe)
-    if hooks is not None:
+    if (hooks := recipe_hooks(plan.recipe)) is not None:
         hooks.prepare(plan)
     check_local_models(plan, user)
     dry_run = plan.values.get("DRY_RUN") == "1"
@@ -406,9 +349,7 @@ def launch(argv: list[str]) -> int:
         picked = preflight(plan, user, dry_run)  # DRY_RUN: ends there, after verl's --cfg job
     elif dry_run:
         return show_dry_run(plan, plan.all_overrides(user))
-    if no_gpu(plan):
-        say_no_gpu(plan)
-        return 3
+    check_gpu(plan)
     return train(plan, user, picked, start)
 
 

@@ -1,40 +1,14 @@
-"""Nothing of a launch outlives it: find every process a launch started, and end them.
+"""Nothing of a launch outlives it: the processes a launch started, found and ended.
 
-The launcher (verl_gsm8k/launch/) starts verl with two variables in its environment
-(common/launch_env.py), ``GSM8K_LAUNCH_ID`` (unique per launch: stamp, launcher pid, host) and
-``GSM8K_LAUNCH_RUN_DIR``. Every process verl starts inherits them: the driver, the local Ray it
-starts (``ray.init``: gcs, raylet, dashboard, log monitor, its process reaper), Ray's workers (the
-TaskRunner, the FSDP workers, vLLM's engine) and their children, also once they are re-parented to
-init or have left the launch's process group (verl's driver calls ``setpgrp`` when it starts Ray: a
-kill of the launcher's group misses all of them). The launcher starts verl's driver in a session
-of its own (launch/supervise.py ``start``), named in RUN_DIR/.launch.session: a process whose
-environment /proc no longer shows (Ray's retitled workers) is found by its session. Only this
-user's processes, on this machine, are looked at. A Ray cluster the launch attaches to
-(``RAY_ADDRESS``) was started elsewhere, without these variables and outside the session: its
-processes never match.
+Every process verl starts carries the launch's GSM8K_LAUNCH_ID and GSM8K_LAUNCH_RUN_DIR
+(common/launch_env.py), also once re-parented or out of the launcher's process group (verl's
+driver calls setpgrp); Ray's retitled workers, whose environment /proc may no longer show, are
+found by the session of verl's driver (RUN_DIR/.launch.session). Only this user's processes on
+this machine are looked at: a Ray cluster a launch attaches to is never touched.
 
-    python -m verl_gsm8k.launch.reap stop --launch ID [--grace S]   # after verl has ended
-    python -m verl_gsm8k.launch.reap stop --run-dir DIR             # every launch into DIR
-    python -m verl_gsm8k.launch.reap check --run-dir DIR [--wait S] # none may train beside us
-    python -m verl_gsm8k.launch.reap exec -- CMD ...                # multi_node.sbatch's ray start
-    python -m verl_gsm8k.launch.reap stop --slurm-ray JOB           # Slurm job JOB's Ray, here
-
-``stop`` gives the processes a moment to end on their own (Ray's shutdown is under way when
-verl exits), then SIGTERM, then SIGKILL after ``--grace`` seconds (at once to a process that
-blocks SIGTERM, as the launcher starts verl's), and says in one line what it
-had to stop (nothing when nothing outlived verl). ``check`` (the run-directory lock, after
-``flock``) refuses in one line when processes of an earlier launch into the same run directory
-still run, after waiting ``--wait`` seconds for them to end: they hold no lock (only the launcher
-holds it) and could still write checkpoints. Those of a launch whose launcher has ended (a
-SIGKILL of it: verl's driver dies with it, launch/supervise.py; Ray's agents may linger) are
-not waited for: they are stopped, said in one line, and the relaunch goes on.
-
-``stop --slurm-ray JOB`` ends the Ray that slurm/multi_node.sbatch started for Slurm job JOB on
-this machine: each node's ``ray start --block`` runs through ``exec`` with
-``GSM8K_RAY_OF_SLURM_JOB`` set to the job's id and leads its process group, which holds that
-node's whole Ray (gcs, raylet, agents, workers), SIGTERM blocked: SIGKILL to every process of
-those groups. Ray's other clusters on the machine (another job's, a launch's own) are not
-touched, as they would be by ``ray stop --force``.
+    python -m verl_gsm8k.launch.reap stop --run-dir DIR      # every launch into DIR
+    python -m verl_gsm8k.launch.reap stop --slurm-ray JOB    # Slurm job JOB's Ray, here
+    python -m verl_gsm8k.launch.reap exec -- CMD ...         # multi_node.sbatch's ray start
 """
 
 from __future__ import annotations
@@ -46,13 +20,16 @@ import signal
 import socket
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from verl_gsm8k.common import procs
 from verl_gsm8k.common.launch_env import ENV_LAUNCH, ENV_RUN_DIR, launcher_ended
 from verl_gsm8k.common.run_dir import session_path
+
+ENV_RAY_OF_JOB = "GSM8K_RAY_OF_SLURM_JOB"
+Sessions = dict[int, tuple[str, str]]  # session id -> (launch id, run dir)
 
 
 @dataclass(frozen=True)
@@ -63,39 +40,31 @@ class Proc:
     run_dir: str
 
 
-Sessions = dict[int, tuple[str, str]]
-
-
-def read_session(run_dir: str) -> Sessions:
-    """The session of the last launch into ``run_dir`` (launch/supervise.py ``start`` wrote it),
-    as ``{session id: (launch id, run dir)}``; empty when there is none."""
+def read_session(run_dir: str, launch: str | None = None) -> Sessions:
+    """The session RUN_DIR/.launch.session names (launch/supervise.py), if ``launch``'s."""
     try:
-        sid, launch = session_path(Path(run_dir)).read_text(encoding="utf-8").split()[:2]
-        return {int(sid): (launch, run_dir)}
+        sid, owner = session_path(Path(run_dir)).read_text(encoding="utf-8").split()[:2]
+        return {int(sid): (owner, run_dir)} if launch in (None, owner) else {}
     except (OSError, ValueError):
         return {}
 
 
 def launch_processes(match: Callable[[Proc], bool], sessions: Sessions | None = None) -> list[Proc]:
-    """This user's live processes that carry a launch's variables, or are in the session of one
-    of ``sessions``, and ``match``. (Ray retitles its workers, setproctitle, which may overwrite
-    what /proc shows of their environment; none of them leaves verl's session.)"""
-    mine = procs.session_of(0)
-    if sessions and mine in sessions:  # a session id used again: ours, never a survivor
-        sessions = {sid: it for sid, it in sessions.items() if sid != mine}
-    found = []
+    """This user's live processes of a launch (by environment or session) that ``match``."""
+    mine, found = procs.session_of(0), []
     for process in procs.ours():
         pid = process.pid
         env = procs.environ(pid, (ENV_LAUNCH, ENV_RUN_DIR))
+        sid = procs.session_of(pid)
         if env is None:
-            continue  # ended meanwhile, or not ours to read
+            continue
         if ENV_LAUNCH in env:
-            proc = Proc(pid, procs.name(pid), env[ENV_LAUNCH], env.get(ENV_RUN_DIR, ""))
-        elif sessions and (sid := procs.session_of(pid)) in sessions:
-            launch, run_dir = sessions[sid]  # type: ignore[index]
-            proc = Proc(pid, procs.name(pid), launch, run_dir)
+            owner = env[ENV_LAUNCH], env.get(ENV_RUN_DIR, "")
+        elif sessions and sid != mine and sid in sessions:  # a session id used again: ours
+            owner = sessions[sid]  # type: ignore[index]
         else:
             continue
+        proc = Proc(pid, procs.name(pid), *owner)
         if match(proc):
             found.append(proc)
     return found
@@ -115,71 +84,80 @@ def describe(found: Sequence[Proc]) -> str:
     return ", ".join(name if n == 1 else f"{n}x {name}" for name, n in counts.most_common())
 
 
-class Finder:
-    """``launch_processes`` as common/procs.py's ``stop`` rescans it, keeping each Proc seen."""
+def _finder(match: Callable[[Proc], bool], sessions: Sessions):
+    """A pid lister for common/procs.py's ``stop`` and the Procs it has seen."""
+    seen: dict[int, Proc] = {}
 
-    def __init__(self, match: Callable[[Proc], bool], sessions: Sessions) -> None:
-        self.match, self.sessions = match, sessions
-        self.seen: dict[int, Proc] = {}
-
-    def __call__(self) -> list[int]:
-        found = launch_processes(self.match, self.sessions)
-        self.seen.update((proc.pid, proc) for proc in found)
+    def find() -> list[int]:
+        found = launch_processes(match, sessions)
+        seen.update((proc.pid, proc) for proc in found)
         return [proc.pid for proc in found]
 
-    def procs_of(self, pids: Iterable[int]) -> list[Proc]:
-        return [self.seen[pid] for pid in pids if pid in self.seen]
+    return find, seen
 
 
 def stop(
-    match: Callable[[Proc], bool], settle_s: float, grace_s: float, sessions: Sessions
-) -> tuple[list[Proc], int]:
-    """End every matching process (common/procs.py's one policy): what was still there after
-    ``settle_s`` (the ones this had to stop) and how many of them needed SIGKILL."""
-    find = Finder(match, sessions)
-    if not procs.wait_gone(find, settle_s):
-        return [], 0
-    seen, killed = procs.stop(find, grace_s)
-    return find.procs_of(sorted(seen)), len(killed)
+    match: Callable[[Proc], bool], sessions: Sessions, what: str, outlived: str = "verl",
+    settle_s: float = 3.0, grace_s: float = 10.0,
+) -> int:  # fmt: skip
+    """Give the processes ``settle_s`` to end (Ray's shutdown is under way when verl exits),
+    then stop them (procs.stop: SIGKILL at once to those blocking SIGTERM); one line saying
+    what had to be stopped, none when nothing was; 1 when some could not be."""
+    find, seen = _finder(match, sessions)
+    pids, killed = procs.stop(find, grace_s) if procs.wait_gone(find, settle_s) else (set(), ())
+    stopped = [seen[pid] for pid in sorted(pids)]
+    if stopped:
+        how = f", {len(killed)} of them by SIGKILL" if killed else ""
+        print(f"recipe: {len(stopped)} processes of {what} outlived {outlived} and were stopped "
+              f"({describe(stopped)}){how}", file=sys.stderr, flush=True)  # fmt: skip
+    left = launch_processes(match, sessions)
+    if left:
+        pids = " ".join(str(proc.pid) for proc in left)
+        print(f"recipe: {len(left)} processes of {what} could not be stopped ({describe(left)}; "
+              f"pids {pids})", file=sys.stderr, flush=True)  # fmt: skip
+    return 1 if left else 0
 
 
-def exec_blocked(argv: Sequence[str]) -> None:
-    """Become ``argv`` with SIGTERM blocked (inherited by every process it starts) in a session
-    of its own: each ``ray start`` of slurm/multi_node.sbatch, so that its daemons and workers
-    live through a SIGTERM to every process of the job (the launcher gives verl's driver the same
-    mask and session itself: launch/supervise.py)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    with contextlib.suppress(OSError):
-        os.setsid()  # fails only for a process group leader (slurmstepd's tasks): kept as is
-    os.execvp(argv[0], list(argv))
+def stop_launch(launch: str, run_dir: str) -> int:
+    """After verl has ended: every process of launch ``launch`` still there."""
+    return stop(of_launch(launch), read_session(run_dir, launch), f"launch {launch}")
 
 
-EXEC_USAGE = (
-    "usage: python -m verl_gsm8k.launch.reap exec [--] COMMAND [ARG ...]\n"
-    "runs COMMAND with SIGTERM blocked in a session of its own (multi_node.sbatch's ray start)"
-)
-
-
-ENV_RAY_OF_JOB = "GSM8K_RAY_OF_SLURM_JOB"
+def check_run_dir(run_dir: str, wait_s: float, but: str = "") -> int:
+    """0 when no process of an earlier launch into ``run_dir`` runs (they hold no lock, and could
+    still write checkpoints); else 2, in one line, after waiting ``wait_s``. Those of a launch
+    whose launcher has ended (a SIGKILL of it) are stopped at once, in one line."""
+    sessions, match = read_session(run_dir), of_run_dir(run_dir, but)
+    for launch in sorted({p.launch for p in launch_processes(match, sessions)}):
+        if launcher_ended(launch):
+            stop(of_launch(launch), read_session(run_dir, launch), f"launch {launch}",
+                 "its launcher", settle_s=0.0)  # fmt: skip
+    find, seen = _finder(match, sessions)
+    left = [seen[pid] for pid in procs.wait_gone(find, wait_s)]
+    if not left:
+        return 0
+    pids = " ".join(str(proc.pid) for proc in left[:8]) + (" ..." if len(left) > 8 else "")
+    print(f"recipe: {run_dir} is in use: {len(left)} processes of an earlier launch into it "
+          f"still run ({describe(left)}; pids {pids}; launch "
+          f"{', '.join(sorted({p.launch for p in left}))}), though it holds no lock: a launch "
+          "beside them could write over their checkpoints; stop them (python -m "
+          f"verl_gsm8k.launch.reap stop --run-dir {run_dir!r}) or wait for them (LOCK_WAIT_S)",
+          file=sys.stderr, flush=True)  # fmt: skip
+    return 2
 
 
 def slurm_ray_groups(job: str) -> set[int]:
-    """The process groups of Slurm job ``job``'s Ray on this machine: each led by a ``ray start``
-    that carries ENV_RAY_OF_JOB=job (the srun clients that started them carry it too, and lead
-    no group). slurmstepd starts each task as a process group leader, which ``exec``'s setsid
-    cannot change; every process Ray starts stays in that group."""
-    found = set()
-    for process in procs.ours():
-        marked = (procs.environ(process.pid, (ENV_RAY_OF_JOB,)) or {}).get(ENV_RAY_OF_JOB)
-        if marked == job and procs.group_of(process.pid) == process.pid:
-            found.add(process.pid)
-    return found
+    """The process groups of Slurm job ``job``'s Ray here: each led by a ``ray start`` marked
+    with ENV_RAY_OF_JOB (slurmstepd makes each task a group leader; Ray's processes stay in)."""
+    marked = {p.pid: procs.environ(p.pid, (ENV_RAY_OF_JOB,)) or {} for p in procs.ours()}
+    return {pid for pid, env in marked.items() if env.get(ENV_RAY_OF_JOB) == job
+            and procs.group_of(pid) == pid}  # fmt: skip
 
 
 def stop_slurm_ray(job: str, seconds: float = 10.0) -> int:
-    """SIGKILL every process of Slurm job ``job``'s Ray on this machine (SIGTERM is blocked
-    there), rescanning until none is left (a raylet may still start a worker), ``seconds`` at
-    most; one line saying what was stopped; 1 when some could not be."""
+    """SIGKILL (SIGTERM is blocked there) to every process of ``job``'s Ray here, rescanning
+    ``seconds`` at most (a raylet may still start a worker), never another Ray of the machine;
+    one line; 1 when some could not be stopped."""
     groups, names = slurm_ray_groups(job), {}
 
     def find() -> list[int]:
@@ -189,105 +167,39 @@ def stop_slurm_ray(job: str, seconds: float = 10.0) -> int:
 
     seen, _ = procs.stop(find, 0.0, kill_rounds=max(1, int(seconds / 0.5)))
     left = find()
-    host = socket.gethostname().split(".")[0]
-    stopped = [Proc(pid, names[pid], job, "") for pid in sorted(seen)]
-    done = describe(stopped) or "none left"
-    print(f"slurm: Ray of job {job} on {host}: {len(stopped)} processes stopped ({done})"
-          + (f"; {len(left)} could not be" if left else ""), flush=True)  # fmt: skip
+    done = describe([Proc(pid, names[pid], job, "") for pid in sorted(seen)]) or "none left"
+    print(f"slurm: Ray of job {job} on {socket.gethostname().split('.')[0]}: {len(seen)} "
+          f"processes stopped ({done})" + (f"; {len(left)} could not be" if left else ""),
+          flush=True)  # fmt: skip
     return 1 if left else 0
 
 
-def check_run_dir(run_dir: str, wait_s: float, but: str = "") -> int:
-    """0 when no process of an earlier launch into ``run_dir`` runs; else 2, said in one line.
-    Those of a launch whose launcher has ended (a SIGKILL; verl's driver dies with it) are
-    stopped, said in one line; the others are waited for ``wait_s`` seconds."""
-    sessions, match = read_session(run_dir), of_run_dir(run_dir, but)
-    orphaned = sorted({p.launch for p in launch_processes(match, sessions)
-                       if launcher_ended(p.launch)})  # fmt: skip
-    for launch in orphaned:
-        stop_all(of_launch(launch), f"launch {launch}", launch_sessions(launch, run_dir), 0.0,
-                 outlived="its launcher")  # fmt: skip
-    find = Finder(match, sessions)
-    left = find.procs_of(procs.wait_gone(find, wait_s))
-    if not left:
-        return 0
-    pids = " ".join(str(proc.pid) for proc in left[:8]) + (" ..." if len(left) > 8 else "")
-    launches = sorted({proc.launch for proc in left})
-    print(f"recipe: {run_dir} is in use: {len(left)} processes of an earlier launch "
-          f"into it still run ({describe(left)}; pids {pids}; launch {', '.join(launches)}), "
-          f"though it holds no lock: a launch beside them could write over their "
-          f"checkpoints; stop them (python -m verl_gsm8k.launch.reap stop --run-dir "
-          f"{run_dir!r}) or wait for them (LOCK_WAIT_S)", file=sys.stderr, flush=True)  # fmt: skip
-    return 2
-
-
-def stop_all(
-    match: Callable[[Proc], bool], what: str, sessions: Sessions, settle_s: float = 3.0,
-    grace_s: float = 10.0, outlived: str = "verl",
-) -> int:  # fmt: skip
-    """End every process ``match`` finds, say in one line what had to be stopped; 1 when some
-    could not be."""
-    stopped, killed = stop(match, settle_s, grace_s, sessions)
-    left = launch_processes(match, sessions)
-    if stopped:
-        how = f", {killed} of them by SIGKILL" if killed else ""
-        print(f"recipe: {len(stopped)} processes of {what} outlived {outlived} and were stopped "
-              f"({describe(stopped)}){how}", file=sys.stderr, flush=True)  # fmt: skip
-    if left:
-        pids = " ".join(str(proc.pid) for proc in left)
-        print(f"recipe: {len(left)} processes of {what} could not be stopped "
-              f"({describe(left)}; pids {pids})", file=sys.stderr, flush=True)  # fmt: skip
-        return 1
-    return 0
-
-
-def launch_sessions(launch: str, run_dir: str) -> Sessions:
-    """The session RUN_DIR/.launch.session names, if launch ``launch`` wrote it."""
-    return {sid: it for sid, it in read_session(run_dir).items() if it[0] == launch}
-
-
-def stop_launch(launch: str, run_dir: str) -> int:
-    """After verl has ended: every process of launch ``launch`` still there is stopped."""
-    return stop_all(of_launch(launch), f"launch {launch}", launch_sessions(launch, run_dir))
+def exec_blocked(argv: Sequence[str]) -> None:
+    """Become ``argv`` with SIGTERM blocked (inherited by all it starts), in a session of its
+    own where it can have one (slurmstepd's tasks lead a process group: kept)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    with contextlib.suppress(OSError):
+        os.setsid()
+    os.execvp(argv[0], list(argv))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["exec"]:
-        command = argv[2:] if argv[1:2] == ["--"] else argv[1:]
-        if not command or (argv[1:2] != ["--"] and command[0] in ("-h", "--help")):
-            print(EXEC_USAGE, file=sys.stdout if command else sys.stderr)
-            return 0 if command else 2
-        exec_blocked(command)
-    parser = argparse.ArgumentParser(prog="python -m verl_gsm8k.launch.reap", description=__doc__)
-    parser.add_argument("action", choices=("stop", "check"))
+    if argv[:2] == ["exec", "--"] and argv[2:]:
+        exec_blocked(argv[2:])
+    parser = argparse.ArgumentParser(prog="python -m verl_gsm8k.launch.reap", description=(
+        "Stop what outlives a launch. `exec -- COMMAND ...` runs COMMAND with SIGTERM blocked "
+        "in a session of its own (slurm/multi_node.sbatch's ray start)."))  # fmt: skip
+    parser.add_argument("action", choices=("stop",))
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--launch", help="the launch's GSM8K_LAUNCH_ID")
-    which.add_argument("--run-dir", help="every launch into this run directory")
-    which.add_argument(
-        "--slurm-ray",
-        metavar="JOB",
-        help="stop: the Ray slurm/multi_node.sbatch "
-        "started for Slurm job JOB on this machine (its ray start process groups)",
-    )
-    parser.add_argument("--session-of", default="", help="stop --launch: its run directory")
-    parser.add_argument("--but", default="", help="check: a launch id left out (the caller's)")
-    parser.add_argument("--settle", type=float, default=3.0, help="stop: s to end on their own")
-    parser.add_argument("--grace", type=float, default=10.0, help="stop: s from SIGTERM to KILL")
-    parser.add_argument("--wait", type=float, default=0.0, help="check: s to wait for them")
+    which.add_argument("--run-dir", help="every process of the launches into this run directory")
+    which.add_argument("--slurm-ray", metavar="JOB", help="the Ray slurm/multi_node.sbatch "
+                       "started for Slurm job JOB on this machine")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.action == "check":
-        if not args.run_dir:
-            parser.error("check takes --run-dir")
-        return check_run_dir(args.run_dir, args.wait, args.but)
     if args.slurm_ray:
         return stop_slurm_ray(args.slurm_ray)
-    match = of_launch(args.launch) if args.launch else of_run_dir(args.run_dir, args.but)
-    sessions = read_session(args.session_of or args.run_dir or "")
-    if args.launch:  # the session written by this launch, not an earlier one's
-        sessions = launch_sessions(args.launch, args.session_of)
-    what = f"launch {args.launch}" if args.launch else f"launches into {args.run_dir}"
-    return stop_all(match, what, sessions, args.settle, args.grace)
+    run_dir = args.run_dir
+    return stop(of_run_dir(run_dir), read_session(run_dir), f"launches into {run_dir}")
 
 
 if __name__ == "__main__":

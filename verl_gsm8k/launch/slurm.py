@@ -1,6 +1,5 @@
-"""The Slurm job a launch runs in: its end (the trainer's deadline, a stop's grace) and, after a
-stop, its requeue (docs/slurm.md, "Time limits").
-"""
+"""What the launcher asks of the Slurm job it runs in (its end, KillWait, what stopped it) and,
+after a stop that saved, its requeue (docs/slurm.md, "Time limits")."""
 
 from __future__ import annotations
 
@@ -12,88 +11,71 @@ from pathlib import Path
 
 from verl_gsm8k.common.run_dir import read_stamp, tracked_step
 
+Run = Callable[[list[str]], str]
+
 
 def _run(argv: list[str]) -> str:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    return done.stdout
 
 
-def job_end(env: Mapping[str, str], run: Callable[[list[str]], str] = _run) -> int | None:
-    """The end of the Slurm job (epoch seconds), or None: SLURM_JOB_END_TIME where Slurm sets it
-    (23.02 and later), else squeue's end time (%e), which a preemption's GraceTime and
-    `scontrol update TimeLimit` move. None outside a job or without a time limit."""
-    job = env.get("SLURM_JOB_ID")
+def job_end(env: Mapping[str, str], run: Run = _run) -> int | None:
+    """The job's end (epoch s): SLURM_JOB_END_TIME (Slurm 23.02+), else squeue's %e, which a
+    preemption's GraceTime or `scontrol update TimeLimit` move; None without a limit."""
+    job, given = env.get("SLURM_JOB_ID"), env.get("SLURM_JOB_END_TIME", "")
     if not job:
         return None
-    given = env.get("SLURM_JOB_END_TIME", "")
     if given.isdigit() and int(given) > 0:
         return int(given)
-    lines = run(["squeue", "-h", "-j", job, "-o", "%e"]).splitlines()
-    end = lines[0].strip() if lines else ""
-    if not re.match(r"\d{4}-\d{2}-\d{2}T", end):  # NONE, Unknown: no limit
-        return None
-    try:
-        return int(datetime.fromisoformat(end).timestamp())  # squeue prints local time
+    end = (run(["squeue", "-h", "-j", job, "-o", "%e"]).split() or [""])[0]
+    try:  # NONE, Unknown: no limit; squeue prints local time
+        return int(datetime.fromisoformat(end).timestamp()) if end[:2].isdigit() else None
     except ValueError:
         return None
 
 
-def job_fields(job: str, run: Callable[[list[str]], str] = _run) -> dict[str, str]:
-    """``scontrol show job -o JOB`` as {field: value} (values with spaces cut at the first)."""
-    pairs = (word.partition("=") for word in run(["scontrol", "show", "job", "-o", job]).split())
-    return {name: value for name, sep, value in pairs if sep}
+def job_fields(job: str, run: Run = _run) -> dict[str, str]:
+    words = run(["scontrol", "show", "job", "-o", job]).split()
+    return dict(word.split("=", 1) for word in words if "=" in word)
 
 
-def kill_wait(run: Callable[[list[str]], str] = _run) -> int | None:
-    """Slurm's KillWait: the seconds from its SIGTERM to every process of a job it ends early
-    (a requeue, a preemption, scancel) to its SIGKILL; None when Slurm does not say."""
+def kill_wait(run: Run = _run) -> int | None:
+    """KillWait: from Slurm's SIGTERM to a job it ends early to its SIGKILL."""
     found = re.search(r"^KillWait\s*=\s*(\d+)", run(["scontrol", "show", "config"]), re.M)
     return int(found.group(1)) if found else None
 
 
-def ended_by_slurm(env: Mapping[str, str], run: Callable[[list[str]], str] = _run) -> str | None:
-    """What Slurm is doing to this launch's job, asked when its SIGTERM arrives: "requeue" (its
-    restart count went up: `scontrol requeue`, a preemption), "cancel" (scancel), or None (the
-    job runs on: the time limit's own signal, a SIGTERM from elsewhere)."""
+def ended_by_slurm(env: Mapping[str, str], run: Run = _run) -> str | None:
+    """What Slurm does to the job: "requeue" (its restart count went up: a preemption,
+    `scontrol requeue`), "cancel" (scancel), or None (it runs on: the time limit's signal)."""
     job = env.get("SLURM_JOB_ID")
     if not job:
         return None
-    fields = job_fields(job, run)
-    restarts = int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0
-    count = env.get("SLURM_RESTART_COUNT") or "0"
-    if restarts > int(count if count.isdigit() else 0):
+    fields, count = job_fields(job, run), env.get("SLURM_RESTART_COUNT", "")
+    restarts = fields.get("Restarts", "")
+    if restarts.isdigit() and int(restarts) > (int(count) if count.isdigit() else 0):
         return "requeue"
-    if fields.get("JobState", "").startswith("CANCELLED"):
-        return "cancel"
-    return None
+    return "cancel" if fields.get("JobState", "").startswith("CANCELLED") else None
 
 
-def kill_wait_line(
-    env: Mapping[str, str], needs: float | None, run: Callable[[list[str]], str] = _run
-) -> str | None:
-    """Under Slurm, one line: the seconds a requeue or a preemption leaves between its SIGTERM to
-    every process of the job and its SIGKILL (KillWait; a preemption adds the partition's
-    GraceTime), and whether a stop (a step and its save, ``needs`` measured in this run) fits in
-    them. None outside a job or when Slurm does not say."""
+def kill_wait_line(env: Mapping[str, str], needs: float | None, run: Run = _run) -> str | None:
+    """Whether a stop measured here fits in what a requeue or preemption leaves between its
+    SIGTERM to every process and its SIGKILL; None outside a job or when Slurm does not say."""
     job = env.get("SLURM_JOB_ID")
-    if not job:
-        return None
-    kill_wait_s = kill_wait(run)
-    if kill_wait_s is None:
+    wait = kill_wait(run) if job else None
+    if wait is None:
         return None
     partition = job_fields(job, run).get("Partition", "")
     shown = run(["scontrol", "show", "partition", "-o", partition]) if partition else ""
-    found = re.search(r"\bGraceTime=(\d+)", shown)
-    grace = int(found.group(1)) if found else 0
+    grace = int((re.findall(r"\bGraceTime=(\d+)", shown) or ["0"])[0])
     extra = f"; a preemption adds GraceTime {grace} s" if grace else ""
-    said = (f"recipe: Slurm: a requeue or preemption of job {job} leaves {kill_wait_s} s from its "
+    said = (f"recipe: Slurm: a requeue or preemption of job {job} leaves {wait} s from its "
             f"SIGTERM to its SIGKILL (KillWait{extra})")  # fmt: skip
     if needs is None:
         return said + ": no step measured in this run yet to compare"
-    if needs <= kill_wait_s:
+    if needs <= wait:
         return said + f": a stop needs {needs:.0f} s measured here, it fits"
     return said + (f": a stop needs {needs:.0f} s measured here, it does NOT fit: a requeue "
                    "would lose the step in flight (the time limit is covered: the sbatch's "
@@ -101,39 +83,32 @@ def kill_wait_line(
 
 
 def requeue_if_stopped(
-    status: int, stamp: str, run_dir: Path, env: Mapping[str, str], say,
-    run: Callable[[list[str]], str] = _run,
-) -> None:  # fmt: skip
-    """Under slurm/one_node.sbatch (SLURM_REQUEUE_ON_STOP=1): a launch that stopped before the
-    end of the run (exit 5) and saved a step puts its job back in the queue, so that the same job
-    resumes until the run ends. A launch that saved nothing is not requeued: the next one would
-    do no better. What Slurm did itself (a requeue, a preemption, scancel) is said instead."""
+    status: int, stamp: str, run_dir: Path, env: Mapping[str, str], say, run: Run = _run
+) -> None:
+    """In a job of slurm/one_node.sbatch (SLURM_REQUEUE_ON_STOP=1): a launch that stopped (5)
+    after saving a step requeues its job, so that it resumes until the run ends; what Slurm did
+    itself (a requeue, scancel) is said instead."""
     job = env.get("SLURM_JOB_ID")
-    if status != 5 or env.get("SLURM_REQUEUE_ON_STOP", "0") != "1" or not job:
+    if status != 5 or env.get("SLURM_REQUEUE_ON_STOP") != "1" or not job:
         return
     step = tracked_step(run_dir)
     resumes = f"step {step}" if step is not None else "the start"
-    # Slurm requeues it already (a preemption, `scontrol requeue`): a second requeue would fail
-    # ("Job is pending execution")
-    ended = ended_by_slurm(env, run)
+    ended = ended_by_slurm(env, run)  # Slurm refuses a second requeue: "pending execution"
     if ended == "requeue":
         restarts = job_fields(job, run).get("Restarts", "?")
-        say(f"recipe: Slurm requeued job {job} itself (restart {restarts}: a preemption or "
-            f"scontrol requeue): it resumes from {resumes}")  # fmt: skip
-        return
+        return say(f"recipe: Slurm requeued job {job} itself (restart {restarts}: a preemption "
+                   f"or scontrol requeue): it resumes from {resumes}")  # fmt: skip
     if ended == "cancel":
-        say(f"recipe: Slurm job {job} was cancelled (scancel): not requeued; the same command "
-            f"resumes from {resumes}")  # fmt: skip
-        return
+        return say(f"recipe: Slurm job {job} was cancelled (scancel): not requeued; the same "
+                   f"command resumes from {resumes}")  # fmt: skip
     if step is None or read_stamp(run_dir, step) != stamp:
-        say(f"recipe: Slurm job {job} not requeued: this launch saved no step (start-up, a step "
-            "and a save did not fit before it stopped); resubmit with more time (sbatch --time)",
-            err=True)  # fmt: skip
-        return
+        return say(f"recipe: Slurm job {job} not requeued: this launch saved no step (start-up, "
+                   "a step and a save did not fit before it stopped); resubmit with more time "
+                   "(sbatch --time)", err=True)  # fmt: skip
     count = env.get("SLURM_RESTART_COUNT") or "0"
     say(f"recipe: requeueing Slurm job {job} (restart {count}): it resumes from step {step}")
     try:
-        failed = subprocess.run(["scontrol", "requeue", job], check=False).returncode != 0
+        failed = subprocess.run(["scontrol", "requeue", job]).returncode != 0
     except OSError:
         failed = True
     if failed:

@@ -1,16 +1,11 @@
-"""verl started and watched until it ends: its output copied to the console log, SIGTERM turned
-into a stop request, Ctrl-C into a stop now, the grace kept, what outlives verl reaped.
+"""verl started and watched: its output copied to the console log, SIGTERM a stop request
+(guard/stop.py), a request's deadline kept, Ctrl-C a stop now, what outlives verl reaped.
 
-PPO: verl's driver starts in a session of its own with SIGTERM blocked, a mask every process it
-starts inherits (Ray's daemons and workers): a SIGTERM to every process of the job reaches the
-launcher (a stop request, RUN_DIR/stop_requested) and leaves them running to save the step in
-flight; a SIGTERM to one of them alone is a stop request too
-(verl_gsm8k/verl_plugins/stop_on_sigterm.py). vLLM's engine processes unblock it (docs/slurm.md).
-SFT: torchrun runs in the launcher's process group with SIGTERM blocked too and SIGINT ignored
-as a background job's is; its workers read the stop request after each step
-(verl_gsm8k/sft_trainer/). After STOP_GRACE_S (or at once on Ctrl-C): every process of the launch
-stopped by common/procs.py's one policy (SIGKILL at once to those that block SIGTERM, SIGTERM to
-the others and SIGKILL 10 s later), exit 143. A SIGKILL of the launcher ends verl too (``start``).
+verl starts with SIGTERM blocked, a mask every process it starts inherits, so a SIGTERM to every
+process of a job leaves them saving (vLLM's engines: verl_plugins/vllm_sigterm.py). PPO's driver
+gets a session of its own (launch/reap.py finds Ray's retitled workers by it); SFT's torchrun
+stays in the launcher's group, SIGINT ignored. Past the deadline, or on Ctrl-C, every process of
+verl is stopped (common/procs.py), 143. A SIGKILL of the launcher ends verl too.
 """
 
 from __future__ import annotations
@@ -28,58 +23,41 @@ from verl_gsm8k.common import procs
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.common.children import dies_with_this_process
 from verl_gsm8k.common.run_dir import session_path, stop_path
+from verl_gsm8k.guard.stop import SIGTERM, read_request, request
 from verl_gsm8k.launch import reap
 from verl_gsm8k.launch.slurm import ended_by_slurm, job_end, kill_wait
 
-KILL_WAIT_S = 10  # from the SIGTERM to a process of verl's that does not block it to SIGKILL
-
-
-def _blocked_session() -> None:
-    """PPO's driver: SIGTERM blocked (inherited by every process it starts), its own session."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    os.setsid()
-
-
-def _blocked_no_sigint() -> None:
-    """SFT's torchrun: SIGTERM blocked (its workers inherit the mask), SIGINT ignored."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+KILL_WAIT_S = 10  # from SIGTERM to SIGKILL for a process of verl's that does not block it
 
 
 def start(
     argv: list[str], env: Mapping[str, str], run_dir: Path, launch_id: str, ppo: bool
 ) -> subprocess.Popen:
-    """verl, its output piped: PPO's driver with SIGTERM blocked in a session of its own, which
-    RUN_DIR/.launch.session names for the reaping of what outlives it (launch/reap.py, where
-    Ray's retitled workers no longer show their environment); SFT's torchrun with SIGINT off.
-    Either gets SIGKILL when the launcher dies (common/children.py), and SFT's workers die with
-    torchrun (sft_trainer/); Ray's workers end with the driver, its agents may linger. The run
-    directory's lock, the launcher's alone (no descriptor is passed on), is free at once, and
-    the relaunch stops what is left (reap.check_run_dir)."""
-    mask = _blocked_session if ppo else _blocked_no_sigint
+    """verl, its output piped, SIGTERM blocked, SIGKILLed when the launcher dies (the run
+    directory's lock is the launcher's alone: free at once); PPO's session in the run dir."""
     dies = dies_with_this_process(signal.SIGKILL)
 
     def preexec() -> None:
-        mask()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        if ppo:
+            os.setsid()
+        else:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         if dies is not None:
             dies()
 
-    proc = subprocess.Popen(
-        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=preexec,
-    )  # fmt: skip  # noqa: PLW1509  # one prctl call in the child (common/children.py)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=preexec)  # fmt: skip  # noqa: PLW1509
     if ppo:
         write_atomic(session_path(run_dir), f"{proc.pid} {launch_id}\n")
     return proc
 
 
 def _tee(source, log_path: Path) -> threading.Thread:
-    """Copy verl's output to this process's standard output and to the console log."""
-
     def copy() -> None:
-        out = sys.stdout.buffer
         with open(log_path, "wb") as log:
             while chunk := os.read(source.fileno(), 65536):
-                for sink in (out, log):
+                for sink in (sys.stdout.buffer, log):
                     try:
                         sink.write(chunk)
                         sink.flush()
@@ -92,52 +70,45 @@ def _tee(source, log_path: Path) -> threading.Thread:
 
 
 class Supervisor:
-    """One verl launch: ``run`` returns verl's exit status (143 when the grace ran out)."""
+    """One verl launch: ``run`` is verl's exit status, 143 when the launcher stopped it."""
 
     def __init__(
-        self, run_dir: Path, grace_s: int, grace_set: bool, env: Mapping[str, str],
-        say: Callable[..., None],
-    ) -> None:  # fmt: skip
-        self.run_dir, self.grace_s, self.grace_set = run_dir, grace_s, grace_set
-        self.env, self.say = env, say
+        self, run_dir: Path, grace_s: int, env: Mapping[str, str], say: Callable[..., None]
+    ) -> None:
+        self.run_dir, self.grace_s, self.env, self.say = run_dir, grace_s, env, say
+        self.grace_set = bool(env.get("STOP_GRACE_S"))
         self.deadline: float | None = None
         self.kill_now = False
 
     def request_stop(self, *_: object) -> None:
-        """SIGTERM (a preemption: Slurm, Kubernetes, spot instances): ask the trainer to save the
-        step in flight and stop; after the grace, stop verl. In a Slurm job with an end time and
-        no STOP_GRACE_S of the user's, the grace runs to 5 s before the job's end (read now: a
-        preemption's GraceTime moves it), which is what Slurm allows."""
+        """SIGTERM: the trainer saves the step in flight and stops. Unless STOP_GRACE_S is the
+        user's, in a Slurm job the grace runs to 5 s before its end (read now: a preemption's
+        GraceTime moves it), or before Slurm's SIGKILL KillWait after its requeue or scancel."""
         if self.deadline is not None:
             return
         now = time.time()
-        self.deadline = now + self.grace_s
-        why = f"STOP_GRACE_S={self.grace_s} s"
-        end = None if self.grace_set else job_end(self.env)
+        deadline, why = now + self.grace_s, f"STOP_GRACE_S={self.grace_s} s"
         job = self.env.get("SLURM_JOB_ID")
+        end = None if self.grace_set else job_end(self.env)
         if end is not None and end - 5 > now:
-            self.deadline = end - 5
-            why = (f"{self.deadline - now:.0f} s: 5 s before Slurm job {job} ends; STOP_GRACE_S "
-                   "sets it")  # fmt: skip
-        # a requeue or scancel ends the job KillWait after this signal, not at its time limit
+            deadline, why = end - 5, f"{end - 5 - now:.0f} s: 5 s before Slurm job {job} ends"
         ended = None if self.grace_set else ended_by_slurm(self.env)
         wait = kill_wait() if ended else None
-        if wait is not None and now + wait - 5 < self.deadline:
-            self.deadline = now + wait - 5
-            why = (f"{self.deadline - now:.0f} s: 5 s before Slurm's SIGKILL, KillWait {wait} s "
-                   f"after its {ended} of job {job}; STOP_GRACE_S sets it")  # fmt: skip
-        write_atomic(stop_path(self.run_dir), f"{self.deadline:.0f}\n")
-        self.say(f"recipe: SIGTERM: the trainer saves the step in flight and stops (within {why})",
-                 err=True)  # fmt: skip
+        if wait is not None and now + wait - 5 < deadline:
+            deadline = now + wait - 5
+            why = (f"{wait - 5} s: 5 s before Slurm's SIGKILL, KillWait {wait} s after its "
+                   f"{ended} of job {job}")  # fmt: skip
+        self.deadline = deadline
+        request(self.run_dir, deadline, SIGTERM, over=True)
+        tail = "; STOP_GRACE_S sets it" if "Slurm" in why else ""
+        self.say(f"recipe: SIGTERM: the trainer saves the step in flight and stops (within "
+                 f"{why}{tail})", err=True)  # fmt: skip
 
     def interrupt(self, *_: object) -> None:
-        """Ctrl-C: stop verl now; the checkpoints saved so far stay."""
         self.say("recipe: interrupted: stopping verl", err=True)
         self.kill_now = True
 
-    def run(
-        self, argv: list[str], env: dict[str, str], log_path: Path, ppo: bool, launch_id: str
-    ) -> int:
+    def run(self, argv: list[str], env: dict, log_path: Path, ppo: bool, launch_id: str) -> int:
         stop_path(self.run_dir).unlink(missing_ok=True)  # an earlier launch's is not ours
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.interrupt)
@@ -147,7 +118,7 @@ class Supervisor:
         tee.join(timeout=5)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         reap.stop_launch(launch_id, str(self.run_dir))
-        tee.join(timeout=5)
+        tee.join(timeout=5)  # what the reaped processes held of verl's output
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         return status
 
@@ -158,11 +129,12 @@ class Supervisor:
                 return code if code >= 0 else 128 - code
             except subprocess.TimeoutExpired:
                 pass
+            if self.deadline is None:  # a request of the trainer's or of verl's processes
+                self.deadline = (read_request(self.run_dir) or (None,))[0]
             if self.kill_now or (self.deadline is not None and time.time() >= self.deadline):
                 if not self.kill_now:
                     self.say(f"recipe: STOP_GRACE_S={self.grace_s} s are over: stopping verl",
                              err=True)  # fmt: skip
-                # verl's tree now; what left it (Ray's, re-parented) is found by ``run``'s reaping
                 procs.stop(lambda: procs.tree(proc.pid), KILL_WAIT_S)
                 proc.wait()
                 return 143

@@ -1,44 +1,15 @@
-"""The guard both of verl's PPO trainers run with, whatever their loop: what a run saves is whole,
-the run's own and healthy, a polite kill saves first, and the best checkpoint is kept.
+"""The guard both of verl's PPO trainers run with (guarded.py on the v1 trainer, legacy.py on the
+legacy one): every checkpoint whole, the run's own and healthy; a stop request or a job's end
+(guard/stop.py) saves the step and ends the run; time saves (SAVE_EVERY_MIN); the kept best.
 
-``GuardBase`` is a mixin: ``guarded.py`` puts it on verl's v1 sync trainer (``PPOTrainerSync``),
-``legacy.py`` on the legacy ``RayPPOTrainer`` (the LoRA and ReMax recipes). Each binding calls
-``_begin`` once it knows the step the run resumes from, ``_after_update`` after each step's
-actor update (before verl's save of the step), ``_stop_if_requested`` where a stop request
-should end the run, and ``_prepare_logger`` before the launch logs anything. What it adds:
-
-- ``_save_checkpoint`` (verl: v1 ``trainer_base.py`` ~948-1029, legacy ``ray_trainer.py``
-  ~983-1050) is written again with verl's calls in verl's order (actor, critic, the dataloader's
-  ``data.pt``, the tracker, v1's checkpoint callback) and four differences:
-  the tracker and ``data.pt`` are written atomically (verl opens the tracker with ``open("w")``,
-  then writes: a kill between the two leaves an empty tracker every relaunch dies on);
-  the step directory gets the launch's stamp (``launch_stamp.txt``: the same-config check compares a
-  relaunch with the launch that wrote the checkpoint);
-  MAX_CKPT_TO_KEEP prunes whole step directories of the run (``guard/prune.py``), never the
-  checkpoint the tracker names nor the kept best, where verl's workers prune only what their own
-  process saved (``max_ckpt_to_keep`` is not passed to them);
-  no checkpoint is written for a step the watchdog judged sick.
-- ``_after_update`` checks the step's metrics and responses with the watchdog
-  (``guard/rules.py``) and reads the launcher's stop request (SIGTERM, ``stop_requested``). A
-  trip (WATCHDOG=stop) or a stop request ends the run after this step (``_end_after``; the
-  binding ends verl's loop). verl still logs the step's metrics, and a stop request saves it first.
-- a time save (SAVE_EVERY_MIN, ``gsm8k_guard.save_every_min``): a healthy step that ends that
-  long or longer after this launch's last save (or its start) is saved, SAVE_FREQ or not: what a
-  SIGKILL, which no handler sees, can lose (launch/save_every.py picks the interval).
-- a deadline (a Slurm job's end, ``guard/deadline.py``): steps, saves and validations measure
-  themselves; after a step that one more step and its save would not follow before the job
-  ends, the step is saved and the run ends, as on a stop request.
-- ``_prepare_logger``: the file logger first (verl's ``Tracking`` keeps its backends in its own
-  order, wandb first, ``verl/utils/tracking.py`` ~86-186, so a wandb call that fails, its service
-  process ended by a SIGTERM to every process of the job, would cost the step its line in the
-  metrics file), and wandb wrapped so that such a failure ends only wandb and a later launch
-  sends it the steps it missed (``wandb_gap.py``).
-- ``_validate`` (after the save) keeps the checkpoint of the best validation score (KEEP_BEST):
-  ``best_checkpoint.json`` names a step directory that pruning then keeps; when the best step was
-  not a save step, it is saved then (the weights are the ones just validated).
-
-Settings: the ``gsm8k_guard`` block of configs/gsm8k_base.yaml (knobs WATCHDOG, KEEP_BEST,
-BEST_METRIC, SAVE_EVERY_MIN in the launcher, verl_gsm8k/launch/).
+A binding calls ``_begin`` with the step the run resumes from, ``_after_update`` after each
+step's actor update (before verl's save of it), ``_stop_if_requested`` where a stop request
+should end the loop, ``_prepare_logger`` before the first log, and ends verl's loop in
+``_end_after``. ``_save_checkpoint`` is verl's (v1 trainer_base.py ~948-1029, legacy
+ray_trainer.py ~983-1050) in verl's order with four changes: the tracker and data.pt written
+atomically (verl's open("w"), then write: a kill between leaves an empty tracker), the launch's
+stamp in the step directory, MAX_CKPT_TO_KEEP over the whole run (guard/prune.py), no save of a
+step the watchdog judged sick. Settings: gsm8k_guard in configs/gsm8k_base.yaml.
 """
 
 from __future__ import annotations
@@ -49,6 +20,7 @@ import numbers
 import os
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +29,8 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.utils import Role
 
 from verl_gsm8k.common.launch_env import launch_stamp
-from verl_gsm8k.common.pause import pause_point
 from verl_gsm8k.common.run_dir import (
+    STAMP_FORMAT,
     TRACKER,
     append_trip,
     clear_sick,
@@ -68,7 +40,6 @@ from verl_gsm8k.common.run_dir import (
     logged_rows,
     mark_sick,
     read_best,
-    read_stop_request,
     saved_steps,
     step_dir,
     step_name,
@@ -76,14 +47,13 @@ from verl_gsm8k.common.run_dir import (
     write_stamp,
     write_tracker,
 )
-from verl_gsm8k.guard import say
-from verl_gsm8k.guard.deadline import Timings, must_stop, read_deadline, record_stop, stamp_time
+from verl_gsm8k.guard import say, stop
 from verl_gsm8k.guard.prune import prune
-from verl_gsm8k.guard.rules import Thresholds, Trip, Watchdog
-from verl_gsm8k.ppo_trainer.wandb_gap import AckedWandb, send_missing
+from verl_gsm8k.guard.rules import SCORE as SCORE_KEY
+from verl_gsm8k.guard.rules import Trip, Watchdog, trained_steps
+from verl_gsm8k.guard.thresholds import Thresholds
 
 logger = logging.getLogger(__name__)
-SCORE_KEY = "critic/score/mean"  # verl's name for the mean sequence score (compute_data_metrics)
 
 # What the watchdog is shown of a step: its metrics, each response's tokens (the masked ones
 # only), each response's score and the prompt each answers.
@@ -111,22 +81,33 @@ def logged_history(run_dir: Path, before: int) -> list[dict[str, float]]:
     """The training metrics of steps 1..before-1 as the run's metrics files logged them (a step
     logged by several launches: the last launch's), for a resumed watchdog's recent levels."""
     rows = logged_rows(run_dir)
-    return [rows[step] for step in sorted(rows) if 0 < step < before and SCORE_KEY in rows[step]]
+    return [rows[step] for step in trained_steps(rows) if 0 < step < before]
 
 
 def numeric(metrics: dict[str, Any]) -> dict[str, float]:
-    """The metrics float() takes (see ``_number``), as floats."""
+    """The metrics float() takes: real numbers, numpy's, one-element arrays and tensors."""
     return {key: float(value) for key, value in metrics.items() if _number(value)}
 
 
+def _number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, numbers.Real):
+        return True
+    size = value.numel() if isinstance(value, torch.Tensor) else getattr(value, "size", None)
+    return size == 1 and hasattr(value, "item")
+
+
 class GuardBase:
-    """The run's protections on one of verl's PPO trainers (see the module docstring). The
-    trainer class it is mixed into provides ``config``, ``global_steps``, ``actor_rollout_wg``,
-    ``critic_wg``, ``use_critic``, ``train_dataloader`` and ``_validate``."""
+    """Mixed into one of verl's PPO trainers, which provides ``config``, ``global_steps``,
+    ``actor_rollout_wg``, ``critic_wg``, ``use_critic``, ``train_dataloader``, ``_validate``."""
 
     config: DictConfig
     global_steps: int
     use_critic: bool
+    actor_rollout_wg: Any
+    critic_wg: Any
+    train_dataloader: Any
 
     def _init_guard(self, config: DictConfig) -> None:
         settings = guard_settings(config)
@@ -137,23 +118,22 @@ class GuardBase:
         self.last_save = time.time()  # the loop's start (reset there), then each save's end
         self.run_dir = Path(config.trainer.default_local_dir)
         self.stamp = launch_stamp()
+        self.launched = _epoch(self.stamp)
         self.response_limit = int(config.data.get("max_response_length") or 0) or None
         self.watchdog = Watchdog(settings["thresholds"], response_limit=self.response_limit)
         self.sick_step: int | None = None  # the step the watchdog stopped (no checkpoint of it)
         self.saved_step: int | None = None  # the step this launch saved last
         self.stop_at: int | None = None  # the step after which the run ends (trip or stop)
-        self.job_end = read_deadline(self.run_dir)  # a Slurm job's end (guard/deadline.py)
-        self.timings = Timings.read(self.run_dir)  # the slowest step, save, validation measured
+        self.job_end = float(os.environ.get(stop.ENV_JOB_END) or 0) or None  # a Slurm job's end
+        self.timings = stop.Timings.read(self.run_dir)
         self.started_up = False  # this launch's first step has ended
-        self.resumed_step = 0  # the step the loop starts after (set by _begin)
-        self.logger_ready = False  # verl's Tracking reordered and wandb wrapped (once)
+        self.logger_ready = False
         best = self.best_metric if self.keep_best else "off"
         say(f"watchdog {self.guard_mode}, keep best {best}, checkpoints {self.run_dir}")
 
     # ---- the loop ------------------------------------------------------------------------
     def _begin(self, resumed_step: int) -> None:
         """The loop is about to train step ``resumed_step + 1`` (0: a fresh run)."""
-        self.resumed_step = resumed_step
         if resumed_step > 0:
             self.saved_step = resumed_step  # the resumed checkpoint exists: never saved again
         self.last_save = time.time()  # the workers' start-up is not time a SIGKILL could lose
@@ -162,42 +142,44 @@ class GuardBase:
 
     def _after_update(self, step: int, started: float, observe: Callable[[], Observed]) -> None:
         """Step ``step`` (begun at ``started``) has updated the actor, verl's save of it comes
-        next: judge it, then stop, save for a deadline or save for time, as due."""
+        next: the watchdog, then a stop (requested, or the job's end near), or a time save."""
         self._measured("step_s", started)
         if self.guard_mode != "off":
             self._judge(step, *observe())
-        stopping = self.sick_step is not None or self._stop_if_requested(step)
-        if not stopping and must_stop(time.time(), self.job_end, self.timings):
-            self._stop_for_deadline(step)
-        elif not stopping:
-            self._save_if_due(step)
-
-    def _save_if_due(self, step: int) -> None:
-        """A time save (SAVE_EVERY_MIN): ``step`` saved when the last save is that long ago."""
-        since = time.time() - self.last_save
-        if self.save_every_s and since >= self.save_every_s:
-            say(f"time save: {since / 60:.1f} min since the last save (SAVE_EVERY_MIN): saving "
-                f"step {step}")  # fmt: skip
-            self._save_checkpoint()
+        if self.sick_step is not None:
+            return
+        if self.job_end and stop.must_stop(time.time(), self.job_end, self.timings):
+            stop.request(self.run_dir, self.job_end - 5, stop.JOB_END)  # verl ended by then
+        if not self._stop_if_requested(step) and self.save_every_s:
+            since = time.time() - self.last_save
+            if since >= self.save_every_s:
+                say(f"time save: {since / 60:.1f} min since the last save (SAVE_EVERY_MIN): "
+                    f"saving step {step}")  # fmt: skip
+                self._save_checkpoint()
 
     def _stop_if_requested(self, step: int) -> bool:
-        """A stop request (SIGTERM) seen after ``step`` was trained (0 or the resumed step: none
-        by this launch): save that step unless it is saved or was not trained here, and end
-        the run after it. True when a stop is under way."""
+        """A stop request seen after ``step`` was trained (0 or the resumed step: none by this
+        launch): save that step unless it is saved or its deadline passed, and end the run after
+        it. True when a stop is under way."""
         if self.stop_at is not None:
             return True
-        deadline = read_stop_request(self.run_dir, time.time())
-        if deadline is None:
+        found = stop.read_request(self.run_dir)
+        if found is None:
             return False
+        deadline, why = found
+        now = time.time()
+        head = "stop requested (SIGTERM)"
+        if why != stop.SIGTERM and self.job_end:
+            head = (f"the job ends in {self.job_end - now:.0f} s: one more step and its save "
+                    f"take about {self.timings.next_step() or 0:.0f} s (measured)")  # fmt: skip
         if step == 0 or self.saved_step == step:
             last = f"step {step} is saved" if step else "no step trained yet"
-            say(f"stop requested (SIGTERM): {last}, nothing new to save: stopping before step "
-                f"{step + 1}")  # fmt: skip
-        elif time.time() < deadline:
-            say(f"stop requested (SIGTERM): saving step {step}, then stopping")
+            say(f"{head}: {last}, nothing new to save: stopping before step {step + 1}")
+        elif now < deadline:
+            say(f"{head}: saving step {step}, then stopping")
             self._save_checkpoint(step)
         else:
-            say(f"stop requested and its grace is over: step {step} not saved")
+            say(f"{head} and its grace is over: step {step} not saved")
         self._end_after(step)
         return True
 
@@ -206,36 +188,26 @@ class GuardBase:
         self.stop_at = step
 
     def _measured(self, name: str, started: float) -> None:
-        """Keep the slowest ``name`` (guard/deadline.py) and, at this launch's first step, the
-        start-up (the launch's stamp to now)."""
+        """Keep the slowest ``name`` and, at this launch's first step, its start-up."""
         now = time.time()
         self.timings.slowest(name, now - started)
-        launched = stamp_time(self.stamp)
-        if name == "step_s" and not self.started_up and launched is not None:
-            self.timings.slowest("start_s", now - launched)
-            self.started_up = True
+        if name == "step_s" and not self.started_up and self.launched:
+            self.timings.slowest("start_s", now - self.launched)
+        self.started_up = self.started_up or name == "step_s"
         self.timings.write(self.run_dir)
 
-    def _stop_for_deadline(self, step: int) -> None:
-        assert self.job_end is not None
-        needed = self.timings.next_step_and_save() or 0.0
-        left = self.job_end - time.time()
-        say(f"the job ends in {left:.0f} s: one more step and its save take about {needed:.0f} s "
-            f"(measured): saving step {step}, then stopping")  # fmt: skip
-        self._save_checkpoint()
-        record_stop(self.run_dir, step, self.stamp, self.job_end, needed)
-        self._end_after(step)
-
     def _prepare_logger(self, backends: dict[str, Any]) -> None:
-        """Once, before this launch logs anything, on verl's ``Tracking.logger``: the file logger
-        first; wandb wrapped, and sent the steps an earlier launch's stop kept from it."""
+        """Once, on verl's ``Tracking.logger``: the file logger first (verl calls wandb first,
+        verl/utils/tracking.py ~86-186: its failure would cost the step its metrics line), and
+        wandb off for the launch, in one line, once a stop's SIGTERM ended its service."""
         if self.logger_ready:
             return
         self.logger_ready = True
-        file_first(backends)
+        ordered = sorted(backends.items(), key=lambda item: item[0] != "file")
+        backends.clear()
+        backends.update(ordered)
         if "wandb" in backends:
-            backends["wandb"] = AckedWandb(backends["wandb"], self.run_dir)
-            send_missing(backends["wandb"], self.run_dir, self.resumed_step)
+            backends["wandb"] = _Wandb(backends["wandb"])
 
     # ---- the watchdog --------------------------------------------------------------------
     def _judge(
@@ -298,48 +270,46 @@ class GuardBase:
 
     # ---- saving --------------------------------------------------------------------------
     def _save_checkpoint(self, step: int | None = None) -> None:
-        """Save the trainer's state as ``step`` (verl calls it without: ``global_steps``; the
-        legacy loop has counted the next step already when a stop request is read before its
-        batch)."""
+        """Save as ``step`` (verl calls it without: ``global_steps``; the legacy loop has counted
+        the next step already when it reads a stop request before a batch)."""
         step = self.global_steps if step is None else step
         if self.sick_step == step:
             say(f"step {step} is not saved: the watchdog stopped it")
             return
         if self.saved_step == step:
             return  # saved already this step (a stop request or the kept best)
-        trainer = self.config.trainer
-        folder = step_dir(self.run_dir, step)
-        started = time.time()
+        folder, started = step_dir(self.run_dir, step), time.time()
         logger.info("Saving checkpoint to %s", folder)
         clear_sick(self.run_dir, step)  # a resumed run trains this step again: new weights
-        groups = [("actor", self.actor_rollout_wg)]  # type: ignore[attr-defined]
+        self._save_role("actor", self.actor_rollout_wg, folder, step)
         if self.use_critic:
-            groups.append((str(Role.Critic), self.critic_wg))  # type: ignore[attr-defined]
-        for role, group in groups:
-            remote = None if trainer.default_hdfs_dir is None else os.path.join(
-                trainer.default_hdfs_dir, step_name(step), role)  # fmt: skip
-            group.save_checkpoint(str(folder / role), remote, step, max_ckpt_to_keep=None)
-            pause_point(f"save:{step}:after_{role}")  # tests: a kill lands mid-save
+            self._save_role(str(Role.Critic), self.critic_wg, folder, step)
         folder.mkdir(parents=True, exist_ok=True)
-        partial = folder / ".data.pt.tmp"
-        torch.save(self.train_dataloader.state_dict(), partial)  # type: ignore[attr-defined]
-        os.replace(partial, folder / "data.pt")
+        torch.save(self.train_dataloader.state_dict(), folder / ".data.pt.tmp")
+        os.replace(folder / ".data.pt.tmp", folder / "data.pt")
         if self.stamp:
             write_stamp(self.run_dir, step, self.stamp)
-        write_tracker(self.run_dir, step)  # verl: open("w") then write
+        write_tracker(self.run_dir, step)
         self.saved_step = step
         callback = getattr(self, "checkpoint_callback", None)  # v1's; the legacy trainer has none
         if callback is not None:
             callback.on_save(trainer=self, global_step=step, checkpoint_dir=str(folder),
                              async_save=False)  # fmt: skip
-        keep = trainer.get("max_actor_ckpt_to_keep") or 0
-        for line in prune(self.run_dir, int(keep), say_kept=False):  # the launcher says them
+        keep = int(self.config.trainer.get("max_actor_ckpt_to_keep") or 0)
+        for line in prune(self.run_dir, keep, say_kept=False):  # the launcher says those kept
             say(line)
         self._measured("save_s", started)
         self.last_save = time.time()
 
+    def _save_role(self, role: str, group: Any, folder: Path, step: int) -> None:
+        hdfs = self.config.trainer.default_hdfs_dir
+        remote = None if hdfs is None else os.path.join(hdfs, step_name(step), role)
+        group.save_checkpoint(str(folder / role), remote, step, max_ckpt_to_keep=None)
+
     # ---- the best checkpoint -------------------------------------------------------------
     def _validate(self, *args: Any, **kwargs: Any) -> dict:
+        """verl's validation, then KEEP_BEST: a new best of BEST_METRIC is recorded in
+        best_checkpoint.json (pruning keeps it) and saved if its step was not."""
         started = time.time()
         metrics = super()._validate(*args, **kwargs)  # type: ignore[misc]
         self._measured("val_s", started)
@@ -362,20 +332,34 @@ class GuardBase:
         return metrics
 
 
-def file_first(backends: dict[str, Any]) -> None:
-    """Reorder verl's ``Tracking.logger`` in place: the file logger first, the others as they
-    were (see the module docstring)."""
-    if "file" in backends:
-        ordered = {"file": backends.pop("file"), **backends}
-        backends.clear()
-        backends.update(ordered)
+class _Wandb:
+    """verl's wandb backend, off for the rest of the launch once a call fails because a stop's
+    SIGTERM ended its service process (wandb-core unblocks the signal): one line, and the
+    trainer goes on to save and stop; the metrics file, logged first, keeps the step."""
+
+    def __init__(self, wandb: Any) -> None:
+        self.wandb = wandb
+
+    def log(self, data: dict[str, Any], step: int) -> None:
+        self._call("log", f"step {step} is in the metrics file, not in wandb", data=data, step=step)
+
+    def finish(self, exit_code: int = 0) -> None:
+        self._call("finish", "its last steps may be missing from wandb", exit_code=exit_code)
+
+    def _call(self, name: str, lost: str, **kwargs: Any) -> None:
+        if self.wandb is None:
+            return
+        try:
+            getattr(self.wandb, name)(**kwargs)
+        except ConnectionError as error:  # the service's socket: reset, refused, broken
+            self.wandb = None
+            say(f"wandb: its service process ended ({type(error).__name__}: {error}): {lost}; "
+                "wandb is off for the rest of this launch")  # fmt: skip
 
 
-def _number(value: Any) -> bool:
-    """A metric value float() takes: a real number (numpy's too) or a one-element array/tensor."""
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, numbers.Real):
-        return True
-    size = value.numel() if isinstance(value, torch.Tensor) else getattr(value, "size", None)
-    return size == 1 and hasattr(value, "item")
+def _epoch(stamp: str | None) -> float | None:
+    """A launch stamp (20261126T101500Z) in epoch seconds."""
+    try:
+        return datetime.strptime(stamp or "", STAMP_FORMAT).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None

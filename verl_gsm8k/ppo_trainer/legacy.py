@@ -1,32 +1,18 @@
 """verl's legacy PPO trainer (``RayPPOTrainer``, ``trainer.use_v1=false``: the LoRA and ReMax
-recipes) with the same guard (``guard_base.py``) and per-token trace (``trace_lines.py``) as the
-v1 trainer the other recipes run.
+recipes) with the guard (guard_base.py) and the trace (trace_lines.py). Its ``fit``
+(verl/trainer/ppo/ray_trainer.py ~1405-1800) is one loop with no hooks, so each addition sits on
+a method it calls:
 
-The legacy trainer has no trainer registry: ``verl_plugins/register_trainer.py`` puts this class
-in place of ``RayPPOTrainer`` in ``verl.trainer.main_ppo_v0``, whose ``TaskRunner.run`` builds the
-trainer by that module-level name (``verl/trainer/main_ppo_v0.py`` ~218). Its ``fit``
-(``verl/trainer/ppo/ray_trainer.py`` ~1405-1800) is one long loop with no hooks, so each addition
-sits on a method that loop calls:
-
-- ``_load_checkpoint`` (called by ``fit`` ~1427 after it sets ``global_steps`` to 0): the step
-  the run resumes from (``GuardBase._begin``).
-- the training dataloader, wrapped (``_StoppingLoader``): before each batch it reads the stop
-  request (one that came during start-up or a validation saves the last step if needed and ends
-  ``fit``: the loader yields no more batches, in this epoch or the next), and once the run is to
-  end after a step it yields nothing more. ``len``, ``state_dict`` and ``load_state_dict`` are
-  the loader's own (nothing is fetched ahead, so ``data.pt`` is right).
-- ``_compute_old_log_prob`` and ``_update_critic``: ``fit`` keeps the step's metrics in a local
-  dict, so the entropy (aggregated as ``fit`` does, ~1590) and the critic's metrics are kept
-  for the watchdog; the per-token entropy for the trace.
-- ``_update_actor`` (``fit`` saves right after it, ~1712): the step's metrics as ``fit`` will log
-  them (``compute_data_metrics``, the actor's and critic's, the KL in the reward as
-  ``apply_kl_penalty`` computes it), its responses and scores from the batch; then the trace,
-  the watchdog, a stop request, the deadline and the time save (``GuardBase._after_update``).
-  verl's own save of the step then meets ``GuardBase._save_checkpoint``. Critic warm-up steps
-  (``trainer.critic_warmup``) update no actor: they are not watched.
-- ``fit``: verl builds its ``Tracking`` inside ``fit`` (~1417, imported there), so for the
-  length of ``fit`` ``verl.utils.tracking.Tracking`` is a subclass that prepares the loggers
-  before its first ``log`` (``GuardBase._prepare_logger``), and the original is put back after.
+- ``_load_checkpoint`` (~1427): the step the run resumes from;
+- the training dataloader, wrapped: before each batch it reads the stop request (one during
+  start-up or a validation saves the last step if needed and ends ``fit``), and once the run is
+  to end after a step it yields no more; its ``state_dict`` is the loader's own;
+- ``_compute_old_log_prob``, ``_update_critic``: ``fit`` keeps the step's metrics in a local
+  dict: the entropy (aggregated as ``fit`` does, ~1590) and the critic's are kept here;
+- ``_update_actor`` (``fit`` saves right after it, ~1712): the step's metrics as ``fit`` logs
+  them, its responses and scores; the trace, then the guard (critic warm-up steps: not watched);
+- ``fit``: verl builds its ``Tracking`` inside (~1417), so for its length ``Tracking`` is a
+  subclass that prepares the loggers before its first ``log``.
 """
 
 from __future__ import annotations
@@ -45,37 +31,21 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.metric import reduce_metrics
 from verl.utils.torch_functional import masked_mean
 
-from verl_gsm8k.common.pause import pause_point
 from verl_gsm8k.ppo_trainer.guard_base import GuardBase, Observed, numeric
-from verl_gsm8k.ppo_trainer.trace_lines import Tracer, batch_stats
+from verl_gsm8k.ppo_trainer.trace_lines import PER_TOKEN, Tracer, batch_stats
 from verl_gsm8k.trace.select import choose
-
-# the legacy batch's per-token tensors -> the trace's names (verl_gsm8k/trace/record.py)
-BATCH_PER_TOKEN = {
-    "rollout_log_probs": "rollout_log_prob",
-    "old_log_probs": "old_log_prob",
-    "ref_log_prob": "ref_log_prob",
-    "values": "value",
-    "token_level_scores": "score",
-    "token_level_rewards": "reward",
-    "advantages": "advantage",
-    "returns": "return",
-}
 
 
 class _StoppingLoader:
-    """The training dataloader, ending the loop where the guard ends the run (module docstring)."""
+    """The training dataloader, ending verl's loop where the guard ends the run."""
 
     def __init__(self, loader: Any, trainer: GuardedLegacyTrainer) -> None:
         self.loader, self.trainer = loader, trainer
 
     def __iter__(self) -> Iterator[Any]:
-        trainer = self.trainer
-        batches = iter(self.loader)
-        # fit has already counted the step just trained (~1790): the stop request is after the one
-        # before, and its save names that step
+        trainer, batches = self.trainer, iter(self.loader)
+        # fit has counted the step just trained (~1790): a stop saves the one before
         while not trainer._stop_if_requested(trainer.global_steps - 1):
-            pause_point(f"rollout:{trainer.global_steps}")  # tests: a signal lands before it
             batch = next(batches, None)
             if batch is None:
                 return
@@ -90,8 +60,6 @@ class _StoppingLoader:
 
 
 class GuardedLegacyTrainer(GuardBase, RayPPOTrainer):
-    """verl's legacy PPO trainer, guarded and traced (see the module docstring)."""
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._init_guard(self.config)
@@ -118,13 +86,12 @@ class GuardedLegacyTrainer(GuardBase, RayPPOTrainer):
 
     def _load_checkpoint(self) -> Any:
         loaded = super()._load_checkpoint()
-        self._begin(self.global_steps)  # 0, or the step of the checkpoint just loaded
+        self._begin(self.global_steps)  # 0, or the step just loaded
         return loaded
 
     def _compute_old_log_prob(self, batch: DataProto) -> Any:
         old_log_prob, mfu = super()._compute_old_log_prob(batch)
-        self.entropy = old_log_prob.batch["entropys"]
-        actor = self.config.actor_rollout_ref.actor
+        self.entropy, actor = old_log_prob.batch["entropys"], self.config.actor_rollout_ref.actor
         entropy = agg_loss(loss_mat=self.entropy, loss_mask=batch.batch["response_mask"],
                            loss_agg_mode=actor.loss_agg_mode,
                            loss_scale_factor=actor.loss_scale_factor)  # fmt: skip
@@ -142,16 +109,14 @@ class GuardedLegacyTrainer(GuardBase, RayPPOTrainer):
         metrics = {**self.kept, **numeric(reduce_metrics(dict(logged)))}
         metrics.update(numeric(compute_data_metrics(batch=batch, use_critic=self.use_critic)))
         metrics.update(self._reward_kl(batch))
-        self.kept = {}
-        traced: dict[str, float] = {}
+        self.kept, traced = {}, {}
         self.tracer.record(step, traced, lambda: self._trace(batch, metrics, step))
         logged.update(traced)  # fit logs the actor's metrics: the trace's cost with them
         self._after_update(step, self.step_started, lambda: self._observe(batch, metrics))
         return output
 
     def _reward_kl(self, batch: DataProto) -> dict[str, float]:
-        """``actor/reward_kl_penalty`` as verl's ``apply_kl_penalty`` logs it (ray_trainer.py
-        ~78-117), when the KL is in the reward."""
+        """``actor/reward_kl_penalty`` as verl's ``apply_kl_penalty`` logs it (~78-117)."""
         algorithm, tensors = self.config.algorithm, batch.batch
         if not algorithm.use_kl_in_reward or "ref_log_prob" not in set(tensors.keys()):
             return {}
@@ -167,66 +132,47 @@ class GuardedLegacyTrainer(GuardBase, RayPPOTrainer):
         scores = batch.batch["token_level_scores"].sum(-1).tolist()
         return metrics, responses, scores, [str(uid) for uid in batch.non_tensor_batch["uid"]]
 
-    # ---- the trace -----------------------------------------------------------------------
     def _trace(self, batch: DataProto, metrics: dict, step: int) -> list[dict] | None:
         keys = _keys(batch)
         chosen = choose(keys, step, self.tracer.samples)
         if not chosen:
             return None
-        index = {key: i for i, key in enumerate(keys)}
-        rows = [index[key] for key in chosen]
+        at = [keys.index(key) for key in chosen]
         tensors, other = batch.batch, batch.non_tensor_batch
-        present = set(tensors.keys())
-        lengths = [int(n) for n in tensors["response_mask"].sum(-1).tolist()]
+        lengths = tensors["response_mask"].sum(-1).tolist()
 
-        def cut(values: torch.Tensor, at: list[int] = rows) -> list[torch.Tensor]:
-            return [values[i, : lengths[i]] for i in at]
+        def cut(values: torch.Tensor, rows: list[int] = at) -> list[torch.Tensor]:
+            return [values[i, : int(lengths[i])] for i in rows]
 
-        def listed(values: torch.Tensor) -> list[list]:
-            return [row.tolist() for row in cut(values)]
-
-        named = {ours: listed(tensors[name]) for name, ours in BATCH_PER_TOKEN.items()
-                 if name in present}  # fmt: skip
+        present = set(tensors.keys()) - {"rm_scores"}
+        cols: dict[str, Any] = {name: cut(tensors[name]) for name in PER_TOKEN if name in present}
         if self.entropy is not None:
-            named["entropy"] = listed(self.entropy)
-        with_ref = {"old_log_probs", "ref_log_prob"} <= present
-        old, ref = (cut(tensors[name]) if with_ref else None
-                    for name in ("old_log_probs", "ref_log_prob"))  # fmt: skip
-        per_token, absent = self.tracer.per_token(len(rows), named, old, ref)
-        prompt_mask = tensors["attention_mask"][:, : tensors["prompts"].shape[-1]].bool()
-        extra_keys = [key for key in batch.meta_info.get("reward_extra_keys", []) if key in other]
-        columns = {
-            "prompt_ids": [tensors["prompts"][i][prompt_mask[i]].tolist() for i in rows],
-            "response_ids": listed(tensors["responses"]),
-            "response_mask": listed(tensors["response_mask"]),
-            "per_token": per_token,
-            "ground_truth": [_ground_truth(other, i) for i in rows],
-            "data_source": [other["data_source"][i] for i in rows] if "data_source" in other
-            else None,
-            "reward_extra": [{key: other[key][i] for key in extra_keys} for i in rows],
-        }  # fmt: skip
+            cols["entropy"] = cut(self.entropy)
+        prompts = tensors["prompts"]
+        prompt_mask = tensors["attention_mask"][:, : prompts.shape[-1]].bool()
+        extra = [key for key in batch.meta_info.get("reward_extra_keys", []) if key in other]
+        models = [other["reward_model"][i] if "reward_model" in other else None for i in at]
+        cols.update(
+            prompts=[prompts[i][prompt_mask[i]] for i in at], responses=cut(tensors["responses"]),
+            response_mask=cut(tensors["response_mask"]),
+            ground_truth=[m.get("ground_truth") if isinstance(m, dict) else None for m in models],
+            data_source=[other["data_source"][i] for i in at] if "data_source" in other else None,
+            reward_extra=[{key: other[key][i] for key in extra} for i in at],
+        )  # fmt: skip
         scores = cut(tensors["token_level_scores"], list(range(len(keys))))
         raw = None
         if self.tracer.run["adv_estimator"] == "gae" and self.use_critic:
             raw = (tensors["returns"] - tensors["values"])[tensors["response_mask"].bool()]
-        stats = batch_stats({key: row.tolist() for key, row in zip(keys, scores, strict=True)}, raw)
-        return self.tracer.lines(step, metrics, chosen, columns, absent, len(keys), stats)
+        stats = batch_stats({k: s.tolist() for k, s in zip(keys, scores, strict=True)}, raw)
+        return self.tracer.lines(step, metrics, chosen, cols, len(keys), stats)
 
 
 def _keys(batch: DataProto) -> list[str]:
-    """verl's v1 keys for the batch's responses, ``{uid}_{n}_0``: the n-th response to prompt
-    ``uid`` (the trace selects and names samples by them)."""
+    """v1's key of each response, ``{uid}_{n}_0``: the n-th to prompt ``uid`` (the trace picks
+    and names samples by them)."""
     seen: Counter[str] = Counter()
     keys = []
     for uid in batch.non_tensor_batch["uid"]:
         keys.append(f"{uid}_{seen[str(uid)]}_0")
         seen[str(uid)] += 1
     return keys
-
-
-def _ground_truth(other: dict[str, Any], i: int) -> Any:
-    model = other["reward_model"][i] if "reward_model" in other else None
-    return model.get("ground_truth") if isinstance(model, dict) else None
-
-
-__all__ = ["GuardedLegacyTrainer"]

@@ -1,12 +1,7 @@
-"""The per-token trace's lines, whichever of verl's trainers holds the step's tensors: the v1
-trainer in TransferQueue (``traced.py``), the legacy one in its ``DataProto`` batch
-(``legacy.py``). Each reads its samples into plain per-sample dicts; this module turns them into
-the ``RUN_DIR/trace/<step>.jsonl`` lines (``verl_gsm8k/trace/record.py``: their format) on a
-background writer, timed and never fatal.
-
-Settings: ``gsm8k_trace.samples`` (TRACE_SAMPLES; 0 = off) and ``gsm8k_trace.dir`` (default
-``<trainer.default_local_dir>/trace``).
-"""
+"""The per-token trace's lines, RUN_DIR/trace/<step>.jsonl (their format: trace/record.py), from
+a step's chosen samples as either of verl's trainers holds them (traced.py: TransferQueue,
+legacy.py: its batch), written on a background thread, timed, never fatal. Settings:
+``gsm8k_trace.samples`` (TRACE_SAMPLES; 0 = off) and ``gsm8k_trace.dir``."""
 
 from __future__ import annotations
 
@@ -28,7 +23,13 @@ from verl_gsm8k.trace.select import session_of
 TIMING_KEY = "timing_s/gsm8k_trace"  # logged every step with the step's other timings
 logger = logging.getLogger(__name__)
 
-# Why a per-token quantity is missing from a sample line (its name in record.py's PER_TOKEN)
+# verl's per-token fields (v1's TransferQueue, the legacy batch) -> the trace's names
+PER_TOKEN = {
+    "rollout_log_probs": "rollout_log_prob", "old_log_probs": "old_log_prob",
+    "entropy": "entropy", "ref_log_prob": "ref_log_prob", "values": "value",
+    "rm_scores": "score", "token_level_scores": "score", "token_level_rewards": "reward",
+    "advantages": "advantage", "returns": "return",
+}  # fmt: skip
 ABSENT_WHY = {
     "value": "no critic (algorithm.adv_estimator={estimator})",
     "rollout_log_prob": "vLLM's log-probs not kept (rollout.calculate_log_probs=false)",
@@ -37,56 +38,37 @@ ABSENT_WHY = {
 }
 
 
-def trace_settings(config: DictConfig) -> tuple[int, str]:
-    """(samples per step, directory) from ``gsm8k_trace.*``; (0, "") when the block is absent."""
-    block = config.get("gsm8k_trace") or {}
-    samples = int(block.get("samples", 0) or 0)
-    directory = block.get("dir") or os.path.join(config.trainer.default_local_dir, TRACE_DIR)
-    return samples, str(directory)
-
-
-def kl_setting(config: DictConfig) -> dict[str, Any]:
-    """Where the run's KL to the reference acts, with which estimator and coefficient."""
-    algo, actor = config.algorithm, config.actor_rollout_ref.actor
-    if algo.get("use_kl_in_reward", False):
-        return {"in": "reward", "estimator": algo.kl_penalty, "coef": algo.kl_ctrl.kl_coef,
-                "controller": algo.kl_ctrl.type}  # fmt: skip
-    if actor.get("use_kl_loss", False):
-        return {"in": "loss", "estimator": actor.kl_loss_type, "coef": actor.kl_loss_coef}
-    return {"in": None}
-
-
 def run_settings(config: DictConfig) -> dict[str, Any]:
-    algo = config.algorithm
+    algo, actor = config.algorithm, config.actor_rollout_ref.actor
+    rollout = config.actor_rollout_ref.rollout
+    kl: dict[str, Any] = {"in": None}
+    if algo.get("use_kl_in_reward", False):
+        kl = {"in": "reward", "estimator": algo.kl_penalty, "coef": algo.kl_ctrl.kl_coef,
+              "controller": algo.kl_ctrl.type}  # fmt: skip
+    elif actor.get("use_kl_loss", False):
+        kl = {"in": "loss", "estimator": actor.kl_loss_type, "coef": actor.kl_loss_coef}
     return {
-        "project": config.trainer.project_name,
-        "experiment": config.trainer.experiment_name,
-        "run_dir": str(config.trainer.default_local_dir),
-        "adv_estimator": str(algo.adv_estimator),
-        "gamma": algo.gamma,
-        "lam": algo.lam,
-        "norm_adv_by_std_in_grpo": algo.get("norm_adv_by_std_in_grpo", True),
-        "kl": kl_setting(config),
-        "rollout_n": config.actor_rollout_ref.rollout.n,
-        "temperature": config.actor_rollout_ref.rollout.temperature,
+        "project": config.trainer.project_name, "experiment": config.trainer.experiment_name,
+        "run_dir": str(config.trainer.default_local_dir), "adv_estimator": str(algo.adv_estimator),
+        "gamma": algo.gamma, "lam": algo.lam,
+        "norm_adv_by_std_in_grpo": algo.get("norm_adv_by_std_in_grpo", True), "kl": kl,
+        "rollout_n": rollout.n, "temperature": rollout.temperature,
         "max_response_length": config.data.max_response_length,
-        "clip_ratio_low": config.actor_rollout_ref.actor.clip_ratio_low,
-        "clip_ratio_high": config.actor_rollout_ref.actor.clip_ratio_high,
+        "clip_ratio_low": actor.clip_ratio_low, "clip_ratio_high": actor.clip_ratio_high,
         "model": str(config.actor_rollout_ref.model.path),
-        # the launch's metrics file (verl_gsm8k/launch/): ties the trace to its run and launch
+        # the launch's metrics file (verl_gsm8k/launch/): ties the trace to its launch
         "metrics_file": os.path.basename(os.environ.get("VERL_FILE_LOGGER_PATH", "")) or None,
-    }
+    }  # fmt: skip
 
 
 class Tracer:
-    """One launch's trace: its settings, its writer, and each step's lines built by the trainer
-    (``build``) and handed to the writer; what building costs the training thread is logged as
-    ``timing_s/gsm8k_trace``."""
+    """One launch's trace: its settings and writer; each step's lines built by the trainer."""
 
     def __init__(self, config: DictConfig, decode: Callable[[int], str]) -> None:
-        self.samples, directory = trace_settings(config)
-        self.writer = TraceWriter(directory)
-        self.run = run_settings(config)
+        block = config.get("gsm8k_trace") or {}
+        self.samples = int(block.get("samples", 0) or 0)
+        directory = block.get("dir") or os.path.join(config.trainer.default_local_dir, TRACE_DIR)
+        self.writer, self.run = TraceWriter(str(directory)), run_settings(config)
         self.decode = decode
         print(f"gsm8k_trace: {self.samples} samples per step -> {directory}", flush=True)
 
@@ -105,113 +87,77 @@ class Tracer:
     def close(self) -> None:
         self.writer.close()
 
-    def kl_rows(
-        self, old: Sequence[Any] | None, ref: Sequence[Any] | None
-    ) -> tuple[list[list[float]] | None, dict[str, str]]:
-        """Per-token KL of each sample (the run's estimator), or why there is none."""
-        setting = self.run["kl"]
-        if setting["in"] is None:
-            return None, {"kl": "no KL term in this run (no KL in the reward, no KL loss)"}
-        if old is None or ref is None:
-            return None, {"kl": "no reference log-probs in this step"}
-        pairs = zip(old, ref, strict=True)
-        estimator = setting["estimator"]
-        return [kl_penalty(o.float(), r.float(), estimator).tolist() for o, r in pairs], {}
-
-    def absent(self, present: set[str]) -> dict[str, str]:
-        """Why each per-token quantity not in ``present`` is missing."""
-        estimator = self.run["adv_estimator"]
-        why = {name: text.format(estimator=estimator) for name, text in ABSENT_WHY.items()}
-        return {name: reason for name, reason in why.items() if name not in present}
-
     def lines(
-        self,
-        step: int,
-        metrics: dict,
-        keys: Sequence[str],
-        columns: dict[str, list | None],
-        absent: dict[str, str],
-        of: int,
+        self, step: int, metrics: dict, keys: Sequence[str], cols: dict[str, Any], of: int,
         stats: dict[str, Any],
-    ) -> list[dict]:
-        """The step line, then a line per traced sample. ``keys``: {uid}_{session}_{index};
-        ``columns``: per-sample lists in the order of ``keys``: ``prompt_ids``,
-        ``response_ids``, ``per_token`` (dicts of record.py's names, a value per response
-        token), and, None when unknown, ``response_mask``, ``ground_truth``, ``data_source``,
-        ``reward_extra``; ``absent``: why a quantity is missing (the same for every sample)."""
+    ) -> list[dict]:  # fmt: skip
+        """The step line, then a line per sample of ``keys`` ({uid}_{session}_{index}).
+        ``cols``: per sample, in that order, ``prompts``, ``responses``, verl's per-token fields
+        (one value per response token), and where known ``response_mask``, ``ground_truth``,
+        ``data_source``, ``reward_extra``."""
+        per = {ours: cols[name] for name, ours in PER_TOKEN.items() if cols.get(name) is not None}
+        why = {k: v.format(estimator=self.run["adv_estimator"]) for k, v in ABSENT_WHY.items()}
+        absent = {name: reason for name, reason in why.items() if name not in per}
+        old, ref, kl = cols.get("old_log_probs"), cols.get("ref_log_prob"), self.run["kl"]
+        if kl["in"] is None:
+            absent["kl"] = "no KL term in this run (no KL in the reward, no KL loss)"
+        elif old is None or ref is None:
+            absent["kl"] = "no reference log-probs in this step"
+        else:
+            pairs = zip(old, ref, strict=True)
+            per["kl"] = [kl_penalty(o.float(), r.float(), kl["estimator"]) for o, r in pairs]
         head = step_line(step, self.run, metrics, traced=len(keys), of=of)
-        head["batch"] = clean(stats)  # a NaN score (the step a watchdog stops) is JSON's null
+        head["batch"] = clean(stats)  # a NaN score (a step the watchdog stops) is JSON's null
         lines = [head]
         for i, key in enumerate(keys):
-            value = {name: column[i] if column else None for name, column in columns.items()}
-            per_token = dict(value["per_token"])
-            if "reward" not in per_token and "score" in per_token:
-                per_token["reward"] = per_token["score"]  # no KL in the reward: reward = score
-            responses = value["response_ids"]
-            lines.append(
-                sample_line(
-                    step=step, key=key, uid=prompt_of(key), session=session_of(key),
-                    prompt_ids=value["prompt_ids"], response_ids=responses,
-                    response_mask=value.get("response_mask") or [1] * len(responses),
-                    per_token=per_token, absent=absent, decode=self.decode,
-                    ground_truth=value.get("ground_truth"), data_source=value.get("data_source"),
-                    reward_extra=value.get("reward_extra") or {},
-                )
-            )  # fmt: skip
+            value = {name: (column[i] if column is not None else None) for name, column in
+                     cols.items() if name not in PER_TOKEN}  # fmt: skip
+            per_token = {name: _list(values[i]) for name, values in per.items()}
+            per_token.setdefault("reward", per_token.get("score"))  # no KL in the reward
+            response = _list(value["responses"])
+            lines.append(sample_line(
+                step=step, key=key, uid=prompt_of(key), session=session_of(key),
+                prompt_ids=_list(value["prompts"]), response_ids=response,
+                response_mask=_list(value.get("response_mask")) or [1] * len(response),
+                per_token={k: v for k, v in per_token.items() if v is not None}, absent=absent,
+                decode=self.decode, ground_truth=value.get("ground_truth"),
+                data_source=value.get("data_source"), reward_extra=value.get("reward_extra") or {},
+            ))  # fmt: skip
         return lines
-
-    def per_token(
-        self,
-        count: int,
-        named: dict[str, list],
-        old: Sequence[Any] | None,
-        ref: Sequence[Any] | None,
-    ) -> tuple[list[dict[str, list]], dict[str, str]]:
-        """Each of ``count`` samples' per-token dict (``named``: record.py's name -> per-sample
-        rows, plus the KL from ``old`` and ``ref`` log-probs where the run has one) and why the
-        others are missing."""
-        kl, absent = self.kl_rows(old, ref)
-        absent.update(self.absent(set(named)))
-        if kl is not None:
-            named = {**named, "kl": kl}
-        return [{name: values[i] for name, values in named.items()} for i in range(count)], absent
 
 
 def batch_stats(scores: dict[str, Sequence[float]], raw_advantage: torch.Tensor | None) -> dict:
-    """What the traced samples alone cannot give: each response's length in tokens and the step's
-    prompt groups (``scores``: every real response's per-token scores by key), and how verl
-    whitened the step's GAE advantages (``raw_advantage``: returns - values over every response
-    token of the batch, padding included, as ``core_algos.compute_gae_advantage_return`` does).
-    """
-    stats: dict[str, Any] = {}
+    """What the traced samples alone cannot give: each response's length, the step's prompt
+    groups (``scores``: every real response's per-token scores by key), and how verl whitened
+    the step's GAE advantages (``raw_advantage``: returns - values over every response token of
+    the batch, padding included, as ``core_algos.compute_gae_advantage_return`` does)."""
     by_prompt: dict[str, list[float]] = {}
     for key, row in scores.items():
         by_prompt.setdefault(prompt_of(key), []).append(float(sum(row)))
-    # every response's length: the rollout browser marks those cut at data.max_response_length
-    stats["response_lengths"] = {key: len(row) for key, row in scores.items()}
     totals = [s for group in by_prompt.values() for s in group]
     lo, hi = min(totals), max(totals)
     same = [g for g in by_prompt.values() if max(g) == min(g)]
-    stats["groups"] = {
-        "count": len(by_prompt), "size": max(len(g) for g in by_prompt.values()),
-        "zero_spread": len(same), "all_max": sum(1 for g in same if g[0] == hi),
-        "all_min": sum(1 for g in same if g[0] == lo), "score_min": lo, "score_max": hi,
+    stats: dict[str, Any] = {
+        "response_lengths": {key: len(row) for key, row in scores.items()},
+        "groups": {
+            "count": len(by_prompt), "size": max(len(g) for g in by_prompt.values()),
+            "zero_spread": len(same), "all_max": sum(1 for g in same if g[0] == hi),
+            "all_min": sum(1 for g in same if g[0] == lo), "score_min": lo, "score_max": hi,
+        },
     }  # fmt: skip
     if raw_advantage is not None:
         raw = raw_advantage.float()
-        stats["advantage_whitening"] = {
-            "mean": raw.mean().item(), "var": raw.var(unbiased=True).item(),
-            "tokens": raw.numel(), "eps": 1e-8,
-        }  # fmt: skip
+        stats["advantage_whitening"] = {"mean": raw.mean().item(), "var": raw.var().item(),
+                                        "tokens": raw.numel(), "eps": 1e-8}  # fmt: skip
     return stats
 
 
 def rows(value: Any) -> list[Any]:
-    """Per-sample Python values of one field (jagged tensor, tensor, array or objects)."""
-    if isinstance(value, torch.Tensor):
-        if value.is_nested:
-            return [row.tolist() for row in value.unbind()]
-        return value.tolist()
-    if hasattr(value, "tolist"):
-        return list(value.tolist())
+    """One field's per-sample values (a jagged tensor, a tensor, an array, objects)."""
+    if isinstance(value, torch.Tensor) and value.is_nested:
+        return list(value.unbind())
     return list(value)
+
+
+def _list(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else value

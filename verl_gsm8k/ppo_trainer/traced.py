@@ -1,113 +1,130 @@
-"""The trainer every v1 PPO launch runs (registered as ``gsm8k``): verl's v1 ``sync`` PPO trainer,
-guarded (``guarded.py``), plus the per-token trace (``trace_lines.py``, ``verl_gsm8k/trace/``).
+"""The trainer every v1 PPO launch runs, registered as ``gsm8k`` (verl_plugins/register_trainer.py):
+verl's v1 ``sync`` trainer with the guard (guard_base.py) and the per-token trace (trace_lines.py),
+bound to the loop of verl/trainer/ppo/v1/trainer_base.py:
 
-Imported in verl's TaskRunner process by ``verl_gsm8k.verl_plugins.register_trainer`` as soon as
-verl's ``verl.trainer.ppo.v1`` is; ``trainer.v1.trainer_mode=gsm8k`` (set by the launcher for
-every PPO launch) then makes verl's ``get_trainer_cls`` (``verl/trainer/ppo/v1/trainer_base.py``
-~2017, called by ``TaskRunnerV1.run`` in ``verl/trainer/main_ppo.py`` ~141) build this class.
-Besides the guard's additions it changes two methods, both calling verl's own first:
-
-- ``__init__`` sets ``trainer.v1.trainer_mode`` back to ``sync`` before verl reads it: verl
-  branches on that name (replay buffer, refill, checkpoints: trainer_base.py ~129-157, ~731,
-  ~902-1004, ~1499), and this trainer must behave exactly as ``sync``;
-- ``_compute_metrics`` (called once per step after the update and before verl clears the step's
-  data, trainer_base.py ~503-511) reads the chosen samples' tensors from TransferQueue and hands
-  the lines to a background writer.
+- ``__init__``: ``trainer.v1.trainer_mode`` back to ``sync`` first (verl branches on that name,
+  ~129-157, ~731, ~902-1004, ~1499); it loads the checkpoint, so ``fit`` begins the guard there;
+- ``step`` (~533, before the step's save): the watchdog on the step's metrics and responses
+  (read from TransferQueue), a stop, a time save; the run ends by lowering the total (the loop
+  runs while ``global_steps <= total_training_steps``, ~467);
+- ``on_validate_begin``/``on_train_begin`` (after ``fit`` built its ``Tracking``): the loggers;
+  a stop requested during start-up ends ``fit`` before its first step, one during a validation
+  (``on_validate_end``) saves that step and trains no step more;
+- ``_compute_metrics`` (once a step, before verl clears the step's data, ~503-511): the trace.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
 import transfer_queue as tq
 from omegaconf import DictConfig, open_dict
 from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from verl_gsm8k.guard.rules import prompt_of
 from verl_gsm8k.ppo_trainer import MODE
-from verl_gsm8k.ppo_trainer.guarded import GuardedTrainer
-from verl_gsm8k.ppo_trainer.trace_lines import Tracer, batch_stats, rows
+from verl_gsm8k.ppo_trainer.guard_base import GuardBase, Observed, numeric
+from verl_gsm8k.ppo_trainer.trace_lines import PER_TOKEN, Tracer, batch_stats, rows
 from verl_gsm8k.trace.select import choose
 
-# verl's TransferQueue field -> our per-token name (verl/trainer/ppo/v1/trainer_base.py writes them)
-TQ_PER_TOKEN = {
-    "rollout_log_probs": "rollout_log_prob",
-    "old_log_probs": "old_log_prob",
-    "entropy": "entropy",
-    "ref_log_prob": "ref_log_prob",
-    "values": "value",
-    "rm_scores": "score",
-    "token_level_rewards": "reward",
-    "advantages": "advantage",
-    "returns": "return",
-}
+COLUMNS = ("prompts", "responses", "response_mask", "data_source")
 
 
 @register_trainer(MODE)
-class TracingTrainer(GuardedTrainer):
-    """The guarded sync trainer that also writes ``<run dir>/trace/<step>.jsonl``."""
-
+class TracingTrainer(GuardBase, PPOTrainerSync):
     def __init__(self, config: DictConfig) -> None:
         with open_dict(config):
             config.trainer.v1.trainer_mode = "sync"
         super().__init__(config)
+        self._init_guard(config)
         self.tracer = Tracer(config, lambda token: self.tokenizer.decode([token]))
 
     def fit(self, *args: Any, **kwargs: Any) -> Any:
+        self._begin(self.global_steps)
         try:
             return super().fit(*args, **kwargs)
         finally:
             self.tracer.close()
+
+    def on_validate_begin(self) -> None:
+        self._prepare_logger(self.logger.logger)  # step 0's validation logs first
+        super().on_validate_begin()
+
+    def on_train_begin(self) -> None:
+        self._prepare_logger(self.logger.logger)
+        super().on_train_begin()
+        self._stop_if_requested(self.global_steps - 1)  # nothing trained here: nothing saved
+
+    def step(self, metrics: dict, timing_raw: dict) -> Any:
+        started = time.time()
+        batch = super().step(metrics, timing_raw)
+        self._after_update(self.global_steps, started, lambda: self._observe(batch, metrics))
+        return batch
+
+    def on_validate_end(self) -> None:
+        super().on_validate_end()
+        if self.sick_step is None:
+            self._stop_if_requested(self.global_steps)
+
+    def _end_after(self, step: int) -> None:
+        super()._end_after(step)
+        self.total_training_steps = step
+
+    def _get(self, batch: Any, keys: list[str], fields: list[str] | None = None) -> Any:
+        return tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=fields)
+
+    def _observe(self, batch: Any, metrics: dict) -> Observed:
+        """The step's metrics and its real responses and scores."""
+        real = _real(batch)
+        fields = ["responses", "response_mask", "rm_scores"]
+        data = self._get(batch, real, fields)
+        responses, scores = [], []
+        for ids, mask, score in zip(*(rows(data[n]) for n in fields), strict=True):
+            pairs = zip(ids.tolist(), mask.tolist(), strict=False)
+            responses.append([int(token) for token, on in pairs if on])
+            scores.append(float(score.float().sum()))
+        return numeric(metrics), responses, scores, [prompt_of(key) for key in real]
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):  # noqa: ANN001
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
         self.tracer.record(global_steps, metrics, lambda: self._trace(batch, metrics, global_steps))
 
     def _trace(self, batch: Any, metrics: dict, step: int) -> list[dict] | None:
-        tags = zip(batch.keys, batch.tags, strict=True)
-        real = [key for key, tag in tags if not tag.get("is_padding", False)]
+        real = _real(batch)
         keys = choose(real, step, self.tracer.samples)
         if not keys:
             return None
-        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id)
+        data = self._get(batch, keys)
         fields = set(data.keys())
-
-        def column(name: str) -> list | None:
-            return rows(data[name]) if name in fields else None
-
-        named = {TQ_PER_TOKEN[name]: rows(data[name]) for name in fields & set(TQ_PER_TOKEN)}
-        old, ref = (data[name] if name in fields else None
-                    for name in ("old_log_probs", "ref_log_prob"))  # fmt: skip
-        if old is not None and ref is not None and old.is_nested:
-            old, ref = old.unbind(), ref.unbind()
-        per_token, absent = self.tracer.per_token(len(keys), named, old, ref)
-        models, extras = column("reward_model") or [], column("extra_fields") or []
-        columns = {
-            "prompt_ids": column("prompts"), "response_ids": column("responses"),
-            "per_token": per_token,
-            "response_mask": column("response_mask"), "data_source": column("data_source"),
-            "ground_truth": [_of(model, "ground_truth") for model in models] or None,
-            "reward_extra": [_of(extra, "reward_extra_info") for extra in extras] or None,
-        }  # fmt: skip
-        stats = self._batch_stats(batch, real)
-        return self.tracer.lines(step, metrics, keys, columns, absent, len(real), stats)
-
-    def _batch_stats(self, batch: Any, real: list[str]) -> dict[str, Any]:
-        scores = tq.kv_batch_get(keys=real, partition_id=batch.partition_id,
-                                 select_fields=["rm_scores"])["rm_scores"]  # fmt: skip
+        wanted = {*COLUMNS, *PER_TOKEN} - {"token_level_scores"}
+        cols = {name: rows(data[name]) for name in fields & wanted}
+        got = {name: rows(data[name]) if name in fields else [] for name in
+               ("reward_model", "extra_fields")}  # fmt: skip
+        cols["ground_truth"] = [_of(m, "ground_truth") for m in got["reward_model"]] or None
+        cols["reward_extra"] = [_of(e, "reward_extra_info") for e in got["extra_fields"]] or None
+        scores = self._get(batch, real, ["rm_scores"])["rm_scores"]
         raw = None
         if self.tracer.run["adv_estimator"] == "gae" and self.use_critic:
-            fields = ["returns", "values", "response_mask"]
-            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                                   select_fields=fields)  # fmt: skip
-            triples = zip(data["returns"].unbind(), data["values"].unbind(),
-                          data["response_mask"].unbind(), strict=True)  # fmt: skip
+            full = self._get(batch, batch.keys, ["returns", "values", "response_mask"])
+            triples = zip(*(full[n].unbind() for n in ("returns", "values", "response_mask")),
+                          strict=True)  # fmt: skip
             raw = torch.cat([(r - v).float()[m.bool()] for r, v, m in triples])
-        return batch_stats(dict(zip(real, rows(scores), strict=True)), raw)
+        stats = batch_stats({k: _list(s) for k, s in zip(real, rows(scores), strict=True)}, raw)
+        return self.tracer.lines(step, metrics, keys, cols, len(real), stats)
+
+
+def _real(batch: Any) -> list[str]:
+    """The batch's keys but its padding samples."""
+    tags = zip(batch.keys, batch.tags, strict=True)
+    return [key for key, tag in tags if not tag.get("is_padding", False)]
 
 
 def _of(value: Any, name: str) -> Any:
     return value.get(name) if isinstance(value, dict) else None
 
 
-__all__ = ["MODE", "TracingTrainer"]
+def _list(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else value

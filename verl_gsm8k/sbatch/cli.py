@@ -1,11 +1,9 @@
-"""What the sbatch files of slurm/ run inside a Slurm job (docs/slurm.md). Each finds the
-repository, picks the interpreter, cd's to the repository's root and exec's this module, so the
-job's batch process is this one:
+"""What slurm/*.sbatch exec inside a Slurm job, as the job's batch process (docs/slurm.md):
 
     python -m verl_gsm8k.sbatch one-node RECIPE [key=value ...]
     python -m verl_gsm8k.sbatch multi-node RECIPE [key=value ...]
 
-Bad input is one line starting ``slurm:``, and exit 2.
+Bad input is one line starting ``slurm:``, exit 2.
 """
 
 from __future__ import annotations
@@ -22,30 +20,22 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import NoReturn
 
 from verl_gsm8k.launch.reap import ENV_RAY_OF_JOB, stop_slurm_ray
 
-# What tells the repository's root: the file the sbatch files run.
-MARKER = "verl_gsm8k/sbatch/cli.py"
-ONE_NODE = "slurm/one_node.sbatch"
-MULTI_NODE = "slurm/multi_node.sbatch"
-# The remote side of each `ray start`: SIGTERM blocked, then exec (slurmstepd made it a process
-# group leader, which Ray's processes stay in); and what ends that group on a node (reap.py,
-# "stop --slurm-ray").
+MARKER = "verl_gsm8k/sbatch/cli.py"  # what tells the repository's root
+# each `ray start`: SIGTERM blocked, then exec (launch/reap.py); what ends a node's Ray
 REAP_EXEC = ("-m", "verl_gsm8k.launch.reap", "exec", "--")
 REAP_STOP = ("-m", "verl_gsm8k.launch.reap", "stop", "--slurm-ray")
-POLL_S = 5.0  # the join's polling period, and the head's head start before the workers
+POLL_S = 5.0  # the join's polling period, and the head's head start
 MODES = {
-    "one-node": (ONE_NODE, "checks, then exec's the recipe: it becomes the job's batch process "
-                 "and gets Slurm's signals itself"),
-    "multi-node": (MULTI_NODE, "Ray on the job's nodes, the recipe as its driver on the first "
-                   "node, SIGTERM passed on to it, Ray stopped on every node at the end"),
-}  # fmt: skip
-
+    "one-node": "checks, then exec's the recipe: it becomes the job's batch process and gets "
+    "Slurm's signals itself",
+    "multi-node": "Ray on the job's nodes, the recipe as its driver on the first node, SIGTERM "
+    "passed on to it, Ray stopped on every node at the end",
+}
 KNOBS = """environment variables (empty counts as unset, as in the recipes):
   LOCK_WAIT_S (120 here)       a requeued start waits that long for the previous start's
                                processes to end (the launcher's run-directory lock), then refuses
@@ -69,7 +59,6 @@ multi-node only:
 
 
 def knob(name: str, default: str = "") -> str:
-    """An environment variable read as bash reads ${NAME:-default}: empty counts as unset."""
     return os.environ.get(name) or default
 
 
@@ -79,127 +68,72 @@ def fail(line: str, status: int = 2) -> NoReturn:
 
 
 def say(line: str) -> None:
-    print(line, flush=True)  # flushed: the job's output file holds other processes' lines too
-
-
-def short_host() -> str:
-    return socket.gethostname().split(".")[0]
+    print(line, flush=True)  # the job's output file holds other processes' lines too
 
 
 def whole(name: str, default: str) -> int:
-    """A knob that is a whole number; one line when it is not."""
-    value = knob(name, default)
-    if not re.fullmatch(r"[0-9]+", value):
+    if not re.fullmatch(r"[0-9]+", value := knob(name, default)):
         fail(f"slurm: {name}={value} is not a whole number")
     return int(value)
 
 
-def require(file: str, tools: Sequence[str]) -> None:
-    """Inside a Slurm job, with the client commands ``file`` needs; otherwise one line."""
+def prepare(file: str, tools: Sequence[str], root: str, recipe: str) -> str:
+    """Inside a job, with Slurm's commands, in this repository, with a recipe: its path. The
+    launcher's knobs of a job: wait for the previous start's processes, requeue on a stop."""
     job = knob("SLURM_JOB_ID")
+    if not job and shutil.which("sbatch") is None:
+        fail(f"slurm: no Slurm here (sbatch not found): {file} runs under Slurm (docs/slurm.md);"
+             " without Slurm run the recipe itself: bash recipes/<recipe>.sh")  # fmt: skip
     if not job:
-        if shutil.which("sbatch") is None:
-            fail(
-                f"slurm: no Slurm here (sbatch not found): {file} runs under Slurm "
-                "(docs/slurm.md); without Slurm run the recipe itself: bash recipes/<recipe>.sh"
-            )
-        fail(
-            f"slurm: {file} is a batch script: submit it, sbatch {file} recipes/<recipe>.sh "
-            "[key=value ...] (docs/slurm.md)"
-        )
+        fail(f"slurm: {file} is a batch script: submit it, sbatch {file} recipes/<recipe>.sh "
+             "[key=value ...] (docs/slurm.md)")  # fmt: skip
     for tool in tools:
         if shutil.which(tool) is None:
-            fail(
-                f"slurm: {tool} not found on {short_host()} inside job {job}: {file} needs "
-                "Slurm's client commands on the compute nodes"
-            )
-
-
-def repo_root(root: str) -> str:
-    """``root`` when it is this repository (sbatch runs a copy of its file from a spool folder:
-    the job finds the repository where it was submitted, or VERL_GSM8K_ROOT)."""
-    if not Path(root, MARKER).is_file():
-        fail(
-            f"slurm: {root} is not this repository (no {MARKER}): submit from the "
-            "repository's root, or set VERL_GSM8K_ROOT"
-        )
-    return root
-
-
-def recipe_path(root: str, recipe: str) -> str:
-    """The recipe to run: the first argument, a file of recipes/ (relative to the root)."""
+            fail(f"slurm: {tool} not found on {socket.gethostname().split('.')[0]} inside job "
+                 f"{job}: {file} needs Slurm's client commands on the compute nodes")  # fmt: skip
+    if not Path(root, MARKER).is_file():  # sbatch runs a copy of the file from its spool
+        fail(f"slurm: {root} is not this repository (no {MARKER}): submit from the repository's "
+             "root, or set VERL_GSM8K_ROOT")  # fmt: skip
     if not recipe or "=" in recipe:
-        fail(
-            "slurm: the first argument is the recipe to run (recipes/<name>.sh), its "
-            f"key=value overrides after it; got '{recipe}'"
-        )
+        fail("slurm: the first argument is the recipe to run (recipes/<name>.sh), its key=value "
+             f"overrides after it; got '{recipe}'")  # fmt: skip
     path = recipe if recipe.startswith("/") else f"{root}/{recipe}"
     if not Path(path).is_file():
         fail(f"slurm: no recipe {path} (the first argument: recipes/<name>.sh)")
+    os.environ["LOCK_WAIT_S"] = knob("LOCK_WAIT_S", "120")
+    os.environ["SLURM_REQUEUE_ON_STOP"] = knob("SLURM_REQUEUE_ON_STOP", "1")
     return path
 
 
 def say_job(what: str) -> None:
-    host = knob("SLURM_JOB_NODELIST") or short_host()
-    say(
-        f"slurm: job {knob('SLURM_JOB_ID')} ({knob('SLURM_JOB_NAME')}) restart "
-        f"{knob('SLURM_RESTART_COUNT', '0')} on {host}: {what}"
-    )
-
-
-def command_line(root: str, recipe: str, overrides: Sequence[str]) -> str:
-    return f"bash {recipe.removeprefix(root + '/')} {' '.join(overrides)}"
-
-
-def export_defaults() -> None:
-    """The launcher's knobs in a job: wait for the previous start's processes, requeue on a stop."""
-    os.environ["LOCK_WAIT_S"] = knob("LOCK_WAIT_S", "120")
-    os.environ["SLURM_REQUEUE_ON_STOP"] = knob("SLURM_REQUEUE_ON_STOP", "1")
-
-
-def job_gpus() -> str:
-    """The GPUs Slurm gave the job on this node (SLURM_GPUS_ON_NODE, from --gpus-per-node or
-    --gpus) are the recipe's NDEVICES_PER_NODE; a NDEVICES_PER_NODE that asks for another number
-    is one line, exit 2. What to add to the job's line ("" when Slurm gave no GPU count)."""
-    gpus = knob("SLURM_GPUS_ON_NODE")
-    if not re.fullmatch(r"[0-9]+", gpus) or int(gpus) < 1:
-        return ""
-    asked = knob("NDEVICES_PER_NODE")
-    if asked and asked != gpus:
-        fail(f"slurm: NDEVICES_PER_NODE={asked}, but Slurm gave this job {gpus} GPU(s) on its "
-             f"node (SLURM_GPUS_ON_NODE): submit with --gpus-per-node={asked}, or leave "
-             "NDEVICES_PER_NODE unset")  # fmt: skip
-    os.environ["NDEVICES_PER_NODE"] = gpus
-    return f", NDEVICES_PER_NODE={gpus} from SLURM_GPUS_ON_NODE"
+    host = knob("SLURM_JOB_NODELIST") or socket.gethostname().split(".")[0]
+    say(f"slurm: job {knob('SLURM_JOB_ID')} ({knob('SLURM_JOB_NAME')}) restart "
+        f"{knob('SLURM_RESTART_COUNT', '0')} on {host}: {what}")  # fmt: skip
 
 
 def one_node(root: str, recipe: str, overrides: Sequence[str]) -> NoReturn:
-    """The recipe replaces this process, so ``--signal=B:TERM@N`` reaches the launcher itself
-    (save the step in flight, then stop). The run directory is the recipe's (from the environment
-    captured at submission): the same across requeues, so each requeued start resumes it."""
-    require(ONE_NODE, ("squeue", "scontrol"))
-    root = repo_root(root)
-    path = recipe_path(root, recipe)
-    export_defaults()
-    gpus = job_gpus()
+    """The recipe replaces this process, so `--signal=B:TERM@N` reaches its launcher. The GPUs
+    Slurm gave the node (SLURM_GPUS_ON_NODE) are its NDEVICES_PER_NODE."""
+    path = prepare("slurm/one_node.sbatch", ("squeue", "scontrol"), root, recipe)
+    gpus, asked, said = knob("SLURM_GPUS_ON_NODE"), knob("NDEVICES_PER_NODE"), ""
+    if re.fullmatch(r"[1-9][0-9]*", gpus):
+        if asked and asked != gpus:
+            fail(f"slurm: NDEVICES_PER_NODE={asked}, but Slurm gave this job {gpus} GPU(s) on "
+                 f"its node (SLURM_GPUS_ON_NODE): submit with --gpus-per-node={asked}, or leave "
+                 "NDEVICES_PER_NODE unset")  # fmt: skip
+        os.environ["NDEVICES_PER_NODE"] = gpus
+        said = f", NDEVICES_PER_NODE={gpus} from SLURM_GPUS_ON_NODE"
     os.chdir(root)
-    say_job(
-        f"{command_line(root, path, overrides)} (LOCK_WAIT_S={os.environ['LOCK_WAIT_S']}, "
-        f"requeue on a stop: {os.environ['SLURM_REQUEUE_ON_STOP']}{gpus})"
-    )
-    # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec: the
-    # recipe gets the default, as it would from a shell
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+    say_job(f"bash {path.removeprefix(root + '/')} {' '.join(overrides)} (LOCK_WAIT_S="
+            f"{os.environ['LOCK_WAIT_S']}, requeue on a stop: "
+            f"{os.environ['SLURM_REQUEUE_ON_STOP']}{said})")  # fmt: skip
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python's ignored ones would stay ignored
         signal.signal(sig, signal.SIG_DFL)
     os.execvp("bash", ["bash", path, *overrides])
 
 
-# ---- several nodes: Ray on Slurm ------------------------------------------------------------
-
-
 def check_shared(base: str, nodes: int) -> None:
-    """Every node of the job sees the run directory: a file written here must exist on each
-    node (RUN_DIR if set, else RUNS_ROOT, where the recipe puts it). One line when one lacks it."""
+    """A file written in the run directory's place must be seen from every node."""
     token = Path(base, f".slurm-shared-check-{knob('SLURM_JOB_ID')}")
     try:
         token.parent.mkdir(parents=True, exist_ok=True)
@@ -207,178 +141,106 @@ def check_shared(base: str, nodes: int) -> None:
     except OSError as err:
         fail(f"slurm: cannot write in {base}: {err.strerror}")
     probe = f'[[ -e {shlex.quote(str(token))} ]] && echo ok || echo "missing $(hostname -s)"'
-    srun = ["srun", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1", "bash", "-c", probe]
     try:
-        seen = subprocess.run(srun, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        lines = seen.stdout.splitlines()
-    except OSError:
-        lines = []
+        lines = first_words(["srun", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1",
+                             "bash", "-c", probe], check=False)  # fmt: skip
     finally:
         token.unlink(missing_ok=True)
     missing = [line.removeprefix("missing ") for line in lines if line.startswith("missing ")]
-    if missing or not any(line.startswith("ok") for line in lines):
+    if missing or "ok" not in lines:
         where = ",".join(f"not seen on {name}" for name in missing)
-        fail(
-            f"slurm: {base} is not on storage every node mounts ({where}): every node writes "
-            "its ranks' checkpoint shards there; set RUNS_ROOT (or RUN_DIR) to a shared "
-            "filesystem (docs/slurm.md)"
-        )
+        fail(f"slurm: {base} is not on storage every node mounts ({where}): every node writes "
+             "its ranks' checkpoint shards there; set RUNS_ROOT (or RUN_DIR) to a shared "
+             "filesystem (docs/slurm.md)")  # fmt: skip
 
 
-def first_word(cmd: Sequence[str], what: str) -> str:
-    """The first word ``cmd`` prints; one line when it fails or prints none."""
+def first_words(cmd: Sequence[str], what: str = "", check: bool = True) -> list[str]:
+    """The lines ``cmd`` prints; with ``check``, one line and exit 2 when it fails or prints
+    nothing."""
     try:
         done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
-        status, words = done.returncode, done.stdout.split()
+        status, lines = done.returncode, done.stdout.split("\n")
     except OSError:
-        status, words = 127, []
-    if status != 0 or not words:
+        status, lines = 127, []
+    lines = [line.strip() for line in lines if line.strip()]
+    if check and (status != 0 or not lines):
         fail(f"slurm: no {what} from `{shlex.join(cmd)}` (exit {status})")
-    return words[0]
+    return lines
 
 
-def ray_gpus(ray: str, address: str) -> int:
-    """The GPUs Ray counts on the cluster at ``address`` (``ray status``), 0 when it does not
-    answer."""
-    try:
-        cmd = [ray, "status", "--address", address]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    for line in out.splitlines():  # " 0.0/16.0 GPU": used/total
-        found = re.match(r" *[0-9.]*/([0-9.]*) GPU", line)
-        if found:
-            total = found.group(1).split(".")[0]
-            return int(total) if total else 0
-    return 0
+class Job:
+    """Ray on the job's nodes, one `ray start --block` srun step a node, each with SIGTERM
+    blocked (its daemons and workers inherit it: a SIGTERM to every process of the job leaves
+    the cluster up while the trainer saves), and the recipe as its driver here, to which a
+    SIGTERM is passed on; before the recipe runs a SIGTERM ends the job."""
 
-
-@dataclass
-class Forwarder:
-    """SIGTERM to this process: passed on to the recipe once it runs (it saves the step in flight
-    and stops); before that, remembered (``stopping``): the recipe is then not started."""
-
-    stopping: bool = False
-    driver: subprocess.Popen[bytes] | None = None
-    forwarded: bool = False
-
-    def install(self) -> None:
+    def __init__(self, ray: str, root: str, head: str, address: str, gpus: int) -> None:
+        self.ray, self.root, self.head, self.address, self.gpus = ray, root, head, address, gpus
+        self.steps: list[subprocess.Popen[bytes]] = []
+        self.driver: subprocess.Popen[bytes] | None = None
+        self.stopping = False
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+    def _on_sigterm(self, *_: object) -> None:
         self.stopping = True
-        if self.driver is not None:
-            self._forward()
-
-    def _forward(self) -> None:
-        self.forwarded = True
-        if self.driver is not None and self.driver.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.driver.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError, AttributeError):
+            self.driver.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
 
     def pause(self, seconds: float) -> None:
-        """Sleep ``seconds``, cut short by a SIGTERM."""
         end = time.monotonic() + seconds
         while not self.stopping and time.monotonic() < end:
-            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+            time.sleep(0.2)
+
+    def start_ray(self, where: Sequence[str], *args: str) -> None:
+        ray = [self.ray, "start", *args, "--block", f"--num-gpus={self.gpus}"]
+        if re.fullmatch(r"[1-9][0-9]*", cpus := knob("SLURM_CPUS_ON_NODE")):
+            ray.append(f"--num-cpus={cpus}")  # the job's CPUs, not every CPU of the node
+        remote = [f"--chdir={self.root}", sys.executable, *REAP_EXEC, *ray]
+        env = dict(os.environ, **{ENV_RAY_OF_JOB: knob("SLURM_JOB_ID")})  # srun passes it on
+        self.steps.append(subprocess.Popen(["srun", "--overlap", *where, *remote], env=env))
+
+    def gpus_joined(self) -> int:
+        """The GPUs Ray counts (`ray status`: " 0.0/16.0 GPU"), 0 when it does not answer."""
+        try:
+            out = subprocess.run([self.ray, "status", "--address", self.address],
+                                 capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            return 0
+        found = re.search(r"^ *[0-9.]*/([0-9]+)[0-9.]* GPU", out, re.M)
+        return int(found.group(1)) if found else 0
 
     def run(self, argv: Sequence[str]) -> int:
-        """Run ``argv`` as a child and wait for it: its exit status, 128+N for a signal N (as a
-        shell reports it). waitpid is retried after the handler runs (PEP 475): the status is
-        the child's, whatever signals come meanwhile."""
+        """The recipe's status (128+N for a signal N, as a shell says it); waitpid is retried
+        after the handler (PEP 475): whatever signals come meanwhile, the status is its own."""
         self.driver = subprocess.Popen(argv)
-        if self.stopping and not self.forwarded:  # the SIGTERM came while it was being started
-            self._forward()
+        if self.stopping:  # the SIGTERM came while it was being started
+            self._on_sigterm()
         status = self.driver.wait()
         return 128 - status if status < 0 else status
 
-
-@dataclass
-class RayNodes:
-    """Ray on the job's nodes: one ``ray start --block`` srun step a node, each run with SIGTERM
-    blocked (the reap module's exec), a mask its daemons and workers inherit: a SIGTERM to every
-    process of the job (the time limit without ``B:``, a preemption, scancel) leaves the cluster
-    up while the trainer saves the step in flight. ``stop`` ends them."""
-
-    ray: str
-    root: str
-    head: str
-    head_ip: str
-    port: int
-    nodes: int
-    gpus: int
-    steps: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    @property
-    def address(self) -> str:
-        return f"{self.head_ip}:{self.port}"
-
-    def _step(self, where: Sequence[str], *args: str) -> None:
-        ray = [self.ray, "start", *args, "--block", f"--num-gpus={self.gpus}"]
-        # Slurm's allocation (the batch node's: the nodes are alike with --exclusive); without
-        # it Ray counts every CPU of the node, the job's or not
-        cpus = knob("SLURM_CPUS_ON_NODE")
-        if re.fullmatch(r"[1-9][0-9]*", cpus):
-            ray.append(f"--num-cpus={cpus}")
-        remote = [f"--chdir={self.root}", sys.executable, *REAP_EXEC, *ray]
-        # srun passes its environment on: the mark that names the step's group as this job's Ray
-        env = dict(os.environ, **{ENV_RAY_OF_JOB: knob("SLURM_JOB_ID")})
-        self.steps.append(subprocess.Popen(["srun", "--overlap", *where, *remote], env=env))
-
-    def start(self, stop: Forwarder) -> None:
-        """The head on the first node (where this process, and so the driver, runs), then a
-        worker on each other node; none after a SIGTERM."""
-        ip, port = f"--node-ip-address={self.head_ip}", f"--port={self.port}"
-        self._step(("--nodes=1", "--ntasks=1", "-w", self.head), "--head", ip, port)
-        if self.nodes > 1:
-            stop.pause(POLL_S)  # the head's head start
-            if not stop.stopping:
-                others = (f"--nodes={self.nodes - 1}", f"--ntasks={self.nodes - 1}")
-                where = (*others, "--ntasks-per-node=1", "-x", self.head)
-                self._step(where, f"--address={self.address}")
-
-    def join(self, timeout: int, stop: Forwarder) -> tuple[int, int]:
-        """Poll Ray until it counts every node's GPUs, ``timeout`` s at most, or a SIGTERM: the
-        GPUs it counts and the seconds waited."""
-        start = time.monotonic()
-        while True:
-            have = ray_gpus(self.ray, self.address)
-            waited = int(time.monotonic() - start)
-            if have >= self.nodes * self.gpus or waited >= timeout or stop.stopping:
-                return have, waited
-            stop.pause(POLL_S)
-
-    def _wait(self, seconds: float) -> None:
-        """Until every step has ended, ``seconds`` at most."""
-        end = time.monotonic() + seconds
-        while any(step.poll() is None for step in self.steps) and time.monotonic() < end:
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        """SIGKILL (which the blocked mask does not stop) to this job's Ray, node by node
-        (``reap stop --slurm-ray``: the process groups of its `ray start`s, not every Ray of the
-        node as `ray stop --force` would): first here, the head's node, which needs no srun (a job
-        Slurm is ending, a requeue or scancel, starts no more steps), then on every node by srun;
-        each `ray start --block` then exits, and its srun step with it. Where srun cannot start,
-        the other nodes' raylets exit on their own once their head is gone (Ray's
-        gcs_rpc_server_reconnect_timeout_s, 60 s), or Slurm's SIGKILL ends them KillWait after
-        its SIGTERM, whichever comes first."""
+    def stop(self, nodes: int) -> None:
+        """SIGKILL to this job's Ray, node by node (`reap stop --slurm-ray`, never another Ray
+        of the node): here first, which needs no srun (Slurm starts no step in a job it is
+        ending), then by srun, again every 5 s for 30 s (a step started just before may start
+        its ray later); without srun, the other nodes' raylets exit once their head is gone
+        (Ray's gcs_rpc_server_reconnect_timeout_s, 60 s) or at Slurm's SIGKILL."""
         if not self.steps:
             return
         say("slurm: stopping Ray on the job's nodes")
         job = knob("SLURM_JOB_ID")
         stop_slurm_ray(job)
-        self._wait(POLL_S)
-        cmd = ["srun", "--overlap", f"--nodes={self.nodes}", "--ntasks-per-node=1",
-               sys.executable, *REAP_STOP, job]  # fmt: skip
-        end = time.monotonic() + 30
-        # again every 5 s: a step started just before (a SIGTERM right after the workers' srun)
-        # may start its ray after the first stop has run on its node
-        while any(step.poll() is None for step in self.steps) and time.monotonic() < end:
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               timeout=60)  # fmt: skip
-            self._wait(min(POLL_S, end - time.monotonic()))
+        cmd = ["srun", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1", sys.executable,
+               *REAP_STOP, job]  # fmt: skip
+        end, first = time.monotonic() + 30, True
+        while time.monotonic() < end and any(step.poll() is None for step in self.steps):
+            if not first:
+                with contextlib.suppress(OSError, subprocess.SubprocessError):
+                    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   timeout=60)  # fmt: skip
+            wait = time.monotonic() + min(POLL_S, end - time.monotonic())
+            while time.monotonic() < wait and any(step.poll() is None for step in self.steps):
+                time.sleep(0.2)
+            first = False
         for step in self.steps:
             if step.poll() is None:
                 step.kill()
@@ -386,63 +248,62 @@ class RayNodes:
 
 
 def multi_node(root: str, recipe: str, overrides: Sequence[str]) -> int:
-    """Several nodes: checks, Ray on every node, a bounded wait until every node's GPUs have
-    joined, then the recipe as Ray's driver here (RAY_ADDRESS: the launcher attaches to the
-    cluster); Ray is stopped on every node when this ends, whatever the reason."""
-    require(MULTI_NODE, ("srun", "scontrol", "squeue"))
-    root = repo_root(root)
-    path = recipe_path(root, recipe)
-    export_defaults()
+    """Checks, Ray on every node, a bounded wait for every node's GPUs, then the recipe as Ray's
+    driver here (RAY_ADDRESS); Ray stopped on every node when this ends, whatever the reason."""
+    path = prepare("slurm/multi_node.sbatch", ("srun", "scontrol", "squeue"), root, recipe)
     nodes = whole("SLURM_JOB_NUM_NODES", "1")
     gpus = knob("GPUS_PER_NODE") or knob("SLURM_GPUS_ON_NODE")
-    if not re.fullmatch(r"[0-9]+", gpus) or int(gpus) < 1:
+    if not re.fullmatch(r"[1-9][0-9]*", gpus):
         fail("slurm: GPUs per node unknown (SLURM_GPUS_ON_NODE unset: ask for them with "
              "--gpus-per-node, or set GPUS_PER_NODE)")  # fmt: skip
     port, timeout = whole("RAY_PORT", "6379"), whole("RAY_JOIN_TIMEOUT_S", "300")
     check_shared(knob("RUN_DIR") or knob("RUNS_ROOT") or f"{root}/runs", nodes)
-    head = first_word(["scontrol", "show", "hostnames", knob("SLURM_JOB_NODELIST")], "node name")
-    where = ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", head, "hostname", "-I"]
-    head_ip = first_word(where, "IP address of the head node")
+    head = first_words(["scontrol", "show", "hostnames", knob("SLURM_JOB_NODELIST")],
+                       "node name")[0].split()[0]  # fmt: skip
+    ip = first_words(["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", head, "hostname",
+                      "-I"], "IP address of the head node")[0].split()[0]  # fmt: skip
     ray = knob("RAY") or str(Path(sys.executable).parent / "ray")
-    cluster = RayNodes(ray, root, head, head_ip, port, nodes, int(gpus))
-    stop = Forwarder()
-    stop.install()  # from here a SIGTERM is the recipe's, or ends the job before it starts
+    job = Job(ray, root, head, f"{ip}:{port}", int(gpus))  # a SIGTERM from here is the job's
+    want = nodes * int(gpus)
     try:
-        say_job(f"Ray head on {head} ({cluster.address}), {nodes} node(s) x {gpus} GPU(s)")
-        cluster.start(stop)
-        have, waited = cluster.join(timeout, stop)
-        want = nodes * int(gpus)
-        if stop.stopping:
+        say_job(f"Ray head on {head} ({job.address}), {nodes} node(s) x {gpus} GPU(s)")
+        job.start_ray(("--nodes=1", "--ntasks=1", "-w", head), "--head",
+                      f"--node-ip-address={ip}", f"--port={port}")  # fmt: skip
+        if nodes > 1:
+            job.pause(POLL_S)  # the head's head start
+            if not job.stopping:
+                others = (f"--nodes={nodes - 1}", f"--ntasks={nodes - 1}", "--ntasks-per-node=1")
+                job.start_ray((*others, "-x", head), f"--address={job.address}")
+        start = time.monotonic()
+        while (have := job.gpus_joined()) < want and not job.stopping:
+            if time.monotonic() - start >= timeout:
+                fail(f"slurm: after RAY_JOIN_TIMEOUT_S={timeout} s the Ray cluster at "
+                     f"{job.address} has {have} of {want} GPUs ({nodes} node(s) x {gpus}): a "
+                     "node never joined (its ray start output is above); nothing was "
+                     "trained")  # fmt: skip
+            job.pause(POLL_S)
+        if job.stopping:
             fail("slurm: SIGTERM before the recipe started: nothing trained, the recipe not "
                  "started", 143)  # fmt: skip
-        if have < want:
-            fail(f"slurm: after RAY_JOIN_TIMEOUT_S={timeout} s the Ray cluster at "
-                 f"{cluster.address} has {have} of {want} GPUs ({nodes} node(s) x {gpus}): "
-                 "a node never joined (its ray start output is above); "
-                 "nothing was trained")  # fmt: skip
-        say_job(f"all {want} GPUs joined in {waited} s: {command_line(root, path, overrides)}")
-        os.environ.update(RAY_ADDRESS=cluster.address, NNODES=str(nodes), NDEVICES_PER_NODE=gpus)
-        os.environ["DEVICE"] = knob("DEVICE", "gpu")
+        rel = path.removeprefix(root + "/")
+        say_job(f"all {want} GPUs joined in {time.monotonic() - start:.0f} s: bash {rel} "
+                f"{' '.join(overrides)}")  # fmt: skip
+        os.environ.update(RAY_ADDRESS=job.address, NNODES=str(nodes), NDEVICES_PER_NODE=gpus,
+                          DEVICE=knob("DEVICE", "gpu"))  # fmt: skip
         os.chdir(root)
-        return stop.run(["bash", path, *overrides])
+        return job.run(["bash", path, *overrides])
     finally:
-        cluster.stop()
+        job.stop(nodes)
 
 
-def default_root() -> str:
-    return knob("VERL_GSM8K_ROOT") or knob("SLURM_SUBMIT_DIR") or os.getcwd()
-
-
-def build_parser() -> argparse.ArgumentParser:
+def main(argv: Sequence[str] | None = None) -> int:
     raw = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="python -m verl_gsm8k.sbatch", description=__doc__, epilog=KNOBS,
-        formatter_class=raw,
-    )  # fmt: skip
+    parser = argparse.ArgumentParser(prog="python -m verl_gsm8k.sbatch", description=__doc__,
+                                     epilog=KNOBS, formatter_class=raw)  # fmt: skip
     modes = parser.add_subparsers(dest="mode", required=True, metavar="{one-node,multi-node}")
-    for name, (file, what) in MODES.items():
-        mode = modes.add_parser(name, help=what, description=f"What {file} runs: {what}.",
-                                epilog=KNOBS, formatter_class=raw)  # fmt: skip
+    for name, what in MODES.items():
+        mode = modes.add_parser(name, help=what, description=f"slurm/{name.replace('-', '_')}"
+                                f".sbatch: {what}.", epilog=KNOBS, formatter_class=raw)  # fmt: skip
         mode.add_argument("--root", default="", help="the repository, given before RECIPE "
                           "(default: VERL_GSM8K_ROOT, else SLURM_SUBMIT_DIR, else the current "
                           "folder)")  # fmt: skip
@@ -450,12 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the recipe: recipes/<name>.sh, relative to the root")  # fmt: skip
         mode.add_argument("overrides", nargs=argparse.REMAINDER, metavar="key=value ...",
                           help="the recipe's overrides, passed on as they are")  # fmt: skip
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    root = args.root or default_root()
+    args = parser.parse_args(argv)
+    root = args.root or knob("VERL_GSM8K_ROOT") or knob("SLURM_SUBMIT_DIR") or os.getcwd()
     if args.mode == "one-node":
         one_node(root, args.recipe, args.overrides)
     return multi_node(root, args.recipe, args.overrides)

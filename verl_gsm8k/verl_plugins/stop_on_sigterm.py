@@ -1,25 +1,13 @@
-"""SIGTERM to any process of a PPO launch becomes the launcher's stop request, not a death.
+"""A SIGTERM to one of a PPO launch's processes is a stop request, not a death.
 
-the launcher starts verl's driver with SIGTERM **blocked** (its signal mask), and every
-process verl starts inherits the mask across fork and exec: Ray's gcs and raylet, its workers (the
-TaskRunner, where the trainer loop runs, the FSDP workers, vLLM's engine). Their own SIGTERM
-handlers (Ray's: exit; raylet's: shut the node down, which takes every worker with it) are
-installed but never run, so a SIGTERM to every process of the job (Slurm's time limit without
-``B:``, ``scontrol requeue``, a preemption, ``ray job stop``) no longer kills the run before it
-can save. The launcher, which gets the signal too, writes RUN_DIR/stop_requested; the trainer saves
-the step in flight at its end and stops (ppo_trainer/guard_base.py); SIGKILL (Slurm's ``KillWait``,
-the launcher's STOP_GRACE_S) still ends everything.
-
-verl imports this module in every process (VERL_USE_EXTERNAL_MODULES). In a process that has
-SIGTERM blocked and belongs to a launch (GSM8K_LAUNCH_RUN_DIR), a thread waits for the signal
-(``sigwait``): a SIGTERM sent to this process alone (the driver, the TaskRunner) writes the stop
-request itself when none is there yet, with STOP_GRACE_S from now, and says so in one line.
-Elsewhere (a Ray cluster's own workers, a process started without the mask) it does nothing.
-
-Where it applies, the local Ray that verl's driver starts (``ray.init``) is also shut down
-without its "graceful" SIGTERM (``Node.kill_all_processes(allow_graceful=False)``): its
-processes block the signal, so Ray would only wait 1 s per process before the SIGKILL it sends
-anyway (measured: ``ray.shutdown`` 5.3 s instead of 1.4 s, docs/slurm.md).
+The launcher starts verl with SIGTERM blocked, a mask every process verl starts inherits (Ray's
+daemons and workers): their own handlers never run, so a SIGTERM to every process of a job no
+longer kills the run before it saves. verl imports this module in every process; in one of a
+launch (GSM8K_LAUNCH_RUN_DIR) with SIGTERM blocked, a thread waits for the signal: one from
+outside the launch (Slurm, `kill`, `ray job stop`) writes the stop request (guard/stop.py) with
+STOP_GRACE_S from now, unless one is there; one from inside (Ray tearing down its workers at the
+run's end) is not a stop. There, Ray's shutdown of the processes ``ray.init`` started SIGKILLs
+them at once: they block SIGTERM, and Ray would wait 1 s for each (docs/slurm.md).
 """
 
 from __future__ import annotations
@@ -32,26 +20,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from verl_gsm8k.common.launch_env import ENV_LAUNCH, launch_of
-from verl_gsm8k.common.run_dir import STOP_FILE, stop_path
+from verl_gsm8k.common.launch_env import ENV_LAUNCH, ENV_RUN_DIR, launch_of
 from verl_gsm8k.guard import say
+from verl_gsm8k.guard.stop import SIGTERM, request
 from verl_gsm8k.verl_plugins.after_import import after_import
 
 _started = False
-
-
-def request_stop(run_dir: Path, grace_s: float) -> bool:
-    """Write the stop request unless one is there already; True when this call wrote it."""
-    final = stop_path(run_dir)
-    partial = run_dir / f".{STOP_FILE}.{os.getpid()}"
-    partial.write_text(f"{time.time() + grace_s:.0f}\n", encoding="utf-8")
-    try:
-        os.link(partial, final)  # never over the launcher's own request (its deadline wins)
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        partial.unlink(missing_ok=True)
 
 
 def _wait_for_sigterm(run_dir: Path, grace_s: float) -> None:
@@ -59,55 +33,39 @@ def _wait_for_sigterm(run_dir: Path, grace_s: float) -> None:
     while True:
         sender = signal.sigwaitinfo({signal.SIGTERM}).si_pid
         if ours and sender != os.getpid() and launch_of(sender) == ours:
-            # Ray's own teardown of this process (its raylet, at the run's end), not a stop: a
-            # stop comes from outside the launch (Slurm, `kill`, `ray job stop`, the launcher's
-            # shell, which does not carry the launch id)
             continue
         try:
-            wrote = request_stop(run_dir, grace_s)
+            if request(run_dir, time.time() + grace_s, SIGTERM):
+                say(f"SIGTERM to pid {os.getpid()}: stop requested; the trainer saves the step "
+                    f"in flight and stops (within STOP_GRACE_S={grace_s:.0f} s)")  # fmt: skip
         except OSError as error:
             say(f"SIGTERM to pid {os.getpid()}: no stop request written ({error})")
-            continue
-        if wrote:
-            say(f"SIGTERM to pid {os.getpid()}: stop requested; the trainer saves the step in "
-                f"flight and stops (within STOP_GRACE_S={grace_s:.0f} s)")  # fmt: skip
 
 
 def _kill_at_once(node_module: ModuleType) -> None:
-    """Ray's shutdown of the processes ``ray.init`` started: SIGKILL without the SIGTERM first
-    (see the module docstring)."""
-    node = node_module.Node
-    original = node.kill_all_processes
-    if getattr(original, "gsm8k_at_once", False):
-        return
+    original = node_module.Node.kill_all_processes
 
-    def kill_all_processes(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if len(args) >= 2:  # (check_alive, allow_graceful, ...)
-            args = (args[0], False, *args[2:])
-        else:
-            kwargs["allow_graceful"] = False
-        return original(self, *args, **kwargs)
+    def kill_all_processes(self: Any, check_alive: bool = True, allow_graceful: bool = False,
+                           *args: Any, **kwargs: Any) -> Any:  # fmt: skip
+        return original(self, check_alive, False, *args, **kwargs)
 
     kill_all_processes.gsm8k_at_once = True  # type: ignore[attr-defined]
-    node.kill_all_processes = kill_all_processes
+    node_module.Node.kill_all_processes = kill_all_processes
 
 
 def install() -> bool:
-    """Start the waiting thread where it applies (see the module docstring); True if started."""
+    """Start the waiting thread where it applies; True if started."""
     global _started
-    run_dir = os.environ.get("GSM8K_LAUNCH_RUN_DIR")
-    if _started or not run_dir:
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    blocked = signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if _started or not run_dir or not blocked:  # unblocked: its handler would take the signal
         return False
-    if signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, []):
-        return False  # the signal would reach this process's handler before sigwait: leave it
     try:
         grace_s = float(os.environ.get("STOP_GRACE_S", "30"))
     except ValueError:
         grace_s = 30.0
-    thread = threading.Thread(
-        target=_wait_for_sigterm, args=(Path(run_dir), grace_s), name="gsm8k-sigterm", daemon=True
-    )
-    thread.start()
+    threading.Thread(target=_wait_for_sigterm, args=(Path(run_dir), grace_s),
+                     name="gsm8k-sigterm", daemon=True).start()  # fmt: skip
     _started = True
     after_import("ray._private.node", _kill_at_once)
     return True
