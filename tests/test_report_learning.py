@@ -1,9 +1,7 @@
 """The report's learning trends (verl_gsm8k/analysis/checks.py): validation accuracy that fell
-clearly below its best, and a KL that keeps growing while the train score does not.
-
-Planted runs go through the whole report (parse, canonical names, checks, summary.json, HTML,
-terminal); the two real verl logs must stay silent, at every step a --follow would show.
-"""
+clearly below its best, and a KL that keeps growing while the train score does not. A planted
+run goes through the whole report (terminal, summary.json, the page); the two real verl logs stay
+silent at every step a --follow would show."""
 
 from __future__ import annotations
 
@@ -16,17 +14,7 @@ from typing import Any
 
 import pytest
 from browser import plot_series, render, require_chromium
-from report_runs import (
-    LOG_256,
-    LOG_512,
-    STEPS,
-    VAL_KEY,
-    analyse_records,
-    build_run,
-    checks_fired,
-    only,
-    write_jsonl,
-)
+from report_runs import LOG_256, LOG_512, STEPS, VAL_KEY, analyse_records, build_run, write_jsonl
 
 from verl_gsm8k.analysis import checks as rl
 from verl_gsm8k.analysis import parse as rp
@@ -34,103 +22,70 @@ from verl_gsm8k.guard.thresholds import THRESHOLDS, Thresholds
 from verl_gsm8k.report import cli as report
 from verl_gsm8k.runpage import summary as rs
 
-# --------------------------------------------------------------------------------------------
+KL, SCORE = "actor/reward_kl_penalty", "critic/score/mean"
 # The CPU experiment (shared/notes/learning-on-cpu.md): PPO from a 0.52 checkpoint, 20 steps,
-# greedy validation every 5 steps on 100 problems, train score flat ~0.19, KL penalty 0 -> 0.17.
-# Its report printed "0 warnings".
-# --------------------------------------------------------------------------------------------
-
+# greedy validation every 5 steps on 100 problems, train score flat ~0.19, KL 0 -> 0.17; its
+# report once said "0 warnings".
 CPU_VAL = {0: 0.52, 5: 0.33, 10: 0.19, 15: 0.25, 20: 0.29}
 
 
-def cpu_ppo_run(run_dir: Path, problems: int | None = 100, seed: int = 0) -> Path:
-    """The CPU PPO run as a run directory: metrics segment, and validation dumps if problems."""
-    rng = random.Random(seed)
-    records: list[dict[str, Any]] = []
+def cpu_ppo_run(run_dir: Path, problems: int | None = 100) -> Path:
+    """The CPU PPO run as a run directory: metrics, and validation dumps if ``problems``."""
+    rng, records = random.Random(0), []
     for step in range(21):
-        data: dict[str, Any] = {}
-        if step > 0:
-            kl = 0.17 * step / 20 + rng.uniform(-0.005, 0.005)
-            score = 0.19 + rng.uniform(-0.02, 0.02)
-            data.update(
-                {
-                    "critic/score/mean": score,
-                    "critic/rewards/mean": score - 0.001 * kl,
-                    "actor/reward_kl_penalty": kl,
-                    "actor/reward_kl_penalty_coeff": 0.001,
-                }
-            )
-        if step in CPU_VAL:
-            data[VAL_KEY] = CPU_VAL[step]
-        records.append({"step": step, "data": data})
+        kl, score = 0.17 * step / 20 + rng.uniform(-0.005, 0.005), 0.19 + rng.uniform(-0.02, 0.02)
+        data = {SCORE: score, "critic/rewards/mean": score - 0.001 * kl, KL: kl} if step else {}
+        records.append({"step": step, "data": data | ({VAL_KEY: CPU_VAL[step]}
+                                                      if step in CPU_VAL else {})})  # fmt: skip
     write_jsonl(run_dir / "metrics" / "metrics-20261122T000000Z.jsonl", records)
-    if problems:
-        for step, acc in CPU_VAL.items():
-            right = round(acc * problems)
-            write_jsonl(
-                run_dir / "validation" / f"{step}.jsonl",
-                [
-                    {"input": f"problem {i}", "output": "#### 1", "score": float(i < right)}
-                    for i in range(problems)
-                ],
-            )
+    for step, acc in CPU_VAL.items() if problems else ():
+        rows = [{"input": f"problem {i}", "output": "#### 1",
+                 "score": float(i < round(acc * problems))} for i in range(problems)]  # fmt: skip
+        write_jsonl(run_dir / "validation" / f"{step}.jsonl", rows)
     return run_dir
 
 
 @pytest.mark.parametrize("problems", [100, None])
-def test_cpu_ppo_run_now_warns_twice(
-    tmp_path: Path, problems: int | None, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Both failures of that run are named, in the terminal, summary.json and the HTML page,
-    with or without the validation dumps that tell the number of problems."""
+def test_cpu_ppo_run_now_warns_twice(tmp_path: Path, problems: int | None, capsys) -> None:
+    """Both failures of that run are named in the terminal, summary.json and the page, with or
+    without the validation dumps that tell the number of problems."""
     run = cpu_ppo_run(tmp_path / "run", problems)
     assert report.main([str(run)]) == 0
     out = capsys.readouterr().out
     assert "health              : 0 errors, 2 warnings, 0 notes" in out
     summary = json.loads((run / "report" / "summary.json").read_text(encoding="utf-8"))
     assert summary["validation"]["problems"] == problems
-    assert {f["check"] for f in summary["health"]} == {
-        "accuracy_below_best",
-        "kl_without_score_gain",
-    }
-    acc = next(f for f in summary["health"] if f["check"] == "accuracy_below_best")
-    assert (acc["start_step"], acc["end_step"]) == (0, 20)
+    acc, kl = sorted(summary["health"], key=lambda f: f["check"])
+    assert (acc["check"], acc["start_step"], acc["end_step"]) == ("accuracy_below_best", 0, 20)
     ev = acc["evidence"]
     assert (ev["best_step"], ev["best"], ev["last_step"], ev["last"]) == (0, 0.52, 20, 0.29)
     assert ev["evaluations_below"] == 4 and ev["below_since_step"] == 5
-    if problems:
-        # 2.5 standard errors of a difference of two evaluations on 100 problems, p = 0.405
+    if problems:  # 2.5 standard errors of a difference of two evaluations, p = 0.405
         assert ev["bar"] == pytest.approx(2.5 * math.sqrt(2 * 0.405 * 0.595 / 100))
         assert "on 100 problems" in acc["message"]
         assert f"val problems        : 100 ({run / 'validation' / '20.jsonl'})" in out
     else:
-        assert ev["bar"] == pytest.approx(0.10)
+        assert ev["bar"] == pytest.approx(0.10) and "val problems" not in out
         assert "number of problems not known" in acc["message"]
-        assert "val problems" not in out
-    assert (
-        "ended at 0.29 (step 20), 0.23 below its best 0.52 (step 0, before training)"
-        in (acc["message"])
-    )
+    assert "ended at 0.29 (step 20), 0.23 below its best 0.52 (step 0, before training)" in (
+        acc["message"])  # fmt: skip
     assert "[warning] accuracy_below_best steps 0-20: validation accuracy ended at 0.29" in out
-    kl = next(f for f in summary["health"] if f["check"] == "kl_without_score_gain")
-    assert (kl["metric"], kl["start_step"], kl["end_step"]) == ("kl", 11, 20)
+    assert (kl["check"], kl["metric"], kl["start_step"], kl["end_step"]) == (
+        "kl_without_score_gain", "kl", 11, 20)  # fmt: skip
     assert "actor/reward_kl_penalty" in kl["message"] and "critic/score/mean" in kl["message"]
     assert kl["evidence"]["kl_end"] > 1.5 * kl["evidence"]["kl_start"]
     page = (run / "report" / "report.html").read_text(encoding="utf-8")
-    for check in ("accuracy_below_best", "kl_without_score_gain"):
-        assert f"<td>{check}</td>" in page, check
+    for name in ("accuracy_below_best", "kl_without_score_gain"):
+        assert f"<td>{name}</td>" in page, name
     for name in ("acc_drop_abs", "acc_drop_z", "kl_gain_ratio", "kl_gain_score_min"):
-        assert f"<code>{name}</code>" in page, name  # the Thresholds table
-    # shaded on the plots: validation accuracy; KL and train score
-    for plot_id, count in (("val_acc", 1), ("kl", 1), ("score", 1)):
+        assert f"<code>{name}</code>" in page, name  # the thresholds table
+    for plot_id in ("val_acc", "kl", "score"):  # shaded: validation accuracy; KL and score
         svg = page[page.index(f'id="plot-{plot_id}"') :]
-        svg = svg[: svg.index("</svg>")]
-        assert svg.count('class="band"') == count, plot_id
+        assert svg[: svg.index("</svg>")].count('class="band"') == 1, plot_id
 
 
 def test_cpu_ppo_run_page_in_a_real_browser(tmp_path: Path) -> None:
-    """Both warnings in the health table as Chromium lays the page out, and the curves they
-    speak of: validation accuracy falling from 0.52 to 0.29, the KL climbing past 0.15."""
+    """Both warnings as Chromium lays the page out, and the curves they speak of."""
     require_chromium()
     run = cpu_ppo_run(tmp_path / "run")
     report.generate(run, run / "report")
@@ -145,199 +100,130 @@ def test_cpu_ppo_run_page_in_a_real_browser(tmp_path: Path) -> None:
     assert kl[0][1] < 0.02 and kl[-1][1] > 0.15
 
 
-# --------------------------------------------------------------------------------------------
-# accuracy_below_best
-# --------------------------------------------------------------------------------------------
-
-
-def canon_with_val(val: list[tuple[int, float]], problems: int | None = None) -> rp.Canonical:
+def below_best(val: list[tuple[int, float]], problems: int | None = None,
+               t: Thresholds = THRESHOLDS) -> list[Any]:  # fmt: skip
     data = rp.RunData(val_problems=problems)
     for step, value in val:
         data.merge(step, {VAL_KEY: value})
-    return rp.canonicalize(data)
-
-
-def below_best(val: list[tuple[int, float]], problems: int | None = None) -> list[Any]:
-    return rl.check_accuracy_below_best(canon_with_val(val, problems), THRESHOLDS)
+    return rl.check_accuracy_below_best(rp.canonicalize(data), t)
 
 
 @pytest.mark.parametrize("problems", [None, 100, 1319])
-@pytest.mark.parametrize(
-    "val",
-    [
-        [(0, 0.40), (5, 0.84), (25, 0.66)],
-        [(0, 0.40), (5, 0.84), (10, 0.80), (15, 0.76), (20, 0.72), (25, 0.66)],
-    ],
-    ids=["three-evaluations", "gradual-fall"],
-)
-def test_accuracy_that_peaked_and_fell_warns(
-    val: list[tuple[int, float]], problems: int | None
-) -> None:
-    (hit,) = below_best(val, problems)
-    assert (hit.check, hit.severity, hit.metric) == ("accuracy_below_best", "warning", "val_acc")
-    assert (hit.start_step, hit.end_step) == (5, 25)
-    assert "ended at 0.66 (step 25), 0.18 below its best 0.84 (step 5)" in hit.message
-    assert "keep its checkpoint" in hit.message and "docs/reading-a-ppo-run.md" in hit.message
+def test_accuracy_that_peaked_and_fell_warns(problems: int | None) -> None:
+    gradual = [(0, 0.40), (5, 0.84), (10, 0.80), (15, 0.76), (20, 0.72), (25, 0.66)]
+    for val in ([(0, 0.40), (5, 0.84), (25, 0.66)], gradual):
+        (hit,) = below_best(val, problems)
+        assert (hit.check, hit.severity, hit.metric, hit.start_step, hit.end_step) == (
+            "accuracy_below_best", "warning", "val_acc", 5, 25)  # fmt: skip
+        assert "ended at 0.66 (step 25), 0.18 below its best 0.84 (step 5)" in hit.message
+        assert "keep its checkpoint" in hit.message and "docs/reading-a-ppo-run.md" in hit.message
 
 
-def test_accuracy_single_dip_then_recovery_is_silent() -> None:
+def test_a_dip_noise_or_a_best_at_the_end_is_silent() -> None:
     rising = [(s, 0.30 + 0.004 * s) for s in range(0, 101, 10)]  # 0.30 -> 0.70
     for dip_at in (30, 60, 90):  # one evaluation 0.25 down, then back on the curve
-        dipped = [(s, v - 0.25 if s == dip_at else v) for s, v in rising]
-        assert below_best(dipped) == [], dip_at
+        assert below_best([(s, v - 0.25 * (s == dip_at)) for s, v in rising]) == [], dip_at
     # ... unless the dip is the last evaluation: then the run ends there
-    (hit,) = below_best([(s, v - 0.25 if s == 100 else v) for s, v in rising])
+    (hit,) = below_best([(s, v - 0.25 * (s == 100)) for s, v in rising])
     assert hit.evidence["best_step"] == 90 and hit.evidence["evaluations_below"] == 1
-
-
-def test_noisy_rising_accuracy_is_silent() -> None:
-    """Rising with noise of +-0.03 (twice GSM8K's standard error on 1319 problems)."""
-    for seed in range(20):
+    for seed in range(20):  # rising with noise of +-0.03 (twice GSM8K's SE on 1319 problems)
         rng = random.Random(seed)
         val = [(s, 0.30 + 0.25 * (1 - math.exp(-s / 60)) + rng.uniform(-0.03, 0.03))
                for s in range(0, 301, 10)]  # fmt: skip
         assert below_best(val) == below_best(val, problems=1319) == [], seed
+    for val in ([(0, 0.3)], [(0, 0.3), (10, 0.2), (20, 0.5)], []):
+        assert below_best(val) == []
 
 
 def test_drop_bar_relative_floor_and_noise() -> None:
-    t = THRESHOLDS
-    assert rl.accuracy_drop_bar(0.84, 0.66, None, t)[0] == pytest.approx(0.10)
-    assert rl.accuracy_drop_bar(0.20, 0.10, None, t)[0] == pytest.approx(0.05)  # 25% of best
-    assert rl.accuracy_drop_bar(0.08, 0.0, None, t)[0] == pytest.approx(0.03)  # the floor
+    t, bar = THRESHOLDS, rl.accuracy_drop_bar
+    assert bar(0.84, 0.66, None, t)[0] == pytest.approx(0.10)
+    assert bar(0.20, 0.10, None, t)[0] == pytest.approx(0.05)  # 25% of best
+    assert bar(0.08, 0.0, None, t)[0] == pytest.approx(0.03)  # the floor
     # a large validation set adds nothing; a small one raises the bar to 2.5 SE
-    assert rl.accuracy_drop_bar(0.5, 0.4, 1319, t)[0] == pytest.approx(0.10)
-    assert rl.accuracy_drop_bar(0.5, 0.3, 24, t)[0] == pytest.approx(
-        2.5 * math.sqrt(2 * 0.4 * 0.6 / 24)
-    )
-    # exactly the bar is clearly below (0.5 - 0.4 is 0.0999... in floating point)
-    assert below_best([(0, 0.5), (10, 0.4)])
+    assert bar(0.5, 0.4, 1319, t)[0] == pytest.approx(0.10)
+    assert bar(0.5, 0.3, 24, t)[0] == pytest.approx(2.5 * math.sqrt(2 * 0.4 * 0.6 / 24))
+    assert below_best([(0, 0.5), (10, 0.4)])  # exactly the bar (0.0999... in floating point)
     # a low-accuracy run losing a third of what it learnt, and one within its bar
     assert below_best([(0, 0.05), (10, 0.20), (20, 0.14)])
     assert below_best([(0, 0.05), (10, 0.20), (20, 0.16)]) == []
     # near 0, noise: the tiny random model of the smoke runs on 24 problems
     assert below_best([(0, 0.042), (2, 0.0)], problems=24) == []
-    # tunable
     strict = Thresholds(acc_drop_abs=0.02, acc_drop_rel=0.02, acc_drop_floor=0.0)
-    assert rl.check_accuracy_below_best(canon_with_val([(0, 0.5), (10, 0.48)]), strict)
+    assert below_best([(0, 0.5), (10, 0.48)], t=strict)
 
 
-def test_best_at_the_end_or_one_evaluation_is_silent() -> None:
-    assert below_best([(0, 0.3)]) == []
-    assert below_best([(0, 0.3), (10, 0.2), (20, 0.5)]) == []
-    assert below_best([]) == []
-
-
-# --------------------------------------------------------------------------------------------
-# kl_without_score_gain
-# --------------------------------------------------------------------------------------------
-
-KL = "actor/reward_kl_penalty"
-SCORE = "critic/score/mean"
-
-
-def planted(score: Any, kl: Any, kl_key: str = KL) -> list[dict[str, Any]]:
-    """build_run with the train score and the KL replaced by functions of the step."""
+def planted(score: Any, kl: Any, kl_key: str = KL, score_range=None) -> list[dict[str, Any]]:
+    """build_run with the train score and the KL functions of the step, the range of a
+    response's score logged as verl does (``score_range``: worst, best)."""
     rng = random.Random(5)
 
     def mutate(step: int, d: dict[str, Any]) -> None:
-        if score is not None:
-            d[SCORE] = score(step) + rng.uniform(-0.02, 0.02)
-            d["critic/rewards/mean"] = d[SCORE] - 0.01
+        d[SCORE] = score(step) + rng.uniform(-0.02, 0.02)
+        d["critic/rewards/mean"] = d[SCORE] - 0.01
         d.pop(KL)
         d[kl_key] = kl(step) + rng.uniform(0, 0.005)
+        if score_range:
+            d["critic/score/min"], d["critic/score/max"] = score_range
 
     return build_run(mutate)
 
 
-def test_rising_score_and_rising_kl_is_silent(tmp_path: Path) -> None:
-    records = planted(lambda s: 0.2 + 0.5 * s / STEPS, lambda s: 0.3 * s / STEPS)
-    assert analyse_records(tmp_path, records)[2] == []
+def kl_findings(records: list[dict[str, Any]]) -> list[Any]:
+    data = rp.RunData()
+    for record in records:
+        data.merge(record["step"], record["data"])
+    return rl.check_kl_without_score_gain(rp.canonicalize(data), THRESHOLDS)
 
 
-def test_flat_score_and_rising_kl_warns(tmp_path: Path) -> None:
-    records = planted(lambda s: 0.40, lambda s: 0.3 * s / STEPS)
-    findings = analyse_records(tmp_path, records)[2]
-    assert checks_fired(findings) == {"kl_without_score_gain"}
-    hit = only(findings, "kl_without_score_gain")
-    assert (hit.metric, hit.start_step, hit.end_step) == ("kl", STEPS // 2 + 1, STEPS)
+def test_kl_growing_while_the_score_is_flat_warns(tmp_path: Path) -> None:
+    findings = analyse_records(tmp_path, planted(lambda s: 0.40, lambda s: 0.3 * s / STEPS))[2]
+    (hit,) = findings  # nothing else fires
+    assert (hit.check, hit.metric, hit.start_step, hit.end_step) == (
+        "kl_without_score_gain", "kl", STEPS // 2 + 1, STEPS)  # fmt: skip
     ev = hit.evidence
     assert ev["window_steps"] == STEPS // 2 and ev["score_metric"] == "score"
     assert abs(ev["score_end"] - ev["score_start"]) < 0.02
     assert ev["kl_start"] < ev["kl_middle"] < ev["kl_end"] and ev["kl_end"] > 1.5 * ev["kl_start"]
     assert f"over steps {STEPS // 2 + 1}-{STEPS} (the last {STEPS // 2} steps)" in hit.message
+    # silent where the score rises with the KL, or the KL is flat
+    assert kl_findings(planted(lambda s: 0.2 + 0.5 * s / STEPS, lambda s: 0.3 * s / STEPS)) == []
+    assert kl_findings(planted(lambda s: 0.40, lambda s: 0.15)) == []
+    # ten steps in its window: steps 1-19 are not judged, 1-20 are
+    assert kl_findings(planted(lambda s: 0.40, lambda s: 0.3 * s / STEPS)[:20]) == []
+    (hit,) = kl_findings(planted(lambda s: 0.40, lambda s: 0.3 * s / STEPS)[:21])
+    assert (hit.start_step, hit.end_step) == (11, 20)
 
 
-def test_flat_score_and_flat_kl_is_silent(tmp_path: Path) -> None:
-    records = planted(lambda s: 0.40, lambda s: 0.15)
-    assert analyse_records(tmp_path, records)[2] == []
-
-
-def test_grpo_kl_loss_and_reward_without_score(tmp_path: Path) -> None:
-    """GRPO logs the KL as actor/kl_loss; a run without critic/score/mean is judged on
-    critic/rewards/mean."""
+def test_grpo_kl_loss_and_reward_without_score() -> None:
+    """GRPO logs the KL as actor/kl_loss; without critic/score/mean the reward is judged."""
     records = planted(lambda s: 0.40, lambda s: 0.2 * s / STEPS, kl_key="actor/kl_loss")
     for record in records:
         record["data"].pop(SCORE, None)
-    hit = only(analyse_records(tmp_path, records)[2], "kl_without_score_gain")
+    (hit,) = kl_findings(records)
     assert hit.metric == "kl_loss" and hit.evidence["score_metric"] == "reward"
     assert "actor/kl_loss" in hit.message and "critic/rewards/mean" in hit.message
-
-
-def with_score_range(
-    records: list[dict[str, Any]], low: float, high: float
-) -> list[dict[str, Any]]:
-    """The records with the worst and best response's score logged, as verl does each step."""
-    for record in records:
-        if SCORE in record["data"]:
-            record["data"].update({"critic/score/min": low, "critic/score/max": high})
-    return records
-
-
-def test_flat_score_near_its_ceiling_is_a_note_not_a_warning(tmp_path: Path) -> None:
-    """A converged run (sampled score ~0.92 of a 0/1 reward) whose KL keeps creeping up: the
-    check names it, as a note saying to stop earlier, and raises no warning."""
-    records = with_score_range(planted(lambda s: 0.92, lambda s: 0.2 * s / STEPS), 0, 1)
-    (hit,) = analyse_records(tmp_path, records)[2]
-    assert (hit.check, hit.severity) == ("kl_without_score_gain", "note")
-    ev = hit.evidence
-    assert ev["converged"] and (ev["score_floor"], ev["score_ceiling"]) == (0, 1)
-    assert "the run has converged" in hit.message and "range 0..1" in hit.message
-    # the same numbers without critic/score/min and /max: the range is not known, a warning
-    plain = planted(lambda s: 0.92, lambda s: 0.2 * s / STEPS)
-    assert only(analyse_records(tmp_path / "b", plain)[2], "kl_without_score_gain").severity == (
-        "warning"
-    )
 
 
 @pytest.mark.parametrize(
     ("score", "low", "high", "severity"),
     [
+        (0.92, 0, 1, "note"),  # converged: the sampled score near the top of a 0/1 reward
+        (0.92, None, None, "warning"),  # the same without critic/score/min and /max
         (0.78, 0, 1, "warning"),  # 0.22 below the top: still room to gain
         (0.82, 0, 1, "note"),
-        (0.40, 0, 1, "warning"),  # the CPU spike's kind of run
         (2.3, -1, 3, "note"),  # another reward's scale: 0.7 below the top of a range of 4
         (2.1, -1, 3, "warning"),
     ],
 )
-def test_converged_means_within_headroom_of_the_range(
-    tmp_path: Path, score: float, low: float, high: float, severity: str
-) -> None:
-    records = with_score_range(planted(lambda s: score, lambda s: 0.2 * s / STEPS), low, high)
-    hit = only(analyse_records(tmp_path, records)[2], "kl_without_score_gain")
+def test_converged_means_within_headroom_of_the_range(score, low, high, severity) -> None:
+    bounds = (low, high) if high is not None else None
+    (hit,) = kl_findings(planted(lambda s: score, lambda s: 0.2 * s / STEPS, score_range=bounds))
     assert hit.severity == severity
-
-
-def test_kl_check_needs_ten_steps_in_its_window(tmp_path: Path) -> None:
-    records = planted(lambda s: 0.40, lambda s: 0.3 * s / STEPS)[:20]  # steps 1-19: window 9
-    assert "kl_without_score_gain" not in checks_fired(analyse_records(tmp_path, records)[2])
-    records = planted(lambda s: 0.40, lambda s: 0.3 * s / STEPS)[:21]  # steps 1-20: window 10
-    hit = only(analyse_records(tmp_path / "b", records)[2], "kl_without_score_gain")
-    assert (hit.start_step, hit.end_step) == (11, 20)
-
-
-# --------------------------------------------------------------------------------------------
-# The real logs: silent on the whole run and at every step a --follow would have shown
-# --------------------------------------------------------------------------------------------
+    if severity == "note":
+        assert hit.evidence["converged"] and "the run has converged" in hit.message
+        assert (hit.evidence["score_floor"], hit.evidence["score_ceiling"]) == (low, high)
+        assert f"range {low}..{high}" in hit.message
 
 
 @pytest.mark.parametrize("log", [LOG_512, LOG_256])
@@ -345,9 +231,7 @@ def test_real_logs_silent_at_every_step(verl_logs_dir: Path, log: str) -> None:
     _, canon, findings, _ = rs.analyse(verl_logs_dir / log)
     assert not {"accuracy_below_best", "kl_without_score_gain"} & {f.check for f in findings}
     for last in range(10, max(canon.all_steps) + 1):
-        prefix = replace(
-            canon,
-            series={k: [(s, v) for s, v in p if s <= last] for k, p in canon.series.items()},
-        )
+        series = {k: [(s, v) for s, v in p if s <= last] for k, p in canon.series.items()}
+        prefix = replace(canon, series=series)
         assert rl.check_accuracy_below_best(prefix, THRESHOLDS) == [], last
         assert rl.check_kl_without_score_gain(prefix, THRESHOLDS) == [], last
