@@ -1,14 +1,8 @@
-"""Padding removal under sdpa (no flash-attn), at the unit level: the same rows, once padded (each
-row to the longest, an attention mask, as verl runs with use_remove_padding=False) and once packed
-into one row with ``position_ids`` and no mask (verl's remove-padding path: its unpad_input,
-torch's fallback here), through transformers' sdpa attention on the tiny model's shape. The
-log-probs and entropies of the real tokens must match: transformers 5.x detects packed sequences
-from the position_ids and builds a block-diagonal causal mask, so no token attends across rows.
-
-Tolerance: fp32 on the CPU; the two paths compute the same sums over different shapes and masks
-(padded keys masked out vs absent), so only the summation order differs: 4.8e-7 at most here
-(CPU torch 2.13, transformers 5.10), far below the bound 1e-4; a token attending across a row
-boundary shifts its log-prob by up to 0.66 (test_without_position_ids_rows_leak_into_each_other).
+"""Padding removal under sdpa (no flash-attn): the same rows padded (an attention mask, verl's
+use_remove_padding=False) and packed into one row with ``position_ids`` and no mask (verl's
+unpad_input, torch's fallback) through transformers' sdpa give the same log-probs and entropies
+(its block-diagonal mask from the position ids); fp32 on the CPU, so only the summation order
+differs (docs/gpu.md). Without the position ids, rows attend across their boundaries.
 """
 
 from __future__ import annotations

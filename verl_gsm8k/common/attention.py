@@ -1,71 +1,49 @@
-"""Which attention a run uses, with padding removal or not, and why: the one decision behind the
-launcher's ``attention:`` line (verl_gsm8k/launch/), the preflight's device line and the fallback
-plugin verl loads in its workers (verl_gsm8k/verl_plugins/attention_fallback.py).
+"""Which attention a run uses, with padding removal or not, and why: one decision for the
+launcher's ``attention:`` line, the preflight and the fallback plugin verl loads in its workers
+(verl_plugins/attention_fallback.py). ``ATTENTION``: auto (the default), fa2, fa4, sdpa or
+sdpa_packed; auto takes flash-attn 2 where its CUDA extension loads, else sdpa with padding
+removal on a GPU (configs/attention/sdpa_packed.yaml) and sdpa padded on the CPU. fa4 (compute
+capability 9.0+) only when asked. A request this machine cannot meet is refused in one line.
+Costs and measurements: docs/gpu.md.
 
-The ``ATTENTION`` knob asks (auto, the default; fa2, fa4, sdpa or sdpa_packed). auto:
-
-1. ``fa2``: flash-attn 2, where its CUDA extension loads (verl_gsm8k/common/flash_attention.py);
-   ``flash_attention_2`` with padding removal, as verl's configs expect.
-2. else, on a GPU, ``sdpa_packed``: PyTorch attention with padding removal
-   (configs/attention/sdpa_packed.yaml): verl's unpad/pad fall back to plain torch without
-   flash-attn 2 (verl/utils/attention_utils.py) and transformers builds a block-diagonal causal
-   mask from the packed row's ``position_ids`` (tests/test_packed_sdpa.py: the padded path's
-   log-probs). On an H100 it took a fraction of the padded path's log-prob memory (docs/gpu.md).
-3. on the CPU (DEVICE=cpu), ``sdpa``: without padding removal (configs/attention/sdpa.yaml);
-   packed steps measured slower on a 2-core CPU, and the learning bounds were measured padded
-   (docs/gpu.md, docs/learning.md). ATTENTION=sdpa_packed packs there too.
-
-``fa4`` (flash-attn 4, PyPI ``flash-attn-4``, CuTe DSL; compute capability 9.0+, padding removal
-on) is never chosen by auto, only by ATTENTION=fa4: on an H100 its packed backward (the path
-verl's padding removal feeds it) measured about 20 times slower than sdpa_packed's (docs/gpu.md).
-A request that cannot be met here (fa4 on a card below SM 9 or without the package, fa2 without
-a loading extension, either on the CPU) is refused with one line, before anything starts.
-
-    python -m verl_gsm8k.common.attention [--want WANT] [--cpu] [--fa4-card]  # WANT: ATTENTION's
-    # exit 0: prints the choice (fa2, fa4, sdpa or sdpa_packed), then its one-line statement;
-    # exit 2: prints the refusal, one line
-
-The compute capability comes from nvidia-smi's one query of the node's GPUs (common/gpus.py).
+    python -m verl_gsm8k.common.attention [--want WANT] [--cpu]  # exit 0: the choice, its line
+    python -m verl_gsm8k.common.attention --fa4-card             # exit 1: why this card cannot
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
 
 from verl_gsm8k.common import gpus
-from verl_gsm8k.common.flash_attention import flash_attn_problem, has_distribution
 
 WANTS = ("auto", "fa2", "fa4", "sdpa", "sdpa_packed")
-FA4_DISTRIBUTION = "flash-attn-4"
-FA4_MODULE = "flash_attn.cute"  # what transformers 5.9 imports for flash_attention_4
-FA4_MIN_CAPABILITY = (9, 0)  # flash-attn-4's backward: SM 9.x and newer (forward from SM 8.x)
-# What each choice asks verl for: (attn_implementation, padding removal, config overlay). The
-# overlays in configs/attention/ say the same (tests/test_attention_choice.py compares them).
+FA4_MIN_CAPABILITY = (9, 0)  # flash-attn-4's backward: SM 9.x and newer
+# Each choice: (attn_implementation, padding removal, configs/attention/ overlay); the overlays
+# say the same (tests/test_attention_choice.py).
 PATHS = {
-    "fa2": ("flash_attention_2", True, None),  # verl's own configs: no overlay
+    "fa2": ("flash_attention_2", True, None),  # verl's own configs
     "fa4": ("flash_attention_4", True, "fa4"),
     "sdpa": ("sdpa", False, "sdpa"),
     "sdpa_packed": ("sdpa", True, "sdpa_packed"),
 }
-# What a path costs against the default where it runs, said after its reason (docs/gpu.md
-# measured each: the GPU probe on an H100, the CPU smoke runs padded and packed).
 SDPA_COST = "the padding computed too, more log-prob memory than sdpa_packed on a GPU (docs/gpu.md)"
 FA4_COST = "its packed backward measured ~20x slower than sdpa_packed's on an H100 (docs/gpu.md)"
 CPU_PACKED_COST = "packed steps measured slower than padded on a 2-core CPU (docs/gpu.md)"
 
 
 class AttentionRefused(ValueError):
-    """ATTENTION asks for a path this machine cannot run; the message is the one line to print."""
+    """ATTENTION asks for what this machine cannot run; the message is the line to print."""
 
 
 @dataclass(frozen=True)
 class Choice:
-    name: str  # fa2, fa4, sdpa or sdpa_packed
+    name: str  # a key of PATHS
     why: str
-    cost: str = ""  # what it costs here against the default, when anything
+    cost: str = ""  # against the default where it runs
 
     @property
     def implementation(self) -> str:
@@ -77,11 +55,10 @@ class Choice:
 
     @property
     def overlay(self) -> str | None:
-        """configs/attention/<overlay>.yaml (PPO; SFT adds _sft), None for verl's defaults."""
+        """configs/attention/<overlay>.yaml (SFT adds _sft); None: verl's defaults."""
         return PATHS[self.name][2]
 
     def line(self) -> str:
-        """The statement the launcher and the preflight print after ``attention:``."""
         return statement(self.implementation, self.padding_removal, self.why, self.cost)
 
 
@@ -90,33 +67,52 @@ def statement(implementation: str, padding_removal: bool, why: str, cost: str = 
     return f"{implementation}, padding removal {'on' if padding_removal else 'off'} ({said})"
 
 
+def _import_problem(module: str, what: str) -> str | None:
+    """None when ``module`` imports after torch; otherwise why not (an extension built for
+    another torch or CUDA installs fine and fails only here: "undefined symbol")."""
+    try:
+        importlib.import_module("torch")
+        importlib.import_module(module)
+    except Exception as exc:  # ImportError, OSError from the loader...: all mean "unusable"
+        return f"{what} does not load ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})"
+    return None
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        return bool(importlib.metadata.distribution(distribution))
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def flash_attn_problem() -> str | None:
+    """None when flash-attention 2 can be used here; otherwise why not, in one line."""
+    if importlib.util.find_spec("flash_attn") is None:
+        return "flash_attn not installed"
+    if importlib.util.find_spec("flash_attn_2_cuda") is None and _installed("flash-attn-4"):
+        return "flash_attn 2 not installed (flash_attn holds flash-attn-4 alone)"
+    return _import_problem("flash_attn_2_cuda", "flash_attn is installed but its CUDA extension "
+                           "flash_attn_2_cuda")  # fmt: skip
+
+
 def gpu_capabilities() -> list[tuple[int, int]] | None:
-    """The compute capability of every GPU nvidia-smi lists; [] without a GPU (or nvidia-smi);
-    None where it cannot say (an old driver without ``compute_cap``)."""
+    """Every GPU's compute capability; [] without a GPU; None where the driver cannot say."""
     return gpus.capabilities(gpus.listed())
 
 
 def fa4_installed() -> bool:
-    return has_distribution(FA4_DISTRIBUTION) and importlib.util.find_spec("flash_attn") is not None
+    return _installed("flash-attn-4") and importlib.util.find_spec("flash_attn") is not None
 
 
 def fa4_import_problem() -> str | None:
-    """None when flash-attn-4's module imports (CuTe DSL included); otherwise why not."""
-    try:
-        importlib.import_module("torch")
-        importlib.import_module(FA4_MODULE)
-    except Exception as exc:  # ImportError, OSError...: all mean "unusable"
-        detail = " ".join(str(exc).split())[:300]
-        name = type(exc).__name__
-        return f"flash-attn-4 is installed but {FA4_MODULE} does not import ({name}: {detail})"
-    return None
+    return _import_problem("flash_attn.cute", "flash-attn-4 is installed but flash_attn.cute")
 
 
 def fa4_problem(
     caps: list[tuple[int, int]] | None, installed: bool, load: bool = True
 ) -> str | None:
-    """None when flash-attn-4 can train here; otherwise why not, in words. Imports the module
-    (``load``) only on a card that could use it."""
+    """None when flash-attn-4 can train here; otherwise why not. Imports it (``load``) only on
+    a card that could use it."""
     need = "flash-attn-4 needs compute capability {}.{}+".format(*FA4_MIN_CAPABILITY)
     if not caps:
         return f"{need}, {'no GPU seen' if caps == [] else 'nvidia-smi does not report it'}"
@@ -124,34 +120,27 @@ def fa4_problem(
     if low < FA4_MIN_CAPABILITY:
         return f"{need}, this card has {low[0]}.{low[1]}"
     if not installed:
-        return (
-            f"flash-attn-4 not installed on this {low[0]}.{low[1]} card "
-            "(FLASH_ATTN=4 bash scripts/setup.sh installs it)"
-        )
+        return (f"flash-attn-4 not installed on this {low[0]}.{low[1]} card "
+                "(FLASH_ATTN=4 bash scripts/setup.sh installs it)")  # fmt: skip
     return fa4_import_problem() if load else None
 
 
 def choose(
-    want: str,
-    on_cpu: bool,
-    fa2: str | None,
-    caps: list[tuple[int, int]] | None,
-    fa4_is_installed: bool,
+    want: str, on_cpu: bool, fa2: str | None, caps: list[tuple[int, int]] | None, fa4: bool
 ) -> Choice:
-    """The attention for ATTENTION=``want`` given what was probed: ``fa2`` is flash-attn 2's
-    problem (None: it loads), ``caps`` the GPUs' compute capabilities (read for fa4 only).
-    Raises AttentionRefused when ``want`` cannot be met."""
+    """The attention for ATTENTION=``want`` from the facts probed: ``fa2`` flash-attn 2's
+    problem (None: it loads), ``caps`` the compute capabilities, ``fa4`` flash-attn-4 installed
+    (both read for fa4 only). AttentionRefused when ``want`` cannot be met."""
     if want not in WANTS:
         raise AttentionRefused(f"ATTENTION={want} is not one of {', '.join(WANTS)}")
     if want == "sdpa":
         return Choice("sdpa", "ATTENTION=sdpa", "" if on_cpu else SDPA_COST)
     if want == "sdpa_packed":
         return Choice("sdpa_packed", "ATTENTION=sdpa_packed", CPU_PACKED_COST if on_cpu else "")
+    if on_cpu and want != "auto":
+        raise AttentionRefused(f"ATTENTION={want}: the CPU runs sdpa or sdpa_packed only "
+                               "(DEVICE=cpu)")  # fmt: skip
     if on_cpu:
-        if want != "auto":
-            raise AttentionRefused(
-                f"ATTENTION={want}: the CPU runs sdpa or sdpa_packed only (DEVICE=cpu)"
-            )
         return Choice("sdpa", "trains on the CPU, where packed steps measured slower")
     if want in ("auto", "fa2") and fa2 is None:
         return Choice("fa2", "flash-attn 2 loads")
@@ -159,28 +148,26 @@ def choose(
         raise AttentionRefused(f"ATTENTION=fa2: {fa2}")
     if want == "auto":
         return Choice("sdpa_packed", f"{fa2}; packed rows, block-diagonal mask from position_ids")
-    fa4 = fa4_problem(caps, fa4_is_installed)
-    if fa4 is not None:
-        raise AttentionRefused(f"ATTENTION=fa4: {fa4}; use ATTENTION=auto (sdpa_packed)")
+    problem = fa4_problem(caps, fa4)
+    if problem is not None:
+        raise AttentionRefused(f"ATTENTION=fa4: {problem}; use ATTENTION=auto (sdpa_packed)")
     low = min(caps or [FA4_MIN_CAPABILITY])
     return Choice("fa4", f"ATTENTION=fa4, compute capability {low[0]}.{low[1]}", FA4_COST)
 
 
 def probe(want: str, on_cpu: bool = False) -> Choice:
-    """choose() with this machine's facts (imports torch; never creates a CUDA context)."""
+    """choose() with this machine's facts, each asked only where the choice reads it."""
     if want in ("sdpa", "sdpa_packed") or (on_cpu and want in WANTS):
         return choose(want, on_cpu, None, None, False)
-    if want != "fa4":  # auto and fa2 never read the card's capability nor flash-attn 4
-        return choose(want, on_cpu, flash_attn_problem(), None, False)
-    return choose(want, on_cpu, flash_attn_problem(), gpu_capabilities(), fa4_installed())
+    fa4 = want == "fa4"
+    caps, installed = (gpu_capabilities(), fa4_installed()) if fa4 else (None, False)
+    return choose(want, on_cpu, flash_attn_problem(), caps, installed)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m verl_gsm8k.common.attention",
-        description="Print which attention a run uses here (fa2, fa4, sdpa or sdpa_packed) and its "
-        "one-line statement; exit 2 with one line when the request cannot be met.",
-    )
+    parser = argparse.ArgumentParser(prog="python -m verl_gsm8k.common.attention", description=(
+        "Print which attention a run uses here (fa2, fa4, sdpa or sdpa_packed) and its one-line "
+        "statement; exit 2 with one line when the request cannot be met."))  # fmt: skip
     parser.add_argument(
         "--want",
         default="auto",
@@ -192,23 +179,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fa4-card",
         action="store_true",
-        help="only say whether every GPU here can train with flash-attn 4 (compute capability "
-        "9.0+): exit 0, or exit 1 with why not (scripts/setup.sh asks it after FLASH_ATTN=4)",
+        help="only say whether every GPU "
+        "here can train with flash-attn 4 (compute capability 9.0+): exit 0, or "
+        "exit 1 with why not (scripts/setup.sh asks it after FLASH_ATTN=4)",
     )
     args = parser.parse_args(argv)
     if args.fa4_card:
         problem = fa4_problem(gpu_capabilities(), installed=True, load=False)
-        if problem is not None:
+        if problem:
             print(problem)
-            return 1
-        return 0
+        return 1 if problem else 0
     try:
         choice = probe(args.want, args.cpu)
     except AttentionRefused as refused:
         print(f"attention: {refused}")
         return 2
-    print(choice.name)
-    print(choice.line())
+    print(f"{choice.name}\n{choice.line()}")
     return 0
 
 

@@ -1,23 +1,19 @@
-"""JSON this project did not write in this process (a run directory's files, a data file, a
-config), read with bounds: a file too large, nested too deep or not JSON is one ``JsonError``
-naming the file (and the line), never a traceback or a machine out of memory.
-
-Standard library only: the report, the merge, data_prep and the evaluation read JSON with it.
-"""
+"""JSON this process did not write (a run directory's files, a data file), read with bounds: too
+large, nested too deep or not JSON is one ``JsonError`` naming where, never a traceback or a
+machine out of memory. Standard library only."""
 
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 MAX_FILE_BYTES = 64 << 20  # a run directory's JSON files are kilobytes; data files megabytes
-MAX_LINE_CHARS = 16 << 20  # one line of a .jsonl file (a metrics row, a dumped sample)
+MAX_LINE_CHARS = 16 << 20  # one line of a .jsonl file
 
 
 class JsonError(ValueError):
-    """JSON that cannot be read: one line naming where it is; ``reason`` alone says why."""
+    """``where``: not readable JSON (``reason``)."""
 
     def __init__(self, where: str, reason: str) -> None:
         super().__init__(f"{where}: not readable JSON ({reason})")
@@ -25,7 +21,6 @@ class JsonError(ValueError):
 
 
 def parse(text: str | bytes, where: str, max_chars: int = MAX_LINE_CHARS) -> Any:
-    """``text`` as JSON; ``where`` names it in the error (a file, or a file and a line)."""
     if len(text) > max_chars:
         raise JsonError(where, f"{len(text)} characters, more than the {max_chars} read")
     try:
@@ -39,15 +34,12 @@ def parse(text: str | bytes, where: str, max_chars: int = MAX_LINE_CHARS) -> Any
 
 
 def read(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> Any:
-    """The JSON file at ``path`` (JsonError when it is larger than ``max_bytes``, not UTF-8 or not
-    JSON; OSError as usual when it cannot be opened)."""
-    path = Path(path)
-    with path.open("rb") as handle:
+    """The JSON file at ``path``; OSError as usual when it cannot be opened."""
+    with open(path, "rb") as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise JsonError(str(path), f"more than {max_bytes} bytes, too large to be this file")
     try:
-        text = data.decode("utf-8")
+        return parse(data.decode("utf-8"), str(path), max_chars=max_bytes)
     except UnicodeDecodeError as err:
         raise JsonError(str(path), f"not UTF-8: {err}") from None
-    return parse(text, str(path), max_chars=max_bytes)

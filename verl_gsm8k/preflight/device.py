@@ -14,11 +14,11 @@ from verl_gsm8k.common.attention import (
     Choice,
     fa4_installed,
     fa4_problem,
+    flash_attn_problem,
     gpu_capabilities,
     probe,
     statement,
 )
-from verl_gsm8k.common.flash_attention import flash_attn_problem
 from verl_gsm8k.preflight.lines import Report
 
 FALLBACK_MODULE = "verl_gsm8k.verl_plugins.attention_fallback"
