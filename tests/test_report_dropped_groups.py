@@ -4,14 +4,13 @@ surplus), read from its real metric names, with a real CPU DAPO run's counts."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from report_runs import analyse_records, only
 
 from verl_gsm8k.analysis.checks import check_dropped_groups, dropped_groups
-from verl_gsm8k.analysis.parse import load_run
+from verl_gsm8k.analysis.parse import RunData
 from verl_gsm8k.guard.thresholds import THRESHOLDS
 
 EVICTED = "training/filter_groups/evicted_samples"
@@ -28,32 +27,28 @@ REAL_DAPO = [
 
 
 def dapo_records(counts=REAL_DAPO) -> list[dict[str, Any]]:
-    records: list[dict[str, Any]] = [
-        {"step": 0, "data": {"val-core/openai/gsm8k/acc/mean@1": 0.49}}
-    ]
+    records: list[dict[str, Any]] = [{"step": 0, "data": {"val-core/openai/gsm8k/acc/mean@1": 0.5}}]
     for step, (evicted, surplus, seconds) in enumerate(counts, start=1):
-        data: dict[str, Any] = {"timing_s/step": seconds, EVICTED: float(evicted)}
-        if surplus is not None:
-            data[SURPLUS] = float(surplus)
+        data = {"timing_s/step": seconds, EVICTED: float(evicted)}
+        data |= {} if surplus is None else {SURPLUS: surplus}
         records.append({"step": step, "data": data})
     return records
 
 
-def analysed(tmp_path: Path, records: list[dict[str, Any]], batch: int | None = 16):
-    run = tmp_path / "run"
-    if (
-        batch is not None
-    ):  # the launch record's resolved config (verl_gsm8k/common/launch_record.py)
-        (run / "launches").mkdir(parents=True)
-        (run / "launches" / "launch-20260101T000000Z.yaml").write_text(
-            f"config:\n  data:\n    train_batch_size: {batch}\n"
-        )
-    return analyse_records(tmp_path, records)[2], run
+def dropped(records: list[dict[str, Any]], batch: int | None = 16) -> list[Any]:
+    data = RunData(config={"train_batch_size": batch} if batch else {})
+    for record in records:
+        data.merge(record["step"], record["data"])
+    return check_dropped_groups(data, THRESHOLDS)
 
 
 def test_the_real_dapo_run_drops_most_of_its_generation_in_its_second_half(tmp_path):
-    findings, _ = analysed(tmp_path, dapo_records())
-    hit = only(findings, "dropped_groups")
+    """Read through the whole report: the batch size from the run's launch record."""
+    launches = tmp_path / "run" / "launches"
+    launches.mkdir(parents=True)
+    (launches / "launch-20260101T000000Z.yaml").write_text(
+        "config:\n  data:\n    train_batch_size: 16\n")  # fmt: skip
+    hit = only(analyse_records(tmp_path, dapo_records())[2], "dropped_groups")
     assert hit.severity == "warning"
     assert (hit.start_step, hit.end_step) == (11, 20), str(hit)
     assert hit.evidence["peak_share"] == pytest.approx(0.85, abs=0.01)
@@ -61,20 +56,9 @@ def test_the_real_dapo_run_drops_most_of_its_generation_in_its_second_half(tmp_p
     assert "max_num_gen_batches" in hit.message and "docs/algorithms.md" in hit.message
 
 
-def test_its_first_half_and_other_algorithms_raise_nothing(tmp_path):
-    findings, _ = analysed(tmp_path / "first", dapo_records(REAL_DAPO[:10]))
-    assert "dropped_groups" not in {f.check for f in findings}
-    grpo = [{"step": s, "data": {"timing_s/step": 5.0}} for s in range(1, 21)]  # no filter metrics
-    findings, _ = analysed(tmp_path / "grpo", grpo)
-    assert "dropped_groups" not in {f.check for f in findings}
-
-
-def test_without_the_batch_size_the_share_is_not_guessed(tmp_path):
-    findings, run = analysed(tmp_path, dapo_records(), batch=None)
-    assert "dropped_groups" not in {f.check for f in findings}
-    assert check_dropped_groups(load_run(run), THRESHOLDS) == []
-
-
-def test_both_counts_are_groups_and_add_up():
-    assert dropped_groups({EVICTED: 12.0, SURPLUS: 2.0, "timing_s/step": 9.0}) == 14.0
+def test_its_first_half_other_algorithms_and_an_unknown_batch_raise_nothing():
+    assert dropped(dapo_records(REAL_DAPO[:10])) == []
+    assert dropped([{"step": s, "data": {"timing_s/step": 5.0}} for s in range(1, 21)]) == []
+    assert dropped(dapo_records(), batch=None) == []  # the share is not guessed
+    assert dropped_groups({EVICTED: 12.0, SURPLUS: 2.0, "timing_s/step": 9.0}) == 14.0  # groups
     assert dropped_groups({"timing_s/step": 9.0}) == 0.0

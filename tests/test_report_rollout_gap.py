@@ -17,30 +17,17 @@ GAP = "training/rollout_probs_diff_mean"
 # The mismatch metrics of steps 1 and 2 of a real CPU run of verl's loop (the smoke recipe's
 # tiny model, fp32 vLLM and fp32 FSDP; docs/algorithms.md, "Train/inference mismatch"): the two
 # engines agree to float32 rounding.
+_KEYS = ("training/rollout_probs_diff_max", GAP, "training/rollout_probs_diff_std",
+         "rollout_corr/kl")  # fmt: skip
 REAL_CPU_STEPS = [
-    {
-        "training/rollout_probs_diff_valid": 1.0,
-        "training/rollout_probs_diff_max": 1.1175870895385742e-08,
-        GAP: 4.268985442923423e-10,
-        "training/rollout_probs_diff_std": 6.012844666614114e-10,
-        "training/rollout_actor_probs_pearson_corr": 1.0,
-        "rollout_corr/kl": 1.561693707685663e-08,
-        "rollout_corr/k3_kl": 0.0,
-        "rollout_corr/ppl_ratio": 1.0,
-        "rollout_corr/chi2_token": 0.0,
-    },
-    {
-        "training/rollout_probs_diff_valid": 1.0,
-        "training/rollout_probs_diff_max": 4.6566128730773926e-09,
-        GAP: 3.7803188357443673e-10,
-        "training/rollout_probs_diff_std": 4.9762832743383e-10,
-        "training/rollout_actor_probs_pearson_corr": 1.0,
-        "rollout_corr/kl": -1.207482380749525e-08,
-        "rollout_corr/k3_kl": 0.0,
-        "rollout_corr/ppl_ratio": 1.0,
-        "rollout_corr/chi2_token": 0.0,
-    },
-]
+    {"training/rollout_probs_diff_valid": 1.0, "training/rollout_actor_probs_pearson_corr": 1.0,
+     "rollout_corr/k3_kl": 0.0, "rollout_corr/ppl_ratio": 1.0, "rollout_corr/chi2_token": 0.0,
+     **dict(zip(_KEYS, values, strict=True))}
+    for values in ((1.1175870895385742e-08, 4.268985442923423e-10, 6.012844666614114e-10,
+                    1.561693707685663e-08),
+                   (4.6566128730773926e-09, 3.7803188357443673e-10, 4.9762832743383e-10,
+                    -1.207482380749525e-08))
+]  # fmt: skip
 
 
 def gap_from(start: int, value: float, **more: float):
