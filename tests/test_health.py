@@ -1,8 +1,6 @@
-"""The report's health checks (verl_gsm8k/analysis/checks.py): the watchdog's per-step rules run
-over every logged step, so a planted pathology is flagged on the very steps the watchdog trips
-on, with the same thresholds; the whole-run trends; the two real verl logs raise no warning; the
-table of thresholds the docs show. The rules themselves: tests/test_watchdog_rules.py; the
-learning trends: tests/test_report_learning.py."""
+"""The report's health checks (verl_gsm8k/analysis/checks.py): the watchdog's per-step rules over
+every logged step (a planted pathology flagged on the very steps the watchdog trips on), the
+whole-run trends, the real logs silent, the docs' table of thresholds."""
 
 from __future__ import annotations
 
@@ -32,13 +30,11 @@ from verl_gsm8k.guard.rules import judge_run
 from verl_gsm8k.guard.thresholds import THRESHOLDS, doc_table
 from verl_gsm8k.runpage import summary as rs
 
-ROOT = Path(__file__).resolve().parents[1]
-KL = "actor/reward_kl_penalty"
+ROOT, KL = Path(__file__).resolve().parents[1], "actor/reward_kl_penalty"
 
 
 def test_real_logs_raise_no_false_alarm(verl_logs_dir: Path) -> None:
-    """Both runs are healthy: accuracy rises from ~0 to 0.54-0.58, KL levels off at 0.2-0.3,
-    entropy falls to ~12% of its start, the value loss settles (at most 1.18 x its start)."""
+    """Healthy: accuracy up to 0.54-0.58, the value loss at most 1.18 x its start."""
     for name in (LOG_512, LOG_256):
         _, canon, findings, summary = rs.analyse(verl_logs_dir / name)
         assert [str(f) for f in findings if f.severity != "note"] == [], name
@@ -197,8 +193,7 @@ def test_accuracy_flat_from_the_start_warns_a_plateau_is_a_note(tmp_path: Path) 
 
 
 def test_checks_stay_linear_with_many_findings() -> None:
-    """60,000 steps with a skipped update every fourth step, an entropy, a value loss and a clip
-    fraction (0 or 0.9) flickering across their bars: a finding per stretch, in seconds."""
+    """60,000 steps flickering across five bars: a finding per stretch, in seconds."""
     long, data = 60_000, rp.RunData()
     for step in range(1, long + 1):
         data.merge(step, {

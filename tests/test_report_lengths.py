@@ -1,11 +1,7 @@
-"""The report's share of responses cut at the length limit, read as verl 0.9.1 computes its
-metrics, and axis labels that tell close values apart.
-
-verl's response_length/clip_ratio is the share of responses as long as the batch's padded
-length (trainer/ppo/metric_utils.py ~460, ~576), and the v1 trainer pads to the longest response
-of the batch (v1/trainer_base.py ~1919): a step whose responses all stop at 12 tokens under a
-limit of 24 logs 1.0. The report derives the share cut at data.max_response_length from
-response_length/max and the limit in the run's launch record (verl_gsm8k/analysis/parse.py)."""
+"""The report's share of responses cut at the length limit (analysis/parse.py: from
+response_length/max and the run's data.max_response_length; verl's response_length/clip_ratio is
+the share as long as the batch's longest, docs/reading-a-ppo-run.md), and axis labels that tell
+close values apart."""
 
 from __future__ import annotations
 

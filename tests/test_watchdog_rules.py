@@ -1,8 +1,6 @@
 """The per-step health rules (verl_gsm8k/guard/rules.py): each trips on a failure planted after a
-healthy history and stays silent on that history; each is off at 0 or null; the trip's line and
-record; the knobs of configs/gsm8k_base.yaml are the defaults; the two real 0.5B PPO logs pass.
-The report runs the same rules (tests/test_health.py); the trainer that applies them:
-tests/test_guard_trainer.py, tests/test_train_cpu.py."""
+healthy history, stays silent on it, and is off at 0 or null; the trip's line and record; the
+config block's defaults; the real 0.5B logs. The report's use of them: tests/test_health.py."""
 
 from __future__ import annotations
 
@@ -259,6 +257,12 @@ def test_degenerate_one_token_repeated_or_the_same_response_for_every_prompt() -
     assert check(after_history(), responses=[*same[:-1], [15, 16, 18, EOS]]) == []
     with pytest.raises(ValueError, match="step 26: 32 responses but 31 prompt ids"):
         check(Watchdog(Thresholds()), prompts=[f"uid-{i}" for i in range(31)])
+    # each form is off at 0 or null
+    same = [[0] * 20] * (PROMPTS * N)
+    assert check(after_history(Thresholds(degenerate_identical_prompts=0)), responses=same)
+    assert check(after_history(Thresholds(degenerate_share=None)), responses=same)
+    off = Thresholds(degenerate_identical_prompts=None, degenerate_share=0)
+    assert check(after_history(off), responses=same) == []
 
 
 def test_reward_collapse_from_its_best_after_its_history() -> None:
@@ -300,14 +304,6 @@ def test_each_rule_is_off_at_0_or_null(rule: str) -> None:
     off, planted = PLANTED[rule]
     assert check(after_history(), with_(**planted)) != []
     assert check(after_history(Thresholds(**off)), with_(**planted)) == []
-
-
-def test_each_degenerate_form_is_off_at_0_or_null() -> None:
-    same = [[0] * 20] * (PROMPTS * N)
-    assert check(after_history(Thresholds(degenerate_identical_prompts=0)), responses=same)
-    assert check(after_history(Thresholds(degenerate_share=None)), responses=same)
-    off = Thresholds(degenerate_identical_prompts=None, degenerate_share=0)
-    assert check(after_history(off), responses=same) == []
 
 
 def test_a_resumed_run_replays_its_history() -> None:
