@@ -476,16 +476,9 @@ def test_a_long_run_is_read_fast_and_drawn_bounded(tmp_path: Path) -> None:
         assert all(c == n and 0 < c <= svg_chart.MAX_DRAWN for c, n in svg["series"]), plot_id
 
 
-@pytest.mark.parametrize("count", [1, 2, 9])
-def test_short_runs_render(tmp_path: Path, count: int) -> None:
-    path = write_jsonl(tmp_path / "m.jsonl", build_run()[:count])
-    assert report.generate(path, tmp_path / "out").summary["steps"]["count"] == count
-    assert (tmp_path / "out" / "report.html").stat().st_size > 1000
-
-
 def test_arbitrary_values_never_break_the_report(tmp_path: Path) -> None:
-    """Any mix of numbers (huge, negative, zero, NaN, inf, null) and steps still gives valid
-    HTML and strict JSON."""
+    """Any mix of numbers (huge, negative, zero, NaN, inf, null) and steps, from one record to
+    sixty, still gives valid HTML and strict JSON."""
     hypothesis = pytest.importorskip("hypothesis")
     st = pytest.importorskip("hypothesis.strategies")
     keys = ["critic/score/mean", "actor/reward_kl_penalty", "actor/entropy", "critic/vf_loss",
