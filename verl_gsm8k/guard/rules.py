@@ -1,15 +1,10 @@
 """The per-step health rules: is the step just trained sick, given the healthy steps before it?
-The watchdog (ppo_trainer/guard_base.py) runs them on each step after its update, before its save;
-the report runs them over every logged step (``judge_run``): the same steps, the same thresholds.
-Standard library only. Each bar and the runs it was checked against: docs/reliability.md, "The
-watchdog's thresholds, checked against real runs".
-
-``check(step, metrics, responses, prompt_ids)`` judges a step (verl's metrics, named in vocab.py;
-each response's token ids and prompt group), ``accept(metrics)`` makes a step that goes on
-history (a logged null: not finite in ``check``, skipped in the history). A trip of the rollout's
-metrics (scores, entropy, KL, responses) judges the weights of the step before, one of the
-update's the step's own.
-"""
+The watchdog (ppo_trainer/guard_base.py) runs them on each step after its update, before its save
+(``check``, then ``accept`` for a step that goes on); the report runs them over every logged step
+(``judge_run``). A trip of the rollout's metrics (scores, entropy, KL, responses) judges the
+weights of the step before, one of the update's the step's own. Standard library only. Each bar
+and the runs it was checked against: docs/reliability.md, "The watchdog's thresholds, checked
+against real runs"."""
 
 from __future__ import annotations
 
@@ -144,7 +139,7 @@ class Watchdog:
         self._norms = {key: deque[float](maxlen=span) for key in GRAD_NORM_KEYS}
         self._entropy_start: list[float] = []
         self._length_start: list[float] = []
-        # the run's first value loss and critic grad norm; whether the last step was above the bar
+        # the run's first value loss and critic grad norm; the last step above critic's bar
         self._vf_start: float | None = None
         self._norm_start: float | None = None
         self._vf_above = False

@@ -22,8 +22,7 @@ FRACTIONS = ("entropy_fraction", "degenerate_share", "degenerate_repeat", "clip_
 
 
 def _trend(default: Any) -> Any:
-    """A threshold of a report-only trend: not in the trainer's config block."""
-    return field(default=default, metadata={"trend": True})
+    return field(default=default, metadata={"trend": True})  # report only, not in the block
 
 
 @dataclass(frozen=True)
@@ -147,8 +146,8 @@ def _wanted(name: str, kind: str, value: Any) -> str | None:
         return None
     if kind.startswith("int"):
         least = 2 if name == "degenerate_identical_prompts" else 1
-        return None if number and isinstance(value, int) and value >= least else (
-            f"an integer >= {least}")  # fmt: skip
+        ok = number and isinstance(value, int) and value >= least
+        return None if ok else f"an integer >= {least}"
     positive, most = name == "degenerate_repeat", 1.0 if name in FRACTIONS else math.inf
     if number and math.isfinite(value) and 0 <= value <= most and (value or not positive):
         return None

@@ -101,7 +101,8 @@ MEMORY_ROLES: dict[str, tuple[str, str]] = {
 }
 # Derived in parse.canonicalize, not read from one key.
 CUT_SHARE = "response_cut_share"
-DERIVED_LABELS = {CUT_SHARE: "share of responses cut at data.max_response_length"}
+DERIVED_LABELS = {CUT_SHARE: "share of responses cut at data.max_response_length",
+                  "val_acc": "validation accuracy"}  # fmt: skip
 
 # Validation accuracy: val-core/<data source>/acc/mean@N (or reward/mean@N when the scorer returns
 # no "acc"), older verl val/test_score/<data source>; the reward dict's other keys are
@@ -114,15 +115,10 @@ VAL_AUX_PREFIX = "val_"
 
 def metric_label(name: str) -> str:
     """Human-readable meaning of a canonical metric name."""
-    if name == "val_acc":
-        return "validation accuracy"
-    if name in DERIVED_LABELS:
-        return DERIVED_LABELS[name]
-    if name.startswith(VAL_AUX_PREFIX):
-        return f"validation mean of the reward's {name[len(VAL_AUX_PREFIX) :]!r} (val-aux)"
-    spec = METRICS_BY_NAME.get(name)
-    if spec is None:
-        return name
+    spec, aux = METRICS_BY_NAME.get(name), name.removeprefix(VAL_AUX_PREFIX)
+    if name in DERIVED_LABELS or spec is None:
+        val_aux = f"validation mean of the reward's {aux!r} (val-aux)"
+        return DERIVED_LABELS.get(name) or (name if aux == name else val_aux)
     return f"{spec.label} [{spec.unit}]" if spec.unit else spec.label
 
 
