@@ -270,7 +270,8 @@ def test_the_watchdogs_defaults_do_not_trip_on_a_healthy_run(
     """verl_gsm8k/guard/rules.py with its default thresholds, every step's logged metrics and
     traced responses replayed in order (check, then accept): no trip. Prints how close each
     rule came, beside the extremes its docstring records."""
-    from verl_gsm8k.guard.rules import KL_KEYS, Thresholds, Watchdog, top_token_share
+    from verl_gsm8k.guard.rules import KL_KEYS, Watchdog, top_token_share
+    from verl_gsm8k.guard.thresholds import Thresholds
 
     run: Learned = request.getfixturevalue(f"learned_{algo}")
     watchdog = Watchdog(Thresholds())
