@@ -1,10 +1,6 @@
-"""Kill a real recipe launch at a chosen moment: the launcher and every process it started.
-
-A launch runs in its own session (``start_new_session``): SIGKILL goes to its process group and
-to every descendant found under the launcher (Ray's processes and workers), as a job scheduler or
-an out-of-memory killer would end them; SIGTERM goes to the launcher alone, as Slurm's
-``--signal=B:TERM`` or a Kubernetes pod stop sends it.
-"""
+"""Kill a real recipe launch at a chosen moment: the launcher, in a session of its own, and every
+process it started (also those in the session verl's driver gets, or re-parented to init), as a
+scheduler or an out-of-memory killer would; or SIGTERM to every one at once, as Slurm does."""
 
 from __future__ import annotations
 
@@ -34,35 +30,29 @@ class Running:
 
 
 def start(recipe: str, env: dict[str, str], log: Path, *args: str) -> Running:
-    handle = open(log, "w")  # noqa: SIM115  # the child writes it; closed with the process
-    process = subprocess.Popen(
-        ["bash", str(ROOT / "recipes" / f"{recipe}.sh"), *args],
-        cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    handle.close()
+    with open(log, "w") as handle:  # the child writes it
+        process = subprocess.Popen(["bash", str(ROOT / "recipes" / f"{recipe}.sh"), *args],
+                                   cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                   start_new_session=True)  # fmt: skip
     return Running(process, log, time.monotonic())
 
 
-def wait_until(
-    what: str, ready: Callable[[], bool], running: Running, timeout: float, every: float = 0.05
-) -> float:
-    """Poll ``ready`` every ``every`` s; the seconds since the launch started when it held."""
+def wait_until(what: str, ready: Callable[[], bool], running: Running, timeout: float) -> float:
+    """Poll ``ready``; the seconds since the launch started when it held."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if ready():
             return time.monotonic() - running.started
         if running.process.poll() is not None:
             raise AssertionError(f"the launch ended before {what}:\n{running.output()[-6000:]}")
-        time.sleep(every)
+        time.sleep(0.05)
     kill_all(running)
     raise AssertionError(f"no {what} after {timeout} s:\n{running.output()[-6000:]}")
 
 
 def session(running: Running) -> list[psutil.Process]:
-    """Every live process of the launch's sessions: the launcher's (the test started it in one of
-    its own) and every session a process under it is in (the launcher starts verl's driver in a
-    session of its own, verl_gsm8k/launch/supervise.py start); also those that left their process
-    group (verl's driver calls setpgrp when it starts Ray) or were re-parented to init."""
+    """Every live process of the launch's sessions: the launcher's and each one a process
+    under it is in (verl's driver gets one), also re-parented or out of their group."""
     with contextlib.suppress(psutil.Error):
         for proc in psutil.Process(running.process.pid).children(recursive=True):
             with contextlib.suppress(psutil.Error, OSError):
@@ -86,9 +76,7 @@ def names(running: Running) -> list[str]:
 
 
 def term_all(running: Running) -> list[psutil.Process]:
-    """SIGTERM to every process of the launch at once, as Slurm's time limit (without ``B:``),
-    ``scontrol requeue`` or a preemption sends it (to the job's processes, whatever their
-    session); the processes signalled."""
+    """SIGTERM to every process of the launch at once, as Slurm's requeue sends it."""
     procs = session(running)
     for proc in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -97,8 +85,8 @@ def term_all(running: Running) -> list[psutil.Process]:
 
 
 def kill_all(running: Running) -> None:
-    """SIGKILL to the launcher, its process group and every process under it or in its session
-    (again until none is left: a dying raylet may still have started a worker)."""
+    """SIGKILL to the launcher, its group and every process under it or in its sessions, again
+    until none is left (a dying raylet may still start a worker)."""
     try:
         tree = psutil.Process(running.process.pid).children(recursive=True)
     except psutil.NoSuchProcess:
@@ -112,8 +100,7 @@ def kill_all(running: Running) -> None:
     running.process.wait(timeout=60)
     psutil.wait_procs(tree, timeout=30)
     for _ in range(20):
-        left = session(running)
-        if not left:
+        if not (left := session(running)):
             break
         for proc in left:
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -133,21 +120,16 @@ def finish(running: Running, timeout: float) -> int:
 def logged_steps(metrics_file: Path) -> set[int]:
     """Training steps logged so far in one launch's metrics file."""
     steps = set()
-    try:
-        text = metrics_file.read_text()
-    except OSError:
-        return steps
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a line being written
-        if "actor/pg_loss" in row.get("data", {}):
-            steps.add(row["step"])
+    with contextlib.suppress(OSError):
+        for line in metrics_file.read_text().splitlines():
+            with contextlib.suppress(ValueError):  # a line being written
+                row = json.loads(line)
+                if "actor/pg_loss" in row.get("data", {}):
+                    steps.add(row["step"])
     return steps
 
 
 def newest_metrics(run_dir: Path, after: set[Path]) -> Path | None:
-    """The metrics file a launch started after ``after`` was listed writes, once it exists."""
+    """The metrics file of a launch started after ``after`` was listed, once it exists."""
     fresh = sorted(set((run_dir / "metrics").glob("metrics-*.jsonl")) - after)
     return fresh[-1] if fresh else None

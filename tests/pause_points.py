@@ -1,13 +1,9 @@
-"""Hold a process at a named moment, so that a test's kill or signal lands there and nowhere else
-(mid-save, before a rollout, ...) instead of racing a timer. The product has no hook for it:
-importing this module wraps the product's function at each seam.
-
-    GSM8K_PAUSE_AT=point[,point] GSM8K_PAUSE_FILE=/path
-
-At a named point the process writes its pid to the file (whole: a temporary file, then a rename)
-and waits until it is killed or the test deletes the file; then the point never holds again.
-verl's processes import this module themselves (``env``: VERL_USE_EXTERNAL_MODULES, which the
-launcher passes on, and PYTHONPATH); another program imports it first.
+"""Hold a process at a named moment, so that a test's kill or signal lands there and nowhere
+else (mid-save, before a rollout) instead of racing a timer. The product has no hook for it:
+importing this module wraps the product's function at each seam. GSM8K_PAUSE_AT=point[,point]:
+at a point the process writes its pid to GSM8K_PAUSE_FILE (whole: a temporary file, renamed)
+and waits until it is killed or the file is deleted; then the point never holds again. verl's
+processes import the module themselves (``env``: VERL_USE_EXTERNAL_MODULES and PYTHONPATH).
 
     save:<step>:after_<role>  the PPO trainer, between the actor's shards and the critic's
     rollout:<step>            the PPO trainer, before the step's rollout (v1 and legacy)
@@ -55,7 +51,7 @@ def hold(name: str) -> None:
 
 
 def _wrap(owner: Any, name: str, before: Any = None, after: Any = None) -> None:
-    """``owner.name`` calls ``before(*args)`` first and ``after(*args)`` once it returned."""
+    """``owner.name`` calls ``before`` first and ``after`` once it returned, with its args."""
     original = getattr(owner, name)
 
     @functools.wraps(original)

@@ -29,7 +29,7 @@ def trainer_at(step: int, run_dir: Path, legacy: bool = False, resumed: bool = T
     trainer.__dict__.update(
         run_dir=run_dir, keep_best=True, best_metric=METRIC, global_steps=step, sick_step=None,
         saved_step=step if resumed and step else None, stamp="20261126T000000Z", launched=None,
-        timings=Timings(), started_up=False, save_every_s=0.0, last_save=time.time(),
+        timings=Timings(), save_every_s=0.0, last_save=time.time(),
         logger_ready=False, guard_mode="off", stop_at=None, job_end=None,
         total_training_steps=100, logger=SimpleNamespace(logger={}),
     )  # fmt: skip

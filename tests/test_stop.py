@@ -11,19 +11,8 @@ from pathlib import Path
 import pytest
 
 from verl_gsm8k.common.run_dir import EXIT_PREEMPTED, write_stamp, write_tracker
-from verl_gsm8k.guard.stop import (
-    JOB_END,
-    MARGIN_S,
-    RAY_JOB_ENV,
-    RAY_WAIT_ENV,
-    SIGTERM,
-    Timings,
-    fits,
-    grace,
-    must_stop,
-    read_request,
-    request,
-)
+from verl_gsm8k.guard import stop
+from verl_gsm8k.guard.stop import MARGIN_S, RAY_JOB_ENV, RAY_WAIT_ENV, SIGTERM, Timings
 from verl_gsm8k.launch import save_every
 from verl_gsm8k.launch.outcome import verdict
 from verl_gsm8k.launch.slurm import kill_wait_line, requeue_if_stopped
@@ -50,70 +39,67 @@ def test_timings_keep_the_slowest_and_say_what_a_stop_and_a_next_step_need(tmp_p
     assert timings.stop_needs() == 60 + 30 + 20 + MARGIN_S  # a whole step, its validation, save
     needed = 60 + 2 * 20 + 30  # this step's save and validation, the next step and its save
     assert timings.next_step() == needed
-    assert not must_stop(0.0, needed + MARGIN_S + 1, timings)
-    assert must_stop(0.0, needed + MARGIN_S - 1, timings)
-    assert not must_stop(0.0, None, timings) and not must_stop(0.0, 1.0, Timings())
+    assert not stop.must_stop(0.0, needed + MARGIN_S + 1, timings)
+    assert stop.must_stop(0.0, needed + MARGIN_S - 1, timings)
+    assert not stop.must_stop(0.0, None, timings) and not stop.must_stop(0.0, 1.0, Timings())
 
 
 def test_a_time_limit_shorter_than_start_up_a_step_and_a_save_is_refused(tmp_path: Path):
-    status, line = fits(tmp_path, 1000.0, 0.0)
+    status, line = stop.fits(tmp_path, 1000.0, 0.0)
     assert status == 0 and "nothing measured in this run directory yet" in line
     measured(tmp_path, step_s=100.0, save_s=30.0, start_s=200.0)
     needed = 200 + 100 + 2 * 30 + MARGIN_S
-    status, line = fits(tmp_path, needed - 1, 0.0)
+    status, line = stop.fits(tmp_path, needed - 1, 0.0)
     assert status == 2 and "shorter than start-up + one step + a save" in line
     assert "start-up 200 s, step 100 s, save 30.0 s" in line and "sbatch --time" in line
-    status, line = fits(tmp_path, needed + 1, 0.0)
+    status, line = stop.fits(tmp_path, needed + 1, 0.0)
     assert status == 0 and "saves and stops before a step that would not end in time" in line
 
 
-def test_the_grace_is_what_a_stop_needs_a_users_kept_with_a_warning(tmp_path: Path):
-    grace_s, said = grace(Timings(), {})
+def test_the_grace_is_what_a_stop_needs_a_users_kept_and_a_short_one_warned(tmp_path: Path):
+    grace_s, said = stop.grace(Timings(), {})
     assert (grace_s, said) == (30, ["recipe: STOP_GRACE_S=30 s (the default; nothing measured "
                                     "in this run directory yet)"])  # fmt: skip
-    grace_s, said = grace(Timings(step_s=5, save_s=3), {})
+    grace_s, said = stop.grace(Timings(step_s=5, save_s=3), {})
     assert grace_s == 30 and said == ["recipe: STOP_GRACE_S=30 s (the default; a stop needs "
                                       "23 s: step 5 s, save 3 s, +15 s, measured in "
                                       "timings.json)"]  # fmt: skip
     slow = Timings(step_s=66.2, save_s=20.5)
-    grace_s, (line,) = grace(slow, {})
+    grace_s, (line,) = stop.grace(slow, {})
     assert grace_s == 102 and line.startswith("recipe: STOP_GRACE_S=102 s, what a stop needs ")
-    grace_s, (line,) = grace(slow, {"STOP_GRACE_S": "40"})
+    grace_s, (line,) = stop.grace(slow, {"STOP_GRACE_S": "40"})
     assert grace_s == 40 and line.startswith("recipe: warning: STOP_GRACE_S=40 s is shorter")
-    assert grace(slow, {"STOP_GRACE_S": "600"}) == (600, [])
+    assert stop.grace(slow, {"STOP_GRACE_S": "600"}) == (600, [])
     for key in ("STOP_GRACE_S", RAY_WAIT_ENV):
         with pytest.raises(ValueError, match=f"recipe: {key}='soon' is not a number of seconds"):
-            grace(slow, {key: "soon", RAY_JOB_ENV: "{}"})
-
-
-def test_a_ray_jobs_stop_wait_shorter_than_a_stop_needs_is_a_warning():
+            stop.grace(slow, {key: "soon", RAY_JOB_ENV: "{}"})
     slow = Timings(step_s=66, save_s=20)
-    *_, line = grace(slow, {RAY_JOB_ENV: "{}"})[1]  # Ray's default: SIGKILL 3 s after SIGTERM
+    *_, line = stop.grace(slow, {RAY_JOB_ENV: "{}"})[1]  # a Ray job: SIGKILL 3 s after SIGTERM
     assert line.startswith(f"recipe: warning: a Ray job: `ray job stop` sends SIGKILL "
                            f"{RAY_WAIT_ENV}=3 s after its SIGTERM")  # fmt: skip
     assert f"start the Ray head with {RAY_WAIT_ENV}=101 in its environment" in line
     for env in ({RAY_JOB_ENV: "{}", RAY_WAIT_ENV: "300"}, {RAY_WAIT_ENV: "1"}):
-        assert not any("Ray job" in line for line in grace(slow, env)[1])
+        assert not any("Ray job" in line for line in stop.grace(slow, env)[1])
 
 
 def test_one_stop_request_its_deadline_and_why_and_the_exit_it_gives(tmp_path: Path):
     stamp = "20261126T100000Z"
-    assert read_request(tmp_path) is None and verdict(tmp_path, stamp, 0) == (0, [])
-    assert request(tmp_path, 1000.0, JOB_END) and not request(tmp_path, 5.0, SIGTERM)
-    assert read_request(tmp_path) == (1000.0, JOB_END)  # never over a request there
+    assert stop.read_request(tmp_path) is None and verdict(tmp_path, stamp, 0) == (0, [])
+    assert stop.request(tmp_path, 1000.0, stop.JOB_END) and not stop.request(tmp_path, 5.0, SIGTERM)
+    assert stop.read_request(tmp_path) == (1000.0, stop.JOB_END)  # never over a request there
     write_tracker(tmp_path, 7)
     write_stamp(tmp_path, 7, stamp)
     status, (line,) = verdict(tmp_path, stamp, 0)
     assert status == EXIT_PREEMPTED
     assert line.startswith("recipe: stopped before the job's end after saving step 7 (")
-    assert request(tmp_path, 5.0, SIGTERM, over=True)  # the launcher's SIGTERM wins
+    assert stop.request(tmp_path, 5.0, SIGTERM, over=True)  # the launcher's SIGTERM wins
     status, (line,) = verdict(tmp_path, "20261126T110000Z", 0)
     assert status == EXIT_PREEMPTED and line == ("recipe: stopped on SIGTERM before this launch "
                                                  "saved a step; the same command resumes from "
                                                  "step 7")  # fmt: skip
     assert verdict(tmp_path, stamp, 143) == (143, [])  # the grace ran out: not saved
     (tmp_path / "stop_requested").write_text("soon\n")
-    assert read_request(tmp_path)[0] > time.time() + 3000  # unreadable: save now
+    assert stop.read_request(tmp_path)[0] > time.time() + 3000  # unreadable: save now
 
 
 def scontrol(job: str = "Partition=debug Restarts=0 JobState=RUNNING", partition: str = ""):
@@ -184,7 +170,7 @@ def test_a_sigterm_from_slurms_requeue_or_scancel_gets_killwait_not_the_time_lim
     (line,) = said
     assert line.startswith("recipe: SIGTERM: the trainer saves the step in flight and stops (")
     assert within in line, line
-    deadline, why = read_request(tmp_path)
+    deadline, why = stop.read_request(tmp_path)
     left = deadline - time.time()
     assert why == SIGTERM and ((20 < left <= 26) if "KillWait" in within else 3500 < left < 3600)
 

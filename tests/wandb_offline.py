@@ -1,11 +1,7 @@
-"""Read the history of an offline wandb run (``<dir>/wandb/offline-run-*/run-*.wandb``) without
-the network and without a key, for the tests that compare it with the file logger.
-
-The file is wandb's transaction log: a 7-byte header, then 32 KiB blocks of records in LevelDB's
-log layout (4-byte checksum, 2-byte length, 1-byte type: 1 whole, 2 first, 3 middle, 4 last
-piece), each payload one protobuf ``Record`` of ``wandb.proto.wandb_internal_pb2``. wandb 0.31
-ships no Python reader for it any more.
-"""
+"""The history of an offline wandb run (``wandb/offline-run-*/run-*.wandb``), read without the
+network or a key (wandb 0.31 ships no reader): a 7-byte header, then 32 KiB blocks of records in
+LevelDB's log layout (checksum, length, type: 1 whole, 2 first, 3 middle, 4 last piece), each a
+protobuf ``Record`` of ``wandb.proto.wandb_internal_pb2``."""
 
 from __future__ import annotations
 

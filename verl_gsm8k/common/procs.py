@@ -35,61 +35,53 @@ def alive(pid: int) -> bool:
 
 
 def started_at(pid: int) -> float | None:
-    try:
+    with contextlib.suppress(psutil.Error):
         return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
+    return None
 
 
 def environ(pid: int, names: Sequence[str]) -> dict[str, str] | None:
     """The ``names`` process ``pid``'s environment holds; None when it is gone or not ours."""
-    try:
+    with contextlib.suppress(psutil.Error):
         env = psutil.Process(pid).environ()
-    except psutil.Error:
-        return None
-    return {name: env[name] for name in names if name in env}
+        return {name: env[name] for name in names if name in env}
+    return None
 
 
 def session_of(pid: int) -> int | None:
-    try:
+    with contextlib.suppress(OSError):
         return os.getsid(pid)
-    except OSError:
-        return None
+    return None
 
 
 def group_of(pid: int) -> int | None:
-    try:
+    with contextlib.suppress(OSError):
         return os.getpgid(pid)
-    except OSError:
-        return None
+    return None
 
 
 def tree(pid: int) -> list[int]:
     """``pid`` and every live process under it (not those re-parented to init)."""
-    try:
+    under = []
+    with contextlib.suppress(psutil.Error):
         under = [child.pid for child in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        under = []
     return [p for p in (pid, *under) if alive(p)]
 
 
 def memory_kib(pid: int) -> tuple[int, int]:
     """(PSS, RSS) in KiB; (0, 0) once gone."""
-    try:
+    with contextlib.suppress(psutil.Error):
         info = psutil.Process(pid).memory_full_info()
-    except psutil.Error:
-        return 0, 0
-    return getattr(info, "pss", 0) // 1024, info.rss // 1024
+        return getattr(info, "pss", 0) // 1024, info.rss // 1024
+    return 0, 0
 
 
 def blocks_sigterm(pid: int) -> bool:
     """SIGTERM in the process's signal mask (psutil has none: /proc's SigBlk)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    blocked = next((line.split()[1] for line in status.splitlines() if line[:7] == "SigBlk:"), "0")
-    return bool(int(blocked, 16) >> (signal.SIGTERM - 1) & 1)
+    with contextlib.suppress(OSError):
+        status = Path(f"/proc/{pid}/status").read_text().split("SigBlk:")[1].split()[0]
+        return bool(int(status, 16) >> (signal.SIGTERM - 1) & 1)
+    return False
 
 
 def name(pid: int) -> str:
@@ -97,17 +89,13 @@ def name(pid: int) -> str:
     ``python -m X`` or ``python path/X``."""
     try:
         proc = psutil.Process(pid)
-        argv = proc.cmdline()
-        if not argv or not argv[0]:
-            return proc.name()
+        argv = [a for a in proc.cmdline() if a] or [proc.name()]
     except psutil.Error:
         return "?"
     base = os.path.basename(argv[0].split(" ")[0])
     if base.startswith("python") and len(argv) > 1:
-        rest = [a for a in argv[1:] if a]
-        scripts = [a for a in rest if not a.startswith("-")]
-        module = rest[rest.index("-m") + 1] if "-m" in rest[:-1] else (scripts or [""])[0]
-        return f"python {os.path.basename(module)}"[:60]
+        rest = argv[argv.index("-m") + 1 :] if "-m" in argv[:-1] else argv[1:]
+        base = "python " + os.path.basename(next((a for a in rest if a[0] != "-"), ""))
     return base[:60]
 
 

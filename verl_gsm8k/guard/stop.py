@@ -23,7 +23,13 @@ from pathlib import Path
 
 from verl_gsm8k.common import json_read
 from verl_gsm8k.common.atomic_io import write_atomic
-from verl_gsm8k.common.run_dir import STOP_FILE, TIMINGS_FILE, stop_path, timings_path
+from verl_gsm8k.common.run_dir import (
+    STAMP_FORMAT,
+    STOP_FILE,
+    TIMINGS_FILE,
+    stop_path,
+    timings_path,
+)
 
 MARGIN_S = 15.0  # the trainer's stop and verl's shutdown after the last save
 DEFAULT_GRACE_S = 30.0  # Slurm's KillWait and Kubernetes' grace by default
@@ -78,6 +84,14 @@ class Timings:
         val = f", validation {self.val_s:.0f} s" if self.val_s else ""
         return (f"{needs:.0f} s: step {self.step_s:.0f} s{val}, save {self.save():.0f} s, "
                 f"+{MARGIN_S:.0f} s, measured in {TIMINGS_FILE}")  # fmt: skip
+
+
+def stamp_time(stamp: str | None) -> float | None:
+    """A launch stamp (20261126T101500Z) in epoch seconds."""
+    try:
+        return datetime.strptime(stamp or "", STAMP_FORMAT).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
 
 
 def must_stop(now: float, end: float | None, timings: Timings) -> bool:

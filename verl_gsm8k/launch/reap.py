@@ -1,10 +1,8 @@
-"""Nothing of a launch outlives it: the processes a launch started, found and ended.
-
-Every process verl starts carries the launch's GSM8K_LAUNCH_ID and GSM8K_LAUNCH_RUN_DIR
-(common/launch_env.py), also once re-parented or out of the launcher's process group (verl's
-driver calls setpgrp); Ray's retitled workers, whose environment /proc may no longer show, are
-found by the session of verl's driver (RUN_DIR/.launch.session). Only this user's processes on
-this machine are looked at: a Ray cluster a launch attaches to is never touched.
+"""Nothing of a launch outlives it: every process verl starts carries GSM8K_LAUNCH_ID and
+GSM8K_LAUNCH_RUN_DIR (common/launch_env.py), also re-parented or out of the launcher's group;
+Ray's retitled workers, whose environment /proc may not show, are in the session of verl's
+driver (RUN_DIR/.launch.session). This user's processes on this machine only: never a Ray
+cluster a launch attaches to.
 
     python -m verl_gsm8k.launch.reap stop --run-dir DIR      # every launch into DIR
     python -m verl_gsm8k.launch.reap stop --slurm-ray JOB    # Slurm job JOB's Ray, here
@@ -85,7 +83,7 @@ def describe(found: Sequence[Proc]) -> str:
 
 
 def _finder(match: Callable[[Proc], bool], sessions: Sessions):
-    """A pid lister for common/procs.py's ``stop`` and the Procs it has seen."""
+    """A pid lister for procs.stop, and the Procs it saw."""
     seen: dict[int, Proc] = {}
 
     def find() -> list[int]:
@@ -100,9 +98,8 @@ def stop(
     match: Callable[[Proc], bool], sessions: Sessions, what: str, outlived: str = "verl",
     settle_s: float = 3.0, grace_s: float = 10.0,
 ) -> int:  # fmt: skip
-    """Give the processes ``settle_s`` to end (Ray's shutdown is under way when verl exits),
-    then stop them (procs.stop: SIGKILL at once to those blocking SIGTERM); one line saying
-    what had to be stopped, none when nothing was; 1 when some could not be."""
+    """``settle_s`` for them to end (Ray's shutdown is under way when verl exits), then
+    procs.stop; one line saying what had to be stopped; 1 when some could not be."""
     find, seen = _finder(match, sessions)
     pids, killed = procs.stop(find, grace_s) if procs.wait_gone(find, settle_s) else (set(), ())
     stopped = [seen[pid] for pid in sorted(pids)]
@@ -147,17 +144,16 @@ def check_run_dir(run_dir: str, wait_s: float, but: str = "") -> int:
 
 
 def slurm_ray_groups(job: str) -> set[int]:
-    """The process groups of Slurm job ``job``'s Ray here: each led by a ``ray start`` marked
-    with ENV_RAY_OF_JOB (slurmstepd makes each task a group leader; Ray's processes stay in)."""
+    """Slurm job ``job``'s Ray here: the groups its `ray start`s lead (marked ENV_RAY_OF_JOB;
+    slurmstepd makes each task a group leader, and Ray's processes stay in it)."""
     marked = {p.pid: procs.environ(p.pid, (ENV_RAY_OF_JOB,)) or {} for p in procs.ours()}
     return {pid for pid, env in marked.items() if env.get(ENV_RAY_OF_JOB) == job
             and procs.group_of(pid) == pid}  # fmt: skip
 
 
 def stop_slurm_ray(job: str, seconds: float = 10.0) -> int:
-    """SIGKILL (SIGTERM is blocked there) to every process of ``job``'s Ray here, rescanning
-    ``seconds`` at most (a raylet may still start a worker), never another Ray of the machine;
-    one line; 1 when some could not be stopped."""
+    """SIGKILL (SIGTERM is blocked there) to ``job``'s Ray here, rescanning ``seconds`` (a
+    raylet may still start a worker), never another Ray; one line; 1 when some are left."""
     groups, names = slurm_ray_groups(job), {}
 
     def find() -> list[int]:
@@ -176,7 +172,7 @@ def stop_slurm_ray(job: str, seconds: float = 10.0) -> int:
 
 def exec_blocked(argv: Sequence[str]) -> None:
     """Become ``argv`` with SIGTERM blocked (inherited by all it starts), in a session of its
-    own where it can have one (slurmstepd's tasks lead a process group: kept)."""
+    own unless it leads a process group (slurmstepd's tasks)."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     with contextlib.suppress(OSError):
         os.setsid()

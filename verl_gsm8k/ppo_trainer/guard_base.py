@@ -1,15 +1,8 @@
-"""The guard both of verl's PPO trainers run with (guarded.py on the v1 trainer, legacy.py on the
-legacy one): every checkpoint whole, the run's own and healthy; a stop request or a job's end
-(guard/stop.py) saves the step and ends the run; time saves (SAVE_EVERY_MIN); the kept best.
-
-A binding calls ``_begin`` with the step the run resumes from, ``_after_update`` after each
-step's actor update (before verl's save of it), ``_stop_if_requested`` where a stop request
-should end the loop, ``_prepare_logger`` before the first log, and ends verl's loop in
-``_end_after``. ``_save_checkpoint`` is verl's (v1 trainer_base.py ~948-1029, legacy
-ray_trainer.py ~983-1050) in verl's order with four changes: the tracker and data.pt written
-atomically (verl's open("w"), then write: a kill between leaves an empty tracker), the launch's
-stamp in the step directory, MAX_CKPT_TO_KEEP over the whole run (guard/prune.py), no save of a
-step the watchdog judged sick. Settings: gsm8k_guard in configs/gsm8k_base.yaml.
+"""The guard of both of verl's PPO trainers (traced.py: v1, legacy.py): checkpoints whole, the
+run's own and healthy; a stop (guard/stop.py) saves the step and ends the run; time saves; the
+kept best. A binding calls ``_begin`` at the resumed step, ``_after_update`` after each actor
+update, ``_stop_if_requested`` where a stop should end its loop, ``_prepare_logger`` before the
+first log, and ends the loop in ``_end_after``. Settings: gsm8k_guard (gsm8k_base.yaml).
 """
 
 from __future__ import annotations
@@ -20,7 +13,6 @@ import numbers
 import os
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +22,6 @@ from verl.trainer.ppo.utils import Role
 
 from verl_gsm8k.common.launch_env import launch_stamp
 from verl_gsm8k.common.run_dir import (
-    STAMP_FORMAT,
     TRACKER,
     append_trip,
     clear_sick,
@@ -55,8 +46,7 @@ from verl_gsm8k.guard.thresholds import Thresholds
 
 logger = logging.getLogger(__name__)
 
-# What the watchdog is shown of a step: its metrics, each response's tokens (the masked ones
-# only), each response's score and the prompt each answers.
+# a step for the watchdog: its metrics, each response's tokens, score and prompt
 Observed = tuple[dict[str, float], list[list[int]], list[float], list[str]]
 
 
@@ -85,22 +75,18 @@ def logged_history(run_dir: Path, before: int) -> list[dict[str, float]]:
 
 
 def numeric(metrics: dict[str, Any]) -> dict[str, float]:
-    """The metrics float() takes: real numbers, numpy's, one-element arrays and tensors."""
-    return {key: float(value) for key, value in metrics.items() if _number(value)}
+    """The metrics that are numbers (numpy's, one-element arrays and tensors) as floats."""
 
+    def number(v: Any) -> bool:
+        size = v.numel() if isinstance(v, torch.Tensor) else getattr(v, "size", None)
+        real = isinstance(v, numbers.Real) and not isinstance(v, bool)
+        return real or size == 1 and hasattr(v, "item")
 
-def _number(value: Any) -> bool:
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, numbers.Real):
-        return True
-    size = value.numel() if isinstance(value, torch.Tensor) else getattr(value, "size", None)
-    return size == 1 and hasattr(value, "item")
+    return {key: float(value) for key, value in metrics.items() if number(value)}
 
 
 class GuardBase:
-    """Mixed into one of verl's PPO trainers, which provides ``config``, ``global_steps``,
-    ``actor_rollout_wg``, ``critic_wg``, ``use_critic``, ``train_dataloader``, ``_validate``."""
+    """Mixed into one of verl's PPO trainers, which gives the attributes below."""
 
     config: DictConfig
     global_steps: int
@@ -118,15 +104,14 @@ class GuardBase:
         self.last_save = time.time()  # the loop's start (reset there), then each save's end
         self.run_dir = Path(config.trainer.default_local_dir)
         self.stamp = launch_stamp()
-        self.launched = _epoch(self.stamp)
+        self.launched = stop.stamp_time(self.stamp)  # the first step measures the start-up
         self.response_limit = int(config.data.get("max_response_length") or 0) or None
         self.watchdog = Watchdog(settings["thresholds"], response_limit=self.response_limit)
-        self.sick_step: int | None = None  # the step the watchdog stopped (no checkpoint of it)
+        self.sick_step: int | None = None  # the step the watchdog stopped (never saved)
         self.saved_step: int | None = None  # the step this launch saved last
-        self.stop_at: int | None = None  # the step after which the run ends (trip or stop)
-        self.job_end = float(os.environ.get(stop.ENV_JOB_END) or 0) or None  # a Slurm job's end
+        self.stop_at: int | None = None  # the step after which the run ends
+        self.job_end = float(os.environ.get(stop.ENV_JOB_END) or 0) or None
         self.timings = stop.Timings.read(self.run_dir)
-        self.started_up = False  # this launch's first step has ended
         self.logger_ready = False
         best = self.best_metric if self.keep_best else "off"
         say(f"watchdog {self.guard_mode}, keep best {best}, checkpoints {self.run_dir}")
@@ -191,15 +176,14 @@ class GuardBase:
         """Keep the slowest ``name`` and, at this launch's first step, its start-up."""
         now = time.time()
         self.timings.slowest(name, now - started)
-        if name == "step_s" and not self.started_up and self.launched:
+        if name == "step_s" and self.launched:
             self.timings.slowest("start_s", now - self.launched)
-        self.started_up = self.started_up or name == "step_s"
+            self.launched = None
         self.timings.write(self.run_dir)
 
     def _prepare_logger(self, backends: dict[str, Any]) -> None:
-        """Once, on verl's ``Tracking.logger``: the file logger first (verl calls wandb first,
-        verl/utils/tracking.py ~86-186: its failure would cost the step its metrics line), and
-        wandb off for the launch, in one line, once a stop's SIGTERM ended its service."""
+        """Once, on verl's ``Tracking.logger``: the file logger first (verl/utils/tracking.py
+        calls wandb first: its failure would cost the step its metrics line); wandb guarded."""
         if self.logger_ready:
             return
         self.logger_ready = True
@@ -270,8 +254,10 @@ class GuardBase:
 
     # ---- saving --------------------------------------------------------------------------
     def _save_checkpoint(self, step: int | None = None) -> None:
-        """Save as ``step`` (verl calls it without: ``global_steps``; the legacy loop has counted
-        the next step already when it reads a stop request before a batch)."""
+        """Save as ``step`` (verl's call: ``global_steps``), in verl's order (v1 trainer_base.py
+        ~948-1029, legacy ray_trainer.py ~983-1050) with: the tracker and data.pt written
+        atomically (verl's open("w"), then write: a kill between leaves an empty tracker), the
+        launch's stamp, MAX_CKPT_TO_KEEP over the whole run, no save of a sick step."""
         step = self.global_steps if step is None else step
         if self.sick_step == step:
             say(f"step {step} is not saved: the watchdog stopped it")
@@ -333,9 +319,8 @@ class GuardBase:
 
 
 class _Wandb:
-    """verl's wandb backend, off for the rest of the launch once a call fails because a stop's
-    SIGTERM ended its service process (wandb-core unblocks the signal): one line, and the
-    trainer goes on to save and stop; the metrics file, logged first, keeps the step."""
+    """verl's wandb, off for the launch once a call fails because a stop's SIGTERM ended its
+    service (wandb-core unblocks it): one line, and the trainer goes on to save and stop."""
 
     def __init__(self, wandb: Any) -> None:
         self.wandb = wandb
@@ -347,19 +332,10 @@ class _Wandb:
         self._call("finish", "its last steps may be missing from wandb", exit_code=exit_code)
 
     def _call(self, name: str, lost: str, **kwargs: Any) -> None:
-        if self.wandb is None:
-            return
         try:
-            getattr(self.wandb, name)(**kwargs)
+            if self.wandb is not None:
+                getattr(self.wandb, name)(**kwargs)
         except ConnectionError as error:  # the service's socket: reset, refused, broken
             self.wandb = None
             say(f"wandb: its service process ended ({type(error).__name__}: {error}): {lost}; "
                 "wandb is off for the rest of this launch")  # fmt: skip
-
-
-def _epoch(stamp: str | None) -> float | None:
-    """A launch stamp (20261126T101500Z) in epoch seconds."""
-    try:
-        return datetime.strptime(stamp or "", STAMP_FORMAT).replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None

@@ -26,35 +26,26 @@ from typing import NoReturn
 from verl_gsm8k.launch.reap import ENV_RAY_OF_JOB, stop_slurm_ray
 
 MARKER = "verl_gsm8k/sbatch/cli.py"  # what tells the repository's root
-# each `ray start`: SIGTERM blocked, then exec (launch/reap.py); what ends a node's Ray
-REAP_EXEC = ("-m", "verl_gsm8k.launch.reap", "exec", "--")
-REAP_STOP = ("-m", "verl_gsm8k.launch.reap", "stop", "--slurm-ray")
+REAP = ("-m", "verl_gsm8k.launch.reap")  # each `ray start` run by it, each node's Ray ended by it
 POLL_S = 5.0  # the join's polling period, and the head's head start
 MODES = {
-    "one-node": "checks, then exec's the recipe: it becomes the job's batch process and gets "
-    "Slurm's signals itself",
-    "multi-node": "Ray on the job's nodes, the recipe as its driver on the first node, SIGTERM "
-    "passed on to it, Ray stopped on every node at the end",
+    "one-node": "checks, then exec's the recipe: the job's batch process, Slurm's signals its",
+    "multi-node": "Ray on the job's nodes, the recipe its driver on the first, SIGTERM passed on "
+    "to it, Ray stopped on every node at the end",
 }
 KNOBS = """environment variables (empty counts as unset, as in the recipes):
-  LOCK_WAIT_S (120 here)       a requeued start waits that long for the previous start's
-                               processes to end (the launcher's run-directory lock), then refuses
-  SLURM_REQUEUE_ON_STOP (1)    a launch that stopped and saved before the run's end requeues
-                               its job (the launcher's requeue)
-  VERL_GSM8K_ROOT              the repository (default: SLURM_SUBMIT_DIR, else the current folder)
-  PYTHON                       the sbatch files' interpreter for this module, and multi-node's
-                               on every node (default: <root>/.venv/bin/python)
-  SLURM_GPUS_ON_NODE           set by Slurm (--gpus-per-node, --gpus): one-node's
-                               NDEVICES_PER_NODE, which may not ask for another number
+  LOCK_WAIT_S (120 here)     a requeued start waits for the previous one's processes, then refuses
+  SLURM_REQUEUE_ON_STOP (1)  a launch that stopped after saving requeues its job
+  VERL_GSM8K_ROOT            the repository (default: SLURM_SUBMIT_DIR, else the current folder)
+  PYTHON                     the interpreter, on every node (default: <root>/.venv/bin/python)
+  SLURM_GPUS_ON_NODE         set by Slurm: one-node's NDEVICES_PER_NODE (no other number)
 multi-node only:
-  GPUS_PER_NODE                GPUs per node (default: Slurm's SLURM_GPUS_ON_NODE)
-  RAY_PORT (6379)              the Ray head's port
-  RAY_JOIN_TIMEOUT_S (300)     how long to wait for every node's GPUs to join Ray
-  RAY                          the ray command (default: the one beside this Python)
-  SLURM_CPUS_ON_NODE           set by Slurm: each `ray start --num-cpus` (else Ray counts the
-                               node's own CPUs, not the job's)
-  RUN_DIR, RUNS_ROOT           the run directory's place: checked to be on storage every node
-                               mounts (default: RUNS_ROOT=<root>/runs)
+  GPUS_PER_NODE              GPUs per node (default: SLURM_GPUS_ON_NODE)
+  RAY_PORT (6379)            the Ray head's port
+  RAY_JOIN_TIMEOUT_S (300)   how long to wait for every node's GPUs to join Ray
+  RAY                        the ray command (default: the one beside this Python)
+  SLURM_CPUS_ON_NODE         set by Slurm: each `ray start --num-cpus` (else all the node's)
+  RUN_DIR, RUNS_ROOT         checked to be on storage every node mounts (RUNS_ROOT=<root>/runs)
 """
 
 
@@ -195,7 +186,7 @@ class Job:
         ray = [self.ray, "start", *args, "--block", f"--num-gpus={self.gpus}"]
         if re.fullmatch(r"[1-9][0-9]*", cpus := knob("SLURM_CPUS_ON_NODE")):
             ray.append(f"--num-cpus={cpus}")  # the job's CPUs, not every CPU of the node
-        remote = [f"--chdir={self.root}", sys.executable, *REAP_EXEC, *ray]
+        remote = [f"--chdir={self.root}", sys.executable, *REAP, "exec", "--", *ray]
         env = dict(os.environ, **{ENV_RAY_OF_JOB: knob("SLURM_JOB_ID")})  # srun passes it on
         self.steps.append(subprocess.Popen(["srun", "--overlap", *where, *remote], env=env))
 
@@ -230,7 +221,7 @@ class Job:
         job = knob("SLURM_JOB_ID")
         stop_slurm_ray(job)
         cmd = ["srun", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1", sys.executable,
-               *REAP_STOP, job]  # fmt: skip
+               *REAP, "stop", "--slurm-ray", job]  # fmt: skip
         end, first = time.monotonic() + 30, True
         while time.monotonic() < end and any(step.poll() is None for step in self.steps):
             if not first:
