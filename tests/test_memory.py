@@ -20,6 +20,7 @@ from helpers import QWEN25_05B, QWEN25_15B, ROOT, fake_nvidia_smi, recipe_env
 from verl_gsm8k.launch.plan import bare_overrides
 from verl_gsm8k.preflight import cli as preflight
 from verl_gsm8k.preflight.memory import GIB, Engine, check_memory, engine_of
+from verl_gsm8k.preflight.model import count_parameters
 
 CARD_24GB = 24564 / 1024  # GiB of an RTX 4090 / L4-class card, as nvidia-smi lists it
 # case -> (config, overrides); the roles verl builds for each (a LoRA actor is its own reference).
@@ -276,7 +277,7 @@ def test_critic_offloaded_between_phases_is_stopped_at_its_update(
     # weights + gradients + two Adam moments in verl's default model_dtype
     itemsize = PrecisionType.to_dtype(FSDPEngineConfig().model_dtype).itemsize
     hf = Qwen2Config(**QWEN25_15B)
-    critic_params = preflight.count_parameters(hf) + hf.hidden_size + 1  # value head, tied LM head
+    critic_params = count_parameters(hf) + hf.hidden_size + 1  # value head, tied LM head
     states = float(re.search(r"critic weights\+Adam (\d+\.\d)", line).group(1))
     assert states == pytest.approx(critic_params * itemsize * 3 / GIB, abs=0.05)
     # the gradients, and Adam's multi-tensor step beside them: sqrt(exp_avg_sq), trained-sized

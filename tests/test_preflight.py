@@ -24,6 +24,7 @@ from helpers import (
 
 from verl_gsm8k.launch.plan import bare_overrides as recipe_overrides
 from verl_gsm8k.preflight import cli as preflight
+from verl_gsm8k.preflight.model import count_parameters
 
 
 @pytest.fixture(scope="module")
@@ -303,7 +304,7 @@ def test_lora_rank_is_checked_without_vllm(base_overrides):
 def test_parameter_count_matches_the_published_qwen_size():
     from transformers import Qwen2Config
 
-    assert preflight.count_parameters(Qwen2Config(**QWEN25_05B)) == 494_032_768
+    assert count_parameters(Qwen2Config(**QWEN25_05B)) == 494_032_768
 
 
 def test_cli_prints_time_and_exits_nonzero_on_error(base_overrides):

@@ -28,7 +28,7 @@ def base_overrides(tiny_model_dir, prepared_sft_dir, tmp_path_factory) -> list[s
 
 
 def run(overrides: list[str]) -> Report:
-    return run_sft("gsm8k_sft", ROOT / "configs", overrides, None)
+    return run_sft("gsm8k_sft", ROOT / "configs", overrides)
 
 
 def errors(report: Report) -> str:
@@ -128,7 +128,7 @@ MISTAKES = {
     ),
     "context": (
         lambda tmp: ["data.max_length=8192", "data.max_token_len_per_gpu=8192"],
-        "data.max_length=8192 > its context 4096",
+        "data.max_length=8192 > context 4096",
     ),
 }
 

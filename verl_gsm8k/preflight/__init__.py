@@ -1,4 +1,1 @@
-"""Checks before a launch: the knob table (knobs.py) and the preflight (cli.py).
-
-Standard library only at this level: knobs.py must import without verl.
-"""
+"""The preflight every recipe runs before verl (cli.py: python -m verl_gsm8k.preflight)."""

@@ -1,5 +1,5 @@
-"""Whether a step's batch splits into mini-batches as verl asserts: the knob check and the
-preflight ask the same question."""
+"""Whether a step's batch splits into mini-batches as verl asserts (both multiplied by rollout.n
+first, which changes nothing): the knob check and the preflight ask the same question."""
 
 from __future__ import annotations
 
@@ -10,11 +10,7 @@ def batch_split_problem(
     batch_name: str = "TRAIN_BATCH_SIZE",
     mini_name: str = "PPO_MINI_BATCH_SIZE",
 ) -> str | None:
-    """Why a batch of `batch` prompts does not split into mini-batches of `mini`, or None.
-
-    verl asserts batch % mini == 0 when it splits a step's batch for the first update (both are
-    multiplied by rollout.n first, which changes nothing here).
-    """
+    """Why a batch of ``batch`` prompts does not split into mini-batches of ``mini``, or None."""
     if mini > batch:
         return f"{mini_name}={mini} is larger than {batch_name}={batch}"
     if batch % mini:

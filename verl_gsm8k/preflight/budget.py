@@ -1,12 +1,8 @@
-"""A token budget that fits the card: where a recipe's micro-batch budgets would pass 90 % of the
-card in some phase (memory.py's estimate), the largest power-of-two budget below the recipe's
-under which every phase stays below 90 %, every micro-batch budget of the run set to it.
-
-The launcher asks for it with ``TOKEN_BUDGET=auto`` (its default; the launcher passes
-``--fit-budget FILE`` to the preflight unless the launch's own ``key=value`` overrides set a
-budget key): the preflight prints what it chose and why, checks the memory again at that budget,
-and writes the overrides to FILE for the launcher to put before the user's.
-"""
+"""TOKEN_BUDGET=auto: where a recipe's micro-batch token budgets would pass 90 % of the card in
+some phase (memory.py), the largest power of two below the recipe's budget under which every
+phase fits, every budget key set to it. The launcher passes ``fit_budget`` (a file) unless the
+user's own overrides set a budget key: the preflight says what it chose, checks memory at it, and
+writes its overrides there for the launcher to put before the user's."""
 
 from __future__ import annotations
 
@@ -27,22 +23,13 @@ BUDGET_KEYS = (
 SMALLEST_BUDGET = 1024  # below this a GSM8K prompt and its answer (768 tokens) barely fit
 
 
-def recipe_budget(cfg: Any) -> int:
-    return int(cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu)
-
-
 def with_budget(cfg: Any, budget: int) -> Any:
     """A copy of ``cfg`` with every micro-batch budget set to ``budget``."""
-    from omegaconf import open_dict
+    from omegaconf import OmegaConf
 
     cfg = cfg.copy()
-    with open_dict(cfg):
-        for key in BUDGET_KEYS:
-            node, _, leaf = key.rpartition(".")
-            target = cfg
-            for part in node.split("."):
-                target = target[part]
-            target[leaf] = budget
+    for key in BUDGET_KEYS:
+        OmegaConf.update(cfg, key, budget, force_add=True)
     return cfg
 
 
@@ -56,43 +43,32 @@ def heaviest(phases: list[Phase], card: float) -> tuple[float, str]:
     return top.gib(card), top.name
 
 
-def fits(phases: list[Phase], card: float) -> bool:
-    return heaviest(phases, card)[0] <= MEMORY_WARN_FRACTION * card
-
-
-def smaller_budgets(cfg: Any) -> list[int]:
-    """The recipe's budget halved down to SMALLEST_BUDGET, largest first."""
-    budgets, budget = [], recipe_budget(cfg) // 2
-    while budget >= SMALLEST_BUDGET:
-        budgets.append(budget)
-        budget //= 2
-    return budgets
-
-
 def fitting_budget(cfg: Any, hf_configs: dict[str, Any], card: float) -> int | None:
-    """The largest budget of smaller_budgets() under which every phase fits below 90 % of
-    ``card``; None when none does (the states or vLLM's share alone are too large)."""
-    for budget in smaller_budgets(cfg):
-        if fits(estimate_phases(with_budget(cfg, budget), hf_configs), card):
+    """The largest budget, halving the recipe's down to SMALLEST_BUDGET, under which every phase
+    fits below 90 % of ``card``; None when none does (the states or vLLM's share are too large)."""
+    budget = int(cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu) // 2
+    while budget >= SMALLEST_BUDGET:
+        phases = estimate_phases(with_budget(cfg, budget), hf_configs)
+        if heaviest(phases, card)[0] <= MEMORY_WARN_FRACTION * card:
             return budget
+        budget //= 2
     return None
 
 
 def choose(cfg: Any, hf_configs: dict[str, Any], card: float, out: Path, report: Any) -> Any:
-    """TOKEN_BUDGET=auto: where the recipe's budgets pass 90 % of ``card`` in some phase and a
-    smaller one fits, say so, write its overrides to ``out`` (one per line) and return ``cfg`` at
-    that budget; otherwise leave ``out`` empty and ``cfg`` as it is (the memory lines then say
-    what does not fit and what to change)."""
+    """Where the recipe's budgets pass 90 % of ``card`` and a smaller one fits, say so, write its
+    overrides to ``out`` and return ``cfg`` at that budget; otherwise ``out`` empty, ``cfg`` as it
+    is (the memory lines then say what does not fit and what to change)."""
     write_atomic(out, "")
     if not cfg.actor_rollout_ref.actor.get("use_dynamic_bsz", False):
         return cfg  # micro-batches counted in sequences: the budgets do not apply
     gib, phase = heaviest(estimate_phases(cfg, hf_configs), card)
     if gib <= MEMORY_WARN_FRACTION * card:
         return cfg
-    recipe = recipe_budget(cfg)
+    recipe = int(cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu)
     need = (
-        f"the recipe's {recipe} tokens per micro-batch need ~{gib:.1f} GiB ({phase}) of this "
-        f"{card:.0f} GiB card, above {MEMORY_WARN_FRACTION:.0%}"
+        f"the recipe's {recipe} tokens per micro-batch need ~{gib:.1f} GiB ({phase}) of "
+        f"this {card:.0f} GiB card, above {MEMORY_WARN_FRACTION:.0%}"
     )
     budget = fitting_budget(cfg, hf_configs, card)
     if budget is None:
@@ -100,8 +76,9 @@ def choose(cfg: Any, hf_configs: dict[str, Any], card: float, out: Path, report:
         return cfg
     report.ok(
         "budget",
-        f"{need}: using {budget}, the largest power of two under which every phase fits (every "
-        f"*_max_token_len_per_gpu key; TOKEN_BUDGET=recipe keeps {recipe})",
+        f"{need}: using {budget}, the largest power of two under which every "
+        f"phase fits (every *_max_token_len_per_gpu key; TOKEN_BUDGET=recipe keeps "
+        f"{recipe})",
     )
     write_atomic(out, "\n".join(overrides(budget)) + "\n")
     return with_budget(cfg, budget)

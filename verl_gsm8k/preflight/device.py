@@ -1,11 +1,12 @@
-"""Preflight checks of how a composed config will run on this machine's stack: the device, the
-attention path, the LoRA layouts verl 0.9.1 cannot train, and the GPUs nvidia-smi lists. Each
-reports one line. The SFT preflight (sft.py) shares the CPU platform check and the GPU listing."""
+"""How a composed config runs on this machine: the device, the attention path, the LoRA layouts
+verl 0.9.1 cannot train, and the GPUs (nvidia-smi, or a Ray cluster's)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from typing import Any
 
 from verl_gsm8k.common import gpus
@@ -23,9 +24,6 @@ from verl_gsm8k.preflight.lines import Report
 
 FALLBACK_MODULE = "verl_gsm8k.verl_plugins.attention_fallback"
 CPU_MODULE = "verl_gsm8k.verl_plugins.cpu_platform"
-# The SFT memory estimate: bytes per parameter kept on the GPU for a model that trains (fp32
-# weights 4 + fp32 grads 4 + Adam moments 8). PPO's per-phase estimate: memory.py.
-TRAINED_BYTES_PER_PARAM = 16
 
 
 def lora_rank(model_cfg: Any) -> int:
@@ -34,50 +32,14 @@ def lora_rank(model_cfg: Any) -> int:
     return rank if rank > 0 else int(model_cfg.get("lora_rank", 0) or 0)
 
 
-def _loaded_modules() -> list[str]:
-    return [m.strip() for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",")]
-
-
 def attention(model_cfg: Any) -> str:
-    """The attention implementation verl will ask transformers for (its default: flash-attn 2)."""
-    override = model_cfg.get("override_config", {}) or {}
-    return str(override.get("attn_implementation", "flash_attention_2"))
+    """The attention implementation verl asks transformers for (its default: flash-attn 2)."""
+    override = model_cfg.get("override_config", None) or {}
+    return str(override.get("attn_implementation", None) or "flash_attention_2")
 
 
-def cpu_platform_missing(device: str) -> str | None:
-    """Why verl cannot run trainer.device=``device`` in this environment, or None."""
-    if device != "cpu":
-        return None
-    if os.environ.get("VERL_PLATFORM") == "cpu" and CPU_MODULE in _loaded_modules():
-        return None
-    return (
-        "trainer.device=cpu needs verl's cpu platform (VERL_PLATFORM=cpu and "
-        f"VERL_USE_EXTERNAL_MODULES={CPU_MODULE}): launch with DEVICE=cpu"
-    )
-
-
-def attention_choice(device: str, report: Report) -> Choice | None:
-    """The launcher's choice for this machine (ATTENTION, default auto); None, with an error,
-    where ATTENTION asks for what this machine cannot run."""
-    try:
-        return probe(os.environ.get("ATTENTION", "auto"), on_cpu=device == "cpu")
-    except AttentionRefused as refused:
-        report.error("attention", str(refused))
-        return None
-
-
-def attention_path(implementation: str, padding_removal: bool, choice: Choice) -> str:
-    """The statement of the attention a config runs: the choice's own line where the config is
-    what the launcher chose (one source for the launch line and this one), else what the config
-    says and that its overrides set it."""
-    if (implementation, padding_removal) == (choice.implementation, choice.padding_removal):
-        return choice.line()
-    return statement(
-        implementation,
-        padding_removal,
-        f"set by the overrides; ATTENTION={os.environ.get('ATTENTION', 'auto')} chooses "
-        f"{choice.name} here: {choice.why}",
-    )
+def _modules() -> list[str]:
+    return [m.strip() for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",")]
 
 
 def unusable(implementation: str, choice: Choice) -> str | None:
@@ -91,53 +53,57 @@ def unusable(implementation: str, choice: Choice) -> str | None:
     return f"{implementation} is not a path this project sets up"
 
 
-def model_attention(
-    model: Any, choice: Choice, report: Report, who: str, suffix: str = ""
-) -> tuple[str, bool] | None:
-    """The attention and padding removal a config's model block asks for, or None after a
-    warning when this machine cannot run that attention. A warning, not an error: the machine
-    that trains may have it when this one does not (the recipes decide on the machine they launch
-    from, with the overlay ``+attention=<choice><suffix>``)."""
-    implementation = attention(model)
+def check_device(
+    cfg: Any, use_critic: bool, report: Report, model: Any = None, who: str = "actor"
+) -> None:
+    """Where the run trains and with which attention, and why (the launch line's words), or the
+    mismatch that would fail in a worker. ``model``: the block to read (default the actor's)."""
+    device = cfg.trainer.device
+    platform = os.environ.get("VERL_PLATFORM") == "cpu" and CPU_MODULE in _modules()
+    if device == "cpu" and not platform:
+        report.error(
+            "device",
+            "trainer.device=cpu needs verl's cpu platform (VERL_PLATFORM=cpu "
+            f"and VERL_USE_EXTERNAL_MODULES={CPU_MODULE}): launch with DEVICE=cpu",
+        )
+        return
+    try:
+        choice = probe(os.environ.get("ATTENTION", "auto"), on_cpu=device == "cpu")
+    except AttentionRefused as refused:
+        report.error("attention", str(refused))
+        return
+    model = cfg.actor_rollout_ref.model if model is None else model
+    implementation, packed = attention(model), bool(model.use_remove_padding)
     why_not = unusable(implementation, choice)
-    if why_not is not None:
+    suffix = "" if who == "actor" else "_sft"
+    if why_not is not None:  # the machine that trains may have it: a warning
         report.warn(
             "attention",
-            f"{why_not} here but the {who} asks for {implementation}: on a machine without it, "
-            f"add +attention={choice.overlay or 'sdpa'}{suffix} (the recipes do it themselves)",
+            f"{why_not} here but the {who} asks for {implementation}: on a "
+            f"machine without it, add +attention={choice.overlay or 'sdpa'}{suffix} (the "
+            "recipes do it themselves)",
         )
-        return None
-    return implementation, bool(model.use_remove_padding)
-
-
-def check_device(cfg: Any, use_critic: bool, report: Report) -> None:
-    """Device and attention: what the run will use and why, and the mismatches that fail in a
-    worker."""
-    device = cfg.trainer.device
-    modules = _loaded_modules()
-    missing = cpu_platform_missing(device)
-    if missing:
-        report.error("device", missing)
         return
-    choice = attention_choice(device, report)
-    if choice is None:
-        return
-    asked = model_attention(cfg.actor_rollout_ref.model, choice, report, "actor")
-    if asked is None:
-        return
-    actor, padding_removal = asked
     flash2 = flash_attn_problem()
-    if use_critic and flash2 is not None and FALLBACK_MODULE not in modules:
+    if use_critic and flash2 is not None and FALLBACK_MODULE not in _modules():
         report.warn(
             "attention",
             f"{flash2} here and verl loads the critic with a hard-coded "
             f"flash_attention_2 (verl issue #5210): load {FALLBACK_MODULE} "
-            f"(VERL_USE_EXTERNAL_MODULES={FALLBACK_MODULE}; the "
-            "recipes do it themselves)",
+            f"(VERL_USE_EXTERNAL_MODULES={FALLBACK_MODULE}; the recipes do it "
+            "themselves)",
         )
         return
-    where = "the CPU (vLLM's CPU build, logical GPUs in Ray)" if device == "cpu" else device
-    path = attention_path(actor, padding_removal, choice)
+    if (implementation, packed) == (choice.implementation, choice.padding_removal):
+        path = choice.line()  # the launch line's own words
+    else:
+        atn = os.environ.get("ATTENTION", "auto")
+        path = statement(
+            implementation,
+            packed,
+            f"set by the overrides; ATTENTION={atn} chooses {choice.name} here: {choice.why}",
+        )
+    where = "the CPU (verl's cpu platform)" if device == "cpu" else device
     report.ok("device", f"trains on {where}; attention: {path}")
 
 
@@ -146,24 +112,43 @@ def check_lora(cfg: Any, use_critic: bool, report: Report) -> None:
     if lora_rank(cfg.critic.model) > 0 and use_critic:
         report.error(
             "lora",
-            "LoRA on the critic crashes in verl 0.9.1: it wraps every LoRA model as a PEFT causal "
-            "LM and the critic is a token classifier (AttributeError: ... "
-            "'prepare_inputs_for_generation'); train the critic fully (critic.model.lora_rank=0)",
+            "LoRA on the critic crashes in verl 0.9.1: it wraps every LoRA model "
+            "as a PEFT causal LM and the critic is a token classifier (AttributeError: "
+            "... 'prepare_inputs_for_generation'); train the critic fully "
+            "(critic.model.lora_rank=0)",
         )
-    actor_rank = lora_rank(cfg.actor_rollout_ref.model)
-    if actor_rank > 0 and use_critic and cfg.trainer.get("use_v1", True):
+    if (
+        lora_rank(cfg.actor_rollout_ref.model) > 0
+        and use_critic
+        and cfg.trainer.get("use_v1", True)
+    ):
         report.error(
             "lora",
-            "a LoRA actor beside a critic crashes in verl 0.9.1's v1 trainer (the reference "
-            "pass's no_lora_adapter flag reaches the critic: 'no attribute disable_adapter'); "
-            "use trainer.use_v1=false (configs/gsm8k_ppo_lora.yaml does)",
+            "a LoRA actor beside a critic crashes in verl 0.9.1's v1 trainer (the "
+            "reference pass's no_lora_adapter flag reaches the critic: 'no attribute "
+            "disable_adapter'); use trainer.use_v1=false (configs/gsm8k_ppo_lora.yaml "
+            "does)",
         )
 
 
 def visible_gpus() -> list[tuple[str, float | None]]:
-    """(name, memory GiB or None where not reported) of each NVIDIA GPU nvidia-smi reports
-    (common/gpus.py); [] without one."""
+    """(name, GiB or None) of each NVIDIA GPU nvidia-smi lists; [] without one."""
     return [(gpu.name, gpu.memory_gib) for gpu in gpus.listed()]
+
+
+def check_gpu_count(wanted: int, report: Report) -> float | None:
+    """This node's GPUs against ``wanted``; the card's GiB (None: no GPU, or not reported)."""
+    listed = visible_gpus()
+    if not listed:
+        report.note("gpu", "no NVIDIA GPU visible here: GPU count not checked")
+        return None
+    (name, gib), count = listed[0], len(listed)
+    if count < wanted:
+        report.error("gpu", f"trainer.n_gpus_per_node={wanted} but this node has {count} GPU(s)")
+    else:
+        memory = "memory not reported" if gib is None else f"{gib:.0f} GiB"
+        report.ok("gpu", f"{count} x {name} ({memory}); this node uses {wanted}")
+    return gib
 
 
 # How long the preflight waits for a Ray cluster to answer (ray.init + ray.nodes in a child).
@@ -181,12 +166,8 @@ print(json.dumps(nodes))
 
 
 def ray_cluster_gpus(address: str) -> tuple[list[dict[str, Any]] | None, str]:
-    """The live nodes of the Ray cluster at ``address`` ({ip, gpus, kind}) from ray.nodes(), or
-    None and why not. Asked in a child process, so that a cluster that does not answer costs
-    RAY_QUERY_TIMEOUT_S at most and this process never joins it."""
-    import json
-    import sys
-
+    """The live nodes ({ip, gpus, kind}) of the Ray cluster at ``address``, or None and why,
+    asked in a child: a cluster that does not answer costs RAY_QUERY_TIMEOUT_S at most."""
     try:
         result = subprocess.run(
             [sys.executable, "-c", _RAY_NODES, address],

@@ -1,17 +1,15 @@
-"""Preflight checks of what a run reads: the train/val data files and the reward function.
-
-Both work on the composed verl config (see verl_gsm8k/preflight/cli.py, which runs them):
-  data     train/val files exist, have verl's RLHFDataset columns, enough rows for a batch, and
-           how many prompts exceed max_prompt_length;
-  reward   verl's own loader imports the reward and it scores a right and a wrong answer correctly.
-"""
+"""What a run reads, for both preflights: the train/val files (rows, verl's columns, lengths, the
+steps they make) and the reward function (it scores a right answer above a wrong one)."""
 
 from __future__ import annotations
 
+import ast
 import math
 import numbers
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from verl_gsm8k.preflight.lines import Report, one_line
 
@@ -29,67 +27,135 @@ ANSWERS = {
 }
 
 
-# ---------------------------------------------------------------------------- data
-def as_list(value) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return [str(v) for v in value]
-
-
 def read_rows(path: Path):
+    """A data file as verl reads it (.parquet, .json, .jsonl), as a pyarrow table."""
+    import pyarrow.json as pj
     import pyarrow.parquet as pq
 
     if path.suffix == ".parquet":
         return pq.read_table(path)
     if path.suffix in (".json", ".jsonl"):
-        import pyarrow.json as pj
-
         return pj.read_json(path)
     raise ValueError(f"unsupported file type {path.suffix} (verl reads .parquet, .json, .jsonl)")
 
 
-def check_data(cfg, tokenizer, report: Report) -> str:
-    """Check the train/val files; return the text of the first train prompt ('' if none)."""
-    first_prompt = ""
-    splits = [
-        ("train", as_list(cfg.data.train_files), cfg.data.get("train_max_samples", -1)),
-        ("val", as_list(cfg.data.val_files), cfg.data.get("val_max_samples", -1)),
-    ]
-    for split, files, max_samples in splits:
-        total = 0
-        for name in files:
+def check_files(
+    cfg: Any, read: Callable[[str, Path, Any], int | None], prep: str, report: Report
+) -> dict[str, int]:
+    """Rows of each split (train, val; at most its max_samples), each file's table handed to
+    ``read(split, path, table)`` (its rows, or None after its error line)."""
+    totals = {}
+    for split in ("train", "val"):
+        rows = 0
+        for name in as_list(cfg.data[f"{split}_files"]):
             path = Path(os.path.expanduser(name))
-            if not path.is_file():
-                report.error(
-                    "data", f"{split} file {path} does not exist (python -m data_prep.gsm8k)"
-                )
-                continue
             try:
-                table = read_rows(path)
+                table = read_rows(path) if path.is_file() else None
             except Exception as exc:
                 report.error("data", f"{split} file {path} cannot be read: {one_line(exc)}")
                 continue
-            problem = schema_problem(table)
-            if problem:
-                report.error("data", f"{split} file {path}: {problem}")
+            if table is None:
+                report.error("data", f"{split} file {path} does not exist (python -m {prep})")
                 continue
-            total += table.num_rows
-            if split == "train" and not first_prompt:
-                first_prompt = str(table.slice(0, 1).to_pylist()[0]["prompt"][-1].get("content"))
-            if tokenizer is not None:
-                check_prompt_lengths(cfg, tokenizer, table, path, report)
-        if max_samples is not None and max_samples > 0:
-            total = min(total, max_samples)
-        if total and split == "train":
-            check_steps(cfg, total, report)
-        elif total:
-            report.ok("data", f"val: {total} rows")
-    return first_prompt
+            rows += read(split, path, table) or 0
+        cap = cfg.data.get(f"{split}_max_samples", -1)
+        totals[split] = min(rows, cap) if cap and cap > 0 else rows
+    return totals
 
 
-def schema_problem(table) -> str | None:
+def as_list(value: Any) -> list[str]:
+    return [] if value is None else [value] if isinstance(value, str) else [str(v) for v in value]
+
+
+def check_lengths(
+    cfg: Any,
+    lengths: list[int],
+    path: Path,
+    what: tuple[str, str, str],
+    fate: str | None,
+    report: Report,
+) -> None:
+    """``what``: (the texts' noun, the limit's key, its knob); ``fate``: what happens to a text
+    over the limit, None when the first one stops training (data.truncation=error)."""
+    noun, key, knob = what
+    limit = cfg.data[key]
+    too_long, longest = sum(n > limit for n in lengths), max(lengths)
+    said = f"{path.name}: {too_long} of {len(lengths)} {noun}s exceed {key} {limit}"
+    if too_long and fate is None:
+        report.error(
+            "data",
+            f"{said} (longest {longest} tokens) and data.truncation=error "
+            f"stops training at the first; raise {knob}",
+        )
+    elif too_long:
+        report.warn("data", f"{said} and are {fate} (longest {longest} tokens)")
+    else:
+        report.ok("data", f"{path.name}: longest {noun} {longest} tokens <= {limit}")
+
+
+def token_lengths(tokenizer: Any, conversations: list, generation_prompt: bool) -> list[int]:
+    texts = [
+        tokenizer.apply_chat_template(c, add_generation_prompt=generation_prompt, tokenize=False)
+        for c in conversations
+    ]
+    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def check_schedule(cfg: Any, rows: int, n_gpus: int, report: Report, strict: bool = False) -> None:
+    """Steps as verl's loader makes them (rows // n_gpus a GPU, whole batches); ``strict``: a
+    total_training_steps past the epochs' end is an error (the loop ends first, unsaved)."""
+    batch = cfg.data.train_batch_size
+    per_epoch = (rows // n_gpus) // max(batch // n_gpus, 1)
+    if per_epoch == 0:
+        report.error("data", f"train: {rows} rows < train_batch_size {batch}: not one full batch")
+        return
+    epochs, wanted = cfg.trainer.total_epochs, cfg.trainer.total_training_steps
+    if strict and wanted and wanted > per_epoch * epochs:
+        report.error(
+            "data",
+            f"train: total_training_steps={wanted} but {epochs} epoch(s) of "
+            f"{per_epoch} steps end verl's SFT loop at step {per_epoch * epochs}, "
+            "without a final checkpoint; raise TOTAL_EPOCHS to at least "
+            f"{-(-wanted // per_epoch)} (trainer.total_epochs)",
+        )
+        return
+    report.ok(
+        "data",
+        f"train: {rows} rows -> {per_epoch} steps/epoch; this run: "
+        f"{wanted or per_epoch * epochs} steps (checkpoint every {cfg.trainer.save_freq}, "
+        f"validation every {cfg.trainer.test_freq})",
+    )
+
+
+def check_data(cfg: Any, tokenizer: Any, report: Report) -> str:
+    """The RL data (verl's RLHFDataset columns); returns the first train prompt's text."""
+    first: list[str] = []
+    cut = None if cfg.data.truncation == "error" else f"cut ({cfg.data.truncation})"
+    fate = "dropped" if cfg.data.filter_overlong_prompts else cut
+
+    def read(split: str, path: Path, table: Any) -> int | None:
+        problem = schema_problem(table)
+        if problem:
+            report.error("data", f"{split} file {path}: {problem}")
+            return None
+        prompts = table.column("prompt").to_pylist()
+        if split == "train" and not first:
+            first.append(str(prompts[0][-1].get("content")))
+        if tokenizer is not None:
+            lengths = token_lengths(tokenizer, prompts, generation_prompt=True)
+            what = ("prompt", "max_prompt_length", "MAX_PROMPT_LENGTH")
+            check_lengths(cfg, lengths, path, what, fate, report)
+        return table.num_rows
+
+    rows = check_files(cfg, read, "data_prep.gsm8k", report)
+    if rows["train"]:
+        check_schedule(cfg, rows["train"], 1, report)
+    if rows["val"]:
+        report.ok("data", f"val: {rows['val']} rows")
+    return first[0] if first else ""
+
+
+def schema_problem(table: Any) -> str | None:
     missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
     if missing:
         return f"missing column(s) {', '.join(missing)} (have {', '.join(table.column_names)})"
@@ -104,73 +170,30 @@ def schema_problem(table) -> str | None:
     return None
 
 
-def check_steps(cfg, rows: int, report: Report) -> None:
-    batch = cfg.data.train_batch_size
-    steps_per_epoch = rows // batch
-    if steps_per_epoch == 0:
-        report.error("data", f"train: {rows} rows < train_batch_size {batch}: not one full batch")
-        return
-    total = cfg.trainer.total_training_steps or steps_per_epoch * cfg.trainer.total_epochs
-    report.ok(
-        "data",
-        f"train: {rows} rows -> {steps_per_epoch} steps/epoch; this run: {total} steps "
-        f"(checkpoint every {cfg.trainer.save_freq}, validation every {cfg.trainer.test_freq})",
-    )
-
-
-def check_prompt_lengths(cfg, tokenizer, table, path: Path, report: Report) -> None:
-    limit = cfg.data.max_prompt_length
-    prompts = table.column("prompt").to_pylist()
-    texts = [
-        tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
-        for p in prompts
-    ]
-    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-    too_long = sum(n > limit for n in lengths)
-    longest = max(lengths)
-    if too_long and not cfg.data.filter_overlong_prompts and cfg.data.truncation == "error":
-        report.error(
-            "data",
-            f"{path.name}: {too_long} prompts exceed max_prompt_length {limit} (longest {longest} "
-            "tokens) and data.truncation=error would stop training; raise MAX_PROMPT_LENGTH",
-        )
-    elif too_long:
-        report.warn(
-            "data",
-            f"{path.name}: {too_long} prompts exceed max_prompt_length {limit} and are "
-            f"dropped (longest {longest} tokens)",
-        )
-    else:
-        report.ok("data", f"{path.name}: longest prompt {longest} tokens <= {limit}")
-
-
-# ---------------------------------------------------------------------------- reward
-def check_reward(cfg, report: Report, prompt: str = "") -> set[str] | None:
-    """The reward must prefer a right answer to a wrong one, in the format the prompts ask for.
-    Returns the keys of the reward's result when it is a dict (what verl logs beside the score,
-    and what DAPO's filter may read), else None."""
+def check_reward(cfg: Any, report: Report, prompt: str = "") -> set[str] | None:
+    """The reward, loaded by verl, must score a right answer above a wrong one in the format the
+    prompts ask for. Returns its result's keys when it is a dict (what DAPO's filter may read)."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    reward_cfg = cfg.reward.custom_reward_function
-    if not reward_cfg.path:
+    reward = cfg.reward.custom_reward_function
+    if not reward.path:
         report.warn("reward", "no reward.custom_reward_function.path: verl's built-in scorer runs")
-        return
-    if not Path(reward_cfg.path).is_file():
-        report.error("reward", f"reward file {reward_cfg.path} does not exist")
-        return
+        return None
+    if not Path(reward.path).is_file():
+        report.error("reward", f"reward file {reward.path} does not exist")
+        return None
     try:
         fn = get_custom_reward_fn(cfg)
     except Exception as exc:
         report.error(
             "reward",
-            f"verl cannot load '{reward_cfg.name}' from {reward_cfg.path}: "
-            f"{one_line(exc)}{available_functions(reward_cfg.path)}",
+            f"verl cannot load '{reward.name}' from {reward.path}: "
+            f"{one_line(exc)}{available_functions(reward.path)}",
         )
-        return
-    answer_format = "\\boxed{}" if "\\boxed" in prompt else "####"
-    scores = {}
-    keys: set[str] | None = None
-    for label, response in zip(("right", "wrong"), ANSWERS[answer_format], strict=True):
+        return None
+    style = "\\boxed{}" if "\\boxed" in prompt else "####"
+    scores, keys = {}, None
+    for label, response in zip(("right", "wrong"), ANSWERS[style], strict=True):
         try:
             result = fn(
                 data_source="openai/gsm8k",
@@ -179,62 +202,56 @@ def check_reward(cfg, report: Report, prompt: str = "") -> set[str] | None:
                 extra_info={"split": "preflight"},
             )
         except Exception as exc:
-            report.error("reward", f"{reward_cfg.name} raised on a {label} answer: {one_line(exc)}")
-            return
+            report.error("reward", f"{reward.name} raised on a {label} answer: {one_line(exc)}")
+            return None
         score = result.get("score") if isinstance(result, dict) else result
         if not is_number(score):
-            if not isinstance(result, dict):
-                got = repr(result)
-            elif "score" in result:
-                got = f"a dict with score {score!r}"
-            else:
-                got = f"a dict without 'score' (keys: {', '.join(map(str, result))})"
+            got = (
+                repr(result)
+                if not isinstance(result, dict)
+                else f"a dict with score {score!r}"
+                if "score" in result
+                else f"a dict without 'score' (keys: {', '.join(map(str, result))})"
+            )
             report.error(
                 "reward",
-                f"{reward_cfg.name} returned {got[:80]} for a {label} answer: a reward must "
-                "return a number, or a dict with a numeric 'score'",
+                f"{reward.name} returned {got[:80]} for a {label} answer: "
+                "a reward must return a number, or a dict with a numeric 'score'",
             )
-            return
+            return None
         scores[label] = score
         keys = set(map(str, result)) if isinstance(result, dict) else None
     if not scores["right"] > scores["wrong"]:
         hint = (
             "; the training prompts ask for \\boxed{} answers: use a reward that reads them "
             "(REWARD_FN=compute_score_flexible) or prepare data with --prompt-style hash"
-            if answer_format != "####"
+            if style != "####"
             else ""
         )
         report.error(
             "reward",
-            f"{reward_cfg.name} scores a right {answer_format} answer {scores['right']} and a "
-            f"wrong one {scores['wrong']}: it does not separate them{hint}",
+            f"{reward.name} scores a right {style} answer "
+            f"{scores['right']} and a wrong one {scores['wrong']}: it does not "
+            f"separate them{hint}",
         )
-        return
+        return None
     report.ok(
         "reward",
-        f"{Path(reward_cfg.path).name}:{reward_cfg.name} loads through verl; right "
-        f"{answer_format} answer -> {scores['right']}, wrong -> {scores['wrong']}",
+        f"{Path(reward.path).name}:{reward.name} loads through verl; right "
+        f"{style} answer -> {scores['right']}, wrong -> {scores['wrong']}",
     )
     return keys
 
 
 def is_number(value: object) -> bool:
     """A finite real number, as verl adds rewards up (a bool or a numeric string is not)."""
-    return (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def available_functions(path: str) -> str:
-    import ast
-
     try:
         tree = ast.parse(Path(path).read_text())
-    except (OSError, SyntaxError):
+    except (OSError, SyntaxError, ValueError):
         return ""
-    names = [
-        n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")
-    ]
+    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name[0] != "_"]
     return f" (functions in that file: {', '.join(names)})" if names else ""

@@ -1,23 +1,16 @@
-"""Where the model a launch names comes from, for both preflights (cli.py: PPO; sft.py: SFT): a
-local directory, the Hugging Face cache, or the hub (probed once, quickly, so that an offline
-machine fails in seconds); and its parameter count from its config."""
+"""The model a launch names, for both preflights: a local directory, the Hugging Face cache, or
+the hub (probed once, quickly, so that an offline machine fails in seconds); loaded by verl's own
+HFModelConfig; its parameter count from its config."""
 
 from __future__ import annotations
 
 import functools
 import os
+from typing import Any
 
-from verl_gsm8k.preflight.lines import Report
+from verl_gsm8k.preflight.lines import Report, one_line
 
 HUB_PROBE_TIMEOUT_S = 5.0
-
-
-def is_hub_id(path: str) -> bool:
-    return (
-        not os.path.exists(os.path.expanduser(path))
-        and not path.startswith(("/", ".", "~"))
-        and path.count("/") == 1
-    )
 
 
 @functools.cache
@@ -32,21 +25,10 @@ def hub_reachable() -> tuple[bool, str]:
 
 
 def offline_if_hub_unreachable() -> None:
-    """Probe the hub once, first: where it cannot be reached, switch the libraries to offline
-    mode, or verl's validate_config and the model loaders retry it for ~50 s before failing.
-    (hub_reachable keeps the probe's answer, so the model check still names the real cause.)"""
+    """Where the hub cannot be reached, the libraries go offline: verl's validate_config and the
+    model loaders would retry it for ~50 s (hub_reachable keeps the probe's answer)."""
     if os.environ.get("HF_HUB_OFFLINE") != "1" and not hub_reachable()[0]:
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["HF_DATASETS_OFFLINE"] = "1"
-
-
-def cached_snapshot(repo_id: str) -> str | None:
-    try:
-        from huggingface_hub import snapshot_download
-
-        return snapshot_download(repo_id, local_files_only=True)
-    except Exception:
-        return None
+        os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 
 def resolve_model(role: str, path: str, report: Report) -> str | None:
@@ -54,38 +36,68 @@ def resolve_model(role: str, path: str, report: Report) -> str | None:
     local = os.path.expanduser(path)
     if os.path.isdir(local):
         return local
-    if not is_hub_id(path):
+    if os.path.exists(local) or path.startswith(("/", ".", "~")) or path.count("/") != 1:
         report.error("model", f"{role} model path '{path}' does not exist")
         return None
-    snapshot = cached_snapshot(path)
-    if snapshot:
+    try:  # a hub id
+        from huggingface_hub import snapshot_download
+
+        snapshot = snapshot_download(path, local_files_only=True)
         report.note("model", f"{role} model '{path}' found in the Hugging Face cache")
         return snapshot
+    except Exception:
+        pass
     reachable, where = hub_reachable()
     if reachable:
         report.note(
             "model", f"{role} model '{path}' is not cached; verl will download it from {where}"
         )
-    else:
-        report.error(
-            "model",
-            f"{role} model '{path}' is a hub id, not cached here, and the hub cannot be reached "
-            f"from this machine: {where}; download it where the hub is reachable "
-            f"(huggingface-cli download {path} --local-dir DIR) and set MODEL_PATH=DIR",
-        )
+        return None
+    report.error(
+        "model",
+        f"{role} model '{path}' is a hub id, not cached here, and the hub cannot be reached "
+        f"from this machine: {where}; download it where the hub is reachable "
+        f"(huggingface-cli download {path} --local-dir DIR) and set MODEL_PATH=DIR",
+    )
     return None
 
 
-def count_parameters(hf_config) -> int:
-    """Parameters of a dense decoder from its config (exact for Qwen2/Llama shapes)."""
-    h = hf_config.hidden_size
-    layers = hf_config.num_hidden_layers
-    heads = hf_config.num_attention_heads
-    kv = getattr(hf_config, "num_key_value_heads", heads)
-    head_dim = getattr(hf_config, "head_dim", None) or h // heads
-    inter = hf_config.intermediate_size
-    vocab = hf_config.vocab_size
-    attention = h * heads * head_dim * 2 + h * kv * head_dim * 2 + (heads + 2 * kv) * head_dim
-    per_layer = attention + 3 * h * inter + 2 * h
-    embeddings = vocab * h * (1 if getattr(hf_config, "tie_word_embeddings", False) else 2)
-    return embeddings + layers * per_layer + h
+def load_model(role: str, model_cfg: Any, local: str, need: tuple[int, str], report: Report):
+    """verl's HFModelConfig of ``model_cfg`` loaded from ``local``, with a chat template and a
+    context of at least ``need`` (tokens, and what asks for them); None after its error lines."""
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config import HFModelConfig
+
+    model_cfg = model_cfg.copy()
+    model_cfg.path = local
+    try:
+        hf = omega_conf_to_dataclass(model_cfg, dataclass_type=HFModelConfig)
+    except Exception as exc:
+        report.error("model", f"verl cannot load the {role} model at {local}: {one_line(exc)}")
+        return None
+    context = getattr(hf.hf_config, "max_position_embeddings", None)
+    problems = [f"{need[1]} > context {context}"] if context and need[0] > context else []
+    if not getattr(hf.tokenizer, "chat_template", None):
+        problems.append("its tokenizer has no chat template (the data is chat messages)")
+    for problem in problems:
+        report.error("model", f"{role} model {local}: {problem}")
+    if problems:
+        return None
+    params = count_parameters(hf.hf_config) / 1e9
+    report.ok(
+        "model",
+        f"{role}: verl loads {hf.hf_config.model_type} ({params:.2f}B params, "
+        f"context {context}) and its chat-template tokenizer from {local}",
+    )
+    return hf
+
+
+def count_parameters(c: Any) -> int:
+    """Parameters of a dense decoder from its config ``c`` (exact for Qwen2/Llama shapes)."""
+    h, heads = c.hidden_size, c.num_attention_heads
+    kv = getattr(c, "num_key_value_heads", heads)
+    head_dim = getattr(c, "head_dim", None) or h // heads
+    attention = (h * heads + h * kv) * head_dim * 2 + (heads + 2 * kv) * head_dim
+    per_layer = attention + 3 * h * c.intermediate_size + 2 * h
+    tied = getattr(c, "tie_word_embeddings", False)
+    return c.vocab_size * h * (1 if tied else 2) + c.num_hidden_layers * per_layer + h
