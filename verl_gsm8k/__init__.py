@@ -4,6 +4,7 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
 
     common        small shared helpers: a run directory's layout (run_dir.py), atomic writes,
                   the launch record, a launch's variables in its processes, the tiny test model
+    tools         the calculator the tool recipes give the model through verl's agent loop
     svgplot       a small SVG line-chart library (standard library only) the pages draw with
     wheelhouse    a locked environment's files in a folder, for a machine without internet: the
                   manifest and its check (standard library only: scripts/setup.sh runs it)
@@ -45,7 +46,7 @@ project, and why the code is one package named verl_gsm8k: docs/architecture.md.
 # Packages bottom to top. A package imports only from packages in lower layers (none of its own
 # layer), so the pages never reach up to the entry point that chooses them.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("common", "svgplot"),
+    ("common", "svgplot", "tools"),
     ("guard", "wheelhouse"),
     ("trace", "merge", "reshard", "questions", "warm_start"),
     ("ppo_trainer", "sft_trainer"),
