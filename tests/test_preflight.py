@@ -162,6 +162,14 @@ MISTAKES = {
         ["trainer.max_actor_ckpt_to_keep=1000000000", "trainer.save_freq=1"],
         "the disk fills before the run ends",
     ),
+    "run directory inside a file (RUNS_ROOT)": (
+        [f"trainer.default_local_dir={ROOT}/README.md/run"],
+        f"trainer.default_local_dir cannot be made: {ROOT}/README.md is not a writable directory",
+    ),
+    "a run name longer than the filesystem allows (EXPERIMENT_NAME)": (
+        [f"trainer.default_local_dir=/tmp/{'a' * 300}"],
+        "trainer.default_local_dir cannot be made: File name too long",
+    ),
     "prompts too long with truncation=error": (
         ["data.max_prompt_length=20", "data.filter_overlong_prompts=False"],
         "prompts exceed max_prompt_length 20",
@@ -449,3 +457,12 @@ def test_checkpoint_size_and_free_space_are_said(base_overrides):
     plain = ["trainer.save_freq=-1", "trainer.v1.trainer_mode=sync"]  # verl's own: nothing saved
     (line,) = [x for x in run_preflight(base_overrides + plain).lines if "] checkpoint:" in x]
     assert "writes no checkpoint" in line, line
+
+
+def test_a_line_escapes_terminal_control_characters():
+    """A run name or a path with terminal escapes is printed escaped, never raw."""
+    report = preflight.Report()
+    report.ok("checkpoint", "free at runs/x\x1b[31mred\x1b]0;title\x07")
+    assert report.lines == [
+        "preflight: [ok] checkpoint: free at runs/x\\x1b[31mred\\x1b]0;title\\x07"
+    ]

@@ -126,6 +126,10 @@ MISTAKES = {
         "total_training_steps=30 but 2 epoch(s) of 9 steps end verl's SFT loop at step 18, "
         "without a final checkpoint; raise TOTAL_EPOCHS to at least 4",
     ),
+    "run directory inside a file": (
+        lambda tmp: [f"trainer.default_local_dir={ROOT}/README.md/run"],
+        "README.md is not a writable directory",
+    ),
     "context": (
         lambda tmp: ["data.max_length=8192", "data.max_token_len_per_gpu=8192"],
         "data.max_length=8192 > context 4096",

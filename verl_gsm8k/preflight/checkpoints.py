@@ -1,4 +1,5 @@
-"""The checkpoints a run writes: saved in a form a resume finds, and room for the ones it keeps.
+"""Where a run writes: its directory can be made, its checkpoints are saved in a form a resume
+finds, and the disk holds the ones it keeps.
 
 A checkpoint's size, as measured on this repository's CPU runs: each trained role writes its fp32
 weights (4 bytes a parameter) and Adam's two fp32 moments of each trained parameter (8).
@@ -6,6 +7,7 @@ weights (4 bytes a parameter) and Adam's two fp32 moments of each trained parame
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,24 @@ from verl_gsm8k.preflight.model import count_parameters
 
 GIB = 1024**3
 WEIGHT_BYTES, ADAM_BYTES = 4, 8
+
+
+def check_run_dir(cfg: Any, report: Report) -> Path | None:
+    """trainer.default_local_dir (RUNS_ROOT/EXPERIMENT_NAME) can be made: each name fits the
+    filesystem and its nearest existing folder, which is returned, is a directory one may write."""
+    parent = Path(str(cfg.trainer.default_local_dir))
+    try:
+        while not parent.exists():
+            parent = parent.parent
+    except OSError as err:  # a name longer than the filesystem allows
+        problem = err.strerror
+    else:
+        writable = os.access(parent, os.W_OK | os.X_OK)
+        problem = "" if parent.is_dir() and writable else f"{parent} is not a writable directory"
+    if problem:
+        report.error("run dir", f"trainer.default_local_dir cannot be made: {problem} "
+                     "(RUNS_ROOT, EXPERIMENT_NAME)")  # fmt: skip
+    return None if problem else parent
 
 
 def check_async_save(cfg: Any, report: Report) -> None:
@@ -62,16 +82,14 @@ def kept_checkpoints(cfg: Any) -> int | None:
     return None if steps is None else max(1, int(steps) // int(cfg.trainer.save_freq)) + best
 
 
-def check_disk(cfg: Any, hf_configs: dict[str, Any], report: Report) -> None:
+def check_disk(cfg: Any, hf_configs: dict[str, Any], where: Path, report: Report) -> None:
+    """Room at ``where`` (the run directory's nearest existing folder) for the kept ones."""
     kept = kept_checkpoints(cfg)
     if kept == 0:
         report.ok("checkpoint", "trainer.save_freq <= 0: this run writes no checkpoint")
         return
-    one, run_dir = checkpoint_bytes(cfg, hf_configs), Path(str(cfg.trainer.default_local_dir))
-    parent = run_dir
-    while not parent.exists():
-        parent = parent.parent
-    free = shutil.disk_usage(parent).free
+    one, run_dir = checkpoint_bytes(cfg, hf_configs), cfg.trainer.default_local_dir
+    free = shutil.disk_usage(where).free
     size = f"{one / GIB:.2f} GiB a checkpoint (fp32 weights + Adam states of each trained role)"
     if kept is None:
         report.warn(

@@ -4,7 +4,7 @@
     python -m verl_gsm8k.preflight --trainer sft [--config-name gsm8k_sft] -- key=value ...
 
 Every recipe runs it on its final override list. Each check reports one line (docs/guide.md,
-"Preflight"): keys, config, device, lora, trace, model, checkpoint, data, reward,
+"Preflight"): keys, config, device, lora, trace, model, run dir, checkpoint, data, reward,
 algorithm, gpu, memory (and budget, for TOKEN_BUDGET=auto). With --trainer sft it checks a
 launch of verl's SFT trainer (sft.py). Exit status: 0 passed (warnings allowed), 1 at least one
 error, 2 bad usage.
@@ -27,7 +27,7 @@ from verl_gsm8k.ppo_trainer import MODE
 from verl_gsm8k.preflight import budget
 from verl_gsm8k.preflight.algorithm import check_algorithm
 from verl_gsm8k.preflight.batch import batch_split_problem
-from verl_gsm8k.preflight.checkpoints import check_async_save, check_disk
+from verl_gsm8k.preflight.checkpoints import check_async_save, check_disk, check_run_dir
 from verl_gsm8k.preflight.compose import (
     LegacyKeys,
     compose,
@@ -403,8 +403,9 @@ def run(
     check_trainer(cfg, report)
     check_async_save(cfg, report)
     tokenizer, hf_configs = check_models(cfg, report) or (None, None)
-    if hf_configs:
-        check_disk(cfg, hf_configs, report)
+    where = check_run_dir(cfg, report)
+    if where and hf_configs:
+        check_disk(cfg, hf_configs, where, report)
     reward_keys = check_reward(cfg, report, check_data(cfg, tokenizer, report))
     check_algorithm(cfg, report, reward_keys, chosen)
     check_gpus(cfg, hf_configs, report, fit_budget)

@@ -1,10 +1,13 @@
-"""The preflight's lines: one per check result, counted, with secrets masked."""
+"""The preflight's lines: one per check result, counted, with secrets masked and control
+characters escaped (a run name or a path may carry terminal escapes)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from functools import partialmethod
+
+from verl_gsm8k.common.terminal import clean
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
@@ -18,7 +21,7 @@ class Report:
     def _emit(self, tag: str, check: str, message: str) -> None:
         self.errors += tag == "error"
         self.warnings += tag == "warn"
-        line = secret_free(f"preflight: [{tag}] {check}: {message}")
+        line = clean(secret_free(f"preflight: [{tag}] {check}: {message}"))
         self.lines.append(line)
         print(line, flush=True)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.preflight.checkpoints import check_run_dir
 from verl_gsm8k.preflight.compose import (
     LegacyKeys,
     compose_checked,
@@ -204,6 +205,7 @@ def run_sft(config_name: str, config_dir: Path, overrides: list[str]) -> Report:
     local = resolve_model("model", str(cfg.model.path), report)
     need = (cfg.data.max_length, f"data.max_length={cfg.data.max_length}")
     hf = load_model("model", cfg.model, local, need, report) if local else None
+    check_run_dir(cfg, report)
     check_sft_data(cfg, hf.tokenizer if hf else None, report)
     wanted, card = cfg.trainer.n_gpus_per_node, check_gpu_count(cfg.trainer.n_gpus_per_node, report)
     if hf is not None and card is not None:
