@@ -22,70 +22,37 @@ from verl_gsm8k.preflight.cli import LEGACY_KEYS
 from verl_gsm8k.preflight.compose import compose, legacy_key_problems
 
 # recipe -> the keys its config must set (the papers' settings: docs/algorithms.md).
+A, R, ALG = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout.", "algorithm."
+OB = "reward.reward_kwargs.overlong_buffer_cfg.len"
 ALGORITHMS = {
-    "rloo": {
-        "algorithm.adv_estimator": "rloo",
-        "algorithm.use_kl_in_reward": True,
-        "actor_rollout_ref.actor.use_kl_loss": False,
-        "actor_rollout_ref.rollout.n": 4,
-    },
-    "reinforce_pp": {
-        "algorithm.adv_estimator": "reinforce_plus_plus",
-        "algorithm.use_kl_in_reward": True,
-        "actor_rollout_ref.actor.use_kl_loss": False,
-        "actor_rollout_ref.rollout.n": 1,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": 128,  # one update a step: verl's example
-    },
-    "reinforce_pp_baseline": {
-        "algorithm.adv_estimator": "reinforce_plus_plus_baseline",
-        "algorithm.use_kl_in_reward": True,
-        "actor_rollout_ref.rollout.n": 8,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": 128,
-    },
-    "remax": {
-        "algorithm.adv_estimator": "remax",
-        "algorithm.use_kl_in_reward": True,
-        "trainer.use_v1": False,
-        "actor_rollout_ref.rollout.n": 1,
-    },
-    "drgrpo": {
-        "algorithm.adv_estimator": "grpo",
-        "algorithm.norm_adv_by_std_in_grpo": False,
-        "algorithm.use_kl_in_reward": False,
-        "actor_rollout_ref.actor.use_kl_loss": False,
-        "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-sum-norm",
-        "actor_rollout_ref.actor.loss_scale_factor": 256,  # MAX_RESPONSE_LENGTH's default
-        "actor_rollout_ref.rollout.n": 8,
-    },
-    "dapo": {
-        "algorithm.adv_estimator": "grpo",
-        "algorithm.use_kl_in_reward": False,
-        "actor_rollout_ref.actor.use_kl_loss": False,
-        "actor_rollout_ref.actor.clip_ratio_low": 0.2,
-        "actor_rollout_ref.actor.clip_ratio_high": 0.28,
-        "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
-        "algorithm.filter_groups.enable": True,
-        "algorithm.filter_groups.metric": "acc",
-        "algorithm.filter_groups.max_num_gen_batches": 0,
-        "reward.reward_manager.name": "dapo",
-        "reward.reward_kwargs.max_resp_len": 256,
-        "reward.reward_kwargs.overlong_buffer_cfg.enable": True,
-        "reward.reward_kwargs.overlong_buffer_cfg.len": 51,  # a fifth of 256
-        "actor_rollout_ref.actor.clip_ratio_c": 10.0,  # verl's DAPO example
-        "actor_rollout_ref.actor.ppo_mini_batch_size": 8,  # 16 mini-batches: verl's example
-        "actor_rollout_ref.rollout.n": 16,
-    },
-    "gspo": {
-        "algorithm.adv_estimator": "grpo",
-        "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo",
-        "actor_rollout_ref.actor.clip_ratio_low": 0.0003,
-        "actor_rollout_ref.actor.clip_ratio_high": 0.0004,
-        "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
-        "actor_rollout_ref.actor.use_kl_loss": False,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": 32,  # 4 mini-batches: the paper's
-        "actor_rollout_ref.rollout.n": 16,
-    },
-}
+    "rloo": {f"{ALG}adv_estimator": "rloo", f"{ALG}use_kl_in_reward": True,
+             f"{A}use_kl_loss": False, f"{R}n": 4},
+    "reinforce_pp": {f"{ALG}adv_estimator": "reinforce_plus_plus", f"{ALG}use_kl_in_reward": True,
+                     f"{A}use_kl_loss": False, f"{R}n": 1,
+                     f"{A}ppo_mini_batch_size": 128},  # one update a step: verl's example
+    "reinforce_pp_baseline": {f"{ALG}adv_estimator": "reinforce_plus_plus_baseline",
+                              f"{ALG}use_kl_in_reward": True, f"{R}n": 8,
+                              f"{A}ppo_mini_batch_size": 128},
+    "remax": {f"{ALG}adv_estimator": "remax", f"{ALG}use_kl_in_reward": True,
+              "trainer.use_v1": False, f"{R}n": 1},
+    "drgrpo": {f"{ALG}adv_estimator": "grpo", f"{ALG}norm_adv_by_std_in_grpo": False,
+               f"{ALG}use_kl_in_reward": False, f"{A}use_kl_loss": False,
+               f"{A}loss_agg_mode": "seq-mean-token-sum-norm",
+               f"{A}loss_scale_factor": 256, f"{R}n": 8},  # MAX_RESPONSE_LENGTH's default
+    "dapo": {f"{ALG}adv_estimator": "grpo", f"{ALG}use_kl_in_reward": False,
+             f"{A}use_kl_loss": False, f"{A}clip_ratio_low": 0.2, f"{A}clip_ratio_high": 0.28,
+             f"{A}loss_agg_mode": "token-mean", f"{ALG}filter_groups.enable": True,
+             f"{ALG}filter_groups.metric": "acc", f"{ALG}filter_groups.max_num_gen_batches": 0,
+             "reward.reward_manager.name": "dapo", "reward.reward_kwargs.max_resp_len": 256,
+             "reward.reward_kwargs.overlong_buffer_cfg.enable": True,
+             OB: 51,  # a fifth of 256
+             f"{A}clip_ratio_c": 10.0,  # verl's DAPO example
+             f"{A}ppo_mini_batch_size": 8, f"{R}n": 16},  # 16 mini-batches: verl's example
+    "gspo": {f"{ALG}adv_estimator": "grpo", f"{A}policy_loss.loss_mode": "gspo",
+             f"{A}clip_ratio_low": 0.0003, f"{A}clip_ratio_high": 0.0004,
+             f"{A}loss_agg_mode": "seq-mean-token-mean", f"{A}use_kl_loss": False,
+             f"{A}ppo_mini_batch_size": 32, f"{R}n": 16},  # 4 mini-batches: the paper's
+}  # fmt: skip
 
 
 def test_every_algorithm_config_has_its_row_here():
@@ -119,34 +86,23 @@ def test_every_algorithm_recipe_passes_its_dry_run(
         assert got == value, (algo, key, got)
 
 
-@pytest.mark.parametrize("length, buffer", [("256", "51"), ("1024", "204"), ("7", "1")])
-def test_dapos_overlong_buffer_is_a_fifth_of_the_response_length(length, buffer):
-    """The paper's buffer is 4096 of its 20480 tokens: a user who raises MAX_RESPONSE_LENGTH gets
-    the penalty over the same share of it, not over a fixed 51 tokens that would then fall inside
-    ordinary answers (OVERLONG_BUFFER_LEN=auto in the DAPO recipe file)."""
+@pytest.mark.parametrize(
+    "length, user, buffer",
+    [("256", [], "51"), ("1024", [], "204"), ("7", [], "1"),
+     ("256", ["data.max_response_length=1024"], "204"),
+     ("256", ["data.max_response_length=1024", f"{OB}=100"], "100")],
+)  # fmt: skip
+def test_dapos_overlong_buffer_is_a_fifth_of_the_response_length(length, user, buffer):
+    """The paper's buffer is 4096 of its 20480 tokens: the penalty covers the same share of the
+    response length verl gets (MAX_RESPONSE_LENGTH, or data.max_response_length after --), not a
+    fixed 51 tokens (OVERLONG_BUFFER_LEN=auto in the DAPO recipe file); the user's own key wins."""
     from verl_gsm8k.launch.plan import recipe_plan
 
     env = {"HOME": "/nonexistent", "MAX_RESPONSE_LENGTH": length}
-    plan = recipe_plan(ROOT / "recipes" / "dapo_qwen2.5-0.5b_gsm8k.sh", env, gpu=True)
-    key = "reward.reward_kwargs.overlong_buffer_cfg.len="
-    assert [o for o in plan.all_overrides([]) if o.startswith(key)] == [key + buffer]
+    plan = recipe_plan(ROOT / "recipes" / "dapo_qwen2.5-0.5b_gsm8k.sh", env, gpu=True, user=user)
+    assert [o for o in plan.all_overrides(user) if o.startswith(OB)][-1] == f"{OB}={buffer}"
     grpo = recipe_plan(ROOT / "recipes" / "grpo_qwen2.5-0.5b_gsm8k.sh", env, gpu=True)
-    assert not any(o.startswith(key) for o in grpo.all_overrides([]))  # no penalty: not set
-
-
-def test_dapos_overlong_buffer_follows_a_response_length_given_after_the_double_dash():
-    """data.max_response_length=1024 after ``--`` is the length verl gets: the automatic buffer
-    is a fifth of it, as of the knob's (the user's own buffer key, given too, wins last)."""
-    from verl_gsm8k.launch.plan import recipe_plan
-
-    dapo = ROOT / "recipes" / "dapo_qwen2.5-0.5b_gsm8k.sh"
-    key = "reward.reward_kwargs.overlong_buffer_cfg.len="
-    user = ["data.max_response_length=1024"]
-    plan = recipe_plan(dapo, {"HOME": "/nonexistent"}, gpu=True, user=user)
-    assert [o for o in plan.all_overrides(user) if o.startswith(key)] == [key + "204"]
-    own = [*user, key + "100"]
-    plan = recipe_plan(dapo, {"HOME": "/nonexistent"}, gpu=True, user=own)
-    assert [o for o in plan.all_overrides(own) if o.startswith(key)][-1] == key + "100"
+    assert not any(o.startswith(OB) for o in grpo.all_overrides([]))  # no penalty: not set
 
 
 @pytest.mark.parametrize("algo", ["dapo", "gspo", "drgrpo"])
@@ -203,43 +159,23 @@ MISTAKES = [
     ("grpo", {N1: 1, ESTIMATOR: "grpo_passk"}, "Pass@k requires at least 2 samples per group"),
     ("grpo", {"critic.enable": True}, "critic.enable=true with algorithm.adv_estimator=grpo"),
     ("ppo", {"critic.enable": False}, "critic.enable=false with algorithm.adv_estimator=gae"),
-    (
-        "drgrpo",
-        {"algorithm.adv_estimator": "grpo_vectorized"},
-        "norm_adv_by_std_in_grpo=false is ignored by adv_estimator=grpo_vectorized",
-    ),
+    ("drgrpo", {ESTIMATOR: "grpo_vectorized"},
+     "norm_adv_by_std_in_grpo=false is ignored by adv_estimator=grpo_vectorized"),
     ("drgrpo", {"actor_rollout_ref.actor.loss_scale_factor": None}, "loss_scale_factor null"),
     ("remax", {"trainer.use_v1": True}, "adv_estimator=remax with trainer.use_v1=true"),
     ("dapo", {"trainer.use_v1": False}, "the legacy trainer never reads algorithm.filter_groups"),
-    (
-        "dapo",
-        {"algorithm.filter_groups.max_num_gen_batches": 10},
-        "max_num_gen_batches=10 is ignored by the v1 trainer",
-    ),
-    ("dapo", {"actor_rollout_ref.rollout.n": 1}, "a group of one response is never dropped"),
+    ("dapo", {"algorithm.filter_groups.max_num_gen_batches": 10},
+     "max_num_gen_batches=10 is ignored by the v1 trainer"),
+    ("dapo", {N1: 1}, "a group of one response is never dropped"),
     ("dapo", {"algorithm.filter_groups.metric": "reward"}, "the overlong penalty shapes"),
     ("dapo", {"algorithm.filter_groups.metric": "accuracy"}, "metric=accuracy is not a key"),
-    (
-        "dapo",
-        {"reward.reward_manager.name": "naive"},
-        "read only by the dapo reward manager",
-    ),
-    (
-        "dapo",
-        {"reward.reward_kwargs.overlong_buffer_cfg.len": 300},
-        "overlong_buffer_cfg.len=300 must be above 0 and at most reward.reward_kwargs.max_resp_len",
-    ),
-    (
-        "dapo",
-        {"reward.reward_kwargs.overlong_buffer_cfg.len": 0},
-        "overlong_buffer_cfg.len=0 must be above 0",
-    ),
-    (
-        "dapo",
-        {"reward.reward_kwargs.max_resp_len": None},
-        "max_resp_len is not set: verl's dapo reward manager asserts it",
-    ),
-]
+    ("dapo", {"reward.reward_manager.name": "naive"}, "read only by the dapo reward manager"),
+    ("dapo", {OB: 300},
+     "overlong_buffer_cfg.len=300 must be above 0 and at most reward.reward_kwargs.max_resp_len"),
+    ("dapo", {OB: 0}, "overlong_buffer_cfg.len=0 must be above 0"),
+    ("dapo", {"reward.reward_kwargs.max_resp_len": None},
+     "max_resp_len is not set: verl's dapo reward manager asserts it"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -264,53 +200,26 @@ def changed(configs, name: str, changes: dict):
 # (config, changed keys, the text of the one warning): combinations verl runs as written; the
 # preflight says so and what verl does, and lets the launch go on.
 WARNINGS = [
-    (
-        "reinforce_pp_baseline",
-        {"actor_rollout_ref.rollout.n": 1},
-        "adv_estimator=reinforce_plus_plus_baseline compares the responses",
-    ),
-    (
-        "rloo",
-        {N1: 1},
-        "adv_estimator=rloo compares the responses within a prompt's group; verl allows this",
-    ),
+    ("reinforce_pp_baseline", {N1: 1},
+     "adv_estimator=reinforce_plus_plus_baseline compares the responses"),
+    ("rloo", {N1: 1},
+     "adv_estimator=rloo compares the responses within a prompt's group; verl allows this"),
     ("grpo", {N1: 1}, "with one response verl gives it mean 0 and std 1"),
     ("grpo", {N1: 1, ESTIMATOR: "gpg"}, "adv_estimator=gpg compares the responses"),
-    (
-        "grpo",
-        {N1: 1, ESTIMATOR: "optimal_token_baseline"},
-        "adv_estimator=optimal_token_baseline compares the responses",
-    ),
-    (
-        "grpo",
-        {N1: 1, ESTIMATOR: "tir_optimal_token_baseline"},
-        "adv_estimator=tir_optimal_token_baseline compares the responses",
-    ),
+    ("grpo", {N1: 1, ESTIMATOR: "optimal_token_baseline"},
+     "adv_estimator=optimal_token_baseline compares the responses"),
+    ("grpo", {N1: 1, ESTIMATOR: "tir_optimal_token_baseline"},
+     "adv_estimator=tir_optimal_token_baseline compares the responses"),
     ("grpo", {"algorithm.use_kl_in_reward": True}, "charges the KL to the reference twice"),
-    (
-        "rloo",
-        {"actor_rollout_ref.actor.use_kl_loss": True},
-        "charges the KL to the reference twice",
-    ),
-    (
-        "gspo",
-        {"actor_rollout_ref.actor.clip_ratio_high": 0.2},
-        "clip_ratio_high=0.2: verl allows this and clips the sequence-level ratio",
-    ),
-    (
-        "dapo",
-        {
-            "reward.reward_kwargs.max_resp_len": 512,
-            "reward.reward_kwargs.overlong_buffer_cfg.len": 300,
-        },
-        "max_resp_len=512 with data.max_response_length=256: verl allows this",
-    ),
-    (
-        "dapo",
-        {"reward.reward_kwargs.max_resp_len": 200},
-        "the penalty keeps growing past -penalty_factor",
-    ),
-]
+    ("rloo", {"actor_rollout_ref.actor.use_kl_loss": True},
+     "charges the KL to the reference twice"),
+    ("gspo", {"actor_rollout_ref.actor.clip_ratio_high": 0.2},
+     "clip_ratio_high=0.2: verl allows this and clips the sequence-level ratio"),
+    ("dapo", {"reward.reward_kwargs.max_resp_len": 512, OB: 300},
+     "max_resp_len=512 with data.max_response_length=256: verl allows this"),
+    ("dapo", {"reward.reward_kwargs.max_resp_len": 200},
+     "the penalty keeps growing past -penalty_factor"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -327,7 +236,7 @@ def test_a_combination_verl_allows_is_a_warning(configs, name, changes, expected
 def test_an_overlong_buffer_as_long_as_max_resp_len_is_accepted(configs):
     """verl's dapo manager asserts max_resp_len >= len: the penalty may ramp over the whole
     response."""
-    cfg = changed(configs, "dapo", {"reward.reward_kwargs.overlong_buffer_cfg.len": 256})
+    cfg = changed(configs, "dapo", {OB: 256})
     assert overlong_problems(cfg) == [] and algorithm_warnings(cfg) == []
 
 
@@ -390,13 +299,6 @@ def test_the_reason_at_one_response_is_what_verl_computes(core_algos, estimator)
         assert "whitens over the batch" in reason, reason
 
 
-def test_reinforce_pp_needs_no_group(configs):
-    """The one group-free estimator among the new ones: one response per prompt is its design."""
-    cfg = variant(configs, "reinforce_pp")
-    assert cfg.actor_rollout_ref.rollout.n == 1
-    assert algorithm_problems(cfg) == []
-
-
 def test_the_old_name_of_dapos_overlong_settings_is_refused_with_the_new_one():
     key = "reward_model.reward_kwargs.overlong_buffer_cfg.enable"
     (problem,) = legacy_key_problems([key], LEGACY_KEYS)
@@ -414,6 +316,6 @@ def test_the_dapo_launch_warns_of_kl_coef_and_sizes_its_buffer_from_the_users_le
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "preflight: [warn] algorithm: KL_COEF=0.01 does nothing here" in result.stdout
     cfg = composed_config(result.stdout)
-    assert get(cfg, "reward.reward_kwargs.overlong_buffer_cfg.len") == 204
+    assert get(cfg, OB) == 204
     quiet = launch_in_process("dapo_qwen2.5-0.5b_gsm8k", dict(env, KL_COEF=""))
     assert quiet.returncode == 0 and "does nothing here" not in quiet.stdout

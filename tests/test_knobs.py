@@ -1,6 +1,6 @@
-"""The knob table (verl_gsm8k/launch/knobs.py): every bad value stops a real recipe before the
-preflight, with one line naming the knob and the value; the table, Hydra, verl and docs/knobs.md
-agree."""
+"""The knob table (verl_gsm8k/launch/knobs.py) and the launch's first check (launch/plan.py's
+Plan.problems): a bad value stops a real recipe before the preflight, in one line naming the knob
+or key; the table, Hydra, verl and docs/knobs.md agree."""
 
 from __future__ import annotations
 
@@ -12,39 +12,48 @@ import pytest
 from helpers import ROOT, launch_in_process, recipe_env
 
 from verl_gsm8k.launch import knobs
+from verl_gsm8k.launch.plan import Recipe, make_plan
 
-# Bad knob values -> what the one line must show. Before the table existed, the first ones ended
-# in a Python traceback, the others passed the dry run and would have failed on the GPU.
+# (recipe, knobs, the user's key=value) -> the one line. Every value of the table is refused the
+# same way (test_checks_accept_and_refuse below); these are the launch's paths to the refusal.
 BAD = {
-    "batch not a number": ({"TRAIN_BATCH_SIZE": "abc"}, "TRAIN_BATCH_SIZE=abc"),
-    "batch zero": ({"TRAIN_BATCH_SIZE": "0"}, "TRAIN_BATCH_SIZE=0"),
-    "batch in float notation": ({"TRAIN_BATCH_SIZE": "1e3"}, "TRAIN_BATCH_SIZE=1e3"),
-    "no devices": ({"NDEVICES_PER_NODE": "0"}, "NDEVICES_PER_NODE=0"),
-    "learning rate a word": ({"ACTOR_LR": "fast"}, "ACTOR_LR=fast"),
-    "no responses per prompt": ({"ROLLOUT_N": "0"}, "ROLLOUT_N=0"),
-    "memory share above 1": ({"ROLLOUT_GPU_MEM_UTIL": "1.5"}, "ROLLOUT_GPU_MEM_UTIL=1.5"),
-    "negative KL": ({"KL_COEF": "-0.1"}, "KL_COEF=-0.1"),
-    "zero total steps": ({"TOTAL_TRAINING_STEPS": "0"}, "TOTAL_TRAINING_STEPS=0"),
-    "unknown logger": ({"LOGGER": "console,wandbb"}, "LOGGER=console,wandbb"),
-    "batch does not split into mini-batches": (
-        {"TRAIN_BATCH_SIZE": "7", "PPO_MINI_BATCH_SIZE": "4"},
-        "TRAIN_BATCH_SIZE=7 does not split into mini-batches of PPO_MINI_BATCH_SIZE=4",
-    ),
-}
+    "a value": ("ppo", {"TRAIN_BATCH_SIZE": "1e3"}, [], "TRAIN_BATCH_SIZE=1e3 is not an integer"),
+    "two values together": (
+        "ppo", {"TRAIN_BATCH_SIZE": "7", "PPO_MINI_BATCH_SIZE": "4"}, [],
+        "TRAIN_BATCH_SIZE=7 does not split into mini-batches of PPO_MINI_BATCH_SIZE=4"),
+    "LOGGER without file": ("ppo", {"LOGGER": "console"}, [], "LOGGER=console is not a "),
+    "trainer.logger without file": (
+        "ppo", {}, ["trainer.logger=console"], "trainer.logger=console after -- leaves out "
+        "verl's file logger, which writes RUN_DIR/metrics/ (the report, the watchdog and a resume "
+        "read it): write trainer.logger=[console,file]"),
+    "SFT on two nodes": ("sft", {"NNODES": "2"}, [], "recipe: NNODES=2: the SFT recipe trains "
+                         "on one node (torchrun --standalone); set NDEVICES_PER_NODE"),
+}  # fmt: skip
+RECIPES = {"ppo": "ppo_qwen2.5-0.5b_gsm8k", "sft": "sft_qwen2.5-0.5b_gsm8k"}
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_knob_stops_the_recipe_with_one_line(
-    case, tiny_model_dir, prepared_gsm8k_dir, tmp_path
-):
-    values, shown = BAD[case]
-    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1", **values)
-    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
+def test_a_bad_value_stops_the_recipe_with_one_line(case, tmp_path):
+    trainer, values, user, shown = BAD[case]
+    env = recipe_env(Path("/x"), Path("/x"), tmp_path / "runs", DRY_RUN="1", **values)
+    result = launch_in_process(RECIPES[trainer], env, *user)
     output = (result.stdout + result.stderr).strip()
     assert result.returncode == 2, output[-3000:]
-    assert "\n" not in output, output[-3000:]  # one line, and the preflight never started
-    assert output.startswith("knobs: ") and shown in output, output
-    assert "Traceback" not in output
+    assert "\n" not in output and shown in output, output  # the preflight never started
+    assert output.startswith(("knobs: ", "recipe: ")) and "Traceback" not in output
+
+
+def test_the_file_logger_stays_whatever_the_users_list():
+    """The last trainer.logger after -- counts; the line names the key and what to write."""
+
+    def refused(*user: str) -> list[str]:
+        plan = make_plan(Recipe("r", "gsm8k_ppo"), {"HOME": "/x"}, lambda: True, False, user)
+        return [line.split(": write ")[-1] for line in plan.problems()]
+
+    assert refused("trainer.logger=[console,file]", "+trainer.logger='[file, wandb]'") == []
+    assert refused("++trainer.logger=[console, 'wandb']") == ["trainer.logger=[console,wandb,file]"]
+    assert refused("trainer.logger=[console,file]", "~trainer.logger") == ["trainer.logger=[file]"]
+    assert refused("trainer.logger=file", "trainer.logger=[]") == ["trainer.logger=[file]"]
 
 
 @pytest.mark.parametrize(
@@ -58,10 +67,15 @@ def test_bad_knob_stops_the_recipe_with_one_line(
         ("SAVE_FREQ", ["-1", "1", "20"], ["0", "-2", "never"]),
         ("MAX_CKPT_TO_KEEP", ["null", "1", "3"], ["0", "-1", "all"]),
         ("REWARD_FN", ["compute_score", "compute_score_flexible"], ["compute-score", "1fn", ""]),
-        ("LOGGER", ["console", "console,file,wandb", "tensorboard"], ["", "console,", "tracking"]),
+        ("LOGGER", ["console,file", "file", "console,file,wandb"],
+         ["", "console", "console,", "tensorboard", "file,tracking"]),
         ("DRY_RUN", ["0", "1"], ["yes", "true", ""]),
+        ("SEED", ["0", "7"], ["-1"]),
+        ("TOY_TASK", ["easy", "hard"], ["medium"]),
+        ("ALGO", list(knobs.LEARN_ALGOS), ["reinforce"]),
+        ("WARM_START_ACC", ["last", "0.30-0.45"], ["0.45-0.30", "best"]),
     ],
-)
+)  # fmt: skip
 def test_checks_accept_and_refuse(name, good, bad):
     for value in good:
         assert knobs.problems({name: value}) == [], (name, value)
@@ -87,7 +101,7 @@ def test_accepted_numbers_are_numbers_to_hydra():
         assert type(parser.parse_override(f"k={value}").value()) is kind, value
     for value in ("007", "01.5"):  # Hydra reads these as strings: the table refuses them
         assert isinstance(parser.parse_override(f"k={value}").value(), str)
-        assert knobs.problems({"TRAIN_BATCH_SIZE": value})
+        assert knobs.problems({"TRAIN_BATCH_SIZE": value})  # fmt: skip
 
 
 def test_cross_check_only_when_both_sizes_are_valid():
@@ -108,26 +122,15 @@ def test_loggers_are_verls():
 
 def test_cli_is_stdlib_only_and_quotes_values():
     """-S: no site-packages at all, so the check cannot depend on verl, Hydra or torch."""
-    # -S: only the repository root (cwd) to import from
-    script = ["-m", "verl_gsm8k.launch.knobs"]
-    result = subprocess.run(
-        [sys.executable, "-S", *script, "TRAIN_BATCH_SIZE=12 8", "ACTOR_LR=1e-6"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    script = [sys.executable, "-S", "-m", "verl_gsm8k.launch.knobs"]
+    result = subprocess.run([*script, "TRAIN_BATCH_SIZE=12 8", "ACTOR_LR=1e-6"], cwd=ROOT,
+                            capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 2
     assert result.stderr == "knobs: TRAIN_BATCH_SIZE='12 8' is not an integer > 0\n"
-    table = subprocess.run(
-        [sys.executable, "-S", *script, "--markdown"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert [line.split("`")[1] for line in table.splitlines()[2:]] == [
-        knob.name for knob in knobs.KNOBS
-    ]
+    table = subprocess.run([*script, "--markdown"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout  # fmt: skip
+    names = [line.split("`")[1] for line in table.splitlines()[2:]]
+    assert names == [knob.name for knob in knobs.KNOBS]
 
 
 def test_docs_list_every_knob_check():
@@ -139,20 +142,15 @@ def test_docs_list_every_knob_check():
 def test_a_knob_that_always_sets_a_key_is_its_only_default():
     """A key a knob sets at every launch of a trainer (a default, no recipe of its own) has no
     value in configs/: declared ??? at most, so that the knob table is its one default."""
-    import glob
-
     from omegaconf import OmegaConf
 
-    from verl_gsm8k.launch.knobs import KNOBS
-
     found = []
-    for path in sorted(glob.glob(str(ROOT / "configs" / "**" / "*.yaml"), recursive=True)):
+    for path in sorted((ROOT / "configs").rglob("*.yaml")):
         config = OmegaConf.load(path)
-        for knob in KNOBS:
+        for knob in knobs.KNOBS:
             if knob.default is None or knob.recipes:
                 continue
-            for trainer in knob.trainers:
-                for key in knob.keys(trainer):
-                    if OmegaConf.select(config, key.path, default=None) is not None:
-                        found.append(f"{Path(path).name}: {key.path} (set by {knob.name})")
+            for key in (key for trainer in knob.trainers for key in knob.keys(trainer)):
+                if OmegaConf.select(config, key.path, default=None) is not None:
+                    found.append(f"{path.name}: {key.path} (set by {knob.name})")
     assert found == [], found

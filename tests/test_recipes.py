@@ -1,4 +1,6 @@
-"""The bash recipes, run for real: dry runs against the installed verl, knob mapping, safety."""
+"""The bash recipes (PPO and SFT), run for real: dry runs against the installed verl, knobs on
+their keys, the command verl gets and the environment it starts with, safety. A stand-in PYTHON
+(fake_verl_python) runs everything but verl's own entry point, which it records."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import (
     RECIPES,
     ROOT,
@@ -28,13 +31,41 @@ from helpers import (
 from verl_gsm8k.common.command_line import PREFIX
 from verl_gsm8k.launch.cli import prune_finished, warn_unshared_run_dir
 from verl_gsm8k.launch.knobs import hydra_quote, recipe_arguments
-from verl_gsm8k.launch.plan import Recipe, bare_overrides, make_plan
+from verl_gsm8k.launch.plan import VERL_PLUGINS, Recipe, bare_overrides, make_plan, recipe_plan
 
-# The tests that read one dry run made for several of them (module fixtures gpu_dry_run, knob_run)
-# run on one xdist worker, so that each dry run is made once (a module fixture is per worker).
+# The tests that read one dry run made for several of them (module fixture gpu_dry_run) run on
+# one xdist worker, so that each dry run is made once (a module fixture is per worker).
 SHARED_DRY_RUNS = pytest.mark.xdist_group("test_recipes-dry-runs")
 SECRETS = {"WANDB_API_KEY": "wandb-secret-0123456789", "HF_TOKEN": "hf_secret_abcdef123456"}
 H100 = ("NVIDIA H100 80GB HBM3", 81559)
+PPO, SFT = "ppo_qwen2.5-0.5b_gsm8k", "sft_qwen2.5-0.5b_gsm8k"
+
+
+def fake_verl_python(path: Path, record: Path) -> Path:
+    """A PYTHON that runs everything for real but verl's entry points (main_ppo; SFT's torchrun),
+    which it records in ``record``: the metrics path, the VERL_* variables, the arguments. Every
+    call is logged, one line each, in ``<record>.calls``."""
+    path.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> "{record}.calls"\n'
+        'if [[ "${1:-}" == "-m" && ( "${2:-}" == verl.trainer.main_ppo ||'
+        ' "${2:-}" == torch.distributed.run ) ]]; then\n'
+        '  { echo "metrics=${VERL_FILE_LOGGER_PATH:-}"; env | grep "^VERL_" | sort;'
+        f' printf "arg=%s\\n" "$@"; }} > "{record}"\n'
+        '  echo "fake verl ran"; exit "${FAKE_VERL_RC:-0}"\n'
+        "fi\n"
+        f'exec "{sys.executable}" "$@"\n'
+    )  # fmt: skip
+    path.chmod(0o755)
+    return path
+
+
+def recorded(record: Path) -> tuple[list[str], dict[str, str], Path]:
+    """(verl's arguments, its VERL_* variables, the metrics file) a fake verl recorded."""
+    lines = record.read_text().splitlines()
+    args = [line.removeprefix("arg=") for line in lines if line.startswith("arg=")]
+    env = dict(line.split("=", 1) for line in lines if line.startswith("VERL_"))
+    return args, env, Path(lines[0].removeprefix("metrics="))
 
 
 @dataclass
@@ -65,6 +96,23 @@ def gpu_dry_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> Callabl
     return dry_run
 
 
+# What a recipe sets beyond the base: GRPO drops the critic for group advantages; LoRA sets
+# adapters and safetensors loading.
+RECIPE_SPECIFIC = {
+    "grpo_qwen2.5-0.5b_gsm8k": {
+        "algorithm.adv_estimator": "grpo", "actor_rollout_ref.actor.use_kl_loss": True,
+        "algorithm.use_kl_in_reward": False, "actor_rollout_ref.rollout.n": 5,
+    },
+    "ppo_lora_qwen2.5-1.5b_gsm8k": {
+        "actor_rollout_ref.model.lora_rank": 32,
+        "critic.model.lora_rank": 0,  # verl 0.9.1 cannot wrap a critic in LoRA
+        "trainer.use_v1": False,  # v1 crashes with a LoRA actor and a critic
+        "critic.fsdp.offload_policy": True,  # 24 GB: critic states in host memory
+        "actor_rollout_ref.rollout.load_format": "safetensors",
+    },
+}  # fmt: skip
+
+
 @pytest.mark.slow
 @SHARED_DRY_RUNS
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -82,117 +130,136 @@ def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, gpu_dry_run):
     ours = [call for call in calls if call]
     assert ours == ["--query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits"]
     cfg = composed_config(result.stdout)
-    assert get(cfg, "trainer.test_freq") == 13
-    assert get(cfg, "actor_rollout_ref.model.path") == str(tiny_model_dir)
-    assert get(cfg, "reward.custom_reward_function.path") == str(ROOT / "rewards" / "gsm8k.py")
-    assert get(cfg, "actor_rollout_ref.actor.strategy") == "fsdp2"
-    assert get(cfg, "actor_rollout_ref.actor.calculate_entropy") is False  # v1 logs entropy anyway
-    assert get(cfg, "critic.ppo_infer_max_token_len_per_gpu") == 16384
-    assert get(cfg, "actor_rollout_ref.rollout.name") == "vllm"
-    assert get(cfg, "trainer.resume_mode") == "auto"
-    assert get(cfg, "trainer.val_before_train") is True
     run_dir = str(made.runs_root / recipe)
-    assert get(cfg, "trainer.default_local_dir") == run_dir
-    assert get(cfg, "trainer.rollout_data_dir") == f"{run_dir}/rollouts"
-    assert not made.runs_root.exists(), "a dry run must not create the run directory"
-    for key, value in RECIPE_SPECIFIC.get(recipe, {}).items():
+    for key, value in {
+        "trainer.test_freq": 13, "actor_rollout_ref.model.path": str(tiny_model_dir),
+        "reward.custom_reward_function.path": str(ROOT / "rewards" / "gsm8k.py"),
+        "actor_rollout_ref.actor.strategy": "fsdp2",
+        "actor_rollout_ref.actor.calculate_entropy": False,  # v1 logs entropy anyway
+        "critic.ppo_infer_max_token_len_per_gpu": 16384,
+        "actor_rollout_ref.rollout.name": "vllm", "trainer.resume_mode": "auto",
+        "trainer.val_before_train": True, "trainer.default_local_dir": run_dir,
+        "trainer.rollout_data_dir": f"{run_dir}/rollouts", **RECIPE_SPECIFIC.get(recipe, {}),
+    }.items():  # fmt: skip
         assert get(cfg, key) == value, (recipe, key)
+    assert not made.runs_root.exists(), "a dry run must not create the run directory"
 
 
-# What a recipe sets beyond the base: GRPO drops the critic for group advantages; LoRA sets
-# adapters and safetensors loading.
-RECIPE_SPECIFIC = {
-    "grpo_qwen2.5-0.5b_gsm8k": {
-        "algorithm.adv_estimator": "grpo",
-        "actor_rollout_ref.actor.use_kl_loss": True,
-        "algorithm.use_kl_in_reward": False,
-        "actor_rollout_ref.rollout.n": 5,
-    },
-    "ppo_lora_qwen2.5-1.5b_gsm8k": {
-        "actor_rollout_ref.model.lora_rank": 32,
-        "critic.model.lora_rank": 0,  # verl 0.9.1 cannot wrap a critic in LoRA
-        "trainer.use_v1": False,  # v1 crashes with a LoRA actor and a critic
-        "critic.fsdp.offload_policy": True,  # 24 GB: critic states in host memory
-        "actor_rollout_ref.rollout.load_format": "safetensors",
-    },
-}
-
-
-# Each knob: the environment value set, and every verl key it must land on.
+# Each trainer's knobs: the value set, and the verl keys it must land on.
+A, R = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
 KNOBS = {
-    "NNODES": ("2", ["trainer.nnodes"]),
-    "NDEVICES_PER_NODE": ("4", ["trainer.n_gpus_per_node"]),
-    "TRAIN_BATCH_SIZE": ("96", ["data.train_batch_size"]),
-    "PPO_MINI_BATCH_SIZE": ("48", ["actor_rollout_ref.actor.ppo_mini_batch_size"]),
-    "MAX_PROMPT_LENGTH": ("1024", ["data.max_prompt_length"]),
-    "MAX_RESPONSE_LENGTH": ("300", ["data.max_response_length"]),
-    "ACTOR_LR": ("2e-06", ["actor_rollout_ref.actor.optim.lr"]),
-    "CRITIC_LR": ("3e-05", ["critic.optim.lr"]),
-    "ROLLOUT_TP": ("2", ["actor_rollout_ref.rollout.tensor_model_parallel_size"]),
-    "ROLLOUT_GPU_MEM_UTIL": ("0.55", ["actor_rollout_ref.rollout.gpu_memory_utilization"]),
-    "ROLLOUT_N": ("2", ["actor_rollout_ref.rollout.n"]),
-    "TOTAL_EPOCHS": ("3", ["trainer.total_epochs"]),
-    "TOTAL_TRAINING_STEPS": ("11", ["trainer.total_training_steps"]),
-    "SAVE_FREQ": ("7", ["trainer.save_freq"]),
-    "TEST_FREQ": ("9", ["trainer.test_freq"]),
-    "KL_COEF": ("0.005", ["algorithm.kl_ctrl.kl_coef", "actor_rollout_ref.actor.kl_loss_coef"]),
-    "REWARD_FN": ("compute_score_flexible", ["reward.custom_reward_function.name"]),
-    "PROJECT_NAME": ("knob_project", ["trainer.project_name"]),
-    "EXPERIMENT_NAME": ("knob_experiment", ["trainer.experiment_name"]),
-    "MAX_CKPT_TO_KEEP": (
-        "5",
-        ["trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"],
-    ),
-}
+    "ppo": {
+        "NNODES": ("2", "trainer.nnodes"), "NDEVICES_PER_NODE": ("4", "trainer.n_gpus_per_node"),
+        "TRAIN_BATCH_SIZE": ("96", "data.train_batch_size"),
+        "PPO_MINI_BATCH_SIZE": ("48", f"{A}ppo_mini_batch_size"),
+        "MAX_PROMPT_LENGTH": ("1024", "data.max_prompt_length"),
+        "MAX_RESPONSE_LENGTH": ("300", "data.max_response_length"),
+        "ACTOR_LR": ("2e-06", f"{A}optim.lr"), "CRITIC_LR": ("3e-05", "critic.optim.lr"),
+        "ROLLOUT_TP": ("2", f"{R}tensor_model_parallel_size"), "ROLLOUT_N": ("2", f"{R}n"),
+        "ROLLOUT_GPU_MEM_UTIL": ("0.55", f"{R}gpu_memory_utilization"),
+        "TOTAL_EPOCHS": ("3", "trainer.total_epochs"), "SAVE_FREQ": ("7", "trainer.save_freq"),
+        "TOTAL_TRAINING_STEPS": ("11", "trainer.total_training_steps"),
+        "TEST_FREQ": ("9", "trainer.test_freq"),
+        "KL_COEF": ("0.005", f"algorithm.kl_ctrl.kl_coef {A}kl_loss_coef"),
+        "REWARD_FN": ("compute_score_flexible", "reward.custom_reward_function.name"),
+        "PROJECT_NAME": ("knob_project", "trainer.project_name"),
+        "EXPERIMENT_NAME": ("knob_experiment", "trainer.experiment_name"),
+        "MAX_CKPT_TO_KEEP": ("5", "trainer.max_actor_ckpt_to_keep trainer.max_critic_ckpt_to_keep"),
+    },
+    "sft": {
+        "NDEVICES_PER_NODE": ("2", "trainer.n_gpus_per_node"), "SFT_LR": ("2e-05", "optim.lr"),
+        "TRAIN_BATCH_SIZE": ("48", "data.train_batch_size"),
+        "MAX_LENGTH": ("512", "data.max_length"),
+        "TOTAL_EPOCHS": ("4", "trainer.total_epochs"), "TEST_FREQ": ("9", "trainer.test_freq"),
+        "TOTAL_TRAINING_STEPS": ("11", "trainer.total_training_steps"),
+        "MAX_CKPT_TO_KEEP": ("5", "trainer.max_ckpt_to_keep"),
+        "PROJECT_NAME": ("knob_project", "trainer.project_name"),
+        "EXPERIMENT_NAME": ("knob_experiment", "trainer.experiment_name"),
+    },
+}  # fmt: skip
+# The SFT run's key=value arguments, each beating another layer: a knob (SAVE_FREQ=7), the
+# recipe's config file, the CPU overlay.
+SFT_USER = {"trainer.save_freq": 13, "data.max_token_len_per_gpu": 4096,
+            "engine.use_torch_compile": True}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def knob_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("knobs")
-    critic_dir = tmp / "critic-model"
-    shutil.copytree(tiny_model_dir, critic_dir)
-    paths = {
-        "CRITIC_MODEL_PATH": str(critic_dir),
-        "GSM8K_TRAIN_FILE": str(prepared_gsm8k_dir / "train.parquet"),
-        "GSM8K_TEST_FILE": str(prepared_gsm8k_dir / "test.parquet"),
-        "RUN_DIR": str(tmp / "my-run"),
-        "LOGGER": "console,tensorboard",
-    }
-    env = recipe_env(
-        tiny_model_dir,
-        tmp / "no-data-here",
-        tmp / "runs",
-        DRY_RUN="1",
-        **{k: v for k, (v, _) in KNOBS.items()},
-        **paths,
-    )
-    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return composed_config(result.stdout), paths
+def knob_runs(tiny_model_dir, prepared_gsm8k_dir, prepared_sft_dir, tmp_path_factory):
+    """The PPO and the SFT recipe's dry runs with every knob of their table set (the SFT one on
+    the CPU, with secrets, a PPO knob and key=value arguments)."""
+    runs = {}
+    for trainer, data, recipe in (("ppo", prepared_gsm8k_dir, PPO), ("sft", prepared_sft_dir, SFT)):
+        tmp = tmp_path_factory.mktemp(trainer)
+        prefix = "GSM8K" if trainer == "ppo" else "SFT"
+        paths = {f"{prefix}_TRAIN_FILE": str(data / "train.parquet"),
+                 f"{prefix}_TEST_FILE": str(data / "test.parquet"), "RUN_DIR": str(tmp / "run"),
+                 "LOGGER": "console,file,tensorboard"}  # fmt: skip
+        extra, user = dict(DEVICE="cpu", SAVE_FREQ="7", ACTOR_LR="1e-6", **SECRETS), SFT_USER
+        if trainer == "ppo":
+            paths["CRITIC_MODEL_PATH"] = str(shutil.copytree(tiny_model_dir, tmp / "critic"))
+            extra, user = {}, {}
+        knobs = {name: value for name, (value, _) in KNOBS[trainer].items()}
+        env = recipe_env(tiny_model_dir, tmp / "no-data-here", tmp / "runs", DRY_RUN="1",
+                         **knobs, **paths, **extra)  # fmt: skip
+        result = launch_in_process(recipe, env, *(f"{k}={str(v).lower()}" for k, v in user.items()))
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        runs[trainer] = (result, composed_config(result.stdout), paths, tmp)
+    return runs
 
 
-@SHARED_DRY_RUNS
-@pytest.mark.parametrize("knob", sorted(KNOBS))
-def test_knob_lands_on_its_verl_key(knob, knob_run):
-    cfg, _ = knob_run
-    value, keys = KNOBS[knob]
-    for key in keys:
-        assert str(get(cfg, key)) == value, f"{knob}={value} did not reach {key}"
+@pytest.mark.parametrize("trainer", ["ppo", "sft"])
+def test_knobs_land_on_their_verl_keys(trainer, knob_runs, tiny_model_dir):
+    _, cfg, paths, tmp = knob_runs[trainer]
+    for knob, (value, keys) in KNOBS[trainer].items():
+        for key in keys.split():
+            assert str(get(cfg, key)) == value, f"{knob}={value} did not reach {key}"
+    prefix = "GSM8K" if trainer == "ppo" else "SFT"
+    assert get(cfg, "data.train_files") == [paths[f"{prefix}_TRAIN_FILE"]]
+    assert get(cfg, "data.val_files") == [paths[f"{prefix}_TEST_FILE"]]
+    assert get(cfg, "trainer.logger") == ["console", "file", "tensorboard"]
+    assert get(cfg, "trainer.default_local_dir") == paths["RUN_DIR"]
+    if trainer == "ppo":
+        assert get(cfg, "critic.model.path") == paths["CRITIC_MODEL_PATH"]
+        assert get(cfg, "trainer.rollout_data_dir") == paths["RUN_DIR"] + "/rollouts"
+        assert get(cfg, "trainer.validation_data_dir") == paths["RUN_DIR"] + "/validation"
+    else:
+        assert get(cfg, "model.path") == str(tiny_model_dir)
+    assert not (tmp / "run").exists() and not (tmp / "runs").exists()
 
 
-@SHARED_DRY_RUNS
-def test_path_knobs_land_on_their_keys(knob_run):
-    cfg, paths = knob_run
-    assert get(cfg, "critic.model.path") == paths["CRITIC_MODEL_PATH"]
-    assert get(cfg, "data.train_files") == [paths["GSM8K_TRAIN_FILE"]]
-    assert get(cfg, "data.val_files") == [paths["GSM8K_TEST_FILE"]]
-    for key, suffix in (
-        ("default_local_dir", ""),
-        ("rollout_data_dir", "/rollouts"),
-        ("validation_data_dir", "/validation"),
-    ):
-        assert get(cfg, f"trainer.{key}") == paths["RUN_DIR"] + suffix
-    assert get(cfg, "trainer.logger") == ["console", "tensorboard"]
+def test_the_sft_recipe_its_config_overlays_and_user_arguments_reach_verl(knob_runs):
+    result, cfg, _, _ = knob_runs["sft"]
+    for key, value in SFT_USER.items():
+        assert get(cfg, key) == value, key
+    assert "device: cpu (DEVICE=cpu)" in result.stdout
+    assert "preflight: [ok] device: trains on the CPU" in result.stdout
+    for key, value in {  # configs/gsm8k_sft.yaml, then device/cpu_sft.yaml, attention/sdpa_sft
+        "engine.strategy": "fsdp2", "data.use_dynamic_bsz": True,
+        "data.messages_key": "messages", "trainer.resume_mode": "auto",
+        "trainer.device": "cpu", "model.enable_gradient_checkpointing": False,
+        "data.num_workers": 0, "model.use_remove_padding": False,
+        "model.override_config.attn_implementation": "sdpa",
+        "engine.mixed_precision": dict.fromkeys(("param_dtype", "reduce_dtype",
+                                                 "buffer_dtype"), "fp32"),
+    }.items():  # fmt: skip
+        assert get(cfg, key) == value, key
+    assert "model" in get(cfg, "checkpoint.save_contents")  # what scripts/merge.sh merges
+    assert "actor_rollout_ref" not in cfg and "critic" not in cfg  # verl's SFT config only
+    for value in SECRETS.values():
+        assert value not in result.stdout + result.stderr
+    assert "recipe: ignoring ACTOR_LR: not knobs of verl's SFT trainer" in result.stderr
+
+
+def test_an_sft_step_count_alone_brings_enough_epochs():
+    """verl's SFT loop also stops at total_epochs: given only a step count, the recipe allows as
+    many epochs as steps (the knobs reach verl's keys: test_knobs_land_on_their_verl_keys)."""
+    for knobs, epochs in [
+        ({}, "3"),
+        ({"TOTAL_TRAINING_STEPS": "150"}, "150"),
+        ({"TOTAL_TRAINING_STEPS": "150", "TOTAL_EPOCHS": "2"}, "2"),
+    ]:
+        plan = recipe_plan(ROOT / "recipes" / f"{SFT}.sh", {"HOME": "/x", **knobs})
+        assert f"trainer.total_epochs={epochs}" in plan.overrides, knobs  # fmt: skip
 
 
 @SHARED_DRY_RUNS
@@ -209,75 +276,53 @@ def test_the_printed_verl_command_run_by_hand_composes_the_launchers_config(gpu_
     by_hand = subprocess.run(["bash", "-c", f"{command} --cfg job"], capture_output=True,
                              text=True, timeout=300, env=env, cwd=tmp_path)  # fmt: skip
     assert by_hand.returncode == 0, by_hand.stderr[-3000:]
-    import yaml
-
     launched = composed_config(result.stdout)
     assert yaml.safe_load(by_hand.stdout) == launched
-    assert (
-        get(launched, "data.train_batch_size") == 16 and get(launched, "gsm8k_trace.samples") == 4
-    )
+    assert get(launched, "data.train_batch_size") == 16
+    assert get(launched, "gsm8k_trace.samples") == 4
 
 
 @SHARED_DRY_RUNS
-def test_secrets_are_never_printed_and_wandb_follows_the_key(
+def test_secrets_are_never_printed_wandb_follows_the_key_and_knobs_from_the_environment_said(
     tiny_model_dir, prepared_gsm8k_dir, tmp_path, gpu_dry_run
 ):
-    result = gpu_dry_run("ppo_qwen2.5-0.5b_gsm8k").result  # both secrets in its environment
+    """Neither secret is printed; wandb is a logger only with a key. A variable a shell exported
+    for something else (SEED) is a knob here: one line says which knobs came from the
+    environment, and no other variable."""
+    result = gpu_dry_run(PPO).result  # both secrets in its environment
     assert result.returncode == 0, result.stdout[-2000:]
-    for value in SECRETS.values():
-        assert value not in result.stdout + result.stderr
     assert get(composed_config(result.stdout), "trainer.logger") == ["console", "file", "wandb"]
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
-                     HF_TOKEN=SECRETS["HF_TOKEN"])  # fmt: skip
-    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
-    assert result.returncode == 0, result.stdout[-2000:]
-    assert SECRETS["HF_TOKEN"] not in result.stdout + result.stderr
-    assert get(composed_config(result.stdout), "trainer.logger") == ["console", "file"]
-
-
-def test_a_launch_names_the_knobs_it_took_from_the_environment(
-    tiny_model_dir, prepared_gsm8k_dir, tmp_path
-):
-    """A variable a shell exported for something else (SEED, LOGGER) is a knob here: the launch
-    says in one line which knobs came from the environment, and no other variable."""
-    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
-                     SEED="7", LOGGER="console", NOT_A_KNOB="x")  # fmt: skip
-    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    (line,) = [x for x in result.stdout.splitlines() if "knobs from the environment" in x]
+                     HF_TOKEN=SECRETS["HF_TOKEN"], SEED="7", NOT_A_KNOB="x")  # fmt: skip
+    bare = launch_in_process(PPO, env)
+    assert bare.returncode == 0, bare.stdout[-2000:]
+    for value in SECRETS.values():
+        assert value not in result.stdout + result.stderr + bare.stdout + bare.stderr
+    cfg = composed_config(bare.stdout)
+    assert get(cfg, "trainer.logger") == ["console", "file"] and get(cfg, "data.seed") == 7
+    (line,) = [x for x in bare.stdout.splitlines() if "knobs from the environment" in x]
     words = line.removeprefix("recipe: knobs from the environment: ").split()
-    assert sorted(words) == sorted([
-        f"MODEL_PATH={tiny_model_dir}", f"DATA_DIR={prepared_gsm8k_dir}",
-        f"RUNS_ROOT={tmp_path / 'runs'}", "DRY_RUN=1", "SEED=7", "LOGGER=console",
-    ])  # fmt: skip
-    assert get(composed_config(result.stdout), "data.seed") == 7
+    assert sorted(words) == sorted([f"MODEL_PATH={tiny_model_dir}", "DRY_RUN=1", "SEED=7",
+                                    f"DATA_DIR={prepared_gsm8k_dir}",
+                                    f"RUNS_ROOT={tmp_path / 'runs'}"])  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("recipe", "data", "hint"),
+    [(PPO, "prepared_gsm8k_dir", "bash recipes/smoke_tiny.sh, or DEVICE=cpu bash recipes/"),
+     (SFT, "prepared_sft_dir", f"DEVICE=cpu bash recipes/{SFT}.sh; DRY_RUN=1 prints the final")],
+)  # fmt: skip
 def test_without_gpu_a_recipe_stops_after_preflight_with_one_line(
-    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+    recipe, data, hint, tiny_model_dir, request, tmp_path
 ):
-    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs")
+    env = recipe_env(tiny_model_dir, request.getfixturevalue(data), tmp_path / "runs")
     env["PATH"] = "/usr/bin:/bin"  # no nvidia-smi
-    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
-    assert result.returncode == 3
+    result = launch_in_process(recipe, env)
+    assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]
     assert "preflight: passed" in result.stdout
-    assert "no NVIDIA GPU is visible here" in result.stderr
-    # it says how to train here instead
-    assert "bash recipes/smoke_tiny.sh" in result.stderr and "DEVICE=cpu" in result.stderr
-    assert "Traceback" not in result.stderr + result.stdout
+    line = result.stderr.strip().splitlines()[-1]
+    assert "no NVIDIA GPU is visible here" in line and hint in line  # how to train here instead
     assert not (tmp_path / "runs").exists()
-
-
-def test_a_failing_preflight_stops_the_recipe_before_verl(
-    tiny_model_dir, prepared_gsm8k_dir, tmp_path
-):
-    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
-    result = launch_in_process(
-        "ppo_qwen2.5-0.5b_gsm8k", env, "custom_reward_function.name=compute_score"
-    )
-    assert result.returncode == 1
-    assert "use reward.custom_reward_function.name" in result.stdout
-    assert "model_engine:" not in result.stdout  # verl's --cfg job never ran
 
 
 def test_a_missing_local_model_is_one_line_before_anything_of_verl(
@@ -286,7 +331,7 @@ def test_a_missing_local_model_is_one_line_before_anything_of_verl(
     missing = tmp_path / "no-such-model"
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
                      MODEL_PATH=str(missing))  # fmt: skip
-    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
+    result = launch_in_process(PPO, env)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"recipe: MODEL_PATH={missing} does not exist: a local directory holding the model's "
@@ -296,20 +341,18 @@ def test_a_missing_local_model_is_one_line_before_anything_of_verl(
 
 
 def test_gpu_count_is_checked_against_the_request(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
-    env = recipe_env(
-        tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1", NDEVICES_PER_NODE="2"
-    )
-    bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
-    env["PATH"] = f"{bin_dir}:{env['PATH']}"
-    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
+                     NDEVICES_PER_NODE="2")  # fmt: skip
+    env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100])}:{env['PATH']}"
+    result = launch_in_process(PPO, env)  # a failing preflight: exit 1, before verl
     assert result.returncode == 1
     assert "trainer.n_gpus_per_node=2 but this node has 1 GPU(s)" in result.stdout
+    assert "model_engine:" not in result.stdout  # verl's --cfg job never ran
 
 
 def test_each_recipe_file_passes_the_launcher_its_array_and_the_users_arguments(tmp_path):
     """What bash hands the launcher is what launch.knobs.recipe_arguments reads from the file (the
-    in-process launches of the tests, the docs' tables): each recipe run with a PYTHON that
-    records its arguments."""
+    in-process launches of the tests, the docs' tables); --help prints the recipe's usage."""
     record = tmp_path / "argv"
     python = tmp_path / "python"
     python.write_text(f'#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "{record}"\n')
@@ -323,14 +366,9 @@ def test_each_recipe_file_passes_the_launcher_its_array_and_the_users_arguments(
         argv = record.read_text().split("\0")[:-1]
         words = recipe_arguments(ROOT / "recipes" / f"{recipe}.sh")
         assert argv == ["-m", "verl_gsm8k.launch", *words, "--", "a.b='c d'", "x=1"]
-
-
-def test_help_lists_usage():
-    result = run_recipe(
-        "ppo_qwen2.5-0.5b_gsm8k", recipe_env(Path("/x"), Path("/x"), Path("/x")), "--help"
-    )
-    assert result.returncode == 0
-    assert "DRY_RUN=1" in result.stdout
+    helped = run_recipe(SFT, recipe_env(Path("/x"), Path("/x"), Path("/x")), "--help")
+    assert helped.returncode == 0 and f"bash recipes/{SFT}.sh" in helped.stdout
+    assert "DRY_RUN=1" in helped.stdout
 
 
 def test_relative_paths_become_absolute_for_ray_workers(tiny_model_dir, tmp_path):
@@ -340,9 +378,8 @@ def test_relative_paths_become_absolute_for_ray_workers(tiny_model_dir, tmp_path
     assert f"actor_rollout_ref.model.path='{tmp_path}/model'" in overrides
     assert f"data.train_files=['{tmp_path}/data/train.parquet']" in overrides
     assert f"trainer.default_local_dir='{tmp_path}/my-run'" in overrides
-    hub = bare_overrides(
-        "gsm8k_ppo", dict(env, MODEL_PATH="Qwen/Qwen2.5-0.5B-Instruct"), cwd=tmp_path
-    )
+    hub = bare_overrides("gsm8k_ppo", dict(env, MODEL_PATH="Qwen/Qwen2.5-0.5B-Instruct"),
+                         cwd=tmp_path)  # fmt: skip
     assert "actor_rollout_ref.model.path='Qwen/Qwen2.5-0.5B-Instruct'" in hub  # a hub id stays
 
 
@@ -362,18 +399,20 @@ def test_paths_with_quotes_and_spaces_reach_verl_exactly(
     shutil.copy(ROOT / "rewards" / "gsm8k.py", reward)
     runs = base / "runs 'root'"
     env = recipe_env(model, data, runs, DRY_RUN="1", REWARD_FILE=str(reward))
-    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
+    result = launch_in_process(PPO, env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     cfg = composed_config(result.stdout)
-    assert get(cfg, "actor_rollout_ref.model.path") == str(model)
-    assert get(cfg, "critic.model.path") == str(model)
-    assert get(cfg, "data.train_files") == [str(data / "train.parquet")]
-    assert get(cfg, "data.val_files") == [str(data / "test.parquet")]
-    assert get(cfg, "reward.custom_reward_function.path") == str(reward)
-    run_dir = runs / "ppo_qwen2.5-0.5b_gsm8k"
-    assert get(cfg, "trainer.default_local_dir") == str(run_dir)
-    assert get(cfg, "trainer.rollout_data_dir") == f"{run_dir}/rollouts"
-    assert get(cfg, "trainer.validation_data_dir") == f"{run_dir}/validation"
+    run_dir = runs / PPO
+    for key, value in {
+        "actor_rollout_ref.model.path": str(model), "critic.model.path": str(model),
+        "data.train_files": [str(data / "train.parquet")],
+        "data.val_files": [str(data / "test.parquet")],
+        "reward.custom_reward_function.path": str(reward),
+        "trainer.default_local_dir": str(run_dir),
+        "trainer.rollout_data_dir": f"{run_dir}/rollouts",
+        "trainer.validation_data_dir": f"{run_dir}/validation",
+    }.items():  # fmt: skip
+        assert get(cfg, key) == value, key
     assert "preflight: [ok] reward: reward's file.py:compute_score" in result.stdout
 
 
@@ -381,61 +420,87 @@ def test_hydra_quote_round_trips_any_path():
     """The launcher's quoting against Hydra's own override parser, on quotes and backslashes."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    values = ["/data/my run's dir", "a\\b", "x\\'y", "ends\\", "''", "a,b=c [x]"]
     parser = OverridesParser.create()
-    for value in values:
+    for value in ["/data/my run's dir", "a\\b", "x\\'y", "ends\\", "''", "a,b=c [x]"]:
         text = hydra_quote(value)
         assert parser.parse_override(f"k={text}").value() == value, text
         assert parser.parse_override(f"k=[{text}]").value() == [value], text
 
 
-def fake_verl_python(path: Path, record: Path) -> Path:
-    """A PYTHON that runs everything for real but `-m verl.trainer.main_ppo`, which it records;
-    every call is logged, one line each, in ``<record>.calls``."""
-    path.write_text(
-        "#!/usr/bin/env bash\n"
-        f'echo "$*" >> "{record}.calls"\n'
-        'if [[ "${1:-}" == "-m" && "${2:-}" == "verl.trainer.main_ppo" ]]; then\n'
-        f'  {{ echo "metrics=$VERL_FILE_LOGGER_PATH"; printf "arg=%s\\n" "$@"; }} > "{record}"\n'
-        '  echo "fake verl ran"; exit "${FAKE_VERL_RC:-0}"\n'
-        "fi\n"
-        f'exec "{sys.executable}" "$@"\n'
-    )
-    path.chmod(0o755)
-    return path
+def test_the_plugins_verl_imports_follow_the_launch():
+    """VERL_PLUGINS is every module a PPO launch on the CPU names (docs/cpu.md prints it); a GPU
+    leaves out the CPU platform, SFT the PPO trainer's two; a user's own modules come last."""
+
+    def plan(trainer: str, device: str, **env: str):
+        recipe = Recipe("r", f"gsm8k_{trainer}", trainer)
+        return make_plan(recipe, {"HOME": "/x", "DEVICE": device, **env}, probe=False)
+
+    def modules(*args: str, **env: str) -> list[str]:
+        return plan(*args, **env).exports["VERL_USE_EXTERNAL_MODULES"].split(",")
+
+    assert modules("ppo", "cpu") == list(VERL_PLUGINS) and len(VERL_PLUGINS) == 5
+    assert modules("ppo", "gpu") == [m for m in VERL_PLUGINS if not m.endswith(".cpu_platform")]
+    assert modules("sft", "cpu") == list(VERL_PLUGINS[:3])
+    assert modules("ppo", "cpu", VERL_USE_EXTERNAL_MODULES="my.module")[-1] == "my.module"
+    sft = plan("sft", "cpu")  # its overlays, and the CPU platform's variables
+    assert sft.device_overrides == ["+attention=sdpa_sft", "+device=cpu_sft"]
+    assert (sft.exports["VERL_PLATFORM"], sft.exports["VERL_ENGINE_DEVICE"]) == ("cpu", "cuda")
 
 
-def test_launch_on_a_gpu_machine(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
-    """The training path: metrics file and console log in the run dir, user arguments last."""
+# trainer -> (recipe, its knobs, the data fixture, how verl starts before its config)
+LAUNCHES = {
+    "ppo": (PPO, {}, "prepared_gsm8k_dir", ["-m", "verl.trainer.main_ppo"]),
+    "sft": (SFT, {"SKIP_PREFLIGHT": "1", "NDEVICES_PER_NODE": "2"}, "prepared_sft_dir",
+            ["-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2",
+             "-m", "verl_gsm8k.sft_trainer"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("trainer", sorted(LAUNCHES))
+def test_launch_on_a_gpu_machine(trainer, tiny_model_dir, request, tmp_path):
+    """The training path: verl's entry point (SFT: torchrun, one process per device) with user
+    arguments last, the metrics file and console log in the run dir; the whole launch is one
+    Python process (knob checks, attention, preflight, record, supervision), verl another."""
+    recipe, knobs, data, head = LAUNCHES[trainer]
     record = tmp_path / "launch.txt"
     python = fake_verl_python(tmp_path / "python", record)
-    bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
-    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", PYTHON=str(python))
-    env["PATH"] = f"{bin_dir}:{env['PATH']}"
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env, "trainer.total_epochs=1")
+    env = recipe_env(tiny_model_dir, request.getfixturevalue(data), tmp_path / "runs",
+                     PYTHON=str(python), **knobs)  # fmt: skip
+    env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100])}:{env['PATH']}"
+    result = run_recipe(recipe, env, "trainer.total_epochs=1")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "preflight: [ok] gpu: 1 x NVIDIA H100 80GB HBM3" in result.stdout
-    lines = record.read_text().splitlines()
-    run_dir = tmp_path / "runs" / "ppo_qwen2.5-0.5b_gsm8k"
-    metrics = Path(lines[0].removeprefix("metrics="))
-    assert metrics.is_absolute() and metrics.parent == run_dir / "metrics"
+    args, verl_env, metrics = recorded(record)
+    config = ["--config-path", str(ROOT / "configs"), "--config-name", f"gsm8k_{trainer}"]
+    assert args[: len(head) + 4] == [*head, *config] and args[-1] == "trainer.total_epochs=1"
+    assert "VERL_PLATFORM" not in verl_env and not any("+device=" in a for a in args)
+    run_dir = tmp_path / "runs" / recipe
+    assert metrics.parent == run_dir / "metrics"
     assert re.fullmatch(r"metrics-\d{8}T\d{6}Z\.jsonl", metrics.name)
-    args = [line.removeprefix("arg=") for line in lines[1:]]
-    assert args[:6] == [
-        "-m",
-        "verl.trainer.main_ppo",
-        "--config-path",
-        str(ROOT / "configs"),
-        "--config-name",
-        "gsm8k_ppo",
-    ]
-    assert args[-1] == "trainer.total_epochs=1"
     (console,) = (run_dir / "logs").glob("console-*.log")
     assert "fake verl ran" in console.read_text()
-    # the whole launch is one Python process, and verl's driver another (knob checks, attention,
-    # preflight, same-config check, record, supervision, status and pruning run in the launcher)
     calls = Path(f"{record}.calls").read_text().splitlines()
     assert len(calls) == 2 and calls[0].startswith("-m verl_gsm8k.launch "), calls
+    if trainer == "ppo":
+        assert "preflight: [ok] gpu: 1 x NVIDIA H100 80GB HBM3" in result.stdout
+    else:
+        assert f"bash scripts/merge.sh {run_dir} OUT_DIR" in result.stdout
+        failed = run_recipe(recipe, dict(env, FAKE_VERL_RC="7", SKIP_PREFLIGHT="1"))
+        assert failed.returncode == 7 and "verl exited with 7" in failed.stdout  # verl's status
+
+
+def test_a_cpu_launch_gives_verl_the_cpu_platform_and_every_plugin(
+    tiny_model_dir, prepared_gsm8k_dir, tmp_path
+):
+    record = tmp_path / "launch.txt"
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DEVICE="cpu",
+                     PYTHON=str(fake_verl_python(tmp_path / "python", record)),
+                     SKIP_PREFLIGHT="1", PATH="/usr/bin:/bin")  # fmt: skip
+    result = run_recipe(PPO, env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    args, verl_env, _ = recorded(record)
+    assert "+device=cpu" in args and "+attention=sdpa" in args
+    assert verl_env["VERL_PLATFORM"] == "cpu" and verl_env["VERL_ENGINE_DEVICE"] == "cuda"
+    assert verl_env["VERL_USE_EXTERNAL_MODULES"] == ",".join(VERL_PLUGINS)
 
 
 def test_a_cpu_only_ray_head_launches_onto_the_clusters_gpus(
@@ -445,27 +510,22 @@ def test_a_cpu_only_ray_head_launches_onto_the_clusters_gpus(
     entrypoint) has no GPU, the cluster has them (the preflight counts them through Ray:
     tests/test_ray_cluster.py)."""
     record = tmp_path / "launch.txt"
-    python = fake_verl_python(tmp_path / "python", record)
-    env = recipe_env(
-        tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", PYTHON=str(python),
-        DEVICE="gpu", SKIP_PREFLIGHT="1", RAY_ADDRESS="10.0.0.1:6379",
-    )  # fmt: skip
-    env["PATH"] = "/usr/bin:/bin"  # no nvidia-smi here
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DEVICE="gpu",
+                     PYTHON=str(fake_verl_python(tmp_path / "python", record)),
+                     SKIP_PREFLIGHT="1", RAY_ADDRESS="10.0.0.1:6379",
+                     PATH="/usr/bin:/bin")  # no nvidia-smi here  # fmt: skip
+    result = run_recipe(PPO, env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "device: gpu (DEVICE=gpu) on the Ray cluster at RAY_ADDRESS=10.0.0.1:6379" in (
-        result.stdout
-    )
-    args = [line.removeprefix("arg=") for line in record.read_text().splitlines()[1:]]
+        result.stdout)  # fmt: skip
+    args, _, _ = recorded(record)
     assert "+ray=attach" in args and "trainer.device=cpu" not in args
-    record.unlink()
-    auto = run_recipe("ppo_qwen2.5-0.5b_gsm8k", dict(env, DEVICE="auto"))
-    assert auto.returncode == 3 and not record.exists()  # auto: nothing says the GPUs are there
+    auto = launch_in_process(PPO, dict(env, DEVICE="auto"))
+    assert auto.returncode == 3  # auto: nothing says the GPUs are there
     assert "To train on the GPUs of the Ray cluster at RAY_ADDRESS=10.0.0.1:6379: DEVICE=gpu" in (
-        auto.stderr
-    )
+        auto.stderr)  # fmt: skip
     env.pop("RAY_ADDRESS")
-    alone = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    alone = launch_in_process(PPO, env)
     assert alone.returncode == 3 and "no NVIDIA GPU is visible here" in alone.stderr
 
 
@@ -474,13 +534,10 @@ RAY_COPY = "/var/raytmp/session_2026-11-24_01-00-00_000000_1/runtime_resources/w
 
 @pytest.mark.parametrize(
     "nnodes,runs_root,warned",
-    [
-        ("2", "/tmp/runs", "under /tmp, usually a node's local disk"),
-        ("2", f"{RAY_COPY}/_ray_pkg_0123/runs", "inside Ray's session directory"),
-        ("2", "/mnt/shared/runs", None),
-        ("1", "/tmp/runs", None),
-    ],
-)
+    [("2", "/tmp/runs", "under /tmp, usually a node's local disk"),
+     ("2", f"{RAY_COPY}/_ray_pkg_0123/runs", "inside Ray's session directory"),
+     ("2", "/mnt/shared/runs", None), ("1", "/tmp/runs", None)],
+)  # fmt: skip
 def test_a_multi_node_run_dir_that_is_not_shared_is_warned(nnodes, runs_root, warned, capsys):
     """The launcher's warn_unshared_run_dir, which every launch calls."""
     env = {k: v for k, v in os.environ.items() if k not in ("RUN_DIR", "DEVICE")}
@@ -498,30 +555,9 @@ def test_a_multi_node_run_dir_that_is_not_shared_is_warned(nnodes, runs_root, wa
 def test_the_launch_warns_of_a_node_local_run_dir(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", NNODES="2",
                      DRY_RUN="1", SKIP_PREFLIGHT="1")  # fmt: skip
-    result = launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env)
+    result = launch_in_process(PPO, env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "recipe: warning: NNODES=2 and RUN_DIR=" in result.stderr
-
-
-def test_launch_returns_verl_exit_status(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
-    python = fake_verl_python(tmp_path / "python", tmp_path / "launch.txt")
-    bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
-    env = recipe_env(
-        tiny_model_dir,
-        prepared_gsm8k_dir,
-        tmp_path / "runs",
-        PYTHON=str(python),
-        FAKE_VERL_RC="7",
-        SKIP_PREFLIGHT="1",
-    )
-    env["PATH"] = f"{bin_dir}:{env['PATH']}"
-    result = run_recipe("grpo_qwen2.5-0.5b_gsm8k", env)
-    assert result.returncode == 7
-    assert "verl exited with 7" in result.stdout
-
-
-# ---------------------------------------------------------------------------------------------
-# DEVICE and the attention fallback: which settings reach verl (its own --cfg job)
 
 
 def test_device_cpu_adds_the_cpu_overlay_and_user_arguments_still_win(
@@ -529,9 +565,8 @@ def test_device_cpu_adds_the_cpu_overlay_and_user_arguments_still_win(
 ):
     python = fake_verl_python(tmp_path / "python", tmp_path / "never-ran")
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
-                     PYTHON=str(python))  # fmt: skip
-    env.update(DEVICE="cpu", PATH="/usr/bin:/bin")
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env, "reward.num_workers=2")
+                     PYTHON=str(python), DEVICE="cpu", PATH="/usr/bin:/bin")  # fmt: skip
+    result = run_recipe(PPO, env, "reward.num_workers=2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "device: cpu (DEVICE=cpu)" in result.stdout
     assert "preflight: [ok] device: trains on the CPU" in result.stdout
@@ -553,7 +588,7 @@ def test_without_flash_attn_the_sdpa_fallback_keys_appear(gpu_dry_run):
     """A GPU machine without flash_attn: GPU settings, PyTorch attention WITH padding removal
     (ATTENTION=auto's default there: the sdpa_packed overlay), and it says so."""
     assert __import__("importlib").util.find_spec("flash_attn") is None
-    result = gpu_dry_run("ppo_qwen2.5-0.5b_gsm8k").result
+    result = gpu_dry_run(PPO).result
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"preflight: [ok] gpu: 1 x {H100[0]}" in result.stdout  # the GPU machine, seen
     said = "attention: sdpa, padding removal on (flash_attn not installed; packed rows, "
@@ -568,16 +603,15 @@ def test_without_flash_attn_the_sdpa_fallback_keys_appear(gpu_dry_run):
 
 def test_with_flash_attn_nothing_changes_on_a_gpu(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     site = plant_flash_attn(tmp_path / "site", works=True)  # its CUDA extension loads
-    bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H100 80GB HBM3", 81559)])
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
     env = with_pythonpath(env, site)
-    env.update(PATH=f"{bin_dir}:{env['PATH']}")
-    result = run_recipe("ppo_qwen2.5-0.5b_gsm8k", env)
+    env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100])}:{env['PATH']}"
+    result = run_recipe(PPO, env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     cfg = composed_config(result.stdout)
     assert get(cfg, "actor_rollout_ref.model.use_remove_padding") is True
     assert "attn_implementation" not in get(cfg, "critic.model.override_config")
-    assert "+attention=sdpa" not in result.stdout
+    assert "+attention=sdpa" not in result.stdout and "attention_fallback" not in result.stdout
 
 
 def test_pruning_never_removes_the_step_the_tracker_names(tmp_path, capsys):

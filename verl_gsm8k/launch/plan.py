@@ -1,41 +1,45 @@
-"""A launch's plan, made without side effects: every knob's value, the device and attention, the
-environment verl's processes get, and the Hydra override list in the order verl reads it.
-
-    recipe args (recipes/*.sh, before --)    --recipe NAME --config CONFIG [--trainer sft]
-                                             [--cpu-by-default] [--hooks learn_tiny]
-                                             NAME=VALUE (a knob's default for this recipe)
-                                             a.verl.key=value (the recipe's own override)
-    user args (after --)                     key=value, passed to verl last
-
-A knob's value: the environment (a non-empty variable), else the recipe's hooks, else the
-recipe's NAME=VALUE, else the table's default (knobs.py), else its rule (below). The override list:
-the device and attention overlays, every knob's key(s), the recipe's own overrides, then (added by
-the launch) the token budget the preflight picks, then the user's.
-"""
+"""A launch's plan, without side effects: every knob's value (the environment's, else the hooks',
+else the recipe file's NAME=VALUE, else the table's, else its rule in ``_resolve``), the device
+and attention, the environment verl gets, and the overrides in verl's order (the overlays, the
+knobs' keys, the recipe's key=value, the token budget the preflight picks, the user's)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from verl_gsm8k.common import gpus
 from verl_gsm8k.launch import save_every
-from verl_gsm8k.launch.knobs import BY_NAME, CONFIG_DIR, KNOBS, hydra_quote, recipe_arguments
+from verl_gsm8k.launch.knobs import (
+    BY_NAME,
+    CONFIG_DIR,
+    KNOBS,
+    hydra_quote,
+    problems,
+    recipe_arguments,
+)
 from verl_gsm8k.preflight.compose import split_override
 
 ROOT = CONFIG_DIR.parent
-# PPO: verl's own entry (its trainer is ours through verl's registry, verl_gsm8k/ppo_trainer/);
-# SFT: verl's entry with our trainer class (verl_gsm8k/sft_trainer/: it has no registry).
+# PPO: verl's entry (our trainer through its registry); SFT: verl's entry with our trainer class.
 VERL_MODULES = {"ppo": "verl.trainer.main_ppo", "sft": "verl_gsm8k.sft_trainer"}
+# VERL_USE_EXTERNAL_MODULES of a PPO launch on the CPU: the modules verl imports in every process
+# (verl_gsm8k/verl_plugins/). Other launches leave some out: attention fa2 the fallback, a GPU the
+# CPU platform, SFT the last two; a user's own modules come after them.
+VERL_PLUGINS = tuple(f"verl_gsm8k.verl_plugins.{name}" for name in (
+    "checked_load", "attention_fallback", "cpu_platform", "register_trainer", "stop_on_sigterm"
+))  # fmt: skip
 # The variables a Ray cluster started by hand gets through the job (ray_env_overrides).
-RAY_ENV_VARS = (
-    "VERL_USE_EXTERNAL_MODULES", "ATTENTION", "VERL_PLATFORM", "VERL_ENGINE_DEVICE",
-    "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "WANDB_MODE", "WANDB_DIR",
-)  # fmt: skip
+RAY_ENV_VARS = ("VERL_USE_EXTERNAL_MODULES", "ATTENTION", "VERL_PLATFORM", "VERL_ENGINE_DEVICE",
+                "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "WANDB_MODE",
+                "WANDB_DIR")  # fmt: skip
 
 
 @dataclass
@@ -43,43 +47,29 @@ class Recipe:
     name: str
     config: str  # configs/<config>.yaml
     trainer: str = "ppo"
-    cpu_by_default: bool = False  # no GPU and DEVICE=auto: train on the CPU instead of stopping
-    hooks: str = ""  # a module of verl_gsm8k.launch with defaults/prepare/after (learn_tiny)
-    settings: dict[str, str] = field(default_factory=dict)  # knob defaults of this recipe
-    overrides: list[str] = field(default_factory=list)  # the recipe's own verl overrides
+    cpu_by_default: bool = False  # no GPU and DEVICE=auto: train on the CPU, not stop
+    hooks: str = ""  # a module of verl_gsm8k.launch with defaults/prepare/after
+    settings: dict[str, str] = field(default_factory=dict)  # this recipe's knob defaults
+    overrides: list[str] = field(default_factory=list)  # this recipe's verl overrides
 
 
 def parse_recipe(argv: list[str]) -> tuple[Recipe, list[str]]:
     """(the recipe, the user's key=value arguments) from the launcher's command line."""
     cut = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(
-        prog="python -m verl_gsm8k.launch",
-        usage="%(prog)s --recipe NAME --config CONFIG [options] [NAME=VALUE | key=value ...] -- "
-        "[key=value ...]",
-        description="A recipe's whole launch, up to verl and back (docs/architecture.md, "
-        '"One launch, hop by hop"). The recipe files of recipes/ run it; every knob is an '
-        "environment variable (docs/knobs.md). After --: the user's key=value overrides, "
-        "passed to verl last (--help there prints the recipe's usage).",
-    )
+        prog="python -m verl_gsm8k.launch", description="A recipe's whole launch, up to verl "
+        "and back (docs/architecture.md). Knobs: environment variables (docs/knobs.md); after "
+        "--, the user's key=value, passed to verl last.")  # fmt: skip
     parser.add_argument("--recipe", required=True, help="the recipe's name (recipes/NAME.sh)")
     parser.add_argument("--config", required=True, help="its config, configs/CONFIG.yaml")
-    parser.add_argument(
-        "--trainer", choices=tuple(VERL_MODULES), default="ppo",
-        help="verl's trainer: ppo (main_ppo, Ray; the default) or sft (its SFT trainer, torchrun)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--cpu-by-default", action="store_true",
-        help="DEVICE=auto without a GPU trains on the CPU instead of stopping after the preflight",
-    )  # fmt: skip
-    parser.add_argument(
-        "--hooks", default="",
-        help="a module of verl_gsm8k.launch with the recipe's defaults/prepare/after (learn_tiny)",
-    )  # fmt: skip
-    parser.add_argument(
-        "settings", nargs="*", metavar="NAME=VALUE | key=value",
-        help="NAME=VALUE: the recipe's default for a knob of the table (the environment wins); "
-        "key=value: a verl key the recipe sets, before the user's",
-    )  # fmt: skip
+    parser.add_argument("--trainer", choices=tuple(VERL_MODULES), default="ppo",
+                        help="verl's trainer: ppo (main_ppo, Ray) or sft (torchrun)")  # fmt: skip
+    parser.add_argument("--cpu-by-default", action="store_true",
+                        help="DEVICE=auto without a GPU: train on the CPU, not stop")  # fmt: skip
+    parser.add_argument("--hooks", default="",
+                        help="verl_gsm8k.launch.HOOKS: defaults, prepare, after")  # fmt: skip
+    parser.add_argument("settings", nargs="*", metavar="NAME=VALUE | key=value",
+                        help="a knob's default for this recipe, or a verl key it sets")  # fmt: skip
     args = parser.parse_args(argv[:cut])
     recipe = Recipe(args.recipe, args.config, args.trainer, args.cpu_by_default, args.hooks)
     for item in args.settings:
@@ -95,7 +85,7 @@ def parse_recipe(argv: list[str]) -> tuple[Recipe, list[str]]:
 
 def has_gpu(env: Mapping[str, str] | None = None) -> bool:
     """Whether the nvidia-smi on ``env``'s PATH lists a GPU (common/gpus.py)."""
-    return bool(gpus.listed((env if env is not None else os.environ).get("PATH")))
+    return bool(gpus.listed((os.environ if env is None else env).get("PATH")))
 
 
 @dataclass
@@ -106,16 +96,16 @@ class Plan:
     from_env: set[str]  # the knobs the environment set
     train_on: str  # gpu, cpu or none
     tiny_model_dir: Path
-    attention: str = "sdpa"
+    user: list[str] = field(default_factory=list)  # the user's key=value (after --)
     attention_line: str = ""
     attention_refusal: str = ""
     use_sample_data: bool = False
     data_home: Path = Path()
-    exports: dict[str, str] = field(default_factory=dict)  # the environment verl's processes get
+    exports: dict[str, str] = field(default_factory=dict)  # the environment verl gets
     device_overrides: list[str] = field(default_factory=list)
     overrides: list[str] = field(default_factory=list)  # every knob's keys
     knob_keys: dict[str, str] = field(default_factory=dict)  # verl key -> the knob that set it
-    extra: dict[str, str] = field(default_factory=dict)  # what hooks keep for later (learn_tiny)
+    extra: dict[str, str] = field(default_factory=dict)  # what hooks keep for later
     save_every_line: str = ""  # SAVE_EVERY_MIN's interval, said at launch (PPO)
 
     @property
@@ -130,43 +120,50 @@ class Plan:
     def verl_module(self) -> str:
         return VERL_MODULES[self.trainer]
 
-    def on_ray_cluster(self) -> bool:
-        """DEVICE=gpu with RAY_ADDRESS (PPO): the GPUs are the cluster's, and the launching node
-        (a KubeRay head, a `ray job submit` entrypoint) may have none."""
-        return (
-            bool(self.env.get("RAY_ADDRESS")) and self.trainer == "ppo" and (self.train_on == "gpu")
-        )
-
-    def all_overrides(self, user: list[str], picked: list[str] = ()) -> list[str]:
-        """The launch's whole override list, in verl's order."""
-        return [*self.device_overrides, *self.overrides, *self.recipe.overrides, *picked, *user]
-
-    def ignored(self) -> list[str]:
-        """Knobs of the other trainer set in the environment: ignored, and said so."""
-        return [
-            knob.name
-            for knob in KNOBS
-            if knob.name in self.from_env and self.trainer not in knob.trainers
-        ]
-
     @property
     def python(self) -> str:
         """The interpreter verl and the recipe's own steps run with: PYTHON, else this one."""
         return self.env.get("PYTHON") or sys.executable
 
+    def on_ray_cluster(self) -> bool:
+        """DEVICE=gpu with RAY_ADDRESS (PPO): the GPUs are the cluster's, not this node's."""
+        return (
+            self.trainer == "ppo" and self.train_on == "gpu" and bool(self.env.get("RAY_ADDRESS"))
+        )
+
+    def all_overrides(self, user: Sequence[str], picked: Sequence[str] = ()) -> list[str]:
+        return [*self.device_overrides, *self.overrides, *self.recipe.overrides, *picked, *user]
+
+    def ignored(self) -> list[str]:
+        """Knobs of the other trainer set in the environment: ignored, and said so."""
+        return [k.name for k in KNOBS if k.name in self.from_env and self.trainer not in k.trainers]
+
     def logs_to_wandb(self) -> bool:
         return "wandb" in self.values["LOGGER"].split(",")
 
+    def problems(self) -> list[str]:
+        """The knob checks' lines, and a trainer.logger after -- without the file logger, which
+        writes RUN_DIR/metrics/ (the report, the watchdog and a resume read it)."""
+        lines = problems(self.values)
+        loggers = [item for item in self.user if split_override(item)[0] == "trainer.logger"]
+        value = "" if not loggers or loggers[-1].startswith("~") else split_override(loggers[-1])[1]
+        names = [name for n in value.split(",") if (name := n.strip(" '\"[]"))]
+        if loggers and "file" not in names:
+            lines.append(f"{loggers[-1]} after -- leaves out verl's file logger, which writes "
+                         f"RUN_DIR/metrics/ (the report, the watchdog and a resume read it): "
+                         f"write trainer.logger=[{','.join([*names, 'file'])}]")  # fmt: skip
+        return lines
 
+
+@dataclass
 class Values:
     """A knob's value while the plan is made: environment > hooks > recipe > table default."""
 
-    def __init__(self, env: Mapping[str, str], recipe: Recipe) -> None:
-        self.env, self.recipe = env, recipe
-        self.hooked: dict[str, str] = {}
+    env: Mapping[str, str]
+    recipe: Recipe
+    hooked: dict[str, str] = field(default_factory=dict)
 
     def set_default(self, name: str, value: str) -> None:
-        """A hook's default for ``name`` (the environment still wins)."""
         self.hooked[name] = value
 
     def get(self, name: str, fallback: str | None = None) -> str | None:
@@ -176,83 +173,49 @@ class Values:
             if name in source:
                 return source[name]
         default = BY_NAME[name].default if name in BY_NAME else None
-        return default if default is not None else fallback
+        return fallback if default is None else default
 
 
-def _absolute(path: str) -> str:
-    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+def _absolute(path: str, hub: bool = False) -> str:
+    """Ray's workers do not share the launch's working directory; a hub id (org/name) stays."""
+    if os.path.isabs(path) or (hub and not os.path.exists(path)):
+        return path
+    return os.path.join(os.getcwd(), path)
 
 
-def _local_or_hub(path: str) -> str:
-    """A model path may be a hub id (org/name): only an existing local path is made absolute."""
-    return _absolute(path) if os.path.exists(path) else path
-
-
-def _train_on(device: str, cpu_by_default: bool, gpu: Callable[[], bool]) -> str:
-    if device in ("gpu", "cpu"):
-        return device
-    if device == "auto":
-        if gpu():
-            return "gpu"
-        return "cpu" if cpu_by_default else "none"
-    return "none"  # the knob check stops the launch with one line
-
-
-def recipe_hooks(recipe: Recipe):
+def recipe_hooks(recipe: Recipe) -> ModuleType | None:
     """The module of the recipe's hooks (``--hooks NAME``: verl_gsm8k/launch/NAME.py), or None."""
-    if not recipe.hooks:
-        return None
-    import importlib
-
-    return importlib.import_module(f"verl_gsm8k.launch.{recipe.hooks}")
+    return importlib.import_module(f"verl_gsm8k.launch.{recipe.hooks}") if recipe.hooks else None
 
 
-def user_value(user: Sequence[str], key: str) -> str | None:
-    """The value the user's last ``key=value`` (or ``+key=``, ``++key=``) gives ``key``; a
-    deletion (``~key``) gives none."""
-    found = None
-    for item in user:
-        name, value = split_override(item)
-        if "=" in item and not item.startswith("~") and name == key:
-            found = value
-    return found
-
-
-def _resolve(
-    values: Values, recipe: Recipe, train_on: str, tiny: Path, user: Sequence[str]
-) -> dict[str, str]:
-    """Every knob's value for this trainer (paths absolute: Ray's workers do not share the
-    launch's working directory)."""
-    env, trainer = values.env, recipe.trainer
-    out = {
-        knob.name: value
-        for knob in KNOBS
-        if trainer in knob.trainers and (value := values.get(knob.name)) is not None
-    }
+def _resolve(values: Values, train_on: str, tiny: Path, user: Sequence[str]) -> dict[str, str]:
+    """Every knob's value for this trainer, each rule applied, paths absolute."""
+    env, recipe, ppo = values.env, values.recipe, values.recipe.trainer == "ppo"
+    out = {k.name: v for k in KNOBS if recipe.trainer in k.trainers
+           and (v := values.get(k.name)) is not None}  # fmt: skip
     if train_on == "cpu" and not env.get("MODEL_PATH") and "MODEL_PATH" not in values.hooked:
         out["MODEL_PATH"] = str(tiny)
-    out["MODEL_PATH"] = _local_or_hub(out["MODEL_PATH"])
-    if trainer == "sft" and not env.get("TOTAL_EPOCHS"):
-        steps = env.get("TOTAL_TRAINING_STEPS", "")
-        if steps.isdigit() and not steps.startswith("0"):
-            out["TOTAL_EPOCHS"] = steps  # verl's SFT loop stops at the epochs first
-    files = ("GSM8K_TRAIN_FILE", "GSM8K_TEST_FILE") if trainer == "ppo" else (
-        "SFT_TRAIN_FILE", "SFT_TEST_FILE")  # fmt: skip
-    data_dir = out["DATA_DIR"]
-    out[files[0]] = _absolute(values.get(files[0]) or f"{data_dir}/train.parquet")
-    out[files[1]] = _absolute(values.get(files[1]) or f"{data_dir}/test.parquet")
-    if trainer == "ppo":
-        out["CRITIC_MODEL_PATH"] = _local_or_hub(
-            values.get("CRITIC_MODEL_PATH") or out["MODEL_PATH"]
-        )
+    out["MODEL_PATH"] = _absolute(out["MODEL_PATH"], hub=True)
+    steps = env.get("TOTAL_TRAINING_STEPS", "")
+    if not ppo and not env.get("TOTAL_EPOCHS") and steps.isdigit() and steps[0] != "0":
+        out["TOTAL_EPOCHS"] = steps  # verl's SFT loop stops at the epochs first
+    prefix = "GSM8K" if ppo else "SFT"
+    for name, file in ((f"{prefix}_TRAIN_FILE", "train"), (f"{prefix}_TEST_FILE", "test")):
+        out[name] = _absolute(values.get(name) or f"{out['DATA_DIR']}/{file}.parquet")
+    if ppo:
+        model = values.get("CRITIC_MODEL_PATH") or out["MODEL_PATH"]
+        out["CRITIC_MODEL_PATH"] = _absolute(model, hub=True)
         out["REWARD_FILE"] = _absolute(values.get("REWARD_FILE") or str(ROOT / "rewards/gsm8k.py"))
     out["EXPERIMENT_NAME"] = values.get("EXPERIMENT_NAME") or recipe.name
     out["RUNS_ROOT"] = values.get("RUNS_ROOT") or str(ROOT / "runs")
-    out["RUN_DIR"] = _absolute(
-        values.get("RUN_DIR") or f"{out['RUNS_ROOT']}/{out['EXPERIMENT_NAME']}"
-    )
-    # auto: a fifth of the response length verl gets (the knob's, or a key=value after --)
-    length = user_value(user, "data.max_response_length") or out.get("MAX_RESPONSE_LENGTH", "")
+    run_dir = values.get("RUN_DIR") or f"{out['RUNS_ROOT']}/{out['EXPERIMENT_NAME']}"
+    out["RUN_DIR"] = _absolute(run_dir)
+    # auto: a fifth of the response length verl gets (the knob's, or the user's last key=value)
+    length = out.get("MAX_RESPONSE_LENGTH", "")
+    for item in user:
+        if "=" in item and not item.startswith("~"):
+            key, value = split_override(item)
+            length = value if key == "data.max_response_length" else length
     if out.get("OVERLONG_BUFFER_LEN") == "auto" and length.isdigit():
         out["OVERLONG_BUFFER_LEN"] = str(max(1, int(length) // 5))
     if not out.get("LOGGER"):
@@ -260,113 +223,94 @@ def _resolve(
     return out
 
 
-def make_plan(
-    recipe: Recipe,
-    env: Mapping[str, str],
-    gpu: Callable[[], bool] | None = None,
-    probe: bool = True,
-    user: Sequence[str] = (),
-) -> Plan:
-    """The plan of ``recipe`` in ``env`` with the user's key=value arguments ``user`` (read
-    where a knob's rule follows a key they set). ``probe``: ask this machine which attention it
-    runs (imports torch); False takes sdpa (tests and tables that only want the override list)."""
+def make_plan(recipe: Recipe, env: Mapping[str, str], gpu: Callable[[], bool] | None = None,
+              probe: bool = True, user: Sequence[str] = ()) -> Plan:  # fmt: skip
+    """The plan of ``recipe`` in ``env`` with the user's key=value arguments ``user``. ``probe``:
+    ask this machine which attention it runs (imports torch); False takes sdpa."""
     values = Values(env, recipe)
-    gpu = gpu or (lambda: has_gpu(env))
-    train_on = _train_on(values.get("DEVICE") or "auto", recipe.cpu_by_default, gpu)
-    cache = values.get("CACHE_DIR") or os.path.join(
-        env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME", "~"), ".cache"), "verl-gsm8k"
-    )
-    values.hooked["CACHE_DIR"] = cache
-    tiny = Path(cache) / "tiny-qwen2"
-    hooks = recipe_hooks(recipe)
+    train_on = values.get("DEVICE") or "auto"
+    if train_on == "auto" and (gpu or (lambda: has_gpu(env)))():
+        train_on = "gpu"
+    elif train_on == "auto" and recipe.cpu_by_default:
+        train_on = "cpu"
+    elif train_on not in ("gpu", "cpu"):
+        train_on = "none"  # no GPU, or a bad DEVICE (the knob check says why)
+    home = Path(env.get("HOME", "~"))
+    cache = values.get("CACHE_DIR") or os.path.join(env.get("XDG_CACHE_HOME") or home / ".cache",
+                                                    "verl-gsm8k")  # fmt: skip
+    values.set_default("CACHE_DIR", cache)
     extra: dict[str, str] = {}
+    hooks = recipe_hooks(recipe)
     if hooks is not None:
         hooks.defaults(values, extra)
-    home = Path(env.get("HOME", "~"))
-    data_home = home / "data" / ("gsm8k" if recipe.trainer == "ppo" else "gsm8k-sft")
-    sample = Path(cache) / ("gsm8k-sample" if recipe.trainer == "ppo" else "gsm8k-sft-sample")
-    train_file = values.get("GSM8K_TRAIN_FILE" if recipe.trainer == "ppo" else "SFT_TRAIN_FILE")
+    ppo = recipe.trainer == "ppo"
+    data_home = home / "data" / ("gsm8k" if ppo else "gsm8k-sft")
     use_sample = (
-        not values.get("DATA_DIR") and not train_file and train_on == "cpu"
+        train_on == "cpu" and not values.get("DATA_DIR")
+        and not values.get("GSM8K_TRAIN_FILE" if ppo else "SFT_TRAIN_FILE")
         and not (data_home / "train.parquet").exists()
     )  # fmt: skip
+    sample = Path(cache) / ("gsm8k-sample" if ppo else "gsm8k-sft-sample")
     values.hooked.setdefault("DATA_DIR", str(sample if use_sample else data_home))
-    plan = Plan(
-        recipe, env, _resolve(values, recipe, train_on, tiny, user), {k for k in env if env[k]},
-        train_on, tiny, use_sample_data=use_sample, data_home=data_home, extra=extra,
-    )  # fmt: skip
-    plan.from_env &= set(BY_NAME)
-    _save_every(plan)
+    tiny = Path(cache) / "tiny-qwen2"
+    plan = Plan(recipe, env, _resolve(values, train_on, tiny, user),
+                {k for k in BY_NAME if env.get(k)}, train_on, tiny, list(user),
+                use_sample_data=use_sample, data_home=data_home, extra=extra)  # fmt: skip
+    value = plan.values.get("SAVE_EVERY_MIN")
+    if value is not None and BY_NAME["SAVE_EVERY_MIN"].check.ok(value):
+        minutes, plan.save_every_line = save_every.choose(plan.run_dir, value)
+        plan.values["SAVE_EVERY_MIN"] = f"{minutes:g}" if value == "auto" else value
     _device(plan, probe)
     _knob_overrides(plan)
     return plan
 
 
-def _save_every(plan: Plan) -> None:
-    """SAVE_EVERY_MIN's minutes for the trainer (auto: from the saves measured in the run
-    directory) and the line that says them; a bad value is left to the knob check's one line."""
-    value = plan.values.get("SAVE_EVERY_MIN")
-    if value is None or not BY_NAME["SAVE_EVERY_MIN"].check.ok(value):
-        return
-    minutes, plan.save_every_line = save_every.choose(plan.run_dir, value)
-    if value == "auto":
-        plan.values["SAVE_EVERY_MIN"] = f"{minutes:g}"
-
-
 def probe_attention(plan: Plan) -> None:
-    """The plan's attention asked of this machine (imports torch): its overlays, plugins and line
-    made again with the machine's choice."""
+    """The plan's attention asked of this machine (imports torch): overlays and exports again."""
     plan.device_overrides.clear()
     plan.exports.clear()
     _device(plan, True)
 
 
 def _device(plan: Plan, probe: bool) -> None:
-    """The attention and device overlays, the modules verl loads in every process, and the
-    environment a CPU run needs."""
+    """The attention and device overlays, the plugins verl loads, the environment it needs."""
     env, exports, on_cpu = plan.env, plan.exports, plan.train_on == "cpu"
-    suffix = "_sft" if plan.trainer == "sft" else ""
+    suffix = "" if plan.trainer == "ppo" else "_sft"
     exports["ATTENTION"] = plan.values.get("ATTENTION", "auto")
-    # every checkpoint file verl loads is checked in the process that loads it
-    modules = ["verl_gsm8k.verl_plugins.checked_load"]
-    choice_name, line = "sdpa", "sdpa (not probed)"
+    choice, line = "sdpa", "sdpa (not probed)"
     if probe:
         from verl_gsm8k.common.attention import AttentionRefused
-        from verl_gsm8k.common.attention import probe as probe_attention
+        from verl_gsm8k.common.attention import probe as ask
 
         try:
-            choice = probe_attention(exports["ATTENTION"], on_cpu)
-            choice_name, line = choice.name, choice.line()
+            asked = ask(exports["ATTENTION"], on_cpu)
+            choice, line = asked.name, asked.line()
         except AttentionRefused as refused:
             plan.attention_refusal = f"attention: {refused}"
             line = f"refused ({plan.attention_refusal})"
-    plan.attention, plan.attention_line = choice_name, line
-    # fa2 runs verl's own configs; the others add their overlay and the plugin that gives the
-    # critic (hard-coded flash_attention_2 in verl 0.9.1) the same attention
-    if choice_name != "fa2":
-        plan.device_overrides.append(f"+attention={choice_name}{suffix}")
-        modules.append("verl_gsm8k.verl_plugins.attention_fallback")
+    plan.attention_line = line
+    left_out = {"attention_fallback"} if choice == "fa2" else set()  # verl's own configs
+    if choice != "fa2":
+        plan.device_overrides.append(f"+attention={choice}{suffix}")
     if on_cpu:
         plan.device_overrides.append(f"+device=cpu{suffix}")
-        modules.append("verl_gsm8k.verl_plugins.cpu_platform")
-        # One compute thread per process: a CPU run's processes share the cores, and torch's
-        # default of a thread per core in each makes them wait on each other (docs/cpu.md,
-        # "Threads"). On a machine with cores to spare, set OMP_NUM_THREADS yourself.
+        # one compute thread per process: a CPU run's processes share the cores (docs/cpu.md)
         exports["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS") or "1"
         exports["VERL_PLATFORM"] = "cpu"  # verl's platform registry: verl_plugins/cpu_platform.py
         exports["VERL_ENGINE_DEVICE"] = "cuda"  # verl registers its FSDP engines for cuda/npu only
         if plan.trainer == "ppo":
             exports["VLLM_CPU_KVCACHE_SPACE"] = env.get("VLLM_CPU_KVCACHE_SPACE") or "1"  # GiB
             exports["VLLM_CPU_OMP_THREADS_BIND"] = env.get("VLLM_CPU_OMP_THREADS_BIND") or "nobind"
-            # Ray starts one idle Python worker per logical CPU in advance: 16 imports, 2 cores
+            # Ray starts an idle Python worker per logical CPU in advance: 16 imports, 2 cores
             for name in ("RAY_enable_worker_prestart", "RAY_prestart_worker_first_driver"):
                 exports[name] = env.get(name) or "0"
-    if plan.trainer == "ppo":
-        modules.append("verl_gsm8k.verl_plugins.register_trainer")  # ppo_trainer/
-        modules.append("verl_gsm8k.verl_plugins.stop_on_sigterm")  # SIGTERM: a stop request
-    if env.get("VERL_USE_EXTERNAL_MODULES"):
-        modules.append(env["VERL_USE_EXTERNAL_MODULES"])
-    exports["VERL_USE_EXTERNAL_MODULES"] = ",".join(modules)
+    else:
+        left_out.add("cpu_platform")
+    if plan.trainer != "ppo":
+        left_out |= {"register_trainer", "stop_on_sigterm"}
+    modules = [m for m in VERL_PLUGINS if m.rsplit(".", 1)[1] not in left_out]
+    exports["VERL_USE_EXTERNAL_MODULES"] = ",".join(
+        [*modules, env.get("VERL_USE_EXTERNAL_MODULES", "")]).strip(",")  # fmt: skip
     if plan.logs_to_wandb():  # wandb writes its local run under WANDB_DIR: the run directory
         exports["WANDB_DIR"] = env.get("WANDB_DIR") or str(plan.run_dir)
     if env.get("RAY_ADDRESS") and plan.trainer == "ppo":
@@ -376,47 +320,37 @@ def _device(plan: Plan, probe: bool) -> None:
 
 
 def ray_env_overrides(variables: Mapping[str, str]) -> list[str]:
-    """On a Ray cluster started by hand (RAY_ADDRESS), verl's trainer and workers run in workers
-    of `ray start`, not under the launcher: the job's runtime environment hands them these."""
+    """On a Ray cluster started by hand (RAY_ADDRESS), verl runs in workers of `ray start`, not
+    under the launcher: the job's runtime environment hands them these."""
     key = "+ray_kwargs.ray_init.runtime_env.env_vars"
     return [f"{key}.{name}={hydra_quote(value)}" for name, value in variables.items() if value]
 
 
 def _knob_overrides(plan: Plan) -> None:
-    """Every knob onto its verl key(s), once; the launch record keeps which knob set each key
-    (the run comparison names it beside a key that differs)."""
+    """Every knob onto its verl key(s); which knob set each key goes to the launch record."""
     for knob in KNOBS:
         value = plan.values.get(knob.name)
-        if value is None:
-            continue
-        for key in knob.keys(plan.trainer):
+        for key in knob.keys(plan.trainer) if value is not None else ():
             plan.overrides.append(key.override(value))
             plan.knob_keys[key.path] = knob.name
-    if plan.trainer == "ppo":
-        # the recipes' trainer: verl's sync trainer, guarded and traced (verl_gsm8k/ppo_trainer/)
+    if plan.trainer == "ppo":  # the recipes' trainer: verl_gsm8k/ppo_trainer/
         plan.overrides.append("trainer.v1.trainer_mode=gsm8k")
     if plan.values.get("RESUME") == "disable":
         plan.overrides.append("trainer.resume_mode=disable")
         plan.knob_keys["trainer.resume_mode"] = "RESUME"
 
 
-def recipe_plan(
-    recipe_file: Path, env: Mapping[str, str], gpu: bool = False, user: Sequence[str] = ()
-) -> Plan:
-    """The plan a recipe file makes in ``env`` and the user's ``user`` arguments, without probing
-    this machine: ``gpu`` says whether it has one, the attention is sdpa (for tests and the
-    per-card table)."""
+def recipe_plan(recipe_file: Path, env: Mapping[str, str], gpu: bool = False,
+                user: Sequence[str] = ()) -> Plan:  # fmt: skip
+    """The plan a recipe file makes in ``env``, ``gpu`` saying whether there is one, attention
+    not probed (tests and the per-card table)."""
     recipe, _ = parse_recipe(recipe_arguments(recipe_file))
     return make_plan(recipe, env, gpu=lambda: gpu, probe=False, user=user)
 
 
-def bare_overrides(
-    config_name: str, env: Mapping[str, str], trainer: str = "ppo", cwd: Path | None = None
-) -> list[str]:
-    """The override list of a recipe with no settings of its own over ``config_name``, in ``env``
-    (relative paths taken from ``cwd``): what the preflight's tests check."""
-    import contextlib
-
+def bare_overrides(config_name: str, env: Mapping[str, str], trainer: str = "ppo",
+                   cwd: Path | None = None) -> list[str]:  # fmt: skip
+    """The override list of a recipe with no settings of its own over ``config_name``, relative
+    paths taken from ``cwd`` (the preflight's tests)."""
     with contextlib.chdir(cwd or os.getcwd()):
-        plan = make_plan(Recipe("preflight", config_name, trainer), env)
-    return plan.all_overrides([])
+        return make_plan(Recipe("preflight", config_name, trainer), env).all_overrides([])
