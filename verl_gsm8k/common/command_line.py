@@ -1,9 +1,7 @@
-"""The exact command a launch gives verl, as one shell line: the variables the launcher sets for
-verl, then verl's entry point with every override in the order verl receives them. A verl user
-can copy it, rerun it without the launcher (``--cfg job`` appended prints its config) and diff
-two launches' lines (``split_line`` reads one back: the run comparison). Secret values are
-masked: a variable or a key named like a key, token, secret or password shows ``***``. Standard
-library only."""
+"""The exact command a launch gives verl as one shell line: the variables the launcher sets for
+verl, then verl's entry point with every override in verl's order. A user can copy it and run it
+without the launcher (``--cfg job`` appended prints its config); ``split_line`` reads it back (the
+run comparison). A variable or key named like a key, token, secret or password shows ``***``."""
 
 from __future__ import annotations
 
@@ -11,30 +9,27 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 
-PREFIX = "recipe: verl command: "  # how the line starts on the console (and tests find it)
+PREFIX = "recipe: verl command: "  # how the line starts on the console
 MASK = "***"
 _SECRET = re.compile(r"(?i)(key|token|secret|password)")
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
 
 
-def _shown_override(arg: str) -> str:
-    key, sep, value = arg.partition("=")
-    if sep and _SECRET.search(key.rsplit(".", 1)[-1]):
-        return f"{key}={MASK}"
-    return arg
+def _shown(arg: str) -> str:
+    key, sep, _ = arg.partition("=")
+    return f"{key}={MASK}" if sep and _SECRET.search(key.rsplit(".", 1)[-1]) else arg
 
 
 def shell_line(argv: Sequence[str], env: Mapping[str, str]) -> str:
     """``NAME=value ... python -m MODULE args...``, every word quoted for a POSIX shell."""
     words = [f"{name}={shlex.quote(MASK if _SECRET.search(name) else value)}"
              for name, value in env.items()]  # fmt: skip
-    words += [shlex.quote(_shown_override(arg)) for arg in argv]
-    return " ".join(words)
+    return " ".join([*words, *(shlex.quote(_shown(arg)) for arg in argv)])
 
 
 def split_line(line: str) -> tuple[dict[str, str], list[str]]:
-    """``shell_line``'s line read back: (the variables, the command's words). ValueError when
-    it does not parse as a shell line."""
+    """``shell_line``'s line read back: (the variables, the command's words); ValueError when it
+    does not parse as a shell line."""
     words = shlex.split(line)
     env: dict[str, str] = {}
     while words and (match := _ASSIGNMENT.fullmatch(words[0])):

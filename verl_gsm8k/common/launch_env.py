@@ -1,15 +1,9 @@
-"""A launch's two variables in the environment of every process it starts, and how another
-process reads them.
-
-The launcher (verl_gsm8k/launch/) starts verl with ``GSM8K_LAUNCH_ID`` (unique per launch: stamp,
-launcher pid, host) and ``GSM8K_LAUNCH_RUN_DIR``; every process verl starts inherits them. They
-tell which processes belong to a launch: the launcher reaps those that outlive verl
-(launch/reap.py), and verl's processes tell a SIGTERM from inside the launch from one sent from
-outside (verl_plugins/stop_on_sigterm.py, verl_plugins/vllm_sigterm.py), which is why this sits
-below both. The launch's stamp reaches the trainers through the metrics file the launcher names
-(``VERL_FILE_LOGGER_PATH``, RUN_DIR/metrics/metrics-<stamp>.jsonl). Processes are read by
-common/procs.py.
-"""
+"""A launch's two variables in the environment of every process it starts, and how another process
+reads them. ``GSM8K_LAUNCH_ID`` (stamp, launcher pid, host) and ``GSM8K_LAUNCH_RUN_DIR`` tell
+which processes belong to a launch: the launcher reaps those that outlive verl (launch/reap.py),
+and verl's processes tell a SIGTERM from inside the launch from one sent from outside
+(verl_plugins/). The stamp reaches the trainers through the metrics file the launcher names
+(``VERL_FILE_LOGGER_PATH``)."""
 
 from __future__ import annotations
 
@@ -30,8 +24,8 @@ def new_launch_id(stamp: str) -> str:
 
 
 def launcher_ended(launch: str) -> bool:
-    """True when launch ``launch``'s launcher ran on this host and is gone (its pid ended, or
-    was taken by a process started after the launch); False when it lives or ran elsewhere."""
+    """True when launch ``launch``'s launcher ran on this host and is gone (its pid ended, or was
+    taken by a process started after the launch); False when it lives or ran elsewhere."""
     stamp, _, rest = launch.partition("-")
     pid, _, host = rest.partition("-")
     if host != socket.gethostname() or not pid.isdigit():
@@ -45,7 +39,7 @@ def launcher_ended(launch: str) -> bool:
 
 
 def launch_of(pid: int) -> str | None:
-    """The launch id process ``pid`` carries (``GSM8K_LAUNCH_ID``); None when none, or gone."""
+    """The launch id process ``pid`` carries; None when none, or gone."""
     return (procs.environ(pid, (ENV_LAUNCH,)) or {}).get(ENV_LAUNCH)
 
 

@@ -1,20 +1,8 @@
-"""The launch record: ``RUN_DIR/launches/launch-<UTC stamp>.yaml``, one per launch.
-
-    format: 1
-    stamp: 20261124T101500Z          # the launch's UTC time (the same stamp as its metrics file)
-    recipe: learn_tiny               # recipes/<recipe>.sh
-    trainer: ppo                     # ppo (main_ppo) or sft (sft_trainer)
-    config_name: gsm8k_ppo           # configs/<config_name>.yaml
-    knobs: {ACTOR_LR: "3e-4", ...}   # every knob of the knob table the launch had set
-    knob_keys: {actor_rollout_ref.actor.optim.lr: ACTOR_LR, ...}   # which knob set which key
-    user_overrides: [trainer.total_epochs=5]                        # key=value given by the user
-    versions: {python: 3.11.9, verl: 0.9.1, torch: 2.13.0+cpu, vllm: ..., transformers: ...}
-    git: {commit: 0823796..., dirty: false}                         # null outside a git checkout
-    host: {name: ..., cpu: AMD EPYC ..., cores: 2, device: cpu, gpus: [{name: ..., memory_gib: 80}]}
-    config: {...}                    # the resolved verl config (what `--cfg job --resolve` prints)
-
-Standard library plus PyYAML (which verl's Hydra brings).
-"""
+"""The launch record, ``RUN_DIR/launches/launch-<UTC stamp>.yaml``: one per launch, never
+overwritten. It holds the stamp (as the launch's metrics file), the recipe, trainer and config
+name, the knobs set and the verl key each set, the user's key=value, the exact verl command
+(secrets masked), the versions, the git commit, the host and the resolved verl config. Read by a
+later launch's same-config check and by the run comparison. PyYAML (verl's Hydra brings it)."""
 
 from __future__ import annotations
 
@@ -57,16 +45,14 @@ def git_state(root: Path) -> dict[str, Any] | None:
     """The checkout's commit and whether its tracked files differ from it; None outside git."""
 
     def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20, check=True
-        ).stdout.strip()
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=20, check=True).stdout.strip()  # fmt: skip
 
     try:
-        commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(dirty)}
     except (OSError, subprocess.SubprocessError):
         return None
-    return {"commit": commit, "dirty": dirty}
 
 
 def cpu_model() -> str | None:
@@ -79,50 +65,22 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def host(device: str, gpus: list[tuple[str, float | None]]) -> dict[str, Any]:
-    return {
-        "name": platform.node(),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "device": device,
-        "gpus": [
-            {"name": name, "memory_gib": None if gib is None else round(gib, 1)}
-            for name, gib in gpus
-        ],
-    }
-
-
 def build_record(
-    *,
-    stamp: str,
-    recipe: str,
-    trainer: str,
-    config_name: str,
-    knobs: dict[str, str],
-    knob_keys: dict[str, str],
-    user_overrides: list[str],
-    config: dict[str, Any],
-    root: Path,
-    gpus: list[tuple[str, float | None]],
-    verl_command: str | None = None,
-) -> dict[str, Any]:
-    device = str(config.get("trainer", {}).get("device", "cuda"))
-    command = {"verl_command": verl_command} if verl_command else {}
+    *, stamp: str, recipe: str, trainer: str, config_name: str, knobs: dict[str, str],
+    knob_keys: dict[str, str], user_overrides: list[str], config: dict[str, Any], root: Path,
+    gpus: list[tuple[str, float | None]], verl_command: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    host = {"name": platform.node(), "cpu": cpu_model(), "cores": os.cpu_count(),
+            "device": str(config.get("trainer", {}).get("device", "cuda")),
+            "gpus": [{"name": name, "memory_gib": None if gib is None else round(gib, 1)}
+                     for name, gib in gpus]}  # fmt: skip
     return {
-        "format": FORMAT,
-        "stamp": stamp,
-        "recipe": recipe,
-        "trainer": trainer,
-        "config_name": config_name,
-        "knobs": dict(knobs),
-        "knob_keys": dict(knob_keys),
+        "format": FORMAT, "stamp": stamp, "recipe": recipe, "trainer": trainer,
+        "config_name": config_name, "knobs": dict(knobs), "knob_keys": dict(knob_keys),
         "user_overrides": list(user_overrides),
-        **command,  # the exact command the launch gave verl, one shell line, secrets masked
-        "versions": versions(),
-        "git": git_state(root),
-        "host": host(device, gpus),
-        "config": config,
-    }
+        **({"verl_command": verl_command} if verl_command else {}),
+        "versions": versions(), "git": git_state(root), "host": host, "config": config,
+    }  # fmt: skip
 
 
 def write_record(run_dir: Path, record: dict[str, Any]) -> Path:
@@ -135,10 +93,12 @@ def write_record(run_dir: Path, record: dict[str, Any]) -> Path:
 
 
 def read_record(path: Path) -> dict[str, Any]:
+    """The record at ``path``; RecordError (one line) when it is not one."""
     try:
         record = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise RecordError(f"{path}: not a readable launch record ({err})") from None
+    except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as err:
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise RecordError(f"{path}: not a readable launch record ({why})") from None
     if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
         raise RecordError(f"{path}: not a launch record (no config mapping)")
     return record
