@@ -364,17 +364,11 @@ def markdown_table(recipes_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m verl_gsm8k.launch.knobs",
-        description="Check knob values against the table of knobs (one line per bad value, exit "
-        "2), or print the table as docs/knobs.md shows it.",
-    )
-    parser.add_argument(
-        "assignments",
-        nargs="*",
-        metavar="NAME=VALUE",
-        help="knob values to check; names not in the table are ignored",
-    )
+    parser = argparse.ArgumentParser(prog="python -m verl_gsm8k.launch.knobs", description="Check "
+                                     "knob values (one line per bad value, exit 2), or print the "
+                                     "table as docs/knobs.md shows it.")  # fmt: skip
+    parser.add_argument("assignments", nargs="*", metavar="NAME=VALUE",
+                        help="knob values to check; other names are ignored")  # fmt: skip
     parser.add_argument("--markdown", action="store_true", help="print the table and exit")
     args = parser.parse_args(argv)
     if args.markdown:

@@ -22,7 +22,7 @@ from verl_gsm8k.launch.plan import CONFIG_DIR, ROOT, Plan, Values
 CACHE_VERSION = 2  # bumped when the toy task or the warm start changes: an older cache is unused
 # TOY_TASK -> (largest operand, the warm start's SFT steps, WARM_START_ACC, cache subfolder):
 # easy: a converged warm start (does it learn?); hard: one that knows part of the sums (which
-# learns best? bench.algorithms).
+# learns best? docs/algorithms.md).
 TOY = {"easy": (4, "400", "last", ""), "hard": (9, "300", "0.30-0.45", "hard/")}
 SAVE_EVERY = 10  # SFT steps between the saves scored for a WARM_START_ACC band
 # The warm start: 32 demonstrations a step, a cosine rate from 3e-3 to 3e-4 (docs/learning.md).
