@@ -166,19 +166,35 @@ def learned_grpo(learn_base: Path, learned_ppo: Learned) -> Learned:
 
 
 @pytest.fixture(scope="session")
-def whole_checkpoints(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A PPO run directory with whole checkpoints at steps 2 and 4 (the tracker naming 4): actor
-    and critic saved by verl's FSDP checkpoint manager at world size 2 (tests/test_merge.py), and
-    the dataloader's data.pt the trainer writes beside them. Copy it before changing anything."""
+def real_checkpoints(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """<base>/ws1 and <base>/ws2: PPO runs whose actor and critic trained one AdamW step (a
+    cosine schedule, each rank's RNG its own) at world size 1 and 2 and were saved as step 1 by
+    verl's FSDP checkpoint manager (tests/test_reshard.py's helper); beside them saved.json and
+    saved.<role>.pt (the weights and moments saved, the next steps). Copy before changing."""
+    from test_reshard import ranks
+
+    base = tmp_path_factory.mktemp("real")
+    for world in (1, 2):
+        ranks("save", tiny_model_dir, base / f"ws{world}", world)
+    return base
+
+
+@pytest.fixture(scope="session")
+def whole_checkpoints(real_checkpoints: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run directory with ws2's checkpoint as steps 2 and 4 (the tracker naming 4), each with
+    the data.pt verl's trainer writes (a StatefulDataLoader's state). Copy before changing."""
     import shutil
 
     import torch
-    from test_merge import STEP, save_checkpoints
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from torchdata.stateful_dataloader.sampler import RandomSampler
 
-    base = save_checkpoints(tiny_model_dir, tmp_path_factory.mktemp("whole"), "ws2=2:actor,critic")
-    run = base / "ws2" / "run"
-    step_dir = run / f"global_step_{STEP}"
-    torch.save({"dataloader_state": {"epoch": 0, "index": STEP}}, step_dir / "data.pt")
-    shutil.copytree(step_dir, run / "global_step_4")
+    sampler = RandomSampler(range(8), generator=torch.Generator().manual_seed(1))
+    loader = StatefulDataLoader(list(range(8)), batch_size=2, sampler=sampler)
+    next(iter(loader))
+    run = tmp_path_factory.mktemp("whole") / "run"
+    for step in (2, 4):
+        shutil.copytree(real_checkpoints / "ws2" / "global_step_1", run / f"global_step_{step}")
+        torch.save(loader.state_dict(), run / f"global_step_{step}" / "data.pt")
     (run / "latest_checkpointed_iteration.txt").write_text("4")
     return run

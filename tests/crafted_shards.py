@@ -1,51 +1,43 @@
-"""Checkpoint files an attacker with write access to a run directory could craft, from a real one.
-
-Each keeps the real file's records, so that a reader that checks one view of the file passes it:
-
-- ``glued``: two archives of the same layout, one after the other. A's ``data.pkl`` first runs
-  ``touch MARKER`` through ``posix.system``, then rebuilds the real state; B's is the real pickle
-  padded to the same length. Python's ``zipfile`` reads B (it corrects the offsets by the
-  archive's shift), torch's reader reads A (it takes them as written).
-- ``prepended``: the malicious archive A with the real file after it (``zipfile`` reads the real
-  one); ``appended``: the real file with A after it (``zipfile`` reads A).
-- ``payload``: the real records with A's pickle, one plain archive.
+"""What an attacker who can write a run directory could make of a real checkpoint file, and what
+a kill or a bad copy leaves of one (``plant``). The crafted kinds keep the real records:
+``glued`` is two archives of one layout (A's data.pkl runs ``touch MARKER`` through posix.system,
+then the real pickle; B is the real one padded: Python's zipfile reads B, torch's reader A);
+``prepended`` is A then the real file, ``appended`` the real file then A; ``payload`` A alone;
+``objects`` the real state with a numpy object array added (numpy's own pickle, no payload).
 """
 
 from __future__ import annotations
 
 import io
+import os
 import pickletools
 import zipfile
 from pathlib import Path
 
-KINDS = ("glued", "prepended", "appended", "payload")
+CRAFTED = ("glued", "prepended", "appended", "payload", "objects")
+DAMAGED = ("truncated", "garbled", "link", "fifo", "directory", "torchscript")
 
 
-def _payload(marker: Path) -> bytes:
-    """The opcodes of ``posix.system('touch MARKER')``, its result popped."""
-    command = f"touch {marker}".encode()
-    return b"cposix\nsystem\n(S'" + command + b"'\ntR0"
-
-
-def _archive(records: list[tuple[zipfile.ZipInfo, bytes]]) -> bytes:
+def _archive(records: list[tuple[zipfile.ZipInfo, bytes]], directory: str = "") -> bytes:
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
         for info, data in records:
             record = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            record.external_attr = 0x10 if directory and directory in info.filename else 0
             archive.writestr(record, data)
     return out.getvalue()
 
 
-def _pair(real: Path, marker: Path) -> tuple[bytes, bytes]:
+def _pair(real: bytes, marker: Path) -> tuple[bytes, bytes]:
     """(A, B): the malicious archive and the real one padded to A's layout."""
-    with zipfile.ZipFile(real) as archive:
+    with zipfile.ZipFile(io.BytesIO(real)) as archive:
         records = [(info, archive.read(info)) for info in archive.infolist()]
     evil, padded = [], []
     for info, data in records:
         if info.filename.endswith("/data.pkl"):
             pickletools.dis(data, out=io.StringIO())  # a real pickle, or this helper is wrong
-            protocol, body = data[:2], data[2:]  # PROTO n, then the real pickle
-            bad = protocol + _payload(marker) + body
+            payload = b"cposix\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR0"
+            bad = data[:2] + payload + data[2:]  # after PROTO n: the call, then the real pickle
             evil.append((info, bad))
             padded.append((info, data + b"\0" * (len(bad) - len(data))))  # after STOP: unread
         else:
@@ -54,21 +46,34 @@ def _pair(real: Path, marker: Path) -> tuple[bytes, bytes]:
     return _archive(evil), _archive(padded)
 
 
-def craft(kind: str, real: Path, marker: Path) -> bytes:
-    """The bytes of ``kind`` (KINDS) made from the real torch.save file ``real``."""
-    evil, padded = _pair(real, marker)
-    if kind == "glued":
-        return evil + padded
-    if kind == "prepended":
-        return evil + real.read_bytes()
-    if kind == "appended":
-        return real.read_bytes() + evil
-    if kind == "payload":
-        return evil
-    raise ValueError(kind)
+def plant(kind: str, path: Path, marker: Path) -> Path:
+    """The real torch.save file ``path`` made into ``kind`` (CRAFTED or DAMAGED), in place."""
+    import numpy as np
+    import torch
 
-
-def plant(kind: str, shard: Path, marker: Path) -> Path:
-    """``shard`` replaced by its crafted ``kind``; returns it."""
-    shard.write_bytes(craft(kind, shard, marker))
-    return shard
+    real = path.read_bytes()
+    path.unlink()
+    if kind == "objects":
+        state = torch.load(io.BytesIO(real), weights_only=False)  # the test's own file
+        torch.save({**state, "objects": np.array([1, None], dtype=object)}, path)
+    elif kind in CRAFTED:
+        evil, padded = _pair(real, marker)
+        parts = {"glued": (evil, padded), "prepended": (evil, real), "appended": (real, evil)}
+        path.write_bytes(b"".join(parts.get(kind, (evil,))))
+    elif kind in ("truncated", "garbled"):  # a save cut short; bytes flipped mid-file
+        half = len(real) // 2
+        flipped = bytes(b ^ 0xFF for b in real[half : half + 64])
+        path.write_bytes(real[:half] if kind == "truncated" else real[:half] + flipped +
+                         real[half + 64:])  # fmt: skip
+    elif kind == "link":  # to the real file, moved aside
+        path.with_name(f"{path.name}.real").write_bytes(real)
+        path.symlink_to(path.with_name(f"{path.name}.real"))
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":  # tensor records marked directories: torch reads none of them
+        with zipfile.ZipFile(io.BytesIO(real)) as archive:
+            records = [(info, archive.read(info)) for info in archive.infolist()]
+        path.write_bytes(_archive(records, directory="/data/"))
+    else:  # a TorchScript archive, which torch.load would hand to torch.jit.load
+        torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), path)
+    return path

@@ -1,17 +1,10 @@
-"""A checkpoint saved at world size W resumes at W' (verl_gsm8k/reshard/), on real verl shards.
+"""A checkpoint saved at world size W resumes at W' (verl_gsm8k/reshard/): a tiny Qwen2 actor and
+critic trained one AdamW step (a cosine schedule, each rank's RNG its own) over W gloo ranks and
+saved by verl's FSDPCheckpointManager, resharded by ``python -m verl_gsm8k.reshard``, loaded by
+verl's manager at W' and trained on: weights and moments bit for bit, the scheduler and each
+rank's RNG back, the losses of the run that kept W. 2 -> 1 and 1 -> 2. Also the ranks' helper:
 
-A tiny Qwen2 actor and its critic are trained one AdamW step (a cosine schedule in warm-up, each
-rank's RNG moved apart) with FSDP2 over W gloo ranks and saved by verl 0.9.1's own
-FSDPCheckpointManager; the test takes the next two steps at W as the reference. A copy is
-resharded to W' by ``python -m verl_gsm8k.reshard``, loaded by verl's manager at W' and trained the
-same two steps: the weights and AdamW's moments it loads are the saved ones bit for bit, the
-scheduler and each rank's RNG come back, and the next steps' losses match the run that never
-changed its world size (the tolerance below). Both ways: 2 -> 1 and 1 -> 2.
-
-This file is also the ranks' helper (a subprocess: torch.distributed never starts in pytest)::
-
-    python tests/test_reshard.py save  MODEL_DIR RUN_DIR W
-    python tests/test_reshard.py check MODEL_DIR RUN_DIR W' OUT.json
+    python tests/test_reshard.py save|check MODEL_DIR RUN_DIR W [OUT.json]
 """
 
 from __future__ import annotations
@@ -29,12 +22,8 @@ ROLES = ("actor", "critic")
 STEP = 1
 BATCH, SEQ = 12, 16  # 12 rows split evenly over 1, 2, 3 or 4 ranks
 
-# The next steps' losses at W' against W. Measured here (tiny model, float32, gloo, both ways):
-# they differ by 0 to 1.2e-7 relative (the ranks' parts of the batch summed in another order).
-# Made-up faults after a correct reshard moved them by: two ranks' shards swapped >= 9e-4 (the
-# first loss), AdamW's moments lost 8e-5 (the actor's second loss; 0.22 the critic's). 1e-5 is
-# 80x the noise and 8x below the smallest fault. (The bit-exact weights and moments, the
-# scheduler's lr and the RNG are asserted exactly besides.)
+# the next losses at W' against W: 0 to 1.2e-7 apart (the batch summed in another order); a
+# fault (two ranks' shards swapped, AdamW's moments lost) moved them by 8e-5 or more
 LOSS_RTOL = 1e-5
 
 
@@ -90,12 +79,9 @@ def _rank(rank: int, world: int, rendezvous: str, mode: str, model_dir: str, run
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from transformers import (
-        AutoConfig,
-        AutoModelForCausalLM,
-        AutoModelForTokenClassification,
-        AutoTokenizer,
-    )
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoModelForCausalLM as CausalLM
+    from transformers import AutoModelForTokenClassification as TokenClassification
     from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
     from verl.utils.torch_functional import get_cosine_schedule_with_warmup
 
@@ -110,12 +96,8 @@ def _rank(rank: int, world: int, rendezvous: str, mode: str, model_dir: str, run
             config = AutoConfig.from_pretrained(model_dir)
             if role == "critic":  # as verl's FSDP engine builds its value model
                 config.num_labels, config.classifier_dropout = 1, 0.0
-                model = AutoModelForTokenClassification.from_pretrained(
-                    model_dir, config=config, dtype=torch.float32
-                )
-            else:
-                model = AutoModelForCausalLM.from_pretrained(model_dir, config=config,
-                                                             dtype=torch.float32)  # fmt: skip
+            auto = TokenClassification if role == "critic" else CausalLM
+            model = auto.from_pretrained(model_dir, config=config, dtype=torch.float32)
             for layer in model.model.layers:
                 fully_shard(layer, mesh=mesh)
             fully_shard(model, mesh=mesh)
@@ -170,10 +152,8 @@ def _helper(argv: list[str]) -> int:
         proc.start()
     for proc in ranks:
         proc.join(timeout=240)
+        proc.kill()  # one still running past its time
     codes = [proc.exitcode for proc in ranks]
-    for proc in ranks:
-        if proc.is_alive():
-            proc.kill()
     Path(rendezvous).unlink(missing_ok=True)
     if codes != [0] * world:
         print(f"{mode} at world size {world}: rank exit codes {codes}", file=sys.stderr)
@@ -184,9 +164,6 @@ def _helper(argv: list[str]) -> int:
 if __name__ == "__main__":
     sys.exit(_helper(sys.argv[1:]))
 
-
-# ---------------------------------------------------------------------------------------------
-# The tests
 
 import pytest  # noqa: E402
 from helpers import assert_loads_as_torch  # noqa: E402
@@ -202,21 +179,17 @@ def ranks(*args: object, python: str | Path = sys.executable) -> None:
 
 
 @pytest.fixture(scope="module")
-def saved(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    """world size -> a run saved at step 1 at that world size (and its next steps, saved.json)."""
-    base = tmp_path_factory.mktemp("reshard")
-    for world in (1, 2):
-        ranks("save", tiny_model_dir, base / f"ws{world}", world)
-    return {world: base / f"ws{world}" for world in (1, 2)}
+def saved(real_checkpoints: Path) -> dict[int, Path]:
+    """world size -> a run saved at step 1 at that world size (conftest's real_checkpoints,
+    made by this file's helper), with its next steps in saved.json."""
+    return {world: real_checkpoints / f"ws{world}" for world in (1, 2)}
 
 
 def digests(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.pt"))}
 
 
-def reshard(
-    run: Path, world: int, python: str | Path = sys.executable
-) -> subprocess.CompletedProcess:
+def reshard(run: Path, world: int, python: str | Path = sys.executable):
     return subprocess.run([str(python), "-m", "verl_gsm8k.reshard", str(run), "--world-size",
                            str(world)], capture_output=True, text=True, cwd=ROOT,
                           timeout=300)  # fmt: skip

@@ -1,47 +1,24 @@
-"""The checkpoint a merge reads, found and checked before anything loads it: a run directory's
-tracked step (or, with ``--best``, the step its best_checkpoint.json names), a step directory, or
-a role directory (``actor/``, ``critic/``, or an SFT step directory holding its one model), each
-shard checked before anything loads it (common/checkpoint_files.py). The names:
-common/run_dir.py.
-
-Used by the merge (merge/checkpoint.py) and by the launcher's verification of the checkpoint a
-relaunch resumes (verl_gsm8k/resume/verify.py).
+"""The checkpoint a merge reads (a run's tracked step, ``--best``'s step, a step directory, a role
+directory: ``actor/``, ``critic/``, or an SFT step directory holding its one model), found and
+checked before anything else loads it; also the resume's check of each role (resume/verify.py).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from verl_gsm8k.common.checkpoint_files import ShardError, check_file
-from verl_gsm8k.common.run_dir import (
-    BEST_FILE,
-    FSDP_CONFIG,
-    ROLES,
-    STEP_N,
-    TRACKER,
-    BestError,
-    FsdpConfigError,
-    best_path,
-    read_best,
-    read_fsdp_config,
-    read_stamp,
-    read_world_size,
-    saved_steps,
-    shard_name,
-    step_dir,
-    step_name,
-    step_of,
-    tracked_step,
-    tracker_path,
-)
+from verl_gsm8k.common import json_read
+from verl_gsm8k.common import run_dir as rd
+from verl_gsm8k.common.checkpoint_files import ShardError, load
 
-SFT = "sft"  # the role of an SFT trainer's checkpoint: one causal LM in its step directory itself
+SFT = "sft"  # the role of an SFT trainer's checkpoint: one causal LM in its step directory
 DESCRIBED = {"actor": "actor", "critic": "critic", SFT: "SFT model"}
 
 
 class CheckpointError(Exception):
-    """A missing or partial input: one line for the user, exit 2, nothing written."""
+    """A missing, partial or refused input: one line, exit 2, nothing written."""
 
 
 @dataclass
@@ -55,132 +32,111 @@ class Checkpoint:
 
 
 def _step_dir_from_run(run_dir: Path) -> Path:
-    tracker = tracker_path(run_dir)
+    tracker = rd.tracker_path(run_dir)
     if not tracker.is_file():
-        steps = [step_name(step) for step in saved_steps(run_dir)]
+        steps = ", ".join(rd.step_name(step) for step in rd.saved_steps(run_dir))
         if steps:
-            raise CheckpointError(
-                f"no {TRACKER} in {run_dir} (found {', '.join(steps)}; the last save may not have "
-                f"finished: pass one {STEP_N} directory to merge it anyway)"
-            )
-        raise CheckpointError(f"no checkpoint in {run_dir}: no {TRACKER} and no {STEP_N}")
-    step = tracked_step(run_dir)
+            raise CheckpointError(f"no {rd.TRACKER} in {run_dir} (found {steps}; the last save "
+                                  f"may not have finished: pass one {rd.STEP_N} directory to "
+                                  "merge it anyway)")  # fmt: skip
+        raise CheckpointError(f"no checkpoint in {run_dir}: no {rd.TRACKER} and no {rd.STEP_N}")
+    step = rd.tracked_step(run_dir)
     if step is None:
         text = tracker.read_text(encoding="utf-8", errors="replace").strip()
         raise CheckpointError(f"{tracker} does not hold a step number (it holds {text[:40]!r})")
-    folder = step_dir(run_dir, step)
+    folder = rd.step_dir(run_dir, step)
     if not folder.is_dir():
         raise CheckpointError(f"{tracker} names step {step} but {folder} is missing")
     return folder
 
 
 def best_step_dir(run_dir: Path) -> tuple[Path, dict]:
-    """``--best``: the step directory a run's best_checkpoint.json names (KEEP_BEST=1, written by
-    the guarded trainer: verl_gsm8k/common/run_dir.py), and that record."""
+    """``--best``: the step directory a run's best_checkpoint.json names, and that record."""
     if not run_dir.exists():
         raise CheckpointError(f"source not found: {run_dir}")
-    if not run_dir.is_dir() or step_of(run_dir) is not None or run_dir.name in ROLES:
-        raise CheckpointError(f"--best takes a run directory (it reads its {BEST_FILE}): {run_dir}")
+    if not run_dir.is_dir() or rd.step_of(run_dir) is not None or run_dir.name in rd.ROLES:
+        raise CheckpointError(f"--best takes a run directory (it reads its {rd.BEST_FILE}): "
+                              f"{run_dir}")  # fmt: skip
     try:
-        best = read_best(run_dir)
-    except BestError as err:
+        best = rd.read_best(run_dir)
+    except rd.BestError as err:
         raise CheckpointError(str(err)) from None
     if best is None:
-        raise CheckpointError(
-            f"no {BEST_FILE} in {run_dir}: this run kept no best checkpoint (KEEP_BEST=1 keeps one "
-            f"from its first validation on); merge a step with RUN_DIR/{STEP_N}"
-        )
-    path = step_dir(run_dir, best["step"])
+        raise CheckpointError(f"no {rd.BEST_FILE} in {run_dir}: this run kept no best checkpoint "
+                              "(KEEP_BEST=1 keeps one from its first validation on); merge a step "
+                              f"with RUN_DIR/{rd.STEP_N}")  # fmt: skip
+    path = rd.step_dir(run_dir, best["step"])
+    named = f"{rd.best_path(run_dir)} names step {best['step']}"
     if not path.is_dir():
-        raise CheckpointError(
-            f"{best_path(run_dir)} names step {best['step']} but {path} is missing"
-        )
-    saved_by, scored_by = read_stamp(run_dir, best["step"]), best.get("launch")
+        raise CheckpointError(f"{named} but {path} is missing")
+    saved_by, scored_by = rd.read_stamp(run_dir, best["step"]), best.get("launch")
     if scored_by and saved_by and saved_by != scored_by:  # unstamped: cannot tell
-        raise CheckpointError(
-            f"{best_path(run_dir)} names step {best['step']} as validated by launch {scored_by}, "
-            f"but {path} was saved by launch {saved_by}: its weights are not the "
-            f"ones that scored; merge a step with RUN_DIR/{STEP_N}"
-        )
+        raise CheckpointError(f"{named} as validated by launch {scored_by}, but {path} was "
+                              f"saved by launch {saved_by}: its weights are not the ones that "
+                              f"scored; merge a step with RUN_DIR/{rd.STEP_N}")  # fmt: skip
     return path, best
 
 
 def _holds_shards(path: Path) -> bool:
-    return (path / FSDP_CONFIG).exists() or any(path.glob(shard_name("model", "*", "*")))
+    return (path / rd.FSDP_CONFIG).exists() or any(path.glob(rd.shard_name("model", "*", "*")))
 
 
-def _sft_checkpoint(folder: Path, critic: bool) -> tuple[Path, str]:
+def _sft(folder: Path, critic: bool) -> tuple[Path, str]:
     if critic:
-        raise CheckpointError(
-            f"--critic given but {folder} is an SFT checkpoint (one model, no critic)"
-        )
+        raise CheckpointError(f"--critic given but {folder} is an SFT checkpoint (one model, no "
+                              "critic)")  # fmt: skip
     return folder, SFT
 
 
 def resolve_source(source: Path, critic: bool) -> tuple[Path, str]:
-    """The directory holding the shards that SOURCE designates (<step directory>/<role>, or the
-    step directory itself for an SFT checkpoint), and the role (actor, critic or sft)."""
+    """The directory holding the shards SOURCE designates, and its role (actor, critic, sft)."""
     wanted = "critic" if critic else "actor"
     if not source.exists():
         raise CheckpointError(f"source not found: {source}")
     if not source.is_dir():
         raise CheckpointError(f"source is not a directory: {source}")
     is_role_dir = _holds_shards(source)
-    if is_role_dir and step_of(source) is not None:  # a step directory with the shards in it
-        return _sft_checkpoint(source, critic)
-    if is_role_dir or (source.name in ROLES and step_of(source.parent) is not None):
-        role = source.name if source.name in ROLES else wanted
+    if is_role_dir and rd.step_of(source) is not None:  # a step directory with the shards in it
+        return _sft(source, critic)
+    if is_role_dir or (source.name in rd.ROLES and rd.step_of(source.parent) is not None):
+        role = source.name if source.name in rd.ROLES else wanted
         if critic and role == "actor":
             raise CheckpointError(f"--critic given but {source} is an actor checkpoint")
         return source, role
-    folder = source if step_of(source) is not None else _step_dir_from_run(source)
+    folder = source if rd.step_of(source) is not None else _step_dir_from_run(source)
     if _holds_shards(folder) and not (folder / wanted).is_dir():
-        return _sft_checkpoint(folder, critic)
-    role_dir = folder / wanted
-    if not role_dir.is_dir():
+        return _sft(folder, critic)
+    if not (folder / wanted).is_dir():
         hint = " (GRPO runs have no critic)" if critic else ""
         raise CheckpointError(f"no {wanted}/ directory in {folder}{hint}")
-    return role_dir, wanted
+    return folder / wanted, wanted
 
 
 def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
-    """Everything verl's merger reads must be there; CheckpointError names the first gap."""
-    config_path = role_dir / FSDP_CONFIG
-    if not config_path.is_file():
-        raise CheckpointError(f"missing fsdp_config.json in {role_dir}")
+    """What verl's merger reads, checked: every rank's model shard loaded by the one loading
+    policy, the Hugging Face files read as JSON with bounds (verl's merger would give a
+    traceback on one nested too deep). CheckpointError names the first gap."""
     try:
-        world_size = read_world_size(role_dir)
-    except FsdpConfigError as err:
+        world, config = rd.read_world_size(role_dir), rd.read_fsdp_config(role_dir)
+    except rd.FsdpConfigError as err:
         raise CheckpointError(str(err)) from None
-    shards = [role_dir / shard_name("model", world_size, rank) for rank in range(world_size)]
-    missing = [shard.name for shard in shards if not shard.is_file() or shard.stat().st_size == 0]
+    names = [rd.shard_name("model", world, rank) for rank in range(world)]
+    missing = [n for n in names if not os.path.lexists(role_dir / n)]  # a link: load says
     if missing:
-        shown = ", ".join(missing[:3]) + (
-            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        )
-        raise CheckpointError(
-            f"missing rank shard {shown} in {role_dir} (fsdp_config.json says world_size "
-            f"{world_size})"
-        )
-    try:  # before anything loads them: of any world size, as verl's merger takes their count
-        for shard in sorted(role_dir.glob(shard_name("model", "*", "*"))):  # from rank 0's mesh
-            check_file(shard)
-    except ShardError as err:
-        raise CheckpointError(str(err)) from None
+        raise CheckpointError(f"missing rank shard {missing[0]} in {role_dir} ({len(missing)} of "
+                              f"the {world} its {rd.FSDP_CONFIG} names)")  # fmt: skip
     hf_dir = role_dir / "huggingface"
-    if not hf_dir.is_dir():
-        raise CheckpointError(f"missing huggingface/ directory (config, tokenizer) in {role_dir}")
     if not (hf_dir / "config.json").is_file():
-        raise CheckpointError(f"missing huggingface/config.json in {role_dir}")
+        raise CheckpointError(f"missing huggingface/config.json (and tokenizer) in {role_dir}")
+    try:
+        for name in names:
+            load(role_dir / name, mmap=True)
+        for path in sorted(hf_dir.glob("*.json")):
+            json_read.read(path)
+    except (ShardError, json_read.JsonError, OSError) as err:
+        raise CheckpointError(str(err)) from None
     folder = role_dir if role == SFT else role_dir.parent
-    step = step_of(folder)
-    run_dir = folder.parent if step is not None else None
-    version = read_fsdp_config(role_dir).get("FSDP_version")
-    return Checkpoint(
-        role_dir=role_dir,
-        role=role,
-        step=step,
-        run_dir=run_dir,
-        fsdp_version=int(version) if isinstance(version, int) else None,
-        world_size=world_size,
-    )
+    step = rd.step_of(folder)
+    version = config.get("FSDP_version")
+    return Checkpoint(role_dir, role, step, folder.parent if step is not None else None,
+                      version if isinstance(version, int) else None, world)  # fmt: skip

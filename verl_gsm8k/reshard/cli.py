@@ -1,8 +1,6 @@
 """``python -m verl_gsm8k.reshard RUN_DIR --world-size N [--step S]``: the checkpoint a relaunch
-resumes (or step S), every role of it, rewritten for N ranks (reshard/shards.py).
-
-Exit 0: resharded (or already at N), one line per role; 2: one line naming what stopped it (no
-checkpoint, a missing or damaged shard), nothing of the checkpoint changed.
+resumes (or step S) rewritten for N ranks (reshard/shards.py). Exit 0: resharded (or at N
+already), one line per role; 2: one line naming what stopped it, the checkpoint unchanged.
 """
 
 from __future__ import annotations
@@ -19,24 +17,15 @@ from verl_gsm8k.reshard.shards import PROG, ReshardError, reshard_step
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"python -m verl_gsm8k.{PROG}",
-        description="Rewrite a PPO checkpoint's FSDP shards (actor and critic: weights, "
-        "optimizer, scheduler and RNG states) for another world size, so that verl resumes it "
-        "on another number of GPUs. The original shards are kept; fsdp_config.json is rewritten "
-        "last, so a stop at any moment leaves a checkpoint that resumes. The launcher does this "
-        "itself when a resume changes only trainer.nnodes or trainer.n_gpus_per_node.",
+        description="Rewrite a PPO checkpoint's FSDP shards (weights, optimizer, scheduler and RNG "
+        "states) for another world size, the originals kept, for verl to resume it on another "
+        "number of GPUs (the launcher does it when a resume changes only the GPU count).",
     )
     parser.add_argument("run_dir", type=Path, help=f"the run directory (RUN_DIR) holding {STEP_N}/")
-    parser.add_argument(
-        "--world-size",
-        type=int,
-        required=True,
-        help="the number of ranks the run resumes on: trainer.nnodes x trainer.n_gpus_per_node",
-    )
-    parser.add_argument(
-        "--step",
-        type=int,
-        help=f"the step to reshard (default: the one {TRACKER} names, which verl resumes)",
-    )
+    parser.add_argument("--world-size", type=int, required=True, help="the number of ranks the "
+                        "run resumes on: trainer.nnodes x trainer.n_gpus_per_node")  # fmt: skip
+    parser.add_argument("--step", type=int, help=f"the step to reshard (default: the one "
+                        f"{TRACKER} names, which verl resumes)")  # fmt: skip
     return parser
 
 
@@ -44,9 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     step = args.step if args.step is not None else tracked_step(args.run_dir)
     if step is None:
-        print(
-            f"{PROG}: {args.run_dir} has no {TRACKER} naming a step: pass --step", file=sys.stderr
-        )
+        print(f"{PROG}: {args.run_dir} has no {TRACKER} naming a step: pass --step",
+              file=sys.stderr)  # fmt: skip
         return 2
     folder = step_dir(args.run_dir, step)
     if not folder.is_dir():

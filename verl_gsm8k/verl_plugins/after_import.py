@@ -1,9 +1,5 @@
-"""Run a function right after a module is imported, only in processes that import it at all.
-
-The verl plugins are imported in every process that imports verl (the trainer, each FSDP worker,
-vLLM's servers, the reward workers). What one of them needs from a heavy module (vLLM, verl's
-trainer) is attached when, and where, that module is imported, so the other processes never pay
-for importing it.
+"""Run a function right after a module is imported, only in the processes that import it (the
+plugins attach what they need from a heavy module where it is imported, never importing it).
 """
 
 from __future__ import annotations
