@@ -35,6 +35,8 @@ def test_timings_keep_the_slowest_and_say_what_a_stop_and_a_next_step_need(tmp_p
     timings.write(tmp_path)
     assert Timings.read(tmp_path) == Timings(step_s=9.0)
     assert Timings.read(tmp_path).next_step() == 27.0  # before the first save: a step's time
+    (tmp_path / "timings.json").write_text('{"step_s": "soon", "save_s": 3}')  # not ours
+    assert Timings.read(tmp_path) == Timings(save_s=3.0)
     timings = Timings(step_s=60.0, save_s=20.0, val_s=30.0)
     assert timings.stop_needs() == 60 + 30 + 20 + MARGIN_S  # a whole step, its validation, save
     needed = 60 + 2 * 20 + 30  # this step's save and validation, the next step and its save

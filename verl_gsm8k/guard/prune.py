@@ -8,31 +8,21 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from verl_gsm8k.common.run_dir import (
-    BEST_FILE,
-    TRACKER,
-    BestError,
-    read_best,
-    removing_dir,
-    removing_leftovers,
-    saved_steps,
-    step_dir,
-    tracked_step,
-)
+from verl_gsm8k.common import run_dir as rd
 
 
 def protected(run_dir: Path) -> dict[int, str]:
     """step -> why it is never pruned."""
     keep: dict[int, str] = {}
     try:
-        best = read_best(run_dir)
-    except BestError:
+        best = rd.read_best(run_dir)
+    except rd.BestError:
         best = None  # unreadable: protects nothing (the report names the file)
     if best is not None:
-        keep[best["step"]] = f"the best {best['metric']} ({best['value']:.4g}, {BEST_FILE})"
-    tracked = tracked_step(run_dir)
+        keep[best["step"]] = f"the best {best['metric']} ({best['value']:.4g}, {rd.BEST_FILE})"
+    tracked = rd.tracked_step(run_dir)
     if tracked is not None:
-        keep[tracked] = f"{TRACKER} names it"
+        keep[tracked] = f"{rd.TRACKER} names it"
     return keep
 
 
@@ -41,17 +31,17 @@ def prune(run_dir: Path, keep: int, say_kept: bool = True) -> list[str]:
     each removed one (and, with ``say_kept``, each old one kept)."""
     if keep <= 0:
         return []
-    for leftover in removing_leftovers(run_dir):  # a kill mid-removal: a re-saved step's would
+    for leftover in rd.removing_leftovers(run_dir):  # a kill mid-removal: a re-saved step's would
         shutil.rmtree(leftover, ignore_errors=True)  # be renamed onto it
-    steps, said = saved_steps(run_dir), []
+    steps, said = rd.saved_steps(run_dir), []
     guard = protected(run_dir)
     for step in steps[:-keep]:
-        folder = step_dir(run_dir, step)
+        folder = rd.step_dir(run_dir, step)
         if step in guard:
             said += [f"MAX_CKPT_TO_KEEP={keep}: keeping {folder}: {guard[step]}"] * say_kept
             continue
         said.append(f"MAX_CKPT_TO_KEEP={keep}: removing {folder}")
-        doomed = removing_dir(run_dir, step)  # renamed first: never half a checkpoint's name
+        doomed = rd.removing_dir(run_dir, step)  # renamed first: never half a checkpoint's name
         folder.rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)
     return said

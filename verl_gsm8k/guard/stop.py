@@ -22,14 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from verl_gsm8k.common import json_read
+from verl_gsm8k.common import run_dir as rd
 from verl_gsm8k.common.atomic_io import write_atomic
-from verl_gsm8k.common.run_dir import (
-    STAMP_FORMAT,
-    STOP_FILE,
-    TIMINGS_FILE,
-    stop_path,
-    timings_path,
-)
 
 MARGIN_S = 15.0  # the trainer's stop and verl's shutdown after the last save
 DEFAULT_GRACE_S = 30.0  # Slurm's KillWait and Kubernetes' grace by default
@@ -50,16 +44,16 @@ class Timings:
     @classmethod
     def read(cls, run_dir: Path) -> Timings:
         try:
-            data = json_read.read(timings_path(run_dir), max_bytes=1 << 20)
+            data = json_read.read(rd.timings_path(run_dir), max_bytes=1 << 20)
         except (OSError, json_read.JsonError):
             return cls()
-        names = vars(cls())
-        ok = isinstance(data, dict)
-        return cls(**{k: float(v) for k, v in data.items() if k in names} if ok else {})
+        data, names = data if isinstance(data, dict) else {}, vars(cls())
+        return cls(**{k: float(v) for k, v in data.items()  # a number, else not measured
+                      if k in names and type(v) in (int, float) and math.isfinite(v)})  # fmt: skip
 
     def write(self, run_dir: Path) -> None:
         data = {k: round(v, 3) for k, v in vars(self).items() if v is not None}
-        write_atomic(timings_path(run_dir), json.dumps(data) + "\n")
+        write_atomic(rd.timings_path(run_dir), json.dumps(data) + "\n")
 
     def slowest(self, name: str, seconds: float) -> None:
         setattr(self, name, max(getattr(self, name) or 0.0, seconds))
@@ -83,13 +77,13 @@ class Timings:
     def said(self, needs: float) -> str:
         val = f", validation {self.val_s:.0f} s" if self.val_s else ""
         return (f"{needs:.0f} s: step {self.step_s:.0f} s{val}, save {self.save():.0f} s, "
-                f"+{MARGIN_S:.0f} s, measured in {TIMINGS_FILE}")  # fmt: skip
+                f"+{MARGIN_S:.0f} s, measured in {rd.TIMINGS_FILE}")  # fmt: skip
 
 
 def stamp_time(stamp: str | None) -> float | None:
     """A launch stamp (20261126T101500Z) in epoch seconds."""
     try:
-        return datetime.strptime(stamp or "", STAMP_FORMAT).replace(tzinfo=UTC).timestamp()
+        return datetime.strptime(stamp or "", rd.STAMP_FORMAT).replace(tzinfo=UTC).timestamp()
     except ValueError:
         return None
 
@@ -102,8 +96,8 @@ def must_stop(now: float, end: float | None, timings: Timings) -> bool:
 
 def request(run_dir: Path, deadline: float, why: str, over: bool = False) -> bool:
     """Write the stop request; unless ``over``, never over one there. True when written."""
-    final = stop_path(run_dir)
-    partial = run_dir / f".{STOP_FILE}.{os.getpid()}"
+    final = rd.stop_path(run_dir)
+    partial = run_dir / f".{rd.STOP_FILE}.{os.getpid()}"
     partial.write_text(f"{deadline:.0f} {why}\n", encoding="utf-8")
     try:
         if over:
@@ -120,7 +114,7 @@ def request(run_dir: Path, deadline: float, why: str, over: bool = False) -> boo
 def read_request(run_dir: Path) -> tuple[float, str] | None:
     """(deadline, why) of the stop request; one unreadable asks for a save now."""
     try:
-        text = stop_path(run_dir).read_text(encoding="utf-8")
+        text = rd.stop_path(run_dir).read_text(encoding="utf-8")
     except OSError:
         return None
     deadline, _, why = text.strip().partition(" ")
@@ -149,7 +143,7 @@ def fits(run_dir: Path, end: float, now: float) -> tuple[int, str]:
                    f"{MARGIN_S:.0f} s ({total:.0f} s, {measured}); nothing would be saved: ask "
                    "for more time (sbatch --time)")  # fmt: skip
     return 0, (f"{head} ({left:.0f} s left): the trainer saves and stops before a step that "
-               f"would not end in time ({measured}, from {TIMINGS_FILE})")  # fmt: skip
+               f"would not end in time ({measured}, from {rd.TIMINGS_FILE})")  # fmt: skip
 
 
 def seconds(env: Mapping[str, str], key: str) -> float | None:

@@ -8,46 +8,34 @@ import re
 import shutil
 from pathlib import Path
 
-from verl_gsm8k.common.run_dir import (
-    EXIT_PREEMPTED,
-    EXIT_WATCHDOG,
-    console_log_path,
-    read_stamp,
-    read_trips,
-    saved_steps,
-    step_dir,
-    step_name,
-    tracked_step,
-    watchdog_path,
-)
+from verl_gsm8k.common import run_dir as rd
 from verl_gsm8k.guard.stop import SIGTERM, read_request
 
 
 def verdict(run_dir: Path, stamp: str, status: int) -> tuple[int, list[str]]:
     """(exit status, lines for stderr) once verl exited with ``status`` (143: stopped by the
     launcher, the step in flight not saved)."""
-    trips = [t for t in read_trips(run_dir) if t.get("launch") == stamp]
+    trips = [t for t in rd.read_trips(run_dir) if t.get("launch") == stamp]
     stops = [t for t in trips if t.get("action") == "stop"]
     if stops:
         last = stops[-1]
-        return EXIT_WATCHDOG, [f"recipe: {last.get('message')} (WATCHDOG=stop: step "
+        return rd.EXIT_WATCHDOG, [f"recipe: {last.get('message')} (WATCHDOG=stop: step "
                                f"{last.get('step')} was not saved; the run stopped)"]  # fmt: skip
     lines = []
     if trips:  # a warning-only rule warns under WATCHDOG=stop too
         lines.append(f"recipe: the watchdog warned {len(trips)} time(s), the run went on; first: "
-                     f"{trips[0].get('message')} (all: {watchdog_path(run_dir)})")  # fmt: skip
+                     f"{trips[0].get('message')} (all: {rd.watchdog_path(run_dir)})")  # fmt: skip
     stop = read_request(run_dir)
     if stop is not None and status != 143:
         how = "on SIGTERM" if stop[1] == SIGTERM else "before the job's end"
-        step = tracked_step(run_dir)
-        if step is not None and read_stamp(run_dir, step) == stamp:
-            lines.append(f"recipe: stopped {how} after saving step {step} "
-                         f"({step_dir(run_dir, step)}); the same command resumes from it")  # fmt: skip
-        else:
-            where = f"step {step}" if step is not None else "the start (no checkpoint yet)"
-            lines.append(f"recipe: stopped {how} before this launch saved a step; the same "
-                         f"command resumes from {where}")  # fmt: skip
-        return EXIT_PREEMPTED, lines
+        step = rd.tracked_step(run_dir)
+        where = f"step {step}" if step is not None else "the start (no checkpoint yet)"
+        again = "the same command resumes from"
+        said = f"before this launch saved a step; {again} {where}"
+        if step is not None and rd.read_stamp(run_dir, step) == stamp:
+            said = f"after saving {where} ({rd.step_dir(run_dir, step)}); {again} it"
+        lines.append(f"recipe: stopped {how} {said}")
+        return rd.EXIT_PREEMPTED, lines
     if status != 0:
         log = log_tail(run_dir, stamp)
         said = refused_load(log) or disk_full(run_dir, log)
@@ -57,7 +45,7 @@ def verdict(run_dir: Path, stamp: str, status: int) -> tuple[int, list[str]]:
 
 def log_tail(run_dir: Path, stamp: str, size: int = 2_000_000) -> str:
     try:
-        with open(console_log_path(run_dir, stamp), "rb") as handle:
+        with open(rd.console_log_path(run_dir, stamp), "rb") as handle:
             handle.seek(max(0, handle.seek(0, 2) - size))
             return handle.read().decode("utf-8", errors="replace")
     except OSError:
@@ -91,16 +79,17 @@ def disk_full(run_dir: Path, log: str) -> str | None:
     disk may cut the log short, by less free space than the last whole checkpoint takes."""
     if not run_dir.is_dir():
         return None
-    free, whole = shutil.disk_usage(run_dir).free, tracked_step(run_dir)
-    files = step_dir(run_dir, whole).rglob("*") if whole is not None else []
+    free, whole = shutil.disk_usage(run_dir).free, rd.tracked_step(run_dir)
+    files = rd.step_dir(run_dir, whole).rglob("*") if whole is not None else []
     need = sum(f.stat().st_size for f in files if f.is_file()) if whole is not None else None
     if not (need is not None and free < need or any(s in log for s in DISK_FULL_SIGNS)):
         return None
-    newer = [s for s in saved_steps(run_dir) if whole is None or s > whole]
+    newer = [s for s in rd.saved_steps(run_dir) if whole is None or s > whole]
     during = f"the save of step {newer[-1]}" if newer else "a save"
     last, takes = "none yet (the run starts over)", ""
     if need is not None:
-        last, takes = f"{step_name(whole)}, which the tracker names", f"; one takes {_size(need)}"
+        last = f"{rd.step_name(whole)}, which the tracker names"
+        takes = f"; one takes {_size(need)}"
     return (f"recipe: the disk holding {run_dir} is full ({_size(free)} free): {during} failed; "
             f"the last whole checkpoint is {last}{takes}: free space (or lower MAX_CKPT_TO_KEEP), "
             "then the same command resumes")  # fmt: skip
