@@ -27,7 +27,6 @@ def single_process_group(tmp_path_factory):
         store = tmp_path_factory.mktemp("gloo") / "store"
         torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=0,
                                              world_size=1)  # fmt: skip
-    yield
 
 
 def manager(load: list[str]):
@@ -74,9 +73,7 @@ def test_a_worker_refuses_a_planted_shard_at_its_load(tmp_path, single_process_g
     assert not marker.exists(), "the crafted shard ran inside verl's load"
 
 
-class _Stand:
-    """verl's remote worker group and dataloader, stood in for: what they were given."""
-
+class _Stand:  # verl's remote worker group and dataloader: what they were given
     def __init__(self) -> None:
         self.state, self.loaded = None, []
 

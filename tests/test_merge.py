@@ -50,8 +50,7 @@ def leftovers(parent: Path) -> list[str]:
 
 
 def assert_as_saved(merged_dir: Path, run: Path, role: str) -> int:
-    """Every merged tensor is the parameter the run saved (saved.<role>.pt), in bfloat16."""
-    import torch
+    import torch  # every merged tensor: the parameter saved (saved.<role>.pt), in bfloat16
     from safetensors.torch import load_file
 
     merged: dict = {}
@@ -152,8 +151,7 @@ def test_merge_world_size_2_the_kept_best_actor_and_the_critic(ws2, tmp_path):
 
 
 def main(capsys, *args: str | Path) -> tuple[int, str]:
-    """merge.sh's ``main`` in this process: its exit status and its stderr, one line or more."""
-    from verl_gsm8k.merge.cli import main as merge_main
+    from verl_gsm8k.merge.cli import main as merge_main  # merge.sh's, in this process
 
     handlers = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
     try:  # main installs its own
@@ -165,8 +163,7 @@ def main(capsys, *args: str | Path) -> tuple[int, str]:
 
 
 def refused(capsys, source: Path, out: Path, needle: str, *flags: str) -> None:
-    """The merge of ``source`` into ``out``/merged (``out`` made if missing) refused: exit 2,
-    one line, nothing written beside the target."""
+    """The merge of ``source`` into ``out``/merged refused: exit 2, one line, nothing written."""
     out.mkdir(exist_ok=True)
     before = sorted(out.iterdir())
     status, said = main(capsys, source, out / "merged", *flags)
@@ -229,11 +226,17 @@ def test_verls_merger_refuses_a_crafted_shard_at_its_own_load(ws2, tmp_path):
     assert not (tmp_path / "ran").exists(), "a payload ran"
 
 
-def test_an_unwritable_target_is_one_line(ws1, capsys):
-    """/proc takes no new directory, even from root (the tests run as root)."""
+def test_an_unwritable_target_or_another_torchs_mesh_is_one_line(ws1, tmp_path, capsys):
+    """/proc takes no new directory, even from root; verl's merger stopped by the device mesh of
+    another torch (the GPU stack's checkpoint on the CPU stack: its traceback names the file)."""
     status, said = main(capsys, ws1, f"/proc/merged-{os.getpid()}")
     assert status == 1 and said.startswith("merge: cannot write beside the target in /proc: ")
-    assert "\n" not in said, said
+    (fake := tmp_path / "python").write_text("#!/bin/sh\necho torch/distributed/_mesh_layout.py"
+                                              "\nexit 1\n")  # fmt: skip
+    fake.chmod(0o755)
+    status, again = main(capsys, ws1, tmp_path / "merged", "--python", fake)
+    assert status == 1 and "merge it with that torch, e.g. PYTHON=" in again, again
+    assert "\n" not in said + again and not (tmp_path / "merged").exists()
 
 
 def _merger_running(ws1: Path, out: Path) -> tuple[subprocess.Popen, int]:

@@ -31,8 +31,7 @@ def _batch(step: int, rank: int, world: int, vocab: int):
     import torch
 
     ids = torch.randint(3, vocab, (BATCH, SEQ), generator=torch.Generator().manual_seed(step))
-    rows = BATCH // world
-    return ids[rank * rows : (rank + 1) * rows]
+    return ids.chunk(world)[rank]
 
 
 def _loss(role: str, model, ids):
