@@ -1,9 +1,6 @@
-"""python -m verl_gsm8k.warm_start: the band (WARM_START_ACC), the pick (the first save in the
-band, else the closest), the command line on real Hugging Face models (transformers' greedy
-answers, the reward's scores), and its bad input as one line. The recipe's own use of it (an SFT
-run saving every 10 steps, the pick, the merge) is tests/test_learn_cpu.py's same-seed test; the
-scorer against verl's own validation is test_learn_cpu.py's too.
-"""
+"""python -m verl_gsm8k.warm_start: the band, the pick (the first save in the band, else the
+closest), the command line on real models, bad input in one line. The recipe's use of it and the
+scorer against verl's validation: tests/test_learn_cpu.py."""
 
 from __future__ import annotations
 
@@ -33,9 +30,8 @@ def test_a_band_is_low_dash_high_or_says_why(text, expected):
         with pytest.raises(ValueError, match=expected):
             parse_band(text)
         assert not is_band(text)
-    assert distance(0.30, (0.30, 0.45)) == distance(0.45, (0.30, 0.45)) == 0.0
-    assert distance(0.20, (0.30, 0.45)) == pytest.approx(0.10)
-    assert distance(0.50, (0.30, 0.45)) == pytest.approx(0.05)
+    assert [distance(a, (0.3, 0.45)) for a in (0.3, 0.45, 0.2, 0.5)] == [
+        0, 0, pytest.approx(0.1), pytest.approx(0.05)]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -104,12 +100,10 @@ def test_the_command_line_scores_real_models_and_prints_the_picked_save(
 def test_the_scores_are_the_rewards_on_the_greedy_answers(prepared_gsm8k_dir, monkeypatch):
     """score() counts what rewards/gsm8k.py says of each answer: the ground truth after the
     marker scores on both, one written elsewhere only in any format, a wrong one on neither."""
-    from verl_gsm8k.warm_start import score as scoring
-
     rows = read_questions(prepared_gsm8k_dir / "test.parquet")[:3]
     truths = [row["reward_model"]["ground_truth"] for row in rows]
     answers = [f"so\n#### {truths[0]}", f"The answer is {truths[1]}.", "#### 123456789"]
-    monkeypatch.setattr(scoring, "greedy_answers", lambda model, prompts, tokens: answers)
+    monkeypatch.setattr("verl_gsm8k.warm_start.score.greedy_answers", lambda *args: answers)
     assert score(Path("unused"), rows, 24) == Score(1 / 3, 2 / 3, 3)
 
 

@@ -11,18 +11,27 @@ from verl_gsm8k.evaluate.settings import UsageError
 
 
 def load_data(source: str, modes: list[str]) -> dict[str, list[dict]]:
-    """``{split: [{question, answer}]}`` from ``source`` (writes nothing)."""
+    """``{split: [{question, answer}]}`` (data_prep's verl parquet: from its extra_info)."""
+    import pyarrow.parquet as pq
+
     from data_prep.gsm8k import DataPrepError, load_source
 
     path = Path(source).expanduser()
     hub = (path / "main").is_dir() or any(path.glob("test-*-of-*.parquet"))
+    verl = (path / "test.parquet").is_file() and not (path / "test.jsonl").exists() and not hub
     try:
-        if (path / "test.parquet").is_file() and not (path / "test.jsonl").exists() and not hub:
-            splits = _verl_parquet(path)
-        else:
-            splits = load_source(source)
+        splits = load_source(source) if not verl else {}
     except DataPrepError as err:
         raise UsageError(f"--data: {err}") from None
+    for file in [path / f"{split}.parquet" for split in ("train", "test")] if verl else []:
+        if not file.is_file():
+            continue
+        rows = [r.get("extra_info") or {} for r in pq.read_table(file).to_pylist()]
+        for i, row in enumerate(rows, 1):
+            if not row.get("question") or not row.get("answer"):
+                why = "no extra_info.question/answer (not data_prep.gsm8k's)"
+                raise UsageError(f"--data {file}: row {i} has {why}; pass the jsonl or hub layout")
+        splits[file.stem] = [{"question": r["question"], "answer": r["answer"]} for r in rows]
     if not splits.get("test"):
         raise UsageError(f"--data {source}: the test split is empty")
     if "evalscope" in modes and len(splits.get("train") or []) < 4:
@@ -39,24 +48,3 @@ def write_data(splits: dict[str, list[dict]], data_root: Path) -> Path:
     rows = {k: [[r["question"], r["answer"]] for r in v] for k, v in sorted(splits.items())}
     digest = hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode()).hexdigest()[:12]
     return write_hub_layout(splits, data_root / f"gsm8k-{digest}")
-
-
-def _verl_parquet(path: Path) -> dict[str, list[dict]]:
-    """data_prep's verl ``<split>.parquet``: the original question and answer in extra_info."""
-    import pyarrow.parquet as pq
-
-    out: dict[str, list[dict]] = {}
-    for split in ("train", "test"):
-        file = path / f"{split}.parquet"
-        if not file.is_file():
-            continue
-        out[split] = []
-        for i, rec in enumerate(pq.read_table(file).to_pylist(), start=1):
-            info = rec.get("extra_info") or {}
-            if not info.get("question") or not info.get("answer"):
-                raise UsageError(
-                    f"--data {file}: row {i} has no extra_info.question/answer (not a "
-                    "data_prep.gsm8k output); pass the original jsonl or hub layout instead"
-                )
-            out[split].append({"question": info["question"], "answer": info["answer"]})
-    return out

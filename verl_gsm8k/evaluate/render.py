@@ -1,10 +1,11 @@
-"""comparison.md's table and samples/<model>-<mode>.md."""
+"""The pages: comparison.md (and a sweep's table by step) and samples/<model>-<mode>.md."""
 
 from __future__ import annotations
 
 import re
 
-from verl_gsm8k.evaluate.scoring import match_row, response_text, user_prompt
+from verl_gsm8k.common.run_dir import BEST_FILE
+from verl_gsm8k.evaluate.scoring import match_row, said
 
 # verl's best@N (verl/trainer/ppo/metric_utils.py: process_validation_metrics, bootstrap_metric)
 BEST_AT_N = (
@@ -23,51 +24,39 @@ def pp(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:+.2f}"
 
 
-def generation_line(gen: dict) -> str:
-    k, penalty = gen.get("samples_per_question", 1), gen["repetition_penalty"]
-    how = (
-        f"sampled ({k} answers per question, temperature {gen['temperature']}, "
-        if k > 1
-        else "greedy (temperature 0, do_sample false, "
-    )
-    return (
-        f"{how}repetition_penalty {penalty}), max_tokens {gen['max_tokens']} (from "
-        f"{gen.get('max_tokens_from') or 'unrecorded'})"
-    )
-
-
 def render_markdown(summary: dict) -> str:
     gen, results, base = summary["generation"], summary["results"], summary["baseline"]
+    k = gen.get("samples_per_question", 1)
+    how = (f"sampled ({k} answers per question, temperature {gen['temperature']}, " if k > 1
+           else "greedy (temperature 0, do_sample false, ")  # fmt: skip
     limit = f", limit {summary['limit']}" if summary.get("limit") else ""
     lines = [
         "# GSM8K evaluation", "",
         f"EvalScope {summary['evalscope_version']} (benchmark gsm8k "
         f"{summary.get('benchmark_version') or '?'}), data `{summary['data']['source']}` (test "
         f"split, {summary['data']['n_test']} rows{limit}), baseline **{base}**. Generation: "
-        f"{generation_line(gen)}, batch size {gen['batch_size'] or 'auto (8 local, 64 server)'}.",
-        "",
+        f"{how}repetition_penalty {gen['repetition_penalty']}), max_tokens {gen['max_tokens']} "
+        f"(from {gen.get('max_tokens_from') or 'unrecorded'}), batch size "
+        f"{gen['batch_size'] or 'auto (8 local, 64 server)'}.", "",
         "| model | mode | accuracy % (EvalScope) | n | our reward acc % | Δ vs baseline (pp) "
         "| Δ our reward (pp) | backend |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]  # fmt: skip
     for r in results:
-        model = r["model"] + (" (baseline)" if r["model"] == base else "")
-        cells = (
-            ["failed", "—", "—", "—", "—"]
-            if r.get("error")
-            else [pct(r["accuracy"]), r["n"], pct(r.get("our_reward_accuracy")),
-                  pp(r.get("delta_vs_baseline")), pp(r.get("our_reward_delta_vs_baseline"))]
-        )  # fmt: skip
+        cells = ["failed", "—", "—", "—", "—"] if r.get("error") else [
+            pct(r["accuracy"]), r["n"], pct(r.get("our_reward_accuracy")),
+            pp(r.get("delta_vs_baseline")), pp(r.get("our_reward_delta_vs_baseline"))]  # fmt: skip
+        model = r["model"] + " (baseline)" * (r["model"] == base)
         lines.append(f"| {model} | {r['mode']} | {' | '.join(map(str, cells))} | {r['backend']} |")
     sampled = [r for r in results if r.get("pass_at_k") is not None
                or r.get("our_reward_pass_at_k") is not None]  # fmt: skip
     if sampled:
         lines += [
-            "", f"Sampled: {gen.get('samples_per_question')} answers per question at temperature "
-            f"{gen.get('temperature')}; the accuracies above are mean@k (over every answer): "
-            "compare them with verl's mean@N validation metric. pass@k below is the unbiased "
-            "estimate, per question 1 - C(n-c,k)/C(n,k) over its n answers with c right (Chen et "
-            f"al. 2021). {BEST_AT_N}", "",
+            "", f"Sampled: {k} answers per question at temperature {gen.get('temperature')}; "
+            "the accuracies above are mean@k (over every answer): compare them with verl's "
+            "mean@N validation metric. pass@k below is the unbiased estimate, per question "
+            "1 - C(n-c,k)/C(n,k) over its n answers with c right (Chen et al. 2021). "
+            f"{BEST_AT_N}", "",
             "| model | mode | pass@k % (EvalScope) | pass@k % (our reward) |",
             "|---|---|---:|---:|",
             *(f"| {r['model']} | {r['mode']} | {pct(r.get('pass_at_k'))} "
@@ -76,19 +65,38 @@ def render_markdown(summary: dict) -> str:
     lines += ["", "## Modes", ""]
     for mode, info in summary["modes"].items():
         template = info["prompt_template"].replace("{{", "{").replace("}}", "}")
-        lines.append(
-            f"- **{mode}**: {info['few_shot']}-shot, scorer: {info['scorer']}; prompt template "
-            f"`{template.replace(chr(10), chr(92) + 'n')}`. {info['comparable_to']}"
-        )
-    failed = [r for r in results if r.get("error")]
-    if failed:
-        lines += ["", "## Failures", ""]
-        lines += [f"- {r['model']} / {r['mode']}: {r['error'].strip().splitlines()[0]}"
-                  for r in failed]  # fmt: skip
+        lines.append(f"- **{mode}**: {info['few_shot']}-shot, scorer: {info['scorer']}; prompt "
+                     f"template `{template.replace(chr(10), chr(92) + 'n')}`. "
+                     f"{info['comparable_to']}")  # fmt: skip
+    failed = [f"- {r['model']} / {r['mode']}: {r['error'].strip().splitlines()[0]}"
+              for r in results if r.get("error")]  # fmt: skip
+    lines += ["", "## Failures", "", *failed] if failed else []
     lines += ["", "Accuracies from different prompts, few-shot settings or EvalScope releases are "
               "not comparable; compare rows of the same mode only. Samples: `samples/`.",
               ""]  # fmt: skip
     return "\n".join(lines)
+
+
+def render_steps(summary: dict) -> str:
+    sweep, best = summary["sweep"], summary["sweep"].get("best_checkpoint") or {}
+    lines = [f"# Checkpoints of {sweep['run_dir']}", "", f"Step 0 is the starting model, "
+             f"`{sweep['starting_model']}`; every checkpoint was merged and evaluated the same "
+             "way (settings below). Accuracy % by step:", "",
+             "| step | mode | accuracy % (EvalScope) | our reward acc % | n |",
+             "|---:|---|---:|---:|---:|"]  # fmt: skip
+    metric = str(best.get("metric", ""))
+    name = "val acc" if metric.startswith("val-core/") and "/acc/" in metric else metric
+    for r in summary["results"]:
+        step = r["step"]
+        step = f"{step} best ({name} {best['value']:.4g})" if step == best.get("step") else step
+        lines.append(f"| {step} | {r['mode']} | failed: {r['error'][:90]} | | |" if r.get("error")
+                     else f"| {step} | {r['mode']} | {pct(r.get('accuracy'))} "
+                     f"| {pct(r.get('our_reward_accuracy'))} | {r.get('n')} |")  # fmt: skip
+    if best:
+        lines += ["", f"The run's kept best checkpoint (`{BEST_FILE}`): step {best['step']}, "
+                  f"{metric} = {best['value']:.4g}; `bash scripts/merge.sh {sweep['run_dir']} "
+                  "OUT --best` merges it."]  # fmt: skip
+    return "\n".join(lines) + "\n\n"
 
 
 def _fenced(text: str) -> list[str]:
@@ -104,19 +112,20 @@ def render_samples(label: str, mode: str, header: str, records: list[dict], revi
     lines = [f"# {label}: {mode} mode, first {min(k, len(records))} of {len(records)}", "",
              header, ""]  # fmt: skip
     for record in sorted(records, key=lambda r: r.get("index", 0))[:k]:
-        index, row = record.get("index"), match_row(record, rows)
+        index, row, prompt = record.get("index"), match_row(record, rows), said(record, "user")
         review = reviews.get(index, {})
-        verdicts = [f"EvalScope {'correct' if review.get('score') else 'wrong'} "
-                    f"({review.get('score')})"]  # fmt: skip
+        verdict = (
+            f"EvalScope {'correct' if review.get('score') else 'wrong'} ({review.get('score')})"
+        )
         if ours is not None and index in ours:
-            verdicts.append(f"our reward acc {ours[index]['acc']:.0f}")
+            verdict += f", our reward acc {ours[index]['acc']:.0f}"
         truth = ground_truth(row["answer"]) if row else review.get("target")
         lines += [
-            f"## test #{index}: {', '.join(verdicts)}", "",
-            f"**Question:** {row['question'] if row else user_prompt(record)}", "",
+            f"## test #{index}: {verdict}", "",
+            f"**Question:** {row['question'] if row else prompt}", "",
             f"**Ground truth:** {truth} | **EvalScope extracted:** `{review.get('extracted')}`",
             "", "<details><summary>prompt sent (last user message)</summary>", "",
-            *_fenced(user_prompt(record)), "", "</details>", "", "**Response:**", "",
-            *_fenced(response_text(record)), "",
+            *_fenced(prompt), "", "</details>", "", "**Response:**", "",
+            *_fenced(said(record, "assistant")), "",
         ]  # fmt: skip
     return "\n".join(lines)

@@ -1,7 +1,5 @@
-"""One evaluation session, for ``eval.sh --model ...`` and ``eval.sh --run ...`` alike: the data
-copied once, every model evaluated the same way in every mode (EvalScope's run, its outputs read
-back and checked, our reward's re-score, the samples page), comparison.md/.json written. A failed
-evaluation is a row with ``error`` set; the others go on."""
+"""One evaluation session (``--model`` and ``--run`` alike): every model evaluated the same way in
+every mode, into comparison.md/.json; a failed evaluation is a row with ``error``, others go on."""
 
 from __future__ import annotations
 
@@ -20,19 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.evaluate import settings as cfg
 from verl_gsm8k.evaluate.data import write_data
-from verl_gsm8k.evaluate.render import pct, render_samples
-from verl_gsm8k.evaluate.scoring import read_jsonl, read_report, rescore, review_scores
+from verl_gsm8k.evaluate.render import pct, render_markdown, render_samples, render_steps
+from verl_gsm8k.evaluate.scoring import add_deltas, read_jsonl, read_report, rescore, review_scores
 from verl_gsm8k.evaluate.server import served
-from verl_gsm8k.evaluate.settings import (
-    BENCHMARK,
-    PROG,
-    REPETITION_PENALTY,
-    SUBSET,
-    EvalError,
-    ModelSpec,
-    Settings,
-)
+from verl_gsm8k.evaluate.settings import EvalError, ModelSpec, Settings
 from verl_gsm8k.questions.runs import write_for_evaluation
 
 
@@ -41,7 +32,7 @@ def benchmark() -> Any:
     """EvalScope's gsm8k benchmark (imported on first use: the refusals need no EvalScope)."""
     from evalscope.api.registry import BENCHMARK_REGISTRY
 
-    return BENCHMARK_REGISTRY[BENCHMARK]
+    return BENCHMARK_REGISTRY[cfg.BENCHMARK]
 
 
 def mode_settings(mode: str, settings: Settings) -> dict[str, Any]:
@@ -52,8 +43,8 @@ def mode_settings(mode: str, settings: Settings) -> dict[str, Any]:
     metric = ", ".join(m if isinstance(m, str) else next(iter(m), "?") for m in meta.metric_list)
     scorer = f"EvalScope {metric or 'accuracy'} (Math-Verify)"
     if mode == "training":
-        return {"few_shot": 0, "prompt_template": PROMPT_STYLES["hash"], "scorer": scorer
-                + " + our reward rewards/gsm8k.py:compute_score (number after the last ####)",
+        ours = " + our reward rewards/gsm8k.py:compute_score (number after the last ####)"
+        return {"few_shot": 0, "prompt_template": PROMPT_STYLES["hash"], "scorer": scorer + ours,
                 "comparable_to": settings.comparable_to()}  # fmt: skip
     return {"few_shot": meta.few_shot_num, "prompt_template": meta.prompt_template,
             "scorer": scorer, "comparable_to": "Comparable to published EvalScope gsm8k numbers "
@@ -61,23 +52,20 @@ def mode_settings(mode: str, settings: Settings) -> dict[str, Any]:
 
 
 def run_evalscope(spec: ModelSpec, mode: str, s: Settings, data_dir: Path, url: str | None,
-                  served_name: str | None, work_dir: Path) -> None:  # fmt: skip
+                  work_dir: Path) -> None:  # fmt: skip
     from evalscope import TaskConfig, run_task
 
     dataset: dict[str, Any] = {"dataset_id": str(data_dir)}
     if mode == "training":
-        info = mode_settings(mode, s)
-        dataset.update(few_shot_num=0, prompt_template=info["prompt_template"])
-    penalty = {"repetition_penalty": REPETITION_PENALTY}
+        dataset.update(few_shot_num=0, prompt_template=mode_settings(mode, s)["prompt_template"])
+    penalty = {"repetition_penalty": cfg.REPETITION_PENALTY}
     generation: dict[str, Any] = {"do_sample": False, "max_tokens": s.max_tokens,
                                   "extra_body": penalty}  # fmt: skip
     repeats: dict[str, Any] = {}
     if s.repeats > 1:  # EvalScope repeats each question: mean@k the headline, pass@n beside it
         from evalscope.api.metric.semantics import MetricSelector
 
-        # top_p/top_k sent as verl's rollout (1.0, -1: off): left out, a server and transformers
-        # take the model's generation_config.json (Qwen2.5-Instruct: 0.8, 20); transformers'
-        # "off" for top_k is 0
+        # top-k as sent to a server; transformers' "off" is 0
         top_k = s.top_k if s.top_k > 0 or url else 0
         generation.update(do_sample=True, temperature=s.temperature, top_p=s.top_p, top_k=top_k)
         mean = MetricSelector(name="accuracy", aggregation="mean")
@@ -85,12 +73,12 @@ def run_evalscope(spec: ModelSpec, mode: str, s: Settings, data_dir: Path, url: 
         repeats = {"repeats": s.repeats}
     if url:
         generation.setdefault("temperature", 0.0)
-        model = {"model": served_name, "eval_type": "openai_api", "api_url": url,
-                 "api_key": s.api_key}  # fmt: skip
+        name = spec.source if spec.api_url else spec.label  # vLLM serves it by its label
+        model = {"model": name, "eval_type": "openai_api", "api_url": url, "api_key": s.api_key}
     else:
         model = {"model": spec.path, "eval_type": "llm_ckpt", "model_args": {"precision": s.dtype}}
     run_task(TaskConfig(
-        model_id=spec.label, datasets=[BENCHMARK], dataset_args={BENCHMARK: dataset},
+        model_id=spec.label, datasets=[cfg.BENCHMARK], dataset_args={cfg.BENCHMARK: dataset},
         generation_config=generation, eval_batch_size=s.batch_size or (64 if url else 8),
         limit=s.limit, work_dir=str(work_dir), no_timestamp=True, **repeats, **model,
     ))  # fmt: skip
@@ -98,36 +86,25 @@ def run_evalscope(spec: ModelSpec, mode: str, s: Settings, data_dir: Path, url: 
 
 @contextlib.contextmanager
 def console_to(log: Path) -> Iterator[None]:
-    """File descriptors 1 and 2 (EvalScope's logger, progress bars, the libraries' warnings) to
-    ``log``, with an exception's traceback; the exception goes on to the caller."""
+    """File descriptors 1 and 2 (EvalScope's logger, bars, warnings) and a traceback to ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    try:
-        with log.open("ab") as handle:
-            os.dup2(handle.fileno(), 1)
-            os.dup2(handle.fileno(), 2)
-            try:
-                yield
-            except Exception:
-                traceback.print_exc()
-                raise
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-    finally:
-        for fd, copy in zip((1, 2), saved, strict=True):
-            os.dup2(copy, fd)
-            os.close(copy)
-
-
-def last_line(err: Exception) -> str:
-    """A failure in one line: ours as is, any other as its type and last line."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    if isinstance(err, EvalError):
-        return str(err)
-    return f"{type(err).__name__}: {lines[-1]}" if lines else type(err).__name__
+    saved = [os.dup(1), os.dup(2)]
+    with log.open("ab") as handle:
+        for fd in (1, 2):
+            os.dup2(handle.fileno(), fd)
+        try:
+            yield
+        except Exception:
+            traceback.print_exc()
+            raise
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
 @dataclass
@@ -138,138 +115,120 @@ class Session:
     version: str
 
     @classmethod
-    def open(cls, settings: Settings, rows: dict[str, list[dict]]) -> Session:
-        data_dir = write_data(rows, settings.out / "data")
-        return cls(settings, rows, data_dir, metadata.version("evalscope"))
+    def open(cls, s: Settings, rows: dict[str, list[dict]]) -> Session:
+        return cls(s, rows, write_data(rows, s.out / "data"), metadata.version("evalscope"))
 
     def row(self, spec: ModelSpec, backend: str, mode: str, error: str | None = None) -> dict:
         """A comparison row's identity; a failed one says why, in one line on stderr too."""
         if error is not None:
-            print(f"{PROG}: {spec.label} / {mode} failed: {error}", file=sys.stderr)
+            print(f"{cfg.PROG}: {spec.label} / {mode} failed: {error}", file=sys.stderr)
         return {"model": spec.label, "model_source": spec.source, "model_path": spec.path,
                 "backend": backend, "mode": mode, "accuracy": None, "n": 0,
                 "evalscope_version": self.version, "error": error}  # fmt: skip
 
     def evaluate(self, spec: ModelSpec) -> list[dict]:
-        """Every mode of one model (a local one served by vLLM first, with that backend)."""
+        """Every mode of one model (served by vLLM first, with that backend)."""
         s, rows = self.settings, []
         backend = "api" if spec.api_url else s.backend
         try:
             with contextlib.ExitStack() as stack:
-                url = spec.api_url
-                if backend == "vllm":
-                    url = stack.enter_context(served(spec, s))
+                url = stack.enter_context(served(spec, s)) if backend == "vllm" else spec.api_url
                 for mode in s.modes:
                     log = s.out / "logs" / f"evalscope-{spec.label}-{mode}.log"
                     try:
                         rows.append(self.evaluate_one(spec, mode, backend, url, log))
                     except Exception as err:  # one failed evaluation must not lose the others
-                        rows.append(self.row(spec, backend, mode,
-                                             f"{last_line(err)} (full log: {log})"))  # fmt: skip
+                        # one line: ours as it is, any other as its type and last line
+                        last = [x.strip() for x in str(err).splitlines() if x.strip()][-1:]
+                        why = ": ".join([type(err).__name__, *last])
+                        why = str(err) if isinstance(err, EvalError) else why
+                        why = f"{why} (full log: {log})"
+                        rows.append(self.row(spec, backend, mode, why))
         except EvalError as err:  # the server did not start
             return [self.row(spec, backend, mode, str(err)) for mode in s.modes]
         return rows
 
     def evaluate_one(self, spec: ModelSpec, mode: str, backend: str, url: str | None,
                      log: Path) -> dict:  # fmt: skip
-        s, out, test = self.settings, self.settings.out, self.rows["test"]
-        work = out / "evalscope" / spec.label / mode
+        s, test, start = self.settings, self.rows["test"], time.perf_counter()
+        work = s.out / "evalscope" / spec.label / mode
         shutil.rmtree(work, ignore_errors=True)
-        info = mode_settings(mode, s)
-        generation = {**s.generation(), "batch_size": s.batch_size or (64 if url else 8)}
-        if backend == "transformers":
-            generation["dtype"] = s.dtype
-        start = time.perf_counter()
-        print(f"{PROG}: evaluating {spec.label} in {mode} mode ({backend}); log: {log}", flush=True)
+        say = f"{cfg.PROG}: evaluating {spec.label} in {mode} mode ({backend}); log: {log}"
+        print(say, flush=True)
         with console_to(log):
-            name = spec.source if spec.api_url else spec.label
-            run_evalscope(spec, mode, s, self.data_dir, url, name, work)
+            run_evalscope(spec, mode, s, self.data_dir, url, work)
         report = read_report(work, spec.label)
-        predictions = work / "predictions" / spec.label / f"{BENCHMARK}_{SUBSET}.jsonl"
+        name = f"{spec.label}/{cfg.BENCHMARK}_{cfg.SUBSET}.jsonl"  # EvalScope's file names
+        predictions = work / "predictions" / name
         if not predictions.is_file():
             raise EvalError(f"EvalScope wrote no predictions at {predictions}")
-        expected = min(s.limit or len(test), len(test))
-        if report["n"] != expected:
-            raise EvalError(
-                f"EvalScope scored {report['n']} questions but {self.data_dir} has {expected} to "
-                "score (a stale datasets cache of another directory with the same name?)"
-            )
-        reviews = review_scores(work / "reviews" / spec.label / f"{BENCHMARK}_{SUBSET}.jsonl")
+        asked = min(s.limit or len(test), len(test))
+        if report["n"] != asked:
+            raise EvalError(f"EvalScope scored {report['n']} questions but {self.data_dir} has "
+                            f"{asked} to score (a stale datasets cache of another directory with "
+                            "the same name?)")  # fmt: skip
+        reviews = review_scores(work / "reviews" / name)
         scored = [r["score"] for r in reviews.values() if r["score"] is not None]
+        info, rel = mode_settings(mode, s), lambda path: os.path.relpath(path, s.out)
+        samples = s.out / "samples" / f"{spec.label}-{mode}.md"
         row = {**self.row(spec, backend, mode), "accuracy": report["score"], "n": report["n"],
                "correct": round(sum(scored)) if scored and s.repeats == 1 else None,
                "errored": report["errored"], "our_reward_accuracy": None,
                "our_reward_format_rate": None, "few_shot": info["few_shot"],
-               "prompt_template": info["prompt_template"], "generation": generation,
-               "work_dir": os.path.relpath(work, out),
-               "report": os.path.relpath(report["path"], out),
-               "predictions": os.path.relpath(predictions, out)}  # fmt: skip
+               "prompt_template": info["prompt_template"], "generation": {
+                   **s.generation(), "batch_size": s.batch_size or (64 if url else 8),
+                   **({"dtype": s.dtype} if backend == "transformers" else {})},
+               "work_dir": rel(work), "report": rel(report["path"]),
+               "predictions": rel(predictions), "samples": rel(samples)}  # fmt: skip
         if s.repeats > 1:  # accuracy is mean@k; pass@k: a question with any right answer
             row["pass_at_k"] = report["pass_at_k"].get(s.repeats)
         ours = None
         if mode == "training":
-            ours = rescore(predictions, test, k=s.repeats)
-            row.update(our_reward_accuracy=ours["accuracy"], our_reward_n=ours["questions"],
-                       our_reward_format_rate=ours["format_rate"])  # fmt: skip
-            if s.repeats > 1:
-                row["our_reward_pass_at_k"] = ours["pass_at_k"]
-            for key in ("short_questions", "unmatched"):  # short: fewer than k answers scored
-                if ours[key]:
-                    row[f"our_reward_{key}"] = ours[key]
-        reward = f"our reward: {pct(row['our_reward_accuracy'])}%" if ours else ""
-        samples = out / "samples" / f"{spec.label}-{mode}.md"
+            fields, ours = rescore(predictions, test, k=s.repeats)
+            row.update(fields)
+        ours_pct = None if ours is None else pct(row["our_reward_accuracy"])
         header = (f"EvalScope {self.version}, {info['few_shot']}-shot, max_tokens {s.max_tokens} "
                   f"(from {s.max_tokens_from}), backend {backend}. Accuracy (EvalScope): "
-                  f"{pct(row['accuracy'])}% of {row['n']}{'; ' * bool(ours)}{reward}.")  # fmt: skip
-        write_atomic(samples, render_samples(
-            spec.label, mode, header, read_jsonl(predictions), reviews,
-            ours and ours["per_index"], test, s.samples))  # fmt: skip
-        row.update(samples=os.path.relpath(samples, out),
-                   seconds=round(time.perf_counter() - start, 1))  # fmt: skip
-        print(f"{PROG}: {spec.label} / {mode}: accuracy {pct(row['accuracy'])}% (n={row['n']})"
-              f"{', ' * bool(ours)}{reward.replace(':', '')}", flush=True)  # fmt: skip
+                  f"{pct(row['accuracy'])}% of {row['n']}"
+                  + (f"; our reward: {ours_pct}%." if ours_pct else "."))  # fmt: skip
+        write_atomic(samples, render_samples(spec.label, mode, header, read_jsonl(predictions),
+                     reviews, ours, test, s.samples))  # fmt: skip
+        row["seconds"] = round(time.perf_counter() - start, 1)
+        print(f"{cfg.PROG}: {spec.label} / {mode}: accuracy {pct(row['accuracy'])}% (n={row['n']})"
+              + (f", our reward {ours_pct}%" if ours_pct else ""), flush=True)  # fmt: skip
         return row
 
-    def summary(self, baseline: str, results: list[dict], seconds: float) -> dict[str, Any]:
-        s = self.settings
-        return {
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
-            "evalscope_version": self.version,
-            "benchmark_version": benchmark().evaluation_version,
-            "baseline": baseline,
-            "data": {
-                "source": s.data,
-                "dataset_dir": os.path.relpath(self.data_dir, s.out),
-                "n_test": len(self.rows["test"]),
-                "n_train": len(self.rows.get("train") or []),
-            },  # fmt: skip
-            "limit": s.limit,
-            "generation": s.generation(),
-            "modes": {m: mode_settings(m, s) for m in s.modes},
-            "results": results,
-            "seconds": round(seconds, 1),
-        }
-
-
-def write_comparison(out: Path, summary: dict, markdown: str) -> None:
-    """comparison.json and comparison.md, then questions/questions.html, every model's answer
-    question by question (none when every evaluation failed; a failure to write it: a warning)."""
-    write_atomic(out / "comparison.json", json.dumps(summary, indent=2, default=str) + "\n")
-    write_atomic(out / "comparison.md", markdown)
-    if all(r.get("error") is not None for r in summary["results"]):
-        return
-    page, issue = write_for_evaluation(out, summary.get("baseline"))
-    if issue:
-        print(f"{PROG}: warning: {issue}", file=sys.stderr)
-    if page:
-        print(f"{PROG}: which questions changed -> {page}")
+    def write(self, baseline: str, results: list[dict], seconds: float,
+              sweep: dict | None = None) -> str:  # fmt: skip
+        """comparison.json and .md (a sweep's: its table by step first), then
+        questions/questions.html, every model's answer question by question (none when every
+        evaluation failed; one it cannot write: a warning). Returns the Markdown."""
+        s, rows, out = self.settings, self.rows, self.settings.out
+        add_deltas(results, baseline)
+        data = {"source": s.data, "dataset_dir": os.path.relpath(self.data_dir, out),
+                "n_test": len(rows["test"]), "n_train": len(rows.get("train") or [])}  # fmt: skip
+        summary = {"created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+                   "evalscope_version": self.version,
+                   "benchmark_version": benchmark().evaluation_version, "baseline": baseline,
+                   "data": data, "limit": s.limit, "generation": s.generation(),
+                   "modes": {m: mode_settings(m, s) for m in s.modes}, "results": results,
+                   "seconds": round(seconds, 1), **({"sweep": sweep} if sweep else {})}  # fmt: skip
+        markdown = (render_steps(summary) if sweep else "") + render_markdown(summary)
+        write_atomic(out / "comparison.json", json.dumps(summary, indent=2, default=str) + "\n")
+        write_atomic(out / "comparison.md", markdown)
+        if any(r.get("error") is None for r in results):
+            page, issue = write_for_evaluation(out, baseline)
+            if issue:
+                print(f"{cfg.PROG}: warning: {issue}", file=sys.stderr)
+            if page:
+                print(f"{cfg.PROG}: which questions changed -> {page}")
+        return markdown
 
 
 def exit_interrupted(stop: BaseException, what: str) -> None:
-    """Exit now (every server already stopped as the exception unwound), without waiting for
-    EvalScope's worker threads to give up on their requests."""
+    """Exit now (the servers stopped as the exception unwound), not after EvalScope's threads."""
     code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) else 130
-    print(f"{PROG}: interrupted; servers stopped, {what}", file=sys.stderr)
+    print(f"{cfg.PROG}: interrupted; servers stopped, {what}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

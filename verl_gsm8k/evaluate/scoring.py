@@ -1,4 +1,4 @@
-"""EvalScope's outputs read and scored: responses, prompts, our reward's re-score with pass@k,
+"""EvalScope's outputs read and scored: answers and prompts, our reward's re-score and pass@k,
 EvalScope's report and reviews, deltas against the baseline. No EvalScope import."""
 
 from __future__ import annotations
@@ -19,21 +19,14 @@ def _text(content: Any) -> str:
     return content if isinstance(content, str) else ""
 
 
-def _last(record: dict, role: str) -> Any:
-    said = [m for m in record.get("messages") or [] if m.get("role") == role]
-    return said[-1].get("content") if said else ""
-
-
-def response_text(record: dict) -> str:
-    """The answer in one line of EvalScope's predictions (``model_output.choices[0]``, else the
-    conversation's last assistant turn)."""
+def said(record: dict, role: str) -> str:
+    """A prediction's last ``role`` turn (the assistant's: ``model_output.choices[0]`` first)."""
     choices = (record.get("model_output") or {}).get("choices") or []
     content = choices[0].get("message", {}).get("content") if choices else None
-    return _text(_last(record, "assistant") if content is None else content)
-
-
-def user_prompt(record: dict) -> str:
-    return _text(_last(record, "user"))
+    if role != "assistant" or content is None:
+        turns = [m for m in record.get("messages") or [] if m.get("role") == role]
+        content = turns[-1].get("content") if turns else ""
+    return _text(content)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -47,7 +40,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def match_row(record: dict, rows: list[dict]) -> dict | None:
     """The test row a prediction answers: by its index, checked against the prompt's text."""
-    prompt, index = user_prompt(record), record.get("index")
+    prompt, index = said(record, "user"), record.get("index")
     if isinstance(index, int) and 0 <= index < len(rows) and rows[index]["question"] in prompt:
         return rows[index]
     hits = [row for row in rows if row["question"] in prompt]
@@ -62,10 +55,11 @@ def pass_at_k(answers: list[float], k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def rescore(predictions: Path, rows: list[dict], k: int = 1) -> dict:
+def rescore(predictions: Path, rows: list[dict], k: int = 1) -> tuple[dict, dict[int, dict]]:
     """EvalScope's saved answers scored by our reward, grouped by the dataset row they answer
-    (two questions of the same text stay two): accuracy (mean@k), format rate, pass@k over the
-    questions with at least k answers; the others are ``short_questions``, named on stderr."""
+    (two questions of the same text stay two): the row's ``our_reward_*`` fields (accuracy is
+    mean@k; pass@k over the questions with k answers or more, the others named on stderr as
+    ``short_questions``), and each answer's score by its index."""
     from data_prep.gsm8k import ground_truth
     from rewards.gsm8k import compute_score
 
@@ -78,52 +72,46 @@ def rescore(predictions: Path, rows: list[dict], k: int = 1) -> dict:
         if row is None:
             unmatched += 1
             continue
-        truth = ground_truth(row["answer"])
-        score = compute_score(DATA_SOURCE, response_text(record), truth)
+        score = compute_score(DATA_SOURCE, said(record, "assistant"), ground_truth(row["answer"]))
         scores[int(record.get("index", len(scores)))] = score
         by_row.setdefault(position[id(row)], []).append(score["acc"])
-    n = len(scores)
-    short = sorted(i for i, a in by_row.items() if len(a) < k)
+    n, short = len(scores), sorted(i for i, a in by_row.items() if len(a) < k)
+    fields: dict[str, Any] = {
+        "our_reward_accuracy": sum(s["acc"] for s in scores.values()) / n if n else None,
+        "our_reward_format_rate": sum(s["format"] for s in scores.values()) / n if n else None,
+        "our_reward_n": len(by_row),
+    }
+    if k > 1:
+        full = [pass_at_k(a, k) for a in by_row.values() if len(a) >= k]
+        fields["our_reward_pass_at_k"] = sum(full) / len(full) if full else None
     if short:
+        fields["our_reward_short_questions"] = short
         print(f"warning: {predictions}: {len(short)} question(s) with fewer than {k} scored "
               f"answers (rows {short[:10]}) left out of pass@{k}", file=sys.stderr)  # fmt: skip
-    full = [pass_at_k(a, k) for a in by_row.values() if len(a) >= k]
-    return {
-        "n": n, "questions": len(by_row), "unmatched": unmatched,
-        "accuracy": sum(s["acc"] for s in scores.values()) / n if n else None,
-        "format_rate": sum(s["format"] for s in scores.values()) / n if n else None,
-        "pass_at_k": sum(full) / len(full) if full else None,
-        "short_questions": short, "per_index": scores,
-    }  # fmt: skip
+    if unmatched:
+        fields["our_reward_unmatched"] = unmatched
+    return fields, scores
 
 
 def read_report(work_dir: Path, label: str) -> dict:
-    """EvalScope's ``reports/<model>/gsm8k.json``: the mean's score (0..1), the questions
-    scored, pass@n for each n it reports (several answers a question), errored requests."""
+    """``reports/<model>/gsm8k.json``: the mean (0..1), questions, pass@n by n, errored."""
     path = work_dir / "reports" / label / f"{BENCHMARK}.json"
-    try:
-        report = json_read.read(path)
-    except (OSError, json_read.JsonError) as err:
-        raise EvalError(f"EvalScope wrote no readable report at {path} ({err})") from None
-    metrics = (report.get("metrics") if isinstance(report, dict) else None) or []
+    report = json_read.read(path)  # missing or broken: the evaluation's row says so
+    metrics = report.get("metrics") if isinstance(report, dict) else None
     if not metrics:
         raise EvalError(f"EvalScope's report {path} has no metrics")
-    means = [m for m in metrics if (m.get("identity") or {}).get("aggregation") in (None, "mean")]
-    passes = {
-        int(((m.get("identity") or {}).get("dimensions") or {}).get("k", 0)): m
-        for m in metrics
-        if (m.get("identity") or {}).get("aggregation") == "pass_at_k"
-    }
-    metric = (means or metrics)[0]
+    pairs = [(m, (m.get("identity") or {}).get("aggregation")) for m in metrics]
+    metric = next((m for m, kind in pairs if kind in (None, "mean")), metrics[0])
+    passes = {int(m["identity"].get("dimensions", {}).get("k", 0)): m
+              for m, kind in pairs if kind == "pass_at_k"}  # fmt: skip
     answers = int(metric.get("num") or report.get("num") or 0)
     return {
-        "path": path,
-        "score": float(metric["score"]),
+        "path": path, "score": float(metric["score"]),
         # questions: pass@1 counts each once; without it every answer is a question
         "n": int(passes[1].get("num") or answers) if 1 in passes else answers,
         "pass_at_k": {k: float(m["score"]) for k, m in passes.items()},
         "errored": int((report.get("execution_summary") or {}).get("errored") or 0),
-    }
+    }  # fmt: skip
 
 
 def review_scores(reviews: Path) -> dict[int, dict]:

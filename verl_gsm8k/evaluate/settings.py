@@ -32,8 +32,8 @@ class UsageError(Exception):
 @dataclass
 class ModelSpec:
     label: str  # model_id in EvalScope's outputs and in the tables
-    source: str  # what the user gave: a directory, a hub id, or the model served at api_url
-    api_url: str | None = None  # an already-running OpenAI-compatible server
+    source: str  # a directory, a hub id, or the model served at api_url
+    api_url: str | None = None
     path: str | None = None  # the resolved local directory
 
 
@@ -46,7 +46,7 @@ class Settings:
     max_tokens: int
     max_tokens_from: str  # MAX_TOKENS_FLAG, MAX_TOKENS_DEFAULT or the run's launch record
     limit: int | None = None
-    batch_size: int | None = None  # None: 8 for the transformers backend, 64 for a server
+    batch_size: int | None = None  # None: 8 for transformers, 64 requests for a server
     dtype: str = "float32"
     repeats: int = 1  # answers sampled per question; 1: greedy
     temperature: float = 0.0
@@ -57,7 +57,6 @@ class Settings:
     vllm_bin: str = "vllm"
     vllm_args: list[str] = field(default_factory=list)
     server_timeout: float = 900.0
-    port: int | None = None
 
     def generation(self) -> dict[str, Any]:
         """How every answer was generated, recorded beside its score."""
@@ -71,25 +70,19 @@ class Settings:
         }  # fmt: skip
 
     def key(self) -> dict[str, Any]:
-        """A sweep's resume key: the data and every setting that changes an answer or its
-        score (not where max_tokens came from, nor the batch)."""
+        """A sweep's resume key: the data and every setting that changes an answer."""
         kept = {k: v for k, v in self.generation().items()
                 if k not in ("max_tokens_from", "do_sample", "batch_size")}  # fmt: skip
         return {"modes": list(self.modes), "data": self.data, "limit": self.limit, **kept,
                 "backend": self.backend, "dtype": self.dtype}  # fmt: skip
 
     def comparable_to(self) -> str:
-        """What a training-mode score compares with: verl's validation score only at the run's
-        own response limit."""
+        """What a training-mode score compares with (verl's validation: at the run's limit)."""
         limit = f"max_tokens {self.max_tokens}, from {self.max_tokens_from}"
         if self.max_tokens_from not in (MAX_TOKENS_FLAG, MAX_TOKENS_DEFAULT):
-            return (
-                "Comparable to this run's validation score (val-core/openai/gsm8k/acc): the "
-                f"training prompt and the run's own response limit ({limit})."
-            )
-        return (
-            f"The training prompt, at {limit}: comparable to a run's validation score "
-            "(val-core/openai/gsm8k/acc) only if that equals the run's data.max_response_length "
-            "(verl cuts a longer answer and scores it 0, so a larger limit reads higher). "
-            "`--run RUN_DIR` takes the run's own limit."
-        )
+            return ("Comparable to this run's validation score (val-core/openai/gsm8k/acc): the "
+                    f"training prompt and the run's own response limit ({limit}).")  # fmt: skip
+        return (f"The training prompt, at {limit}: comparable to a run's validation score "
+                "(val-core/openai/gsm8k/acc) only if that equals the run's data."
+                "max_response_length (verl cuts a longer answer and scores it 0, so a larger "
+                "limit reads higher). `--run RUN_DIR` takes the run's own limit.")  # fmt: skip

@@ -1,11 +1,6 @@
-"""Pick the save of an SFT run whose greedy accuracy first lands in a band:
-
-    python -m verl_gsm8k.warm_start SFT_RUN_DIR --test-file TEST.parquet --band 0.30-0.45
-
-Every step directory with a ``huggingface/`` model (verl's ``hf_model`` save) is scored in step
-order, and the first in the band is picked; where none is, the closest (the summary says so).
-stdout: the picked step directory (merge.sh's input); stderr: a line per save and the summary.
-Exit 0 picked; 2 bad input (no such run, no save, a bad band or test file), in one line."""
+"""``python -m verl_gsm8k.warm_start SFT_RUN_DIR --test-file TEST.parquet --band 0.30-0.45``:
+the saves with a ``huggingface/`` model scored in step order, the first in the band picked (none:
+the closest, said so); stdout the picked step directory, stderr the scores; exit 2 bad input."""
 
 from __future__ import annotations
 
