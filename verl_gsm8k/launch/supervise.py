@@ -77,16 +77,16 @@ class Supervisor:
     ) -> None:
         self.run_dir, self.grace_s, self.env, self.say = run_dir, grace_s, env, say
         self.grace_set = bool(env.get("STOP_GRACE_S"))
-        self.deadline: float | None = None
-        self.kill_now = False
+        self.deadline: float | None = None  # of the stop under way: verl is stopped then
+        self.signalled = self.kill_now = False
 
     def request_stop(self, *_: object) -> None:
         """SIGTERM: the trainer saves the step in flight and stops. Unless STOP_GRACE_S is the
         user's, in a Slurm job the grace runs to 5 s before its end (read now: a preemption's
         GraceTime moves it), or before Slurm's SIGKILL KillWait after its requeue or scancel."""
-        if self.deadline is not None:
+        if self.signalled:  # its deadline wins over one a process of verl's wrote first
             return
-        now = time.time()
+        self.signalled, now = True, time.time()
         deadline, why = now + self.grace_s, f"STOP_GRACE_S={self.grace_s} s"
         job = self.env.get("SLURM_JOB_ID")
         end = None if self.grace_set else job_end(self.env)
