@@ -1,9 +1,6 @@
 """A LoRA adapter folded into the merged weights by peft's ``merge_and_unload``: W + B·A·alpha/r.
-
-verl 0.9.1's merger writes a LoRA actor's BASE weights as the model and the adapter aside in
-``<target>/lora_adapter/`` (verl/model_merger/base_model_merger.py ~321-423): handed out as
-merged, that would be the untrained base. Its alpha comes from the checkpoint's
-lora_train_meta.json, 0 without one (a no-op adapter): refused then, unless given.
+verl's merger writes the base weights and the adapter aside (base_model_merger.py ~321-423):
+handed out as merged, the untrained base. Its alpha is lora_train_meta.json's, else 0: refused.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""A step's FSDP shards rewritten for another world size, for verl (whose loader opens only the
-files of its own world size: fsdp_checkpoint_manager.py ~213-240) to resume them there.
-
-Each DTensor of the W ranks' model and optim files is joined into its full tensor (each part
-where DTensor's own rule puts it), cut the same way for W' ranks and saved as a DTensor on the
-1-D mesh verl builds at W'; the rest is the same on every rank (AdamW's step and param_groups,
-the scheduler) and taken from rank 0, and new rank r gets old rank r % W's RNG. The old files
-are only read (memory-mapped); each new one is written under a temporary name, then renamed;
-``fsdp_config.json``, whose world_size names the files that are the checkpoint, is rewritten
-last, once every role's are written: a reshard stopped at any moment leaves the checkpoint of
-world size W whole, and running it again finishes it.
+"""A step's FSDP shards rewritten for another world size (verl loads only its own world size's:
+fsdp_checkpoint_manager.py ~213-240). Each DTensor of the W ranks' files is joined into its
+full tensor (DTensor's own rule), cut for W' ranks, saved on the 1-D mesh verl builds at W';
+the rest is taken from rank 0, new rank r gets old rank r % W's RNG. Old files are only read,
+new ones written under a temporary name, then renamed; fsdp_config.json, whose world_size names
+the checkpoint's files, last: a reshard stopped at any moment leaves the W one whole.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Before a relaunch resumes: the checkpoint verl will load is whole, or an earlier whole one is.
-
+"""Before a relaunch: the checkpoint verl will resume is whole, or an earlier whole one is.
 verl resumes the step its tracker names (trainer_base.py ~850), dies after Ray started on a file
-it cannot load, and trains from scratch without a word when the tracker is missing or empty.
-Every file verl loads from that step is loaded here first, by the function verl's own loads then
-run (common/checkpoint_files.py): the two cannot disagree. A step that fails gives way to the
-newest whole one before it (the tracker rewritten, one line each); none: one line, exit 2.
+it cannot load, and starts over silently without a tracker. Every file it loads from that step
+is loaded here first by the function verl's loads run (common/checkpoint_files.py): they cannot
+disagree. A failing step gives way to the newest whole one before it, one line each; none: exit 2.
 """
 
 from __future__ import annotations
