@@ -95,11 +95,12 @@ def test_one_stop_request_its_deadline_and_why_and_the_exit_it_gives(tmp_path: P
     assert status == EXIT_PREEMPTED
     assert line.startswith("recipe: stopped before the job's end after saving step 7 (")
     assert stop.request(tmp_path, 5.0, SIGTERM, over=True)  # the launcher's SIGTERM wins
-    status, (line,) = verdict(tmp_path, "20261126T110000Z", 0)
+    assert verdict(tmp_path, stamp, 0) == (0, [])  # a request verl's process wrote alone
+    status, (line,) = verdict(tmp_path, "20261126T110000Z", 0, signalled=True)
     assert status == EXIT_PREEMPTED and line == ("recipe: stopped on SIGTERM before this launch "
                                                  "saved a step; the same command resumes from "
                                                  "step 7")  # fmt: skip
-    assert verdict(tmp_path, stamp, 143) == (143, [])  # the grace ran out: not saved
+    assert verdict(tmp_path, stamp, 143, True) == (143, [])  # the grace ran out: not saved
     (tmp_path / "stop_requested").write_text("soon\n")
     assert stop.read_request(tmp_path)[0] > time.time() + 3000  # unreadable: save now
 

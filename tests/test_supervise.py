@@ -71,13 +71,12 @@ def test_a_sigterm_to_the_launcher_is_a_stop_request_and_the_grace_ends_verl(tmp
     assert session[1] == "L1" and int(session[0]) != proc.pid
 
 
-def test_a_stop_requested_inside_verl_has_its_deadline_kept_unless_the_launcher_is_signalled(
+def test_the_trainers_stop_has_its_deadline_kept_unless_the_launcher_is_signalled(
     tmp_path: Path,
 ):
-    """A request the trainer or one of verl's processes wrote (a job's end, a SIGTERM to the
-    driver alone): the launcher ends verl at its deadline (143); a SIGTERM to the launcher
-    then sets the deadline by the launcher's grace (verl ends itself: its status)."""
-    request = f"echo $(( $(date +%s) + 3 )) sigterm > {tmp_path}/stop_requested"
+    """The trainer's request before a job's end: the launcher ends verl at its deadline (143);
+    a SIGTERM to the launcher then sets the deadline by its own grace (verl ends itself)."""
+    request = f"echo $(( $(date +%s) + 3 )) job-end > {tmp_path}/stop_requested"
     proc = launch(tmp_path, True, 600, f"{request}; while :; do sleep 0.05; done")
     out, _ = proc.communicate(timeout=60)
     assert out.strip().splitlines()[-1] == "status 143 stop requested", out

@@ -296,7 +296,7 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
         f"Metrics: {metrics}; to a Hugging Face model (a MODEL_PATH for the PPO recipes): bash "
         f"scripts/merge.sh {run_dir} OUT_DIR")  # fmt: skip
     say(f"recipe: verl exited with {code}. {report}")
-    code, lines = outcome.verdict(run_dir, stamp, code)
+    code, lines = outcome.verdict(run_dir, stamp, code, supervisor.signalled)
     for line in lines:
         say(line, err=True)
     if (hooks := recipe_hooks(plan.recipe)) is not None:

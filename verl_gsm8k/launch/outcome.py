@@ -1,6 +1,6 @@
 """How a launch ended, as the launcher says it and exits with it: 4 when the watchdog stopped it,
-5 when a stop request (guard/stop.py) ended it, verl's status otherwise, with one line for a
-refused checkpoint file or a full disk. Standard library only."""
+5 when a stop (guard/stop.py: a SIGTERM to the launcher, the trainer's before a job's end) ended
+it, verl's status otherwise, with one line for a refused checkpoint file or a full disk."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import shutil
 from pathlib import Path
 
 from verl_gsm8k.common import run_dir as rd
-from verl_gsm8k.guard.stop import SIGTERM, read_request
+from verl_gsm8k.guard.stop import JOB_END, read_request
 
 
-def verdict(run_dir: Path, stamp: str, status: int) -> tuple[int, list[str]]:
+def verdict(run_dir: Path, stamp: str, status: int, signalled: bool = False) -> tuple[int, list]:
     """(exit status, lines for stderr) once verl exited with ``status`` (143: stopped by the
-    launcher, the step in flight not saved)."""
+    launcher, the step in flight not saved); ``signalled``: the launcher got a SIGTERM (a
+    request a process of verl's wrote alone, as at a run's end, is no stop of the launch's)."""
     trips = [t for t in rd.read_trips(run_dir) if t.get("launch") == stamp]
     stops = [t for t in trips if t.get("action") == "stop"]
     if stops:
@@ -26,8 +27,8 @@ def verdict(run_dir: Path, stamp: str, status: int) -> tuple[int, list[str]]:
         lines.append(f"recipe: the watchdog warned {len(trips)} time(s), the run went on; first: "
                      f"{trips[0].get('message')} (all: {rd.watchdog_path(run_dir)})")  # fmt: skip
     stop = read_request(run_dir)
-    if stop is not None and status != 143:
-        how = "on SIGTERM" if stop[1] == SIGTERM else "before the job's end"
+    if stop is not None and status != 143 and (signalled or stop[1] == JOB_END):
+        how = "before the job's end" if stop[1] == JOB_END else "on SIGTERM"
         step = rd.tracked_step(run_dir)
         where = f"step {step}" if step is not None else "the start (no checkpoint yet)"
         again = "the same command resumes from"

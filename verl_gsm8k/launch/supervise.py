@@ -23,7 +23,7 @@ from verl_gsm8k.common import procs
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.common.children import dies_with_this_process
 from verl_gsm8k.common.run_dir import session_path, stop_path
-from verl_gsm8k.guard.stop import SIGTERM, read_request, request
+from verl_gsm8k.guard.stop import JOB_END, SIGTERM, read_request, request
 from verl_gsm8k.launch import reap
 from verl_gsm8k.launch.slurm import ended_by_slurm, job_end, kill_wait
 
@@ -129,8 +129,9 @@ class Supervisor:
                 return code if code >= 0 else 128 - code
             except subprocess.TimeoutExpired:
                 pass
-            if self.deadline is None:  # a request of the trainer's or of verl's processes
-                self.deadline = (read_request(self.run_dir) or (None,))[0]
+            found = None if self.deadline else read_request(self.run_dir)
+            if found and found[1] == JOB_END:  # the trainer's stop before the job's end
+                self.deadline = found[0]
             if self.kill_now or (self.deadline is not None and time.time() >= self.deadline):
                 if not self.kill_now:
                     self.say(f"recipe: STOP_GRACE_S={self.grace_s} s are over: stopping verl",
