@@ -2,11 +2,11 @@
 
 A stop request is RUN_DIR/stop_requested, "<deadline> <why>": the launcher writes it on SIGTERM,
 verl's processes on a SIGTERM of their own (verl_plugins/stop_on_sigterm.py), the trainer before
-a job's end. The trainers read it after each step: they save that step and end the run (exit 5);
-the launcher ends verl at the deadline, saved or not (143). Why two reasons, one path: a SIGTERM
-comes without notice (a preemption, scancel, a pod's stop), so its grace must cover a step, its
-validation and save as measured here; a job's end is known at launch, so the trainer stops after
-the last step that fits, and Slurm's signal lead (--signal=B:TERM@120) is only the backstop.
+a job's end. The trainers read it after each step: they save that step and end the run; the
+launcher exits 5, or ends verl at its own or the trainer's deadline (143). Why two reasons: a
+SIGTERM comes without notice (a preemption, scancel, a pod's stop), so its grace must cover a
+step, its validation and save as measured here; a job's end is known at launch, so the trainer
+stops after the last step that fits, Slurm's signal lead (--signal=B:TERM@120) the backstop.
 The times are the slowest measured in the run, RUN_DIR/timings.json. Standard library only.
 """
 
