@@ -121,9 +121,8 @@ def parse_settings(args: argparse.Namespace) -> tuple[Settings, list[ModelSpec],
     if backend == "vllm" and local and not Path(args.vllm_bin).exists():
         raise UsageError(f"--backend vllm: {args.vllm_bin} not found (build the training env "
                          "with 'bash scripts/setup.sh', or set --vllm-bin / VLLM_BIN)")  # fmt: skip
-    stamp = f"eval-{dt.datetime.now():%Y%m%d-%H%M%S}"
-    out = args.out or (run.dir / CHECKPOINT_EVAL_DIR if run else cfg.ROOT / "outputs" / stamp)
-    out = out.expanduser().resolve()
+    stamp = cfg.ROOT / "outputs" / f"eval-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    out = (args.out or (run.dir / CHECKPOINT_EVAL_DIR if run else stamp)).expanduser().resolve()
     if not run and (out / "comparison.json").exists() and not args.force:
         raise UsageError(f"{out} already holds a comparison (pass --force or another --out)")
     tokens = (cfg.DEFAULT_MAX_TOKENS, cfg.MAX_TOKENS_DEFAULT)
@@ -146,19 +145,12 @@ def parse_settings(args: argparse.Namespace) -> tuple[Settings, list[ModelSpec],
 def check_models(specs: list[ModelSpec], api_key: str) -> None:
     """Every local model resolved (``spec.path``), every --api-url probed; else UsageError."""
     for spec in specs:
-        if spec.api_url:
-            problem = probe_openai(spec.api_url, spec.source, api_key)
-            if problem:
-                raise UsageError(f"--api-url {spec.api_url}: {problem}")
-            continue
+        if spec.api_url and (problem := probe_openai(spec.api_url, spec.source, api_key)):
+            raise UsageError(f"--api-url {spec.api_url}: {problem}")
         try:
-            spec.path = resolve_model_path(spec.source)
+            spec.path = None if spec.api_url else resolve_model_path(spec.source)
         except EvalError as err:
             raise UsageError(f"--model {spec.source}: {err}") from None
-
-
-def _terminate(signum, _frame):
-    raise SystemExit(128 + signum)  # unwinds through every finally/with: servers are stopped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"{cfg.PROG}: {err}", file=sys.stderr)
         return 2
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _terminate)
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # SystemExit unwinds every with: servers stop
+        signal.signal(sig, lambda signum, _: sys.exit(128 + signum))
     session = Session.open(settings, rows)
     if run:
         return run_sweep(run, session, earlier)

@@ -1,5 +1,4 @@
-"""GSM8K for EvalScope: any supported source read once, written in the hub layout EvalScope reads
-offline (``OUT/data/gsm8k-<content hash>/``), so it never touches a hub."""
+"""GSM8K read once, written where EvalScope reads it offline: ``OUT/data/gsm8k-<content hash>/``."""
 
 from __future__ import annotations
 

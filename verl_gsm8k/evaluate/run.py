@@ -39,9 +39,7 @@ def mode_settings(mode: str, settings: Settings) -> dict[str, Any]:
     """What a mode means, for the tables: shots, prompt, scorer, what it compares with."""
     from data_prep.gsm8k import PROMPT_STYLES
 
-    meta = benchmark()
-    metric = ", ".join(m if isinstance(m, str) else next(iter(m), "?") for m in meta.metric_list)
-    scorer = f"EvalScope {metric or 'accuracy'} (Math-Verify)"
+    meta, scorer = benchmark(), "EvalScope accuracy (Math-Verify)"
     if mode == "training":
         ours = " + our reward rewards/gsm8k.py:compute_score (number after the last ####)"
         return {"few_shot": 0, "prompt_template": PROMPT_STYLES["hash"], "scorer": scorer + ours,
@@ -58,10 +56,8 @@ def run_evalscope(spec: ModelSpec, mode: str, s: Settings, data_dir: Path, url: 
     dataset: dict[str, Any] = {"dataset_id": str(data_dir)}
     if mode == "training":
         dataset.update(few_shot_num=0, prompt_template=mode_settings(mode, s)["prompt_template"])
-    penalty = {"repetition_penalty": cfg.REPETITION_PENALTY}
-    generation: dict[str, Any] = {"do_sample": False, "max_tokens": s.max_tokens,
-                                  "extra_body": penalty}  # fmt: skip
-    repeats: dict[str, Any] = {}
+    generation: dict[str, Any] = {"do_sample": False, "max_tokens": s.max_tokens}
+    generation["extra_body"] = {"repetition_penalty": cfg.REPETITION_PENALTY}
     if s.repeats > 1:  # EvalScope repeats each question: mean@k the headline, pass@n beside it
         from evalscope.api.metric.semantics import MetricSelector
 
@@ -70,7 +66,6 @@ def run_evalscope(spec: ModelSpec, mode: str, s: Settings, data_dir: Path, url: 
         generation.update(do_sample=True, temperature=s.temperature, top_p=s.top_p, top_k=top_k)
         mean = MetricSelector(name="accuracy", aggregation="mean")
         dataset.update(aggregation="mean_and_pass_at_k", primary_metric=mean)
-        repeats = {"repeats": s.repeats}
     if url:
         generation.setdefault("temperature", 0.0)
         name = spec.source if spec.api_url else spec.label  # vLLM serves it by its label
@@ -80,7 +75,7 @@ def run_evalscope(spec: ModelSpec, mode: str, s: Settings, data_dir: Path, url: 
     run_task(TaskConfig(
         model_id=spec.label, datasets=[cfg.BENCHMARK], dataset_args={cfg.BENCHMARK: dataset},
         generation_config=generation, eval_batch_size=s.batch_size or (64 if url else 8),
-        limit=s.limit, work_dir=str(work_dir), no_timestamp=True, **repeats, **model,
+        limit=s.limit, work_dir=str(work_dir), no_timestamp=True, repeats=s.repeats, **model,
     ))  # fmt: skip
 
 
@@ -142,8 +137,7 @@ class Session:
                         last = [x.strip() for x in str(err).splitlines() if x.strip()][-1:]
                         why = ": ".join([type(err).__name__, *last])
                         why = str(err) if isinstance(err, EvalError) else why
-                        why = f"{why} (full log: {log})"
-                        rows.append(self.row(spec, backend, mode, why))
+                        rows.append(self.row(spec, backend, mode, f"{why} (full log: {log})"))
         except EvalError as err:  # the server did not start
             return [self.row(spec, backend, mode, str(err)) for mode in s.modes]
         return rows
@@ -153,8 +147,8 @@ class Session:
         s, test, start = self.settings, self.rows["test"], time.perf_counter()
         work = s.out / "evalscope" / spec.label / mode
         shutil.rmtree(work, ignore_errors=True)
-        say = f"{cfg.PROG}: evaluating {spec.label} in {mode} mode ({backend}); log: {log}"
-        print(say, flush=True)
+        print(f"{cfg.PROG}: evaluating {spec.label} in {mode} mode ({backend}); log: {log}",
+              flush=True)  # fmt: skip
         with console_to(log):
             run_evalscope(spec, mode, s, self.data_dir, url, work)
         report = read_report(work, spec.label)

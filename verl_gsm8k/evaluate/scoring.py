@@ -12,13 +12,6 @@ from verl_gsm8k.common import json_read
 from verl_gsm8k.evaluate.settings import BENCHMARK, DATA_SOURCE, EvalError
 
 
-def _text(content: Any) -> str:
-    """A message's content: a string, or a list of text parts."""
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content if isinstance(content, str) else ""
-
-
 def said(record: dict, role: str) -> str:
     """A prediction's last ``role`` turn (the assistant's: ``model_output.choices[0]`` first)."""
     choices = (record.get("model_output") or {}).get("choices") or []
@@ -26,7 +19,9 @@ def said(record: dict, role: str) -> str:
     if role != "assistant" or content is None:
         turns = [m for m in record.get("messages") or [] if m.get("role") == role]
         content = turns[-1].get("content") if turns else ""
-    return _text(content)
+    if isinstance(content, list):  # text parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -121,11 +116,8 @@ def review_scores(reviews: Path) -> dict[int, dict]:
         score = (record.get("sample_score") or {}).get("score") or {}
         value = score.get("value") or {}
         main = score.get("main_score_name") or next(iter(value), None)
-        out[int(record.get("index", len(out)))] = {
-            "score": value.get(main) if main else None,
-            "extracted": score.get("extracted_prediction"),
-            "target": record.get("target"),
-        }
+        found = {"extracted": score.get("extracted_prediction"), "target": record.get("target")}
+        out[int(record.get("index", len(out)))] = {"score": value.get(main), **found}
     return out
 
 

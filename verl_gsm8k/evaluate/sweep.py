@@ -1,6 +1,5 @@
-"""``eval.sh --run RUN_DIR``: step 0 (the first launch record's model) and every kept checkpoint,
-each merged into a temporary directory and evaluated the same way; comparison.json is rewritten
-after each step, and a rerun adds only the steps it lacks, with the same settings (Settings.key)."""
+"""``eval.sh --run RUN_DIR``: step 0 (the first launch's model) and every kept checkpoint, merged
+one at a time; comparison.json rewritten after each step; a rerun adds what it lacks."""
 
 from __future__ import annotations
 
@@ -13,14 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common import json_read
+from verl_gsm8k.common import run_dir as layout
 from verl_gsm8k.common.launch_record import RecordError, lookup, read_record
-from verl_gsm8k.common.run_dir import (
-    BestError,
-    launch_record_paths,
-    read_best,
-    saved_steps,
-    step_dir,
-)
 from verl_gsm8k.evaluate.run import Session, exit_interrupted
 from verl_gsm8k.evaluate.server import resolve_model_path
 from verl_gsm8k.evaluate.settings import PROG, ROOT, EvalError, ModelSpec, UsageError
@@ -40,7 +33,7 @@ class Run:
         run = path.expanduser().resolve()
         if not run.is_dir():
             raise UsageError(f"--run {path}: not a directory")
-        if not (records := launch_record_paths(run)):
+        if not (records := layout.launch_record_paths(run)):
             raise UsageError(f"--run {run}: no launch record (launches/launch-*.yaml), so its "
                              "starting model is unknown; merge checkpoints with scripts/merge.sh "
                              "and evaluate them with --model")  # fmt: skip
@@ -90,8 +83,8 @@ def earlier_rows(out: Path, key: dict[str, Any]) -> list[dict]:
 def kept_best(run_dir: Path) -> dict[str, Any] | None:
     """The run's best_checkpoint.json; None without one (an unreadable one: one line)."""
     try:
-        return read_best(run_dir)
-    except BestError as err:
+        return layout.read_best(run_dir)
+    except layout.BestError as err:
         print(f"{PROG}: warning: {err}; the kept best checkpoint is not marked", file=sys.stderr)
         return None
 
@@ -99,11 +92,12 @@ def kept_best(run_dir: Path) -> dict[str, Any] | None:
 def merged(run_dir: Path, step: int, target: Path) -> str:
     """The step merged by scripts/merge.sh (the training environment has verl's merger)."""
     shutil.rmtree(target, ignore_errors=True)
-    cmd = ["bash", str(ROOT / "scripts/merge.sh"), str(step_dir(run_dir, step)), str(target)]
+    source = layout.step_dir(run_dir, step)
+    cmd = ["bash", str(ROOT / "scripts/merge.sh"), str(source), str(target)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise EvalError(f"merging {step_dir(run_dir, step).name} failed: {tail[0]}")
+        raise EvalError(f"merging {source.name} failed: {tail[0]}")
     return str(target)
 
 
@@ -112,7 +106,7 @@ def run_sweep(run: Run, session: Session, results: list[dict]) -> int:
     s, best, started = session.settings, kept_best(run.dir), time.perf_counter()
     start_model = str(lookup(run.configs[0], "actor_rollout_ref.model.path"))
     done = {r["step"] for r in results}
-    todo = [step for step in [0, *saved_steps(run.dir)] if step not in done]
+    todo = [step for step in [0, *layout.saved_steps(run.dir)] if step not in done]
     print(f"{PROG}: {run.dir}: steps evaluated earlier {sorted(done)}, to evaluate {todo}",
           flush=True)  # fmt: skip
 

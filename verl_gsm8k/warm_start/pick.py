@@ -38,11 +38,8 @@ def pick(candidates: list[tuple[int, Path]], band: tuple[float, float],
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m verl_gsm8k.warm_start",
-        description="Pick the first save of an SFT run whose greedy accuracy on a verl RL test "
-        f"parquet lies in a band; print its {STEP_N} directory.",
-    )
+    about = f"Print the {STEP_N} of an SFT run whose greedy accuracy first lies in a band."
+    parser = argparse.ArgumentParser(prog="python -m verl_gsm8k.warm_start", description=about)
     add = parser.add_argument
     add("run_dir", type=Path, help=f"the SFT run directory (its {STEP_N} saves)")
     add("--test-file", type=Path, required=True,
