@@ -46,15 +46,8 @@ def test_gae_advantage_is_positive_where_the_reward_beats_the_critic():
 
 
 def test_clipped_ppo_loss_raises_the_log_prob_of_positive_advantages():
-    config = OmegaConf.create(
-        {
-            "clip_ratio": 0.2,
-            "clip_ratio_low": 0.2,
-            "clip_ratio_high": 0.2,
-            "clip_ratio_c": 3.0,
-            "global_batch_info": {},
-        }
-    )
+    config = OmegaConf.create({"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2,
+                               "clip_ratio_c": 3.0, "global_batch_info": {}})  # fmt: skip
     old = torch.full_like(MASK, -1.0)
     log_prob = old.clone().requires_grad_(True)
     advantages = torch.tensor([[1.0], [-1.0], [1.0], [-1.0]]).expand_as(MASK)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
-from verl_gsm8k.wheelhouse import manifest
+from verl_gsm8k import wheelhouse
 
 
 def setup(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -55,12 +55,9 @@ def test_python_alone_is_still_read_with_one_line_naming_setup_python():
 
 
 def _versions(python: str) -> dict[str, str]:
-    code = (
-        "import importlib.metadata as m\n"
-        "for d in m.distributions(): print(d.metadata['Name'], d.version)"
-    )
+    code = "import importlib.metadata as m\nfor d in m.distributions(): print(d.name, d.version)"
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
-    return {manifest.canonical(n): v for n, v in (ln.split() for ln in out.stdout.splitlines())}
+    return {wheelhouse.canonical(n): v for n, v in (ln.split() for ln in out.stdout.splitlines())}
 
 
 def test_a_wheelhouse_is_checked_against_this_machine_before_anything_is_made(tmp_path: Path):
@@ -73,8 +70,9 @@ def test_a_wheelhouse_is_checked_against_this_machine_before_anything_is_made(tm
     base = getattr(sys, "_base_executable", sys.executable)
     env = {"SETUP_PYTHON": base, "WHEELHOUSE": str(house), "EVAL_VENV_DIR": str(venv),
            "FORCE_CPU": "1"}  # fmt: skip
-    version = {manifest.canonical(e.name): e.version for e in manifest.entries(lock.read_text())}
-    manifest.write_manifest(lock, house, {"evalscope"})
+    version = {wheelhouse.canonical(e.name): e.version
+               for e in wheelhouse.entries(lock.read_text())}  # fmt: skip
+    wheelhouse.write_manifest(lock, house, {"evalscope"})
     refused = setup("--eval", **env)
     assert refused.returncode == 2 and not venv.exists(), refused.stderr
     assert refused.stderr.splitlines()[-1] == (
@@ -88,12 +86,12 @@ def test_a_wheelhouse_is_checked_against_this_machine_before_anything_is_made(tm
     # a package the base Python holds at the lock's version (numpy, jinja2, ... on this project's
     # machines) is kept, and the check goes on to the files
     held = _versions(base)
-    same = [n for n, v in version.items() if held.get(n) == v and n not in manifest.INSTALLERS]
+    same = [n for n, v in version.items() if held.get(n) == v and n not in wheelhouse.INSTALLERS]
     if not same:
         print(f"{base} holds no entry of {lock} at its version: the kept case is not run here")
         return
-    (house / manifest.MANIFEST).unlink()
-    manifest.write_manifest(lock, house, {same[0]})
+    (house / wheelhouse.MANIFEST).unlink()
+    wheelhouse.write_manifest(lock, house, {same[0]})
     kept = setup("--eval", **env)
     assert kept.returncode == 2 and not venv.exists(), kept.stderr
     assert f"==> {same[0]}=={version[same[0]]}: this machine's own" in kept.stdout

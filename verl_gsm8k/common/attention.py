@@ -1,13 +1,10 @@
-"""Which attention a run uses, with padding removal or not, and why: one decision for the
-launcher's ``attention:`` line, the preflight and the fallback plugin verl loads in its workers
-(verl_plugins/attention_fallback.py). ``ATTENTION``: auto (the default), fa2, fa4, sdpa or
-sdpa_packed; auto takes flash-attn 2 where its CUDA extension loads, else sdpa with padding
-removal on a GPU (configs/attention/sdpa_packed.yaml) and sdpa padded on the CPU. fa4 (compute
-capability 9.0+) only when asked. A request this machine cannot meet is refused in one line.
-Costs and measurements: docs/gpu.md.
+"""Which attention a run uses, with padding removal or not, and why: the one decision behind
+the launch line, the preflight and the critic's fallback plugin. ATTENTION=auto takes flash-attn
+2 where its CUDA extension loads, else sdpa with padding removal on a GPU and padded on the CPU;
+fa2, fa4 (compute capability 9.0+), sdpa and sdpa_packed ask for one, refused in one line where
+this machine cannot run it. What each costs: docs/gpu.md.
 
-    python -m verl_gsm8k.common.attention [--want WANT] [--cpu]  # exit 0: the choice, its line
-    python -m verl_gsm8k.common.attention --fa4-card             # exit 1: why this card cannot
+    python -m verl_gsm8k.common.attention [--want WANT] [--cpu]  # exit 2: refused
 """
 
 from __future__ import annotations
@@ -22,10 +19,9 @@ from verl_gsm8k.common import gpus
 
 WANTS = ("auto", "fa2", "fa4", "sdpa", "sdpa_packed")
 FA4_MIN_CAPABILITY = (9, 0)  # flash-attn-4's backward: SM 9.x and newer
-# Each choice: (attn_implementation, padding removal, configs/attention/ overlay); the overlays
-# say the same (tests/test_attention_choice.py).
+# (attn_implementation, padding removal, configs/attention/<overlay>[_sft].yaml) of each choice
 PATHS = {
-    "fa2": ("flash_attention_2", True, None),  # verl's own configs
+    "fa2": ("flash_attention_2", True, None),
     "fa4": ("flash_attention_4", True, "fa4"),
     "sdpa": ("sdpa", False, "sdpa"),
     "sdpa_packed": ("sdpa", True, "sdpa_packed"),
@@ -45,18 +41,9 @@ class Choice:
     why: str
     cost: str = ""  # against the default where it runs
 
-    @property
-    def implementation(self) -> str:
-        return PATHS[self.name][0]
-
-    @property
-    def padding_removal(self) -> bool:
-        return PATHS[self.name][1]
-
-    @property
-    def overlay(self) -> str | None:
-        """configs/attention/<overlay>.yaml (SFT adds _sft); None: verl's defaults."""
-        return PATHS[self.name][2]
+    implementation = property(lambda self: PATHS[self.name][0])
+    padding_removal = property(lambda self: PATHS[self.name][1])
+    overlay = property(lambda self: PATHS[self.name][2])  # None: verl's own configs
 
     def line(self) -> str:
         return statement(self.implementation, self.padding_removal, self.why, self.cost)
@@ -108,11 +95,9 @@ def fa4_import_problem() -> str | None:
     return _import_problem("flash_attn.cute", "flash-attn-4 is installed but flash_attn.cute")
 
 
-def fa4_problem(
-    caps: list[tuple[int, int]] | None, installed: bool, load: bool = True
-) -> str | None:
-    """None when flash-attn-4 can train here; otherwise why not. Imports it (``load``) only on
-    a card that could use it."""
+def fa4_problem(caps: list[tuple[int, int]] | None, installed: bool) -> str | None:
+    """None when flash-attn-4 can train here; otherwise why not (imported only on a card that
+    could use it)."""
     need = "flash-attn-4 needs compute capability {}.{}+".format(*FA4_MIN_CAPABILITY)
     if not caps:
         return f"{need}, {'no GPU seen' if caps == [] else 'nvidia-smi does not report it'}"
@@ -122,7 +107,7 @@ def fa4_problem(
     if not installed:
         return (f"flash-attn-4 not installed on this {low[0]}.{low[1]} card "
                 "(FLASH_ATTN=4 bash scripts/setup.sh installs it)")  # fmt: skip
-    return fa4_import_problem() if load else None
+    return fa4_import_problem()
 
 
 def choose(
@@ -166,29 +151,12 @@ def probe(want: str, on_cpu: bool = False) -> Choice:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verl_gsm8k.common.attention", description=(
-        "Print which attention a run uses here (fa2, fa4, sdpa or sdpa_packed) and its one-line "
-        "statement; exit 2 with one line when the request cannot be met."))  # fmt: skip
-    parser.add_argument(
-        "--want",
-        default="auto",
-        help="the ATTENTION knob: auto (default), fa2, fa4, sdpa or sdpa_packed",
-    )
-    parser.add_argument(
-        "--cpu", action="store_true", help="the run trains on the CPU (auto: sdpa, padded)"
-    )
-    parser.add_argument(
-        "--fa4-card",
-        action="store_true",
-        help="only say whether every GPU "
-        "here can train with flash-attn 4 (compute capability 9.0+): exit 0, or "
-        "exit 1 with why not (scripts/setup.sh asks it after FLASH_ATTN=4)",
-    )
+        "Print which attention a run uses here and its one-line statement; exit 2 with one line "
+        "when the request cannot be met."))  # fmt: skip
+    parser.add_argument("--want", default="auto", help="ATTENTION: auto (default), fa2, fa4, "
+                        "sdpa or sdpa_packed")  # fmt: skip
+    parser.add_argument("--cpu", action="store_true", help="the run trains on the CPU")
     args = parser.parse_args(argv)
-    if args.fa4_card:
-        problem = fa4_problem(gpu_capabilities(), installed=True, load=False)
-        if problem:
-            print(problem)
-        return 1 if problem else 0
     try:
         choice = probe(args.want, args.cpu)
     except AttentionRefused as refused:

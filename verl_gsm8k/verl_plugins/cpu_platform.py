@@ -19,6 +19,7 @@ import resource
 import types
 from typing import Any
 
+import psutil
 import torch
 import torch.distributed
 from verl.plugin.platform import PlatformBase, PlatformRegistry
@@ -27,22 +28,16 @@ from verl_gsm8k.verl_plugins.after_import import after_import
 
 
 def _rss(*_: Any) -> int:
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
+    return psutil.Process().memory_info().rss
+
+
+def _mem_get_info(*_: Any) -> tuple[int, int]:  # (free, total), as torch.cuda's
+    memory = psutil.virtual_memory()
+    return memory.available, memory.total
 
 
 def _peak_rss(*_: Any) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-
-
-def _mem_get_info(*_: Any) -> tuple[int, int]:
-    """(free, total) host memory, as torch.cuda.mem_get_info."""
-    with open("/proc/meminfo") as meminfo:
-        info = {k: int(v.split()[0]) * 1024 for k, v in (ln.split(":", 1) for ln in meminfo)}
-    return info.get("MemAvailable", 0), info.get("MemTotal", 0)
 
 
 def _none(*_: Any, **__: Any) -> None:
