@@ -11,13 +11,14 @@ beyond its lock).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.metadata
-import os
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from verl_gsm8k.common.atomic_io import write_atomic
+from verl_gsm8k.common.digest import file_sha256
 
 MANIFEST = "MANIFEST.tsv"
 # One entry of a uv lock: `name==version \` then its `--hash=sha256:...` lines.
@@ -105,16 +106,14 @@ def write_manifest(lock: Path, folder: Path, exclude: set[str] = frozenset()) ->
                                    if canonical(e.name) in exclude}  # fmt: skip
     rows, found, total = [], set(left_out), 0
     for path in sorted(p for p in folder.iterdir() if p.is_file() and p.name != MANIFEST):
-        with path.open("rb") as handle:
-            digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        digest = file_sha256(path)
         entry = by_hash.get(digest)  # None: another stack's file, a stray: named by its file
         name, version = (entry.name, entry.version) if entry else _named(path.name)
         found |= {canonical(entry.name)} if entry else set()
         rows.append(f"{name}\t{version}\t{path.name}\t{digest}\t{path.stat().st_size}\n")
         total += path.stat().st_size
     rows += [f"{name}\t{version}\t-\texcluded\t0\n" for name, version in sorted(left_out.items())]
-    (folder / f".{MANIFEST}.tmp").write_text("name\tversion\tfile\tsha256\tbytes\n" + "".join(rows))
-    os.replace(folder / f".{MANIFEST}.tmp", folder / MANIFEST)
+    write_atomic(folder / MANIFEST, "name\tversion\tfile\tsha256\tbytes\n" + "".join(rows))
     missing = [f"{e.name}=={e.version}" for e in locked if canonical(e.name) not in found]
     return len(rows) - len(left_out), total, missing
 
