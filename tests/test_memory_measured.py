@@ -39,7 +39,7 @@ import pytest
 import torch
 from helpers import QWEN25_05B, ROOT
 
-from verl_gsm8k.preflight import activations as act
+from verl_gsm8k.preflight import memory as act
 from verl_gsm8k.preflight.cli import compose
 from verl_gsm8k.preflight.memory import GIB, Engine, engine_of, update_peak
 

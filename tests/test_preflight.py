@@ -117,7 +117,7 @@ MISTAKES = {
     ),
     "mini-batch larger than batch": (
         ["actor_rollout_ref.actor.ppo_mini_batch_size=256"],
-        "ppo_mini_batch_size 256 > train_batch_size 128",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=256 is larger than data.train_batch_size=128",
     ),
     "batch does not split into mini-batches": (
         ["data.train_batch_size=96", "actor_rollout_ref.actor.ppo_mini_batch_size=64"],

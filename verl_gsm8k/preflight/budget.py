@@ -1,8 +1,7 @@
 """TOKEN_BUDGET=auto: where a recipe's micro-batch token budgets would pass 90 % of the card in
-some phase (memory.py), the largest power of two below the recipe's budget under which every
-phase fits, every budget key set to it. The launcher passes ``fit_budget`` (a file) unless the
-user's own overrides set a budget key: the preflight says what it chose, checks memory at it, and
-writes its overrides there for the launcher to put before the user's."""
+some phase (memory.py), every budget key set to the largest power of two below the recipe's
+budget under which every phase fits. The launcher hands the preflight a file for its overrides
+(``fit_budget``) unless the user's own overrides set a budget key."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from typing import Any
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, Phase, estimate_phases
 
-# Every micro-batch token budget of a PPO/GRPO run under dynamic batching (configs/gsm8k_base.yaml)
 BUDGET_KEYS = (
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
@@ -38,14 +36,13 @@ def overrides(budget: int) -> list[str]:
 
 
 def heaviest(phases: list[Phase], card: float) -> tuple[float, str]:
-    """GiB and name of the heaviest phase on ``card``."""
     top = max(phases, key=lambda p: p.gib(card))
     return top.gib(card), top.name
 
 
 def fitting_budget(cfg: Any, hf_configs: dict[str, Any], card: float) -> int | None:
     """The largest budget, halving the recipe's down to SMALLEST_BUDGET, under which every phase
-    fits below 90 % of ``card``; None when none does (the states or vLLM's share are too large)."""
+    fits below 90 % of ``card``; None when none does."""
     budget = int(cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu) // 2
     while budget >= SMALLEST_BUDGET:
         phases = estimate_phases(with_budget(cfg, budget), hf_configs)
@@ -57,8 +54,8 @@ def fitting_budget(cfg: Any, hf_configs: dict[str, Any], card: float) -> int | N
 
 def choose(cfg: Any, hf_configs: dict[str, Any], card: float, out: Path, report: Any) -> Any:
     """Where the recipe's budgets pass 90 % of ``card`` and a smaller one fits, say so, write its
-    overrides to ``out`` and return ``cfg`` at that budget; otherwise ``out`` empty, ``cfg`` as it
-    is (the memory lines then say what does not fit and what to change)."""
+    overrides to ``out`` and return ``cfg`` at it; otherwise ``out`` empty and ``cfg`` as it is
+    (the memory lines then say what does not fit)."""
     write_atomic(out, "")
     if not cfg.actor_rollout_ref.actor.get("use_dynamic_bsz", False):
         return cfg  # micro-batches counted in sequences: the budgets do not apply
@@ -66,19 +63,13 @@ def choose(cfg: Any, hf_configs: dict[str, Any], card: float, out: Path, report:
     if gib <= MEMORY_WARN_FRACTION * card:
         return cfg
     recipe = int(cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu)
-    need = (
-        f"the recipe's {recipe} tokens per micro-batch need ~{gib:.1f} GiB ({phase}) of "
-        f"this {card:.0f} GiB card, above {MEMORY_WARN_FRACTION:.0%}"
-    )
+    need = (f"the recipe's {recipe} tokens per micro-batch need ~{gib:.1f} GiB ({phase}) of this "
+            f"{card:.0f} GiB card")  # fmt: skip
     budget = fitting_budget(cfg, hf_configs, card)
     if budget is None:
         report.note("budget", f"{need}, and no budget down to {SMALLEST_BUDGET} fits: kept")
         return cfg
-    report.ok(
-        "budget",
-        f"{need}: using {budget}, the largest power of two under which every "
-        f"phase fits (every *_max_token_len_per_gpu key; TOKEN_BUDGET=recipe keeps "
-        f"{recipe})",
-    )
+    report.ok("budget", f"{need}: using {budget}, the largest power of two that fits "
+              f"(TOKEN_BUDGET=recipe keeps {recipe})")  # fmt: skip
     write_atomic(out, "\n".join(overrides(budget)) + "\n")
     return with_budget(cfg, budget)

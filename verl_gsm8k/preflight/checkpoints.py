@@ -1,9 +1,6 @@
 """Where a run writes: its directory can be made, its checkpoints are saved in a form a resume
-finds, and the disk holds the ones it keeps.
-
-A checkpoint's size, as measured on this repository's CPU runs: each trained role writes its fp32
-weights (4 bytes a parameter) and Adam's two fp32 moments of each trained parameter (8).
-"""
+finds, and the disk holds the ones it keeps (each trained role's fp32 weights and Adam's two
+moments, as measured on this repository's CPU runs)."""
 
 from __future__ import annotations
 
@@ -45,13 +42,9 @@ def check_async_save(cfg: Any, report: Report) -> None:
     for role, block in (("actor", cfg.actor_rollout_ref.actor), ("critic", cfg.critic)):
         strategy = str(block.get("strategy", "fsdp"))
         if (block.get("checkpoint") or {}).get("async_save", False) and strategy.startswith("fsdp"):
-            report.error(
-                "checkpoint",
-                f"{role}.checkpoint.async_save=true with strategy "
-                f"{strategy}: verl 0.9.1 saves asynchronously only under Megatron, and "
-                f"with it skips writing {TRACKER}, so a relaunch would train from "
-                f"scratch; set {role}.checkpoint.async_save=false",
-            )
+            report.error("checkpoint", f"{role}.checkpoint.async_save=true with strategy "
+                         f"{strategy}: verl then skips {TRACKER}, so a relaunch trains from "
+                         f"scratch; set {role}.checkpoint.async_save=false")  # fmt: skip
 
 
 def checkpoint_bytes(cfg: Any, hf_configs: dict[str, Any]) -> int:
@@ -88,19 +81,14 @@ def check_disk(cfg: Any, hf_configs: dict[str, Any], where: Path, report: Report
     if kept == 0:
         report.ok("checkpoint", "trainer.save_freq <= 0: this run writes no checkpoint")
         return
-    one, run_dir = checkpoint_bytes(cfg, hf_configs), cfg.trainer.default_local_dir
-    free = shutil.disk_usage(where).free
-    size = f"{one / GIB:.2f} GiB a checkpoint (fp32 weights + Adam states of each trained role)"
+    one, free = checkpoint_bytes(cfg, hf_configs), shutil.disk_usage(where).free
+    size, room = f"{one / GIB:.2f} GiB a checkpoint", f"{free / GIB:.1f} GiB free at {where}"
     if kept is None:
-        report.warn(
-            "checkpoint",
-            f"{size}; the number kept is not bounded (trainer.max_actor_"
-            f"ckpt_to_keep unset and no total_training_steps): {free / GIB:.1f} GiB free "
-            f"at {run_dir}",
-        )
+        report.warn("checkpoint", f"{size}, unbounded (no MAX_CKPT_TO_KEEP, no "
+                    f"total_training_steps); {room}")  # fmt: skip
         return
     need = one * kept
-    line = f"{size} x {kept} kept = {need / GIB:.2f} GiB; {free / GIB:.1f} GiB free at {run_dir}"
+    line = f"{size} x {kept} kept = {need / GIB:.2f} GiB; {room}"
     if free < need:
         report.error("checkpoint", f"{line}: the disk fills before the run ends (MAX_CKPT_TO_KEEP)")
     elif free < 2 * need:

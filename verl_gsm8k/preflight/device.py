@@ -1,5 +1,5 @@
 """How a composed config runs on this machine: the device, the attention path, the LoRA layouts
-verl 0.9.1 cannot train, and the GPUs (nvidia-smi, or a Ray cluster's)."""
+verl 0.9.1 cannot train, and the GPUs (nvidia-smi's, or a Ray cluster's)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,22 @@ import subprocess
 import sys
 from typing import Any
 
+from verl_gsm8k.common import attention as atn
 from verl_gsm8k.common import gpus
-from verl_gsm8k.common.attention import (
-    AttentionRefused,
-    Choice,
-    fa4_installed,
-    fa4_problem,
-    flash_attn_problem,
-    gpu_capabilities,
-    probe,
-    statement,
-)
 from verl_gsm8k.preflight.lines import Report
 
-FALLBACK_MODULE = "verl_gsm8k.verl_plugins.attention_fallback"
+FALLBACK = "verl_gsm8k.verl_plugins.attention_fallback"
 CPU_MODULE = "verl_gsm8k.verl_plugins.cpu_platform"
+RAY_QUERY_TIMEOUT_S = 30  # ray.init + ray.nodes in a child process
+_RAY_NODES = """
+import json, sys
+import ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+kind = "accelerator_type:"
+alive = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+print(json.dumps([{"gpus": r.get("GPU", 0.0),
+                   "kind": sorted(k[len(kind):] for k in r if k.startswith(kind))} for r in alive]))
+"""
 
 
 def lora_rank(model_cfg: Any) -> int:
@@ -42,93 +43,60 @@ def _modules() -> list[str]:
     return [m.strip() for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",")]
 
 
-def unusable(implementation: str, choice: Choice) -> str | None:
+def unusable(implementation: str, choice: atn.Choice) -> str | None:
     """Why a flash-attention implementation the config asks for cannot run here, or None."""
     if not implementation.startswith("flash_attention") or implementation == choice.implementation:
         return None
     if implementation == "flash_attention_2":
-        return flash_attn_problem()
+        return atn.flash_attn_problem()
     if implementation == "flash_attention_4":
-        return fa4_problem(gpu_capabilities(), fa4_installed())
+        return atn.fa4_problem(atn.gpu_capabilities(), atn.fa4_installed())
     return f"{implementation} is not a path this project sets up"
 
 
-def check_device(
-    cfg: Any, use_critic: bool, report: Report, model: Any = None, who: str = "actor"
-) -> None:
+def check_device(cfg: Any, use_critic: bool, report: Report, model: Any = None,
+                 who: str = "actor") -> None:  # fmt: skip
     """Where the run trains and with which attention, and why (the launch line's words), or the
-    mismatch that would fail in a worker. ``model``: the block to read (default the actor's)."""
-    device = cfg.trainer.device
-    platform = os.environ.get("VERL_PLATFORM") == "cpu" and CPU_MODULE in _modules()
-    if device == "cpu" and not platform:
-        report.error(
-            "device",
-            "trainer.device=cpu needs verl's cpu platform (VERL_PLATFORM=cpu "
-            f"and VERL_USE_EXTERNAL_MODULES={CPU_MODULE}): launch with DEVICE=cpu",
-        )
+    mismatch that would fail in a worker; ``model``: the block to read (the actor's)."""
+    device, want = cfg.trainer.device, os.environ.get("ATTENTION", "auto")
+    if device == "cpu" and not (
+        os.environ.get("VERL_PLATFORM") == "cpu" and CPU_MODULE in _modules()
+    ):
+        report.error("device", "trainer.device=cpu needs verl's cpu platform: launch with "
+                     "DEVICE=cpu")  # fmt: skip
         return
     try:
-        choice = probe(os.environ.get("ATTENTION", "auto"), on_cpu=device == "cpu")
-    except AttentionRefused as refused:
+        choice = atn.probe(want, on_cpu=device == "cpu")
+    except atn.AttentionRefused as refused:
         report.error("attention", str(refused))
         return
     model = cfg.actor_rollout_ref.model if model is None else model
     implementation, packed = attention(model), bool(model.use_remove_padding)
-    why_not = unusable(implementation, choice)
-    suffix = "" if who == "actor" else "_sft"
+    why_not, flash2 = unusable(implementation, choice), atn.flash_attn_problem()
     if why_not is not None:  # the machine that trains may have it: a warning
-        report.warn(
-            "attention",
-            f"{why_not} here but the {who} asks for {implementation}: on a "
-            f"machine without it, add +attention={choice.overlay or 'sdpa'}{suffix} (the "
-            "recipes do it themselves)",
-        )
-        return
-    flash2 = flash_attn_problem()
-    if use_critic and flash2 is not None and FALLBACK_MODULE not in _modules():
-        report.warn(
-            "attention",
-            f"{flash2} here and verl loads the critic with a hard-coded "
-            f"flash_attention_2 (verl issue #5210): load {FALLBACK_MODULE} "
-            f"(VERL_USE_EXTERNAL_MODULES={FALLBACK_MODULE}; the recipes do it "
-            "themselves)",
-        )
-        return
-    if (implementation, packed) == (choice.implementation, choice.padding_removal):
-        path = choice.line()  # the launch line's own words
+        overlay = f"{choice.overlay or 'sdpa'}{'' if who == 'actor' else '_sft'}"
+        report.warn("attention", f"{why_not} here but the {who} asks for {implementation}: "
+                    f"add +attention={overlay} (the recipes do)")  # fmt: skip
+    elif use_critic and flash2 is not None and FALLBACK not in _modules():
+        report.warn("attention", f"{flash2} here and verl loads the critic with flash_attention_2 "
+                    f"(verl issue #5210): load {FALLBACK} (the recipes do)")  # fmt: skip
     else:
-        atn = os.environ.get("ATTENTION", "auto")
-        path = statement(
-            implementation,
-            packed,
-            f"set by the overrides; ATTENTION={atn} chooses {choice.name} here: {choice.why}",
-        )
-    where = "the CPU (verl's cpu platform)" if device == "cpu" else device
-    report.ok("device", f"trains on {where}; attention: {path}")
+        why = f"set by the overrides; ATTENTION={want} chooses {choice.name} here: {choice.why}"
+        chosen = (implementation, packed) == (choice.implementation, choice.padding_removal)
+        said = choice.line() if chosen else atn.statement(implementation, packed, why)
+        where = "the CPU (verl's cpu platform)" if device == "cpu" else device
+        report.ok("device", f"trains on {where}; attention: {said}")
 
 
 def check_lora(cfg: Any, use_critic: bool, report: Report) -> None:
     """The LoRA layouts that crash in verl 0.9.1, refused with the reason."""
+    v1, actor = cfg.trainer.get("use_v1", True), lora_rank(cfg.actor_rollout_ref.model) > 0
     if lora_rank(cfg.critic.model) > 0 and use_critic:
-        report.error(
-            "lora",
-            "LoRA on the critic crashes in verl 0.9.1: it wraps every LoRA model "
-            "as a PEFT causal LM and the critic is a token classifier (AttributeError: "
-            "... 'prepare_inputs_for_generation'); train the critic fully "
-            "(critic.model.lora_rank=0)",
-        )
-    if (
-        lora_rank(cfg.actor_rollout_ref.model) > 0
-        and use_critic
-        and cfg.trainer.get("use_v1", True)
-    ):
-        report.error(
-            "lora",
-            "a LoRA actor beside a critic crashes in verl 0.9.1's v1 trainer (the "
-            "reference pass's no_lora_adapter flag reaches the critic: 'no attribute "
-            "disable_adapter'); use trainer.use_v1=false (configs/gsm8k_ppo_lora.yaml "
-            "does)",
-        )
+        report.error("lora", "LoRA on the critic crashes in verl 0.9.1 (a LoRA model is "
+                     "wrapped as a causal LM): use critic.model.lora_rank=0")  # fmt: skip
+    if actor and use_critic and v1:
+        report.error("lora", "a LoRA actor beside a critic crashes in verl 0.9.1's v1 trainer "
+                     "('no attribute disable_adapter'): use trainer.use_v1=false")  # fmt: skip
 
 
 def visible_gpus() -> list[tuple[str, float | None]]:
@@ -151,35 +119,17 @@ def check_gpu_count(wanted: int, report: Report) -> float | None:
     return gib
 
 
-# How long the preflight waits for a Ray cluster to answer (ray.init + ray.nodes in a child).
-RAY_QUERY_TIMEOUT_S = 30
-_RAY_NODES = """
-import json, sys
-import ray
-ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
-kind = "accelerator_type:"
-nodes = [{"ip": n["NodeManagerAddress"], "gpus": n["Resources"].get("GPU", 0.0),
-          "kind": sorted(k[len(kind):] for k in n["Resources"] if k.startswith(kind))}
-         for n in ray.nodes() if n["Alive"]]
-print(json.dumps(nodes))
-"""
-
-
 def ray_cluster_gpus(address: str) -> tuple[list[dict[str, Any]] | None, str]:
-    """The live nodes ({ip, gpus, kind}) of the Ray cluster at ``address``, or None and why,
-    asked in a child: a cluster that does not answer costs RAY_QUERY_TIMEOUT_S at most."""
+    """The live nodes ({gpus, kind}) of the Ray cluster at ``address``, or None and why; asked in
+    a child process, so that a cluster that does not answer costs RAY_QUERY_TIMEOUT_S."""
     try:
-        result = subprocess.run(
-            [sys.executable, "-c", _RAY_NODES, address],
-            capture_output=True,
-            text=True,
-            timeout=RAY_QUERY_TIMEOUT_S,
-        )
+        result = subprocess.run([sys.executable, "-c", _RAY_NODES, address], capture_output=True,
+                                text=True, timeout=RAY_QUERY_TIMEOUT_S)  # fmt: skip
     except subprocess.TimeoutExpired:
         return None, f"no answer within {RAY_QUERY_TIMEOUT_S} s"
+    lines = [ln.strip() for ln in (result.stdout + result.stderr).splitlines() if ln.strip()]
     if result.returncode != 0:
-        lines = [ln for ln in (result.stderr or result.stdout).splitlines() if ln.strip()]
-        return None, (lines[-1].strip()[:200] if lines else f"exit status {result.returncode}")
+        return None, lines[-1][:200] if lines else f"exit status {result.returncode}"
     try:
         return json.loads(result.stdout.strip().splitlines()[-1]), ""
     except (ValueError, IndexError):

@@ -1,4 +1,4 @@
-"""What a run reads, for both preflights: the train/val files (rows, verl's columns, lengths, the
+"""What a run reads, for both preflights: the train/val files (verl's columns, lengths, the
 steps they make) and the reward function (it scores a right answer above a wrong one)."""
 
 from __future__ import annotations
@@ -13,45 +13,29 @@ from typing import Any
 
 from verl_gsm8k.preflight.lines import Report, one_line
 
-REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")
 # A right and a wrong answer in each format a GSM8K prompt can ask for (ground truth 72).
 ANSWERS = {
-    "####": (
-        "She sold 48 / 2 = 24 clips in May, so 48 + 24 = 72 in total.\n#### 72",
-        "She sold 48 clips in April and 24 in May.\n#### 70",
-    ),
-    "\\boxed{}": (
-        "She sold 48 / 2 = 24 clips in May, so 48 + 24 = 72 in total: \\boxed{72}",
-        "She sold 48 clips in April and 24 in May: \\boxed{70}",
-    ),
+    "####": ("48 / 2 = 24 in May, 48 + 24 = 72.\n#### 72", "48 and 24.\n#### 70"),
+    "\\boxed{}": ("48 / 2 = 24 in May, 48 + 24 = 72: \\boxed{72}", "48 and 24: \\boxed{70}"),
 }
 
 
-def read_rows(path: Path):
-    """A data file as verl reads it (.parquet, .json, .jsonl), as a pyarrow table."""
+def check_files(cfg: Any, read: Callable[[str, Path, Any], int | None], prep: str,
+                report: Report) -> dict[str, int]:  # fmt: skip
+    """Rows of each split (train, val; at most its max_samples), each file read as verl reads it
+    and its table handed to ``read(split, path, table)`` (its rows, or None after an error)."""
     import pyarrow.json as pj
     import pyarrow.parquet as pq
 
-    if path.suffix == ".parquet":
-        return pq.read_table(path)
-    if path.suffix in (".json", ".jsonl"):
-        return pj.read_json(path)
-    raise ValueError(f"unsupported file type {path.suffix} (verl reads .parquet, .json, .jsonl)")
-
-
-def check_files(
-    cfg: Any, read: Callable[[str, Path, Any], int | None], prep: str, report: Report
-) -> dict[str, int]:
-    """Rows of each split (train, val; at most its max_samples), each file's table handed to
-    ``read(split, path, table)`` (its rows, or None after its error line)."""
     totals = {}
     for split in ("train", "val"):
-        rows = 0
-        for name in as_list(cfg.data[f"{split}_files"]):
-            path = Path(os.path.expanduser(name))
+        names, rows = cfg.data[f"{split}_files"] or [], 0
+        for name in [names] if isinstance(names, str) else names:
+            path = Path(os.path.expanduser(str(name)))
+            reader = {".parquet": pq.read_table, ".json": pj.read_json, ".jsonl": pj.read_json}
             try:
-                table = read_rows(path) if path.is_file() else None
-            except Exception as exc:
+                table = reader[path.suffix](path) if path.is_file() else None
+            except Exception as exc:  # KeyError: a type verl does not read
                 report.error("data", f"{split} file {path} cannot be read: {one_line(exc)}")
                 continue
             if table is None:
@@ -63,88 +47,73 @@ def check_files(
     return totals
 
 
-def as_list(value: Any) -> list[str]:
-    return [] if value is None else [value] if isinstance(value, str) else [str(v) for v in value]
-
-
-def check_lengths(
-    cfg: Any,
-    lengths: list[int],
-    path: Path,
-    what: tuple[str, str, str],
-    fate: str | None,
-    report: Report,
-) -> None:
-    """``what``: (the texts' noun, the limit's key, its knob); ``fate``: what happens to a text
-    over the limit, None when the first one stops training (data.truncation=error)."""
-    noun, key, knob = what
-    limit = cfg.data[key]
-    too_long, longest = sum(n > limit for n in lengths), max(lengths)
-    said = f"{path.name}: {too_long} of {len(lengths)} {noun}s exceed {key} {limit}"
-    if too_long and fate is None:
-        report.error(
-            "data",
-            f"{said} (longest {longest} tokens) and data.truncation=error "
-            f"stops training at the first; raise {knob}",
-        )
-    elif too_long:
+def check_lengths(cfg: Any, tokenizer: Any, chats: list, path: Path, key: str, fate: str | None,
+                  report: Report) -> None:  # fmt: skip
+    """Chats (prompts, or whole examples) longer than data.<key> tokens under the chat template:
+    ``fate`` says what becomes of them; None: the first stops training (truncation=error)."""
+    noun = "prompt" if key == "max_prompt_length" else "example"
+    texts = [tokenizer.apply_chat_template(c, add_generation_prompt=noun == "prompt",
+                                           tokenize=False) for c in chats]  # fmt: skip
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    limit, longest = cfg.data[key], max(lengths)
+    over = sum(n > limit for n in lengths)
+    said = f"{path.name}: {over} of {len(lengths)} {noun}s exceed {key} {limit}"
+    if over and fate is None:
+        report.error("data", f"{said} (longest {longest}) and data.truncation=error stops "
+                     f"training; raise {key.upper()}")  # fmt: skip
+    elif over:
         report.warn("data", f"{said} and are {fate} (longest {longest} tokens)")
     else:
         report.ok("data", f"{path.name}: longest {noun} {longest} tokens <= {limit}")
 
 
-def token_lengths(tokenizer: Any, conversations: list, generation_prompt: bool) -> list[int]:
-    texts = [
-        tokenizer.apply_chat_template(c, add_generation_prompt=generation_prompt, tokenize=False)
-        for c in conversations
-    ]
-    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-
-
 def check_schedule(cfg: Any, rows: int, n_gpus: int, report: Report, strict: bool = False) -> None:
-    """Steps as verl's loader makes them (rows // n_gpus a GPU, whole batches); ``strict``: a
-    total_training_steps past the epochs' end is an error (the loop ends first, unsaved)."""
+    """Steps as verl's loader makes them (each GPU rows // n_gpus, whole batches); ``strict``: a
+    total_training_steps past the last epoch is an error (verl's SFT loop ends first, unsaved)."""
     batch = cfg.data.train_batch_size
-    per_epoch = (rows // n_gpus) // max(batch // n_gpus, 1)
+    per_epoch = rows // n_gpus // max(batch // n_gpus, 1)
+    epochs, wanted = cfg.trainer.total_epochs, cfg.trainer.total_training_steps
     if per_epoch == 0:
         report.error("data", f"train: {rows} rows < train_batch_size {batch}: not one full batch")
-        return
-    epochs, wanted = cfg.trainer.total_epochs, cfg.trainer.total_training_steps
-    if strict and wanted and wanted > per_epoch * epochs:
-        report.error(
-            "data",
-            f"train: total_training_steps={wanted} but {epochs} epoch(s) of "
-            f"{per_epoch} steps end verl's SFT loop at step {per_epoch * epochs}, "
-            "without a final checkpoint; raise TOTAL_EPOCHS to at least "
-            f"{-(-wanted // per_epoch)} (trainer.total_epochs)",
-        )
-        return
-    report.ok(
-        "data",
-        f"train: {rows} rows -> {per_epoch} steps/epoch; this run: "
-        f"{wanted or per_epoch * epochs} steps (checkpoint every {cfg.trainer.save_freq}, "
-        f"validation every {cfg.trainer.test_freq})",
-    )
+    elif strict and wanted and wanted > per_epoch * epochs:
+        report.error("data", f"train: total_training_steps={wanted} but {epochs} epoch(s) of "
+                     f"{per_epoch} steps end verl's SFT loop at step {per_epoch * epochs}, "
+                     "without a final checkpoint; raise TOTAL_EPOCHS to at least "
+                     f"{-(-wanted // per_epoch)}")  # fmt: skip
+    else:
+        report.ok("data", f"train: {rows} rows -> {per_epoch} steps/epoch; this run: "
+                  f"{wanted or per_epoch * epochs} steps (save every {cfg.trainer.save_freq}, "
+                  f"validate every {cfg.trainer.test_freq})")  # fmt: skip
 
 
 def check_data(cfg: Any, tokenizer: Any, report: Report) -> str:
     """The RL data (verl's RLHFDataset columns); returns the first train prompt's text."""
-    first: list[str] = []
-    cut = None if cfg.data.truncation == "error" else f"cut ({cfg.data.truncation})"
-    fate = "dropped" if cfg.data.filter_overlong_prompts else cut
+    first, data = [], cfg.data
+    fate = None if data.truncation == "error" else f"cut ({data.truncation})"
+    fate = "dropped" if data.filter_overlong_prompts else fate
 
     def read(split: str, path: Path, table: Any) -> int | None:
-        problem = schema_problem(table)
+        have = table.column_names
+        missing = [c for c in ("prompt", "data_source", "reward_model") if c not in have]
+        row = table.slice(0, 1).to_pylist()[0] if table.num_rows and not missing else {}
+        prompt, truth = row.get("prompt"), row.get("reward_model")
+        if missing:
+            problem = f"missing column(s) {', '.join(missing)} (have {', '.join(have)})"
+        elif not row:
+            problem = "no rows"
+        elif not (isinstance(prompt, list) and prompt and isinstance(prompt[0], dict)):
+            problem = "column prompt must be a list of chat messages [{role, content}]"
+        elif not isinstance(truth, dict) or "ground_truth" not in truth:
+            problem = "column reward_model must be a struct with a ground_truth field"
+        else:
+            problem = ""
         if problem:
             report.error("data", f"{split} file {path}: {problem}")
             return None
         prompts = table.column("prompt").to_pylist()
-        if split == "train" and not first:
-            first.append(str(prompts[0][-1].get("content")))
+        first.append(str(prompts[0][-1].get("content")) if split == "train" else "")
         if tokenizer is not None:
-            lengths = token_lengths(tokenizer, prompts, generation_prompt=True)
-            what = ("prompt", "max_prompt_length", "MAX_PROMPT_LENGTH")
-            check_lengths(cfg, lengths, path, what, fate, report)
+            check_lengths(cfg, tokenizer, prompts, path, "max_prompt_length", fate, report)
         return table.num_rows
 
     rows = check_files(cfg, read, "data_prep.gsm8k", report)
@@ -152,27 +121,12 @@ def check_data(cfg: Any, tokenizer: Any, report: Report) -> str:
         check_schedule(cfg, rows["train"], 1, report)
     if rows["val"]:
         report.ok("data", f"val: {rows['val']} rows")
-    return first[0] if first else ""
-
-
-def schema_problem(table: Any) -> str | None:
-    missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
-    if missing:
-        return f"missing column(s) {', '.join(missing)} (have {', '.join(table.column_names)})"
-    if table.num_rows == 0:
-        return "no rows"
-    row = table.slice(0, 1).to_pylist()[0]
-    prompt = row["prompt"]
-    if not (isinstance(prompt, list) and prompt and isinstance(prompt[0], dict)):
-        return "column prompt must be a list of chat messages [{role, content}]"
-    if not isinstance(row["reward_model"], dict) or "ground_truth" not in row["reward_model"]:
-        return "column reward_model must be a struct with a ground_truth field"
-    return None
+    return next((text for text in first if text), "")
 
 
 def check_reward(cfg: Any, report: Report, prompt: str = "") -> set[str] | None:
     """The reward, loaded by verl, must score a right answer above a wrong one in the format the
-    prompts ask for. Returns its result's keys when it is a dict (what DAPO's filter may read)."""
+    prompts ask for; returns its result's keys when it is a dict (DAPO's filter reads one)."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
     reward = cfg.reward.custom_reward_function
@@ -185,70 +139,45 @@ def check_reward(cfg: Any, report: Report, prompt: str = "") -> set[str] | None:
     try:
         fn = get_custom_reward_fn(cfg)
     except Exception as exc:
-        report.error(
-            "reward",
-            f"verl cannot load '{reward.name}' from {reward.path}: "
-            f"{one_line(exc)}{available_functions(reward.path)}",
-        )
+        report.error("reward", f"verl cannot load '{reward.name}' from {reward.path}: "
+                     f"{one_line(exc)}{functions_in(reward.path)}")  # fmt: skip
         return None
     style = "\\boxed{}" if "\\boxed" in prompt else "####"
-    scores, keys = {}, None
+    scores, keys = [], None
     for label, response in zip(("right", "wrong"), ANSWERS[style], strict=True):
         try:
-            result = fn(
-                data_source="openai/gsm8k",
-                solution_str=response,
-                ground_truth="72",
-                extra_info={"split": "preflight"},
-            )
+            result = fn(data_source="openai/gsm8k", solution_str=response, ground_truth="72",
+                        extra_info={"split": "preflight"})  # fmt: skip
         except Exception as exc:
             report.error("reward", f"{reward.name} raised on a {label} answer: {one_line(exc)}")
             return None
-        score = result.get("score") if isinstance(result, dict) else result
-        if not is_number(score):
-            got = (
-                repr(result)
-                if not isinstance(result, dict)
-                else f"a dict with score {score!r}"
-                if "score" in result
-                else f"a dict without 'score' (keys: {', '.join(map(str, result))})"
-            )
-            report.error(
-                "reward",
-                f"{reward.name} returned {got[:80]} for a {label} answer: "
-                "a reward must return a number, or a dict with a numeric 'score'",
-            )
-            return None
-        scores[label] = score
         keys = set(map(str, result)) if isinstance(result, dict) else None
-    if not scores["right"] > scores["wrong"]:
-        hint = (
-            "; the training prompts ask for \\boxed{} answers: use a reward that reads them "
-            "(REWARD_FN=compute_score_flexible) or prepare data with --prompt-style hash"
-            if style != "####"
-            else ""
-        )
-        report.error(
-            "reward",
-            f"{reward.name} scores a right {style} answer "
-            f"{scores['right']} and a wrong one {scores['wrong']}: it does not "
-            f"separate them{hint}",
-        )
+        score = result.get("score") if keys else result
+        if (
+            isinstance(score, bool)
+            or not isinstance(score, numbers.Real)
+            or not math.isfinite(score)
+        ):
+            got = repr(result) if keys is None else f"a dict with score {score!r}"
+            if keys is not None and "score" not in keys:
+                got = f"a dict without 'score' (keys: {', '.join(sorted(keys))})"
+            report.error("reward", f"{reward.name} returned {got[:80]} for a {label} "
+                         "answer: a reward must return a number, or a dict with a numeric "
+                         "'score'")  # fmt: skip
+            return None
+        scores.append(score)
+    if not scores[0] > scores[1]:
+        hint = ("; the prompts ask for \\boxed{} answers: REWARD_FN=compute_score_flexible reads "
+                "them" if style != "####" else "")  # fmt: skip
+        report.error("reward", f"{reward.name} scores a right {style} answer {scores[0]} and a "
+                     f"wrong one {scores[1]}: it does not separate them{hint}")  # fmt: skip
         return None
-    report.ok(
-        "reward",
-        f"{Path(reward.path).name}:{reward.name} loads through verl; right "
-        f"{style} answer -> {scores['right']}, wrong -> {scores['wrong']}",
-    )
+    report.ok("reward", f"{Path(reward.path).name}:{reward.name} loads through verl; right "
+              f"{style} answer -> {scores[0]}, wrong -> {scores[1]}")  # fmt: skip
     return keys
 
 
-def is_number(value: object) -> bool:
-    """A finite real number, as verl adds rewards up (a bool or a numeric string is not)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def available_functions(path: str) -> str:
+def functions_in(path: str) -> str:
     try:
         tree = ast.parse(Path(path).read_text())
     except (OSError, SyntaxError, ValueError):

@@ -4,6 +4,7 @@ HFModelConfig; its parameter count from its config."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from typing import Any
@@ -39,26 +40,19 @@ def resolve_model(role: str, path: str, report: Report) -> str | None:
     if os.path.exists(local) or path.startswith(("/", ".", "~")) or path.count("/") != 1:
         report.error("model", f"{role} model path '{path}' does not exist")
         return None
-    try:  # a hub id
-        from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download
 
+    with contextlib.suppress(Exception):  # a hub id: cached?
         snapshot = snapshot_download(path, local_files_only=True)
         report.note("model", f"{role} model '{path}' found in the Hugging Face cache")
         return snapshot
-    except Exception:
-        pass
     reachable, where = hub_reachable()
     if reachable:
-        report.note(
-            "model", f"{role} model '{path}' is not cached; verl will download it from {where}"
-        )
-        return None
-    report.error(
-        "model",
-        f"{role} model '{path}' is a hub id, not cached here, and the hub cannot be reached "
-        f"from this machine: {where}; download it where the hub is reachable "
-        f"(huggingface-cli download {path} --local-dir DIR) and set MODEL_PATH=DIR",
-    )
+        report.note("model", f"{role} model '{path}' is not cached; verl downloads it")
+    else:
+        report.error("model", f"{role} model '{path}' is a hub id, not cached here, and the hub "
+                     f"cannot be reached from this machine: {where}; set MODEL_PATH to a "
+                     "downloaded copy")  # fmt: skip
     return None
 
 
@@ -84,11 +78,8 @@ def load_model(role: str, model_cfg: Any, local: str, need: tuple[int, str], rep
     if problems:
         return None
     params = count_parameters(hf.hf_config) / 1e9
-    report.ok(
-        "model",
-        f"{role}: verl loads {hf.hf_config.model_type} ({params:.2f}B params, "
-        f"context {context}) and its chat-template tokenizer from {local}",
-    )
+    report.ok("model", f"{role}: verl loads {hf.hf_config.model_type} ({params:.2f}B params, "
+              f"context {context}) and its chat template from {local}")  # fmt: skip
     return hf
 
 

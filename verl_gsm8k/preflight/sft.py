@@ -1,11 +1,12 @@
 """The preflight of a launch of verl's SFT trainer (``--trainer sft``): keys of verl's older SFT
-trainer, the config, the device, the model, the chat data, the GPUs."""
+trainer, the config, the device, the model, the run directory, the chat data, the GPUs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.preflight import inputs
 from verl_gsm8k.preflight.checkpoints import check_run_dir
 from verl_gsm8k.preflight.compose import (
     LegacyKeys,
@@ -14,7 +15,6 @@ from verl_gsm8k.preflight.compose import (
     split_override,
 )
 from verl_gsm8k.preflight.device import check_device, check_gpu_count
-from verl_gsm8k.preflight.inputs import check_files, check_lengths, check_schedule, token_lengths
 from verl_gsm8k.preflight.lines import Report, one_line
 from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION
 from verl_gsm8k.preflight.model import (
@@ -26,108 +26,67 @@ from verl_gsm8k.preflight.model import (
 
 OLD = "verl's older SFT trainer (fsdp_sft_trainer.py)"
 CHAT = "the engine trainer reads chat transcripts (data.messages_key)"
-OFFLOAD = "offloading is set on the engine (also engine.optimizer_offload)"
 # Keys of the older trainer's sft_trainer.yaml -> the engine trainer's (sft_trainer_engine.yaml).
 SFT_LEGACY_KEYS: LegacyKeys = {
     "model.partial_pretrain": ("model.path", f"the model path key of {OLD}"),
-    "model.strategy": ("engine.strategy", "the FSDP version moved to the engine section"),
-    "model.fsdp_config.cpu_offload": ("engine.param_offload", OFFLOAD),
-    "model.fsdp_config.offload_params": ("engine.param_offload", OFFLOAD),
-    "model.fsdp_config.": ("engine.", "FSDP settings moved to the engine section"),
-    **{
-        f"data.{key}": ("", CHAT)
-        for key in ("prompt_key", "response_key", "prompt_dict_keys", "response_dict_keys")
-    },
-    "data.multiturn.messages_key": ("data.messages_key", "multi-turn is the only format now"),
-    "data.multiturn.": ("data.", "multi-turn is the only format now (data.messages_key, ...)"),
-    "data.micro_batch_size": (
-        "data.micro_batch_size_per_gpu",
-        "micro-batches are sized per GPU (or by tokens: data.use_dynamic_bsz)",
-    ),
-    "data.chat_template": ("model.custom_chat_template", "the chat template moved to the model"),
+    "model.strategy": ("engine.strategy", "FSDP settings are the engine's"),
+    "model.fsdp_config.cpu_offload": ("engine.param_offload", "FSDP settings are the engine's"),
+    "model.fsdp_config.offload_params": ("engine.param_offload", "FSDP settings are the engine's"),
+    "model.fsdp_config.": ("engine.", "FSDP settings are the engine's"),
+    **{f"data.{key}": ("", CHAT) for key in
+       ("prompt_key", "response_key", "prompt_dict_keys", "response_dict_keys")},
+    "data.multiturn.messages_key": ("data.messages_key", "multi-turn is the only format"),
+    "data.multiturn.": ("data.", "multi-turn is the only format"),
+    "data.micro_batch_size": ("data.micro_batch_size_per_gpu", "micro-batches are per GPU"),
+    "data.chat_template": ("model.custom_chat_template", "the chat template is the model's"),
     "optim.warmup_steps_ratio": ("optim.lr_warmup_steps_ratio", "renamed"),
     "optim.lr_scheduler": ("optim.lr_scheduler_type", "renamed"),
-    "ulysses_sequence_parallel_size": (
-        "engine.ulysses_sequence_parallel_size",
-        "sequence parallelism is set on the engine",
-    ),
-    "use_remove_padding": ("model.use_remove_padding", "padding removal is set on the model"),
+    "ulysses_sequence_parallel_size": ("engine.ulysses_sequence_parallel_size", "the engine's"),
+    "use_remove_padding": ("model.use_remove_padding", "padding removal is the model's"),
     "trainer.checkpoint.": ("checkpoint.", "the checkpoint section is top-level"),
-}
+}  # fmt: skip
 ROLES = ("system", "user", "assistant", "tool")
 TRAINED_BYTES_PER_PARAM = 16  # fp32 weights 4 + fp32 gradients 4 + Adam's two moments 8
 
 
 def check_sft_config(config_dir: Path, config_name: str, overrides: list[str], report: Report):
-    """Compose, let verl's config classes read the sections the trainer builds first, and split
-    the batch as verl does; the config, or None where it cannot be checked further."""
-    import verl
+    """Compose, let verl's config classes read the engine, optim and checkpoint sections, and
+    split the batch as verl does; the config, or None where nothing more can be checked."""
     from verl.utils.config import omega_conf_to_dataclass
 
     cfg = compose_checked(config_dir, config_name, overrides, report)
-    if cfg is None:
-        return None
-    for section in ("engine", "optim", "checkpoint"):
+    for section in ("engine", "optim", "checkpoint") if cfg is not None else ():
         try:
             omega_conf_to_dataclass(cfg[section])
         except Exception as exc:
             report.error("config", f"verl does not accept the {section} section: {one_line(exc)}")
             return None
-    n_gpus = cfg.trainer.n_gpus_per_node
+    n_gpus = cfg.trainer.n_gpus_per_node if cfg is not None else 1
     if not n_gpus or n_gpus < 1:
         report.error("config", f"trainer.n_gpus_per_node={n_gpus}: must be at least 1")
+    if cfg is None or not n_gpus or n_gpus < 1:
         return None
-    problems = batch_problems(cfg.data, n_gpus)
+    data, batch = cfg.data, cfg.data.train_batch_size
+    problems = [f"data.train_batch_size={batch} must be divisible by the {n_gpus} GPUs (verl "
+                "would train on fewer examples)"] if batch % n_gpus else []  # fmt: skip
+    if data.use_dynamic_bsz and data.max_length > data.max_token_len_per_gpu:
+        problems.append(f"data.max_length={data.max_length} > data.max_token_len_per_gpu="
+                        f"{data.max_token_len_per_gpu}: the longest cannot fit")  # fmt: skip
+    micro = data.micro_batch_size_per_gpu
+    if not data.use_dynamic_bsz and (not micro or batch // n_gpus % micro):
+        problems.append(f"data.train_batch_size={batch} over {n_gpus} GPU(s) does not split into "
+                        f"micro-batches of data.micro_batch_size_per_gpu={micro}")  # fmt: skip
     if cfg.engine.strategy == "fsdp" and cfg.trainer.device == "cpu":
-        problems.append(
-            "engine.strategy=fsdp (FSDP1) fails on a CPU ('module has CPU parameters "
-            "... sync_module_states'): use engine.strategy=fsdp2"
-        )
+        problems.append("engine.strategy=fsdp (FSDP1) fails on a CPU: use engine.strategy=fsdp2")
     for problem in problems:
         report.error("config", problem)
     if "model" not in cfg.checkpoint.save_contents:
-        report.warn(
-            "config",
-            f"checkpoint.save_contents={list(cfg.checkpoint.save_contents)} "
-            "lacks 'model': scripts/merge.sh has no weights to merge",
-        )
-    data, optim = cfg.data, cfg.optim
-    micro = (
-        f"up to {data.max_token_len_per_gpu} tokens"
-        if data.use_dynamic_bsz
-        else f"{data.micro_batch_size_per_gpu} examples"
-    )
+        report.warn("config", "checkpoint.save_contents lacks 'model': merge.sh has nothing to "
+                    "merge")  # fmt: skip
     if not problems:
-        report.ok(
-            "config",
-            f"composes against verl {verl.__version__} ({config_name}): "
-            f"{cfg.engine.strategy}, {optim.optimizer} lr {optim.lr:g} "
-            f"({optim.lr_scheduler_type}), batch {data.train_batch_size} over {n_gpus} "
-            f"GPU(s) in micro-batches of {micro}",
-        )
+        report.ok("config", f"composes against verl's SFT config ({config_name}): "
+                  f"{cfg.engine.strategy}, batch {batch} over {n_gpus} GPU(s)")  # fmt: skip
     return cfg
-
-
-def batch_problems(data: Any, n_gpus: int) -> list[str]:
-    """What verl divides without checking: the batch over the GPUs, then into micro-batches."""
-    batch, micro = data.train_batch_size, data.micro_batch_size_per_gpu
-    if batch % n_gpus:
-        return [
-            f"data.train_batch_size={batch} must be divisible by the {n_gpus} GPUs (each "
-            f"takes batch // {n_gpus}: verl would silently train on fewer examples per step)"
-        ]
-    if data.use_dynamic_bsz and data.max_length > data.max_token_len_per_gpu:
-        return [
-            f"data.max_length={data.max_length} > data.max_token_len_per_gpu="
-            f"{data.max_token_len_per_gpu}: a longest example would fit no micro-batch (verl "
-            "asserts it in the first step)"
-        ]
-    if not data.use_dynamic_bsz and (not micro or (batch // n_gpus) % micro):
-        return [
-            f"data.train_batch_size={batch} over {n_gpus} GPU(s) does not split into "
-            f"micro-batches of data.micro_batch_size_per_gpu={micro} (verl asserts it)"
-        ]
-    return []
 
 
 def messages_problem(messages: Any) -> str | None:
@@ -138,9 +97,9 @@ def messages_problem(messages: Any) -> str | None:
         if not isinstance(message, dict) or not isinstance(message.get("content"), str):
             return f"turn {turn} is not a message with a text 'content'"
         if message.get("role") not in ROLES:
-            return f"turn {turn} has role {message.get('role')!r} (not one of {', '.join(ROLES)})"
+            return f"turn {turn} has role {message.get('role')!r}, not one of {', '.join(ROLES)}"
     if not any(m["role"] == "assistant" for m in messages):
-        return "has no assistant turn: the loss is computed on assistant turns only"
+        return "has no assistant turn (the loss is on assistant turns)"
     return None
 
 
@@ -149,71 +108,57 @@ def check_sft_data(cfg: Any, tokenizer: Any, report: Report) -> None:
 
     def read(split: str, path: Path, table: Any) -> int | None:
         if key not in table.column_names:
-            report.error(
-                "data",
-                f"{split} file {path}: no column '{key}' (data.messages_key; "
-                f"have {', '.join(table.column_names)}): prepare it with python -m "
-                "data_prep.sft",
-            )
+            have = ", ".join(table.column_names)
+            report.error("data", f"{split} file {path}: no column '{key}' (data.messages_key; "
+                         f"have {have}): python -m data_prep.sft")  # fmt: skip
             return None
         rows = table.column(key).to_pylist()
-        for row, messages in enumerate(rows, start=1):
-            problem = messages_problem(messages)
+        for row, problem in enumerate(map(messages_problem, rows), start=1):
             if problem:
                 report.error("data", f"{split} file {path}: row {row}: column '{key}' {problem}")
                 return None
         if tokenizer is not None and rows:
             fate = None if data.truncation == "error" else f"cut ({data.truncation})"
-            what = ("example", "max_length", "MAX_LENGTH")
-            check_lengths(cfg, token_lengths(tokenizer, rows, False), path, what, fate, report)
+            inputs.check_lengths(cfg, tokenizer, rows, path, "max_length", fate, report)
         return len(rows)
 
-    rows = check_files(cfg, read, "data_prep.sft", report)
+    rows = inputs.check_files(cfg, read, "data_prep.sft", report)
     if rows["train"]:
-        check_schedule(cfg, rows["train"], cfg.trainer.n_gpus_per_node, report, strict=True)
-    if rows["val"] and rows["val"] < data.train_batch_size:
-        report.warn(
-            "data",
-            f"val: {rows['val']} rows < train_batch_size {data.train_batch_size}"
-            ": verl's validation loader drops the incomplete batch, so val/loss would be "
-            "nan",
-        )
+        inputs.check_schedule(cfg, rows["train"], cfg.trainer.n_gpus_per_node, report, strict=True)
+    if 0 < rows["val"] < data.train_batch_size:
+        report.warn("data", f"val: {rows['val']} rows < train_batch_size {data.train_batch_size}:"
+                    " verl drops the incomplete batch, so val/loss would be nan")  # fmt: skip
     elif rows["val"]:
-        report.ok("data", f"val: {rows['val']} rows, validation loss every {cfg.trainer.test_freq}")
+        report.ok("data", f"val: {rows['val']} rows")
 
 
 def run_sft(config_name: str, config_dir: Path, overrides: list[str]) -> Report:
     report = Report()
-    problems = legacy_key_problems([split_override(o)[0] for o in overrides], SFT_LEGACY_KEYS)
+    keys = [split_override(override)[0] for override in overrides]
+    problems = legacy_key_problems(keys, SFT_LEGACY_KEYS)
     for problem in problems:
         report.error("keys", problem)
     if not problems:
-        report.ok("keys", f"{len(overrides)} overrides, no key of {OLD}")
-    offline_if_hub_unreachable()
+        report.ok("keys", f"{len(keys)} overrides, no key of {OLD}")
+    offline_if_hub_unreachable()  # before verl imports huggingface_hub
     cfg = check_sft_config(config_dir, config_name, overrides, report)
     if cfg is None:
         return report
     check_device(cfg, False, report, model=cfg.model, who="model")
     dtype = str((cfg.engine.get("mixed_precision") or {}).get("param_dtype", cfg.engine.dtype))
     if cfg.trainer.device == "cpu" and dtype not in ("fp32", "float32"):
-        report.note(
-            "device",
-            f"parameters computed in {dtype} on a CPU: without native bf16 "
-            "(AVX2 only) that is ~10x slower than fp32 (configs/device/cpu_sft.yaml sets "
-            "fp32)",
-        )
+        report.note("device", f"{dtype} on a CPU without native bf16 is ~10x slower than fp32")
     local = resolve_model("model", str(cfg.model.path), report)
     need = (cfg.data.max_length, f"data.max_length={cfg.data.max_length}")
     hf = load_model("model", cfg.model, local, need, report) if local else None
     check_run_dir(cfg, report)
     check_sft_data(cfg, hf.tokenizer if hf else None, report)
-    wanted, card = cfg.trainer.n_gpus_per_node, check_gpu_count(cfg.trainer.n_gpus_per_node, report)
+    wanted = cfg.trainer.n_gpus_per_node
+    card = check_gpu_count(wanted, report)
     if hf is not None and card is not None:
         states = count_parameters(hf.hf_config) * TRAINED_BYTES_PER_PARAM / wanted / 1024**3
-        line = (
-            f"estimated {states:.1f} GiB of {card:.0f} GiB per GPU for weights, gradients and "
-            "Adam (16 B/param, sharded); activations come on top (data.max_token_len_per_gpu)"
-        )
+        line = (f"~{states:.1f} of {card:.0f} GiB per GPU for weights, gradients and Adam (16 "
+                "bytes a parameter, sharded), activations on top")  # fmt: skip
         if states > MEMORY_WARN_FRACTION * card:
             report.warn("gpu", f"{line}: unlikely to fit; engine.optimizer_offload=True helps")
         else:
