@@ -195,11 +195,11 @@ def test_refuses_missing_partial_or_crafted_checkpoints(ws2, tmp_path, capsys):
         ("grpo", lambda r: shutil.rmtree(r / step / "critic"), "no critic/", ("--critic",)),
         ("glued", lambda r: plant("glued", r / step / "actor" / "model_world_size_2_rank_0.pt",
          tmp_path / "ran"), "model_world_size_2_rank_0.pt: not one zip archive", ()),
-        ("deep", lambda r: (r / step / "actor" / "huggingface" / "config.json").write_text(
-         "[" * 100_000 + "]" * 100_000), "config.json: not readable JSON (nested too deep)", ()),
-        ("deeper", lambda r: (r / step / "actor" / "fsdp_config.json").write_text(
-         "[" * 100_000 + "]" * 100_000), "fsdp_config.json: not readable JSON (nested too", ()),
     ]  # fmt: skip
+    cases += [(f"deep-{n[:5]}", lambda r, n=n: (r / step / "actor" / n).write_text("[" * 10**5 +
+               "]" * 10**5), f"{n}: not readable JSON (nested too deep)", ())
+              for n in ("fsdp_config.json", "lora_train_meta.json", "huggingface/config.json")
+              ]  # fmt: skip
     for name, change, needle, flags in cases:
         refused(capsys, damaged(name, change), out, needle, *flags)
     refused(capsys, ws2 / step / "actor", out, "is an actor checkpoint", "--critic")

@@ -114,8 +114,8 @@ def resolve_source(source: Path, critic: bool) -> tuple[Path, str]:
 
 def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
     """What verl's merger reads, checked: every rank's model shard loaded by the one loading
-    policy, the Hugging Face files read as JSON with bounds (verl's merger would give a
-    traceback on one nested too deep). CheckpointError names the first gap."""
+    policy, its JSON files (lora_train_meta.json, huggingface/) read with bounds (verl's merger
+    would give a traceback on one nested too deep). CheckpointError names the first gap."""
     try:
         world, config = rd.read_world_size(role_dir), rd.read_fsdp_config(role_dir)
     except rd.FsdpConfigError as err:
@@ -131,7 +131,7 @@ def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
     try:
         for name in names:
             load(role_dir / name, mmap=True)
-        for path in sorted(hf_dir.glob("*.json")):
+        for path in sorted([*role_dir.glob("*.json"), *hf_dir.glob("*.json")]):
             json_read.read(path)
     except (ShardError, json_read.JsonError, OSError) as err:
         raise CheckpointError(str(err)) from None
