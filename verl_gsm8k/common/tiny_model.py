@@ -45,7 +45,8 @@ def _corpus(seed: int, n: int = 400) -> list[str]:
     return lines
 
 
-def build_tokenizer(out_dir: Path, seed: int = 0, vocab_size: int = 600) -> Any:
+def _tokenizer(seed: int) -> Any:
+    """A byte-level BPE of 600 tokens trained on ``_corpus(seed)``, Qwen's ChatML tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -53,15 +54,13 @@ def build_tokenizer(out_dir: Path, seed: int = 0, vocab_size: int = 600) -> Any:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)  # fmt: skip
-    tok.train_from_iterator(_corpus(seed), trainer=trainer)
+    tok.train_from_iterator(_corpus(seed), trainer=trainers.BpeTrainer(
+        vocab_size=600, special_tokens=special, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
                                    pad_token="<|endoftext|>", model_max_length=4096,
                                    additional_special_tokens=special[1:])  # fmt: skip
     fast.chat_template = CHATML_TEMPLATE
-    fast.save_pretrained(out_dir)
     return fast
 
 
@@ -91,7 +90,8 @@ def make_tiny_model(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     tmp.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
     try:
-        tok = build_tokenizer(tmp, seed=seed)
+        tok = _tokenizer(seed)
+        tok.save_pretrained(tmp)
         torch.manual_seed(seed)
         ids = {"bos_token_id": tok.pad_token_id, "eos_token_id": tok.eos_token_id,
                "pad_token_id": tok.pad_token_id}  # fmt: skip
