@@ -1,7 +1,6 @@
-"""The GPU probe (verl_gsm8k/bench/gpu_probe.py) on the CPU, on the tiny model's shape and a few
-hundred tokens: every phase has a positive measured peak (torch's tensor tracker here, the
-allocator's on a GPU) beside the preflight's own estimate (patching the preflight moves it), its
-defaults are the recipes' budgets, and it loads without verl or vLLM."""
+"""The GPU probe (bench/gpu_probe.py) on the CPU, the tiny model's shape, a few hundred tokens:
+every phase measured (torch's tensor tracker) beside the preflight's own estimate, the recipes'
+budgets as its defaults, no verl or vLLM needed."""
 
 from __future__ import annotations
 

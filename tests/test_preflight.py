@@ -1,7 +1,5 @@
-"""Each planted mistake is caught by the preflight with its message; a correct config passes.
-
-The preflight runs in-process on the override list that the launcher really builds.
-"""
+"""Each planted mistake is caught by the preflight with its message (mistakes different checks
+catch planted together); a correct config passes. In-process, on the launcher's override list."""
 
 from __future__ import annotations
 
@@ -13,39 +11,35 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import (
-    QWEN25_05B,
-    ROOT,
-    prepare,
-    recipe_env,
-    refusing_port,
-    write_synthetic_gsm8k,
-)
+from helpers import ROOT, prepare, recipe_env, refusing_port, write_synthetic_gsm8k
 
-from verl_gsm8k.launch.plan import bare_overrides as recipe_overrides
+from verl_gsm8k.common.qwen25 import qwen25_config
+from verl_gsm8k.launch.plan import bare_overrides
+from verl_gsm8k.preflight import checkpoints, inputs
 from verl_gsm8k.preflight import cli as preflight
+from verl_gsm8k.preflight.compose import split_override
 from verl_gsm8k.preflight.model import count_parameters
 
 
 @pytest.fixture(scope="module")
 def base_overrides(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> list[str]:
-    # No trace (tests/test_trace.py checks the preflight's trace line); the recipes' trainer is
-    # selected all the same, with its plugin (recipes_trainer_plugin below).
-    env = recipe_env(
-        tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory.mktemp("runs"), TRACE_SAMPLES="0"
-    )
-    return recipe_overrides("gsm8k_ppo", env)
+    runs = tmp_path_factory.mktemp("runs")  # no trace: tests/test_trace.py checks its line
+    return bare_overrides("gsm8k_ppo", recipe_env(tiny_model_dir, prepared_gsm8k_dir, runs,
+                                                  TRACE_SAMPLES="0"))  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
 def recipes_trainer_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the launcher exports for every PPO launch: the module that registers the
-    recipes' trainer (trainer.v1.trainer_mode=gsm8k), which this in-process preflight checks."""
+    """The launcher exports it for every PPO launch: the preflight checks it is there."""
     monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_gsm8k.verl_plugins.register_trainer")
 
 
 def run_preflight(overrides: list[str], config: str = "gsm8k_ppo") -> preflight.Report:
-    return preflight.run(config, ROOT / "configs", overrides, None)
+    return preflight.run(config, ROOT / "configs", overrides)
+
+
+def compose(overrides: list[str], config: str = "gsm8k_ppo"):
+    return preflight.compose(ROOT / "configs", config, overrides)
 
 
 def errors(report: preflight.Report) -> str:
@@ -56,412 +50,245 @@ def test_correct_config_passes(base_overrides):
     report = run_preflight(base_overrides)
     assert report.errors == 0, "\n".join(report.lines)
     checks = {line.split("]", 1)[1].split(":", 1)[0].strip() for line in report.lines}
-    assert {"keys", "config", "model", "data", "reward", "gpu"} <= checks
+    assert {"keys", "config", "model", "checkpoint", "data", "reward", "gpu", "memory"} <= checks
 
 
-# Planted mistake -> the text its error must contain (the right key, or the exact problem).
+# Planted mistakes, one run a group -> the text of each error it must give.
 MISTAKES = {
-    "unknown key": (
-        ["actor_rollout_ref.actor.optim.lrr=1e-6"],
-        "unknown key 'actor_rollout_ref.actor.optim.lrr' in the installed verl config; "
-        "did you mean actor_rollout_ref.actor.optim.lr",
-    ),
-    "unknown leaf moved elsewhere": (
-        ["trainer.n_gpus=1"],
-        "did you mean trainer.n_gpus_per_node",
-    ),
-    "top-level custom_reward_function": (
-        ["custom_reward_function.path=/x/reward.py"],
-        "use reward.custom_reward_function.path",
-    ),
-    "clip_ratio alone": (
-        ["actor_rollout_ref.actor.clip_ratio=0.3"],
-        "set actor_rollout_ref.actor.clip_ratio_low and actor_rollout_ref.actor.clip_ratio_high",
-    ),
-    "actor lora": (
-        ["actor_rollout_ref.actor.lora.rank=16"],
-        "use actor_rollout_ref.model.lora_rank",
-    ),
-    "critic fsdp_config": (
-        ["critic.model.fsdp_config.param_offload=True"],
-        "use critic.fsdp.param_offload",
-    ),
-    "reward_model.reward_manager": (
-        ["reward_model.reward_manager=naive"],
-        "use reward.reward_manager.name",
-    ),
-    "balance_batch in v1": (
-        ["trainer.balance_batch=True"],
+    "unknown key": (["actor_rollout_ref.actor.optim.lrr=1e-6"], [
+        "unknown key 'actor_rollout_ref.actor.optim.lrr' in the installed verl config; did you "
+        "mean actor_rollout_ref.actor.optim.lr"]),
+    "unknown leaf moved elsewhere": (["trainer.n_gpus=1"], ["did you mean trainer.n_gpus_per_"]),
+    "an override Hydra cannot parse": (["data.train_files=$(x)"], [
+        "override 'data.train_files=$(x)' is not in Hydra's override grammar (mismatched input"]),
+    "balance_batch where the v1 trainer runs": (["trainer.balance_batch=True"], [
         "'trainer.balance_batch' is ignored by verl's v1 trainer (trainer.use_v1=true, the "
-        "default): the v1 trainer balances every batch",
-    ),
-    "critic token budget in v1": (
-        ["critic.ppo_max_token_len_per_gpu=8192"],
-        "use critic.ppo_infer_max_token_len_per_gpu",
-    ),
-    "val do_sample": (
-        ["actor_rollout_ref.rollout.val_kwargs.do_sample=False"],
-        "validation is greedy when val_kwargs.temperature is 0",
-    ),
-    "fsdp_config.strategy": (
-        ["actor_rollout_ref.actor.fsdp_config.strategy=fsdp2"],
-        "use actor_rollout_ref.actor.strategy",
-    ),
+        "default): the v1 trainer balances every batch"]),
     "verl validate_config": (
         ["actor_rollout_ref.actor.use_dynamic_bsz=False", "critic.use_dynamic_bsz=False"],
-        "verl validate_config: [actor] Please set at least one of 'actor.ppo_micro_batch_size'",
-    ),
-    "batch not divisible by GPUs": (
-        ["trainer.n_gpus_per_node=3"],
-        "train_batch_size x rollout.n = 128 responses must be divisible by the 3 GPUs",
-    ),
-    "mini-batch larger than batch": (
-        ["actor_rollout_ref.actor.ppo_mini_batch_size=256"],
-        "actor_rollout_ref.actor.ppo_mini_batch_size=256 is larger than data.train_batch_size=128",
-    ),
+        ["verl validate_config: [actor] Please set at least one of 'actor.ppo_micro_batch_size'"]),
+    "batch not divisible by GPUs": (["trainer.n_gpus_per_node=3"], [
+        "train_batch_size x rollout.n = 128 responses must be divisible by the 3 GPUs"]),
     "batch does not split into mini-batches": (
         ["data.train_batch_size=96", "actor_rollout_ref.actor.ppo_mini_batch_size=64"],
-        "data.train_batch_size=96 does not split into mini-batches of "
-        "actor_rollout_ref.actor.ppo_mini_batch_size=64",
-    ),
-    "no GPU per node": (["trainer.n_gpus_per_node=0"], "trainer.n_gpus_per_node=0: must be"),
-    "no response per prompt": (
-        ["actor_rollout_ref.rollout.n=0"],
-        "actor_rollout_ref.rollout.n=0: must be at least 1",
-    ),
-    "missing model": (
-        ["actor_rollout_ref.model.path=/nonexistent/model"],
+        ["data.train_batch_size=96 does not split into mini-batches of "
+         "actor_rollout_ref.actor.ppo_mini_batch_size=64"]),
+    "no GPU per node, no response per prompt": (
+        ["trainer.n_gpus_per_node=0", "actor_rollout_ref.rollout.n=0"],
+        ["trainer.n_gpus_per_node=0, actor_rollout_ref.rollout.n=0: must be at least 1"]),
+    "a model, a data file, a reward function; a run name too long (EXPERIMENT_NAME)": ([
+        "actor_rollout_ref.model.path=/nonexistent/model",
+        "data.train_files=['/nonexistent/train.parquet']",
+        "reward.custom_reward_function.name=compute_scor",
+        f"trainer.default_local_dir=/tmp/{'a' * 300}"], [
         "actor model path '/nonexistent/model' does not exist",
-    ),
-    "context too short": (
-        ["data.max_prompt_length=4000", "data.max_response_length=1000"],
-        "max_prompt_length + max_response_length = 5000 > context 4096",
-    ),
-    "missing train file": (
-        ["data.train_files=['/nonexistent/train.parquet']"],
         "train file /nonexistent/train.parquet does not exist",
-    ),
-    "batch larger than data": (["data.train_batch_size=512"], "not one full batch"),
-    "an override Hydra cannot parse": (
-        ["data.train_files=$(x)"],
-        "override 'data.train_files=$(x)' is not in Hydra's override grammar (mismatched input",
-    ),
-    "unknown reward function": (
-        ["reward.custom_reward_function.name=compute_scor"],
         "functions in that file: compute_score",
-    ),
-    "missing reward file": (
-        ["reward.custom_reward_function.path=/nonexistent/reward.py"],
+        "trainer.default_local_dir cannot be made: File name too long"]),
+    "context, batch, async save, reward file, run dir in a file (RUNS_ROOT)": ([
+        "data.max_prompt_length=4000", "data.max_response_length=1000",
+        "data.train_batch_size=512", "actor_rollout_ref.actor.checkpoint.async_save=True",
+        "reward.custom_reward_function.path=/nonexistent/reward.py",
+        f"trainer.default_local_dir={ROOT}/README.md/run"], [
+        "max_prompt_length + max_response_length = 5000 > context 4096",
+        "not one full batch", "actor.checkpoint.async_save=true with strategy fsdp2",
         "reward file /nonexistent/reward.py does not exist",
-    ),
-    "async save on FSDP (no tracker: a relaunch starts over)": (
-        ["actor_rollout_ref.actor.checkpoint.async_save=True"],
-        "actor.checkpoint.async_save=true with strategy fsdp2",
-    ),
-    "more checkpoints kept than the disk holds": (
-        ["trainer.max_actor_ckpt_to_keep=1000000000", "trainer.save_freq=1"],
-        "the disk fills before the run ends",
-    ),
-    "run directory inside a file (RUNS_ROOT)": (
-        [f"trainer.default_local_dir={ROOT}/README.md/run"],
-        f"trainer.default_local_dir cannot be made: {ROOT}/README.md is not a writable directory",
-    ),
-    "a run name longer than the filesystem allows (EXPERIMENT_NAME)": (
-        [f"trainer.default_local_dir=/tmp/{'a' * 300}"],
-        "trainer.default_local_dir cannot be made: File name too long",
-    ),
-    "prompts too long with truncation=error": (
-        ["data.max_prompt_length=20", "data.filter_overlong_prompts=False"],
-        "prompts exceed max_prompt_length 20",
-    ),
-}
+        f"trainer.default_local_dir cannot be made: {ROOT}/README.md is not a writable directory"]),
+    "prompts too long with truncation=error; a LoRA rank vLLM refuses": ([
+        "data.max_prompt_length=20", "data.filter_overlong_prompts=False",
+        "actor_rollout_ref.model.lora_rank=1000", "actor_rollout_ref.rollout.load_format=auto"], [
+        "prompts exceed max_prompt_length 20", "LoRA rank 1000 is above vLLM's maximum 512",
+        "needs actor_rollout_ref.rollout.load_format=safetensors"]),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(MISTAKES))
-def test_planted_mistake_is_caught(name, base_overrides):
+def test_planted_mistakes_are_caught(name, base_overrides):
     extra, expected = MISTAKES[name]
-    report = run_preflight(base_overrides + extra)
-    assert report.errors >= 1, "\n".join(report.lines)
-    assert expected in errors(report), "\n".join(report.lines)
+    config = "gsm8k_ppo_lora" if any("lora_rank" in key for key in extra) else "gsm8k_ppo"
+    report = run_preflight(base_overrides + extra, config)
+    for text in expected:
+        assert text in errors(report), (text, report.lines)
 
 
 # One planted key for every row of the preflight's key tables -> the value for the key it
-# suggests instead. Each suggestion, as printed, must compose against our configs.
+# suggests instead. Each suggestion, as printed, must compose and pass in its turn.
 SUGGESTED = {
     "custom_reward_function.path=/x/reward.py": "/x/reward.py",
-    "actor_rollout_ref.actor.lora.rank=16": "16",
-    "actor_rollout_ref.actor.lora.alpha=16": "16",
+    "actor_rollout_ref.actor.lora.rank=16": "16", "actor_rollout_ref.actor.lora.alpha=16": "16",
     "actor_rollout_ref.actor.lora.target_modules=all-linear": "all-linear",
     "critic.model.fsdp_config.param_offload=True": "True",
     "critic.fsdp_config.optimizer_offload=True": "True",
-    "reward_model.reward_manager=naive": "naive",
-    "reward_model.reward_kwargs.max_resp_len=256": "256",
-    "reward_model.enable=False": "False",
+    "reward_model.reward_manager=naive": "naive", "reward_model.enable=False": "False",
+    "reward_model.reward_kwargs.max_resp_len=256": "256", "critic.fsdp.strategy=fsdp2": "fsdp2",
     "actor_rollout_ref.actor.fsdp_config.strategy=fsdp2": "fsdp2",
     "actor_rollout_ref.ref.fsdp_config.strategy=fsdp2": "fsdp2",
-    "critic.fsdp.strategy=fsdp2": "fsdp2",
     "actor_rollout_ref.rollout.val_kwargs.do_sample=False": "0",
     "trainer.balance_batch=True": None,  # "remove it"
     "critic.ppo_max_token_len_per_gpu=8192": "8192",
     "actor_rollout_ref.actor.clip_ratio=0.3": "0.3",
-}
-
-
-def suggestions(line: str) -> list[str]:
-    """The keys an error line tells to use ("; use K" or "; set K and K"), as printed."""
-    tail = line.rsplit("; ", 1)[1]
-    if tail == "remove it":
-        return []
-    verb, _, keys = tail.partition(" ")
-    assert verb in ("use", "set"), line
-    return keys.split(" and ")
+}  # fmt: skip
 
 
 def test_every_suggested_key_composes(base_overrides):
-    from verl_gsm8k.preflight.compose import split_override
-
     planted = [split_override(o)[0] for o in SUGGESTED]
-    rows = list(preflight.LEGACY_KEYS) + list(preflight.V1_IGNORED_KEYS)
-    for row in rows:  # every row of the tables has its planted key here
+    for row in [*preflight.LEGACY_KEYS, *preflight.V1_IGNORED_KEYS]:  # each row planted here
         assert any(k == row or (row.endswith(".") and k.startswith(row)) for k in planted), row
-    cfg = preflight.compose(ROOT / "configs", "gsm8k_ppo", base_overrides)
+    cfg, fixed = compose(base_overrides), []
     for override, value in SUGGESTED.items():
         report = preflight.Report()
-        clean = preflight.check_legacy_keys([override], report)
-        preflight.check_trainer_keys(cfg, [override], report, clean)
+        preflight.check_trainer_keys(cfg, [override], report,
+                                     preflight.check_legacy_keys([override], report))  # fmt: skip
         (line,) = [ln for ln in report.lines if "[error] keys" in ln]
-        keys = suggestions(line)
-        assert bool(keys) == (value is not None), line
-        fixed = [f"{key}={value}" for key in keys]
-        fixed_cfg = preflight.compose(ROOT / "configs", "gsm8k_ppo", base_overrides + fixed)
-        again = preflight.Report()  # and the keys it suggests are not refused in their turn
-        preflight.check_trainer_keys(
-            fixed_cfg, fixed, again, preflight.check_legacy_keys(fixed, again)
-        )
-        assert again.errors == 0, (line, again.lines)
+        tail = line.rsplit("; ", 1)[1]  # "use K", "set K and K" or "remove it"
+        keys = [] if tail == "remove it" else tail.split(" ", 1)[1].split(" and ")
+        assert bool(keys) == (value is not None) and tail.split()[0] in ("use", "set", "remove")
+        fixed += [f"{key}={value}" for key in keys]
+    again = preflight.Report()  # the suggestions, as printed, compose and pass in their turn
+    preflight.check_trainer_keys(compose(base_overrides + fixed), fixed, again,
+                                 preflight.check_legacy_keys(fixed, again))  # fmt: skip
+    assert again.errors == 0, again.lines
 
 
-def test_legacy_trainer_keys_are_accepted_where_the_legacy_trainer_runs(base_overrides):
-    """trainer.use_v1=false (the LoRA recipe): verl's legacy trainer reads both keys
-    (trainer/ppo/ray_trainer.py ~811 and ~1549), so they are not refused there."""
+def test_keys_only_the_legacy_trainer_reads_are_accepted_and_said_where_it_runs(base_overrides):
+    """trainer.use_v1=false (the LoRA recipe): verl's legacy trainer reads balance_batch and the
+    critic's update budget, so they are not refused there; trainer.esi_redundant_time, read by
+    the legacy trainer only, is a warning under v1 (docs/reliability.md, "Preemption")."""
     keys = ["trainer.balance_batch=False", "critic.ppo_max_token_len_per_gpu=8192"]
+    esi = ["trainer.esi_redundant_time=300"]
     for config, extra in (("gsm8k_ppo", ["trainer.use_v1=false"]), ("gsm8k_ppo_lora", [])):
-        cfg = preflight.compose(ROOT / "configs", config, base_overrides + extra + keys)
         report = preflight.Report()
-        preflight.check_trainer_keys(cfg, extra + keys, report, True)
-        assert report.errors == 0, report.lines
+        cfg = compose(base_overrides + extra + keys + esi, config)
+        preflight.check_trainer_keys(cfg, extra + keys + esi, report, True)
+        assert report.errors == 0 and report.warnings == 0, report.lines
         assert "none the legacy trainer (trainer.use_v1=false) ignores" in report.lines[-1]
-    lora = preflight.compose(ROOT / "configs", "gsm8k_ppo_lora", base_overrides)
+    lora = compose(base_overrides, "gsm8k_ppo_lora")
     assert lora.trainer.use_v1 is False and lora.trainer.balance_batch is True
     assert lora.critic.ppo_max_token_len_per_gpu == 16384  # not the legacy default 32768
+    report = preflight.Report()
+    preflight.check_trainer_keys(compose(base_overrides + esi), esi, report, True)
+    (warning,) = [ln for ln in report.lines if "[warn] keys" in ln]
+    assert "esi_redundant_time" in warning and "STOP_GRACE_S" in warning
+    report = preflight.Report()
+    assert preflight.check_legacy_keys(["actor_rollout_ref.actor.calculate_entropy=True"], report)
+    assert report.warnings == 1 and "both trainers log actor/entropy without it" in report.lines[0]
 
 
-def test_esi_redundant_time_under_the_v1_trainer_is_said_not_refused(base_overrides):
-    """verl 0.9.1 reads trainer.esi_redundant_time only in the legacy trainer (docs/reliability.md,
-    "Preemption"): under v1 the preflight warns (the launch goes on), under the legacy trainer it
-    is silent."""
-    key = ["trainer.esi_redundant_time=300"]
-    for extra, warned in (([], True), (["trainer.use_v1=false"], False)):
-        cfg = preflight.compose(ROOT / "configs", "gsm8k_ppo", base_overrides + extra + key)
-        report = preflight.Report()
-        preflight.check_trainer_keys(cfg, extra + key, report, True)
-        warnings = [ln for ln in report.lines if "[warn" in ln and "esi_redundant_time" in ln]
-        assert report.errors == 0, report.lines
-        assert bool(warnings) == warned, (extra, report.lines)
-        assert all("STOP_GRACE_S" in line for line in warnings), warnings  # what to use instead
-
-
-def test_bad_schema_names_the_file_and_columns(base_overrides, tmp_path):
+def test_bad_data_and_an_algorithm_warning_or_refusal(base_overrides, tmp_path):
+    """A val file without verl's columns is named with them; GRPO with one response and KL twice
+    runs with warnings (verl allows both); rloo_vectorized at one response is refused."""
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"question": ["q"], "answer": ["#### 1"]}), bad)
-    report = run_preflight(base_overrides + [f"data.val_files=['{bad}']"])
-    assert f"val file {bad}: missing column(s) prompt, data_source, reward_model" in errors(report)
-
-
-def test_a_reward_that_cannot_tell_right_from_wrong_fails(base_overrides, tmp_path):
-    reward = tmp_path / "always_one.py"
-    reward.write_text("def compute_score(**kwargs):\n    return 1.0\n")
-    report = run_preflight(base_overrides + [f"reward.custom_reward_function.path={reward}"])
-    assert "does not separate them" in errors(report)
-
-
-def test_hub_id_unreachable_is_said_clearly(base_overrides, monkeypatch, tmp_path):
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # empty cache
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
-    report = run_preflight(
-        base_overrides + ["actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct"]
+    warned = ["actor_rollout_ref.rollout.n=1", "algorithm.use_kl_in_reward=True"]
+    report = run_preflight(base_overrides + warned + [f"data.val_files=['{bad}']"], "gsm8k_grpo")
+    (error,) = [line for line in report.lines if "[error]" in line]
+    assert f"val file {bad}: missing column(s) prompt, data_source, reward_model" in error
+    warnings = [line for line in report.lines if "[warn] algorithm:" in line]
+    assert len(warnings) == 2 and "adv_estimator=grpo compares the responses" in warnings[0]
+    assert (
+        "verl allows this" in warnings[1] and "charges the KL to the reference twice" in warnings[1]
     )
-    message = errors(report)
-    assert "'Qwen/Qwen2.5-0.5B-Instruct' is a hub id, not cached here" in message
-    assert "the hub cannot be reached from this machine: http://127.0.0.1:9" in message
-
-
-def test_lora_rank_is_checked_without_vllm(base_overrides):
-    lora = ["actor_rollout_ref.model.lora_rank=1000"]
-    report = run_preflight(base_overrides + lora, config="gsm8k_ppo_lora")
-    assert "LoRA rank 1000 is above vLLM's maximum 512" in errors(report)
-    report = run_preflight(
-        base_overrides
-        + ["actor_rollout_ref.model.lora_rank=32", "actor_rollout_ref.rollout.load_format=auto"],
-        config="gsm8k_ppo_lora",
-    )
-    assert "needs actor_rollout_ref.rollout.load_format=safetensors" in errors(report)
-
-
-def test_parameter_count_matches_the_published_qwen_size():
-    from transformers import Qwen2Config
-
-    assert count_parameters(Qwen2Config(**QWEN25_05B)) == 494_032_768
-
-
-def test_cli_prints_time_and_exits_nonzero_on_error(base_overrides):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "verl_gsm8k.preflight",
-            "--",
-            *base_overrides,
-            "custom_reward_function.path=/x.py",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 1
-    assert "preflight: FAILED with 1 error(s)" in result.stdout
-    assert "Traceback" not in result.stdout + result.stderr
-
-
-def test_grpo_with_one_response_per_prompt_is_said_not_refused(base_overrides):
-    """verl runs GRPO at rollout.n=1 (the raw score as the advantage): a warning, the launch goes
-    on; rloo_vectorized there trains nothing (every advantage 0): refused."""
-    report = run_preflight(base_overrides + ["actor_rollout_ref.rollout.n=1"], config="gsm8k_grpo")
-    assert report.errors == 0, "\n".join(report.lines)
-    warned = [line for line in report.lines if "[warn] algorithm:" in line]
-    assert len(warned) == 1 and "adv_estimator=grpo compares the responses" in warned[0], warned
+    assert any("[ok] algorithm:" in line and "KL in the reward and in the loss" in line
+               for line in report.lines), report.lines  # fmt: skip
     vectorized = ["actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=rloo_vectorized"]
-    report = run_preflight(base_overrides + vectorized, config="gsm8k_grpo")
+    report = run_preflight(base_overrides + vectorized, "gsm8k_grpo")
     assert "the advantage is 0 for every response" in errors(report)
-    report = run_preflight(base_overrides + ["actor_rollout_ref.rollout.n=4"], config="gsm8k_grpo")
-    assert report.errors == 0, "\n".join(report.lines)
-
-
-def test_kl_in_the_reward_and_in_the_loss_is_said_not_refused(base_overrides):
-    """verl runs both at once (it prints a notice): a warning that says so, and the launch goes on
-    with the algorithm line naming both."""
-    both = ["algorithm.use_kl_in_reward=True", "actor_rollout_ref.rollout.n=4"]
-    report = run_preflight(base_overrides + both, config="gsm8k_grpo")
-    assert report.errors == 0, "\n".join(report.lines)
-    warned = [line for line in report.lines if "[warn] algorithm:" in line]
-    assert len(warned) == 1 and "verl allows this" in warned[0], "\n".join(report.lines)
-    assert "charges the KL to the reference twice" in warned[0]
-    assert any(
-        "[ok] algorithm:" in line and "KL in the reward and in the loss" in line
-        for line in report.lines
-    ), "\n".join(report.lines)
 
 
 def test_reward_is_tried_in_the_format_the_prompts_ask_for(base_overrides, tmp_path):
-    """Boxed prompts with the #### reward would score every response 0: caught, with the fix."""
-    boxed = prepare(
-        write_synthetic_gsm8k(tmp_path / "src"), tmp_path / "boxed", "--prompt-style", "boxed"
-    )
-    files = [
-        f"data.train_files=['{boxed}/train.parquet']",
-        f"data.val_files=['{boxed}/test.parquet']",
-    ]
-    report = run_preflight(base_overrides + files)
-    message = errors(report)
+    """Boxed prompts with the ####-only reward would score every response 0: refused, with the
+    fix; the flexible reward passes."""
+    boxed = prepare(write_synthetic_gsm8k(tmp_path / "src"), tmp_path / "boxed", "--prompt-style",
+                    "boxed")  # fmt: skip
+    files = [f"data.train_files=['{boxed}/train.parquet']",
+             f"data.val_files=['{boxed}/test.parquet']"]  # fmt: skip
+    message = errors(run_preflight(base_overrides + files))
     assert "compute_score scores a right \\boxed{} answer 0.0 and a wrong one 0.0" in message
-    assert "REWARD_FN=compute_score_flexible" in message
+    assert "it does not separate them" in message and "compute_score_flexible" in message
     flexible = ["reward.custom_reward_function.name=compute_score_flexible"]
     report = run_preflight(base_overrides + files + flexible)
     assert report.errors == 0, "\n".join(report.lines)
     assert "right \\boxed{} answer -> 1.0, wrong -> 0.0" in "\n".join(report.lines)
 
 
-@pytest.mark.parametrize(
-    "right,wrong,shown",
-    [
-        ("None", "None", "returned None for a right answer"),
-        ('"1.0"', '"0.0"', "returned '1.0' for a right answer"),  # "1.0" > "0.0" as strings
-        ("True", "False", "returned True for a right answer"),
-        ('{"acc": 1.0}', '{"acc": 0.0}', "returned a dict without 'score' (keys: acc)"),
-        ('{"score": "1"}', '{"score": "0"}', "returned a dict with score '1' for a right"),
-    ],
-)
-def test_a_reward_must_return_a_number(base_overrides, tmp_path, right, wrong, shown):
-    reward = tmp_path / "odd_reward.py"
-    reward.write_text(
-        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-        f"    return {right} if solution_str.endswith(ground_truth) else {wrong}\n"
-    )
-    report = run_preflight(base_overrides + [f"reward.custom_reward_function.path={reward}"])
-    (line,) = [line for line in report.lines if "[error]" in line]
-    assert shown in line, line
-    assert "a reward must return a number, or a dict with a numeric 'score'" in line
+def test_a_reward_must_return_a_number(base_overrides, tmp_path):
+    cfg = compose(base_overrides)
+    for n, (right, wrong, shown) in enumerate(
+        [
+            ("None", "None", "returned None for a right answer"),
+            ('"1.0"', '"0.0"', "returned '1.0' for a right answer"),  # "1.0" > "0.0" as strings
+            ("True", "False", "returned True for a right answer"),
+            ('{"acc": 1.0}', '{"acc": 0.0}', "returned a dict without 'score' (keys: acc)"),
+            ('{"score": "1"}', '{"score": "0"}', "returned a dict with score '1' for a right"),
+        ]
+    ):
+        reward = tmp_path / f"reward_{n}.py"
+        reward.write_text(f"def compute_score(solution_str, **_):\n    return {right} if "
+                          f"solution_str.endswith('72') else {wrong}\n")  # fmt: skip
+        cfg.reward.custom_reward_function.path = str(reward)
+        report = preflight.Report()
+        assert inputs.check_reward(cfg, report) is None
+        (line,) = report.lines
+        assert shown in line and "a reward must return a number, or a dict with a numeric " \
+            "'score'" in line, line  # fmt: skip
 
 
-def test_an_unreachable_hub_is_said_in_seconds(base_overrides, tmp_path):
-    """Without the early probe, verl's validate_config retried the hub for ~50 s."""
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    }
+def test_checkpoints_kept_and_the_disk_they_need(base_overrides, tiny_model_dir, tmp_path):
+    """The recipes' trainer holds one more while it saves, and the kept best beside them
+    (docs/reliability.md, "The kept best"); verl's own trainer keeps what it is told."""
+    from transformers import AutoConfig
+
+    kept = {  # overrides -> checkpoints kept at most (0: none written)
+        ("trainer.max_actor_ckpt_to_keep=2", "trainer.v1.trainer_mode=sync"): 2,
+        ("trainer.max_actor_ckpt_to_keep=2",): 4,
+        ("trainer.save_freq=-1",): 2,  # no save step: the kept best alone
+        ("trainer.max_actor_ckpt_to_keep=0", "trainer.total_training_steps=20",
+         "trainer.save_freq=5"): 5,
+        ("trainer.save_freq=-1", "trainer.v1.trainer_mode=sync"): 0,
+    }  # fmt: skip
+    from omegaconf import OmegaConf
+
+    base = compose(base_overrides)
+    for extra, count in kept.items():
+        cfg = base.copy()
+        for key, value in map(split_override, extra):
+            OmegaConf.update(cfg, key, int(value) if value.lstrip("-").isdigit() else value)
+        assert checkpoints.kept_checkpoints(cfg) == count, extra
+    hf = AutoConfig.from_pretrained(tiny_model_dir)
+    report = preflight.Report()
+    checkpoints.check_disk(compose(base_overrides + ["trainer.max_actor_ckpt_to_keep=2"]),
+                           {"actor": hf, "critic": hf}, tmp_path, report)  # fmt: skip
+    assert "[ok] checkpoint:" in report.lines[0] and "x 4 kept = " in report.lines[0]
+    assert f"GiB free at {tmp_path}" in report.lines[0]
+    huge = ["trainer.max_actor_ckpt_to_keep=1000000000", "trainer.save_freq=1"]
+    checkpoints.check_disk(compose(base_overrides + huge), {"actor": hf}, tmp_path, report)
+    assert "the disk fills before the run ends" in errors(report)
+
+
+def test_the_cli_says_its_time_and_the_hub_it_cannot_reach_in_seconds(base_overrides, tmp_path):
+    """A legacy key through the command line: exit 1, the FAILED line, no traceback; a hub id
+    with the hub unreachable is said at once (without the early probe verl's validate_config
+    retried the hub for ~50 s)."""
     hub_model = "Qwen/Qwen2.5-0.5B-Instruct"
-    # the "hub" refuses at once, for the whole run
-    with refusing_port() as port:
-        endpoint = f"http://127.0.0.1:{port}"
-        env.update(HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf"))
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
+    with refusing_port() as port:  # the "hub" refuses at once, for the whole run
+        env.update(HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(tmp_path / "hf"))
         start = time.monotonic()
         result = subprocess.run(
             [sys.executable, "-m", "verl_gsm8k.preflight", "--", *base_overrides,
-             f"actor_rollout_ref.model.path={hub_model}", f"critic.model.path={hub_model}"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )  # fmt: skip
-    elapsed = time.monotonic() - start
-    assert result.returncode == 1
-    assert f"the hub cannot be reached from this machine: {endpoint}" in result.stdout
-    assert elapsed < 30, f"{elapsed:.0f} s"
+             f"actor_rollout_ref.model.path={hub_model}", f"critic.model.path={hub_model}",
+             "custom_reward_function.path=/x.py"],
+            env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert time.monotonic() - start < 120 and "Retrying" not in result.stderr  # no hub retry
+    assert result.returncode == 1 and "Traceback" not in result.stdout + result.stderr
+    assert "preflight: FAILED with" in result.stdout, result.stdout[-3000:]
+    assert f"'{hub_model}' is a hub id, not cached here" in result.stdout
+    assert f"the hub cannot be reached from this machine: http://127.0.0.1:{port}" in result.stdout
 
 
-def test_calculate_entropy_is_a_costly_warning(base_overrides):
-    report = run_preflight(base_overrides + ["actor_rollout_ref.actor.calculate_entropy=True"])
-    warned = [line for line in report.lines if "[warn] keys:" in line]
-    assert report.errors == 0 and len(warned) == 1, "\n".join(report.lines)
-    assert "both trainers log actor/entropy without it" in warned[0]
-
-
-def test_checkpoint_size_and_free_space_are_said(base_overrides):
-    keep = ["trainer.max_actor_ckpt_to_keep=2"]
-    report = run_preflight(base_overrides + keep + ["trainer.v1.trainer_mode=sync"])  # verl's own
-    (line,) = [x for x in report.lines if "] checkpoint:" in x]
-    assert "[ok] checkpoint:" in line and "x 2 kept" in line and "GiB free at" in line, line
-    # the recipes' trainer holds one more while it saves, and the kept best beside them
-    guarded = run_preflight(base_overrides + keep)
-    (line,) = [x for x in guarded.lines if "] checkpoint:" in x]
-    assert "x 4 kept" in line, line
-    # no save step, or every save kept: the kept best is still written (docs/reliability.md,
-    # "The kept best")
-    no_saves = run_preflight(base_overrides + ["trainer.save_freq=-1"])
-    (line,) = [x for x in no_saves.lines if "] checkpoint:" in x]
-    assert "x 2 kept" in line, line
-    every = ["trainer.max_actor_ckpt_to_keep=0", "trainer.total_training_steps=20",
-             "trainer.save_freq=5"]  # fmt: skip
-    (line,) = [x for x in run_preflight(base_overrides + every).lines if "] checkpoint:" in x]
-    assert "x 5 kept" in line, line
-    plain = ["trainer.save_freq=-1", "trainer.v1.trainer_mode=sync"]  # verl's own: nothing saved
-    (line,) = [x for x in run_preflight(base_overrides + plain).lines if "] checkpoint:" in x]
-    assert "writes no checkpoint" in line, line
-
-
-def test_a_line_escapes_terminal_control_characters():
-    """A run name or a path with terminal escapes is printed escaped, never raw."""
-    report = preflight.Report()
+def test_the_parameter_count_and_a_line_without_terminal_escapes():
+    assert count_parameters(qwen25_config("0.5B")) == 494_032_768  # the published size
+    report = preflight.Report()  # a run name or a path with escapes is printed escaped
     report.ok("checkpoint", "free at runs/x\x1b[31mred\x1b]0;title\x07")
     assert report.lines == [
         "preflight: [ok] checkpoint: free at runs/x\\x1b[31mred\\x1b]0;title\\x07"
