@@ -113,29 +113,26 @@ def verl_engines(tiny_model_dir) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_engines_are_placed_as_verl_builds_them(case, verl_engines, tiny_model_dir):
+def test_engines_are_placed_as_verl_builds_them(verl_engines, tiny_model_dir):
+    """The four cases in one test: verl built them in one interpreter (the module fixture)."""
     from transformers import AutoConfig
 
-    config, overrides = CASES[case]
-    paths = [
-        f"actor_rollout_ref.model.path={tiny_model_dir}",
-        f"critic.model.path={tiny_model_dir}",
-    ]
-    cfg = preflight.compose(ROOT / "configs", config, paths + overrides)
     hf_config = AutoConfig.from_pretrained(tiny_model_dir)
-    for role in ROLES[config]:
-        real, ours = verl_engines[f"{case}/{role}"], engine_of(cfg, role, hf_config, n_gpus=1)
-        where = f"{case}/{role}: {ours} vs verl's {real}"
-        assert bool(ours.host) == real["policy"], where  # CPUOffloadPolicy: host memory for good
-        assert ours.param_offload == real["param_offload"], where
-        assert ours.optimizer_offload == real["optimizer_offload"], where
-        (itemsize,) = real["itemsize"]  # one dtype: the LoRA base too is held in model_dtype
-        assert round(ours.weights * GIB) == real["total"] * itemsize, where
-        trained = real["trainable"] if real["optimizer"] else 0  # a reference has no optimizer
-        assert round(ours.trained * GIB) == trained * itemsize, where
-    if config == "gsm8k_ppo_lora":  # the critic's states stay in host memory in the recipe
-        assert verl_engines[f"{case}/critic"]["policy"] is (case == "lora")
+    model = [f"{key}.path={tiny_model_dir}" for key in ("actor_rollout_ref.model", "critic.model")]
+    for case, (config, overrides) in CASES.items():
+        cfg = preflight.compose(ROOT / "configs", config, model + overrides)
+        for role in ROLES[config]:
+            real, ours = verl_engines[f"{case}/{role}"], engine_of(cfg, role, hf_config, n_gpus=1)
+            where = f"{case}/{role}: {ours} vs verl's {real}"
+            assert bool(ours.host) == real["policy"], where  # CPUOffloadPolicy: host for good
+            assert ours.param_offload == real["param_offload"], where
+            assert ours.optimizer_offload == real["optimizer_offload"], where
+            (itemsize,) = real["itemsize"]  # one dtype: the LoRA base too is in model_dtype
+            assert round(ours.weights * GIB) == real["total"] * itemsize, where
+            trained = real["trainable"] if real["optimizer"] else 0  # no optimizer: the reference
+            assert round(ours.trained * GIB) == trained * itemsize, where
+    lora = [verl_engines[f"{c}/critic"]["policy"] for c in CASES if c.startswith("lora")]
+    assert lora == [True, False]  # the LoRA recipe's critic keeps its states in host memory
 
 
 @pytest.mark.parametrize("param_offload", [False, True])

@@ -105,10 +105,8 @@ def render(result: dict) -> str:
     lines = [f"command        {result['command']}", f"exit code      {result['exit_code']}",
              f"wall           {result['wall_s']} s"]  # fmt: skip
     lines += [f"  {key:<27} {value} s" for key, value in result["marks_s"].items()]
-    lines.append(
-        f"peak memory    {result['peak_pss_gb']} GB PSS ({result['peak_rss_gb']} GB RSS) over "
-        f"at most {result['peak_processes']} processes"
-    )
+    lines.append(f"peak memory    {result['peak_pss_gb']} GB PSS ({result['peak_rss_gb']} GB RSS) "
+                 f"over at most {result['peak_processes']} processes")  # fmt: skip
     for step, phases in result["per_step_phases_s"].items():
         shown = ", ".join(f"{k} {v}" for k, v in phases.items())
         lines.append(f"step {step:<3}       {shown or '(no timings)'}")

@@ -52,37 +52,28 @@ def algorithm_problems(cfg: Any, reward_keys: set[str] | None = None) -> list[st
     n, critic = int(cfg.actor_rollout_ref.rollout.n), _get(cfg, "critic.enable")
     found = []
     if est in REFUSED_AT_ONE and n < 2:
-        found.append(
-            f"actor_rollout_ref.rollout.n = {n}: algorithm.adv_estimator={est} compares "
-            f"the responses within a prompt's group; with one response "
-            f"{GROUP_AT_ONE[est]}; set ROLLOUT_N >= 2"
-        )
+        found.append(f"actor_rollout_ref.rollout.n = {n}: algorithm.adv_estimator={est} compares "
+                     f"the responses within a prompt's group; with one response "
+                     f"{GROUP_AT_ONE[est]}; set ROLLOUT_N >= 2")  # fmt: skip
     if critic is True and est != "gae":
-        found.append(
-            f"critic.enable=true with algorithm.adv_estimator={est}: only gae reads the "
-            "critic's values; remove critic.enable"
-        )
+        found.append(f"critic.enable=true with algorithm.adv_estimator={est}: only gae reads the "
+                     "critic's values; remove critic.enable")  # fmt: skip
     if critic is False and est == "gae":
-        found.append(
-            "critic.enable=false with algorithm.adv_estimator=gae: GAE needs the "
-            "critic's values; pick a critic-free estimator or remove critic.enable"
-        )
+        found.append("critic.enable=false with algorithm.adv_estimator=gae: GAE needs the "
+                     "critic's values; pick a critic-free estimator or remove "
+                     "critic.enable")  # fmt: skip
     if not cfg.algorithm.get("norm_adv_by_std_in_grpo", True) and est not in STD_READERS:
-        found.append(
-            f"algorithm.norm_adv_by_std_in_grpo=false is ignored by adv_estimator={est}"
-            f" (read only by {', '.join(STD_READERS)})"
-        )
+        found.append(f"algorithm.norm_adv_by_std_in_grpo=false is ignored by adv_estimator={est}"
+                     f" (read only by {', '.join(STD_READERS)})")  # fmt: skip
     if actor.loss_agg_mode == "seq-mean-token-sum-norm" and actor.loss_scale_factor is None:
-        found.append(
-            "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm with "
-            "loss_scale_factor null divides by each micro-batch's padded length; set "
-            "actor_rollout_ref.actor.loss_scale_factor (Dr. GRPO: max_response_length)"
-        )
+        found.append("actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm with "
+                     "loss_scale_factor null divides by each micro-batch's padded "
+                     "length; set actor_rollout_ref.actor.loss_scale_factor (Dr. "
+                     "GRPO: max_response_length)")  # fmt: skip
     if est == "remax" and _get(cfg, "trainer.use_v1", True):
-        found.append(
-            "algorithm.adv_estimator=remax with trainer.use_v1=true: only the legacy "
-            "trainer generates ReMax's greedy baseline; set trainer.use_v1=false"
-        )
+        found.append("algorithm.adv_estimator=remax with trainer.use_v1=true: only the legacy "
+                     "trainer generates ReMax's greedy baseline; set "
+                     "trainer.use_v1=false")  # fmt: skip
     return found + _filter_problems(cfg, n, reward_keys)
 
 
@@ -92,31 +83,22 @@ def _filter_problems(cfg: Any, n: int, reward_keys: set[str] | None) -> list[str
     if not groups or not groups.get("enable", False):
         return []
     if not _get(cfg, "trainer.use_v1", True):
-        return [
-            f"{FILTER}.enable=true with trainer.use_v1=false: the legacy trainer never reads "
-            f"{FILTER}: no group is dropped"
-        ]
+        return [f"{FILTER}.enable=true with trainer.use_v1=false: the legacy trainer never reads "
+                f"{FILTER}: no group is dropped"]  # fmt: skip
     found, metric = [], str(groups.get("metric") or "")
     if int(groups.get("max_num_gen_batches", 0) or 0) > 0:
-        found.append(
-            f"{FILTER}.max_num_gen_batches={groups.max_num_gen_batches} is ignored by "
-            "the v1 trainer: nothing caps a step's generation; set it to 0"
-        )
+        found.append(f"{FILTER}.max_num_gen_batches={groups.max_num_gen_batches} is ignored by "
+                     "the v1 trainer: nothing caps a step's generation; set it to 0")  # fmt: skip
     if n < 2:
-        found.append(
-            f"{FILTER}.enable=true with actor_rollout_ref.rollout.n = {n}: a group of "
-            "one response is never dropped; set ROLLOUT_N >= 2"
-        )
+        found.append(f"{FILTER}.enable=true with actor_rollout_ref.rollout.n = {n}: a group of "
+                     "one response is never dropped; set ROLLOUT_N >= 2")  # fmt: skip
     if metric == "reward" and _overlong(cfg) is not None:
-        found.append(
-            f"{FILTER}.metric=reward filters on the score the overlong penalty shapes; "
-            f"filter on accuracy: {FILTER}.metric=acc"
-        )
+        found.append(f"{FILTER}.metric=reward filters on the score the overlong penalty shapes; "
+                     f"filter on accuracy: {FILTER}.metric=acc")  # fmt: skip
     elif metric != "reward" and reward_keys is not None and metric not in reward_keys:
-        found.append(
-            f"{FILTER}.metric={metric or 'null'} is not a key of the reward's result "
-            f"({', '.join(sorted(reward_keys))}): verl stops at the first filtered step"
-        )
+        found.append(f"{FILTER}.metric={metric or 'null'} is not a key of the reward's result "
+                     f"({', '.join(sorted(reward_keys))}): verl stops at the first "
+                     f"filtered step")  # fmt: skip
     return found
 
 
@@ -133,18 +115,14 @@ def overlong_problems(cfg: Any) -> list[str]:
     if buffer is None:
         return []
     if _overlong(cfg) is None:
-        return [
-            f"{RK}.overlong_buffer_cfg.enable=true is read only by the dapo reward manager; "
-            "set reward.reward_manager.name=dapo"
-        ]
+        return [f"{RK}.overlong_buffer_cfg.enable=true is read only by the dapo reward manager; "
+                "set reward.reward_manager.name=dapo"]  # fmt: skip
     limit, length = _get(cfg, f"{RK}.max_resp_len"), int(buffer.get("len", 0) or 0)
     if limit is None:
         return [f"{RK}.max_resp_len is not set: verl's dapo reward manager asserts it"]
     if not 0 < length <= int(limit):
-        return [
-            f"{RK}.overlong_buffer_cfg.len={length} must be above 0 and at most "
-            f"{RK}.max_resp_len={limit}: verl's dapo reward manager asserts both"
-        ]
+        return [f"{RK}.overlong_buffer_cfg.len={length} must be above 0 and at most "
+                f"{RK}.max_resp_len={limit}: verl's dapo reward manager asserts both"]  # fmt: skip
     return []
 
 
@@ -153,17 +131,13 @@ def algorithm_warnings(cfg: Any) -> list[str]:
     actor, est = cfg.actor_rollout_ref.actor, str(cfg.algorithm.adv_estimator)
     n, found = int(cfg.actor_rollout_ref.rollout.n), []
     if est in GROUP_AT_ONE and est not in REFUSED_AT_ONE and n < 2:
-        found.append(
-            f"actor_rollout_ref.rollout.n = {n}: algorithm.adv_estimator={est} compares "
-            "the responses within a prompt's group; verl allows this: with one response"
-            f" {GROUP_AT_ONE[est]}; set ROLLOUT_N >= 2 unless that is meant"
-        )
+        found.append(f"actor_rollout_ref.rollout.n = {n}: algorithm.adv_estimator={est} compares "
+                     "the responses within a prompt's group; verl allows this: with one response"
+                     f" {GROUP_AT_ONE[est]}; set ROLLOUT_N >= 2 unless that is meant")  # fmt: skip
     if cfg.algorithm.use_kl_in_reward and actor.use_kl_loss:
-        found.append(
-            "algorithm.use_kl_in_reward=true and actor_rollout_ref.actor.use_kl_loss="
-            "true: verl allows this and charges the KL to the reference twice, in the "
-            "reward and in the loss; set one false unless both are meant"
-        )
+        found.append("algorithm.use_kl_in_reward=true and actor_rollout_ref.actor.use_kl_loss="
+                     "true: verl allows this and charges the KL to the reference twice, in the "
+                     "reward and in the loss; set one false unless both are meant")  # fmt: skip
     if _get(cfg, "actor_rollout_ref.actor.policy_loss.loss_mode") == "gspo":
         wide = [f"actor_rollout_ref.actor.{k}={actor[k]:g}" for k in ("clip_ratio_low",
                 "clip_ratio_high") if actor[k] >= GSPO_WIDE_CLIP]  # fmt: skip
@@ -172,7 +146,7 @@ def algorithm_warnings(cfg: Any) -> list[str]:
                 f"policy_loss.loss_mode=gspo with {', '.join(wide)}: verl allows this and "
                 "clips the sequence-level ratio to that range as given, far wider than the "
                 "paper's 3e-4 and 4e-4 (watch actor/pg_clipfrac)"
-            ]
+            ]  # fmt: skip
             if wide
             else []
         )
@@ -183,11 +157,9 @@ def algorithm_warnings(cfg: Any) -> list[str]:
         what = ("the penalty keeps growing past -penalty_factor past max_resp_len"
                 if int(limit) < generated else "a response cut at the generation limit gets "
                 "less than the full penalty")  # fmt: skip
-        found.append(
-            f"{RK}.max_resp_len={limit} with data.max_response_length={generated}: verl"
-            f" allows this and ramps the overlong penalty from token {start} to token "
-            f"{limit}: {what}"
-        )
+        found.append(f"{RK}.max_resp_len={limit} with data.max_response_length={generated}: verl"
+                     f" allows this and ramps the overlong penalty from token {start} to token "
+                     f"{limit}: {what}")  # fmt: skip
     return found
 
 
@@ -201,7 +173,7 @@ def unused_kl_warnings(cfg: Any, chosen: Mapping[str, str]) -> list[str]:
         [
             f"{', '.join(given)} does nothing here: this config charges no KL (use_kl_in_reward "
             "and use_kl_loss false), so verl reads neither coefficient"
-        ]
+        ]  # fmt: skip
         if given
         else []
     )

@@ -14,8 +14,6 @@ def batch_split_problem(
     if mini > batch:
         return f"{mini_name}={mini} is larger than {batch_name}={batch}"
     if batch % mini:
-        return (
-            f"{batch_name}={batch} does not split into mini-batches of {mini_name}={mini} "
-            f"(verl asserts {batch} % {mini} == 0 at the first update)"
-        )
+        return (f"{batch_name}={batch} does not split into mini-batches of {mini_name}={mini} "
+                f"(verl asserts {batch} % {mini} == 0 at the first update)")  # fmt: skip
     return None

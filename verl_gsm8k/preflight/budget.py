@@ -11,13 +11,11 @@ from typing import Any
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, Phase, estimate_phases
 
-BUDGET_KEYS = (
-    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
-    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
-    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
-    "critic.ppo_max_token_len_per_gpu",
-    "critic.ppo_infer_max_token_len_per_gpu",
-)
+BUDGET_KEYS = ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+               "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+               "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+               "critic.ppo_max_token_len_per_gpu",
+               "critic.ppo_infer_max_token_len_per_gpu")  # fmt: skip
 SMALLEST_BUDGET = 1024  # below this a GSM8K prompt and its answer (768 tokens) barely fit
 
 

@@ -116,8 +116,7 @@ def check_trainer_keys(cfg: Any, overrides: list[str], report: Report, clean: bo
 
 
 def check_config(config_dir: Path, config_name: str, overrides: list[str], report: Report):
-    """Compose and validate with verl's own code; the config, or None where it does not compose
-    or a size every later check divides by is 0."""
+    """Compose and validate with verl's own code; the config, or None (nothing to check on)."""
     cfg = compose_checked(config_dir, config_name, overrides, report)
     if cfg is None:
         return None
@@ -132,11 +131,8 @@ def check_config(config_dir: Path, config_name: str, overrides: list[str], repor
     if small:
         report.error("config", f"{', '.join(small)}: must be at least 1")
         return None
-    n_gpus, critic, ref = (
-        trainer.n_gpus_per_node * trainer.nnodes,
-        need_critic(cfg),
-        need_reference_policy(cfg),
-    )
+    n_gpus = trainer.n_gpus_per_node * trainer.nnodes
+    critic, ref = need_critic(cfg), need_reference_policy(cfg)
     try:
         validate_config(vllm_lora_checked(cfg, report), use_reference_policy=ref, use_critic=critic)
     except Exception as exc:
@@ -159,8 +155,8 @@ def check_config(config_dir: Path, config_name: str, overrides: list[str], repor
 
 
 def vllm_lora_checked(cfg: Any, report: Report) -> Any:
-    """validate_config imports vLLM to check a LoRA rank; where vLLM is absent, check it here
-    and hand validate_config a copy without the rank."""
+    """The LoRA rank and load format vLLM needs; without vLLM (validate_config would import it
+    to check the rank), a copy of ``cfg`` without the rank for validate_config."""
     import importlib.util
 
     from omegaconf import OmegaConf
@@ -181,8 +177,7 @@ def vllm_lora_checked(cfg: Any, report: Report) -> Any:
 
 
 def check_trainer(cfg: Any, report: Report) -> None:
-    """The recipes' trainer (trainer.v1.trainer_mode=gsm8k: the guard and the per-token trace)
-    is registered in verl, and what it traces."""
+    """The recipes' trainer (trainer.v1.trainer_mode=gsm8k) is registered, and what it traces."""
     block = cfg.get("gsm8k_trace") or {}
     samples = int(block.get("samples", 0) or 0)
     mode = str(cfg.trainer.get("v1", {}).get("trainer_mode", "sync"))
@@ -201,9 +196,9 @@ def check_trainer(cfg: Any, report: Report) -> None:
 
         name = get_trainer_cls(MODE).__name__
     else:  # what the plugin builds in place of verl's RayPPOTrainer
-        name = importlib.import_module(
-            "verl_gsm8k.ppo_trainer.legacy"
-        ).GuardedLegacyTrainer.__name__
+        from verl_gsm8k.ppo_trainer.legacy import GuardedLegacyTrainer
+
+        name = GuardedLegacyTrainer.__name__
     where = block.get("dir") or f"{cfg.trainer.default_local_dir}/{TRACE_DIR}"
     report.ok("trace", f"{name} selected, gsm8k_trace.samples=0: nothing traced" if samples <= 0
               else f"{samples} responses per step (whole prompt groups of rollout.n="
@@ -216,16 +211,14 @@ def check_models(cfg: Any, report: Report) -> tuple[Any, dict[str, Any]] | None:
 
     need = cfg.data.max_prompt_length + cfg.data.max_response_length
     need = (need, f"max_prompt_length + max_response_length = {need}")
-    roles = [("actor", cfg.actor_rollout_ref.model)] + [("critic", cfg.critic.model)] * need_critic(
-        cfg
-    )
+    roles = [("actor", cfg.actor_rollout_ref.model), ("critic", cfg.critic.model)]
     loaded: dict[str, Any] = {}
     hf_configs: dict[str, Any] = {}
-    for role, model_cfg in roles:
+    for role, model_cfg in roles[: 1 + need_critic(cfg)]:
         local = resolve_model(role, str(model_cfg.path), report)
-        if local in loaded:  # the critic usually starts from the actor's weights
+        if local in loaded and loaded[local]:  # the critic usually starts from the actor's
             report.ok("model", f"{role}: same model as checked above ({local})")
-        elif local is not None:
+        elif local is not None and local not in loaded:
             loaded[local] = load_model(role, model_cfg, local, need, report)
         if loaded.get(local) is not None:
             hf_configs[role] = loaded[local].hf_config
@@ -233,11 +226,9 @@ def check_models(cfg: Any, report: Report) -> tuple[Any, dict[str, Any]] | None:
     return (first.tokenizer, hf_configs) if first else None
 
 
-def check_gpus(
-    cfg: Any, hf_configs: dict | None, report: Report, fit_budget: Path | None = None
-) -> None:
-    """The GPUs the run gets, a Ray cluster's (RAY_ADDRESS) or this node's; then each phase's
-    memory against this node's card, at a budget that fits it with ``fit_budget`` (budget.py)."""
+def check_gpus(cfg: Any, hf_configs: dict | None, report: Report, fit_budget: Any = None) -> None:
+    """The GPUs the run gets (a Ray cluster's with RAY_ADDRESS), then each phase's memory on
+    this node's card, at the budget that fits it with ``fit_budget`` (budget.py)."""
     if os.environ.get("RAY_ADDRESS"):
         check_ray_cluster(cfg, os.environ["RAY_ADDRESS"], report)
         card = (visible_gpus() or [("", None)])[0][1]
@@ -250,8 +241,7 @@ def check_gpus(
 
 
 def check_ray_cluster(cfg: Any, address: str, report: Report) -> None:
-    """verl packs each node's share of workers onto one node (STRICT_PACK): it needs
-    trainer.nnodes nodes with trainer.n_gpus_per_node GPUs each."""
+    """verl packs each node's workers onto one node (STRICT_PACK): nnodes nodes with enough."""
     nodes, why = ray_cluster_gpus(address)
     if nodes is None:
         report.warn("gpu", f"the Ray cluster at RAY_ADDRESS={address} did not answer ({why}): "
@@ -259,9 +249,8 @@ def check_ray_cluster(cfg: Any, address: str, report: Report) -> None:
         return
     per_node, nnodes = cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes
     kinds = sorted({kind for node in nodes for kind in node["kind"]})
-    said = (
-        f"Ray cluster at {address}: {len(nodes)} node(s), {sum(n['gpus'] for n in nodes):g} GPU(s)"
-    )
+    gpus = sum(node["gpus"] for node in nodes)
+    said = f"Ray cluster at {address}: {len(nodes)} node(s), {gpus:g} GPU(s)"
     said += f" ({', '.join(kinds)})" if kinds else ""
     enough = sum(node["gpus"] >= per_node for node in nodes)
     if enough < nnodes:
@@ -302,10 +291,9 @@ def preflight(trainer: str, config_name: str, overrides: list[str],
               config_dir: Path = DEFAULT_CONFIG_DIR, dump: Path | None = None,
               fit_budget: Path | None = None,
               chosen: Mapping[str, str] | None = None) -> int:  # fmt: skip
-    """The preflight of a launch's overrides, in verl's order: its lines, then passed or FAILED
-    (0 or 1). ``chosen``: verl key -> the knob or key=value the user set it with (warned where it
-    does nothing); ``fit_budget``: a file for TOKEN_BUDGET=auto's overrides; ``dump``: a file
-    for the composed config, as JSON."""
+    """A launch's preflight: its lines, then passed (0) or FAILED (1). ``chosen``: verl key -> the
+    knob or key=value that set it (warned where it does nothing); ``fit_budget``: a file for
+    TOKEN_BUDGET=auto's overrides; ``dump``: a file for the composed config, as JSON."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     start = time.monotonic()
     if trainer == "sft":
