@@ -211,8 +211,7 @@ def test_sampled_evaluation_reports_mean_and_pass_at_k(eval_env, small_gsm8k, tm
     # no --run, no --max-tokens: the default, not called comparable to verl's validation
     assert "max_tokens 1024 (from the default (no --run, no --max-tokens))" in markdown
     assert "Comparable to this run's validation" not in markdown
-    # the questions page (docs/questions.md): a cell is the share of the K answers our reward
-    # credits; the stub answers each question the same way all 3 times
+    # the questions page: a cell is the share of the K answers our reward credits (here 0 or 1)
     page = json.loads((out / "questions" / "summary.json").read_text())
     assert page["columns"] == ["stub-model"] and page["sampled"] is True
     assert sorted(row["shares"][0] for row in page["rows"]) == [0.0, 1.0, 1.0]
@@ -226,7 +225,7 @@ def test_a_signal_stops_the_evaluation_and_its_server(eval_env, model, small_gsm
     args = ["--backend", "vllm", "--model", model, "--data", small_gsm8k, "--modes", "training"]
     # a suite started in the background (`make test &`) inherits SIGINT ignored: restore it
     asking = run_eval(*args, "--vllm-bin", fake, "--out", tmp_path / "int", popen=True,
-                      env={**env, "OPENAI_STUB_DELAY": "60"}, stderr=subprocess.PIPE,
+                      env={**env, "OPENAI_STUB_DELAY": "10"}, stderr=subprocess.PIPE,
                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     log, deadline = tmp_path / "int" / "logs" / "vllm-model.log", time.monotonic() + 120
     while "stub: answering" not in (log.read_text() if log.exists() else ""):
@@ -281,8 +280,8 @@ def test_the_transformers_backend_evaluates_and_a_failing_model_is_one_line(
     assert (summary["evalscope_version"], summary["data"]["n_test"], summary["limit"]) == (
         pin, 1319, 3)  # fmt: skip
     assert summary["modes"]["evalscope"]["few_shot"] == 4
-    assert [x.split(" failed: ")[1] for x in proc.stderr.strip().splitlines()] == [
-        rows["broken", mode]["error"] for mode in ("training", "evalscope")]  # fmt: skip
+    said = [x.split(" failed: ")[1] for x in proc.stderr.splitlines() if "broken /" in x]
+    assert said == [rows["broken", m]["error"] for m in ("training", "evalscope")], proc.stderr
     for mode in ("training", "evalscope"):
         row, log = rows["base", mode], out / "logs" / f"evalscope-broken-{mode}.log"
         assert (row["error"], row["n"], row["errored"], row["backend"]) == (
@@ -293,7 +292,8 @@ def test_the_transformers_backend_evaluates_and_a_failing_model_is_one_line(
         assert "Traceback (most recent call last)" in log.read_text()
     train = rows["base", "training"]
     assert train["our_reward_n"] == 3 and 0 <= train["our_reward_accuracy"] <= 1
-    record = json.loads((out / train["predictions"]).read_text().splitlines()[0])
+    records = map(json.loads, (out / train["predictions"]).read_text().splitlines())
+    record = next(r for r in records if r["index"] == 0)
     question = json.loads((shared_gsm8k_dir / "test.jsonl").read_text().splitlines()[0])
     assert scoring.said(record, "user") == build_prompt(question["question"], "hash")
     assert re.search(r"\| base \(baseline\) \| training \| [0-9.]+ \| 3 \|",
