@@ -22,8 +22,15 @@ from verl_gsm8k.common.run_dir import VALIDATION_DIR
 from verl_gsm8k.common.terminal import clean
 from verl_gsm8k.compare.config import NAMED, ConfigDiff, config_diff
 from verl_gsm8k.compare.page import CHARTS, render_page
-from verl_gsm8k.compare.runs import AXES, CompareError, Run, load_runs, metrics_in_some_runs
-from verl_gsm8k.compare.runs import shared_metrics, table
+from verl_gsm8k.compare.runs import (
+    AXES,
+    CompareError,
+    Run,
+    load_runs,
+    metrics_in_some_runs,
+    shared_metrics,
+    table,
+)
 from verl_gsm8k.questions.runs import write_for_runs
 from verl_gsm8k.runpage.html import duration
 from verl_gsm8k.runpage.summary import json_safe
