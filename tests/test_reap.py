@@ -52,18 +52,20 @@ def killed(*pids: int) -> None:
 
 
 def test_stop_ends_a_launch_only_also_deaf_to_sigterm(tmp_path: Path, capsys):
-    ours = [orphan("L1", tmp_path), orphan("L1", tmp_path, blocked=True)]
-    other = orphan("L2", tmp_path / "other")
+    mine = f"L1-{os.getpid()}"  # no other test's id, on any worker
+    ours = [orphan(mine, tmp_path), orphan(mine, tmp_path, blocked=True)]
+    other = orphan(f"L2-{os.getpid()}", tmp_path / "other")
     try:
         assert blocks_sigterm(ours[1]) and not blocks_sigterm(ours[0])
         started = time.monotonic()
-        assert stop(of_launch("L1"), {}, "launch L1", settle_s=0.5, grace_s=30) == 0
+        assert stop(of_launch(mine), {}, f"launch {mine}", settle_s=0.5, grace_s=30) == 0
         assert time.monotonic() - started < 10  # the one blocking SIGTERM killed at once
         said = capsys.readouterr().err
         assert not any(alive(pid) for pid in ours) and alive(other)
-        assert "recipe: 2 processes of launch L1 outlived verl and were stopped (2x sleep)" in said
+        stopped = f"recipe: 2 processes of launch {mine} outlived verl and were stopped (2x sleep)"
+        assert stopped in said
         assert "1 of them by SIGKILL" in said, said
-        assert stop_launch("L1", str(tmp_path)) == 0 and capsys.readouterr().err == ""
+        assert stop_launch(mine, str(tmp_path)) == 0 and capsys.readouterr().err == ""
     finally:
         killed(*ours, other)
 
@@ -180,8 +182,8 @@ def test_a_sigterm_to_one_of_verls_processes_is_a_stop_request_from_outside_only
         "sender.kill(); sender.wait(); os.kill(os.getpid(), signal.SIGTERM); time.sleep(1); "
         f"print('alive'); {WRAPPED}"
     )  # the child carries the launch id: a sender inside the launch, alive while it is judged
-    env = dict(os.environ, **{ENV_LAUNCH: "L1", ENV_RUN_DIR: str(tmp_path)}, STOP_GRACE_S="40",
-               PYTHONPATH=str(ROOT))  # fmt: skip
+    env = dict(os.environ, **{ENV_LAUNCH: f"S-{os.getpid()}", ENV_RUN_DIR: str(tmp_path)},
+               STOP_GRACE_S="40", PYTHONPATH=str(ROOT))  # fmt: skip
     before = time.time()
     out = subprocess.run([sys.executable, "-c", BLOCKED, sys.executable, "-c", code], env=env,
                          capture_output=True, text=True, timeout=60)  # fmt: skip

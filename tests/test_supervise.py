@@ -20,7 +20,8 @@ from verl_gsm8k.launch.supervise import Supervisor
 
 run, ppo, grace, verl = Path(sys.argv[1]), sys.argv[2] == "ppo", int(sys.argv[3]), sys.argv[4]
 supervisor = Supervisor(run, grace, {}, lambda line, err=False: print(line, flush=True))
-code = supervisor.run(["bash", "-c", verl], dict(os.environ), run / "console.log", ppo, "L1")
+code = supervisor.run(["bash", "-c", verl], dict(os.environ), run / "console.log", ppo,
+                      f"L1-{os.getpid()}")  # its own id: reaps no other test's
 print("status", code, "stop requested" if supervisor.deadline else "", flush=True)
 """
 
@@ -68,7 +69,7 @@ def test_a_sigterm_to_the_launcher_is_a_stop_request_and_the_grace_ends_verl(tmp
     assert "STOP_GRACE_S=1 s" in out and "recipe: STOP_GRACE_S=1 s are over: stopping verl" in out
     assert out.strip().splitlines()[-1] == "status 143 stop requested", out
     session = (tmp_path / ".launch.session").read_text().split()
-    assert session[1] == "L1" and int(session[0]) != proc.pid
+    assert session[1] == f"L1-{proc.pid}" and int(session[0]) != proc.pid
 
 
 def test_the_trainers_stop_has_its_deadline_kept_unless_the_launcher_is_signalled(

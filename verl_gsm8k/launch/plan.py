@@ -34,7 +34,8 @@ VERL_MODULES = {"ppo": "verl.trainer.main_ppo", "sft": "verl_gsm8k.sft_trainer"}
 # (verl_gsm8k/verl_plugins/). Other launches leave some out: attention fa2 the fallback, a GPU the
 # CPU platform, SFT the last two; a user's own modules come after them.
 VERL_PLUGINS = tuple(f"verl_gsm8k.verl_plugins.{name}" for name in (
-    "checked_load", "attention_fallback", "cpu_platform", "register_trainer", "stop_on_sigterm"
+    "checked_load", "attention_fallback", "cpu_platform", "register_trainer", "stop_on_sigterm",
+    "weight_socket",
 ))  # fmt: skip
 # The variables a Ray cluster started by hand gets through the job (ray_env_overrides).
 RAY_ENV_VARS = ("VERL_USE_EXTERNAL_MODULES", "ATTENTION", "VERL_PLATFORM", "VERL_ENGINE_DEVICE",
