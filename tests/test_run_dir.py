@@ -201,14 +201,12 @@ def test_the_launch_files(tmp_path: Path):
         rd.console_log_path(tmp_path, stamps[0]) == tmp_path / "logs" / f"console-{stamps[0]}.log"
     )
     assert rd.superseded_dir(tmp_path, stamps[0]).name == f"superseded-{stamps[0]}"
-    paths = [rd.stop_path, rd.deadline_path, rd.timings_path, rd.deadline_stop_path, rd.lock_path,
-             rd.session_path, rd.best_path, rd.watchdog_path, rd.tracker_path]  # fmt: skip
+    paths = [rd.stop_path, rd.timings_path, rd.lock_path, rd.session_path, rd.best_path,
+             rd.watchdog_path, rd.tracker_path]  # fmt: skip
     made = [path(tmp_path) for path in paths]
     assert all(p.parent == tmp_path for p in made) and len(set(made)) == len(made)
-    assert [p.name for p in made[:6]] == [
-        rd.STOP_FILE, rd.DEADLINE_FILE, rd.TIMINGS_FILE, rd.DEADLINE_STOP_FILE, rd.LOCK_FILE,
-        rd.SESSION_FILE,
-    ]  # fmt: skip
+    assert [p.name for p in made[:4]] == [rd.STOP_FILE, rd.TIMINGS_FILE, rd.LOCK_FILE,
+                                          rd.SESSION_FILE]  # fmt: skip
 
 
 def test_a_stamp_an_earlier_launch_used_is_never_given_again(tmp_path: Path):

@@ -1,55 +1,26 @@
-"""A run directory (RUN_DIR, verl's ``trainer.default_local_dir``): every name in it, once, and
-the small readers and writers of its files.
+"""A run directory (verl's ``trainer.default_local_dir``): every name in it, once, and the small
+readers and writers of its files.
 
-    RUN_DIR/
-    ├── latest_checkpointed_iteration.txt   verl's tracker: the step a relaunch resumes (TRACKER)
-    ├── global_step_N/                      one checkpoint (step_dir): actor/, critic/, data.pt
-    │   │                                   (a role's shards, <kind>_world_size_W_rank_r.pt for
-    │   │                                   SHARD_KINDS (shard_name): those of the world size its
-    │   │                                   fsdp_config.json (FSDP_CONFIG) names, and after a
-    │   │                                   reshard those of the world sizes it had, kept:
-    │   │                                   reshard/shards.py)
-    │   ├── launch_stamp.txt                the stamp of the launch that saved step N (STAMP_FILE)
-    │   └── watchdog_sick.json              the watchdog's trip that judged step N's weights sick
-    │                                       (SICK_FILE): kept for a look, never resumed, never the
-    │                                       best; a re-save of step N removes it
-    ├── .global_step_N.removing/            a step directory being pruned (removing_dir)
-    ├── best_checkpoint.json                the kept best checkpoint, KEEP_BEST=1 (BEST_FILE):
-    │       {"format": 1, "step": 40, "metric": "val-core/openai/gsm8k/acc/mean@1", "value": 0.57,
-    │        "launch": "20261125T101500Z"}
-    ├── watchdog.jsonl                      one line per watchdog trip (WATCHDOG_FILE):
-    │       {"launch": STAMP, "step": 12, "rule": "non_finite", "metric": "actor/pg_loss",
-    │        "value": NaN, "threshold": "not finite", "action": "stop",
-    │        "last_healthy_checkpoint": 10, "message": "the one line the launcher prints"}
-    ├── stop_requested                      the launcher's stop request on SIGTERM: the deadline,
-    │                                       epoch seconds (STOP_FILE); the trainer saves and stops
-    ├── job_deadline                        a Slurm job's end, epoch seconds (DEADLINE_FILE)
-    ├── timings.json                        the slowest step, save, validation and start-up
-    │                                       measured (TIMINGS_FILE, guard/deadline.py)
-    ├── deadline_stop.json                  the step saved before the job's end (DEADLINE_STOP_FILE)
-    ├── wandb_logged_step                   the last step of the last launch that finished wandb
-    │                                       (WANDB_STEP_FILE): a later launch sends wandb the
-    │                                       steps after it
-    ├── .launch.lock                        the launcher's flock: one launch at a time (LOCK_FILE)
-    ├── .launch.session                     "<session id> <launch id>" of the last launch
-    │                                       (SESSION_FILE, launch/reap.py)
-    ├── launches/launch-<stamp>.yaml        the launch record (common/launch_record.py)
-    ├── metrics/metrics-<stamp>.jsonl       verl's file logger, one file per launch
-    ├── logs/console-<stamp>.log            a launch's console
-    ├── validation/<step>.jsonl             verl's validation dumps (trainer.validation_data_dir)
-    ├── rollouts/<step>.jsonl               verl's rollout dumps (trainer.rollout_data_dir)
-    ├── trace/<step>.jsonl                  the per-token trace (verl_gsm8k/trace/)
-    ├── superseded-<stamp>/                 an earlier run set aside by RESUME=disable
-    ├── report/                             the report's default output (REPORT_DIR)
-    └── checkpoint_eval/                    eval.sh --run's default output (CHECKPOINT_EVAL_DIR)
+    latest_checkpointed_iteration.txt   verl's tracker: the step a relaunch resumes
+    global_step_N/                      a checkpoint: actor/, critic/ (fsdp_config.json and
+                                        <kind>_world_size_W_rank_r.pt), data.pt, launch_stamp.txt
+                                        (its launch), watchdog_sick.json (never resumed)
+    .global_step_N.removing/            a step directory being pruned
+    best_checkpoint.json                the kept best: format, step, metric, value, launch
+    watchdog.jsonl                      one line per watchdog trip
+    stop_requested                      the stop's deadline, epoch seconds
+    timings.json                        the slowest step, save, validation and start-up
+    .launch.lock, .launch.session       one launch at a time; the last launch's session
+    launches/launch-<stamp>.yaml        the launch record (common/launch_record.py)
+    metrics/metrics-<stamp>.jsonl       verl's file logger, one file per launch
+    logs/console-<stamp>.log            a launch's console
+    validation/, rollouts/, trace/      <step>.jsonl dumps
+    superseded-<stamp>/                 an earlier run set aside by RESUME=disable
+    report/, checkpoint_eval/           the report's and eval.sh --run's default outputs
 
-<stamp> is a launch's UTC time, 20261125T101500Z (STAMP; written with STAMP_FORMAT,
-%Y%m%dT%H%M%SZ, by new_stamp). The launcher's exit statuses are here
-too: EXIT_WATCHDOG, EXIT_PREEMPTED.
-
-Standard library only: the report, merge and evaluation read these in their own environments.
-Every write is atomic (a temporary file, then a rename: common/atomic_io.py) except the watchdog
-log, which is appended one whole line at a time.
+<stamp> is a launch's UTC time, %Y%m%dT%H%M%SZ. Standard library only: the report, merge and
+evaluation read these in their own environments. Every write is atomic (common/atomic_io.py)
+except the watchdog log, appended one whole line at a time.
 """
 
 from __future__ import annotations
@@ -75,14 +46,11 @@ BEST_FILE = "best_checkpoint.json"
 BEST_FORMAT = 1
 WATCHDOG_FILE = "watchdog.jsonl"
 STOP_FILE = "stop_requested"
-DEADLINE_FILE = "job_deadline"
 # verl's FSDP files in a role's directory (actor/, critic/): one of each kind per rank
 SHARD_KINDS = ("model", "optim", "extra_state")
 FSDP_CONFIG = "fsdp_config.json"  # its world_size names the files that are the checkpoint
 ROLES = ("actor", "critic")  # a PPO checkpoint's role directories, each one model's shards
 TIMINGS_FILE = "timings.json"
-DEADLINE_STOP_FILE = "deadline_stop.json"
-WANDB_STEP_FILE = "wandb_logged_step"
 LOCK_FILE = ".launch.lock"
 SESSION_FILE = ".launch.session"
 LAUNCHES_DIR = "launches"
@@ -122,9 +90,8 @@ def _step_file(name: str) -> Callable[[Path, int], Path]:
 
 
 tracker_path, best_path, watchdog_path = _file(TRACKER), _file(BEST_FILE), _file(WATCHDOG_FILE)
-stop_path, deadline_path, timings_path = _file(STOP_FILE), _file(DEADLINE_FILE), _file(TIMINGS_FILE)
-deadline_stop_path, lock_path = _file(DEADLINE_STOP_FILE), _file(LOCK_FILE)
-session_path, wandb_step_path = _file(SESSION_FILE), _file(WANDB_STEP_FILE)
+stop_path, timings_path, lock_path = _file(STOP_FILE), _file(TIMINGS_FILE), _file(LOCK_FILE)
+session_path = _file(SESSION_FILE)
 stamp_path, sick_path = _step_file(STAMP_FILE), _step_file(SICK_FILE)
 
 
@@ -339,19 +306,6 @@ def read_trips(run_dir: Path) -> list[dict[str, Any]]:
     return trips
 
 
-def read_stop_request(run_dir: Path, now: float) -> float | None:
-    """The stop request's deadline (epoch seconds); None when no stop was requested. A request
-    whose deadline cannot be read asks for a save now: an hour from ``now``."""
-    try:
-        text = stop_path(run_dir).read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return now + 3600.0
-
-
 def launch_record_path(run_dir: Path, stamp: str) -> Path:
     return Path(run_dir) / LAUNCHES_DIR / LAUNCH_RECORD.format(stamp=stamp)
 
@@ -436,17 +390,6 @@ def dump_files(run_dir: Path, folder: str) -> dict[int, Path]:
     steps = (p for p in files if p.stem.isascii() and p.stem.isdecimal() and len(p.stem) < 13)
     found = {int(p.stem): p for p in steps}
     return {step: found[step] for step in sorted(found) if found[step].is_file()}
-
-
-def write_wandb_step(run_dir: Path, step: int) -> None:
-    write_atomic(wandb_step_path(run_dir), f"{step}\n")
-
-
-def read_wandb_step(run_dir: Path) -> int | None:
-    """The step up to which wandb holds the run (the last launch that finished wandb, or where
-    the first launch with wandb started); None when no launch logged to wandb."""
-    text = _text(wandb_step_path(run_dir))
-    return int(text) if text.isdecimal() else None
 
 
 def metrics_stamp(path: str | os.PathLike[str]) -> str | None:
