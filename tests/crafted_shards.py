@@ -1,10 +1,7 @@
-"""What an attacker who can write a run directory could make of a real checkpoint file, and what
-a kill or a bad copy leaves of one (``plant``). The crafted kinds keep the real records:
-``glued`` is two archives of one layout (A's data.pkl runs ``touch MARKER`` through posix.system,
-then the real pickle; B is the real one padded: Python's zipfile reads B, torch's reader A);
-``prepended`` is A then the real file, ``appended`` the real file then A; ``payload`` A alone;
-``objects`` the real state with a numpy object array added (numpy's own pickle, no payload).
-"""
+"""An attacker's and a kill's versions of a real checkpoint file (plant). glued: two archives of one
+layout (A's data.pkl calls posix.system then the real pickle; B the real one padded: zipfile reads
+B, torch A); prepended: A then the real file; appended: the reverse; payload: A alone; objects: a
+numpy object array added."""
 
 from __future__ import annotations
 
@@ -29,7 +26,6 @@ def _archive(records: list[tuple[zipfile.ZipInfo, bytes]], directory: str = "") 
 
 
 def _pair(real: bytes, marker: Path) -> tuple[bytes, bytes]:
-    """(A, B): the malicious archive and the real one padded to A's layout."""
     with zipfile.ZipFile(io.BytesIO(real)) as archive:
         records = [(info, archive.read(info)) for info in archive.infolist()]
     evil, padded = [], []
@@ -47,7 +43,7 @@ def _pair(real: bytes, marker: Path) -> tuple[bytes, bytes]:
 
 
 def plant(kind: str, path: Path, marker: Path) -> Path:
-    """The real torch.save file ``path`` made into ``kind`` (CRAFTED or DAMAGED), in place."""
+    """The real torch.save file ``path`` made into ``kind``, in place."""
     import numpy as np
     import torch
 

@@ -1,8 +1,7 @@
-"""An OpenAI-compatible server (stdlib only) for the evaluation's tests: ``GET /v1/models`` and
-chat completions answered from ``answers`` ({question: response}, the longest question in the last
-user message), each request recorded; with ``body``, HTTP 200 and that body to everything. As a
-process it stands in for ``vllm serve``: $OPENAI_STUB_ANSWERS, $OPENAI_STUB_PID_FILE, and
-$OPENAI_STUB_DELAY seconds before each answer (announced on stdout)."""
+"""An OpenAI-compatible stub server (stdlib): /v1/models and chat completions answered from
+``answers`` ({question: response}), each request recorded; ``body``: that body to everything. As a
+process it stands in for vllm serve ($OPENAI_STUB_ANSWERS, $OPENAI_STUB_PID_FILE,
+$OPENAI_STUB_DELAY)."""
 
 from __future__ import annotations
 

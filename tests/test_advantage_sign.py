@@ -1,10 +1,5 @@
-"""The sign of verl 0.9.1's learning signal, from reward to gradient, in its own functions.
-
-A rewarded response must get a positive advantage on every token (GRPO's group baseline, and GAE
-with the critic's values), and the clipped PPO loss must then push that response's log-probability
-up. The learning runs (tests/test_learn_cpu.py) check the same end to end; these pin where a sign
-would flip.
-"""
+"""The sign of verl's learning signal in its own functions: a rewarded response gets a positive
+advantage on every token (GRPO, GAE) and the clipped PPO loss raises its log-probability."""
 
 from __future__ import annotations
 
@@ -17,7 +12,6 @@ MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0]] * 4)  # 3 response tokens, then paddi
 
 
 def outcome(rewards: list[float]) -> torch.Tensor:
-    """verl's token-level rewards for outcome scores: the score on the last response token."""
     token_rewards = torch.zeros_like(MASK)
     token_rewards[:, 2] = torch.tensor(rewards)
     return token_rewards

@@ -1,6 +1,6 @@
-"""The algorithm recipes (docs/algorithms.md): each composed config against the installed verl,
-its preflight (verl_gsm8k/preflight/algorithm.py), and every combination the preflight refuses
-because it would silently train something else. No training: dry runs and composed configs."""
+"""The algorithm recipes: each composed config against the installed verl, its preflight
+(preflight/algorithm.py), and every combination that would silently train something else. No
+training."""
 
 from __future__ import annotations
 
@@ -56,8 +56,6 @@ ALGORITHMS = {
 
 
 def test_every_algorithm_config_has_its_row_here():
-    """A new configs/gsm8k_<algo>.yaml is an ALGO at once (launch/knobs.py): its row above is what
-    its dry run is checked against (PPO's and GRPO's recipes: tests/test_recipes.py)."""
     assert set(LEARN_ALGOS) - {"ppo", "grpo"} == set(ALGORITHMS)
 
 
@@ -66,11 +64,8 @@ def test_every_algorithm_config_has_its_row_here():
 def test_every_algorithm_recipe_passes_its_dry_run(
     algo, tiny_model_dir, prepared_gsm8k_dir, tmp_path
 ):
-    """The real recipe file: its knob defaults, the preflight (algorithm line included), and
-    verl's own composed config (`--cfg job`). In this process: what bash hands the launcher is
-    the file's array (tests/test_recipes.py, for every recipe file), and verl is imported once
-    for all seven instead of once a dry run (about 19 s each here). The four main recipes' dry runs
-    run as bash processes of their own (tests/test_recipes.py, tests/test_gpu_stack.py)."""
+    """The real recipe file: knob defaults, the preflight, verl's composed config (--cfg job); in
+    this process, verl imported once for all."""
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
     result = launch_in_process(f"{algo}_qwen2.5-0.5b_gsm8k", env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -93,9 +88,8 @@ def test_every_algorithm_recipe_passes_its_dry_run(
      ("256", ["data.max_response_length=1024", f"{OB}=100"], "100")],
 )  # fmt: skip
 def test_dapos_overlong_buffer_is_a_fifth_of_the_response_length(length, user, buffer):
-    """The paper's buffer is 4096 of its 20480 tokens: the penalty covers the same share of the
-    response length verl gets (MAX_RESPONSE_LENGTH, or data.max_response_length after --), not a
-    fixed 51 tokens (OVERLONG_BUFFER_LEN=auto in the DAPO recipe file); the user's own key wins."""
+    """The paper's share (4096 of 20480) of the response length verl gets; the user's own key
+    wins."""
     from verl_gsm8k.launch.plan import recipe_plan
 
     env = {"HOME": "/nonexistent", "MAX_RESPONSE_LENGTH": length}
@@ -107,9 +101,6 @@ def test_dapos_overlong_buffer_is_a_fifth_of_the_response_length(length, user, b
 
 @pytest.mark.parametrize("algo", ["dapo", "gspo", "drgrpo"])
 def test_a_kl_coefficient_is_warned_where_the_config_charges_no_kl(configs, algo):
-    """KL_COEF (or a KL coefficient key after ``--``) on a config with no KL in the reward nor
-    in the loss: one warning line naming what was set; nothing where it was not set, nor on a
-    config that charges KL (GRPO: in the loss)."""
     from verl_gsm8k.preflight.algorithm import unused_kl_warnings
 
     chosen = {"algorithm.kl_ctrl.kl_coef": "KL_COEF=0.01",
@@ -122,7 +113,6 @@ def test_a_kl_coefficient_is_warned_where_the_config_charges_no_kl(configs, algo
 
 @pytest.fixture(scope="module")
 def configs() -> dict[str, object]:
-    """Each algorithm's config (and PPO's, GRPO's) composed against the installed verl."""
     names = [*ALGORITHMS, "ppo", "grpo"]
     return {name: compose(ROOT / "configs", f"gsm8k_{name}", []) for name in names}
 
@@ -132,7 +122,6 @@ ROLLOUT_N.update(ppo=1, grpo=5)  # the PPO and GRPO recipes' ROLLOUT_N
 
 
 def variant(configs, name: str):
-    """A copy of the composed config with the recipe's own knobs: ROLLOUT_N, MAX_RESPONSE_LENGTH."""
     cfg = OmegaConf.create(OmegaConf.to_container(configs[name], resolve=False))
     cfg.actor_rollout_ref.rollout.n = ROLLOUT_N[name]
     cfg.data.max_response_length = 256
@@ -234,8 +223,6 @@ def test_a_combination_verl_allows_is_a_warning(configs, name, changes, expected
 
 
 def test_an_overlong_buffer_as_long_as_max_resp_len_is_accepted(configs):
-    """verl's dapo manager asserts max_resp_len >= len: the penalty may ramp over the whole
-    response."""
     cfg = changed(configs, "dapo", {OB: 256})
     assert overlong_problems(cfg) == [] and algorithm_warnings(cfg) == []
 
@@ -248,8 +235,6 @@ def core_algos():
 
 
 def test_every_estimator_verl_groups_by_prompt_is_checked_at_one_response(core_algos):
-    """An estimator that takes the prompt index (``uid``) computes a group baseline: the preflight
-    must say what each does with a group of one."""
     grouped = {
         name
         for name, fn in core_algos.ADV_ESTIMATOR_REGISTRY.items()
@@ -260,8 +245,7 @@ def test_every_estimator_verl_groups_by_prompt_is_checked_at_one_response(core_a
 
 @pytest.mark.parametrize("estimator", sorted(GROUP_AT_ONE))
 def test_the_reason_at_one_response_is_what_verl_computes(core_algos, estimator):
-    """Each estimator run by verl on four prompts with one response each (scores 1, 0, 1, 0.5):
-    the preflight's reason names what came out."""
+    """Each estimator on four prompts of one response (scores 1, 0, 1, 0.5)."""
     import numpy as np
     import torch
 
@@ -308,8 +292,6 @@ def test_the_old_name_of_dapos_overlong_settings_is_refused_with_the_new_one():
 def test_the_dapo_launch_warns_of_kl_coef_and_sizes_its_buffer_from_the_users_length(
     tiny_model_dir, prepared_gsm8k_dir, tmp_path
 ):
-    """The launch end to end (in process): KL_COEF from the environment reaches the preflight as
-    chosen by the user; data.max_response_length=1024 after -- sizes the automatic buffer."""
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
                      KL_COEF="0.01")  # fmt: skip
     result = launch_in_process("dapo_qwen2.5-0.5b_gsm8k", env, "data.max_response_length=1024")

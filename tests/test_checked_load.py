@@ -1,9 +1,6 @@
-"""verl's own checkpoint loaders (FSDPCheckpointManager.load_checkpoint in each worker, the v1
-trainer's _load_checkpoint for data.pt; their remote worker groups stood in for), with
-verl_plugins/checked_load.py imported as verl's processes import it: a crafted file is refused
-at the load, in one line, whatever its path; a whole one loads as before. A real launch's
-worker: tests/test_train_cpu.py.
-"""
+"""verl's own checkpoint loaders (its workers' manager, the v1 trainer's data.pt; remote groups
+stood in for) with verl_plugins/checked_load.py imported: a crafted file is refused at the load in
+one line; a whole one loads as before."""
 
 from __future__ import annotations
 
@@ -22,7 +19,6 @@ from verl_gsm8k.launch.outcome import refused_load, verdict
 
 @pytest.fixture(scope="module")
 def single_process_group(tmp_path_factory):
-    """verl's checkpoint manager asks torch.distributed for its rank (a file, not a port)."""
     if not torch.distributed.is_initialized():
         store = tmp_path_factory.mktemp("gloo") / "store"
         torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=0,
@@ -85,8 +81,8 @@ class _Stand:  # verl's remote worker group and dataloader: what they were given
 
 
 def trainer_resuming(step_dir: Path):
-    """verl's v1 sync trainer (the recipes' trainer inherits its _load_checkpoint), resuming from
-    trainer.resume_from_path, which the launcher never reads; its worker groups stood in for."""
+    """verl's v1 sync trainer resuming from trainer.resume_from_path (which the launcher never
+    reads)."""
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     trainer = PPOTrainerSync.__new__(PPOTrainerSync)
@@ -118,7 +114,6 @@ def test_the_trainer_refuses_a_planted_data_pt_on_resume_from_path(tmp_path):
 
 
 def test_every_loader_verl_runs_is_wrapped_where_it_is_imported():
-    """The legacy trainer (the LoRA recipe) and the SFT trainer's handler too."""
     from verl_gsm8k.verl_plugins.checked_load import LOADERS
 
     for module, owner, name in LOADERS:

@@ -1,7 +1,5 @@
-"""data_prep: GSM8K as verl's RL rows (data_prep.gsm8k) and SFT transcripts (data_prep.sft), read
-back by verl's own datasets; the toy task of learn_tiny.sh (data_prep.arithmetic). Sources,
-validation (one line naming file and line, exit 2, nothing written), atomic and byte-identical
-writes. The real GSM8K release where the shared copy is, synthetic sources everywhere."""
+"""data_prep: GSM8K as verl's RL rows and SFT transcripts, read back by verl's own datasets; the toy
+task (data_prep.arithmetic); bad input one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
@@ -44,14 +42,12 @@ TRUTHS = {"train": ["7", "2400", "-7", "0.5"], "test": ["13", "1025"]}
 
 
 def cli(module, capsys, *args) -> tuple[int, str, str]:
-    """``python -m data_prep.<module> args``, in this process: (exit code, stdout, stderr)."""
     code = module.main([str(a) for a in args])
     out, err = capsys.readouterr()
     return code, out, err
 
 
 def source(directory: Path, raw: dict[str, str] | None = None) -> Path:
-    """SYNTHETIC in OpenAI's layout; ``raw[split]`` replaces that file's text."""
     directory.mkdir(parents=True, exist_ok=True)
     for split, rows in SYNTHETIC.items():
         text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
@@ -64,7 +60,6 @@ def rows_of(path: Path) -> list[dict]:
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
-    """Every file under ``directory``, temporary ones included."""
     return {str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*")
             if p.is_file()}  # fmt: skip
 
@@ -136,7 +131,6 @@ def test_the_real_release_again_and_from_the_hub_layout_gives_the_same_bytes(
 
 @pytest.fixture(scope="module")
 def earlier(tmp_path_factory) -> Path:
-    """A good earlier run (out/ and hub/) that a failing run must leave byte for byte."""
     base = tmp_path_factory.mktemp("earlier")
     write_all(load_source(str(source(base / "src"))), base / "out", hub_dir=base / "hub")
     return base
@@ -230,7 +224,6 @@ def test_a_malformed_row_is_one_line_naming_file_and_line(tmp_path, line):
 
 @pytest.mark.parametrize("module", [gsm8k, sft])
 def test_bad_input_writes_nothing_and_exits_2(tmp_path, earlier, capsys, module):
-    """The train split is good, the test split's line 4 bad: nothing is replaced, no temp file."""
     src = source(tmp_path / "src", {"test": "\n".join([GOOD, GOOD, "", "{}"]) + "\n"})
     out, hub = tmp_path / "out", tmp_path / "hub"
     shutil.copytree(earlier / "out", out)
@@ -288,8 +281,6 @@ def test_an_unwritable_output_is_found_before_anything_is_replaced(tmp_path, ear
 
 def test_ctrl_c_while_writing_keeps_earlier_files_and_exits_130(tmp_path, earlier, monkeypatch,
                                                                 capsys):  # fmt: skip
-    """Ctrl-C once the first output is complete in its temporary file: nothing is replaced, no
-    temporary file is left, one line, exit 130."""
     src = source(tmp_path / "src", {"train": GOOD + "\n"})
     out, hub = tmp_path / "out", tmp_path / "hub"
     shutil.copytree(earlier / "out", out)
@@ -315,7 +306,6 @@ def test_ctrl_c_while_writing_keeps_earlier_files_and_exits_130(tmp_path, earlie
 
 
 def test_an_unreachable_hub_fails_in_seconds_in_one_line(tmp_path):
-    """No HF_HUB_OFFLINE: a quick probe finds the hub unreachable instead of ~25 s of retries."""
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("HF_") and "proxy" not in k.lower()
     } | {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
@@ -389,8 +379,8 @@ def test_help_explains_every_flag(module, capsys):
 
 
 def check_rlhf(parquet: Path, tokenizer, tmp_path: Path, expected: dict[int, tuple]) -> int:
-    """verl's RLHFDataset and collate_fn over ``parquet``: the chat template's prompt, the
-    ground truth and the data source of the rows ``expected`` names; returns its length."""
+    """verl's RLHFDataset and collate_fn over ``parquet``: prompt, truth and source of the rows
+    ``expected`` names."""
     from omegaconf import OmegaConf
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
@@ -462,8 +452,8 @@ def test_sft_rows_are_the_rl_prompt_and_the_solution(sft_out, tmp_path, capsys):
 
 @pytest.mark.parametrize("pad_mode", ["no_padding", "right"])
 def test_the_sft_loss_covers_exactly_the_answer(sft_out, tiny_model_dir, pad_mode):
-    """verl's MultiTurnSFTDataset: the tokens before the loss are the RL prompt as verl renders
-    it for generation; the loss covers the answer and its end-of-turn marker, never padding."""
+    """The tokens before the loss are the RL prompt as verl renders it; the loss covers the answer
+    and its end marker, never padding."""
     from omegaconf import OmegaConf
     from transformers import AutoTokenizer
     from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset

@@ -1,8 +1,6 @@
-"""scripts/eval.sh on real components: EvalScope (.venv-eval) over an OpenAI-compatible stub that
-answers 2 of 3 questions right (both scorers must read exactly 2/3), the stub also standing in for
-`vllm serve`; the transformers backend and one real `vllm serve` (slow). Refusals and the pure
-parts run in the test's process. Without .venv-eval the EvalScope tests skip (fail under CI=true).
-"""
+"""scripts/eval.sh on real components: EvalScope over an OpenAI-compatible stub that answers 2 of 3
+right (both scorers must read exactly 2/3), the stub also standing in for vllm serve; the
+transformers backend and one real vllm serve (slow)."""
 
 from __future__ import annotations
 
@@ -65,7 +63,6 @@ def small_gsm8k(tmp_path) -> Path:
 
 @pytest.fixture
 def model(tmp_path) -> Path:
-    """A directory that resolves as a model (what the stub serves needs no weights)."""
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
     return tmp_path / "model"
@@ -79,7 +76,6 @@ def fake_vllm(folder: Path, body: str) -> Path:
 
 
 def stub_vllm(tmp_path: Path, before: str = "") -> tuple[Path, dict[str, str]]:
-    """The stub as `vllm serve`, and the environment it reads (its answers, its pid file)."""
     (tmp_path / "answers.json").write_text(json.dumps(STUB_ANSWERS))
     env = {"OPENAI_STUB_ANSWERS": str(tmp_path / "answers.json"),
            "OPENAI_STUB_PID_FILE": str(tmp_path / "server.pid")}  # fmt: skip
@@ -120,8 +116,6 @@ def rows_of(out: Path) -> tuple[dict, dict]:
 def test_a_refusal_is_one_line_exit_2_and_writes_nothing(
     args, said, model, small_gsm8k, tmp_path, capsys, monkeypatch
 ):
-    """Bad arguments, data, models and --api-urls (each probed in seconds), before any output:
-    the corrected rerun needs no --force."""
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     with (refusing_port() as port, StubServer({}, body=b"<html>") as html,
@@ -146,9 +140,8 @@ def test_the_entry_point_helps_and_names_a_missing_environment(eval_env, tmp_pat
 def test_served_and_api_models_score_exactly_and_a_crashed_server_is_one_row(
     eval_env, model, small_gsm8k, tmp_path
 ):
-    """`ppo` served by the stub as `vllm serve`, `broken` a server that dies at start, and the
-    in-process stub at --api-url: the same answers, so the same 2/3 by EvalScope (Math-Verify
-    reads 7, 30 and 11) and by our reward (after ####), a delta of 0; both prompt modes as sent."""
+    """ppo served by the stub as vllm serve, broken a server that dies at start, the stub at
+    --api-url: 2/3 by EvalScope and by our reward; both prompt modes as sent."""
     crash = 'if [[ "$*" == *broken* ]]; then echo "ValueError: fake CUDA out of memory"; exit 3; fi'
     fake, env = stub_vllm(tmp_path, crash)
     out = tmp_path / "eval"
@@ -191,9 +184,6 @@ def test_served_and_api_models_score_exactly_and_a_crashed_server_is_one_row(
 
 
 def test_sampled_evaluation_reports_mean_and_pass_at_k(eval_env, small_gsm8k, tmp_path):
-    """K answers per question at a temperature (top-p/top-k sent as verl's rollout has them,
-    else the server takes generation_config.json's): accuracy is mean@K, pass@K beside it, by
-    EvalScope and by our reward (the stub answers alike each time: both 2/3)."""
     out = tmp_path / "eval"
     with StubServer(STUB_ANSWERS, model="stub-model") as stub:
         proc = run_eval("--api-url", stub.url, "--api-model", "stub-model", "--data", small_gsm8k,
@@ -218,9 +208,8 @@ def test_sampled_evaluation_reports_mean_and_pass_at_k(eval_env, small_gsm8k, tm
 
 
 def test_a_signal_stops_the_evaluation_and_its_server(eval_env, model, small_gsm8k, tmp_path):
-    """SIGINT (a terminal's Ctrl-C) while EvalScope waits on the server's answers, and SIGTERM
-    while the evaluation waits for a server that never answers: exit 130 and 143, one line, the
-    server's whole process group gone, no comparison written."""
+    """SIGINT while EvalScope waits on answers, SIGTERM while waiting for a server that never
+    answers: 130 and 143, the server's group gone."""
     fake, env = stub_vllm(tmp_path)
     args = ["--backend", "vllm", "--model", model, "--data", small_gsm8k, "--modes", "training"]
     # a suite started in the background (`make test &`) inherits SIGINT ignored: restore it
@@ -265,9 +254,8 @@ def test_a_server_that_never_answers_times_out_and_its_group_is_gone(tmp_path):
 def test_the_transformers_backend_evaluates_and_a_failing_model_is_one_line(
     eval_env, tiny_model_dir, shared_gsm8k_dir, tmp_path
 ):
-    """EvalScope loads the tiny model on the CPU (in training mode it sends exactly the training
-    prompt); a model it cannot load is one line naming the model, the mode and the exception's
-    last line, with the log that holds the traceback."""
+    """EvalScope loads the tiny model on the CPU; a model it cannot load is one line (model, mode,
+    the exception's last line)."""
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{}")  # a directory, but no model_type
     out = tmp_path / "eval"
@@ -305,10 +293,8 @@ def test_the_transformers_backend_evaluates_and_a_failing_model_is_one_line(
 def test_real_vllm_evaluates_and_its_engine_ends_with_a_sigkilled_evaluation(
     eval_env, tiny_model_dir, small_gsm8k, tmp_path
 ):
-    """`vllm serve` (vLLM's CPU build in .venv) answers a whole evaluation of the tiny model;
-    then a SIGKILL (an out-of-memory killer, a scheduler past its grace) reaches no handler:
-    vllm serve gets its parent-death signal, SIGTERM, and stops its engine processes (renamed
-    VLLM::EngineCore: not found by the model's path), none orphaned."""
+    """A SIGKILL of the evaluation reaches no handler: vllm serve and its engine end by their
+    parent-death signal."""
     killed = run_eval("--model", f"tiny={tiny_model_dir}", "--backend", "vllm", "--data",
                       small_gsm8k, "--max-tokens", 16, "--vllm-args",
                       "--dtype float32 --max-model-len 1024 --enforce-eager", "--out",
@@ -409,9 +395,8 @@ def settings_of(*argv: str) -> ev.Settings:
 
 
 def test_a_run_is_evaluated_at_its_own_response_limit_and_the_page_says_so(tmp_path):
-    """--run: max_tokens is the run's data.max_response_length (its last launch record),
-    --max-tokens overrides it, the page says which; only the run's own limit is called
-    comparable to verl's validation, and the page says how verl's best@N differs from pass@k."""
+    """--run: max_tokens is the run's data.max_response_length, --max-tokens overrides; only the
+    run's own limit is called comparable to verl's validation."""
     for run, lengths in ((tmp_path / "run", (128, 256)), (tmp_path / "bad", ("long",))):
         for i, length in enumerate(lengths):
             config = {"data": {"max_response_length": length, "val_files": ["/x/test.parquet"]}}
@@ -442,10 +427,8 @@ def test_a_run_is_evaluated_at_its_own_response_limit_and_the_page_says_so(tmp_p
 
 
 def test_a_rerun_sweep_keeps_its_rows_refuses_other_settings_and_marks_the_best(tmp_path, capsys):
-    """The resume key holds every setting that changes an answer: an earlier sweep with another
-    is refused in one line naming it, never mixed (greedy ignores top-p/top-k; a key written
-    without a setting is refused too). The kept best checkpoint is marked in the table by step;
-    an unreadable best_checkpoint.json is one line, nothing marked."""
+    """An earlier sweep with another answer-changing setting is refused in one line, never mixed;
+    the kept best is marked by step."""
     base = settings_of("--model", "m", "--samples-per-question", "4")
     out, row = tmp_path / "sweep", {"step": 0, "mode": "training", "accuracy": 0.5, "error": None}
     out.mkdir()

@@ -1,7 +1,5 @@
-"""How a launch ended, from the guard's files (verl_gsm8k/launch/outcome.py: exit 4 for the
-watchdog, its warnings counted, a full disk in one line), and MAX_CKPT_TO_KEEP never removing
-the tracked step or the best, also after a kill mid-prune (guard/prune.py). The stop's exit 5:
-tests/test_stop.py; the trainer that writes these files runs for real in test_train_cpu.py."""
+"""How a launch ended, from the guard's files (launch/outcome.py), and pruning (guard/prune.py)
+never removing the tracked step or the best, also after a kill mid-prune."""
 
 from __future__ import annotations
 
@@ -64,8 +62,8 @@ def test_pruning_keeps_the_newest_the_tracked_and_the_best(tmp_path: Path):
 
 
 def test_a_kill_mid_prune_leaves_nothing_a_later_prune_trips_on(tmp_path: Path):
-    """SIGKILL between the rename of global_step_1 and its removal (tests/pause_points.py),
-    then step 1 saved again and pruned again: the leftover is cleared, not renamed onto."""
+    """SIGKILL between the rename of global_step_1 and its removal: the leftover is cleared, not
+    renamed onto."""
     run, here = tmp_path / "run", tmp_path / "paused"
     steps(run, 1, 2, 3)
     (run / "global_step_1" / "actor" / "model.pt").write_bytes(b"weights")
@@ -87,9 +85,8 @@ def test_a_kill_mid_prune_leaves_nothing_a_later_prune_trips_on(tmp_path: Path):
 
 
 def test_a_full_disk_mid_save_is_one_line(tmp_path: Path):
-    """A real full disk (a 256 KiB tmpfs): step 2 whole, step 3's torch.save fails as in verl's
-    checkpoint manager; the line names the disk, the step whose save failed, the last whole
-    checkpoint and what one takes; the console log, on the same disk, may hold nothing."""
+    """A real full disk (a 256 KiB tmpfs): the line names the disk, the failed step, the last whole
+    checkpoint and its size."""
     mount = tmp_path / "small"
     mount.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)]).returncode:

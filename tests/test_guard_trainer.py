@@ -1,8 +1,6 @@
-"""The guarded trainers' bookkeeping (verl_gsm8k/ppo_trainer/guard_base.py, traced.py, legacy.py)
-on the real classes, verl's validation, loop and saves stood in for: the kept best, the time
-save, the job's end, the stop request, the resume, the loggers. Their saves, kills and watchdog
-stops run for real in tests/test_train_cpu.py, test_slurm_nodes_cpu.py (v1) and
-test_train_cpu_variants.py (legacy)."""
+"""The guarded trainers' bookkeeping (ppo_trainer/) on the real classes, verl's validation, loop and
+saves stood in for. Real saves, kills and stops: tests/test_train_cpu.py,
+test_train_cpu_variants.py."""
 
 from __future__ import annotations
 
@@ -20,7 +18,6 @@ METRIC = "val-core/openai/gsm8k/acc/mean@1"
 
 
 def trainer_at(step: int, run_dir: Path, legacy: bool = False, resumed: bool = True):
-    """The trainer class with the guard's state only (no verl workers)."""
     from verl_gsm8k.ppo_trainer.legacy import GuardedLegacyTrainer
     from verl_gsm8k.ppo_trainer.traced import TracingTrainer
 
@@ -38,7 +35,6 @@ def trainer_at(step: int, run_dir: Path, legacy: bool = False, resumed: bool = T
 
 @pytest.fixture
 def saved(monkeypatch) -> list[int]:
-    """The steps the trainers save, their save recorded instead of run."""
     from verl_gsm8k.ppo_trainer.guard_base import GuardBase
 
     steps: list[int] = []
@@ -48,9 +44,7 @@ def saved(monkeypatch) -> list[int]:
 
 
 def test_the_best_is_kept_by_its_own_metric_and_only_finite(tmp_path, monkeypatch, saved):
-    """BEST_METRIC changed between launches: the old best (another metric) is replaced, not
-    compared; the same metric is compared; a validation without a finite value keeps none; a
-    new best not saved yet is saved then."""
+    """A best of another metric is replaced, not compared; a new best not saved yet is saved."""
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     def validation(value):
@@ -71,8 +65,6 @@ def test_the_best_is_kept_by_its_own_metric_and_only_finite(tmp_path, monkeypatc
 
 
 def test_a_time_save_comes_after_the_first_step_past_the_interval(tmp_path, saved):
-    """SAVE_EVERY_MIN: a step that ends that long after the last save is saved, SAVE_FREQ or
-    not; one that ends sooner is not; 0 never (a real run: tests/test_train_cpu.py)."""
     trainer = trainer_at(5, tmp_path, resumed=False)
     trainer.save_every_s, trainer.last_save = 600.0, time.time() - 599.0
     trainer._after_update(5, time.time(), lambda: pytest.fail("watchdog off"))
@@ -87,9 +79,8 @@ def test_a_time_save_comes_after_the_first_step_past_the_interval(tmp_path, save
 def test_a_step_that_would_not_end_before_the_job_does_is_saved_and_the_last(
     tmp_path, monkeypatch, saved
 ):
-    """The job's end (GSM8K_JOB_END) in the real class's step, verl's step stood in: with time
-    for one more step and its save the loop goes on; without, the trainer requests the stop
-    itself, saves this step and ends verl's loop after it (the launcher then exits 5)."""
+    """GSM8K_JOB_END: without time for one more step and its save, the trainer requests the stop,
+    saves this step and ends verl's loop."""
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     monkeypatch.setattr(PPOTrainerSync, "step", lambda self, metrics, timing_raw: "batch")
@@ -109,9 +100,7 @@ def test_a_step_that_would_not_end_before_the_job_does_is_saved_and_the_last(
 def test_a_stop_requested_before_the_first_step_or_during_validation_trains_no_step_more(
     tmp_path, saved
 ):
-    """A stop during start-up (or the step-0 validation) ends fit before its first step,
-    nothing saved; one during the validation after step N saves N if it is not saved, and no
-    step more runs. verl's loop stands in by its condition (global_steps <= total, ~467)."""
+    """verl's loop stands in by its condition (global_steps <= total)."""
     trainer = trainer_at(4, tmp_path)
     trainer.on_validate_end()  # the step-0 validation, no request
     trainer.global_steps += 1  # fit: "we start from step 1"
@@ -131,10 +120,7 @@ def test_a_stop_requested_before_the_first_step_or_during_validation_trains_no_s
 
 
 def test_the_legacy_loop_takes_no_batch_once_the_run_is_to_end(tmp_path, saved):
-    """verl's legacy trainer has no hooks: its wrapped dataloader ends the loop. No request:
-    every batch; the run to end after a step (a trip, a stop, the job's end): none more; a stop
-    requested during start-up or a validation (read before the next batch): the last step
-    saved if this launch trained it unsaved. verl's loop adds one to global_steps (~1790)."""
+    """The legacy trainer has no hooks: its wrapped dataloader ends the loop."""
     from verl_gsm8k.ppo_trainer.legacy import _StoppingLoader
 
     def loop(trainer) -> list[str]:
@@ -162,10 +148,8 @@ def test_the_legacy_loop_takes_no_batch_once_the_run_is_to_end(tmp_path, saved):
 
 
 def test_the_legacy_trainer_begins_its_guard_at_the_step_it_resumes(tmp_path, monkeypatch):
-    """verl's legacy ``_load_checkpoint`` sets global_steps (~1192): the guard begins there:
-    the resumed step never saved again, the watchdog given the steps logged before the next
-    one (from every launch's metrics file, a step logged twice the later launch's, validation
-    lines and later steps left out), the time since the last save counted from now."""
+    """The resumed step is never saved again; the watchdog gets the steps logged before it (the
+    later launch's line wins, validation lines left out)."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     from verl_gsm8k.guard.rules import SCORE
@@ -193,10 +177,8 @@ def test_the_legacy_trainer_begins_its_guard_at_the_step_it_resumes(tmp_path, mo
 
 
 def test_the_file_logger_comes_first_and_a_dead_wandb_ends_only_wandb(tmp_path, monkeypatch):
-    """verl's legacy fit builds its Tracking inside (~1417): for the length of fit its first log
-    puts the file logger first and guards wandb, and verl's class is back after. A wandb whose
-    service a stop's SIGTERM ended fails with ConnectionResetError: one line, no more wandb
-    calls, the file logger keeps the step. verl's fit stands in (wandb first, as verl orders)."""
+    """A wandb whose service a stop's SIGTERM ended: one line, no more wandb calls, the file logger
+    keeps the step; verl's class is back after fit."""
     import verl.utils.tracking as tracking
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 

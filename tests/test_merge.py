@@ -1,9 +1,6 @@
-"""scripts/merge.sh on real verl checkpoints (conftest's real_checkpoints: a tiny Qwen2 actor
-and critic saved by verl's FSDPCheckpointManager at world sizes 1 and 2), merged by verl's merger
-through our script: every merged tensor is the one saved, in bfloat16 as the merger casts.
-Refusals run ``main`` in this process (one line, exit 2 or 1); merges, signals and kills run the
-script (slow).
-"""
+"""scripts/merge.sh on real verl checkpoints (conftest's real_checkpoints, world sizes 1 and 2)
+merged by verl's merger: every merged tensor the one saved, in bfloat16. Refusals run main in this
+process; merges, signals and kills run the script (slow)."""
 
 from __future__ import annotations
 
@@ -163,7 +160,6 @@ def main(capsys, *args: str | Path) -> tuple[int, str]:
 
 
 def refused(capsys, source: Path, out: Path, needle: str, *flags: str) -> None:
-    """The merge of ``source`` into ``out``/merged refused: exit 2, one line, nothing written."""
     out.mkdir(exist_ok=True)
     before = sorted(out.iterdir())
     status, said = main(capsys, source, out / "merged", *flags)
@@ -211,8 +207,6 @@ def test_refuses_missing_partial_or_crafted_checkpoints(ws2, tmp_path, capsys):
 
 
 def test_verls_merger_refuses_a_crafted_shard_at_its_own_load(ws2, tmp_path):
-    """verl's merger, run alone (merge/verl_merger.py) on a payload in rank 1's shard: its own
-    load refuses it, exit 2, one line (its loads are the one loading policy)."""
     role = shutil.copytree(ws2 / f"global_step_{STEP}" / "actor", tmp_path / "actor")
     shard = plant("payload", role / "model_world_size_2_rank_1.pt", tmp_path / "ran")
     merger = subprocess.run(
@@ -227,8 +221,8 @@ def test_verls_merger_refuses_a_crafted_shard_at_its_own_load(ws2, tmp_path):
 
 
 def test_an_unwritable_target_or_another_torchs_mesh_is_one_line(ws1, tmp_path, capsys):
-    """/proc takes no new directory, even from root; verl's merger stopped by the device mesh of
-    another torch (the GPU stack's checkpoint on the CPU stack: its traceback names the file)."""
+    """/proc takes no new directory, even from root; the merger stood in for by a script printing
+    the file torch's traceback names."""
     status, said = main(capsys, ws1, f"/proc/merged-{os.getpid()}")
     assert status == 1 and said.startswith("merge: cannot write beside the target in /proc: ")
     (fake := tmp_path / "python").write_text("#!/bin/sh\necho torch/distributed/_mesh_layout.py"
@@ -240,8 +234,7 @@ def test_an_unwritable_target_or_another_torchs_mesh_is_one_line(ws1, tmp_path, 
 
 
 def _merger_running(ws1: Path, out: Path) -> tuple[subprocess.Popen, int]:
-    """merge.sh started and held until verl's merger runs (the temporary directory exists):
-    the moment a signal lands is then the merger's, not the start-up's."""
+    """merge.sh held until verl's merger runs, so a signal lands on the merger."""
     proc = subprocess.Popen(["bash", str(MERGE_SH), str(ws1), str(out / "merged")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline, merger = time.monotonic() + 120, None  # merge.sh execs python: proc.pid merges
@@ -264,9 +257,8 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_sigterm_or_sigkill_while_the_merger_runs(ws1, tmp_path):
-    """SIGTERM (a cancelled job, `timeout`): no temporary directory, no orphan merger. SIGKILL
-    (an out-of-memory killer, a scheduler past its grace) reaches no handler: the merger dies
-    with the merge; the temporary directory stays, and the next merge names it."""
+    """SIGTERM: no temporary directory, no orphan merger. SIGKILL: the merger dies with the merge;
+    the next merge names the leftover."""
     (out := tmp_path / "out").mkdir()
     for sig in (signal.SIGTERM, signal.SIGKILL):
         proc, merger = _merger_running(ws1, out)
@@ -295,8 +287,7 @@ def test_sigterm_or_sigkill_while_the_merger_runs(ws1, tmp_path):
 
 
 def test_an_sft_checkpoint_is_merged_as_role_sft(ws1, tmp_path, capsys):
-    """ws1's actor laid out as verl's SFT trainer writes it (shards, fsdp_config.json and
-    huggingface/ in global_step_N/ itself): found from its run or step directory."""
+    """The actor laid out as verl's SFT trainer writes it: found from its run or step directory."""
     run, ppo_step = tmp_path / "run", ws1 / f"global_step_{STEP}"
     step_dir = shutil.copytree(ppo_step / "actor", run / f"global_step_{STEP}")
     (run / TRACKER).write_text(str(STEP))
@@ -351,8 +342,8 @@ def test_peft_folds_a_lora_adapter_as_w_plus_b_a_alpha_over_r(tiny_model_dir, tm
 
 
 def _run_with_best(ckpt: Path, dest: Path, best_step: int | None) -> Path:
-    """A copy of a run with a newer checkpoint the tracker names (a copy of step 1 as step 6) and,
-    when ``best_step`` is given, the guard's best_checkpoint.json naming that step."""
+    """A copy of a run, step 1 copied as step 6 (tracked); best_checkpoint.json naming
+    ``best_step``."""
     run = shutil.copytree(ckpt, dest)
     shutil.copytree(run / f"global_step_{STEP}", run / "global_step_6")
     (run / "latest_checkpointed_iteration.txt").write_text("6")

@@ -1,11 +1,7 @@
-"""A checkpoint saved at world size W resumes at W' (verl_gsm8k/reshard/): a tiny Qwen2 actor and
-critic trained one AdamW step (a cosine schedule, each rank's RNG its own) over W gloo ranks and
-saved by verl's FSDPCheckpointManager, resharded by ``python -m verl_gsm8k.reshard``, loaded by
-verl's manager at W' and trained on: weights and moments bit for bit, the scheduler and each
-rank's RNG back, the losses of the run that kept W. 2 -> 1 and 1 -> 2. Also the ranks' helper:
-
-    python tests/test_reshard.py save|check MODEL_DIR RUN_DIR W [OUT.json]
-"""
+"""A checkpoint saved at world size W resumes at W' (reshard/): a tiny actor and critic trained one
+AdamW step over W gloo ranks, saved by verl's manager, resharded, loaded at W' and trained on:
+weights, moments, scheduler and RNG bit for bit, 2 -> 1 and 1 -> 2. The ranks' helper: python
+tests/test_reshard.py save|check MODEL_DIR RUN_DIR W [OUT.json]"""
 
 from __future__ import annotations
 
@@ -42,7 +38,6 @@ def _loss(role: str, model, ids):
 
 
 def _train_step(role: str, model, optimizer, scheduler, step: int, rank: int, world: int) -> float:
-    """One step on the step's global batch; the loss averaged over the ranks (the batch's)."""
     import torch
     import torch.distributed as dist
 
@@ -57,7 +52,6 @@ def _train_step(role: str, model, optimizer, scheduler, step: int, rank: int, wo
 
 
 def _full(model, optimizer) -> dict:
-    """Every parameter and AdamW moment as a full tensor, by name (collective)."""
     from torch.distributed.tensor import DTensor
 
     def whole(t):
@@ -171,7 +165,6 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def ranks(*args: object, python: str | Path = sys.executable) -> None:
-    """The ranks' helper (this file) under ``python``: ``save`` or ``check``."""
     proc = subprocess.run([str(python), __file__, *map(str, args)], capture_output=True,
                           text=True, timeout=500)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -179,8 +172,8 @@ def ranks(*args: object, python: str | Path = sys.executable) -> None:
 
 @pytest.fixture(scope="module")
 def saved(real_checkpoints: Path) -> dict[int, Path]:
-    """world size -> a run saved at step 1 at that world size (conftest's real_checkpoints,
-    made by this file's helper), with its next steps in saved.json."""
+    """world size -> a run saved at step 1 (conftest's real_checkpoints), its next steps in
+    saved.json."""
     return {world: real_checkpoints / f"ws{world}" for world in (1, 2)}
 
 
@@ -196,8 +189,6 @@ def reshard(run: Path, world: int, python: str | Path = sys.executable):
 
 def resharded_and_resumed(saved: Path, old: int, new: int, model: Path, work: Path,
                           python: str | Path = sys.executable) -> None:  # fmt: skip
-    """A copy of the run ``saved`` at world size ``old`` resharded to ``new`` and loaded there
-    by verl's manager, both under ``python``: everything asserted against the saved run."""
     import torch
 
     run = work / "run"

@@ -1,10 +1,6 @@
-"""Before a relaunch resumes (verl_gsm8k/resume/verify.py), on real checkpoints of verl's manager
-at steps 2 and 4 (conftest's ``whole_checkpoints``): real files load as ``torch.load`` loads
-them; each attack, and each way a kill or a copy leaves a file of step 4 (crafted_shards.py),
-makes the launcher resume step 2, one line naming the file and why, nothing run or deleted.
-torch's weights-only loader refuses the pickles, our zip check the rest; verl's workers load
-with the same function (test_checked_load.py).
-"""
+"""Before a relaunch resumes (resume/verify.py), on real checkpoints at steps 2 and 4: each attack
+and each damage to a file of step 4 (crafted_shards.py) makes the launch resume step 2, one line
+naming the file and why, nothing run or deleted."""
 
 from __future__ import annotations
 
@@ -103,8 +99,7 @@ def test_a_critic_missing_from_a_ppo_step_is_not_whole(run):
 
 
 def test_a_checkpoint_the_watchdog_marked_sick_is_never_resumed(run):
-    """Step 4's weights produced a sick step 5 (ppo_trainer/guarded.py marks it and points the
-    tracker at 2); a tracker lost since must not bring the resume back to the sick one."""
+    """A tracker lost after the watchdog marked step 4 sick must not bring the resume back to it."""
     from verl_gsm8k.common.run_dir import mark_sick
 
     mark_sick(run, 4, {"step": 5, "rule": "non_finite"})

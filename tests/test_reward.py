@@ -1,6 +1,5 @@
-"""rewards/gsm8k.py: its tables and properties, hostile input, the real GSM8K solutions, and
-verl 0.9.1 beside it (its built-in GSM8K scorer; its loader, reward-loop worker and naive reward
-manager calling our function)."""
+"""rewards/gsm8k.py: tables, properties, hostile input, the real GSM8K solutions, and verl beside it
+(its scorer, loader, reward-loop worker and naive manager)."""
 
 from __future__ import annotations
 
@@ -250,9 +249,8 @@ def test_hostile_input_is_fast(hostile):
 
 
 def test_every_gsm8k_reference_solution_as_verl_scores_it():
-    """Each of the 8792 solutions: credited by every scorer and by verl; with another answer,
-    0 (0.2 for the format score) for both; hedging between its answer and the next number,
-    credited by verl and not by ours."""
+    """Each of the 8792 solutions credited by every scorer and verl; another answer 0 (format 0.2);
+    a hedge credited by verl, not ours."""
     folder, failures, hedged = require_shared("gsm8k"), [], set()
     rows = [json.loads(ln) for name in ("train.jsonl", "test.jsonl")
             for ln in (folder / name).read_text().splitlines() if ln.strip()]  # fmt: skip
@@ -311,7 +309,6 @@ BATCH = [(REASONING + "#### 72", "72"), (PROOF, "1234"), ("It is 70.\n#### 70", 
 
 @pytest.fixture(scope="module")
 def batch(tiny_model_dir) -> tuple:
-    """A rollout batch as verl builds it: left-padded prompts, right-padded responses + EOS."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -337,7 +334,6 @@ def batch(tiny_model_dir) -> tuple:
 
 
 def reward_loop_scores(tiny_model_dir, batch, overrides: list[str]) -> list[dict]:
-    """verl's RewardLoopWorker, what main_ppo runs as a Ray actor, on the composed config."""
     import verl
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

@@ -1,8 +1,6 @@
-"""The same-config check (verl_gsm8k/resume/same_config.py, on common/config_diff.py's one diff):
-a relaunch is compared, key by key over the resolved config, with the launch that WROTE the
-checkpoint it would resume. Launches are the launcher's own record_launch (the installed verl
-config composed by Hydra, a real record written; one through python -m verl_gsm8k.resume's main);
-the checkpoints are real FSDP ones of verl's checkpoint manager (conftest's whole_checkpoints)."""
+"""The same-config check (resume/same_config.py): a relaunch compared key by key with the launch
+that wrote the checkpoint it resumes; records from the launcher's record_launch, checkpoints from
+verl's manager."""
 
 from __future__ import annotations
 
@@ -30,7 +28,6 @@ OVERRIDES = ["actor_rollout_ref.model.path=/models/m", "critic.model.path=/model
 
 
 def launch(run: Path, stamp: str, *extra: str, resume: str = "auto", knobs=None, sft=False):
-    """One launch as the launcher runs it: its exit status."""
     config, tail = ("gsm8k_sft", ["model.path=/models/m"]) if sft else ("gsm8k_ppo", OVERRIDES)
     return record_launch(run, stamp, "r", "sft" if sft else "ppo", config, [*tail, *extra],
                          resume=resume, knobs=knobs)  # fmt: skip
@@ -48,7 +45,6 @@ def ppo_record(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def changed(record: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
-    """A copy of ``record`` with the setting ``key`` of its config set (it must exist)."""
     assert key in leaves(record["config"]), f"{key} is not a key of the composed config"
     out = copy.deepcopy(record)
     *parents, last = key.split(".")
@@ -60,8 +56,7 @@ def changed(record: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
 
 
 def place(whole: Path, run: Path, stamps: dict[int, str]) -> None:
-    """Whole checkpoints at the steps of ``stamps`` (the tracker naming the last), each stamped
-    with the launch that saved it."""
+    """Whole checkpoints at the steps of ``stamps``, each stamped; the tracker names the last."""
     for step, stamp in stamps.items():
         shutil.copytree(whole / "global_step_4", run / f"global_step_{step}")
         write_stamp(run, step, stamp)
@@ -74,8 +69,6 @@ def refused_line(capsys) -> str:
 
 
 def test_the_same_command_relaunched_differs_in_nothing(tmp_path, ppo_record):
-    """Two launches of one command: stamps, knobs as written (1e-6 or 0.000001), git, host and
-    versions may differ; the resolved configs do not."""
     run = tmp_path / "run"
     assert launch(run, STAMPS[0], f"{LR}=1e-6", knobs={"ACTOR_LR": "1e-6"}) == 0
     assert launch(run, STAMPS[1], f"{LR}=0.000001", knobs={"ACTOR_LR": "0.000001"}) == 0
@@ -87,7 +80,6 @@ def test_the_same_command_relaunched_differs_in_nothing(tmp_path, ppo_record):
 
 
 def other(value: Any) -> Any:
-    """Another value of the same kind."""
     if isinstance(value, bool):
         return not value
     if isinstance(value, (int, float)):
@@ -180,9 +172,8 @@ def test_sft_configs_are_compared_the_same_way(tmp_path):
 def test_a_disable_launch_sets_the_earlier_run_aside_and_it_speaks_for_nothing(
     whole_checkpoints, tmp_path, capsys
 ):
-    """A saved steps 2 and 4; B started over (RESUME=disable) with other settings and died before
-    its first save. B's launch moved A's checkpoints aside (they would crowd out B's lower step
-    numbers), so no relaunch resumes them, nothing is refused, nothing is deleted."""
+    """B started over (RESUME=disable) and died before its first save: A's checkpoints are aside,
+    nothing refused or deleted."""
     run = tmp_path / "run"
     assert launch(run, STAMPS[0]) == 0
     place(whole_checkpoints, run, {2: STAMPS[0], 4: STAMPS[0]})
@@ -202,8 +193,8 @@ def test_a_disable_launch_sets_the_earlier_run_aside_and_it_speaks_for_nothing(
 def test_the_guard_judges_the_step_verify_falls_back_to_and_a_refusal_changes_nothing(
     whole_checkpoints, tmp_path, capsys
 ):
-    """Step 2 was saved by A (lr 1e-6), step 4 by B (lr 1e-4, forced) and is truncated: the
-    launch resumes step 2, so it is compared with A; refused, the tracker still names 4."""
+    """Step 2 by A, step 4 by B (truncated): the resume of step 2 is compared with A; refused, the
+    tracker still names 4."""
     run = tmp_path / "run"
     assert launch(run, STAMPS[0]) == 0
     assert launch(run, STAMPS[1], f"{LR}=1e-4", resume="force") == 0
@@ -243,9 +234,8 @@ def test_docs_name_every_key_that_may_change():
 
 
 def test_verification_follows_what_verl_loads(tmp_path, whole_checkpoints, capsys):
-    """save_contents=[model,extra]: verl writes no optimizer shard and, its load_contents
-    following save_contents, resumes without one; the launch must resume such a checkpoint, and
-    still refuse one that lacks a shard verl does load."""
+    """save_contents=[model,extra]: no optimizer shard is needed; with verl's default load_contents
+    it is."""
     run = tmp_path / "run"
     place(whole_checkpoints, run, {2: STAMPS[0], 4: STAMPS[0]})
     for shard in run.glob("global_step_*/*/optim_world_size_*_rank_*.pt"):
@@ -264,9 +254,8 @@ def test_verification_follows_what_verl_loads(tmp_path, whole_checkpoints, capsy
 def test_a_resume_on_another_number_of_gpus_is_resharded_before_verl_starts(
     whole_checkpoints, tmp_path, capsys
 ):
-    """Saved at world size 2, resumed on one GPU: the launch rewrites the step it resumes for
-    one rank (tests/test_reshard.py: what the shards then hold), keeps the original files, and
-    leaves the other steps as they are; on two nodes, back again."""
+    """Saved at world size 2, resumed on one GPU: the step resumed is rewritten for one rank, its
+    original files kept; on two nodes, back again."""
     run = tmp_path / "run"
     assert launch(run, STAMPS[0], "trainer.n_gpus_per_node=2") == 0
     place(whole_checkpoints, run, {2: STAMPS[0], 4: STAMPS[0]})

@@ -1,7 +1,5 @@
-"""Stopping early without losing a step, the launch's side (verl_gsm8k/guard/stop.py,
-launch/slurm.py, launch/save_every.py): what a stop needs and the grace it gets, the trainer's
-stop before a job's end, a time limit too short refused, Slurm's KillWait and requeue, the stop
-request's one file, time saves. The trainer's side: tests/test_guard_trainer.py."""
+"""Stopping early without losing a step, the launch's side (guard/stop.py, launch/slurm.py,
+launch/save_every.py). The trainer's side: tests/test_guard_trainer.py."""
 
 from __future__ import annotations
 
@@ -157,7 +155,6 @@ def test_after_a_stop_the_last_line_says_what_stopped_the_job(tmp_path, job, sav
 def test_a_sigterm_from_slurms_requeue_or_scancel_gets_killwait_not_the_time_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str, within: str
 ):
-    """scontrol and squeue stood in on PATH: the stop request's deadline and its line."""
     end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3600))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -192,9 +189,6 @@ def test_time_saves_take_at_most_3_percent_of_the_run(tmp_path: Path, save_s, mi
 
 
 def test_the_launch_passes_the_job_end_and_the_time_saves_to_the_trainer(tmp_path: Path):
-    """A time limit too short for what this run directory measured: one line, exit 2; else
-    the job's end goes to the trainer (GSM8K_JOB_END) and a SIGTERM's grace runs to it; the
-    time saves' interval reaches the trainer's config."""
     from verl_gsm8k.launch.cli import Exit, plan_stop
     from verl_gsm8k.launch.plan import recipe_plan
 

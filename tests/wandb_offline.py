@@ -1,7 +1,5 @@
-"""The history of an offline wandb run (``wandb/offline-run-*/run-*.wandb``), read without the
-network or a key (wandb 0.31 ships no reader): a 7-byte header, then 32 KiB blocks of records in
-LevelDB's log layout (checksum, length, type: 1 whole, 2 first, 3 middle, 4 last piece), each a
-protobuf ``Record`` of ``wandb.proto.wandb_internal_pb2``."""
+"""The history of an offline wandb run (run-*.wandb), read without the network: a 7-byte header,
+then 32 KiB blocks in LevelDB's log layout, each record a protobuf Record."""
 
 from __future__ import annotations
 
@@ -43,7 +41,6 @@ def records(path: Path) -> list[bytes]:
 
 
 def history(path: Path) -> dict[int, dict[str, Any]]:
-    """{step: {metric: value}} of every history record (wandb's own keys, ``_*``, dropped)."""
     from wandb.proto import wandb_internal_pb2 as pb
 
     steps: dict[int, dict[str, Any]] = {}
