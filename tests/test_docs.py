@@ -358,7 +358,8 @@ def test_no_knob_default_is_stated_in_a_table_outside_knobs_md():
 
 
 # A knob's default said in prose: "`KNOB=VALUE` (the default", "`KNOB` (default `VALUE`",
-# "`KNOB` knob, `VALUE` by default", "`KNOB` defaults to VALUE".
+# "`KNOB` knob, `VALUE` by default", "`KNOB` defaults to VALUE", "`KNOB` is 50 by default",
+# "`KNOB` (`VALUE` by default" (a value in words, "is on by default", is not read).
 # Spaces may be line breaks (the docs wrap); "`KNOB=V` (default `W`)" says W, not V.
 PROSE_DEFAULTS = (
     re.compile(r"`([A-Z][A-Z0-9_]+)=([^`\s]+)`,?\s+\(?(?:the\s+)?default\b(?!:?\s+`)"),
@@ -366,6 +367,7 @@ PROSE_DEFAULTS = (
     re.compile(r"`([A-Z][A-Z0-9_]+)=[^`\s]+`,?\s+\(default:?\s+`([^`\s,;)]+)`"),
     re.compile(r"`([A-Z][A-Z0-9_]+)`(?:\s+knob)?,\s+`?([^`\s,;]+)`?\s+by\s+default"),
     re.compile(r"`([A-Z][A-Z0-9_]+)`\s+defaults\s+to\s+`?([^`\s,;)]+)"),
+    re.compile(r"`([A-Z][A-Z0-9_]+)`\s+(?:is\s+|\()(`[^`\s]+`|-?\d[^\s,;)]*)\s+by\s+default"),
 )
 
 
@@ -380,7 +382,7 @@ def knob_defaults_said_wrong(root: Path) -> list[str]:
         text = (root / path).read_text(encoding="utf-8")
         for pattern in PROSE_DEFAULTS:
             for match in pattern.finditer(text):
-                name, value = match.group(1), match.group(2).rstrip(".:")
+                name, value = match.group(1), match.group(2).strip("`").rstrip(".:")
                 knob = BY_NAME.get(name)
                 if knob is None or knob.default in (None, "") or value == knob.default:
                     continue
@@ -398,12 +400,15 @@ def test_every_knob_default_said_in_prose_is_the_tables(tmp_path):
         "`TRACE_SAMPLES` (default 8), the `ATTENTION` knob, `fa2` by default,\n"
         "`REWARD_FN` defaults to `compute_score`, `ACTOR_LR` (default `1e-6`),\n"
         "`DEVICE=cpu` (default `auto`), `SAVE_FREQ` defaults\nto 7\n"
+        "`TEST_FREQ` is 50 by default, `ROLLOUT_N` (`4` by\ndefault), `WATCHDOG` is on by default\n"
     )
     assert sorted(knob_defaults_said_wrong(tmp_path)) == [
         "README.md:1: KEEP_BEST's default said as '0'; the table's is '1' (docs/knobs.md)",
         "README.md:2: ATTENTION's default said as 'fa2'; the table's is 'auto' (docs/knobs.md)",
         "README.md:2: TRACE_SAMPLES's default said as '8'; the table's is '4' (docs/knobs.md)",
         "README.md:4: SAVE_FREQ's default said as '7'; the table's is '20' (docs/knobs.md)",
+        "README.md:6: ROLLOUT_N's default said as '4'; the table's is '1' (docs/knobs.md)",
+        "README.md:6: TEST_FREQ's default said as '50'; the table's is '5' (docs/knobs.md)",
     ]
 
 
