@@ -88,7 +88,7 @@ def other(value: Any) -> Any:
 
 
 A, R, M = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout.", "actor_rollout_ref.model."
-# A key of each kind that makes another experiment (docs/resume.md, "Compared").
+# A key of each kind that makes another experiment (docs/reliability.md, "Resuming").
 GUARDED = [f"{M}path", "critic.model.path", "algorithm.adv_estimator", "algorithm.gamma",
            "algorithm.lam", "algorithm.kl_ctrl.kl_coef", "algorithm.use_kl_in_reward",
            "algorithm.kl_penalty", LR, f"{A}optim.lr_warmup_steps_ratio", f"{A}optim.weight_decay",
@@ -229,7 +229,7 @@ def test_without_the_writers_record_the_last_launch_is_compared(ppo_record, tmp_
 
 
 def test_docs_name_every_key_that_may_change():
-    page = (Path(__file__).resolve().parents[1] / "docs" / "resume.md").read_text()
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
     assert [p for p in ALLOWED if f"`{p}`" not in page] == []
 
 

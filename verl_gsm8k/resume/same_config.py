@@ -1,7 +1,7 @@
 """No silent resume of another experiment: a relaunch into a run directory that holds a checkpoint
 is compared, key by key over the resolved config, with the launch record of the launch that WROTE
 that checkpoint (its step's launch_stamp.txt names it). Any key but ``ALLOWED`` that differs stops
-the launch in one line (docs/resume.md)."""
+the launch in one line (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from verl_gsm8k.common.run_dir import (
 MODES = ("auto", "force", "disable")
 
 # The keys that may change on a resume (fnmatch over dotted keys; "X.*" matches X too), grouped as
-# docs/resume.md says why: how long, checkpoints, validation and logging, the run directory, speed
+# docs/reliability.md says why: how long, checkpoints, validation and logging, the run directory, speed
 # and memory, the attention kernel, the rollout engine, profilers, the launcher's own. The same
 # list serves main_ppo's config and the SFT trainer's.
 ALLOWED = (
