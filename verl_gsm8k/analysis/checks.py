@@ -1,8 +1,6 @@
-"""The report's health checks: the watchdog's per-step rules over every logged step (guard/
-rules.py: the steps it trips on), and the whole-run trends that are no reason to stop: flat
-accuracy, accuracy below its best, KL growing without a score gain, length hacking, a value loss
-not falling, a clip fraction at ~0, the train/inference gap, DAPO's dropped groups. Standard
-library only; every bar is a field of ``guard.thresholds.Thresholds``."""
+"""The report's health checks: the watchdog's per-step rules (guard/rules.py) over every
+step, and the whole-run trends that are no reason to stop. Every bar is a field of
+``guard.thresholds.Thresholds``."""
 
 from __future__ import annotations
 
@@ -20,14 +18,13 @@ from verl_gsm8k.guard.vocab import NAME_OF_KEY
 
 DOCS = "what to change: docs/reading-a-ppo-run.md"
 _EPS = 1e-9  # a drop of exactly the bar counts (0.5 - 0.4 is 0.0999... in floating point)
-# DAPO's dropped prompt groups (no signal, or surplus), under the replay buffer's prefix
 DROPPED_SUFFIXES = ("/filter_groups/evicted_samples", "/filter_groups/discarded_surplus_samples")
 STEP_KEY = "timing_s/step"  # logged by a training step, not by a validation-only one
 
 
 def step_findings(data: RunData, t: Thresholds) -> list[Finding]:
-    """A finding per run of trained steps in a row that trip one rule: an error where the
-    watchdog would stop, a warning where it would only warn."""
+    """A finding per run of trained steps tripping one rule: an error where the watchdog
+    would stop."""
     steps = trained_steps(data.steps)
     index, by_rule = {step: i for i, step in enumerate(steps)}, {}
     for step, trip in judge_run(data.steps, t, data.config.get("max_response_length")):
@@ -51,7 +48,6 @@ def step_findings(data: RunData, t: Thresholds) -> list[Finding]:
 
 
 def check_accuracy_flat(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """The smoothed accuracy not beating its best for a long stretch at the end of the run."""
     val = canon.series.get("val_acc", [])
     name, points, window = ("val_acc", val, 3) if len(val) >= t.acc_min_val_points else (
         "score", canon.series.get("score", []), t.window)  # fmt: skip
@@ -79,9 +75,8 @@ def check_accuracy_flat(canon: Canonical, t: Thresholds) -> list[Finding]:
 
 def accuracy_drop_bar(best: float, later: float, problems: int | None,
                       t: Thresholds) -> tuple[float, str]:  # fmt: skip
-    """How far below ``best`` an accuracy must be to be clearly below it, and why, in words:
-    max(floor, min(abs, rel x best)), and with n problems known at least acc_drop_z standard
-    errors of a difference of two evaluations, sqrt(2 p (1 - p) / n)."""
+    """How far below ``best`` is clearly below, and why: max(floor, min(abs, rel x best)), at
+    least acc_drop_z standard errors sqrt(2 p (1 - p) / n) with n problems known."""
     bar = max(t.acc_drop_floor, min(t.acc_drop_abs, t.acc_drop_rel * best))
     why = f"max({t.acc_drop_floor}, min({t.acc_drop_abs}, {t.acc_drop_rel} x best))"
     if problems:
@@ -93,7 +88,6 @@ def accuracy_drop_bar(best: float, later: float, problems: int | None,
 
 
 def check_accuracy_below_best(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """Validation accuracy ending clearly below its best earlier value."""
     val = canon.series.get("val_acc", [])
     if len(val) < 2:
         return []
@@ -119,14 +113,12 @@ def check_accuracy_below_best(canon: Canonical, t: Thresholds) -> list[Finding]:
 
 
 def score_range(canon: Canonical, score: str) -> tuple[float, float] | None:
-    """(worst, best) score of any response of the run (critic/score/min and /max)."""
     lows = [v for _, v in canon.series.get(f"{score}_min", [])]
     highs = [v for _, v in canon.series.get(f"{score}_max", [])]
     return (min(lows), max(highs)) if lows and highs and max(highs) > min(lows) else None
 
 
 def _converged(bounds: tuple[float, float] | None, value: float, t: Thresholds) -> bool:
-    """``value`` within kl_gain_headroom of the top of the score's range."""
     return bounds is not None and bounds[1] - value <= t.kl_gain_headroom * (bounds[1] - bounds[0])
 
 
@@ -137,8 +129,7 @@ def _thirds(values: list[float]) -> tuple[float, float, float]:
 
 
 def check_kl_without_score_gain(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """The KL to the reference growing through the end of the run while the train score does
-    not; a note where the score already sits within kl_gain_headroom of its range's top."""
+    """KL growing through the end while the score does not; a note near the score's top."""
     s = canon.series
     kl = next((n for n in ("kl", "kl_loss") if n in s), None)
     score = next((n for n in ("score", "reward") if n in s), None)
@@ -175,14 +166,12 @@ def check_kl_without_score_gain(canon: Canonical, t: Thresholds) -> list[Finding
 
 
 def check_length_hacking(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """The response length rising well above where it began to climb while the score rises."""
     steps, lengths, scores = aligned(canon, "response_length_mean", "score")
     if len(steps) < 3 * t.window:
         return []
     length = rolling_median(lengths, t.window, centered=False)
     score = rolling_median(scores, t.window, centered=False)
-    # lows: the candidates (points within len_lookback whose trailing window ends before i's
-    # begins) below every later one, a sliding minimum: each index enters and leaves once
+    # lows: a sliding minimum of the candidates within len_lookback before i's window
     lows: deque[int] = deque()
     first, flags, detail = 0, [], []
     for i in range(len(steps)):
@@ -197,8 +186,7 @@ def check_length_hacking(canon: Canonical, t: Thresholds) -> list[Finding]:
             lows.popleft()
         hit = None
         if lows and length[lows[0]] > 0:
-            # the climb starts at the last point still near the low: an earlier score gain
-            # (the first learning phase) does not count
+            # the climb starts at the last point still near the low
             low = lows[0]
             for j in lows:
                 if length[j] > length[lows[0]] * (1 + t.len_base_tol):
@@ -226,7 +214,6 @@ def check_length_hacking(canon: Canonical, t: Thresholds) -> list[Finding]:
 
 
 def check_value_loss_not_decreasing(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """The median value loss of the last quarter not below the first quarter's."""
     points = canon.series.get("vf_loss", [])
     values, quarter = [v for _, v in points], len(points) // 4
     if len(values) < t.vf_min_steps:
@@ -241,8 +228,7 @@ def check_value_loss_not_decreasing(canon: Canonical, t: Thresholds) -> list[Fin
 
 
 def check_clip_fraction_zero(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """The clip fraction's rolling median at ~0 for clip_window steps: the ratio never leaves the
-    trust region; a note where the train score is within kl_gain_headroom of its top."""
+    """The clip fraction's rolling median at ~0 for clip_window steps."""
     points, bounds = canon.series.get("pg_clipfrac", []), score_range(canon, "score")
     smooth, findings = rolling_median([v for _, v in points], t.clip_window), []
     score = canon.series.get("score", [])
@@ -266,8 +252,7 @@ def check_clip_fraction_zero(canon: Canonical, t: Thresholds) -> list[Finding]:
 
 
 def check_rollout_gap(data: RunData, canon: Canonical, t: Thresholds) -> list[Finding]:
-    """The mean per-token |p_rollout - p_training| above the level verl's FAQ calls a precision
-    problem of the inference engine (warning), or above its normal level (note)."""
+    """The mean per-token |p_rollout - p_training| above verl's FAQ's levels."""
     points = canon.series.get("rollout_probs_diff_mean", [])
     window = min(t.window, len(points))
     smooth = rolling_median([v for _, v in points], window)
@@ -293,13 +278,12 @@ def check_rollout_gap(data: RunData, canon: Canonical, t: Thresholds) -> list[Fi
 
 
 def dropped_groups(metrics: dict[str, float]) -> float:
-    """Prompt groups a step generated and DAPO's dynamic sampling dropped (0: none logged)."""
+    """Prompt groups DAPO's dynamic sampling dropped at a step (0: none logged)."""
     return sum(v for k, v in metrics.items() if k.endswith(DROPPED_SUFFIXES))
 
 
 def check_dropped_groups(data: RunData, t: Thresholds) -> list[Finding]:
-    """Most of what the steps generated dropped by dynamic sampling (algorithm.filter_groups):
-    the window-step median of the dropped share of prompt groups above dropped_groups_share."""
+    """The median share of prompt groups dynamic sampling dropped above its bar."""
     batch = data.config.get("train_batch_size")
     if not batch or not any(k.endswith(DROPPED_SUFFIXES) for m in data.steps.values() for k in m):
         return []
@@ -324,7 +308,7 @@ def check_dropped_groups(data: RunData, t: Thresholds) -> list[Finding]:
 
 def health_checks(data: RunData, canon: Canonical, t: Thresholds = THRESHOLDS,
                   more: list[Finding] | None = None) -> list[Finding]:  # fmt: skip
-    """Every check (plus ``more`` findings, e.g. the trace's), ordered by severity and step."""
+    """Every check plus ``more`` findings, ordered by severity and step."""
     findings = [
         *(more or []), *step_findings(data, t), *check_accuracy_flat(canon, t),
         *check_accuracy_below_best(canon, t), *check_kl_without_score_gain(canon, t),

@@ -1,9 +1,5 @@
-"""A run's checkpoint evaluations beside verl's validation: ``RUN_DIR/checkpoint_eval/
-comparison.json`` (eval.sh --run; evaluate's comparison.json with a ``step`` per row, step 0
-the starting model). Our reward on a checkpoint (``our_reward_accuracy``) scores as verl's
-validation does, so the two should agree; EvalScope's ``accuracy`` reads answers loosely. Rows
-of another mode than ``training`` (EvalScope's own prompt) are left out. Standard library only.
-"""
+"""A run's checkpoint evaluations (``RUN_DIR/checkpoint_eval/comparison.json``, eval.sh --run)
+beside verl's validation; rows of another mode than ``training`` are left out."""
 
 from __future__ import annotations
 
@@ -32,7 +28,7 @@ class CheckpointEval:
 class EvalFile:
     path: Path
     rows: list[CheckpointEval]
-    problem: str | None = None  # why rows are missing
+    problem: str | None = None
 
 
 def _number(value: Any) -> float | None:
@@ -41,7 +37,7 @@ def _number(value: Any) -> float | None:
 
 
 def read_checkpoint_evals(run_dir: Path) -> EvalFile | None:
-    """The evaluations in step order; None without the file; rows missing say why."""
+    """The evaluations in step order; None without the file."""
     path = Path(run_dir) / EVAL_FILE
     if not path.is_file():
         return None
@@ -61,7 +57,7 @@ def read_checkpoint_evals(run_dir: Path) -> EvalFile | None:
         step, n = row.get("step"), row.get("n")
         ours, lenient = _number(row.get("our_reward_accuracy")), _number(row.get("accuracy"))
         if type(step) is not int or step < 0 or (ours, lenient) == (None, None):
-            skipped += 1  # no step, or a failed evaluation
+            skipped += 1
             continue
         n = n if type(n) is int else None
         rows[step] = CheckpointEval(step, ours, lenient, n, str(row.get("model", "")))
@@ -70,14 +66,12 @@ def read_checkpoint_evals(run_dir: Path) -> EvalFile | None:
 
 
 def eval_series(rows: list[CheckpointEval]) -> tuple[Series, Series]:
-    """(our reward by step, EvalScope's lenient accuracy by step)."""
     ours = [(r.step, r.our_reward_accuracy) for r in rows if r.our_reward_accuracy is not None]
     return ours, [(r.step, r.accuracy) for r in rows if r.accuracy is not None]
 
 
 def evals_summary(evals: EvalFile | None, val: Series) -> dict[str, Any] | None:
-    """summary.json's checkpoint_evals: the rows, and our reward against verl's validation at
-    the same steps, its largest gap in one sentence."""
+    """summary.json's checkpoint_evals: the rows, and our reward against verl's validation."""
     if evals is None:
         return None
     logged = dict(val)

@@ -1,5 +1,4 @@
-"""What a health check of the report returns (``Finding``) and the helpers the checks share.
-Standard library only."""
+"""What a health check returns (``Finding``) and the helpers the checks share."""
 
 from __future__ import annotations
 
@@ -13,8 +12,6 @@ from verl_gsm8k.analysis.parse import Canonical
 
 @dataclass
 class Finding:
-    """One health-check result: what fired, where, and the numbers behind it."""
-
     check: str
     severity: str  # "error", "warning" or "note"
     metric: str
@@ -32,7 +29,6 @@ class Finding:
 
 
 def fmt(value: float) -> str:
-    """A number for a message: four significant digits, or scientific if tiny or huge."""
     return f"{value:.4g}" if value == 0 or 1e-3 <= abs(value) < 1e5 else f"{value:.3e}"
 
 
@@ -45,8 +41,7 @@ def rolling_median(values: Sequence[float], window: int, centered: bool = True) 
 
 
 def spans(flags: Sequence[bool], min_len: int = 1) -> list[tuple[int, int]]:
-    """Runs of consecutive flagged points as (first index, last index), at least min_len long
-    (a check slices its series with them: linear in the steps however many runs there are)."""
+    """Runs of consecutive flagged points as (first, last index), at least min_len long."""
     found, start = [], None
     for i, flag in enumerate([*flags, False]):
         if flag and start is None:

@@ -1,7 +1,4 @@
-"""What a guarded run leaves beside its metrics (common/run_dir.py reads both): the watchdog's
-trips, each a health finding (an error where it stopped the run) and a row of the report's
-table, and the kept best checkpoint, named on the page; an unreadable best is one input
-problem. Standard library only."""
+"""What a guarded run leaves beside its metrics: the watchdog's trips and the kept best."""
 
 from __future__ import annotations
 
@@ -17,8 +14,7 @@ TRIP_KEYS = ("rule", "value", "threshold", "action", "launch", "last_healthy_che
 
 
 def read_guard(path: Path, issues: list[str]) -> dict[str, Any]:
-    """summary.json's watchdog_trips (each with its value_text) and best_checkpoint of a run
-    directory (none for a file); a best_checkpoint.json that cannot be read goes to ``issues``."""
+    """summary.json's watchdog_trips and best_checkpoint (an unreadable one: an issue)."""
     trips = rd.read_trips(path) if path.is_dir() else []
     best = problem = None
     try:
@@ -34,7 +30,6 @@ def read_guard(path: Path, issues: list[str]) -> dict[str, Any]:
 
 
 def value_text(value: Any) -> str:
-    """A value as the watchdog saw it: NaN and infinities by name, numbers short."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "null" if value is None else str(value)
     number = to_float(value) or 0.0
@@ -42,7 +37,6 @@ def value_text(value: Any) -> str:
 
 
 def trip_line(trip: dict[str, Any]) -> str:
-    """One trip in words: step, rule, metric, value, threshold, action, last healthy step."""
     healthy = trip.get("last_healthy_checkpoint")
     return (
         f"step {trip['step']}: {trip.get('rule', '?')} on {trip.get('metric', '?')} = "
@@ -53,7 +47,6 @@ def trip_line(trip: dict[str, Any]) -> str:
 
 
 def trip_findings(trips: list[dict[str, Any]]) -> list[Finding]:
-    """Each trip as a finding at its step (shaded on every curve, like NaN/inf)."""
     return [
         Finding("watchdog", "error" if t.get("action") == "stop" else "warning",
                 str(t.get("metric", "?")), t["step"], t["step"],

@@ -1,10 +1,5 @@
-"""verl's metrics in every format it writes, mapped onto the names of guard/vocab.py.
-
-A run directory's ``metrics/*.jsonl`` (read by common/run_dir.py: a step's lines merged, a
-later launch winning key by key), one such file, or a console log: ``step:N - key:value``
-lines, behind ANSI codes and a Ray prefix; a model output that merely holds "step:" is not one.
-JSON null is NaN (orjson writes NaN so).
-"""
+"""verl's metrics (a run directory, one .jsonl, or a console log's ``step:N - key:value``
+lines) mapped onto the names of guard/vocab.py. JSON null is NaN (orjson writes NaN so)."""
 
 from __future__ import annotations
 
@@ -24,13 +19,10 @@ Series = list[tuple[int, float]]
 
 @dataclass
 class RunData:
-    """One run's metrics by step, as logged; what could not be read, one line each."""
-
     sources: list[str] = field(default_factory=list)
     steps: dict[int, dict[str, float]] = field(default_factory=dict)
     issues: list[str] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
-    # train_batch_size, rollout_n, max_response_length: from launch records or a config dump
     config: dict[str, int] = field(default_factory=dict)
     val_problems: int | None = None  # distinct prompts of the newest validation dumps
     val_problems_from: str | None = None
@@ -40,7 +32,7 @@ class RunData:
 
 
 class InputError(Exception):
-    """The input cannot be used at all (missing, or a directory without metrics)."""
+    """The input is missing or holds no metrics file."""
 
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -62,8 +54,7 @@ def strip_ansi(line: str) -> str:
 
 
 def to_float(value: Any) -> float | None:
-    """A logged value as a float (null: NaN; an integer past float's range: infinite); None
-    for what is not a number."""
+    """A logged value as a float (null: NaN, a huge integer: inf); None if no number."""
     if value is None:
         return math.nan
     if isinstance(value, str) and value[:3] in ("np.", "Tru", "Fal"):
@@ -78,7 +69,6 @@ def to_float(value: Any) -> float | None:
 
 
 def _add(data: RunData, where: str, step: int, pairs: Any) -> None:
-    """One line's metrics into ``data``; values that are no number named in one issue."""
     values, bad = {}, []
     for key, raw in pairs:
         number = to_float(raw)
@@ -92,7 +82,7 @@ def _add(data: RunData, where: str, step: int, pairs: Any) -> None:
 
 
 def _fields(rest: str, unfinished: bool) -> tuple[list[tuple[str, str]], str | None] | None:
-    """The (key, value) pairs after ``step:N``, and a cut-off last field; None: no metrics."""
+    """The (key, value) pairs after ``step:N`` and a cut-off last field; None: no metrics."""
     parts = rest.rstrip().split(" - ")[1:]
     found = [_FIELD.match(part) for part in parts]
     cut = None
@@ -107,7 +97,6 @@ def _fields(rest: str, unfinished: bool) -> tuple[list[tuple[str, str]], str | N
 
 
 def parse_console(path: Path, data: RunData) -> None:
-    """The ``step:N - key:value`` lines of a verl console log, and its config dump's facts."""
     kept = 0
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, 1):
@@ -146,8 +135,8 @@ def _is_jsonl(path: Path) -> bool:
 
 
 def count_val_problems(run: Path) -> tuple[int, str] | None:
-    """Distinct prompts (verl logs no count) of the larger of the two newest validation dumps
-    (the newest may be half written), and that dump; None without a readable one."""
+    """Distinct prompts of the larger of the two newest validation dumps (the newest may be
+    half written), and that dump."""
     best = None
     for path in reversed(list(rd.dump_files(run, rd.VALIDATION_DIR).values())[-2:]):
         try:
@@ -161,7 +150,6 @@ def count_val_problems(run: Path) -> tuple[int, str] | None:
 
 
 def read_launch_config(run: Path, data: RunData) -> None:
-    """``_CONFIG``'s facts from the run's latest launch record."""
     try:
         records = read_records(run)
     except RecordError as err:
@@ -174,8 +162,7 @@ def read_launch_config(run: Path, data: RunData) -> None:
 
 
 def load_run(path: Path) -> RunData:
-    """A run directory, a metrics .jsonl file or a console log; InputError when the path is
-    missing or holds no metrics file. Bad lines are issues, the rest is used."""
+    """A run directory, a metrics .jsonl or a console log; bad lines are issues."""
     if not path.exists():
         raise InputError(f"input not found: {path}")
     data = RunData()
@@ -204,7 +191,7 @@ def load_run(path: Path) -> RunData:
 
 @dataclass
 class Canonical:
-    """The run in the canonical vocabulary; series hold finite values only, by step."""
+    """The run in the canonical vocabulary; series hold finite values only."""
 
     series: dict[str, Series]
     source_keys: dict[str, str]  # canonical name -> the key it was read from
@@ -217,7 +204,7 @@ class Canonical:
 
 
 def _val_key(keys: set[str]) -> str | None:
-    """The validation accuracy: val-core acc, else reward, else older verl's; gsm8k first."""
+    """val-core acc, else reward, else older verl's; gsm8k first."""
     ranked = []
     for key in keys:
         new = vocab.VAL_CORE_KEY.match(key)
@@ -228,7 +215,6 @@ def _val_key(keys: set[str]) -> str | None:
 
 
 def _aux_keys(val_key: str | None, keys: set[str]) -> dict[str, str]:
-    """val_<key> -> the val-aux key of the accuracy's data source and N."""
     core = vocab.VAL_CORE_KEY.match(val_key or "")
     aux = [m for m in map(vocab.VAL_AUX_KEY.match, sorted(keys)) if m and m["var"] != "acc"]
     same = [m for m in aux if core and (m["src"], m["n"]) == (core["src"], core["n"])]
@@ -236,7 +222,6 @@ def _aux_keys(val_key: str | None, keys: set[str]) -> dict[str, str]:
 
 
 def canonicalize(data: RunData) -> Canonical:
-    """Map the keys of both verl generations onto the canonical vocabulary."""
     keys = {key for values in data.steps.values() for key in values}
     val_key = _val_key(keys)
     named = {name: [(key, 1.0)] for name, key in _aux_keys(val_key, keys).items()}
@@ -283,10 +268,8 @@ def canonicalize(data: RunData) -> Canonical:
 
 
 def _cut_share(series: dict[str, Series], limit: int | None) -> Series:
-    """The share of a step's responses cut at data.max_response_length. verl 0.9.1's
-    response_length/clip_ratio is the share as long as the batch's padded length, the longest
-    response (trainer/ppo/metric_utils.py ~460, v1/trainer_base.py ~1919): the share cut only
-    where that longest (response_length/max) reached the limit; else none was cut."""
+    """The share cut at data.max_response_length: verl's clip_ratio counts responses as long
+    as the step's longest (metric_utils.py ~460), a cut only where that reached the limit."""
     if not limit:
         return []
     longest = dict(series.get("response_length_max", []))
@@ -295,8 +278,7 @@ def _cut_share(series: dict[str, Series], limit: int | None) -> Series:
 
 
 def _throughput(series: dict[str, Series], config: dict[str, int]) -> Series:
-    """Tokens/s as verl's perf/throughput counts them, from a config dump's batch size, the
-    lengths and the step time, on one GPU (older verl logs none)."""
+    """Tokens/s from the batch size, the lengths and the step time (older verl logs none)."""
     batch = config.get("train_batch_size", 0) * config.get("rollout_n", 1)
     prompt = dict(series.get("prompt_length_mean", []))
     response = dict(series.get("response_length_mean", []))

@@ -1,11 +1,6 @@
-"""python -m verl_gsm8k.report RUN_A RUN_B [...] [--out DIR]: the run report's command line
-hands two or more inputs over here. Writes DIR/comparison.html and DIR/summary.json (DIR
-./comparison by default), both rendered before either is written, each replaced atomically.
-
-Exit status: 0 written; 1 cannot write; 2 bad input (a missing path, a run without metrics, the
-same run twice, runs without a metric in common, an unreadable launch record): one line on
-stderr and nothing written.
-"""
+"""python -m verl_gsm8k.report RUN_A RUN_B [...]: DIR/comparison.html and summary.json, both
+rendered before either is written. Exit status: 0 written; 1 cannot write; 2 bad input (one
+line on stderr, nothing written)."""
 
 from __future__ import annotations
 
@@ -43,8 +38,7 @@ SUMMARY_NAME = "summary.json"
 
 
 def _run(run: Run) -> dict[str, Any]:
-    """A run in summary.json: its table, checks, evaluations, and each step on every axis
-    (null for an axis the run cannot be drawn on)."""
+    """A run in summary.json, each step on every axis (null where it cannot be drawn)."""
     steps = run.canon.all_steps
     x = {"steps": steps, "step": [float(s) for s in steps]}
     for axis, key in (("samples", "samples"), ("wall_time", "wall_time_s")):
@@ -59,7 +53,6 @@ def _run(run: Run) -> dict[str, Any]:
 
 
 def build_summary(runs: Sequence[Run], diff: ConfigDiff) -> dict[str, Any]:
-    """summary.json: the table, checks, config diff and curves of every run."""
     curves = {metric: {r.label: r.canon.series[metric] for r in runs if metric in r.canon.series}
               for _, _, metric, _, _ in CHARTS}  # fmt: skip
     groups = {group: [asdict(row) for row in rows] for group, rows in diff.by_group().items()}
@@ -75,7 +68,6 @@ def build_summary(runs: Sequence[Run], diff: ConfigDiff) -> dict[str, Any]:
 
 
 def terminal_text(summary: dict[str, Any], out_dir: Path | None) -> str:
-    """The digest: a line per run, the keys that differ, the files written."""
     lines = [f"Compared: {', '.join(r['label'] for r in summary['runs'])}"]
     for run in summary["runs"]:
         t, best = run["table"], run["table"]["val_best"]
@@ -93,12 +85,11 @@ def terminal_text(summary: dict[str, Any], out_dir: Path | None) -> str:
     lines += [f"  config of {k} not compared: {v}" for k, v in diff["not_compared"].items()]
     if out_dir is not None:
         lines.append(f"  written: {out_dir / HTML_NAME}, {out_dir / SUMMARY_NAME}")
-    return "\n".join(clean(line) for line in lines)  # the runs' own text, escaped
+    return "\n".join(clean(line) for line in lines)
 
 
 def compare(paths: Sequence[Path], out_dir: Path, step: str = "last") -> dict[str, Any]:
-    """Read, render and write the comparison, with the questions page of each run's last (or
-    best) validation; CompareError (nothing written) or OSError."""
+    """Read, render and write the comparison and its questions page."""
     runs = load_runs(paths)
     diff = config_diff({run.label: run.config for run in runs})
     summary = build_summary(runs, diff)
@@ -115,7 +106,6 @@ def compare(paths: Sequence[Path], out_dir: Path, step: str = "last") -> dict[st
 
 
 def main(paths: Sequence[Path], out: Path | None, quiet: bool, step: str = "last") -> int:
-    """The comparison's command line, after the run report's parser."""
     out_dir = out or DEFAULT_OUT
     try:
         summary = compare(paths, out_dir, step)

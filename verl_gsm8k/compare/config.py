@@ -1,10 +1,6 @@
-"""A compared run's config and the diff of the runs' configs (the one diff of
-common/config_diff.py): only the keys whose values differ, grouped as the GSM8K PPO tutorial
-groups them, each with the recipe knob that set it.
-
-A run directory's config is its latest launch record (common/launch_record.py); a verl console
-log's is the config dict verl pprints at its top (read with ``ast.literal_eval``, never run); a
-metrics .jsonl carries none."""
+"""A compared run's config (a run directory's latest launch record, a console log's pprinted
+dict read with ``ast.literal_eval``) and the diff of the runs' configs (common/config_diff.py),
+grouped as the GSM8K PPO tutorial groups them, each key with the recipe knob that set it."""
 
 from __future__ import annotations
 
@@ -23,11 +19,9 @@ from verl_gsm8k.common.run_dir import LAUNCHES_DIR, launch_record_path
 MAX_SCAN_LINES, MAX_DUMP_LINES = 20_000, 5_000  # verl prints its config before anything else
 _PREFIX = re.compile(rf"^\s*(?P<who>{RAY_PREFIX})?\s?")
 _TRAILING_PREFIX = re.compile(rf"{RAY_PREFIX}\s*$")  # another process's, glued mid-line
-# Variables of a recorded verl command that name the launch itself, never a setting.
 PER_LAUNCH = {"GSM8K_LAUNCH_ID", "GSM8K_LAUNCH_RUN_DIR", "VERL_FILE_LOGGER_PATH"}
 GROUPS = ("launch", "data", "actor", "rollout", "reference", "critic", "algorithm", "reward",
           "trainer", "other", "named after the run")  # fmt: skip
-# Keys that differ only by each run's own name (the run directory under it): last, apart.
 NAMED = GROUPS[-1]
 _PREFIX_GROUPS = (
     ("data.", "data"), ("actor_rollout_ref.rollout.", "rollout"),
@@ -35,19 +29,16 @@ _PREFIX_GROUPS = (
     ("critic.", "critic"), ("algorithm.", "algorithm"), ("reward_model.", "reward"),
     ("reward.", "reward"), ("custom_reward_function.", "reward"), ("trainer.", "trainer"),
 )  # fmt: skip
-# verl runs a critic when critic.enable says so, else when the estimator is GAE (need_critic):
-# a row of its own, since GRPO's config may differ from PPO's in no critic.* key.
+# verl runs a critic when critic.enable says so, else when the estimator is GAE (need_critic)
 CRITIC_IN_USE = "critic in use (critic.enable, else algorithm.adv_estimator == gae)"
 
 
 class ConfigError(Exception):
-    """A config source that exists but cannot be read: one line naming the file."""
+    """One line naming the file or run."""
 
 
 @dataclass
 class RunConfig:
-    """A run's config as dotted keys (None when it has none), and where it came from."""
-
     flat: dict[str, Any] | None
     source: str
     knob_keys: dict[str, str] = field(default_factory=dict)  # verl key -> recipe knob
@@ -59,8 +50,8 @@ class RunConfig:
 
 
 def config_dump(path: Path) -> dict[str, Any] | None:
-    """The config dict pprinted at the top of a verl console log, or None: it starts at the first
-    line (after its Ray prefix) that opens a dict, and only that process's lines continue it."""
+    """The config dict pprinted at the top of a console log: from the first line that opens a
+    dict, continued by that process's lines only."""
     owner, parts = None, []
     with path.open("rb") as handle:
         for number, raw in enumerate(handle):
@@ -88,8 +79,7 @@ def config_dump(path: Path) -> dict[str, Any] | None:
 
 
 def command_facts(command: str) -> dict[str, str]:
-    """What a recorded verl command says beside its overrides (which the config holds): each
-    variable the launcher set for verl, and verl's entry point with its config."""
+    """A recorded verl command's variables and entry point (the config holds its overrides)."""
     try:
         env, words = split_line(command)
     except ValueError:
@@ -104,7 +94,6 @@ def command_facts(command: str) -> dict[str, str]:
 
 
 def _launch_facts(record: dict[str, Any]) -> dict[str, Any]:
-    """What a launch record says beside the config: recipe, config file, versions, hardware."""
     host = record.get("host") or {}
     gpus = [str(g.get("name")) for g in host.get("gpus") or [] if isinstance(g, dict)]
     facts = {key: record.get(key) for key in ("recipe", "trainer", "config_name")}
@@ -114,8 +103,6 @@ def _launch_facts(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_config(path: Path, fmt: str) -> RunConfig:
-    """The config of a compared input (a run directory, or a file of format ``fmt``);
-    ConfigError when a launch record exists but cannot be read."""
     if path.is_dir():
         try:
             records = read_records(path)
@@ -147,7 +134,6 @@ def group_of(key: str) -> str:
 
 
 def critic_in_use(config: RunConfig) -> bool | None:
-    """Whether verl runs a critic with this config; None when the config does not say."""
     if config.get("critic.enable") is not None:
         return bool(config.get("critic.enable"))
     estimator = config.get("algorithm.adv_estimator")
@@ -155,8 +141,7 @@ def critic_in_use(config: RunConfig) -> bool | None:
 
 
 def _named_after_run(values: list[Any], names: list[str]) -> bool:
-    """Each run's value is its own name, or a path with it as a directory, the same once the
-    name is taken out (``runs/a/rollouts``); a file merely named like the run is a setting."""
+    """Each run's value is its name or a path with it as a directory, the same without it."""
     shapes = set()
     for value, name in zip(values, names, strict=True):
         parts = value.split("/") if isinstance(value, str) else []
@@ -168,22 +153,18 @@ def _named_after_run(values: list[Any], names: list[str]) -> bool:
 
 @dataclass
 class DiffRow:
-    """One differing key: its value in each run that has it, and who set it."""
-
     key: str
     group: str
-    values: dict[str, Any]  # run label -> value, for the runs whose config has the key
-    missing_in: list[str]  # runs with a config that lacks the key
-    knobs: list[str] = field(default_factory=list)  # recipe knobs that set it, in any run
-    user_override: bool = False  # given as key=value on a launch's command line
+    values: dict[str, Any]
+    missing_in: list[str]
+    knobs: list[str] = field(default_factory=list)
+    user_override: bool = False
 
 
 @dataclass
 class ConfigDiff:
-    """The diff over the runs that have a config; the others, with the reason."""
-
     compared: list[str]
-    not_compared: dict[str, str]  # run label -> why it has no config
+    not_compared: dict[str, str]
     rows: list[DiffRow]
 
     def by_group(self) -> dict[str, list[DiffRow]]:
@@ -192,7 +173,6 @@ class ConfigDiff:
 
 
 def config_diff(configs: dict[str, RunConfig]) -> ConfigDiff:
-    """The keys whose values are not the same in every run with a config (two at least)."""
     have = {label: c for label, c in configs.items() if c.flat is not None}
     missing = {label: c.source for label, c in configs.items() if c.flat is None}
     if len(have) < 2:

@@ -1,6 +1,5 @@
-"""comparison.html: the runs on one offline page. Each headline metric is a chart with a line
-per run (drawn as the run report draws, with its trend), against each x axis; three radio
-buttons and CSS, no script, show the charts of one axis."""
+"""comparison.html: a chart per headline metric, a line per run, against each x axis (radio
+buttons and CSS, no script, show one axis' charts)."""
 
 from __future__ import annotations
 
@@ -51,7 +50,7 @@ def _swatch(index: int) -> str:
 
 
 def _scale(axis: str, runs: Sequence[Run]) -> tuple[float, str]:
-    """(seconds or samples per unit, the x axis' name): hours past two hours, else minutes."""
+    """(units per x unit, the x axis' name): hours past two hours, else minutes."""
     if axis != "wall_time":
         return 1.0, {"step": "step", "samples": "samples seen"}[axis]
     hours = max((r.wall_until[-1] for r in runs if r.wall_until), default=0.0) > 7200
@@ -60,7 +59,6 @@ def _scale(axis: str, runs: Sequence[Run]) -> tuple[float, str]:
 
 def on_axis(run: Run, axis: str, points: Sequence[tuple[int, float]], scale: float = 1.0
             ) -> list[tuple[float, float]]:  # fmt: skip
-    """(step, value) points with x on ``axis``; [] where the run has no such axis."""
     out = []
     for step, value in points:
         x = run.x(axis, step)
@@ -71,7 +69,6 @@ def on_axis(run: Run, axis: str, points: Sequence[tuple[int, float]], scale: flo
 
 
 def build_charts(runs: Sequence[Run], axis: str) -> list[Plot]:
-    """The headline charts and the checkpoint evaluations' (when a run has some) on ``axis``."""
     scale, unit = _scale(axis, runs)
     label = f"wall time ({unit}, cumulative step time)" if axis == "wall_time" else unit
     plots = []
@@ -100,7 +97,6 @@ def build_charts(runs: Sequence[Run], axis: str) -> list[Plot]:
 
 
 def x_range(runs: Sequence[Run], axis: str) -> tuple[float, float]:
-    """The span of every run on ``axis``; samples and wall time start from nothing."""
     scale = _scale(axis, runs)[0]
     xs = []
     for run in runs:
@@ -175,7 +171,7 @@ def _table(runs: Sequence[Run], tables: dict[str, dict[str, Any]]) -> str:
     def acc(point: dict[str, Any] | None) -> str:
         return f"{point['value']:.3f} @ {point['step']}" if point else "n/a"
 
-    def devices(t: dict[str, Any]) -> str:  # "1 cpu" where trainer.device is not cuda
+    def devices(t: dict[str, Any]) -> str:
         return num(t["n_gpus"]) + (f" {t['device']}" if t["device"] not in (None, "cuda") else "")
 
     rows = {
@@ -198,7 +194,6 @@ def _table(runs: Sequence[Run], tables: dict[str, dict[str, Any]]) -> str:
 
 
 def render_page(runs: Sequence[Run], summary: dict[str, Any], diff: ConfigDiff) -> str:
-    """The whole comparison as one HTML document."""
     labels = " vs ".join(r.label for r in runs)
     body = [
         f"<h1>Run comparison: {escape(labels)}</h1>",

@@ -1,5 +1,4 @@
-"""The runs of a comparison, each read and checked as the run report reads it, with a unique
-label, its config, its checkpoint evaluations and the x axes it can be drawn against."""
+"""The runs of a comparison, each read as the run report reads it, with its label and axes."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from verl_gsm8k.analysis.parse import Canonical, InputError, RunData
 from verl_gsm8k.compare.config import ConfigError, RunConfig, read_config
 from verl_gsm8k.runpage import summary as rs
 
-AXES = {  # the x axes of the curves: what each counts
+AXES = {
     "step": "training step",
     "samples": "samples seen: step x data.train_batch_size x actor_rollout_ref.rollout.n",
     "wall_time": "wall time: cumulative step time (validation not included)",
@@ -25,7 +24,7 @@ AXES = {  # the x axes of the curves: what each counts
 
 
 class CompareError(Exception):
-    """Input that cannot be compared: one line naming the file or run."""
+    """One line naming the file or run."""
 
 
 def _count(value: Any) -> int | None:
@@ -45,16 +44,15 @@ class Run:
 
     def __post_init__(self) -> None:
         batch = _count(self.config.get("data.train_batch_size"))
-        n = _count(self.config.get("actor_rollout_ref.rollout.n")) or 1  # older verl: no n
+        n = _count(self.config.get("actor_rollout_ref.rollout.n")) or 1
         self.samples_per_step = batch * n if batch else None
         gpus = _count(self.config.get("trainer.n_gpus_per_node"))
         self.n_gpus = gpus * (_count(self.config.get("trainer.nnodes")) or 1) if gpus else None
         times = self.canon.series.get("step_time", [])
-        self.wall_steps = [s for s, _ in times]  # steps with a step time, and their sum so far
+        self.wall_steps = [s for s, _ in times]
         self.wall_until = list(accumulate(t for _, t in times))
 
     def x(self, axis: str, step: int) -> float | None:
-        """Where ``step`` lies on ``axis``; None when the run cannot be drawn on it."""
         if axis == "step":
             return float(step)
         if axis == "samples":
@@ -63,7 +61,6 @@ class Run:
         return (self.wall_until[at - 1] if at else 0.0) if self.wall_steps else None
 
     def why_not(self, axis: str) -> str | None:
-        """Why the run is not drawn on ``axis`` (None when it is)."""
         if axis == "samples" and not self.samples_per_step:
             return f"{self.label}: no data.train_batch_size in its config ({self.config.source})"
         if axis == "wall_time" and not self.wall_steps:
@@ -72,8 +69,7 @@ class Run:
 
 
 def unique_labels(paths: Sequence[Path]) -> list[str]:
-    """The directory's name or the file's stem; the parent folder's added where two clash,
-    then a number."""
+    """The directory's name or the file's stem, its parent's where two clash, then a number."""
     names = [(p.resolve().name if p.is_dir() else p.stem) or str(p) for p in paths]
     labels = [f"{p.resolve().parent.name}/{name}" if names.count(name) > 1 else name
               for p, name in zip(paths, names, strict=True)]  # fmt: skip
@@ -86,7 +82,6 @@ def unique_labels(paths: Sequence[Path]) -> list[str]:
 
 
 def load_run(path: Path, label: str) -> Run:
-    """One input as the run report reads it; CompareError when it cannot be compared."""
     try:
         data, canon, findings, summary = rs.analyse(path)
         if not data.steps:
@@ -100,7 +95,6 @@ def load_run(path: Path, label: str) -> Run:
 
 
 def load_runs(paths: Sequence[Path]) -> list[Run]:
-    """Every input, checked: each has metrics, none twice, some metric shared."""
     seen: dict[Path, Path] = {}
     for path in paths:
         if path.resolve() in seen:
@@ -119,13 +113,11 @@ def shared_metrics(runs: Sequence[Run]) -> list[str]:
 
 
 def metrics_in_some_runs(runs: Sequence[Run]) -> dict[str, list[str]]:
-    """A metric not every run logged -> the runs that did."""
     names = sorted({n for run in runs for n in run.canon.series} - set(shared_metrics(runs)))
     return {name: [r.label for r in runs if name in r.canon.series] for name in names}
 
 
 def table(run: Run) -> dict[str, Any]:
-    """The comparison table's numbers of one run (None where the run does not tell)."""
     s, times = run.summary, [v for _, v in run.canon.series.get("step_time", [])]
     wall = s["time"]["wall_clock_s"] if times else None
     return {
@@ -137,6 +129,6 @@ def table(run: Run) -> dict[str, Any]:
         "tokens_per_s": s["throughput"]["tokens_per_s"],
         "tokens_per_s_estimated": s["throughput"]["estimated"], "n_gpus": run.n_gpus,
         "gpu_hours": run.n_gpus * wall / 3600 if run.n_gpus and wall else None,
-        "device": run.config.get("trainer.device"),  # cuda, npu or cpu; None without a config
+        "device": run.config.get("trainer.device"),
         "samples_per_step": run.samples_per_step,
     }  # fmt: skip

@@ -1,5 +1,4 @@
-"""questions.html, its data files (data/table.js, data/col<i>.js: one per column, loaded with
-the page, not inlined) and summary.json, each written atomically."""
+"""questions.html, its data files (data/table.js, data/col<i>.js) and summary.json."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ CODE = (Path(__file__).parent / "questions.js").read_text(encoding="utf-8")
 
 
 def write(columns: list[Column], table: dict, out: Path) -> Path:
-    """The page under ``out``; returns its path."""
     ids = {(r["question"], r["ground_truth"]): r["id"] for r in table["rows"]}
     table["sampled"] = any(len(cell.responses) > 1 for c in columns for cell in c.cells.values())
     names = ["data/table.js", *(f"data/col{i}.js" for i in range(len(columns)))]

@@ -1,5 +1,4 @@
-"""The columns of runs and evaluations, and the questions page written for them: by the run
-report, the comparison and the evaluation."""
+"""The columns of runs and evaluations, and their questions page."""
 
 from __future__ import annotations
 
@@ -11,14 +10,14 @@ from verl_gsm8k.common.run_dir import VALIDATION_DIR, dump_files
 from .page import write
 from .table import Column, InputError, NotFiniteError, build, load_validation
 
-DIR_NAME = "questions"  # the page's folder beside report.html or comparison.html
-STEPS = ("all", "last", "best")  # which validation steps of a run become columns
+DIR_NAME = "questions"
+STEPS = ("all", "last", "best")
 PREFERRED_MODE = "training"  # the evaluation mode with verl's validation prompt
 
 
 def load_columns(inputs: Sequence[tuple[Path, str | None]]) -> tuple[list[Column], str | None]:
-    """A column per (dump, label), and one line naming the dumps with a score not finite (a
-    sick run's validation), left out; InputError for any other problem, or none left."""
+    """A column per (dump, label), and one line naming the dumps left out (a score not
+    finite); InputError for any other problem, or none left."""
     columns, left_out = [], []
     for path, label in inputs:
         try:
@@ -35,13 +34,11 @@ def load_columns(inputs: Sequence[tuple[Path, str | None]]) -> tuple[list[Column
 
 
 def accuracy(column: Column) -> float:
-    """The share of the column's answers the reward credited: verl's validation accuracy."""
     return sum(cell.share for cell in column.cells.values()) / len(column.cells)
 
 
 def run_columns(run_dir: Path, step: str, prefix: str = "") -> tuple[list[Column], str | None]:
-    """A run's columns: every validation step, the last, or the best (the highest accuracy,
-    the earliest of equals; a step whose score is not finite is never it)."""
+    """A run's columns: every validation step, the last, or the best (the earliest of equals)."""
     paths = list(dump_files(run_dir, VALIDATION_DIR).values())
     if not paths:
         raise InputError(f"{run_dir / VALIDATION_DIR}: no <step>.jsonl validation dumps")
@@ -54,8 +51,7 @@ def run_columns(run_dir: Path, step: str, prefix: str = "") -> tuple[list[Column
 
 def write_for_runs(run_dirs: Sequence[Path], out_dir: Path, step: str = "all"
                    ) -> tuple[Path | None, str | None]:  # fmt: skip
-    """OUT/questions/questions.html from the runs' validation dumps: (the page, None or the
-    line naming the steps left out), or (None, the one-line reason)."""
+    """OUT/questions/questions.html: (the page, a note or None), or (None, the reason)."""
     try:
         found = [run_columns(run, step, f"{run.name}:" * (len(run_dirs) > 1)) for run in run_dirs]
     except InputError as err:
@@ -65,8 +61,7 @@ def write_for_runs(run_dirs: Sequence[Path], out_dir: Path, step: str = "all"
 
 
 def write_for_evaluation(eval_dir: Path, baseline: str | None) -> tuple[Path | None, str | None]:
-    """EVAL_DIR/questions/questions.html from each model's EvalScope reviews (mode training,
-    where it was run), ``baseline`` first: (the page, None) or (None, the reason)."""
+    """EVAL_DIR/questions/questions.html from each model's EvalScope reviews."""
     try:
         has_mode = any((eval_dir / "evalscope").glob(f"*/{PREFERRED_MODE}/reviews"))
         inputs = evalscope_reviews(eval_dir, PREFERRED_MODE if has_mode else None, baseline)
@@ -85,8 +80,7 @@ def _write(columns: list[Column], note: str | None, out: Path) -> tuple[Path | N
 
 def evalscope_reviews(eval_dir: Path, mode: str | None, baseline: str | None = None
                       ) -> list[tuple[Path, str]]:  # fmt: skip
-    """(EVAL_DIR/evalscope/<model>/<mode>/reviews/<model>/gsm8k_main.jsonl, model) per model:
-    the baseline first, then step-<N> by N, then the others by name; InputError if none."""
+    """(review file, model) per model: the baseline, step-<N> by N, the others by name."""
     root, found = eval_dir / "evalscope", []
     for model in sorted(root.iterdir()) if root.is_dir() else []:
         modes = sorted(p for p in model.iterdir() if p.is_dir() and mode in (None, p.name))

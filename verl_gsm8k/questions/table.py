@@ -1,6 +1,5 @@
-"""One row per question from verl's validation dumps or EvalScope's reviews: matched by question
-text and ground truth (never by position), classified, the first and last column compared
-with the exact McNemar test."""
+"""One row per question (matched by text and ground truth), classified, the first and last
+column compared with the exact McNemar test."""
 
 from __future__ import annotations
 
@@ -18,19 +17,18 @@ FILTERS = ("learned", "forgotten", "flipping", "never_right", "always_right",
 
 
 class InputError(ValueError):
-    """A missing or unreadable input: its message is the one line printed."""
+    """A missing or unreadable input: one line."""
 
 
 class NotFiniteError(InputError):
-    """A dump with a NaN or infinite score (verl writes a reward's NaN as ``NaN``): it says
-    nothing of which answers were right, so it is left out."""
+    """A dump with a NaN or infinite score: left out."""
 
 
 @dataclass
 class Cell:
-    share: float  # share of the K answers the reward credited (1 or 0 when K == 1)
+    share: float  # share of the K answers the reward credited
     read: str  # the answer the reward read ("" none, "hedged" several values)
-    flexible_right: bool  # right when read flexibly (boxed, "answer is", the last number)
+    flexible_right: bool
     responses: list[str] = field(default_factory=list)
 
 
@@ -41,20 +39,17 @@ class Column:
 
 
 def question_of(prompt: str) -> str:
-    """The user's turn of a chat prompt as verl dumps it (``system ... user Q assistant``)."""
     text = prompt.split("\nuser\n", 1)[-1]
     return text.rsplit("\nassistant", 1)[0].strip()
 
 
 def _read(text: str) -> str:
-    """The answer our reward read (rewards/gsm8k.py): the number after the last marker."""
     marker = _marker_answer(_tail(text)[0])
     return "hedged" if marker is HEDGED else "" if marker is None else str(marker)
 
 
 def _review(row: dict[str, Any]) -> dict[str, Any]:
-    """An EvalScope review as a validation row: the last user and assistant messages, the
-    target, judged by our reward as verl's validation is."""
+    """An EvalScope review as a validation row, judged by our reward."""
     said = {m["role"]: m["content"] for m in row["messages"]}
     target = row["target"]
     truth = str(target[0] if isinstance(target, list) else target)
@@ -64,8 +59,7 @@ def _review(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_validation(path: Path, label: str | None = None) -> Column:
-    """A column from verl's ``<step>.jsonl`` or EvalScope's ``reviews/<model>/gsm8k_main.jsonl``
-    (labelled by its step or model); InputError, one line, when it cannot be read."""
+    """A column from verl's ``<step>.jsonl`` or EvalScope's ``gsm8k_main.jsonl``."""
     label = label or (path.parent.name if path.name == "gsm8k_main.jsonl" else path.stem)
     answers: dict[tuple[str, str], list[tuple[float, str]]] = {}
     try:
@@ -93,15 +87,13 @@ def load_validation(path: Path, label: str | None = None) -> Column:
 
 
 def match(columns: list[Column]) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
-    """The questions in every column (the first column's order), and per column the questions
-    it has that some other lacks."""
+    """The questions in every column, and per column those some other lacks."""
     common = set.intersection(*(set(c.cells) for c in columns))
     unmatched = {c.label: sorted(k[0] for k in c.cells if k not in common) for c in columns}
     return [k for k in columns[0].cells if k in common], {k: v for k, v in unmatched.items() if v}
 
 
 def classify(shares: list[float], format_not_arithmetic: bool = False) -> list[str]:
-    """The filters a question's right-shares fall in (right: a share of at least 0.5)."""
     right = [s >= 0.5 for s in shares]
     flips = sum(a != b for a, b in zip(right, right[1:], strict=False))
     tags = [not right[0] and right[-1], right[0] and not right[-1], flips > 1, not any(right),
@@ -110,13 +102,12 @@ def classify(shares: list[float], format_not_arithmetic: bool = False) -> list[s
 
 
 def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value: binomial(b + c, 1/2) on the discordant pairs."""
+    """Two-sided exact McNemar p-value."""
     n = b + c
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2**n) if n else 1.0
 
 
 def build(columns: list[Column]) -> dict[str, Any]:
-    """The per-question table: what summary.json holds and the page shows."""
     keys, unmatched = match(columns)
     rows = []
     for index, key in enumerate(keys):

@@ -1,7 +1,5 @@
-"""The report's checks only the per-token trace can make (``load.py``): a critic whose values
-do not vary while the rewards do, GRPO steps where most prompt groups have no score spread, and
-vLLM's and the actor's probabilities of the traced tokens disagreeing (stale weights). Their bars
-are fields of ``guard.thresholds.Thresholds``; ``runpage.summary.analyse`` adds them to a run's."""
+"""The checks only the per-token trace can make: a flat critic, GRPO groups without a score
+spread, vLLM and the actor disagreeing on traced tokens."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Reading ``RUN_DIR/trace/<step>.jsonl`` (written by verl_gsm8k/trace/), untrusted: each problem
-is one line in ``Trace.issues`` and the step is skipped, the rest still read. A line with a
-field of another type than ``STEP`` or ``SAMPLE`` says (a trace may come from a shared folder),
-a file cut short, a step line of another run, a step an earlier launch left behind.
-"""
+"""Reading ``RUN_DIR/trace/<step>.jsonl``, untrusted: a field of another type than ``STEP`` or
+``SAMPLE`` say, a file cut short, a trace of another run or an earlier launch's step is one line
+in ``Trace.issues`` and the step is skipped."""
 
 from __future__ import annotations
 
@@ -14,9 +12,7 @@ from verl_gsm8k.common import json_read
 from verl_gsm8k.common import run_dir as rd
 from verl_gsm8k.common.launch_record import RecordError, lookup, read_records
 
-# The type of each field a page uses, by its dotted path: int, num, str, scalar (any of
-# those or a bool), map (a mapping), map:KIND (a mapping of KIND), list:KIND (a list of KIND,
-# KIND? when its items may be null: NaN in the trace). Every field may be absent or null.
+# Each field's type by dotted path (KIND? items may be null); any field may be absent or null.
 STEP = {"run": "map", "run.kl": "map", "batch": "map", "step": "int", "traced": "int",
         "of": "int", "run.experiment": "str", "run.metrics_file": "str",
         "run.adv_estimator": "str", "run.gamma": "num", "run.lam": "num",
@@ -43,13 +39,12 @@ def _wrong(path: str, kind: str, value: Any) -> str | None:
 
 
 def problem(line: dict[str, Any]) -> str | None:
-    """The first field of a step or sample line of the wrong type, in one phrase."""
     spec = dict(STEP if line.get("kind") == "step" else SAMPLE)
     if isinstance(line.get("per_token"), dict) and line.get("kind") != "step":
         spec.update({f"per_token.{name}": "list:num?" for name in line["per_token"]})
     for path, kind in spec.items():
         value: Any = line
-        for part in path.split("."):  # a parent that is not a mapping is named under the path
+        for part in path.split("."):
             value = value.get(part) if isinstance(value, dict) else value
         kind, _, item = kind.partition(":")
         if why := _wrong(path, kind, value):
@@ -69,7 +64,7 @@ def problem(line: dict[str, Any]) -> str | None:
 @dataclass
 class TraceStep:
     step: int
-    head: dict[str, Any]  # the step line: run settings, batch statistics, metrics
+    head: dict[str, Any]
     samples: list[dict[str, Any]]
 
 
@@ -80,23 +75,20 @@ class Trace:
 
     @property
     def run(self) -> dict[str, Any]:
-        """The run settings of the latest traced step ({} without a trace)."""
         return self.steps[max(self.steps)].head.get("run") or {} if self.steps else {}
 
 
 def run_identity(run_dir: Path) -> tuple[set[str], set[str]]:
-    """(experiment names, metrics file names) a trace of this run may name: from its launch
-    records and its metrics files."""
+    """(experiment names, metrics file names) a trace of this run may name."""
     try:
         records = read_records(run_dir)
     except RecordError:
-        records = []  # the report names a broken record; the metrics files still tell
+        records = []
     names = {str(lookup(r["config"], "trainer.experiment_name")) for r in records} - {"None"}
     return names, {p.name for p in rd.metrics_paths(run_dir)}
 
 
 def read_step(path: Path, step: int, names: set[str], metrics: set[str]) -> TraceStep | str:
-    """The step of one trace file, or the one line that says why it is skipped."""
     rel, head, samples = f"{rd.TRACE_DIR}/{path.name}", None, []
     for number, item in rd.jsonl(path):
         if isinstance(item, json_read.JsonError):
@@ -123,7 +115,6 @@ def read_step(path: Path, step: int, names: set[str], metrics: set[str]) -> Trac
 
 
 def load_trace(run_dir: Path) -> Trace:
-    """Every readable traced step of ``run_dir``; a run without a trace has one issue."""
     trace, files = Trace(), rd.dump_files(run_dir, rd.TRACE_DIR)
     if not files:
         trace.issues.append(f"no per-token trace in {Path(run_dir) / rd.TRACE_DIR} "
@@ -145,14 +136,11 @@ def load_trace(run_dir: Path) -> Trace:
 
 
 def _launch(ts: TraceStep) -> str:
-    """The launch that wrote a step: its metrics file, one per launch ("" when not said)."""
     return str((ts.head.get("run") or {}).get("metrics_file") or "")
 
 
 def _drop_superseded(trace: Trace) -> None:
-    """Keep a step of an earlier launch only below the first step a later launch traced: a
-    later launch that started over (RESUME=disable) or resumed from an earlier checkpoint
-    replaced every step from there on."""
+    """Keep an earlier launch's step only below the first step a later launch traced."""
     launches = sorted({_launch(ts) for ts in trace.steps.values()} - {""})
     for index, later in enumerate(launches[1:], start=1):
         first = min(step for step, ts in trace.steps.items() if _launch(ts) == later)

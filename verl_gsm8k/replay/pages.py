@@ -1,12 +1,6 @@
-"""The pages beside a run's report, each loading one step's data file at a time (a 500-step run
-stays usable), offline from file://:
-
-``replay.html``: one PPO / GRPO iteration of the run token by token, in the order of the loop,
-from the trace (``replay/index.js``, ``replay/step-<N>.js``); ``#step=N&sample=K&token=T``
-picks a step, a response and a token. ``rollouts.html``: every response verl dumped
-(``rollouts/``) and every validation answer (``validation/``), with filters, sorting, search
-and the first and last validation side by side (``rollouts/<kind>-<N>.js``). Every value of
-the trace and the dumps is set as text or escaped by replay.js and rollouts.js.
+"""replay.html (one iteration token by token, from the trace; ``#step=N&sample=K&token=T``)
+and rollouts.html (every dumped response and validation answer), each loading one step's data
+file at a time. Every value of the trace and the dumps is escaped by replay.js and rollouts.js.
 """
 
 from __future__ import annotations
@@ -26,7 +20,6 @@ from verl_gsm8k.replay.load import Trace, TraceStep
 from verl_gsm8k.svgplot.page import data_js, page
 
 HERE = Path(__file__).parent
-# the update's metrics, each in one sentence, shown where the step logged it
 EXPLAIN = {
     "actor/pg_loss": "the clipped surrogate loss the actor's update minimised",
     "actor/pg_clipfrac": "share of tokens whose ratio new/old left [1 - clip_low, 1 + clip_high] "
@@ -55,7 +48,7 @@ EXPLAIN = {
 class Pages:
     replay: Path | None = None
     rollouts: Path | None = None
-    issues: list[str] = field(default_factory=list)  # one line each, the pages still written
+    issues: list[str] = field(default_factory=list)
 
 
 def _write_page(out: Path, name: str, title: str, body: str, script: str) -> Path:
@@ -66,15 +59,14 @@ def _write_page(out: Path, name: str, title: str, body: str, script: str) -> Pat
 
 
 def charged_kl_coef(head: dict[str, Any]) -> Any:
-    """The KL coefficient of a step: as verl logged it charged (an adaptive controller moves it
-    every step), else the run's setting (a fixed one, or KL as a loss)."""
+    """The KL coefficient as verl logged it charged, else the run's setting."""
     logged = (head.get("metrics") or {}).get("actor/reward_kl_penalty_coeff")
     return logged if logged is not None else ((head.get("run") or {}).get("kl") or {}).get("coef")
 
 
 def default_choice(trace: Trace) -> tuple[int, int]:
-    """(step, sample) a page opens on: the latest step where a response earned reward (for
-    GRPO, in a group whose scores differ), the response with the most advantage."""
+    """(step, sample) a page opens on: the latest step with a reward spread, the response
+    with the most advantage."""
     for step in sorted(trace.steps, reverse=True):
         samples = trace.steps[step].samples
         scores = [s.get("score") or 0.0 for s in samples]
@@ -107,12 +99,11 @@ def _step(ts: TraceStep) -> dict[str, Any]:
 
 
 def write_replay(trace: Trace, out: Path, name: str) -> Path:
-    """replay.html and its data files under ``out``."""
     steps = []
     for step, ts in sorted(trace.steps.items()):
         write_atomic(out / f"replay/step-{step}.js", data_js("REPLAY", step, _step(ts)))
         scores = [s.get("score") for s in ts.samples]
-        known = scores and None not in scores  # null: NaN in the trace (a sick run): no mean
+        known = scores and None not in scores
         steps.append({"step": step, "n": len(scores),
                       "mean": sum(scores) / len(scores) if known else None})  # fmt: skip
     step, sample = default_choice(trace)
@@ -124,15 +115,13 @@ def write_replay(trace: Trace, out: Path, name: str) -> Path:
 
 
 def _number(value: Any) -> float | None:
-    """A dumped number (verl writes a NaN score as NaN, which a data file cannot hold): None
-    for it and for what is no number."""
+    """A finite dumped number, else None (a data file holds no NaN)."""
     ok = type(value) in (int, float) and math.isfinite(value)
     return float(value) if ok else None
 
 
 def _rows(path: Path, lengths: dict[str, int], limit: int | None) -> tuple[dict, str | None]:
-    """A dump's data file: its questions once, and per response its text, ground truth, score,
-    length (from the trace), and whether it has a #### line, hedges or was cut at the limit."""
+    """A dump's data file: its questions once, and per response its text and facts."""
     prompts: dict[str, int] = {}
     rows, issue = [], None
     for number, row in rd.jsonl(path):
@@ -156,7 +145,6 @@ def _rows(path: Path, lengths: dict[str, int], limit: int | None) -> tuple[dict,
 
 
 def write_rollouts(run: Path, trace: Trace, out: Path, name: str) -> tuple[Path | None, list[str]]:
-    """rollouts.html and its data; (None, why) when the run dumped nothing."""
     dumps = {"train": rd.dump_files(run, rd.ROLLOUTS_DIR),
              "val": rd.dump_files(run, rd.VALIDATION_DIR)}  # fmt: skip
     if not any(dumps.values()):
@@ -183,7 +171,6 @@ def write_rollouts(run: Path, trace: Trace, out: Path, name: str) -> tuple[Path 
 
 
 def write_pages(run: Path, trace: Trace, out: Path) -> Pages:
-    """The replay (when the run has a trace) and the rollout browser (when it dumped any)."""
     pages = Pages(issues=list(trace.issues))
     if trace.steps:
         pages.replay = write_replay(trace, out, run.name)

@@ -1,11 +1,6 @@
-"""python -m verl_gsm8k.report INPUT [--out DIR] [--follow]: report.html, summary.json and a
-digest of one run (a run directory, a metrics .jsonl or a verl console log), with a run
-directory's replay, rollout and questions pages beside them; two or more INPUTs: the run
-comparison (verl_gsm8k/compare/). Each page is chosen here, never the other way round.
-
-Exit status: 0 written (findings do not change it); 1 nothing readable, or cannot write; 2 no
-INPUT.
-"""
+"""python -m verl_gsm8k.report INPUT [--out DIR] [--follow]: report.html, summary.json, a
+digest and a run directory's replay, rollout and questions pages; two or more INPUTs: the run
+comparison. Exit status: 0 written; 1 nothing readable, or cannot write; 2 no INPUT."""
 
 from __future__ import annotations
 
@@ -38,7 +33,6 @@ PROG = "verl_gsm8k.report"
 
 
 def default_out_dir(path: Path) -> Path:
-    """<run_dir>/report for a directory, <name>-report beside a file."""
     return path / REPORT_DIR if path.is_dir() else path.parent / f"{path.stem}-report"
 
 
@@ -50,12 +44,11 @@ class Result:
 
 
 class NothingReadError(Exception):
-    """No metric at all could be read from the input."""
+    """No metric could be read."""
 
 
 def generate(path: Path, out_dir: Path, refresh_s: int | None = None) -> Result:
-    """Read, check and write report.html + summary.json (both rendered before either is
-    written); InputError, NothingReadError or OSError when nothing is written."""
+    """Read, check and write report.html + summary.json (both rendered before either)."""
     run = path.is_dir()
     trace = load_trace(path) if run else None
     data, canon, findings, summary = rs.analyse(path, trace=trace)
@@ -128,7 +121,6 @@ def _err(message: object) -> None:
 
 
 def _once(path: Path, out_dir: Path, refresh_s: int | None) -> Result | tuple[int, str]:
-    """A report, or (exit status, why nothing was written)."""
     try:
         return generate(path, out_dir, refresh_s)
     except InputError as err:

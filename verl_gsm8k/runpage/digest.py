@@ -16,7 +16,6 @@ PAGES = {"replay": "replay (per token)", "rollouts": "rollout browser",
 
 
 def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
-    """The digest, one fact a line, the run's own text escaped."""
     steps, val, tm, thr = (summary[k] for k in ("steps", "validation", "time", "throughput"))
     gaps = f", gaps before steps {steps['gaps_before'][:5]}" if steps["gaps_before"] else ""
     lines = [("Run", ", ".join(summary["sources"])),

@@ -1,5 +1,4 @@
-"""report.html: the whole report in one page, its charts inline SVG (no script, no file
-fetched)."""
+"""report.html: the whole report in one page, its charts inline SVG."""
 
 from __future__ import annotations
 
@@ -35,7 +34,6 @@ def num(value: Any, digits: int = 4) -> str:
 
 
 def memory_text(memory: dict[str, Any]) -> str:
-    """Peak GPU memory per role in a few words: "actor 31.2 GiB (reserved 35.0), ..."."""
     parts = []
     for role, peak in memory["gpu"].items():
         used, held = peak["allocated"], peak["reserved"]
@@ -48,7 +46,6 @@ def memory_text(memory: dict[str, Any]) -> str:
 
 
 def final_val_text(val: dict[str, Any], at: str = "@") -> str:
-    """The final validation; a NaN one (a sick run) named, with the last finite one."""
     final, sick = val["final"], val.get("not_finite_steps") or []
     text = f"{final['value']:.4g} {at} step {final['step']}" if final else "n/a"
     if sick and (final is None or sick[-1] > final["step"]):
@@ -77,7 +74,6 @@ def _cards(summary: dict[str, Any]) -> list[str]:
 
 
 def _guard(summary: dict[str, Any], findings: list[Finding]) -> list[str]:
-    """Where a sick run turned, the watchdog's trips and the kept best checkpoint."""
     out = [f'<p id="turned" class="sev-error">{escape(f.message)}</p>'
            for f in findings if f.check == "non_finite"][:1]  # fmt: skip
     rows = []
@@ -105,7 +101,6 @@ def _guard(summary: dict[str, Any], findings: list[Finding]) -> list[str]:
 
 
 def _health(findings: list[Finding], issues: list[str], pages: dict[str, Any]) -> list[str]:
-    """Links to the pages beside the report, every finding, the input problems met."""
     links = [f'<a id="{k}-link" href="{escape(pages[k])}">{v}</a>' for k, v in LINKS.items()
              if pages.get(k)]  # fmt: skip
     out = [f'<p class="meta">{escape(issue)}</p>' for issue in pages.get("issues", [])]
@@ -126,8 +121,6 @@ def _health(findings: list[Finding], issues: list[str], pages: dict[str, Any]) -
 
 
 def eval_plot(val: list[tuple[int, float]], evals: EvalFile) -> Plot:
-    """verl's validation (line), our reward on each checkpoint (dashed, dots) and EvalScope's
-    lenient score (thin, dashed)."""
     ours, lenient = eval_series(evals.rows)
     lines = [Line("verl validation (during training)", val, PALETTE[0], width=2.0),
              Line("our reward on the checkpoint", ours, PALETTE[1], dots=True, dashed=True),
@@ -154,7 +147,6 @@ def _evals(evals: EvalFile, canon: Canonical, info: dict[str, Any], span: tuple[
 
 
 def _time(summary: dict[str, Any]) -> list[str]:
-    """The share of wall-clock per phase, as a bar and a table, and how step time was read."""
     phases = summary["time"]["phases"]
     if not phases:
         return ["<h2>Where the time goes</h2><p>No timing metrics logged.</p>"]
@@ -173,7 +165,6 @@ def _time(summary: dict[str, Any]) -> list[str]:
 def render_html(title: str, canon: Canonical, findings: list[Finding],
                 summary: dict[str, Any], refresh_s: int | None = None,
                 evals: EvalFile | None = None) -> str:  # fmt: skip
-    """The whole report as one HTML document."""
     steps = canon.all_steps
     span = (float(min(steps)), float(max(steps))) if steps else (0.0, 1.0)
     sources = ", ".join(f"<code>{escape(src)}</code>" for src in summary["sources"])

@@ -1,6 +1,5 @@
-"""Which charts the report draws (``build_plots``: each finding shaded on the chart of its
-metric; a noisy metric's raw values faint under its rolling median, ``with_trend``), the step
-time by phase (stacked areas) and the share of wall-clock per phase (one bar)."""
+"""The report's charts: the line charts with the findings shaded, the step time by phase
+(stacked areas) and the share of wall-clock per phase (one bar)."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ PHASE_COLOURS = {"gen": "#1f77b4", "reward": "#aec7e8", "old_log_prob": "#9edae5
                  "update_weights": "#ff9896", "save_checkpoint": "#8c564b", "other": "#7f7f7f",
                  "testing": "#9467bd"}  # fmt: skip
 CALC = "needs actor_rollout_ref.rollout.calculate_log_probs=True (verl 0.9.1 default)"
-# the charts of one or a few canonical series each: id, title, y label, log y (None: from the
-# data), the note of a chart not drawn, then (legend, series, colour) per line
+# id, title, y label, log y (None: from the data), note when not drawn, (legend, series, colour)
 CHARTS: tuple[tuple[Any, ...], ...] = (
     ("score", "Train score (critic/score/mean) and reward incl. KL (critic/rewards/mean)",
      "score", False, "", ("score", "score", 0), ("reward", "reward", 2)),
@@ -58,7 +56,7 @@ SHADED = {"non_finite": "*", "watchdog": "*", "rollout_mismatch": "rollout_misma
 
 
 def with_trend(name: str, points: Points, colour: str, window: int) -> list[Line]:
-    """A noisy series: its raw values faint under a rolling median (short ones as they are)."""
+    """A noisy series: its raw values faint under a rolling median."""
     if len(points) <= 3 * window:
         return [Line(name, points, colour)]
     smooth = rolling_median([v for _, v in points], window)
@@ -68,7 +66,6 @@ def with_trend(name: str, points: Points, colour: str, window: int) -> list[Line
 
 
 def build_plots(canon: Canonical, findings: list[Finding]) -> list[Plot]:
-    """The report's line charts in display order, the findings shaded on them."""
     s, win = canon.series, THRESHOLDS.window
     val = s.get("val_acc", [])
     top = max(val, key=lambda p: (p[1], -p[0])) if val else None
@@ -108,7 +105,6 @@ def build_plots(canon: Canonical, findings: list[Finding]) -> list[Plot]:
 
 
 def render_phase_plot(canon: Canonical, x_range: tuple[float, float], other: Series) -> str:
-    """Stacked areas: the seconds of each step in each phase inside the step timer."""
     order = vocab.PHASE_ORDER
     layers = [(name, dict(points)) for name, points in sorted(
         canon.phases.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99)
@@ -137,7 +133,6 @@ def render_phase_plot(canon: Canonical, x_range: tuple[float, float], other: Ser
 
 
 def render_share_bar(phases: dict[str, dict[str, Any]]) -> str:
-    """One bar: the share of the logged wall-clock per phase (validation included)."""
     parts, x = [], float(chart.LEFT)
     for name, info in phases.items():
         width, share = info["share"] * (chart.W - chart.LEFT - chart.RIGHT), info["share"] * 100

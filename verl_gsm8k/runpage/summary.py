@@ -1,5 +1,4 @@
-"""One run read, checked and summarised as plain JSON (``analyse``: an input to summary.json's
-numbers). Standard library only."""
+"""One run read, checked and summarised as plain JSON (``analyse``)."""
 
 from __future__ import annotations
 
@@ -24,8 +23,8 @@ def phase_order(name: str) -> tuple[int, str]:
 
 
 def time_breakdown(canon: Canonical) -> dict[str, Any]:
-    """Seconds per phase, "other" the step time no phase covers; the wall-clock is the step
-    times plus the phases timed outside the step (validation). ``other_by_step`` for the plot."""
+    """Seconds per phase ("other": the step time no phase covers); the wall-clock is the step
+    times plus the phases outside the step."""
     step_time = dict(canon.series.get("step_time", []))
     inside: dict[int, float] = {}
     totals = {phase: sum(v for _, v in points) for phase, points in canon.phases.items()}
@@ -66,8 +65,7 @@ def _median(points: Series) -> float | None:
 
 
 def _validation(data: RunData, canon: Canonical) -> dict[str, Any]:
-    """The best (its first step), final and first validation accuracy; the steps whose
-    validation was logged NaN or null (a sick run), left out of the series."""
+    """The best, final and first validation accuracy; the steps logged NaN or null."""
     val = canon.series.get("val_acc", [])
     top = max((v for _, v in val), default=None)
     at = [s for s, v in val if v == top]
@@ -87,7 +85,6 @@ def _validation(data: RunData, canon: Canonical) -> dict[str, Any]:
 
 
 def _throughput(data: RunData, canon: Canonical) -> dict[str, Any]:
-    """Tokens per second over the run (tokens of all steps / their time), the median per GPU."""
     rate = canon.series.get("throughput", [])
     times = dict(canon.series.get("step_time", []))
     tokens = canon.series.get("total_tokens") or [(s, v * times.get(s, 0)) for s, v in rate]
@@ -103,7 +100,6 @@ def _throughput(data: RunData, canon: Canonical) -> dict[str, Any]:
 
 
 def _stats(name: str, p: Series, canon: Canonical) -> dict[str, Any]:
-    """A metric's meaning, its verl key and a few of its values."""
     values = [v for _, v in p]
     return {"label": metric_label(name), "key": canon.source_keys.get(name), "points": len(p),
             "first": values[0], "last": values[-1], "min": min(values),
@@ -112,7 +108,6 @@ def _stats(name: str, p: Series, canon: Canonical) -> dict[str, Any]:
 
 def summarize(data: RunData, canon: Canonical, findings: list[Finding],
               thresholds: Thresholds = THRESHOLDS) -> dict[str, Any]:  # fmt: skip
-    """Everything a reader or a script needs, as plain JSON-able values."""
     steps, score = canon.all_steps, canon.series.get("score", [])
     time = time_breakdown(canon)
     del time["other_by_step"]
@@ -142,7 +137,7 @@ def summarize(data: RunData, canon: Canonical, findings: list[Finding],
 
 
 def json_safe(value: Any) -> Any:
-    """Plain JSON: tuples become lists, floats not finite (an overflowing sum) null."""
+    """Plain JSON: tuples become lists, floats not finite null."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -154,8 +149,7 @@ def json_safe(value: Any) -> Any:
 
 def analyse(path: Path, thresholds: Thresholds = THRESHOLDS, trace: Trace | None = None
             ) -> tuple[RunData, Canonical, list[Finding], dict[str, Any]]:  # fmt: skip
-    """Read, check and summarise one input: with the checks of its per-token ``trace``
-    (replay/checks.py), and a run directory's watchdog trips and kept best."""
+    """Read, check and summarise one input, with its ``trace``'s checks and guard files."""
     data = load_run(path)
     canon = canonicalize(data)
     guard = read_guard(path, data.issues)

@@ -1,2 +1,1 @@
-"""What the offline pages are drawn with, standard library only: SVG line charts (chart.py) and
-the pages' shared stylesheet, page, tables and data files (page.py)."""
+"""What the offline pages are drawn with: SVG charts and the shared page parts."""

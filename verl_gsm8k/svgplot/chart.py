@@ -1,10 +1,5 @@
-"""Line charts as inline SVG, standard library only: a page needs nothing else to open them.
-
-``render_line_plot(Plot, x_range)`` draws a chart (a placeholder when no line has a point);
-``Axes``, ``axes_svg`` and ``figure`` are the parts other charts build on. Ticks carry class
-tick-x / tick-y and the <svg> its data-y-scale, so a reader (tests/browser.py) maps pixels back
-to values. A series draws at most ``MAX_DRAWN`` points (``downsample``), its spikes kept.
-"""
+"""Line charts as inline SVG. Ticks carry class tick-x / tick-y and the <svg> its
+data-y-scale, so a reader (tests/browser.py) maps pixels back to values."""
 
 from __future__ import annotations
 
@@ -13,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
-# ten: the algorithm benchmark compares nine runs on one page, each in its own colour
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf",
            "#e377c2", "#7f7f7f", "#bcbd22")  # fmt: skip
 SEVERITY_COLOURS = {"error": "#d62728", "warning": "#ff7f0e", "note": "#1f77b4"}
@@ -40,7 +34,7 @@ class Plot:
     title: str
     lines: list[Line]
     y_label: str = ""
-    log_y: bool | None = None  # None: log when positive values span more than 100 times
+    log_y: bool | None = None  # None: log when positive values span more than 100x
     note: str = ""
     bands: list[tuple[int, int, str]] = field(default_factory=list)  # steps, severity
     marks: list[tuple[int, float, str]] = field(default_factory=list)  # step, value, label
@@ -49,7 +43,6 @@ class Plot:
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """Round tick values covering [lo, hi]."""
     if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
         return [lo] if math.isfinite(lo) else []
     raw = (hi - lo) / max(count - 1, 1)
@@ -60,8 +53,7 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
 
 
 def tick_labels(values: Sequence[float]) -> list[str]:
-    """The fewest digits that write every tick exactly (0.99999925 and 0.9999995 told apart):
-    fixed notation, or scientific beyond 1e5 or below 1e-3."""
+    """The fewest digits that write every tick exactly (scientific past 1e5 or below 1e-3)."""
     values = [v + 0.0 for v in values]  # no "-0"
     big = max(map(abs, values), default=0.0)
     form = "e" if big >= 1e5 or big < 1e-3 else "f"
@@ -74,8 +66,6 @@ def tick_labels(values: Sequence[float]) -> list[str]:
 
 
 class Axes:
-    """Data to pixels: x linear, y linear or log10, with a 5% margin."""
-
     def __init__(self, x_range: tuple[float, float], y_range: tuple[float, float], log_y: bool):
         self.x0, self.x1 = x_range[0], max(x_range[1], x_range[0] + 1)
         self.log_y = log_y
@@ -92,8 +82,7 @@ class Axes:
 
 
 def axes_svg(axes: Axes, y_label: str, x_label: str = "step") -> list[str]:
-    """The frame, the ticks with their labels, the axis names."""
-    if axes.log_y:  # decades: 1e-05, 0.0001 ... told apart by :g
+    if axes.log_y:
         ys = [10.0**e for e in range(math.ceil(axes.y0), math.floor(axes.y1) + 1)]
         labels = [f"{v:g}" for v in ys]
     else:
@@ -120,8 +109,7 @@ def axes_svg(axes: Axes, y_label: str, x_label: str = "step") -> list[str]:
 def figure(plot_id: str, title: str, points: int, body: Sequence[str],
            legend: Sequence[tuple[str, str]], height: int = H, y_scale: str = "linear"
            ) -> str:  # fmt: skip
-    """The parts in an <svg> with its id, title, points drawn and y scale, a legend across
-    the top wrapped to the width (each row pushes the chart 14 pixels down)."""
+    """The parts in an <svg>, a legend across the top (each row 14 pixels)."""
     items, x, row = [], float(LEFT), 0
     for name, colour in legend:
         width = 22 + 6.5 * len(name)
@@ -141,7 +129,6 @@ def figure(plot_id: str, title: str, points: int, body: Sequence[str],
 
 
 def downsample(points: Points, limit: int = MAX_DRAWN) -> list[tuple[float, float]]:
-    """At most ``limit`` points: the lowest and highest of each of limit // 2 equal runs."""
     n, runs = len(points), limit // 2
     if n <= limit:
         return list(points)
@@ -155,8 +142,7 @@ def downsample(points: Points, limit: int = MAX_DRAWN) -> list[tuple[float, floa
 
 
 def bucket_means(steps: list[int], layers: list[list[float]], limit: int = MAX_DRAWN):
-    """Steps and layers averaged over at most ``limit`` equal runs (each at its middle step):
-    a stacked area keeps its time per run."""
+    """Steps and layers averaged over at most ``limit`` equal runs."""
     n = len(steps)
     if n <= limit:
         return steps, layers
@@ -166,7 +152,6 @@ def bucket_means(steps: list[int], layers: list[list[float]], limit: int = MAX_D
 
 
 def render_line_plot(plot: Plot, x_range: tuple[float, float]) -> str:
-    """A chart as an inline <svg>, or a placeholder <div> when there is nothing to draw."""
     drawn = [line for line in plot.lines if line.points]
     if not drawn:
         note = f": {escape(plot.note)}" if plot.note else ""

@@ -1,6 +1,5 @@
-"""What every offline page shares: one stylesheet, the page around a body, tables, and the data
-files a page loads from beside it with ``<script src>`` (which works from file://, where fetch
-does not). Standard library only; text is escaped unless it is ``Raw`` markup."""
+"""What every offline page shares: the stylesheet, the page, tables, and the data files a page
+loads with ``<script src>`` (which works from file://). Text is escaped unless ``Raw``."""
 
 from __future__ import annotations
 
@@ -42,7 +41,6 @@ mark{background:#fd8} #counts span{margin-right:1em} td.q{min-width:24em}
 
 
 def generated_at() -> str:
-    """The UTC time now, as a page and its summary.json say when they were made."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -56,7 +54,6 @@ def text(value: Any) -> str:
 
 def table(head: Sequence[Any], rows: Iterable[Sequence[Any]], attrs: str = "",
           row_attrs: str = "") -> Raw:  # fmt: skip
-    """A table: one head row, then ``rows``, each cell text or Raw."""
     cells = ["<tr>" + "".join(f"<th>{text(h)}</th>" for h in head) + "</tr>"]
     cells += [f"<tr{row_attrs}>" + "".join(f"<td>{text(c)}</td>" for c in row) + "</tr>"
               for row in rows]  # fmt: skip
@@ -65,8 +62,7 @@ def table(head: Sequence[Any], rows: Iterable[Sequence[Any]], attrs: str = "",
 
 def page(title: str, body: Iterable[str], style: str = "", scripts: Sequence[str] = (),
          code: str = "", refresh: int | None = None) -> str:  # fmt: skip
-    """A whole page: the stylesheet and ``style``, the data files ``scripts`` (loaded before
-    the body), the ``body`` parts (markup), then the page's own ``code``."""
+    """A page: the stylesheet and ``style``, the ``scripts``, the ``body``, then ``code``."""
     head = f'<meta http-equiv="refresh" content="{refresh}">' if refresh else ""
     head += "".join(f'<script src="{escape(src)}"></script>' for src in scripts)
     code = f"<script>{code}</script>" if code else ""

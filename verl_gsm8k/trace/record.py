@@ -85,8 +85,7 @@ def sample_line(*, step: int, key: str, uid: str, session: int, prompt_ids: Sequ
 
 def step_line(step: int, run: Mapping[str, Any], metrics: Mapping[str, Any], traced: int,
               of: int) -> dict[str, Any]:  # fmt: skip
-    """The ``step`` line: the run's settings, how many responses were traced, every number verl
-    logged for the step (validation included)."""
+    """The ``step`` line: the run's settings, the counts traced, every number logged."""
     numbers = {k: v for k, v in metrics.items() if _is_number(v)}
     return clean({"kind": "step", "step": step, "run": dict(run), "traced": traced, "of": of,
                   "metrics": numbers})  # fmt: skip
@@ -99,9 +98,8 @@ def _is_number(value: Any) -> bool:
 
 
 class TraceWriter:
-    """Writes ``<dir>/<step>.jsonl`` on one background thread (a temporary file, then a rename):
-    the training thread only builds the lines. A failed write is logged once and never stops
-    training: the trace is a diagnostic."""
+    """Writes ``<dir>/<step>.jsonl`` atomically on one background thread; a failed write is
+    logged once and never stops training."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
@@ -132,6 +130,5 @@ class TraceWriter:
         self._pending = still
 
     def close(self) -> None:
-        """Wait for every pending write."""
         self._reap(wait=True)
         self._executor.shutdown(wait=True)

@@ -1,11 +1,5 @@
-"""Which responses of a step are traced: whole prompt groups, in a deterministic order.
-
-verl keys every response ``{uid}_{session}_{index}``: ``uid`` is the prompt, ``session`` one of
-its ``rollout.n`` samples. The groups are ordered by a hash of the step and the uid (the same run
-traces the same prompts again on a re-run, a different set every step), and whole groups are
-taken until at least ``samples`` responses are chosen: GRPO's advantages only make sense within a
-group, so a traced prompt brings all of its responses.
-"""
+"""Which responses of a step are traced: whole prompt groups (GRPO's advantages only make sense
+within one), ordered by a hash of the step and the uid (verl's keys: ``{uid}_{session}_{i}``)."""
 
 from __future__ import annotations
 
@@ -20,8 +14,7 @@ def _order(step: int, uid: str) -> str:
 
 
 def choose(keys: Sequence[str], step: int, samples: int) -> list[str]:
-    """The keys to trace at ``step``: whole groups, hash order, until >= ``samples`` responses
-    (none when ``samples`` <= 0). Within a group, keys keep their session order."""
+    """Whole groups in hash order until >= ``samples`` responses, each in session order."""
     if samples <= 0:
         return []
     groups: dict[str, list[str]] = {}
@@ -36,7 +29,6 @@ def choose(keys: Sequence[str], step: int, samples: int) -> list[str]:
 
 
 def session_of(key: str) -> int:
-    """The session of a response key ``{uid}_{session}_{index}`` (0 for any other key)."""
     return _session_index(key)[0]
 
 
