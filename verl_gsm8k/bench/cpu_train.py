@@ -1,12 +1,8 @@
 """A CPU training run measured: wall time, the start-up's moments, each step's phases, and the
-peak memory of the whole process tree (launcher, Ray, vLLM, every worker).
+peak memory (PSS and RSS) of the whole process tree, sampled every --interval seconds.
 
     python -m verl_gsm8k.bench.cpu_train                   # bash recipes/smoke_tiny.sh, fresh dirs
     python -m verl_gsm8k.bench.cpu_train --recipe grpo_qwen2.5-0.5b_gsm8k -- ROLLOUT_N=2 ...
-
-A benchmark, not a test; run it alone. Memory is summed over every process under the launcher
-every --interval seconds: PSS (shared pages split between their processes) and RSS (what `ps`
-shows, shared libraries counted once per process).
 """
 
 from __future__ import annotations

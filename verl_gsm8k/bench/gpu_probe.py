@@ -1,12 +1,10 @@
-"""GPU probe: the peak memory of each phase the preflight's memory model counts, measured on a
-Qwen2.5-shaped model with random weights (verl_gsm8k/common/qwen25.py: torch and transformers
-only, nothing downloaded), beside the preflight's own estimate (preflight/memory.py), computed
-first. Each phase as verl 0.9.1 runs it, in bf16 autocast on fp32 weights, one process, no FSDP:
-old log-prob (padded rows with the eager entropy; one packed row with the eager and the compiled
-entropy), reference (padded, packed), the actor update's forward and backward (gradient
-checkpointing, torch's log-probs), the AdamW step. "measured" is the allocator's peak during the
-phase above what it began with (torch's tensor tracker on a CPU); a case whose estimate exceeds
-the free memory is skipped, an out-of-memory recorded.
+"""GPU probe: the peak memory of each phase the preflight's memory model counts, on a
+Qwen2.5-shaped model with random weights, beside the preflight's own estimate (computed first).
+
+Each phase as verl runs it, bf16 autocast on fp32 weights, one process, no FSDP: old log-prob
+(padded; packed with the eager and the compiled entropy), reference, the actor's forward and
+backward, the AdamW step. "measured" is the allocator's peak above the phase's start; a case whose
+estimate exceeds the free memory is skipped, an out-of-memory recorded.
 
     python -m verl_gsm8k.bench.gpu_probe --out runs/gpu_probe          # 2-4 min on one H100
     python -m verl_gsm8k.bench.gpu_probe --models tiny --tokens 256 --seq 64 --device cpu --out D

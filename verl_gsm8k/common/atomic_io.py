@@ -1,7 +1,6 @@
-"""Files written whole: each to a temporary file beside it, flushed, then renamed over it; several
-all together or none (every target checked first, the renames only once every file is complete,
-Ctrl-C held back during them). A failure or Ctrl-C leaves the old files and no temporary one.
-Standard library only (.venv and .venv-eval)."""
+"""Files written whole: a temporary file beside each, flushed, then renamed over it; several all or
+none (every target checked first, the renames once every file is complete, Ctrl-C held back).
+Standard library only."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""Which attention a run uses, with padding removal or not, and why: the one decision behind
-the launch line, the preflight and the critic's fallback plugin. ATTENTION=auto takes flash-attn
-2 where its CUDA extension loads, else sdpa with padding removal on a GPU and padded on the CPU;
-fa2, fa4 (compute capability 9.0+), sdpa and sdpa_packed ask for one, refused in one line where
-this machine cannot run it. What each costs: docs/gpu.md.
+"""Which attention a run uses, with padding removal or not, and why: the one decision behind the
+launch line, the preflight and the critic's fallback plugin. auto: flash-attn 2 where it loads,
+else sdpa (packed on a GPU, padded on the CPU); fa2, fa4 (capability 9.0+), sdpa, sdpa_packed ask
+for one, refused in one line where this machine cannot run it.
 
     python -m verl_gsm8k.common.attention [--want WANT] [--cpu]  # exit 2: refused
 """
@@ -113,9 +112,8 @@ def fa4_problem(caps: list[tuple[int, int]] | None, installed: bool) -> str | No
 def choose(
     want: str, on_cpu: bool, fa2: str | None, caps: list[tuple[int, int]] | None, fa4: bool
 ) -> Choice:
-    """The attention for ATTENTION=``want`` from the facts probed: ``fa2`` flash-attn 2's
-    problem (None: it loads), ``caps`` the compute capabilities, ``fa4`` flash-attn-4 installed
-    (both read for fa4 only). AttentionRefused when ``want`` cannot be met."""
+    """The attention for ATTENTION=``want`` from the facts probed (``fa2``: flash-attn 2's problem
+    or None, ``caps``, ``fa4`` installed); AttentionRefused when it cannot be met."""
     if want not in WANTS:
         raise AttentionRefused(f"ATTENTION={want} is not one of {', '.join(WANTS)}")
     if want == "sdpa":

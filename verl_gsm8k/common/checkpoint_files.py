@@ -1,13 +1,10 @@
-"""Every checkpoint file is loaded here, nowhere else: by torch's restricted loader,
-``torch.load(weights_only=True)`` with ``ALLOWED`` registered, which builds only allowed globals
-from the very bytes it reads (verl loads with weights_only=False, which runs what a pickle names,
-and a run directory may come from a shared folder). The load is the check: the resume, the
-merge, the reshard and verl's own loads (``restricted_torch_load``) all run it. ``_check_zip``
-does what torch does not: every record's CRC (a garbled tensor would load); the zip directory
-where the end record says (else zipfile and torch read two archives of one file: glued,
-prepended, appended); no record marked a directory (torch reads none of it: uninitialised
-memory); no link.
-"""
+"""Every checkpoint file is loaded here: torch.load(weights_only=True) with ALLOWED registered
+builds only allowed globals from the very bytes it reads (verl loads with weights_only=False, and a
+run directory may come from a shared folder). The load is the check, for the resume, merge, reshard
+and verl's own loads (restricted_torch_load). _check_zip does what torch does not: every record's
+CRC (a garbled tensor would load), the zip directory where the end record says (else zipfile and
+torch read two archives of one file), no record marked a directory (torch reads none of it), no
+link."""
 
 from __future__ import annotations
 
@@ -31,10 +28,9 @@ class ShardError(Exception):
 
 @functools.cache
 def _register() -> None:
-    """``ALLOWED``, what verl's checkpoints hold beyond torch's defaults (torch's
-    get_unsafe_globals_in_checkpoint on real PPO, LoRA, SFT ones, world sizes 1 and 2, torch
-    2.11 and 2.13): numpy's RNG state. Once per process: a safe_globals block per load would
-    take them, on leaving, from other threads' loads (verl's merger loads in threads)."""
+    """ALLOWED (numpy's RNG state: what verl's checkpoints hold beyond torch's defaults, by
+    get_unsafe_globals_in_checkpoint), once per process: a safe_globals block per load would take
+    them from other threads' loads on leaving."""
     import numpy as np
     import torch.distributed.tensor  # noqa: F401
 

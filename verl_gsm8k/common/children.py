@@ -1,8 +1,7 @@
-"""A child that dies with the process that started it, however that one dies: a SIGKILL of ours
-(an out-of-memory killer, a scheduler past its grace) runs no handler, and the child would run
-on orphaned (a merger writing a model nobody renames into place, a server holding its GPU).
-Linux's parent-death signal reaches the direct child only, and fires when the *thread* that
-started it ends: start such children from a thread that outlives them. Standard library only.
+"""A child that dies with the process that started it, however that one dies (a SIGKILL runs no
+handler, and the child would run on orphaned). Linux's parent-death signal reaches the direct
+child only and fires when the *thread* that started it ends: start such children from a thread
+that outlives them. Standard library only.
 
     subprocess.Popen(cmd, start_new_session=True, preexec_fn=dies_with_this_process())
 """

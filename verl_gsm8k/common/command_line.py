@@ -1,7 +1,6 @@
-"""The exact command a launch gives verl as one shell line: the variables the launcher sets for
-verl, then verl's entry point with every override in verl's order. A user can copy it and run it
-without the launcher (``--cfg job`` appended prints its config); ``split_line`` reads it back (the
-run comparison). A variable or key named like a key, token, secret or password shows ``***``."""
+"""The exact command a launch gives verl as one shell line: the launcher's variables, then verl's
+entry point with every override in verl's order (split_line reads it back). A name like a key,
+token, secret or password shows ***."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""A launch's two variables in the environment of every process it starts, and how another process
-reads them. ``GSM8K_LAUNCH_ID`` (stamp, launcher pid, host) and ``GSM8K_LAUNCH_RUN_DIR`` tell
-which processes belong to a launch: the launcher reaps those that outlive verl (launch/reap.py),
-and verl's processes tell a SIGTERM from inside the launch from one sent from outside
-(verl_plugins/). The stamp reaches the trainers through the metrics file the launcher names
-(``VERL_FILE_LOGGER_PATH``)."""
+"""A launch's two variables in the environment of every process it starts: GSM8K_LAUNCH_ID (stamp,
+launcher pid, host) and GSM8K_LAUNCH_RUN_DIR tell which processes belong to a launch (the reaper;
+verl's processes telling a SIGTERM from inside from one from outside). The stamp reaches the
+trainers through VERL_FILE_LOGGER_PATH."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""The launch record, ``RUN_DIR/launches/launch-<UTC stamp>.yaml``: one per launch, never
-overwritten. It holds the stamp (as the launch's metrics file), the recipe, trainer and config
-name, the knobs set and the verl key each set, the user's key=value, the exact verl command
-(secrets masked), the versions, the git commit, the host and the resolved verl config. Read by a
-later launch's same-config check and by the run comparison. PyYAML (verl's Hydra brings it)."""
+"""The launch record, RUN_DIR/launches/launch-<stamp>.yaml, one per launch, never overwritten:
+recipe, trainer, config name, knobs and their keys, the user's key=value, the verl command (secrets
+masked), versions, git, host and the resolved config. Read by the same-config check and the
+comparison."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The one module that reads other processes and stops them, over psutil. A process that ended
-meanwhile, or is not ours to read, is simply not there.
-
-Stopping, one policy (the launcher's supervisor and reaper, the evaluation's server): SIGKILL at
-once to a process that blocks SIGTERM (verl's: a SIGTERM would only wait in its mask), SIGTERM to
-the others, SIGKILL to what is left ``grace_s`` later.
-"""
+"""The one module that reads and stops other processes, over psutil (one that ended, or is not ours
+to read, is not there). Stopping: SIGKILL at once to a process that blocks SIGTERM (verl's), SIGTERM
+to the others, SIGKILL to what is left ``grace_s`` later."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The shapes of the Qwen2.5 models the recipes train, as each one's published config.json on the
-hub gives them (Qwen/Qwen2.5-<size>-Instruct; written down, not downloaded), so the preflight's
-memory model, the per-card table and the GPU probe work offline."""
+"""The shapes of the Qwen2.5 models the recipes train, from each one's published config.json
+(written down, not downloaded)."""
 
 from __future__ import annotations
 

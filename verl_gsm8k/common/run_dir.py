@@ -157,9 +157,8 @@ def read_fsdp_config(role_dir: Path) -> dict[str, Any]:
 
 
 def read_world_size(role_dir: Path) -> int:
-    """The world size ``role_dir``'s fsdp_config.json names: the files that are the checkpoint.
-    Checked against the directory before anything builds that many paths: a world size larger
-    than the number of entries in ``role_dir`` cannot have its shards there."""
+    """The world size ``role_dir``'s fsdp_config.json names, refused when above the directory's
+    number of entries (its shards cannot be there)."""
     path = Path(role_dir) / FSDP_CONFIG
     world = read_fsdp_config(role_dir).get("world_size")
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
@@ -371,10 +370,8 @@ def metric_lines(path: Path, issues: list[str]) -> Iterator[tuple[int, int, dict
 
 
 def logged_rows(run_dir: Path, issues: list[str] | None = None) -> dict[int, dict[str, Any]]:
-    """Every step's metrics as the run's metrics files hold them, the lines of a step merged (its
-    training line, its validations); a metric logged by several launches: the last launch's (a
-    step trained again after a resume, and a relaunch's validation of the step it resumes, which
-    adds to that step's training line)."""
+    """Every step's metrics, the lines of a step merged; a metric logged by several launches: the
+    last launch's."""
     rows: dict[int, dict[str, Any]] = {}
     for path in metrics_paths(run_dir):
         for _, step, data in metric_lines(path, [] if issues is None else issues):

@@ -51,10 +51,9 @@ def pass_at_k(answers: list[float], k: int) -> float:
 
 
 def rescore(predictions: Path, rows: list[dict], k: int = 1) -> tuple[dict, dict[int, dict]]:
-    """EvalScope's saved answers scored by our reward, grouped by the dataset row they answer
-    (two questions of the same text stay two): the row's ``our_reward_*`` fields (accuracy is
-    mean@k; pass@k over the questions with k answers or more, the others named on stderr as
-    ``short_questions``), and each answer's score by its index."""
+    """EvalScope's saved answers scored by our reward, grouped by the row they answer: the
+    ``our_reward_*`` fields (mean@k; pass@k over questions with k answers, the others named as
+    short_questions) and each answer's score by index."""
     from data_prep.gsm8k import ground_truth
     from rewards.gsm8k import compute_score
 

@@ -1,7 +1,6 @@
-"""MAX_CKPT_TO_KEEP over the whole run directory: verl's own pruning forgets what earlier
-launches saved. The newest N step directories are kept, and whatever their age the step the
-tracker names and the kept best. Called by the trainer after each save and by the launcher after
-a launch that ended cleanly. Standard library only."""
+"""MAX_CKPT_TO_KEEP over the whole run directory (verl's pruning forgets earlier launches' steps):
+the newest N kept, and the tracked step and the kept best whatever their age. Standard library
+only."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""The per-step health rules: is the step just trained sick, given the healthy steps before it?
-The watchdog (ppo_trainer/guard_base.py) runs them on each step after its update, before its save
-(``check``, then ``accept`` for a step that goes on); the report runs them over every logged step
-(``judge_run``). A trip of the rollout's metrics (scores, entropy, KL, responses) judges the
-weights of the step before, one of the update's the step's own. Standard library only. Each bar
-and the runs it was checked against: docs/reliability.md, "The watchdog's thresholds, checked
-against real runs"."""
+"""The per-step health rules: is the step just trained sick, given the healthy steps before it? The
+watchdog runs them after each update, before the save (check, then accept); the report over every
+logged step (judge_run). A trip of the rollout's metrics judges the weights of the step before, one
+of the update's the step's own. Standard library only; the bars' evidence: docs/reliability.md."""
 
 from __future__ import annotations
 

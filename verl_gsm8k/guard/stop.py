@@ -1,14 +1,9 @@
-"""Stopping a run early without losing its step: one request, one policy.
-
-A stop request is RUN_DIR/stop_requested, "<deadline> <why>": the launcher writes it on SIGTERM,
-verl's processes on a SIGTERM of their own (verl_plugins/stop_on_sigterm.py), the trainer before
-a job's end. The trainers read it after each step: they save that step and end the run; the
-launcher exits 5, or ends verl at its own or the trainer's deadline (143). Why two reasons: a
-SIGTERM comes without notice (a preemption, scancel, a pod's stop), so its grace must cover a
-step, its validation and save as measured here; a job's end is known at launch, so the trainer
-stops after the last step that fits, Slurm's signal lead (--signal=B:TERM@120) the backstop.
-The times are the slowest measured in the run, RUN_DIR/timings.json. Standard library only.
-"""
+"""Stopping a run early without losing its step: one request, RUN_DIR/stop_requested ("<deadline>
+<why>"), written by the launcher on SIGTERM, by verl's processes on their own SIGTERM, or by the
+trainer before a job's end; the trainers save the step and end the run (exit 5). Two reasons, one
+policy: a SIGTERM comes without notice, so its grace must cover a step, its validation and save as
+measured (timings.json); a job's end is known, so the trainer stops after the last step that fits.
+Standard library only."""
 
 from __future__ import annotations
 

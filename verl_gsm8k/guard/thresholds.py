@@ -1,10 +1,7 @@
-"""The one table of the health rules' thresholds. Standard library only. The per-step rules
-(rules.py) read the first block: the watchdog with gsm8k_guard.watchdog of configs/gsm8k_base.yaml
-(mode: knob WATCHDOG), the report with the defaults; the report's trends (analysis/checks.py,
-replay/checks.py) read the rest. A rule's bar at 0 or null turns it off. What each default was
-checked against: docs/reliability.md, "The watchdog's thresholds, checked against real runs", and
-docs/reading-a-ppo-run.md, "Health checks" (which shows ``doc_table``).
-"""
+"""The one table of the health rules' thresholds (standard library only): the per-step rules read
+the first block (the watchdog with gsm8k_guard.watchdog, the report with the defaults), the report's
+trends the rest. A bar at 0 or null turns its rule off; the evidence for each:
+docs/reliability.md."""
 
 from __future__ import annotations
 

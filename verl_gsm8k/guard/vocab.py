@@ -1,7 +1,5 @@
-"""verl's metric names, once: a canonical name per quantity with the verl 0.9.1 key first and
-older keys after, and the key patterns of validation and step-time phases. Standard library
-only: the health rules (rules.py) read their metrics by these names, the report (analysis/parse.py)
-maps a run's keys onto them."""
+"""verl's metric names, once: a canonical name per quantity (verl 0.9.1's key first, older keys
+after) and the key patterns of validation and step-time phases. Standard library only."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
-"""``bash scripts/merge.sh SOURCE TARGET_DIR``: the checkpoint found and checked (merge/find.py),
-merged by verl's own merger with its ``torch.load`` the one loading policy (verl_merger.py), a
-LoRA adapter folded in (lora.py), proved (transformers loads it cleanly, the chat template
-renders, one forward pass is finite), recorded (``merge_manifest.json``), all in a hidden
-directory beside the target, renamed into place last. verl saves the critic's config as a causal
-LM's: ``architectures`` is rewritten (``config_patch``), or its value head would be dropped.
-"""
+"""merge.sh's merge: the checkpoint found and checked (find.py), merged by verl's merger with the
+one loading policy (verl_merger.py), a LoRA adapter folded in (lora.py), proved (transformers loads
+it, the chat template renders, a forward pass is finite) and recorded (merge_manifest.json), in a
+hidden directory renamed into place last. The critic's architectures are rewritten (config_patch):
+verl saves it as a causal LM's."""
 
 from __future__ import annotations
 

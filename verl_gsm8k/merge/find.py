@@ -1,7 +1,6 @@
-"""The checkpoint a merge reads (a run's tracked step, ``--best``'s step, a step directory, a role
-directory: ``actor/``, ``critic/``, or an SFT step directory holding its one model), found and
-checked before anything else loads it; also the resume's check of each role (resume/verify.py).
-"""
+"""The checkpoint a merge reads (a run's tracked step, --best's step, a step or role directory, an
+SFT step directory), found and checked before anything loads it; also the resume's check of each
+role."""
 
 from __future__ import annotations
 
@@ -113,9 +112,8 @@ def resolve_source(source: Path, critic: bool) -> tuple[Path, str]:
 
 
 def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
-    """What verl's merger reads, checked: every rank's model shard loaded by the one loading
-    policy, its JSON files (lora_train_meta.json, huggingface/) read with bounds (verl's merger
-    would give a traceback on one nested too deep). CheckpointError names the first gap."""
+    """What verl's merger reads: every rank's model shard loaded by the one loading policy, its JSON
+    files read with bounds; CheckpointError names the first gap."""
     try:
         world, config = rd.read_world_size(role_dir), rd.read_fsdp_config(role_dir)
     except rd.FsdpConfigError as err:

@@ -1,7 +1,6 @@
-"""A LoRA adapter folded into the merged weights by peft's ``merge_and_unload``: W + B·A·alpha/r.
-verl's merger writes the base weights and the adapter aside (base_model_merger.py ~321-423):
-handed out as merged, the untrained base. Its alpha is lora_train_meta.json's, else 0: refused.
-"""
+"""A LoRA adapter folded into the merged weights by peft's merge_and_unload (W + B·A·alpha/r):
+verl's merger writes the adapter aside (base_model_merger.py ~321-423). Its alpha is
+lora_train_meta.json's; none: refused."""
 
 from __future__ import annotations
 

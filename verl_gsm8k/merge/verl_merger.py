@@ -1,9 +1,6 @@
-"""``python -m verl_gsm8k.merge.verl_merger merge --backend fsdp --local_dir DIR --target_dir
-OUT`` is ``python -m verl.model_merger`` (verl's code, its arguments) with ``torch.load`` the
-one loading policy (common/checkpoint_files.py): its loads of the model shards
-(``weights_only=False``: verl/model_merger/fsdp_model_merger.py ~108, ~168) run no code. A
-refusal: one line, exit 2. merge/checkpoint.py runs it.
-"""
+"""python -m verl.model_merger (verl's code and arguments) with torch.load the one loading policy:
+its shard loads (weights_only=False: fsdp_model_merger.py ~108, ~168) run no code. A refusal: one
+line, exit 2."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""The guard of both of verl's PPO trainers (traced.py: v1, legacy.py): checkpoints whole, the
-run's own and healthy; a stop (guard/stop.py) saves the step and ends the run; time saves; the
-kept best. A binding calls ``_begin`` at the resumed step, ``_after_update`` after each actor
-update, ``_stop_if_requested`` where a stop should end its loop, ``_prepare_logger`` before the
-first log, and ends the loop in ``_end_after``. Settings: gsm8k_guard (gsm8k_base.yaml).
-"""
+"""The guard of both of verl's PPO trainers: checkpoints whole, the run's own and healthy; stops
+(guard/stop.py), time saves, the kept best. A binding calls _begin at the resumed step,
+_after_update after each actor update, _stop_if_requested where a stop ends its loop,
+_prepare_logger before the first log, and ends its loop in _end_after."""
 
 from __future__ import annotations
 
@@ -68,8 +66,7 @@ def guard_settings(config: DictConfig) -> dict[str, Any]:
 
 
 def logged_history(run_dir: Path, before: int) -> list[dict[str, float]]:
-    """The training metrics of steps 1..before-1 as the run's metrics files logged them (a step
-    logged by several launches: the last launch's), for a resumed watchdog's recent levels."""
+    """Steps 1..before-1's training metrics as logged (a step logged twice: the last launch's)."""
     rows = logged_rows(run_dir)
     return [rows[step] for step in trained_steps(rows) if 0 < step < before]
 
@@ -143,9 +140,8 @@ class GuardBase:
                 self._save_checkpoint()
 
     def _stop_if_requested(self, step: int) -> bool:
-        """A stop request seen after ``step`` was trained (0 or the resumed step: none by this
-        launch): save that step unless it is saved or its deadline passed, and end the run after
-        it. True when a stop is under way."""
+        """A stop request seen after ``step`` (0 or the resumed step: none trained here): save it
+        unless saved or past its deadline, end the run after it. True when a stop is under way."""
         if self.stop_at is not None:
             return True
         found = stop.read_request(self.run_dir)
@@ -182,8 +178,8 @@ class GuardBase:
         self.timings.write(self.run_dir)
 
     def _prepare_logger(self, backends: dict[str, Any]) -> None:
-        """Once, on verl's ``Tracking.logger``: the file logger first (verl/utils/tracking.py
-        calls wandb first: its failure would cost the step its metrics line); wandb guarded."""
+        """Once: the file logger first (verl calls wandb first: its failure would lose the step's
+        line), wandb guarded."""
         if self.logger_ready:
             return
         self.logger_ready = True
@@ -238,9 +234,8 @@ class GuardBase:
         return steps[-1] if steps else None
 
     def _unpoint(self, sick: int, healthy: int | None) -> None:
-        """The sick checkpoint is never what a relaunch resumes nor the kept best: the tracker
-        names the last healthy one (none: removed, a relaunch starts over), and a best that is
-        the sick step is dropped."""
+        """The tracker names the last healthy step (none: removed) and a best at or after the sick
+        step is dropped."""
         if healthy is not None:
             write_tracker(self.run_dir, healthy)
             say(f"{TRACKER} now names {step_name(healthy)}: the same command resumes from it")
@@ -254,10 +249,9 @@ class GuardBase:
 
     # ---- saving --------------------------------------------------------------------------
     def _save_checkpoint(self, step: int | None = None) -> None:
-        """Save as ``step`` (verl's call: ``global_steps``), in verl's order (v1 trainer_base.py
-        ~948-1029, legacy ray_trainer.py ~983-1050) with: the tracker and data.pt written
-        atomically (verl's open("w"), then write: a kill between leaves an empty tracker), the
-        launch's stamp, MAX_CKPT_TO_KEEP over the whole run, no save of a sick step."""
+        """Save as ``step`` (default global_steps) in verl's order (v1 trainer_base.py ~948-1029,
+        legacy ray_trainer.py ~983-1050), with the tracker and data.pt atomic, the launch's stamp,
+        pruning over the whole run, no save of a sick step."""
         step = self.global_steps if step is None else step
         if self.sick_step == step:
             say(f"step {step} is not saved: the watchdog stopped it")
@@ -294,8 +288,8 @@ class GuardBase:
 
     # ---- the best checkpoint -------------------------------------------------------------
     def _validate(self, *args: Any, **kwargs: Any) -> dict:
-        """verl's validation, then KEEP_BEST: a new best of BEST_METRIC is recorded in
-        best_checkpoint.json (pruning keeps it) and saved if its step was not."""
+        """verl's validation, then KEEP_BEST: a new best is recorded and saved if its step was
+        not."""
         started = time.time()
         metrics = super()._validate(*args, **kwargs)  # type: ignore[misc]
         self._measured("val_s", started)
@@ -320,7 +314,7 @@ class GuardBase:
 
 class _Wandb:
     """verl's wandb, off for the launch once a call fails because a stop's SIGTERM ended its
-    service (wandb-core unblocks it): one line, and the trainer goes on to save and stop."""
+    service."""
 
     def __init__(self, wandb: Any) -> None:
         self.wandb = wandb

@@ -1,19 +1,10 @@
-"""verl's legacy PPO trainer (``RayPPOTrainer``, ``trainer.use_v1=false``: the LoRA and ReMax
-recipes) with the guard (guard_base.py) and the trace (trace_lines.py). Its ``fit``
-(verl/trainer/ppo/ray_trainer.py ~1405-1800) is one loop with no hooks, so each addition sits on
-a method it calls:
-
-- ``_load_checkpoint`` (~1427): the step the run resumes from;
-- the training dataloader, wrapped: before each batch it reads the stop request (one during
-  start-up or a validation saves the last step if needed and ends ``fit``), and once the run is
-  to end after a step it yields no more; its ``state_dict`` is the loader's own;
-- ``_compute_old_log_prob``, ``_update_critic``: ``fit`` keeps the step's metrics in a local
-  dict: the entropy (aggregated as ``fit`` does, ~1590) and the critic's are kept here;
-- ``_update_actor`` (``fit`` saves right after it, ~1712): the step's metrics as ``fit`` logs
-  them, its responses and scores; the trace, then the guard (critic warm-up steps: not watched);
-- ``fit``: verl builds its ``Tracking`` inside (~1417), so for its length ``Tracking`` is a
-  subclass that prepares the loggers before its first ``log``.
-"""
+"""verl's legacy PPO trainer (RayPPOTrainer: the LoRA and ReMax recipes) with the guard and the
+trace. Its fit (ray_trainer.py ~1405-1800) has no hooks, so each addition sits on a method it calls:
+_load_checkpoint (~1427) the resumed step; the dataloader, wrapped, reads the stop request before
+each batch and yields none once the run is to end; _compute_old_log_prob and _update_critic keep the
+metrics fit holds in a local dict (entropy aggregated as ~1590 does); _update_actor (the save
+follows, ~1712) runs the trace and the guard; fit swaps Tracking (built inside, ~1417) for a
+subclass that prepares the loggers."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The per-token trace's lines, RUN_DIR/trace/<step>.jsonl (their format: trace/record.py), from
-a step's chosen samples as either of verl's trainers holds them (traced.py: TransferQueue,
-legacy.py: its batch), written on a background thread, timed, never fatal. Settings:
-``gsm8k_trace.samples`` (TRACE_SAMPLES; 0 = off) and ``gsm8k_trace.dir``."""
+"""The per-token trace's lines, RUN_DIR/trace/<step>.jsonl (format: trace/record.py), from a step's
+chosen samples, written on a background thread, timed, never fatal. Settings: gsm8k_trace.samples (0
+= off), gsm8k_trace.dir."""
 
 from __future__ import annotations
 
@@ -91,10 +90,9 @@ class Tracer:
         self, step: int, metrics: dict, keys: Sequence[str], cols: dict[str, Any], of: int,
         stats: dict[str, Any],
     ) -> list[dict]:  # fmt: skip
-        """The step line, then a line per sample of ``keys`` ({uid}_{session}_{index}).
-        ``cols``: per sample, in that order, ``prompts``, ``responses``, verl's per-token fields
-        (one value per response token), and where known ``response_mask``, ``ground_truth``,
-        ``data_source``, ``reward_extra``."""
+        """The step line, then one per sample of ``keys``; ``cols``: per sample, prompts, responses,
+        verl's per-token fields and where known response_mask, ground_truth, data_source,
+        reward_extra."""
         per = {ours: cols[name] for name, ours in PER_TOKEN.items() if cols.get(name) is not None}
         why = {k: v.format(estimator=self.run["adv_estimator"]) for k, v in ABSENT_WHY.items()}
         absent = {name: reason for name, reason in why.items() if name not in per}
@@ -127,10 +125,9 @@ class Tracer:
 
 
 def batch_stats(scores: dict[str, Sequence[float]], raw_advantage: torch.Tensor | None) -> dict:
-    """What the traced samples alone cannot give: each response's length, the step's prompt
-    groups (``scores``: every real response's per-token scores by key), and how verl whitened
-    the step's GAE advantages (``raw_advantage``: returns - values over every response token of
-    the batch, padding included, as ``core_algos.compute_gae_advantage_return`` does)."""
+    """Each response's length, the step's prompt groups (``scores`` by key) and the GAE whitening's
+    input (``raw_advantage``: returns - values over every response token, as
+    compute_gae_advantage_return does)."""
     by_prompt: dict[str, list[float]] = {}
     for key, row in scores.items():
         by_prompt.setdefault(prompt_of(key), []).append(float(sum(row)))

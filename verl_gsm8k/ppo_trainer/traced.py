@@ -1,17 +1,9 @@
-"""The trainer every v1 PPO launch runs, registered as ``gsm8k`` (verl_plugins/register_trainer.py):
-verl's v1 ``sync`` trainer with the guard (guard_base.py) and the per-token trace (trace_lines.py),
-bound to the loop of verl/trainer/ppo/v1/trainer_base.py:
-
-- ``__init__``: ``trainer.v1.trainer_mode`` back to ``sync`` first (verl branches on that name,
-  ~129-157, ~731, ~902-1004, ~1499); it loads the checkpoint, so ``fit`` begins the guard there;
-- ``step`` (~533, before the step's save): the watchdog on the step's metrics and responses
-  (read from TransferQueue), a stop, a time save; the run ends by lowering the total (the loop
-  runs while ``global_steps <= total_training_steps``, ~467);
-- ``on_validate_begin``/``on_train_begin`` (after ``fit`` built its ``Tracking``): the loggers;
-  a stop requested during start-up ends ``fit`` before its first step, one during a validation
-  (``on_validate_end``) saves that step and trains no step more;
-- ``_compute_metrics`` (once a step, before verl clears the step's data, ~503-511): the trace.
-"""
+"""The trainer every v1 PPO launch runs (registered as gsm8k): verl's v1 sync trainer with the guard
+and the trace, on trainer_base.py's loop: __init__ sets trainer_mode back to sync (verl branches on
+the name, ~129-157, ~731, ~902-1004, ~1499); step (~533, before the save) runs the watchdog, a stop,
+a time save, and ends the run by lowering the total (~467); on_validate_begin/on_train_begin prepare
+the loggers and honour a stop from start-up, on_validate_end one from a validation; _compute_metrics
+(~503-511) the trace."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
-"""A step's FSDP shards rewritten for another world size (verl loads only its own world size's:
-fsdp_checkpoint_manager.py ~213-240). Each DTensor of the W ranks' files is joined into its
-full tensor (DTensor's own rule), cut for W' ranks, saved on the 1-D mesh verl builds at W';
-the rest is taken from rank 0, new rank r gets old rank r % W's RNG. Old files are only read,
-new ones written under a temporary name, then renamed; fsdp_config.json, whose world_size names
-the checkpoint's files, last: a reshard stopped at any moment leaves the W one whole.
-"""
+"""A step's FSDP shards rewritten for another world size (verl loads only its own:
+fsdp_checkpoint_manager.py ~213-240): each DTensor joined into its full tensor, cut for W' ranks on
+the 1-D mesh verl builds; the rest from rank 0, new rank r gets old rank r % W's RNG. New files
+under a temporary name, then renamed, fsdp_config.json last: a stop at any moment leaves the W
+checkpoint whole."""
 
 from __future__ import annotations
 

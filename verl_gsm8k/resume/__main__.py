@@ -1,12 +1,7 @@
-"""python -m verl_gsm8k.resume: what this launch resumes, then its record. The launcher runs
-``record_launch`` in its own process right before verl starts (not on a dry run).
-
-The checkpoint verl would resume is verified (verify.py: an earlier whole one when it is
-damaged), compared with the launch that wrote it (same_config.py), resharded when only the GPU
-count changed (PPO); then RUN_DIR/launches/launch-<stamp>.yaml is written. Exit 0, or 2 with one
-line on stderr and nothing written (a resume of another experiment, no whole checkpoint, a config
-that does not compose, a record that exists).
-"""
+"""python -m verl_gsm8k.resume: the checkpoint a launch resumes verified (verify.py), compared with
+the launch that wrote it (same_config.py), resharded when only the GPU count changed; then the
+launch record written. Exit 0, or 2 with one line and nothing written. The launcher runs
+record_launch in its own process right before verl starts."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""No silent resume of another experiment: a relaunch into a run directory that holds a checkpoint
-is compared, key by key over the resolved config, with the launch record of the launch that WROTE
-that checkpoint (its step's launch_stamp.txt names it). Any key but ``ALLOWED`` that differs stops
-the launch in one line (docs/reliability.md)."""
+"""No silent resume of another experiment: a relaunch is compared, key by key over the resolved
+config, with the launch that wrote the checkpoint it resumes (its launch_stamp.txt); a key outside
+ALLOWED that differs stops it in one line."""
 
 from __future__ import annotations
 
@@ -26,10 +25,8 @@ from verl_gsm8k.common.run_dir import (
 
 MODES = ("auto", "force", "disable")
 
-# The keys that may change on a resume (fnmatch over dotted keys; "X.*" matches X too), grouped as
-# docs/reliability.md says why: how long, checkpoints, validation and logging, the run directory, speed
-# and memory, the attention kernel, the rollout engine, profilers, the launcher's own. The same
-# list serves main_ppo's config and the SFT trainer's.
+# The keys that may change on a resume (fnmatch over dotted keys; "X.*" matches X too), grouped
+# as docs/reliability.md says why. The same list serves main_ppo's config and the SFT trainer's.
 ALLOWED = (
     "trainer.total_epochs", "trainer.total_training_steps",
     "trainer.save_freq", "trainer.max_*ckpt_to_keep", "trainer.resume_mode",
@@ -113,9 +110,8 @@ def refusal(run_dir: Path, step: int | None, new: dict[str, Any], mode: str) -> 
 
 
 def set_aside(run_dir: Path, stamp: str) -> list[str]:
-    """RESUME=disable: the earlier run's checkpoints, tracker and kept best move to
-    ``superseded-<stamp>/`` (nothing deleted), so they neither crowd the new run's steps out of
-    MAX_CKPT_TO_KEEP nor stand as its best. The lines to say."""
+    """RESUME=disable: the earlier run's checkpoints, tracker and best move to superseded-<stamp>/
+    (nothing deleted); the lines to say."""
     moved = [p for p in run_dir.glob(STEP_GLOB) if p.is_dir()] if run_dir.is_dir() else []
     moved += [path for path in (tracker_path(run_dir), best_path(run_dir)) if path.exists()]
     if not moved:

@@ -1,9 +1,7 @@
-"""Before a relaunch: the checkpoint verl will resume is whole, or an earlier whole one is.
-verl resumes the step its tracker names (trainer_base.py ~850), dies after Ray started on a file
-it cannot load, and starts over silently without a tracker. Every file it loads from that step
-is loaded here first by the function verl's loads run (common/checkpoint_files.py): they cannot
-disagree. A failing step gives way to the newest whole one before it, one line each; none: exit 2.
-"""
+"""Before a relaunch: the checkpoint verl will resume (its tracker's, trainer_base.py ~850) is
+whole, or an earlier one is. Every file verl loads from the step is loaded here first by the
+function verl's loads run, so they cannot disagree; a failing step gives way to the newest whole one
+before it; none: exit 2."""
 
 from __future__ import annotations
 
@@ -59,9 +57,8 @@ def track(run_dir: Path, step: int) -> None:
 
 def resume_point(run_dir: Path, roles: tuple[str, ...], *, write: bool = True,
                  loads: Loads | None = None) -> tuple[int | None, list[str]]:  # fmt: skip
-    """The step a relaunch resumes from (None: none saved, training starts from scratch) and the
-    lines to say; the tracker rewritten where it must change (``write=False``: left for
-    ``track`` once the launch may go on). NoWholeCheckpoint when none of them is whole."""
+    """The step a relaunch resumes (None: from scratch) and the lines to say, the tracker rewritten
+    where it must change (write=False: left to ``track``). NoWholeCheckpoint when none is whole."""
     steps = rd.saved_steps(run_dir) if run_dir.is_dir() else []
     if not steps:
         return None, []

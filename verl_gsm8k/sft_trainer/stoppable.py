@@ -1,13 +1,8 @@
-"""verl's ``SFTTrainer`` (verl/trainer/sft_trainer.py) that saves the step in flight on a stop
-request (guard/stop.py) and ends the run: exit 5, as for PPO. torchrun starts with SIGTERM
-blocked, so a SIGTERM to every process of the launch leaves the workers training. verl's ``fit``
-is one loop with no hook, so two of its objects' calls are wrapped at build time:
-
-- ``training_client.train_batch`` (once a step, ~388): after it, the ranks agree on a stop
-  request (one all-reduce); on one the total becomes this step, so ``fit``'s ``is_last_step``
-  (~412) saves it and returns, its validation skipped (the next launch validates on schedule);
-- ``ckpt_handler.save_checkpoint`` (~443): rank 0 stamps the step directory with the launch.
-"""
+"""verl's SFTTrainer that saves the step in flight on a stop request and ends the run (exit 5, as
+for PPO); torchrun starts with SIGTERM blocked. fit has no hook, so two calls are wrapped:
+training_client.train_batch (~388): after it the ranks agree on a stop (one all-reduce) and the
+total becomes this step, so is_last_step (~412) saves it; ckpt_handler.save_checkpoint (~443): rank
+0 stamps the step directory."""
 
 from __future__ import annotations
 

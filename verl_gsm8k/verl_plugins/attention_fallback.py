@@ -1,12 +1,7 @@
-"""The launcher's attention for the critic, which verl 0.9.1 loads with a hard-coded
-``flash_attention_2`` (verl/utils/model.py ~649, load_valuehead_model;
-https://github.com/verl-project/verl/issues/5210): without flash-attn 2, PPO with a critic fails
-to start ("... is not a value head model, please install trl"). The actor's attention is a key
-the overlays set (configs/attention/); the critic's request is rewritten here to the same
-choice, decided again in this process by common/attention.py. verl imports this module in every
-process when VERL_USE_EXTERNAL_MODULES names it (the launcher does unless flash-attn 2 is the
-choice, where it would change nothing).
-"""
+"""The launcher's attention for the critic, which verl loads with a hard-coded flash_attention_2
+(verl/utils/model.py ~649, load_valuehead_model): without flash-attn 2, PPO with a critic fails to
+start. The critic's request is rewritten to the choice common/attention.py makes in this process.
+Imported by verl in every process where VERL_USE_EXTERNAL_MODULES names it."""
 
 from __future__ import annotations
 

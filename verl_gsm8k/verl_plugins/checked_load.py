@@ -1,10 +1,8 @@
-"""Inside verl's loaders (``LOADERS``: fsdp_checkpoint_manager.py ~215-245, trainer_base.py
-~895, ray_trainer.py ~1114, checkpoint_handler.py ~177), which load with weights_only=False
-minutes after the launcher's check, ``torch.load`` of a path is checkpoint_files.load: a file
-swapped since, or a resume_from_path the launcher never reads, runs no code. A refusal: one
-line, "checked load: ...", which the launcher repeats. No extension point: each loader is
-wrapped where its module is imported (after_import.py).
-"""
+"""Inside verl's loaders (LOADERS: fsdp_checkpoint_manager.py ~215-245, trainer_base.py ~895,
+ray_trainer.py ~1114, checkpoint_handler.py ~177), which load with weights_only=False, torch.load of
+a path is checkpoint_files.load: a file swapped since the launcher's check, or a resume_from_path it
+never reads, runs no code. A refusal is one line, "checked load: ...". No extension point: each
+loader is wrapped where its module is imported (after_import.py)."""
 
 from __future__ import annotations
 

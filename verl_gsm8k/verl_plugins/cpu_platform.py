@@ -1,14 +1,8 @@
-"""A "cpu" platform for verl 0.9.1: its real PPO loop trains without an accelerator (docs/cpu.md).
-
-verl imports this module in every process when VERL_USE_EXTERNAL_MODULES names it, and
-VERL_PLATFORM=cpu selects the platform through verl's registry
-(verl/plugin/platform/platform_manager.py); the patches act only then. The platform: device
-"cpu", backend gloo, Ray resource "GPU" (verl's pools count GPU/NPU only: Ray starts with logical
-GPUs), CUDA_VISIBLE_DEVICES, no IPC (verl then syncs weights to vLLM by shared memory and ZMQ),
-current_device() "cpu" (verl passes it to .to(), where an int fails: verl/utils/fsdp_utils.py
-~507), and a stand-in for torch.cuda. Where verl has no extension point, a patch (each function
-names the upstream line it answers).
-"""
+"""A "cpu" platform for verl: its real PPO loop trains without an accelerator. Selected by
+VERL_PLATFORM=cpu through verl's registry (plugin/platform/platform_manager.py); the patches act
+only then. Device cpu, backend gloo, Ray resource GPU (verl's pools count GPU/NPU only), no IPC
+(weights sync to vLLM by shared memory and ZMQ), current_device() "cpu" (an int fails in .to():
+fsdp_utils.py ~507), a stand-in for torch.cuda. Each patch names the upstream line it answers."""
 
 from __future__ import annotations
 
@@ -121,9 +115,9 @@ def _pinning_is_identity(_original: Any) -> Any:
 
 def _keep_vllm_linear_weights(linear: types.ModuleType) -> None:
     """vLLM's CPU build packs each linear weight for oneDNN and drops the parameter
-    (vllm/model_executor/layers/linear.py ~220, remove_weight=True); verl's weight sync loads
-    into it with its weight_loader after every step (verl/workers/rollout/vllm_rollout/utils.py
-    ~405). Kept (tiny models); verl's re-run of process_weights_after_loading re-packs it."""
+    (layers/linear.py ~220), which verl's weight sync loads into after every step
+    (vllm_rollout/utils.py ~405): kept; verl's re-run of process_weights_after_loading re-packs
+    it."""
     from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
     _patched(linear.UnquantizedLinearMethod, "process_weights_after_loading", lambda _: (

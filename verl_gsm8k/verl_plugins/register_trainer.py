@@ -1,12 +1,8 @@
-"""Puts the recipes' trainers (ppo_trainer/) where verl builds its PPO trainer, for a config with
-``trainer.v1.trainer_mode=gsm8k`` (every PPO launch). verl imports this module in every process,
-so each action waits for its verl module (after_import.py; verl's trainer costs ~2 s to import):
-
-- v1: ppo_trainer/traced.py, imported right after ``verl.trainer.ppo.v1`` (only verl's
-  TaskRunner imports it, before it looks its trainer up by mode), enters verl's registry;
-- legacy (``trainer.use_v1=false``): no registry; ``TaskRunner.run`` builds ``RayPPOTrainer`` by
-  its name in ``verl.trainer.main_ppo_v0`` (~218): that name builds ``GuardedLegacyTrainer``.
-"""
+"""Puts the recipes' trainers (ppo_trainer/) where verl builds its PPO trainer for
+trainer.v1.trainer_mode=gsm8k, each action waiting for its verl module (after_import.py): v1's
+traced.py enters verl's registry after verl.trainer.ppo.v1 is imported; legacy
+(trainer.use_v1=false) has no registry: the name RayPPOTrainer in verl.trainer.main_ppo_v0 (~218)
+builds GuardedLegacyTrainer."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""A SIGTERM to one of a PPO launch's processes is a stop request, not a death.
-
-The launcher starts verl with SIGTERM blocked, a mask every process verl starts inherits (Ray's
-daemons and workers): their own handlers never run, so a SIGTERM to every process of a job no
-longer kills the run before it saves. verl imports this module in every process; in one of a
-launch (GSM8K_LAUNCH_RUN_DIR) with SIGTERM blocked, a thread waits for the signal: one from
-outside the launch (Slurm, `kill`, `ray job stop`) writes the stop request (guard/stop.py) with
-STOP_GRACE_S from now, unless one is there; one from inside (Ray tearing down its workers at the
-run's end) is not a stop. There, Ray's shutdown of the processes ``ray.init`` started SIGKILLs
-them at once: they block SIGTERM, and Ray would wait 1 s for each (docs/slurm.md).
-"""
+"""A SIGTERM to one of a PPO launch's processes is a stop request, not a death. The launcher starts
+verl with SIGTERM blocked, a mask every process inherits; in a launch's process
+(GSM8K_LAUNCH_RUN_DIR) a thread waits for it: one from outside (Slurm, kill, ray job stop) writes
+the stop request (guard/stop.py) with STOP_GRACE_S unless one is there; one from inside (Ray's
+teardown) is not a stop. Ray's shutdown then SIGKILLs the processes ray.init started at once (they
+block SIGTERM)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""vLLM's engine and worker processes of a launch live through a SIGTERM from outside it.
-
-They do not inherit the SIGTERM the launcher blocks (vLLM spawns them from a thread that has it
-unblocked, and installs its own handler: vllm/v1/engine/core.py ``run_engine_core``), so a
-SIGTERM to every process of a job ended them and failed the rollout of the step in flight.
-vLLM runs each ``vllm.general_plugins`` entry point in the main thread of every process it
-starts, before its handler. In one of a launch (GSM8K_LAUNCH_ID) started by vLLM, this blocks
-SIGTERM there (every later thread inherits it) and a thread waits for it: from the parent or the
-launch (vLLM's own teardown) it is delivered to vLLM's handler as before; from outside it is
-ignored, in one line (the trainer's stop request ends the launch).
-"""
+"""vLLM's engine and worker processes of a launch live through a SIGTERM from outside it. vLLM
+starts them with SIGTERM unblocked and its own handler (v1/engine/core.py run_engine_core), but runs
+each vllm.general_plugins entry point in their main thread first: here, in a launch
+(GSM8K_LAUNCH_ID), SIGTERM is blocked and a thread waits for it: from the parent or the launch it
+goes to vLLM's handler as before; from outside it is ignored in one line (the trainer's stop ends
+the launch)."""
 
 from __future__ import annotations
 

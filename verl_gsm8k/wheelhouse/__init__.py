@@ -1,9 +1,7 @@
-"""A wheelhouse: every file a lock (locks/<name>.txt) installs, in one folder, for a machine
-without internet, with its MANIFEST.tsv (name, version, file, sha256, bytes; an entry left to
-that machine's own Python, EXCLUDE, as "-" and "excluded"). Standard library only: setup.sh
-runs it before any environment exists, and reads the locks with it (``check`` names a missing
-file in one line before an offline install; ``extraneous`` what a re-used environment holds
-beyond its lock).
+"""A wheelhouse: every file a lock (locks/<name>.txt) installs, in one folder for a machine without
+internet, with its MANIFEST.tsv (name, version, file, sha256, bytes; EXCLUDE entries as "-").
+Standard library only: setup.sh runs it before any environment exists (check: a missing file in
+one line; extraneous: what an environment holds beyond its lock).
 
     python -m verl_gsm8k.wheelhouse {manifest,check,lock,excluded,extraneous} --lock L --dir D
 """
