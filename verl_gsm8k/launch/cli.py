@@ -1,10 +1,5 @@
 """python -m verl_gsm8k.launch: a recipe's whole launch, in one process, up to verl and back
-(docs/architecture.md, "One launch, hop by hop"): knobs, knob checks, attention, the preflight
-(DRY_RUN=1: then verl's composed config), the run directory's lock, a job's deadline and the stop
-grace (guard/stop.py), the same-config check and launch record, verl supervised, how it ended,
-pruning, the Slurm requeue. Exit statuses (docs/reliability.md): 0 done, 1 the preflight failed,
-2 bad input or a busy run directory, 3 no GPU, 4 the watchdog stopped the run, 5 stopped after
-saving (SIGTERM, a job's end), 143 stopped by the launcher, else verl's.
+(docs/architecture.md). Exit statuses: docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -46,8 +41,7 @@ class Exit(Exception):
 
 
 def say(line: str, err: bool = False) -> None:
-    """A launcher line; what it quotes (a run directory's messages) has control characters
-    escaped, its own line breaks kept."""
+    """A launcher line, control characters of what it quotes escaped."""
     text = "\n".join(clean(part) for part in line.split("\n"))
     print(text, file=sys.stderr if err else sys.stdout, flush=True)
 
@@ -73,8 +67,7 @@ def check(plan: Plan) -> None:
 
 
 def warn_unshared_run_dir(plan: Plan) -> None:
-    """With several nodes every rank writes its shards to RUN_DIR on its own node: /tmp is
-    usually a node's own, and Ray deletes its session's working_dir copy."""
+    """Several nodes and a RUN_DIR each node has its own of: a warning."""
     nnodes, run_dir = plan.values.get("NNODES", "1"), f"{plan.run_dir}/"
     if not nnodes.isdigit() or int(nnodes) <= 1:
         return
@@ -91,8 +84,7 @@ def warn_unshared_run_dir(plan: Plan) -> None:
 
 
 def check_local_models(plan: Plan, user: list[str]) -> None:
-    """A model knob naming a local directory that is not there: one line, before verl's hub-id
-    error; one the user sets after ``--`` is the preflight's."""
+    """A local model directory that is not there (and no user key sets it)."""
     overridden = {split_override(item)[0] for item in user}
     for name in ("MODEL_PATH", "CRITIC_MODEL_PATH"):
         value = plan.values.get(name) or ""
@@ -105,7 +97,6 @@ def check_local_models(plan: Plan, user: list[str]) -> None:
 
 
 def quiet(main, argv: list[str]) -> None:
-    """A stage's main in this process, its standard output silenced (its errors stay)."""
     with contextlib.redirect_stdout(io.StringIO()):
         code = main(argv)
     if code:
@@ -113,7 +104,7 @@ def quiet(main, argv: list[str]) -> None:
 
 
 def prepare_cpu_defaults(plan: Plan) -> None:
-    """First use on a CPU: the tiny model and the shipped GSM8K sample, if missing."""
+    """First use on a CPU: the tiny model and the GSM8K sample, if missing."""
     model = Path(plan.values["MODEL_PATH"])
     if model == plan.tiny_model_dir and not (model / "config.json").exists():
         say(f"recipe: building the tiny random Qwen2 (offline, once) -> {model}")
@@ -137,8 +128,7 @@ def prepare_cpu_defaults(plan: Plan) -> None:
 
 
 def preflight(plan: Plan, user: list[str], dry_run: bool) -> list[str]:
-    """The preflight on the final override list, in this process; the token budget it picks
-    (TOKEN_BUDGET=auto, PPO, none of the user's). DRY_RUN: then verl's --cfg job, here."""
+    """The preflight on the final overrides; the token budget it picks. DRY_RUN ends here."""
     from verl_gsm8k.preflight.cli import preflight as run_preflight
 
     budget, picked = None, []
@@ -164,7 +154,6 @@ def preflight(plan: Plan, user: list[str], dry_run: bool) -> list[str]:
 
 
 def show_dry_run(plan: Plan, overrides: list[str]) -> int:
-    """DRY_RUN=1's end: the command a launch would run, then verl's --cfg job of it."""
     from verl_gsm8k.preflight.dry_run import print_config
 
     say(f"{PREFIX}{shell_line(verl_argv(plan, overrides), plan.exports)}")
@@ -181,7 +170,6 @@ def verl_argv(plan: Plan, overrides: list[str]) -> list[str]:
 
 
 def check_gpu(plan: Plan) -> None:
-    """No GPU where the plan trains on one: one line, exit 3."""
     none_here = plan.train_on == "gpu" and not has_gpu(plan.env) and not plan.on_ray_cluster()
     if plan.train_on != "none" and not none_here:
         return
@@ -196,8 +184,7 @@ def check_gpu(plan: Plan) -> None:
 
 
 def plan_stop(plan: Plan) -> tuple[int, dict[str, str]]:
-    """(STOP_GRACE_S, verl's variables) of a PPO launch, each said in one line: KillWait in a
-    Slurm job, the job's end for the trainer (refused when what was measured does not fit)."""
+    """(STOP_GRACE_S, verl's variables) of a PPO launch: KillWait, the job's end."""
     from verl_gsm8k.launch.slurm import job_end, kill_wait_line
 
     timings = stop.Timings.read(plan.run_dir)
@@ -223,7 +210,6 @@ def plan_stop(plan: Plan) -> tuple[int, dict[str, str]]:
 
 
 def say_where_wandb_logs(plan: Plan) -> None:
-    """wandb without a key: WANDB_MODE=offline logs locally. The key is never printed."""
     wandb_dir = Path(plan.exports["WANDB_DIR"])
     wandb_dir.mkdir(parents=True, exist_ok=True)
     mode, runs = plan.env.get("WANDB_MODE", ""), f"{wandb_dir}/wandb/offline-run-*"
@@ -239,7 +225,7 @@ def say_where_wandb_logs(plan: Plan) -> None:
 
 
 def record(plan: Plan, stamp: str, user: list[str], picked: list[str], command: str) -> None:
-    """The same-config check, then RUN_DIR/launches/launch-<stamp>.yaml (verl_gsm8k/resume/)."""
+    """The same-config check, then the launch record (verl_gsm8k/resume/)."""
     from verl_gsm8k.resume.__main__ import record_launch
 
     code = record_launch(
@@ -306,8 +292,7 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
 
 
 def prune_finished(run_dir: Path, keep: str) -> None:
-    """After a clean end, MAX_CKPT_TO_KEEP over the whole run (verl prunes only what its own
-    process saved), never the checkpoint the tracker names nor the kept best."""
+    """MAX_CKPT_TO_KEEP over the whole run, never the tracked or the kept best."""
     if keep.isdigit() and int(keep) > 0:
         for line in prune.prune(run_dir, int(keep)):
             say(f"recipe: {line}")

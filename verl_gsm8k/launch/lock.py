@@ -1,8 +1,5 @@
-"""One launch at a time per run directory: flock(2) on RUN_DIR/.launch.lock, held by the launcher
-alone through a descriptor no process it starts inherits, so the kernel frees it however the
-launcher ends (verl's driver dies with it). A held lock is waited for LOCK_WAIT_S (a requeued
-job whose previous start still saves), then refused in one line; so are processes an earlier
-launch left there (launch/reap.py), once they are waited for."""
+"""One launch at a time per run directory: flock(2) on RUN_DIR/.launch.lock, held by the
+launcher alone (freed however it ends), waited for LOCK_WAIT_S, then refused in one line."""
 
 from __future__ import annotations
 

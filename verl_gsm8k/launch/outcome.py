@@ -1,6 +1,5 @@
-"""How a launch ended, as the launcher says it and exits with it: 4 when the watchdog stopped it,
-5 when a stop (guard/stop.py: a SIGTERM to the launcher, the trainer's before a job's end) ended
-it, verl's status otherwise, with one line for a refused checkpoint file or a full disk."""
+"""How a launch ended: 4 the watchdog stopped it, 5 a stop (guard/stop.py) ended it, else
+verl's status, with one line for a refused checkpoint file or a full disk."""
 
 from __future__ import annotations
 
@@ -13,9 +12,7 @@ from verl_gsm8k.guard.stop import JOB_END, read_request
 
 
 def verdict(run_dir: Path, stamp: str, status: int, signalled: bool = False) -> tuple[int, list]:
-    """(exit status, lines for stderr) once verl exited with ``status`` (143: stopped by the
-    launcher, the step in flight not saved); ``signalled``: the launcher got a SIGTERM (a
-    request a process of verl's wrote alone, as at a run's end, is no stop of the launch's)."""
+    """(exit status, lines for stderr) once verl exited with ``status``."""
     trips = [t for t in rd.read_trips(run_dir) if t.get("launch") == stamp]
     stops = [t for t in trips if t.get("action") == "stop"]
     if stops:
@@ -54,8 +51,7 @@ def log_tail(run_dir: Path, stamp: str, size: int = 2_000_000) -> str:
 
 
 def refused_load(log: str) -> str | None:
-    """A checkpoint file refused where verl loaded it (verl_plugins/checked_load.py's error in
-    the console log, through Ray's traceback)."""
+    """A checkpoint file verl_plugins/checked_load.py refused, from the console log."""
     found = re.search(r"checked load: (.+)", log)
     if found is None:
         return None
@@ -76,8 +72,7 @@ def _size(n: float) -> str:
 
 
 def disk_full(run_dir: Path, log: str) -> str | None:
-    """A launch that died saving into a full disk: told by the error in the log or, since a full
-    disk may cut the log short, by less free space than the last whole checkpoint takes."""
+    """A save into a full disk: the error in the log, or less free than a checkpoint."""
     if not run_dir.is_dir():
         return None
     free, whole = shutil.disk_usage(run_dir).free, rd.tracked_step(run_dir)

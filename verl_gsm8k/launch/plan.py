@@ -1,7 +1,5 @@
-"""A launch's plan, without side effects: every knob's value (the environment's, else the hooks',
-else the recipe file's NAME=VALUE, else the table's, else its rule in ``_resolve``), the device
-and attention, the environment verl gets, and the overrides in verl's order (the overlays, the
-knobs' keys, the recipe's key=value, the token budget the preflight picks, the user's)."""
+"""A launch's plan, without side effects: every knob's value, the device and attention, the
+environment verl gets, and the overrides in verl's order."""
 
 from __future__ import annotations
 
@@ -55,7 +53,6 @@ class Recipe:
 
 
 def parse_recipe(argv: list[str]) -> tuple[Recipe, list[str]]:
-    """(the recipe, the user's key=value arguments) from the launcher's command line."""
     cut = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(
         prog="python -m verl_gsm8k.launch", description="A recipe's whole launch, up to verl "
@@ -85,7 +82,6 @@ def parse_recipe(argv: list[str]) -> tuple[Recipe, list[str]]:
 
 
 def has_gpu(env: Mapping[str, str] | None = None) -> bool:
-    """Whether the nvidia-smi on ``env``'s PATH lists a GPU (common/gpus.py)."""
     return bool(gpus.listed((os.environ if env is None else env).get("PATH")))
 
 
@@ -123,11 +119,11 @@ class Plan:
 
     @property
     def python(self) -> str:
-        """The interpreter verl and the recipe's own steps run with: PYTHON, else this one."""
+        """PYTHON, else this interpreter."""
         return self.env.get("PYTHON") or sys.executable
 
     def on_ray_cluster(self) -> bool:
-        """DEVICE=gpu with RAY_ADDRESS (PPO): the GPUs are the cluster's, not this node's."""
+        """DEVICE=gpu with RAY_ADDRESS (PPO): the cluster's GPUs."""
         return (
             self.trainer == "ppo" and self.train_on == "gpu" and bool(self.env.get("RAY_ADDRESS"))
         )
@@ -136,15 +132,14 @@ class Plan:
         return [*self.device_overrides, *self.overrides, *self.recipe.overrides, *picked, *user]
 
     def ignored(self) -> list[str]:
-        """Knobs of the other trainer set in the environment: ignored, and said so."""
+        """Knobs of the other trainer set in the environment."""
         return [k.name for k in KNOBS if k.name in self.from_env and self.trainer not in k.trainers]
 
     def logs_to_wandb(self) -> bool:
         return "wandb" in self.values["LOGGER"].split(",")
 
     def problems(self) -> list[str]:
-        """The knob checks' lines, and a trainer.logger after -- without the file logger, which
-        writes RUN_DIR/metrics/ (the report, the watchdog and a resume read it)."""
+        """The knob checks' lines, and a user's trainer.logger without file."""
         lines = problems(self.values)
         loggers = [item for item in self.user if split_override(item)[0] == "trainer.logger"]
         value = "" if not loggers or loggers[-1].startswith("~") else split_override(loggers[-1])[1]
@@ -158,7 +153,7 @@ class Plan:
 
 @dataclass
 class Values:
-    """A knob's value while the plan is made: environment > hooks > recipe > table default."""
+    """A knob's value: environment > hooks > recipe > table default."""
 
     env: Mapping[str, str]
     recipe: Recipe
@@ -178,14 +173,13 @@ class Values:
 
 
 def _absolute(path: str, hub: bool = False) -> str:
-    """Ray's workers do not share the launch's working directory; a hub id (org/name) stays."""
+    """Ray's workers do not share our working directory; a hub id (org/name) stays."""
     if os.path.isabs(path) or (hub and not os.path.exists(path)):
         return path
     return os.path.join(os.getcwd(), path)
 
 
 def recipe_hooks(recipe: Recipe) -> ModuleType | None:
-    """The module of the recipe's hooks (``--hooks NAME``: verl_gsm8k/launch/NAME.py), or None."""
     return importlib.import_module(f"verl_gsm8k.launch.{recipe.hooks}") if recipe.hooks else None
 
 
@@ -226,8 +220,7 @@ def _resolve(values: Values, train_on: str, tiny: Path, user: Sequence[str]) -> 
 
 def make_plan(recipe: Recipe, env: Mapping[str, str], gpu: Callable[[], bool] | None = None,
               probe: bool = True, user: Sequence[str] = ()) -> Plan:  # fmt: skip
-    """The plan of ``recipe`` in ``env`` with the user's key=value arguments ``user``. ``probe``:
-    ask this machine which attention it runs (imports torch); False takes sdpa."""
+    """The plan of ``recipe`` in ``env``; ``probe`` asks this machine's attention."""
     values = Values(env, recipe)
     train_on = values.get("DEVICE") or "auto"
     if train_on == "auto" and (gpu or (lambda: has_gpu(env)))():
@@ -267,14 +260,13 @@ def make_plan(recipe: Recipe, env: Mapping[str, str], gpu: Callable[[], bool] | 
 
 
 def probe_attention(plan: Plan) -> None:
-    """The plan's attention asked of this machine (imports torch): overlays and exports again."""
     plan.device_overrides.clear()
     plan.exports.clear()
     _device(plan, True)
 
 
 def _device(plan: Plan, probe: bool) -> None:
-    """The attention and device overlays, the plugins verl loads, the environment it needs."""
+    """The attention and device overlays, the plugins verl loads, their environment."""
     env, exports, on_cpu = plan.env, plan.exports, plan.train_on == "cpu"
     suffix = "" if plan.trainer == "ppo" else "_sft"
     exports["ATTENTION"] = plan.values.get("ATTENTION", "auto")
@@ -321,14 +313,12 @@ def _device(plan: Plan, probe: bool) -> None:
 
 
 def ray_env_overrides(variables: Mapping[str, str]) -> list[str]:
-    """On a Ray cluster started by hand (RAY_ADDRESS), verl runs in workers of `ray start`, not
-    under the launcher: the job's runtime environment hands them these."""
+    """What verl's workers on a Ray cluster started by hand get through the job."""
     key = "+ray_kwargs.ray_init.runtime_env.env_vars"
     return [f"{key}.{name}={hydra_quote(value)}" for name, value in variables.items() if value]
 
 
 def _knob_overrides(plan: Plan) -> None:
-    """Every knob onto its verl key(s); which knob set each key goes to the launch record."""
     for knob in KNOBS:
         value = plan.values.get(knob.name)
         for key in knob.keys(plan.trainer) if value is not None else ():
@@ -343,15 +333,13 @@ def _knob_overrides(plan: Plan) -> None:
 
 def recipe_plan(recipe_file: Path, env: Mapping[str, str], gpu: bool = False,
                 user: Sequence[str] = ()) -> Plan:  # fmt: skip
-    """The plan a recipe file makes in ``env``, ``gpu`` saying whether there is one, attention
-    not probed (tests and the per-card table)."""
+    """The plan of a recipe file, attention not probed (tests, the per-card table)."""
     recipe, _ = parse_recipe(recipe_arguments(recipe_file))
     return make_plan(recipe, env, gpu=lambda: gpu, probe=False, user=user)
 
 
 def bare_overrides(config_name: str, env: Mapping[str, str], trainer: str = "ppo",
                    cwd: Path | None = None) -> list[str]:  # fmt: skip
-    """The override list of a recipe with no settings of its own over ``config_name``, relative
-    paths taken from ``cwd`` (the preflight's tests)."""
+    """The overrides of a bare recipe over ``config_name`` (the preflight's tests)."""
     with contextlib.chdir(cwd or os.getcwd()):
         return make_plan(Recipe("preflight", config_name, trainer), env).all_overrides([])

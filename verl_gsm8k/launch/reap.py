@@ -1,8 +1,6 @@
-"""Nothing of a launch outlives it: every process verl starts carries GSM8K_LAUNCH_ID and
-GSM8K_LAUNCH_RUN_DIR (common/launch_env.py), also re-parented or out of the launcher's group;
-Ray's retitled workers, whose environment /proc may not show, are in the session of verl's
-driver (RUN_DIR/.launch.session). This user's processes on this machine only: never a Ray
-cluster a launch attaches to.
+"""Nothing of a launch outlives it: its processes are found by GSM8K_LAUNCH_ID and
+GSM8K_LAUNCH_RUN_DIR in their environment, or by the session of verl's driver
+(RUN_DIR/.launch.session); this user's, on this machine, never an attached Ray cluster's.
 
     python -m verl_gsm8k.launch.reap stop --run-dir DIR      # every launch into DIR
     python -m verl_gsm8k.launch.reap stop --slurm-ray JOB    # Slurm job JOB's Ray, here
@@ -39,7 +37,6 @@ class Proc:
 
 
 def read_session(run_dir: str, launch: str | None = None) -> Sessions:
-    """The session RUN_DIR/.launch.session names (launch/supervise.py), if ``launch``'s."""
     try:
         sid, owner = session_path(Path(run_dir)).read_text(encoding="utf-8").split()[:2]
         return {int(sid): (owner, run_dir)} if launch in (None, owner) else {}
@@ -48,7 +45,7 @@ def read_session(run_dir: str, launch: str | None = None) -> Sessions:
 
 
 def launch_processes(match: Callable[[Proc], bool], sessions: Sessions | None = None) -> list[Proc]:
-    """This user's live processes of a launch (by environment or session) that ``match``."""
+    """This user's live processes of a launch (by environment or session)."""
     mine, found = procs.session_of(0), []
     for process in procs.ours():
         pid = process.pid
@@ -83,7 +80,6 @@ def describe(found: Sequence[Proc]) -> str:
 
 
 def _finder(match: Callable[[Proc], bool], sessions: Sessions):
-    """A pid lister for procs.stop, and the Procs it saw."""
     seen: dict[int, Proc] = {}
 
     def find() -> list[int]:
@@ -98,8 +94,7 @@ def stop(
     match: Callable[[Proc], bool], sessions: Sessions, what: str, outlived: str = "verl",
     settle_s: float = 3.0, grace_s: float = 10.0,
 ) -> int:  # fmt: skip
-    """``settle_s`` for them to end (Ray's shutdown is under way when verl exits), then
-    procs.stop; one line saying what had to be stopped; 1 when some could not be."""
+    """After ``settle_s``, procs.stop; one line on what was stopped; 1 if some are left."""
     find, seen = _finder(match, sessions)
     pids, killed = procs.stop(find, grace_s) if procs.wait_gone(find, settle_s) else (set(), ())
     stopped = [seen[pid] for pid in sorted(pids)]
@@ -116,14 +111,12 @@ def stop(
 
 
 def stop_launch(launch: str, run_dir: str) -> int:
-    """After verl has ended: every process of launch ``launch`` still there."""
     return stop(of_launch(launch), read_session(run_dir, launch), f"launch {launch}")
 
 
 def check_run_dir(run_dir: str, wait_s: float, but: str = "") -> int:
-    """0 when no process of an earlier launch into ``run_dir`` runs (they hold no lock, and could
-    still write checkpoints); else 2, in one line, after waiting ``wait_s``. Those of a launch
-    whose launcher has ended (a SIGKILL of it) are stopped at once, in one line."""
+    """0 when no process of an earlier launch into ``run_dir`` runs after ``wait_s``,
+    else 2 in one line; those whose launcher has ended are stopped at once."""
     sessions, match = read_session(run_dir), of_run_dir(run_dir, but)
     for launch in sorted({p.launch for p in launch_processes(match, sessions)}):
         if launcher_ended(launch):
@@ -144,16 +137,14 @@ def check_run_dir(run_dir: str, wait_s: float, but: str = "") -> int:
 
 
 def slurm_ray_groups(job: str) -> set[int]:
-    """Slurm job ``job``'s Ray here: the groups its `ray start`s lead (marked ENV_RAY_OF_JOB;
-    slurmstepd makes each task a group leader, and Ray's processes stay in it)."""
+    """The process groups the `ray start`s of Slurm job ``job`` lead here."""
     marked = {p.pid: procs.environ(p.pid, (ENV_RAY_OF_JOB,)) or {} for p in procs.ours()}
     return {pid for pid, env in marked.items() if env.get(ENV_RAY_OF_JOB) == job
             and procs.group_of(pid) == pid}  # fmt: skip
 
 
 def stop_slurm_ray(job: str, seconds: float = 10.0) -> int:
-    """SIGKILL (SIGTERM is blocked there) to ``job``'s Ray here, rescanning ``seconds`` (a
-    raylet may still start a worker), never another Ray; one line; 1 when some are left."""
+    """SIGKILL (SIGTERM is blocked) to ``job``'s Ray here, rescanning ``seconds``."""
     groups, names = slurm_ray_groups(job), {}
 
     def find() -> list[int]:
@@ -171,8 +162,7 @@ def stop_slurm_ray(job: str, seconds: float = 10.0) -> int:
 
 
 def exec_blocked(argv: Sequence[str]) -> None:
-    """Become ``argv`` with SIGTERM blocked (inherited by all it starts), in a session of its
-    own unless it leads a process group (slurmstepd's tasks)."""
+    """Become ``argv`` with SIGTERM blocked, in a session of its own if it can."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     with contextlib.suppress(OSError):
         os.setsid()

@@ -1,6 +1,5 @@
-"""SAVE_EVERY_MIN: the trainer also saves the first step past that many minutes since its last
-save, what bounds the steps a SIGKILL loses. ``auto``: from the run's slowest save measured
-(timings.json) so that time saves take at most 3 % of the run; 20 min before any."""
+"""SAVE_EVERY_MIN: a time save after the first step past that many minutes; ``auto`` keeps
+time saves under 3 % of the run from the slowest save measured (20 min before any)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ SHARE, FIRST_MIN, MIN_MIN = 0.03, 20.0, 1.0
 
 
 def choose(run_dir: Path, value: str) -> tuple[float, str]:
-    """(minutes between time saves, 0 for none; the line to say) for SAVE_EVERY_MIN=value."""
     save = Timings.read(run_dir).save_s if value == "auto" else None
     if value != "auto":
         minutes, why = float(value), "SAVE_EVERY_MIN"

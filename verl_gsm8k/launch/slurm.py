@@ -1,5 +1,4 @@
-"""What the launcher asks of the Slurm job it runs in (its end, KillWait, what stopped it) and,
-after a stop that saved, its requeue (docs/slurm.md, "Time limits")."""
+"""The Slurm job the launcher runs in: its end, KillWait, what stopped it, the requeue."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ def _run(argv: list[str]) -> str:
 
 
 def job_end(env: Mapping[str, str], run: Run = _run) -> int | None:
-    """The job's end (epoch s): SLURM_JOB_END_TIME (Slurm 23.02+), else squeue's %e, which a
-    preemption's GraceTime or `scontrol update TimeLimit` move; None without a limit."""
+    """The job's end (epoch s): SLURM_JOB_END_TIME, else squeue's %e; None without one."""
     job, given = env.get("SLURM_JOB_ID"), env.get("SLURM_JOB_END_TIME", "")
     if not job:
         return None
@@ -42,14 +40,12 @@ def job_fields(job: str, run: Run = _run) -> dict[str, str]:
 
 
 def kill_wait(run: Run = _run) -> int | None:
-    """KillWait: from Slurm's SIGTERM to a job it ends early to its SIGKILL."""
     found = re.search(r"^KillWait\s*=\s*(\d+)", run(["scontrol", "show", "config"]), re.M)
     return int(found.group(1)) if found else None
 
 
 def ended_by_slurm(env: Mapping[str, str], run: Run = _run) -> str | None:
-    """What Slurm does to the job: "requeue" (its restart count went up: a preemption,
-    `scontrol requeue`), "cancel" (scancel), or None (it runs on: the time limit's signal)."""
+    """ "requeue" (its restart count went up), "cancel" (scancel), or None."""
     job = env.get("SLURM_JOB_ID")
     if not job:
         return None
@@ -61,8 +57,7 @@ def ended_by_slurm(env: Mapping[str, str], run: Run = _run) -> str | None:
 
 
 def kill_wait_line(env: Mapping[str, str], needs: float | None, run: Run = _run) -> str | None:
-    """Whether a stop measured here fits in what a requeue or preemption leaves between its
-    SIGTERM to every process and its SIGKILL; None outside a job or when Slurm does not say."""
+    """Whether a stop measured here fits in KillWait; None outside a job."""
     job = env.get("SLURM_JOB_ID")
     wait = kill_wait(run) if job else None
     if wait is None:
@@ -85,9 +80,8 @@ def kill_wait_line(env: Mapping[str, str], needs: float | None, run: Run = _run)
 def requeue_if_stopped(
     status: int, stamp: str, run_dir: Path, env: Mapping[str, str], say, run: Run = _run
 ) -> None:
-    """In a job of slurm/one_node.sbatch (SLURM_REQUEUE_ON_STOP=1): a launch that stopped (5)
-    after saving a step requeues its job, so that it resumes until the run ends; what Slurm did
-    itself (a requeue, scancel) is said instead."""
+    """SLURM_REQUEUE_ON_STOP=1: a launch that stopped (5) after saving a step
+    requeues its job; what Slurm did itself (a requeue, scancel) is said instead."""
     job = env.get("SLURM_JOB_ID")
     if status != 5 or env.get("SLURM_REQUEUE_ON_STOP") != "1" or not job:
         return

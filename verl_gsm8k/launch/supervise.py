@@ -1,11 +1,6 @@
-"""verl started and watched: its output copied to the console log, SIGTERM a stop request
-(guard/stop.py), a request's deadline kept, Ctrl-C a stop now, what outlives verl reaped.
-
-verl starts with SIGTERM blocked, a mask every process it starts inherits, so a SIGTERM to every
-process of a job leaves them saving (vLLM's engines: verl_plugins/vllm_sigterm.py). PPO's driver
-gets a session of its own (launch/reap.py finds Ray's retitled workers by it); SFT's torchrun
-stays in the launcher's group, SIGINT ignored. Past the deadline, or on Ctrl-C, every process of
-verl is stopped (common/procs.py), 143. A SIGKILL of the launcher ends verl too.
+"""verl started and watched: its output teed to the console log, SIGTERM a stop request
+(guard/stop.py) with a deadline, Ctrl-C a stop now, what outlives verl reaped. verl starts with
+SIGTERM blocked (inherited), so a SIGTERM to every process of a job leaves them saving.
 """
 
 from __future__ import annotations
@@ -33,8 +28,7 @@ KILL_WAIT_S = 10  # from SIGTERM to SIGKILL for a process of verl's that does no
 def start(
     argv: list[str], env: Mapping[str, str], run_dir: Path, launch_id: str, ppo: bool
 ) -> subprocess.Popen:
-    """verl, its output piped, SIGTERM blocked, SIGKILLed when the launcher dies (the run
-    directory's lock is the launcher's alone: free at once); PPO's session in the run dir."""
+    """verl, output piped, SIGTERM blocked, killed with the launcher; PPO in a session."""
     dies = dies_with_this_process(signal.SIGKILL)
 
     def preexec() -> None:
@@ -81,9 +75,8 @@ class Supervisor:
         self.signalled = self.kill_now = False
 
     def request_stop(self, *_: object) -> None:
-        """SIGTERM: the trainer saves the step in flight and stops. Unless STOP_GRACE_S is the
-        user's, in a Slurm job the grace runs to 5 s before its end (read now: a preemption's
-        GraceTime moves it), or before Slurm's SIGKILL KillWait after its requeue or scancel."""
+        """SIGTERM: the trainer saves the step in flight and stops, by
+        STOP_GRACE_S or, in a Slurm job, 5 s before its end or before Slurm's SIGKILL (KillWait)."""
         if self.signalled:  # its deadline wins over one a process of verl's wrote first
             return
         self.signalled, now = True, time.time()

@@ -1,7 +1,5 @@
-"""What each RL algorithm needs from a verl 0.9.1 config, one line each naming the key
-(docs/algorithms.md): an error where verl fails, or trains something else than the algorithm's
-name says; a warning, "verl allows this" and what verl then does, where verl runs it as written.
-"""
+"""What each RL algorithm needs from a verl 0.9.1 config (docs/algorithms.md): an error where
+verl fails or trains something else; a warning, "verl allows this", where it runs as written."""
 
 from __future__ import annotations
 
@@ -46,8 +44,7 @@ def _get(cfg: Any, dotted: str, default: Any = None) -> Any:
 
 
 def algorithm_problems(cfg: Any, reward_keys: set[str] | None = None) -> list[str]:
-    """Combinations verl refuses or that train something else; ``reward_keys``: the reward
-    result's keys (None: unknown)."""
+    """Combinations verl refuses or that train something else."""
     actor, est = cfg.actor_rollout_ref.actor, str(cfg.algorithm.adv_estimator)
     n, critic = int(cfg.actor_rollout_ref.rollout.n), _get(cfg, "critic.enable")
     found = []
@@ -164,8 +161,7 @@ def algorithm_warnings(cfg: Any) -> list[str]:
 
 
 def unused_kl_warnings(cfg: Any, chosen: Mapping[str, str]) -> list[str]:
-    """A KL coefficient the user chose (``chosen``: verl key -> the knob or key=value that set
-    it) where the config charges no KL."""
+    """A KL coefficient the user chose where the config charges no KL."""
     if cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss:
         return []
     given = sorted({chosen[key] for key in KL_COEF_KEYS if key in chosen})

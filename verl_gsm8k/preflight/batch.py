@@ -1,5 +1,4 @@
-"""Whether a step's batch splits into mini-batches as verl asserts (both multiplied by rollout.n
-first, which changes nothing): the knob check and the preflight ask the same question."""
+"""Whether a batch splits into mini-batches as verl asserts (knobs and preflight)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ def batch_split_problem(
     batch_name: str = "TRAIN_BATCH_SIZE",
     mini_name: str = "PPO_MINI_BATCH_SIZE",
 ) -> str | None:
-    """Why a batch of ``batch`` prompts does not split into mini-batches of ``mini``, or None."""
     if mini > batch:
         return f"{mini_name}={mini} is larger than {batch_name}={batch}"
     if batch % mini:

@@ -1,7 +1,5 @@
-"""TOKEN_BUDGET=auto: where a recipe's micro-batch token budgets would pass 90 % of the card in
-some phase (memory.py), every budget key set to the largest power of two below the recipe's
-budget under which every phase fits. The launcher hands the preflight a file for its overrides
-(``fit_budget``) unless the user's own overrides set a budget key."""
+"""TOKEN_BUDGET=auto: where the recipe's token budgets pass 90 % of the card in some phase,
+every budget key set to the largest power of two under the recipe's at which every phase fits."""
 
 from __future__ import annotations
 
@@ -39,8 +37,7 @@ def heaviest(phases: list[Phase], card: float) -> tuple[float, str]:
 
 
 def fitting_budget(cfg: Any, hf_configs: dict[str, Any], card: float) -> int | None:
-    """The largest budget, halving the recipe's down to SMALLEST_BUDGET, under which every phase
-    fits below 90 % of ``card``; None when none does."""
+    """The largest halving of the recipe's budget under 90 % of ``card``, or None."""
     budget = int(cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu) // 2
     while budget >= SMALLEST_BUDGET:
         phases = estimate_phases(with_budget(cfg, budget), hf_configs)
@@ -51,9 +48,7 @@ def fitting_budget(cfg: Any, hf_configs: dict[str, Any], card: float) -> int | N
 
 
 def choose(cfg: Any, hf_configs: dict[str, Any], card: float, out: Path, report: Any) -> Any:
-    """Where the recipe's budgets pass 90 % of ``card`` and a smaller one fits, say so, write its
-    overrides to ``out`` and return ``cfg`` at it; otherwise ``out`` empty and ``cfg`` as it is
-    (the memory lines then say what does not fit)."""
+    """Write the fitting budget's overrides to ``out`` (or nothing); ``cfg`` at it."""
     write_atomic(out, "")
     if not cfg.actor_rollout_ref.actor.get("use_dynamic_bsz", False):
         return cfg  # micro-batches counted in sequences: the budgets do not apply

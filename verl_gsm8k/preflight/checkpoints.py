@@ -1,6 +1,5 @@
-"""Where a run writes: its directory can be made, its checkpoints are saved in a form a resume
-finds, and the disk holds the ones it keeps (each trained role's fp32 weights and Adam's two
-moments, as measured on this repository's CPU runs)."""
+"""Where a run writes: its directory can be made, a resume finds its checkpoints, and the
+disk holds the ones it keeps."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ WEIGHT_BYTES, ADAM_BYTES = 4, 8
 
 
 def check_run_dir(cfg: Any, report: Report) -> Path | None:
-    """trainer.default_local_dir (RUNS_ROOT/EXPERIMENT_NAME) can be made: each name fits the
-    filesystem and its nearest existing folder, which is returned, is a directory one may write."""
+    """The run directory can be made; the nearest existing folder, or None."""
     parent = Path(str(cfg.trainer.default_local_dir))
     try:
         while not parent.exists():
@@ -37,8 +35,7 @@ def check_run_dir(cfg: Any, report: Report) -> Path | None:
 
 
 def check_async_save(cfg: Any, report: Report) -> None:
-    """verl 0.9.1 saves asynchronously only under Megatron; with FSDP the v1 trainer then skips
-    its tracker (trainer_base.py ~1012), so a relaunch would not find the checkpoint."""
+    """With FSDP an async save makes the v1 trainer skip its tracker."""
     for role, block in (("actor", cfg.actor_rollout_ref.actor), ("critic", cfg.critic)):
         strategy = str(block.get("strategy", "fsdp"))
         if (block.get("checkpoint") or {}).get("async_save", False) and strategy.startswith("fsdp"):
@@ -60,8 +57,7 @@ def checkpoint_bytes(cfg: Any, hf_configs: dict[str, Any]) -> int:
 
 
 def kept_checkpoints(cfg: Any) -> int | None:
-    """Step directories the run holds at most (None: unbounded). The recipes' guarded trainer
-    prunes after each save, so it holds one more for a moment, and the kept best beside them."""
+    """Step directories the run holds at most (None: unbounded)."""
     v1 = cfg.trainer.get("v1") or {}
     guarded = cfg.trainer.get("use_v1", True) and v1.get("trainer_mode") == "gsm8k"
     best = int(bool(guarded and (cfg.get("gsm8k_guard") or {}).get("keep_best", False)))

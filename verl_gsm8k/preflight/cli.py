@@ -84,7 +84,7 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.Max
 
 
 def check_legacy_keys(overrides: list[str], report: Report) -> bool:
-    """Keys wrong whichever trainer runs (before composing: some stop it); True if none."""
+    """Keys wrong whichever trainer runs; True if none."""
     keys = [split_override(o)[0] for o in overrides]
     problems = legacy_key_problems(keys, LEGACY_KEYS)
     if CLIP in keys and not {f"{CLIP}_low", f"{CLIP}_high"} & set(keys):
@@ -99,7 +99,6 @@ def check_legacy_keys(overrides: list[str], report: Report) -> bool:
 
 
 def check_trainer_keys(cfg: Any, overrides: list[str], report: Report, clean: bool) -> None:
-    """The keys the trainer that runs (trainer.use_v1) ignores, then the keys' verdict."""
     keys, trainer = [split_override(o)[0] for o in overrides], "v1 trainer"
     if not cfg.trainer.get("use_v1", True):
         trainer = "legacy trainer (trainer.use_v1=false)"
@@ -116,7 +115,7 @@ def check_trainer_keys(cfg: Any, overrides: list[str], report: Report, clean: bo
 
 
 def check_config(config_dir: Path, config_name: str, overrides: list[str], report: Report):
-    """Compose and validate with verl's own code; the config, or None (nothing to check on)."""
+    """Compose and validate with verl's own code; the config, or None."""
     cfg = compose_checked(config_dir, config_name, overrides, report)
     if cfg is None:
         return None
@@ -155,8 +154,7 @@ def check_config(config_dir: Path, config_name: str, overrides: list[str], repor
 
 
 def vllm_lora_checked(cfg: Any, report: Report) -> Any:
-    """The LoRA rank and load format vLLM needs; without vLLM (validate_config would import it
-    to check the rank), a copy of ``cfg`` without the rank for validate_config."""
+    """The LoRA rank and load format vLLM needs; without vLLM, ``cfg`` rankless."""
     import importlib.util
 
     from omegaconf import OmegaConf
@@ -177,7 +175,6 @@ def vllm_lora_checked(cfg: Any, report: Report) -> Any:
 
 
 def check_trainer(cfg: Any, report: Report) -> None:
-    """The recipes' trainer (trainer.v1.trainer_mode=gsm8k) is registered, and what it traces."""
     block = cfg.get("gsm8k_trace") or {}
     samples = int(block.get("samples", 0) or 0)
     mode = str(cfg.trainer.get("v1", {}).get("trainer_mode", "sync"))
@@ -206,7 +203,7 @@ def check_trainer(cfg: Any, report: Report) -> None:
 
 
 def check_models(cfg: Any, report: Report) -> tuple[Any, dict[str, Any]] | None:
-    """verl loads each model's config and tokenizer: (the first tokenizer, {role: HF config})."""
+    """(the first tokenizer, {role: HF config}) as verl loads them."""
     from verl.trainer.ppo.utils import need_critic
 
     need = cfg.data.max_prompt_length + cfg.data.max_response_length
@@ -227,8 +224,7 @@ def check_models(cfg: Any, report: Report) -> tuple[Any, dict[str, Any]] | None:
 
 
 def check_gpus(cfg: Any, hf_configs: dict | None, report: Report, fit_budget: Any = None) -> None:
-    """The GPUs the run gets (a Ray cluster's with RAY_ADDRESS), then each phase's memory on
-    this node's card, at the budget that fits it with ``fit_budget`` (budget.py)."""
+    """The GPUs the run gets, then each phase's memory at the budget that fits."""
     if os.environ.get("RAY_ADDRESS"):
         check_ray_cluster(cfg, os.environ["RAY_ADDRESS"], report)
         card = (visible_gpus() or [("", None)])[0][1]
@@ -241,7 +237,7 @@ def check_gpus(cfg: Any, hf_configs: dict | None, report: Report, fit_budget: An
 
 
 def check_ray_cluster(cfg: Any, address: str, report: Report) -> None:
-    """verl packs each node's workers onto one node (STRICT_PACK): nnodes nodes with enough."""
+    """verl packs each node's workers onto one node: nnodes nodes with enough."""
     nodes, why = ray_cluster_gpus(address)
     if nodes is None:
         report.warn("gpu", f"the Ray cluster at RAY_ADDRESS={address} did not answer ({why}): "
@@ -263,7 +259,6 @@ def check_ray_cluster(cfg: Any, address: str, report: Report) -> None:
 
 def run(config_name: str, config_dir: Path, overrides: list[str], fit_budget: Path | None = None,
         chosen: Mapping[str, str] | None = None) -> Report:  # fmt: skip
-    """The PPO checks in order (``chosen``, ``fit_budget``: as preflight()'s)."""
     report = Report()
     clean = check_legacy_keys(overrides, report)
     offline_if_hub_unreachable()  # before verl imports huggingface_hub, which reads it once
@@ -291,9 +286,7 @@ def preflight(trainer: str, config_name: str, overrides: list[str],
               config_dir: Path = DEFAULT_CONFIG_DIR, dump: Path | None = None,
               fit_budget: Path | None = None,
               chosen: Mapping[str, str] | None = None) -> int:  # fmt: skip
-    """A launch's preflight: its lines, then passed (0) or FAILED (1). ``chosen``: verl key -> the
-    knob or key=value that set it (warned where it does nothing); ``fit_budget``: a file for
-    TOKEN_BUDGET=auto's overrides; ``dump``: a file for the composed config, as JSON."""
+    """A launch's preflight: its lines, then passed (0) or FAILED (1)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     start = time.monotonic()
     if trainer == "sft":

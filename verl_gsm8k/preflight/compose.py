@@ -1,6 +1,5 @@
-"""Overrides and the composed config: split an override, find legacy keys, compose against the
-installed verl config, and say in one line why composing failed (an unknown key with the closest
-valid ones, or the override Hydra cannot parse)."""
+"""Overrides and the composed config: split, legacy keys, compose against the installed
+verl, and one line on why composing failed."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ def split_override(override: str) -> tuple[str, str]:
 
 def legacy_key_problems(keys: list[str], table: LegacyKeys, cfg: Any = None,
                         kind: str = "a legacy key") -> list[str]:  # fmt: skip
-    """One line per key the table lists, with the key to use; given the composed ``cfg``, a key
-    it lacks is named with Hydra's ``+``, so that it composes as printed."""
+    """One line per key the table lists, with the key to use (``+`` if new)."""
     from omegaconf import OmegaConf
 
     problems, absent = [], object()
@@ -45,8 +43,7 @@ def legacy_key_problems(keys: list[str], table: LegacyKeys, cfg: Any = None,
 
 
 def compose(config_dir: Path, config_name: str, overrides: list[str]) -> Any:
-    """A copy of the config verl composes from ``config_dir/config_name`` and the overrides, with
-    the installed verl's configs found without importing verl (seconds of a launch)."""
+    """A copy of the config verl composes, its configs found without importing verl."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -90,7 +87,6 @@ def compose_error(exc: Exception, config_dir: Path, config_name: str) -> str:
 
 
 def compose_checked(config_dir: Path, config_name: str, overrides: list[str], report: Report):
-    """The composed config, or None after the config check's error line."""
     try:
         return compose(config_dir, config_name, overrides)
     except Exception as exc:  # Hydra raises several types; all mean "does not compose"

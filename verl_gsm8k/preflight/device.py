@@ -1,5 +1,4 @@
-"""How a composed config runs on this machine: the device, the attention path, the LoRA layouts
-verl 0.9.1 cannot train, and the GPUs (nvidia-smi's, or a Ray cluster's)."""
+"""How a composed config runs here: the device, the attention, LoRA layouts, the GPUs."""
 
 from __future__ import annotations
 
@@ -28,13 +27,12 @@ print(json.dumps([{"gpus": r.get("GPU", 0.0),
 
 
 def lora_rank(model_cfg: Any) -> int:
-    """The LoRA rank a model config asks for (lora.rank or lora_rank); 0 without LoRA."""
     rank = int(model_cfg.get("lora", {}).get("rank", 0) or 0)
     return rank if rank > 0 else int(model_cfg.get("lora_rank", 0) or 0)
 
 
 def attention(model_cfg: Any) -> str:
-    """The attention implementation verl asks transformers for (its default: flash-attn 2)."""
+    """The attention verl asks transformers for (its default: flash-attn 2)."""
     override = model_cfg.get("override_config", None) or {}
     return str(override.get("attn_implementation", None) or "flash_attention_2")
 
@@ -44,7 +42,6 @@ def _modules() -> list[str]:
 
 
 def unusable(implementation: str, choice: atn.Choice) -> str | None:
-    """Why a flash-attention implementation the config asks for cannot run here, or None."""
     if not implementation.startswith("flash_attention") or implementation == choice.implementation:
         return None
     if implementation == "flash_attention_2":
@@ -56,8 +53,7 @@ def unusable(implementation: str, choice: atn.Choice) -> str | None:
 
 def check_device(cfg: Any, use_critic: bool, report: Report, model: Any = None,
                  who: str = "actor") -> None:  # fmt: skip
-    """Where the run trains and with which attention, and why (the launch line's words), or the
-    mismatch that would fail in a worker; ``model``: the block to read (the actor's)."""
+    """Where the run trains and with which attention, or the mismatch that would fail."""
     device, want = cfg.trainer.device, os.environ.get("ATTENTION", "auto")
     if device == "cpu" and not (
         os.environ.get("VERL_PLATFORM") == "cpu" and CPU_MODULE in _modules()
@@ -89,7 +85,6 @@ def check_device(cfg: Any, use_critic: bool, report: Report, model: Any = None,
 
 
 def check_lora(cfg: Any, use_critic: bool, report: Report) -> None:
-    """The LoRA layouts that crash in verl 0.9.1, refused with the reason."""
     v1, actor = cfg.trainer.get("use_v1", True), lora_rank(cfg.actor_rollout_ref.model) > 0
     if lora_rank(cfg.critic.model) > 0 and use_critic:
         report.error("lora", "LoRA on the critic crashes in verl 0.9.1 (a LoRA model is "
@@ -100,12 +95,11 @@ def check_lora(cfg: Any, use_critic: bool, report: Report) -> None:
 
 
 def visible_gpus() -> list[tuple[str, float | None]]:
-    """(name, GiB or None) of each NVIDIA GPU nvidia-smi lists; [] without one."""
     return [(gpu.name, gpu.memory_gib) for gpu in gpus.listed()]
 
 
 def check_gpu_count(wanted: int, report: Report) -> float | None:
-    """This node's GPUs against ``wanted``; the card's GiB (None: no GPU, or not reported)."""
+    """This node's GPUs against ``wanted``; the card's GiB, or None."""
     listed = visible_gpus()
     if not listed:
         report.note("gpu", "no NVIDIA GPU visible here: GPU count not checked")
@@ -120,8 +114,7 @@ def check_gpu_count(wanted: int, report: Report) -> float | None:
 
 
 def ray_cluster_gpus(address: str) -> tuple[list[dict[str, Any]] | None, str]:
-    """The live nodes ({gpus, kind}) of the Ray cluster at ``address``, or None and why; asked in
-    a child process, so that a cluster that does not answer costs RAY_QUERY_TIMEOUT_S."""
+    """The live nodes ({gpus, kind}) of the Ray cluster, or None and why."""
     try:
         result = subprocess.run([sys.executable, "-c", _RAY_NODES, address], capture_output=True,
                                 text=True, timeout=RAY_QUERY_TIMEOUT_S)  # fmt: skip

@@ -1,6 +1,4 @@
-"""DRY_RUN=1's end: verl's own entry point with Hydra's ``--cfg job`` (the composed config),
-run as ``python -m`` runs it, in the launcher's process once the preflight has passed there
-(verl imported once)."""
+"""DRY_RUN=1's end: verl's entry point with Hydra's ``--cfg job``, in this process."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What a run reads, for both preflights: the train/val files (verl's columns, lengths, the
-steps they make) and the reward function (it scores a right answer above a wrong one)."""
+"""What a run reads: the train/val files and the reward function."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ ANSWERS = {
 
 def check_files(cfg: Any, read: Callable[[str, Path, Any], int | None], prep: str,
                 report: Report) -> dict[str, int]:  # fmt: skip
-    """Rows of each split (train, val; at most its max_samples), each file read as verl reads it
-    and its table handed to ``read(split, path, table)`` (its rows, or None after an error)."""
+    """Rows of each split, each file read as verl reads it, handed to ``read``."""
     import pyarrow.json as pj
     import pyarrow.parquet as pq
 
@@ -49,8 +47,7 @@ def check_files(cfg: Any, read: Callable[[str, Path, Any], int | None], prep: st
 
 def check_lengths(cfg: Any, tokenizer: Any, chats: list, path: Path, key: str, fate: str | None,
                   report: Report) -> None:  # fmt: skip
-    """Chats (prompts, or whole examples) longer than data.<key> tokens under the chat template:
-    ``fate`` says what becomes of them; None: the first stops training (truncation=error)."""
+    """Chats longer than data.<key> tokens; ``fate``: what becomes of them."""
     noun = "prompt" if key == "max_prompt_length" else "example"
     texts = [tokenizer.apply_chat_template(c, add_generation_prompt=noun == "prompt",
                                            tokenize=False) for c in chats]  # fmt: skip
@@ -68,8 +65,7 @@ def check_lengths(cfg: Any, tokenizer: Any, chats: list, path: Path, key: str, f
 
 
 def check_schedule(cfg: Any, rows: int, n_gpus: int, report: Report, strict: bool = False) -> None:
-    """Steps as verl's loader makes them (each GPU rows // n_gpus, whole batches); ``strict``: a
-    total_training_steps past the last epoch is an error (verl's SFT loop ends first, unsaved)."""
+    """Steps as verl's loader makes them; ``strict``: steps past the last epoch fail."""
     batch = cfg.data.train_batch_size
     per_epoch = rows // n_gpus // max(batch // n_gpus, 1)
     epochs, wanted = cfg.trainer.total_epochs, cfg.trainer.total_training_steps
@@ -125,8 +121,7 @@ def check_data(cfg: Any, tokenizer: Any, report: Report) -> str:
 
 
 def check_reward(cfg: Any, report: Report, prompt: str = "") -> set[str] | None:
-    """The reward, loaded by verl, must score a right answer above a wrong one in the format the
-    prompts ask for; returns its result's keys when it is a dict (DAPO's filter reads one)."""
+    """The reward scores a right answer above a wrong one; its dict's keys."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
     reward = cfg.reward.custom_reward_function

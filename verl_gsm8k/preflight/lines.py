@@ -1,5 +1,4 @@
-"""The preflight's lines: one per check result, counted, with secrets masked and control
-characters escaped (a run name or a path may carry terminal escapes)."""
+"""The preflight's lines: counted, secrets masked, control characters escaped."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""GPU memory per phase of a PPO step: each model's states where verl 0.9.1 keeps them, and what
-each pass holds at its peak (verl/workers/engine/fsdp/transformer_impl.py, engine/base.py,
-utils/torch_functional.py). What each term counts and how it was measured: docs/gpu.md.
-
-States: a ``forward_only`` engine (the reference) and, with FSDP2, ``offload_policy`` keep them
-in host memory for good; ``param_offload``/``optimizer_offload`` park them there between phases
-only; otherwise weights and Adam moments stay on the GPU and gradients live through an update.
-vLLM holds ``gpu_memory_utilization`` of the card while it generates. CUDA contexts and
-fragmentation are not counted: the margin below the card is for them.
+"""GPU memory per phase of a PPO step: each model's states where verl 0.9.1 keeps them, and
+what each pass holds at its peak. What each term counts and how it was measured: docs/gpu.md.
 """
 
 from __future__ import annotations
@@ -29,9 +22,7 @@ VALUE_TENSORS = (3, 4)  # a critic layer's forward: intermediate-sized, hidden-s
 
 def logprob_pass(c: Any, tokens: int, compute: int, entropy: bool, rmpad: bool,
                  compiled: bool = False) -> int:  # fmt: skip
-    """Bytes of a forward pass's log-probs (no gradients): with the entropy, compiled on packed
-    rows the logits alone; eager, the logits, softmax, one fp32 temporary and autocast's fp32
-    copy of bf16 logits; without it, the logits (padded: and their concatenated copy)."""
+    """Bytes of a forward pass's log-probs and entropy (no gradients)."""
     if entropy and not (compiled and rmpad):
         per_logit = compute + 2 * FP32 + (FP32 if compute < FP32 else 0)
     else:
@@ -40,17 +31,13 @@ def logprob_pass(c: Any, tokens: int, compute: int, entropy: bool, rmpad: bool,
 
 
 def value_pass(c: Any, tokens: int, compute: int) -> int:
-    """Bytes of a critic's forward pass (no gradients): one layer's working set."""
     mlp, hidden = VALUE_TENSORS
     return tokens * (mlp * c.intermediate_size + hidden * c.hidden_size) * compute
 
 
 def update_pass(c: Any, tokens: int, compute: int, lm_head: bool, rmpad: bool,
                 flash_ce: bool | None = None) -> int:  # fmt: skip
-    """Bytes of an update's forward and the start of its backward: each layer's checkpointed
-    input and, with an LM head, the logits kept and their gradients: the logits alone with
-    flash-attn's in-place cross entropy (``flash_ce``, default ``rmpad``), else torch's
-    log-probs, 4 + 3 bytes of compute a logit for fp32 logits, 4 + 1 for bf16 ones."""
+    """Bytes of an update's forward and the start of its backward."""
     saved = tokens * c.hidden_size * (c.num_hidden_layers + HIDDEN_TENSORS) * compute
     if not lm_head:
         return saved
@@ -60,14 +47,12 @@ def update_pass(c: Any, tokens: int, compute: int, lm_head: bool, rmpad: bool,
 
 
 def embedding_backward(c: Any, grad_bytes: int, trained: bool) -> int:
-    """Bytes beyond the complete gradients: a trained tied embedding's summed gradient."""
     tied = trained and getattr(c, "tie_word_embeddings", False)
     return 2 * c.vocab_size * c.hidden_size * grad_bytes if tied else 0
 
 
 def adam_step(trained: float, largest: float, foreach: bool) -> float:
-    """Adam's step temporaries: CUDA's multi-tensor step keeps sqrt(exp_avg_sq) of every trained
-    parameter, the CPU's single-tensor step two of the largest."""
+    """Adam's step temporaries: CUDA's foreach step, or the CPU's per tensor."""
     return trained if foreach else 2 * largest
 
 
@@ -78,7 +63,6 @@ def dtype_bytes(name: str | None, default: int) -> int:
 
 
 def lora_parameters(c: Any, rank: int, target_modules: Any) -> int:
-    """Adapter parameters PEFT adds: rank x (in + out) per targeted linear layer."""
     h, heads = c.hidden_size, c.num_attention_heads
     head_dim = getattr(c, "head_dim", None) or h // heads
     kv_heads = getattr(c, "num_key_value_heads", heads)
@@ -122,8 +106,7 @@ class Engine:
 
 
 def engine_of(cfg: Any, role: str, c: Any, n_gpus: int) -> Engine:
-    """The engine verl builds for ``role`` (actor, reference, critic): verl's FSDPEngineConfig of
-    the composed config, the strategy the role's, ``c`` its model's HF config."""
+    """The engine verl builds for ``role``, ``c`` its model's HF config."""
     from verl.utils.config import omega_conf_to_dataclass
 
     arr = cfg.actor_rollout_ref
@@ -176,12 +159,10 @@ def model_of(cfg: Any, role: str) -> Any:
 
 
 def remove_padding(cfg: Any, role: str) -> bool:
-    """Whether ``role`` runs packed rows (padding removal) rather than padded micro-batches."""
     return bool(model_of(cfg, role).get("use_remove_padding", False))
 
 
 def micro_batch_tokens(cfg: Any, role: str, update: bool, n_gpus: int) -> int:
-    """Tokens of the largest micro-batch a pass computes, every response at max length."""
     arr, critic = cfg.actor_rollout_ref, cfg.critic
     seq = cfg.data.max_prompt_length + cfg.data.max_response_length
     owner = critic if role == "critic" else arr.actor
@@ -205,7 +186,6 @@ def micro_batch_tokens(cfg: Any, role: str, update: bool, n_gpus: int) -> int:
 
 def activations(cfg: Any, role: str, c: Any, update: bool, n_gpus: int, e: Engine,
                 entropy: bool) -> float:  # fmt: skip
-    """GiB a pass of ``role``'s largest micro-batch holds beyond the states."""
     tokens = micro_batch_tokens(cfg, role, update, n_gpus)
     rmpad, compute = remove_padding(cfg, role), e.compute_bytes
     if update:  # flash-attn's cross entropy: packed rows with the flash_attn package (fa2)
@@ -217,9 +197,7 @@ def activations(cfg: Any, role: str, c: Any, update: bool, n_gpus: int, e: Engin
 
 
 def update_peak(e: Engine, c: Any, lora: bool, acts: float, step: float | None = None) -> float:
-    """GiB beyond weights and Adam moments at an update's peak: its backward's activations, or
-    the complete gradients with Adam's step (``step``; CUDA's by default) or a tied embedding's
-    summed gradient."""
+    """GiB beyond weights and Adam moments at an update's peak."""
     if e.host:
         return acts
     embedding = embedding_backward(c, e.weight_bytes, e.role != "critic" and not lora) / GIB
@@ -228,8 +206,7 @@ def update_peak(e: Engine, c: Any, lora: bool, acts: float, step: float | None =
 
 
 def estimate_phases(cfg: Any, hf_configs: dict[str, Any]) -> list[Phase]:
-    """Per-GPU memory of each phase of a PPO step (``hf_configs``: role -> HF config; the
-    critic's defaults to the actor's)."""
+    """Per-GPU memory of each phase of a PPO step."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
 
     n_gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
@@ -279,7 +256,7 @@ OFFLOAD_KEYS = {"actor": "actor_rollout_ref.actor.fsdp_config", "critic": "criti
 
 
 def fixes(phase: Phase, cfg: Any) -> list[str]:
-    """Overrides that lower ``phase`` (values to choose shown as N; each composes)."""
+    """Overrides that lower ``phase`` (N: a value to choose)."""
     if phase.name == "rollout":
         roles = [what.split()[0] for what, v in phase.parts if v > 0]
         return ["actor_rollout_ref.rollout.gpu_memory_utilization=N (ROLLOUT_GPU_MEM_UTIL)"] + [
@@ -299,8 +276,7 @@ def fixes(phase: Phase, cfg: Any) -> list[str]:
 
 
 def check_memory(cfg: Any, hf_configs: dict[str, Any], card: float | None, report: Any) -> None:
-    """One line per phase; a phase above the card stops the launch, above 90 % of it warns.
-    ``card``: GiB of one GPU, None when not known here (the figures are then notes)."""
+    """One line per phase: above the card an error, above 90 % a warning."""
     for phase in estimate_phases(cfg, hf_configs):
         total = phase.gib(card or 0.0)
         if card is None:

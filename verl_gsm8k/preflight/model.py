@@ -1,6 +1,5 @@
-"""The model a launch names, for both preflights: a local directory, the Hugging Face cache, or
-the hub (probed once, quickly, so that an offline machine fails in seconds); loaded by verl's own
-HFModelConfig; its parameter count from its config."""
+"""The model a launch names: a local directory, the HF cache or the hub (probed once), loaded
+by verl's HFModelConfig."""
 
 from __future__ import annotations
 
@@ -26,14 +25,12 @@ def hub_reachable() -> tuple[bool, str]:
 
 
 def offline_if_hub_unreachable() -> None:
-    """Where the hub cannot be reached, the libraries go offline: verl's validate_config and the
-    model loaders would retry it for ~50 s (hub_reachable keeps the probe's answer)."""
+    """An unreachable hub: the libraries go offline (no ~50 s retries)."""
     if os.environ.get("HF_HUB_OFFLINE") != "1" and not hub_reachable()[0]:
         os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 
 def resolve_model(role: str, path: str, report: Report) -> str | None:
-    """A local directory verl can load from, or None (after reporting why)."""
     local = os.path.expanduser(path)
     if os.path.isdir(local):
         return local
@@ -57,8 +54,7 @@ def resolve_model(role: str, path: str, report: Report) -> str | None:
 
 
 def load_model(role: str, model_cfg: Any, local: str, need: tuple[int, str], report: Report):
-    """verl's HFModelConfig of ``model_cfg`` loaded from ``local``, with a chat template and a
-    context of at least ``need`` (tokens, and what asks for them); None after its error lines."""
+    """verl's HFModelConfig from ``local``, with a chat template and the context."""
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config import HFModelConfig
 
@@ -84,7 +80,6 @@ def load_model(role: str, model_cfg: Any, local: str, need: tuple[int, str], rep
 
 
 def count_parameters(c: Any) -> int:
-    """Parameters of a dense decoder from its config ``c`` (exact for Qwen2/Llama shapes)."""
     h, heads = c.hidden_size, c.num_attention_heads
     kv = getattr(c, "num_key_value_heads", heads)
     head_dim = getattr(c, "head_dim", None) or h // heads

@@ -1,5 +1,4 @@
-"""The preflight of a launch of verl's SFT trainer (``--trainer sft``): keys of verl's older SFT
-trainer, the config, the device, the model, the run directory, the chat data, the GPUs."""
+"""The preflight of a launch of verl's SFT trainer (``--trainer sft``)."""
 
 from __future__ import annotations
 
@@ -50,8 +49,7 @@ TRAINED_BYTES_PER_PARAM = 16  # fp32 weights 4 + fp32 gradients 4 + Adam's two m
 
 
 def check_sft_config(config_dir: Path, config_name: str, overrides: list[str], report: Report):
-    """Compose, let verl's config classes read the engine, optim and checkpoint sections, and
-    split the batch as verl does; the config, or None where nothing more can be checked."""
+    """Compose, let verl's config classes read it, split the batch as verl does."""
     from verl.utils.config import omega_conf_to_dataclass
 
     cfg = compose_checked(config_dir, config_name, overrides, report)

@@ -1,4 +1,4 @@
-"""What slurm/*.sbatch exec inside a Slurm job, as the job's batch process (docs/slurm.md):
+"""What slurm/*.sbatch exec inside a Slurm job (docs/slurm.md):
 
     python -m verl_gsm8k.sbatch one-node RECIPE [key=value ...]
     python -m verl_gsm8k.sbatch multi-node RECIPE [key=value ...]
@@ -69,8 +69,7 @@ def whole(name: str, default: str) -> int:
 
 
 def prepare(file: str, tools: Sequence[str], root: str, recipe: str) -> str:
-    """Inside a job, with Slurm's commands, in this repository, with a recipe: its path. The
-    launcher's knobs of a job: wait for the previous start's processes, requeue on a stop."""
+    """Inside a job, with Slurm's commands, in this repository: the recipe's path."""
     job = knob("SLURM_JOB_ID")
     if not job and shutil.which("sbatch") is None:
         fail(f"slurm: no Slurm here (sbatch not found): {file} runs under Slurm (docs/slurm.md);"
@@ -103,8 +102,7 @@ def say_job(what: str) -> None:
 
 
 def one_node(root: str, recipe: str, overrides: Sequence[str]) -> NoReturn:
-    """The recipe replaces this process, so `--signal=B:TERM@N` reaches its launcher. The GPUs
-    Slurm gave the node (SLURM_GPUS_ON_NODE) are its NDEVICES_PER_NODE."""
+    """exec the recipe, so that `--signal=B:TERM@N` reaches its launcher."""
     path = prepare("slurm/one_node.sbatch", ("squeue", "scontrol"), root, recipe)
     gpus, asked, said = knob("SLURM_GPUS_ON_NODE"), knob("NDEVICES_PER_NODE"), ""
     if re.fullmatch(r"[1-9][0-9]*", gpus):
@@ -124,7 +122,6 @@ def one_node(root: str, recipe: str, overrides: Sequence[str]) -> NoReturn:
 
 
 def check_shared(base: str, nodes: int) -> None:
-    """A file written in the run directory's place must be seen from every node."""
     token = Path(base, f".slurm-shared-check-{knob('SLURM_JOB_ID')}")
     try:
         token.parent.mkdir(parents=True, exist_ok=True)
@@ -146,8 +143,7 @@ def check_shared(base: str, nodes: int) -> None:
 
 
 def first_words(cmd: Sequence[str], what: str = "", check: bool = True) -> list[str]:
-    """The lines ``cmd`` prints; with ``check``, one line and exit 2 when it fails or prints
-    nothing."""
+    """The lines ``cmd`` prints; with ``check``, exit 2 when it fails or prints none."""
     try:
         done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
         status, lines = done.returncode, done.stdout.split("\n")
@@ -160,10 +156,8 @@ def first_words(cmd: Sequence[str], what: str = "", check: bool = True) -> list[
 
 
 class Job:
-    """Ray on the job's nodes, one `ray start --block` srun step a node, each with SIGTERM
-    blocked (its daemons and workers inherit it: a SIGTERM to every process of the job leaves
-    the cluster up while the trainer saves), and the recipe as its driver here, to which a
-    SIGTERM is passed on; before the recipe runs a SIGTERM ends the job."""
+    """Ray on the job's nodes (a `ray start --block` step a node, SIGTERM blocked: the cluster
+    outlives a SIGTERM to the whole job), the recipe its driver here, a SIGTERM passed on to it."""
 
     def __init__(self, ray: str, root: str, head: str, address: str, gpus: int) -> None:
         self.ray, self.root, self.head, self.address, self.gpus = ray, root, head, address, gpus
@@ -191,7 +185,7 @@ class Job:
         self.steps.append(subprocess.Popen(["srun", "--overlap", *where, *remote], env=env))
 
     def gpus_joined(self) -> int:
-        """The GPUs Ray counts (`ray status`: " 0.0/16.0 GPU"), 0 when it does not answer."""
+        """The GPUs `ray status` counts, 0 when it does not answer."""
         try:
             out = subprocess.run([self.ray, "status", "--address", self.address],
                                  capture_output=True, text=True, timeout=60).stdout  # fmt: skip
@@ -201,8 +195,7 @@ class Job:
         return int(found.group(1)) if found else 0
 
     def run(self, argv: Sequence[str]) -> int:
-        """The recipe's status (128+N for a signal N, as a shell says it); waitpid is retried
-        after the handler (PEP 475): whatever signals come meanwhile, the status is its own."""
+        """The recipe's status (128+N for a signal N), whatever signals come meanwhile."""
         self.driver = subprocess.Popen(argv)
         if self.stopping:  # the SIGTERM came while it was being started
             self._on_sigterm()
@@ -210,11 +203,8 @@ class Job:
         return 128 - status if status < 0 else status
 
     def stop(self, nodes: int) -> None:
-        """SIGKILL to this job's Ray, node by node (`reap stop --slurm-ray`, never another Ray
-        of the node): here first, which needs no srun (Slurm starts no step in a job it is
-        ending), then by srun, again every 5 s for 30 s (a step started just before may start
-        its ray later); without srun, the other nodes' raylets exit once their head is gone
-        (Ray's gcs_rpc_server_reconnect_timeout_s, 60 s) or at Slurm's SIGKILL."""
+        """SIGKILL to this job's Ray node by node (`reap stop --slurm-ray`): here first,
+        then by srun every 5 s for 30 s (a step started late may start its ray later)."""
         if not self.steps:
             return
         say("slurm: stopping Ray on the job's nodes")
@@ -239,8 +229,7 @@ class Job:
 
 
 def multi_node(root: str, recipe: str, overrides: Sequence[str]) -> int:
-    """Checks, Ray on every node, a bounded wait for every node's GPUs, then the recipe as Ray's
-    driver here (RAY_ADDRESS); Ray stopped on every node when this ends, whatever the reason."""
+    """Ray on every node, a bounded wait for its GPUs, the recipe; Ray stopped at the end."""
     path = prepare("slurm/multi_node.sbatch", ("srun", "scontrol", "squeue"), root, recipe)
     nodes = whole("SLURM_JOB_NUM_NODES", "1")
     gpus = knob("GPUS_PER_NODE") or knob("SLURM_GPUS_ON_NODE")
