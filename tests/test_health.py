@@ -25,7 +25,7 @@ from report_runs import (
 )
 
 from verl_gsm8k.analysis import parse as rp
-from verl_gsm8k.analysis.checks import health_checks
+from verl_gsm8k.analysis.checks import check_dropped_groups, dropped_groups, health_checks
 from verl_gsm8k.guard.rules import judge_run
 from verl_gsm8k.guard.thresholds import THRESHOLDS, doc_table
 from verl_gsm8k.runpage import summary as rs
@@ -220,3 +220,91 @@ def test_docs_threshold_table_is_the_dataclass() -> None:
     """docs/reading-a-ppo-run.md shows guard/thresholds.py's table as ``doc_table`` prints it."""
     text = (ROOT / "docs" / "reading-a-ppo-run.md").read_text(encoding="utf-8")
     assert doc_table() in text, "paste guard.thresholds.doc_table() into the docs' table"
+
+
+GAP = "training/rollout_probs_diff_mean"
+# Steps 1-2 of a real CPU run of verl's loop (fp32 vLLM and FSDP: docs/algorithms.md)
+_KEYS = ("training/rollout_probs_diff_max", GAP, "training/rollout_probs_diff_std",
+         "rollout_corr/kl")  # fmt: skip
+REAL_CPU_STEPS = [
+    {"training/rollout_probs_diff_valid": 1.0, "training/rollout_actor_probs_pearson_corr": 1.0,
+     "rollout_corr/k3_kl": 0.0, "rollout_corr/ppl_ratio": 1.0, "rollout_corr/chi2_token": 0.0,
+     **dict(zip(_KEYS, values, strict=True))}
+    for values in ((1.1175870895385742e-08, 4.268985442923423e-10, 6.012844666614114e-10,
+                    1.561693707685663e-08),
+                   (4.6566128730773926e-09, 3.7803188357443673e-10, 4.9762832743383e-10,
+                    -1.207482380749525e-08))
+]  # fmt: skip
+
+
+def test_rollout_gap_warns_above_verls_harmful_level_and_notes_above_normal(tmp_path) -> None:
+    findings = analyse_records(tmp_path, build_run(_from(150, **{GAP: 0.02})))[2]
+    assert checks_fired(findings) == {"rollout_gap"}
+    hit = only(findings, "rollout_gap")
+    assert hit.severity == "warning" and hit.metric == "rollout_probs_diff_mean"
+    assert 144 <= hit.start_step <= 151 and hit.end_step == 200
+    assert hit.evidence["bar"] == THRESHOLDS.mismatch_mean_harmful == 0.01
+    assert "algorithm.rollout_correction.rollout_is=token" in hit.message
+    assert "docs/algo/rollout_corr.md" in hit.message and "0.02 > 0.01" in hit.message
+    findings = analyse_records(tmp_path / "n", build_run(_from(100, **{GAP: 0.007})))[2]
+    assert checks_fired(findings) == set()
+    hit = only(findings, "rollout_gap")
+    assert hit.severity == "note" and hit.evidence["bar"] == 0.005
+    on = _from(150, **{GAP: 0.02, "rollout_corr/rollout_is_mean": 0.97})
+    hit = only(analyse_records(tmp_path / "c", build_run(on))[2], "rollout_gap")
+    assert hit.evidence["correction_on"] is True and "rollout_is=token" not in hit.message
+    assert "the rollout correction is on" in hit.message
+
+
+def test_rollout_gap_silent_when_engines_agree_and_a_short_run_judged_whole(tmp_path) -> None:
+    records = [{"step": i + 1, "data": d} for i, d in enumerate(REAL_CPU_STEPS)]
+    assert "rollout_gap" not in {f.check for f in analyse_records(tmp_path, records)[2]}
+    records = [{"step": i + 1, "data": {**d, GAP: 0.03}} for i, d in enumerate(REAL_CPU_STEPS)]
+    hit = only(analyse_records(tmp_path / "s", records)[2], "rollout_gap")
+    assert (hit.severity, hit.start_step, hit.end_step) == ("warning", 1, 2)
+
+
+EVICTED = "training/filter_groups/evicted_samples"
+SURPLUS = "training/filter_groups/discarded_surplus_samples"
+# Steps 1-20 of the CPU DAPO run (learn_tiny.sh ALGO=dapo, seed 0, 16 prompts a step;
+# docs/algorithms.md): groups dropped for no signal, surplus (None: not logged), step seconds.
+REAL_DAPO = [
+    (25, 7, 20.1), (12, 2, 10.6), (11, 1, 6.9), (4, None, 6.5), (10, None, 8.6), (26, 7, 15.8),
+    (16, None, 11.2), (34, None, 20.2), (27, 7, 16.9), (49, 1, 19.4), (63, 1, 23.2), (63, 6, 25.0),
+    (84, 3, 27.6), (68, 3, 25.4), (86, None, 28.8), (111, 3, 35.4), (69, 1, 24.1), (97, None, 32.7),
+    (129, 1, 37.4), (81, None, 25.8),
+]  # fmt: skip
+
+
+def dapo_records(counts=REAL_DAPO) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = [{"step": 0, "data": {VAL_KEY: 0.5}}]
+    for step, (evicted, surplus, seconds) in enumerate(counts, start=1):
+        data = {"timing_s/step": seconds, EVICTED: float(evicted)}
+        records.append(
+            {"step": step, "data": data | ({} if surplus is None else {SURPLUS: surplus})}
+        )
+    return records
+
+
+def test_dapo_dropping_most_of_its_generation_warns_and_nothing_else_does(tmp_path) -> None:
+    """The real DAPO run's second half, the batch size from its launch record."""
+    (tmp_path / "run" / "launches").mkdir(parents=True)
+    (tmp_path / "run" / "launches" / "launch-20260101T000000Z.yaml").write_text(
+        "config:\n  data:\n    train_batch_size: 16\n")  # fmt: skip
+    hit = only(analyse_records(tmp_path, dapo_records())[2], "dropped_groups")
+    assert hit.severity == "warning" and (hit.start_step, hit.end_step) == (11, 20), str(hit)
+    assert hit.evidence["peak_share"] == pytest.approx(0.85, abs=0.01)
+    assert "130 groups for 16 kept at step 19" in hit.message
+    assert "max_num_gen_batches" in hit.message and "docs/algorithms.md" in hit.message
+
+    def dropped(records: list[dict[str, Any]], batch: int | None = 16) -> list[Any]:
+        data = rp.RunData(config={"train_batch_size": batch} if batch else {})
+        for record in records:
+            data.merge(record["step"], record["data"])
+        return check_dropped_groups(data, THRESHOLDS)
+
+    assert dropped(dapo_records(REAL_DAPO[:10])) == []
+    assert dropped([{"step": s, "data": {"timing_s/step": 5.0}} for s in range(1, 21)]) == []
+    assert dropped(dapo_records(), batch=None) == []  # the share is not guessed
+    assert dropped_groups({EVICTED: 12.0, SURPLUS: 2.0, "timing_s/step": 9.0}) == 14.0
+    assert dropped_groups({"timing_s/step": 9.0}) == 0.0
