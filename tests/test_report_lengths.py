@@ -1,7 +1,5 @@
-"""The report's share of responses cut at the length limit (analysis/parse.py: from
-response_length/max and the run's data.max_response_length; verl's response_length/clip_ratio is
-the share as long as the batch's longest, docs/reading-a-ppo-run.md), and axis labels that tell
-close values apart."""
+"""The share of responses cut at the length limit (from response_length/max and the run's
+data.max_response_length), and axis labels that tell close values apart."""
 
 from __future__ import annotations
 
@@ -15,15 +13,12 @@ from report_runs import build_run, parse_svgs, write_jsonl
 from verl_gsm8k.common import launch_record
 from verl_gsm8k.report import cli as report
 from verl_gsm8k.runpage import summary as rs
-from verl_gsm8k.svgplot.chart import tick_labels
-
-LIMIT = 24
+from verl_gsm8k.svgplot.chart import Axes, nice_ticks, tick_labels
 
 
 def run_dir(tmp_path: Path, lengths: dict[int, tuple[float, float]], limit: int | None) -> Path:
-    """A run directory: build_run's metrics with each step's (response_length/max, clip_ratio)
-    as verl logs them, and (unless ``limit`` is None) a launch record whose resolved config
-    has data.max_response_length = ``limit``, written by the launcher's own writer."""
+    """build_run's metrics with each step's (response_length/max, clip_ratio), and a launch
+    record with data.max_response_length = ``limit`` (none when None)."""
 
     def lengths_of(step: int, data: dict[str, Any]) -> None:
         longest, ratio = lengths.get(step, (12.0, 1.0))
@@ -39,54 +34,37 @@ def run_dir(tmp_path: Path, lengths: dict[int, tuple[float, float]], limit: int 
     return run
 
 
-def test_responses_all_below_the_limit_are_not_cut(tmp_path: Path) -> None:
-    """Every response 12 tokens, the limit 24: verl logs clip_ratio 1.0 (all as long as the
-    longest); none was cut."""
-    data, canon, _, summary = rs.analyse(run_dir(tmp_path, {}, LIMIT))
-    assert data.config["max_response_length"] == LIMIT
-    assert {v for _, v in canon.series["response_length_clip_ratio"]} == {1.0}  # verl's figure
-    cut = canon.series["response_cut_share"]
-    assert len(cut) == len(canon.series["response_length_max"]) and {v for _, v in cut} == {0.0}
+def test_only_a_step_whose_longest_reached_the_limit_had_responses_cut(tmp_path: Path) -> None:
+    """verl's clip_ratio (1.0: all as long as the longest) is the share cut only where the
+    longest reached the limit (24); the page draws the cut share; the latest launch's limit."""
+    run = run_dir(tmp_path, {5: (24.0, 0.25), 6: (23.0, 0.5)}, 24)
+    data, canon, _, summary = rs.analyse(run)
+    assert data.config["max_response_length"] == 24
+    assert {v for _, v in canon.series["response_length_clip_ratio"]} == {1.0, 0.25, 0.5}
+    cut = dict(canon.series["response_cut_share"])
+    assert len(cut) == len(canon.series["response_length_max"])
+    assert cut.pop(5) == 0.25 and set(cut.values()) == {0.0}
     assert summary["metrics"]["response_cut_share"]["median"] == 0.0
     assert "data.max_response_length=24" in canon.source_keys["response_cut_share"]
-
-
-def test_a_step_that_reaches_the_limit_keeps_verls_share(tmp_path: Path) -> None:
-    """When the longest response reached the limit, the batch was padded to the limit, so
-    verl's ratio is the share cut."""
-    _, canon, _, _ = rs.analyse(run_dir(tmp_path, {5: (24.0, 0.25), 6: (23.0, 0.5)}, LIMIT))
-    cut = dict(canon.series["response_cut_share"])
-    assert cut[5] == 0.25 and cut[6] == 0.0 and cut[7] == 0.0
-
-
-def test_the_page_plots_the_cut_share_not_verls_figure(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    report.generate(run_dir(tmp_path, {}, LIMIT), out)
-    page = (out / "report.html").read_text(encoding="utf-8")
-    svgs = parse_svgs(page)
-    assert "response_cut_share" in svgs and "response_length_clip_ratio" not in svgs
+    report.generate(run, tmp_path / "out")
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "response_length_clip_ratio" not in parse_svgs(page)
     chart = page.split('id="plot-response_cut_share"', 1)[1].split("</svg>", 1)[0]
     zero = re.search(r'<line class="tick-y"[^>]*y1="([\d.]+)"[^>]*/><text[^>]*>0</text>', chart)
-    points = re.search(r'data-series="cut"[^>]*points="([^"]+)"', chart).group(1).split()
-    assert zero and {y for _, y in (p.split(",") for p in points)} == {zero.group(1)}  # all 0
+    points = re.search(r'data-series="cut \(raw\)"[^>]*points="([^"]+)"', chart).group(1).split()
+    assert zero and sum(p.split(",")[1] != zero.group(1) for p in points) == 1
+    config = {"data": {"max_response_length": 48}}
+    launch_record.write_record(run, {"stamp": "20261124T010000Z", "config": config})
+    assert rs.analyse(run)[0].config["max_response_length"] == 48
 
 
 def test_without_the_limit_nothing_is_derived(tmp_path: Path) -> None:
     _, canon, _, _ = rs.analyse(run_dir(tmp_path, {}, None))
     assert "response_cut_share" not in canon.series
-    out = tmp_path / "out"
-    report.generate(tmp_path / "run", out)
-    page = (out / "report.html").read_text(encoding="utf-8")
+    report.generate(tmp_path / "run", tmp_path / "out")
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     assert 'id="plot-response_cut_share"' in page and "response_cut_share" not in parse_svgs(page)
     assert "clip_ratio alone is the share as long as the step&#x27;s longest response" in page
-
-
-def test_the_limit_is_the_latest_launchs(tmp_path: Path) -> None:
-    """The config a run has now, as the comparison reads it: its latest launch record's."""
-    run = run_dir(tmp_path, {}, LIMIT)
-    config = {"data": {"max_response_length": 48}}
-    launch_record.write_record(run, {"stamp": "20261124T010000Z", "config": config})
-    assert rs.analyse(run)[0].config["max_response_length"] == 48
 
 
 @pytest.mark.parametrize(
@@ -94,8 +72,6 @@ def test_the_limit_is_the_latest_launchs(tmp_path: Path) -> None:
     [(0.9996, 0.9999), (0.9999991, 0.9999999), (123456.1, 123456.4), (1.0e-4, 1.2e-4), (0, 1)],
 )
 def test_tick_labels_tell_close_values_apart(lo: float, hi: float) -> None:
-    from verl_gsm8k.svgplot.chart import Axes, nice_ticks
-
     axes = Axes((0, 10), (lo, hi), False)
     ticks = nice_ticks(axes.y0, axes.y1)
     labels = tick_labels(ticks)
@@ -105,14 +81,13 @@ def test_tick_labels_tell_close_values_apart(lo: float, hi: float) -> None:
 
 
 def test_a_close_correlation_axis_on_the_page(tmp_path: Path) -> None:
-    """Pearson correlations of 0.9999991-0.9999999 (float32 engines in step) once read "1, 1, 1"."""
+    """Pearson correlations of 0.9999991-0.9999999 once read "1, 1, 1"."""
 
     def close(step: int, data: dict[str, Any]) -> None:
         data["training/rollout_actor_probs_pearson_corr"] = 0.9999991 + (step % 9) * 1e-7
 
-    out = tmp_path / "out"
-    report.generate(write_jsonl(tmp_path / "m.jsonl", build_run(close)), out)
-    page = (out / "report.html").read_text(encoding="utf-8")
+    report.generate(write_jsonl(tmp_path / "m.jsonl", build_run(close)), tmp_path / "out")
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     chart = page.split('id="plot-rollout_corr"', 1)[1].split("</svg>", 1)[0]
     labels = re.findall(r'<text class="tick-y"[^>]*>([^<]+)</text>', chart)
     assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
