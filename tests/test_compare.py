@@ -1,9 +1,5 @@
-"""Tests of the run comparison: python -m verl_gsm8k.report RUN_A RUN_B (verl_gsm8k/compare/).
-
-Synthetic runs: tests/report_runs.py's verl 0.9.1 metrics in run directories with launch
-records written by verl_gsm8k.common.launch_record, a PPO (GAE, critic) run against a GRPO one.
-Real data: the two verl console logs under ../shared/data/verl-logs (512 vs 256 response tokens).
-"""
+"""The run comparison, python -m verl_gsm8k.report RUN_A RUN_B: a PPO (GAE) run directory
+against a GRPO one (launch records by common/launch_record.py), and the two real verl logs."""
 
 from __future__ import annotations
 
@@ -15,6 +11,7 @@ import pytest
 from browser import dom, plot_series
 from report_runs import LOG_256, LOG_512, STEPS, build_run, parse_svgs, write_jsonl
 
+from verl_gsm8k.common.command_line import shell_line
 from verl_gsm8k.common.config_diff import leaves
 from verl_gsm8k.common.launch_record import build_record, write_record
 from verl_gsm8k.compare import cli as compare_cli
@@ -41,8 +38,7 @@ KNOB_KEYS = {
 
 
 def verl_config(adv_estimator: str, rollout_n: int) -> dict[str, Any]:
-    """The part of a resolved verl 0.9.1 config these tests need; critic.enable is null, as in
-    verl's own ppo_trainer.yaml, so only the estimator decides whether a critic runs."""
+    """A resolved verl 0.9.1 config's part; critic.enable null, as in verl's ppo_trainer.yaml."""
     return {
         "data": {"train_batch_size": 64, "max_prompt_length": 512, "max_response_length": 512},
         "actor_rollout_ref": {
@@ -57,7 +53,6 @@ def verl_config(adv_estimator: str, rollout_n: int) -> dict[str, Any]:
 
 
 def grpo_metrics(step: int, data: dict[str, Any]) -> None:
-    """GRPO logs no critic and puts the KL in the loss."""
     for key in CRITIC_KEYS:
         data.pop(key)
     data["actor/kl_loss"] = data.pop("actor/reward_kl_penalty")
@@ -71,7 +66,6 @@ def make_run(
     stamp: str = "20250101T000000Z",
     verl_command: str | None = None,
 ) -> Path:
-    """A run directory: metrics of one launch and, unless ``algo`` is None, its launch record."""
     run = root / name
     if algo == "grpo":
         write_jsonl(run / SEGMENT, build_run(grpo_metrics, seed=8))
@@ -103,18 +97,24 @@ def write_evals(run: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
+def verl_line(threads: str, stamp: str, config: str) -> str:
+    """A recorded verl command (common/command_line.py's line)."""
+    env = {"ATTENTION": "auto", "OMP_NUM_THREADS": threads, "GSM8K_LAUNCH_ID": f"{stamp}-1-h",
+           "VERL_FILE_LOGGER_PATH": f"/r/{stamp}.jsonl"}  # fmt: skip
+    argv = ["/venv/bin/python", "-m", "verl.trainer.main_ppo", "--config-path", "/repo",
+            "--config-name", config, "data.train_files=['/d/t.parquet']"]  # fmt: skip
+    return shell_line(argv, env)
+
+
 @pytest.fixture
 def two_runs(tmp_path: Path) -> tuple[Path, Path]:
-    return make_run(tmp_path, "ppo-gae"), make_run(tmp_path, "grpo", "grpo")
+    return (make_run(tmp_path, "ppo-gae", verl_command=verl_line("1", "A", "gsm8k_ppo")),
+            make_run(tmp_path, "grpo", "grpo", "20250102T000000Z",
+                     verl_line("4", "B", "gsm8k_grpo")))  # fmt: skip
 
 
 def diff_keys(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {row["key"]: row for rows in summary["config_diff"]["groups"].values() for row in rows}
-
-
-# --------------------------------------------------------------------------------------------
-# The config diff
-# --------------------------------------------------------------------------------------------
 
 
 def test_diff_names_the_estimator_and_the_critic_and_nothing_the_same(tmp_path: Path) -> None:
@@ -134,9 +134,7 @@ def test_diff_names_the_estimator_and_the_critic_and_nothing_the_same(tmp_path: 
     assert rows[CRITIC_IN_USE].group == "critic"
     assert rows["actor_rollout_ref.rollout.n"].knobs == ["ROLLOUT_N"]
     assert rows["algorithm.adv_estimator"].knobs == []  # set by the config file, not a knob
-    # grouped in the tutorial's order
     assert list(diff.by_group()) == ["actor", "rollout", "critic", "algorithm"]
-    # An explicit critic.enable wins over the estimator; a key one config lacks is listed.
     gae.flat["critic.enable"] = False  # type: ignore[index]
     del grpo.flat["critic.enable"]  # type: ignore[union-attr]
     rows = {row.key: row for row in config_diff({"gae": gae, "grpo": grpo}).rows}
@@ -190,8 +188,8 @@ def test_diff_compares_values_not_spellings() -> None:
 
 
 def test_config_dump_read_safely_from_a_console_log(tmp_path: Path) -> None:
-    """The dump behind ANSI codes and a Ray prefix, with another process's lines in between and
-    its prefix glued to the end of one dump line, as in the real 256-token log."""
+    """Behind ANSI codes and a Ray prefix, another process's lines in between and its prefix
+    glued to a dump line (as in the real 256-token log); never evaluated."""
     me, other = "\x1b[36m(TaskRunner pid=7)\x1b[0m ", "\x1b[36m(WorkerDict pid=9)\x1b[0m "
     lines = [
         "2025-01-01 INFO Started a local Ray instance.",
@@ -211,28 +209,11 @@ def test_config_dump_read_safely_from_a_console_log(tmp_path: Path) -> None:
         "trainer.logger": ["console"],
         "trainer.nnodes": 1,
     }
-    # Not Python literals: never evaluated, so nothing runs and there is no config.
     marker = tmp_path / "ran"
     log.write_text(f"{me}{{'a': __import__('pathlib').Path({str(marker)!r}).touch()}}\n")
     assert config_dump(log) is None and not marker.exists()
     log.write_text(me + "step:1 - critic/score/mean:0.5\n")
     assert config_dump(log) is None
-
-
-def test_config_dump_of_the_real_logs(verl_logs_dir: Path) -> None:
-    c512 = leaves(config_dump(verl_logs_dir / LOG_512) or {})
-    c256 = leaves(config_dump(verl_logs_dir / LOG_256) or {})
-    assert len(c512) == len(c256) == 97  # two empty override_config mappings: no setting
-    assert (c512["data.max_response_length"], c256["data.max_response_length"]) == (512, 256)
-    assert (c512["data.max_prompt_length"], c256["data.max_prompt_length"]) == (1024, 512)
-    # The 256 log's dump is cut by 49 lines of worker output after trainer.experiment_name.
-    assert c256["trainer.experiment_name"] == "gemma2b_function_rm"
-    assert c256["trainer.total_epochs"] == 15 and c256["data.train_batch_size"] == 256
-
-
-# --------------------------------------------------------------------------------------------
-# Whole comparisons
-# --------------------------------------------------------------------------------------------
 
 
 def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path: Path, capsys) -> None:
@@ -261,6 +242,15 @@ def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path: Path, c
             "host.gpus")  # fmt: skip
     assert not set(same) & set(rows)
     assert rows["algorithm.use_kl_in_reward"]["group"] == "algorithm"
+    # the recorded verl commands: the variables set for verl and the entry point, not the
+    # launch's own id and metrics path
+    threads = rows["verl command: OMP_NUM_THREADS"]
+    assert threads["group"] == "launch" and threads["values"] == {"ppo-gae": "1", "grpo": "4"}
+    assert rows["verl command: entry point"]["values"] == {
+        "ppo-gae": "verl.trainer.main_ppo gsm8k_ppo", "grpo": "verl.trainer.main_ppo gsm8k_grpo"
+    }  # fmt: skip
+    assert not [key for key in rows if key.endswith(("GSM8K_LAUNCH_ID", "VERL_FILE_LOGGER_PATH"))]
+    assert "verl command: ATTENTION" not in rows  # the same in both
     # metrics of one run only are listed, not dropped
     some = summary["metrics_in_some_runs"]
     assert (some["vf_loss"], some["kl"], some["kl_loss"]) == (["ppo-gae"], ["ppo-gae"], ["grpo"])
@@ -300,9 +290,7 @@ def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path: Path, c
 
 
 def test_cut_share_and_the_device_of_a_cpu_run(tmp_path: Path) -> None:
-    """verl's response_length/clip_ratio counts responses as long as the step's longest: a CPU
-    run whose responses never reach data.max_response_length had none cut, whatever it logs; and
-    its device count is said to be of CPU processes, not GPUs."""
+    """A CPU run whose responses never reach the limit had none cut; its devices are CPUs."""
 
     def short(step: int, data: dict[str, Any]) -> None:
         data["response_length/max"] = 300.0  # the limit is 512
@@ -329,8 +317,8 @@ def test_cut_share_and_the_device_of_a_cpu_run(tmp_path: Path) -> None:
 
 
 def test_compare_page_in_headless_chromium(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
-    """Chromium draws both runs' curves where their values are, and the x-axis buttons switch
-    the chart sets (a copy of the page gets a script that clicks one and reads the CSS)."""
+    """Both runs' curves where their values are; the x-axis buttons switch the chart sets (a
+    copy of the page gets a script that clicks one)."""
     gae, grpo = two_runs
     out = tmp_path / "cmp"
     summary = compare_cli.compare([gae, grpo], out)
@@ -361,6 +349,13 @@ def test_compare_page_in_headless_chromium(two_runs: tuple[Path, Path], tmp_path
 
 
 def test_real_logs_compared(verl_logs_dir: Path, tmp_path: Path) -> None:
+    c512 = leaves(config_dump(verl_logs_dir / LOG_512) or {})
+    c256 = leaves(config_dump(verl_logs_dir / LOG_256) or {})
+    assert len(c512) == len(c256) == 97  # two empty override_config mappings: no setting
+    assert (c512["data.max_prompt_length"], c256["data.max_prompt_length"]) == (1024, 512)
+    # the 256 log's dump is cut by 49 lines of worker output after trainer.experiment_name
+    assert c256["trainer.experiment_name"] == "gemma2b_function_rm"
+    assert c256["trainer.total_epochs"] == 15 and c256["data.train_batch_size"] == 256
     out = tmp_path / "cmp"
     summary = compare_cli.compare([verl_logs_dir / LOG_512, verl_logs_dir / LOG_256], out)
     r512, r256 = (r["label"] for r in summary["runs"])
@@ -390,34 +385,8 @@ def test_real_logs_compared(verl_logs_dir: Path, tmp_path: Path) -> None:
     assert svgs["val_acc-step"]["series"] == [(43, 43), (43, 43)]
 
 
-def test_two_launches_verl_commands_differ_where_they_do(tmp_path: Path) -> None:
-    """The recorded verl commands (common/command_line.py's line): the variables the launcher set
-    for verl and verl's entry point, compared beside the config (whose keys hold the overrides);
-    the launch's own id and metrics path never count as a difference."""
-    from verl_gsm8k.common.command_line import shell_line
-
-    def line(threads: str, stamp: str, config: str) -> str:
-        env = {"ATTENTION": "auto", "OMP_NUM_THREADS": threads, "GSM8K_LAUNCH_ID": f"{stamp}-1-h",
-               "VERL_FILE_LOGGER_PATH": f"/r/{stamp}.jsonl"}  # fmt: skip
-        argv = ["/venv/bin/python", "-m", "verl.trainer.main_ppo", "--config-path", "/repo",
-                "--config-name", config, "data.train_files=['/d/t.parquet']"]  # fmt: skip
-        return shell_line(argv, env)
-
-    a = make_run(tmp_path, "a", verl_command=line("1", "A", "gsm8k_ppo"))
-    b = make_run(tmp_path, "b", "grpo", "20250102T000000Z", line("4", "B", "gsm8k_grpo"))
-    rows = diff_keys(compare_cli.compare([a, b], tmp_path / "cmp"))
-    threads = rows["verl command: OMP_NUM_THREADS"]
-    assert threads["group"] == "launch" and threads["values"] == {"a": "1", "b": "4"}
-    assert rows["verl command: entry point"]["values"] == {
-        "a": "verl.trainer.main_ppo gsm8k_ppo", "b": "verl.trainer.main_ppo gsm8k_grpo"
-    }  # fmt: skip
-    assert not [key for key in rows if key.endswith(("GSM8K_LAUNCH_ID", "VERL_FILE_LOGGER_PATH"))]
-    assert "verl command: ATTENTION" not in rows  # the same in both
-
-
 def test_a_resumed_run_without_launch_record_is_one_line_said_and_compared(tmp_path: Path):
-    """Its two launches merged into one line; its config said to be unknown, not compared; no
-    samples axis without it (drawn by step and wall time, and said so)."""
+    """Its config unknown and not compared; no samples axis without it, and said so."""
     records = build_run()
     resumed = tmp_path / "resumed"
     write_jsonl(resumed / "metrics" / "metrics-20250101T000000Z.jsonl", records[:131])
@@ -450,11 +419,6 @@ def test_unique_labels(tmp_path: Path) -> None:
     log.write_text("", encoding="utf-8")
     assert unique_labels([a, b, tmp_path / "x", log]) == ["a/run", "b/run", "x", "console"]
     assert unique_labels([Path(".")])[0] == Path.cwd().name
-
-
-# --------------------------------------------------------------------------------------------
-# Bad input: one line, exit 2, nothing written
-# --------------------------------------------------------------------------------------------
 
 
 def _bad(tmp_path: Path, case: str) -> tuple[list[str], str]:
