@@ -1,6 +1,5 @@
-"""The run report, python -m verl_gsm8k.report (verl_gsm8k/report/, runpage/, analysis/parse.py),
-on the two real verl console logs (the verl_logs_dir fixture) and on verl 0.9.1 file-logger
-runs built by tests/report_runs.py. Its health checks: tests/test_health.py."""
+"""The run report, python -m verl_gsm8k.report, on the two real verl console logs and on
+tests/report_runs.py's verl 0.9.1 runs (its health checks: tests/test_health.py)."""
 
 from __future__ import annotations
 
@@ -43,11 +42,10 @@ def real_runs(verl_logs_dir: Path) -> dict[str, tuple]:
 
 
 def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir: Path, real_runs) -> None:
-    """Every step, no model output read as one; verl's old names mapped; the time per phase
-    adds up to the log's own timings; validation's best and last; no false alarm."""
+    """Every step, no model output read as one; the phases add up to the log's timings."""
     for name, (data, canon, findings, summary) in real_runs.items():
         assert list(data.steps) == list(range(435)) and data.issues == [], name
-        base = set(data.steps[1])  # 40 training keys; validation (and its timing) every 10
+        base = set(data.steps[1])  # 40 training keys; validation every 10
         assert len(base) == 40
         for step, values in data.steps.items():
             extra = {"val/test_score/openai/gsm8k", "timing/testing"} if step % 10 == 9 else set()
@@ -69,12 +67,11 @@ def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir: Path, real_ru
         assert tm["wall_clock_s"] == pytest.approx(
             tm["step_time_total_s"] + tm["phases"]["testing"]["total_s"]
         )
-        assert "other" not in tm["phases"]  # the phases are the step
+        assert "other" not in tm["phases"]
         big = sum(tm["phases"][p]["share"] for p in ("gen", "update_actor", "update_critic"))
         assert 0.7 < big < 0.85
         assert summary["throughput"]["estimated"]  # batch 256 from the config dump
         assert 800 < summary["throughput"]["tokens_per_s"] < 2000
-        # both runs are healthy: no error or warning may fire
         assert [str(f) for f in findings if f.severity != "note"] == [], name
     val512, val256 = (real_runs[n][3]["validation"] for n in (LOG_512, LOG_256))
     assert val512["key"] == "val/test_score/openai/gsm8k"
@@ -92,6 +89,8 @@ def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir: Path, real_ru
 
 
 def test_real_log_page_has_every_chart(verl_logs_dir: Path, real_runs, tmp_path, capsys):
+    """Every chart, and in headless Chromium the curves read back from the DOM land on the
+    logged values."""
     out = tmp_path / "r512"
     assert report.main([str(verl_logs_dir / LOG_512), "--out", str(out)]) == 0
     printed = capsys.readouterr()
@@ -109,8 +108,7 @@ def test_real_log_page_has_every_chart(verl_logs_dir: Path, real_runs, tmp_path,
         assert all(count == coords > 0 for count, coords in svgs[plot_id]["series"]), plot_id
     assert svgs["val_acc"]["data-points"] == "43" and svgs["val_acc"]["series"][0] == (43, 43)
     assert "best 0.579 @ 349" in page
-    # the old logs have no clip ratio (their dump gives the limit), no rollout/training gap,
-    # role-prefixed memory or val-aux keys (verl 0.9.1): placeholders, not broken charts
+    # the old logs lack verl 0.9.1's keys: placeholders, not broken charts
     data, canon = real_runs[LOG_512][:2]
     assert data.config["max_response_length"] == 512 and "response_cut_share" not in canon.series
     for plot_id in ("response_cut_share", "rollout_mismatch", "rollout_corr", "memory", "val_aux"):
@@ -122,29 +120,12 @@ def test_real_log_page_has_every_chart(verl_logs_dir: Path, real_runs, tmp_path,
     assert summary["validation"]["best"]["step"] == 349 and summary["memory"] == {
         "gpu": {}, "host_used": None}  # fmt: skip
     assert not list(out.glob("*.tmp")) and not list(out.glob(".*"))
-
-
-def test_missing_chromium_skips_but_fails_under_ci(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(browser, "CHROMIUM", tmp_path / "no-chromium")
-    monkeypatch.setenv("CI", "true")
-    with pytest.raises(pytest.fail.Exception, match="no-chromium not installed"):
-        browser.require_chromium()
-    monkeypatch.setenv("CI", "false")
-    with pytest.raises(pytest.skip.Exception, match=".ci/run installs it"):
-        browser.require_chromium()
-
-
-def test_real_log_page_in_headless_chromium(verl_logs_dir: Path, real_runs, tmp_path) -> None:
-    """The page as a browser lays it out: a full screenshot, and the curves read back from the
-    DOM Chromium built land on the logged values."""
-    report.generate(verl_logs_dir / LOG_256, tmp_path / "out")
-    dom, png = render(tmp_path / "out" / "report.html", tmp_path)
+    dom, png = render(out / "report.html", tmp_path)
     assert png_size(png) == WINDOW and png.stat().st_size > 50_000  # curves, not a blank page
     assert "No check fired." in dom
     titles = chart_titles(dom)
     assert titles[0] == "Validation accuracy (val/test_score/openai/gsm8k)"
     assert "Responses cut at data.max_response_length (share)" in titles
-    canon = real_runs[LOG_256][1]
     drawn = plot_series(dom, "Validation accuracy")
     assert list(drawn) == ["val_acc"] and len(drawn["val_acc"]) == 43
     for (x, y), (step, value) in zip(drawn["val_acc"], canon.series["val_acc"], strict=True):
@@ -159,10 +140,19 @@ def test_real_log_page_in_headless_chromium(verl_logs_dir: Path, real_runs, tmp_
         plot_series(dom, "no such chart")
 
 
+def test_missing_chromium_skips_but_fails_under_ci(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(browser, "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no-chromium not installed"):
+        browser.require_chromium()
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match=".ci/run installs it"):
+        browser.require_chromium()
+
+
 def test_synthetic_run_phases_memory_and_val_aux(tmp_path: Path) -> None:
-    """verl 0.9.1: "other" the step time no phase covers (a nested timing_s/agent_loop/... is
-    no phase); peak memory per role, an older log's unprefixed key under no role; the reward's
-    val-aux keys read as val_<key>."""
+    """verl 0.9.1: "other" the step time no phase covers; peak memory per role (an older log's
+    under no role); the reward's val-aux keys."""
     records = build_run()
     data, canon, findings, summary = analyse_records(tmp_path, records)
     assert findings == [] and list(data.steps) == list(range(STEPS + 1))
@@ -199,8 +189,7 @@ def test_synthetic_run_phases_memory_and_val_aux(tmp_path: Path) -> None:
 
 
 def test_checkpoint_evaluations_drawn_over_validation(tmp_path: Path) -> None:
-    """RUN_DIR/checkpoint_eval/comparison.json: our reward on each evaluated checkpoint over
-    verl's validation curve, with the largest gap between the two named."""
+    """RUN_DIR/checkpoint_eval/comparison.json drawn over verl's validation, the gap named."""
     run = tmp_path / "run"
     write_jsonl(run / "metrics" / "metrics-1.jsonl", build_run())
     evals_file = run / "checkpoint_eval" / "comparison.json"
@@ -252,7 +241,7 @@ def test_a_resumed_run_is_its_launches_merged_the_later_winning(tmp_path: Path) 
         redone = {**rec["data"], "critic/score/mean": 10.0 + rec["step"]}
         second.append({"step": rec["step"], "data": redone})
     run = tmp_path / "run"
-    # written out of name order: the order is the name's (the launch's time), not the mtime's
+    # written out of name order: the name's order (the launch's time) counts
     write_jsonl(run / "metrics" / "metrics-20250102T090000Z.jsonl", second)
     write_jsonl(run / "metrics" / "metrics-20250102T060000Z.jsonl", records[:131])
     data, canon, _, summary = rs.analyse(run)
@@ -270,7 +259,7 @@ def test_validation_problems_counted_from_the_run_dumps(tmp_path: Path) -> None:
     assert rp.count_val_problems(run) is None  # no validation/ folder
     rows = [{"input": f"q{i % 40}", "output": "x", "score": 1.0} for i in range(160)]  # n=4
     write_jsonl(run / "validation" / "10.jsonl", rows)
-    # the newest dump is half written (a cut line): the larger count of the two newest wins
+    # the newest dump is half written: the larger count of the two newest wins
     (run / "validation" / "20.jsonl").write_text('{"input": "q0"}\n{"input": "q1", "sco')
     (run / "validation" / "notes.jsonl").write_text('{"input": "other"}\n')
     assert rp.count_val_problems(run) == (40, str(run / "validation" / "10.jsonl"))
@@ -280,9 +269,7 @@ def test_validation_problems_counted_from_the_run_dumps(tmp_path: Path) -> None:
 
 
 def test_bad_lines_are_one_warning_each_and_the_rest_is_read(tmp_path: Path, capsys) -> None:
-    """A value that is no number, a step of 400 digits, a value past float's range, a line
-    cut by a kill: each named by file and line, never a traceback; an empty file beside a
-    good one is said; nothing readable at all: exit 1, one line, nothing written."""
+    """Each bad line named by file and line, never a traceback; nothing readable: exit 1."""
     records = build_run()[:21]
     records[5]["data"]["actor/entropy"] = "n/a"
     records[7]["data"]["actor/entropy"] = 10**400
@@ -336,7 +323,7 @@ def test_console_log_strictness(tmp_path: Path) -> None:
         f"{path}:8: non-numeric value ignored: critic/score/mean='abc'",
         f"{path}:9: line cut off after 2 fields, dropped 'actor/entr'",
     ]
-    # a last line without its newline may end inside a value: that field is not trusted
+    # a last line without its newline may end inside a value
     path.write_text("\n".join(lines[:3]) + "\n" + esc + "step:5 - x/a:1.5 - x/b:0.12", "utf-8")
     data = rp.load_run(path)
     assert data.steps[5] == {"x/a": 1.5}
@@ -428,7 +415,6 @@ LONG, HACK_FROM = 60_000, 40_000  # length hacking planted: length +60%, score +
 
 
 def long_run_lines(fmt: str) -> list[str]:
-    """A 60,000-step run (about 15 MB), healthy except for the planted length hacking."""
     rng, lines = random.Random(3), []
     for step in range(LONG):
         ramp = min(1.0, max(0.0, (step - HACK_FROM) / 100)) if step < HACK_FROM + 300 else 0.0
@@ -451,9 +437,7 @@ def long_run_lines(fmt: str) -> list[str]:
 
 
 def test_a_long_run_is_read_fast_and_drawn_bounded(tmp_path: Path) -> None:
-    """The whole report of 60,000 steps, and a console log of them read: a regression bound for
-    a slow 2-core machine (a check once compared every step with every earlier one), not a
-    benchmark; every series drawn at most MAX_DRAWN points, the spikes kept."""
+    """60,000 steps read and reported within a bound; each series drawn <= MAX_DRAWN points."""
     path, log = tmp_path / "run.jsonl", tmp_path / "console.log"
     path.write_text("\n".join(long_run_lines("jsonl")) + "\n", encoding="utf-8")
     log.write_text("\n".join(long_run_lines("console")) + "\n", encoding="utf-8")
@@ -477,8 +461,7 @@ def test_a_long_run_is_read_fast_and_drawn_bounded(tmp_path: Path) -> None:
 
 
 def test_arbitrary_values_never_break_the_report(tmp_path: Path) -> None:
-    """Any mix of numbers (huge, negative, zero, NaN, inf, null) and steps, from one record to
-    sixty, still gives valid HTML and strict JSON."""
+    """Any mix of numbers and steps still gives valid HTML and strict JSON."""
     hypothesis = pytest.importorskip("hypothesis")
     st = pytest.importorskip("hypothesis.strategies")
     keys = ["critic/score/mean", "actor/reward_kl_penalty", "actor/entropy", "critic/vf_loss",
