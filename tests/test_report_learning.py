@@ -1,7 +1,5 @@
-"""The report's learning trends (verl_gsm8k/analysis/checks.py): validation accuracy that fell
-clearly below its best, and a KL that keeps growing while the train score does not. A planted
-run goes through the whole report (terminal, summary.json, the page); the two real verl logs stay
-silent at every step a --follow would show."""
+"""The report's learning trends: validation accuracy clearly below its best, and a KL growing
+while the train score does not; the two real verl logs silent at every step."""
 
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import plot_series, render, require_chromium
+from browser import plot_series, render
 from report_runs import LOG_256, LOG_512, STEPS, VAL_KEY, analyse_records, build_run, write_jsonl
 
 from verl_gsm8k.analysis import checks as rl
@@ -23,14 +21,12 @@ from verl_gsm8k.report import cli as report
 from verl_gsm8k.runpage import summary as rs
 
 KL, SCORE = "actor/reward_kl_penalty", "critic/score/mean"
-# The CPU experiment (shared/notes/learning-on-cpu.md): PPO from a 0.52 checkpoint, 20 steps,
-# greedy validation every 5 steps on 100 problems, train score flat ~0.19, KL 0 -> 0.17; its
-# report once said "0 warnings".
+# A CPU PPO run from a 0.52 checkpoint: 20 steps, validation every 5 on 100 problems, the
+# score flat ~0.19, KL 0 -> 0.17 (its report once said "0 warnings")
 CPU_VAL = {0: 0.52, 5: 0.33, 10: 0.19, 15: 0.25, 20: 0.29}
 
 
 def cpu_ppo_run(run_dir: Path, problems: int | None = 100) -> Path:
-    """The CPU PPO run as a run directory: metrics, and validation dumps if ``problems``."""
     rng, records = random.Random(0), []
     for step in range(21):
         kl, score = 0.17 * step / 20 + rng.uniform(-0.005, 0.005), 0.19 + rng.uniform(-0.02, 0.02)
@@ -47,8 +43,8 @@ def cpu_ppo_run(run_dir: Path, problems: int | None = 100) -> Path:
 
 @pytest.mark.parametrize("problems", [100, None])
 def test_cpu_ppo_run_now_warns_twice(tmp_path: Path, problems: int | None, capsys) -> None:
-    """Both failures of that run are named in the terminal, summary.json and the page, with or
-    without the validation dumps that tell the number of problems."""
+    """Both failures named in the terminal, summary.json, the page and Chromium's layout of it,
+    with or without the validation dumps that count the problems."""
     run = cpu_ppo_run(tmp_path / "run", problems)
     assert report.main([str(run)]) == 0
     out = capsys.readouterr().out
@@ -82,13 +78,8 @@ def test_cpu_ppo_run_now_warns_twice(tmp_path: Path, problems: int | None, capsy
     for plot_id in ("val_acc", "kl", "score"):  # shaded: validation accuracy; KL and score
         svg = page[page.index(f'id="plot-{plot_id}"') :]
         assert svg[: svg.index("</svg>")].count('class="band"') == 1, plot_id
-
-
-def test_cpu_ppo_run_page_in_a_real_browser(tmp_path: Path) -> None:
-    """Both warnings as Chromium lays the page out, and the curves they speak of."""
-    require_chromium()
-    run = cpu_ppo_run(tmp_path / "run")
-    report.generate(run, run / "report")
+    if not problems:
+        return
     dom, png = render(run / "report" / "report.html", tmp_path)
     assert png.stat().st_size > 20_000
     for check in ("accuracy_below_best", "kl_without_score_gain"):
@@ -123,10 +114,9 @@ def test_a_dip_noise_or_a_best_at_the_end_is_silent() -> None:
     rising = [(s, 0.30 + 0.004 * s) for s in range(0, 101, 10)]  # 0.30 -> 0.70
     for dip_at in (30, 60, 90):  # one evaluation 0.25 down, then back on the curve
         assert below_best([(s, v - 0.25 * (s == dip_at)) for s, v in rising]) == [], dip_at
-    # ... unless the dip is the last evaluation: then the run ends there
     (hit,) = below_best([(s, v - 0.25 * (s == 100)) for s, v in rising])
     assert hit.evidence["best_step"] == 90 and hit.evidence["evaluations_below"] == 1
-    for seed in range(20):  # rising with noise of +-0.03 (twice GSM8K's SE on 1319 problems)
+    for seed in range(20):  # rising with noise of +-0.03
         rng = random.Random(seed)
         val = [(s, 0.30 + 0.25 * (1 - math.exp(-s / 60)) + rng.uniform(-0.03, 0.03))
                for s in range(0, 301, 10)]  # fmt: skip
@@ -140,22 +130,18 @@ def test_drop_bar_relative_floor_and_noise() -> None:
     assert bar(0.84, 0.66, None, t)[0] == pytest.approx(0.10)
     assert bar(0.20, 0.10, None, t)[0] == pytest.approx(0.05)  # 25% of best
     assert bar(0.08, 0.0, None, t)[0] == pytest.approx(0.03)  # the floor
-    # a large validation set adds nothing; a small one raises the bar to 2.5 SE
     assert bar(0.5, 0.4, 1319, t)[0] == pytest.approx(0.10)
     assert bar(0.5, 0.3, 24, t)[0] == pytest.approx(2.5 * math.sqrt(2 * 0.4 * 0.6 / 24))
     assert below_best([(0, 0.5), (10, 0.4)])  # exactly the bar (0.0999... in floating point)
-    # a low-accuracy run losing a third of what it learnt, and one within its bar
     assert below_best([(0, 0.05), (10, 0.20), (20, 0.14)])
     assert below_best([(0, 0.05), (10, 0.20), (20, 0.16)]) == []
-    # near 0, noise: the tiny random model of the smoke runs on 24 problems
     assert below_best([(0, 0.042), (2, 0.0)], problems=24) == []
     strict = Thresholds(acc_drop_abs=0.02, acc_drop_rel=0.02, acc_drop_floor=0.0)
     assert below_best([(0, 0.5), (10, 0.48)], t=strict)
 
 
 def planted(score: Any, kl: Any, kl_key: str = KL, score_range=None) -> list[dict[str, Any]]:
-    """build_run with the train score and the KL functions of the step, the range of a
-    response's score logged as verl does (``score_range``: worst, best)."""
+    """build_run with the score and the KL functions of the step, and (worst, best) score."""
     rng = random.Random(5)
 
     def mutate(step: int, d: dict[str, Any]) -> None:
@@ -186,17 +172,15 @@ def test_kl_growing_while_the_score_is_flat_warns(tmp_path: Path) -> None:
     assert abs(ev["score_end"] - ev["score_start"]) < 0.02
     assert ev["kl_start"] < ev["kl_middle"] < ev["kl_end"] and ev["kl_end"] > 1.5 * ev["kl_start"]
     assert f"over steps {STEPS // 2 + 1}-{STEPS} (the last {STEPS // 2} steps)" in hit.message
-    # silent where the score rises with the KL, or the KL is flat
     assert kl_findings(planted(lambda s: 0.2 + 0.5 * s / STEPS, lambda s: 0.3 * s / STEPS)) == []
     assert kl_findings(planted(lambda s: 0.40, lambda s: 0.15)) == []
-    # ten steps in its window: steps 1-19 are not judged, 1-20 are
     assert kl_findings(planted(lambda s: 0.40, lambda s: 0.3 * s / STEPS)[:20]) == []
     (hit,) = kl_findings(planted(lambda s: 0.40, lambda s: 0.3 * s / STEPS)[:21])
     assert (hit.start_step, hit.end_step) == (11, 20)
 
 
 def test_grpo_kl_loss_and_reward_without_score() -> None:
-    """GRPO logs the KL as actor/kl_loss; without critic/score/mean the reward is judged."""
+    """actor/kl_loss (GRPO); without critic/score/mean the reward is judged."""
     records = planted(lambda s: 0.40, lambda s: 0.2 * s / STEPS, kl_key="actor/kl_loss")
     for record in records:
         record["data"].pop(SCORE, None)
@@ -228,8 +212,7 @@ def test_converged_means_within_headroom_of_the_range(score, low, high, severity
 
 @pytest.mark.parametrize("log", [LOG_512, LOG_256])
 def test_real_logs_silent_at_every_step(verl_logs_dir: Path, log: str) -> None:
-    _, canon, findings, _ = rs.analyse(verl_logs_dir / log)
-    assert not {"accuracy_below_best", "kl_without_score_gain"} & {f.check for f in findings}
+    canon = rs.analyse(verl_logs_dir / log)[1]  # the whole log: test_health's no false alarm
     for last in range(10, max(canon.all_steps) + 1):
         series = {k: [(s, v) for s, v in p if s <= last] for k, p in canon.series.items()}
         prefix = replace(canon, series=series)
