@@ -1,14 +1,5 @@
-"""A page in a real browser: headless Chromium opens it, and its charts are read back, in data
-coordinates, from the DOM the browser built.
-
-    dom(page_or_url, tmp_path)               # the DOM Chromium built (skip without chromium)
-    dom, png = render(html_path, tmp_path)   # the same, and a screenshot
-    plot_series(dom, "Validation accuracy")  # {"val_acc": [(step, value), ...]}
-
-``plot_series`` maps each series' pixels back through the chart's own ticks (the ``tick-x`` /
-``tick-y`` lines, their labels, the <svg>'s ``data-y-scale``): a test sees what the page draws,
-where it draws it. .ci/run installs Debian's ``chromium``; under CI=true its absence fails.
-"""
+"""A page in headless Chromium (``dom``, ``render``), its charts read back in data coordinates
+through their own ticks (``plot_series``). Without chromium a test skips; under CI=true fails."""
 
 from __future__ import annotations
 
@@ -21,8 +12,7 @@ from pathlib import Path
 from helpers import require_path
 
 CHROMIUM = Path("/usr/bin/chromium")
-# headless, no sandbox (root in CI), nothing that reaches for the network (a closed network
-# refuses those connections over and over, and every run waits on them)
+# no sandbox (root in CI), nothing that reaches for the network
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--hide-scrollbars")  # fmt: skip
@@ -42,7 +32,6 @@ def _chromium(args: list[str], tmp_dir: Path) -> subprocess.CompletedProcess[str
 
 
 def dom(page: Path | str, tmp_dir: Path) -> str:
-    """The DOM Chromium built for a page (a path, or a file:// URL with a #fragment)."""
     url = page if isinstance(page, str) else page.resolve().as_uri()
     done = _chromium(["--dump-dom", url], tmp_dir)
     assert done.returncode == 0 and "<html" in done.stdout, done.stderr
@@ -50,7 +39,6 @@ def dom(page: Path | str, tmp_dir: Path) -> str:
 
 
 def render(html_path: Path, tmp_dir: Path) -> tuple[str, Path]:
-    """(the DOM Chromium built, a WINDOW-sized PNG screenshot of the page)."""
     png = tmp_dir / f"{html_path.stem}.png"
     png.unlink(missing_ok=True)
     shot = _chromium([f"--window-size={WINDOW[0]},{WINDOW[1]}", f"--screenshot={png}",
@@ -66,9 +54,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 class _Charts(HTMLParser):
-    """Every chart of a page: its visible title, ticks and series pixels (a placeholder, a
-    chart not drawn, has a title only); and by <svg> id, its data-points, its series' names
-    and tags, their data-count and the points each draws."""
+    """Every chart of a page (title, ticks, series pixels), and by <svg> id its series."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -129,7 +115,6 @@ class _Charts(HTMLParser):
 
 
 def _axis(pixels: list[float], labels: list[str], log: bool) -> tuple[float, float]:
-    """(a, b): value = a + b * pixel (of log10 value on a log axis), least squares."""
     assert len(pixels) == len(labels) >= 2, f"an axis needs 2 labelled ticks: {pixels} {labels}"
     values = [math.log10(float(v)) if log else float(v) for v in labels]
     mp, mv = sum(pixels) / len(pixels), sum(values) / len(values)
@@ -140,15 +125,13 @@ def _axis(pixels: list[float], labels: list[str], log: bool) -> tuple[float, flo
 
 
 def chart_titles(page: str) -> list[str]:
-    """The visible titles of every chart, drawn or placeholder, in page order."""
     reader = _Charts()
     reader.feed(page)
     return [chart["title"] for chart in reader.charts]
 
 
 def plot_series(page: str, title: str) -> dict[str, list[Point]]:
-    """{series: [(x, y), ...]} of the chart titled ``title`` (or whose title starts with it,
-    one chart only), in data coordinates to the drawing's precision (0.1 pixel); {} for a
+    """{series: [(x, y)]} of the one chart titled (or starting with) ``title``; {} for a
     chart not drawn; KeyError when no chart has that title."""
     reader = _Charts()
     reader.feed(page)
@@ -167,8 +150,7 @@ def plot_series(page: str, title: str) -> dict[str, list[Point]]:
 
 
 def parse_svgs(page: str) -> dict[str, dict]:
-    """Every chart of a page by id: {"data-points", "names": [(series, tag)], "series":
-    [(data-count, points drawn)]}."""
+    """By chart id: {"data-points", "names": [(series, tag)], "series": [(count, drawn)]}."""
     reader = _Charts()
     reader.feed(page)
     return reader.svgs

@@ -1,7 +1,4 @@
-"""The report tests' synthetic verl 0.9.1 runs (healthy, or with a pathology planted through a
-mutator), their writer, a NaN planted as each writer writes it, and the critics of measured
-short runs, healthy and exploding (tests/test_watchdog_rules.py). Charts are read with
-tests/browser.py's parse_svgs."""
+"""The report tests' synthetic verl 0.9.1 runs, their writer, a planted NaN, measured critics."""
 
 from __future__ import annotations
 
@@ -13,21 +10,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from browser import parse_svgs as parse_svgs  # the report tests read charts with it
+from browser import parse_svgs as parse_svgs
 
 from verl_gsm8k.analysis import finding as rf
 from verl_gsm8k.runpage import summary as rs
 
-# The two real verl console logs under ../shared/data/verl-logs (the verl_logs_dir fixture).
+# the real verl console logs (the verl_logs_dir fixture)
 LOG_512 = "qwen2.5-0.5b-ppo-gsm8k-resp512.log"
 LOG_256 = "qwen2.5-0.5b-ppo-gsm8k-resp256.log"
 
-# The critic's value loss and grad norm, step by step from step 1, of measured CPU runs: smoke
-# runs (tiny random model, 3-4 steps) with a critic learning rate of 1e-1 (five; the first run's
-# grad norms of steps 2-3 were not kept: interpolated) and healthy ones (critic lr 1e-5; the
-# suite's with actor lr 1e-2, and one with the defaults), and the suite's PPO learning run (20
-# steps, warm-started tiny model); docs/reliability.md, "The watchdog's thresholds, checked
-# against real runs".
+# The critic's value loss and grad norm from step 1 of measured CPU runs: smoke runs with a
+# critic lr of 1e-1 (exploding), healthy ones and the PPO learning run (docs/reliability.md).
 _LEARNING_VF_LOSS = [0.206, 0.129, 0.119, 0.115, 0.097, 0.067, 0.039, 0.038, 0.021, 0.040]
 _LEARNING_VF_LOSS += [0.017, 0.041, 0.048, 0.034, 0.018, 0.029, 0.011, 0.013, 0.027, 0.012]
 _LEARNING_GRAD_NORM = [2.95, 0.88, 1.11, 1.51, 0.69, 0.90, 0.33, 0.47, 0.44, 0.57]
@@ -63,7 +56,6 @@ VAL_KEY = "val-core/openai/gsm8k/acc/mean@1"
 
 
 def healthy_record(step: int, rng: random.Random) -> dict[str, float]:
-    """One training step of a plausible healthy PPO run, verl 0.9.1 metric names."""
 
     def noisy(value: float, rel: float = 0.05) -> float:
         return value * (1 + rng.uniform(-rel, rel))
@@ -101,14 +93,12 @@ def healthy_record(step: int, rng: random.Random) -> dict[str, float]:
         "perf/throughput": tokens / step_time,
         "training/global_step": float(step),
         **{f"timing_s/{name}": sec for name, sec in phases.items()},
-        # engine metrics: the trainer prefixes them with the role (verl 0.9.1)
         "actor/perf/max_memory_allocated_gb": 30.0 + 0.01 * step,
         "actor/perf/max_memory_reserved_gb": 34.0 + 0.01 * step,
         "actor/perf/cpu_memory_used_gb": noisy(80.0, 0.01),
         "critic/perf/max_memory_allocated_gb": 12.0,
         "critic/perf/max_memory_reserved_gb": 14.0,
         "critic/perf/cpu_memory_used_gb": noisy(80.0, 0.01),
-        # rollout (vLLM) vs training (FSDP) probabilities of the same tokens, engines in step
         "training/rollout_probs_diff_valid": 1.0,
         "training/rollout_probs_diff_max": noisy(0.25, 0.2),
         "training/rollout_probs_diff_mean": noisy(0.003, 0.2),
@@ -144,9 +134,7 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
-# What a reward that turns NaN does to a run's files, as a real smoke run with one planted showed:
-# verl logs every score, reward, advantage, return, loss and grad norm of the step as NaN, and its
-# validation's accuracy and the reward's keys too.
+# what verl logs as NaN once a reward turns NaN (a real smoke run with one planted)
 SICK_KEY = re.compile(
     r"^critic/(score|rewards|advantages|returns)/|loss$|grad_norm$|vf_explained_var$"
     r"|^val-(core|aux)/.+/(acc|score|reward|acc_success_only)/"
@@ -162,10 +150,8 @@ def _rewrite_jsonl(path: Path, change: Callable[[dict[str, Any]], None], **dump:
 
 
 def plant_nan(run: Path, first: int) -> None:
-    """Make ``run`` a run whose reward turned NaN at step ``first``, written as each writer writes
-    NaN: verl's file logger (orjson) as null; verl's rollout and validation dumps
-    (``_write_generations``, json.dumps) as the ``NaN`` token; the trace (verl_gsm8k.trace) as
-    null."""
+    """The reward of ``run`` NaN from step ``first``, as each writer writes it: null in the
+    metrics and the trace, the ``NaN`` token in verl's dumps."""
 
     def metrics(record: dict[str, Any]) -> None:
         if record["step"] >= first:
