@@ -1,13 +1,6 @@
-"""The report of a run the guard watched, or should have: a run whose reward turned NaN is read
-without a traceback and the report says where it turned; the watchdog's trips and the kept best
-checkpoint are shown and in summary.json; a run without them shows nothing extra.
-
-The run directories are tests/test_replay.py's (metrics, trace, rollout and validation dumps in
-their writers' formats) with the sickness planted as each writer writes NaN (tests/report_runs.py);
-the trips and the best checkpoint are written by the guarded trainer's own writers
-(verl_gsm8k/common/run_dir.py). The same sickness planted in a copy of a real learning run:
-tests/test_replay_untrusted.py (slow, with the other tests of the shared learning runs).
-"""
+"""The report of a run the guard watched: a reward turned NaN (said where it turned), the
+watchdog's trips and the kept best checkpoint (written by common/run_dir.py's writers), on
+tests/test_replay.py's run directories."""
 
 from __future__ import annotations
 
@@ -23,7 +16,7 @@ from test_replay import STAMP, chromium_dom, write_run
 from verl_gsm8k.common.run_dir import append_trip, write_best
 from verl_gsm8k.report import cli as report
 
-SICK_FROM = 4  # the first step whose reward is NaN, of a 6-step run
+SICK_FROM = 4
 
 
 def strict_json(path: Path) -> dict[str, Any]:
@@ -31,7 +24,7 @@ def strict_json(path: Path) -> dict[str, Any]:
 
 
 def sick_run(root: Path) -> Path:
-    """A 6-step run that validated at steps 0 and 6, its reward NaN from step SICK_FROM."""
+    """A 6-step run validated at steps 0 and 6, its reward NaN from step SICK_FROM."""
     run = write_run(root, steps=6)
     segment = next((run / "metrics").glob("*.jsonl"))
     records = [json.loads(line) for line in segment.read_text().splitlines()]
@@ -45,7 +38,7 @@ def test_a_run_whose_reward_turned_nan_is_reported_with_where_it_turned(tmp_path
     run = sick_run(tmp_path)
     assert "NaN" in (run / "rollouts" / f"{SICK_FROM}.jsonl").read_text()  # as verl dumps it
     out = tmp_path / "out"
-    assert report.main([str(run), "--out", str(out)]) == 0  # was: a traceback in replay/assets.py
+    assert report.main([str(run), "--out", str(out)]) == 0
     printed = capsys.readouterr()
     assert "Traceback" not in printed.err
 
@@ -63,14 +56,11 @@ def test_a_run_whose_reward_turned_nan_is_reported_with_where_it_turned(tmp_path
     banner = re.search(r'<p id="turned" class="sev-error">([^<]*)</p>', page)
     assert banner and f"non_finite at step {SICK_FROM}" in banner.group(1)
     assert "NaN @ step 6" in page
-    # the replay's step menu: no mean score for a step whose scores are NaN (null in the trace)
     index = (out / "replay" / "index.js").read_text()
     means = dict(re.findall(r'\{"step":(\d+),"n":\d+,"mean":([^}]*)\}', index))
     assert means[str(SICK_FROM)] == "null" and means[str(SICK_FROM - 1)] == "0.75"
-    # every data file of the replay and the rollout browser is JavaScript with no NaN in it
     for data in [*(out / "replay").glob("*.js"), *(out / "rollouts").glob("*.js")]:
         assert "NaN" not in data.read_text(), data
-    # the questions page keeps the validation steps that say something, and names the one left out
     questions = strict_json(out / "questions" / "summary.json")
     assert questions["columns"] == ["0"]
     (line,) = [x for x in printed.err.splitlines() if "questions page" in x]
@@ -81,6 +71,8 @@ def test_a_run_whose_reward_turned_nan_is_reported_with_where_it_turned(tmp_path
 
 
 def test_watchdog_trips_and_the_kept_best_checkpoint_are_shown(tmp_path: Path, capsys):
+    """Also, from a shared folder: a terminal escape in a trip printed escaped, a metrics line
+    nested 100k deep one warning."""
     run = write_run(tmp_path, steps=6)
     append_trip(run, {"launch": STAMP, "step": 3, "rule": "entropy_collapse",
                       "metric": "actor/entropy", "value": 0.001, "threshold": 0.01, "action":
@@ -88,17 +80,31 @@ def test_watchdog_trips_and_the_kept_best_checkpoint_are_shown(tmp_path: Path, c
     append_trip(run, {"launch": STAMP, "step": 5, "rule": "non_finite", "metric": "actor/pg_loss",
                       "value": float("nan"), "threshold": "finite", "action": "stop",
                       "last_healthy_checkpoint": 4, "message": "stopped"})  # fmt: skip
+    append_trip(run, {"launch": STAMP, "step": 6, "rule": "non_finite",
+                      "metric": "actor/pg_loss\x1b]0;owned\x07", "value": 1.0,
+                      "threshold": "finite", "action": "warn", "last_healthy_checkpoint": 4,
+                      "message": "stopped\x1b[2J"})  # fmt: skip
+    segment = next((run / "metrics").glob("*.jsonl"))
+    lines = segment.read_text().splitlines()
+    steps = {json.loads(line)["step"] for line in lines}
+    segment.write_text("\n".join([*lines[:2], "[" * 100_000 + "]" * 100_000, *lines[2:]]) + "\n")
     with (run / "watchdog.jsonl").open("a") as handle:
         handle.write('{"step": 6, "rule": "cut by a ki')  # a kill mid-append: skipped
     write_best(run, 4, VAL_KEY, 0.57, STAMP)
     out = tmp_path / "out"
     assert report.main([str(run), "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "\x1b" not in printed + captured.err
+    assert "non_finite on actor/pg_loss\\x1b]0;owned\\x07" in printed
+    (warning,) = [x for x in captured.err.splitlines() if "nested too deep" in x]
+    assert f"{segment}:3: invalid JSON (nested too deep), skipped" in warning
 
     summary = strict_json(out / "summary.json")
+    assert summary["steps"]["count"] == len(steps)
     trips = summary["watchdog_trips"]
     assert [(t["step"], t["action"], t["value_text"]) for t in trips] == [
-        (3, "warn", "0.001"), (5, "stop", "NaN")]  # fmt: skip
+        (3, "warn", "0.001"), (5, "stop", "NaN"), (6, "warn", "1")]  # fmt: skip
     assert trips[1]["value"] is None  # strict JSON; value_text keeps the NaN
     assert summary["best_checkpoint"] == {"format": 1, "step": 4, "metric": VAL_KEY,
                                           "value": 0.57, "launch": STAMP}  # fmt: skip
@@ -115,38 +121,11 @@ def test_watchdog_trips_and_the_kept_best_checkpoint_are_shown(tmp_path: Path, c
                             "global_step_2"]  # fmt: skip
     best = re.search(r'<p id="best-checkpoint">(.*?)</p>', page)
     assert best and f"step 4 ({VAL_KEY} = 0.57)" in best.group(1) and "--best" in best.group(1)
-    # the trips are shaded on the curves at their steps
     bands = re.findall(r'<rect class="band"[^>]*><title>(\w+): steps (\d+)-(\d+)</title>', page)
     assert ("error", "5", "5") in bands and ("warning", "3", "3") in bands
     parse_svgs(page)
     assert "watchdog trip       : step 5: non_finite on actor/pg_loss = NaN" in printed
     assert "global_step_4" in printed and f"kept best checkpoint: step 4 ({VAL_KEY}" in printed
-
-
-def test_text_of_the_run_reaches_the_terminal_escaped_and_a_deep_metrics_line_is_skipped(
-    tmp_path: Path, capsys
-):
-    """A run directory from a shared folder: a terminal escape in a watchdog trip is printed
-    escaped; a metrics line nested 100k deep is one warning, the report still written."""
-    run = write_run(tmp_path, steps=6)
-    append_trip(run, {"launch": STAMP, "step": 5, "rule": "non_finite",
-                      "metric": "actor/pg_loss\x1b]0;owned\x07", "value": 1.0,
-                      "threshold": "finite", "action": "stop", "last_healthy_checkpoint": 4,
-                      "message": "stopped\x1b[2J"})  # fmt: skip
-    segment = next((run / "metrics").glob("*.jsonl"))
-    lines = segment.read_text().splitlines()
-    steps = {json.loads(line)["step"] for line in lines}
-    lines.insert(2, "[" * 100_000 + "]" * 100_000)
-    segment.write_text("\n".join(lines) + "\n")
-    out = tmp_path / "out"
-    assert report.main([str(run), "--out", str(out)]) == 0
-    printed = capsys.readouterr()
-    assert "\x1b" not in printed.out + printed.err
-    assert "non_finite on actor/pg_loss\\x1b]0;owned\\x07" in printed.out
-    (warning,) = [x for x in printed.err.splitlines() if "nested too deep" in x]
-    assert f"{segment}:3: invalid JSON (nested too deep), skipped" in warning
-    assert (out / "report.html").is_file()
-    assert strict_json(out / "summary.json")["steps"]["count"] == len(steps)
 
 
 def test_a_run_without_guard_files_shows_nothing_extra(tmp_path: Path):
