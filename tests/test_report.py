@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from report_runs import (
 
 from verl_gsm8k.analysis import parse as rp
 from verl_gsm8k.common import atomic_io
+from verl_gsm8k.guard.thresholds import THRESHOLDS
 from verl_gsm8k.report import cli as report
 from verl_gsm8k.runpage import summary as rs
 from verl_gsm8k.svgplot import chart as svg_chart
@@ -72,7 +74,11 @@ def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir: Path, real_ru
         assert 0.7 < big < 0.85
         assert summary["throughput"]["estimated"]  # batch 256 from the config dump
         assert 800 < summary["throughput"]["tokens_per_s"] < 2000
-        assert [str(f) for f in findings if f.severity != "note"] == [], name
+        assert [str(f) for f in findings if f.severity != "note"] == [], name  # no false alarm
+        assert summary["health_counts"]["error"] == summary["health_counts"]["warning"] == 0
+        assert summary["thresholds"] == asdict(THRESHOLDS)  # the table it used
+        vf_loss = [v for _, v in canon.series["vf_loss"]]  # at most 1.18 x its start
+        assert max(vf_loss[1:]) / vf_loss[0] < THRESHOLDS.critic_loss_factor / 4, name
     val512, val256 = (real_runs[n][3]["validation"] for n in (LOG_512, LOG_256))
     assert val512["key"] == "val/test_score/openai/gsm8k"
     assert (val512["best"], val512["final"]) == (

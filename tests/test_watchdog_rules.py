@@ -1,6 +1,5 @@
-"""The per-step health rules (verl_gsm8k/guard/rules.py): each trips on a failure planted after a
-healthy history, stays silent on it, and is off at 0 or null; the trip's line and record; the
-config block's defaults; the real 0.5B logs. The report's use of them: tests/test_health.py."""
+"""The per-step health rules (guard/rules.py): each trips on a failure planted after a healthy
+history and is off at 0 or null; the trip's line and record; the config block; the real logs."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ KL = "actor/reward_kl_penalty"
 
 
 def healthy_steps(n: int = 25, seed: int = 0, kl_key: str = KL) -> list[dict]:
-    """n steps of a healthy run: KL rising from 0 and levelling off, entropy falling slowly, the
-    score climbing, with batch noise on each."""
+    """n healthy steps: KL rising and levelling off, entropy falling, the score climbing."""
     rng = random.Random(seed)
     return [{
         kl_key: 0.0 if i == 0 else 0.08 * (1 - math.exp(-i / 6)) * rng.uniform(0.7, 1.3),
@@ -59,7 +57,6 @@ def healthy_responses(seed: int = 0) -> tuple[list[list[int]], list[str]]:
 
 
 def after_history(t: Thresholds | None = None, n: int = 25, **kw) -> Watchdog:
-    """A watchdog that has checked and accepted n healthy steps, none tripping."""
     watchdog = Watchdog(t or Thresholds())
     for step, metrics in enumerate(healthy_steps(n, **kw), 1):
         assert watchdog.check(step, metrics, *healthy_responses(step)) == [], step
@@ -138,8 +135,7 @@ def test_kl_spike_over_its_recent_median(kl_key: str) -> None:
 
 
 def test_a_kl_growing_a_quarter_a_step_never_spikes_and_meets_the_ceiling() -> None:
-    """Slow divergence: against its own last 10 steps it never rises 10-fold; the ceiling stops
-    it at the first step above 3 nats/token, naming the step before as the sick weights."""
+    """Never 10-fold its last 10 steps; the ceiling stops it above 3 nats, the step before sick."""
     history = healthy_steps(25)
     quiet, guarded = Watchdog(Thresholds(kl_ceiling=None), history), Watchdog(Thresholds(), history)
     tripped = []
@@ -155,8 +151,7 @@ def test_a_kl_growing_a_quarter_a_step_never_spikes_and_meets_the_ceiling() -> N
 
 
 def test_a_run_of_exploding_grad_norms_trips_one_spike_does_not() -> None:
-    """Healthy runs have single spikes (a real 0.5B run: 29 x its recent median); three steps in
-    a row above 10 x the median of the 10 before them trip, naming the step before the run."""
+    """Three steps in a row above 10 x the median of the 10 before trip; a single spike not."""
     watchdog = after_history()
     spike = with_(**{"critic/grad_norm": 500.0})
     assert watchdog.check(26, spike, [], []) == []
@@ -173,7 +168,6 @@ def test_a_run_of_exploding_grad_norms_trips_one_spike_does_not() -> None:
 
 
 def critic_trips(losses: list[float], norms: list[float]) -> list[tuple[int, Trip]]:
-    """A run from its first step with the given critic, every step checked and accepted."""
     rows = {step: {**healthy_steps(1)[0], "critic/vf_loss": loss, "critic/grad_norm": norm}
             for step, (loss, norm) in enumerate(zip(losses, norms, strict=True), 1)}  # fmt: skip
     return judge_run(rows, Thresholds())
@@ -181,9 +175,7 @@ def critic_trips(losses: list[float], norms: list[float]) -> list[tuple[int, Tri
 
 @pytest.mark.parametrize("run", sorted(EXPLODING_CRITICS) + sorted(HEALTHY_CRITICS))
 def test_an_exploding_critic_warns_once_where_it_crosses_and_never_stops(run: str) -> None:
-    """The measured CPU runs: with a critic lr of 1e-1 the value loss is 11-58 x its start at
-    step 2, a warning there (even in mode stop), not again while it stays above the bar; the
-    healthy ones trip nothing."""
+    """The measured CPU runs: a warning where the loss crosses (never a stop), once."""
     if run in HEALTHY_CRITICS:
         assert critic_trips(*HEALTHY_CRITICS[run]) == []
         return
@@ -307,7 +299,6 @@ def test_each_rule_is_off_at_0_or_null(rule: str) -> None:
 
 
 def test_a_resumed_run_replays_its_history() -> None:
-    """Watchdog(history) is the watchdog that accepted those steps: the same trips after."""
     steps = healthy_steps(25)
     live, resumed = Watchdog(Thresholds()), Watchdog(Thresholds(), steps)
     for metrics in steps:
@@ -385,9 +376,7 @@ def test_a_bad_knob_is_one_line_naming_it(values: dict, message: str) -> None:
 
 
 def test_the_real_0_5b_ppo_runs_trip_nothing_and_a_planted_nan_trips(verl_logs_dir: Path) -> None:
-    """The two real 435-step Qwen2.5-0.5B PPO GSM8K logs (an older verl's keys, read through
-    guard/vocab.py), every step checked and accepted with the defaults; the same log with a NaN
-    score at step 300 trips there."""
+    """The real 435-step logs trip nothing; with a NaN score at step 300 one trips there."""
     for log in sorted(verl_logs_dir.glob("*.log")):
         data = load_run(log)
         limit = data.config["max_response_length"]
