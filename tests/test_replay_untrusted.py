@@ -1,9 +1,6 @@
-"""A run directory from someone else: the replay and the rollout browser built from a real trace
-(copied from the learning runs of tests/learn_runs.py, no run of their own) with markup
-planted in every field, opened in headless Chromium, create no element from it; the trace loader
-refuses a field of the wrong type with one line naming the file and the field; a trace belongs to
-the launch that wrote it; the replay shows the KL coefficient charged at that step; a copy whose
-reward turned NaN is reported, with where it turned."""
+"""A run directory from someone else, copied from the learning runs (tests/learn_runs.py):
+markup planted in every field creates no element in Chromium, a field of the wrong type is one
+line, a trace belongs to its launch, the KL coefficient charged, a reward turned NaN."""
 
 from __future__ import annotations
 
@@ -34,8 +31,7 @@ def mark(field: str) -> str:
 
 @pytest.fixture
 def copy_run(request: pytest.FixtureRequest):
-    """copy_run(dest, name): a copy of a real learning run's trace, dumps and metrics
-    (tests/conftest.py's ``learned_ppo`` / ``learned_grpo``)."""
+    """copy_run(dest, name): a copy of a learning run's trace, dumps and metrics."""
 
     def copy(tmp_path: Path, name: str = "learn_grpo") -> Path:
         source = request.getfixturevalue(name.replace("learn_", "learned_")).run_dir
@@ -85,9 +81,7 @@ def _rewrite(path: Path, change) -> None:
 
 
 def test_markup_in_every_field_of_a_real_trace_creates_no_element(tmp_path: Path, copy_run):
-    """Markup in every text field of the trace and the dumps, then in every number field of
-    the pages' data files (which the loader would refuse): Chromium builds no element from
-    it, and the pages still show the step."""
+    """Markup in every text field, then in every number field of the pages' data files."""
     run = copy_run(tmp_path)
     path = run / "trace" / f"{STEP}.jsonl"
     head, *samples = read_lines(path)
@@ -226,10 +220,7 @@ def test_the_replay_shows_the_kl_coefficient_charged_at_that_step(tmp_path: Path
 
 
 def test_a_real_run_whose_reward_turned_nan_is_reported(tmp_path: Path, copy_run):
-    """The learning run with its reward NaN from step 2, written as verl and the trace write NaN
-    (tests/report_runs.py), as a real smoke run with a planted NaN reward wrote them: the report,
-    its replay, rollout browser and questions page are written, and the report says where the
-    run turned."""
+    """Its reward NaN from step 2 (report_runs.plant_nan): every page written, the turn named."""
     run = copy_run(tmp_path, "learn_ppo")
     plant_nan(run, 2)
     out = tmp_path / "out"
