@@ -1,6 +1,5 @@
-"""The per-token trace's pieces that need no training run: which responses are traced, the lines
-of a trace file, the background writer, and the preflight's view of the trace per recipe.
-(The trace of real runs is checked against verl's own numbers in tests/test_learn_cpu.py.)"""
+"""The per-token trace without a training run: which responses, the lines, the writer, the
+preflight's view (real runs against verl's numbers: tests/test_learn_cpu.py)."""
 
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ def test_whole_groups_are_traced_in_a_deterministic_order():
     assert prompt_of("not-a-verl-key") == "not-a-verl-key"
 
 
-def test_a_sample_line_keeps_what_exists_and_names_what_does_not():
+def test_a_trace_line_keeps_what_exists_and_names_what_does_not():
     line = sample_line(
         step=2, key="u_0_0", uid="u", session=0, prompt_ids=[1, 2], response_ids=[3, 4, 5],
         response_mask=[1, 1, 1],
@@ -53,9 +52,6 @@ def test_a_sample_line_keeps_what_exists_and_names_what_does_not():
             decode=str,
         )  # fmt: skip
     assert clean(0.123456789) == 0.1234568 and clean({"a": [1, None]}) == {"a": [1, None]}
-
-
-def test_the_step_line_keeps_numbers_only():
     line = step_line(5, {"adv_estimator": "gae"}, {"actor/pg_loss": 0.1, "note": "x"}, 8, 128)
     assert line["metrics"] == {"actor/pg_loss": 0.1} and (line["traced"], line["of"]) == (8, 128)
 
@@ -91,7 +87,4 @@ def test_recipes_trace_by_default_and_say_when_it_is_off(
     off = launch_in_process("grpo_qwen2.5-0.5b_gsm8k", dict(env, TRACE_SAMPLES="0"))
     assert off.returncode == 0, off.stdout[-3000:] + off.stderr[-3000:]
     assert "preflight: [ok] trace: TracingTrainer selected, gsm8k_trace.samples=0" in off.stdout
-    # the trace off, the trainer stays: it is the run's guard too (verl_gsm8k/guard/)
     assert get(composed_config(off.stdout), "trainer.v1.trainer_mode") == "gsm8k"
-    # the LoRA and ReMax recipes (verl's legacy trainer) are traced too: their dry runs in
-    # tests/test_recipes.py and tests/test_algorithms.py
