@@ -20,22 +20,28 @@ def main(argv: list[str] | None = None) -> int:
         description="One row per question, one column per validation dump: which changed.",
     )
     parser.add_argument("dumps", nargs="*", type=Path,
-                        help="verl validation dumps <step>.jsonl or EvalScope reviews "
-                        "<model>/gsm8k_main.jsonl, a column each, in the order given")  # fmt: skip
-    parser.add_argument("--run", type=Path, action="append", default=[],
-                        help="a run directory: each RUN/validation/<step>.jsonl a column "
-                        "(repeatable)")  # fmt: skip
+                        help="validation dumps <step>.jsonl or EvalScope reviews "
+                        "<model>/gsm8k_main.jsonl, a column each")  # fmt: skip
+    parser.add_argument(
+        "--run",
+        type=Path,
+        action="append",
+        default=[],
+        help="a run directory: each validation/<step>.jsonl a column",
+    )
     parser.add_argument("--evalscope", type=Path, action="append", default=[],
-                        help="an evaluation folder (eval.sh's output, or RUN_DIR/checkpoint_eval "
-                        "of eval.sh --run): each model's EvalScope reviews a column, the "
-                        "baseline first, then step-N in order (repeatable)")  # fmt: skip
-    parser.add_argument("--mode", help="with --evalscope: the evaluation mode folder to read "
-                        "(default: the first found)")  # fmt: skip
-    parser.add_argument("--step", choices=STEPS, default="all",
-                        help="which validation steps of each --run: all (default), last, or "
-                        "best (the highest accuracy, the earliest of equals)")  # fmt: skip
-    parser.add_argument("--out", type=Path, required=True,
-                        help="output folder: questions.html, data/, summary.json")  # fmt: skip
+                        help="an evaluation folder (eval.sh's output): each model's EvalScope "
+                        "reviews a column, the baseline first, then step-N")  # fmt: skip
+    parser.add_argument("--mode", help="with --evalscope: the mode folder (default: the first)")
+    parser.add_argument(
+        "--step",
+        choices=STEPS,
+        default="all",
+        help="which validation steps of each --run (default: all)",
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, help="output folder: questions.html, data/, summary.json"
+    )
     args = parser.parse_args(argv)
     if not (args.dumps or args.run or args.evalscope):
         parser.error("give result files, --run RUN_DIR or --evalscope EVAL_DIR")

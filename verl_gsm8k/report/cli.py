@@ -81,33 +81,30 @@ def generate(path: Path, out_dir: Path, refresh_s: int | None = None) -> Result:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"python -m {PROG}",
-        description="A self-contained HTML report (plots, health checks, time per phase) and a "
-        "summary.json of verl PPO/GRPO training metrics, and a short digest.",
+        description="An HTML report (plots, health checks, time per phase) and a summary.json "
+        "of verl training metrics.",
         epilog="Exit status: 0 report written; 1 nothing readable or cannot write; 2 no INPUT "
         "(a comparison: 2 for any input it cannot compare, and nothing is written).",
     )
     parser.add_argument(
         "inputs", nargs="+", metavar="INPUT", type=Path,
-        help="run directory (its metrics/*.jsonl merged, a later launch winning on a step it "
-        "logged again), one verl file-logger .jsonl, or a verl console log with 'step:N - "
-        "key:value' lines. Two or more INPUTs: one page comparing the runs (curves by step, "
-        "samples seen or wall time, a table, the config diff, the health checks side by side)",
+        help="run directory, one verl file-logger .jsonl, or a verl console log. Two or more "
+        "INPUTs: one page comparing the runs",
     )  # fmt: skip
     parser.add_argument(
         "--out", type=Path, metavar="DIR",
-        help="directory for report.html and summary.json (default: INPUT/report for a run "
-        "directory, <name>-report beside a file); with two or more INPUTs, for "
-        f"{compare_cli.HTML_NAME} and {compare_cli.SUMMARY_NAME} (default: "
-        f"./{compare_cli.DEFAULT_OUT}); files are replaced atomically",
+        help="output directory (default: INPUT/report for a run directory, <name>-report beside "
+        f"a file; ./{compare_cli.DEFAULT_OUT} for a comparison, its {compare_cli.HTML_NAME})",
     )  # fmt: skip
     parser.add_argument(
         "--step", choices=STEPS[1:], default="last",
-        help="with two or more INPUTs: the validation step of each run its questions page "
-        "compares, the last (default) or the best (highest accuracy, the earliest of equals)",
+        help="with two or more INPUTs: each run's validation step on the questions page",
     )  # fmt: skip
-    parser.add_argument("--follow", action="store_true",
-                        help="re-read INPUT and rewrite the report while a run goes on (Ctrl-C "
-                        "stops)")  # fmt: skip
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="rewrite the report while a run goes on (Ctrl-C stops)",
+    )
     parser.add_argument("--interval", type=float, default=60.0, metavar="S",
                         help="seconds between refreshes with --follow (default: 60)")  # fmt: skip
     parser.add_argument("--max-refreshes", type=int, metavar="N",

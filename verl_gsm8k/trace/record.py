@@ -1,18 +1,7 @@
-"""The lines of ``trace/<step>.jsonl``, from plain Python values, and their writer:
-
-    {"kind": "step", "step": 7, "run": {...settings...}, "traced": 8, "of": 128,
-     "metrics": {"actor/pg_clipfrac": 0.01, ...}}
-    {"kind": "sample", "step": 7, "key": "<uid>_3_0", "uid": "<uid>", "session": 3,
-     "data_source": "openai/gsm8k", "ground_truth": "5", "score": 1.0,
-     "reward_extra": {"acc": 1.0, ...}, "prompt": {"ids": [...], "tokens": [...]},
-     "response": {"ids": [...], "tokens": [...], "mask": [...]},
-     "per_token": {"rollout_log_prob": [...], ..., "return": [...]},
-     "absent": {"value": "no critic (algorithm.adv_estimator=grpo)", ...}}
-
-``per_token`` lists are aligned with ``response.ids``; a quantity the run does not compute is
-named in ``absent`` with the reason, never written as zeros. Floats keep 7 significant digits;
-NaN and infinities become null (JSON has neither).
-"""
+"""The lines of ``trace/<step>.jsonl`` (a ``step`` line, then a ``sample`` line per traced
+response; docs/replay.md) and their writer. ``per_token`` lists align with ``response.ids``; a
+quantity the run does not compute is named in ``absent``, never zeros. Floats keep 7
+significant digits; NaN and infinities become null."""
 
 from __future__ import annotations
 
@@ -42,7 +31,6 @@ PER_TOKEN = (  # in the order of the loop
 
 
 def clean(value: Any) -> Any:
-    """A JSON-safe copy: floats to 7 significant digits, NaN/inf to None, containers walked."""
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
     if isinstance(value, float):
@@ -61,7 +49,6 @@ def sample_line(*, step: int, key: str, uid: str, session: int, prompt_ids: Sequ
                 per_token: Mapping[str, Sequence[float]], absent: Mapping[str, str],
                 decode: Callable[[int], str], ground_truth: Any = None, data_source: Any = None,
                 reward_extra: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
-    """One ``sample`` line; every ``per_token`` list has one value per response token."""
     for name, values in per_token.items():
         if name not in PER_TOKEN:
             raise ValueError(f"unknown per-token quantity {name!r}")
