@@ -117,74 +117,51 @@ def diff_keys(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {row["key"]: row for rows in summary["config_diff"]["groups"].values() for row in rows}
 
 
-def test_diff_names_the_estimator_and_the_critic_and_nothing_the_same(tmp_path: Path) -> None:
+def test_diff_names_what_differs_by_value_and_groups_it() -> None:
     gae = RunConfig(leaves(verl_config("gae", 1)), "a", KNOB_KEYS)
     grpo = RunConfig(leaves(verl_config("grpo", 5)), "b", KNOB_KEYS)
     diff = config_diff({"gae": gae, "grpo": grpo})
     rows = {row.key: row for row in diff.rows}
-    assert set(rows) == {
-        "algorithm.adv_estimator",
-        "algorithm.use_kl_in_reward",
-        "actor_rollout_ref.actor.use_kl_loss",
-        "actor_rollout_ref.rollout.n",
-        CRITIC_IN_USE,
-    }
+    assert set(rows) == {"algorithm.adv_estimator", "algorithm.use_kl_in_reward", CRITIC_IN_USE,
+                         "actor_rollout_ref.actor.use_kl_loss",
+                         "actor_rollout_ref.rollout.n"}  # fmt: skip
     assert rows["algorithm.adv_estimator"].values == {"gae": "gae", "grpo": "grpo"}
-    assert rows[CRITIC_IN_USE].values == {"gae": True, "grpo": False}
-    assert rows[CRITIC_IN_USE].group == "critic"
+    assert (rows[CRITIC_IN_USE].values, rows[CRITIC_IN_USE].group) == (
+        {"gae": True, "grpo": False}, "critic")  # fmt: skip
     assert rows["actor_rollout_ref.rollout.n"].knobs == ["ROLLOUT_N"]
     assert rows["algorithm.adv_estimator"].knobs == []  # set by the config file, not a knob
     assert list(diff.by_group()) == ["actor", "rollout", "critic", "algorithm"]
-    gae.flat["critic.enable"] = False  # type: ignore[index]
+    gae.flat["critic.enable"] = False  # type: ignore[index]  # wins over the estimator
     del grpo.flat["critic.enable"]  # type: ignore[union-attr]
     rows = {row.key: row for row in config_diff({"gae": gae, "grpo": grpo}).rows}
-    assert CRITIC_IN_USE not in rows
-    assert rows["critic.enable"].values == {"gae": False}
+    assert CRITIC_IN_USE not in rows and rows["critic.enable"].values == {"gae": False}
     assert rows["critic.enable"].missing_in == ["grpo"]
 
+    def diff_of(a: dict[str, Any], b: dict[str, Any]) -> list[Any]:
+        return config_diff({"a": RunConfig(a, "x"), "b": RunConfig(b, "x")}).rows
 
-def test_diff_compares_values_not_spellings() -> None:
-    def cfg(**values: Any) -> RunConfig:
-        return RunConfig(dict(values), "x")
-
-    same = config_diff(
-        {"a": cfg(**{"x.lr": 1e-6, "x.n": 1}), "b": cfg(**{"x.lr": 0.000001, "x.n": 1.0})}
-    )
-    assert same.rows == []
-    rows = config_diff({"a": cfg(**{"x.flag": True}), "b": cfg(**{"x.flag": 1})}).rows
-    assert [row.key for row in rows] == ["x.flag"]
-    order = config_diff(
-        {
-            "a": cfg(**{"t.logger": ["console", "file"]}),
-            "b": cfg(**{"t.logger": ["file", "console"]}),
-        }
-    )
-    assert [row.key for row in order.rows] == ["t.logger"]
-    # what differs only by each run's own name is grouped apart from the settings
-    named = config_diff(
-        {
-            label: cfg(**{
-                "trainer.experiment_name": label,
-                "trainer.default_local_dir": f"/runs/{label}",
-                "trainer.rollout_data_dir": f"/runs/{label}/rollouts",
-                "data.train_files": f"/data/{label}.parquet",  # a file named like the run
-                "data.val_files": "/data/test.parquet" if label == "a" else "/data/b/test.parquet",
-            })
-            for label in ("a", "b")
-        }
-    )  # fmt: skip
+    assert diff_of({"x.lr": 1e-6, "x.n": 1}, {"x.lr": 0.000001, "x.n": 1.0}) == []
+    assert [row.key for row in diff_of({"x.flag": True}, {"x.flag": 1})] == ["x.flag"]
+    assert [row.key for row in diff_of({"t.l": ["a", "b"]}, {"t.l": ["b", "a"]})] == ["t.l"]
+    named = config_diff({label: RunConfig({
+        "trainer.experiment_name": label, "trainer.default_local_dir": f"/runs/{label}",
+        "trainer.rollout_data_dir": f"/runs/{label}/rollouts",
+        "data.train_files": f"/data/{label}.parquet",  # a file named like the run: a setting
+        "data.val_files": "/data/test.parquet" if label == "a" else "/data/b/test.parquet",
+    }, "x") for label in ("a", "b")})  # fmt: skip
     assert {row.key: row.group for row in named.rows} == {
-        "trainer.experiment_name": NAMED,
-        "trainer.default_local_dir": NAMED,
-        "trainer.rollout_data_dir": NAMED,
-        "data.train_files": "data",  # another file is another setting
-        "data.val_files": "data",
-    }
+        "trainer.experiment_name": NAMED, "trainer.default_local_dir": NAMED,
+        "trainer.rollout_data_dir": NAMED, "data.train_files": "data",
+        "data.val_files": "data"}  # fmt: skip
     assert list(named.by_group()) == ["data", NAMED]  # the settings first
-    assert group_of("actor_rollout_ref.ref.fsdp_config.param_offload") == "reference"
-    assert group_of("actor_rollout_ref.model.path") == "actor"
-    assert group_of("reward_model.enable") == "reward"
-    assert group_of("ray_kwargs.ray_init.num_cpus") == "other"
+    keys = (
+        "actor_rollout_ref.ref.fsdp_config.param_offload",
+        "actor_rollout_ref.model.path",
+        "reward_model.enable",
+        "ray_kwargs.ray_init.x",
+    )
+    groups = [group_of(k) for k in keys]
+    assert groups == ["reference", "actor", "reward", "other"]
 
 
 def test_config_dump_read_safely_from_a_console_log(tmp_path: Path) -> None:
