@@ -1,5 +1,4 @@
-"""verl_gsm8k.questions: matching, classification, the exact McNemar test and
-bad input (the page on the real learning runs: test_questions_cpu.py)."""
+"""verl_gsm8k.questions: matching, classes, McNemar, bad input (real runs: test_questions_cpu)."""
 
 from __future__ import annotations
 
@@ -109,8 +108,7 @@ def test_bad_input_is_one_line_and_writes_nothing(
 def test_a_validation_with_nan_scores_is_left_out_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A reward that returned NaN: verl's dump holds the ``NaN`` token (json.dumps); that step
-    tells nothing about right or wrong, so it is left out, named, and the page stays strict JSON."""
+    """A dump holding a ``NaN`` score is left out and named; the page stays strict JSON."""
     first = _dump(tmp_path / "0.jsonl", [("A?", "1", "#### 1", 1), ("B?", "2", "#### 3", 0)])
     sick = _dump(tmp_path / "5.jsonl", [("A?", "1", "#### 1", math.nan), ("B?", "2", "x", 0)])
     assert "NaN" in sick.read_text()
@@ -127,8 +125,7 @@ def test_a_validation_with_nan_scores_is_left_out_in_one_line(
 
 
 def test_each_runs_last_or_best_step(tmp_path: Path) -> None:
-    """--step: every step, each run's last, or each run's best (highest accuracy, the earliest
-    of equals; a NaN step is never the best), as the run comparison uses (--step last|best)."""
+    """--step all, last or best (the earliest of equals; a NaN step never)."""
     qs = [("A?", "1"), ("B?", "2"), ("C?", "3"), ("D?", "4")]
 
     def run(name: str, rights: dict[int, int]) -> Path:
@@ -157,8 +154,7 @@ def test_each_runs_last_or_best_step(tmp_path: Path) -> None:
 
 
 def test_the_page_in_chromium_loads_its_data_files_and_shows_text_as_text(tmp_path: Path) -> None:
-    """The page opens from file:// with its data beside it; a view is chosen by the address;
-    markup in a question shows as text (the page sets text, never HTML)."""
+    """From file://, a view chosen by the address, markup in a question shown as text."""
     evil = "<b id=pwned>x</b>?"
     first = _dump(tmp_path / "0.jsonl", [("A?", "1", "#### 2", 0), ("B?", "2", "#### 2", 1),
                                          (evil, "3", "#### 4", 0)])  # fmt: skip

@@ -1,6 +1,4 @@
-"""A run directory's layout lives in one module, verl_gsm8k/common/run_dir.py: no other code spells
-verl's tracker or a step directory's name, and the module's readers and writers do what the
-launcher, the trainer, the merge and the report expect of them."""
+"""A run directory's layout lives in common/run_dir.py alone, and its readers and writers."""
 
 from __future__ import annotations
 
@@ -16,7 +14,6 @@ from verl_gsm8k.common import run_dir as rd
 
 ROOT = Path(__file__).resolve().parents[1]
 HOME = "verl_gsm8k/common/run_dir.py"
-# What only the layout module may spell: verl's tracker file and the step directories' prefix.
 NEEDLES = ("latest_checkpointed_iteration", "global_step_")
 PY_FOLDERS = ("verl_gsm8k", "data_prep", "rewards", "scripts")
 SH_FOLDERS = ("recipes", "slurm", "scripts")
@@ -24,8 +21,7 @@ SH_SUFFIXES = (".sh", ".sbatch")
 
 
 def python_hits(text: str) -> list[tuple[int, str]]:
-    """(line, text) of every needle in Python code: strings and docstrings count (a docstring may
-    draw the layout only in run_dir.py), comments do not."""
+    """(line, text) of every needle in Python strings and docstrings, not comments."""
     hits = []
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.type == tokenize.COMMENT:
@@ -37,14 +33,12 @@ def python_hits(text: str) -> list[tuple[int, str]]:
 
 
 def shell_hits(text: str) -> list[tuple[int, str]]:
-    """(line, text) of every needle in a shell script, comments included: a script's comments are
-    its documentation, and they point to run_dir.py instead of repeating it."""
+    """(line, text) of every needle in a shell script, comments included."""
     return [(number, line.strip()) for number, line in enumerate(text.splitlines(), start=1)
             if any(needle in line for needle in NEEDLES)]  # fmt: skip
 
 
 def scan(root: Path) -> list[str]:
-    """``file:line: text`` of every needle outside run_dir.py and the allowed shell scripts."""
     found = []
     for folder in PY_FOLDERS:
         for path in sorted((root / folder).rglob("*.py")):
@@ -87,9 +81,6 @@ def test_the_scan_sees_code_and_docstrings_not_comments(tmp_path: Path):
         "recipes/a.sh:1: # reads latest_checkpointed_iteration.txt",
         'recipes/b.sh:1: cat "$RUN_DIR/global_step_$step"',
     ]
-
-
-# ---- the module ------------------------------------------------------------------------------
 
 
 def test_every_name_is_one_name_and_drawn_in_the_docstring():
@@ -210,8 +201,7 @@ def test_the_launch_files(tmp_path: Path):
 
 
 def test_a_stamp_an_earlier_launch_used_is_never_given_again(tmp_path: Path):
-    """Two launches into one run directory within the same second: the second waits for a stamp
-    of its own (its launch record is never overwritten, so it would be refused)."""
+    """Two launches within one second: the second waits for a stamp of its own."""
     now = rd.new_stamp()
     for path in (rd.launch_record_path(tmp_path, now), rd.metrics_path(tmp_path, now)):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -221,9 +211,7 @@ def test_a_stamp_an_earlier_launch_used_is_never_given_again(tmp_path: Path):
 
 
 def test_logged_rows_merge_a_steps_lines_and_take_each_metric_from_the_last_launch(tmp_path):
-    """A step's training line and validation merged; step 2 trained again by a relaunch (its
-    value replaced); step 3, which the relaunch resumed and validated first, keeps the earlier
-    launch's training line beside that validation; every bad line named once and skipped."""
+    """A step's lines merged, a relaunch's value winning key by key; bad lines named once."""
     launches = {
         "20261128T000000Z": [(1, {"loss": 1.0}), (2, {"loss": 2.0}), (3, {"loss": 3.0}),
                              (3, {"val/acc": 0.3})],

@@ -124,10 +124,10 @@ def build(columns: list[Column]) -> dict[str, Any]:
         "columns": [c.label for c in columns],
         "questions": len(rows),
         "accuracy": [sum(r["shares"][i] for r in rows) / max(1, len(rows))
-                     for i in range(len(columns))],  # fmt: skip
+                     for i in range(len(columns))],
         "counts": {name: sum(name in r["tags"] for r in rows) for name in FILTERS},
         "mcnemar": {"right_then_wrong": lost, "wrong_then_right": won,
-                    "p_value": mcnemar_exact(lost, won)},  # fmt: skip
+                    "p_value": mcnemar_exact(lost, won)},
         "unmatched": {k: {"count": len(v), "questions": v} for k, v in unmatched.items()},
         "rows": rows,
     }  # fmt: skip

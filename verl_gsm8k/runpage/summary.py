@@ -47,7 +47,7 @@ def time_breakdown(canon: Canonical) -> dict[str, Any]:
                 "inside_step": k not in OUTSIDE_STEP_PHASES,
             }
             for k in sorted(totals, key=phase_order)
-        },  # fmt: skip
+        },
         "other_by_step": other,
     }
 
@@ -78,7 +78,7 @@ def _validation(data: RunData, canon: Canonical) -> dict[str, Any]:
         "first": {"value": val[0][1], "step": val[0][0]} if val else None,
         "not_finite_steps": [
             s for s, v in data.steps.items() if key in v and not math.isfinite(v[key])
-        ],  # fmt: skip
+        ],
         "problems": data.val_problems,
         "problems_from": data.val_problems_from,
     }
