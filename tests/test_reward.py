@@ -204,7 +204,7 @@ def test_one_stated_number_round_trips_through_every_scorer(
     assert call(STRICT, response, str(other))["score"] == (other == n)
 
 
-@PROPERTY
+@settings(PROPERTY, max_examples=40)  # each example scores 6 texts of up to 4 tails
 @given(
     junk=st.text(alphabet="abcxyz#", min_size=TAIL_CHARS, max_size=3 * TAIL_CHARS),
     response=st.text(max_size=TAIL_CHARS // 2),
@@ -333,7 +333,9 @@ def batch(tiny_model_dir) -> tuple:
     return tok, data
 
 
-def reward_loop_scores(tiny_model_dir, batch, overrides: list[str]) -> list[dict]:
+def test_verls_reward_loop_worker_runs_our_function(tiny_model_dir, batch):
+    """verl's RewardLoopWorker (what main_ppo runs as a Ray actor) on the composed config, for
+    each of our functions; the control, no custom function: verl's built-in scorer."""
     import verl
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -342,24 +344,22 @@ def reward_loop_scores(tiny_model_dir, batch, overrides: list[str]) -> list[dict
     GlobalHydra.instance().clear()
     config_dir = Path(verl.__file__).parent / "trainer" / "config"
     with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-        config = compose("ppo_trainer", [f"actor_rollout_ref.model.path={tiny_model_dir}",
-                                          *overrides])  # fmt: skip
-    worker = RewardLoopWorker(config)
-    return worker.loop.run_until_complete(worker.compute_score_batch(batch[1]))
+        config = compose("ppo_trainer", [f"actor_rollout_ref.model.path={tiny_model_dir}"])
+    custom = config.reward.custom_reward_function
 
+    def scores() -> list[dict]:
+        worker = RewardLoopWorker(config)
+        return worker.loop.run_until_complete(worker.compute_score_batch(batch[1]))
 
-@pytest.mark.parametrize("name", sorted(REWARD_FUNCTIONS))
-def test_verls_reward_loop_worker_runs_our_function(name, tiny_model_dir, batch):
-    outputs = reward_loop_scores(tiny_model_dir, batch, [
-        f"reward.custom_reward_function.path={REWARD_PATH}",
-        f"reward.custom_reward_function.name={name}"])  # fmt: skip
-    for output, (response, truth) in zip(outputs, BATCH, strict=True):
-        assert output["reward_extra_info"] == REWARD_FUNCTIONS[name]("gsm8k", response, truth)
-        assert output["reward_score"] == output["reward_extra_info"]["score"]
-    assert outputs[1]["reward_score"] == 1.0  # PROOF: only ours credits it
-    if name == "compute_score":  # the control: no custom function, verl's built-in scorer
-        default = reward_loop_scores(tiny_model_dir, batch, [])
-        assert [output["reward_score"] for output in default] == [1.0, 0.0, 0.0, 0.0]
+    assert [output["reward_score"] for output in scores()] == [1.0, 0.0, 0.0, 0.0]
+    custom.path = REWARD_PATH
+    for name, fn in REWARD_FUNCTIONS.items():
+        custom.name = name
+        outputs = scores()
+        for output, (response, truth) in zip(outputs, BATCH, strict=True):
+            assert output["reward_extra_info"] == fn("gsm8k", response, truth)
+            assert output["reward_score"] == output["reward_extra_info"]["score"]
+        assert outputs[1]["reward_score"] == 1.0, name  # PROOF: only ours credits it
 
 
 def test_verls_legacy_naive_reward_manager_runs_our_function(batch):
