@@ -160,8 +160,11 @@ def test_rows_prompts_and_ground_truths_of_both_styles(tmp_path, capsys):
     assert sorted(snapshot(tmp_path / "t")) == ["test.parquet"]
 
 
-@pytest.mark.parametrize("top_level", [False, True], ids=["main-subdir", "top-level"])
-def test_the_hub_layout_reads_back_as_the_same_rows(tmp_path, capsys, top_level):
+def test_the_hub_layout_reads_back_as_the_same_rows(tmp_path, capsys):
+    """In main/ (as EvalScope loads a local dataset_id: load_dataset(DIR, "main")) and with the
+    shards at the top level."""
+    import datasets
+
     src, hub = source(tmp_path / "src"), tmp_path / "hub"
     assert cli(gsm8k, capsys, "--source", src, "--out-dir", tmp_path / "a",
                "--hub-layout-dir", hub)[0] == 0  # fmt: skip
@@ -173,16 +176,14 @@ def test_the_hub_layout_reads_back_as_the_same_rows(tmp_path, capsys, top_level)
         "    path: main/train-00000-of-00001.parquet\n  - split: test\n"
         "    path: main/test-00000-of-00001.parquet\n"
     )
-    if top_level:
-        for shard in (hub / "main").iterdir():
-            shard.rename(hub / shard.name)
-    else:  # what EvalScope does with a local dataset_id: load_dataset(DIR, "main"), offline
-        import datasets
-
-        loaded = datasets.load_dataset(str(hub), "main", cache_dir=str(tmp_path / "cache"))
-        assert {split: loaded[split].to_list() for split in loaded} == SYNTHETIC
+    loaded = datasets.load_dataset(str(hub), "main", cache_dir=str(tmp_path / "cache"))
+    assert {split: loaded[split].to_list() for split in loaded} == SYNTHETIC
     assert cli(gsm8k, capsys, "--source", hub, "--out-dir", tmp_path / "b")[0] == 0
     assert snapshot(tmp_path / "a") == snapshot(tmp_path / "b")
+    for shard in (hub / "main").iterdir():
+        shard.rename(hub / shard.name)
+    assert cli(gsm8k, capsys, "--source", hub, "--out-dir", tmp_path / "c")[0] == 0
+    assert snapshot(tmp_path / "a") == snapshot(tmp_path / "c")
 
 
 # ---------------------------------------------------------------- bad input, bad outputs
