@@ -31,7 +31,8 @@ class EvalFile:
     problem: str | None = None
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """A finite int or float as a float, else None (a data file holds no NaN)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     return float(value) if ok and math.isfinite(value) else None
 
@@ -55,7 +56,8 @@ def read_checkpoint_evals(run_dir: Path) -> EvalFile | None:
         if row.get("mode", "training") != "training":
             continue
         step, n = row.get("step"), row.get("n")
-        ours, lenient = _number(row.get("our_reward_accuracy")), _number(row.get("accuracy"))
+        ours = finite_number(row.get("our_reward_accuracy"))
+        lenient = finite_number(row.get("accuracy"))
         if type(step) is not int or step < 0 or (ours, lenient) == (None, None):
             skipped += 1
             continue

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rewards.gsm8k import compute_score
+from verl_gsm8k.analysis.evals import finite_number
 from verl_gsm8k.common import json_read
 from verl_gsm8k.common import run_dir as rd
 from verl_gsm8k.common.atomic_io import write_atomic
@@ -114,12 +115,6 @@ def write_replay(trace: Trace, out: Path, name: str) -> Path:
     return _write_page(out, "replay.html", f"Replay: {name}", body, "replay.js")
 
 
-def _number(value: Any) -> float | None:
-    """A finite dumped number, else None (a data file holds no NaN)."""
-    ok = type(value) in (int, float) and math.isfinite(value)
-    return float(value) if ok else None
-
-
 def _rows(path: Path, lengths: dict[str, int], limit: int | None) -> tuple[dict, str | None]:
     """A dump's data file: its questions once, and per response its text and facts."""
     prompts: dict[str, int] = {}
@@ -135,11 +130,11 @@ def _rows(path: Path, lengths: dict[str, int], limit: int | None) -> tuple[dict,
         graded = compute_score("openai/gsm8k", output, "" if gt is None else str(gt))
         score = row.get("score")
         item = {"p": prompts.setdefault(question_of(str(row.get("input", ""))), len(prompts)),
-                "o": output, "gt": gt, "s": _number(score), "n": n,
+                "o": output, "gt": gt, "s": finite_number(score), "n": n,
                 "clip": None if n is None or limit is None else int(n >= limit),
                 "marker": int("####" in output), "hedged": int(graded["hedged"] > 0)}  # fmt: skip
         item.update({"nan": 1} if isinstance(score, float) and math.isnan(score) else {})
-        item.update({"acc": _number(row["acc"])} if "acc" in row else {})
+        item.update({"acc": finite_number(row["acc"])} if "acc" in row else {})
         rows.append(item)
     return {"prompts": list(prompts), "rows": rows}, issue
 
