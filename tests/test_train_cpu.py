@@ -204,26 +204,33 @@ def test_report_reads_the_real_run(smoke: Smoke, tmp_path: Path):
     assert "Rollout vs training: Pearson correlation" in html
 
 
-def test_merge_carries_the_training(smoke: Smoke, tmp_path: Path):
+@pytest.fixture(scope="module")
+def merged(smoke: Smoke, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The smoke run's step 2 merged by merge.sh (the merge test's and the evaluation's)."""
+    target = tmp_path_factory.mktemp("smoke-merged") / "merged"
+    merge_run(smoke.run_dir, target, smoke.env)
+    return target
+
+
+def test_merge_carries_the_training(smoke: Smoke, merged: Path):
     import torch
     from safetensors.torch import load_file
 
     from verl_gsm8k.common.checkpoint_files import load
 
-    target = tmp_path / "merged"
-    merge_run(smoke.run_dir, target, smoke.env)
+    target = merged
     base = load_file(smoke.home / ".cache" / "verl-gsm8k" / "tiny-qwen2" / "model.safetensors")
-    merged = {}
+    weights = {}
     for shard in target.glob("*.safetensors"):
-        merged.update(load_file(shard))
+        weights.update(load_file(shard))
     # the checkpoint's own weights (fp32 here): at world size 1 each DTensor's local part is whole
     shard = load(smoke.run_dir / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt")
     trained = {name: tensor.to_local() for name, tensor in shard.items()}
-    common = sorted(set(base) & set(merged) & set(trained))
+    common = sorted(set(base) & set(weights) & set(trained))
     assert len(common) >= 20
     # the merge holds the trained weights, at the merged dtype (bf16 rounding alone moves most of
     # the base's tensors: compared at one dtype, a run that trained nothing fails)
-    unlike = [k for k in common if not torch.equal(trained[k].to(merged[k].dtype), merged[k])]
+    unlike = [k for k in common if not torch.equal(trained[k].to(weights[k].dtype), weights[k])]
     assert unlike == [], f"{len(unlike)} of {len(common)} merged tensors are not the checkpoint's"
     moved = [k for k in common if not torch.equal(base[k].to(trained[k].dtype), trained[k])]
     assert len(moved) >= len(common) // 2, f"only {len(moved)} of {len(common)} tensors trained"
@@ -231,10 +238,8 @@ def test_merge_carries_the_training(smoke: Smoke, tmp_path: Path):
     assert manifest["step"] == 2 and manifest["role"] == "actor"
 
 
-def test_eval_compares_base_and_merged(smoke: Smoke, tmp_path: Path):
+def test_eval_compares_base_and_merged(smoke: Smoke, merged: Path, tmp_path: Path):
     require_path(EVAL_PYTHON, f"no EvalScope environment at {EVAL_PYTHON} (make setup)")
-    merged = tmp_path / "merged"
-    merge_run(smoke.run_dir, merged, smoke.env)
     base = smoke.home / ".cache" / "verl-gsm8k" / "tiny-qwen2"
     out = tmp_path / "eval"
     env = dict(smoke.env, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
@@ -305,7 +310,7 @@ def test_an_emptied_tracker_resumes_from_the_newest_whole_step(smoke: Smoke, tmp
 def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     """Last: it extends the shared run directory (steps 1-2 of the smoke run, best = step 2).
 
-    To step 10, a time save every step (SAVE_EVERY_MIN; SAVE_FREQ past the end),
+    To step 7, a time save every step (SAVE_EVERY_MIN; SAVE_FREQ past the end),
     MAX_CKPT_TO_KEEP=2, a reward that turns NaN when the test says so, each launch the same
     command (RESUME=force: the reward is not that of the smoke run's checkpoints):
     1. SIGKILL to the launcher alone (the OOM killer's choice, a `kill -9`) while the trainer is
@@ -316,9 +321,10 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
        relaunch falls back past both to an older whole step; the same command started again
        meanwhile refuses in one line; its actor worker, held right before it opens its first
        checkpoint file, shows that verl's loads in a real worker go through the check
-       (verl_plugins/checked_load.py); every step to 8 is logged once, then, held before step
-       9's rollout, the reward turns NaN: the watchdog stops step 9 unsaved, exit 4, marks
-       checkpoint 8 (whose weights produced step 9's rollout) sick and names 7, which merges.
+       (verl_plugins/checked_load.py); every step to 5 is logged once (steps 3-5 trained again,
+       the half-saved step 5 written again), then, held before step 6's rollout, the reward
+       turns NaN: the watchdog stops step 6 unsaved, exit 4, marks checkpoint 5 (whose weights
+       produced step 6's rollout) sick and names 4, which merges.
 
     That check refusing a shard swapped in after the launcher's scan is proven in verl's own
     loaders by tests/test_checked_load.py; a launch of its own here, to the refusal, cost a verl
@@ -355,7 +361,7 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
                       + NAN_REWARD.format(marker=str(marker)))  # fmt: skip
     # every checkpoint a time save (SAVE_FREQ past the run's end, SAVE_EVERY_MIN at 0.06 s: one
     # a step): the kill, the damage, pruning, the kept best and the resume all on time saves
-    env = dict(smoke.env, TOTAL_TRAINING_STEPS="10", SAVE_FREQ="100", SAVE_EVERY_MIN="0.001",
+    env = dict(smoke.env, TOTAL_TRAINING_STEPS="7", SAVE_FREQ="100", SAVE_EVERY_MIN="0.001",
                TEST_FREQ="4", MAX_CKPT_TO_KEEP="2", STOP_GRACE_S="600",
                REWARD_FILE=str(reward), RESUME="force")  # fmt: skip
     # val_before_train: a key that may change on a resume, saves time. The tiny random model's
@@ -416,8 +422,8 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
         handle.truncate(shard.stat().st_size // 2)
     older = max(s for s in range(1, newest) if (run_dir / f"global_step_{s}").is_dir())
     (run_dir / f"global_step_{older}" / "data.pt").unlink()
-    held = tmp_path / "held"  # the checkpoint's first file in the actor's worker, then step 9
-    r2, m2 = begin("finish", pause_points.env("load:before_open,rollout:9", held, env))
+    held = tmp_path / "held"  # the checkpoint's first file in the actor's worker, then step 6
+    r2, m2 = begin("finish", pause_points.env("load:before_open,rollout:6", held, env))
     wait_until("the launch recorded", lambda: "launch: recorded" in r2.output(), r2, limit)
     assert reap.launch_processes(reap.of_launch(launch), sessions) == []  # launch 1: nothing left
     stopped = re.search(r"recipe: \d+ processes of launch \S+ outlived its launcher.*", r2.output())
@@ -437,13 +443,13 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     # Ray's title of a worker running a task: the actor's load_checkpoint, not the trainer's
     assert title.startswith("ray::") and "load_checkpoint" in title, title
     figures.append(f"the first checkpoint file opened by: {title}")
-    wait_until("step 9's rollout held", held.exists, r2, limit)
+    wait_until("step 6's rollout held", held.exists, r2, limit)
     segments = metric_segments(run_dir)
     trained = {s for seg in segments for s, m in seg.items() if "actor/pg_loss" in m}
-    assert trained == set(range(1, 9)), sorted(trained)  # every step, across the kill
-    assert tracker.read_text().strip() == "8" and problem(run_dir / "global_step_8", roles) is None
+    assert trained == set(range(1, 6)), sorted(trained)  # every step, across the kill
+    assert tracker.read_text().strip() == "5" and problem(run_dir / "global_step_5", roles) is None
     assert read_trips(run_dir) == []  # the watchdog stayed silent through kills and relaunches
-    marker.touch()  # step 9's rewards are NaN
+    marker.touch()  # step 6's rewards are NaN
     held.unlink()
     status2 = finish(r2, limit)
     out2 = r2.output()
@@ -457,30 +463,30 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     # the NaN score stops the run; its NaN gradient (verl skips that update) is a warning beside
     trip, *warnings = read_trips(run_dir)
     assert [(w["rule"], w["action"]) for w in warnings] == [("skipped_update", "warn")], warnings
-    # step 9's scores are the rollout of step 8's weights: checkpoint 8 is marked sick (kept),
-    # the tracker names 7, the newest whose weights were seen healthy
-    assert (trip["step"], trip["action"], trip["weights"]) == (9, "stop", "rollout"), trip
-    assert (trip["last_healthy_checkpoint"], trip["sick_checkpoint"]) == (7, 8), trip
-    assert f"recipe: {trip['message']} (WATCHDOG=stop: step 9 was not saved" in out2
-    assert not (run_dir / "global_step_9").exists() and tracker.read_text().strip() == "7"
-    assert (run_dir / "global_step_8" / "watchdog_sick.json").is_file()
-    assert "global_step_8: marked sick, kept, never resumed" in trip["message"]
+    # step 6's scores are the rollout of step 5's weights: checkpoint 5 is marked sick (kept),
+    # the tracker names 4, the newest whose weights were seen healthy
+    assert (trip["step"], trip["action"], trip["weights"]) == (6, "stop", "rollout"), trip
+    assert (trip["last_healthy_checkpoint"], trip["sick_checkpoint"]) == (4, 5), trip
+    assert f"recipe: {trip['message']} (WATCHDOG=stop: step 6 was not saved" in out2
+    assert not (run_dir / "global_step_6").exists() and tracker.read_text().strip() == "4"
+    assert (run_dir / "global_step_5" / "watchdog_sick.json").is_file()
+    assert "global_step_5: marked sick, kept, never resumed" in trip["message"]
     best = read_best(run_dir)
     assert best is not None
     kept = sorted(int(p.name.split("_")[-1]) for p in run_dir.glob("global_step_*"))
-    assert kept == sorted({7, 8, best["step"]}), kept  # the last two and the best, however old
+    assert kept == sorted({4, 5, best["step"]}), kept  # the last two and the best, however old
 
     report = subprocess.run([sys.executable, "-m", "verl_gsm8k.report", str(run_dir)],
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert report.returncode == 0, report.stdout + report.stderr  # a sick run is reported
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     steps = summary["steps"]
-    # step 9 unsaved but logged (verl logs the step the watchdog stopped); none twice
-    assert (steps["first"], steps["last"], steps["count"]) == (0, 9, 10), steps
+    # step 6 unsaved but logged (verl logs the step the watchdog stopped); none twice
+    assert (steps["first"], steps["last"], steps["count"]) == (0, 6, 7), steps
     assert summary["best_checkpoint"]["step"] == best["step"]
-    assert [t["step"] for t in summary["watchdog_trips"]] == [9, 9], summary["watchdog_trips"]
+    assert [t["step"] for t in summary["watchdog_trips"]] == [6, 6], summary["watchdog_trips"]
     merged = tmp_path / "merged"
-    merge_run(run_dir, merged, smoke.env)  # the tracked step: 7, the newest healthy
+    merge_run(run_dir, merged, smoke.env)  # the tracked step: 4, the newest healthy
     from transformers import AutoModelForCausalLM
 
     assert AutoModelForCausalLM.from_pretrained(merged).num_parameters() > 0
