@@ -1,21 +1,24 @@
 """Every command in a ```bash block of README.md, recipes/README.md and docs/ is one a user can
 run as written: checked on the CPU without training or downloading anything.
 
-- `python -m <module> ...` and `bash scripts/<script> ...`: the line itself, run with `--help`
-  appended (argparse checks the flags and values before it, then prints the help and exits 0),
-  every `--flag` of the line named in that help, and every flag its usage line requires given;
-- `bash recipes/<recipe>.sh ...` and `sbatch ... slurm/<file> recipes/<recipe>.sh ...`: the files
-  exist, every `NAME=value` before it is a knob whose value passes the knob's check (or one of the
-  few other variables below), every `key=value` after it is a key of the recipe's composed
-  config (each recipe's own dry run: tests/test_recipes.py, tests/test_algorithms.py);
-- `make <target>`: a target of the Makefile;
-- tools that are not this repository's (git, ray, nvidia-smi, wandb, the shell's own) are named
-  in EXTERNAL: they are not run here (nvidia-smi and a GPU's `ray start` need the GPU machine).
+- `python -m <module> ...` and `bash scripts/<script> ...`: the line run with `--help` appended,
+  argparse made to parse the whole line first (positionals, choices, types, required flags),
+  then print the help and exit 0; every `--flag` of the line named in that help;
+- `bash recipes/<recipe>.sh ...`, `sbatch ... slurm/<file> recipes/<recipe>.sh ...`: the files
+  exist, every `NAME=value` is a knob (or one of the few other variables below), the knobs pass
+  the launcher's own check (plan.problems: each value, and the values together with the
+  recipe's own), every `key=value` is a key of the recipe's composed config;
+- `make <target>`: a target of the Makefile; tools not this repository's are in EXTERNAL.
 
-The prose too: every inline `command` span gets the same checks (its flags against its own
-module's --help, run once per module), and every span word that starts with a repository folder
-(`verl_gsm8k/...`, `recipes/...`) names a path that exists. A line no check can read (a path of
-verl's repository, a file of an earlier commit) carries `<!-- unchecked: why -->`.
+The prose too: every inline `command` span (one wrapped across line breaks joined) gets its
+flags checked against its module's --help (run once per module): named, the required ones given,
+a value of a flag with choices one of them; every span word starting with a repository folder
+names a path that exists. A line no check can read carries `<!-- unchecked: why -->`.
+
+Not checked: what a command checks only after parsing (`eval.sh --modes`, paths, a run's
+files); a value in prose that is a placeholder (`RUN_DIR`, `<x>`, `...`); an inline span's
+positionals and value types, and a span naming a script bare (`merge.sh RUN_DIR`); what a
+recipe's dry run shows (tests/test_recipes.py).
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from __future__ import annotations
 import functools
 import importlib.util
 import itertools
+import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -34,6 +39,8 @@ from helpers import ROOT
 from omegaconf import OmegaConf
 
 from verl_gsm8k.launch.knobs import BY_NAME, recipe_arguments
+from verl_gsm8k.launch.knobs import problems as knob_problems
+from verl_gsm8k.launch.plan import recipe_plan
 
 DOCS = [ROOT / "README.md", ROOT / "recipes" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"```(?:bash|sh|shell)\n(.*?)```", re.S)
@@ -75,7 +82,8 @@ COMMANDS = doc_commands()
 # A prose line a check cannot read mechanically says so (and why) with this marker; nothing on
 # that line is checked. Silence is never an exemption.
 UNCHECKED = "<!-- unchecked:"
-SPAN = re.compile(r"`([^`\n]+)`")
+# A span may wrap across line breaks, not across a paragraph's end (a blank line).
+SPAN = re.compile(r"`([^`\n]+(?:\n(?!\s*\n)[^`\n]*)*)`")
 COMMAND_START = re.compile(r"([A-Z_][A-Z0-9_]*=\S+ )*(python -m |bash |make |sbatch )")
 REPO_PATH = re.compile(
     r"(?:verl_gsm8k|scripts|recipes|configs|slurm|docs|tests|data_prep|rewards|\.ci)/[\w./*-]*"
@@ -83,15 +91,18 @@ REPO_PATH = re.compile(
 
 
 def prose_spans(docs: list[Path] = DOCS) -> list[tuple[str, str]]:
-    """(where, text) of every inline code span outside the fenced blocks, but on a line marked
-    unchecked."""
+    """(where, text) of every inline code span outside the fenced blocks, one wrapped across a
+    line break joined, but a span touching a line marked unchecked."""
     found = []
     for path in docs:
         text = BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), path.read_text("utf-8"))
-        for n, line in enumerate(text.splitlines(), start=1):
-            if UNCHECKED not in line:
-                where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{n}"
-                found += [(where, m.group(1)) for m in SPAN.finditer(line)]
+        lines = text.splitlines()
+        name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        for match in SPAN.finditer(text):
+            first = text.count("\n", 0, match.start())
+            touched = lines[first : first + 1 + match.group(1).count("\n")]
+            if not any(UNCHECKED in line for line in touched):
+                found.append((f"{name}:{first + 1}", re.sub(r"\s*\n\s*", " ", match.group(1))))
     return found
 
 
@@ -127,28 +138,31 @@ def recipe_config(recipe: Path):
     return compose(ROOT / "configs", args[args.index("--config") + 1], [])
 
 
-def variables(words: list[str]) -> tuple[list[str], list[str]]:
-    """The problems of the line's leading NAME=value words, and the words after them."""
-    problems = []
+def variables(words: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
+    """The problems of the line's leading NAME=value words (the launcher's knob check: each
+    value, and the values together), the knobs' values but placeholders, and the words after."""
+    problems, knobs = [], {}
     while words and (match := ASSIGNMENT.fullmatch(words[0])):
         name, value = match.groups()
         words = words[1:]
-        if name in BY_NAME:
-            placeholder = PLACEHOLDER.search(value) or "$" in value
-            if not placeholder and not BY_NAME[name].check.ok(value):
-                problems.append(f"{name}={value} is not {BY_NAME[name].check.rule}")
-        elif name not in OTHER_VARIABLES:
+        if name in BY_NAME and not (PLACEHOLDER.search(value) or "$" in value):
+            knobs[name] = value
+        elif name not in BY_NAME and name not in OTHER_VARIABLES:
             problems.append(f"{name} is neither a knob (docs/knobs.md) nor a variable we know")
-    return problems, words
+    return problems + knob_problems(knobs), knobs, words
 
 
-def recipe_problems(recipe: str, args: list[str]) -> list[str]:
+def recipe_problems(recipe: str, args: list[str], knobs: dict[str, str]) -> list[str]:
+    """The recipe exists, each key=value is a key of its config, and the launcher's plan of the
+    line takes its knobs with the recipe's own values (the batch split) and its overrides."""
     if PLACEHOLDER.search(recipe):
         return []  # recipes/<recipe>.sh: every recipe; its arguments below are placeholders too
     path = ROOT / recipe
     if not path.is_file():
         return [f"{recipe} does not exist"]
-    problems = []
+    user = [arg for arg in args if "=" in arg and not PLACEHOLDER.search(arg)]
+    problems = [p for p in recipe_plan(path, knobs, user=user).problems()
+                if p not in knob_problems(knobs)]  # fmt: skip
     for arg in args:
         if arg in ("--help", "key=value") or PLACEHOLDER.search(arg.partition("=")[0]):
             continue  # a placeholder key ([key=value ...]); a placeholder value (<repo>) is fine
@@ -178,42 +192,79 @@ OWN_MODULES = ("verl_gsm8k", "data_prep")
 OWN_SCRIPTS = ("scripts/",)
 
 
+# A whole line's --help waits for argparse to parse the rest of the line (positionals, choices,
+# types, required flags: argparse ends at --help before it checks them), then prints the help:
+# a sitecustomize on the PYTHONPATH of the line's Python, scripts/*.sh's included.
+PARSE_THEN_HELP = """import argparse, sys
+asked, depth = [], [0]
+argparse._HelpAction.__call__ = lambda self, parser, *_: asked.append(parser)
+def _whole(method):
+    def parse(self, *args, **kwargs):
+        depth[0] += 1
+        try:
+            result = method(self, *args, **kwargs)
+        finally:
+            depth[0] -= 1
+        if asked and not depth[0]:
+            asked[0].print_help()
+            sys.exit(0)
+        return result
+    return parse
+for name in ("parse_args", "parse_known_args"):
+    setattr(argparse.ArgumentParser, name, _whole(getattr(argparse.ArgumentParser, name)))
+"""
+SITE = tempfile.TemporaryDirectory(prefix="doc-commands-")
+(Path(SITE.name) / "sitecustomize.py").write_text(PARSE_THEN_HELP)
+
+
 @functools.cache
-def run_help(line: tuple[str, ...]) -> subprocess.CompletedProcess:
-    return subprocess.run([*line, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+def run_help(line: tuple[str, ...], whole: bool = False) -> subprocess.CompletedProcess:
+    """``line --help``; ``whole``: the whole line parsed first."""
+    path = os.pathsep.join([SITE.name, *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "PYTHONPATH": path} if whole else None
+    return subprocess.run([*line, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=env)  # fmt: skip
 
 
 def help_problems(command: list[str], args: list[str], whole_line: bool = True) -> list[str]:
-    """The line run with --help appended (``whole_line``; else the command's own --help, once per
-    command: its flags' values unchecked): exit 0, each of its flags in the help, and every flag
-    the usage line requires given (--help alone ends argparse before it checks those)."""
+    """The line run with --help appended, argparse's checks of the whole line first
+    (``whole_line``), else the command's own --help, once per command: exit 0, each of its flags in
+    the help, and for an inline span, every flag the usage line requires given and each value of
+    a flag with choices one of them."""
 
     def subcommand(arg: str) -> bool:  # not a flag, nor a pattern (one-node|multi-node, RUN_DIR)
         return not arg.startswith("-") and not PLACEHOLDER.search(arg) and arg.lower() == arg and (
             "|" not in arg)  # fmt: skip
 
     leading = list(itertools.takewhile(subcommand, args))
-    done = run_help(tuple(command + (args if whole_line else leading)))  # subcommands kept
+    whole = whole_line and "--help" not in args
+    done = run_help(tuple(command + (args if whole_line else leading)), whole)  # subcommands kept
     if done.returncode != 0:
-        return [f"exit {done.returncode} with --help: {(done.stderr or done.stdout)[-400:]}"]
+        said = ((done.stderr or done.stdout).strip() or "(nothing)").splitlines()[-1]
+        return [f"exit {done.returncode} with --help: {said}"]
     flags = {arg.split("=")[0] for arg in args if arg.startswith("--")}
     problems = [f"{flag} is not in its --help" for flag in sorted(flags) if flag not in done.stdout]
     # a line showing the help needs nothing else; an inline span of the module alone names it
-    if "--help" not in args and (whole_line or args):
+    if not whole_line and args and "--help" not in args:
         missing = sorted(required_flags(done.stdout) - flags)
         problems += [f"{flag} is required (its usage line)" for flag in missing]
+        choices = dict(re.findall(r"(--[\w-]+) \{([^}]*)\}", done.stdout))
+        pairs = [*zip(args, args[1:], strict=False), *(a.split("=", 1) for a in args if "=" in a)]
+        problems += [f"{flag} {value} is not one of {{{choices[flag]}}}" for flag, value in pairs
+                     if flag in choices and value not in choices[flag].split(",")
+                     and not PLACEHOLDER.search(value) and "|" not in value]  # fmt: skip
     return problems
 
 
 def problems_of(words: list[str], whole_line: bool = True) -> list[str]:
     """What is wrong with one documented command; ``whole_line``: run it with --help (a fenced
     block's line), else check its flags against its command's help (an inline one)."""
-    problems, words = variables(words)
+    problems, knobs, words = variables(words)
     if not words:
         return problems  # an assignment alone
     tool, args = words[0], words[1:]
     if "=" in tool and "." in tool.partition("=")[0]:  # overrides alone: the PPO recipe's keys
-        return problems + recipe_problems("recipes/ppo_qwen2.5-0.5b_gsm8k.sh", words)
+        return problems + recipe_problems("recipes/ppo_qwen2.5-0.5b_gsm8k.sh", words, knobs)
     if tool in EXTERNAL:
         return problems
     if tool in ("python", "python3", ".venv/bin/python"):
@@ -233,7 +284,7 @@ def problems_of(words: list[str], whole_line: bool = True) -> list[str]:
     if tool == "bash":
         script, rest = args[0], args[1:]
         if script.startswith("recipes/"):
-            return problems + recipe_problems(script, rest)
+            return problems + recipe_problems(script, rest, knobs)
         if not (ROOT / script).is_file():
             return problems + [f"{script} does not exist"]
         if not script.startswith(OWN_SCRIPTS) and not whole_line:
@@ -249,7 +300,7 @@ def problems_of(words: list[str], whole_line: bool = True) -> list[str]:
             return problems  # sbatch's own flags, named in prose
         if not (ROOT / files[0]).is_file():
             return problems + [f"{files[0]} does not exist"]
-        return problems + recipe_problems(files[1], files[2:])
+        return problems + recipe_problems(files[1], files[2:], knobs)
     return problems + [f"{tool}: not a command of this repository, nor in EXTERNAL"]
 
 
@@ -278,12 +329,19 @@ def test_the_commands_were_found():
 
 
 def test_the_checks_go_red_on_planted_defects(tmp_path):
-    """Each kind of defect, planted: an unknown flag, a missing required flag, a variable that is
-    no knob, a knob value its check refuses, a recipe and a path that do not exist; a marked line
-    is left out, and only it."""
+    """Each kind of defect, planted: an unknown flag, a missing required flag or positional, a
+    value its flag's choices refuse, a variable that is no knob, a knob value its check refuses,
+    knob values refused together (the recipe's own included), a recipe and a path that do not
+    exist; a span wrapped across a line break is read whole, a marked line left out, and only it."""
     report = [sys.executable, "-m", "verl_gsm8k.report"]
     assert help_problems(report, ["--no-such-flag"], whole_line=False) == [
         "--no-such-flag is not in its --help"
+    ]
+    assert problems_of(shlex.split("python -m verl_gsm8k.report RUN --step lats"), False) == [
+        "--step lats is not one of {last,best}"
+    ]
+    assert problems_of(["bash", "scripts/merge.sh", "runs/x"]) == [
+        "exit 2 with --help: merge.sh: error: the following arguments are required: target"
     ]
     bench = shlex.split("python -m verl_gsm8k.bench.gpu_probe --models tiny")
     assert problems_of(bench, whole_line=False) == ["--out is required (its usage line)"]
@@ -293,11 +351,17 @@ def test_the_checks_go_red_on_planted_defects(tmp_path):
     assert problems_of(["ACTOR_LR=fast", "bash", "recipes/smoke_tiny.sh"]) == [
         f"ACTOR_LR=fast is not {BY_NAME['ACTOR_LR'].check.rule}"
     ]
+    split = "TRAIN_BATCH_SIZE=100 does not split into mini-batches of PPO_MINI_BATCH_SIZE=64"
+    for line in ("TRAIN_BATCH_SIZE=100 PPO_MINI_BATCH_SIZE=64 make test", "TRAIN_BATCH_SIZE=100 "
+                 "bash recipes/ppo_qwen2.5-0.5b_gsm8k.sh"):  # fmt: skip
+        assert [p.split(" (")[0] for p in problems_of(shlex.split(line))] == [split], line
     assert problems_of(["bash", "recipes/smoke.sh"]) == ["recipes/smoke.sh does not exist"]
     assert path_problems("see verl_gsm8k/launch/knob.py") == [
         "verl_gsm8k/launch/knob.py does not exist"
     ]
     assert path_problems("verl_gsm8k/launch/knobs.py, recipes/*.sh, launch/NAME.py") == []
     doc = tmp_path / "page.md"
-    doc.write_text("`bash recipes/a.sh` and\n`bash recipes/b.sh` <!-- unchecked: planted -->\n")
-    assert prose_spans([doc]) == [(f"{doc}:1", "bash recipes/a.sh")]
+    doc.write_text("`bash recipes/a.sh` and\n`bash recipes/b.sh` <!-- unchecked: planted -->\n"
+                   "a `bash\n  recipes/c.sh` then `d`\n\n`e\n\nf`\n")  # fmt: skip
+    assert prose_spans([doc]) == [(f"{doc}:1", "bash recipes/a.sh"),
+                                  (f"{doc}:3", "bash recipes/c.sh"), (f"{doc}:4", "d")]  # fmt: skip
