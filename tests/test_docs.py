@@ -1,4 +1,4 @@
-"""Every measured figure has one home, and the README's commands and links are true.
+"""Every measured figure has one home, and the links, cited tests and knob defaults are true.
 
 A measured figure (a duration, a size, a test count, an accuracy) lives in the doc that measured
 it, with the machine and date; every other place links to it. Two rules hold that:
@@ -16,7 +16,6 @@ A failure names the file, the line and the figure. Standard library only; well u
 from __future__ import annotations
 
 import re
-import shlex
 import sys
 from pathlib import Path
 
@@ -155,45 +154,7 @@ def test_a_copied_duration_of_two_digits_is_named(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# The README's commands and links are true
-
-
-def _readme_commands() -> list[list[str]]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
-    commands = []
-    for block in blocks:
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split("  #", 1)[0].strip()
-            if line:
-                commands.append(shlex.split(line))
-    return commands
-
-
-def test_every_readme_command_names_what_exists():
-    from verl_gsm8k.evaluate.cli import build_parser
-
-    makefile = (ROOT / "Makefile").read_text()
-    from verl_gsm8k.launch.knobs import BY_NAME
-
-    eval_flags = {o for a in build_parser()._actions for o in a.option_strings}
-    checked = 0
-    for words in _readme_commands():
-        while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
-            knob = words.pop(0).split("=")[0]
-            assert knob in BY_NAME or knob in ("WANDB_API_KEY", "WANDB_MODE", "PYTHON"), knob
-            checked += 1
-        if words[:1] == ["make"]:
-            assert re.search(rf"^{words[1]}:", makefile, re.M), words
-        if words[:1] == ["bash"] and not words[1].startswith("recipes/"):
-            assert (ROOT / words[1]).is_file(), words
-        if words[:1] == ["bash"] and words[1].startswith("recipes/"):
-            assert (ROOT / words[1]).is_file(), words
-        if words[1:2] == ["scripts/eval.sh"]:
-            flags = [w for w in words if w.startswith("--")]
-            assert set(flags) <= eval_flags, flags
-        checked += 1
-    assert checked > 20
+# The README's links are true (its commands: tests/test_doc_commands.py)
 
 
 def test_every_readme_link_and_anchor_exists():
