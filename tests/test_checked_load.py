@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from crafted_shards import CRAFTED, plant
+from crafted_shards import plant
 from omegaconf import OmegaConf
 
 import verl_gsm8k.verl_plugins.checked_load  # noqa: F401  (wraps verl's loaders, as in verl)
@@ -54,7 +54,9 @@ def test_a_worker_loads_a_whole_checkpoint_as_before(tmp_path, single_process_gr
     assert not getattr(torch.load, "_gsm8k_checked", False)  # checked inside verl's loaders only
 
 
-@pytest.mark.parametrize("kind", CRAFTED)
+# one refused by the zip check, one by torch's unpickler: every kind against the same load
+# (checkpoint_files.load): tests/test_resume_verify.py
+@pytest.mark.parametrize("kind", ["glued", "objects"])
 def test_a_worker_refuses_a_planted_shard_at_its_load(tmp_path, single_process_group, kind):
     marker = tmp_path / "ran"
     role = tmp_path / "global_step_3" / "actor"
