@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import runpy
 import sys
 import tempfile
 import time
@@ -154,10 +155,15 @@ def preflight(plan: Plan, user: list[str], dry_run: bool) -> list[str]:
 
 
 def show_dry_run(plan: Plan, overrides: list[str]) -> int:
-    from verl_gsm8k.preflight.dry_run import print_config
-
+    """DRY_RUN=1's end: the command, then verl's entry point with ``--cfg job``, here."""
     say(f"{PREFIX}{shell_line(verl_argv(plan, overrides), plan.exports)}")
-    return print_config(plan.verl_module, CONFIG_DIR, plan.recipe.config, overrides)
+    sys.argv = [plan.verl_module, "--config-path", str(CONFIG_DIR), "--config-name",
+                plan.recipe.config, "--cfg", "job", *overrides]  # fmt: skip
+    try:
+        runpy.run_module(plan.verl_module, run_name="__main__", alter_sys=True)
+    except SystemExit as done:  # Hydra ends --cfg job with sys.exit
+        return done.code if isinstance(done.code, int) else int(done.code is not None)
+    return 0
 
 
 def verl_argv(plan: Plan, overrides: list[str]) -> list[str]:
