@@ -138,15 +138,10 @@ def algorithm_warnings(cfg: Any) -> list[str]:
     if _get(cfg, "actor_rollout_ref.actor.policy_loss.loss_mode") == "gspo":
         wide = [f"actor_rollout_ref.actor.{k}={actor[k]:g}" for k in ("clip_ratio_low",
                 "clip_ratio_high") if actor[k] >= GSPO_WIDE_CLIP]  # fmt: skip
-        found += (
-            [
-                f"policy_loss.loss_mode=gspo with {', '.join(wide)}: verl allows this and "
-                "clips the sequence-level ratio to that range as given, far wider than the "
-                "paper's 3e-4 and 4e-4 (watch actor/pg_clipfrac)"
-            ]  # fmt: skip
-            if wide
-            else []
-        )
+        if wide:
+            found.append(f"policy_loss.loss_mode=gspo with {', '.join(wide)}: verl allows this "
+                         "and clips the sequence-level ratio to that range as given, far wider "
+                         "than the paper's 3e-4 and 4e-4 (watch actor/pg_clipfrac)")  # fmt: skip
     buffer, limit = _overlong(cfg), _get(cfg, f"{RK}.max_resp_len")
     generated = int(cfg.data.max_response_length)
     if buffer is not None and limit is not None and int(limit) != generated:
@@ -162,17 +157,11 @@ def algorithm_warnings(cfg: Any) -> list[str]:
 
 def unused_kl_warnings(cfg: Any, chosen: Mapping[str, str]) -> list[str]:
     """A KL coefficient the user chose where the config charges no KL."""
-    if cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss:
-        return []
     given = sorted({chosen[key] for key in KL_COEF_KEYS if key in chosen})
-    return (
-        [
-            f"{', '.join(given)} does nothing here: this config charges no KL (use_kl_in_reward "
-            "and use_kl_loss false), so verl reads neither coefficient"
-        ]  # fmt: skip
-        if given
-        else []
-    )
+    if not given or cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss:
+        return []
+    return [f"{', '.join(given)} does nothing here: this config charges no KL (use_kl_in_reward "
+            "and use_kl_loss false), so verl reads neither coefficient"]  # fmt: skip
 
 
 def check_algorithm(cfg: Any, report: Report, reward_keys: set[str] | None = None,

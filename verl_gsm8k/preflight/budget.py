@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
-from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, Phase, estimate_phases
+from verl_gsm8k.preflight.memory import MEMORY_WARN_FRACTION, estimate_phases
 
 BUDGET_KEYS = ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
                "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
@@ -31,20 +31,9 @@ def overrides(budget: int) -> list[str]:
     return [f"{key}={budget}" for key in BUDGET_KEYS]
 
 
-def heaviest(phases: list[Phase], card: float) -> tuple[float, str]:
-    top = max(phases, key=lambda p: p.gib(card))
+def heaviest(cfg: Any, hf_configs: dict[str, Any], card: float) -> tuple[float, str]:
+    top = max(estimate_phases(cfg, hf_configs), key=lambda p: p.gib(card))
     return top.gib(card), top.name
-
-
-def fitting_budget(cfg: Any, hf_configs: dict[str, Any], card: float) -> int | None:
-    """The largest halving of the recipe's budget under 90 % of ``card``, or None."""
-    budget = int(cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu) // 2
-    while budget >= SMALLEST_BUDGET:
-        phases = estimate_phases(with_budget(cfg, budget), hf_configs)
-        if heaviest(phases, card)[0] <= MEMORY_WARN_FRACTION * card:
-            return budget
-        budget //= 2
-    return None
 
 
 def choose(cfg: Any, hf_configs: dict[str, Any], card: float, out: Path, report: Any) -> Any:
@@ -52,14 +41,20 @@ def choose(cfg: Any, hf_configs: dict[str, Any], card: float, out: Path, report:
     write_atomic(out, "")
     if not cfg.actor_rollout_ref.actor.get("use_dynamic_bsz", False):
         return cfg  # micro-batches counted in sequences: the budgets do not apply
-    gib, phase = heaviest(estimate_phases(cfg, hf_configs), card)
-    if gib <= MEMORY_WARN_FRACTION * card:
+    gib, phase = heaviest(cfg, hf_configs, card)
+    limit = MEMORY_WARN_FRACTION * card
+    if gib <= limit:
         return cfg
     recipe = int(cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu)
     need = (f"the recipe's {recipe} tokens per micro-batch need ~{gib:.1f} GiB ({phase}) of this "
             f"{card:.0f} GiB card")  # fmt: skip
-    budget = fitting_budget(cfg, hf_configs, card)
-    if budget is None:
+    budget = recipe // 2  # halved until every phase fits under 90 % of the card
+    while (
+        budget >= SMALLEST_BUDGET
+        and heaviest(with_budget(cfg, budget), hf_configs, card)[0] > limit
+    ):
+        budget //= 2
+    if budget < SMALLEST_BUDGET:
         report.note("budget", f"{need}, and no budget down to {SMALLEST_BUDGET} fits: kept")
         return cfg
     report.ok("budget", f"{need}: using {budget}, the largest power of two that fits "

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common.run_dir import TRACKER
+from verl_gsm8k.preflight.device import lora_rank
 from verl_gsm8k.preflight.lines import Report
 from verl_gsm8k.preflight.memory import lora_parameters
 from verl_gsm8k.preflight.model import count_parameters
@@ -50,7 +51,7 @@ def checkpoint_bytes(cfg: Any, hf_configs: dict[str, Any]) -> int:
     for role, hf_config in hf_configs.items():
         model = cfg.actor_rollout_ref.model if role == "actor" else cfg.critic.model
         params = count_parameters(hf_config)
-        rank = int(model.get("lora_rank", 0) or 0)
+        rank = lora_rank(model)
         trained = lora_parameters(hf_config, rank, model.get("target_modules")) if rank else params
         total += params * WEIGHT_BYTES + trained * (ADAM_BYTES + WEIGHT_BYTES * (rank > 0))
     return total

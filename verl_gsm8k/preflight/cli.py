@@ -35,6 +35,7 @@ from verl_gsm8k.preflight.device import (
     check_device,
     check_gpu_count,
     check_lora,
+    external_modules,
     lora_rank,
     ray_cluster_gpus,
     visible_gpus,
@@ -183,7 +184,7 @@ def check_trainer(cfg: Any, report: Report) -> None:
             report.warn("trace", f"gsm8k_trace.samples={samples} but trainer.v1.trainer_mode="
                         f"{mode}: nothing is traced (it needs {MODE})")  # fmt: skip
         return
-    if PLUGIN not in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(","):
+    if PLUGIN not in external_modules():
         report.error("trace", f"trainer.v1.trainer_mode={MODE} needs {PLUGIN} in "
                      "VERL_USE_EXTERNAL_MODULES (the recipes add it)")  # fmt: skip
         return

@@ -37,7 +37,7 @@ def attention(model_cfg: Any) -> str:
     return str(override.get("attn_implementation", None) or "flash_attention_2")
 
 
-def _modules() -> list[str]:
+def external_modules() -> list[str]:
     return [m.strip() for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",")]
 
 
@@ -56,7 +56,7 @@ def check_device(cfg: Any, use_critic: bool, report: Report, model: Any = None,
     """Where the run trains and with which attention, or the mismatch that would fail."""
     device, want = cfg.trainer.device, os.environ.get("ATTENTION", "auto")
     if device == "cpu" and not (
-        os.environ.get("VERL_PLATFORM") == "cpu" and CPU_MODULE in _modules()
+        os.environ.get("VERL_PLATFORM") == "cpu" and CPU_MODULE in external_modules()
     ):
         report.error("device", "trainer.device=cpu needs verl's cpu platform: launch with "
                      "DEVICE=cpu")  # fmt: skip
@@ -73,7 +73,7 @@ def check_device(cfg: Any, use_critic: bool, report: Report, model: Any = None,
         overlay = f"{choice.overlay or 'sdpa'}{'' if who == 'actor' else '_sft'}"
         report.warn("attention", f"{why_not} here but the {who} asks for {implementation}: "
                     f"add +attention={overlay} (the recipes do)")  # fmt: skip
-    elif use_critic and flash2 is not None and FALLBACK not in _modules():
+    elif use_critic and flash2 is not None and FALLBACK not in external_modules():
         report.warn("attention", f"{flash2} here and verl loads the critic with flash_attention_2 "
                     f"(verl issue #5210): load {FALLBACK} (the recipes do)")  # fmt: skip
     else:

@@ -20,7 +20,11 @@ class Report:
     def _emit(self, tag: str, check: str, message: str) -> None:
         self.errors += tag == "error"
         self.warnings += tag == "warn"
-        line = clean(secret_free(f"preflight: [{tag}] {check}: {message}"))
+        line = f"preflight: [{tag}] {check}: {message}"
+        for name, value in os.environ.items():  # a secret's value is named, never printed
+            if value and len(value) >= 6 and any(m in name.upper() for m in SECRET_MARKERS):
+                line = line.replace(value, f"<{name}>")
+        line = clean(line)
         self.lines.append(line)
         print(line, flush=True)
 
@@ -38,11 +42,3 @@ def one_line(exc: BaseException) -> str:
     skip = ("full_key:", "object_type=", "To append to your config", "Set the environment")
     kept = [ln for ln in lines if ln and not ln.startswith(skip)]
     return " ".join(kept or lines)[:400]
-
-
-def secret_free(text: str) -> str:
-    """``text`` with the value of every secret-looking environment variable replaced by its name."""
-    for name, value in os.environ.items():
-        if value and len(value) >= 6 and any(m in name.upper() for m in SECRET_MARKERS):
-            text = text.replace(value, f"<{name}>")
-    return text
