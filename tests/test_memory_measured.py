@@ -1,11 +1,5 @@
-"""The preflight's memory per phase (preflight/memory.py), measured within 15 %: each phase's
-computation as verl 0.9.1 runs it (its own functions where they run without Ray or FSDP: the
-forward, entropy_from_logits, logprobs_from_logits on the narrowed logits, the critic as a
-one-label token classifier, compute_value_loss, the vanilla policy loss, gradient checkpointing,
-AdamW with its moments resident), on Qwen2.5-0.5B's widths with 4 of its 24 layers (each
-per-layer term the same), under torch's tensor-bytes tracker (MemTracker) and fake tensors.
-One rank, no FSDP, fp32 without autocast, the eager entropy, the CPU's single-tensor Adam step;
-what a tracker cannot see (CUDA context, allocator, vLLM asleep): docs/gpu.md."""
+"""The preflight's memory per phase against torch's tensor tracker, within 15 %: verl's own
+functions on Qwen2.5-0.5B's widths, 4 layers, fake tensors (what it cannot see: docs/gpu.md)."""
 
 from __future__ import annotations
 
@@ -28,8 +22,6 @@ SHAPE = dict(QWEN25_05B, num_hidden_layers=4)  # the widths of the 0.5B model, 4
 
 
 def snapshot(tracker: Any, kind: str = "peak", snap: Any = None) -> dict[str, int]:
-    """One device's bytes per category (PARAM, GRAD, OPT, ACT, TEMP; "total") of the tracker's
-    'current' or 'peak' snapshot, or of ``snap``."""
     (device,) = (snap or tracker.get_tracker_snapshot(kind)).values()
     return {getattr(k, "name", "total"): v for k, v in device.items()}
 
@@ -185,8 +177,6 @@ def test_every_phase_is_estimated_within_15_percent_of_what_it_holds(rows):
 
 
 def test_the_old_log_prob_pass_is_the_heaviest_forward(rows):
-    """The entropy makes the old log-prob pass hold about three times the reference's logits
-    (fp32: logits, softmax, and the product or logsumexp's temporary)."""
     acts = {phase: measured for phase, what, measured, _ in rows if what.endswith("(ACT)")}
     assert acts["old log-prob"] >= 3 * TOKENS * SHAPE["vocab_size"] * FP32
     assert acts["old log-prob"] > 1.4 * acts["reference"]

@@ -1,9 +1,4 @@
-"""Padding removal under sdpa (no flash-attn): the same rows padded (an attention mask, verl's
-use_remove_padding=False) and packed into one row with ``position_ids`` and no mask (verl's
-unpad_input, torch's fallback) through transformers' sdpa give the same log-probs and entropies
-(its block-diagonal mask from the position ids); fp32 on the CPU, so only the summation order
-differs (docs/gpu.md). Without the position ids, rows attend across their boundaries.
-"""
+"""Packed rows with position_ids under sdpa give the padded batch's log-probs and entropies."""
 
 from __future__ import annotations
 
@@ -68,8 +63,6 @@ def packed_outputs(model, ids, mask, positions, with_positions: bool = True):
 
 
 def test_packed_rows_under_sdpa_match_the_padded_batch(model):
-    """And the check has teeth: the packed row without position_ids is one causal sequence, where
-    every row after the first attends to the rows before it."""
     ids, mask, positions = padded_batch(model.config.vocab_size)
     logp_padded, ent_padded = padded_outputs(model, ids, mask, positions)
     logp_packed, ent_packed = packed_outputs(model, ids, mask, positions)

@@ -1,5 +1,4 @@
-"""Each planted mistake is caught by the preflight with its message (mistakes different checks
-catch planted together); a correct config passes. In-process, on the launcher's override list."""
+"""The PPO preflight in-process: a correct config passes, each planted mistake is caught."""
 
 from __future__ import annotations
 
@@ -151,9 +150,6 @@ def test_every_suggested_key_composes(base_overrides):
 
 
 def test_keys_only_the_legacy_trainer_reads_are_accepted_and_said_where_it_runs(base_overrides):
-    """trainer.use_v1=false (the LoRA recipe): verl's legacy trainer reads balance_batch and the
-    critic's update budget, so they are not refused there; trainer.esi_redundant_time, read by
-    the legacy trainer only, is a warning under v1 (docs/reliability.md, "Preemption")."""
     keys = ["trainer.balance_batch=False", "critic.ppo_max_token_len_per_gpu=8192"]
     esi = ["trainer.esi_redundant_time=300"]
     for config, extra in (("gsm8k_ppo", ["trainer.use_v1=false"]), ("gsm8k_ppo_lora", [])):
@@ -175,8 +171,6 @@ def test_keys_only_the_legacy_trainer_reads_are_accepted_and_said_where_it_runs(
 
 
 def test_bad_data_and_an_algorithm_warning_or_refusal(base_overrides, tmp_path):
-    """A val file without verl's columns is named with them; GRPO with one response and KL twice
-    runs with warnings (verl allows both); rloo_vectorized at one response is refused."""
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"question": ["q"], "answer": ["#### 1"]}), bad)
     warned = ["actor_rollout_ref.rollout.n=1", "algorithm.use_kl_in_reward=True"]
@@ -196,8 +190,6 @@ def test_bad_data_and_an_algorithm_warning_or_refusal(base_overrides, tmp_path):
 
 
 def test_reward_is_tried_in_the_format_the_prompts_ask_for(base_overrides, tmp_path):
-    """Boxed prompts with the ####-only reward would score every response 0: refused, with the
-    fix; the flexible reward passes."""
     boxed = prepare(write_synthetic_gsm8k(tmp_path / "src"), tmp_path / "boxed", "--prompt-style",
                     "boxed")  # fmt: skip
     files = [f"data.train_files=['{boxed}/train.parquet']",
@@ -234,8 +226,6 @@ def test_a_reward_must_return_a_number(base_overrides, tmp_path):
 
 
 def test_checkpoints_kept_and_the_disk_they_need(base_overrides, tiny_model_dir, tmp_path):
-    """The recipes' trainer holds one more while it saves, and the kept best beside them
-    (docs/reliability.md, "The kept best"); verl's own trainer keeps what it is told."""
     from transformers import AutoConfig
 
     kept = {  # overrides -> checkpoints kept at most (0: none written)
@@ -266,9 +256,6 @@ def test_checkpoints_kept_and_the_disk_they_need(base_overrides, tiny_model_dir,
 
 
 def test_the_cli_says_its_time_and_the_hub_it_cannot_reach_in_seconds(base_overrides, tmp_path):
-    """A legacy key through the command line: exit 1, the FAILED line, no traceback; a hub id
-    with the hub unreachable is said at once (without the early probe verl's validate_config
-    retried the hub for ~50 s)."""
     hub_model = "Qwen/Qwen2.5-0.5B-Instruct"
     env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
     with refusing_port() as port:  # the "hub" refuses at once, for the whole run

@@ -1,6 +1,4 @@
-"""The SFT preflight (preflight/sft.py) in-process, on the launcher's override list for
-TRAINER=sft, data_prep.sft's data and the tiny model: a correct launch passes, each planted
-mistake (those of different checks planted together) is caught with its message."""
+"""The SFT preflight in-process: a correct launch passes, each planted mistake is caught."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""scripts/setup.sh's interpreter: SETUP_PYTHON builds the environments; PYTHON, the project's
-own interpreter elsewhere, given to the set-up alone is read as SETUP_PYTHON with one line. A
-wheelhouse is checked against this machine's Python before anything is made."""
+"""scripts/setup.sh's interpreter (SETUP_PYTHON, PYTHON) and its wheelhouse check."""
 
 from __future__ import annotations
 
@@ -61,10 +59,6 @@ def _versions(python: str) -> dict[str, str]:
 
 
 def test_a_wheelhouse_is_checked_against_this_machine_before_anything_is_made(tmp_path: Path):
-    """EXCLUDE left a package to the machine's Python: one line when that Python lacks it at the
-    lock's version, or is a virtual environment's (the environments would not see its packages);
-    where it has it, the check goes on and names the first entry without a file. Nothing is
-    made. The machine's Python is this test's base interpreter (no EvalScope there)."""
     lock, house, venv = ROOT / "locks" / "eval.txt", tmp_path / "wheels", tmp_path / "eval-env"
     house.mkdir()
     base = getattr(sys, "_base_executable", sys.executable)

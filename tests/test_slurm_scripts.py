@@ -1,7 +1,5 @@
-"""The sbatch files and what they exec (verl_gsm8k/sbatch/cli.py), without Slurm running: bad
-input in one line each, the one-node exec and its GPUs, and Ray over several nodes under a fake
-`srun` that runs each node's command here and a fake `ray`. The real Slurm:
-tests/test_slurm_nodes_cpu.py."""
+"""The sbatch files and verl_gsm8k/sbatch/cli.py under a fake `srun` and `ray` (the real
+Slurm: tests/test_slurm_nodes_cpu.py)."""
 
 from __future__ import annotations
 
@@ -81,9 +79,6 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, name: str):
 
 
 def test_one_node_execs_the_recipe_on_the_gpus_slurm_gave_it(tmp_path: Path):
-    """The batch shell's pid becomes the recipe's (exec all the way: Slurm's `--signal=B:TERM`
-    reaches the recipe's launcher), with the job's knobs, the default SIGPIPE and the GPUs of
-    SLURM_GPUS_ON_NODE as NDEVICES_PER_NODE; one asking for another number is one line."""
     out, recipe = tmp_path / "recipe.out", tmp_path / "recipe.sh"
     recipe.write_text(f'echo "$$ $LOCK_WAIT_S $SLURM_REQUEUE_ON_STOP $NDEVICES_PER_NODE $*" > '
                       f'"{out}"\ngrep SigIgn /proc/$$/status >> "{out}"\n')  # fmt: skip
@@ -136,10 +131,6 @@ def gone(pids: list[int]) -> bool:
 def test_several_nodes_ray_lives_through_a_sigterm_to_the_whole_job_then_is_stopped(
     tmp_path: Path,
 ):
-    """Slurm's time limit without `B:`, a preemption or `scancel` signal every process of the
-    job: the batch process passes it to the recipe (save, then stop) and each node's `ray
-    start` step, which blocks SIGTERM, lives through it until the job stops its Ray. Each is
-    given the job's CPUs and GPUs; the run directory must be on storage every node sees."""
     job = several_nodes(tmp_path, tmp_path / "recipe.sh", SLURM_CPUS_ON_NODE="4")
     try:
         ray = wait_for(tmp_path, job, recipe_too=True)
@@ -168,8 +159,6 @@ def test_several_nodes_ray_lives_through_a_sigterm_to_the_whole_job_then_is_stop
 
 
 def test_several_nodes_a_sigterm_before_the_recipe_or_a_node_that_never_joins(tmp_path: Path):
-    """Ray counts one GPU of two: a SIGTERM during the wait ends the job at once, the recipe not
-    started (143); without it, RAY_JOIN_TIMEOUT_S ends it (2). Ray is stopped after either."""
     for timeout, status, said in (
         ("300", 143, "slurm: SIGTERM before the recipe started: nothing trained"),
         ("0", 2, "has 1 of 2 GPUs (2 node(s) x 1): a node never joined"),
