@@ -1,7 +1,5 @@
-"""Every launch records what it was (RUN_DIR/launches/launch-<UTC>.yaml), and a relaunch never
-resumes another experiment's checkpoint silently: the real recipes with a stand-in for verl's
-entry point (test_recipes.fake_verl_python), so nothing trains. The check itself, key by key:
-tests/test_same_config.py."""
+"""Every launch records what it was, and a relaunch never resumes another experiment's
+checkpoint silently (a stand-in verl: test_recipes.fake_verl_python)."""
 
 from __future__ import annotations
 
@@ -67,7 +65,9 @@ def test_a_launch_records_its_config_knobs_versions_and_host(gpu_env, tmp_path):
     assert f"VERL_FILE_LOGGER_PATH={metrics}" in command
 
 
-def test_a_relaunch_of_another_experiment_stops_with_one_line(gpu_env, whole_checkpoints, tmp_path):
+def test_a_relaunch_of_another_experiment_stops_with_one_line_and_resume_disable_starts_over(
+    gpu_env, whole_checkpoints, tmp_path
+):
     assert run_recipe(RECIPE, gpu_env).returncode == 0
     place_checkpoint(whole_checkpoints, run_dir(gpu_env), 20)
     again = run_recipe(RECIPE, gpu_env)  # the same experiment: resumes, a second record
@@ -83,15 +83,10 @@ def test_a_relaunch_of_another_experiment_stops_with_one_line(gpu_env, whole_che
     assert len(read_records(run_dir(gpu_env))) == 2  # and nothing recorded
     forced = run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="1e-4", RESUME="force"))
     assert forced.returncode == 0 and len(read_records(run_dir(gpu_env))) == 3
-
-
-def test_resume_disable_reaches_verl_and_starts_over(gpu_env, whole_checkpoints, tmp_path):
-    assert run_recipe(RECIPE, gpu_env).returncode == 0
-    place_checkpoint(whole_checkpoints, run_dir(gpu_env), 5)
     result = run_recipe(RECIPE, dict(gpu_env, ACTOR_LR="3e-6", RESUME="disable"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "trainer.resume_mode=disable" in recorded(tmp_path / "verl-args.txt")[0]
-    # the earlier run's checkpoints are set aside, nothing deleted (tests/test_same_config.py)
+    # the checkpoints are set aside, nothing deleted (tests/test_same_config.py)
     (aside,) = run_dir(gpu_env).glob("superseded-*")
-    assert (aside / "global_step_5").is_dir() and not list(run_dir(gpu_env).glob("global_step_*"))
+    assert (aside / "global_step_20").is_dir() and not list(run_dir(gpu_env).glob("global_step_*"))
     assert f"moved to {aside} (nothing deleted" in result.stdout
