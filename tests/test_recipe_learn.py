@@ -1,7 +1,4 @@
-"""recipes/learn_tiny.sh without training: its dry run against the installed verl (ALGO picks the
-algorithm's config, the recipe's toy settings reach verl's keys, knobs and user arguments win),
-a model and data set by hand replace the warm start and the toy task (nothing is built), a bad
-knob stops it before anything is built. Its training runs: tests/test_learn_cpu.py (slow)."""
+"""recipes/learn_tiny.sh without training (its training runs: tests/test_learn_cpu.py)."""
 
 from __future__ import annotations
 
@@ -57,23 +54,20 @@ def test_algo_picks_the_config_and_the_toy_settings_reach_verl(
     assert get(cfg, "trainer.experiment_name").startswith(f"learn_tiny_{algo}_")
 
 
-def test_the_hard_toy_task_has_sums_up_to_nine_in_a_cache_of_its_own(tiny_model_dir, tmp_path):
-    """TOY_TASK=hard: sums up to 9 + 9 (100 sums, 4000 training questions) under
-    learn-tiny/v2/hard/, apart from the easy task's cache; a model set by hand (no warm start)."""
+def test_the_hard_toy_task_in_a_cache_of_its_own_and_knobs_and_user_arguments_win(
+    tiny_model_dir, tmp_path
+):
     import pyarrow.parquet as pq
 
-    result, cfg = dry_run(tmp_path, tiny_model_dir, "", TOY_TASK="hard")
+    result, cfg = dry_run(tmp_path, tiny_model_dir, "", "trainer.test_freq=2", TOY_TASK="hard",
+                          ACTOR_LR="1e-4", SEED="7", EXPERIMENT_NAME="mine")  # fmt: skip
     assert "toy task (hard: sums up to 9 + 9" in result.stdout
-    data = tmp_path / "c" / "learn-tiny" / "v2" / "hard" / "seed0" / "data" / "rl"
+    data = tmp_path / "c" / "learn-tiny" / "v2" / "hard" / "seed7" / "data" / "rl"
     assert get(cfg, "data.train_files") == [str(data / "train.parquet")]
     rows = pq.read_table(data / "test.parquet").to_pylist()
     assert {row["reward_model"]["ground_truth"] for row in rows} == {str(n) for n in range(19)}
     assert pq.read_metadata(data / "train.parquet").num_rows == 4000
-
-
-def test_knobs_and_user_arguments_win_over_the_hooks(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
-    _, cfg = dry_run(tmp_path, tiny_model_dir, prepared_gsm8k_dir, "trainer.test_freq=2",
-                     ACTOR_LR="1e-4", SEED="7", EXPERIMENT_NAME="mine")  # fmt: skip
+    # the knobs and the user's key=value win over the hooks' settings
     assert get(cfg, f"{A}optim.lr") == 1e-4 and get(cfg, "data.seed") == 7
     assert get(cfg, "trainer.test_freq") == 2 and get(cfg, "trainer.experiment_name") == "mine"
 
@@ -90,9 +84,6 @@ def test_a_bad_knob_stops_it_before_anything_is_built(tmp_path):
 
 
 def test_every_algorithm_config_is_an_algo_with_its_recipe_and_its_doc_row():
-    """ALGO's names come from configs/ alone (a new algorithm's config is its ALGO); each has a
-    recipe file of its own naming that config, and its row in docs/algorithms.md's table; the
-    configs that are not an algorithm (base, LoRA, SFT) are not ALGOs."""
     configs = {p.stem.removeprefix("gsm8k_") for p in (ROOT / "configs").glob("gsm8k_*.yaml")}
     assert set(LEARN_ALGOS) == configs - {"base", "ppo_lora", "sft"}
     assert LEARN_ALGOS[:2] == ("ppo", "grpo")  # the default and the suite's second, listed first
