@@ -1,16 +1,5 @@
-"""The GPU user's stack, proven on this CPU machine: every check that needs no GPU, under
-``.venv-gpu`` (``bash scripts/setup.sh --gpu-stack``: the same install as ``make setup`` on a GPU
-machine, verl's ``vllm`` extra: torch 2.11, vLLM 0.24, transformers 5.9).
-
-Under it: our verl plugins import, and a model loads through the flash-attention fallback; the
-knob checks, the reward and the data preparation run; every recipe passes its preflight and
-``DRY_RUN=1`` on a simulated 80 GB and 24 GB card; the ``vllm serve`` flags eval.sh passes parse
-with vLLM's own argument parser; a checkpoint reshards under it. What cannot run without a GPU is
-listed in docs/gpu.md.
-
-The environment is built by .ci/run (``make setup-gpu-stack``); without it these tests skip, and
-fail under CI=true.
-"""
+"""The GPU user's stack (.venv-gpu, `make setup-gpu-stack`) on this CPU machine: every check
+that needs no GPU; without it these tests skip, and fail under CI=true."""
 
 from __future__ import annotations
 
@@ -46,20 +35,12 @@ def under(python: Path, *args: str, timeout: int = 600, **env: str) -> subproces
     )  # fmt: skip
 
 
-def test_it_is_the_gpu_extras_stack(gpu_python: Path):
-    code = ("import importlib.metadata as m, json; print(json.dumps({p: m.version(p) for p in "
-            "('verl', 'torch', 'vllm', 'transformers')}))")  # fmt: skip
-    out = under(gpu_python, "-c", code)
-    assert out.returncode == 0, out.stderr[-2000:]
-    versions = json.loads(out.stdout.strip().splitlines()[-1])
-    assert versions["verl"] == "0.9.1"
-    assert versions["torch"].startswith("2.11.") and versions["vllm"].startswith("0.24.")
-    assert versions["transformers"].startswith("5.9."), versions
-    print("GPU stack:", versions)
-
-
-def test_plugins_import_and_the_fallback_loads_a_model(gpu_python: Path, tiny_model_dir: Path):
+def test_it_is_the_gpu_extras_stack_its_plugins_import_and_the_fallback_loads_a_model(
+    gpu_python: Path, tiny_model_dir: Path
+):
     code = (
+        "import importlib.metadata as m, json\n"
+        "print(json.dumps({p: m.version(p) for p in ('verl', 'torch', 'vllm', 'transformers')}))\n"
         "import verl_gsm8k.verl_plugins.attention_fallback as fallback, "
         "verl_gsm8k.verl_plugins.cpu_platform, verl_gsm8k.verl_plugins.register_trainer\n"
         "from verl.trainer.ppo.v1 import get_trainer_cls\n"
@@ -71,7 +52,12 @@ def test_plugins_import_and_the_fallback_loads_a_model(gpu_python: Path, tiny_mo
     )
     out = under(gpu_python, "-c", code)
     assert out.returncode == 0, out.stderr[-3000:]
+    versions = json.loads(next(ln for ln in out.stdout.splitlines() if ln.startswith("{")))
+    assert versions["verl"] == "0.9.1"
+    assert versions["torch"].startswith("2.11.") and versions["vllm"].startswith("0.24.")
+    assert versions["transformers"].startswith("5.9."), versions
     assert out.stdout.split()[-2:] == ["TracingTrainer", "sdpa"], out.stdout[-1000:]
+    print("GPU stack:", versions)
 
 
 def test_knobs_reward_and_data_prep(gpu_python: Path, tmp_path: Path):
@@ -111,10 +97,6 @@ def test_every_recipe_dry_runs_on_a_simulated_gpu(
 
 
 def test_vllm_serve_flags_parse_with_vllms_own_parser(gpu_python: Path, tiny_model_dir: Path):
-    """eval.sh's `vllm serve` command line (evaluate/server.py's vllm_serve_command) through
-    vLLM 0.24's own parser. Building the parser fills in a DeviceConfig, which asks vLLM's
-    platform for a device type: without a GPU there is none, so a stand-in platform answers
-    "cuda" while parsing (the parser is vLLM's; an unknown flag is still refused)."""
     code = (
         "import json\n"
         "import vllm.platforms as platforms\n"
@@ -150,10 +132,6 @@ def test_vllm_serve_flags_parse_with_vllms_own_parser(gpu_python: Path, tiny_mod
 def test_a_checkpoint_reshards_under_the_gpu_stack(
     gpu_python: Path, tiny_model_dir: Path, tmp_path: Path
 ):
-    """The reshard builds the new ranks' device mesh with torch's own constructor, private
-    arguments included (verl_gsm8k/reshard/shards.py): under the GPU stack's torch too, a
-    checkpoint of world size 2 saved by verl's manager, resharded to 1 and loaded there, holds
-    the saved weights and moments bit for bit (tests/test_reshard.py's checks)."""
     from test_reshard import ranks, resharded_and_resumed
 
     saved = tmp_path / "ws2"
