@@ -174,31 +174,6 @@ CITING = ("README.md", "recipes/README.md")  # and every docs/*.md
 # A test name, not part of a longer word, a path or a key (`val/test_score`, `trainer.test_freq`,
 # `autocast_test_lists.py`); a trailing `_` is a prefix (`test_a_kill_mid_prune_*`).
 TEST_NAME = re.compile(r"(?:(?<=tests/)|(?<![\w/.\-]))(test_\w+?)(\.py)?(?![\w.*])")
-# Tests that were cut or renamed, named only where docs/testing.md keeps their history (each row
-# says what proves the claim now); none of them may exist again, nor be cited anywhere else.
-REMOVED_TESTS = {
-    "test_grpo_trains_on_cpu": "cut: 'What was cut'",
-    "test_recipe_specific_settings": "cut: 'What was cut'",
-    "test_a_disable_launch_that_never_saved_does_not_speak_for_the_checkpoint": "cut",
-    "test_killed_relaunched_and_preempted_the_run_ends_whole": "renamed",
-    "test_relaunch_resumes_to_step_4_and_keeps_max_ckpt": "replaced",
-    "test_a_ray_job_on_two_nodes_trains_and_ray_job_stop_saves_its_step": "renamed",
-    "test_a_job_at_its_time_limit_saves_requeues_resumes_and_ends": "replaced",
-    "test_a_preempted_sbatch_job_saves_requeues_resumes_and_ends": "replaced",
-    "test_smoke_on_a_two_node_ray_cluster": "replaced",
-    "test_lifecycle_wait": "a file, gone with lifecycle.sh",
-    "test_a_ray_job_on_two_nodes_is_stopped_saved_and_resumed_on_one": "replaced",
-    "test_train_cpu_ray": "a file, replaced by test_slurm_nodes_cpu.py",
-    "test_flash_attn_4_resolves_with_the_gpu_stack": "replaced by locks/gpu-flash4.txt",
-    "test_slurm_cpu": "a file, merged into test_slurm_nodes_cpu.py",
-    "test_a_job_stopped_by_its_time_limit_then_requeued_by_slurm_resumes_each_time_and_ends": (
-        "merged into test_slurm_nodes_cpu.py"
-    ),
-    "test_a_two_node_job_requeued_by_slurm_saves_its_step_then_resumes_on_one_node": "replaced",
-    "test_eval_scores_both_merged_models_above_the_warm_start": "cut to GRPO: 'What was cut'",
-    "test_eval_scores_the_merged_grpo_model_above_the_warm_start": "cut: 'What was cut'",
-}
-HISTORY = "docs/testing.md"
 
 
 def _citing_docs(root: Path) -> list[str]:
@@ -216,10 +191,6 @@ def cited_tests_missing(root: Path) -> list[str]:
             continue
         for number, line in enumerate((root / path).read_text(encoding="utf-8").splitlines(), 1):
             for name, py in TEST_NAME.findall(line):
-                if name in REMOVED_TESTS:
-                    if path != HISTORY:
-                        problems.append(f"{path}:{number}: {name} was {REMOVED_TESTS[name]}")
-                    continue
                 if py:
                     found = (tests / f"{name}.py").is_file()
                 elif name.endswith("_"):
@@ -228,8 +199,6 @@ def cited_tests_missing(root: Path) -> list[str]:
                     found = name in defined
                 if not found:
                     problems.append(f"{path}:{number}: {name}{py} is not in tests/")
-    problems += [f"tests/: {name} is listed as removed but exists" for name in REMOVED_TESTS
-                 if name in defined or (tests / f"{name}.py").is_file()]  # fmt: skip
     return problems
 
 
@@ -383,7 +352,7 @@ def test_the_citation_checks_go_red_on_planted_cases(tmp_path):
     missing = cited_tests_missing(tmp_path)
     assert missing == ["README.md:2: test_gone.py is not in tests/",
                        "README.md:2: test_made_up is not in tests/",
-                       "docs/x.md:1: test_grpo_trains_on_cpu was cut: 'What was cut'"]  # fmt: skip
+                       "docs/x.md:1: test_grpo_trains_on_cpu is not in tests/"]  # fmt: skip
     assert links_outside_the_repository(tmp_path) == [
         "README.md:3: ../shared/notes.md is outside the repository",
         "docs/x.md:1: ../../x.md is outside the repository",
