@@ -1,9 +1,5 @@
-"""The preflight's GPU memory per phase (verl_gsm8k/preflight/memory.py), held against verl 0.9.1's
-own code: the engines verl builds from our composed configs (which keep their states in host
-memory for good, which offload between phases, in which dtype, how many trained parameters) and
-verl's context switch (which states an update or a forward pass brings back). Then the recipes'
-figures on a 24 GB card, every fix the preflight prints composes, and TOKEN_BUDGET=auto's choice
-of the budget that fits the card (preflight/budget.py)."""
+"""The preflight's GPU memory per phase and TOKEN_BUDGET=auto, held against verl's own
+engines and context switch."""
 
 from __future__ import annotations
 
@@ -138,8 +134,6 @@ def test_engines_are_placed_as_verl_builds_them(verl_engines, tiny_model_dir):
 @pytest.mark.parametrize("param_offload", [False, True])
 @pytest.mark.parametrize("optimizer_offload", [False, True])
 def test_states_follow_verls_context_switch(param_offload, optimizer_offload, monkeypatch):
-    """verl's BaseEngineCtx (engine/base.py ~315-328) decides which states an update or a forward
-    pass brings to the GPU; a recording engine shows where each state is."""
     from verl.workers.engine import base
 
     monkeypatch.setattr(base, "get_device_name", lambda: "cuda")
@@ -203,8 +197,6 @@ def composes_with_every_fix(overrides: list[str], line: str) -> None:
 
 
 def test_lora_recipe_fits_a_24gb_card(lora):
-    """With flash-attn the old log-prob pass holds the bf16 logits alone (the compiled entropy
-    keeps nothing logits-sized on CUDA: docs/gpu.md); the actor update is the heaviest phase."""
     _, report = lora_recipe_lines(lora, *FLASH)
     phases = [line.split("memory: ", 1)[1].split(":")[0] for line in report.lines]
     assert phases == ["rollout", "old log-prob", "reference", "critic values", "critic update",
@@ -218,8 +210,6 @@ def test_lora_recipe_fits_a_24gb_card(lora):
 
 
 def test_padded_micro_batches_do_not_fit_the_old_log_prob_pass(lora):
-    """Padded micro-batches with the eager entropy (14 bytes a logit): the recipe's log-prob
-    budget does not fit a 24 GiB card; the fix lowers it."""
     overrides, report = lora_recipe_lines(lora, *PADDED)
     old = next(line for line in report.lines if "[error] memory: old log-prob: ~" in line)
     acts = float(re.search(r"actor activations (\d+\.\d)", old)[1])
@@ -230,9 +220,6 @@ def test_padded_micro_batches_do_not_fit_the_old_log_prob_pass(lora):
 
 
 def test_a_critic_offloaded_between_phases_is_stopped_at_its_update_and_vllm_warned(lora):
-    """The recipe's former layout: param_offload + optimizer_offload bring the 1.5B critic's
-    fp32 weights, gradients and both Adam moments back for every update; vLLM at 0.9 of the card
-    is above 90 % of it while it generates."""
     from transformers import Qwen2Config
 
     old = ["critic.fsdp.offload_policy=False", "critic.fsdp.param_offload=True",
@@ -277,9 +264,6 @@ def test_check_gpus_prints_every_phase_against_the_card(tmp_path, monkeypatch):
 
 
 def test_choose_writes_the_largest_budget_that_fits(tmp_path):
-    """TOKEN_BUDGET=auto (preflight/budget.py): where the recipe's micro-batch budgets would pass
-    90 % of the card, the launch runs at the largest power of two that fits (packed rows under
-    sdpa: a GPU without flash-attn 2, docs/gpu.md; Qwen2.5-0.5B's shape)."""
     extra = ["actor_rollout_ref.model.path=/m", "critic.model.path=/m", "+attention=sdpa_packed"]
     extra += ["trainer.n_gpus_per_node=1", "trainer.nnodes=1"]
     recipe = gpu_recipe_overrides("ppo_qwen2.5-0.5b_gsm8k")
@@ -299,6 +283,9 @@ def test_choose_writes_the_largest_budget_that_fits(tmp_path):
     out80, report80 = tmp_path / "budget80", preflight.Report()
     assert budget.choose(cfg, hf, 81559 / 1024, out80, report80) is cfg
     assert out80.read_text() == "" and report80.lines == []
+    report4 = preflight.Report()  # a 4 GiB card: no budget fits, the recipe's is kept and said
+    assert budget.choose(cfg, hf, 4.0, out80, report4) is cfg and out80.read_text() == ""
+    assert report4.lines[0].endswith("and no budget down to 1024 fits: kept"), report4.lines
 
 
 @pytest.fixture(scope="module")
