@@ -1,6 +1,5 @@
-"""The bash recipes (PPO and SFT), run for real: dry runs against the installed verl, knobs on
-their keys, the command verl gets and the environment it starts with, safety. A stand-in PYTHON
-(fake_verl_python) runs everything but verl's own entry point, which it records."""
+"""The bash recipes (PPO and SFT), run for real; a stand-in PYTHON (fake_verl_python) runs
+everything but verl's own entry point, which it records."""
 
 from __future__ import annotations
 
@@ -42,9 +41,7 @@ PPO, SFT = "ppo_qwen2.5-0.5b_gsm8k", "sft_qwen2.5-0.5b_gsm8k"
 
 
 def fake_verl_python(path: Path, record: Path) -> Path:
-    """A PYTHON that runs everything for real but verl's entry points (main_ppo; SFT's torchrun),
-    which it records in ``record``: the metrics path, the VERL_* variables, the arguments. Every
-    call is logged, one line each, in ``<record>.calls``."""
+    """A PYTHON that runs all but verl's entry points, which it records in ``record``."""
     path.write_text(
         "#!/usr/bin/env bash\n"
         f'echo "$*" >> "{record}.calls"\n'
@@ -76,9 +73,7 @@ class DryRun:
 
 @pytest.fixture(scope="module")
 def gpu_dry_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> Callable[[str], DryRun]:
-    """A recipe's DRY_RUN=1 on a GPU machine without flash_attn (a fake nvidia-smi lists an
-    H100), a wandb key and an HF token in the environment, an extra key=value argument last:
-    made once per recipe, on first use, for every test that reads it (each dry run ~12-18 s)."""
+    """A recipe's DRY_RUN=1 on a fake H100 without flash_attn, with secrets; once per recipe."""
     base = tmp_path_factory.mktemp("gpu-dry-runs")
     bin_dir = fake_nvidia_smi(base / "bin", [H100], compute_cap="9.0")
     made: dict[str, DryRun] = {}
@@ -185,8 +180,7 @@ SFT_USER = {"trainer.save_freq": 13, "data.max_token_len_per_gpu": 4096,
 
 @pytest.fixture(scope="module")
 def knob_runs(tiny_model_dir, prepared_gsm8k_dir, prepared_sft_dir, tmp_path_factory):
-    """The PPO and the SFT recipe's dry runs with every knob of their table set (the SFT one on
-    the CPU, with secrets, a PPO knob and key=value arguments)."""
+    """The PPO and SFT recipes' dry runs with every knob of their table set."""
     runs = {}
     for trainer, data, recipe in (("ppo", prepared_gsm8k_dir, PPO), ("sft", prepared_sft_dir, SFT)):
         tmp = tmp_path_factory.mktemp(trainer)
@@ -251,8 +245,6 @@ def test_the_sft_recipe_its_config_overlays_and_user_arguments_reach_verl(knob_r
 
 
 def test_an_sft_step_count_alone_brings_enough_epochs():
-    """verl's SFT loop also stops at total_epochs: given only a step count, the recipe allows as
-    many epochs as steps (the knobs reach verl's keys: test_knobs_land_on_their_verl_keys)."""
     for knobs, epochs in [
         ({}, "3"),
         ({"TOTAL_TRAINING_STEPS": "150"}, "150"),
@@ -264,8 +256,6 @@ def test_an_sft_step_count_alone_brings_enough_epochs():
 
 @SHARED_DRY_RUNS
 def test_the_printed_verl_command_run_by_hand_composes_the_launchers_config(gpu_dry_run, tmp_path):
-    """DRY_RUN=1 prints the command a launch gives verl as one shell line; that line, run in a
-    shell with ``--cfg job`` appended, prints the very config the launcher composed."""
     result = gpu_dry_run("smoke_tiny").result
     assert result.returncode == 0, result.stdout[-2000:]
     (line,) = [x for x in result.stdout.splitlines() if x.startswith(PREFIX)]
@@ -283,15 +273,23 @@ def test_the_printed_verl_command_run_by_hand_composes_the_launchers_config(gpu_
 
 
 @SHARED_DRY_RUNS
-def test_secrets_are_never_printed_wandb_follows_the_key_and_knobs_from_the_environment_said(
+def test_no_secret_printed_wandb_with_the_key_sdpa_packed_without_flash_attn_knobs_said(
     tiny_model_dir, prepared_gsm8k_dir, tmp_path, gpu_dry_run
 ):
-    """Neither secret is printed; wandb is a logger only with a key. A variable a shell exported
-    for something else (SEED) is a knob here: one line says which knobs came from the
-    environment, and no other variable."""
-    result = gpu_dry_run(PPO).result  # both secrets in its environment
+    result = gpu_dry_run(PPO).result  # both secrets in its environment, no flash_attn
     assert result.returncode == 0, result.stdout[-2000:]
-    assert get(composed_config(result.stdout), "trainer.logger") == ["console", "file", "wandb"]
+    cfg = composed_config(result.stdout)
+    assert get(cfg, "trainer.logger") == ["console", "file", "wandb"]
+    # a GPU without flash_attn: GPU settings, sdpa WITH padding removal (the sdpa_packed overlay)
+    assert __import__("importlib").util.find_spec("flash_attn") is None
+    assert f"preflight: [ok] gpu: 1 x {H100[0]}" in result.stdout  # the GPU machine, seen
+    said = "attention: sdpa, padding removal on (flash_attn not installed; packed rows, "
+    assert f"device: gpu (DEVICE=auto) | {said}" in result.stdout  # the launch line
+    assert f"[ok] device: trains on cuda; {said}" in result.stdout  # the preflight's
+    assert get(cfg, "trainer.device") == "cuda"  # no CPU settings on a GPU machine
+    for role in ("actor_rollout_ref", "critic"):
+        assert get(cfg, f"{role}.model.use_remove_padding") is True
+        assert get(cfg, f"{role}.model.override_config.attn_implementation") == "sdpa"
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
                      HF_TOKEN=SECRETS["HF_TOKEN"], SEED="7", NOT_A_KNOB="x")  # fmt: skip
     bare = launch_in_process(PPO, env)
@@ -351,8 +349,6 @@ def test_gpu_count_is_checked_against_the_request(tiny_model_dir, prepared_gsm8k
 
 
 def test_each_recipe_file_passes_the_launcher_its_array_and_the_users_arguments(tmp_path):
-    """What bash hands the launcher is what launch.knobs.recipe_arguments reads from the file (the
-    in-process launches of the tests, the docs' tables); --help prints the recipe's usage."""
     record = tmp_path / "argv"
     python = tmp_path / "python"
     python.write_text(f'#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "{record}"\n')
@@ -428,8 +424,6 @@ def test_hydra_quote_round_trips_any_path():
 
 
 def test_the_plugins_verl_imports_follow_the_launch():
-    """VERL_PLUGINS is every module a PPO launch on the CPU names (docs/cpu.md prints it); a GPU
-    leaves out the CPU platform, SFT the PPO trainer's two; a user's own modules come last."""
 
     def plan(trainer: str, device: str, **env: str):
         recipe = Recipe("r", f"gsm8k_{trainer}", trainer)
@@ -438,9 +432,10 @@ def test_the_plugins_verl_imports_follow_the_launch():
     def modules(*args: str, **env: str) -> list[str]:
         return plan(*args, **env).exports["VERL_USE_EXTERNAL_MODULES"].split(",")
 
-    assert modules("ppo", "cpu") == list(VERL_PLUGINS) and len(VERL_PLUGINS) == 5
+    assert modules("ppo", "cpu") == list(VERL_PLUGINS)
     assert modules("ppo", "gpu") == [m for m in VERL_PLUGINS if not m.endswith(".cpu_platform")]
-    assert modules("sft", "cpu") == list(VERL_PLUGINS[:3])
+    ppo_only = (".register_trainer", ".stop_on_sigterm")
+    assert modules("sft", "cpu") == [m for m in VERL_PLUGINS if not m.endswith(ppo_only)]
     assert modules("ppo", "cpu", VERL_USE_EXTERNAL_MODULES="my.module")[-1] == "my.module"
     sft = plan("sft", "cpu")  # its overlays, and the CPU platform's variables
     assert sft.device_overrides == ["+attention=sdpa_sft", "+device=cpu_sft"]
@@ -458,9 +453,6 @@ LAUNCHES = {
 
 @pytest.mark.parametrize("trainer", sorted(LAUNCHES))
 def test_launch_on_a_gpu_machine(trainer, tiny_model_dir, request, tmp_path):
-    """The training path: verl's entry point (SFT: torchrun, one process per device) with user
-    arguments last, the metrics file and console log in the run dir; the whole launch is one
-    Python process (knob checks, attention, preflight, record, supervision), verl another."""
     recipe, knobs, data, head = LAUNCHES[trainer]
     record = tmp_path / "launch.txt"
     python = fake_verl_python(tmp_path / "python", record)
@@ -488,34 +480,17 @@ def test_launch_on_a_gpu_machine(trainer, tiny_model_dir, request, tmp_path):
         assert failed.returncode == 7 and "verl exited with 7" in failed.stdout  # verl's status
 
 
-def test_a_cpu_launch_gives_verl_the_cpu_platform_and_every_plugin(
-    tiny_model_dir, prepared_gsm8k_dir, tmp_path
-):
-    record = tmp_path / "launch.txt"
-    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DEVICE="cpu",
-                     PYTHON=str(fake_verl_python(tmp_path / "python", record)),
-                     SKIP_PREFLIGHT="1", PATH="/usr/bin:/bin")  # fmt: skip
-    result = run_recipe(PPO, env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    args, verl_env, _ = recorded(record)
-    assert "+device=cpu" in args and "+attention=sdpa" in args
-    assert verl_env["VERL_PLATFORM"] == "cpu" and verl_env["VERL_ENGINE_DEVICE"] == "cuda"
-    assert verl_env["VERL_USE_EXTERNAL_MODULES"] == ",".join(VERL_PLUGINS)
-
-
 def test_a_cpu_only_ray_head_launches_onto_the_clusters_gpus(
     tiny_model_dir, prepared_gsm8k_dir, tmp_path
 ):
-    """DEVICE=gpu with RAY_ADDRESS: the launching node (a KubeRay head, a `ray job submit`
-    entrypoint) has no GPU, the cluster has them (the preflight counts them through Ray:
-    tests/test_ray_cluster.py)."""
     record = tmp_path / "launch.txt"
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DEVICE="gpu",
                      PYTHON=str(fake_verl_python(tmp_path / "python", record)),
-                     SKIP_PREFLIGHT="1", RAY_ADDRESS="10.0.0.1:6379",
+                     SKIP_PREFLIGHT="1", RAY_ADDRESS="10.0.0.1:6379", NNODES="2",
                      PATH="/usr/bin:/bin")  # no nvidia-smi here  # fmt: skip
     result = run_recipe(PPO, env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "recipe: warning: NNODES=2 and RUN_DIR=" in result.stderr  # under /tmp
     assert "device: gpu (DEVICE=gpu) on the Ray cluster at RAY_ADDRESS=10.0.0.1:6379" in (
         result.stdout)  # fmt: skip
     args, _, _ = recorded(record)
@@ -552,20 +527,13 @@ def test_a_multi_node_run_dir_that_is_not_shared_is_warned(nnodes, runs_root, wa
     assert "every node writes its ranks' checkpoint shards there" in line
 
 
-def test_the_launch_warns_of_a_node_local_run_dir(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
-    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", NNODES="2",
-                     DRY_RUN="1", SKIP_PREFLIGHT="1")  # fmt: skip
-    result = launch_in_process(PPO, env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "recipe: warning: NNODES=2 and RUN_DIR=" in result.stderr
-
-
 def test_device_cpu_adds_the_cpu_overlay_and_user_arguments_still_win(
     tiny_model_dir, prepared_gsm8k_dir, tmp_path
 ):
-    python = fake_verl_python(tmp_path / "python", tmp_path / "never-ran")
+    record = tmp_path / "launch.txt"
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
-                     PYTHON=str(python), DEVICE="cpu", PATH="/usr/bin:/bin")  # fmt: skip
+                     PYTHON=str(fake_verl_python(tmp_path / "python", record)), DEVICE="cpu",
+                     PATH="/usr/bin:/bin")  # fmt: skip
     result = run_recipe(PPO, env, "reward.num_workers=2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "device: cpu (DEVICE=cpu)" in result.stdout
@@ -579,26 +547,14 @@ def test_device_cpu_adds_the_cpu_overlay_and_user_arguments_still_win(
     assert get(cfg, "reward.num_workers") == 2  # the user's argument beats the overlay's 1
     assert get(cfg, "critic.model.override_config.attn_implementation") == "sdpa"
     # the dry run, preflight and verl's composed config included, is one Python process
-    calls = (tmp_path / "never-ran.calls").read_text().splitlines()
+    calls = Path(f"{record}.calls").read_text().splitlines()
     assert len(calls) == 1 and calls[0].startswith("-m verl_gsm8k.launch "), calls
-
-
-@SHARED_DRY_RUNS
-def test_without_flash_attn_the_sdpa_fallback_keys_appear(gpu_dry_run):
-    """A GPU machine without flash_attn: GPU settings, PyTorch attention WITH padding removal
-    (ATTENTION=auto's default there: the sdpa_packed overlay), and it says so."""
-    assert __import__("importlib").util.find_spec("flash_attn") is None
-    result = gpu_dry_run(PPO).result
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f"preflight: [ok] gpu: 1 x {H100[0]}" in result.stdout  # the GPU machine, seen
-    said = "attention: sdpa, padding removal on (flash_attn not installed; packed rows, "
-    assert f"device: gpu (DEVICE=auto) | {said}" in result.stdout  # the launch line
-    assert f"[ok] device: trains on cuda; {said}" in result.stdout  # the preflight's
-    cfg = composed_config(result.stdout)
-    assert get(cfg, "trainer.device") == "cuda"  # no CPU settings on a GPU machine
-    for role in ("actor_rollout_ref", "critic"):
-        assert get(cfg, f"{role}.model.use_remove_padding") is True
-        assert get(cfg, f"{role}.model.override_config.attn_implementation") == "sdpa"
+    launched = run_recipe(PPO, dict(env, DRY_RUN="0", SKIP_PREFLIGHT="1"))
+    assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
+    args, verl_env, _ = recorded(record)  # verl gets the CPU platform and every plugin
+    assert "+device=cpu" in args and "+attention=sdpa" in args
+    assert verl_env["VERL_PLATFORM"] == "cpu" and verl_env["VERL_ENGINE_DEVICE"] == "cuda"
+    assert verl_env["VERL_USE_EXTERNAL_MODULES"] == ",".join(VERL_PLUGINS)
 
 
 def test_with_flash_attn_nothing_changes_on_a_gpu(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
@@ -615,8 +571,6 @@ def test_with_flash_attn_nothing_changes_on_a_gpu(tiny_model_dir, prepared_gsm8k
 
 
 def test_pruning_never_removes_the_step_the_tracker_names(tmp_path, capsys):
-    """MAX_CKPT_TO_KEEP keeps the newest steps, and the one latest_checkpointed_iteration.txt
-    names (what a relaunch resumes from) even when it is older: the launcher's own call."""
     run = tmp_path / "run"
     for step in (2, 4, 6):
         (run / f"global_step_{step}" / "actor").mkdir(parents=True)

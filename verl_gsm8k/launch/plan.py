@@ -30,7 +30,7 @@ ROOT = CONFIG_DIR.parent
 VERL_MODULES = {"ppo": "verl.trainer.main_ppo", "sft": "verl_gsm8k.sft_trainer"}
 # VERL_USE_EXTERNAL_MODULES of a PPO launch on the CPU: the modules verl imports in every process
 # (verl_gsm8k/verl_plugins/). Other launches leave some out: attention fa2 the fallback, a GPU the
-# CPU platform, SFT the last two; a user's own modules come after them.
+# CPU platform, SFT register_trainer and stop_on_sigterm; a user's own modules come last.
 VERL_PLUGINS = tuple(f"verl_gsm8k.verl_plugins.{name}" for name in (
     "checked_load", "attention_fallback", "cpu_platform", "register_trainer", "stop_on_sigterm",
     "weight_socket",
