@@ -56,8 +56,8 @@ def refused_load(log: str) -> str | None:
     if found is None:
         return None
     return (f"recipe: verl stopped at its checkpoint load: {found.group(1).strip()}; nothing was "
-            "loaded from that file. Replace the file from a copy you trust, or resume from "
-            "another checkpoint (trainer.resume_mode / the tracker; docs/reliability.md)")  # fmt: skip
+            "loaded from that file. Replace the file from a copy you trust, or resume from another "
+            "checkpoint (trainer.resume_mode / the tracker; docs/reliability.md)")  # fmt: skip
 
 
 # A save into a full disk in verl's console log: torch's zip writer ("unexpected pos 9984 vs
