@@ -110,13 +110,13 @@ class Tracer:
         for i, key in enumerate(keys):
             value = {name: (column[i] if column is not None else None) for name, column in
                      cols.items() if name not in PER_TOKEN}  # fmt: skip
-            per_token = {name: _list(values[i]) for name, values in per.items()}
+            per_token = {name: as_list(values[i]) for name, values in per.items()}
             per_token.setdefault("reward", per_token.get("score"))  # no KL in the reward
-            response = _list(value["responses"])
+            response = as_list(value["responses"])
             lines.append(sample_line(
                 step=step, key=key, uid=prompt_of(key), session=session_of(key),
-                prompt_ids=_list(value["prompts"]), response_ids=response,
-                response_mask=_list(value.get("response_mask")) or [1] * len(response),
+                prompt_ids=as_list(value["prompts"]), response_ids=response,
+                response_mask=as_list(value.get("response_mask")) or [1] * len(response),
                 per_token={k: v for k, v in per_token.items() if v is not None}, absent=absent,
                 decode=self.decode, ground_truth=value.get("ground_truth"),
                 data_source=value.get("data_source"), reward_extra=value.get("reward_extra") or {},
@@ -156,5 +156,5 @@ def rows(value: Any) -> list[Any]:
     return list(value)
 
 
-def _list(value: Any) -> Any:
+def as_list(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else value

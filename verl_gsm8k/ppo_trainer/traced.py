@@ -19,7 +19,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl_gsm8k.guard.rules import prompt_of
 from verl_gsm8k.ppo_trainer import MODE
 from verl_gsm8k.ppo_trainer.guard_base import GuardBase, Observed, numeric
-from verl_gsm8k.ppo_trainer.trace_lines import PER_TOKEN, Tracer, batch_stats, rows
+from verl_gsm8k.ppo_trainer.trace_lines import PER_TOKEN, Tracer, as_list, batch_stats, rows
 from verl_gsm8k.trace.select import choose
 
 COLUMNS = ("prompts", "responses", "response_mask", "data_source")
@@ -104,7 +104,7 @@ class TracingTrainer(GuardBase, PPOTrainerSync):
             triples = zip(*(full[n].unbind() for n in ("returns", "values", "response_mask")),
                           strict=True)  # fmt: skip
             raw = torch.cat([(r - v).float()[m.bool()] for r, v, m in triples])
-        stats = batch_stats({k: _list(s) for k, s in zip(real, rows(scores), strict=True)}, raw)
+        stats = batch_stats({k: as_list(s) for k, s in zip(real, rows(scores), strict=True)}, raw)
         return self.tracer.lines(step, metrics, keys, cols, len(real), stats)
 
 
@@ -116,7 +116,3 @@ def _real(batch: Any) -> list[str]:
 
 def _of(value: Any, name: str) -> Any:
     return value.get(name) if isinstance(value, dict) else None
-
-
-def _list(value: Any) -> Any:
-    return value.tolist() if hasattr(value, "tolist") else value
