@@ -117,6 +117,9 @@ def write_conf(folder: Path, nodes: tuple[str, ...], cpus: int, socket_path: Pat
         "JobCompType=jobcomp/none", "MpiDefault=none", "SwitchType=switch/none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
         "SchedulerType=sched/backfill", "ReturnToService=2", "JobRequeue=1",
+        # the main scheduler's pass over the queue each second (60 s by default): a requeued and
+        # released job starts once its BeginTime (cred_expire) passed, not up to a minute later
+        "SchedulerParameters=sched_interval=1",
         # SIGTERM to SIGKILL at a requeue or scancel (Slurm's default: 30 s): a CPU step and its
         # save under the suite's load, as a cluster's must cover a GPU step (docs/slurm.md)
         "KillWait=120", "MinJobAge=600", f"StateSaveLocation={folder / 'state'}",

@@ -17,8 +17,8 @@ two starts, one verl launch each (docs/testing.md, "The budget rule").
 2. A node lost. The requeued job is given one node (`scontrol update`) and released: its second
    start runs Ray on one node, the launcher sees only the world size changed and reshards step
    1's two-rank checkpoint for one rank (verl_gsm8k/reshard/) before verl starts.
-3. The time limit. That start is held before step 2's rollout and its time limit cut to the
-   sbatch's signal lead (`--signal=B:TERM@180`) from now: Slurm's own timer sends SIGTERM to the
+3. The time limit. That start is held before step 2's rollout and its time limit cut to end
+   within the sbatch's signal lead (`--signal=B:TERM@180`): Slurm's own timer sends SIGTERM to the
    batch process alone, as before every time limit (and as `scancel --signal=TERM --batch`
    does); it passes it to the launcher, which has the trainer save the step in flight, exits 5
    and requeues its job: Slurm queues it again (its partition set down by the test, it stays
@@ -161,13 +161,12 @@ def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_it
     # pending (past the requeue's BeginTime, for PartitionDown) where it would start a third time
     control("update", "PartitionName=debug", "State=DOWN")
 
-    # 3. the time limit cut to end the signal lead from now (Slurm keeps limits in whole
-    #    minutes: up to a minute more), so the signal is due at once or within that minute, and
-    #    the start keeps at least LEAD_S - 5 s for the step and its save; Slurm's timer signals
-    #    the batch process, which passes it to the launcher
+    # 3. the time limit cut to the whole minute (Slurm keeps limits in minutes) that ends less
+    #    than the signal lead from now: the signal is due at once, at slurmctld's next look at the
+    #    limits, and the start keeps more than LEAD_S - 65 s for the step and its save; Slurm's
+    #    timer signals the batch process, which passes it to the launcher
     ran = seconds(cluster.job(job)["RunTime"])
-    cut = ran + LEAD_S
-    control("update", f"JobId={job}", f"TimeLimit={cut // 60}:{cut % 60:02d}")
+    control("update", f"JobId={job}", f"TimeLimit={(ran + LEAD_S) // 60}")
     cut_at = time.monotonic()
     wait_for("Slurm's time-limit signal", lambda: text().count(SIGTERM_SAID) >= 2, 300)
     waited = time.monotonic() - cut_at
