@@ -68,7 +68,7 @@ def jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
 
 
-# ---------------------------------------------------------------- the real GSM8K release
+# the real GSM8K release
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_the_real_release_again_and_from_the_hub_layout_gives_the_same_bytes(
             assert row | {"prompt": None} == ref | {"prompt": None}
 
 
-# ---------------------------------------------------------------- synthetic sources
+# synthetic sources
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +186,7 @@ def test_the_hub_layout_reads_back_as_the_same_rows(tmp_path, capsys):
     assert snapshot(tmp_path / "a") == snapshot(tmp_path / "c")
 
 
-# ---------------------------------------------------------------- bad input, bad outputs
+# bad input, bad outputs
 
 GOOD = json.dumps(SYNTHETIC["test"][0])
 MALFORMED = {
@@ -376,7 +376,7 @@ def test_help_explains_every_flag(module, capsys):
     assert [flag for flag in flags if flag not in out] == []
 
 
-# ---------------------------------------------------------------- verl reads what we write
+# verl reads what we write
 
 
 def check_rlhf(parquet: Path, tokenizer, tmp_path: Path, expected: dict[int, tuple]) -> int:
@@ -419,7 +419,7 @@ def test_verls_rlhf_dataset_reads_our_rows(full, shared_gsm8k_dir, tiny_model_di
     assert check_rlhf(boxed["train"], tokenizer, tmp_path, expected) == 4
 
 
-# ---------------------------------------------------------------- data_prep.sft
+# data_prep.sft
 
 
 @pytest.fixture(scope="module")
@@ -497,7 +497,7 @@ def test_verls_sft_dataset_reads_every_real_test_problem(shared_gsm8k_dir, tiny_
         assert 0 < int(item["loss_mask"].sum()) < len(item["input_ids"])
 
 
-# ---------------------------------------------------------------- data_prep.arithmetic
+# data_prep.arithmetic
 
 
 @pytest.fixture(scope="module")

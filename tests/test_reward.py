@@ -285,7 +285,7 @@ def test_agrees_with_verl_on_well_formed_answers(prose, n, other, commas, suffix
     assert call(STRICT, response, truth)["score"] == verl(response, truth)
 
 
-# ---------------------------------------------------------------- verl runs our function
+# verl runs our function
 
 
 def reward_config(name: str) -> OmegaConf:
