@@ -1,15 +1,17 @@
-"""Every checkpoint of a real learning run on the same fixed set: `scripts/eval.sh --run` on the
-PPO learning run (tests/learn_runs.py; learn_tiny.sh keeps the checkpoints of steps 10 and 20)
-evaluates the starting model and each checkpoint at the run's own response limit, writes
-accuracy by step, resumes without evaluating a step twice, and the run's report draws that curve
-beside verl's validation.
+"""Every checkpoint of a real learning run on the same fixed set: `scripts/eval.sh --run` on a
+copy of the PPO learning run (tests/learn_runs.py) that keeps its last checkpoint, step 20 (the
+recipe's step 10 left out: one merge and one evaluation less), evaluates the starting model and
+each kept checkpoint at the run's own response limit, writes accuracy by step, resumes without
+evaluating a step twice, and the run's report draws that curve beside verl's validation.
 No training run of its own."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from helpers import ROOT, require_path
@@ -20,9 +22,14 @@ EVAL_PYTHON = ROOT / ".venv-eval" / "bin" / "python"
 VAL = "val-core/openai/gsm8k/acc/mean@1"
 
 
-def sweep(run: Learned) -> subprocess.CompletedProcess:
+def swept(run: Learned) -> Path:
+    """The copy the sweep runs on, beside the run (tests/test_questions_cpu.py reads it too)."""
+    return run.run_dir.with_name(f"{run.run_dir.name}-swept")
+
+
+def sweep(run: Learned, run_dir: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["bash", str(ROOT / "scripts" / "eval.sh"), "--run", str(run.run_dir), "--modes",
+        ["bash", str(ROOT / "scripts" / "eval.sh"), "--run", str(run_dir), "--modes",
          "training", "--backend", "transformers"],
         env={**run.env, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
         capture_output=True, text=True, timeout=1500,
@@ -31,30 +38,32 @@ def sweep(run: Learned) -> subprocess.CompletedProcess:
 
 def test_checkpoint_sweep_rises_like_verls_validation_and_resumes(learned_ppo: Learned):
     require_path(EVAL_PYTHON, f"no EvalScope environment at {EVAL_PYTHON} (make setup)")
-    first = sweep(learned_ppo)
+    run_dir = swept(learned_ppo)
+    shutil.copytree(learned_ppo.run_dir, run_dir, ignore=shutil.ignore_patterns("global_step_10"))
+    first = sweep(learned_ppo, run_dir)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert "steps evaluated earlier [], to evaluate [0, 10, 20]" in first.stdout
-    out = learned_ppo.run_dir / "checkpoint_eval"
+    assert "steps evaluated earlier [], to evaluate [0, 20]" in first.stdout
+    out = run_dir / "checkpoint_eval"
     summary = json.loads((out / "comparison.json").read_text())
     # no --max-tokens: the run's own limit (learn_tiny.sh: MAX_RESPONSE_LENGTH 24), as verl's
     # validation answered within it
     assert summary["generation"]["max_tokens"] == 24
     assert "launch record" in summary["generation"]["max_tokens_from"]
     ours = {r["step"]: r["our_reward_accuracy"] for r in summary["results"]}
-    assert sorted(ours) == [0, 10, 20] and all(r["n"] == 100 for r in summary["results"])
+    assert sorted(ours) == [0, 20] and all(r["n"] == 100 for r in summary["results"])
     val = {s: m[VAL] for s, m in learned_ppo.steps.items() if VAL in m}
     # the merged checkpoints (bf16) answer as verl's validation (fp32) did, to a few questions
     for step, accuracy in ours.items():
         assert abs(accuracy - val[step]) <= 0.05, (step, accuracy, val[step])
     assert ours[20] - ours[0] >= 0.2, ours
     assert not [p for p in out.iterdir() if p.name.startswith(".merge-step-")]  # merges removed
-    again = sweep(learned_ppo)  # resumes: nothing left to evaluate
+    again = sweep(learned_ppo, run_dir)  # resumes: nothing left to evaluate
     assert again.returncode == 0 and "to evaluate []" in again.stdout, again.stderr[-2000:]
     report = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "python"), "-m", "verl_gsm8k.report",
-         str(learned_ppo.run_dir), "--out", str(out / "report")],
+        [str(ROOT / ".venv" / "bin" / "python"), "-m", "verl_gsm8k.report", str(run_dir),
+         "--out", str(out / "report")],
         capture_output=True, text=True, timeout=300, env=dict(os.environ),
     )  # fmt: skip
     assert report.returncode == 0, report.stderr[-2000:]
     drawn = json.loads((out / "report" / "summary.json").read_text())["checkpoint_evals"]
-    assert [row["step"] for row in drawn["rows"]] == [0, 10, 20]
+    assert [row["step"] for row in drawn["rows"]] == [0, 20]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from learn_runs import Learned
+from test_checkpoint_sweep_cpu import swept
 
 from verl_gsm8k.questions.__main__ import main
 from verl_gsm8k.questions.table import load_validation
@@ -71,9 +72,9 @@ def test_run_report_and_comparison_link_the_page(
 
 
 def test_evalscope_checkpoint_sweep(learned_ppo: Learned, tmp_path: Path) -> None:
-    """The sweep's EvalScope reviews: test_checkpoint_sweep_cpu.py writes them into the run
-    (it runs first: the serial group keeps file order)."""
-    source = learned_ppo.run_dir / "checkpoint_eval" / "evalscope"
+    """The sweep's EvalScope reviews: test_checkpoint_sweep_cpu.py writes them into its copy of
+    the run (it runs first: the serial group keeps file order)."""
+    source = swept(learned_ppo) / "checkpoint_eval" / "evalscope"
     assert source.is_dir(), f"{source}: test_checkpoint_sweep_cpu.py did not run before"
     # the sweep wrote its own page beside comparison.json, the starting model first
     written = json.loads((source.parent / "questions" / "summary.json").read_text())
