@@ -97,3 +97,41 @@ def test_the_calculator_never_sees_the_ground_truth(loop) -> None:
         loop._call_tool(FunctionCall(name="calculator", arguments=expr("2+2")), kwargs, data)
     )
     assert response.text == "4" == calculate({"expression": "2+2"})
+
+
+def test_the_schema_we_render_is_the_one_verls_loop_dumps(loop) -> None:
+    """The data's SFT rows, the preflight and the evaluation read the schema with PyYAML; verl's
+    agent loop dumps it through its own model (tool_agent_loop.py:119): the same dict."""
+    from verl_gsm8k.tools import schemas
+
+    dumped = [t.tool_schema.model_dump(exclude_unset=True, exclude_none=True)
+              for t in loop.tools.values()]  # fmt: skip
+    assert schemas(CONFIG) == dumped
+
+
+def test_the_evaluations_calculator_mode_answers_each_call_and_scores_the_last_answer() -> None:
+    """verl_gsm8k/evaluate/tool_mode.py against an OpenAI server (a stub answering as vLLM's
+    Hermes parser does): the call answered by the calculator, the reply sent back as a tool
+    message, the last answer scored by our reward; a question answered at once is no call."""
+    from openai_stub import StubServer
+
+    from verl_gsm8k.evaluate.settings import Settings
+    from verl_gsm8k.evaluate.tool_mode import evaluate
+
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "calculator", "arguments": expr("48*72")}}  # fmt: skip
+    answers = {"48 boxes of 72": {"role": "assistant", "content": "", "tool_calls": [call]},
+               "3456": "#### 3456", "3 boxes of 4": "#### 13"}  # fmt: skip
+    rows = [{"question": "How many pens are in 48 boxes of 72?", "answer": "#### 3456"},
+            {"question": "How many pens are in 3 boxes of 4?", "answer": "#### 12"}]  # fmt: skip
+    settings = Settings(modes=["calculator"], backend="api", data="", out=Path("."),
+                        max_tokens=64, max_tokens_from="test")  # fmt: skip
+    with StubServer(answers) as stub:
+        got = evaluate(stub.url, "stub", rows, settings)
+    first = [m for m in stub.requests if "48 boxes" in m["messages"][1]["content"]]
+    assert [m["role"] for m in first[-1]["messages"]] == ["system", "user", "assistant", "tool"]
+    assert first[-1]["messages"][-1]["content"] == "3456"
+    assert first[0]["tools"][0]["function"]["name"] == "calculator"
+    shares = (got["accuracy"], got["n"], got["tool_call_rate"], got["accuracy_with_call"])
+    assert shares == (0.5, 2, 0.5, 1.0)
+    assert [c["tool_calls"] for c in got["chats"]] == [1, 0]

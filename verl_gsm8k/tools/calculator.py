@@ -1,4 +1,4 @@
-"""The calculator the tool recipes give the model, through verl's agent loop (configs/tools/).
+"""The calculator the tool recipes give the model (verl_tool.py wraps it), standard library only.
 
 It evaluates arithmetic and nothing else: numbers, ``+ - * /``, parentheses, and powers (``**`` or
 ``^``) with an integer exponent of at most ``MAX_EXPONENT``. The expression is parsed with
@@ -12,9 +12,6 @@ from __future__ import annotations
 import ast
 from fractions import Fraction
 from typing import Any
-
-from verl.tools.base_tool import BaseTool
-from verl.tools.schemas import ToolResponse
 
 MAX_CHARS = 200  # longer expressions are refused before parsing (ast's own limits are far above)
 MAX_EXPONENT = 64
@@ -95,10 +92,3 @@ def calculate(arguments: Any) -> str:
         return f"error: {exc}"
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return f"error: not an arithmetic expression: {expression[:60]}"
-
-
-class CalculatorTool(BaseTool):
-    """The class configs/tools/calculator.yaml names: one instance per agent-loop worker."""
-
-    async def execute(self, instance_id: str, parameters: Any, **kwargs: Any):
-        return ToolResponse(text=calculate(parameters)), 0.0, {}
