@@ -5,15 +5,20 @@ function of ``REWARD_FUNCTIONS`` with ``data_source``, ``solution_str`` (the res
 ``ground_truth`` (``"72"``, ``"1,200"``, a number or a solution ending ``#### 72``),
 ``extra_info`` and extra keywords, all but the response and the truth ignored.
 
+A multi-turn response (verl's agent loop with a tool, docs/tools.md) holds every turn: the model's
+tool calls, the tool's replies (``<tool_response>...</tool_response>``) and its last answer. Only
+the text after the last tool reply is the model's answer; the replies are never read as one.
+
 Each returns floats ``score``, ``acc``, ``format`` (a ``####`` line with one number),
-``pred_found``, ``hedged`` and ``clipped`` (only the last ``TAIL_CHARS`` were read). It never
-raises and its time is bounded: a tail of the response, answer segments of ``ANSWER_WINDOW``
-characters, no regular expression that backtracks. Numbers compare exactly as fractions after
-the noise around them goes (``$``, thousands commas, ``**``, ``\\frac``, a period, ``%``, a
-unit word): ``18.00``, ``$18.`` and ``**18**`` are ``18``; ``.5`` and ``1/2`` are equal.
-An answer segment (the marker's line, a box, a tag, what follows "answer is") that offers
-several values (``12 or 13``, ``1,2,3``, ``12-13``) or an expression (``7+7``, ``7x7``,
-``7^2``, ``7²``) is hedged: it scores 0 whichever value is right, and no other segment is read.
+``pred_found``, ``hedged``, ``clipped`` (only the last ``TAIL_CHARS`` were read), ``tool_calls``
+(the ``<tool_call>`` blocks the model wrote) and ``tool_errors`` (the replies that were an error).
+It never raises and its time is bounded: a tail of the answer, answer segments of ``ANSWER_WINDOW``
+characters, no regular expression that backtracks. Numbers compare exactly as fractions after the
+noise around them goes (``$``, thousands commas, ``**``, ``\\frac``, a period, ``%``, a unit word):
+``18.00``, ``$18.`` and ``**18**`` are ``18``; ``.5`` and ``1/2`` are equal.
+An answer segment (the marker's line, a box, a tag, what follows "answer is") that offers several
+values (``12 or 13``, ``1,2,3``, ``12-13``) or an expression (``7+7``, ``7x7``, ``7^2``, ``7²``) is
+hedged: it scores 0 whichever value is right, and no other segment is read.
 
 * ``compute_score``: the number on the line of the last ``####`` that has one; none: 0.
 * ``compute_score_flexible``: else the last ``\\boxed{}``, ``<answer>``, "answer is ...", then
@@ -31,7 +36,11 @@ TAIL_CHARS = 2000  # trailing characters of a response read (verl's built-in sco
 ANSWER_WINDOW = 100  # longest answer segment read
 ACC_WEIGHT, FORMAT_WEIGHT = 0.8, 0.2  # compute_score_format (ACC_WEIGHT kept >= 0.7)
 MARKER = "####"
-KEYS = ("score", "acc", "format", "pred_found", "hedged", "clipped")
+KEYS = ("score", "acc", "format", "pred_found", "hedged", "clipped", "tool_calls", "tool_errors")
+CALL, REPLY, REPLY_END = "<tool_call>", "<tool_response>", "</tool_response>"
+# How a tool reply that is an error starts: the calculator's, then verl's agent loop's own
+# (an unknown tool, arguments that are not JSON, a tool that raised).
+ERRORS = ("error:", "Unknown function", "Invalid JSON", "Error executing tool")
 
 # A number: a sign not glued to a word ("- 5" is -5), "1,234" (groups of three), "18", "18.00"
 # or ".5", then an optional "/ 4". No nested quantifiers.
@@ -163,9 +172,19 @@ def _parse_truth(value: Any) -> Fraction | None:
 _cached_truth = lru_cache(maxsize=4096)(_parse_truth)  # GRPO scores each truth n times
 
 
+def _turns(solution: Any) -> tuple[Any, float, float]:
+    """The model's last answer (what follows the last tool reply), its tool calls, the errors."""
+    if not isinstance(solution, str):
+        return solution, 0.0, 0.0
+    replies = [part.split(REPLY_END, 1)[0].strip() for part in solution.split(REPLY)[1:]]
+    errors = sum(reply.startswith(ERRORS) for reply in replies)
+    return solution.rpartition(REPLY_END)[2], float(solution.count(CALL)), float(errors)
+
+
 def _score(solution: Any, truth: Any, flexible: bool, weights: tuple[float, float]) -> dict:
     try:
-        tail, clipped = _tail(solution)
+        answer, calls, errors = _turns(solution)
+        tail, clipped = _tail(answer)
         marker = _marker_answer(tail)
         pred = _flexible_answer(tail) if flexible and marker is None else marker
         short = type(truth) is str and len(truth) <= ANSWER_WINDOW
@@ -174,7 +193,7 @@ def _score(solution: Any, truth: Any, flexible: bool, weights: tuple[float, floa
         fmt = float(isinstance(marker, Fraction))
         score = weights[0] * acc + weights[1] * fmt
         flags = (pred is not None, pred is HEDGED, clipped)
-        return dict(zip(KEYS, (score, acc, fmt, *map(float, flags)), strict=True))
+        return dict(zip(KEYS, (score, acc, fmt, *map(float, flags), calls, errors), strict=True))
     except Exception:  # a reward worker must never crash on a model output
         return dict.fromkeys(KEYS, 0.0)
 
@@ -182,7 +201,7 @@ def _score(solution: Any, truth: Any, flexible: bool, weights: tuple[float, floa
 def compute_score(
     data_source: Any, solution_str: Any, ground_truth: Any, extra_info: Any = None, **kwargs: Any
 ) -> dict[str, float]:
-    """1.0 when the number after the last ``####`` equals the ground truth, else 0.0."""
+    """1.0 when the number after the last ``####`` of the model's last answer is the truth."""
     return _score(solution_str, ground_truth, flexible=False, weights=(1.0, 0.0))
 
 

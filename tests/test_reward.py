@@ -376,3 +376,27 @@ def test_verls_legacy_naive_reward_manager_runs_our_function(batch):
         assert reward[last[i]].item() == pytest.approx(reward.sum().item()) == pytest.approx(
             expected["score"])  # fmt: skip
         assert {k: v[i] for k, v in result["reward_extra_info"].items()} == expected
+
+
+CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "48*72"}}\n</tool_call>'
+
+
+def turns(reply: str, answer: str) -> str:
+    """A tool rollout's solution_str as verl decodes it (special tokens dropped): every turn."""
+    return f"{CALL}\nuser\n<tool_response>\n{reply}\n</tool_response>\nassistant\n{answer}"
+
+
+def test_a_multi_turn_response_is_scored_by_its_last_answer_not_the_tools_reply():
+    from verl_gsm8k.ppo_trainer.tool_stats import tool_metrics
+
+    right = rg.compute_score("openai/gsm8k", turns("3456", "#### 3456"), "3456")
+    assert (right["score"], right["tool_calls"], right["tool_errors"]) == (1.0, 1.0, 0.0)
+    echoed = rg.compute_score("openai/gsm8k", turns("#### 3456", "I am not sure."), "3456")
+    assert (echoed["score"], echoed["pred_found"]) == (0.0, 0.0)  # the reply is not an answer
+    failed = rg.compute_score("openai/gsm8k", turns("error: not arithmetic: x", "#### 1"), "3456")
+    assert (failed["score"], failed["tool_calls"], failed["tool_errors"]) == (0.0, 1.0, 1.0)
+    plain = rg.compute_score("openai/gsm8k", "#### 3456", "3456")
+    assert (plain["score"], plain["tool_calls"]) == (1.0, 0.0)
+    step = tool_metrics([right, echoed, failed, plain])  # the trainer's per-step metrics
+    assert step == {"tools/called": 0.75, "tools/calls": 0.75, "tools/errors": 0.25,
+                    "tools/acc_called": 1 / 3, "tools/acc_not_called": 1.0}  # fmt: skip

@@ -19,6 +19,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl_gsm8k.guard.rules import prompt_of
 from verl_gsm8k.ppo_trainer import MODE
 from verl_gsm8k.ppo_trainer.guard_base import GuardBase, Observed, numeric
+from verl_gsm8k.ppo_trainer.tool_stats import tool_metrics
 from verl_gsm8k.ppo_trainer.trace_lines import PER_TOKEN, Tracer, as_list, batch_stats, rows
 from verl_gsm8k.trace.select import choose
 
@@ -82,6 +83,9 @@ class TracingTrainer(GuardBase, PPOTrainerSync):
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):  # noqa: ANN001
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        if self.config.actor_rollout_ref.rollout.multi_turn.get("tool_config_path"):
+            extras = rows(self._get(batch, _real(batch), ["extra_fields"])["extra_fields"])
+            metrics.update(tool_metrics([_of(e, "reward_extra_info") for e in extras]))
         self.tracer.record(global_steps, metrics, lambda: self._trace(batch, metrics, global_steps))
 
     def _trace(self, batch: Any, metrics: dict, step: int) -> list[dict] | None:

@@ -1,0 +1,30 @@
+"""A tool launch's per-step metrics, from the reward's keys of each response (rewards/gsm8k.py):
+verl logs the turns (``num_turns/*``) but not how many responses called a tool, the errors, nor
+the accuracy with and without a call."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from statistics import fmean
+from typing import Any
+
+CALLED, CALLS, ERRORS = "tools/called", "tools/calls", "tools/errors"
+ACC_CALLED, ACC_NOT_CALLED = "tools/acc_called", "tools/acc_not_called"
+
+
+def tool_metrics(extras: Sequence[Any]) -> dict[str, float]:
+    """Shares over the step's responses (``extras``: each one's reward keys); {} without any."""
+    rows = [e for e in extras if isinstance(e, Mapping) and "tool_calls" in e]
+    if not rows:
+        return {}
+    called = [float(r["tool_calls"]) > 0 for r in rows]
+    out = {
+        CALLED: fmean(called),
+        CALLS: fmean(float(r["tool_calls"]) for r in rows),
+        ERRORS: fmean(float(r.get("tool_errors", 0.0)) > 0 for r in rows),
+    }
+    for key, want in ((ACC_CALLED, True), (ACC_NOT_CALLED, False)):
+        accs = [float(r.get("acc", 0.0)) for r, c in zip(rows, called, strict=True) if c == want]
+        if accs:
+            out[key] = fmean(accs)
+    return out
