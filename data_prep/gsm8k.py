@@ -38,6 +38,12 @@ PROMPT_STYLES = {
     "boxed": "{question}\nPlease reason step by step, and put your final answer within "
     "\\boxed{{}}.",
 }
+# --tools: the system turn of a tool row (configs/tools/<name>.yaml), which says when to call the
+# tool and where the answer goes; the chat template adds the tool's schema and how to call it.
+TOOL_PROMPTS = {
+    "calculator": "Use the calculator tool for every computation, then write the final answer "
+    'after "####".',
+}
 # A ground truth: a sign (one space may follow it, as the reward reads it), then "1,234"
 # (groups of three) or "1234", then an optional ".5".
 _NUMBER = re.compile(r"(-)? ?((?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?)")
@@ -242,13 +248,20 @@ def schema(**columns: tuple[str, ...] | None) -> Any:
     return pa.schema([(name, kind(name, fields)) for name, fields in columns.items()])
 
 
-def verl_rows(rows: Sequence[Row], split: str, style: str = "hash") -> list[dict]:
-    """RLHFDataset rows; index: the 0-based row in its split."""
+def verl_rows(
+    rows: Sequence[Row], split: str, style: str = "hash", tools: str | None = None
+) -> list[dict]:
+    """RLHFDataset rows; index: the 0-based row in its split. With ``tools``: the tool's system
+    turn, the question alone, ``agent_name`` tool_agent (else verl's single-turn loop runs the row
+    and shows no tool)."""
+    system = [{"role": "system", "content": TOOL_PROMPTS[tools]}] if tools else []
     return [{"data_source": DATA_SOURCE,
-             "prompt": [{"role": "user", "content": build_prompt(row["question"], style)}],
+             "prompt": [*system, {"role": "user", "content": row["question"] if tools
+                                  else build_prompt(row["question"], style)}],
              "ability": "math",
              "reward_model": {"style": "rule", "ground_truth": ground_truth(row["answer"])},
-             "extra_info": {"split": split, "index": i, **row}}
+             "extra_info": {"split": split, "index": i, **row},
+             **({"agent_name": "tool_agent"} if tools else {})}
             for i, row in enumerate(rows)]  # fmt: skip
 
 
@@ -273,17 +286,19 @@ def _hub_writers(splits: dict[str, list[Row]], hub: Path) -> Writers:
 
 
 def write_all(
-    splits: dict[str, list[Row]], out_dir: Path, style: str = "hash", hub_dir: Path | None = None
-) -> dict[str, Path]:
+    splits: dict[str, list[Row]], out_dir: Path, style: str = "hash", hub_dir: Path | None = None,
+    tools: str | None = None,
+) -> dict[str, Path]:  # fmt: skip
     """``<out_dir>/<split>.parquet`` and, with ``hub_dir``, the hub's layout there (its README's
     YAML header declares config ``main``, which EvalScope and ``datasets`` need offline), as ONE
     atomic step: every location checked and every file complete before the first rename."""
     out_dir = Path(out_dir).expanduser()
     verl = schema(data_source=None, prompt=None, ability=None,
                   reward_model=("style", "ground_truth"),
-                  extra_info=("split", "index", "question", "answer"))  # fmt: skip
+                  extra_info=("split", "index", "question", "answer"),
+                  **({"agent_name": None} if tools else {}))  # fmt: skip
     writers = {
-        out_dir / f"{split}.parquet": parquet_writer(verl_rows(rows, split, style), verl)
+        out_dir / f"{split}.parquet": parquet_writer(verl_rows(rows, split, style, tools), verl)
         for split, rows in splits.items()
     }
     replace_all(writers | (_hub_writers(splits, Path(hub_dir).expanduser()) if hub_dir else {}))
@@ -364,9 +379,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                      f"layout ({HUB_CONFIG}/<split>-00000-of-00001.parquet + README.md) to DIR, "
                      "for offline EvalScope: --dataset-args "
                      "'{\"gsm8k\":{\"dataset_id\":\"DIR\"}}'")  # fmt: skip
+    cli.add_argument("--tools", choices=list(TOOL_PROMPTS), help="rows for a tool recipe "
+                     "(TOOLS=<name>): the tool's system turn, the question without the "
+                     "instruction, agent_name tool_agent (docs/tools.md)")  # fmt: skip
     args = cli.parse_args(argv)
     write = partial(write_all, out_dir=args.out_dir, style=args.prompt_style,
-                    hub_dir=args.hub_layout_dir)  # fmt: skip
+                    hub_dir=args.hub_layout_dir, tools=args.tools)  # fmt: skip
     done = run("data_prep.gsm8k", args, write, "rows")
     if done == 0 and args.hub_layout_dir:
         print(f"  hub layout ({HUB_CONFIG}) -> {Path(args.hub_layout_dir).expanduser()}")

@@ -150,6 +150,15 @@ def test_rows_prompts_and_ground_truths_of_both_styles(tmp_path, capsys):
             assert [(r["extra_info"]["split"], r["extra_info"]["index"]) for r in rows] == [
                 (split, i) for i in range(len(raw))
             ]
+    tools = tmp_path / "tools"  # a tool recipe's rows: the tool's system turn, verl's tool loop
+    assert cli(gsm8k, capsys, "--source", source(tmp_path / "src"), "--out-dir", tools,
+               "--tools", "calculator")[0] == 0  # fmt: skip
+    rows = rows_of(tools / "train.parquet")
+    assert [r["prompt"] for r in rows] == [
+        [{"role": "system", "content": gsm8k.TOOL_PROMPTS["calculator"]},
+         {"role": "user", "content": r["question"]}] for r in SYNTHETIC["train"]
+    ]  # fmt: skip
+    assert {r["agent_name"] for r in rows} == {"tool_agent"}
     assert build_prompt("{x}", "boxed") == gsm8k.PROMPT_STYLES["boxed"].format(question="{x}")
     with pytest.raises(ValueError, match="unknown prompt style"):
         build_prompt("Q?", "latex")

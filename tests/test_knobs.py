@@ -72,6 +72,8 @@ def test_the_file_logger_stays_whatever_the_users_list():
         ("SEED", ["0", "7"], ["-1"]),
         ("TOY_TASK", ["easy", "hard"], ["medium"]),
         ("ALGO", list(knobs.LEARN_ALGOS), ["reinforce"]),
+        ("TOOLS", ["calculator"], ["python", "calculator,search", ""]),
+        ("TOOL_TURNS", ["1", "3"], ["0", "all"]),
         ("WARM_START_ACC", ["last", "0.30-0.45"], ["0.45-0.30", "best"]),
     ],
 )  # fmt: skip

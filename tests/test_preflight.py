@@ -280,3 +280,24 @@ def test_the_parameter_count_and_a_line_without_terminal_escapes():
     assert report.lines == [
         "preflight: [ok] checkpoint: free at runs/x\\x1b[31mred\\x1b]0;title\\x07"
     ]
+
+
+def test_a_tool_launch_refuses_rows_that_run_without_the_tool(base_overrides, tmp_path):
+    """TOOLS' keys on rows prepared without --tools: verl would run them in single_turn_agent,
+    which shows no tool, without an error; refused. With --tools: every row runs tool_agent."""
+    from verl_gsm8k.tools import config_path
+
+    multi_turn = "actor_rollout_ref.rollout.multi_turn"
+    tools = [f"{multi_turn}.tool_config_path={config_path('calculator')}",
+             f"{multi_turn}.max_assistant_turns=3"]  # fmt: skip
+    refused = errors(run_preflight(base_overrides + tools))
+    assert "rows run verl's single_turn_agent loop, which shows the model no tools" in refused
+    rows = prepare(write_synthetic_gsm8k(tmp_path / "src"), tmp_path / "tools", "--tools",
+                   "calculator")  # fmt: skip
+    files = [f"data.train_files=['{rows}/train.parquet']",
+             f"data.val_files=['{rows}/test.parquet']"]  # fmt: skip
+    report = run_preflight(base_overrides + tools + files)
+    assert report.errors == 0, "\n".join(report.lines)
+    said = "\n".join(report.lines)
+    assert "train file train.parquet: every row runs verl's tool_agent loop" in said
+    assert "is the whole response, every turn and the tool's replies included" in said

@@ -22,9 +22,11 @@ from helpers import (
     get,
     launch_in_process,
     plant_flash_attn,
+    prepare,
     recipe_env,
     run_recipe,
     with_pythonpath,
+    write_synthetic_gsm8k,
 )
 
 from verl_gsm8k.common.command_line import PREFIX
@@ -579,3 +581,22 @@ def test_pruning_never_removes_the_step_the_tracker_names(tmp_path, capsys):
     out = capsys.readouterr().out
     assert sorted(p.name for p in run.glob("global_step_*")) == ["global_step_2", "global_step_6"]
     assert "keeping" in out and "latest_checkpointed_iteration.txt names it" in out
+
+
+@pytest.mark.slow
+def test_the_calculator_recipe_composes_verls_tool_loop(tiny_model_dir, tmp_path):
+    """DRY_RUN=1 of the tool recipe on a fake H100, on rows from `data_prep.gsm8k --tools`:
+    verl's --cfg job composes the tool config, the tool_agent loop and the turn limit."""
+    from verl_gsm8k.tools import config_path
+
+    rows = prepare(write_synthetic_gsm8k(tmp_path / "src"), tmp_path / "rows", "--tools",
+                   "calculator")  # fmt: skip
+    env = recipe_env(tiny_model_dir, rows, tmp_path / "runs", DRY_RUN="1")
+    env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100], compute_cap='9.0')}:{env['PATH']}"
+    result = run_recipe("grpo_calculator_qwen2.5-0.5b_gsm8k", env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rollout = composed_config(result.stdout)["actor_rollout_ref"]["rollout"]
+    assert rollout["multi_turn"]["tool_config_path"] == str(config_path("calculator"))
+    assert rollout["multi_turn"]["max_assistant_turns"] == 3 and rollout["n"] == 5
+    assert rollout["agent"]["default_agent_loop"] == "tool_agent"
+    assert "tools: train file train.parquet: every row runs verl's tool_agent loop" in result.stdout

@@ -122,7 +122,8 @@ def prepare_cpu_defaults(plan: Plan) -> None:
         else:
             from data_prep.sft import main as prepare
         sample = str(CONFIG_DIR.parent / "data_prep/sample")
-        quiet(prepare, ["--source", sample, "--out-dir", data_dir])
+        tools = ["--tools", plan.values["TOOLS"]] if plan.values.get("TOOLS") else []
+        quiet(prepare, ["--source", sample, "--out-dir", data_dir, *tools])
     if model == plan.tiny_model_dir:
         say(f"recipe: CPU run of a TINY RANDOM model: the {plan.trainer.upper()} loop is real, "
             "its accuracy means nothing (docs/cpu.md).")  # fmt: skip

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from verl_gsm8k.tools import TOOLS, config_path
 from verl_gsm8k.warm_start.band import is_band
 
 # Values Hydra parses into numbers: a leading zero ("007") or a sign would be read otherwise.
@@ -106,6 +107,8 @@ FORMS: dict[str, Callable[[str], str]] = {
     "file_list": lambda v: f"[{hydra_quote(v)}]",
     "list": lambda v: f"[{v}]",
     "bool": lambda v: "true" if v == "1" else "false",
+    "tool_config": lambda v: hydra_quote(str(config_path(v))),
+    "tool_agent": lambda v: "tool_agent",  # rows without agent_name run verl's tool loop
 }
 
 
@@ -154,6 +157,7 @@ RUN_DIR_KEYS = (
     Key("trainer.validation_data_dir", "quoted", "/validation"),
 )
 LEARN = ("learn_tiny",)
+MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"
 LORA = ("ppo_lora_qwen2.5-1.5b_gsm8k",)
 
 # One row per knob, in the order the docs list them.
@@ -206,6 +210,14 @@ KNOBS: tuple[Knob, ...] = (
           ppo="actor_rollout_ref.rollout.gpu_memory_utilization", only="ppo"),
     _knob("ROLLOUT_N", POSITIVE_INT, "1", "responses per prompt (a group)",
           ppo="actor_rollout_ref.rollout.n", only="ppo"),
+    replace(_knob("TOOLS", one_of(*TOOLS), None, "a tool the model may call through verl's "
+                  "agent loop (configs/tools/<TOOLS>.yaml), on rows written by data_prep.gsm8k "
+                  "--tools (docs/tools.md)", only="ppo"),
+            ppo=(Key(f"{MULTI_TURN}.tool_config_path", "tool_config"),
+                 Key("actor_rollout_ref.rollout.agent.default_agent_loop", "tool_agent"))),
+    _knob("TOOL_TURNS", POSITIVE_INT, None, "the model's turns in a response with TOOLS (a call "
+          "and the tool's reply take one; MAX_RESPONSE_LENGTH covers them all)", only="ppo",
+          ppo=f"{MULTI_TURN}.max_assistant_turns", rule="3 with TOOLS"),
     _knob("SFT_LR", POSITIVE_NUMBER, "1e-5", "the peak of the SFT cosine schedule",
           sft="optim.lr", only="sft"),
     _knob("MAX_LENGTH", POSITIVE_INT, "1024", "prompt + answer tokens per SFT example",

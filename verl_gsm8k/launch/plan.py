@@ -213,6 +213,8 @@ def _resolve(values: Values, train_on: str, tiny: Path, user: Sequence[str]) -> 
             length = value if key == "data.max_response_length" else length
     if out.get("OVERLONG_BUFFER_LEN") == "auto" and length.isdigit():
         out["OVERLONG_BUFFER_LEN"] = str(max(1, int(length) // 5))
+    if out.get("TOOLS"):
+        out.setdefault("TOOL_TURNS", "3")
     if not out.get("LOGGER"):
         out["LOGGER"] = "console,file" + (",wandb" if env.get("WANDB_API_KEY") else "")
     return out
@@ -238,13 +240,15 @@ def make_plan(recipe: Recipe, env: Mapping[str, str], gpu: Callable[[], bool] | 
     if hooks is not None:
         hooks.defaults(values, extra)
     ppo = recipe.trainer == "ppo"
-    data_home = home / "data" / ("gsm8k" if ppo else "gsm8k-sft")
+    tools = values.get("TOOLS") if ppo else None  # a tool's rows have their own folder
+    data_name = f"gsm8k-{tools}" if tools else "gsm8k" if ppo else "gsm8k-sft"
+    data_home = home / "data" / data_name
     use_sample = (
         train_on == "cpu" and not values.get("DATA_DIR")
         and not values.get("GSM8K_TRAIN_FILE" if ppo else "SFT_TRAIN_FILE")
         and not (data_home / "train.parquet").exists()
     )  # fmt: skip
-    sample = Path(cache) / ("gsm8k-sample" if ppo else "gsm8k-sft-sample")
+    sample = Path(cache) / f"{data_name}-sample"
     values.hooked.setdefault("DATA_DIR", str(sample if use_sample else data_home))
     tiny = Path(cache) / "tiny-qwen2"
     plan = Plan(recipe, env, _resolve(values, train_on, tiny, user),

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.preflight.lines import Report, one_line
+from verl_gsm8k.preflight.multi_turn import check_budget, check_loops, tools_of
 
 # A right and a wrong answer in each format a GSM8K prompt can ask for (ground truth 72).
 ANSWERS = {
@@ -46,11 +47,12 @@ def check_files(cfg: Any, read: Callable[[str, Path, Any], int | None], prep: st
 
 
 def check_lengths(cfg: Any, tokenizer: Any, chats: list, path: Path, key: str, fate: str | None,
-                  report: Report) -> None:  # fmt: skip
-    """Chats longer than data.<key> tokens; ``fate``: what becomes of them."""
+                  report: Report, tools: list | None = None) -> None:  # fmt: skip
+    """Chats longer than data.<key> tokens, rendered with ``tools``; ``fate``: what becomes of
+    them."""
     noun = "prompt" if key == "max_prompt_length" else "example"
     texts = [tokenizer.apply_chat_template(c, add_generation_prompt=noun == "prompt",
-                                           tokenize=False) for c in chats]  # fmt: skip
+                                           tokenize=False, tools=tools) for c in chats]  # fmt: skip
     lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     limit, longest = cfg.data[key], max(lengths)
     over = sum(n > limit for n in lengths)
@@ -87,6 +89,10 @@ def check_data(cfg: Any, tokenizer: Any, report: Report) -> str:
     first, data = [], cfg.data
     fate = None if data.truncation == "error" else f"cut ({data.truncation})"
     fate = "dropped" if data.filter_overlong_prompts else fate
+    tools = tools_of(cfg, report)
+    if tools:  # verl's agent loop cuts a long prompt from the left: the tools block goes first
+        fate = None
+        check_budget(cfg, tools, report)
 
     def read(split: str, path: Path, table: Any) -> int | None:
         have = table.column_names
@@ -108,8 +114,10 @@ def check_data(cfg: Any, tokenizer: Any, report: Report) -> str:
             return None
         prompts = table.column("prompt").to_pylist()
         first.append(str(prompts[0][-1].get("content")) if split == "train" else "")
+        if tools is not None:
+            check_loops(cfg, table, path, split, report)
         if tokenizer is not None:
-            check_lengths(cfg, tokenizer, prompts, path, "max_prompt_length", fate, report)
+            check_lengths(cfg, tokenizer, prompts, path, "max_prompt_length", fate, report, tools)
         return table.num_rows
 
     rows = check_files(cfg, read, "data_prep.gsm8k", report)
