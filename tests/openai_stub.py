@@ -1,7 +1,7 @@
 """An OpenAI-compatible stub server (stdlib): /v1/models and chat completions answered from
-``answers`` ({question: response}), each request recorded; ``body``: that body to everything. As a
-process it stands in for vllm serve ($OPENAI_STUB_ANSWERS, $OPENAI_STUB_PID_FILE,
-$OPENAI_STUB_DELAY)."""
+``answers`` ({question: a response, or a whole message}), each request recorded; ``body``: that
+body to everything. As a process it stands in for vllm serve ($OPENAI_STUB_ANSWERS,
+$OPENAI_STUB_PID_FILE, $OPENAI_STUB_DELAY)."""
 
 from __future__ import annotations
 
@@ -52,8 +52,9 @@ class StubServer:
                 time.sleep(delay)
                 hits = [q for q in stub.answers if q in prompt]
                 content = stub.answers[max(hits, key=len)] if hits else "I do not know."
-                choice = {"index": 0, "message": {"role": "assistant", "content": content},
-                          "finish_reason": "stop"}  # fmt: skip
+                message = content if isinstance(content, dict) else {"role": "assistant",
+                                                                       "content": content}
+                choice = {"index": 0, "message": message, "finish_reason": "stop"}
                 usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
                 reply = {"id": "stub", "object": "chat.completion", "model": stub.model,
                          "created": 0, "usage": usage, "choices": [choice]}  # fmt: skip

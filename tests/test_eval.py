@@ -464,3 +464,35 @@ def test_a_rerun_sweep_keeps_its_rows_refuses_other_settings_and_marks_the_best(
     assert kept_best(tmp_path) is None
     (line,) = capsys.readouterr().err.splitlines()
     assert "best_checkpoint.json: not readable JSON" in line and "not marked" in line
+
+
+def test_the_calculator_mode_serves_the_tool_and_scores_the_last_answer(
+    eval_env, model, small_gsm8k, tmp_path
+):
+    """--modes training,calculator with vLLM (the stub): vLLM started with its Hermes tool
+    parser, a call answered by the calculator, each question's last answer scored by our
+    reward beside the training mode's, on the same questions."""
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "calculator", "arguments": '{"expression": "6*5"}'}}  # fmt: skip
+    asks = {"role": "assistant", "content": "", "tool_calls": [call]}
+    answers = {TEST_ROWS[0][0]: "#### 7", TEST_ROWS[1][0]: asks, TEST_ROWS[2][0]: "#### 11",
+               "30": "#### 30"}  # fmt: skip
+    fake, env = stub_vllm(tmp_path)
+    (tmp_path / "answers.json").write_text(json.dumps(answers))
+    out = tmp_path / "eval"
+    proc = run_eval("--backend", "vllm", "--vllm-bin", fake, "--model", f"ppo={model}",
+                    "--data", small_gsm8k, "--modes", "training,calculator", "--out", out,
+                    env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "--enable-auto-tool-choice --tool-call-parser hermes" in proc.stdout
+    _, rows = rows_of(out)
+    tools = rows["ppo", "calculator"]
+    assert (tools["n"], tools["tool_call_rate"], tools["accuracy_with_call"]) == (3, 1 / 3, 1.0)
+    assert tools["accuracy"] == pytest.approx(2 / 3) and rows["ppo", "training"]["n"] == 3
+    chats = [json.loads(line) for line in (out / tools["samples"]).read_text().splitlines()]
+    roles = [m["role"] for m in chats[1]["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    markdown = (out / "comparison.md").read_text()
+    assert "| ppo (baseline) | calculator | 66.67 | 3 | 66.67 |" in markdown
+    assert "- ppo / calculator: the tool called in 33.33% of the answers (100.00% right)" in (
+        markdown)  # fmt: skip

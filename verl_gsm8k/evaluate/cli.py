@@ -29,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--model", action="append", default=[], metavar="[NAME=]PATH_OR_HUB_ID",
         help="a model directory or hub id (repeatable; the first is the baseline)")  # fmt: skip
     add("--baseline", help="label, path or hub id of the model the deltas are against")
-    add("--modes", default=",".join(cfg.MODES), help="training and/or evalscope (default: both)")
+    add("--modes", default=",".join(cfg.DEFAULT_MODES), help="training, evalscope and/or "
+        "calculator (the training prompt with the calculator tool, through a vLLM server; "
+        "default: training,evalscope)")  # fmt: skip
     add("--backend", choices=["auto", "vllm", "transformers"], default="auto",
         help="'vllm serve' (.venv) or EvalScope's transformers (auto: vllm on a GPU)")  # fmt: skip
     add("--api-url", help="an OpenAI-compatible server already running (with --api-model)")

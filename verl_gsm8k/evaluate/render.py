@@ -48,6 +48,10 @@ def render_markdown(summary: dict) -> str:
             pp(r.get("delta_vs_baseline")), pp(r.get("our_reward_delta_vs_baseline"))]  # fmt: skip
         model = r["model"] + " (baseline)" * (r["model"] == base)
         lines.append(f"| {model} | {r['mode']} | {' | '.join(map(str, cells))} | {r['backend']} |")
+    tools = [f"- {r['model']} / {r['mode']}: the tool called in {pct(r['tool_call_rate'])}% of "
+             f"the answers ({pct(r.get('accuracy_with_call'))}% right)"
+             for r in results if r.get("tool_call_rate") is not None]  # fmt: skip
+    lines += ["", *tools] if tools else []
     sampled = [r for r in results if r.get("pass_at_k") is not None
                or r.get("our_reward_pass_at_k") is not None]  # fmt: skip
     if sampled:

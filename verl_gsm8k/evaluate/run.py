@@ -19,6 +19,7 @@ from typing import Any
 
 from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.evaluate import settings as cfg
+from verl_gsm8k.evaluate import tool_mode
 from verl_gsm8k.evaluate.data import write_data
 from verl_gsm8k.evaluate.render import pct, render_markdown, render_samples, render_steps
 from verl_gsm8k.evaluate.scoring import add_deltas, read_jsonl, read_report, rescore, review_scores
@@ -39,6 +40,13 @@ def mode_settings(mode: str, settings: Settings) -> dict[str, Any]:
     """What a mode means, for the tables: shots, prompt, scorer, what it compares with."""
     from data_prep.gsm8k import PROMPT_STYLES
 
+    if mode == tool_mode.MODE:
+        from data_prep.gsm8k import TOOL_PROMPTS
+
+        return {"few_shot": 0, "prompt_template": f"{TOOL_PROMPTS[mode]} | {{question}}",
+                "scorer": "our reward rewards/gsm8k.py:compute_score on the last answer (after "
+                "the calculator's replies), no EvalScope", "comparable_to": "The training mode "
+                "of the same model on the same questions, without the tool."}  # fmt: skip
     meta, scorer = benchmark(), "EvalScope accuracy (Math-Verify)"
     if mode == "training":
         ours = " + our reward rewards/gsm8k.py:compute_score (number after the last ####)"
@@ -145,6 +153,18 @@ class Session:
     def evaluate_one(self, spec: ModelSpec, mode: str, backend: str, url: str | None,
                      log: Path) -> dict:  # fmt: skip
         s, test, start = self.settings, self.rows["test"], time.perf_counter()
+        if mode == tool_mode.MODE:  # our own chat loop, on the questions EvalScope is given
+            name = spec.source if spec.api_url else spec.label
+            got = tool_mode.evaluate(url, name, test[: s.limit or len(test)], s)
+            chats = s.out / "samples" / f"{spec.label}-{mode}.jsonl"
+            write_atomic(chats, "".join(json.dumps(c) + "\n" for c in got.pop("chats")))
+            row = {**self.row(spec, backend, mode), **got, "our_reward_accuracy": got["accuracy"],
+                   "samples": os.path.relpath(chats, s.out),
+                   "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
+            print(f"{cfg.PROG}: {spec.label} / {mode}: accuracy {pct(row['accuracy'])}% "
+                  f"(n={row['n']}), the tool called in {pct(row['tool_call_rate'])}%",
+                  flush=True)  # fmt: skip
+            return row
         work = s.out / "evalscope" / spec.label / mode
         shutil.rmtree(work, ignore_errors=True)
         print(f"{cfg.PROG}: evaluating {spec.label} in {mode} mode ({backend}); log: {log}",

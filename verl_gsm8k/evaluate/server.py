@@ -19,6 +19,7 @@ from pathlib import Path
 from verl_gsm8k.common import procs
 from verl_gsm8k.common.children import dies_with_this_process
 from verl_gsm8k.evaluate.settings import PROG, EvalError, ModelSpec, Settings
+from verl_gsm8k.evaluate.tool_mode import MODE, VLLM_TOOL_ARGS
 
 PROBE_TIMEOUT = 5.0  # seconds for one GET /v1/models
 STOP_GRACE_S = 30.0  # from SIGTERM to SIGKILL of what is left of the server's group
@@ -91,8 +92,9 @@ def served(spec: ModelSpec, settings: Settings) -> Iterator[str]:
     with socket.socket() as sock:  # a free port now (not reserved: vLLM binds it soon after)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    tools = VLLM_TOOL_ARGS if MODE in settings.modes else []  # vLLM parses Hermes calls
     cmd = vllm_serve_command(settings.vllm_bin, str(spec.path), port, spec.label,
-                             settings.vllm_args)  # fmt: skip
+                             [*tools, *settings.vllm_args])  # fmt: skip
     base, log = f"http://127.0.0.1:{port}/v1", settings.out / "logs" / f"vllm-{spec.label}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     print(f"{PROG}: starting server: {' '.join(cmd)}  (log: {log})", flush=True)

@@ -8,7 +8,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 PROG = "eval.sh"
-MODES = ("training", "evalscope")
+MODES = ("training", "evalscope", "calculator")  # calculator: a server only (tool_mode.py)
+DEFAULT_MODES = MODES[:2]
 BENCHMARK, SUBSET = "gsm8k", "main"
 DATA_SOURCE = "openai/gsm8k"
 # Stated, as verl's rollout: else the model's generation_config.json (Qwen2.5-Instruct: 1.1)

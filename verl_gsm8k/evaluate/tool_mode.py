@@ -1,0 +1,83 @@
+"""The calculator mode: each test question in a chat with the calculator, as verl's tool_agent
+loop runs it in training (the tools block in the system turn, Hermes ``<tool_call>`` parsing, the
+tool's reply as a tool message), against an OpenAI API: vLLM serves the model with its Hermes
+tool parser. The last answer is scored by our reward; EvalScope's modes stay tool-free."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from verl_gsm8k.evaluate.settings import EvalError, Settings
+
+MODE = "calculator"
+VLLM_TOOL_ARGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+TURNS = 3  # the model's turns per question, as TOOL_TURNS' default in training
+
+
+def _chat(url: str, model: str, messages: list[dict], tools: list[dict], s: Settings) -> dict:
+    body = {"model": model, "messages": messages, "tools": tools, "max_tokens": s.max_tokens,
+            "temperature": 0.0}  # fmt: skip
+    request = urllib.request.Request(
+        f"{url.rstrip('/')}/chat/completions", data=json.dumps(body).encode(), method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {s.api_key}"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=600) as response:
+        return json.loads(response.read())["choices"][0]["message"]
+
+
+def solve(url: str, model: str, question: str, tools: list[dict], s: Settings) -> dict[str, Any]:
+    """One question's chat: the model's turns, each call answered by the calculator."""
+    from data_prep.gsm8k import TOOL_PROMPTS
+    from verl_gsm8k.tools.calculator import calculate
+
+    messages = [{"role": "system", "content": TOOL_PROMPTS[MODE]},
+                {"role": "user", "content": question}]  # fmt: skip
+    calls = errors = 0
+    for _ in range(TURNS):
+        said = _chat(url, model, messages, tools, s)
+        asked = said.get("tool_calls") or []
+        messages.append({"role": "assistant", "content": said.get("content") or "",
+                         **({"tool_calls": asked} if asked else {})})  # fmt: skip
+        if not asked:
+            break
+        for call in asked:
+            function = call.get("function") or {}
+            try:
+                arguments = json.loads(function.get("arguments") or "{}")
+            except ValueError:
+                arguments = None
+            reply = (calculate(arguments) if function.get("name") == MODE
+                     else f"error: unknown tool {function.get('name')!r}")  # fmt: skip
+            calls, errors = calls + 1, errors + reply.startswith("error:")
+            messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": reply})
+    return {"messages": messages, "answer": messages[-1].get("content") or "", "tool_calls": calls,
+            "tool_errors": errors}  # fmt: skip
+
+
+def evaluate(url: str | None, model: str, rows: list[dict], s: Settings) -> dict[str, Any]:
+    """Accuracy by our reward over ``rows`` with the calculator, its calls, each question's chat."""
+    from data_prep.gsm8k import ground_truth
+    from rewards.gsm8k import compute_score
+    from verl_gsm8k.tools import config_path, schemas
+
+    if url is None:
+        raise EvalError(f"the {MODE} mode needs an OpenAI API: a vLLM server (--backend vllm) "
+                        "or --api-url")  # fmt: skip
+    tools = schemas(config_path(MODE))
+    with ThreadPoolExecutor(max_workers=s.batch_size or 16) as pool:
+        chats = list(pool.map(lambda row: solve(url, model, row["question"], tools, s), rows))
+    for row, chat in zip(rows, chats, strict=True):
+        chat["acc"] = compute_score("openai/gsm8k", chat["answer"], ground_truth(row["answer"]))[
+            "acc"
+        ]
+    n = len(chats)
+    called = [c for c in chats if c["tool_calls"]]
+    return {
+        "accuracy": sum(c["acc"] for c in chats) / n if n else None, "n": n,
+        "tool_call_rate": len(called) / n if n else None,
+        "accuracy_with_call": sum(c["acc"] for c in called) / len(called) if called else None,
+        "tool_errors": sum(c["tool_errors"] for c in chats), "chats": chats,
+    }  # fmt: skip
