@@ -1,7 +1,7 @@
 """A real Slurm for the tests: munged, slurmctld and one slurmd per node name (n1, n2, ... on this
 one machine, each on its own port, claiming the CPUs it is given: SlurmdParameters=
 config_overrides), all from a slurm.conf in a temporary folder, found by the clients through
-SLURM_CONF (docs/slurm.md, "What was measured"). CI installs Debian's slurm-wlm and munge;
+SLURM_CONF (docs/measurements.md). CI installs Debian's slurm-wlm and munge;
 without them the test skips (a failure under CI=true)."""
 
 from __future__ import annotations

@@ -328,16 +328,14 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
 
     That check refusing a shard swapped in after the launcher's scan is proven in verl's own
     loaders by tests/test_checked_load.py; a launch of its own here, to the refusal, cost a verl
-    start-up and was cut (docs/testing.md, "What was cut, and which test proves the claim now"),
-    as was a third launch here for the NaN alone.
+    start-up, as would a third launch here for the NaN alone.
 
     A SIGTERM to the launcher (the step in flight saved whole and stamped, exit 5, the job
     requeued), and a SIGTERM to every process of a launch (vLLM's engine living through it, the
     step in flight saved, exit 5, the relaunch resuming from it), are proven by
     tests/test_slurm_nodes_cpu.py: Slurm's time limit signals the batch process that runs the
-    launcher, and a requeue signals every process of the job. This test's own launches for each
-    were verl start-ups proving the same, and were cut (docs/testing.md, "What was cut, and which
-    test proves the claim now"); an emptied tracker: the test above.
+    launcher, and a requeue signals every process of the job; an emptied tracker: the test
+    above.
     """
     import pause_points
     from killing import finish, logged_steps, newest_metrics, start, wait_until
@@ -366,8 +364,8 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
                REWARD_FILE=str(reward), RESUME="force")  # fmt: skip
     # val_before_train: a key that may change on a resume, saves time. The tiny random model's
     # KL to its reference grows every step and reaches the ceiling (3 nats/token) around step 9,
-    # run by run (docs/reliability.md, "Measured: a real run killed, damaged, preempted,
-    # stopped"): a real rule that would trip or not beside the NaN; off here
+    # run by run (docs/measurements.md): a real rule that would trip or not beside the NaN; off
+    # here
     quick = ("trainer.val_before_train=False", "gsm8k_guard.watchdog.kl_ceiling=0")
     figures: list[str] = []
     limit = float(TRAIN_TIMEOUT_S)

@@ -9,7 +9,7 @@ dataloader ends the loop and saves the step trained; `_load_checkpoint` begins t
 loaded step), not by a launch of it; that a launch's processes
 live through a SIGTERM to every one of them and save the step in flight is the launcher's and the
 workers' doing, the same for both trainers, proven for real by tests/test_slurm_nodes_cpu.py's
-requeue. A second launch here for those cost a verl start-up (docs/testing.md, "What was cut").
+requeue; a second launch here for those would cost a verl start-up.
 GRPO's training on the CPU (no critic, KL as a loss) is proven on the learning run of
 tests/learn_runs.py (test_learn_cpu.py), which composes the same config
 (configs/gsm8k_grpo.yaml)."""

@@ -271,7 +271,7 @@ KNOBS: tuple[Knob, ...] = (
           "stop: a sick step (NaN, KL blow-up, collapse) ends the run before its checkpoint, "
           "exit 4; warn: said, the run goes on", ppo="gsm8k_guard.watchdog.mode", only="ppo"),
     _knob("KEEP_BEST", SWITCH, "1", "1: the checkpoint of the best validation score is kept "
-          "(`merge.sh RUN_DIR --best`)", ppo="gsm8k_guard.keep_best", form="bool", only="ppo"),
+          "(`merge.sh RUN_DIR OUT --best`)", ppo="gsm8k_guard.keep_best", form="bool", only="ppo"),
     _knob("BEST_METRIC", METRIC, "val-core/openai/gsm8k/acc/mean@1", "what KEEP_BEST ranks by",
           ppo="gsm8k_guard.best_metric", form="quoted", only="ppo"),
     _knob("SAVE_EVERY_MIN", _or("auto", "auto, or minutes >= 0 (0: none)",
