@@ -16,9 +16,9 @@ import pytest
 import torch
 from helpers import skip_or_fail
 
-from verl_gsm8k.common.run_dir import EXIT_WATCHDOG, append_trip, write_best
+from verl_gsm8k.common.run_dir import EXIT_WATCHDOG, append_trip, console_log_path, write_best
 from verl_gsm8k.guard.prune import prune
-from verl_gsm8k.launch.outcome import verdict
+from verl_gsm8k.launch.outcome import failed_groups, verdict
 
 STAMP, OTHER = "20261125T101500Z", "20261125T090000Z"
 
@@ -110,3 +110,20 @@ def test_a_full_disk_mid_save_is_one_line(tmp_path: Path):
     finally:
         subprocess.run(["umount", "-l", str(mount)])
         shutil.rmtree(mount, ignore_errors=True)
+
+
+def test_the_prompt_groups_verls_agent_loop_failed_are_counted_once_each(tmp_path: Path):
+    """verl's V1 agent loop only logs a failed group (a line per failed response with its uid, or
+    one without), pads it and trains on: the launch counts the groups."""
+    log = console_log_path(tmp_path, STAMP)
+    assert failed_groups(tmp_path, STAMP) is None  # no log
+    log.parent.mkdir(parents=True)
+    worker = "\x1b[36m(AgentLoopWorkerTQ pid=7)\x1b[0m ERROR:agent_loop_tq:"
+    log.write_text("".join(f"{worker}Error in _run_prompt for uid={uid}\n" for uid in "aab")
+                   + f"{worker}Error in _run_prompt: ValueError('suffix diff failed')\n"
+                   + "step:1 - training/num_turns/mean:2.0\n")  # fmt: skip
+    said = failed_groups(tmp_path, STAMP)
+    assert said and said.startswith("recipe: verl's agent loop failed 3 prompt group(s)")
+    assert str(log) in said
+    log.write_text("step:1 - training/num_turns/mean:4.0\n")
+    assert failed_groups(tmp_path, STAMP) is None

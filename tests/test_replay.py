@@ -24,7 +24,7 @@ WRONG = ["2", " +", " ", "3", " =", " ", "5", "<|im_end|>"]
 
 def trace_sample(step: int, uid: str, session: int, tokens: list[str], score: float,
                  grpo: bool, adv: float, value: float | None = 0.5,
-                 gap: float = 0.0) -> dict[str, Any]:  # fmt: skip
+                 gap: float = 0.0, mask: list[int] | None = None) -> dict[str, Any]:  # fmt: skip
     n = len(tokens)
     per_token: dict[str, list[float]] = {
         "rollout_log_prob": [-0.1 - gap] * n, "old_log_prob": [-0.1] * n,
@@ -39,7 +39,7 @@ def trace_sample(step: int, uid: str, session: int, tokens: list[str], score: fl
         per_token["value"] = [value + 0.05 * i for i in range(n)]
     return sample_line(
         step=step, key=f"{uid}_{session}_0", uid=uid, session=session, prompt_ids=[1, 2],
-        response_ids=list(range(10, 10 + n)), response_mask=[1] * n, per_token=per_token,
+        response_ids=list(range(10, 10 + n)), response_mask=mask or [1] * n, per_token=per_token,
         absent=absent, decode=lambda i: tokens[i - 10] if i >= 10 else "Q", ground_truth="5",
         data_source="openai/gsm8k",
         reward_extra={"acc": score, "format": float("####" in tokens), "hedged": 0.0},
@@ -63,7 +63,7 @@ def write_run(root: Path, *, grpo: bool = False, steps: int = 6, **kw: Any) -> P
         samples = [
             trace_sample(step, f"p{step}", i, TOKENS if s else WRONG, s, grpo,
                          adv=0.6 if s else -1.7, value=kw.get("value", 0.5),
-                         gap=kw.get("gap", 0.0))
+                         gap=kw.get("gap", 0.0), mask=kw.get("mask") if s else None)
             for i, s in enumerate(scores)
         ]  # fmt: skip
         if kw.get("flat"):
@@ -203,3 +203,15 @@ def test_trace_checks_stay_quiet_on_a_healthy_trace(runs: dict[str, Path]):
         health = json.loads((runs[name] / "summary.json").read_text())["health"]
         assert not {"critic_flat", "grpo_zero_spread", "trace_prob_gap"} & {
             f["check"] for f in health}, name  # fmt: skip
+
+
+def test_the_tokens_that_carried_no_loss_are_marked(tmp_path: Path):
+    """A tool rollout's response holds the tool's reply, which verl's response mask keeps out of
+    the loss (the trace records the mask): the replay marks each such token and says why."""
+    mask = [1, 1, 0, 0, 0] + [1] * (len(TOKENS) - 5)
+    run = write_run(tmp_path / "tool", grpo=True, steps=1, mask=mask)
+    page = report.generate(run, run / "report").out_dir / "replay.html"
+    shown = dom(f"{page.as_uri()}#step=1&sample=0&token=3", tmp_path)
+    marked = re.findall(r'<span class="tok([^"]*)" tabindex="0" data-i="(\d+)"', shown)
+    assert [int(i) for kind, i in marked if "noloss" in kind] == [2, 3, 4]
+    assert "<b>no loss</b> (response mask 0" in shown.split('id="panel"', 1)[1]

@@ -184,6 +184,15 @@ def test_synthetic_run_phases_memory_and_val_aux(tmp_path: Path) -> None:
     assert {n for n, _ in parse_svgs(page)["memory"]["names"]} == {
         "actor", "actor reserved", "critic", "critic reserved"}  # fmt: skip
     assert len(parse_svgs(page)["val_aux"]["names"]) == 3
+    assert "tools" not in parse_svgs(page)  # no tool launch: a note, no chart
+    for step, record in enumerate(records[1:], 1):  # a tool launch's (TOOLS): drawn per step
+        record["data"] |= {"tools/called": 0.5, "tools/errors": 0.1, "tools/acc_called": 0.4,
+                           "tools/acc_not_called": 0.2, "num_turns/mean": 3.0 + step % 2}
+    canon, _, summary = analyse_records(tmp_path / "tools", records)[1:]
+    svgs = parse_svgs(report.render_html("run", canon, [], {**summary, "generated_at": ""}))
+    assert {n for n, _ in svgs["tools"]["names"]} >= {"called", "errors", "accuracy, called",
+                                                      "accuracy, not called"}  # fmt: skip
+    assert canon.series["num_turns"][:2] == [(1, 4.0), (2, 3.0)]
     for record in records[1:]:
         d = record["data"]
         d["perf/max_memory_allocated_gb"] = d.pop("actor/perf/max_memory_allocated_gb")

@@ -80,6 +80,12 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("rollout_probs_corr", "Pearson correlation of rollout and training token probabilities",
        "training/rollout_actor_probs_pearson_corr"),
     _m("rollout_kl", "KL rollout -> training policy (rollout correction)", "rollout_corr/kl"),
+    # a tool launch's (TOOLS): verl's turns, and the trainer's ppo_trainer/tool_stats.py
+    _m("num_turns", "turns per response (mean)", "num_turns/mean", "training/num_turns/mean"),
+    _m("tool_called", "share of responses that called a tool", "tools/called"),
+    _m("tool_errors", "share of responses with a tool error", "tools/errors"),
+    _m("tool_acc_called", "accuracy of the responses that called a tool", "tools/acc_called"),
+    _m("tool_acc_not_called", "accuracy of the responses that did not", "tools/acc_not_called"),
 )
 # fmt: on
 METRICS_BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}

@@ -290,7 +290,8 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
         f"scripts/merge.sh {run_dir} OUT_DIR")  # fmt: skip
     say(f"recipe: verl exited with {code}. {report}")
     code, lines = outcome.verdict(run_dir, stamp, code, supervisor.signalled)
-    for line in lines:
+    failed = outcome.failed_groups(run_dir, stamp) if ppo else None
+    for line in [*([failed] if failed else []), *lines]:
         say(line, err=True)
     if (hooks := recipe_hooks(plan.recipe)) is not None:
         hooks.after(plan, code)

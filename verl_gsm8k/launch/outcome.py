@@ -41,6 +41,27 @@ def verdict(run_dir: Path, stamp: str, status: int, signalled: bool = False) -> 
     return status, lines
 
 
+def failed_groups(run_dir: Path, stamp: str) -> str | None:
+    """The prompt groups verl's V1 agent loop marked failed: it logs each (agent_loop_tq.py:137,
+    145), pads the group and trains on (replay_buffer.py:112)."""
+    path, uids, other = rd.console_log_path(run_dir, stamp), set(), 0
+    try:
+        with open(path, encoding="utf-8", errors="replace") as log:
+            for line in log:
+                found = re.search(r"Error in _run_prompt( for uid=(\S+))?", line)
+                if found and found.group(2):
+                    uids.add(found.group(2))  # one line per failed response of the group
+                elif found:
+                    other += 1
+    except OSError:
+        return None
+    if not uids and not other:
+        return None
+    return (f"recipe: verl's agent loop failed {len(uids) + other} prompt group(s) ('Error in "
+            f"_run_prompt' in {path}): the trainer padded them and trained on without their "
+            "responses")  # fmt: skip
+
+
 def log_tail(run_dir: Path, stamp: str, size: int = 2_000_000) -> str:
     try:
         with open(rd.console_log_path(run_dir, stamp), "rb") as handle:

@@ -8,8 +8,11 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
-CALLED, CALLS, ERRORS = "tools/called", "tools/calls", "tools/errors"
-ACC_CALLED, ACC_NOT_CALLED = "tools/acc_called", "tools/acc_not_called"
+from verl_gsm8k.guard.vocab import keys_of
+
+(CALLED,), (ERRORS,) = keys_of("tool_called"), keys_of("tool_errors")
+(ACC_CALLED,), (ACC_NOT_CALLED,) = keys_of("tool_acc_called"), keys_of("tool_acc_not_called")
+CALLS = "tools/calls"
 
 
 def tool_metrics(extras: Sequence[Any]) -> dict[str, float]:

@@ -25,7 +25,7 @@ SAMPLE = {"prompt": "map", "response": "map", "per_token": "map", "step": "int",
           "uid": "str", "session": "int", "score": "num", "data_source": "scalar",
           "ground_truth": "scalar", "reward_extra": "map:scalar", "absent": "map:str",
           "prompt.tokens": "list:str", "prompt.ids": "list:int", "response.tokens": "list:str",
-          "response.ids": "list:int"}  # fmt: skip
+          "response.ids": "list:int", "response.mask": "list:int"}  # fmt: skip
 TYPES = {"int": (int,), "num": (int, float), "str": (str,), "scalar": (str, int, float, bool),
          "map": (dict,), "list": (list,)}  # fmt: skip
 NAMES = {"map": "mapping", dict: "dict", type(None): "null"}

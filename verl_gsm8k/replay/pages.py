@@ -91,6 +91,7 @@ def _step(ts: TraceStep) -> dict[str, Any]:
         "prompt": "".join((s.get("prompt") or {}).get("tokens") or []),
         "tokens": (s.get("response") or {}).get("tokens") or [],
         "ids": (s.get("response") or {}).get("ids") or [], "pt": s.get("per_token") or {},
+        "mask": (s.get("response") or {}).get("mask") or [],
         "absent": s.get("absent") or {},
     } for s in ts.samples]  # fmt: skip
     batch = {k: v for k, v in (head.get("batch") or {}).items() if k != "response_lengths"}

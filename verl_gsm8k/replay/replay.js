@@ -60,6 +60,7 @@ function showToken(i){
     line.setAttribute('x1', x); line.setAttribute('x2', x);
   });
   var parts = ['<b>token ' + i + '</b> <code>' + visible(s.tokens[i]) + '</code> id ' + esc(s.ids[i])];
+  if (s.mask[i] === 0) parts.push('<b>no loss</b> (response mask 0: not the model\'s, e.g. a tool\'s reply)');
   Object.keys(NAMES).forEach(function(k){
     if (s.pt[k]) parts.push(NAMES[k] + ' <b data-num="' + k + '">' + fmt(s.pt[k][i]) + '</b>');
   });
@@ -85,7 +86,8 @@ function render(){
   document.getElementById('tokens').innerHTML = s.tokens.map(function(t, i){
     var a = pt.advantage ? pt.advantage[i] : null, tip = Object.keys(NAMES).filter(function(k){
       return pt[k]; }).map(function(k){ return NAMES[k] + ' ' + fmt(pt[k][i]); }).join(' | ');
-    return '<span class="tok' + (i >= ans[0] && i < ans[1] ? ' answer' : '') + '" tabindex=0 data-i=' +
+    return '<span class="tok' + (i >= ans[0] && i < ans[1] ? ' answer' : '') +
+      (s.mask[i] === 0 ? ' noloss' : '') + '" tabindex=0 data-i=' +
       i + ' data-adv="' + fmt(a) + '" style="background:' + colour(a, scale) + '" title="' +
       esc(tip) + '">' + visible(t) + '</span>';
   }).join('');

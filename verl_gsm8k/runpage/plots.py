@@ -47,6 +47,13 @@ CHARTS: tuple[tuple[Any, ...], ...] = (
      ("max", "rollout_probs_diff_max", 1), ("mean", "rollout_probs_diff_mean", 0)),
     ("rollout_corr", "Rollout vs training: Pearson correlation of token probabilities",
      "correlation", False, CALC, ("pearson", "rollout_probs_corr", 2)),
+    ("tools", "Tool use: responses that called the tool, accuracy with and without a call",
+     "share", False, "a tool launch (TOOLS) only: tools/* (docs/tools.md)",
+     ("called", "tool_called", 0), ("errors", "tool_errors", 3),
+     ("accuracy, called", "tool_acc_called", 2),
+     ("accuracy, not called", "tool_acc_not_called", 1)),
+    ("turns", "Turns per response (num_turns/mean: 2 a plain answer, 4 one tool round)", "turns",
+     False, "logged by verl 0.9.1's v1 trainer", ("turns", "num_turns", 0)),
 )  # fmt: skip
 # the chart a finding is shaded on, by the check or its metric; "*": every chart
 SHADED = {"non_finite": "*", "watchdog": "*", "rollout_mismatch": "rollout_mismatch rollout_corr",

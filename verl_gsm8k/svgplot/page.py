@@ -30,6 +30,7 @@ pre{white-space:pre-wrap;background:#f7f7f7;padding:6px;margin:4px 0}
 nav{align-items:center;position:sticky;top:0;background:#fff;padding:6px 0;z-index:2}
 .toks{line-height:2.1} .tok{padding:2px 1px;border:1px solid #ccc;margin:0 1px;white-space:pre}
 .tok:focus,.tok.on{outline:2px solid #111} .tok.answer{border:2px solid #7a3fb0} .ws{color:#999}
+.tok.noloss{color:#777;border-style:dashed}
 .legend span{display:inline-block;width:22px;height:12px;vertical-align:middle}
 svg.curve{display:block;border:1px solid #e4e4e4;background:#fafafa;margin:4px 0}
 #panel{position:sticky;bottom:0;background:#fffbe6;border:1px solid #e6d9a6;padding:6px 10px}
