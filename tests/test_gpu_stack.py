@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 from helpers import (
-    RECIPES,
     ROOT,
     fake_nvidia_smi,
+    prepare,
     recipe_env,
     require_path,
     run_recipe,
+    write_synthetic_gsm8k,
 )
 
 GPU_PYTHON = ROOT / ".venv-gpu" / "bin" / "python"
@@ -78,15 +79,20 @@ CARD_OF = {
     "grpo_qwen2.5-0.5b_gsm8k": "80GB",
     "ppo_lora_qwen2.5-1.5b_gsm8k": "24GB",
     "smoke_tiny": "24GB",
+    "grpo_calculator_qwen2.5-0.5b_gsm8k": "80GB",  # on rows written for the calculator
 }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("recipe", "card"), [(r, CARD_OF[r]) for r in RECIPES])
+@pytest.mark.parametrize(("recipe", "card"), list(CARD_OF.items()))
 def test_every_recipe_dry_runs_on_a_simulated_gpu(
     gpu_python: Path, tiny_model_dir, prepared_gsm8k_dir, tmp_path, recipe: str, card: str
 ):
-    env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
+    data = prepared_gsm8k_dir
+    if "calculator" in recipe:
+        data = prepare(write_synthetic_gsm8k(tmp_path / "src"), tmp_path / "rows", "--tools",
+                       "calculator")  # fmt: skip
+    env = recipe_env(tiny_model_dir, data, tmp_path / "runs", DRY_RUN="1",
                      PYTHON=str(gpu_python), TRAIN_BATCH_SIZE="16",
                      PPO_MINI_BATCH_SIZE="8")  # fmt: skip
     env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [CARDS[card]])}:{env['PATH']}"
@@ -107,12 +113,14 @@ def test_vllm_serve_flags_parse_with_vllms_own_parser(gpu_python: Path, tiny_mod
         "from verl_gsm8k.evaluate.server import vllm_serve_command\n"
         "from vllm.entrypoints.openai.cli_args import make_arg_parser\n"
         "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+        "from verl_gsm8k.evaluate.tool_mode import VLLM_TOOL_ARGS\n"
         f"cmd = vllm_serve_command('vllm', {str(tiny_model_dir)!r}, 8123, 'step-0', "
-        "['--dtype', 'float32', '--max-model-len', '1024'])\n"
+        "['--dtype', 'float32', '--max-model-len', '1024', *VLLM_TOOL_ARGS])\n"
         "parser = make_arg_parser(FlexibleArgumentParser())\n"
         "args = parser.parse_args(cmd[2:])\n"
         "print(json.dumps({k: getattr(args, k) for k in ('model_tag', 'host', 'port', "
-        "'served_model_name', 'dtype', 'max_model_len')}))\n"
+        "'served_model_name', 'dtype', 'max_model_len', 'enable_auto_tool_choice', "
+        "'tool_call_parser')}))\n"
         "try:\n"
         "    parser.parse_args([*cmd[2:], '--no-such-flag', '1'])\n"
         "except SystemExit as refused:\n"
@@ -125,6 +133,7 @@ def test_vllm_serve_flags_parse_with_vllms_own_parser(gpu_python: Path, tiny_mod
     assert parsed["model_tag"] == str(tiny_model_dir) and parsed["host"] == "127.0.0.1"
     assert parsed["port"] == 8123 and parsed["served_model_name"] == ["step-0"]
     assert parsed["dtype"] == "float32" and parsed["max_model_len"] == 1024
+    assert parsed["enable_auto_tool_choice"] and parsed["tool_call_parser"] == "hermes"
     assert lines[-1] == "refused 2"
 
 
