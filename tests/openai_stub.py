@@ -52,8 +52,8 @@ class StubServer:
                 time.sleep(delay)
                 hits = [q for q in stub.answers if q in prompt]
                 content = stub.answers[max(hits, key=len)] if hits else "I do not know."
-                message = content if isinstance(content, dict) else {"role": "assistant",
-                                                                       "content": content}
+                plain = {"role": "assistant", "content": content}
+                message = content if isinstance(content, dict) else plain
                 choice = {"index": 0, "message": message, "finish_reason": "stop"}
                 usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
                 reply = {"id": "stub", "object": "chat.completion", "model": stub.model,

@@ -186,8 +186,9 @@ def test_synthetic_run_phases_memory_and_val_aux(tmp_path: Path) -> None:
     assert len(parse_svgs(page)["val_aux"]["names"]) == 3
     assert "tools" not in parse_svgs(page)  # no tool launch: a note, no chart
     for step, record in enumerate(records[1:], 1):  # a tool launch's (TOOLS): drawn per step
-        record["data"] |= {"tools/called": 0.5, "tools/errors": 0.1, "tools/acc_called": 0.4,
-                           "tools/acc_not_called": 0.2, "num_turns/mean": 3.0 + step % 2}
+        shares = {"called": 0.5, "errors": 0.1, "acc_called": 0.4, "acc_not_called": 0.2}
+        record["data"] |= {f"tools/{k}": v for k, v in shares.items()}
+        record["data"]["num_turns/mean"] = 3.0 + step % 2
     canon, _, summary = analyse_records(tmp_path / "tools", records)[1:]
     svgs = parse_svgs(report.render_html("run", canon, [], {**summary, "generated_at": ""}))
     assert {n for n, _ in svgs["tools"]["names"]} >= {"called", "errors", "accuracy, called",
