@@ -11,10 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from verl_gsm8k.evaluate.settings import EvalError, Settings
+from verl_gsm8k.tools import TURNS
 
 MODE = "calculator"
 VLLM_TOOL_ARGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
-TURNS = 3  # the model's turns per question, as TOOL_TURNS' default in training
 
 
 def _chat(url: str, model: str, messages: list[dict], tools: list[dict], s: Settings) -> dict:

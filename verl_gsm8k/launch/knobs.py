@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from verl_gsm8k.tools import TOOLS, config_path
+from verl_gsm8k.tools import TOOLS, TURNS, config_path
 from verl_gsm8k.warm_start.band import is_band
 
 # Values Hydra parses into numbers: a leading zero ("007") or a sign would be read otherwise.
@@ -217,7 +217,7 @@ KNOBS: tuple[Knob, ...] = (
                  Key("actor_rollout_ref.rollout.agent.default_agent_loop", "tool_agent"))),
     _knob("TOOL_TURNS", POSITIVE_INT, None, "the model's turns in a response with TOOLS (a call "
           "and the tool's reply take one; MAX_RESPONSE_LENGTH covers them all)", only="ppo",
-          ppo=f"{MULTI_TURN}.max_assistant_turns", rule="3 with TOOLS"),
+          ppo=f"{MULTI_TURN}.max_assistant_turns", rule=f"{TURNS} with TOOLS"),
     _knob("SFT_LR", POSITIVE_NUMBER, "1e-5", "the peak of the SFT cosine schedule",
           sft="optim.lr", only="sft"),
     _knob("MAX_LENGTH", POSITIVE_INT, "1024", "prompt + answer tokens per SFT example",

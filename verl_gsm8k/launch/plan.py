@@ -24,6 +24,7 @@ from verl_gsm8k.launch.knobs import (
     recipe_arguments,
 )
 from verl_gsm8k.preflight.compose import split_override
+from verl_gsm8k.tools import TURNS
 
 ROOT = CONFIG_DIR.parent
 # PPO: verl's entry (our trainer through its registry); SFT: verl's entry with our trainer class.
@@ -214,7 +215,7 @@ def _resolve(values: Values, train_on: str, tiny: Path, user: Sequence[str]) -> 
     if out.get("OVERLONG_BUFFER_LEN") == "auto" and length.isdigit():
         out["OVERLONG_BUFFER_LEN"] = str(max(1, int(length) // 5))
     if out.get("TOOLS"):
-        out.setdefault("TOOL_TURNS", "3")
+        out.setdefault("TOOL_TURNS", str(TURNS))
     if not out.get("LOGGER"):
         out["LOGGER"] = "console,file" + (",wandb" if env.get("WANDB_API_KEY") else "")
     return out

@@ -8,6 +8,7 @@ from typing import Any
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "tools"
 TOOLS = ("calculator",)
+TURNS = 3  # the model's turns in a tool response, in training (TOOL_TURNS) and in the evaluation
 
 
 def config_path(name: str) -> Path:
