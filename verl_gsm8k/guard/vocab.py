@@ -83,6 +83,7 @@ METRICS: tuple[MetricSpec, ...] = (
     # a tool launch's (TOOLS): verl's turns, and the trainer's ppo_trainer/tool_stats.py
     _m("num_turns", "turns per response (mean)", "num_turns/mean", "training/num_turns/mean"),
     _m("tool_called", "share of responses that called a tool", "tools/called"),
+    _m("tool_calls", "tool calls per response (mean)", "tools/calls"),
     _m("tool_errors", "share of responses with a tool error", "tools/errors"),
     _m("tool_acc_called", "accuracy of the responses that called a tool", "tools/acc_called"),
     _m("tool_acc_not_called", "accuracy of the responses that did not", "tools/acc_not_called"),

@@ -47,8 +47,10 @@ def failed_groups(run_dir: Path, stamp: str) -> str | None:
     path, uids, other = rd.console_log_path(run_dir, stamp), set(), 0
     try:
         with open(path, encoding="utf-8", errors="replace") as log:
-            for line in log:
-                found = re.search(r"Error in _run_prompt( for uid=(\S+))?", line)
+            for line in log:  # the whole log, a long run's too: the regex only where it can hit
+                found = "_run_prompt" in line and re.search(
+                    r"Error in _run_prompt( for uid=(\S+))?", line
+                )
                 if found and found.group(2):
                     uids.add(found.group(2))  # one line per failed response of the group
                 elif found:

@@ -10,9 +10,8 @@ from typing import Any
 
 from verl_gsm8k.guard.vocab import keys_of
 
-(CALLED,), (ERRORS,) = keys_of("tool_called"), keys_of("tool_errors")
+(CALLED,), (CALLS,), (ERRORS,) = (keys_of(n) for n in ("tool_called", "tool_calls", "tool_errors"))
 (ACC_CALLED,), (ACC_NOT_CALLED,) = keys_of("tool_acc_called"), keys_of("tool_acc_not_called")
-CALLS = "tools/calls"
 
 
 def tool_metrics(extras: Sequence[Any]) -> dict[str, float]:
