@@ -130,7 +130,7 @@ def build_run(mutate: Mutator | None = None, seed: int = 7) -> list[dict[str, An
 
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
 
 
@@ -142,28 +142,28 @@ SICK_KEY = re.compile(
 SICK_PER_TOKEN = ("score", "reward", "advantage", "return")
 
 
-def _rewrite_jsonl(path: Path, change: Callable[[dict[str, Any]], None], **dump: Any) -> None:
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+def _rewrite_jsonl(path: Path, change: Callable[[dict[str, Any]], None], **dump: Any):
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
     for row in rows:
         change(row)
-    path.write_text("".join(json.dumps(row, **dump) + "\n" for row in rows), encoding="utf-8")
+    path.write_text("".join(json.dumps(row, **dump) + "\n" for row in rows))
 
 
-def plant_nan(run: Path, first: int) -> None:
+def plant_nan(run: Path, first: int):
     """The reward of ``run`` NaN from step ``first``, as each writer writes it: null in the
     metrics and the trace, the ``NaN`` token in verl's dumps."""
 
-    def metrics(record: dict[str, Any]) -> None:
+    def metrics(record: dict[str, Any]):
         if record["step"] >= first:
             record["data"] = {k: None if SICK_KEY.search(k) else v
                               for k, v in record["data"].items()}  # fmt: skip
 
-    def dumped(row: dict[str, Any]) -> None:
+    def dumped(row: dict[str, Any]):
         for key in ("score", "reward", "acc"):
             if key in row:
                 row[key] = math.nan
 
-    def traced(line: dict[str, Any]) -> None:
+    def traced(line: dict[str, Any]):
         if line.get("kind") == "step":
             line["metrics"] = {k: None if SICK_KEY.search(k) else v
                                for k, v in (line.get("metrics") or {}).items()}  # fmt: skip

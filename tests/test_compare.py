@@ -52,7 +52,7 @@ def verl_config(adv_estimator: str, rollout_n: int) -> dict[str, Any]:
     }
 
 
-def grpo_metrics(step: int, data: dict[str, Any]) -> None:
+def grpo_metrics(step: int, data: dict[str, Any]):
     for key in CRITIC_KEYS:
         data.pop(key)
     data["actor/kl_loss"] = data.pop("actor/reward_kl_penalty")
@@ -93,7 +93,7 @@ def make_run(
 def write_evals(run: Path, rows: list[dict[str, Any]]) -> Path:
     path = run / "checkpoint_eval" / "comparison.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"results": rows}), encoding="utf-8")
+    path.write_text(json.dumps({"results": rows}))
     return path
 
 
@@ -117,7 +117,7 @@ def diff_keys(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {row["key"]: row for rows in summary["config_diff"]["groups"].values() for row in rows}
 
 
-def test_diff_names_what_differs_by_value_and_groups_it() -> None:
+def test_diff_names_what_differs_by_value_and_groups_it():
     gae = RunConfig(leaves(verl_config("gae", 1)), "a", KNOB_KEYS)
     grpo = RunConfig(leaves(verl_config("grpo", 5)), "b", KNOB_KEYS)
     diff = config_diff({"gae": gae, "grpo": grpo})
@@ -164,7 +164,7 @@ def test_diff_names_what_differs_by_value_and_groups_it() -> None:
     assert groups == ["reference", "actor", "reward", "other"]
 
 
-def test_config_dump_read_safely_from_a_console_log(tmp_path: Path) -> None:
+def test_config_dump_read_safely_from_a_console_log(tmp_path):
     """Behind ANSI codes and a Ray prefix, another process's lines in between and its prefix
     glued to a dump line (as in the real 256-token log); never evaluated."""
     me, other = "\x1b[36m(TaskRunner pid=7)\x1b[0m ", "\x1b[36m(WorkerDict pid=9)\x1b[0m "
@@ -178,7 +178,7 @@ def test_config_dump_read_safely_from_a_console_log(tmp_path: Path) -> None:
         me + "step:1 - critic/score/mean:0.5",
     ]
     log = tmp_path / "console.log"
-    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    log.write_text("\n".join(lines) + "\n")
     assert leaves(config_dump(log) or {}) == {
         "data.max_response_length": 256,
         "data.train_batch_size": 64,
@@ -193,7 +193,7 @@ def test_config_dump_read_safely_from_a_console_log(tmp_path: Path) -> None:
     assert config_dump(log) is None
 
 
-def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path: Path, capsys) -> None:
+def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path, capsys):
     gae, grpo = two_runs
     write_evals(gae, [
         {"step": 0, "model": "base", "mode": "training", "accuracy": 0.33,
@@ -208,7 +208,7 @@ def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path: Path, c
     printed = capsys.readouterr().out
     assert "config diff: " in printed and "algorithm.adv_estimator" in printed
     assert sorted(p.name for p in out.iterdir()) == ["comparison.html", "summary.json"]
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    summary = json.loads((out / "summary.json").read_text())
     assert [r["label"] for r in summary["runs"]] == ["ppo-gae", "grpo"]
     rows = diff_keys(summary)
     assert rows["algorithm.adv_estimator"]["values"] == {"ppo-gae": "gae", "grpo": "grpo"}
@@ -253,7 +253,7 @@ def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path: Path, c
     assert evals["agreement"]["steps"][0]["gap"] == pytest.approx(0.31 - 0.30)
     assert summary["runs"][1]["checkpoint_evals"] is None
     # the page: both runs in each shared chart, on all three axes, and the evaluations
-    page = (out / "comparison.html").read_text(encoding="utf-8")
+    page = (out / "comparison.html").read_text()
     svgs = parse_svgs(page)
     for axis in ("step", "samples", "wall_time"):
         names = {chart: {n for n, _ in svgs[f"{chart}-{axis}"]["names"]}
@@ -266,10 +266,10 @@ def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path: Path, c
     assert "<script" not in page and "http" not in page.split("</style>")[0]
 
 
-def test_cut_share_and_the_device_of_a_cpu_run(tmp_path: Path) -> None:
+def test_cut_share_and_the_device_of_a_cpu_run(tmp_path):
     """A CPU run whose responses never reach the limit had none cut; its devices are CPUs."""
 
-    def short(step: int, data: dict[str, Any]) -> None:
+    def short(step: int, data: dict[str, Any]):
         data["response_length/max"] = 300.0  # the limit is 512
         data["response_length/clip_ratio"] = 0.4
 
@@ -289,11 +289,11 @@ def test_cut_share_and_the_device_of_a_cpu_run(tmp_path: Path) -> None:
     assert cut["gpu"] and max(v for _, v in cut["gpu"]) > 0  # response_length/max = the limit
     tables = {r["label"]: r["table"] for r in summary["runs"]}
     assert tables["cpu"]["device"] == "cpu" and tables["cpu"]["n_gpus"] == 1
-    page = (out / "comparison.html").read_text(encoding="utf-8")
+    page = (out / "comparison.html").read_text()
     assert "<td>1 cpu</td>" in page and "device hours" in page and "GPU hours" not in page
 
 
-def test_compare_page_in_headless_chromium(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+def test_compare_page_in_headless_chromium(two_runs: tuple[Path, Path], tmp_path):
     """Both runs' curves where their values are; the x-axis buttons switch the chart sets (a
     copy of the page gets a script that clicks one)."""
     gae, grpo = two_runs
@@ -325,7 +325,7 @@ def test_compare_page_in_headless_chromium(two_runs: tuple[Path, Path], tmp_path
         "grpo", "grpo (raw)"}  # fmt: skip
 
 
-def test_real_logs_compared(verl_logs_dir: Path, tmp_path: Path) -> None:
+def test_real_logs_compared(verl_logs_dir, tmp_path):
     c512 = leaves(config_dump(verl_logs_dir / LOG_512) or {})
     c256 = leaves(config_dump(verl_logs_dir / LOG_256) or {})
     assert len(c512) == len(c256) == 97  # two empty override_config mappings: no setting
@@ -356,13 +356,13 @@ def test_real_logs_compared(verl_logs_dir: Path, tmp_path: Path) -> None:
     assert t512["samples_per_step"] == t256["samples_per_step"] == 256  # no rollout.n: one
     assert t512["n_gpus"] == 1 and t512["gpu_hours"] == pytest.approx(t512["wall_time_s"] / 3600)
     assert summary["metrics_in_some_runs"] == {}
-    page = (out / "comparison.html").read_text(encoding="utf-8")
+    page = (out / "comparison.html").read_text()
     assert "0.579 @ 349" in page and "0.538 @ 199" in page
     svgs = parse_svgs(page)
     assert svgs["val_acc-step"]["series"] == [(43, 43), (43, 43)]
 
 
-def test_a_resumed_run_without_launch_record_is_one_line_said_and_compared(tmp_path: Path):
+def test_a_resumed_run_without_launch_record_is_one_line_said_and_compared(tmp_path):
     """Its config unknown and not compared; no samples axis without it, and said so."""
     records = build_run()
     resumed = tmp_path / "resumed"
@@ -377,7 +377,7 @@ def test_a_resumed_run_without_launch_record_is_one_line_said_and_compared(tmp_p
     diff = summary["config_diff"]
     assert diff["not_compared"] == {"resumed": f"no launch record in {resumed / 'launches'}"}
     assert diff["compared"] == ["gae"] and diff["groups"] == {}
-    page = (out / "comparison.html").read_text(encoding="utf-8")
+    page = (out / "comparison.html").read_text()
     assert page.count('class="config-missing"') == 1
     assert "Not drawn: resumed: no data.train_batch_size in its config" in page
     svgs = parse_svgs(page)
@@ -388,12 +388,12 @@ def test_a_resumed_run_without_launch_record_is_one_line_said_and_compared(tmp_p
     assert svgs["val_acc-step"]["series"][0] == (STEPS // 10 + 1, STEPS // 10 + 1)
 
 
-def test_unique_labels(tmp_path: Path) -> None:
+def test_unique_labels(tmp_path):
     a, b = tmp_path / "a" / "run", tmp_path / "b" / "run"
     for path in (a, b, tmp_path / "x"):
         path.mkdir(parents=True)
     log = tmp_path / "a" / "console.log"
-    log.write_text("", encoding="utf-8")
+    log.write_text("")
     assert unique_labels([a, b, tmp_path / "x", log]) == ["a/run", "b/run", "x", "console"]
     assert unique_labels([Path(".")])[0] == Path.cwd().name
 
@@ -424,7 +424,7 @@ def _bad(tmp_path: Path, case: str) -> tuple[list[str], str]:
 @pytest.mark.parametrize(
     "case", ["missing", "no metrics", "empty metrics", "same run", "nothing shared", "bad record"]
 )
-def test_bad_input_exits_2_and_writes_nothing(tmp_path: Path, case: str, capsys) -> None:
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, case: str, capsys):
     args, expected = _bad(tmp_path, case)
     out = tmp_path / "cmp"
     assert report.main([*args, "--out", str(out)]) == 2

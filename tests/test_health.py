@@ -32,7 +32,7 @@ ROOT, KL = Path(__file__).resolve().parents[1], "actor/reward_kl_penalty"
 
 
 def _from(first: int, **values: Any):
-    def mutate(step: int, d: dict[str, Any]) -> None:
+    def mutate(step: int, d: dict[str, Any]):
         if step >= first:
             d.update({k: v(step - first) if callable(v) else v for k, v in values.items()})
 
@@ -69,8 +69,8 @@ def test_a_planted_pathology_is_flagged_on_the_steps_the_watchdog_trips(tmp_path
     assert {f.severity for f in hits} == {severity}
 
 
-def test_nan_and_null_values_are_where_the_run_turned(tmp_path: Path) -> None:
-    def mutate(step: int, d: dict[str, Any]) -> None:
+def test_nan_and_null_values_are_where_the_run_turned(tmp_path):
+    def mutate(step: int, d: dict[str, Any]):
         if 150 <= step <= 160:
             d["actor/pg_loss"] = float("nan")
         if step == 170:
@@ -88,7 +88,7 @@ def test_nan_and_null_values_are_where_the_run_turned(tmp_path: Path) -> None:
     assert turned.message.startswith("non_finite at step 150 and the 10 trained steps to 160: ")
 
 
-def test_every_response_at_the_runs_limit_is_a_length_collapse() -> None:
+def test_every_response_at_the_runs_limit_is_a_length_collapse():
     """The limit is the run's data.max_response_length (its launch record or console log)."""
     data = rp.RunData(config={"max_response_length": 100})
     for step in range(1, 9):
@@ -100,7 +100,7 @@ def test_every_response_at_the_runs_limit_is_a_length_collapse() -> None:
     assert found == ("length_collapse", "response_length_min", 7, 8)
 
 
-def test_thresholds_are_tunable(tmp_path: Path) -> None:
+def test_thresholds_are_tunable(tmp_path):
     """A stricter entropy bar makes the healthy run's ordinary decline fire."""
     path = write_jsonl(tmp_path / "m.jsonl", build_run())
     assert rs.analyse(path)[2] == []
@@ -108,8 +108,8 @@ def test_thresholds_are_tunable(tmp_path: Path) -> None:
     assert checks_fired(rs.analyse(path, strict)[2]) == {"entropy_collapse"}
 
 
-def test_length_hacking_needs_the_score_to_rise_with_the_length(tmp_path: Path) -> None:
-    def mutate(step: int, d: dict[str, Any]) -> None:
+def test_length_hacking_needs_the_score_to_rise_with_the_length(tmp_path):
+    def mutate(step: int, d: dict[str, Any]):
         if step >= 100:
             d["response_length/mean"] = 260.0 * (1 + 0.02 * (step - 100))
             d["critic/score/mean"] += 0.002 * (step - 100)
@@ -119,7 +119,7 @@ def test_length_hacking_needs_the_score_to_rise_with_the_length(tmp_path: Path) 
     hit = only(findings, "length_hacking")
     assert 85 <= hit.start_step <= 115 and hit.end_step == STEPS
 
-    def without_gain(step: int, d: dict[str, Any]) -> None:
+    def without_gain(step: int, d: dict[str, Any]):
         mutate(step, d)
         if step >= 100:
             d["critic/score/mean"] = 0.64 - 0.0005 * (step - 100) + 0.01 * math.sin(step)
@@ -127,8 +127,8 @@ def test_length_hacking_needs_the_score_to_rise_with_the_length(tmp_path: Path) 
     assert analyse_records(tmp_path / "b", build_run(without_gain))[2] == []
 
 
-def test_value_loss_not_decreasing(tmp_path: Path) -> None:
-    def mutate(step: int, d: dict[str, Any]) -> None:
+def test_value_loss_not_decreasing(tmp_path):
+    def mutate(step: int, d: dict[str, Any]):
         d["critic/vf_loss"] = 0.2 + 0.0005 * step + 0.01 * math.sin(step)
 
     findings = analyse_records(tmp_path, build_run(mutate))[2]
@@ -137,11 +137,11 @@ def test_value_loss_not_decreasing(tmp_path: Path) -> None:
     assert (hit.start_step, hit.end_step) == (1, STEPS)
 
 
-def test_a_clip_fraction_at_0_warns_and_on_a_converged_run_is_a_note(tmp_path: Path) -> None:
+def test_a_clip_fraction_at_0_warns_and_on_a_converged_run_is_a_note(tmp_path):
     """Updates that never leave the trust region; a note where nearly every response already
     earns the top score (the CPU GRPO learning runs end so)."""
 
-    def zero(step: int, d: dict[str, Any]) -> None:
+    def zero(step: int, d: dict[str, Any]):
         d.update({"critic/score/min": 0.0, "critic/score/max": 1.0})
         if step >= 100:
             d["actor/pg_clipfrac"] = 0.0
@@ -149,7 +149,7 @@ def test_a_clip_fraction_at_0_warns_and_on_a_converged_run_is_a_note(tmp_path: P
     hit = only(analyse_records(tmp_path, build_run(zero))[2], "clip_fraction_zero")
     assert hit.severity == "warning" and 95 <= hit.start_step <= 105 and hit.end_step == STEPS
 
-    def converged(step: int, d: dict[str, Any]) -> None:
+    def converged(step: int, d: dict[str, Any]):
         zero(step, d)
         d["critic/score/mean"] = 0.97 if step >= 100 else d["critic/score/mean"]
 
@@ -158,10 +158,10 @@ def test_a_clip_fraction_at_0_warns_and_on_a_converged_run_is_a_note(tmp_path: P
     assert hit.evidence["train_score"] == pytest.approx(0.97)
 
 
-def test_accuracy_flat_from_the_start_warns_a_plateau_is_a_note(tmp_path: Path) -> None:
+def test_accuracy_flat_from_the_start_warns_a_plateau_is_a_note(tmp_path):
     rng = random.Random(1)
 
-    def flat(step: int, d: dict[str, Any]) -> None:
+    def flat(step: int, d: dict[str, Any]):
         if VAL_KEY in d:
             d[VAL_KEY] = 0.30 + rng.uniform(-0.004, 0.004)
         d["critic/score/mean"] = 0.15 + rng.uniform(-0.01, 0.01)
@@ -170,7 +170,7 @@ def test_accuracy_flat_from_the_start_warns_a_plateau_is_a_note(tmp_path: Path) 
     assert (hit.severity, hit.metric, hit.start_step, hit.end_step) == ("warning", "val_acc", 0,
                                                                         STEPS)  # fmt: skip
 
-    def plateau(step: int, d: dict[str, Any]) -> None:
+    def plateau(step: int, d: dict[str, Any]):
         if VAL_KEY in d:
             d[VAL_KEY] = min(0.30 + 0.004 * step, 0.50)  # rises until step 50, then flat
 
@@ -179,7 +179,7 @@ def test_accuracy_flat_from_the_start_warns_a_plateau_is_a_note(tmp_path: Path) 
     assert 40 <= hit.start_step <= 60 and hit.end_step == STEPS
 
 
-def test_checks_stay_linear_with_many_findings() -> None:
+def test_checks_stay_linear_with_many_findings():
     """60,000 steps flickering across five bars: a finding per stretch, in seconds."""
     long, data = 60_000, rp.RunData()
     for step in range(1, long + 1):
@@ -203,9 +203,9 @@ def test_checks_stay_linear_with_many_findings() -> None:
     assert abs(counts["critic_divergence"] - long // 40) <= 2
 
 
-def test_docs_threshold_table_is_the_dataclass() -> None:
+def test_docs_threshold_table_is_the_dataclass():
     """docs/reading-a-ppo-run.md shows guard/thresholds.py's table as ``doc_table`` prints it."""
-    text = (ROOT / "docs" / "reading-a-ppo-run.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "reading-a-ppo-run.md").read_text()
     assert doc_table() in text, "paste guard.thresholds.doc_table() into the docs' table"
 
 
@@ -224,7 +224,7 @@ REAL_CPU_STEPS = [
 ]  # fmt: skip
 
 
-def test_rollout_gap_warns_above_verls_harmful_level_and_notes_above_normal(tmp_path) -> None:
+def test_rollout_gap_warns_above_verls_harmful_level_and_notes_above_normal(tmp_path):
     findings = analyse_records(tmp_path, build_run(_from(150, **{GAP: 0.02})))[2]
     assert checks_fired(findings) == {"rollout_gap"}
     hit = only(findings, "rollout_gap")
@@ -243,7 +243,7 @@ def test_rollout_gap_warns_above_verls_harmful_level_and_notes_above_normal(tmp_
     assert "the rollout correction is on" in hit.message
 
 
-def test_rollout_gap_silent_when_engines_agree_and_a_short_run_judged_whole(tmp_path) -> None:
+def test_rollout_gap_silent_when_engines_agree_and_a_short_run_judged_whole(tmp_path):
     records = [{"step": i + 1, "data": d} for i, d in enumerate(REAL_CPU_STEPS)]
     assert "rollout_gap" not in {f.check for f in analyse_records(tmp_path, records)[2]}
     records = [{"step": i + 1, "data": {**d, GAP: 0.03}} for i, d in enumerate(REAL_CPU_STEPS)]
@@ -273,7 +273,7 @@ def dapo_records(counts=REAL_DAPO) -> list[dict[str, Any]]:
     return records
 
 
-def test_dapo_dropping_most_of_its_generation_warns_and_nothing_else_does(tmp_path) -> None:
+def test_dapo_dropping_most_of_its_generation_warns_and_nothing_else_does(tmp_path):
     """The real DAPO run's second half, the batch size from its launch record."""
     (tmp_path / "run" / "launches").mkdir(parents=True)
     (tmp_path / "run" / "launches" / "launch-20260101T000000Z.yaml").write_text(

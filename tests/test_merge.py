@@ -159,7 +159,7 @@ def main(capsys, *args: str | Path) -> tuple[int, str]:
     return code, capsys.readouterr().err.strip()
 
 
-def refused(capsys, source: Path, out: Path, needle: str, *flags: str) -> None:
+def refused(capsys, source: Path, out: Path, needle: str, *flags: str):
     out.mkdir(exist_ok=True)
     before = sorted(out.iterdir())
     status, said = main(capsys, source, out / "merged", *flags)

@@ -26,11 +26,11 @@ def _row(question: str, gts: str, output: str, acc: float) -> str:
 
 
 def _dump(path: Path, rows: list[tuple[str, str, str, float]]) -> Path:
-    path.write_text("".join(_row(*r) for r in rows), encoding="utf-8")
+    path.write_text("".join(_row(*r) for r in rows))
     return path
 
 
-def test_mcnemar_exact_matches_the_binomial_tail() -> None:
+def test_mcnemar_exact_matches_the_binomial_tail():
     assert mcnemar_exact(0, 0) == 1.0
     assert mcnemar_exact(5, 5) == 1.0
     # b=1, c=9: 2 * (C(10,0) + C(10,1)) / 2**10 = 22/1024
@@ -41,7 +41,7 @@ def test_mcnemar_exact_matches_the_binomial_tail() -> None:
     assert math.isclose(mcnemar_exact(10, 20), 0.09873714670538902, rel_tol=1e-12)
 
 
-def test_classify() -> None:
+def test_classify():
     assert classify([0, 0, 1]) == ["learned"]
     assert classify([1, 1, 0]) == ["forgotten"]
     assert classify([0, 1, 0, 1]) == ["learned", "flipping"]
@@ -50,7 +50,7 @@ def test_classify() -> None:
     assert classify([0.25, 0.75]) == ["learned"]  # sampled: right = at least half right
 
 
-def test_matching_by_question_not_position(tmp_path: Path) -> None:
+def test_matching_by_question_not_position(tmp_path):
     first = _dump(
         tmp_path / "0.jsonl",
         [("A?", "1", "1\n#### 1", 1), ("B?", "2", "3", 0), ("C?", "3", "#### 3", 1)],
@@ -71,7 +71,7 @@ def test_matching_by_question_not_position(tmp_path: Path) -> None:
     assert table["unmatched"]["0"] == {"count": 1, "questions": ["C?"]}
 
 
-def test_format_not_arithmetic_and_samples(tmp_path: Path) -> None:
+def test_format_not_arithmetic_and_samples(tmp_path):
     dump = _dump(
         tmp_path / "0.jsonl",
         [
@@ -91,12 +91,10 @@ def test_format_not_arithmetic_and_samples(tmp_path: Path) -> None:
     assert rows["B?"]["tags"] == ["never_right"]
 
 
-def test_bad_input_is_one_line_and_writes_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
     good = _dump(tmp_path / "0.jsonl", [("A?", "1", "#### 1", 1)])
     bad = tmp_path / "5.jsonl"
-    bad.write_text('{"input": "x"\n', encoding="utf-8")
+    bad.write_text('{"input": "x"\n')
     out = tmp_path / "out"
     assert main([str(good), str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
     assert main([str(good), str(bad), "--out", str(out)]) == 2
@@ -105,9 +103,7 @@ def test_bad_input_is_one_line_and_writes_nothing(
     assert not out.exists()
 
 
-def test_a_validation_with_nan_scores_is_left_out_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_validation_with_nan_scores_is_left_out_in_one_line(tmp_path, capsys):
     """A dump holding a ``NaN`` score is left out and named; the page stays strict JSON."""
     first = _dump(tmp_path / "0.jsonl", [("A?", "1", "#### 1", 1), ("B?", "2", "#### 3", 0)])
     sick = _dump(tmp_path / "5.jsonl", [("A?", "1", "#### 1", math.nan), ("B?", "2", "x", 0)])
@@ -124,7 +120,7 @@ def test_a_validation_with_nan_scores_is_left_out_in_one_line(
     assert not (tmp_path / "none").exists()
 
 
-def test_each_runs_last_or_best_step(tmp_path: Path) -> None:
+def test_each_runs_last_or_best_step(tmp_path):
     """--step all, last or best (the earliest of equals; a NaN step never)."""
     qs = [("A?", "1"), ("B?", "2"), ("C?", "3"), ("D?", "4")]
 
@@ -139,7 +135,7 @@ def test_each_runs_last_or_best_step(tmp_path: Path) -> None:
     a = run("a", {0: 1, 10: 3, 20: 3, 30: 2})  # best 10 (20 equals it later), last 30
     b = run("b", {0: 2, 10: 1})
     (b / "validation" / "20.jsonl").write_text(  # a sick last step: never the best
-        "".join(_row(q, t, f"#### {t}", math.nan) for q, t in qs), encoding="utf-8"
+        "".join(_row(q, t, f"#### {t}", math.nan) for q, t in qs)
     )
     expected = {"all": ["a:0", "a:10", "a:20", "a:30"], "last": ["a:30"], "best": ["a:10"]}
     for step, columns in expected.items():
@@ -153,7 +149,7 @@ def test_each_runs_last_or_best_step(tmp_path: Path) -> None:
     assert summary["mcnemar"]["right_then_wrong"] == 1  # C? right at a:10, wrong at b:0
 
 
-def test_the_page_in_chromium_loads_its_data_files_and_shows_text_as_text(tmp_path: Path) -> None:
+def test_the_page_in_chromium_loads_its_data_files_and_shows_text_as_text(tmp_path):
     """From file://, a view chosen by the address, markup in a question shown as text."""
     evil = "<b id=pwned>x</b>?"
     first = _dump(tmp_path / "0.jsonl", [("A?", "1", "#### 2", 0), ("B?", "2", "#### 2", 1),

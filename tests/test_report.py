@@ -43,7 +43,7 @@ def real_runs(verl_logs_dir: Path) -> dict[str, tuple]:
     return {name: rs.analyse(verl_logs_dir / name) for name in (LOG_512, LOG_256)}
 
 
-def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir: Path, real_runs) -> None:
+def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir, real_runs):
     """Every step, no model output read as one; the phases add up to the log's timings."""
     for name, (data, canon, findings, summary) in real_runs.items():
         assert list(data.steps) == list(range(435)) and data.issues == [], name
@@ -59,7 +59,7 @@ def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir: Path, real_ru
         assert summary["metrics"]["actor_lr"]["median"] == pytest.approx(1e-6)  # lr(1e-4):0.01
         assert canon.step_time_derived and set(canon.phases) == {
             "gen", "ref", "values", "adv", "update_critic", "update_actor", "testing"}  # fmt: skip
-        text = (verl_logs_dir / name).read_text(encoding="utf-8", errors="replace")
+        text = (verl_logs_dir / name).read_text(errors="replace")
         lines = [ln for ln in text.splitlines() if re.search(r"step:\d+ - timing/", ln)]
         logged = sum(float(v) for ln in lines for v in re.findall(r"timing/\w+:([\d.]+)", ln))
         tm = summary["time"]
@@ -90,11 +90,11 @@ def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir: Path, real_ru
         {"value": 0.526, "step": 429},
     )
     # the 512 log's model text holds "step:" on two lines that are no metrics
-    text = (verl_logs_dir / LOG_512).read_text(encoding="utf-8", errors="replace")
+    text = (verl_logs_dir / LOG_512).read_text(errors="replace")
     assert sum("first step:" in ln or "step by step:" in ln for ln in text.splitlines()) == 2
 
 
-def test_real_log_page_has_every_chart(verl_logs_dir: Path, real_runs, tmp_path, capsys):
+def test_real_log_page_has_every_chart(verl_logs_dir, real_runs, tmp_path, capsys):
     """Every chart, and in headless Chromium the curves read back from the DOM land on the
     logged values."""
     out = tmp_path / "r512"
@@ -106,7 +106,7 @@ def test_real_log_page_has_every_chart(verl_logs_dir: Path, real_runs, tmp_path,
                  "health              : 0 errors, 0 warnings, 0 notes"):  # fmt: skip
         assert line in printed.out, line
     assert re.search(r"time share\s+: gen \d+\.\d% \| ref", printed.out)
-    page = (out / "report.html").read_text(encoding="utf-8")
+    page = (out / "report.html").read_text()
     svgs = parse_svgs(page)
     for plot_id in ("score", "kl", "entropy", "response_length", "vf_loss", "clipfrac",
                     "grad_norm", "step_time", "throughput"):  # fmt: skip
@@ -122,7 +122,7 @@ def test_real_log_page_has_every_chart(verl_logs_dir: Path, real_runs, tmp_path,
     layers = {name for name, _ in svgs["step_time"]["names"]}
     assert layers == {"gen", "ref", "values", "adv", "update_critic", "update_actor"}
     assert "time_share" in svgs and not re.search(r"<(script|link|img)\b", page)
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    summary = json.loads((out / "summary.json").read_text())
     assert summary["validation"]["best"]["step"] == 349 and summary["memory"] == {
         "gpu": {}, "host_used": None}  # fmt: skip
     assert not list(out.glob("*.tmp")) and not list(out.glob(".*"))
@@ -146,7 +146,7 @@ def test_real_log_page_has_every_chart(verl_logs_dir: Path, real_runs, tmp_path,
         plot_series(dom, "no such chart")
 
 
-def test_missing_chromium_skips_but_fails_under_ci(tmp_path: Path, monkeypatch) -> None:
+def test_missing_chromium_skips_but_fails_under_ci(tmp_path, monkeypatch):
     monkeypatch.setattr(browser, "CHROMIUM", tmp_path / "no-chromium")
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="no-chromium not installed"):
@@ -156,7 +156,7 @@ def test_missing_chromium_skips_but_fails_under_ci(tmp_path: Path, monkeypatch) 
         browser.require_chromium()
 
 
-def test_synthetic_run_phases_memory_and_val_aux(tmp_path: Path) -> None:
+def test_synthetic_run_phases_memory_and_val_aux(tmp_path):
     """verl 0.9.1: "other" the step time no phase covers; peak memory per role (an older log's
     under no role); the reward's val-aux keys."""
     records = build_run()
@@ -204,7 +204,7 @@ def test_synthetic_run_phases_memory_and_val_aux(tmp_path: Path) -> None:
     assert gpu["role not named (older verl)"]["allocated"]["gb"] == pytest.approx(32.0)
 
 
-def test_checkpoint_evaluations_drawn_over_validation(tmp_path: Path) -> None:
+def test_checkpoint_evaluations_drawn_over_validation(tmp_path):
     """RUN_DIR/checkpoint_eval/comparison.json drawn over verl's validation, the gap named."""
     run = tmp_path / "run"
     write_jsonl(run / "metrics" / "metrics-1.jsonl", build_run())
@@ -218,7 +218,7 @@ def test_checkpoint_evaluations_drawn_over_validation(tmp_path: Path) -> None:
         {"step": 150, "model": "s150", "mode": "training", "accuracy": None, "error": "boom"},
     ]  # fmt: skip
     evals_file.parent.mkdir(parents=True)
-    evals_file.write_text(json.dumps({"results": rows}), encoding="utf-8")
+    evals_file.write_text(json.dumps({"results": rows}))
     result = report.generate(run, tmp_path / "out")
     evals = result.summary["checkpoint_evals"]
     assert [(r["step"], r["our_reward_accuracy"], r["accuracy"]) for r in evals["rows"]] == [
@@ -230,7 +230,7 @@ def test_checkpoint_evaluations_drawn_over_validation(tmp_path: Path) -> None:
     assert evals["agreement_text"] == (
         "our reward vs verl validation at 2 shared steps: largest gap -2.0 points (step 0)"
     )
-    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    page = (tmp_path / "out" / "report.html").read_text()
     chart = parse_svgs(page)["checkpoint_eval"]
     assert [n for n, _ in chart["names"]] == [
         "verl validation (during training)",
@@ -241,16 +241,16 @@ def test_checkpoint_evaluations_drawn_over_validation(tmp_path: Path) -> None:
     assert 'id="eval-agreement"' in page and 'id="checkpoint-evals"' in page
     text = report.terminal_summary(result.summary, None)
     assert "checkpoint evals    : 2 (our reward vs verl validation at 2 shared steps" in text
-    evals_file.write_text("{not json", encoding="utf-8")  # still written, and says why
+    evals_file.write_text("{not json")  # still written, and says why
     result = report.generate(run, tmp_path / "out")
     assert result.summary["checkpoint_evals"]["rows"] == [] and "not readable" in result.issues[0]
-    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    page = (tmp_path / "out" / "report.html").read_text()
     assert "checkpoint_eval" not in parse_svgs(page) and "not readable JSON" in page
     evals_file.unlink()
     assert report.generate(run, tmp_path / "out").summary["checkpoint_evals"] is None
 
 
-def test_a_resumed_run_is_its_launches_merged_the_later_winning(tmp_path: Path) -> None:
+def test_a_resumed_run_is_its_launches_merged_the_later_winning(tmp_path):
     records = build_run()
     second: list[dict[str, Any]] = [{"step": 100, "data": {VAL_KEY: 0.777}}]  # its validation
     for rec in records[101:]:  # the steps after the checkpoint at 100, done again
@@ -269,7 +269,7 @@ def test_a_resumed_run_is_its_launches_merged_the_later_winning(tmp_path: Path) 
     assert summary["validation"]["best"] == {"value": 0.777, "step": 100, "also_at": []}
 
 
-def test_validation_problems_counted_from_the_run_dumps(tmp_path: Path) -> None:
+def test_validation_problems_counted_from_the_run_dumps(tmp_path):
     run = tmp_path / "run"
     write_jsonl(run / "metrics" / "metrics-1.jsonl", build_run()[:30])
     assert rp.count_val_problems(run) is None  # no validation/ folder
@@ -284,17 +284,17 @@ def test_validation_problems_counted_from_the_run_dumps(tmp_path: Path) -> None:
     assert rs.analyse(run / "metrics" / "metrics-1.jsonl")[3]["validation"]["problems"] is None
 
 
-def test_bad_lines_are_one_warning_each_and_the_rest_is_read(tmp_path: Path, capsys) -> None:
+def test_bad_lines_are_one_warning_each_and_the_rest_is_read(tmp_path, capsys):
     """Each bad line named by file and line, never a traceback; nothing readable: exit 1."""
     records = build_run()[:21]
     records[5]["data"]["actor/entropy"] = "n/a"
     records[7]["data"]["actor/entropy"] = 10**400
     run = tmp_path / "run"
     path = write_jsonl(run / "metrics" / "metrics-1.jsonl", records)
-    with path.open("a", encoding="utf-8") as handle:
+    with path.open("a") as handle:
         handle.write('{"step": 1' + "0" * 400 + ', "data": {}}\n')
         handle.write('{"step": 21, "data": {"critic/score/mean": 0.4')  # the writer died here
-    (run / "metrics" / "metrics-2.jsonl").write_text("\n", encoding="utf-8")
+    (run / "metrics" / "metrics-2.jsonl").write_text("\n")
     assert report.main([str(run), "--quiet"]) == 0
     warned = [line for line in capsys.readouterr().err.splitlines() if "metrics-" in line]
     assert [line.split(": ", 3)[2] for line in warned] == [
@@ -314,7 +314,7 @@ def test_bad_lines_are_one_warning_each_and_the_rest_is_read(tmp_path: Path, cap
     assert not (tmp_path / "o" / "report.html").exists()
 
 
-def test_console_log_strictness(tmp_path: Path) -> None:
+def test_console_log_strictness(tmp_path):
     esc = "\x1b[36m(TaskRunner pid=1234)\x1b[0m "
     lines = [
         "2025-01-01 INFO starting",
@@ -328,7 +328,7 @@ def test_console_log_strictness(tmp_path: Path) -> None:
         esc + "step:4 - critic/score/mean:0.7 - timing_s/gen:12.0 - actor/entr",
     ]
     path = tmp_path / "console.log"
-    path.write_text("\n".join(lines), encoding="utf-8")
+    path.write_text("\n".join(lines))
     data = rp.load_run(path)
     assert list(data.steps) == [0, 1, 2, 3, 4] and math.isnan(data.steps[1]["actor/entropy"])
     assert data.steps[0] == {"val-core/openai/gsm8k/acc/mean@1": 0.25}
@@ -346,7 +346,7 @@ def test_console_log_strictness(tmp_path: Path) -> None:
     assert data.issues == [f"{path}:4: line cut off after 1 fields, dropped 'x/b:0.12'"]
 
 
-def test_the_command_line_and_its_exit_statuses(tmp_path: Path) -> None:
+def test_the_command_line_and_its_exit_statuses(tmp_path):
     done = subprocess.run([sys.executable, "-m", "verl_gsm8k.report", "--help"],
                           capture_output=True, text=True, check=True)  # fmt: skip
     for flag in ("--out", "--follow", "--interval", "--max-refreshes", "INPUT"):
@@ -364,14 +364,14 @@ def test_the_command_line_and_its_exit_statuses(tmp_path: Path) -> None:
     assert rp.load_run(log).formats == ["jsonl"]
 
 
-def test_failure_keeps_earlier_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failure_keeps_earlier_report(tmp_path, monkeypatch):
     path = write_jsonl(tmp_path / "m.jsonl", build_run())
     out = tmp_path / "out"
     report.generate(path, out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert set(before) == {"report.html", "summary.json"}
 
-    def no_space(src: str, dst: str) -> None:
+    def no_space(src: str, dst: str):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(atomic_io.os, "replace", no_space)
@@ -406,7 +406,7 @@ def test_follow_rewrites_the_report_while_the_run_goes_on(tmp_path, monkeypatch,
     assert '<meta http-equiv="refresh" content="5">' in (out / "report.html").read_text()
 
 
-def test_follow_says_when_the_input_is_gone(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_follow_says_when_the_input_is_gone(tmp_path, monkeypatch, capsys):
     path = write_jsonl(tmp_path / "metrics.jsonl", build_run()[:30])
     out = tmp_path / "out"
     monkeypatch.setattr(report.time, "sleep", lambda s: path.unlink(missing_ok=True))
@@ -419,7 +419,7 @@ def test_follow_says_when_the_input_is_gone(tmp_path: Path, monkeypatch, capsys)
     )
     assert captured.err.strip().splitlines() == [
         f"verl_gsm8k.report: error: input not found: {path}"]  # fmt: skip
-    path.write_text("", encoding="utf-8")  # a new input with no metrics yet: the old is kept
+    path.write_text("")  # a new input with no metrics yet: the old is kept
     assert report.main([str(path), "--out", str(out), "--follow", "--max-refreshes", "1"]) == 1
     line = [ln for ln in capsys.readouterr().out.splitlines() if "refresh 1" in ln][0]
     assert line.endswith(
@@ -452,11 +452,11 @@ def long_run_lines(fmt: str) -> list[str]:
     return lines
 
 
-def test_a_long_run_is_read_fast_and_drawn_bounded(tmp_path: Path) -> None:
+def test_a_long_run_is_read_fast_and_drawn_bounded(tmp_path):
     """60,000 steps read and reported within a bound; each series drawn <= MAX_DRAWN points."""
     path, log = tmp_path / "run.jsonl", tmp_path / "console.log"
-    path.write_text("\n".join(long_run_lines("jsonl")) + "\n", encoding="utf-8")
-    log.write_text("\n".join(long_run_lines("console")) + "\n", encoding="utf-8")
+    path.write_text("\n".join(long_run_lines("jsonl")) + "\n")
+    log.write_text("\n".join(long_run_lines("console")) + "\n")
     started = time.monotonic()
     summary = report.generate(path, tmp_path / "out").summary
     assert len(rp.load_run(log).steps) == LONG
@@ -467,7 +467,7 @@ def test_a_long_run_is_read_fast_and_drawn_bounded(tmp_path: Path) -> None:
     assert [f["check"] for f in warnings] == ["length_hacking"], warnings
     assert HACK_FROM - 20 <= warnings[0]["start_step"] <= HACK_FROM + 60
     assert HACK_FROM + 100 <= warnings[0]["end_step"] <= HACK_FROM + 300
-    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    page = (tmp_path / "out" / "report.html").read_text()
     assert len(page) < 1_000_000
     svgs = parse_svgs(page)
     assert (svgs["score"]["data-points"], svgs["val_acc"]["data-points"]) == (
@@ -476,7 +476,7 @@ def test_a_long_run_is_read_fast_and_drawn_bounded(tmp_path: Path) -> None:
         assert all(c == n and 0 < c <= svg_chart.MAX_DRAWN for c, n in svg["series"]), plot_id
 
 
-def test_arbitrary_values_never_break_the_report(tmp_path: Path) -> None:
+def test_arbitrary_values_never_break_the_report(tmp_path):
     """Any mix of numbers and steps still gives valid HTML and strict JSON."""
     hypothesis = pytest.importorskip("hypothesis")
     st = pytest.importorskip("hypothesis.strategies")
@@ -490,13 +490,13 @@ def test_arbitrary_values_never_break_the_report(tmp_path: Path) -> None:
 
     @hypothesis.settings(max_examples=40, deadline=None, derandomize=True, database=None)
     @hypothesis.given(st.lists(record, min_size=1, max_size=60))
-    def check(rows: list[tuple[int, dict[str, Any]]]) -> None:
+    def check(rows: list[tuple[int, dict[str, Any]]]):
         out = tmp_path / f"case{next(counter)}"
         path = write_jsonl(out / "m.jsonl", [{"step": s, "data": d} for s, d in rows])
         result = report.generate(path, out / "report")
-        text = (out / "report" / "summary.json").read_text(encoding="utf-8")
+        text = (out / "report" / "summary.json").read_text()
         json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
         assert result.summary["steps"]["count"] == len({step for step, _ in rows})
-        parse_svgs((out / "report" / "report.html").read_text(encoding="utf-8"))
+        parse_svgs((out / "report" / "report.html").read_text())
 
     check()

@@ -34,7 +34,7 @@ def sick_run(root: Path) -> Path:
     return run
 
 
-def test_a_run_whose_reward_turned_nan_is_reported_with_where_it_turned(tmp_path: Path, capsys):
+def test_a_run_whose_reward_turned_nan_is_reported_with_where_it_turned(tmp_path, capsys):
     run = sick_run(tmp_path)
     assert "NaN" in (run / "rollouts" / f"{SICK_FROM}.jsonl").read_text()  # as verl dumps it
     out = tmp_path / "out"
@@ -70,7 +70,7 @@ def test_a_run_whose_reward_turned_nan_is_reported_with_where_it_turned(tmp_path
     assert dom.count("score NaN") == 4  # the response's score as the reward gave it, not "n/a"
 
 
-def test_watchdog_trips_and_the_kept_best_checkpoint_are_shown(tmp_path: Path, capsys):
+def test_watchdog_trips_and_the_kept_best_checkpoint_are_shown(tmp_path, capsys):
     """Also, from a shared folder: a terminal escape in a trip printed escaped, a metrics line
     nested 100k deep one warning."""
     run = write_run(tmp_path, steps=6)
@@ -128,7 +128,7 @@ def test_watchdog_trips_and_the_kept_best_checkpoint_are_shown(tmp_path: Path, c
     assert "global_step_4" in printed and f"kept best checkpoint: step 4 ({VAL_KEY}" in printed
 
 
-def test_a_run_without_guard_files_shows_nothing_extra(tmp_path: Path):
+def test_a_run_without_guard_files_shows_nothing_extra(tmp_path):
     run = write_run(tmp_path, steps=4)
     result = report.generate(run, tmp_path / "out")
     page = (tmp_path / "out" / "report.html").read_text()
@@ -145,7 +145,7 @@ def test_a_run_without_guard_files_shows_nothing_extra(tmp_path: Path):
     ("text", "why"),
     [("{not json", "not readable JSON"), ('{"step": "4", "value": 0.5}', "no integer 'step'")],
 )
-def test_an_unreadable_best_checkpoint_file_is_one_line(tmp_path: Path, capsys, text, why):
+def test_an_unreadable_best_checkpoint_file_is_one_line(tmp_path, capsys, text, why):
     run = write_run(tmp_path, steps=4)
     (run / "best_checkpoint.json").write_text(text)
     assert report.main([str(run), "--out", str(tmp_path / "out")]) == 0

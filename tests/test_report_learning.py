@@ -42,14 +42,14 @@ def cpu_ppo_run(run_dir: Path, problems: int | None = 100) -> Path:
 
 
 @pytest.mark.parametrize("problems", [100, None])
-def test_cpu_ppo_run_now_warns_twice(tmp_path: Path, problems: int | None, capsys) -> None:
+def test_cpu_ppo_run_now_warns_twice(tmp_path, problems: int | None, capsys):
     """Both failures named in the terminal, summary.json, the page and Chromium's layout of it,
     with or without the validation dumps that count the problems."""
     run = cpu_ppo_run(tmp_path / "run", problems)
     assert report.main([str(run)]) == 0
     out = capsys.readouterr().out
     assert "health              : 0 errors, 2 warnings, 0 notes" in out
-    summary = json.loads((run / "report" / "summary.json").read_text(encoding="utf-8"))
+    summary = json.loads((run / "report" / "summary.json").read_text())
     assert summary["validation"]["problems"] == problems
     acc, kl = sorted(summary["health"], key=lambda f: f["check"])
     assert (acc["check"], acc["start_step"], acc["end_step"]) == ("accuracy_below_best", 0, 20)
@@ -70,7 +70,7 @@ def test_cpu_ppo_run_now_warns_twice(tmp_path: Path, problems: int | None, capsy
         "kl_without_score_gain", "kl", 11, 20)  # fmt: skip
     assert "actor/reward_kl_penalty" in kl["message"] and "critic/score/mean" in kl["message"]
     assert kl["evidence"]["kl_end"] > 1.5 * kl["evidence"]["kl_start"]
-    page = (run / "report" / "report.html").read_text(encoding="utf-8")
+    page = (run / "report" / "report.html").read_text()
     for name in ("accuracy_below_best", "kl_without_score_gain"):
         assert f"<td>{name}</td>" in page, name
     for name in ("acc_drop_abs", "acc_drop_z", "kl_gain_ratio", "kl_gain_score_min"):
@@ -100,7 +100,7 @@ def below_best(val: list[tuple[int, float]], problems: int | None = None,
 
 
 @pytest.mark.parametrize("problems", [None, 100, 1319])
-def test_accuracy_that_peaked_and_fell_warns(problems: int | None) -> None:
+def test_accuracy_that_peaked_and_fell_warns(problems: int | None):
     gradual = [(0, 0.40), (5, 0.84), (10, 0.80), (15, 0.76), (20, 0.72), (25, 0.66)]
     for val in ([(0, 0.40), (5, 0.84), (25, 0.66)], gradual):
         (hit,) = below_best(val, problems)
@@ -110,7 +110,7 @@ def test_accuracy_that_peaked_and_fell_warns(problems: int | None) -> None:
         assert "keep its checkpoint" in hit.message and "docs/reading-a-ppo-run.md" in hit.message
 
 
-def test_a_dip_noise_or_a_best_at_the_end_is_silent() -> None:
+def test_a_dip_noise_or_a_best_at_the_end_is_silent():
     rising = [(s, 0.30 + 0.004 * s) for s in range(0, 101, 10)]  # 0.30 -> 0.70
     for dip_at in (30, 60, 90):  # one evaluation 0.25 down, then back on the curve
         assert below_best([(s, v - 0.25 * (s == dip_at)) for s, v in rising]) == [], dip_at
@@ -125,7 +125,7 @@ def test_a_dip_noise_or_a_best_at_the_end_is_silent() -> None:
         assert below_best(val) == []
 
 
-def test_drop_bar_relative_floor_and_noise() -> None:
+def test_drop_bar_relative_floor_and_noise():
     t, bar = THRESHOLDS, rl.accuracy_drop_bar
     assert bar(0.84, 0.66, None, t)[0] == pytest.approx(0.10)
     assert bar(0.20, 0.10, None, t)[0] == pytest.approx(0.05)  # 25% of best
@@ -144,7 +144,7 @@ def planted(score: Any, kl: Any, kl_key: str = KL, score_range=None) -> list[dic
     """build_run with the score and the KL functions of the step, and (worst, best) score."""
     rng = random.Random(5)
 
-    def mutate(step: int, d: dict[str, Any]) -> None:
+    def mutate(step: int, d: dict[str, Any]):
         d[SCORE] = score(step) + rng.uniform(-0.02, 0.02)
         d["critic/rewards/mean"] = d[SCORE] - 0.01
         d.pop(KL)
@@ -162,7 +162,7 @@ def kl_findings(records: list[dict[str, Any]]) -> list[Any]:
     return rl.check_kl_without_score_gain(rp.canonicalize(data), THRESHOLDS)
 
 
-def test_kl_growing_while_the_score_is_flat_warns(tmp_path: Path) -> None:
+def test_kl_growing_while_the_score_is_flat_warns(tmp_path):
     findings = analyse_records(tmp_path, planted(lambda s: 0.40, lambda s: 0.3 * s / STEPS))[2]
     (hit,) = findings  # nothing else fires
     assert (hit.check, hit.metric, hit.start_step, hit.end_step) == (
@@ -179,7 +179,7 @@ def test_kl_growing_while_the_score_is_flat_warns(tmp_path: Path) -> None:
     assert (hit.start_step, hit.end_step) == (11, 20)
 
 
-def test_grpo_kl_loss_and_reward_without_score() -> None:
+def test_grpo_kl_loss_and_reward_without_score():
     """actor/kl_loss (GRPO); without critic/score/mean the reward is judged."""
     records = planted(lambda s: 0.40, lambda s: 0.2 * s / STEPS, kl_key="actor/kl_loss")
     for record in records:
@@ -200,7 +200,7 @@ def test_grpo_kl_loss_and_reward_without_score() -> None:
         (2.1, -1, 3, "warning"),
     ],
 )
-def test_converged_means_within_headroom_of_the_range(score, low, high, severity) -> None:
+def test_converged_means_within_headroom_of_the_range(score, low, high, severity):
     bounds = (low, high) if high is not None else None
     (hit,) = kl_findings(planted(lambda s: score, lambda s: 0.2 * s / STEPS, score_range=bounds))
     assert hit.severity == severity
@@ -211,7 +211,7 @@ def test_converged_means_within_headroom_of_the_range(score, low, high, severity
 
 
 @pytest.mark.parametrize("log", [LOG_512, LOG_256])
-def test_real_logs_silent_at_every_step(verl_logs_dir: Path, log: str) -> None:
+def test_real_logs_silent_at_every_step(verl_logs_dir, log: str):
     canon = rs.analyse(verl_logs_dir / log)[1]  # the whole log: test_health's no false alarm
     for last in range(10, max(canon.all_steps) + 1):
         series = {k: [(s, v) for s, v in p if s <= last] for k, p in canon.series.items()}

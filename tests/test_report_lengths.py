@@ -20,7 +20,7 @@ def run_dir(tmp_path: Path, lengths: dict[int, tuple[float, float]], limit: int 
     """build_run's metrics with each step's (response_length/max, clip_ratio), and a launch
     record with data.max_response_length = ``limit`` (none when None)."""
 
-    def lengths_of(step: int, data: dict[str, Any]) -> None:
+    def lengths_of(step: int, data: dict[str, Any]):
         longest, ratio = lengths.get(step, (12.0, 1.0))
         data["response_length/max"] = longest
         data["response_length/mean"] = min(data["response_length/mean"], longest)
@@ -34,7 +34,7 @@ def run_dir(tmp_path: Path, lengths: dict[int, tuple[float, float]], limit: int 
     return run
 
 
-def test_only_a_step_whose_longest_reached_the_limit_had_responses_cut(tmp_path: Path) -> None:
+def test_only_a_step_whose_longest_reached_the_limit_had_responses_cut(tmp_path):
     """verl's clip_ratio (1.0: all as long as the longest) is the share cut only where the
     longest reached the limit (24); the page draws the cut share; the latest launch's limit."""
     run = run_dir(tmp_path, {5: (24.0, 0.25), 6: (23.0, 0.5)}, 24)
@@ -47,7 +47,7 @@ def test_only_a_step_whose_longest_reached_the_limit_had_responses_cut(tmp_path:
     assert summary["metrics"]["response_cut_share"]["median"] == 0.0
     assert "data.max_response_length=24" in canon.source_keys["response_cut_share"]
     report.generate(run, tmp_path / "out")
-    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    page = (tmp_path / "out" / "report.html").read_text()
     assert "response_length_clip_ratio" not in parse_svgs(page)
     chart = page.split('id="plot-response_cut_share"', 1)[1].split("</svg>", 1)[0]
     zero = re.search(r'<line class="tick-y"[^>]*y1="([\d.]+)"[^>]*/><text[^>]*>0</text>', chart)
@@ -58,11 +58,11 @@ def test_only_a_step_whose_longest_reached_the_limit_had_responses_cut(tmp_path:
     assert rs.analyse(run)[0].config["max_response_length"] == 48
 
 
-def test_without_the_limit_nothing_is_derived(tmp_path: Path) -> None:
+def test_without_the_limit_nothing_is_derived(tmp_path):
     _, canon, _, _ = rs.analyse(run_dir(tmp_path, {}, None))
     assert "response_cut_share" not in canon.series
     report.generate(tmp_path / "run", tmp_path / "out")
-    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    page = (tmp_path / "out" / "report.html").read_text()
     assert 'id="plot-response_cut_share"' in page and "response_cut_share" not in parse_svgs(page)
     assert "clip_ratio alone is the share as long as the step&#x27;s longest response" in page
 
@@ -71,7 +71,7 @@ def test_without_the_limit_nothing_is_derived(tmp_path: Path) -> None:
     "lo,hi",
     [(0.9996, 0.9999), (0.9999991, 0.9999999), (123456.1, 123456.4), (1.0e-4, 1.2e-4), (0, 1)],
 )
-def test_tick_labels_tell_close_values_apart(lo: float, hi: float) -> None:
+def test_tick_labels_tell_close_values_apart(lo: float, hi: float):
     axes = Axes((0, 10), (lo, hi), False)
     ticks = nice_ticks(axes.y0, axes.y1)
     labels = tick_labels(ticks)
@@ -80,14 +80,14 @@ def test_tick_labels_tell_close_values_apart(lo: float, hi: float) -> None:
         assert float(label) == pytest.approx(tick, rel=1e-9, abs=1e-12)
 
 
-def test_a_close_correlation_axis_on_the_page(tmp_path: Path) -> None:
+def test_a_close_correlation_axis_on_the_page(tmp_path):
     """Pearson correlations of 0.9999991-0.9999999 once read "1, 1, 1"."""
 
-    def close(step: int, data: dict[str, Any]) -> None:
+    def close(step: int, data: dict[str, Any]):
         data["training/rollout_actor_probs_pearson_corr"] = 0.9999991 + (step % 9) * 1e-7
 
     report.generate(write_jsonl(tmp_path / "m.jsonl", build_run(close)), tmp_path / "out")
-    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    page = (tmp_path / "out" / "report.html").read_text()
     chart = page.split('id="plot-rollout_corr"', 1)[1].split("</svg>", 1)[0]
     labels = re.findall(r'<text class="tick-y"[^>]*>([^<]+)</text>', chart)
     assert len(labels) >= 2 and len(set(labels)) == len(labels), labels

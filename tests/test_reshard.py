@@ -164,7 +164,7 @@ from helpers import assert_loads_as_torch  # noqa: E402
 pytestmark = pytest.mark.timeout(600)
 
 
-def ranks(*args: object, python: str | Path = sys.executable) -> None:
+def ranks(*args: object, python: str | Path = sys.executable):
     proc = subprocess.run([str(python), __file__, *map(str, args)], capture_output=True,
                           text=True, timeout=500)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -225,13 +225,13 @@ def resharded_and_resumed(saved: Path, old: int, new: int, model: Path, work: Pa
 
 @pytest.mark.parametrize(("old", "new"), [(2, 1), (1, 2)])
 def test_a_checkpoint_resharded_resumes_as_if_its_world_size_never_changed(
-    saved: dict[int, Path], tiny_model_dir: Path, tmp_path: Path, old: int, new: int
+    saved: dict[int, Path], tiny_model_dir: Path, tmp_path, old: int, new: int
 ):
     resharded_and_resumed(saved[old], old, new, tiny_model_dir, tmp_path)
 
 
 def test_a_damaged_shard_stops_the_reshard_in_one_line_and_the_checkpoint_stays(
-    saved: dict[int, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    saved: dict[int, Path], tmp_path, capsys
 ):
     from verl_gsm8k.reshard.cli import main  # in this process: torch imported once
 

@@ -75,7 +75,7 @@ def with_(**changes) -> dict:
     return {**healthy_steps(26)[-1], **changes}
 
 
-def test_non_finite_names_the_likeliest_cause_first() -> None:
+def test_non_finite_names_the_likeliest_cause_first():
     assert check(after_history()) == []  # the healthy history's next step
     # a reward turned NaN: the score (logged as null), then everything downstream of it
     bad = with_(**{"critic/score/mean": None, "actor/pg_loss": math.nan,
@@ -93,7 +93,7 @@ def test_non_finite_names_the_likeliest_cause_first() -> None:
     assert check(after_history(), with_(**{"actor/pg_loss": "n/a", "perf/mfu": math.nan})) == []
 
 
-def test_one_skipped_update_warns_three_in_ten_steps_stop() -> None:
+def test_one_skipped_update_warns_three_in_ten_steps_stop():
     skipped = with_(**{"actor/grad_norm": math.nan})
     watchdog = after_history()
     for step in (26, 30):
@@ -114,7 +114,7 @@ def test_one_skipped_update_warns_three_in_ten_steps_stop() -> None:
 
 
 @pytest.mark.parametrize("kl_key", ["actor/reward_kl_penalty", "actor/kl_loss"])
-def test_kl_spike_over_its_recent_median(kl_key: str) -> None:
+def test_kl_spike_over_its_recent_median(kl_key: str):
     history = healthy_steps(25, kl_key=kl_key)
     median = sorted(s[kl_key] for s in history[-10:])[4:6]
     median_value = (median[0] + median[1]) / 2
@@ -134,7 +134,7 @@ def test_kl_spike_over_its_recent_median(kl_key: str) -> None:
     assert check(after_history(n=10, kl_key=kl_key), spike)[0].rule == "kl_spike"
 
 
-def test_a_kl_growing_a_quarter_a_step_never_spikes_and_meets_the_ceiling() -> None:
+def test_a_kl_growing_a_quarter_a_step_never_spikes_and_meets_the_ceiling():
     """Never 10-fold its last 10 steps; the ceiling stops it above 3 nats, the step before sick."""
     history = healthy_steps(25)
     quiet, guarded = Watchdog(Thresholds(kl_ceiling=None), history), Watchdog(Thresholds(), history)
@@ -150,7 +150,7 @@ def test_a_kl_growing_a_quarter_a_step_never_spikes_and_meets_the_ceiling() -> N
     assert trip.sick_from(step) == step - 1
 
 
-def test_a_run_of_exploding_grad_norms_trips_one_spike_does_not() -> None:
+def test_a_run_of_exploding_grad_norms_trips_one_spike_does_not():
     """Three steps in a row above 10 x the median of the 10 before trip; a single spike not."""
     watchdog = after_history()
     spike = with_(**{"critic/grad_norm": 500.0})
@@ -174,7 +174,7 @@ def critic_trips(losses: list[float], norms: list[float]) -> list[tuple[int, Tri
 
 
 @pytest.mark.parametrize("run", sorted(EXPLODING_CRITICS) + sorted(HEALTHY_CRITICS))
-def test_an_exploding_critic_warns_once_where_it_crosses_and_never_stops(run: str) -> None:
+def test_an_exploding_critic_warns_once_where_it_crosses_and_never_stops(run: str):
     """The measured CPU runs: a warning where the loss crosses (never a stop), once."""
     if run in HEALTHY_CRITICS:
         assert critic_trips(*HEALTHY_CRITICS[run]) == []
@@ -187,7 +187,7 @@ def test_an_exploding_critic_warns_once_where_it_crosses_and_never_stops(run: st
     assert f"critic/grad_norm {norms[1]:.3g} = " in trip.threshold
 
 
-def test_the_critic_warns_again_after_it_came_back_and_a_floor_holds_a_critic_near_0() -> None:
+def test_the_critic_warns_again_after_it_came_back_and_a_floor_holds_a_critic_near_0():
     watchdog, diverged = after_history(), with_(**{"critic/vf_loss": 50.0})
     assert [t.rule for t in check(watchdog, diverged)] == ["critic_divergence"]
     watchdog.accept(diverged)
@@ -201,7 +201,7 @@ def test_the_critic_warns_again_after_it_came_back_and_a_floor_holds_a_critic_ne
     assert [s for s, _ in judge_run(rows, Thresholds(critic_loss_floor=0.0))] == [6]
 
 
-def test_length_collapse_and_every_response_at_the_limit() -> None:
+def test_length_collapse_and_every_response_at_the_limit():
     (trip,) = check(after_history(), with_(**{"response_length/mean": 20.0}))
     assert (trip.rule, trip.metric) == ("length_collapse", "response_length/mean")
     limited = Watchdog(Thresholds(), healthy_steps(25), response_limit=512)  # starts near 230
@@ -215,7 +215,7 @@ def test_length_collapse_and_every_response_at_the_limit() -> None:
     assert check(Watchdog(Thresholds(), near, 512), with_(**{"response_length/min": 512.0})) == []
 
 
-def test_entropy_collapse_below_the_floor_or_a_fraction_of_the_start() -> None:
+def test_entropy_collapse_below_the_floor_or_a_fraction_of_the_start():
     (trip,) = check(after_history(), with_(**{"actor/entropy": 0.004}))
     assert (trip.rule, trip.metric, trip.value) == ("entropy_collapse", "actor/entropy", 0.004)
     assert trip.threshold == "< 0.005 nats/token"
@@ -228,7 +228,7 @@ def test_entropy_collapse_below_the_floor_or_a_fraction_of_the_start() -> None:
     assert check(Watchdog(Thresholds(), low), with_(**{"actor/entropy": 0.0055})) == []
 
 
-def test_degenerate_one_token_repeated_or_the_same_response_for_every_prompt() -> None:
+def test_degenerate_one_token_repeated_or_the_same_response_for_every_prompt():
     responses, _ = healthy_responses(99)
     bang = [0] * 20 + [EOS]  # "!!!!...!" then end of text: 20 of 21 one id
     planted = [bang if i % 8 < 5 else r for i, r in enumerate(responses)]  # 20 of 32
@@ -257,7 +257,7 @@ def test_degenerate_one_token_repeated_or_the_same_response_for_every_prompt() -
     assert check(after_history(off), responses=same) == []
 
 
-def test_reward_collapse_from_its_best_after_its_history() -> None:
+def test_reward_collapse_from_its_best_after_its_history():
     watchdog = after_history()
     scores = [s["critic/score/mean"] for s in healthy_steps(25)]
     best = max(sum(scores[i - 4 : i + 1]) / 5 for i in range(4, 25))
@@ -292,13 +292,13 @@ PLANTED = {
 
 
 @pytest.mark.parametrize("rule", sorted(PLANTED))
-def test_each_rule_is_off_at_0_or_null(rule: str) -> None:
+def test_each_rule_is_off_at_0_or_null(rule: str):
     off, planted = PLANTED[rule]
     assert check(after_history(), with_(**planted)) != []
     assert check(after_history(Thresholds(**off)), with_(**planted)) == []
 
 
-def test_a_resumed_run_replays_its_history() -> None:
+def test_a_resumed_run_replays_its_history():
     steps = healthy_steps(25)
     live, resumed = Watchdog(Thresholds()), Watchdog(Thresholds(), steps)
     for metrics in steps:
@@ -313,7 +313,7 @@ def test_a_resumed_run_replays_its_history() -> None:
     assert check(skipped, with_(**{"actor/entropy": 0.008}))[0].rule == "entropy_collapse"
 
 
-def test_the_message_names_metric_value_threshold_step_and_checkpoint(tmp_path: Path) -> None:
+def test_the_message_names_metric_value_threshold_step_and_checkpoint(tmp_path):
     trip = Trip("kl_spike", "actor/kl_loss", 3.41,
                 "> 10 x median of last 10 healthy steps (0.0031)")  # fmt: skip
     line = trip.message(12, 10, marked=11)
@@ -337,7 +337,7 @@ def test_the_message_names_metric_value_threshold_step_and_checkpoint(tmp_path: 
     assert "\n" not in json.dumps(nan.record(3, 2, None, "warn"))
 
 
-def test_the_config_block_is_the_defaults() -> None:
+def test_the_config_block_is_the_defaults():
     from verl_gsm8k.launch.knobs import KNOBS
 
     block = yaml.safe_load((ROOT / "configs" / "gsm8k_base.yaml").read_text())["gsm8k_guard"]
@@ -367,7 +367,7 @@ def test_the_config_block_is_the_defaults() -> None:
         ({"degenerate_identical_prompts": 1}, "_prompts: 1 is not an integer >= 2"),
     ],
 )
-def test_a_bad_knob_is_one_line_naming_it(values: dict, message: str) -> None:
+def test_a_bad_knob_is_one_line_naming_it(values: dict, message: str):
     with pytest.raises(ValueError) as raised:
         Thresholds.from_mapping(values)
     text = str(raised.value)
@@ -375,7 +375,7 @@ def test_a_bad_knob_is_one_line_naming_it(values: dict, message: str) -> None:
     assert text.endswith(message), text
 
 
-def test_the_real_0_5b_ppo_runs_trip_nothing_and_a_planted_nan_trips(verl_logs_dir: Path) -> None:
+def test_the_real_0_5b_ppo_runs_trip_nothing_and_a_planted_nan_trips(verl_logs_dir):
     """The real 435-step logs trip nothing; with a NaN score at step 300 one trips there."""
     for log in sorted(verl_logs_dir.glob("*.log")):
         data = load_run(log)
