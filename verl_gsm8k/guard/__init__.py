@@ -1,7 +1,5 @@
-"""Protections for a long run, applied by the trainer (ppo_trainer/guard_base.py): the health rules
-(rules.py), their thresholds (thresholds.py), verl's metric names (vocab.py), pruning (prune.py),
-stopping without losing a step (stop.py). ``say``: the trainers' and plugins' lines, ``gsm8k_guard:
-...``."""
+"""Protections for a long run: the health rules (rules.py), their thresholds (thresholds.py),
+verl's metric names (vocab.py), pruning (prune.py), stopping without losing a step (stop.py)."""
 
 
 def say(line: str) -> None:

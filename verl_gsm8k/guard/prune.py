@@ -1,6 +1,5 @@
 """MAX_CKPT_TO_KEEP over the whole run directory (verl's pruning forgets earlier launches' steps):
-the newest N kept, and the tracked step and the kept best whatever their age. Standard library
-only."""
+the newest N kept, and the tracked step and the kept best whatever their age."""
 
 from __future__ import annotations
 
@@ -11,12 +10,11 @@ from verl_gsm8k.common import run_dir as rd
 
 
 def protected(run_dir: Path) -> dict[int, str]:
-    """step -> why it is never pruned."""
     keep: dict[int, str] = {}
     try:
         best = rd.read_best(run_dir)
     except rd.BestError:
-        best = None  # unreadable: protects nothing (the report names the file)
+        best = None
     if best is not None:
         keep[best["step"]] = f"the best {best['metric']} ({best['value']:.4g}, {rd.BEST_FILE})"
     tracked = rd.tracked_step(run_dir)
@@ -26,8 +24,7 @@ def protected(run_dir: Path) -> dict[int, str]:
 
 
 def prune(run_dir: Path, keep: int, say_kept: bool = True) -> list[str]:
-    """Remove all but the newest ``keep`` step directories and the protected ones; a line for
-    each removed one (and, with ``say_kept``, each old one kept)."""
+    """Remove all but the newest ``keep`` and the protected steps; a line for each."""
     if keep <= 0:
         return []
     for leftover in rd.removing_leftovers(run_dir):  # a kill mid-removal: a re-saved step's would

@@ -1,7 +1,5 @@
-"""The per-step health rules: is the step just trained sick, given the healthy steps before it? The
-watchdog runs them after each update, before the save (check, then accept); the report over every
-logged step (judge_run). A trip of the rollout's metrics judges the weights of the step before, one
-of the update's the step's own. Standard library only; the bars' evidence: docs/reliability.md."""
+"""The per-step health rules: is the step just trained sick, given the healthy steps before it?
+The watchdog runs them after each update, before the save; the report over every logged step."""
 
 from __future__ import annotations
 
@@ -23,8 +21,7 @@ ENTROPY_KEYS = keys_of("entropy")
 GRAD_NORM_KEYS = (*keys_of("actor_grad_norm"), CRITIC_NORM)
 (CLIPFRAC,), (PPO_KL,) = keys_of("pg_clipfrac"), keys_of("ppo_kl")
 (LENGTH,), (LENGTH_MIN,) = keys_of("response_length_mean"), keys_of("response_length_min")
-# non_finite reads every metric whose name holds one of these, in the order a NaN spreads (the
-# score feeds the advantages, then the losses), so the first one named is the likeliest cause
+# in the order a NaN spreads (score, advantages, losses): the first named is the likeliest cause
 NON_FINITE_PATTERNS = ("score/mean", "kl", "entropy", "loss")
 # metrics of the step's own update; any other describes the rollout (the step before's weights)
 UPDATE_PATTERNS = ("pg_loss", "vf_loss", "grad_norm", "ppo_kl", "clipfrac")
@@ -35,18 +32,16 @@ IDENTICAL_METRIC = "responses/prompts_answered_identically"
 
 @dataclass(frozen=True)
 class Trip:
-    """One rule that fired on one step."""
-
     rule: str
     metric: str
     value: float
-    threshold: str  # when it trips, in words and numbers
+    threshold: str
     stops: bool = True  # False: a warning even in mode stop
-    span: int = 1  # the steps it saw sick, this one the last (grad_norm_explosion: its run)
+    span: int = 1  # the steps it saw sick, this one the last
 
     @property
     def weights(self) -> str:
-        """UPDATE: the metric is the step's own update's; ROLLOUT: the weights that sampled."""
+        """UPDATE: the step's own update is sick; ROLLOUT: the weights that sampled it."""
         return UPDATE if any(p in self.metric for p in UPDATE_PATTERNS) else ROLLOUT
 
     def sick_from(self, step: int) -> int:
@@ -55,7 +50,6 @@ class Trip:
         return first - 1 if self.weights == ROLLOUT else first
 
     def message(self, step: int, last_healthy: int | None, marked: int | None = None) -> str:
-        """The one line the launcher prints (``marked``: the checkpoint marked sick)."""
         where = step_name(last_healthy) if last_healthy is not None else "none yet"
         whose = f"step {step}'s update"
         if self.weights == ROLLOUT:
@@ -70,7 +64,6 @@ class Trip:
 
     def record(self, step: int, last_healthy: int | None, launch: str | None, action: str,
                marked: int | None = None) -> dict[str, Any]:  # fmt: skip
-        """The line of RUN_DIR/watchdog.jsonl (``common.run_dir.append_trip``)."""
         return {"launch": launch, "step": step, "rule": self.rule, "metric": self.metric,
                 "value": self.value, "threshold": self.threshold, "action": action,
                 "weights": self.weights, "last_healthy_checkpoint": last_healthy,
@@ -89,7 +82,6 @@ def metric_value(value: Any) -> float | None:
 
 
 def _split(metrics: Mapping[str, Any]) -> tuple[dict[str, float], list[tuple[str, float]]]:
-    """A step's finite values, and its NaN, infinite or null ones sorted by name."""
     good: dict[str, float] = {}
     bad: list[tuple[str, float]] = []
     for key, raw in metrics.items():
@@ -102,7 +94,6 @@ def _split(metrics: Mapping[str, Any]) -> tuple[dict[str, float], list[tuple[str
 
 
 def _first(good: Mapping[str, float], keys: Sequence[str]) -> tuple[str, float] | None:
-    """The first of ``keys`` with a finite value, and that value."""
     return next(((key, good[key]) for key in keys if key in good), None)
 
 
@@ -111,12 +102,11 @@ def _with(bad: list[tuple[str, float]], pattern: str) -> list[tuple[str, float]]
 
 
 def _on(value: float | None) -> float | None:
-    """A rule's bar as a float; None where it is off (0 or null)."""
+    """A bar; None where it is off (0 or null)."""
     return float(value) if value else None
 
 
 def top_token_share(ids: Sequence[int]) -> float:
-    """The share of a response's tokens that are its most common id (0 for an empty one)."""
     return Counter(ids).most_common(1)[0][1] / len(ids) if len(ids) else 0.0
 
 
@@ -126,17 +116,16 @@ class Watchdog:
     def __init__(self, thresholds: Thresholds, history: Sequence[Mapping[str, Any]] = (),
                  response_limit: int | None = None) -> None:  # fmt: skip
         t = self.thresholds = thresholds
-        self.response_limit = response_limit  # data.max_response_length
+        self.response_limit = response_limit
         self._kl: deque[float] = deque(maxlen=t.kl_spike_window)
         self._scores: deque[float] = deque(maxlen=t.reward_window)
         self._kl_seen = self._scores_seen = 0
-        self._best_score: float | None = None  # the best reward_window-step mean
+        self._best_score: float | None = None
         self._skipped: deque[bool] = deque(maxlen=t.skipped_updates_window)
         span = t.grad_norm_window + t.grad_norm_run - 1
         self._norms = {key: deque[float](maxlen=span) for key in GRAD_NORM_KEYS}
         self._entropy_start: list[float] = []
         self._length_start: list[float] = []
-        # the run's first value loss and critic grad norm; the last step above critic's bar
         self._vf_start: float | None = None
         self._norm_start: float | None = None
         self._vf_above = False
@@ -145,7 +134,7 @@ class Watchdog:
 
     def check(self, step: int, metrics: Mapping[str, Any], responses: Sequence[Sequence[int]],
               prompt_ids: Sequence[str]) -> list[Trip]:  # fmt: skip
-        """The trips of this step, most telling first; empty: healthy (mode off: always)."""
+        """The trips of this step, most telling first; empty: healthy."""
         if len(responses) != len(prompt_ids):
             raise ValueError(f"step {step}: {len(responses)} responses but "
                              f"{len(prompt_ids)} prompt ids")  # fmt: skip
@@ -160,7 +149,7 @@ class Watchdog:
         return [trip for trip in found if trip is not None]
 
     def accept(self, metrics: Mapping[str, Any]) -> None:
-        """The step goes on (healthy, or mode warn): its finite values become history."""
+        """The step goes on: its finite values become history."""
         t, (good, bad) = self.thresholds, _split(metrics)
         self._skipped.append(bool(_with(bad, "grad_norm")))
         kl = _first(good, KL_KEYS)
@@ -190,8 +179,6 @@ class Watchdog:
                 best = self._best_score
                 self._best_score = mean if best is None else max(mean, best)
 
-    # -- the rules, each at most one trip ---------------------------------------------------
-
     def _non_finite(self, bad: list[tuple[str, float]]) -> Trip | None:
         read = dict(kv for pattern in NON_FINITE_PATTERNS for kv in _with(bad, pattern))
         if not self.thresholds.non_finite or not read:
@@ -207,7 +194,7 @@ class Watchdog:
         if not bad:
             return None
         t = self.thresholds
-        full = len(self._skipped) == t.skipped_updates_window  # then drop its oldest
+        full = len(self._skipped) == t.skipped_updates_window
         earlier = list(self._skipped)[full:]
         count, limit = 1 + sum(earlier), t.skipped_updates or None
         window = f"{count} of the last {1 + len(earlier)} steps"
@@ -251,7 +238,6 @@ class Watchdog:
         return None
 
     def _critic_bar(self) -> float | None:
-        """max(factor x the first value loss, floor); None: off, or no value loss yet."""
         factor = _on(self.thresholds.critic_loss_factor)
         if factor is None or self._vf_start is None:
             return None
@@ -335,14 +321,13 @@ class Watchdog:
 
 
 def trained_steps(rows: Mapping[int, Mapping[str, Any]]) -> list[int]:
-    """The logged steps that trained, in order (a validation-only step logs no score)."""
+    """The logged steps that trained (a validation-only step logs no score)."""
     return sorted(step for step, metrics in rows.items() if SCORE in metrics)
 
 
 def judge_run(rows: Mapping[int, Mapping[str, Any]], thresholds: Thresholds,
               response_limit: int | None = None) -> list[tuple[int, Trip]]:  # fmt: skip
-    """Every trip over a logged run, each step checked then accepted as in mode warn (without
-    responses: the degenerate rule needs the token ids only the trainer sees)."""
+    """Every trip over a logged run, as in mode warn (no degenerate: no token ids)."""
     watchdog, trips = Watchdog(thresholds, response_limit=response_limit), []
     for step in trained_steps(rows):
         trips += [(step, trip) for trip in watchdog.check(step, rows[step], [], [])]
@@ -351,6 +336,6 @@ def judge_run(rows: Mapping[int, Mapping[str, Any]], thresholds: Thresholds,
 
 
 def prompt_of(key: str) -> str:
-    """The prompt uid of a response key ``{uid}_{session}_{index}`` (the key itself otherwise)."""
+    """The prompt uid of a response key ``{uid}_{session}_{index}``, else the key."""
     parts = key.rsplit("_", 2)
     return parts[0] if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() else key

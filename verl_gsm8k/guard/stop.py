@@ -1,9 +1,8 @@
 """Stopping a run early without losing its step: one request, RUN_DIR/stop_requested ("<deadline>
-<why>"), written by the launcher on SIGTERM, by verl's processes on their own SIGTERM, or by the
-trainer before a job's end; the trainers save the step and end the run (exit 5). Two reasons, one
-policy: a SIGTERM comes without notice, so its grace must cover a step, its validation and save as
-measured (timings.json); a job's end is known, so the trainer stops after the last step that fits.
-Standard library only."""
+<why>"), written on a SIGTERM (launcher or verl's processes) or by the trainer before a job's end;
+the trainers save the step and end the run (exit 5). A SIGTERM comes without notice, so its grace
+must cover a step, its validation and save as measured; a job's end is known, so the trainer stops
+after the last step that fits."""
 
 from __future__ import annotations
 
@@ -54,17 +53,17 @@ class Timings:
         setattr(self, name, max(getattr(self, name) or 0.0, seconds))
 
     def save(self) -> float | None:
-        """The slowest save; before the run's first, a step's time stands in."""
+        """The slowest save; before the first, a step's time."""
         return self.save_s if self.save_s is not None else self.step_s
 
     def stop_needs(self) -> float | None:
-        """A SIGTERM to verl's end, at worst: a whole step, its validation and save, a margin."""
+        """A SIGTERM to verl's end, at worst: a step, its validation and save, a margin."""
         if self.step_s is None:
             return None
         return self.step_s + (self.val_s or 0.0) + (self.save() or 0.0) + MARGIN_S
 
     def next_step(self) -> float | None:
-        """A step's end to the next step's saved: this save and validation, a step, its save."""
+        """A step's end to the next step saved: this save and validation, a step, a save."""
         if self.step_s is None:
             return None
         return self.step_s + 2 * (self.save() or 0.0) + (self.val_s or 0.0)
@@ -84,13 +83,13 @@ def stamp_time(stamp: str | None) -> float | None:
 
 
 def must_stop(now: float, end: float | None, timings: Timings) -> bool:
-    """After a step: one more step and its save would not end MARGIN_S before ``end``."""
+    """One more step and its save would not end MARGIN_S before ``end``."""
     needed = timings.next_step()
     return end is not None and needed is not None and now + needed + MARGIN_S > end
 
 
 def request(run_dir: Path, deadline: float, why: str, over: bool = False) -> bool:
-    """Write the stop request; unless ``over``, never over one there. True when written."""
+    """Write the stop request (unless ``over``, not over one there); True when written."""
     final = rd.stop_path(run_dir)
     partial = run_dir / f".{rd.STOP_FILE}.{os.getpid()}"
     partial.write_text(f"{deadline:.0f} {why}\n", encoding="utf-8")
@@ -120,8 +119,7 @@ def read_request(run_dir: Path) -> tuple[float, str] | None:
 
 
 def fits(run_dir: Path, end: float, now: float) -> tuple[int, str]:
-    """(status, line) of a launch whose job ends at ``end``: 2 when the measured start-up, a
-    step and its save cannot end before it."""
+    """(status, line): 2 when the measured start-up, a step and a save cannot end by ``end``."""
     left, t = end - now, Timings.read(run_dir)
     when = datetime.fromtimestamp(end, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     head = f"recipe: deadline: the job ends at {when}"
@@ -150,8 +148,7 @@ def seconds(env: Mapping[str, str], key: str) -> float | None:
 
 
 def grace(timings: Timings, env: Mapping[str, str]) -> tuple[float, list[str]]:
-    """(STOP_GRACE_S, the lines to say): the user's, else what a stop needs here if over the
-    default; a Ray job's SIGKILL wait shorter than that, warned. ValueError on a non-number."""
+    """(STOP_GRACE_S, lines): the user's, else what a stop needs here if over the default."""
     needs, given = timings.stop_needs(), seconds(env, "STOP_GRACE_S")
     said = []
     if given is not None:

@@ -1,7 +1,6 @@
-"""The one table of the health rules' thresholds (standard library only): the per-step rules read
-the first block (the watchdog with gsm8k_guard.watchdog, the report with the defaults), the report's
-trends the rest. A bar at 0 or null turns its rule off; the evidence for each:
-docs/reliability.md."""
+"""The one table of the health rules' thresholds: the per-step rules read the first block (the
+watchdog from gsm8k_guard.watchdog, the report the defaults), the report's trends the rest. A bar
+at 0 or null turns its rule off."""
 
 from __future__ import annotations
 
@@ -24,11 +23,9 @@ def _trend(default: Any) -> Any:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The rules' thresholds; ``from_mapping`` reads the config block."""
-
     # stop: a trip ends the run, its step unsaved (exit 4); warn: logged, the run goes on; off
     mode: str = "stop"
-    non_finite: bool | None = True  # NaN/inf in a loss, KL, entropy or score metric
+    non_finite: bool | None = True
     # a non-finite grad norm (verl skipped the update) warns; this many in the window stop
     skipped_updates: int | None = 3
     skipped_updates_window: int = 10
@@ -119,8 +116,7 @@ class Thresholds:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> Thresholds:
-        """From the config block (``mode`` included); a key missing keeps its default, an unknown
-        key or a bad value: ValueError naming it."""
+        """From the config block; an unknown key or a bad value: ValueError naming it."""
         known = [f.name for f in fields(cls)]
         for key in values:
             if key not in known:
@@ -131,7 +127,7 @@ class Thresholds:
 
 
 def _wanted(name: str, kind: str, value: Any) -> str | None:
-    """What a field must be, where ``value`` is not that; None where it is."""
+    """What a field must be where ``value`` is not that, else None."""
     if name == "mode":
         return None if value in MODES else f"one of {', '.join(MODES)}"
     if kind.startswith("bool"):
@@ -153,7 +149,6 @@ def _wanted(name: str, kind: str, value: Any) -> str | None:
 
 
 def doc_table() -> str:
-    """The thresholds as the Markdown table of docs/reading-a-ppo-run.md."""
     rows = ["| threshold | default | read by |", "|---|---|---|"]
     for f in fields(Thresholds):
         who = "the report" if f.metadata.get("trend") else f"the watchdog (`{BLOCK}`), the report"

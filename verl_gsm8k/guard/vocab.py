@@ -1,5 +1,5 @@
 """verl's metric names, once: a canonical name per quantity (verl 0.9.1's key first, older keys
-after) and the key patterns of validation and step-time phases. Standard library only."""
+after) and the key patterns of validation and step-time phases."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """A canonical metric: where it comes from and how to describe it."""
-
     name: str
     label: str
     keys: tuple[tuple[str, float], ...]  # (source key, scale factor); first key present wins
@@ -18,7 +16,7 @@ class MetricSpec:
 
 
 def _m(name: str, label: str, *keys: str, unit: str = "") -> MetricSpec:
-    """A metric read from verl's keys (a ``(1e-4)`` key is scaled back to its value)."""
+    """A ``(1e-4)`` key is scaled back to its value."""
     scaled = tuple((key, 1e-4 if key.endswith("(1e-4)") else 1.0) for key in keys)
     return MetricSpec(name, label, scaled, unit)
 
@@ -28,7 +26,6 @@ _CPU = "perf/cpu_memory_used_gb"
 METRICS: tuple[MetricSpec, ...] = (
     _m("score", "train score (mean)", "critic/score/mean"),
     _m("reward", "train reward incl. KL penalty (mean)", "critic/rewards/mean"),
-    # the best and worst response of a step: the range the mean score can move in
     _m("score_max", "train score (best response)", "critic/score/max"),
     _m("score_min", "train score (worst response)", "critic/score/min"),
     _m("reward_max", "train reward (best response)", "critic/rewards/max"),
@@ -94,17 +91,15 @@ NAME_OF_KEY: dict[str, str] = {key: m.name for m in METRICS for key, _ in m.keys
 
 
 def keys_of(name: str) -> tuple[str, ...]:
-    """verl's keys of a canonical metric, the 0.9.1 one first."""
     return tuple(key for key, _ in METRICS_BY_NAME[name].keys)
 
 
-# Peak memory per role in the summary: role -> (allocated, reserved) canonical names.
+# role -> (allocated, reserved) canonical names
 MEMORY_ROLES: dict[str, tuple[str, str]] = {
     "actor": ("actor_max_memory_gb", "actor_max_memory_reserved_gb"),
     "critic": ("critic_max_memory_gb", "critic_max_memory_reserved_gb"),
     "role not named (older verl)": ("max_memory_gb", "max_memory_reserved_gb"),
 }
-# Derived in parse.canonicalize, not read from one key.
 CUT_SHARE = "response_cut_share"
 DERIVED_LABELS = {CUT_SHARE: "share of responses cut at data.max_response_length",
                   "val_acc": "validation accuracy"}  # fmt: skip
@@ -119,7 +114,6 @@ VAL_AUX_PREFIX = "val_"
 
 
 def metric_label(name: str) -> str:
-    """Human-readable meaning of a canonical metric name."""
     spec, aux = METRICS_BY_NAME.get(name), name.removeprefix(VAL_AUX_PREFIX)
     if name in DERIVED_LABELS or spec is None:
         val_aux = f"validation mean of the reward's {aux!r} (val-aux)"
