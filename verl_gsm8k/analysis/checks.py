@@ -1,6 +1,4 @@
-"""The report's health checks: the watchdog's per-step rules (guard/rules.py) over every
-step, and the whole-run trends that are no reason to stop. Every bar is a field of
-``guard.thresholds.Thresholds``."""
+"""The report's health checks: the watchdog's rules over every step, and the whole-run trends."""
 
 from __future__ import annotations
 
@@ -23,8 +21,7 @@ STEP_KEY = "timing_s/step"  # logged by a training step, not by a validation-onl
 
 
 def step_findings(data: RunData, t: Thresholds) -> list[Finding]:
-    """A finding per run of trained steps tripping one rule: an error where the watchdog
-    would stop."""
+    """A finding per run of trained steps tripping one rule."""
     steps = trained_steps(data.steps)
     index, by_rule = {step: i for i, step in enumerate(steps)}, {}
     for step, trip in judge_run(data.steps, t, data.config.get("max_response_length")):
@@ -75,8 +72,7 @@ def check_accuracy_flat(canon: Canonical, t: Thresholds) -> list[Finding]:
 
 def accuracy_drop_bar(best: float, later: float, problems: int | None,
                       t: Thresholds) -> tuple[float, str]:  # fmt: skip
-    """How far below ``best`` is clearly below, and why: max(floor, min(abs, rel x best)), at
-    least acc_drop_z standard errors sqrt(2 p (1 - p) / n) with n problems known."""
+    """How far below ``best`` is clearly below, and why."""
     bar = max(t.acc_drop_floor, min(t.acc_drop_abs, t.acc_drop_rel * best))
     why = f"max({t.acc_drop_floor}, min({t.acc_drop_abs}, {t.acc_drop_rel} x best))"
     if problems:
@@ -129,7 +125,6 @@ def _thirds(values: list[float]) -> tuple[float, float, float]:
 
 
 def check_kl_without_score_gain(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """KL growing through the end while the score does not; a note near the score's top."""
     s = canon.series
     kl = next((n for n in ("kl", "kl_loss") if n in s), None)
     score = next((n for n in ("score", "reward") if n in s), None)
@@ -171,7 +166,7 @@ def check_length_hacking(canon: Canonical, t: Thresholds) -> list[Finding]:
         return []
     length = rolling_median(lengths, t.window, centered=False)
     score = rolling_median(scores, t.window, centered=False)
-    # lows: a sliding minimum of the candidates within len_lookback before i's window
+    # a sliding minimum of the candidates within len_lookback before i's window
     lows: deque[int] = deque()
     first, flags, detail = 0, [], []
     for i in range(len(steps)):
@@ -228,7 +223,6 @@ def check_value_loss_not_decreasing(canon: Canonical, t: Thresholds) -> list[Fin
 
 
 def check_clip_fraction_zero(canon: Canonical, t: Thresholds) -> list[Finding]:
-    """The clip fraction's rolling median at ~0 for clip_window steps."""
     points, bounds = canon.series.get("pg_clipfrac", []), score_range(canon, "score")
     smooth, findings = rolling_median([v for _, v in points], t.clip_window), []
     score = canon.series.get("score", [])
@@ -252,7 +246,6 @@ def check_clip_fraction_zero(canon: Canonical, t: Thresholds) -> list[Finding]:
 
 
 def check_rollout_gap(data: RunData, canon: Canonical, t: Thresholds) -> list[Finding]:
-    """The mean per-token |p_rollout - p_training| above verl's FAQ's levels."""
     points = canon.series.get("rollout_probs_diff_mean", [])
     window = min(t.window, len(points))
     smooth = rolling_median([v for _, v in points], window)
@@ -283,7 +276,6 @@ def dropped_groups(metrics: dict[str, float]) -> float:
 
 
 def check_dropped_groups(data: RunData, t: Thresholds) -> list[Finding]:
-    """The median share of prompt groups dynamic sampling dropped above its bar."""
     batch = data.config.get("train_batch_size")
     if not batch or not any(k.endswith(DROPPED_SUFFIXES) for m in data.steps.values() for k in m):
         return []
@@ -308,7 +300,6 @@ def check_dropped_groups(data: RunData, t: Thresholds) -> list[Finding]:
 
 def health_checks(data: RunData, canon: Canonical, t: Thresholds = THRESHOLDS,
                   more: list[Finding] | None = None) -> list[Finding]:  # fmt: skip
-    """Every check plus ``more`` findings, ordered by severity and step."""
     findings = [
         *(more or []), *step_findings(data, t), *check_accuracy_flat(canon, t),
         *check_accuracy_below_best(canon, t), *check_kl_without_score_gain(canon, t),

@@ -1,5 +1,4 @@
-"""A run's checkpoint evaluations (``RUN_DIR/checkpoint_eval/comparison.json``, eval.sh --run)
-beside verl's validation; rows of another mode than ``training`` are left out."""
+"""A run's checkpoint evaluations (``eval.sh --run``), training mode only."""
 
 from __future__ import annotations
 
@@ -32,13 +31,11 @@ class EvalFile:
 
 
 def finite_number(value: Any) -> float | None:
-    """A finite int or float as a float, else None (a data file holds no NaN)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     return float(value) if ok and math.isfinite(value) else None
 
 
 def read_checkpoint_evals(run_dir: Path) -> EvalFile | None:
-    """The evaluations in step order; None without the file."""
     path = Path(run_dir) / EVAL_FILE
     if not path.is_file():
         return None
@@ -73,7 +70,6 @@ def eval_series(rows: list[CheckpointEval]) -> tuple[Series, Series]:
 
 
 def evals_summary(evals: EvalFile | None, val: Series) -> dict[str, Any] | None:
-    """summary.json's checkpoint_evals: the rows, and our reward against verl's validation."""
     if evals is None:
         return None
     logged = dict(val)

@@ -1,4 +1,4 @@
-"""What a health check returns (``Finding``) and the helpers the checks share."""
+"""A health check's ``Finding`` and the helpers the checks share."""
 
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ def fmt(value: float) -> str:
 
 
 def rolling_median(values: Sequence[float], window: int, centered: bool = True) -> list[float]:
-    """Median over a sliding window (truncated at the ends)."""
     half, n = window // 2, len(values)
     bounds = ((max(0, i - half), min(n, i - half + window)) if centered
               else (max(0, i - window + 1), i + 1) for i in range(n))  # fmt: skip
@@ -41,7 +40,7 @@ def rolling_median(values: Sequence[float], window: int, centered: bool = True) 
 
 
 def spans(flags: Sequence[bool], min_len: int = 1) -> list[tuple[int, int]]:
-    """Runs of consecutive flagged points as (first, last index), at least min_len long."""
+    """Runs of flagged points as (first, last index), at least min_len long."""
     found, start = [], None
     for i, flag in enumerate([*flags, False]):
         if flag and start is None:
@@ -54,7 +53,7 @@ def spans(flags: Sequence[bool], min_len: int = 1) -> list[tuple[int, int]]:
 
 
 def aligned(canon: Canonical, a: str, b: str) -> tuple[list[int], list[float], list[float]]:
-    """The steps where both canonical series have a value, and their values there."""
+    """The steps where both series have a value, and their values there."""
     other = dict(canon.series.get(b, []))
     both = [(s, v, other[s]) for s, v in canon.series.get(a, []) if s in other]
     return [s for s, _, _ in both], [v for _, v, _ in both], [w for _, _, w in both]

@@ -1,4 +1,4 @@
-"""What a guarded run leaves beside its metrics: the watchdog's trips and the kept best."""
+"""The watchdog's trips and the kept best of a guarded run."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ TRIP_KEYS = ("rule", "value", "threshold", "action", "launch", "last_healthy_che
 
 
 def read_guard(path: Path, issues: list[str]) -> dict[str, Any]:
-    """summary.json's watchdog_trips and best_checkpoint (an unreadable one: an issue)."""
     trips = rd.read_trips(path) if path.is_dir() else []
     best = problem = None
     try:

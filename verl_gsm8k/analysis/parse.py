@@ -1,5 +1,5 @@
 """verl's metrics (a run directory, one .jsonl, or a console log's ``step:N - key:value``
-lines) mapped onto the names of guard/vocab.py. JSON null is NaN (orjson writes NaN so)."""
+lines) mapped onto the names of guard/vocab.py."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class RunData:
     issues: list[str] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
     config: dict[str, int] = field(default_factory=dict)
-    val_problems: int | None = None  # distinct prompts of the newest validation dumps
+    val_problems: int | None = None
     val_problems_from: str | None = None
 
     def merge(self, step: int, values: dict[str, float]) -> None:
@@ -32,7 +32,7 @@ class RunData:
 
 
 class InputError(Exception):
-    """The input is missing or holds no metrics file."""
+    pass
 
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -42,7 +42,7 @@ _FIELD = re.compile(r"^([^\s:]\S*?):(\S+)$")
 _NP = re.compile(r"^np\.\w+\((.*)\)$")  # pprint's np.float64(0.5)
 KEYS = {"train_batch_size": "data.train_batch_size", "rollout_n": "actor_rollout_ref.rollout.n",
         "max_response_length": "data.max_response_length"}  # fmt: skip
-_CONFIG = {  # the same in a console log's config dump
+_CONFIG = {  # in a console log's config dump
     "train_batch_size": re.compile(r"['\"]?train_batch_size['\"]?\s*[:=]\s*(\d+)"),
     "rollout_n": re.compile(r"actor_rollout_ref\.rollout\.n=(\d+)"),
     "max_response_length": re.compile(r"\bmax_response_length['\"]?\s*[:=]\s*(\d+)"),
@@ -82,7 +82,6 @@ def _add(data: RunData, where: str, step: int, pairs: Any) -> None:
 
 
 def _fields(rest: str, unfinished: bool) -> tuple[list[tuple[str, str]], str | None] | None:
-    """The (key, value) pairs after ``step:N`` and a cut-off last field; None: no metrics."""
     parts = rest.rstrip().split(" - ")[1:]
     found = [_FIELD.match(part) for part in parts]
     cut = None
@@ -135,8 +134,8 @@ def _is_jsonl(path: Path) -> bool:
 
 
 def count_val_problems(run: Path) -> tuple[int, str] | None:
-    """Distinct prompts of the larger of the two newest validation dumps (the newest may be
-    half written), and that dump."""
+    """Distinct prompts of the larger of the two newest validation dumps (one may be half
+    written), and that dump."""
     best = None
     for path in reversed(list(rd.dump_files(run, rd.VALIDATION_DIR).values())[-2:]):
         try:
@@ -191,9 +190,7 @@ def load_run(path: Path) -> RunData:
 
 @dataclass
 class Canonical:
-    """The run in the canonical vocabulary; series hold finite values only."""
-
-    series: dict[str, Series]
+    series: dict[str, Series]  # finite values only
     source_keys: dict[str, str]  # canonical name -> the key it was read from
     phases: dict[str, Series]  # phase -> seconds per step
     step_time_derived: bool  # no step timer logged (older verl): the phases' sum
@@ -204,7 +201,6 @@ class Canonical:
 
 
 def _val_key(keys: set[str]) -> str | None:
-    """val-core acc, else reward, else older verl's; gsm8k first."""
     ranked = []
     for key in keys:
         new = vocab.VAL_CORE_KEY.match(key)
@@ -268,8 +264,7 @@ def canonicalize(data: RunData) -> Canonical:
 
 
 def _cut_share(series: dict[str, Series], limit: int | None) -> Series:
-    """The share cut at data.max_response_length: verl's clip_ratio counts responses as long
-    as the step's longest (metric_utils.py ~460), a cut only where that reached the limit."""
+    """verl's clip_ratio (as long as the step's longest) where that reached the limit."""
     if not limit:
         return []
     longest = dict(series.get("response_length_max", []))
@@ -278,7 +273,6 @@ def _cut_share(series: dict[str, Series], limit: int | None) -> Series:
 
 
 def _throughput(series: dict[str, Series], config: dict[str, int]) -> Series:
-    """Tokens/s from the batch size, the lengths and the step time (older verl logs none)."""
     batch = config.get("train_batch_size", 0) * config.get("rollout_n", 1)
     prompt = dict(series.get("prompt_length_mean", []))
     response = dict(series.get("response_length_mean", []))
