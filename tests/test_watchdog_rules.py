@@ -1,5 +1,4 @@
-"""The per-step health rules (guard/rules.py): each trips on a failure planted after a healthy
-history and is off at 0 or null; the trip's line and record; the config block; the real logs."""
+"""guard/rules.py: each rule trips on a failure planted after a healthy history, off at 0/null."""
 
 from __future__ import annotations
 
@@ -32,7 +31,6 @@ KL = "actor/reward_kl_penalty"
 
 
 def healthy_steps(n: int = 25, seed: int = 0, kl_key: str = KL) -> list[dict]:
-    """n healthy steps: KL rising and levelling off, entropy falling, the score climbing."""
     rng = random.Random(seed)
     return [{
         kl_key: 0.0 if i == 0 else 0.08 * (1 - math.exp(-i / 6)) * rng.uniform(0.7, 1.3),
@@ -135,7 +133,6 @@ def test_kl_spike_over_its_recent_median(kl_key: str):
 
 
 def test_a_kl_growing_a_quarter_a_step_never_spikes_and_meets_the_ceiling():
-    """Never 10-fold its last 10 steps; the ceiling stops it above 3 nats, the step before sick."""
     history = healthy_steps(25)
     quiet, guarded = Watchdog(Thresholds(kl_ceiling=None), history), Watchdog(Thresholds(), history)
     tripped = []
@@ -151,7 +148,6 @@ def test_a_kl_growing_a_quarter_a_step_never_spikes_and_meets_the_ceiling():
 
 
 def test_a_run_of_exploding_grad_norms_trips_one_spike_does_not():
-    """Three steps in a row above 10 x the median of the 10 before trip; a single spike not."""
     watchdog = after_history()
     spike = with_(**{"critic/grad_norm": 500.0})
     assert watchdog.check(26, spike, [], []) == []
@@ -175,7 +171,6 @@ def critic_trips(losses: list[float], norms: list[float]) -> list[tuple[int, Tri
 
 @pytest.mark.parametrize("run", sorted(EXPLODING_CRITICS) + sorted(HEALTHY_CRITICS))
 def test_an_exploding_critic_warns_once_where_it_crosses_and_never_stops(run: str):
-    """The measured CPU runs: a warning where the loss crosses (never a stop), once."""
     if run in HEALTHY_CRITICS:
         assert critic_trips(*HEALTHY_CRITICS[run]) == []
         return
@@ -201,31 +196,28 @@ def test_the_critic_warns_again_after_it_came_back_and_a_floor_holds_a_critic_ne
     assert [s for s, _ in judge_run(rows, Thresholds(critic_loss_floor=0.0))] == [6]
 
 
-def test_length_collapse_and_every_response_at_the_limit():
-    (trip,) = check(after_history(), with_(**{"response_length/mean": 20.0}))
-    assert (trip.rule, trip.metric) == ("length_collapse", "response_length/mean")
-    limited = Watchdog(Thresholds(), healthy_steps(25), response_limit=512)  # starts near 230
-    (trip,) = check(limited, with_(**{"response_length/min": 512.0}))
-    assert (trip.rule, trip.metric) == ("length_collapse", "response_length/min")
-    assert check(limited, with_(**{"response_length/min": 511.0})) == []
-    off = Watchdog(Thresholds(length_at_limit=False), healthy_steps(25), response_limit=512)
-    assert check(off, with_(**{"response_length/min": 512.0})) == []
-    # a random model whose responses run near the limit from the start is no collapse
-    near = [dict(s, **{"response_length/mean": 480.0}) for s in healthy_steps(25)]
-    assert check(Watchdog(Thresholds(), near, 512), with_(**{"response_length/min": 512.0})) == []
+LIMIT, MIN, MEAN, ENT = 512, "response_length/min", "response_length/mean", "actor/entropy"
+# (each history step's change, response limit, thresholds, the step's change, trip or None)
+ONE_STEP = [
+    ({}, None, {}, {MEAN: 20.0}, ("length_collapse", MEAN, "")),
+    ({}, LIMIT, {}, {MIN: 512.0}, ("length_collapse", MIN, "")),  # every response at the limit
+    ({}, LIMIT, {}, {MIN: 511.0}, None),
+    ({}, LIMIT, {"length_at_limit": False}, {MIN: 512.0}, None),
+    ({MEAN: 480.0}, LIMIT, {}, {MIN: 512.0}, None),  # near the limit from the start: no collapse
+    ({}, None, {}, {ENT: 0.004}, ("entropy_collapse", ENT, "< 0.005 nats/token")),
+    ({}, None, {}, {ENT: 0.008}, ("entropy_collapse", ENT, "x median of the first 5 steps (0.4")),
+    ({}, None, {}, {ENT: 0.01}, None),  # started near 0.45: 0.01 is not under 2 % of it
+    ({ENT: 0.045}, None, {}, {ENT: 0.0055}, None),  # started low: held by the floor only
+]
 
 
-def test_entropy_collapse_below_the_floor_or_a_fraction_of_the_start():
-    (trip,) = check(after_history(), with_(**{"actor/entropy": 0.004}))
-    assert (trip.rule, trip.metric, trip.value) == ("entropy_collapse", "actor/entropy", 0.004)
-    assert trip.threshold == "< 0.005 nats/token"
-    # the run started near 0.45: 0.008 is under 2 % of it, 0.01 is not
-    (trip,) = check(after_history(), with_(**{"actor/entropy": 0.008}))
-    assert "x median of the first 5 steps (0.4" in trip.threshold
-    assert check(after_history(), with_(**{"actor/entropy": 0.01})) == []
-    # a run that starts low (the tiny learning runs: ~0.045) is held by the floor only
-    low = [dict(s, **{"actor/entropy": 0.045}) for s in healthy_steps(25)]
-    assert check(Watchdog(Thresholds(), low), with_(**{"actor/entropy": 0.0055})) == []
+@pytest.mark.parametrize(("history", "limit", "off", "changes", "want"), ONE_STEP)
+def test_length_and_entropy_collapse(history, limit, off, changes, want):
+    steps = [dict(s, **history) for s in healthy_steps(25)]
+    trips = check(Watchdog(Thresholds(**off), steps, limit), with_(**changes))
+    assert [(t.rule, t.metric) for t in trips] == ([want[:2]] if want else [])
+    for trip in trips:
+        assert want[2] in trip.threshold and trip.value == changes[trip.metric]
 
 
 def test_degenerate_one_token_repeated_or_the_same_response_for_every_prompt():
@@ -376,7 +368,6 @@ def test_a_bad_knob_is_one_line_naming_it(values: dict, message: str):
 
 
 def test_the_real_0_5b_ppo_runs_trip_nothing_and_a_planted_nan_trips(verl_logs_dir):
-    """The real 435-step logs trip nothing; with a NaN score at step 300 one trips there."""
     for log in sorted(verl_logs_dir.glob("*.log")):
         data = load_run(log)
         limit = data.config["max_response_length"]
