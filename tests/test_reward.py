@@ -1,5 +1,4 @@
-"""rewards/gsm8k.py: tables, properties, hostile input, the real GSM8K solutions, and verl beside it
-(its scorer, loader, reward-loop worker and naive manager)."""
+"""rewards/gsm8k.py: tables, properties, hostile input, real GSM8K, verl running it."""
 
 from __future__ import annotations
 
@@ -14,17 +13,13 @@ import torch
 from helpers import ROOT, require_shared
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from omegaconf import OmegaConf
 from verl import DataProto
-from verl.trainer.ppo.reward import get_custom_reward_fn
-from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score import gsm8k as verl_gsm8k
 
 from rewards import gsm8k as rg
 from rewards.gsm8k import ACC_WEIGHT, FORMAT_WEIGHT, REWARD_FUNCTIONS, TAIL_CHARS
 
 STRICT, FLEX, FORMAT = rg.compute_score, rg.compute_score_flexible, rg.compute_score_format
-REWARD_PATH = str(ROOT / "rewards" / "gsm8k.py")
 REASONING = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nIn all 48+24 = <<48+24=72>>72.\n"
 PROOF = "She pays 1,234 dollars.\n#### $1,234.00"  # only ours credits it: seeing 1.0 proves ours
 
@@ -249,8 +244,7 @@ def test_hostile_input_is_fast(hostile):
 
 
 def test_every_gsm8k_reference_solution_as_verl_scores_it():
-    """Each of the 8792 solutions credited by every scorer and verl; another answer 0 (format 0.2);
-    a hedge credited by verl, not ours."""
+    """All 8792 credited by us and verl; another answer 0 (format 0.2); a hedge only by verl."""
     folder, failures, hedged = require_shared("gsm8k"), [], set()
     rows = [json.loads(ln) for name in ("train.jsonl", "test.jsonl")
             for ln in (folder / name).read_text().splitlines() if ln.strip()]  # fmt: skip
@@ -287,29 +281,18 @@ def test_agrees_with_verl_on_well_formed_answers(prose, n, other, commas, suffix
 
 # verl runs our function
 
-
-def reward_config(name: str) -> OmegaConf:
-    fn = {"path": REWARD_PATH, "name": name, "reward_kwargs": {"unused_kwarg": 1}}
-    return OmegaConf.create({"reward": {"custom_reward_function": fn}})
-
-
-def test_verls_loader_calls_our_function_by_name():
-    call_args = {"data_source": "openai/gsm8k", "solution_str": PROOF, "ground_truth": "1234"}
-    assert default_compute_score(**call_args) == 0.0  # verl's own scorer rejects PROOF
-    for name, fn in REWARD_FUNCTIONS.items():
-        assert get_custom_reward_fn(reward_config(name))(**call_args, extra_info={}) == fn(
-            **call_args) and fn(**call_args)["acc"] == 1.0  # fmt: skip
-    with pytest.raises(AttributeError):
-        get_custom_reward_fn(reward_config("compute_score_typo"))
-
-
 BATCH = [(REASONING + "#### 72", "72"), (PROOF, "1234"), ("It is 70.\n#### 70", "72"),
          ("So the answer is \\boxed{72}.", "72")]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def batch(tiny_model_dir) -> tuple:
+def test_verls_reward_loop_worker_runs_our_function(tiny_model_dir):
+    """verl's RewardLoopWorker (main_ppo's Ray actor) loads each function by path and name; the
+    control, no custom function: verl's built-in scorer."""
+    import verl
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
     from transformers import AutoTokenizer
+    from verl.experimental.reward_loop import RewardLoopWorker
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     chat = [{"role": "user", "content": "How many clips did Natalia sell?"}]
@@ -330,17 +313,6 @@ def batch(tiny_model_dir) -> tuple:
                      "reward_model": np.array([{"style": "rule", "ground_truth": t}
                                                for _, t in BATCH], dtype=object)},
     )  # fmt: skip
-    return tok, data
-
-
-def test_verls_reward_loop_worker_runs_our_function(tiny_model_dir, batch):
-    """verl's RewardLoopWorker (what main_ppo runs as a Ray actor) on the composed config, for
-    each of our functions; the control, no custom function: verl's built-in scorer."""
-    import verl
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from verl.experimental.reward_loop import RewardLoopWorker
-
     GlobalHydra.instance().clear()
     config_dir = Path(verl.__file__).parent / "trainer" / "config"
     with initialize_config_dir(config_dir=str(config_dir), version_base=None):
@@ -349,10 +321,10 @@ def test_verls_reward_loop_worker_runs_our_function(tiny_model_dir, batch):
 
     def scores() -> list[dict]:
         worker = RewardLoopWorker(config)
-        return worker.loop.run_until_complete(worker.compute_score_batch(batch[1]))
+        return worker.loop.run_until_complete(worker.compute_score_batch(data))
 
     assert [output["reward_score"] for output in scores()] == [1.0, 0.0, 0.0, 0.0]
-    custom.path = REWARD_PATH
+    custom.path = str(ROOT / "rewards" / "gsm8k.py")
     for name, fn in REWARD_FUNCTIONS.items():
         custom.name = name
         outputs = scores()
@@ -360,22 +332,9 @@ def test_verls_reward_loop_worker_runs_our_function(tiny_model_dir, batch):
             assert output["reward_extra_info"] == fn("gsm8k", response, truth)
             assert output["reward_score"] == output["reward_extra_info"]["score"]
         assert outputs[1]["reward_score"] == 1.0, name  # PROOF: only ours credits it
-
-
-def test_verls_legacy_naive_reward_manager_runs_our_function(batch):
-    from verl.workers.reward_manager.naive import NaiveRewardManager
-
-    tok, data = batch
-    loaded = get_custom_reward_fn(reward_config("compute_score_format"))
-    result = NaiveRewardManager(tokenizer=tok, num_examine=0, compute_score=loaded)(
-        data, return_dict=True)  # fmt: skip
-    last = data.batch["attention_mask"][:, 48:].sum(dim=1) - 1
-    for i, (response, truth) in enumerate(BATCH):
-        expected = FORMAT("openai/gsm8k", response, truth)
-        reward = result["reward_tensor"][i]
-        assert reward[last[i]].item() == pytest.approx(reward.sum().item()) == pytest.approx(
-            expected["score"])  # fmt: skip
-        assert {k: v[i] for k, v in result["reward_extra_info"].items()} == expected
+    custom.name = "compute_score_typo"
+    with pytest.raises(AttributeError):
+        scores()
 
 
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "48*72"}}\n</tool_call>'
