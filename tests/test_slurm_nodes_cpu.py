@@ -1,35 +1,16 @@
-"""The CPU smoke run under a real Slurm, a job of `slurm/multi_node.sbatch` on two nodes (two node
-names on this one machine, each its own slurmd: tests/slurm_local.py): a Ray cluster (its head
-on n1, a worker on n2; one logical GPU a node, FSDP over both), requeued by Slurm during step 1,
-shrunk to one node and resumed there, stopped by its time limit and requeued by itself. One job,
-two starts, one verl launch each (docs/testing.md, "The budget rule").
+"""The CPU smoke run as a real two-node Slurm job of `slurm/multi_node.sbatch` (two slurmds on
+this machine: tests/slurm_local.py), one job, two starts, one verl launch each:
 
-1. A preemption. The trainer is held right before step 1's rollout; `scontrol requeuehold` (a
-   requeue, as a preemption with PreemptMode=REQUEUE does, held so that the test can shrink the
-   job before it starts again) has Slurm send SIGTERM to every process of the job on both nodes:
-   the batch process passes it to the launcher, each node's Ray (started with SIGTERM blocked)
-   and the cluster's workers (which carry the launch's variables) live through it, vLLM's
-   engines ignore it, the step in flight is saved by both FSDP ranks, the launcher exits 5 and
-   says Slurm requeued the job. Then Ray is stopped on the nodes although `srun` no longer starts
-   in a job Slurm is ending (`reap stop --slurm-ray`, on the head's node itself): nothing of the
-   job is left, and the job leaves COMPLETING at once rather than at Slurm's SIGKILL, KillWait
-   (120 s) after its SIGTERM.
-2. A node lost. The requeued job is given one node (`scontrol update`) and released: its second
-   start runs Ray on one node, the launcher sees only the world size changed and reshards step
-   1's two-rank checkpoint for one rank (verl_gsm8k/reshard/) before verl starts.
-3. The time limit. That start is held before step 2's rollout and its time limit cut to end
-   within the sbatch's signal lead (`--signal=B:TERM@180`): Slurm's own timer sends SIGTERM to the
-   batch process alone, as before every time limit (and as `scancel --signal=TERM --batch`
-   does); it passes it to the launcher, which has the trainer save the step in flight, exits 5
-   and requeues its job: Slurm queues it again (its partition set down by the test, it stays
-   pending there rather than start a third time), with step 2 whole to resume from.
+1. a preemption: `scontrol requeuehold` during step 1 sends SIGTERM to every process of the job;
+   Ray, its workers and vLLM live through it, both FSDP ranks save the step, the launcher exits 5,
+   Ray is stopped on the nodes (`reap stop --slurm-ray`), the job leaves COMPLETING before
+   KillWait;
+2. a node lost: the job shrunk to one node and released reshards step 1 for one rank;
+3. the time limit: cut to within the sbatch's signal lead, Slurm signals the batch process, the
+   step in flight is saved and the launcher requeues its job.
 
-Every step is logged once across the two starts in the metrics files, wandb (offline) beside
-them: where the preemption's SIGTERM ended wandb's service, its failed call is one line and the
-step is saved all the same.
-Each start says its deadline and whether a stop measured in the run fits Slurm's KillWait. The
-suite's one run of the sbatch files under a real Slurm; their control flow under a fake srun and
-ray, and the one-node sbatch's exec, in tests/test_slurm_scripts.py.
+Every step logged once across the starts (wandb offline beside, a dead wandb service one line).
+The sbatch files' control flow under a fake srun: tests/test_slurm_scripts.py.
 """
 
 from __future__ import annotations
@@ -51,8 +32,7 @@ from verl_gsm8k.resume.verify import problem
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
-# Each node claims 8 CPUs (config_overrides): Ray's `ray start --num-cpus` is the job's
-# SLURM_CPUS_ON_NODE, and the CPU run's workers need more than this machine's two
+# Ray's --num-cpus is SLURM_CPUS_ON_NODE: the CPU run's workers need more than two
 NODE_CPUS = 8
 ARGS = ("trainer.val_before_train=False", "data.val_max_samples=8")
 KILL_WAIT_S = 120  # tests/slurm_local.py
@@ -76,10 +56,9 @@ def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_it
     run_dir = runs / "smoke_tiny"
     out = tmp_path / "job.out"
     held = tmp_path / "paused-before-rollout"
-    # 3 steps, of which 2 train: step 2 is not the run's last, so its launcher requeues the job
+    # 2 of 3 steps train: step 2 is not the last, so its launcher requeues the job
     knobs = dict(ONE_SMALL_STEP, TOTAL_TRAINING_STEPS="3", SAVE_FREQ="100", TEST_FREQ="100")
-    # GPUS_PER_NODE: one logical GPU a node for Ray (the job asks Slurm for none); Ray's worker
-    # prestart off: fewer idle workers on this two-core machine
+    # one logical GPU a node for Ray; no worker prestart: fewer idle workers on two cores
     env = cpu_env(tmp_path / "home", runs, **knobs, GPUS_PER_NODE="1",
                   LOGGER="console,file,wandb", WANDB_MODE="offline",
                   RAY_enable_worker_prestart="0", RAY_prestart_worker_first_driver="0",
@@ -108,7 +87,7 @@ def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_it
         done = cluster.run("scontrol", *change)
         assert done.returncode == 0, done.stdout + done.stderr
 
-    # 1. step 1's rollout held on two nodes; the requeue signals every process of the job
+    # 1. the requeue during step 1 signals every process of the job
     wait_for("step 1's rollout held", held.exists)
     control("requeuehold", job)
     signalled = time.monotonic()
@@ -121,7 +100,7 @@ def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_it
     wait_for("the first start's end", stopped)
     ended = time.monotonic() - signalled
     first = text()
-    # nothing of the job left on either node: its Ray sessions, the launch's processes
+    # nothing of the job left on either node
     assert slurm_ray_groups(job) == set()
     assert [p.pid for p in launch_processes(of_run_dir(str(run_dir)))] == []
     saved = run_dir / "global_step_1"
@@ -129,49 +108,36 @@ def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_it
     assert f"recipe: Slurm requeued job {job} itself (restart 1: " in first, first[-6000:]
     grace = f"5 s before Slurm's SIGKILL, KillWait {KILL_WAIT_S} s after its requeue of job {job}"
     assert grace in first, first[-6000:]
-    # the launch said its deadline (the job's time limit is known) and KillWait's margin, with no
-    # stop measured yet in this run directory
+    # the deadline and KillWait's margin, no stop measured yet
     assert "recipe: deadline: the job ends at" in first
     kill_wait = f"recipe: Slurm: a requeue or preemption of job {job} leaves {KILL_WAIT_S} s from"
     assert kill_wait in first and "no step measured" in first, first[-6000:]
-    # Ray on both nodes, each given the job's CPUs; the cluster's workers lived through the
-    # SIGTERM (they carry the launch's variables), vLLM's engines too
+    # Ray on both nodes; its workers and vLLM's engines lived through the SIGTERM
     assert "preflight: [ok] gpu: Ray cluster at " in first and ": 2 node(s), 2 GPU(s)" in first
     assert "SIGTERM to vLLM's EngineCore" in first and "outside the launch: ignored" in first
     for role in ("actor", "critic"):  # FSDP over the two nodes: every rank's files
         for kind in ("model", "optim", "extra_state"):
             for rank in (0, 1):
                 assert (saved / role / f"{kind}_world_size_2_rank_{rank}.pt").is_file()
-    # Ray stopped by the batch process on its own node, though srun no longer starts: the job
-    # left COMPLETING with the launcher's end, not at Slurm's SIGKILL KillWait after its SIGTERM
-    # (without that stop: 120 s or more, whatever the machine; the step and its save are in
-    # `ended` too, and a SIGKILL would have cut the save)
+    # Ray stopped by the batch process: the job left COMPLETING before Slurm's SIGKILL
     assert ended < KILL_WAIT_S, (ended, first[-6000:])
     assert f"slurm: Ray of job {job} on " in first and " 0 processes stopped" not in first
 
-    # 2. one node lost: the requeued job shrunk to one node (its task count first: Slurm keeps
-    #    the two tasks and their CPUs of `--nodes=2 --ntasks-per-node=1` otherwise, and starts it
-    #    on two nodes again), released; it reshards and is held before step 2's rollout
+    # 2. one node lost (the task count first, or Slurm starts it on two nodes again)
     control("update", f"JobId={job}", "NumTasks=1")
     control("update", f"JobId={job}", "NumNodes=1", f"NumCPUs={cluster.cpus}")
     control("release", job)
     wait_for("step 2's rollout held", lambda: cluster.job(job).get("Restarts") == "1" and
              held.exists())  # fmt: skip
-    # the partition down: the running start goes on, and the job its launcher requeues stays
-    # pending (past the requeue's BeginTime, for PartitionDown) where it would start a third time
+    # the partition down: the job its launcher requeues stays pending
     control("update", "PartitionName=debug", "State=DOWN")
 
-    # 3. the time limit cut to the whole minute (Slurm keeps limits in minutes) that ends less
-    #    than the signal lead from now: the signal is due at once, at slurmctld's next look at the
-    #    limits, and the start keeps more than LEAD_S - 65 s for the step and its save; Slurm's
-    #    timer signals the batch process, which passes it to the launcher
+    # 3. the time limit cut to end within the signal lead: Slurm signals the batch process
     ran = seconds(cluster.job(job)["RunTime"])
     control("update", f"JobId={job}", f"TimeLimit={(ran + LEAD_S) // 60}")
     cut_at = time.monotonic()
     wait_for("Slurm's time-limit signal", lambda: text().count(SIGTERM_SAID) >= 2, 300)
     waited = time.monotonic() - cut_at
-    # the rest of the start is the step and its save however slow this machine is: whether a
-    # stop fits the lead is the launcher's to measure and say ("measured here, it fits")
     control("update", f"JobId={job}", "TimeLimit=30")
     held.unlink()  # step 2 goes on
 
@@ -183,7 +149,7 @@ def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_it
     total = time.monotonic() - started
     cluster.run("scancel", job)
     control("update", "PartitionName=debug", "State=UP")
-    # the second start's output from its first line (--open-mode=append; two job lines a start)
+    # the second start's output (--open-mode=append)
     second = text()[len(first) :]
     assert f"slurm: job {job} (verl-gsm8k-multi) restart 1 on n" in second, second[-6000:]
     assert "1 node(s) x 1 GPU(s)" in second, second[-6000:]
@@ -192,9 +158,7 @@ def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_it
         line = f"reshard: global_step_1/{role} was saved at world size 2: rewritten for 1 "
         assert line in second, second[-6000:]
         assert (saved / role / "model_world_size_2_rank_1.pt").is_file()  # the original, kept
-    # the time limit: a stop measured in the first start fits KillWait; the step in flight saved
-    # by the stop request (SAVE_FREQ=100), whole and stamped by this launch; the job requeued by
-    # its launcher, to resume from it
+    # the time limit: the step in flight saved (SAVE_FREQ=100), whole, stamped; the job requeued
     assert "measured here, it fits" in second, second[-6000:]
     assert "5 s before Slurm job" in second  # the grace runs to the job's end
     assert "stopped on SIGTERM after saving step 2 " in second, second[-6000:]
@@ -205,7 +169,7 @@ def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_it
     assert "failed: resubmit" not in second
     assert "could not be stopped" not in first + second
 
-    # every step logged once across the two starts; the last checkpoint whole and merged
+    # every step logged once; the last checkpoint whole and merged
     segments = metric_segments(run_dir)
     assert [sorted(s for s in seg if "actor/pg_loss" in seg[s]) for seg in segments] == [
         [1], [2]]  # fmt: skip
@@ -217,9 +181,7 @@ def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_it
     assert [p.pid for p in launch_processes(of_run_dir(str(run_dir)))] == []
     merge_run(run_dir, tmp_path / "merged", env)
     assert json.loads((tmp_path / "merged" / "merge_manifest.json").read_text())["step"] == 2
-    # wandb (offline) beside the file logger, which comes first: where the requeue's SIGTERM
-    # ended wandb's service process (wandb-core ends on it; a CI run once saw it live), step 1's
-    # wandb call failed in one line and the step is in the metrics file all the same (above)
+    # wandb (offline): a service the SIGTERM ended costs one line, the step is in the metrics
     runs_logged = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs_logged) == 2, runs_logged
     logged = [sorted(history(next(r.glob("run-*.wandb")))) for r in runs_logged]
