@@ -1,5 +1,4 @@
-"""The run report, python -m verl_gsm8k.report, on the two real verl console logs and on
-tests/report_runs.py's verl 0.9.1 runs (its health checks: tests/test_health.py)."""
+"""python -m verl_gsm8k.report on the two real verl logs and report_runs.py's verl 0.9.1 runs."""
 
 from __future__ import annotations
 
@@ -44,14 +43,14 @@ def real_runs(verl_logs_dir: Path) -> dict[str, tuple]:
 
 
 def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir, real_runs):
-    """Every step, no model output read as one; the phases add up to the log's timings."""
+    """No model output read as a step; the phases add up to the log's timings; no alarm."""
     for name, (data, canon, findings, summary) in real_runs.items():
         assert list(data.steps) == list(range(435)) and data.issues == [], name
         base = set(data.steps[1])  # 40 training keys; validation every 10
         assert len(base) == 40
         for step, values in data.steps.items():
-            extra = {"val/test_score/openai/gsm8k", "timing/testing"} if step % 10 == 9 else set()
-            assert set(values) == base | extra, step
+            val = {"val/test_score/openai/gsm8k", "timing/testing"} if step % 10 == 9 else set()
+            assert set(values) == base | val, step
         assert (len(canon.series["score"]), len(canon.series["val_acc"])) == (435, 43)
         assert summary["steps"] == {"count": 435, "first": 0, "last": 434, "gaps_before": []}
         keys = {name: info["key"] for name, info in summary["metrics"].items()}
@@ -62,41 +61,32 @@ def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir, real_runs):
         text = (verl_logs_dir / name).read_text(errors="replace")
         lines = [ln for ln in text.splitlines() if re.search(r"step:\d+ - timing/", ln)]
         logged = sum(float(v) for ln in lines for v in re.findall(r"timing/\w+:([\d.]+)", ln))
-        tm = summary["time"]
-        assert tm["wall_clock_s"] == pytest.approx(logged, rel=1e-9)
-        assert sum(p["total_s"] for p in tm["phases"].values()) == pytest.approx(logged)
-        assert sum(p["share"] for p in tm["phases"].values()) == pytest.approx(1.0)
-        assert tm["wall_clock_s"] == pytest.approx(
-            tm["step_time_total_s"] + tm["phases"]["testing"]["total_s"]
-        )
-        assert "other" not in tm["phases"]
-        big = sum(tm["phases"][p]["share"] for p in ("gen", "update_actor", "update_critic"))
+        tm, phases = summary["time"], summary["time"]["phases"]
+        total = (tm["wall_clock_s"], sum(p["total_s"] for p in phases.values()),
+                 tm["step_time_total_s"] + phases["testing"]["total_s"])  # fmt: skip
+        assert total == pytest.approx((logged,) * 3, rel=1e-9)
+        assert sum(p["share"] for p in phases.values()) == pytest.approx(1.0)
+        big = sum(phases[p]["share"] for p in ("gen", "update_actor", "update_critic"))
         assert 0.7 < big < 0.85
         assert summary["throughput"]["estimated"]  # batch 256 from the config dump
         assert 800 < summary["throughput"]["tokens_per_s"] < 2000
-        assert [str(f) for f in findings if f.severity != "note"] == [], name  # no false alarm
-        assert summary["health_counts"]["error"] == summary["health_counts"]["warning"] == 0
+        assert [str(f) for f in findings if f.severity != "note"] == [], name
         assert summary["thresholds"] == asdict(THRESHOLDS)  # the table it used
         vf_loss = [v for _, v in canon.series["vf_loss"]]  # at most 1.18 x its start
         assert max(vf_loss[1:]) / vf_loss[0] < THRESHOLDS.critic_loss_factor / 4, name
     val512, val256 = (real_runs[n][3]["validation"] for n in (LOG_512, LOG_256))
     assert val512["key"] == "val/test_score/openai/gsm8k"
-    assert (val512["best"], val512["final"]) == (
-        {"value": 0.579, "step": 349, "also_at": []},
-        {"value": 0.543, "step": 429},
-    )
-    assert (val256["best"], val256["final"]) == (
-        {"value": 0.538, "step": 199, "also_at": [419]},
-        {"value": 0.526, "step": 429},
-    )
-    # the 512 log's model text holds "step:" on two lines that are no metrics
+    assert (val512["best"], val512["final"]) == ({"value": 0.579, "step": 349, "also_at": []},
+                                                 {"value": 0.543, "step": 429})  # fmt: skip
+    assert (val256["best"], val256["final"]) == ({"value": 0.538, "step": 199, "also_at": [419]},
+                                                 {"value": 0.526, "step": 429})  # fmt: skip
+    # two lines of the 512 log's model text hold "step:" and are no metrics
     text = (verl_logs_dir / LOG_512).read_text(errors="replace")
     assert sum("first step:" in ln or "step by step:" in ln for ln in text.splitlines()) == 2
 
 
 def test_real_log_page_has_every_chart(verl_logs_dir, real_runs, tmp_path, capsys):
-    """Every chart, and in headless Chromium the curves read back from the DOM land on the
-    logged values."""
+    """Every chart; in Chromium the curves read back from the DOM land on the logged values."""
     out = tmp_path / "r512"
     assert report.main([str(verl_logs_dir / LOG_512), "--out", str(out)]) == 0
     printed = capsys.readouterr()
@@ -123,9 +113,8 @@ def test_real_log_page_has_every_chart(verl_logs_dir, real_runs, tmp_path, capsy
     assert layers == {"gen", "ref", "values", "adv", "update_critic", "update_actor"}
     assert "time_share" in svgs and not re.search(r"<(script|link|img)\b", page)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["validation"]["best"]["step"] == 349 and summary["memory"] == {
-        "gpu": {}, "host_used": None}  # fmt: skip
-    assert not list(out.glob("*.tmp")) and not list(out.glob(".*"))
+    assert summary["memory"] == {"gpu": {}, "host_used": None}
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "summary.json"]
     dom, png = render(out / "report.html", tmp_path)
     assert png_size(png) == WINDOW and png.stat().st_size > 50_000  # curves, not a blank page
     assert "No check fired." in dom
@@ -157,8 +146,7 @@ def test_missing_chromium_skips_but_fails_under_ci(tmp_path, monkeypatch):
 
 
 def test_synthetic_run_phases_memory_and_val_aux(tmp_path):
-    """verl 0.9.1: "other" the step time no phase covers; peak memory per role (an older log's
-    under no role); the reward's val-aux keys."""
+    """The step time no phase covers ("other"), peak memory per role, val-aux, tools."""
     records = build_run()
     data, canon, findings, summary = analyse_records(tmp_path, records)
     assert findings == [] and list(data.steps) == list(range(STEPS + 1))
@@ -205,7 +193,6 @@ def test_synthetic_run_phases_memory_and_val_aux(tmp_path):
 
 
 def test_checkpoint_evaluations_drawn_over_validation(tmp_path):
-    """RUN_DIR/checkpoint_eval/comparison.json drawn over verl's validation, the gap named."""
     run = tmp_path / "run"
     write_jsonl(run / "metrics" / "metrics-1.jsonl", build_run())
     evals_file = run / "checkpoint_eval" / "comparison.json"
@@ -285,7 +272,7 @@ def test_validation_problems_counted_from_the_run_dumps(tmp_path):
 
 
 def test_bad_lines_are_one_warning_each_and_the_rest_is_read(tmp_path, capsys):
-    """Each bad line named by file and line, never a traceback; nothing readable: exit 1."""
+    """Each bad line named by file and line; nothing readable: exit 1."""
     records = build_run()[:21]
     records[5]["data"]["actor/entropy"] = "n/a"
     records[7]["data"]["actor/entropy"] = 10**400
@@ -386,7 +373,6 @@ def test_failure_keeps_earlier_report(tmp_path, monkeypatch):
 
 
 def test_follow_rewrites_the_report_while_the_run_goes_on(tmp_path, monkeypatch, capsys):
-    """Nothing logged yet, then 50 steps more at each refresh, until --max-refreshes."""
     records = build_run()
     seg = write_jsonl(tmp_path / "run" / "metrics" / "metrics-20250101T000000Z.jsonl", [])
     sleeps: list[float] = []
@@ -453,7 +439,6 @@ def long_run_lines(fmt: str) -> list[str]:
 
 
 def test_a_long_run_is_read_fast_and_drawn_bounded(tmp_path):
-    """60,000 steps read and reported within a bound; each series drawn <= MAX_DRAWN points."""
     path, log = tmp_path / "run.jsonl", tmp_path / "console.log"
     path.write_text("\n".join(long_run_lines("jsonl")) + "\n")
     log.write_text("\n".join(long_run_lines("console")) + "\n")
@@ -477,7 +462,6 @@ def test_a_long_run_is_read_fast_and_drawn_bounded(tmp_path):
 
 
 def test_arbitrary_values_never_break_the_report(tmp_path):
-    """Any mix of numbers and steps still gives valid HTML and strict JSON."""
     hypothesis = pytest.importorskip("hypothesis")
     st = pytest.importorskip("hypothesis.strategies")
     keys = ["critic/score/mean", "actor/reward_kl_penalty", "actor/entropy", "critic/vf_loss",
