@@ -51,8 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--samples", type=int, default=10, help="answers shown per model and mode (10)")
     add("--samples-per-question", type=int, default=1, metavar="K",
         help="K sampled answers a question: mean@K, and pass@K beside it (1: greedy)")  # fmt: skip
-    # sent explicitly, as verl's rollout has them: left out, a server takes the model's
-    # generation_config.json (Qwen2.5-Instruct: top-p 0.8, top-k 20)
+    # sent explicitly: else a server takes the model's generation_config.json
     add("--temperature", type=float, default=1.0, help="with K > 1 (default 1.0, verl's)")
     add("--top-p", type=float, default=1.0, help="with K > 1 (default 1.0: off, verl's)")
     add("--top-k", type=int, default=-1, help="with K > 1 (default -1: off, verl's)")
@@ -67,7 +66,6 @@ def label_of(text: str) -> str:
 
 
 def parse_model_specs(values: list[str]) -> list[ModelSpec]:
-    """``--model`` values, ``[NAME=]PATH_OR_HUB_ID``, with unique labels."""
     specs: list[ModelSpec] = []
     for value in values:
         name, sep, source = value.partition("=")
@@ -92,7 +90,6 @@ def pick_baseline(specs: list[ModelSpec], wanted: str | None) -> str:
 
 
 def parse_settings(args: argparse.Namespace) -> tuple[Settings, list[ModelSpec], Run | None]:
-    """Every argument checked (UsageError), once, for --model and --run alike."""
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in cfg.MODES] or ([] if modes else ["(none)"])
     if bad:
@@ -145,7 +142,6 @@ def parse_settings(args: argparse.Namespace) -> tuple[Settings, list[ModelSpec],
 
 
 def check_models(specs: list[ModelSpec], api_key: str) -> None:
-    """Every local model resolved (``spec.path``), every --api-url probed; else UsageError."""
     for spec in specs:
         if spec.api_url and (problem := probe_openai(spec.api_url, spec.source, api_key)):
             raise UsageError(f"--api-url {spec.api_url}: {problem}")
@@ -158,7 +154,7 @@ def check_models(specs: list[ModelSpec], api_key: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the data is copied under --out
-    try:  # nothing is written before every input is known good: a fixed rerun needs no --force
+    try:  # nothing is written before every input is known good
         settings, specs, run = parse_settings(args)
         baseline = BASELINE if run else pick_baseline(specs, args.baseline)
         earlier = earlier_rows(settings.out, settings.key()) if run else []
@@ -167,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"{cfg.PROG}: {err}", file=sys.stderr)
         return 2
-    for sig in (signal.SIGTERM, signal.SIGHUP):  # SystemExit unwinds every with: servers stop
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # SystemExit stops the servers
         signal.signal(sig, lambda signum, _: sys.exit(128 + signum))
     session = Session.open(settings, rows)
     if run:

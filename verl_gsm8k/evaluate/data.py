@@ -10,7 +10,7 @@ from verl_gsm8k.evaluate.settings import UsageError
 
 
 def load_data(source: str, modes: list[str]) -> dict[str, list[dict]]:
-    """``{split: [{question, answer}]}`` (data_prep's verl parquet: from its extra_info)."""
+    """``{split: [{question, answer}]}``."""
     import pyarrow.parquet as pq
 
     from data_prep.gsm8k import DataPrepError, load_source
@@ -39,9 +39,8 @@ def load_data(source: str, modes: list[str]) -> dict[str, list[dict]]:
 
 
 def write_data(splits: dict[str, list[dict]], data_root: Path) -> Path:
-    """The hub layout, in a directory named by its content: ``datasets`` caches a local dataset
-    by its base name and config only, so a second directory named ``gsm8k`` would silently be
-    served the first one's rows."""
+    """The hub layout, in a directory named by its content (``datasets`` caches a local dataset
+    by its base name)."""
     from data_prep.gsm8k import write_hub_layout
 
     rows = {k: [[r["question"], r["answer"]] for r in v] for k, v in sorted(splits.items())}

@@ -7,7 +7,6 @@ import re
 from verl_gsm8k.common.run_dir import BEST_FILE
 from verl_gsm8k.evaluate.scoring import match_row, said
 
-# verl's best@N (verl/trainer/ppo/metric_utils.py: process_validation_metrics, bootstrap_metric)
 BEST_AT_N = (
     "verl's best@N/mean is not this: it is a bootstrap (1000 draws of N of the N answers with "
     "replacement, the mean of each draw's best), about 1 - (1 - c/N)^N per question, so it sits "
@@ -110,7 +109,6 @@ def _fenced(text: str) -> list[str]:
 
 def render_samples(label: str, mode: str, header: str, records: list[dict], reviews: dict,
                    ours: dict | None, rows: list[dict], k: int) -> str:  # fmt: skip
-    """The first ``k`` answers: question, ground truth, both verdicts, prompt, response."""
     from data_prep.gsm8k import ground_truth
 
     lines = [f"# {label}: {mode} mode, first {min(k, len(records))} of {len(records)}", "",

@@ -1,5 +1,5 @@
-"""One evaluation session (``--model`` and ``--run`` alike): every model evaluated the same way in
-every mode, into comparison.md/.json; a failed evaluation is a row with ``error``, others go on."""
+"""One evaluation session: every model in every mode, into comparison.md/.json; a failed
+evaluation is a row with ``error``, the others go on."""
 
 from __future__ import annotations
 
@@ -30,14 +30,13 @@ from verl_gsm8k.questions.runs import write_for_evaluation
 
 @functools.cache
 def benchmark() -> Any:
-    """EvalScope's gsm8k benchmark (imported on first use: the refusals need no EvalScope)."""
+    """EvalScope's gsm8k benchmark, imported on first use."""
     from evalscope.api.registry import BENCHMARK_REGISTRY
 
     return BENCHMARK_REGISTRY[cfg.BENCHMARK]
 
 
 def mode_settings(mode: str, settings: Settings) -> dict[str, Any]:
-    """What a mode means, for the tables: shots, prompt, scorer, what it compares with."""
     from data_prep.gsm8k import PROMPT_STYLES
 
     if mode == tool_mode.MODE:
@@ -66,10 +65,10 @@ def run_evalscope(spec: ModelSpec, mode: str, s: Settings, data_dir: Path, url: 
         dataset.update(few_shot_num=0, prompt_template=mode_settings(mode, s)["prompt_template"])
     generation: dict[str, Any] = {"do_sample": False, "max_tokens": s.max_tokens}
     generation["extra_body"] = {"repetition_penalty": cfg.REPETITION_PENALTY}
-    if s.repeats > 1:  # EvalScope repeats each question: mean@k the headline, pass@n beside it
+    if s.repeats > 1:  # mean@k the headline, pass@n beside it
         from evalscope.api.metric.semantics import MetricSelector
 
-        # top-k as sent to a server; transformers' "off" is 0
+        # transformers' "off" is 0
         top_k = s.top_k if s.top_k > 0 or url else 0
         generation.update(do_sample=True, temperature=s.temperature, top_p=s.top_p, top_k=top_k)
         mean = MetricSelector(name="accuracy", aggregation="mean")
@@ -89,7 +88,7 @@ def run_evalscope(spec: ModelSpec, mode: str, s: Settings, data_dir: Path, url: 
 
 @contextlib.contextmanager
 def console_to(log: Path) -> Iterator[None]:
-    """File descriptors 1 and 2 (EvalScope's logger, bars, warnings) and a traceback to ``log``."""
+    """File descriptors 1 and 2 and a traceback to ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -122,7 +121,7 @@ class Session:
         return cls(s, rows, write_data(rows, s.out / "data"), metadata.version("evalscope"))
 
     def row(self, spec: ModelSpec, backend: str, mode: str, error: str | None = None) -> dict:
-        """A comparison row's identity; a failed one says why, in one line on stderr too."""
+        """A comparison row's identity; a failed one says why on stderr too."""
         if error is not None:
             print(f"{cfg.PROG}: {spec.label} / {mode} failed: {error}", file=sys.stderr)
         return {"model": spec.label, "model_source": spec.source, "model_path": spec.path,
@@ -130,7 +129,6 @@ class Session:
                 "evalscope_version": self.version, "error": error}  # fmt: skip
 
     def evaluate(self, spec: ModelSpec) -> list[dict]:
-        """Every mode of one model (served by vLLM first, with that backend)."""
         s, rows = self.settings, []
         backend = "api" if spec.api_url else s.backend
         try:
@@ -141,7 +139,6 @@ class Session:
                     try:
                         rows.append(self.evaluate_one(spec, mode, backend, url, log))
                     except Exception as err:  # one failed evaluation must not lose the others
-                        # one line: ours as it is, any other as its type and last line
                         last = [x.strip() for x in str(err).splitlines() if x.strip()][-1:]
                         why = ": ".join([type(err).__name__, *last])
                         why = str(err) if isinstance(err, EvalError) else why
@@ -153,7 +150,7 @@ class Session:
     def evaluate_one(self, spec: ModelSpec, mode: str, backend: str, url: str | None,
                      log: Path) -> dict:  # fmt: skip
         s, test, start = self.settings, self.rows["test"], time.perf_counter()
-        if mode == tool_mode.MODE:  # our own chat loop, on the questions EvalScope is given
+        if mode == tool_mode.MODE:
             name = spec.source if spec.api_url else spec.label
             got = tool_mode.evaluate(url, name, test[: s.limit or len(test)], s)
             chats = s.out / "samples" / f"{spec.label}-{mode}.jsonl"
@@ -194,7 +191,7 @@ class Session:
                    **({"dtype": s.dtype} if backend == "transformers" else {})},
                "work_dir": rel(work), "report": rel(report["path"]),
                "predictions": rel(predictions), "samples": rel(samples)}  # fmt: skip
-        if s.repeats > 1:  # accuracy is mean@k; pass@k: a question with any right answer
+        if s.repeats > 1:
             row["pass_at_k"] = report["pass_at_k"].get(s.repeats)
         ours = None
         if mode == "training":
@@ -214,9 +211,7 @@ class Session:
 
     def write(self, baseline: str, results: list[dict], seconds: float,
               sweep: dict | None = None) -> str:  # fmt: skip
-        """comparison.json and .md (a sweep's: its table by step first), then
-        questions/questions.html, every model's answer question by question (none when every
-        evaluation failed; one it cannot write: a warning). Returns the Markdown."""
+        """comparison.json and .md, then questions/questions.html; returns the Markdown."""
         s, rows, out = self.settings, self.rows, self.settings.out
         add_deltas(results, baseline)
         data = {"source": s.data, "dataset_dir": os.path.relpath(self.data_dir, out),

@@ -1,5 +1,5 @@
-"""EvalScope's outputs read and scored: answers and prompts, our reward's re-score and pass@k,
-EvalScope's report and reviews, deltas against the baseline. No EvalScope import."""
+"""EvalScope's outputs read and scored: our reward's re-score and pass@k, EvalScope's report and
+reviews, deltas against the baseline."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from verl_gsm8k.evaluate.settings import BENCHMARK, DATA_SOURCE, EvalError
 
 
 def said(record: dict, role: str) -> str:
-    """A prediction's last ``role`` turn (the assistant's: ``model_output.choices[0]`` first)."""
+    """A prediction's last ``role`` turn."""
     choices = (record.get("model_output") or {}).get("choices") or []
     content = choices[0].get("message", {}).get("content") if choices else None
     if role != "assistant" or content is None:
@@ -34,7 +34,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def match_row(record: dict, rows: list[dict]) -> dict | None:
-    """The test row a prediction answers: by its index, checked against the prompt's text."""
+    """The test row a prediction answers: by index, checked against the prompt."""
     prompt, index = said(record, "user"), record.get("index")
     if isinstance(index, int) and 0 <= index < len(rows) and rows[index]["question"] in prompt:
         return rows[index]
@@ -43,7 +43,7 @@ def match_row(record: dict, rows: list[dict]) -> dict | None:
 
 
 def pass_at_k(answers: list[float], k: int) -> float:
-    """Unbiased pass@k of one question, ``1 - C(n-c, k) / C(n, k)`` (Chen et al. 2021)."""
+    """Unbiased pass@k of one question (Chen et al. 2021)."""
     n, c = len(answers), sum(1 for a in answers if a > 0)
     if n < k:
         raise ValueError(f"pass@{k} needs at least {k} answers, got {n}")
@@ -51,9 +51,7 @@ def pass_at_k(answers: list[float], k: int) -> float:
 
 
 def rescore(predictions: Path, rows: list[dict], k: int = 1) -> tuple[dict, dict[int, dict]]:
-    """EvalScope's saved answers scored by our reward, grouped by the row they answer: the
-    ``our_reward_*`` fields (mean@k; pass@k over questions with k answers, the others named as
-    short_questions) and each answer's score by index."""
+    """EvalScope's answers scored by our reward: the ``our_reward_*`` fields, scores by index."""
     from data_prep.gsm8k import ground_truth
     from rewards.gsm8k import compute_score
 
@@ -88,9 +86,9 @@ def rescore(predictions: Path, rows: list[dict], k: int = 1) -> tuple[dict, dict
 
 
 def read_report(work_dir: Path, label: str) -> dict:
-    """``reports/<model>/gsm8k.json``: the mean (0..1), questions, pass@n by n, errored."""
+    """``reports/<model>/gsm8k.json``: the mean, questions, pass@n by n, errored."""
     path = work_dir / "reports" / label / f"{BENCHMARK}.json"
-    report = json_read.read(path)  # missing or broken: the evaluation's row says so
+    report = json_read.read(path)
     metrics = report.get("metrics") if isinstance(report, dict) else None
     if not metrics:
         raise EvalError(f"EvalScope's report {path} has no metrics")
@@ -101,7 +99,6 @@ def read_report(work_dir: Path, label: str) -> dict:
     answers = int(metric.get("num") or report.get("num") or 0)
     return {
         "path": path, "score": float(metric["score"]),
-        # questions: pass@1 counts each once; without it every answer is a question
         "n": int(passes[1].get("num") or answers) if 1 in passes else answers,
         "pass_at_k": {k: float(m["score"]) for k, m in passes.items()},
         "errored": int((report.get("execution_summary") or {}).get("errored") or 0),
@@ -109,7 +106,7 @@ def read_report(work_dir: Path, label: str) -> dict:
 
 
 def review_scores(reviews: Path) -> dict[int, dict]:
-    """Each answer's EvalScope score, extracted answer and target, by index ({} without file)."""
+    """Each answer's EvalScope score, extracted answer and target, by index."""
     out: dict[int, dict] = {}
     for record in read_jsonl(reviews) if reviews.is_file() else []:
         score = (record.get("sample_score") or {}).get("score") or {}
@@ -121,7 +118,7 @@ def review_scores(reviews: Path) -> dict[int, dict]:
 
 
 def add_deltas(results: list[dict], baseline: str) -> None:
-    """``delta_vs_baseline`` (and our reward's) in accuracy 0..1, against the same mode only."""
+    """``delta_vs_baseline`` (and our reward's), against the same mode only."""
     base = {r["mode"]: r for r in results if r["model"] == baseline and r.get("error") is None}
     for r in results:
         ref = base.get(r["mode"]) if r["model"] != baseline else None

@@ -1,5 +1,5 @@
-"""Models and servers: a model resolved, a server probed, and ``vllm serve`` in its own process
-group, its whole group always stopped (on a SIGKILL of ours, by its parent-death signal)."""
+"""A model resolved, a server probed, and ``vllm serve`` in its own process group, the whole
+group always stopped."""
 
 from __future__ import annotations
 
@@ -21,12 +21,11 @@ from verl_gsm8k.common.children import dies_with_this_process
 from verl_gsm8k.evaluate.settings import PROG, EvalError, ModelSpec, Settings
 from verl_gsm8k.evaluate.tool_mode import MODE, VLLM_TOOL_ARGS
 
-PROBE_TIMEOUT = 5.0  # seconds for one GET /v1/models
-STOP_GRACE_S = 30.0  # from SIGTERM to SIGKILL of what is left of the server's group
+PROBE_TIMEOUT = 5.0
+STOP_GRACE_S = 30.0
 
 
 def resolve_model_path(source: str) -> str:
-    """A local directory for a model: the directory itself, or the hub snapshot (cached)."""
     path = Path(source).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -39,7 +38,7 @@ def resolve_model_path(source: str) -> str:
 
         patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"]
         return snapshot_download(source, allow_patterns=patterns)
-    except Exception as err:  # offline, unknown repo, no access: all mean "not here"
+    except Exception as err:  # offline, unknown repo, no access
         first = str(err).splitlines()[0] if str(err) else ""
         raise EvalError(
             f"cannot get {source} from the Hugging Face hub or its cache ({type(err).__name__}: "
@@ -50,13 +49,12 @@ def resolve_model_path(source: str) -> str:
 def vllm_serve_command(
     vllm_bin: str, model: str, port: int, served_name: str, extra: list[str]
 ) -> list[str]:
-    """The `vllm serve` command line (tests/test_gpu_stack.py checks it against vLLM's parser)."""
     return [vllm_bin, "serve", model, "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", served_name, *extra]  # fmt: skip
 
 
 def probe_openai(base_url: str, served_name: str, api_key: str = "EMPTY") -> str | None:
-    """``GET <base_url>/models`` once: None when it lists ``served_name``, else what is wrong."""
+    """``GET <base_url>/models``: None when it lists ``served_name``, else what is wrong."""
     parts = urllib.parse.urlsplit(base_url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "not an http(s) URL (expected e.g. http://127.0.0.1:8000/v1)"
@@ -88,11 +86,11 @@ def probe_openai(base_url: str, served_name: str, api_key: str = "EMPTY") -> str
 
 @contextlib.contextmanager
 def served(spec: ModelSpec, settings: Settings) -> Iterator[str]:
-    """``vllm serve`` of ``spec``: its base URL once it answers; stopped on the way out."""
-    with socket.socket() as sock:  # a free port now (not reserved: vLLM binds it soon after)
+    """``vllm serve`` of ``spec``: its base URL once it answers."""
+    with socket.socket() as sock:  # a free port
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    tools = VLLM_TOOL_ARGS if MODE in settings.modes else []  # vLLM parses Hermes calls
+    tools = VLLM_TOOL_ARGS if MODE in settings.modes else []
     cmd = vllm_serve_command(settings.vllm_bin, str(spec.path), port, spec.label,
                              [*tools, *settings.vllm_args])  # fmt: skip
     base, log = f"http://127.0.0.1:{port}/v1", settings.out / "logs" / f"vllm-{spec.label}.log"
@@ -100,8 +98,7 @@ def served(spec: ModelSpec, settings: Settings) -> Iterator[str]:
     print(f"{PROG}: starting server: {' '.join(cmd)}  (log: {log})", flush=True)
     try:
         with log.open("wb") as out:
-            # SIGTERM on our death: vllm serve then stops its engine processes (a SIGKILL would
-            # leave them orphaned, holding the GPU)
+            # SIGTERM on our death: vllm serve stops its engines (a SIGKILL would orphan them)
             proc = subprocess.Popen(  # noqa: PLW1509 (preexec_fn: one prctl call)
                 cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, preexec_fn=dies_with_this_process(signal.SIGTERM),
@@ -121,7 +118,7 @@ def served(spec: ModelSpec, settings: Settings) -> Iterator[str]:
             time.sleep(1.0)
         print(f"{PROG}: server ready at {base}", flush=True)
         yield base
-    finally:  # the whole group: SIGTERM, then SIGKILL to what is left after the grace
+    finally:  # the whole group
         procs.stop(lambda: [p.pid for p in procs.ours() if procs.group_of(p.pid) == proc.pid],
                    STOP_GRACE_S)  # fmt: skip
         proc.wait()

@@ -1,4 +1,4 @@
-"""The evaluation's settings, constants and errors: what every part of it shares (stdlib only)."""
+"""The evaluation's settings, constants and errors."""
 
 from __future__ import annotations
 
@@ -8,22 +8,20 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 PROG = "eval.sh"
-MODES = ("training", "evalscope", "calculator")  # calculator: a server only (tool_mode.py)
+MODES = ("training", "evalscope", "calculator")
 DEFAULT_MODES = MODES[:2]
 BENCHMARK, SUBSET = "gsm8k", "main"
 DATA_SOURCE = "openai/gsm8k"
 # Stated, as verl's rollout: else the model's generation_config.json (Qwen2.5-Instruct: 1.1)
-# is applied by transformers' generate and by vLLM's server defaults.
 REPETITION_PENALTY = 1.0
-# Without --run or --max-tokens. verl scores an answer cut at data.max_response_length (256 in
-# the recipes) 0, so at this larger limit a model reads higher than its validation said.
+# Without --run or --max-tokens (verl scores a cut answer 0: at this limit a model reads higher)
 DEFAULT_MAX_TOKENS = 1024
 MAX_TOKENS_FLAG = "--max-tokens"
 MAX_TOKENS_DEFAULT = f"the default (no --run, no {MAX_TOKENS_FLAG})"
 
 
 class EvalError(Exception):
-    """One evaluation failed (a model, a server, EvalScope's outputs): its rows say so."""
+    """One evaluation failed: its rows say so."""
 
 
 class UsageError(Exception):
@@ -32,22 +30,22 @@ class UsageError(Exception):
 
 @dataclass
 class ModelSpec:
-    label: str  # model_id in EvalScope's outputs and in the tables
+    label: str
     source: str  # a directory, a hub id, or the model served at api_url
     api_url: str | None = None
-    path: str | None = None  # the resolved local directory
+    path: str | None = None  # resolved
 
 
 @dataclass
 class Settings:
     modes: list[str]
-    backend: str  # vllm or transformers (a model at an --api-url is "api")
+    backend: str  # vllm or transformers
     data: str
     out: Path
     max_tokens: int
     max_tokens_from: str  # MAX_TOKENS_FLAG, MAX_TOKENS_DEFAULT or the run's launch record
     limit: int | None = None
-    batch_size: int | None = None  # None: 8 for transformers, 64 requests for a server
+    batch_size: int | None = None  # None: 8 for transformers, 64 for a server
     dtype: str = "float32"
     repeats: int = 1  # answers sampled per question; 1: greedy
     temperature: float = 0.0
@@ -60,7 +58,6 @@ class Settings:
     server_timeout: float = 900.0
 
     def generation(self) -> dict[str, Any]:
-        """How every answer was generated, recorded beside its score."""
         sampled = self.repeats > 1
         return {
             "max_tokens": self.max_tokens, "max_tokens_from": self.max_tokens_from,
@@ -78,7 +75,6 @@ class Settings:
                 "backend": self.backend, "dtype": self.dtype}  # fmt: skip
 
     def comparable_to(self) -> str:
-        """What a training-mode score compares with (verl's validation: at the run's limit)."""
         limit = f"max_tokens {self.max_tokens}, from {self.max_tokens_from}"
         if self.max_tokens_from not in (MAX_TOKENS_FLAG, MAX_TOKENS_DEFAULT):
             return ("Comparable to this run's validation score (val-core/openai/gsm8k/acc): the "

@@ -1,5 +1,5 @@
-"""``eval.sh --run RUN_DIR``: step 0 (the first launch's model) and every kept checkpoint, merged
-one at a time; comparison.json rewritten after each step; a rerun adds what it lacks."""
+"""``eval.sh --run RUN_DIR``: step 0 and every kept checkpoint, merged one at a time;
+comparison.json rewritten after each step; a rerun adds what it lacks."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ LENGTH = "data.max_response_length"
 @dataclass
 class Run:
     dir: Path
-    records: list[Path]  # its launch records, oldest first
-    configs: list[dict[str, Any]]  # theirs
+    records: list[Path]  # oldest first
+    configs: list[dict[str, Any]]
 
     @classmethod
     def read(cls, path: Path) -> Run:
@@ -43,7 +43,7 @@ class Run:
             raise UsageError(f"--run {run}: {err}") from None
 
     def default_data(self) -> str:
-        """The directory of the run's validation file: the questions verl validated on."""
+        """The directory of the run's validation file."""
         files = lookup(self.configs[0], "data.val_files")
         first = files[0] if isinstance(files, list) and files else files
         if not isinstance(first, str) or not Path(first).is_file():
@@ -52,7 +52,7 @@ class Run:
         return str(Path(first).parent)
 
     def max_tokens(self) -> tuple[int, str]:
-        """The response limit of the run's last launch (its latest checkpoints), and where."""
+        """The response limit of the run's last launch, and where it was read."""
         value = lookup(self.configs[-1], LENGTH)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError(f"{self.records[-1]}: {LENGTH} is {value!r}, not a positive "
@@ -61,7 +61,7 @@ class Run:
 
 
 def earlier_rows(out: Path, key: dict[str, Any]) -> list[dict]:
-    """An earlier sweep's finished rows; other settings: refused, each difference named."""
+    """An earlier sweep's finished rows; other settings: UsageError."""
     path = out / "comparison.json"
     if not path.is_file():
         return []
@@ -81,7 +81,6 @@ def earlier_rows(out: Path, key: dict[str, Any]) -> list[dict]:
 
 
 def kept_best(run_dir: Path) -> dict[str, Any] | None:
-    """The run's best_checkpoint.json; None without one (an unreadable one: one line)."""
     try:
         return layout.read_best(run_dir)
     except layout.BestError as err:
@@ -90,7 +89,7 @@ def kept_best(run_dir: Path) -> dict[str, Any] | None:
 
 
 def merged(run_dir: Path, step: int, target: Path) -> str:
-    """The step merged by scripts/merge.sh (the training environment has verl's merger)."""
+    """The step merged by scripts/merge.sh."""
     shutil.rmtree(target, ignore_errors=True)
     source = layout.step_dir(run_dir, step)
     cmd = ["bash", str(ROOT / "scripts/merge.sh"), str(source), str(target)]
@@ -102,7 +101,7 @@ def merged(run_dir: Path, step: int, target: Path) -> str:
 
 
 def run_sweep(run: Run, session: Session, results: list[dict]) -> int:
-    """Every step not among ``results`` (the earlier sweep's rows), in step order."""
+    """Every step not among ``results``, in step order."""
     s, best, started = session.settings, kept_best(run.dir), time.perf_counter()
     start_model = str(lookup(run.configs[0], "actor_rollout_ref.model.path"))
     done = {r["step"] for r in results}
