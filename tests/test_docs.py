@@ -1,16 +1,8 @@
 """Every measured figure has one home, and the links, cited tests and knob defaults are true.
 
-A measured figure (a duration, a size, a test count, an accuracy) lives in the doc that measured
-it, with the machine and date; every other place links to it. Two rules hold that:
-
-* the link-only files (README.md, recipes/README.md, the Makefile, docs/guide.md) hold no figure
-  of that shape at all, except the few settings and thresholds in ``NOT_MEASURED`` that only look
-  like one;
-* a distinctive figure (a duration or size of three significant digits or more, e.g.
-  ``1938 s``, ``35.6 min``, or a size like ``4.6 GB``) appears in one doc of docs/ only, and a
-  test count (``878 passed``) only in docs/testing.md.
-
-A failure names the file, the line and the figure. Standard library only; well under a second.
+A measured figure lives in the doc that measured it: the link-only files (LINK_ONLY) hold none
+(but the settings in NOT_MEASURED), a distinctive figure (``1938 s``, ``4.6 GB``) is in one doc
+of docs/ only, a test count (``878 passed``) in docs/testing.md only.
 """
 
 from __future__ import annotations
@@ -32,9 +24,8 @@ FIGURE = re.compile(
     rf"|{_NUMBER} ?%"
     r")"
 )
-# A figure distinctive enough that two docs holding it are one measurement copied: three digits
-# or two decimals, a GiB figure with one decimal, a duration of hours and minutes or minutes and
-# seconds, or two digits not a multiple of 5 (round ones, 10 s or 30 s, are mostly settings).
+# Three digits or two decimals, a GiB figure with one decimal, h+min or min+s, or two digits not
+# a multiple of 5 (round ones, 10 s or 30 s, are mostly settings).
 DISTINCTIVE = re.compile(
     r"(?<![\w.])((?:\d{3,}|\d+\.\d{2,}|\d{2,}\.\d+)\s?(?:s|min|h|GiB|GB|MiB|MB)"
     r"|\d+\s?h \d+\s?(?:min|m)|\d+\s?(?:min|m) \d+\s?s"
@@ -43,35 +34,19 @@ DISTINCTIVE = re.compile(
 )
 TEST_COUNT = re.compile(r"(?<![\w.])\d+ passed\b")
 
-# Text in a link-only file that has a figure's shape but is a setting, a threshold or a version,
-# never a measurement; blanked before the check.
+# Text of a figure's shape in a link-only file that is a setting or a version: blanked.
 NOT_MEASURED = {
-    "docs/guide.md": (
-        "vLLM 0.24",  # a version
-        "| `KL_COEF` | 0.001 |",  # a knob's default
-        "longer than 30 s",  # STOP_GRACE_S's default against a GPU step
-        "by at least 0.20",  # what CI asserts, not what a run gave
-        "above 90 %",  # the preflight's warning threshold
-        "3 %\nwarm-up",
-        "0.30-0.45",  # WARM_START_ACC's default with TOY_TASK=hard, a band to stop at
-    ),
+    "docs/guide.md": ("vLLM 0.24", "by at least 0.20", "above 90 %"),  # a version, CI, a threshold
     "Makefile": ("vLLM 0.24",),
-    "docs/slurm.md": ("step 66 s, save 20 s",),  # an example line: tests/test_grace.py's inputs
     "recipes/README.md": (
         "0.37M-parameter",  # the tiny model's size, a property of its config
-        "above 90 % of a",  # the preflight's warning threshold
-        "(3 %\nwarm-up",  # the SFT schedule's warm-up share, a setting
+        "(3 %\nwarm-up",  # the SFT schedule's warm-up share
         "(90% of one group of writers' answers, 10%\nof the other's)",  # the toy data's design
-        "0.30-0.45",  # WARM_START_ACC's default with TOY_TASK=hard, a band to stop at
+        "0.30-0.45",  # WARM_START_ACC's default with TOY_TASK=hard
     ),
 }
-# A distinctive figure two docs share by coincidence: the same number, not the same measurement.
-SHARED = {
-    "120 s": "docs/preflight.md stopped verl after 120 s; docs/reliability.md's Slurm signal "
-    "comes 120 s before the time limit: both settings",
-    "66 s": "docs/reading-a-ppo-run.md's reference step (64-66 s); docs/gpu.md's flash-attn 4 "
-    "packed update on an H100: two measurements",
-}
+# A distinctive figure two docs share by coincidence: the same number, not one measurement.
+SHARED = {"120 s", "66 s"}  # a setting and a measurement; two measurements
 
 
 def _lines(path: str) -> list[str]:
@@ -87,10 +62,7 @@ def figures_outside_their_home(link_only=LINK_ONLY, docs: list[str] | None = Non
     for path in link_only:
         for number, line in enumerate(_lines(path), 1):
             for match in FIGURE.finditer(line):
-                problems.append(
-                    f"{path}:{number}: {match.group(0)!r} is a measured figure's shape in a "
-                    "link-only file: link to the doc that measured it"
-                )
+                problems.append(f"{path}:{number}: {match.group(0)!r} in a link-only file")
     docs = docs or sorted(
         str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md") if p.name != "guide.md"
     )
@@ -107,10 +79,7 @@ def figures_outside_their_home(link_only=LINK_ONLY, docs: list[str] | None = Non
                 figure = re.sub(r"(\d) min\b", r"\1 m", figure)  # 8 h 41 min is 8h 41m
                 first = seen.setdefault(figure, f"{path}:{number}")
                 if not first.startswith(f"{path}:") and figure not in SHARED:
-                    problems.append(
-                        f"{path}:{number}: {figure!r} is also in {first}: one home, the other "
-                        "links to it"
-                    )
+                    problems.append(f"{path}:{number}: {figure!r} is also in {first}")
     return problems
 
 
@@ -118,43 +87,26 @@ def test_every_measured_figure_has_one_home():
     assert figures_outside_their_home() == []
 
 
-def test_a_figure_copied_into_the_readme_is_named(tmp_path, monkeypatch):
-    """The rule goes red when a figure is copied from its home, naming the file and the line."""
+def test_a_copied_figure_is_named_and_a_round_setting_is_not(tmp_path, monkeypatch):
     fake = tmp_path / "repo"
     (fake / "docs").mkdir(parents=True)
-    (fake / "README.md").write_text("# x\n\nThe smoke run takes 154 s on a CPU.\n")
-    (fake / "docs" / "cpu.md").write_text("| wall time | **154 s** (2026-11-26) |\n")
-    (fake / "docs" / "testing.md").write_text("| `make test` | 1938 s, 878 passed |\n")
-    (fake / "docs" / "gpu.md").write_text("the suite took 1938 s (878 passed)\n")
+    (fake / "README.md").write_text("The smoke run takes 154 s on a CPU.\n")
+    for name, text in (("cpu", "**154 s**, wall 3m 21s"), ("testing", "1938 s, 878 passed"),
+                       ("gpu", "the suite took 1938 s (878 passed)"),
+                       ("reading", "logged 8 h 41 min; a step took 67 s"),
+                       ("slurm", "a run of 8 h 41 min, 67 s a step, KillWait 30 s"),
+                       ("compare", "wall 3m 21s, 8h 41m; the 30 s default")):  # fmt: skip
+        (fake / "docs" / f"{name}.md").write_text(text + "\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", fake)
-    problems = figures_outside_their_home(("README.md",))
-    assert problems[0].startswith("README.md:3: '154 s' is a measured figure's shape")
-    assert "docs/gpu.md:1: '878 passed': test counts live in docs/testing.md" in problems
-    assert "docs/testing.md:1: '1938 s' is also in docs/gpu.md:1: one home" in problems[-1]
-    assert len(problems) == 3
-
-
-def test_a_copied_duration_of_two_digits_is_named(tmp_path, monkeypatch):
-    """Durations of hours and minutes, and two-digit figures not a multiple of 5, are caught when
-    copied; round two-digit settings (30 s) are not."""
-    fake = tmp_path / "repo"
-    (fake / "docs").mkdir(parents=True)
-    (fake / "docs" / "reading.md").write_text("logged 8 h 41 min; a step took 67 s\n")
-    (fake / "docs" / "slurm.md").write_text("a run of 8 h 41 min, 67 s a step, KillWait 30 s\n")
-    (fake / "docs" / "compare.md").write_text("wall 3m 21s, 8h 41m; the 30 s default\n")
-    (fake / "docs" / "cpu.md").write_text("wall 3m 21s\n")
-    monkeypatch.setattr(sys.modules[__name__], "ROOT", fake)
-    problems = figures_outside_their_home(())
-    assert sorted(p.split(" is also")[0] for p in problems) == [
-        "docs/cpu.md:1: '3 m 21 s'",
-        "docs/reading.md:1: '8 h 41 m'",
-        "docs/slurm.md:1: '67 s'",
-        "docs/slurm.md:1: '8 h 41 m'",
-    ], problems
-
-
-# ---------------------------------------------------------------------------------------------
-# The README's links are true (its commands: tests/test_doc_commands.py)
+    assert sorted(figures_outside_their_home(("README.md",))) == [
+        "README.md:1: '154 s' in a link-only file",
+        "docs/cpu.md:1: '3 m 21 s' is also in docs/compare.md:1",
+        "docs/gpu.md:1: '878 passed': test counts live in docs/testing.md",
+        "docs/reading.md:1: '8 h 41 m' is also in docs/compare.md:1",
+        "docs/slurm.md:1: '67 s' is also in docs/reading.md:1",
+        "docs/slurm.md:1: '8 h 41 m' is also in docs/compare.md:1",
+        "docs/testing.md:1: '1938 s' is also in docs/gpu.md:1",
+    ]
 
 
 def test_the_readme_reads_in_five_minutes():
@@ -167,12 +119,8 @@ def test_the_readme_reads_in_five_minutes():
         assert item in text, item
 
 
-# ---------------------------------------------------------------------------------------------
-# What the docs cite is there: test names, links inside the repository, knob defaults in one place
-
 CITING = ("README.md", "recipes/README.md")  # and every docs/*.md
-# A test name, not part of a longer word, a path or a key (`val/test_score`, `trainer.test_freq`,
-# `autocast_test_lists.py`); a trailing `_` is a prefix (`test_a_kill_mid_prune_*`).
+# A test name, not part of a path or key (`val/test_score`); a trailing `_` is a prefix.
 TEST_NAME = re.compile(r"(?:(?<=tests/)|(?<![\w/.\-]))(test_\w+?)(\.py)?(?![\w.*])")
 
 
@@ -181,7 +129,6 @@ def _citing_docs(root: Path) -> list[str]:
 
 
 def cited_tests_missing(root: Path) -> list[str]:
-    """Every test file or function a doc names that tests/ does not hold, as ``file:line: name``."""
     tests = root / "tests"
     defined = set(re.findall(r"^\s*(?:async )?def (test_\w+)", "\n".join(
         p.read_text(encoding="utf-8") for p in tests.glob("*.py")), re.M))  # fmt: skip
@@ -215,8 +162,7 @@ def _anchors(path: Path) -> set[str]:
 
 
 def links_outside_the_repository(root: Path) -> list[str]:
-    """Every relative Markdown link that leaves the repository (``../shared/...``), names nothing
-    in it, or names a heading its page does not have (``page.md#anchor``, ``#anchor``)."""
+    """Relative links that leave the repository, name nothing in it, or a missing heading."""
     problems = []
     for path in _citing_docs(root):
         if not (root / path).is_file():
@@ -245,11 +191,8 @@ KNOB_ROW = re.compile(r"^\|([^|]*)\|([^|]*)\|")
 
 
 def knob_defaults_outside_knobs_md(root: Path) -> list[str]:
-    """A row ``| `KNOB` | <its default> | ...`` of a table whose second column is headed "Default",
-    in any doc but docs/knobs.md (the generated table, the one home of every default): the
-    default as knobs.py spells it (``| `A`, `B` | `1`, `2` |`` pairs them in order). Tables of
-    other columns (docs/scaling.md's "1 GPU" next to "8 GPUs") are settings for a case, not
-    checked."""
+    """``| `KNOB` | its default |`` in a table whose 2nd column is "Default", outside docs/knobs.md
+    (``| `A`, `B` | `1`, `2` |`` pairs in order); other tables hold settings for a case."""
     from verl_gsm8k.launch.knobs import BY_NAME
 
     problems = []
@@ -279,10 +222,8 @@ def test_no_knob_default_is_stated_in_a_table_outside_knobs_md():
     assert knob_defaults_outside_knobs_md(ROOT) == []
 
 
-# A knob's default said in prose: "`KNOB=VALUE` (the default", "`KNOB` (default `VALUE`",
-# "`KNOB` knob, `VALUE` by default", "`KNOB` defaults to VALUE", "`KNOB` is 50 by default",
-# "`KNOB` (`VALUE` by default" (a value in words, "is on by default", is not read).
-# Spaces may be line breaks (the docs wrap); "`KNOB=V` (default `W`)" says W, not V.
+# A default in prose: "`K=V` (the default", "`K` (default `V`", "`K` knob, `V` by default", "`K`
+# defaults to V", "`K` is 50 by default" (not "is on by default"); "`K=V` (default `W`)" says W.
 PROSE_DEFAULTS = (
     re.compile(r"`([A-Z][A-Z0-9_]+)=([^`\s]+)`,?\s+\(?(?:the\s+)?default\b(?!:?\s+`)"),
     re.compile(r"`([A-Z][A-Z0-9_]+)`(?:\s+knob)?,?\s+\(?default:?\s+`?([^`\s,;)]+)`?"),
@@ -294,7 +235,6 @@ PROSE_DEFAULTS = (
 
 
 def knob_defaults_said_wrong(root: Path) -> list[str]:
-    """A knob's default said in a doc's prose that is not the knob table's (launch/knobs.py)."""
     from verl_gsm8k.launch.knobs import BY_NAME
 
     problems = []
