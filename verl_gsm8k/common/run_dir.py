@@ -1,26 +1,21 @@
 """A run directory (verl's ``trainer.default_local_dir``): every name in it, once, and the small
-readers and writers of its files.
+readers and writers of its files. Standard library only; every write atomic but the watchdog log's
+appended lines.
 
     latest_checkpointed_iteration.txt   verl's tracker: the step a relaunch resumes
-    global_step_N/                      a checkpoint: actor/, critic/ (fsdp_config.json and
-                                        <kind>_world_size_W_rank_r.pt), data.pt, launch_stamp.txt
-                                        (its launch), watchdog_sick.json (never resumed)
+    global_step_N/                      actor/, critic/ (fsdp_config.json, shards), data.pt,
+                                        launch_stamp.txt, watchdog_sick.json (never resumed)
     .global_step_N.removing/            a step directory being pruned
-    best_checkpoint.json                the kept best: format, step, metric, value, launch
-    watchdog.jsonl                      one line per watchdog trip
-    stop_requested                      the stop's deadline, epoch seconds
-    timings.json                        the slowest step, save, validation and start-up
+    best_checkpoint.json, watchdog.jsonl, stop_requested, timings.json
     .launch.lock, .launch.session       one launch at a time; the last launch's session
-    launches/launch-<stamp>.yaml        the launch record (common/launch_record.py)
+    launches/launch-<stamp>.yaml        the launch record
     metrics/metrics-<stamp>.jsonl       verl's file logger, one file per launch
     logs/console-<stamp>.log            a launch's console
     validation/, rollouts/, trace/      <step>.jsonl dumps
     superseded-<stamp>/                 an earlier run set aside by RESUME=disable
-    report/, checkpoint_eval/           the report's and eval.sh --run's default outputs
+    report/, checkpoint_eval/           the report's and eval.sh --run's outputs
 
-<stamp> is a launch's UTC time, %Y%m%dT%H%M%SZ. Standard library only: the report, merge and
-evaluation read these in their own environments. Every write is atomic (common/atomic_io.py)
-except the watchdog log, appended one whole line at a time.
+<stamp> is a launch's UTC time, %Y%m%dT%H%M%SZ.
 """
 
 from __future__ import annotations
@@ -46,10 +41,9 @@ BEST_FILE = "best_checkpoint.json"
 BEST_FORMAT = 1
 WATCHDOG_FILE = "watchdog.jsonl"
 STOP_FILE = "stop_requested"
-# verl's FSDP files in a role's directory (actor/, critic/): one of each kind per rank
 SHARD_KINDS = ("model", "optim", "extra_state")
-FSDP_CONFIG = "fsdp_config.json"  # its world_size names the files that are the checkpoint
-ROLES = ("actor", "critic")  # a PPO checkpoint's role directories, each one model's shards
+FSDP_CONFIG = "fsdp_config.json"
+ROLES = ("actor", "critic")
 TIMINGS_FILE = "timings.json"
 LOCK_FILE = ".launch.lock"
 SESSION_FILE = ".launch.session"
@@ -66,17 +60,15 @@ SUPERSEDED_PREFIX = "superseded-"
 REPORT_DIR = "report"
 CHECKPOINT_EVAL_DIR = "checkpoint_eval"
 
-STAMP_FORMAT = "%Y%m%dT%H%M%SZ"  # a launch's UTC time (new_stamp)
+STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 _STAMP = r"\d{8}T\d{6}Z"
 STAMP = re.compile(rf"^{_STAMP}$")
 _STEP_NAME = re.compile(rf"{re.escape(STEP_PREFIX)}(\d+)")
-# a metrics file's path, its launch stamp captured (the trainer reads it from VERL_FILE_LOGGER_PATH)
 _METRICS_NAME = re.compile(
     re.escape(METRICS_FILE).replace(re.escape("{stamp}"), f"({_STAMP})") + "$"
 )
 
-# The launcher's exit statuses (verl_gsm8k/launch/cli.py): a run the watchdog stopped, a run
-# stopped on SIGTERM after saving. Both resume with the same command.
+# The launcher's exit statuses: the watchdog stopped the run; a stop saved it.
 EXIT_WATCHDOG = 4
 EXIT_PREEMPTED = 5
 
@@ -96,15 +88,13 @@ stamp_path, sick_path = _step_file(STAMP_FILE), _step_file(SICK_FILE)
 
 
 def new_stamp() -> str:
-    """A launch's stamp: the UTC time now, as every per-launch file name carries it."""
     from datetime import UTC, datetime
 
     return datetime.now(UTC).strftime(STAMP_FORMAT)
 
 
 def unused_stamp(run_dir: Path) -> str:
-    """A stamp no earlier launch into ``run_dir`` used (its record, metrics or console log): a
-    relaunch within the same second as the last launch waits for the next second."""
+    """A stamp no earlier launch into ``run_dir`` used (a relaunch in the same second waits)."""
     import time
 
     while True:
@@ -116,8 +106,7 @@ def unused_stamp(run_dir: Path) -> str:
 
 
 def shard_name(kind: str, world_size: int | str, rank: int | str) -> str:
-    """verl's file for rank ``rank``'s ``kind`` (SHARD_KINDS) at ``world_size`` ranks; ``*`` for
-    either makes a glob. SHARD_NAME reads it back."""
+    """verl's file of ``kind`` (SHARD_KINDS) for one rank; ``*`` makes a glob."""
     return f"{kind}_world_size_{world_size}_rank_{rank}.pt"
 
 
@@ -125,13 +114,11 @@ SHARD_NAME = re.compile(rf"({'|'.join(SHARD_KINDS)})_world_size_(\d+)_rank_(\d+)
 
 
 class FsdpConfigError(ValueError):
-    """A role directory whose fsdp_config.json cannot be read or names no world size its
-    directory could hold: one line."""
+    """An unreadable fsdp_config.json, or no world size its directory could hold: one line."""
 
 
 def _json(path: Path, error: type[Exception]) -> dict[str, Any]:
-    """A small JSON object of the run directory, read with bounds; ``error``, one line, for a
-    file that is not one."""
+    """A small JSON object, read with bounds; ``error`` (one line) for a file that is not one."""
     try:
         value = json_read.read(path, max_bytes=1 << 20)
     except OSError as err:
@@ -152,13 +139,11 @@ def _text(path: Path) -> str:
 
 
 def read_fsdp_config(role_dir: Path) -> dict[str, Any]:
-    """``role_dir``'s fsdp_config.json (verl's FSDP_version and world_size)."""
     return _json(Path(role_dir) / FSDP_CONFIG, FsdpConfigError)
 
 
 def read_world_size(role_dir: Path) -> int:
-    """The world size ``role_dir``'s fsdp_config.json names, refused when above the directory's
-    number of entries (its shards cannot be there)."""
+    """fsdp_config.json's world size, refused above the directory's number of entries."""
     path = Path(role_dir) / FSDP_CONFIG
     world = read_fsdp_config(role_dir).get("world_size")
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
@@ -173,15 +158,13 @@ def read_world_size(role_dir: Path) -> int:
 
 
 def write_world_size(role_dir: Path, world: int, source: Path | None = None) -> None:
-    """fsdp_config.json of ``role_dir`` rewritten atomically to name ``world`` ranks, its other
-    keys those of ``source``'s (default: its own)."""
+    """fsdp_config.json rewritten to name ``world`` ranks, its other keys ``source``'s."""
     config = read_fsdp_config(Path(source or role_dir))
     config["world_size"] = world
     write_atomic(Path(role_dir) / FSDP_CONFIG, json.dumps(config, indent=4) + "\n")
 
 
 def step_name(step: int) -> str:
-    """The name of step ``step``'s directory."""
     return f"{STEP_PREFIX}{step}"
 
 
@@ -190,13 +173,13 @@ def step_dir(run_dir: Path, step: int) -> Path:
 
 
 def step_of(path: Path) -> int | None:
-    """The step a step directory's name holds; None for any other name."""
+    """The step a step directory's name holds; None for another name."""
     match = _STEP_NAME.fullmatch(Path(path).name)
     return int(match.group(1)) if match else None
 
 
 def saved_steps(run_dir: Path) -> list[int]:
-    """The steps of the run's step directories, oldest first ([] without a run directory)."""
+    """The steps of the run's step directories, oldest first."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return []
@@ -205,8 +188,7 @@ def saved_steps(run_dir: Path) -> list[int]:
 
 
 def removing_dir(run_dir: Path, step: int) -> Path:
-    """Where pruning renames a step directory before removing it: a kill mid-removal leaves no
-    half step directory under a checkpoint's name."""
+    """Where pruning renames a step directory first: a kill leaves no half checkpoint."""
     return Path(run_dir) / f".{step_name(step)}{REMOVING}"
 
 
@@ -220,14 +202,13 @@ def removing_leftovers(run_dir: Path) -> list[Path]:
 
 
 def tracked_step(run_dir: Path) -> int | None:
-    """The step the tracker names; None when it is missing, unreadable or not a step number."""
+    """The step the tracker names; None when missing or not a step number."""
     text = _text(tracker_path(run_dir))
     return int(text) if text.isdecimal() else None
 
 
 def write_tracker(run_dir: Path, step: int) -> None:
-    """Point the tracker at ``step``, atomically: verl opens it with ``open("w")`` and then
-    writes, and a kill between the two leaves an empty tracker every relaunch dies on."""
+    """Atomically: verl's ``open("w")`` then write leaves an empty tracker on a kill."""
     write_atomic(tracker_path(run_dir), str(step))
 
 
@@ -240,7 +221,7 @@ def write_stamp(run_dir: Path, step: int, stamp: str) -> None:
 
 
 def read_stamp(run_dir: Path, step: int) -> str | None:
-    """The stamp of the launch that saved ``step``; None for a checkpoint saved without one."""
+    """The stamp of the launch that saved ``step``, or None."""
     return _text(stamp_path(run_dir, step)) or None
 
 
@@ -254,7 +235,7 @@ def write_best(run_dir: Path, step: int, metric: str, value: float, launch: str 
 
 
 def read_best(run_dir: Path) -> dict[str, Any] | None:
-    """The kept best checkpoint's record; None when the run keeps none."""
+    """The kept best checkpoint's record, or None."""
     path = best_path(run_dir)
     if not path.is_file():
         return None
@@ -282,7 +263,7 @@ def clear_sick(run_dir: Path, step: int) -> None:
 
 
 def append_trip(run_dir: Path, trip: dict[str, Any]) -> None:
-    line = json.dumps(trip) + "\n"  # NaN and Infinity stay as JSON's NaN/Infinity tokens
+    line = json.dumps(trip) + "\n"
     with open(watchdog_path(run_dir), "a", encoding="utf-8") as handle:
         handle.write(line)
         handle.flush()
@@ -290,7 +271,7 @@ def append_trip(run_dir: Path, trip: dict[str, Any]) -> None:
 
 
 def read_trips(run_dir: Path) -> list[dict[str, Any]]:
-    """Every watchdog trip of the run, oldest first; an unreadable line is skipped."""
+    """Every watchdog trip, oldest first; an unreadable line skipped."""
     path = watchdog_path(run_dir)
     if not path.is_file():
         return []
@@ -310,7 +291,7 @@ def launch_record_path(run_dir: Path, stamp: str) -> Path:
 
 
 def launch_record_paths(run_dir: Path) -> list[Path]:
-    """The launch records of a run directory, oldest first ([] when it has none)."""
+    """The launch records, oldest first."""
     folder = Path(run_dir) / LAUNCHES_DIR
     return sorted(folder.glob(LAUNCH_RECORD.format(stamp="*"))) if folder.is_dir() else []
 
@@ -320,7 +301,7 @@ def metrics_path(run_dir: Path, stamp: str) -> Path:
 
 
 def metrics_paths(run_dir: Path) -> list[Path]:
-    """The metrics files of a run directory, one per launch, oldest first."""
+    """The metrics files, one per launch, oldest first."""
     return sorted((Path(run_dir) / METRICS_DIR).glob(METRICS_FILE.format(stamp="*")))
 
 
@@ -328,8 +309,7 @@ MAX_STEP = 10**12  # a larger "step" in a metrics line is not one verl logged
 
 
 def jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, value) of each non-blank line of a JSON-lines file, read a line at a time;
-    a line that is not JSON gives its json_read.JsonError as the value. OSError as usual."""
+    """(line number, value) of each non-blank line; a line not JSON gives its JsonError."""
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, 1):
             text = raw.decode("utf-8", errors="replace")
@@ -341,9 +321,9 @@ def jsonl(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def metric_lines(path: Path, issues: list[str]) -> Iterator[tuple[int, int, dict[str, Any]]]:
-    """(line number, step, data) of each record of a metrics file (verl's file logger:
-    ``{"step": N, "data": {...}}``); each line that is not one is named in ``issues``."""
-    cut, seen, kept = None, 0, 0  # cut: a line that is not JSON (the last: a kill mid-write)
+    """(line number, step, data) of each ``{"step": N, "data": {...}}`` record of a metrics
+    file; each line that is not one is named in ``issues``."""
+    cut, seen, kept = None, 0, 0  # cut: a line not JSON (the last one: a kill mid-write)
     try:
         for number, row in jsonl(path):
             seen += 1
@@ -370,8 +350,7 @@ def metric_lines(path: Path, issues: list[str]) -> Iterator[tuple[int, int, dict
 
 
 def logged_rows(run_dir: Path, issues: list[str] | None = None) -> dict[int, dict[str, Any]]:
-    """Every step's metrics, the lines of a step merged; a metric logged by several launches: the
-    last launch's."""
+    """Every step's metrics, its lines merged; the later launch wins."""
     rows: dict[int, dict[str, Any]] = {}
     for path in metrics_paths(run_dir):
         for _, step, data in metric_lines(path, [] if issues is None else issues):
@@ -380,8 +359,7 @@ def logged_rows(run_dir: Path, issues: list[str] | None = None) -> dict[int, dic
 
 
 def dump_files(run_dir: Path, folder: str) -> dict[int, Path]:
-    """The ``<step>.jsonl`` files of a dump folder (VALIDATION_DIR, ROLLOUTS_DIR, TRACE_DIR), by
-    step, oldest first."""
+    """The ``<step>.jsonl`` files of a dump folder, by step, oldest first."""
     where = Path(run_dir) / folder
     files = where.glob("*.jsonl") if where.is_dir() else []
     steps = (p for p in files if p.stem.isascii() and p.stem.isdecimal() and len(p.stem) < 13)
@@ -390,7 +368,7 @@ def dump_files(run_dir: Path, folder: str) -> dict[int, Path]:
 
 
 def metrics_stamp(path: str | os.PathLike[str]) -> str | None:
-    """The launch stamp a metrics file's path ends with; None for another path."""
+    """The launch stamp a metrics file's path ends with, or None."""
     match = _METRICS_NAME.search(os.fspath(path))
     return match.group(1) if match else None
 
