@@ -27,16 +27,19 @@ from helpers import (
 
 from verl_gsm8k.common.qwen25 import qwen25_config
 from verl_gsm8k.launch.plan import bare_overrides
-from verl_gsm8k.preflight import budget
 from verl_gsm8k.preflight import cli as preflight
+from verl_gsm8k.preflight.compose import compose
 from verl_gsm8k.preflight.memory import (
+    BUDGET_KEYS,
     GIB,
     MEMORY_WARN_FRACTION,
     SDPA_PADDING_FACTOR,
     Engine,
     check_memory,
+    choose_budget,
     engine_of,
     estimate_phases,
+    with_budget,
 )
 from verl_gsm8k.preflight.model import count_parameters
 
@@ -116,7 +119,7 @@ def test_engines_are_placed_as_verl_builds_them(verl_engines, tiny_model_dir):
     hf_config = AutoConfig.from_pretrained(tiny_model_dir)
     model = [f"{key}.path={tiny_model_dir}" for key in ("actor_rollout_ref.model", "critic.model")]
     for case, (config, overrides) in CASES.items():
-        cfg = preflight.compose(ROOT / "configs", config, model + overrides)
+        cfg = compose(ROOT / "configs", config, model + overrides)
         for role in ROLES[config]:
             real, ours = verl_engines[f"{case}/{role}"], engine_of(cfg, role, hf_config, n_gpus=1)
             where = f"{case}/{role}: {ours} vs verl's {real}"
@@ -185,7 +188,7 @@ def lora_recipe_lines(lora: list[str], *extra: str):
     from transformers import Qwen2Config
 
     overrides, report = [*lora, *extra], preflight.Report()
-    cfg = preflight.compose(ROOT / "configs", "gsm8k_ppo_lora", overrides)
+    cfg = compose(ROOT / "configs", "gsm8k_ppo_lora", overrides)
     check_memory(cfg, {"actor": Qwen2Config(**QWEN25_15B)}, CARD_24GB, report)
     return overrides, report
 
@@ -193,7 +196,7 @@ def lora_recipe_lines(lora: list[str], *extra: str):
 def composes_with_every_fix(overrides: list[str], line: str) -> None:
     for key in line.split("; try ", 1)[1].split(", "):
         fixed = re.sub(r"=N\b.*$", "=0.3" if "utilization" in key else "=8192", key)
-        preflight.compose(ROOT / "configs", "gsm8k_ppo_lora", overrides + [fixed])
+        compose(ROOT / "configs", "gsm8k_ppo_lora", overrides + [fixed])
 
 
 def test_lora_recipe_fits_a_24gb_card(lora):
@@ -246,7 +249,7 @@ def test_check_gpus_prints_every_phase_against_the_card(tmp_path, monkeypatch):
     """A listed card (fake nvidia-smi): a line per phase; without one, notes."""
     from transformers import Qwen2Config
 
-    cfg = preflight.compose(ROOT / "configs", "gsm8k_ppo", [
+    cfg = compose(ROOT / "configs", "gsm8k_ppo", [
         "actor_rollout_ref.model.path=/m", "critic.model.path=/m", "trainer.n_gpus_per_node=1",
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.4"])  # fmt: skip
     hf = {"actor": Qwen2Config(**QWEN25_05B)}
@@ -267,13 +270,13 @@ def test_choose_writes_the_largest_budget_that_fits(tmp_path):
     extra = ["actor_rollout_ref.model.path=/m", "critic.model.path=/m", "+attention=sdpa_packed"]
     extra += ["trainer.n_gpus_per_node=1", "trainer.nnodes=1"]
     recipe = gpu_recipe_overrides("ppo_qwen2.5-0.5b_gsm8k")
-    cfg = preflight.compose(ROOT / "configs", "gsm8k_ppo", [*recipe, *extra])
+    cfg = compose(ROOT / "configs", "gsm8k_ppo", [*recipe, *extra])
     hf, card = {"actor": qwen25_config("0.5B")}, CARD_24GB
     out, report = tmp_path / "budget", preflight.Report()
-    chosen = budget.choose(cfg, hf, card, out, report)
-    assert out.read_text().split() == budget.overrides(8192)
-    assert all(int(get(chosen, key)) == 8192 for key in budget.BUDGET_KEYS)
-    for cfg_at, fits in ((chosen, True), (budget.with_budget(cfg, 16384), False)):
+    chosen = choose_budget(cfg, hf, card, out, report)
+    assert out.read_text().split() == [f"{key}=8192" for key in BUDGET_KEYS]
+    assert all(int(get(chosen, key)) == 8192 for key in BUDGET_KEYS)
+    for cfg_at, fits in ((chosen, True), (with_budget(cfg, 16384), False)):
         top = max(p.gib(card) for p in estimate_phases(cfg_at, hf))
         assert (top <= MEMORY_WARN_FRACTION * card) is fits
     (line,) = report.lines
@@ -281,10 +284,10 @@ def test_choose_writes_the_largest_budget_that_fits(tmp_path):
     assert "using 8192" in line and "TOKEN_BUDGET=recipe keeps 16384" in line
     # on an 80 GB card the recipe's budget stands: nothing written, nothing said
     out80, report80 = tmp_path / "budget80", preflight.Report()
-    assert budget.choose(cfg, hf, 81559 / 1024, out80, report80) is cfg
+    assert choose_budget(cfg, hf, 81559 / 1024, out80, report80) is cfg
     assert out80.read_text() == "" and report80.lines == []
     report4 = preflight.Report()  # a 4 GiB card: no budget fits, the recipe's is kept and said
-    assert budget.choose(cfg, hf, 4.0, out80, report4) is cfg and out80.read_text() == ""
+    assert choose_budget(cfg, hf, 4.0, out80, report4) is cfg and out80.read_text() == ""
     assert report4.lines[0].endswith("and no budget down to 1024 fits: kept"), report4.lines
 
 
@@ -319,7 +322,7 @@ def test_the_launch_runs_at_the_budget_that_fits_the_card(
     assert picked.returncode == 0, picked.stdout[-3000:] + picked.stderr[-3000:]
     assert "preflight: [ok] budget: the recipe's 16384 tokens" in picked.stdout
     cfg = composed_config(picked.stdout)
-    assert all(get(cfg, key) == 8192 for key in budget.BUDGET_KEYS)
+    assert all(get(cfg, key) == 8192 for key in BUDGET_KEYS)
     # the user's own budget key wins: the preflight checks it and stops, as without the knob
     own = dry_run("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384")
     assert own.returncode == 1 and "budget:" not in own.stdout, own.stdout[-3000:]

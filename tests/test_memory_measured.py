@@ -10,7 +10,7 @@ import torch
 from helpers import QWEN25_05B, ROOT
 
 from verl_gsm8k.preflight import memory as mem
-from verl_gsm8k.preflight.cli import compose
+from verl_gsm8k.preflight.compose import compose
 
 # About 50 s alone on 2 cores (MemTracker updates every module's peak at every op, and verl's
 # logprobs_from_logits_v2 loops over tokens): a module fixture, both tests on one xdist worker.

@@ -16,6 +16,7 @@ from verl_gsm8k.common.qwen25 import qwen25_config
 from verl_gsm8k.launch.plan import bare_overrides
 from verl_gsm8k.preflight import checkpoints, inputs
 from verl_gsm8k.preflight import cli as preflight
+from verl_gsm8k.preflight import compose as composing
 from verl_gsm8k.preflight.compose import split_override
 from verl_gsm8k.preflight.model import count_parameters
 
@@ -38,7 +39,7 @@ def run_preflight(overrides: list[str], config: str = "gsm8k_ppo") -> preflight.
 
 
 def compose(overrides: list[str], config: str = "gsm8k_ppo"):
-    return preflight.compose(ROOT / "configs", config, overrides)
+    return composing.compose(ROOT / "configs", config, overrides)
 
 
 def errors(report: preflight.Report) -> str:

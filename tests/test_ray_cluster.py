@@ -14,14 +14,12 @@ from helpers import ROOT, refusing_port
 
 from verl_gsm8k.preflight import cli as preflight
 from verl_gsm8k.preflight import device
+from verl_gsm8k.preflight.compose import compose
 
 
 def composed(nnodes: int, per_node: int):
-    return preflight.compose(
-        ROOT / "configs",
-        "gsm8k_ppo",
-        [f"trainer.nnodes={nnodes}", f"trainer.n_gpus_per_node={per_node}"],
-    )
+    overrides = [f"trainer.nnodes={nnodes}", f"trainer.n_gpus_per_node={per_node}"]
+    return compose(ROOT / "configs", "gsm8k_ppo", overrides)
 
 
 def gpu_lines(cfg, monkeypatch, address: str) -> preflight.Report:
@@ -88,7 +86,7 @@ def test_cluster_shapes_verl_cannot_place_and_no_ray_without_ray_address(monkeyp
     """verl packs each node's workers onto one node: 2 nodes x 4 GPUs cannot use 1 node of 8."""
     nodes = [{"ip": "10.0.0.1", "gpus": 8.0, "kind": ["H100"]}, {"ip": "10.0.0.2", "gpus": 0.0,
              "kind": []}]  # fmt: skip
-    monkeypatch.setattr(preflight, "ray_cluster_gpus", lambda address: (nodes, ""))
+    monkeypatch.setattr(device, "ray_cluster_gpus", lambda address: (nodes, ""))
     report = gpu_lines(composed(2, 4), monkeypatch, "ray://head:10001")
     assert report.errors == 1 and "needs 2 node(s) with 4 GPU(s) each, the cluster has 1" in (
         report.lines[0])  # fmt: skip
@@ -96,7 +94,7 @@ def test_cluster_shapes_verl_cannot_place_and_no_ray_without_ray_address(monkeyp
     report = gpu_lines(composed(1, 8), monkeypatch, "ray://head:10001")
     assert report.errors == 0 and "this run uses 1 node(s) x 8 GPU(s)" in report.lines[0]
     monkeypatch.delenv("RAY_ADDRESS")
-    monkeypatch.setattr(preflight, "ray_cluster_gpus", lambda address: pytest.fail("asked Ray"))
+    monkeypatch.setattr(device, "ray_cluster_gpus", lambda address: pytest.fail("asked Ray"))
     report = preflight.Report()
     preflight.check_gpus(composed(1, 1), None, report)
     assert report.lines == [

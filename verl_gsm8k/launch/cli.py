@@ -142,7 +142,7 @@ def preflight(plan: Plan, user: list[str], dry_run: bool) -> list[str]:
     chosen.update({split_override(item)[0]: item for item in user})
     try:
         code = run_preflight(plan.trainer, plan.recipe.config, plan.all_overrides(user),
-                             CONFIG_DIR, None, budget, chosen)  # fmt: skip
+                             CONFIG_DIR, budget, chosen)  # fmt: skip
         if code:
             raise Exit(code)
         if budget is not None:

@@ -1,17 +1,14 @@
 """Prove a verl 0.9.1 launch is valid before a GPU is spent; runs anywhere, GPU or not.
 
-    python -m verl_gsm8k.preflight [--config-name gsm8k_ppo] -- key=value ...
-    python -m verl_gsm8k.preflight --trainer sft [--config-name gsm8k_sft] -- key=value ...
+    python -m verl_gsm8k.preflight [--trainer sft] [--config-name NAME] -- key=value ...
 
-Every recipe runs it on its final override list; each check says one line (docs/guide.md,
-"Preflight"). Exit status: 0 passed (warnings allowed), 1 an error, 2 bad usage.
+Exit status: 0 passed (warnings allowed), 1 an error, 2 bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import time
 from collections.abc import Mapping
@@ -20,29 +17,12 @@ from typing import Any
 
 from verl_gsm8k.common.run_dir import TRACE_DIR
 from verl_gsm8k.ppo_trainer import MODE
-from verl_gsm8k.preflight import budget
+from verl_gsm8k.preflight import checkpoints, device, inputs, memory
 from verl_gsm8k.preflight.algorithm import check_algorithm
 from verl_gsm8k.preflight.batch import batch_split_problem
-from verl_gsm8k.preflight.checkpoints import check_async_save, check_disk, check_run_dir
-from verl_gsm8k.preflight.compose import (
-    LegacyKeys,
-    compose,
-    compose_checked,
-    legacy_key_problems,
-    split_override,
-)
-from verl_gsm8k.preflight.device import (
-    check_device,
-    check_gpu_count,
-    check_lora,
-    external_modules,
-    lora_rank,
-    ray_cluster_gpus,
-    visible_gpus,
-)
-from verl_gsm8k.preflight.inputs import check_data, check_reward
+from verl_gsm8k.preflight.compose import LegacyKeys, compose_checked, split_override
+from verl_gsm8k.preflight.compose import legacy_key_problems as legacy
 from verl_gsm8k.preflight.lines import Report, one_line
-from verl_gsm8k.preflight.memory import check_memory
 from verl_gsm8k.preflight.model import load_model, offline_if_hub_unreachable, resolve_model
 from verl_gsm8k.preflight.sft import run_sft
 
@@ -50,16 +30,17 @@ DEFAULT_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 CONFIG_NAMES = {"ppo": "gsm8k_ppo", "sft": "gsm8k_sft"}  # --trainer -> default --config-name
 PLUGIN = "verl_gsm8k.verl_plugins.register_trainer"  # registers the trainer of MODE in verl
 A, R = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
-# Keys that verl 0.9.1 ignores (they compose, nothing reads them) or rejects: the key to use
-# ("" to remove it) and why (docs/verl-0.9.1-keys.md).
+LORA, FSDP = "LoRA is set on the model", "the critic's FSDP settings are critic.fsdp"
+# Keys verl 0.9.1 ignores or rejects: the key to use ("" to remove it) and why
+# (docs/verl-0.9.1-keys.md).
 LEGACY_KEYS: LegacyKeys = {
     "custom_reward_function.": ("reward.custom_reward_function.",
                                 "main_ppo ignores it and runs the built-in scorer"),
-    f"{A}.lora.rank": ("actor_rollout_ref.model.lora_rank", "LoRA is set on the model"),
-    f"{A}.lora.alpha": ("actor_rollout_ref.model.lora_alpha", "LoRA is set on the model"),
-    f"{A}.lora.": ("actor_rollout_ref.model.", "LoRA is set on the model"),
-    "critic.model.fsdp_config.": ("critic.fsdp.", "the critic's FSDP settings are critic.fsdp"),
-    "critic.fsdp_config.": ("critic.fsdp.", "the critic's FSDP settings are critic.fsdp"),
+    f"{A}.lora.rank": ("actor_rollout_ref.model.lora_rank", LORA),
+    f"{A}.lora.alpha": ("actor_rollout_ref.model.lora_alpha", LORA),
+    f"{A}.lora.": ("actor_rollout_ref.model.", LORA),
+    "critic.model.fsdp_config.": ("critic.fsdp.", FSDP),
+    "critic.fsdp_config.": ("critic.fsdp.", FSDP),
     "reward_model.reward_manager": ("reward.reward_manager.name", "main_ppo reads reward.*"),
     "reward_model.reward_kwargs.": ("reward.reward_kwargs.", "main_ppo never reads it (the dapo "
                                     "manager runs without its overlong penalty)"),
@@ -70,8 +51,7 @@ LEGACY_KEYS: LegacyKeys = {
     f"{R}.val_kwargs.do_sample": (f"{R}.val_kwargs.temperature", "read by neither trainer: "
                                   "validation is greedy when val_kwargs.temperature is 0"),
 }  # fmt: skip
-# Keys the v1 trainer (the default) ignores and verl's legacy trainer reads.
-V1_IGNORED_KEYS: LegacyKeys = {
+V1_IGNORED_KEYS: LegacyKeys = {  # read by verl's legacy trainer only
     "trainer.balance_batch": ("", "the v1 trainer balances every batch"),
     "critic.ppo_max_token_len_per_gpu": ("critic.ppo_infer_max_token_len_per_gpu",
                                          "the v1 trainer sets both critic budgets from it"),
@@ -81,22 +61,20 @@ COSTLY_KEYS = {  # keys that work, at a cost nothing needs: a warning
     "full-vocabulary entropy pass with gradients to every update",
 }
 CLIP = f"{A}.clip_ratio"
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks
+VLLM_MAX_LORA_RANK = 512  # the largest of vllm.config.lora.MaxLoRARanks
 
 
 def check_legacy_keys(overrides: list[str], report: Report) -> bool:
     """Keys wrong whichever trainer runs; True if none."""
     keys = [split_override(o)[0] for o in overrides]
-    problems = legacy_key_problems(keys, LEGACY_KEYS)
+    problems = legacy(keys, LEGACY_KEYS)
     if CLIP in keys and not {f"{CLIP}_low", f"{CLIP}_high"} & set(keys):
         problems.append(f"'{CLIP}' alone changes nothing (clip_ratio_low and _high default to "
                         f"0.2 and win); set {CLIP}_low and {CLIP}_high")  # fmt: skip
-    for problem in problems:
-        report.error("keys", problem)
     for key, value in map(split_override, overrides):
         if key in COSTLY_KEYS and value.strip().lower() == "true":
             report.warn("keys", f"'{key}=True': {COSTLY_KEYS[key]}")
-    return not problems
+    return report.verdict("keys", problems)
 
 
 def check_trainer_keys(cfg: Any, overrides: list[str], report: Report, clean: bool) -> None:
@@ -105,9 +83,7 @@ def check_trainer_keys(cfg: Any, overrides: list[str], report: Report, clean: bo
         trainer = "legacy trainer (trainer.use_v1=false)"
     else:
         kind = "ignored by verl's v1 trainer (trainer.use_v1=true, the default)"
-        for problem in legacy_key_problems(keys, V1_IGNORED_KEYS, cfg, kind):
-            report.error("keys", problem)
-            clean = False
+        clean = report.verdict("keys", legacy(keys, V1_IGNORED_KEYS, cfg, kind)) and clean
         if "trainer.esi_redundant_time" in keys:
             report.warn("keys", "'trainer.esi_redundant_time' is read only by verl's legacy "
                         "trainer; the recipes save on SIGTERM instead (STOP_GRACE_S)")  # fmt: skip
@@ -131,7 +107,7 @@ def check_config(config_dir: Path, config_name: str, overrides: list[str], repor
     if small:
         report.error("config", f"{', '.join(small)}: must be at least 1")
         return None
-    n_gpus = trainer.n_gpus_per_node * trainer.nnodes
+    gpus = trainer.n_gpus_per_node * trainer.nnodes
     critic, ref = need_critic(cfg), need_reference_policy(cfg)
     try:
         validate_config(vllm_lora_checked(cfg, report), use_reference_policy=ref, use_critic=critic)
@@ -140,17 +116,15 @@ def check_config(config_dir: Path, config_name: str, overrides: list[str], repor
         return cfg
     batch, mini = cfg.data.train_batch_size, cfg.actor_rollout_ref.actor.ppo_mini_batch_size
     problems = [f"train_batch_size x rollout.n = {batch * n} responses must be divisible by the "
-                f"{n_gpus} GPUs"] if batch * n % n_gpus else []  # fmt: skip
-    if mini <= batch and mini * n % n_gpus:
+                f"{gpus} GPUs"] if batch * n % gpus else []  # fmt: skip
+    if mini <= batch and mini * n % gpus:
         problems.append(f"ppo_mini_batch_size x rollout.n = {mini * n} must be divisible by the "
-                        f"{n_gpus} GPUs")  # fmt: skip
+                        f"{gpus} GPUs")  # fmt: skip
     split = batch_split_problem(batch, mini, "data.train_batch_size", f"{A}.ppo_mini_batch_size")
-    for problem in [*problems, *([split] if split else [])]:
-        report.error("config", problem)
     roles = ["actor", "rollout"] + ["reference"] * ref + ["critic"] * critic
-    if not problems and not split:
-        report.ok("config", f"composes against verl {verl.__version__} ({config_name}); verl's "
-                  f"checks pass for {n_gpus} GPU(s); roles: {', '.join(roles)}")  # fmt: skip
+    report.verdict("config", problems + [split] * bool(split), f"composes against verl "
+                   f"{verl.__version__} ({config_name}); verl's checks pass for {gpus} GPU(s); "
+                   f"roles: {', '.join(roles)}")  # fmt: skip
     return cfg
 
 
@@ -160,11 +134,11 @@ def vllm_lora_checked(cfg: Any, report: Report) -> Any:
 
     from omegaconf import OmegaConf
 
-    rank, rollout = lora_rank(cfg.actor_rollout_ref.model), cfg.actor_rollout_ref.rollout
+    rank, rollout = device.lora_rank(cfg.actor_rollout_ref.model), cfg.actor_rollout_ref.rollout
     if rank <= 0 or rollout.name != "vllm":
         return cfg
-    if rank > max(VLLM_LORA_RANKS):
-        report.error("config", f"LoRA rank {rank} is above vLLM's maximum {max(VLLM_LORA_RANKS)}")
+    if rank > VLLM_MAX_LORA_RANK:
+        report.error("config", f"LoRA rank {rank} is above vLLM's maximum {VLLM_MAX_LORA_RANK}")
     if rollout.load_format != "safetensors":
         report.error("config", f"LoRA with vLLM needs {R}.load_format=safetensors")
     if importlib.util.find_spec("vllm") is not None:
@@ -184,7 +158,7 @@ def check_trainer(cfg: Any, report: Report) -> None:
             report.warn("trace", f"gsm8k_trace.samples={samples} but trainer.v1.trainer_mode="
                         f"{mode}: nothing is traced (it needs {MODE})")  # fmt: skip
         return
-    if PLUGIN not in external_modules():
+    if PLUGIN not in device.external_modules():
         report.error("trace", f"trainer.v1.trainer_mode={MODE} needs {PLUGIN} in "
                      "VERL_USE_EXTERNAL_MODULES (the recipes add it)")  # fmt: skip
         return
@@ -203,18 +177,16 @@ def check_trainer(cfg: Any, report: Report) -> None:
               f"{cfg.actor_rollout_ref.rollout.n}) -> {where}/<step>.jsonl")  # fmt: skip
 
 
-def check_models(cfg: Any, report: Report) -> tuple[Any, dict[str, Any]] | None:
+def check_models(cfg: Any, report: Report, critic: bool) -> tuple[Any, dict[str, Any]] | None:
     """(the first tokenizer, {role: HF config}) as verl loads them."""
-    from verl.trainer.ppo.utils import need_critic
-
     need = cfg.data.max_prompt_length + cfg.data.max_response_length
     need = (need, f"max_prompt_length + max_response_length = {need}")
     roles = [("actor", cfg.actor_rollout_ref.model), ("critic", cfg.critic.model)]
     loaded: dict[str, Any] = {}
     hf_configs: dict[str, Any] = {}
-    for role, model_cfg in roles[: 1 + need_critic(cfg)]:
+    for role, model_cfg in roles[: 1 + critic]:
         local = resolve_model(role, str(model_cfg.path), report)
-        if local in loaded and loaded[local]:  # the critic usually starts from the actor's
+        if loaded.get(local):  # the critic usually starts from the actor's
             report.ok("model", f"{role}: same model as checked above ({local})")
         elif local is not None and local not in loaded:
             loaded[local] = load_model(role, model_cfg, local, need, report)
@@ -228,25 +200,24 @@ def check_gpus(cfg: Any, hf_configs: dict | None, report: Report, fit_budget: An
     """The GPUs the run gets, then each phase's memory at the budget that fits."""
     if os.environ.get("RAY_ADDRESS"):
         check_ray_cluster(cfg, os.environ["RAY_ADDRESS"], report)
-        card = (visible_gpus() or [("", None)])[0][1]
+        card = (device.visible_gpus() or [("", None)])[0][1]
     else:
-        card = check_gpu_count(cfg.trainer.n_gpus_per_node, report)
+        card = device.check_gpu_count(cfg.trainer.n_gpus_per_node, report)
     if hf_configs and "actor" in hf_configs:
         if fit_budget is not None and card is not None:
-            cfg = budget.choose(cfg, hf_configs, card, fit_budget, report)
-        check_memory(cfg, hf_configs, card, report)
+            cfg = memory.choose_budget(cfg, hf_configs, card, fit_budget, report)
+        memory.check_memory(cfg, hf_configs, card, report)
 
 
 def check_ray_cluster(cfg: Any, address: str, report: Report) -> None:
     """verl packs each node's workers onto one node: nnodes nodes with enough."""
-    nodes, why = ray_cluster_gpus(address)
+    nodes, why = device.ray_cluster_gpus(address)
     if nodes is None:
         report.warn("gpu", f"the Ray cluster at RAY_ADDRESS={address} did not answer ({why}): "
                     "its GPUs are not checked")  # fmt: skip
         return
     per_node, nnodes = cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes
-    kinds = sorted({kind for node in nodes for kind in node["kind"]})
-    gpus = sum(node["gpus"] for node in nodes)
+    kinds, gpus = sorted({k for node in nodes for k in node["kind"]}), sum(n["gpus"] for n in nodes)
     said = f"Ray cluster at {address}: {len(nodes)} node(s), {gpus:g} GPU(s)"
     said += f" ({', '.join(kinds)})" if kinds else ""
     enough = sum(node["gpus"] >= per_node for node in nodes)
@@ -268,24 +239,24 @@ def run(config_name: str, config_dir: Path, overrides: list[str], fit_budget: Pa
         return report
     from verl.trainer.ppo.utils import need_critic
 
+    critic = need_critic(cfg)
     check_trainer_keys(cfg, overrides, report, clean)
-    check_device(cfg, need_critic(cfg), report)
-    check_lora(cfg, need_critic(cfg), report)
+    device.check_device(cfg, critic, report)
+    device.check_lora(cfg, critic, report)
     check_trainer(cfg, report)
-    check_async_save(cfg, report)
-    tokenizer, hf_configs = check_models(cfg, report) or (None, None)
-    where = check_run_dir(cfg, report)
+    checkpoints.check_async_save(cfg, report)
+    tokenizer, hf_configs = check_models(cfg, report, critic) or (None, None)
+    where = checkpoints.check_run_dir(cfg, report)
     if where and hf_configs:
-        check_disk(cfg, hf_configs, where, report)
-    reward_keys = check_reward(cfg, report, check_data(cfg, tokenizer, report))
+        checkpoints.check_disk(cfg, hf_configs, where, report)
+    reward_keys = inputs.check_reward(cfg, report, inputs.check_data(cfg, tokenizer, report))
     check_algorithm(cfg, report, reward_keys, chosen)
     check_gpus(cfg, hf_configs, report, fit_budget)
     return report
 
 
 def preflight(trainer: str, config_name: str, overrides: list[str],
-              config_dir: Path = DEFAULT_CONFIG_DIR, dump: Path | None = None,
-              fit_budget: Path | None = None,
+              config_dir: Path = DEFAULT_CONFIG_DIR, fit_budget: Path | None = None,
               chosen: Mapping[str, str] | None = None) -> int:  # fmt: skip
     """A launch's preflight: its lines, then passed (0) or FAILED (1)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -294,11 +265,6 @@ def preflight(trainer: str, config_name: str, overrides: list[str],
         report = run_sft(config_name, config_dir, overrides)
     else:
         report = run(config_name, config_dir, overrides, fit_budget, chosen)
-    if dump is not None and not report.errors:
-        from omegaconf import OmegaConf
-
-        cfg = OmegaConf.to_container(compose(config_dir, config_name, overrides), resolve=False)
-        dump.write_text(json.dumps(cfg, indent=1))
     took = f"in {time.monotonic() - start:.1f} s"
     if report.errors:
         print(f"preflight: FAILED with {report.errors} error(s), {report.warnings} warning(s) "
@@ -317,11 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config-name", help="config in --config-dir (default gsm8k_<trainer>)")
     parser.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR,
                         help="the configs' folder (default: the repo's configs/)")  # fmt: skip
-    parser.add_argument("--dump-config", type=Path, metavar="FILE",
-                        help="write the composed config as JSON to FILE")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="Hydra overrides key=value (after --)")
     args = parser.parse_args(argv)
     chosen = {split_override(item)[0]: item for item in args.overrides}
     name = args.config_name or CONFIG_NAMES[args.trainer]
-    return preflight(args.trainer, name, args.overrides, args.config_dir.resolve(),
-                     args.dump_config, None, chosen)  # fmt: skip
+    return preflight(args.trainer, name, args.overrides, args.config_dir.resolve(), None, chosen)

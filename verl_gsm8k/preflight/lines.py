@@ -21,12 +21,20 @@ class Report:
         self.errors += tag == "error"
         self.warnings += tag == "warn"
         line = f"preflight: [{tag}] {check}: {message}"
-        for name, value in os.environ.items():  # a secret's value is named, never printed
+        for name, value in os.environ.items():  # a secret is named, never printed
             if value and len(value) >= 6 and any(m in name.upper() for m in SECRET_MARKERS):
                 line = line.replace(value, f"<{name}>")
         line = clean(line)
         self.lines.append(line)
         print(line, flush=True)
+
+    def verdict(self, check: str, problems: list[str], ok: str = "") -> bool:
+        """Each problem an error, or the ``ok`` line when there is none; True if none."""
+        for problem in problems:
+            self.error(check, problem)
+        if ok and not problems:
+            self.ok(check, ok)
+        return not problems
 
     ok = partialmethod(_emit, "ok")
     note = partialmethod(_emit, "note")

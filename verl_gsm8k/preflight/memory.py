@@ -1,13 +1,13 @@
-"""GPU memory per phase of a PPO step: each model's states where verl 0.9.1 keeps them, and
-what each pass holds at its peak. What each term counts: docs/gpu.md; how it was measured:
-docs/measurements.md.
-"""
+"""GPU memory per phase of a PPO step (docs/gpu.md, docs/measurements.md), and TOKEN_BUDGET=auto:
+the largest power-of-two token budget under the recipe's at which every phase fits."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.preflight.device import attention, lora_rank
 from verl_gsm8k.preflight.model import count_parameters
 
@@ -23,7 +23,6 @@ VALUE_TENSORS = (3, 4)  # a critic layer's forward: intermediate-sized, hidden-s
 
 def logprob_pass(c: Any, tokens: int, compute: int, entropy: bool, rmpad: bool,
                  compiled: bool = False) -> int:  # fmt: skip
-    """Bytes of a forward pass's log-probs and entropy (no gradients)."""
     if entropy and not (compiled and rmpad):
         per_logit = compute + 2 * FP32 + (FP32 if compute < FP32 else 0)
     else:
@@ -38,7 +37,6 @@ def value_pass(c: Any, tokens: int, compute: int) -> int:
 
 def update_pass(c: Any, tokens: int, compute: int, lm_head: bool, rmpad: bool,
                 flash_ce: bool | None = None) -> int:  # fmt: skip
-    """Bytes of an update's forward and the start of its backward."""
     saved = tokens * c.hidden_size * (c.num_hidden_layers + HIDDEN_TENSORS) * compute
     if not lm_head:
         return saved
@@ -78,7 +76,7 @@ def lora_parameters(c: Any, rank: int, target_modules: Any) -> int:
 
 @dataclass(frozen=True)
 class Engine:
-    """One FSDP engine's states per GPU (GiB) and where verl keeps them."""
+    """One FSDP engine's states per GPU (GiB)."""
 
     role: str
     host: str  # why its states never leave host memory ("" when they do)
@@ -89,25 +87,21 @@ class Engine:
     working: float = 0.0  # units gathered to compute, unsharded, in the compute dtype
     dtype: str = "fp32"  # model_dtype
     compute_bytes: int = 2  # FSDP's mixed_precision.param_dtype
-    compiled: bool = True  # use_torch_compile: verl compiles the entropy on packed rows
+    compiled: bool = True  # use_torch_compile: the entropy compiled on packed rows
     weight_bytes: int = 4
 
-    def resting(self) -> float:
-        """On the GPU while another engine or vLLM works."""
+    def resting(self) -> float:  # while another engine or vLLM works
         moments = 2 * self.trained * (not self.optimizer_offload)
         return 0.0 if self.host else self.weights * (not self.param_offload) + moments
 
-    def forward(self) -> float:
-        """On the GPU in its own forward pass, the working copy aside."""
+    def forward(self) -> float:  # in its own forward pass, the working copy aside
         return 0.0 if self.host else self.weights + 2 * self.trained * (not self.optimizer_offload)
 
-    def update(self) -> float:
-        """On the GPU in its update: weights, gradients, Adam moments."""
+    def update(self) -> float:  # weights, gradients, Adam moments
         return 0.0 if self.host else self.weights + 3 * self.trained
 
 
 def engine_of(cfg: Any, role: str, c: Any, n_gpus: int) -> Engine:
-    """The engine verl builds for ``role``, ``c`` its model's HF config."""
     from verl.utils.config import omega_conf_to_dataclass
 
     arr = cfg.actor_rollout_ref
@@ -198,7 +192,6 @@ def activations(cfg: Any, role: str, c: Any, update: bool, n_gpus: int, e: Engin
 
 
 def update_peak(e: Engine, c: Any, lora: bool, acts: float, step: float | None = None) -> float:
-    """GiB beyond weights and Adam moments at an update's peak."""
     if e.host:
         return acts
     embedding = embedding_backward(c, e.weight_bytes, e.role != "critic" and not lora) / GIB
@@ -207,7 +200,6 @@ def update_peak(e: Engine, c: Any, lora: bool, acts: float, step: float | None =
 
 
 def estimate_phases(cfg: Any, hf_configs: dict[str, Any]) -> list[Phase]:
-    """Per-GPU memory of each phase of a PPO step."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
 
     n_gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
@@ -257,7 +249,7 @@ OFFLOAD_KEYS = {"actor": "actor_rollout_ref.actor.fsdp_config", "critic": "criti
 
 
 def fixes(phase: Phase, cfg: Any) -> list[str]:
-    """Overrides that lower ``phase`` (N: a value to choose)."""
+    """Overrides that lower ``phase``."""
     if phase.name == "rollout":
         roles = [what.split()[0] for what, v in phase.parts if v > 0]
         return ["actor_rollout_ref.rollout.gpu_memory_utilization=N (ROLLOUT_GPU_MEM_UTIL)"] + [
@@ -277,7 +269,6 @@ def fixes(phase: Phase, cfg: Any) -> list[str]:
 
 
 def check_memory(cfg: Any, hf_configs: dict[str, Any], card: float | None, report: Any) -> None:
-    """One line per phase: above the card an error, above 90 % a warning."""
     for phase in estimate_phases(cfg, hf_configs):
         total = phase.gib(card or 0.0)
         if card is None:
@@ -286,10 +277,55 @@ def check_memory(cfg: Any, hf_configs: dict[str, Any], card: float | None, repor
                         f"{phase.describe(None)}); the card is not known here")  # fmt: skip
             continue
         line = f"{phase.name}: ~{total:.1f} GiB of {card:.0f} GiB per GPU ({phase.describe(card)})"
+        fix = f"try {', '.join(fixes(phase, cfg))}"
         if total > card:
-            report.error("memory", f"{line}: does not fit; try {', '.join(fixes(phase, cfg))}")
+            report.error("memory", f"{line}: does not fit; {fix}")
         elif total > MEMORY_WARN_FRACTION * card:
-            report.warn("memory", f"{line}: above {MEMORY_WARN_FRACTION:.0%} of the card; try "
-                        f"{', '.join(fixes(phase, cfg))}")  # fmt: skip
+            report.warn("memory", f"{line}: above {MEMORY_WARN_FRACTION:.0%} of the card; {fix}")
         else:
             report.ok("memory", line)
+
+
+BUDGET_KEYS = ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+               "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+               "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+               "critic.ppo_max_token_len_per_gpu",
+               "critic.ppo_infer_max_token_len_per_gpu")  # fmt: skip
+SMALLEST_BUDGET = 1024  # below this a GSM8K prompt and its answer (768 tokens) barely fit
+
+
+def with_budget(cfg: Any, budget: int) -> Any:
+    from omegaconf import OmegaConf
+
+    cfg = cfg.copy()
+    for key in BUDGET_KEYS:
+        OmegaConf.update(cfg, key, budget, force_add=True)
+    return cfg
+
+
+def heaviest(cfg: Any, hf_configs: dict[str, Any], card: float) -> Phase:
+    return max(estimate_phases(cfg, hf_configs), key=lambda p: p.gib(card))
+
+
+def choose_budget(cfg: Any, hf_configs: dict, card: float, out: Path, report: Any) -> Any:
+    """Write the fitting budget's overrides to ``out`` (or nothing); ``cfg`` at it."""
+    write_atomic(out, "")
+    if not cfg.actor_rollout_ref.actor.get("use_dynamic_bsz", False):
+        return cfg  # micro-batches counted in sequences: the budgets do not apply
+    top, limit = heaviest(cfg, hf_configs, card), MEMORY_WARN_FRACTION * card
+    if top.gib(card) <= limit:
+        return cfg
+    recipe = int(cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu)
+    need = (f"the recipe's {recipe} tokens per micro-batch need ~{top.gib(card):.1f} GiB "
+            f"({top.name}) of this {card:.0f} GiB card")  # fmt: skip
+    budget = recipe // 2
+    while budget >= SMALLEST_BUDGET and heaviest(with_budget(cfg, budget), hf_configs,
+                                                 card).gib(card) > limit:  # fmt: skip
+        budget //= 2
+    if budget < SMALLEST_BUDGET:
+        report.note("budget", f"{need}, and no budget down to {SMALLEST_BUDGET} fits: kept")
+        return cfg
+    report.ok("budget", f"{need}: using {budget}, the largest power of two that fits "
+              f"(TOKEN_BUDGET=recipe keeps {recipe})")  # fmt: skip
+    write_atomic(out, "".join(f"{key}={budget}\n" for key in BUDGET_KEYS))
+    return with_budget(cfg, budget)
