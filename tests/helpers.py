@@ -1,5 +1,4 @@
-"""Test helpers: shared-data lookup, small prepared data, recipe environments and their composed
-config, a fake nvidia-smi."""
+"""Test helpers: shared data, prepared data, recipe environments and configs, a fake nvidia-smi."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ RECIPES = [
     "ppo_lora_qwen2.5-1.5b_gsm8k",
     "smoke_tiny",
 ]
-# Published shapes of the recipes' models (their config.json), for estimates without the weights:
-# one home, verl_gsm8k/common/qwen25.py.
+# The recipes' models' published shapes, for estimates without the weights.
 QWEN25_05B = SHAPES["0.5B"]
 QWEN25_15B = SHAPES["1.5B"]
 # Environment variables that would leak a real user's settings into a test recipe run.
@@ -34,21 +32,19 @@ USER_KNOBS = ("LOGGER", "WANDB_API_KEY", "RUN_DIR", "RUNS_ROOT", "DATA_DIR", "PY
 
 
 def skip_or_fail(message: str) -> None:
-    """Skip, or fail under CI=true (where CI builds and may do everything a test needs)."""
+    """Skip, or fail under CI=true (where CI builds everything a test needs)."""
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
 
 
 def require_path(path: Path, message: str) -> Path:
-    """path if it exists; else skip, or fail under CI=true (where CI builds everything)."""
     if not path.exists():
         skip_or_fail(message)
     return path
 
 
 def require_shared(relative: str) -> Path:
-    """Path of a shared input (../shared/data or $SHARED_DATA_DIR)."""
     path = SHARED_DATA / relative
     return require_path(path, f"shared data not found: {path} (set SHARED_DATA_DIR)")
 
@@ -68,56 +64,26 @@ def write_synthetic_gsm8k(source_dir: Path, n_train: int = 300, n_test: int = 40
     return source_dir
 
 
-def prepare(source_dir: Path, out_dir: Path, *flags: str) -> Path:
-    """Run the real data_prep CLI (extra flags, e.g. --prompt-style boxed, passed through)."""
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "data_prep.gsm8k",
-            "--source",
-            str(source_dir),
-            "--out-dir",
-            str(out_dir),
-            *flags,
-        ],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+def prepare(source_dir: Path, out_dir: Path, *flags: str, module: str = "data_prep.gsm8k") -> Path:
+    """Run the real data CLI (``module``), extra flags passed through."""
+    argv = [sys.executable, "-m", module, "--source", str(source_dir), "--out-dir", str(out_dir)]
+    subprocess.run([*argv, *flags], cwd=ROOT, check=True, capture_output=True, text=True)
     return out_dir
 
 
 def prepare_sft(source_dir: Path, out_dir: Path, *flags: str) -> Path:
-    """Run the real SFT data CLI, python -m data_prep.sft (extra flags passed through)."""
-    subprocess.run(
-        [sys.executable, "-m", "data_prep.sft", "--source", str(source_dir), "--out-dir",
-         str(out_dir), *flags],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    )  # fmt: skip
-    return out_dir
+    return prepare(source_dir, out_dir, *flags, module="data_prep.sft")
 
 
 def recipe_env(model_dir: Path, data_dir: Path, runs_root: Path, **knobs: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in USER_KNOBS}
-    env.update(
-        MODEL_PATH=str(model_dir),
-        DATA_DIR=str(data_dir),
-        RUNS_ROOT=str(runs_root),
-        PYTHON=sys.executable,
-        HF_HUB_OFFLINE="1",
-    )
-    env.update(knobs)
-    return env
+    env.update(MODEL_PATH=str(model_dir), DATA_DIR=str(data_dir), RUNS_ROOT=str(runs_root),
+               PYTHON=sys.executable, HF_HUB_OFFLINE="1")  # fmt: skip
+    return env | knobs
 
 
 def gpu_recipe_overrides(recipe: str) -> list[str]:
-    """A recipe's overrides on a GPU node (its knob defaults and its own keys, none of this
-    shell's knobs), without the device and attention overlays the machine adds."""
+    """A recipe's overrides on a GPU node (knob defaults, its own keys), without the overlays."""
     from verl_gsm8k.launch.plan import recipe_plan
 
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "DEVICE": "gpu",
@@ -127,21 +93,13 @@ def gpu_recipe_overrides(recipe: str) -> list[str]:
 
 
 def run_recipe(recipe: str, env: dict[str, str], *args: str, timeout: int = 240):
-    return subprocess.run(
-        ["bash", str(ROOT / "recipes" / f"{recipe}.sh"), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return subprocess.run(["bash", str(ROOT / "recipes" / f"{recipe}.sh"), *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
 def launch_in_process(recipe: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    """``bash recipes/RECIPE.sh ARGS`` as this process: the launcher's main on the recipe's
-    arguments, under ``env`` alone, its output captured; verl is imported once per test worker
-    instead of once a launch (a dry run: about 0.6 s instead of 10 here). For what ends before
-    verl starts (DRY_RUN=1, a refused knob, no GPU); a launch that would start verl fails."""
+    """``bash recipes/RECIPE.sh ARGS`` in this process (verl imported once), under ``env`` alone,
+    for what ends before verl starts (DRY_RUN=1, a refusal); one that would start verl fails."""
     from unittest import mock
 
     from verl_gsm8k.launch import cli
@@ -176,13 +134,9 @@ def launch_in_process(recipe: str, env: dict[str, str], *args: str) -> subproces
 
 def merge_run(run_dir: Path, target: Path, env: dict[str, str], timeout: int = 600):
     """scripts/merge.sh run_dir target; fails the test with the output tail unless it merged."""
-    result = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "merge.sh"), str(run_dir), str(target)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "merge.sh"), str(run_dir),
+                             str(target)], env=env, capture_output=True, text=True,
+                            timeout=timeout)  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 
@@ -208,11 +162,8 @@ def get(cfg: dict, dotted: str):
 def fake_nvidia_smi(
     bin_dir: Path, gpus: list[tuple[str, int]], compute_cap: str | None = None
 ) -> Path:
-    """An nvidia-smi on PATH that lists the given (name, MiB) GPUs (``-L``) and answers
-    ``--query-gpu=name,memory.total[,compute_cap]``, each GPU of compute capability
-    ``compute_cap`` (e.g. "9.0"); without one it refuses a query naming compute_cap, as a driver
-    older than that field does. Each call appends its arguments to $FAKE_NVIDIA_SMI_CALLS when
-    that names a file."""
+    """An nvidia-smi listing (name, MiB) GPUs of ``compute_cap`` (without one, a query naming it
+    fails as an old driver's does); each call's arguments appended to $FAKE_NVIDIA_SMI_CALLS."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "nvidia-smi"
     listing = "\n".join(f"GPU {i}: {name} (UUID: GPU-test-{i})" for i, (name, _) in enumerate(gpus))
@@ -234,8 +185,7 @@ def fake_nvidia_smi(
 
 @contextlib.contextmanager
 def refusing_port() -> Iterator[int]:
-    """A TCP port on 127.0.0.1 that refuses every connection while the block runs: bound here,
-    never listening, so no other process can take it meanwhile."""
+    """A port on 127.0.0.1 that refuses connections: bound here, never listening."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         yield sock.getsockname()[1]
@@ -248,16 +198,15 @@ UNDEFINED_SYMBOL = (
 
 
 def plant_flash_attn(site: Path, works: bool) -> Path:
-    """A ``flash_attn`` package on a PYTHONPATH entry ``site``, with its CUDA extension
-    ``flash_attn_2_cuda`` as a module that loads (``works``) or raises the ImportError of a wheel
-    built for another torch (undefined symbol). Returns ``site``."""
+    """A flash_attn 2 wheel in ``site`` whose extension loads (``works``) or raises the
+    ImportError of a wheel built for another torch. Returns ``site``."""
     (site / "flash_attn").mkdir(parents=True, exist_ok=True)
     (site / "flash_attn" / "__init__.py").write_text(
         '__version__ = "2.8.3"\nimport flash_attn_2_cuda  # noqa: F401\n'
     )
     body = "" if works else f"raise ImportError({UNDEFINED_SYMBOL!r})\n"
     (site / "flash_attn_2_cuda.py").write_text(body)
-    # installed as a wheel is: with its metadata (transformers reads the version from it)
+    # transformers reads the version from the metadata
     dist = site / "flash_attn-2.8.3.dist-info"
     dist.mkdir(exist_ok=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3\n")
@@ -266,10 +215,8 @@ def plant_flash_attn(site: Path, works: bool) -> Path:
 
 
 def plant_flash_attn_4(site: Path) -> Path:
-    """PyPI's ``flash-attn-4`` as it installs, on a PYTHONPATH entry ``site``: ``flash_attn/cute/``
-    in a ``flash_attn`` namespace package (no ``flash_attn/__init__.py``, no flash-attn 2 extension)
-    and its ``flash_attn_4`` dist-info. Its kernels need a GPU; this one only imports.
-    Returns ``site``."""
+    """PyPI's flash-attn-4 as it installs in ``site`` (``flash_attn/cute/`` in a namespace
+    package, its dist-info); it only imports. Returns ``site``."""
     (site / "flash_attn" / "cute").mkdir(parents=True, exist_ok=True)
     (site / "flash_attn" / "cute" / "__init__.py").write_text("")
     dist = site / "flash_attn_4-4.0.0b19.dist-info"
@@ -280,17 +227,14 @@ def plant_flash_attn_4(site: Path) -> Path:
 
 
 def with_pythonpath(env: dict[str, str], *entries: Path) -> dict[str, str]:
-    """``env`` with ``entries`` first on PYTHONPATH, then this checkout (so that verl_gsm8k is
-    this tree's, not an installed copy's), then what was there."""
+    """``env`` with ``entries``, then this checkout, first on PYTHONPATH."""
     parts = [str(p) for p in entries] + [str(ROOT)] + [env.get("PYTHONPATH", "")]
     return dict(env, PYTHONPATH=os.pathsep.join(p for p in parts if p))
 
 
 def assert_loads_as_torch(run_dir: Path) -> int:
-    """Every checkpoint file (``*.pt``) of ``run_dir`` passes the checks and the checked load
-    (verl_gsm8k/common/checkpoint_files.py) gives what ``torch.load(weights_only=False)`` gives,
-    bit for bit (tensors' dtypes, DTensors' placements and local shards, numpy arrays, every
-    other value); the number of files compared."""
+    """Every ``*.pt`` of ``run_dir`` passes the checked load, which gives what
+    ``torch.load(weights_only=False)`` gives, bit for bit; the number of files compared."""
     import numpy as np
     import torch
     import torch.distributed.tensor as dtensor
