@@ -1,5 +1,5 @@
-"""A launch's plan, without side effects: every knob's value, the device and attention, the
-environment verl gets, and the overrides in verl's order."""
+"""A launch's plan, without side effects: knob values, device, attention, verl's environment
+and overrides."""
 
 from __future__ import annotations
 
@@ -27,16 +27,13 @@ from verl_gsm8k.preflight.compose import split_override
 from verl_gsm8k.tools import TURNS
 
 ROOT = CONFIG_DIR.parent
-# PPO: verl's entry (our trainer through its registry); SFT: verl's entry with our trainer class.
 VERL_MODULES = {"ppo": "verl.trainer.main_ppo", "sft": "verl_gsm8k.sft_trainer"}
-# VERL_USE_EXTERNAL_MODULES of a PPO launch on the CPU: the modules verl imports in every process
-# (verl_gsm8k/verl_plugins/). Other launches leave some out: attention fa2 the fallback, a GPU the
-# CPU platform, SFT register_trainer and stop_on_sigterm; a user's own modules come last.
+# VERL_USE_EXTERNAL_MODULES of a PPO launch on the CPU; _device leaves out what others need not.
 VERL_PLUGINS = tuple(f"verl_gsm8k.verl_plugins.{name}" for name in (
     "checked_load", "attention_fallback", "cpu_platform", "register_trainer", "stop_on_sigterm",
     "weight_socket",
 ))  # fmt: skip
-# The variables a Ray cluster started by hand gets through the job (ray_env_overrides).
+# What a Ray cluster started by hand gets through the job.
 RAY_ENV_VARS = ("VERL_USE_EXTERNAL_MODULES", "ATTENTION", "VERL_PLATFORM", "VERL_ENGINE_DEVICE",
                 "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "WANDB_MODE",
                 "WANDB_DIR")  # fmt: skip
@@ -47,10 +44,10 @@ class Recipe:
     name: str
     config: str  # configs/<config>.yaml
     trainer: str = "ppo"
-    cpu_by_default: bool = False  # no GPU and DEVICE=auto: train on the CPU, not stop
+    cpu_by_default: bool = False
     hooks: str = ""  # a module of verl_gsm8k.launch with defaults/prepare/after
-    settings: dict[str, str] = field(default_factory=dict)  # this recipe's knob defaults
-    overrides: list[str] = field(default_factory=list)  # this recipe's verl overrides
+    settings: dict[str, str] = field(default_factory=dict)  # knob defaults
+    overrides: list[str] = field(default_factory=list)
 
 
 def parse_recipe(argv: list[str]) -> tuple[Recipe, list[str]]:
@@ -89,22 +86,22 @@ def has_gpu(env: Mapping[str, str] | None = None) -> bool:
 @dataclass
 class Plan:
     recipe: Recipe
-    env: Mapping[str, str]  # the launcher's environment, as given
-    values: dict[str, str]  # every knob's value
+    env: Mapping[str, str]
+    values: dict[str, str]
     from_env: set[str]  # the knobs the environment set
     train_on: str  # gpu, cpu or none
     tiny_model_dir: Path
-    user: list[str] = field(default_factory=list)  # the user's key=value (after --)
+    user: list[str] = field(default_factory=list)  # key=value after --
     attention_line: str = ""
     attention_refusal: str = ""
     use_sample_data: bool = False
     data_home: Path = Path()
     exports: dict[str, str] = field(default_factory=dict)  # the environment verl gets
     device_overrides: list[str] = field(default_factory=list)
-    overrides: list[str] = field(default_factory=list)  # every knob's keys
-    knob_keys: dict[str, str] = field(default_factory=dict)  # verl key -> the knob that set it
+    overrides: list[str] = field(default_factory=list)
+    knob_keys: dict[str, str] = field(default_factory=dict)  # verl key -> its knob
     extra: dict[str, str] = field(default_factory=dict)  # what hooks keep for later
-    save_every_line: str = ""  # SAVE_EVERY_MIN's interval, said at launch (PPO)
+    save_every_line: str = ""
 
     @property
     def trainer(self) -> str:
@@ -120,20 +117,15 @@ class Plan:
 
     @property
     def python(self) -> str:
-        """PYTHON, else this interpreter."""
         return self.env.get("PYTHON") or sys.executable
 
     def on_ray_cluster(self) -> bool:
-        """DEVICE=gpu with RAY_ADDRESS (PPO): the cluster's GPUs."""
-        return (
-            self.trainer == "ppo" and self.train_on == "gpu" and bool(self.env.get("RAY_ADDRESS"))
-        )
+        return (self.trainer, self.train_on) == ("ppo", "gpu") and bool(self.env.get("RAY_ADDRESS"))
 
     def all_overrides(self, user: Sequence[str], picked: Sequence[str] = ()) -> list[str]:
         return [*self.device_overrides, *self.overrides, *self.recipe.overrides, *picked, *user]
 
     def ignored(self) -> list[str]:
-        """Knobs of the other trainer set in the environment."""
         return [k.name for k in KNOBS if k.name in self.from_env and self.trainer not in k.trainers]
 
     def logs_to_wandb(self) -> bool:
@@ -174,7 +166,7 @@ class Values:
 
 
 def _absolute(path: str, hub: bool = False) -> str:
-    """Ray's workers do not share our working directory; a hub id (org/name) stays."""
+    """Ray's workers do not share our working directory; a hub id stays."""
     if os.path.isabs(path) or (hub and not os.path.exists(path)):
         return path
     return os.path.join(os.getcwd(), path)
@@ -194,7 +186,7 @@ def _resolve(values: Values, train_on: str, tiny: Path, user: Sequence[str]) -> 
     out["MODEL_PATH"] = _absolute(out["MODEL_PATH"], hub=True)
     steps = env.get("TOTAL_TRAINING_STEPS", "")
     if not ppo and not env.get("TOTAL_EPOCHS") and steps.isdigit() and steps[0] != "0":
-        out["TOTAL_EPOCHS"] = steps  # verl's SFT loop stops at the epochs first
+        out["TOTAL_EPOCHS"] = steps
     prefix = "GSM8K" if ppo else "SFT"
     for name, file in ((f"{prefix}_TRAIN_FILE", "train"), (f"{prefix}_TEST_FILE", "test")):
         out[name] = _absolute(values.get(name) or f"{out['DATA_DIR']}/{file}.parquet")
@@ -206,7 +198,6 @@ def _resolve(values: Values, train_on: str, tiny: Path, user: Sequence[str]) -> 
     out["RUNS_ROOT"] = values.get("RUNS_ROOT") or str(ROOT / "runs")
     run_dir = values.get("RUN_DIR") or f"{out['RUNS_ROOT']}/{out['EXPERIMENT_NAME']}"
     out["RUN_DIR"] = _absolute(run_dir)
-    # auto: a fifth of the response length verl gets (the knob's, or the user's last key=value)
     length = out.get("MAX_RESPONSE_LENGTH", "")
     for item in user:
         if "=" in item and not item.startswith("~"):
@@ -223,7 +214,6 @@ def _resolve(values: Values, train_on: str, tiny: Path, user: Sequence[str]) -> 
 
 def make_plan(recipe: Recipe, env: Mapping[str, str], gpu: Callable[[], bool] | None = None,
               probe: bool = True, user: Sequence[str] = ()) -> Plan:  # fmt: skip
-    """The plan of ``recipe`` in ``env``; ``probe`` asks this machine's attention."""
     values = Values(env, recipe)
     train_on = values.get("DEVICE") or "auto"
     if train_on == "auto" and (gpu or (lambda: has_gpu(env)))():
@@ -231,7 +221,7 @@ def make_plan(recipe: Recipe, env: Mapping[str, str], gpu: Callable[[], bool] | 
     elif train_on == "auto" and recipe.cpu_by_default:
         train_on = "cpu"
     elif train_on not in ("gpu", "cpu"):
-        train_on = "none"  # no GPU, or a bad DEVICE (the knob check says why)
+        train_on = "none"
     home = Path(env.get("HOME", "~"))
     cache = values.get("CACHE_DIR") or os.path.join(env.get("XDG_CACHE_HOME") or home / ".cache",
                                                     "verl-gsm8k")  # fmt: skip
@@ -241,7 +231,7 @@ def make_plan(recipe: Recipe, env: Mapping[str, str], gpu: Callable[[], bool] | 
     if hooks is not None:
         hooks.defaults(values, extra)
     ppo = recipe.trainer == "ppo"
-    tools = values.get("TOOLS") if ppo else None  # a tool's rows have their own folder
+    tools = values.get("TOOLS") if ppo else None
     data_name = f"gsm8k-{tools}" if tools else "gsm8k" if ppo else "gsm8k-sft"
     data_home = home / "data" / data_name
     use_sample = (
@@ -271,7 +261,6 @@ def probe_attention(plan: Plan) -> None:
 
 
 def _device(plan: Plan, probe: bool) -> None:
-    """The attention and device overlays, the plugins verl loads, their environment."""
     env, exports, on_cpu = plan.env, plan.exports, plan.train_on == "cpu"
     suffix = "" if plan.trainer == "ppo" else "_sft"
     exports["ATTENTION"] = plan.values.get("ATTENTION", "auto")
@@ -287,19 +276,18 @@ def _device(plan: Plan, probe: bool) -> None:
             plan.attention_refusal = f"attention: {refused}"
             line = f"refused ({plan.attention_refusal})"
     plan.attention_line = line
-    left_out = {"attention_fallback"} if choice == "fa2" else set()  # verl's own configs
+    left_out = {"attention_fallback"} if choice == "fa2" else set()
     if choice != "fa2":
         plan.device_overrides.append(f"+attention={choice}{suffix}")
     if on_cpu:
         plan.device_overrides.append(f"+device=cpu{suffix}")
-        # one compute thread per process: a CPU run's processes share the cores (docs/cpu.md)
-        exports["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS") or "1"
-        exports["VERL_PLATFORM"] = "cpu"  # verl's platform registry: verl_plugins/cpu_platform.py
+        exports["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS") or "1"  # processes share cores
+        exports["VERL_PLATFORM"] = "cpu"
         exports["VERL_ENGINE_DEVICE"] = "cuda"  # verl registers its FSDP engines for cuda/npu only
         if plan.trainer == "ppo":
             exports["VLLM_CPU_KVCACHE_SPACE"] = env.get("VLLM_CPU_KVCACHE_SPACE") or "1"  # GiB
             exports["VLLM_CPU_OMP_THREADS_BIND"] = env.get("VLLM_CPU_OMP_THREADS_BIND") or "nobind"
-            # Ray starts an idle Python worker per logical CPU in advance: 16 imports, 2 cores
+            # no idle Python worker per logical CPU started in advance
             for name in ("RAY_enable_worker_prestart", "RAY_prestart_worker_first_driver"):
                 exports[name] = env.get(name) or "0"
     else:
@@ -309,7 +297,7 @@ def _device(plan: Plan, probe: bool) -> None:
     modules = [m for m in VERL_PLUGINS if m.rsplit(".", 1)[1] not in left_out]
     exports["VERL_USE_EXTERNAL_MODULES"] = ",".join(
         [*modules, env.get("VERL_USE_EXTERNAL_MODULES", "")]).strip(",")  # fmt: skip
-    if plan.logs_to_wandb():  # wandb writes its local run under WANDB_DIR: the run directory
+    if plan.logs_to_wandb():
         exports["WANDB_DIR"] = env.get("WANDB_DIR") or str(plan.run_dir)
     if env.get("RAY_ADDRESS") and plan.trainer == "ppo":
         plan.device_overrides.append("+ray=attach")
@@ -318,7 +306,6 @@ def _device(plan: Plan, probe: bool) -> None:
 
 
 def ray_env_overrides(variables: Mapping[str, str]) -> list[str]:
-    """What verl's workers on a Ray cluster started by hand get through the job."""
     key = "+ray_kwargs.ray_init.runtime_env.env_vars"
     return [f"{key}.{name}={hydra_quote(value)}" for name, value in variables.items() if value]
 
@@ -329,7 +316,7 @@ def _knob_overrides(plan: Plan) -> None:
         for key in knob.keys(plan.trainer) if value is not None else ():
             plan.overrides.append(key.override(value))
             plan.knob_keys[key.path] = knob.name
-    if plan.trainer == "ppo":  # the recipes' trainer: verl_gsm8k/ppo_trainer/
+    if plan.trainer == "ppo":
         plan.overrides.append("trainer.v1.trainer_mode=gsm8k")
     if plan.values.get("RESUME") == "disable":
         plan.overrides.append("trainer.resume_mode=disable")
@@ -338,13 +325,13 @@ def _knob_overrides(plan: Plan) -> None:
 
 def recipe_plan(recipe_file: Path, env: Mapping[str, str], gpu: bool = False,
                 user: Sequence[str] = ()) -> Plan:  # fmt: skip
-    """The plan of a recipe file, attention not probed (tests, the per-card table)."""
+    """A recipe file's plan, attention not probed (tests)."""
     recipe, _ = parse_recipe(recipe_arguments(recipe_file))
     return make_plan(recipe, env, gpu=lambda: gpu, probe=False, user=user)
 
 
 def bare_overrides(config_name: str, env: Mapping[str, str], trainer: str = "ppo",
                    cwd: Path | None = None) -> list[str]:  # fmt: skip
-    """The overrides of a bare recipe over ``config_name`` (the preflight's tests)."""
+    """A bare recipe's overrides over ``config_name`` (the preflight's tests)."""
     with contextlib.chdir(cwd or os.getcwd()):
         return make_plan(Recipe("preflight", config_name, trainer), env).all_overrides([])
