@@ -1,24 +1,20 @@
-"""Every command in a ```bash block of README.md, recipes/README.md and docs/ is one a user can
-run as written: checked on the CPU without training or downloading anything.
+"""Every command of a ```bash block in README.md, recipes/README.md and docs/ runs as written
+(checked on the CPU, nothing trained or downloaded):
 
-- `python -m <module> ...` and `bash scripts/<script> ...`: the line run with `--help` appended,
-  argparse made to parse the whole line first (positionals, choices, types, required flags),
-  then print the help and exit 0; every `--flag` of the line named in that help;
-- `bash recipes/<recipe>.sh ...`, `sbatch ... slurm/<file> recipes/<recipe>.sh ...`: the files
-  exist, every `NAME=value` is a knob (or one of the few other variables below), the knobs pass
-  the launcher's own check (plan.problems: each value, and the values together with the
-  recipe's own), every `key=value` is a key of the recipe's composed config;
-- `make <target>`: a target of the Makefile; tools not this repository's are in EXTERNAL.
+- `python -m <module>`, `bash scripts/<x>`: run with `--help`, argparse made to parse the whole
+  line first (positionals, choices, types, required flags); each `--flag` in that help;
+- `bash recipes/<r>.sh`, `sbatch ... slurm/<f> recipes/<r>.sh`: the files exist, each `NAME=v` is
+  a knob (or in OTHER_VARIABLES) that the launcher's plan.problems accepts, alone and together
+  with the recipe's own, each `key=value` a key of the recipe's composed config;
+- `make <target>`: a Makefile target; other tools are in EXTERNAL.
 
-The prose too: every inline `command` span (one wrapped across line breaks joined) gets its
-flags checked against its module's --help (run once per module): named, the required ones given,
-a value of a flag with choices one of them; every span word starting with a repository folder
-names a path that exists. A line no check can read carries `<!-- unchecked: why -->`.
+Inline `command` spans (wrapped ones joined): their flags named in their module's --help, the
+required ones given, a choice's value one of its choices; a span word starting with a repository
+folder names a path that exists. A line marked `<!-- unchecked: why -->` is skipped.
 
-Not checked: what a command checks only after parsing (`eval.sh --modes`, paths, a run's
-files); a value in prose that is a placeholder (`RUN_DIR`, `<x>`, `...`); an inline span's
-positionals and value types, and a span naming a script bare (`merge.sh RUN_DIR`); what a
-recipe's dry run shows (tests/test_recipes.py).
+Not checked: what a command checks only after parsing (`eval.sh --modes`, paths, a run's files);
+placeholders (`RUN_DIR`, `<x>`, `...`); an inline span's positionals and value types, a script
+named bare (`merge.sh RUN_DIR`); what a recipe's dry run shows (tests/test_recipes.py).
 """
 
 from __future__ import annotations
@@ -44,10 +40,8 @@ from verl_gsm8k.launch.plan import recipe_plan
 
 DOCS = [ROOT / "README.md", ROOT / "recipes" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"```(?:bash|sh|shell)\n(.*?)```", re.S)
-# Commands of other tools, shown as the user runs them; not run by this test.
 EXTERNAL = {"git", "source", "export", "cat", "ray", "nvidia-smi", "wandb"}
-# Variables the docs set that are not knobs: the set-up's (scripts/setup.sh), wandb's and Ray's
-# own, a doc's own shorthand for a shared mount.
+# Not knobs: the set-up's (scripts/setup.sh), CI's, wandb's, Ray's, a doc's shorthand.
 OTHER_VARIABLES = {
     "PYTHON", "SETUP_PYTHON", "FLASH_ATTN", "UPGRADE", "WHEELHOUSE", "STACK", "DIR", "EXCLUDE",
     "TORCH_CPU_INDEX",
@@ -61,8 +55,7 @@ ABSENT = object()  # OmegaConf.select's answer for a key the config does not hav
 
 
 def doc_commands() -> list[tuple[str, list[str]]]:
-    """(where, words) for every command line of every bash block; a `for ... do X; done` loop
-    gives X."""
+    """(where, words) of every line of every bash block; `for ... do X; done` gives X."""
     found = []
     for path in DOCS:
         text = path.read_text(encoding="utf-8")
@@ -79,8 +72,6 @@ def doc_commands() -> list[tuple[str, list[str]]]:
 
 
 COMMANDS = doc_commands()
-# A prose line a check cannot read mechanically says so (and why) with this marker; nothing on
-# that line is checked. Silence is never an exemption.
 UNCHECKED = "<!-- unchecked:"
 # A span may wrap across line breaks, not across a paragraph's end (a blank line).
 SPAN = re.compile(r"`([^`\n]+(?:\n(?!\s*\n)[^`\n]*)*)`")
@@ -91,8 +82,7 @@ REPO_PATH = re.compile(
 
 
 def prose_spans(docs: list[Path] = DOCS) -> list[tuple[str, str]]:
-    """(where, text) of every inline code span outside the fenced blocks, one wrapped across a
-    line break joined, but a span touching a line marked unchecked."""
+    """(where, text) of every inline span outside the blocks, but those on an unchecked line."""
     found = []
     for path in docs:
         text = BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), path.read_text("utf-8"))
@@ -111,8 +101,7 @@ INLINE = [(where, span) for where, span in SPANS if COMMAND_START.match(span)]
 
 
 def path_problems(span: str) -> list[str]:
-    """A word of a span that starts with a repository folder names a path that exists (a glob:
-    one that matches; a word with a placeholder, <x> or an upper-case NAME, is a pattern)."""
+    """Each word starting with a repository folder names a path (a glob: one that matches)."""
     problems = []
     for word in span.split():
         match = REPO_PATH.match(word)
@@ -139,8 +128,7 @@ def recipe_config(recipe: Path):
 
 
 def variables(words: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
-    """The problems of the line's leading NAME=value words (the launcher's knob check: each
-    value, and the values together), the knobs' values but placeholders, and the words after."""
+    """The leading NAME=value words' problems (the launcher's check), the knobs, the rest."""
     problems, knobs = [], {}
     while words and (match := ASSIGNMENT.fullmatch(words[0])):
         name, value = match.groups()
@@ -153,8 +141,7 @@ def variables(words: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
 
 
 def recipe_problems(recipe: str, args: list[str], knobs: dict[str, str]) -> list[str]:
-    """The recipe exists, each key=value is a key of its config, and the launcher's plan of the
-    line takes its knobs with the recipe's own values (the batch split) and its overrides."""
+    """The recipe exists, its plan takes the knobs and overrides, each key is in its config."""
     if PLACEHOLDER.search(recipe):
         return []  # recipes/<recipe>.sh: every recipe; its arguments below are placeholders too
     path = ROOT / recipe
@@ -178,23 +165,19 @@ def recipe_problems(recipe: str, args: list[str], knobs: dict[str, str]) -> list
 
 
 def required_flags(help_text: str) -> set[str]:
-    """The flags argparse's usage line shows outside brackets: those a command cannot run
-    without (a choice between flags, ``(--a | --b)``, is left out)."""
+    """The flags outside brackets in argparse's usage line (``(--a | --b)`` left out)."""
     usage = help_text.split("\n\n", 1)[0]
     while (bare := re.sub(r"\[[^\[\]]*\]|\([^()]*\|[^()]*\)", "", usage)) != usage:
         usage = bare
     return set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", usage))
 
 
-# Run with --help: this repository's modules and scripts, whose argparse prints the help and
-# exits (a command that ignored --help would run for real: .ci/run is only checked to exist).
+# Run with --help: ours only (another command might ignore it and run for real).
 OWN_MODULES = ("verl_gsm8k", "data_prep")
 OWN_SCRIPTS = ("scripts/",)
 
 
-# A whole line's --help waits for argparse to parse the rest of the line (positionals, choices,
-# types, required flags: argparse ends at --help before it checks them), then prints the help:
-# a sitecustomize on the PYTHONPATH of the line's Python, scripts/*.sh's included.
+# A sitecustomize that makes --help wait until argparse has parsed the whole line.
 PARSE_THEN_HELP = """import argparse, sys
 asked, depth = [], [0]
 argparse._HelpAction.__call__ = lambda self, parser, *_: asked.append(parser)
@@ -219,7 +202,6 @@ SITE = tempfile.TemporaryDirectory(prefix="doc-commands-")
 
 @functools.cache
 def run_help(line: tuple[str, ...], whole: bool = False) -> subprocess.CompletedProcess:
-    """``line --help``; ``whole``: the whole line parsed first."""
     path = os.pathsep.join([SITE.name, *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {**os.environ, "PYTHONPATH": path} if whole else None
     return subprocess.run([*line, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -227,10 +209,8 @@ def run_help(line: tuple[str, ...], whole: bool = False) -> subprocess.Completed
 
 
 def help_problems(command: list[str], args: list[str], whole_line: bool = True) -> list[str]:
-    """The line run with --help appended, argparse's checks of the whole line first
-    (``whole_line``), else the command's own --help, once per command: exit 0, each of its flags in
-    the help, and for an inline span, every flag the usage line requires given and each value of
-    a flag with choices one of them."""
+    """--help of the line (``whole_line``) or of the command: exit 0, each flag named; for a
+    span, the required flags given and each choice's value one of them."""
 
     def subcommand(arg: str) -> bool:  # not a flag, nor a pattern (one-node|multi-node, RUN_DIR)
         return not arg.startswith("-") and not PLACEHOLDER.search(arg) and arg.lower() == arg and (
@@ -257,8 +237,7 @@ def help_problems(command: list[str], args: list[str], whole_line: bool = True) 
 
 
 def problems_of(words: list[str], whole_line: bool = True) -> list[str]:
-    """What is wrong with one documented command; ``whole_line``: run it with --help (a fenced
-    block's line), else check its flags against its command's help (an inline one)."""
+    """What is wrong with a block's line (``whole_line``) or an inline span."""
     problems, knobs, words = variables(words)
     if not words:
         return problems  # an assignment alone
@@ -311,7 +290,6 @@ def test_a_documented_command_runs_as_written(where: str, words: list[str]):
 
 @pytest.mark.parametrize("where, span", INLINE, ids=[c[0] for c in INLINE])
 def test_a_command_in_the_prose_runs_as_written(where: str, span: str):
-    """An inline command: the same checks, its flags against its command's own --help."""
     words = shlex.split(span.replace("…", "..."))
     assert problems_of(words, whole_line=False) == [], f"{where}: {span}"
 
@@ -322,17 +300,12 @@ def test_every_path_a_doc_names_exists():
 
 
 def test_the_commands_were_found():
-    """The parser above sees the README's quickstart (a check that reads nothing passes)."""
     readme = [words for where, words in COMMANDS if where.startswith("README.md")]
     assert ["make", "setup"] in readme and ["python", "-m", "data_prep.gsm8k"] in readme
     assert len(COMMANDS) > 100, len(COMMANDS)
 
 
 def test_the_checks_go_red_on_planted_defects(tmp_path):
-    """Each kind of defect, planted: an unknown flag, a missing required flag or positional, a
-    value its flag's choices refuse, a variable that is no knob, a knob value its check refuses,
-    knob values refused together (the recipe's own included), a recipe and a path that do not
-    exist; a span wrapped across a line break is read whole, a marked line left out, and only it."""
     report = [sys.executable, "-m", "verl_gsm8k.report"]
     assert help_problems(report, ["--no-such-flag"], whole_line=False) == [
         "--no-such-flag is not in its --help"
