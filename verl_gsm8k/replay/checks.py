@@ -1,5 +1,4 @@
-"""The checks only the per-token trace can make: a flat critic, GRPO groups without a score
-spread, vLLM and the actor disagreeing on traced tokens."""
+"""The checks only the per-token trace can make."""
 
 from __future__ import annotations
 

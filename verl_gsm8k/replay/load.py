@@ -1,6 +1,5 @@
 """Reading ``RUN_DIR/trace/<step>.jsonl``, untrusted: a field of another type than ``STEP`` or
-``SAMPLE`` say, a file cut short, a trace of another run or an earlier launch's step is one line
-in ``Trace.issues`` and the step is skipped."""
+``SAMPLE`` say, a file cut short, another run's or an earlier launch's step: one issue, skipped."""
 
 from __future__ import annotations
 
@@ -79,7 +78,6 @@ class Trace:
 
 
 def run_identity(run_dir: Path) -> tuple[set[str], set[str]]:
-    """(experiment names, metrics file names) a trace of this run may name."""
     try:
         records = read_records(run_dir)
     except RecordError:
@@ -140,7 +138,6 @@ def _launch(ts: TraceStep) -> str:
 
 
 def _drop_superseded(trace: Trace) -> None:
-    """Keep an earlier launch's step only below the first step a later launch traced."""
     launches = sorted({_launch(ts) for ts in trace.steps.values()} - {""})
     for index, later in enumerate(launches[1:], start=1):
         first = min(step for step, ts in trace.steps.items() if _launch(ts) == later)

@@ -1,7 +1,6 @@
-"""replay.html (one iteration token by token, from the trace; ``#step=N&sample=K&token=T``)
-and rollouts.html (every dumped response and validation answer), each loading one step's data
-file at a time. Every value of the trace and the dumps is escaped by replay.js and rollouts.js.
-"""
+"""replay.html (one iteration token by token, from the trace) and rollouts.html (every dumped
+response), each loading one step's data file at a time; replay.js and rollouts.js escape every
+value."""
 
 from __future__ import annotations
 
@@ -60,14 +59,12 @@ def _write_page(out: Path, name: str, title: str, body: str, script: str) -> Pat
 
 
 def charged_kl_coef(head: dict[str, Any]) -> Any:
-    """The KL coefficient as verl logged it charged, else the run's setting."""
     logged = (head.get("metrics") or {}).get("actor/reward_kl_penalty_coeff")
     return logged if logged is not None else ((head.get("run") or {}).get("kl") or {}).get("coef")
 
 
 def default_choice(trace: Trace) -> tuple[int, int]:
-    """(step, sample) a page opens on: the latest step with a reward spread, the response
-    with the most advantage."""
+    """(step, sample) to open: the latest step with a reward spread, the most advantage."""
     for step in sorted(trace.steps, reverse=True):
         samples = trace.steps[step].samples
         scores = [s.get("score") or 0.0 for s in samples]
@@ -117,7 +114,6 @@ def write_replay(trace: Trace, out: Path, name: str) -> Path:
 
 
 def _rows(path: Path, lengths: dict[str, int], limit: int | None) -> tuple[dict, str | None]:
-    """A dump's data file: its questions once, and per response its text and facts."""
     prompts: dict[str, int] = {}
     rows, issue = [], None
     for number, row in rd.jsonl(path):

@@ -1,5 +1,4 @@
-"""The report's charts: the line charts with the findings shaded, the step time by phase
-(stacked areas) and the share of wall-clock per phase (one bar)."""
+"""The report's charts: lines with the findings shaded, the step time by phase, the time share."""
 
 from __future__ import annotations
 
@@ -63,7 +62,6 @@ SHADED = {"non_finite": "*", "watchdog": "*", "rollout_mismatch": "rollout_misma
 
 
 def with_trend(name: str, points: Points, colour: str, window: int) -> list[Line]:
-    """A noisy series: its raw values faint under a rolling median."""
     if len(points) <= 3 * window:
         return [Line(name, points, colour)]
     smooth = rolling_median([v for _, v in points], window)

@@ -23,8 +23,7 @@ def phase_order(name: str) -> tuple[int, str]:
 
 
 def time_breakdown(canon: Canonical) -> dict[str, Any]:
-    """Seconds per phase ("other": the step time no phase covers); the wall-clock is the step
-    times plus the phases outside the step."""
+    """Seconds per phase ("other": the step time no phase covers)."""
     step_time = dict(canon.series.get("step_time", []))
     inside: dict[int, float] = {}
     totals = {phase: sum(v for _, v in points) for phase, points in canon.phases.items()}
@@ -65,7 +64,6 @@ def _median(points: Series) -> float | None:
 
 
 def _validation(data: RunData, canon: Canonical) -> dict[str, Any]:
-    """The best, final and first validation accuracy; the steps logged NaN or null."""
     val = canon.series.get("val_acc", [])
     top = max((v for _, v in val), default=None)
     at = [s for s, v in val if v == top]
@@ -137,7 +135,6 @@ def summarize(data: RunData, canon: Canonical, findings: list[Finding],
 
 
 def json_safe(value: Any) -> Any:
-    """Plain JSON: tuples become lists, floats not finite null."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -149,7 +146,6 @@ def json_safe(value: Any) -> Any:
 
 def analyse(path: Path, thresholds: Thresholds = THRESHOLDS, trace: Trace | None = None
             ) -> tuple[RunData, Canonical, list[Finding], dict[str, Any]]:  # fmt: skip
-    """Read, check and summarise one input, with its ``trace``'s checks and guard files."""
     data = load_run(path)
     canon = canonicalize(data)
     guard = read_guard(path, data.issues)
