@@ -1,12 +1,5 @@
-"""Every knob of the recipes, once: its check, its default (or the rule that makes it), the verl
-key(s) it sets for each trainer, one line of doc. Standard library only.
-
-    python -m verl_gsm8k.launch.knobs --markdown    # docs/knobs.md's table
-    python -m verl_gsm8k.launch.knobs NAME=VALUE    # one line per bad value, exit 2
-
-A recipe file's ``NAME=VALUE`` gives a knob its own default; the environment wins over it, and
-``key=value`` after ``--`` wins over everything. Rules (paths, names) are made by plan.py.
-"""
+"""Every knob of the recipes, once: its check, default (or rule, made by plan.py), verl keys per
+trainer and doc. ``python -m verl_gsm8k.launch.knobs --markdown`` prints docs/knobs.md's table."""
 
 from __future__ import annotations
 
@@ -22,25 +15,23 @@ from pathlib import Path
 from verl_gsm8k.tools import TOOLS, TURNS, config_path
 from verl_gsm8k.warm_start.band import is_band
 
-# Values Hydra parses into numbers: a leading zero ("007") or a sign would be read otherwise.
+# Numbers as Hydra reads them: a leading zero ("007") or a sign would be read otherwise.
 INT = re.compile(r"0|[1-9][0-9]*")
 NUMBER = re.compile(r"(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 # verl.utils.tracking.Tracking.supported_backend of verl 0.9.1 (tests compare the two).
 VERL_LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console",
                 "clearml", "trackio", "file", "rl_insight")  # fmt: skip
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-# configs/gsm8k_*.yaml that are no algorithm: the base, PPO's LoRA variant, the SFT trainer's.
 NOT_ALGORITHMS = ("base", "ppo_lora", "sft")
 _NAMES = {p.stem.removeprefix("gsm8k_") for p in CONFIG_DIR.glob("gsm8k_*.yaml")}
-# learn_tiny's ALGO values: every algorithm's config, PPO and GRPO first.
 LEARN_ALGOS = ("ppo", "grpo", *sorted(_NAMES - {"ppo", "grpo", *NOT_ALGORITHMS}))
 TRAINERS = ("ppo", "sft")
 
 
 @dataclass(frozen=True)
 class Check:
-    rule: str  # what a good value is, in words: in errors and in docs/knobs.md
-    ok: Callable[[str], bool]  # the test on the raw string
+    rule: str  # what a good value is, in words
+    ok: Callable[[str], bool]
 
 
 def _int_above(value: str, low: int) -> bool:
@@ -88,8 +79,7 @@ BAND = _or("last", "last, or an accuracy band LOW-HIGH with 0 <= LOW <= HIGH <= 
 
 
 def hydra_quote(value: str) -> str:
-    """``value`` as a quoted Hydra string that reads back verbatim: in Hydra's quoted strings \\'
-    is a quote, and backslashes are doubled only before a quote (or the closing one)."""
+    """``value`` as a Hydra quoted string: \\' a quote, backslashes doubled before a quote."""
     out, slashes = [], ""
     for char in value:
         if char == "\\":
@@ -100,7 +90,6 @@ def hydra_quote(value: str) -> str:
     return "'" + "".join(out) + slashes * 2 + "'"
 
 
-# How a knob's value is written into its key.
 FORMS: dict[str, Callable[[str], str]] = {
     "raw": lambda v: v,
     "quoted": hydra_quote,
@@ -114,9 +103,9 @@ FORMS: dict[str, Callable[[str], str]] = {
 
 @dataclass(frozen=True)
 class Key:
-    path: str  # the verl key
+    path: str
     form: str = "raw"  # a name of FORMS
-    suffix: str = ""  # appended to the value first (RUN_DIR/rollouts)
+    suffix: str = ""  # appended to the value first
 
     def override(self, value: str) -> str:
         return f"{self.path}={FORMS[self.form](value + self.suffix)}"
@@ -126,13 +115,13 @@ class Key:
 class Knob:
     name: str
     check: Check
-    default: str | None  # when neither the environment nor the recipe sets one
+    default: str | None
     doc: str
-    ppo: tuple[Key, ...] = ()  # keys it sets under verl's PPO trainer
-    sft: tuple[Key, ...] = ()  # ... its SFT trainer
-    trainers: tuple[str, ...] = TRAINERS  # the trainers that read it (else: ignored, said so)
-    rule: str = ""  # how plan.py makes the default, in words, when it is not a constant
-    recipes: tuple[str, ...] = ()  # the only recipes that read it (docs)
+    ppo: tuple[Key, ...] = ()
+    sft: tuple[Key, ...] = ()
+    trainers: tuple[str, ...] = TRAINERS  # the trainers that read it
+    rule: str = ""  # how plan.py makes the default, in words
+    recipes: tuple[str, ...] = ()  # the only recipes that read it
 
     def keys(self, trainer: str) -> tuple[Key, ...]:
         return self.ppo if trainer == "ppo" else self.sft
@@ -141,8 +130,7 @@ class Knob:
 def _knob(name: str, check: Check, default: str | None, doc: str, *, ppo: str = "",
           sft: str = "", both: str = "", form: str = "raw", only: str = "", rule: str = "",
           recipes: tuple[str, ...] = ()) -> Knob:  # fmt: skip
-    """A row: ``ppo``, ``sft``, ``both``: its keys (space-separated) per trainer; ``only``: the
-    one trainer that reads it."""
+    """A row: ``ppo``, ``sft``, ``both``: space-separated keys; ``only``: its one trainer."""
 
     def keys(paths: str) -> tuple[Key, ...]:
         return tuple(Key(path, form) for path in f"{paths} {both}".split())
@@ -160,7 +148,6 @@ LEARN = ("learn_tiny",)
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"
 LORA = ("ppo_lora_qwen2.5-1.5b_gsm8k",)
 
-# One row per knob, in the order the docs list them.
 KNOBS: tuple[Knob, ...] = (
     _knob("DEVICE", one_of("auto", "gpu", "cpu"), "auto",
           "auto: a GPU when `nvidia-smi` lists one, else the CPU for the recipes marked "
@@ -318,13 +305,11 @@ BY_NAME = {knob.name: knob for knob in KNOBS}
 
 
 def shown(name: str, value: str) -> str:
-    """NAME=value as a shell would take it."""
     return f"{name}={shlex.quote(value)}"
 
 
 def problems(values: Mapping[str, str]) -> list[str]:
-    """One line per bad value (names not in the table ignored), then whether the batch splits
-    into mini-batches (when both sizes pass their own rows)."""
+    """One line per bad value (other names ignored), then whether the batch splits."""
     from verl_gsm8k.preflight.batch import batch_split_problem
 
     lines = [f"{shown(name, value)} is not {BY_NAME[name].check.rule}"
@@ -337,14 +322,13 @@ def problems(values: Mapping[str, str]) -> list[str]:
 
 
 def recipe_arguments(recipe_file: Path) -> list[str]:
-    """The launcher arguments a recipe file passes: the words of its ``recipe=( ... )`` array."""
+    """The words of a recipe file's ``recipe=( ... )`` array."""
     text = Path(recipe_file).read_text(encoding="utf-8")
     body = text[text.index("recipe=(") + len("recipe=(") :]
     return shlex.split(body[: body.index("\n)")], comments=True)
 
 
 def recipe_settings(recipe_file: Path) -> dict[str, str]:
-    """The ``NAME=VALUE`` knob defaults a recipe file gives."""
     pairs = (word.partition("=") for word in recipe_arguments(recipe_file))
     return {name: value for name, sep, value in pairs if sep and name in BY_NAME}
 
@@ -365,8 +349,6 @@ def _row(knob: Knob, own: list[str]) -> str:
 
 
 def markdown_table(recipes_dir: Path) -> str:
-    """docs/knobs.md's table: each knob, a good value, its default (and each recipe's own), the
-    verl keys for each trainer, what it does."""
     own: dict[str, list[str]] = {}
     for recipe in sorted(recipes_dir.glob("*.sh")):
         for name, value in recipe_settings(recipe).items():
