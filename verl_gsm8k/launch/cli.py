@@ -1,6 +1,4 @@
-"""python -m verl_gsm8k.launch: a recipe's whole launch, in one process, up to verl and back
-(docs/architecture.md). Exit statuses: docs/reliability.md.
-"""
+"""python -m verl_gsm8k.launch: a recipe's launch, up to verl and back (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -34,7 +32,7 @@ from verl_gsm8k.preflight.compose import split_override
 
 
 class Exit(Exception):
-    """Stop the launch with this status (its line said already)."""
+    """Stop the launch with this status, its line said."""
 
     def __init__(self, code: int) -> None:
         super().__init__(code)
@@ -54,7 +52,7 @@ def fail(line: str, code: int = 2) -> None:
 
 def check(plan: Plan) -> None:
     """The knob checks, before anything slow: one line per bad value, exit 2."""
-    lines = plan.problems()  # the knobs, and a trainer.logger without file
+    lines = plan.problems()
     for line in lines:
         say(f"knobs: {line}", err=True)
     if lines:
@@ -68,7 +66,7 @@ def check(plan: Plan) -> None:
 
 
 def warn_unshared_run_dir(plan: Plan) -> None:
-    """Several nodes and a RUN_DIR each node has its own of: a warning."""
+    """Several nodes and a RUN_DIR local to each: a warning."""
     nnodes, run_dir = plan.values.get("NNODES", "1"), f"{plan.run_dir}/"
     if not nnodes.isdigit() or int(nnodes) <= 1:
         return
@@ -85,7 +83,6 @@ def warn_unshared_run_dir(plan: Plan) -> None:
 
 
 def check_local_models(plan: Plan, user: list[str]) -> None:
-    """A local model directory that is not there (and no user key sets it)."""
     overridden = {split_override(item)[0] for item in user}
     for name in ("MODEL_PATH", "CRITIC_MODEL_PATH"):
         value = plan.values.get(name) or ""
@@ -105,7 +102,6 @@ def quiet(main, argv: list[str]) -> None:
 
 
 def prepare_cpu_defaults(plan: Plan) -> None:
-    """First use on a CPU: the tiny model and the GSM8K sample, if missing."""
     model = Path(plan.values["MODEL_PATH"])
     if model == plan.tiny_model_dir and not (model / "config.json").exists():
         say(f"recipe: building the tiny random Qwen2 (offline, once) -> {model}")
@@ -156,7 +152,7 @@ def preflight(plan: Plan, user: list[str], dry_run: bool) -> list[str]:
 
 
 def show_dry_run(plan: Plan, overrides: list[str]) -> int:
-    """DRY_RUN=1's end: the command, then verl's entry point with ``--cfg job``, here."""
+    """DRY_RUN=1's end: the command, then verl's entry point with ``--cfg job``."""
     say(f"{PREFIX}{shell_line(verl_argv(plan, overrides), plan.exports)}")
     sys.argv = [plan.verl_module, "--config-path", str(CONFIG_DIR), "--config-name",
                 plan.recipe.config, "--cfg", "job", *overrides]  # fmt: skip
@@ -169,7 +165,7 @@ def show_dry_run(plan: Plan, overrides: list[str]) -> int:
 
 def verl_argv(plan: Plan, overrides: list[str]) -> list[str]:
     launcher = [plan.python]
-    if plan.trainer == "sft":  # one process per device
+    if plan.trainer == "sft":
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nnodes=1",
                      f"--nproc_per_node={plan.values['NDEVICES_PER_NODE']}"]  # fmt: skip
     return [*launcher, "-m", plan.verl_module, "--config-path", str(CONFIG_DIR), "--config-name",
@@ -191,7 +187,7 @@ def check_gpu(plan: Plan) -> None:
 
 
 def plan_stop(plan: Plan) -> tuple[int, dict[str, str]]:
-    """(STOP_GRACE_S, verl's variables) of a PPO launch: KillWait, the job's end."""
+    """(STOP_GRACE_S, verl's variables) of a PPO launch."""
     from verl_gsm8k.launch.slurm import job_end, kill_wait_line
 
     timings = stop.Timings.read(plan.run_dir)
@@ -232,7 +228,6 @@ def say_where_wandb_logs(plan: Plan) -> None:
 
 
 def record(plan: Plan, stamp: str, user: list[str], picked: list[str], command: str) -> None:
-    """The same-config check, then the launch record (verl_gsm8k/resume/)."""
     from verl_gsm8k.resume.__main__ import record_launch
 
     code = record_launch(
@@ -246,7 +241,7 @@ def record(plan: Plan, stamp: str, user: list[str], picked: list[str], command: 
 
 
 def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
-    """From the lock to the requeue: verl runs, supervised; the launch's exit status."""
+    """From the lock to the requeue; the launch's exit status."""
     from verl_gsm8k.launch.lock import Busy, lock_run_dir
     from verl_gsm8k.launch.slurm import requeue_if_stopped
 
@@ -261,11 +256,10 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
     grace, extra = int(plan.env.get("STOP_GRACE_S") or stop.DEFAULT_GRACE_S), {}
     if ppo:
         grace, extra = plan_stop(plan)
-        say(plan.save_every_line)  # the minutes plan.py passed to the trainer
+        say(plan.save_every_line)
     # one metrics file per launch: verl's file logger truncates its file on open
     metrics, console = metrics_path(run_dir, stamp), console_log_path(run_dir, stamp)
-    # every process verl starts carries these (Ray's, out of the launcher's group, too): what
-    # is left of them once verl has ended is stopped (launch/reap.py)
+    # every process verl starts carries these: what is left once verl ended is reaped
     launch_id = new_launch_id(stamp)
     launch_vars = {ENV_LAUNCH: launch_id, ENV_RUN_DIR: str(run_dir), "STOP_GRACE_S": str(grace),
                    "VERL_FILE_LOGGER_PATH": str(metrics), **extra}  # fmt: skip
@@ -300,7 +294,6 @@ def train(plan: Plan, user: list[str], picked: list[str], start: float) -> int:
 
 
 def prune_finished(run_dir: Path, keep: str) -> None:
-    """MAX_CKPT_TO_KEEP over the whole run, never the tracked or the kept best."""
     if keep.isdigit() and int(keep) > 0:
         for line in prune.prune(run_dir, int(keep)):
             say(f"recipe: {line}")
@@ -316,11 +309,11 @@ def launch(argv: list[str]) -> int:
         return 0
     start = time.monotonic()
     plan = make_plan(recipe, os.environ, probe=False, user=user)
-    check(plan)  # in well under a second, before the attention probe imports torch
+    check(plan)  # before the attention probe imports torch
     probe_attention(plan)
     if plan.attention_refusal:
         fail(plan.attention_refusal)
-    os.environ.update(plan.exports)  # the preflight, and every process started from here
+    os.environ.update(plan.exports)
     where = f" on the Ray cluster at RAY_ADDRESS={plan.env['RAY_ADDRESS']}" if (
         plan.on_ray_cluster()) else ""  # fmt: skip
     say(f"recipe: {recipe.name} | config: configs/{recipe.config}.yaml | model: "
@@ -339,7 +332,7 @@ def launch(argv: list[str]) -> int:
     dry_run = plan.values.get("DRY_RUN") == "1"
     picked: list[str] = []
     if plan.values.get("SKIP_PREFLIGHT") != "1":
-        picked = preflight(plan, user, dry_run)  # DRY_RUN: ends there, after verl's --cfg job
+        picked = preflight(plan, user, dry_run)
     elif dry_run:
         return show_dry_run(plan, plan.all_overrides(user))
     check_gpu(plan)
