@@ -1,6 +1,5 @@
-"""The algorithm recipes: each composed config against the installed verl, its preflight
-(preflight/algorithm.py), and every combination that would silently train something else. No
-training."""
+"""The algorithm recipes' configs against verl, their preflight (preflight/algorithm.py) and the
+combinations that would silently train something else. No training."""
 
 from __future__ import annotations
 
@@ -64,9 +63,7 @@ def test_every_algorithm_config_has_its_row_here():
 def test_every_algorithm_recipe_passes_its_dry_run(
     algo, tiny_model_dir, prepared_gsm8k_dir, tmp_path
 ):
-    """The real recipe file: knob defaults, the preflight, verl's composed config (--cfg job); in
-    this process, verl imported once for all. DAPO's with KL_COEF, which it does not charge: the
-    launch hands the user's knob to the preflight's warning."""
+    """Knob defaults, preflight, verl's --cfg job; DAPO's KL_COEF, charged nowhere, is warned."""
     kl = {"KL_COEF": "0.01"} if algo == "dapo" else {}
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1", **kl)
     result = launch_in_process(f"{algo}_qwen2.5-0.5b_gsm8k", env)
@@ -92,8 +89,7 @@ def test_every_algorithm_recipe_passes_its_dry_run(
      ("256", ["data.max_response_length=1024", f"{OB}=100"], "100")],
 )  # fmt: skip
 def test_dapos_overlong_buffer_is_a_fifth_of_the_response_length(length, user, buffer):
-    """The paper's share (4096 of 20480) of the response length verl gets; the user's own key
-    wins."""
+    """The paper's share (4096 of 20480); the user's own key wins."""
     from verl_gsm8k.launch.plan import recipe_plan
 
     env = {"HOME": "/nonexistent", "MAX_RESPONSE_LENGTH": length}
@@ -145,8 +141,7 @@ def test_the_shipped_configs_pass(configs, name):
 N1 = "actor_rollout_ref.rollout.n"
 ESTIMATOR = "algorithm.adv_estimator"
 
-# (config, changed keys, the text of the one refusal): each a combination that verl refuses or
-# that would train something else than its name says.
+# (config, changed keys, the refusal's text): verl refuses it or it trains something else.
 MISTAKES = [
     ("rloo", {N1: 1, ESTIMATOR: "rloo_vectorized"}, "the advantage is 0 for every response"),
     ("grpo", {N1: 1, ESTIMATOR: "grpo_passk"}, "Pass@k requires at least 2 samples per group"),
@@ -175,9 +170,7 @@ MISTAKES = [
     ("name", "changes", "expected"), MISTAKES, ids=[m[2][:40] for m in MISTAKES]
 )
 def test_a_combination_that_trains_something_else_is_refused(configs, name, changes, expected):
-    cfg = variant(configs, name)
-    for key, value in changes.items():
-        OmegaConf.update(cfg, key, value, force_add=True)
+    cfg = changed(configs, name, changes)
     problems = algorithm_problems(cfg, REWARD_KEYS) + overlong_problems(cfg)
     assert any(expected in line for line in problems), problems
     assert all("\n" not in line for line in problems)
@@ -190,8 +183,7 @@ def changed(configs, name: str, changes: dict):
     return cfg
 
 
-# (config, changed keys, the text of the one warning): combinations verl runs as written; the
-# preflight says so and what verl does, and lets the launch go on.
+# (config, changed keys, the warning's text): verl runs them as written; the launch goes on.
 WARNINGS = [
     ("reinforce_pp_baseline", {N1: 1},
      "adv_estimator=reinforce_plus_plus_baseline compares the responses"),
@@ -231,27 +223,20 @@ def test_an_overlong_buffer_as_long_as_max_resp_len_is_accepted(configs):
     assert overlong_problems(cfg) == [] and algorithm_warnings(cfg) == []
 
 
-@pytest.fixture(scope="module")
-def core_algos():
+def test_every_estimator_verl_groups_by_prompt_is_checked_at_one_response():
     from verl.trainer.ppo import core_algos
 
-    return core_algos
-
-
-def test_every_estimator_verl_groups_by_prompt_is_checked_at_one_response(core_algos):
-    grouped = {
-        name
-        for name, fn in core_algos.ADV_ESTIMATOR_REGISTRY.items()
-        if "index" in inspect.signature(fn).parameters
-    }
+    registry = core_algos.ADV_ESTIMATOR_REGISTRY
+    grouped = {n for n, fn in registry.items() if "index" in inspect.signature(fn).parameters}
     assert grouped == set(GROUP_AT_ONE)
 
 
 @pytest.mark.parametrize("estimator", sorted(GROUP_AT_ONE))
-def test_the_reason_at_one_response_is_what_verl_computes(core_algos, estimator):
+def test_the_reason_at_one_response_is_what_verl_computes(estimator):
     """Each estimator on four prompts of one response (scores 1, 0, 1, 0.5)."""
     import numpy as np
     import torch
+    from verl.trainer.ppo import core_algos
 
     scores = torch.tensor([1.0, 0.0, 1.0, 0.5])
     rewards = torch.zeros(4, 3)
