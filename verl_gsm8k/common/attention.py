@@ -1,10 +1,5 @@
 """Which attention a run uses, with padding removal or not, and why: the one decision behind the
-launch line, the preflight and the critic's fallback plugin. auto: flash-attn 2 where it loads,
-else sdpa (packed on a GPU, padded on the CPU); fa2, fa4 (capability 9.0+), sdpa, sdpa_packed ask
-for one, refused in one line where this machine cannot run it.
-
-    python -m verl_gsm8k.common.attention [--want WANT] [--cpu]  # exit 2: refused
-"""
+launch line, the preflight and the critic's fallback plugin."""
 
 from __future__ import annotations
 
@@ -17,7 +12,7 @@ from dataclasses import dataclass
 from verl_gsm8k.common import gpus
 
 WANTS = ("auto", "fa2", "fa4", "sdpa", "sdpa_packed")
-FA4_MIN_CAPABILITY = (9, 0)  # flash-attn-4's backward: SM 9.x and newer
+FA4_MIN_CAPABILITY = (9, 0)
 # (attn_implementation, padding removal, configs/attention/<overlay>[_sft].yaml) of each choice
 PATHS = {
     "fa2": ("flash_attention_2", True, None),
@@ -31,14 +26,14 @@ CPU_PACKED_COST = "packed steps measured slower than padded on a 2-core CPU (doc
 
 
 class AttentionRefused(ValueError):
-    """ATTENTION asks for what this machine cannot run; the message is the line to print."""
+    """ATTENTION asks for what this machine cannot run: one line."""
 
 
 @dataclass(frozen=True)
 class Choice:
     name: str  # a key of PATHS
     why: str
-    cost: str = ""  # against the default where it runs
+    cost: str = ""
 
     implementation = property(lambda self: PATHS[self.name][0])
     padding_removal = property(lambda self: PATHS[self.name][1])
@@ -54,8 +49,7 @@ def statement(implementation: str, padding_removal: bool, why: str, cost: str = 
 
 
 def _import_problem(module: str, what: str) -> str | None:
-    """None when ``module`` imports after torch; otherwise why not (an extension built for
-    another torch or CUDA installs fine and fails only here: "undefined symbol")."""
+    """Why ``module`` does not import after torch (a build for another torch fails only here)."""
     try:
         importlib.import_module("torch")
         importlib.import_module(module)
@@ -72,7 +66,7 @@ def _installed(distribution: str) -> bool:
 
 
 def flash_attn_problem() -> str | None:
-    """None when flash-attention 2 can be used here; otherwise why not, in one line."""
+    """Why flash-attention 2 cannot be used here, or None."""
     if importlib.util.find_spec("flash_attn") is None:
         return "flash_attn not installed"
     if importlib.util.find_spec("flash_attn_2_cuda") is None and _installed("flash-attn-4"):
@@ -82,7 +76,6 @@ def flash_attn_problem() -> str | None:
 
 
 def gpu_capabilities() -> list[tuple[int, int]] | None:
-    """Every GPU's compute capability; [] without a GPU; None where the driver cannot say."""
     return gpus.capabilities(gpus.listed())
 
 
@@ -95,8 +88,7 @@ def fa4_import_problem() -> str | None:
 
 
 def fa4_problem(caps: list[tuple[int, int]] | None, installed: bool) -> str | None:
-    """None when flash-attn-4 can train here; otherwise why not (imported only on a card that
-    could use it)."""
+    """Why flash-attn-4 cannot train here, or None (imported only on a card that could)."""
     need = "flash-attn-4 needs compute capability {}.{}+".format(*FA4_MIN_CAPABILITY)
     if not caps:
         return f"{need}, {'no GPU seen' if caps == [] else 'nvidia-smi does not report it'}"
@@ -112,8 +104,8 @@ def fa4_problem(caps: list[tuple[int, int]] | None, installed: bool) -> str | No
 def choose(
     want: str, on_cpu: bool, fa2: str | None, caps: list[tuple[int, int]] | None, fa4: bool
 ) -> Choice:
-    """The attention for ATTENTION=``want`` from the facts probed (``fa2``: flash-attn 2's problem
-    or None, ``caps``, ``fa4`` installed); AttentionRefused when it cannot be met."""
+    """The attention for ATTENTION=``want`` from the facts probed (``fa2``: flash-attn 2's problem;
+    ``fa4``: installed); AttentionRefused when it cannot be met."""
     if want not in WANTS:
         raise AttentionRefused(f"ATTENTION={want} is not one of {', '.join(WANTS)}")
     if want == "sdpa":
@@ -139,7 +131,7 @@ def choose(
 
 
 def probe(want: str, on_cpu: bool = False) -> Choice:
-    """choose() with this machine's facts, each asked only where the choice reads it."""
+    """choose() with this machine's facts, each asked only where read."""
     if want in ("sdpa", "sdpa_packed") or (on_cpu and want in WANTS):
         return choose(want, on_cpu, None, None, False)
     fa4 = want == "fa4"

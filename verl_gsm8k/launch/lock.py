@@ -1,5 +1,5 @@
 """One launch at a time per run directory: flock(2) on RUN_DIR/.launch.lock, held by the
-launcher alone (freed however it ends), waited for LOCK_WAIT_S, then refused in one line."""
+launcher alone, waited for LOCK_WAIT_S, then refused in one line."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from verl_gsm8k.launch import reap
 
 
 class Busy(Exception):
-    """The run directory is in use: the line to say (empty: said already), exit 2."""
+    """The run directory is in use: the line to say (empty: said already)."""
 
 
 def _locked(fd: int) -> bool:
@@ -28,7 +28,7 @@ def _locked(fd: int) -> bool:
 
 
 def lock_run_dir(run_dir: Path, stamp: str, wait_s: int, say) -> int:
-    """The lock's descriptor, held for as long as this process lives; Busy otherwise."""
+    """The lock's descriptor, held while this process lives; Busy otherwise."""
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = lock_path(run_dir)
     fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
@@ -41,7 +41,7 @@ def lock_run_dir(run_dir: Path, stamp: str, wait_s: int, say) -> int:
             os.close(fd)
             raise Busy(_busy_line(run_dir, lock))
         time.sleep(0.5)
-    os.ftruncate(fd, 0)  # the holder's line at once: a launch refused meanwhile names this one
+    os.ftruncate(fd, 0)  # the holder's line, for a launch refused meanwhile
     os.write(fd, f"launch {stamp}, pid {os.getpid()} on {socket.gethostname()}\n".encode())
     if reap.check_run_dir(str(run_dir), wait_s) != 0:
         os.close(fd)

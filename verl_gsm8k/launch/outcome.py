@@ -1,5 +1,5 @@
-"""How a launch ended: 4 the watchdog stopped it, 5 a stop (guard/stop.py) ended it, else
-verl's status, with one line for a refused checkpoint file or a full disk."""
+"""How a launch ended: 4 the watchdog stopped it, 5 a stop ended it, else verl's status, with one
+line for a refused checkpoint file or a full disk."""
 
 from __future__ import annotations
 
@@ -42,12 +42,12 @@ def verdict(run_dir: Path, stamp: str, status: int, signalled: bool = False) -> 
 
 
 def failed_groups(run_dir: Path, stamp: str) -> str | None:
-    """The prompt groups verl's V1 agent loop marked failed: it logs each (agent_loop_tq.py:137,
-    145), pads the group and trains on (replay_buffer.py:112)."""
+    """The prompt groups verl's V1 agent loop failed: it logs each (agent_loop_tq.py:137, 145),
+    pads the group and trains on (replay_buffer.py:112)."""
     path, uids, other = rd.console_log_path(run_dir, stamp), set(), 0
     try:
         with open(path, encoding="utf-8", errors="replace") as log:
-            for line in log:  # the whole log, a long run's too: the regex only where it can hit
+            for line in log:  # the regex only where it can hit: a long run's log is large
                 found = "_run_prompt" in line and re.search(
                     r"Error in _run_prompt( for uid=(\S+))?", line
                 )
@@ -74,7 +74,7 @@ def log_tail(run_dir: Path, stamp: str, size: int = 2_000_000) -> str:
 
 
 def refused_load(log: str) -> str | None:
-    """A checkpoint file verl_plugins/checked_load.py refused, from the console log."""
+    """A checkpoint file verl_plugins/checked_load.py refused."""
     found = re.search(r"checked load: (.+)", log)
     if found is None:
         return None
@@ -83,8 +83,7 @@ def refused_load(log: str) -> str | None:
             "checkpoint (trainer.resume_mode / the tracker; docs/reliability.md)")  # fmt: skip
 
 
-# A save into a full disk in verl's console log: torch's zip writer ("unexpected pos 9984 vs
-# 9878"), the C++ stream under it, or Python's own
+# A save into a full disk: torch's zip writer, the C++ stream under it, or Python's own
 DISK_FULL_SIGNS = ("No space left on device", "unexpected pos ", "basic_ios::clear", "Errno 28")
 
 

@@ -1,11 +1,5 @@
-"""Nothing of a launch outlives it: its processes are found by GSM8K_LAUNCH_ID and
-GSM8K_LAUNCH_RUN_DIR in their environment, or by the session of verl's driver
-(RUN_DIR/.launch.session); this user's, on this machine, never an attached Ray cluster's.
-
-    python -m verl_gsm8k.launch.reap stop --run-dir DIR      # every launch into DIR
-    python -m verl_gsm8k.launch.reap stop --slurm-ray JOB    # Slurm job JOB's Ray, here
-    python -m verl_gsm8k.launch.reap exec -- CMD ...         # multi_node.sbatch's ray start
-"""
+"""Nothing of a launch outlives it: its processes (this user's, here) are found by the launch's
+variables in their environment, or by the session of verl's driver (RUN_DIR/.launch.session)."""
 
 from __future__ import annotations
 
@@ -45,7 +39,6 @@ def read_session(run_dir: str, launch: str | None = None) -> Sessions:
 
 
 def launch_processes(match: Callable[[Proc], bool], sessions: Sessions | None = None) -> list[Proc]:
-    """This user's live processes of a launch (by environment or session)."""
     mine, found = procs.session_of(0), []
     for process in procs.ours():
         pid = process.pid
@@ -115,8 +108,8 @@ def stop_launch(launch: str, run_dir: str) -> int:
 
 
 def check_run_dir(run_dir: str, wait_s: float, but: str = "") -> int:
-    """0 when no process of an earlier launch into ``run_dir`` runs after ``wait_s``,
-    else 2 in one line; those whose launcher has ended are stopped at once."""
+    """0 when no process of an earlier launch runs after ``wait_s``, else 2 in one line; those
+    whose launcher has ended are stopped at once."""
     sessions, match = read_session(run_dir), of_run_dir(run_dir, but)
     for launch in sorted({p.launch for p in launch_processes(match, sessions)}):
         if launcher_ended(launch):
@@ -137,14 +130,13 @@ def check_run_dir(run_dir: str, wait_s: float, but: str = "") -> int:
 
 
 def slurm_ray_groups(job: str) -> set[int]:
-    """The process groups the `ray start`s of Slurm job ``job`` lead here."""
     marked = {p.pid: procs.environ(p.pid, (ENV_RAY_OF_JOB,)) or {} for p in procs.ours()}
     return {pid for pid, env in marked.items() if env.get(ENV_RAY_OF_JOB) == job
             and procs.group_of(pid) == pid}  # fmt: skip
 
 
 def stop_slurm_ray(job: str, seconds: float = 10.0) -> int:
-    """SIGKILL (SIGTERM is blocked) to ``job``'s Ray here, rescanning ``seconds``."""
+    """SIGKILL (SIGTERM is blocked) to ``job``'s Ray here."""
     groups, names = slurm_ray_groups(job), {}
 
     def find() -> list[int]:
@@ -162,7 +154,6 @@ def stop_slurm_ray(job: str, seconds: float = 10.0) -> int:
 
 
 def exec_blocked(argv: Sequence[str]) -> None:
-    """Become ``argv`` with SIGTERM blocked, in a session of its own if it can."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     with contextlib.suppress(OSError):
         os.setsid()

@@ -1,5 +1,5 @@
-"""SAVE_EVERY_MIN: a time save after the first step past that many minutes; ``auto`` keeps
-time saves under 3 % of the run from the slowest save measured (20 min before any)."""
+"""SAVE_EVERY_MIN: a time save after the first step past that many minutes; ``auto``: 3 % of the
+run from the slowest save measured (20 min before any)."""
 
 from __future__ import annotations
 

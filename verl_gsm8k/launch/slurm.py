@@ -80,14 +80,14 @@ def kill_wait_line(env: Mapping[str, str], needs: float | None, run: Run = _run)
 def requeue_if_stopped(
     status: int, stamp: str, run_dir: Path, env: Mapping[str, str], say, run: Run = _run
 ) -> None:
-    """SLURM_REQUEUE_ON_STOP=1: a launch that stopped (5) after saving a step
-    requeues its job; what Slurm did itself (a requeue, scancel) is said instead."""
+    """SLURM_REQUEUE_ON_STOP=1: a launch that stopped (5) after saving requeues its job; what
+    Slurm did itself is said instead."""
     job = env.get("SLURM_JOB_ID")
     if status != 5 or env.get("SLURM_REQUEUE_ON_STOP") != "1" or not job:
         return
     step = tracked_step(run_dir)
     resumes = f"step {step}" if step is not None else "the start"
-    ended = ended_by_slurm(env, run)  # Slurm refuses a second requeue: "pending execution"
+    ended = ended_by_slurm(env, run)  # Slurm refuses a second requeue
     if ended == "requeue":
         restarts = job_fields(job, run).get("Restarts", "?")
         return say(f"recipe: Slurm requeued job {job} itself (restart {restarts}: a preemption "

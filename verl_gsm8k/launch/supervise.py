@@ -1,7 +1,6 @@
-"""verl started and watched: its output teed to the console log, SIGTERM a stop request
-(guard/stop.py) with a deadline, Ctrl-C a stop now, what outlives verl reaped. verl starts with
-SIGTERM blocked (inherited), so a SIGTERM to every process of a job leaves them saving.
-"""
+"""verl started and watched: output teed to the console log, SIGTERM a stop request with a
+deadline, Ctrl-C a stop now, what outlives verl reaped. verl inherits SIGTERM blocked, so a SIGTERM
+to every process of a job leaves them saving."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from verl_gsm8k.guard.stop import JOB_END, SIGTERM, read_request, request
 from verl_gsm8k.launch import reap
 from verl_gsm8k.launch.slurm import ended_by_slurm, job_end, kill_wait
 
-KILL_WAIT_S = 10  # from SIGTERM to SIGKILL for a process of verl's that does not block it
+KILL_WAIT_S = 10  # from SIGTERM to SIGKILL
 
 
 def start(
@@ -71,12 +70,11 @@ class Supervisor:
     ) -> None:
         self.run_dir, self.grace_s, self.env, self.say = run_dir, grace_s, env, say
         self.grace_set = bool(env.get("STOP_GRACE_S"))
-        self.deadline: float | None = None  # of the stop under way: verl is stopped then
+        self.deadline: float | None = None  # of the stop under way
         self.signalled = self.kill_now = False
 
     def request_stop(self, *_: object) -> None:
-        """SIGTERM: the trainer saves the step in flight and stops, by
-        STOP_GRACE_S or, in a Slurm job, 5 s before its end or before Slurm's SIGKILL (KillWait)."""
+        """SIGTERM: a stop by STOP_GRACE_S, or 5 s before the Slurm job's end or its SIGKILL."""
         if self.signalled:  # its deadline wins over one a process of verl's wrote first
             return
         self.signalled, now = True, time.time()
@@ -111,7 +109,7 @@ class Supervisor:
         tee.join(timeout=5)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         reap.stop_launch(launch_id, str(self.run_dir))
-        tee.join(timeout=5)  # what the reaped processes held of verl's output
+        tee.join(timeout=5)  # what the reaped processes held
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         return status
 
