@@ -108,75 +108,56 @@ def test_thresholds_are_tunable(tmp_path):
     assert checks_fired(rs.analyse(path, strict)[2]) == {"entropy_collapse"}
 
 
-def test_length_hacking_needs_the_score_to_rise_with_the_length(tmp_path):
-    def mutate(step: int, d: dict[str, Any]):
-        if step >= 100:
-            d["response_length/mean"] = 260.0 * (1 + 0.02 * (step - 100))
-            d["critic/score/mean"] += 0.002 * (step - 100)
+RNG, SCORE, CLIP = random.Random(), "critic/score/mean", "actor/pg_clipfrac"
 
+
+def longer(step: int, d: dict[str, Any]):  # the length rising from step 100, the score with it
+    if step >= 100:
+        d["response_length/mean"] = 260.0 * (1 + 0.02 * (step - 100))
+        d[SCORE] += 0.002 * (step - 100)
+
+
+def no_gain(step: int, d: dict[str, Any]):
+    longer(step, d)
+    d[SCORE] = 0.64 - 0.0005 * (step - 100) + 0.01 * math.sin(step) if step >= 100 else d[SCORE]
+
+
+def clip_0(step: int, d: dict[str, Any]):
+    d.update({"critic/score/min": 0.0, "critic/score/max": 1.0} | ({CLIP: 0.0} if step >= 100
+                                                                   else {}))  # fmt: skip
+
+
+def flat(step: int, d: dict[str, Any]):
+    d.update({VAL_KEY: 0.30 + RNG.uniform(-0.004, 0.004)} if VAL_KEY in d else {})
+    d[SCORE] = 0.15 + RNG.uniform(-0.01, 0.01)
+
+
+# mutate: the check that fires alone (None: nothing), its severity, first step, in its message
+TRENDS = {
+    "length hacking": (longer, "length_hacking", "warning", (85, 115), ""),
+    "longer, no gain": (no_gain, None, None, (0, 0), ""),
+    "value loss": (lambda s, d: d.update({"critic/vf_loss": 0.2 + 0.0005 * s + 0.01 *
+                   math.sin(s)}), "value_loss_not_decreasing", "warning", (1, 1), ""),
+    "clip 0": (clip_0, "clip_fraction_zero", "warning", (95, 105), "clip range"),
+    "clip 0, converged": (lambda s, d: clip_0(s, d) or d.update({SCORE: 0.97} if s >= 100
+                          else {}), "clip_fraction_zero", "note", (95, 105), "converged"),
+    "accuracy flat": (flat, "accuracy_flat", "warning", (0, 0), "val"),
+    "accuracy plateau": (lambda s, d: d.update({VAL_KEY: min(0.30 + 0.004 * s, 0.50)}
+                         if VAL_KEY in d else {}), "accuracy_flat", "note", (40, 60), ""),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", TRENDS)
+def test_a_whole_run_trend_fires_where_it_starts_and_nothing_else(tmp_path, case):
+    mutate, check, severity, (first, last), said = TRENDS[case]
+    RNG.seed(1)
     findings = analyse_records(tmp_path, build_run(mutate))[2]
-    assert checks_fired(findings) == {"length_hacking"}
-    hit = only(findings, "length_hacking")
-    assert 85 <= hit.start_step <= 115 and hit.end_step == STEPS
-
-    def without_gain(step: int, d: dict[str, Any]):
-        mutate(step, d)
-        if step >= 100:
-            d["critic/score/mean"] = 0.64 - 0.0005 * (step - 100) + 0.01 * math.sin(step)
-
-    assert analyse_records(tmp_path / "b", build_run(without_gain))[2] == []
-
-
-def test_value_loss_not_decreasing(tmp_path):
-    def mutate(step: int, d: dict[str, Any]):
-        d["critic/vf_loss"] = 0.2 + 0.0005 * step + 0.01 * math.sin(step)
-
-    findings = analyse_records(tmp_path, build_run(mutate))[2]
-    assert checks_fired(findings) == {"value_loss_not_decreasing"}
-    hit = only(findings, "value_loss_not_decreasing")
-    assert (hit.start_step, hit.end_step) == (1, STEPS)
-
-
-def test_a_clip_fraction_at_0_warns_and_on_a_converged_run_is_a_note(tmp_path):
-    """Updates that never leave the trust region; a note where nearly every response already
-    earns the top score (the CPU GRPO learning runs end so)."""
-
-    def zero(step: int, d: dict[str, Any]):
-        d.update({"critic/score/min": 0.0, "critic/score/max": 1.0})
-        if step >= 100:
-            d["actor/pg_clipfrac"] = 0.0
-
-    hit = only(analyse_records(tmp_path, build_run(zero))[2], "clip_fraction_zero")
-    assert hit.severity == "warning" and 95 <= hit.start_step <= 105 and hit.end_step == STEPS
-
-    def converged(step: int, d: dict[str, Any]):
-        zero(step, d)
-        d["critic/score/mean"] = 0.97 if step >= 100 else d["critic/score/mean"]
-
-    hit = only(analyse_records(tmp_path / "b", build_run(converged))[2], "clip_fraction_zero")
-    assert hit.severity == "note" and "converged" in hit.message
-    assert hit.evidence["train_score"] == pytest.approx(0.97)
-
-
-def test_accuracy_flat_from_the_start_warns_a_plateau_is_a_note(tmp_path):
-    rng = random.Random(1)
-
-    def flat(step: int, d: dict[str, Any]):
-        if VAL_KEY in d:
-            d[VAL_KEY] = 0.30 + rng.uniform(-0.004, 0.004)
-        d["critic/score/mean"] = 0.15 + rng.uniform(-0.01, 0.01)
-
-    hit = only(analyse_records(tmp_path, build_run(flat))[2], "accuracy_flat")
-    assert (hit.severity, hit.metric, hit.start_step, hit.end_step) == ("warning", "val_acc", 0,
-                                                                        STEPS)  # fmt: skip
-
-    def plateau(step: int, d: dict[str, Any]):
-        if VAL_KEY in d:
-            d[VAL_KEY] = min(0.30 + 0.004 * step, 0.50)  # rises until step 50, then flat
-
-    (hit,) = analyse_records(tmp_path / "b", build_run(plateau))[2]
-    assert (hit.check, hit.severity) == ("accuracy_flat", "note")
-    assert 40 <= hit.start_step <= 60 and hit.end_step == STEPS
+    assert checks_fired(findings) == ({check} if severity == "warning" else set())
+    assert [f.check for f in findings] == ([check] if check else []), [str(f) for f in findings]
+    if check:
+        (hit,) = findings
+        assert hit.severity == severity and first <= hit.start_step <= last
+        assert hit.end_step == STEPS and said in hit.message, str(hit)
 
 
 def test_checks_stay_linear_with_many_findings():
