@@ -1,6 +1,5 @@
-"""The same-config check (resume/same_config.py): a relaunch compared key by key with the launch
-that wrote the checkpoint it resumes; records from the launcher's record_launch, checkpoints from
-verl's manager."""
+"""The same-config check (resume/same_config.py): a relaunch against the launch that wrote the
+checkpoint it resumes."""
 
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ from verl_gsm8k.resume.same_config import ALLOWED, allowed, differences, refusal
 
 STAMPS = [f"20261125T10000{i}Z" for i in range(10)]
 LR = "actor_rollout_ref.actor.optim.lr"
-# What a recipe hands the launcher: the model, the data, the run's keys.
 OVERRIDES = ["actor_rollout_ref.model.path=/models/m", "critic.model.path=/models/m",
              "data.train_files=[/data/train.parquet]", "data.val_files=[/data/test.parquet]",
              "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
@@ -56,7 +54,6 @@ def changed(record: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
 
 
 def place(whole: Path, run: Path, stamps: dict[int, str]) -> None:
-    """Whole checkpoints at the steps of ``stamps``, each stamped; the tracker names the last."""
     for step, stamp in stamps.items():
         shutil.copytree(whole / "global_step_4", run / f"global_step_{step}")
         write_stamp(run, step, stamp)
@@ -69,8 +66,7 @@ def refused_line(capsys) -> str:
 
 
 def test_the_same_command_relaunched_differs_in_nothing(tmp_path, ppo_record):
-    """ppo_record's command (ACTOR_LR=1e-6, verl's default) relaunched with the rate written
-    0.000001: git, host, versions and knobs may differ, the resolved configs do not."""
+    """ACTOR_LR=1e-6 relaunched as 0.000001: git, host, versions, knobs differ, configs not."""
     run = tmp_path / "run"
     assert launch(run, STAMPS[1], f"{LR}=0.000001", knobs={"ACTOR_LR": "0.000001"}) == 0
     first, (second,) = ppo_record, read_records(run)
@@ -89,7 +85,7 @@ def other(value: Any) -> Any:
 
 
 A, R, M = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout.", "actor_rollout_ref.model."
-# A key of each kind that makes another experiment (docs/reliability.md, "Resuming").
+# Keys that make another experiment (docs/reliability.md), and keys that may change.
 GUARDED = [f"{M}path", "critic.model.path", "algorithm.adv_estimator", "algorithm.gamma",
            "algorithm.lam", "algorithm.kl_ctrl.kl_coef", "algorithm.use_kl_in_reward",
            "algorithm.kl_penalty", LR, f"{A}optim.lr_warmup_steps_ratio", f"{A}optim.weight_decay",
@@ -99,7 +95,6 @@ GUARDED = [f"{M}path", "critic.model.path", "algorithm.adv_estimator", "algorith
            "reward.custom_reward_function.name", f"{A}use_kl_loss", f"{A}kl_loss_coef",
            f"{A}kl_loss_type", f"{A}clip_ratio_high", f"{A}entropy_coeff", f"{A}loss_agg_mode",
            f"{M}lora_rank", f"{M}lora_alpha", f"{M}target_modules", "data.seed"]  # fmt: skip
-# ... and keys that may change on a resume (the world size: a PPO checkpoint is resharded).
 MAY_CHANGE = ["trainer.total_epochs", "trainer.total_training_steps", "trainer.save_freq",
               "trainer.test_freq", "trainer.max_actor_ckpt_to_keep", "trainer.resume_mode",
               "trainer.val_before_train", "trainer.log_val_generations", "trainer.logger",
@@ -173,8 +168,7 @@ def test_sft_configs_are_compared_the_same_way(tmp_path):
 def test_a_disable_launch_sets_the_earlier_run_aside_and_it_speaks_for_nothing(
     whole_checkpoints, tmp_path, capsys
 ):
-    """B started over (RESUME=disable) and died before its first save: A's checkpoints are aside,
-    nothing refused or deleted."""
+    """RESUME=disable, killed before a save: the earlier steps are aside, nothing lost."""
     run = tmp_path / "run"
     assert launch(run, STAMPS[0]) == 0
     place(whole_checkpoints, run, {2: STAMPS[0], 4: STAMPS[0]})
@@ -194,8 +188,7 @@ def test_a_disable_launch_sets_the_earlier_run_aside_and_it_speaks_for_nothing(
 def test_the_guard_judges_the_step_verify_falls_back_to_and_a_refusal_changes_nothing(
     whole_checkpoints, tmp_path, capsys
 ):
-    """Step 2 by A, step 4 by B (truncated): the resume of step 2 is compared with A; refused, the
-    tracker still names 4."""
+    """Step 2 by A, step 4 by B (truncated): step 2 is compared with A; a refusal moves nothing."""
     run = tmp_path / "run"
     assert launch(run, STAMPS[0]) == 0
     assert launch(run, STAMPS[1], f"{LR}=1e-4", resume="force") == 0
@@ -235,8 +228,6 @@ def test_docs_name_every_key_that_may_change():
 
 
 def test_verification_follows_what_verl_loads(tmp_path, whole_checkpoints, capsys):
-    """save_contents=[model,extra]: no optimizer shard is needed; with verl's default load_contents
-    it is."""
     run = tmp_path / "run"
     place(whole_checkpoints, run, {2: STAMPS[0], 4: STAMPS[0]})
     for shard in run.glob("global_step_*/*/optim_world_size_*_rank_*.pt"):
@@ -247,7 +238,6 @@ def test_verification_follows_what_verl_loads(tmp_path, whole_checkpoints, capsy
     (record,) = read_records(run)
     assert record["config"]["critic"]["checkpoint"]["load_contents"] == ["model", "extra"]
     assert "resume: global_step_4 is whole (every shard checked)" in capsys.readouterr().out
-    # the default load_contents (model, optimizer, extra): no step is whole, nothing is launched
     assert launch(run, STAMPS[1]) == 2
     assert "missing optim_world_size_2_rank_0.pt" in refused_line(capsys)
 
@@ -255,13 +245,12 @@ def test_verification_follows_what_verl_loads(tmp_path, whole_checkpoints, capsy
 def test_a_resume_on_another_number_of_gpus_is_resharded_before_verl_starts(
     whole_checkpoints, tmp_path, capsys
 ):
-    """Saved at world size 2, resumed on one GPU: the step resumed is rewritten for one rank, its
-    original files kept; on two nodes, back again."""
+    """World size 2 resumed on one GPU: rewritten for one rank, originals kept; and back."""
     run = tmp_path / "run"
     assert launch(run, STAMPS[0], "trainer.n_gpus_per_node=2") == 0
     place(whole_checkpoints, run, {2: STAMPS[0], 4: STAMPS[0]})
     capsys.readouterr()
-    one = "trainer.n_gpus_per_node=1"  # the recipes' one GPU
+    one = "trainer.n_gpus_per_node=1"
     assert launch(run, STAMPS[1], one) == 0
     out = capsys.readouterr().out
     for role in ("actor", "critic"):
