@@ -1,5 +1,4 @@
-"""The report's learning trends: validation accuracy clearly below its best, and a KL growing
-while the train score does not; the two real verl logs silent at every step."""
+"""The report's trends: accuracy clearly below its best, a KL growing while the score does not."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import plot_series, render
 from report_runs import LOG_256, LOG_512, STEPS, VAL_KEY, analyse_records, build_run, write_jsonl
 
 from verl_gsm8k.analysis import checks as rl
@@ -21,8 +19,7 @@ from verl_gsm8k.report import cli as report
 from verl_gsm8k.runpage import summary as rs
 
 KL, SCORE = "actor/reward_kl_penalty", "critic/score/mean"
-# A CPU PPO run from a 0.52 checkpoint: 20 steps, validation every 5 on 100 problems, the
-# score flat ~0.19, KL 0 -> 0.17 (its report once said "0 warnings")
+# A CPU PPO run from a 0.52 checkpoint: 20 steps, validated every 5, score ~0.19, KL 0 -> 0.17
 CPU_VAL = {0: 0.52, 5: 0.33, 10: 0.19, 15: 0.25, 20: 0.29}
 
 
@@ -43,8 +40,7 @@ def cpu_ppo_run(run_dir: Path, problems: int | None = 100) -> Path:
 
 @pytest.mark.parametrize("problems", [100, None])
 def test_cpu_ppo_run_now_warns_twice(tmp_path, problems: int | None, capsys):
-    """Both failures named in the terminal, summary.json, the page and Chromium's layout of it,
-    with or without the validation dumps that count the problems."""
+    """Both named in the terminal, summary.json and the page, with or without the dumps."""
     run = cpu_ppo_run(tmp_path / "run", problems)
     assert report.main([str(run)]) == 0
     out = capsys.readouterr().out
@@ -78,17 +74,6 @@ def test_cpu_ppo_run_now_warns_twice(tmp_path, problems: int | None, capsys):
     for plot_id in ("val_acc", "kl", "score"):  # shaded: validation accuracy; KL and score
         svg = page[page.index(f'id="plot-{plot_id}"') :]
         assert svg[: svg.index("</svg>")].count('class="band"') == 1, plot_id
-    if not problems:
-        return
-    dom, png = render(run / "report" / "report.html", tmp_path)
-    assert png.stat().st_size > 20_000
-    for check in ("accuracy_below_best", "kl_without_score_gain"):
-        assert f"<td>{check}</td>" in dom, check
-    val = plot_series(dom, "Validation accuracy")["val_acc"]
-    assert [round(x) for x, _ in val] == list(CPU_VAL)
-    assert [y for _, y in val] == pytest.approx(list(CPU_VAL.values()), abs=0.002)
-    kl = plot_series(dom, "KL to the reference policy")["kl"]
-    assert kl[0][1] < 0.02 and kl[-1][1] > 0.15
 
 
 def below_best(val: list[tuple[int, float]], problems: int | None = None,
@@ -141,7 +126,6 @@ def test_drop_bar_relative_floor_and_noise():
 
 
 def planted(score: Any, kl: Any, kl_key: str = KL, score_range=None) -> list[dict[str, Any]]:
-    """build_run with the score and the KL functions of the step, and (worst, best) score."""
     rng = random.Random(5)
 
     def mutate(step: int, d: dict[str, Any]):
@@ -180,7 +164,7 @@ def test_kl_growing_while_the_score_is_flat_warns(tmp_path):
 
 
 def test_grpo_kl_loss_and_reward_without_score():
-    """actor/kl_loss (GRPO); without critic/score/mean the reward is judged."""
+    """Without critic/score/mean the reward is judged."""
     records = planted(lambda s: 0.40, lambda s: 0.2 * s / STEPS, kl_key="actor/kl_loss")
     for record in records:
         record["data"].pop(SCORE, None)
