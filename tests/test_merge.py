@@ -1,6 +1,4 @@
-"""scripts/merge.sh on real verl checkpoints (conftest's real_checkpoints, world sizes 1 and 2)
-merged by verl's merger: every merged tensor the one saved, in bfloat16. Refusals run main in this
-process; merges, signals and kills run the script (slow)."""
+"""scripts/merge.sh on real verl checkpoints (world sizes 1 and 2): every tensor as saved, bf16."""
 
 from __future__ import annotations
 
@@ -47,7 +45,7 @@ def leftovers(parent: Path) -> list[str]:
 
 
 def assert_as_saved(merged_dir: Path, run: Path, role: str) -> int:
-    import torch  # every merged tensor: the parameter saved (saved.<role>.pt), in bfloat16
+    import torch
     from safetensors.torch import load_file
 
     merged: dict = {}
@@ -77,9 +75,6 @@ def assert_manifest(target: Path, role: str, world_size: int, source_role_dir: P
         name: (len(data), hashlib.sha256(data).hexdigest()) for name, data in files.items()
     }
     return manifest
-
-
-# Merges (slow: verl's merger runs)
 
 
 @pytest.mark.slow
@@ -142,9 +137,6 @@ def test_merge_world_size_2_the_kept_best_actor_and_the_critic(ws2, tmp_path):
     values = model(input_ids=torch.tensor([[1, 2, 3]])).logits
     assert model.num_labels == 1 and values.shape == (1, 3, 1) and torch.isfinite(values).all()
     assert leftovers(tmp_path) == []
-
-
-# Tests: bad inputs stop with one line, exit 2 (1: the target cannot be written), nothing written
 
 
 def main(capsys, *args: str | Path) -> tuple[int, str]:
@@ -224,8 +216,7 @@ def test_verls_merger_refuses_a_crafted_shard_at_its_own_load(ws2, tmp_path, cap
 
 
 def test_an_unwritable_target_or_another_torchs_mesh_is_one_line(ws1, tmp_path, capsys):
-    """/proc takes no new directory, even from root; the merger stood in for by a script printing
-    the file torch's traceback names."""
+    """/proc takes no new directory, even from root; a script prints torch's mesh error."""
     status, said = main(capsys, ws1, f"/proc/merged-{os.getpid()}")
     assert status == 1 and said.startswith("merge: cannot write beside the target in /proc: ")
     (fake := tmp_path / "python").write_text("#!/bin/sh\necho torch/distributed/_mesh_layout.py"
@@ -237,7 +228,6 @@ def test_an_unwritable_target_or_another_torchs_mesh_is_one_line(ws1, tmp_path, 
 
 
 def _merger_running(ws1: Path, out: Path) -> tuple[subprocess.Popen, int]:
-    """merge.sh held until verl's merger runs, so a signal lands on the merger."""
     proc = subprocess.Popen(["bash", str(MERGE_SH), str(ws1), str(out / "merged")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline, merger = time.monotonic() + 120, None  # merge.sh execs python: proc.pid merges
@@ -260,8 +250,7 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_sigterm_or_sigkill_while_the_merger_runs(ws1, tmp_path):
-    """SIGTERM: no temporary directory, no orphan merger. SIGKILL: the merger dies with the merge;
-    the next merge names the leftover."""
+    """No orphan merger; SIGTERM leaves nothing, after SIGKILL the next merge names the leftover."""
     (out := tmp_path / "out").mkdir()
     for sig in (signal.SIGTERM, signal.SIGKILL):
         proc, merger = _merger_running(ws1, out)
@@ -286,11 +275,8 @@ def test_sigterm_or_sigkill_while_the_merger_runs(ws1, tmp_path):
     assert (out / "merged" / "config.json").is_file()
 
 
-# SFT checkpoints: verl's SFT trainer saves its one model straight into global_step_N/
-
-
 def test_an_sft_checkpoint_is_merged_as_role_sft(ws1, tmp_path, capsys):
-    """The actor laid out as verl's SFT trainer writes it: found from its run or step directory."""
+    """verl's SFT trainer saves its one model in global_step_N/: found from its run or step."""
     run, ppo_step = tmp_path / "run", ws1 / f"global_step_{STEP}"
     step_dir = shutil.copytree(ppo_step / "actor", run / f"global_step_{STEP}")
     (run / TRACKER).write_text(str(STEP))
@@ -303,9 +289,6 @@ def test_an_sft_checkpoint_is_merged_as_role_sft(ws1, tmp_path, capsys):
             "--critic")  # fmt: skip
     (step_dir / "model_world_size_1_rank_0.pt").unlink()
     refused(capsys, run, tmp_path / "out", "missing rank shard model_world_size_1_rank_0.pt")
-
-
-# LoRA: verl's merger leaves the adapter aside; merge/lora.py folds it in with peft
 
 
 def test_peft_folds_a_lora_adapter_as_w_plus_b_a_alpha_over_r(tiny_model_dir, tmp_path):
@@ -341,12 +324,8 @@ def test_peft_folds_a_lora_adapter_as_w_plus_b_a_alpha_over_r(tiny_model_dir, tm
         fold_adapter(model, "actor")
 
 
-# --best: the step a run's best_checkpoint.json names (KEEP_BEST=1, verl_gsm8k/common/run_dir.py)
-
-
 def _run_with_best(ckpt: Path, dest: Path, best_step: int | None) -> Path:
-    """A copy of a run, step 1 copied as step 6 (tracked); best_checkpoint.json naming
-    ``best_step``."""
+    """A copy of a run, step 1 copied as step 6 (tracked), its best ``best_step``."""
     run = shutil.copytree(ckpt, dest)
     shutil.copytree(run / f"global_step_{STEP}", run / "global_step_6")
     (run / "latest_checkpointed_iteration.txt").write_text("6")
@@ -369,8 +348,7 @@ def test_best_without_a_usable_best_file_is_one_line(ws2, tmp_path, capsys):
     (none / "best_checkpoint.json").write_text('{"step": 2, "val')  # cut short
     refused(capsys, none, out, "best_checkpoint.json: not readable JSON", "--best")
     refused(capsys, step_dir, out, "--best takes a run directory", "--best")
-    # a later launch saved that step again (a resume from an earlier step): not the weights that
-    # scored (docs/reliability.md, "What survives what": merge.sh --best after a later launch)
+    # a later launch saved that step again (resumed from before it): not the weights that scored
     write_stamp(run, STEP, "20260102T000000Z")
     refused(capsys, run, out, "validated by launch 20260101T000000Z, but "
             f"{step_dir} was saved by launch 20260102T000000Z", "--best")  # fmt: skip
