@@ -26,12 +26,11 @@ def check_files(cfg: Any, read: Callable[[str, Path, Any], int | None], prep: st
     import pyarrow.json as pj
     import pyarrow.parquet as pq
 
-    totals = {}
+    totals, reader = {}, {".parquet": pq.read_table, ".json": pj.read_json, ".jsonl": pj.read_json}
     for split in ("train", "val"):
         names, rows = cfg.data[f"{split}_files"] or [], 0
         for name in [names] if isinstance(names, str) else names:
             path = Path(os.path.expanduser(str(name)))
-            reader = {".parquet": pq.read_table, ".json": pj.read_json, ".jsonl": pj.read_json}
             try:
                 table = reader[path.suffix](path) if path.is_file() else None
             except Exception as exc:  # KeyError: a type verl does not read
@@ -48,8 +47,7 @@ def check_files(cfg: Any, read: Callable[[str, Path, Any], int | None], prep: st
 
 def check_lengths(cfg: Any, tokenizer: Any, chats: list, path: Path, key: str, fate: str | None,
                   report: Report, tools: list | None = None) -> None:  # fmt: skip
-    """Chats longer than data.<key> tokens, rendered with ``tools``; ``fate``: what becomes of
-    them."""
+    """Chats longer than data.<key> tokens; ``fate``: what becomes of them."""
     noun = "prompt" if key == "max_prompt_length" else "example"
     texts = [tokenizer.apply_chat_template(c, add_generation_prompt=noun == "prompt",
                                            tokenize=False, tools=tools) for c in chats]  # fmt: skip
@@ -85,7 +83,7 @@ def check_schedule(cfg: Any, rows: int, n_gpus: int, report: Report, strict: boo
 
 
 def check_data(cfg: Any, tokenizer: Any, report: Report) -> str:
-    """The RL data (verl's RLHFDataset columns); returns the first train prompt's text."""
+    """verl's RLHFDataset columns; the first train prompt's text."""
     first, data = [], cfg.data
     fate = None if data.truncation == "error" else f"cut ({data.truncation})"
     fate = "dropped" if data.filter_overlong_prompts else fate
@@ -99,16 +97,14 @@ def check_data(cfg: Any, tokenizer: Any, report: Report) -> str:
         missing = [c for c in ("prompt", "data_source", "reward_model") if c not in have]
         row = table.slice(0, 1).to_pylist()[0] if table.num_rows and not missing else {}
         prompt, truth = row.get("prompt"), row.get("reward_model")
-        if missing:
-            problem = f"missing column(s) {', '.join(missing)} (have {', '.join(have)})"
-        elif not row:
-            problem = "no rows"
-        elif not (isinstance(prompt, list) and prompt and isinstance(prompt[0], dict)):
-            problem = "column prompt must be a list of chat messages [{role, content}]"
-        elif not isinstance(truth, dict) or "ground_truth" not in truth:
-            problem = "column reward_model must be a struct with a ground_truth field"
-        else:
-            problem = ""
+        problem = next((why for bad, why in (
+            (missing, f"missing column(s) {', '.join(missing)} (have {', '.join(have)})"),
+            (not row, "no rows"),
+            (not (isinstance(prompt, list) and prompt and isinstance(prompt[0], dict)),
+             "column prompt must be a list of chat messages [{role, content}]"),
+            (not isinstance(truth, dict) or "ground_truth" not in truth,
+             "column reward_model must be a struct with a ground_truth field"),
+        ) if bad), "")  # fmt: skip
         if problem:
             report.error("data", f"{split} file {path}: {problem}")
             return None
@@ -156,11 +152,8 @@ def check_reward(cfg: Any, report: Report, prompt: str = "") -> set[str] | None:
             return None
         keys = set(map(str, result)) if isinstance(result, dict) else None
         score = result.get("score") if keys else result
-        if (
-            isinstance(score, bool)
-            or not isinstance(score, numbers.Real)
-            or not math.isfinite(score)
-        ):
+        real = isinstance(score, numbers.Real) and not isinstance(score, bool)
+        if not (real and math.isfinite(score)):
             got = repr(result) if keys is None else f"a dict with score {score!r}"
             if keys is not None and "score" not in keys:
                 got = f"a dict without 'score' (keys: {', '.join(sorted(keys))})"
