@@ -1,5 +1,4 @@
-"""The bash recipes (PPO and SFT), run for real; a stand-in PYTHON (fake_verl_python) runs
-everything but verl's own entry point, which it records."""
+"""The bash recipes, run for real; a stand-in PYTHON (fake_verl_python) records verl's start."""
 
 from __future__ import annotations
 
@@ -30,12 +29,11 @@ from helpers import (
 )
 
 from verl_gsm8k.common.command_line import PREFIX
-from verl_gsm8k.launch.cli import prune_finished, warn_unshared_run_dir
+from verl_gsm8k.launch.cli import warn_unshared_run_dir
 from verl_gsm8k.launch.knobs import hydra_quote, recipe_arguments
 from verl_gsm8k.launch.plan import VERL_PLUGINS, Recipe, bare_overrides, make_plan, recipe_plan
 
-# The tests that read one dry run made for several of them (module fixture gpu_dry_run) run on
-# one xdist worker, so that each dry run is made once (a module fixture is per worker).
+# One xdist worker for the tests of gpu_dry_run (a module fixture): each dry run made once.
 SHARED_DRY_RUNS = pytest.mark.xdist_group("test_recipes-dry-runs")
 SECRETS = {"WANDB_API_KEY": "wandb-secret-0123456789", "HF_TOKEN": "hf_secret_abcdef123456"}
 H100 = ("NVIDIA H100 80GB HBM3", 81559)
@@ -59,6 +57,16 @@ def fake_verl_python(path: Path, record: Path) -> Path:
     return path
 
 
+def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def on_h100(env: dict[str, str], tmp_path: Path, cap: str | None = None) -> dict[str, str]:
+    env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100], cap)}:{env['PATH']}"
+    return env
+
+
 def recorded(record: Path) -> tuple[list[str], dict[str, str], Path]:
     """(verl's arguments, its VERL_* variables, the metrics file) a fake verl recorded."""
     lines = record.read_text().splitlines()
@@ -75,7 +83,7 @@ class DryRun:
 
 @pytest.fixture(scope="module")
 def gpu_dry_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> Callable[[str], DryRun]:
-    """A recipe's DRY_RUN=1 on a fake H100 without flash_attn, with secrets; once per recipe."""
+    """DRY_RUN=1 on a fake H100, no flash_attn, secrets set; once per recipe."""
     base = tmp_path_factory.mktemp("gpu-dry-runs")
     bin_dir = fake_nvidia_smi(base / "bin", [H100], compute_cap="9.0")
     made: dict[str, DryRun] = {}
@@ -86,15 +94,14 @@ def gpu_dry_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> Callabl
             env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, runs, DRY_RUN="1", **SECRETS)
             env["PATH"] = f"{bin_dir}:{env['PATH']}"
             env["FAKE_NVIDIA_SMI_CALLS"] = str(base / f"{recipe}.nvidia-smi-calls")
-            # an extra key=value argument comes last, so it beats the recipe's own setting
+            # a user key=value comes last: it beats the recipe's own setting
             made[recipe] = DryRun(run_recipe(recipe, env, "trainer.test_freq=13"), runs)
         return made[recipe]
 
     return dry_run
 
 
-# What a recipe sets beyond the base: GRPO drops the critic for group advantages; LoRA sets
-# adapters and safetensors loading.
+# What a recipe sets beyond the base.
 RECIPE_SPECIFIC = {
     "grpo_qwen2.5-0.5b_gsm8k": {
         "algorithm.adv_estimator": "grpo", "actor_rollout_ref.actor.use_kl_loss": True,
@@ -116,7 +123,7 @@ RECIPE_SPECIFIC = {
 def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, gpu_dry_run):
     made = gpu_dry_run(recipe)
     result = made.result
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ok(result)
     assert re.search(r"preflight: passed \(\d+ warning\(s\)\) in \d+\.\d s", result.stdout)
     # guarded and traced, on verl's v1 trainer or (ReMax, LoRA) its legacy one: ppo_trainer/
     assert re.search(r"preflight: \[ok\] trace: \d+ responses per step", result.stdout)
@@ -198,14 +205,14 @@ def knob_runs(tiny_model_dir, prepared_gsm8k_dir, prepared_sft_dir, tmp_path_fac
         env = recipe_env(tiny_model_dir, tmp / "no-data-here", tmp / "runs", DRY_RUN="1",
                          **knobs, **paths, **extra)  # fmt: skip
         result = launch_in_process(recipe, env, *(f"{k}={str(v).lower()}" for k, v in user.items()))
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        ok(result)
         runs[trainer] = (result, composed_config(result.stdout), paths, tmp)
     return runs
 
 
 @pytest.mark.parametrize("trainer", ["ppo", "sft"])
 def test_knobs_land_on_their_verl_keys(trainer, knob_runs, tiny_model_dir):
-    _, cfg, paths, tmp = knob_runs[trainer]
+    result, cfg, paths, tmp = knob_runs[trainer]
     for knob, (value, keys) in KNOBS[trainer].items():
         for key in keys.split():
             assert str(get(cfg, key)) == value, f"{knob}={value} did not reach {key}"
@@ -218,32 +225,27 @@ def test_knobs_land_on_their_verl_keys(trainer, knob_runs, tiny_model_dir):
         assert get(cfg, "critic.model.path") == paths["CRITIC_MODEL_PATH"]
         assert get(cfg, "trainer.rollout_data_dir") == paths["RUN_DIR"] + "/rollouts"
         assert get(cfg, "trainer.validation_data_dir") == paths["RUN_DIR"] + "/validation"
-    else:
+    else:  # and the SFT config's layers, each beaten by the next; secrets never printed
         assert get(cfg, "model.path") == str(tiny_model_dir)
+        for key, value in SFT_USER.items():
+            assert get(cfg, key) == value, key
+        assert "device: cpu (DEVICE=cpu)" in result.stdout
+        assert "preflight: [ok] device: trains on the CPU" in result.stdout
+        for key, value in {  # configs/gsm8k_sft.yaml, then device/cpu_sft.yaml, attention/sdpa_sft
+            "engine.strategy": "fsdp2", "data.use_dynamic_bsz": True,
+            "data.messages_key": "messages", "trainer.resume_mode": "auto",
+            "trainer.device": "cpu", "model.enable_gradient_checkpointing": False,
+            "data.num_workers": 0, "model.use_remove_padding": False,
+            "model.override_config.attn_implementation": "sdpa",
+            "engine.mixed_precision": dict.fromkeys(("param_dtype", "reduce_dtype",
+                                                     "buffer_dtype"), "fp32"),
+        }.items():  # fmt: skip
+            assert get(cfg, key) == value, key
+        assert "model" in get(cfg, "checkpoint.save_contents")  # what scripts/merge.sh merges
+        assert "actor_rollout_ref" not in cfg and "critic" not in cfg  # verl's SFT config only
+        assert not any(value in result.stdout + result.stderr for value in SECRETS.values())
+        assert "recipe: ignoring ACTOR_LR: not knobs of verl's SFT trainer" in result.stderr
     assert not (tmp / "run").exists() and not (tmp / "runs").exists()
-
-
-def test_the_sft_recipe_its_config_overlays_and_user_arguments_reach_verl(knob_runs):
-    result, cfg, _, _ = knob_runs["sft"]
-    for key, value in SFT_USER.items():
-        assert get(cfg, key) == value, key
-    assert "device: cpu (DEVICE=cpu)" in result.stdout
-    assert "preflight: [ok] device: trains on the CPU" in result.stdout
-    for key, value in {  # configs/gsm8k_sft.yaml, then device/cpu_sft.yaml, attention/sdpa_sft
-        "engine.strategy": "fsdp2", "data.use_dynamic_bsz": True,
-        "data.messages_key": "messages", "trainer.resume_mode": "auto",
-        "trainer.device": "cpu", "model.enable_gradient_checkpointing": False,
-        "data.num_workers": 0, "model.use_remove_padding": False,
-        "model.override_config.attn_implementation": "sdpa",
-        "engine.mixed_precision": dict.fromkeys(("param_dtype", "reduce_dtype",
-                                                 "buffer_dtype"), "fp32"),
-    }.items():  # fmt: skip
-        assert get(cfg, key) == value, key
-    assert "model" in get(cfg, "checkpoint.save_contents")  # what scripts/merge.sh merges
-    assert "actor_rollout_ref" not in cfg and "critic" not in cfg  # verl's SFT config only
-    for value in SECRETS.values():
-        assert value not in result.stdout + result.stderr
-    assert "recipe: ignoring ACTOR_LR: not knobs of verl's SFT trainer" in result.stderr
 
 
 def test_an_sft_step_count_alone_brings_enough_epochs():
@@ -259,7 +261,7 @@ def test_an_sft_step_count_alone_brings_enough_epochs():
 @SHARED_DRY_RUNS
 def test_the_printed_verl_command_run_by_hand_composes_the_launchers_config(gpu_dry_run, tmp_path):
     result = gpu_dry_run("smoke_tiny").result
-    assert result.returncode == 0, result.stdout[-2000:]
+    ok(result)
     (line,) = [x for x in result.stdout.splitlines() if x.startswith(PREFIX)]
     command = line.removeprefix(PREFIX)
     assert " -m verl.trainer.main_ppo " in command and " data.train_batch_size=16 " in command
@@ -279,7 +281,7 @@ def test_no_secret_printed_wandb_with_the_key_sdpa_packed_without_flash_attn_kno
     tiny_model_dir, prepared_gsm8k_dir, tmp_path, gpu_dry_run
 ):
     result = gpu_dry_run(PPO).result  # both secrets in its environment, no flash_attn
-    assert result.returncode == 0, result.stdout[-2000:]
+    ok(result)
     cfg = composed_config(result.stdout)
     assert get(cfg, "trainer.logger") == ["console", "file", "wandb"]
     # a GPU without flash_attn: GPU settings, sdpa WITH padding removal (the sdpa_packed overlay)
@@ -295,7 +297,7 @@ def test_no_secret_printed_wandb_with_the_key_sdpa_packed_without_flash_attn_kno
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
                      HF_TOKEN=SECRETS["HF_TOKEN"], SEED="7", NOT_A_KNOB="x")  # fmt: skip
     bare = launch_in_process(PPO, env)
-    assert bare.returncode == 0, bare.stdout[-2000:]
+    ok(bare)
     for value in SECRETS.values():
         assert value not in result.stdout + result.stderr + bare.stdout + bare.stderr
     cfg = composed_config(bare.stdout)
@@ -343,7 +345,7 @@ def test_a_missing_local_model_is_one_line_before_anything_of_verl(
 def test_gpu_count_is_checked_against_the_request(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
                      NDEVICES_PER_NODE="2")  # fmt: skip
-    env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100])}:{env['PATH']}"
+    on_h100(env, tmp_path)
     result = launch_in_process(PPO, env)  # a failing preflight: exit 1, before verl
     assert result.returncode == 1
     assert "trainer.n_gpus_per_node=2 but this node has 1 GPU(s)" in result.stdout
@@ -385,7 +387,6 @@ def test_relative_paths_become_absolute_for_ray_workers(tiny_model_dir, tmp_path
 def test_paths_with_quotes_and_spaces_reach_verl_exactly(
     tiny_model_dir, prepared_gsm8k_dir, tmp_path
 ):
-    """A quote in a path once broke Hydra's override parser; spaces, commas and = too now."""
     base = tmp_path / "it's a dir, a=b"
     model = base / "model's copy"
     shutil.copytree(tiny_model_dir, model)
@@ -398,7 +399,7 @@ def test_paths_with_quotes_and_spaces_reach_verl_exactly(
     runs = base / "runs 'root'"
     env = recipe_env(model, data, runs, DRY_RUN="1", REWARD_FILE=str(reward))
     result = launch_in_process(PPO, env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ok(result)
     cfg = composed_config(result.stdout)
     run_dir = runs / PPO
     for key, value in {
@@ -415,7 +416,6 @@ def test_paths_with_quotes_and_spaces_reach_verl_exactly(
 
 
 def test_hydra_quote_round_trips_any_path():
-    """The launcher's quoting against Hydra's own override parser, on quotes and backslashes."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
@@ -460,9 +460,9 @@ def test_launch_on_a_gpu_machine(trainer, tiny_model_dir, request, tmp_path):
     python = fake_verl_python(tmp_path / "python", record)
     env = recipe_env(tiny_model_dir, request.getfixturevalue(data), tmp_path / "runs",
                      PYTHON=str(python), **knobs)  # fmt: skip
-    env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100])}:{env['PATH']}"
+    on_h100(env, tmp_path)
     result = run_recipe(recipe, env, "trainer.total_epochs=1")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ok(result)
     args, verl_env, metrics = recorded(record)
     config = ["--config-path", str(ROOT / "configs"), "--config-name", f"gsm8k_{trainer}"]
     assert args[: len(head) + 4] == [*head, *config] and args[-1] == "trainer.total_epochs=1"
@@ -491,7 +491,7 @@ def test_a_cpu_only_ray_head_launches_onto_the_clusters_gpus(
                      SKIP_PREFLIGHT="1", RAY_ADDRESS="10.0.0.1:6379", NNODES="2",
                      PATH="/usr/bin:/bin")  # no nvidia-smi here  # fmt: skip
     result = run_recipe(PPO, env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ok(result)
     assert "recipe: warning: NNODES=2 and RUN_DIR=" in result.stderr  # under /tmp
     assert "device: gpu (DEVICE=gpu) on the Ray cluster at RAY_ADDRESS=10.0.0.1:6379" in (
         result.stdout)  # fmt: skip
@@ -516,7 +516,6 @@ RAY_COPY = "/var/raytmp/session_2026-11-24_01-00-00_000000_1/runtime_resources/w
      ("2", "/mnt/shared/runs", None), ("1", "/tmp/runs", None)],
 )  # fmt: skip
 def test_a_multi_node_run_dir_that_is_not_shared_is_warned(nnodes, runs_root, warned, capsys):
-    """The launcher's warn_unshared_run_dir, which every launch calls."""
     env = {k: v for k, v in os.environ.items() if k not in ("RUN_DIR", "DEVICE")}
     env.update(NNODES=nnodes, RUNS_ROOT=runs_root)
     warn_unshared_run_dir(make_plan(Recipe("t", "gsm8k_ppo"), env, gpu=lambda: False, probe=False))
@@ -537,7 +536,7 @@ def test_device_cpu_adds_the_cpu_overlay_and_user_arguments_still_win(
                      PYTHON=str(fake_verl_python(tmp_path / "python", record)), DEVICE="cpu",
                      PATH="/usr/bin:/bin")  # fmt: skip
     result = run_recipe(PPO, env, "reward.num_workers=2")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ok(result)
     assert "device: cpu (DEVICE=cpu)" in result.stdout
     assert "preflight: [ok] device: trains on the CPU" in result.stdout
     cfg = composed_config(result.stdout)
@@ -552,7 +551,7 @@ def test_device_cpu_adds_the_cpu_overlay_and_user_arguments_still_win(
     calls = Path(f"{record}.calls").read_text().splitlines()
     assert len(calls) == 1 and calls[0].startswith("-m verl_gsm8k.launch "), calls
     launched = run_recipe(PPO, dict(env, DRY_RUN="0", SKIP_PREFLIGHT="1"))
-    assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
+    ok(launched)
     args, verl_env, _ = recorded(record)  # verl gets the CPU platform and every plugin
     assert "+device=cpu" in args and "+attention=sdpa" in args
     assert verl_env["VERL_PLATFORM"] == "cpu" and verl_env["VERL_ENGINE_DEVICE"] == "cuda"
@@ -563,38 +562,26 @@ def test_with_flash_attn_nothing_changes_on_a_gpu(tiny_model_dir, prepared_gsm8k
     site = plant_flash_attn(tmp_path / "site", works=True)  # its CUDA extension loads
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1")
     env = with_pythonpath(env, site)
-    env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100])}:{env['PATH']}"
+    on_h100(env, tmp_path)
     result = run_recipe(PPO, env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ok(result)
     cfg = composed_config(result.stdout)
     assert get(cfg, "actor_rollout_ref.model.use_remove_padding") is True
     assert "attn_implementation" not in get(cfg, "critic.model.override_config")
     assert "+attention=sdpa" not in result.stdout and "attention_fallback" not in result.stdout
 
 
-def test_pruning_never_removes_the_step_the_tracker_names(tmp_path, capsys):
-    run = tmp_path / "run"
-    for step in (2, 4, 6):
-        (run / f"global_step_{step}" / "actor").mkdir(parents=True)
-    (run / "latest_checkpointed_iteration.txt").write_text("2\n")
-    prune_finished(run, "1")
-    out = capsys.readouterr().out
-    assert sorted(p.name for p in run.glob("global_step_*")) == ["global_step_2", "global_step_6"]
-    assert "keeping" in out and "latest_checkpointed_iteration.txt names it" in out
-
-
 @pytest.mark.slow
 def test_the_calculator_recipe_composes_verls_tool_loop(tiny_model_dir, tmp_path):
-    """DRY_RUN=1 of the tool recipe on a fake H100, on rows from `data_prep.gsm8k --tools`:
-    verl's --cfg job composes the tool config, the tool_agent loop and the turn limit."""
+    """DRY_RUN=1 on `data_prep.gsm8k --tools` rows: verl composes the tool loop."""
     from verl_gsm8k.tools import config_path
 
     rows = prepare(write_synthetic_gsm8k(tmp_path / "src"), tmp_path / "rows", "--tools",
                    "calculator")  # fmt: skip
     env = recipe_env(tiny_model_dir, rows, tmp_path / "runs", DRY_RUN="1")
-    env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100], compute_cap='9.0')}:{env['PATH']}"
+    on_h100(env, tmp_path, "9.0")
     result = run_recipe("grpo_calculator_qwen2.5-0.5b_gsm8k", env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ok(result)
     rollout = composed_config(result.stdout)["actor_rollout_ref"]["rollout"]
     assert rollout["multi_turn"]["tool_config_path"] == str(config_path("calculator"))
     assert rollout["multi_turn"]["max_assistant_turns"] == 3 and rollout["n"] == 5
