@@ -129,3 +129,7 @@ OUTSIDE_STEP_PHASES = frozenset({"testing", "start_profile", "stop_profile", "gs
 PHASE_ORDER: tuple[str, ...] = ("gen", "reward", "old_log_prob", "ref", "values", "adv",
                                 "update_critic", "update_actor", "update_weights",
                                 "save_checkpoint", "other", "testing")  # fmt: skip
+
+
+def phase_order(name: str) -> tuple[int, str]:
+    return (PHASE_ORDER.index(name) if name in PHASE_ORDER else 99, name)

@@ -7,7 +7,7 @@ from typing import Any
 
 from verl_gsm8k.analysis.guard_records import best_text, trip_line
 from verl_gsm8k.common.terminal import clean
-from verl_gsm8k.runpage.html import duration, final_val_text, memory_text
+from verl_gsm8k.runpage.html import counts_text, duration, final_val_text, memory_text
 
 HTML_NAME = "report.html"
 SUMMARY_NAME = "summary.json"
@@ -49,8 +49,7 @@ def terminal_summary(summary: dict[str, Any], out_dir: Path | None) -> str:
     lines += [("watchdog trip", trip_line(t)) for t in summary.get("watchdog_trips") or []]
     if summary.get("best_checkpoint"):
         lines.append(("kept best checkpoint", best_text(summary["best_checkpoint"])))
-    c = summary["health_counts"]
-    lines.append(("health", f"{c['error']} errors, {c['warning']} warnings, {c['note']} notes"))
+    lines.append(("health", counts_text(summary["health_counts"])))
     text = [f"{k}: {v}" if k == "Run" else f"  {k:<20}: {v}" for k, v in lines]
     text += [f"    [{f['severity']}] {f['check']} steps {f['start_step']}-{f['end_step']}: "
              f"{f['message']}" for f in summary["health"]]  # fmt: skip

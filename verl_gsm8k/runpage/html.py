@@ -53,9 +53,13 @@ def final_val_text(val: dict[str, Any], at: str = "@") -> str:
     return text
 
 
+def counts_text(c: dict[str, int]) -> str:
+    return f"{c['error']} errors, {c['warning']} warnings, {c['note']} notes"
+
+
 def _cards(summary: dict[str, Any]) -> list[str]:
     val, steps, thr = summary["validation"], summary["steps"], summary["throughput"]
-    c, best = summary["health_counts"], summary["validation"]["best"]
+    best = val["best"]
     cards = {
         "best validation accuracy":
             f"{best['value']:.4g} @ step {best['step']}" if best else "n/a",
@@ -65,7 +69,7 @@ def _cards(summary: dict[str, Any]) -> list[str]:
         "tokens/s" + " (estimated)" * thr["estimated"]:
             f"{thr['tokens_per_s']:.0f}" if thr["tokens_per_s"] else "n/a",
         "peak GPU memory": memory_text(summary["memory"]),
-        "health": f"{c['error']} errors, {c['warning']} warnings, {c['note']} notes",
+        "health": counts_text(summary["health_counts"]),
     }  # fmt: skip
     if summary.get("best_checkpoint"):
         cards["kept best checkpoint"] = f"step {summary['best_checkpoint']['step']}"

@@ -12,11 +12,9 @@ from verl_gsm8k.guard.thresholds import THRESHOLDS
 from verl_gsm8k.svgplot import chart
 from verl_gsm8k.svgplot.chart import PALETTE, Line, Plot, Points
 
-PHASE_COLOURS = {"gen": "#1f77b4", "reward": "#aec7e8", "old_log_prob": "#9edae5",
-                 "ref": "#17becf", "values": "#98df8a", "adv": "#c7c7c7",
-                 "update_critic": "#2ca02c", "update_actor": "#d62728",
-                 "update_weights": "#ff9896", "save_checkpoint": "#8c564b", "other": "#7f7f7f",
-                 "testing": "#9467bd"}  # fmt: skip
+_HUES = ("#1f77b4", "#aec7e8", "#9edae5", "#17becf", "#98df8a", "#c7c7c7", "#2ca02c", "#d62728",
+         "#ff9896", "#8c564b", "#7f7f7f", "#9467bd")  # fmt: skip
+PHASE_COLOURS = dict(zip(vocab.PHASE_ORDER, _HUES, strict=True))
 CALC = "needs actor_rollout_ref.rollout.calculate_log_probs=True (verl 0.9.1 default)"
 # id, title, y label, log y (None: from the data), note when not drawn, (legend, series, colour)
 CHARTS: tuple[tuple[Any, ...], ...] = (
@@ -59,6 +57,10 @@ SHADED = {"non_finite": "*", "watchdog": "*", "rollout_mismatch": "rollout_misma
           "kl_without_score_gain": "kl score", "kl_loss": "kl",
           "response_length_mean": "response_length", "pg_clipfrac": "clipfrac",
           "rollout_probs_diff_mean": "rollout_mismatch"}  # fmt: skip
+
+
+def _colour(phase: str) -> str:
+    return PHASE_COLOURS.get(phase, "#bcbd22")
 
 
 def with_trend(name: str, points: Points, colour: str, window: int) -> list[Line]:
@@ -110,10 +112,8 @@ def build_plots(canon: Canonical, findings: list[Finding]) -> list[Plot]:
 
 
 def render_phase_plot(canon: Canonical, x_range: tuple[float, float], other: Series) -> str:
-    order = vocab.PHASE_ORDER
-    layers = [(name, dict(points)) for name, points in sorted(
-        canon.phases.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99)
-        if name not in vocab.OUTSIDE_STEP_PHASES]  # fmt: skip
+    names = sorted(canon.phases, key=vocab.phase_order)
+    layers = [(n, dict(canon.phases[n])) for n in names if n not in vocab.OUTSIDE_STEP_PHASES]
     if any(v > 0 for _, v in other):
         layers.append(("other", dict(other)))
     steps = sorted({s for _, layer in layers for s in layer})
@@ -129,11 +129,11 @@ def render_phase_plot(canon: Canonical, x_range: tuple[float, float], other: Ser
         edge = [*zip(xs, top, strict=True), *reversed(list(zip(xs, base, strict=True)))]
         xy = " ".join(f"{axes.x(x):.1f},{axes.y(y):.1f}" for x, y in edge)
         parts.append(f'<polygon class="series" data-series="{escape(name)}" '
-                     f'data-count="{len(xs)}" fill="{PHASE_COLOURS.get(name, "#bcbd22")}" '
+                     f'data-count="{len(xs)}" fill="{_colour(name)}" '
                      f'fill-opacity="0.85" points="{xy}"><title>{escape(name)}</title>'
                      "</polygon>")  # fmt: skip
         base = top
-    legend = [(name, PHASE_COLOURS.get(name, "#bcbd22")) for name, _ in layers]
+    legend = [(name, _colour(name)) for name, _ in layers]
     return chart.figure("step_time", title, len(steps), parts, legend)
 
 
@@ -144,10 +144,10 @@ def render_share_bar(phases: dict[str, dict[str, Any]]) -> str:
         label = f'<text x="{x + width / 2:.1f}" y="43" text-anchor="middle" fill="#fff">'
         parts.append(f'<rect class="series" data-series="{escape(name)}" data-count="1" '
                      f'x="{x:.1f}" y="28" width="{width:.1f}" height="22" '
-                     f'fill="{PHASE_COLOURS.get(name, "#bcbd22")}"><title>{escape(name)}: '
+                     f'fill="{_colour(name)}"><title>{escape(name)}: '
                      f"{share:.1f}%</title></rect>")  # fmt: skip
         parts.append(f"{label}{share:.0f}%</text>" if width > 34 else "")
         x += width
-    legend = [(n, PHASE_COLOURS.get(n, "#bcbd22")) for n in phases]
+    legend = [(n, _colour(n)) for n in phases]
     return chart.figure("time_share", "Share of logged wall-clock per phase", len(phases),
                         parts, legend, height=60)  # fmt: skip

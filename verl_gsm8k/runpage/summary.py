@@ -13,13 +13,9 @@ from verl_gsm8k.analysis.finding import Finding
 from verl_gsm8k.analysis.guard_records import read_guard, trip_findings
 from verl_gsm8k.analysis.parse import Canonical, RunData, Series, canonicalize, load_run
 from verl_gsm8k.guard.thresholds import THRESHOLDS, Thresholds
-from verl_gsm8k.guard.vocab import MEMORY_ROLES, OUTSIDE_STEP_PHASES, PHASE_ORDER, metric_label
+from verl_gsm8k.guard.vocab import MEMORY_ROLES, OUTSIDE_STEP_PHASES, metric_label, phase_order
 from verl_gsm8k.replay.checks import trace_checks
 from verl_gsm8k.replay.load import Trace
-
-
-def phase_order(name: str) -> tuple[int, str]:
-    return (PHASE_ORDER.index(name) if name in PHASE_ORDER else 99, name)
 
 
 def time_breakdown(canon: Canonical) -> dict[str, Any]:
@@ -33,22 +29,13 @@ def time_breakdown(canon: Canonical) -> dict[str, Any]:
     other = [(s, max(t - inside.get(s, 0.0), 0.0)) for s, t in step_time.items()]
     if sum(v for _, v in other) > 0:
         totals["other"] = sum(v for _, v in other)
-    steps = sum(step_time.values())
-    denom = sum(totals.values())
-    return {
-        "wall_clock_s": steps + sum(v for k, v in totals.items() if k in OUTSIDE_STEP_PHASES),
-        "step_time_total_s": steps,
-        "step_time_derived": canon.step_time_derived,
-        "phases": {
-            k: {
-                "total_s": totals[k],
-                "share": totals[k] / denom if denom else 0.0,
-                "inside_step": k not in OUTSIDE_STEP_PHASES,
-            }
-            for k in sorted(totals, key=phase_order)
-        },
-        "other_by_step": other,
-    }
+    steps, denom = sum(step_time.values()), sum(totals.values())
+    phases = {k: {"total_s": totals[k], "share": totals[k] / denom if denom else 0.0,
+                  "inside_step": k not in OUTSIDE_STEP_PHASES}
+              for k in sorted(totals, key=phase_order)}  # fmt: skip
+    return {"wall_clock_s": steps + sum(v for k, v in totals.items() if k in OUTSIDE_STEP_PHASES),
+            "step_time_total_s": steps, "step_time_derived": canon.step_time_derived,
+            "phases": phases, "other_by_step": other}  # fmt: skip
 
 
 def _peak(canon: Canonical, name: str) -> dict[str, Any] | None:
@@ -68,18 +55,13 @@ def _validation(data: RunData, canon: Canonical) -> dict[str, Any]:
     top = max((v for _, v in val), default=None)
     at = [s for s, v in val if v == top]
     key = canon.val_key or ""
-    return {
-        "key": canon.val_key,
-        "points": len(val),
-        "best": {"value": top, "step": at[0], "also_at": at[1:]} if val else None,
-        "final": {"value": val[-1][1], "step": val[-1][0]} if val else None,
-        "first": {"value": val[0][1], "step": val[0][0]} if val else None,
-        "not_finite_steps": [
-            s for s, v in data.steps.items() if key in v and not math.isfinite(v[key])
-        ],
-        "problems": data.val_problems,
-        "problems_from": data.val_problems_from,
-    }
+    return {"key": canon.val_key, "points": len(val),
+            "best": {"value": top, "step": at[0], "also_at": at[1:]} if val else None,
+            "final": {"value": val[-1][1], "step": val[-1][0]} if val else None,
+            "first": {"value": val[0][1], "step": val[0][0]} if val else None,
+            "not_finite_steps": [s for s, v in data.steps.items()
+                                 if key in v and not math.isfinite(v[key])],
+            "problems": data.val_problems, "problems_from": data.val_problems_from}  # fmt: skip
 
 
 def _throughput(data: RunData, canon: Canonical) -> dict[str, Any]:
@@ -116,22 +98,16 @@ def summarize(data: RunData, canon: Canonical, findings: list[Finding],
            for role, (a, r) in MEMORY_ROLES.items()}  # fmt: skip
     gpu = {role: peaks for role, peaks in gpu.items() if any(peaks.values())}
     counts = {sev: sum(f.severity == sev for f in findings) for sev in ("error", "warning", "note")}
-    return {
-        "sources": data.sources,
-        "formats": sorted(set(data.formats)),
-        "steps": dict(count=len(steps), first=ends[0], last=ends[1], gaps_before=gaps),
-        "validation": _validation(data, canon),
-        "train_score": dict(first=scores[0], final=scores[1], first_median_10=_median(
-            score[:10]), final_median_10=_median(score[-10:])),
-        "time": time,
-        "memory": {"gpu": gpu, "host_used": _peak(canon, "cpu_memory_used_gb")},
-        "throughput": _throughput(data, canon),
-        "metrics": {name: _stats(name, p, canon) for name, p in sorted(canon.series.items())},
-        "health": [f.as_dict() for f in findings],
-        "health_counts": counts,
-        "parse_issues": list(data.issues),
-        "thresholds": asdict(thresholds),
-    }  # fmt: skip
+    return {"sources": data.sources, "formats": sorted(set(data.formats)),
+            "steps": dict(count=len(steps), first=ends[0], last=ends[1], gaps_before=gaps),
+            "validation": _validation(data, canon),
+            "train_score": dict(first=scores[0], final=scores[1], first_median_10=_median(
+                score[:10]), final_median_10=_median(score[-10:])),
+            "time": time, "memory": {"gpu": gpu, "host_used": _peak(canon, "cpu_memory_used_gb")},
+            "throughput": _throughput(data, canon),
+            "metrics": {name: _stats(name, p, canon) for name, p in sorted(canon.series.items())},
+            "health": [f.as_dict() for f in findings], "health_counts": counts,
+            "parse_issues": list(data.issues), "thresholds": asdict(thresholds)}  # fmt: skip
 
 
 def json_safe(value: Any) -> Any:
