@@ -1,10 +1,9 @@
-"""The report of a run the guard watched: a reward turned NaN (said where it turned), the
-watchdog's trips and the kept best checkpoint (written by common/run_dir.py's writers), on
-tests/test_replay.py's run directories."""
+"""The report of a guarded run: a reward turned NaN, the watchdog's trips, the kept best."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -71,19 +70,15 @@ def test_a_run_whose_reward_turned_nan_is_reported_with_where_it_turned(tmp_path
 
 
 def test_watchdog_trips_and_the_kept_best_checkpoint_are_shown(tmp_path, capsys):
-    """Also, from a shared folder: a terminal escape in a trip printed escaped, a metrics line
-    nested 100k deep one warning."""
+    """Also, from a shared folder: a terminal escape printed escaped, a line nested 100k deep."""
     run = write_run(tmp_path, steps=6)
-    append_trip(run, {"launch": STAMP, "step": 3, "rule": "entropy_collapse",
-                      "metric": "actor/entropy", "value": 0.001, "threshold": 0.01, "action":
-                      "warn", "last_healthy_checkpoint": 2, "message": "warned"})  # fmt: skip
-    append_trip(run, {"launch": STAMP, "step": 5, "rule": "non_finite", "metric": "actor/pg_loss",
-                      "value": float("nan"), "threshold": "finite", "action": "stop",
-                      "last_healthy_checkpoint": 4, "message": "stopped"})  # fmt: skip
-    append_trip(run, {"launch": STAMP, "step": 6, "rule": "non_finite",
-                      "metric": "actor/pg_loss\x1b]0;owned\x07", "value": 1.0,
-                      "threshold": "finite", "action": "warn", "last_healthy_checkpoint": 4,
-                      "message": "stopped\x1b[2J"})  # fmt: skip
+    keys = ("step", "rule", "metric", "value", "threshold", "action", "last_healthy_checkpoint",
+            "message")  # fmt: skip
+    for row in [(3, "entropy_collapse", "actor/entropy", 0.001, 0.01, "warn", 2, "w"),
+                          (5, "non_finite", "actor/pg_loss", math.nan, "finite", "stop", 4, "s"),
+                          (6, "non_finite", "actor/pg_loss\x1b]0;owned\x07", 1.0, "finite",
+                           "warn", 4, "s\x1b[2J")]:  # fmt: skip
+        append_trip(run, {"launch": STAMP, **dict(zip(keys, row, strict=True))})
     segment = next((run / "metrics").glob("*.jsonl"))
     lines = segment.read_text().splitlines()
     steps = {json.loads(line)["step"] for line in lines}
