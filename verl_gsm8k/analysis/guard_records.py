@@ -21,11 +21,8 @@ def read_guard(path: Path, issues: list[str]) -> dict[str, Any]:
     except rd.BestError as err:
         problem = f"{err}; the kept best checkpoint is not named"
         issues.append(problem)
-    return {
-        "watchdog_trips": [dict(t, value_text=value_text(t.get("value"))) for t in trips],
-        "best_checkpoint": best,
-        "best_checkpoint_problem": problem,
-    }
+    trips = [dict(t, value_text=value_text(t.get("value"))) for t in trips]
+    return {"watchdog_trips": trips, "best_checkpoint": best, "best_checkpoint_problem": problem}
 
 
 def value_text(value: Any) -> str:
@@ -37,21 +34,17 @@ def value_text(value: Any) -> str:
 
 def trip_line(trip: dict[str, Any]) -> str:
     healthy = trip.get("last_healthy_checkpoint")
-    return (
-        f"step {trip['step']}: {trip.get('rule', '?')} on {trip.get('metric', '?')} = "
-        f"{value_text(trip.get('value'))} (threshold {trip.get('threshold', '?')}); action "
-        f"{trip.get('action', '?')}; last healthy checkpoint: "
-        + ("none" if healthy is None else rd.step_name(healthy))
-    )
+    return (f"step {trip['step']}: {trip.get('rule', '?')} on {trip.get('metric', '?')} = "
+            f"{value_text(trip.get('value'))} (threshold {trip.get('threshold', '?')}); action "
+            f"{trip.get('action', '?')}; last healthy checkpoint: "
+            + ("none" if healthy is None else rd.step_name(healthy)))  # fmt: skip
 
 
 def trip_findings(trips: list[dict[str, Any]]) -> list[Finding]:
-    return [
-        Finding("watchdog", "error" if t.get("action") == "stop" else "warning",
-                str(t.get("metric", "?")), t["step"], t["step"],
-                f"the watchdog tripped at {trip_line(t)}", {k: t.get(k) for k in TRIP_KEYS})
-        for t in trips
-    ]  # fmt: skip
+    return [Finding("watchdog", "error" if t.get("action") == "stop" else "warning",
+                    str(t.get("metric", "?")), t["step"], t["step"],
+                    f"the watchdog tripped at {trip_line(t)}", {k: t.get(k) for k in TRIP_KEYS})
+            for t in trips]  # fmt: skip
 
 
 def best_text(best: dict[str, Any]) -> str:

@@ -115,9 +115,8 @@ def parse_console(path: Path, data: RunData) -> None:
                 continue
             pairs, cut = parsed
             if cut is not None:
-                data.issues.append(
-                    f"{path}:{number}: line cut off after {len(pairs)} fields, dropped {cut!r}"
-                )
+                data.issues.append(f"{path}:{number}: line cut off after {len(pairs)} fields, "
+                                   f"dropped {cut!r}")  # fmt: skip
             if pairs:
                 kept += 1
                 _add(data, f"{path}:{number}", int(match.group("step")), pairs)
@@ -250,10 +249,8 @@ def canonicalize(data: RunData) -> Canonical:
     limit = data.config.get("max_response_length")
     if cut := _cut_share(series, limit):
         series[vocab.CUT_SHARE] = cut
-        source[vocab.CUT_SHARE] = (
-            "response_length/clip_ratio at steps whose response_length/max reached "
-            f"data.max_response_length={limit}, else 0"
-        )
+        source[vocab.CUT_SHARE] = ("response_length/clip_ratio at steps whose response_length/max "
+                                   f"reached data.max_response_length={limit}, else 0")  # fmt: skip
     estimate = [] if "throughput" in series else _throughput(series, data.config)
     if estimate:
         series["throughput"] = estimate

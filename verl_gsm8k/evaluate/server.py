@@ -40,15 +40,13 @@ def resolve_model_path(source: str) -> str:
         return snapshot_download(source, allow_patterns=patterns)
     except Exception as err:  # offline, unknown repo, no access
         first = str(err).splitlines()[0] if str(err) else ""
-        raise EvalError(
-            f"cannot get {source} from the Hugging Face hub or its cache ({type(err).__name__}: "
-            f"{first}); download it once with network, or pass a local directory"
-        ) from None
+        raise EvalError(f"cannot get {source} from the Hugging Face hub or its cache "
+                        f"({type(err).__name__}: {first}); download it once with network, or "
+                        "pass a local directory") from None  # fmt: skip
 
 
-def vllm_serve_command(
-    vllm_bin: str, model: str, port: int, served_name: str, extra: list[str]
-) -> list[str]:
+def vllm_serve_command(vllm_bin: str, model: str, port: int, served_name: str,
+                       extra: list[str]) -> list[str]:  # fmt: skip
     return [vllm_bin, "serve", model, "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", served_name, *extra]  # fmt: skip
 

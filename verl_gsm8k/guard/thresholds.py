@@ -23,27 +23,27 @@ def _trend(default: Any) -> Any:
 
 @dataclass(frozen=True)
 class Thresholds:
-    # stop: a trip ends the run, its step unsaved (exit 4); warn: logged, the run goes on; off
+    # stop: a trip ends the run, its step unsaved (exit 4); warn: logged, the run goes on
     mode: str = "stop"
     non_finite: bool | None = True
-    # a non-finite grad norm (verl skipped the update) warns; this many in the window stop
+    # a non-finite grad norm (a skipped update) warns; this many in the window stop
     skipped_updates: int | None = 3
     skipped_updates_window: int = 10
-    # KL > factor x the median of the last `window` healthy steps and > floor, after min_history
+    # KL > factor x the median of the last `window` healthy steps and > floor
     kl_spike_factor: float | None = 10.0
     kl_spike_floor: float = 0.5
     kl_spike_window: int = 10
     kl_spike_min_history: int = 10
-    kl_ceiling: float | None = 3.0  # KL > this (nats/token), whatever its history
+    kl_ceiling: float | None = 3.0  # nats/token
     # each of the last `run` grad norms > factor x the median of the `window` steps before them
     grad_norm_factor: float | None = 10.0
     grad_norm_window: int = 10
     grad_norm_run: int = 3
-    # critic/vf_loss > max(factor x the run's first, floor): a warning where it crosses, no stop
+    # critic/vf_loss > max(factor x the run's first, floor): a warning
     critic_loss_factor: float | None = 5.0
     critic_loss_floor: float = 1.0
-    clip_fraction_ceiling: float | None = 0.6  # actor/pg_clipfrac above it
-    ppo_kl_ceiling: float | None = 1.0  # actor/ppo_kl above it
+    clip_fraction_ceiling: float | None = 0.6  # actor/pg_clipfrac
+    ppo_kl_ceiling: float | None = 1.0  # actor/ppo_kl
     # mean length < fraction x the median of the first steps, or every response cut at the limit
     length_fraction: float | None = 0.2
     length_at_limit: bool | None = True
@@ -52,20 +52,20 @@ class Thresholds:
     entropy_floor: float | None = 0.005
     entropy_fraction: float | None = 0.02
     entropy_start_steps: int = 5
-    # > share of the responses one token repeated (>= repeat of >= min_length tokens one id), or
-    # every response the same across >= identical_prompts prompts
+    # > share of the responses one token repeated (>= repeat of >= min_length tokens), or every
+    # response the same across >= identical_prompts prompts
     degenerate_share: float | None = 0.5
     degenerate_repeat: float = 0.8
     degenerate_min_length: int = 8
     degenerate_identical_prompts: int | None = 4
-    # the mean score of the last `window` steps > drop below its best, after min_history
+    # the mean score of the last `window` steps > drop below its best
     reward_drop: float | None = 0.25
     reward_window: int = 5
     reward_min_history: int = 10
 
-    # The report's trends: rolling medians of `window` steps; length hacking: the length up by
-    # len_rise from where it began to climb (within len_base_tol of its low over len_lookback
-    # steps) while the score gains len_score_gain
+    # The report's trends: rolling medians of `window` steps; the length up by len_rise from where
+    # it began to climb (within len_base_tol of its low over len_lookback steps), the score by
+    # len_score_gain
     window: int = _trend(10)
     len_rise: float = _trend(0.30)
     len_lookback: int = _trend(100)
@@ -74,8 +74,8 @@ class Thresholds:
     # value loss not falling: the last quarter's median >= ratio x the first's
     vf_flat_ratio: float = _trend(0.95)
     vf_min_steps: int = _trend(40)
-    # accuracy flat for acc_flat_steps at the end (the train score below acc_min_val_points
-    # validations); below its best by max(floor, min(abs, rel x best)) and acc_drop_z SE
+    # accuracy flat for acc_flat_steps (the train score below acc_min_val_points validations);
+    # below its best by max(floor, min(abs, rel x best)) and acc_drop_z SE
     acc_min_gain: float = _trend(0.01)
     acc_flat_steps: int = _trend(100)
     acc_min_val_points: int = _trend(4)
@@ -83,8 +83,7 @@ class Thresholds:
     acc_drop_rel: float = _trend(0.25)
     acc_drop_floor: float = _trend(0.03)
     acc_drop_z: float = _trend(2.5)
-    # the KL's thirds rising over the last kl_gain_frac of the run, the score's not (a note
-    # within kl_gain_headroom of the score range's top)
+    # the KL's thirds rising over the last kl_gain_frac of the run, the score's not
     kl_gain_frac: float = _trend(0.5)
     kl_gain_min_steps: int = _trend(10)
     kl_gain_ratio: float = _trend(1.5)
@@ -92,15 +91,14 @@ class Thresholds:
     kl_gain_late_share: float = _trend(0.25)
     kl_gain_score_min: float = _trend(0.03)
     kl_gain_headroom: float = _trend(0.2)
-    # the clip fraction's rolling median (clip_window steps) at or below clip_low
     clip_window: int = _trend(20)
     clip_low: float = _trend(0.0002)
-    # training/rollout_probs_diff_mean: verl's FAQ's normal and harmful levels
+    # training/rollout_probs_diff_mean: verl's FAQ's levels
     mismatch_mean_normal: float = _trend(0.005)
     mismatch_mean_harmful: float = _trend(0.01)
-    dropped_groups_share: float = _trend(0.75)  # DAPO: the share of generated groups dropped
+    dropped_groups_share: float = _trend(0.75)  # DAPO's dynamic sampling
     # the trace: trace_steps steps of a flat critic, of groups without a score spread, of
-    # vLLM's and the actor's probabilities apart
+    # probabilities apart
     trace_steps: int = _trend(3)
     trace_score_spread: float = _trend(0.1)
     critic_flat_std: float = _trend(0.005)
