@@ -31,8 +31,7 @@ def _dump(path: Path, rows: list[tuple[str, str, str, float]]) -> Path:
 
 
 def test_mcnemar_exact_matches_the_binomial_tail():
-    assert mcnemar_exact(0, 0) == 1.0
-    assert mcnemar_exact(5, 5) == 1.0
+    assert mcnemar_exact(0, 0) == mcnemar_exact(5, 5) == 1.0
     # b=1, c=9: 2 * (C(10,0) + C(10,1)) / 2**10 = 22/1024
     assert mcnemar_exact(1, 9) == pytest.approx(22 / 1024)
     assert mcnemar_exact(9, 1) == mcnemar_exact(1, 9)
@@ -51,15 +50,10 @@ def test_classify():
 
 
 def test_matching_by_question_not_position(tmp_path):
-    first = _dump(
-        tmp_path / "0.jsonl",
-        [("A?", "1", "1\n#### 1", 1), ("B?", "2", "3", 0), ("C?", "3", "#### 3", 1)],
-    )
-    second = _dump(
-        tmp_path / "5.jsonl",
-        [("B?", "2", "#### 2", 1), ("A?", "1", "#### 7", 0), ("D?", "4", "#### 4", 1)],
-    )
-    columns = [load_validation(first), load_validation(second)]
+    columns = [load_validation(_dump(tmp_path / name, rows)) for name, rows in (
+        ("0.jsonl", [("A?", "1", "1\n#### 1", 1), ("B?", "2", "3", 0), ("C?", "3", "#### 3", 1)]),
+        ("5.jsonl", [("B?", "2", "#### 2", 1), ("A?", "1", "#### 7", 0), ("D?", "4", "#### 4", 1)]),
+    )]  # fmt: skip
     keys, unmatched = match(columns)
     assert keys == [("A?", "1"), ("B?", "2")]
     assert unmatched == {"0": ["C?"], "5": ["D?"]}
@@ -72,16 +66,9 @@ def test_matching_by_question_not_position(tmp_path):
 
 
 def test_format_not_arithmetic_and_samples(tmp_path):
-    dump = _dump(
-        tmp_path / "0.jsonl",
-        [
-            ("A?", "12", "so the answer is 12", 0),
-            ("A?", "12", "#### 12", 1),
-            ("B?", "3", "x", 0),
-            ("C?", "5", "The answer is 5.", 0),
-        ],
-    )
-    column = load_validation(dump)
+    column = load_validation(_dump(tmp_path / "0.jsonl", [
+        ("A?", "12", "so the answer is 12", 0), ("A?", "12", "#### 12", 1), ("B?", "3", "x", 0),
+        ("C?", "5", "The answer is 5.", 0)]))  # fmt: skip
     assert column.cells[("A?", "12")].share == 0.5
     assert column.cells[("A?", "12")].flexible_right
     table = build([column, Column("copy", column.cells)])
@@ -104,7 +91,6 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
 
 
 def test_a_validation_with_nan_scores_is_left_out_in_one_line(tmp_path, capsys):
-    """A dump holding a ``NaN`` score is left out and named; the page stays strict JSON."""
     first = _dump(tmp_path / "0.jsonl", [("A?", "1", "#### 1", 1), ("B?", "2", "#### 3", 0)])
     sick = _dump(tmp_path / "5.jsonl", [("A?", "1", "#### 1", math.nan), ("B?", "2", "x", 0)])
     assert "NaN" in sick.read_text()
@@ -150,7 +136,7 @@ def test_each_runs_last_or_best_step(tmp_path):
 
 
 def test_the_page_in_chromium_loads_its_data_files_and_shows_text_as_text(tmp_path):
-    """From file://, a view chosen by the address, markup in a question shown as text."""
+    """From file://, a view chosen by the address."""
     evil = "<b id=pwned>x</b>?"
     first = _dump(tmp_path / "0.jsonl", [("A?", "1", "#### 2", 0), ("B?", "2", "#### 2", 1),
                                          (evil, "3", "#### 4", 0)])  # fmt: skip
