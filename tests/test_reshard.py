@@ -1,7 +1,5 @@
-"""A checkpoint saved at world size W resumes at W' (reshard/): a tiny actor and critic trained one
-AdamW step over W gloo ranks, saved by verl's manager, resharded, loaded at W' and trained on:
-weights, moments, scheduler and RNG bit for bit, 2 -> 1 and 1 -> 2. The ranks' helper: python
-tests/test_reshard.py save|check MODEL_DIR RUN_DIR W [OUT.json]"""
+"""A checkpoint saved by verl at world size W, resharded, resumes at W' bit for bit.
+The ranks' helper: python tests/test_reshard.py save|check MODEL_DIR RUN_DIR W [OUT.json]"""
 
 from __future__ import annotations
 
@@ -18,8 +16,7 @@ ROLES = ("actor", "critic")
 STEP = 1
 BATCH, SEQ = 12, 16  # 12 rows split evenly over 1, 2, 3 or 4 ranks
 
-# the next losses at W' against W: 0 to 1.2e-7 apart (the batch summed in another order); a
-# fault (two ranks' shards swapped, AdamW's moments lost) moved them by 8e-5 or more
+# the next losses at W' vs W: <= 1.2e-7 apart; swapped shards or lost moments moved them >= 8e-5
 LOSS_RTOL = 1e-5
 
 
@@ -172,8 +169,6 @@ def ranks(*args: object, python: str | Path = sys.executable):
 
 @pytest.fixture(scope="module")
 def saved(real_checkpoints: Path) -> dict[int, Path]:
-    """world size -> a run saved at step 1 (conftest's real_checkpoints), its next steps in
-    saved.json."""
     return {world: real_checkpoints / f"ws{world}" for world in (1, 2)}
 
 
