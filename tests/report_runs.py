@@ -1,4 +1,4 @@
-"""The report tests' synthetic verl 0.9.1 runs, their writer, a planted NaN, measured critics."""
+"""The report tests' synthetic verl 0.9.1 runs, a planted NaN, measured critics."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from verl_gsm8k.runpage import summary as rs
 LOG_512 = "qwen2.5-0.5b-ppo-gsm8k-resp512.log"
 LOG_256 = "qwen2.5-0.5b-ppo-gsm8k-resp256.log"
 
-# The critic's value loss and grad norm from step 1 of measured CPU runs: smoke runs with a
-# critic lr of 1e-1 (exploding), healthy ones and the PPO learning run (docs/reliability.md).
+# The critic's value loss and grad norm from step 1 of CPU runs (critic lr 1e-1: exploding).
 _LEARNING_VF_LOSS = [0.206, 0.129, 0.119, 0.115, 0.097, 0.067, 0.039, 0.038, 0.021, 0.040]
 _LEARNING_VF_LOSS += [0.017, 0.041, 0.048, 0.034, 0.018, 0.029, 0.011, 0.013, 0.027, 0.012]
 _LEARNING_GRAD_NORM = [2.95, 0.88, 1.11, 1.51, 0.69, 0.90, 0.33, 0.47, 0.44, 0.57]
@@ -150,8 +149,7 @@ def _rewrite_jsonl(path: Path, change: Callable[[dict[str, Any]], None], **dump:
 
 
 def plant_nan(run: Path, first: int):
-    """The reward of ``run`` NaN from step ``first``, as each writer writes it: null in the
-    metrics and the trace, the ``NaN`` token in verl's dumps."""
+    """The reward NaN from step ``first``: null in metrics and trace, ``NaN`` in verl's dumps."""
 
     def metrics(record: dict[str, Any]):
         if record["step"] >= first:

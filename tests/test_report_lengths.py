@@ -1,5 +1,4 @@
-"""The share of responses cut at the length limit (from response_length/max and the run's
-data.max_response_length), and axis labels that tell close values apart."""
+"""The share of responses cut at the length limit; axis labels that tell close values apart."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from verl_gsm8k.svgplot.chart import Axes, nice_ticks, tick_labels
 
 
 def run_dir(tmp_path: Path, lengths: dict[int, tuple[float, float]], limit: int | None) -> Path:
-    """build_run's metrics with each step's (response_length/max, clip_ratio), and a launch
-    record with data.max_response_length = ``limit`` (none when None)."""
+    """Each step's (response_length/max, clip_ratio); ``limit`` in a launch record, if any."""
 
     def lengths_of(step: int, data: dict[str, Any]):
         longest, ratio = lengths.get(step, (12.0, 1.0))
@@ -35,8 +33,7 @@ def run_dir(tmp_path: Path, lengths: dict[int, tuple[float, float]], limit: int 
 
 
 def test_only_a_step_whose_longest_reached_the_limit_had_responses_cut(tmp_path):
-    """verl's clip_ratio (1.0: all as long as the longest) is the share cut only where the
-    longest reached the limit (24); the page draws the cut share; the latest launch's limit."""
+    """verl's clip_ratio (1.0: all as long as the longest) is the share cut there only."""
     run = run_dir(tmp_path, {5: (24.0, 0.25), 6: (23.0, 0.5)}, 24)
     data, canon, _, summary = rs.analyse(run)
     assert data.config["max_response_length"] == 24
@@ -81,7 +78,6 @@ def test_tick_labels_tell_close_values_apart(lo: float, hi: float):
 
 
 def test_a_close_correlation_axis_on_the_page(tmp_path):
-    """Pearson correlations of 0.9999991-0.9999999 once read "1, 1, 1"."""
 
     def close(step: int, data: dict[str, Any]):
         data["training/rollout_actor_probs_pearson_corr"] = 0.9999991 + (step % 9) * 1e-7
