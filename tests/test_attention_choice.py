@@ -1,5 +1,5 @@
-"""Which attention a run uses and why (common/attention.py), the same in the launcher, the
-preflight and the fallback plugin; a fake nvidia-smi and planted flash_attn packages."""
+"""Which attention a run uses and why (common/attention.py), alike in the launcher, the preflight
+and the fallback plugin; a fake nvidia-smi and planted flash_attn packages."""
 
 from __future__ import annotations
 
@@ -33,8 +33,7 @@ PACKED = f"{BROKEN}; packed rows, block-diagonal mask from position_ids"
 NEED = "ATTENTION=fa4: flash-attn-4 needs compute capability 9.0+"
 AUTO = "use ATTENTION=auto (sdpa_packed)"
 
-# (ATTENTION, on the CPU, flash-attn 2's problem, capabilities, flash-attn-4 installed) ->
-# the line the launch prints, or the refusal
+# (ATTENTION, CPU, flash-attn 2's problem, capabilities, fa4 installed) -> the line or refusal
 CASES = [
     ("auto", False, None, [(9, 0)], True, "flash_attention_2, padding removal on (flash-attn 2 "
      "loads)"),
@@ -87,7 +86,6 @@ def test_the_capability_floor_is_transformers_own():
 
 
 def test_the_probe_reads_nvidia_smi_and_the_installed_package(tmp_path, monkeypatch, request):
-    """flash-attn-4's namespace does not pass for flash-attn 2; fa4 needs SM 9.0; auto packs."""
     monkeypatch.syspath_prepend(str(plant_flash_attn_4(tmp_path / "site")))
     request.addfinalizer(lambda: [sys.modules.pop(m) for m in list(sys.modules)
                                   if m.split(".")[0] == "flash_attn"])  # fmt: skip
@@ -140,6 +138,14 @@ def test_each_overlay_composes_with_verls_config_as_the_choice_says(config):
             assert model.use_remove_padding is padding, name
 
 
+def h100_env(tmp_path, **changes: str | None) -> dict[str, str]:
+    """This environment but the user's knobs, an H100 of SM 9.0 on PATH; ``changes`` (None: out)."""
+    env = {k: v for k, v in os.environ.items() if k not in USER_KNOBS}
+    env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100], '9.0')}:{env['PATH']}"
+    env.update(changes)
+    return {k: v for k, v in env.items() if v is not None}
+
+
 AGREE = """
     import json, os
     from omegaconf import OmegaConf
@@ -165,17 +171,7 @@ def test_launcher_preflight_and_plugin_agree(case, tmp_path):
     assert importlib.util.find_spec("flash_attn") is None  # this machine's own: none
     if case != "absent":
         plant_flash_attn(tmp_path, works=case == "working")
-    env = {k: v for k, v in os.environ.items() if k not in USER_KNOBS and k != "DEVICE"}
-    env = with_pythonpath(
-        env
-        | {
-            "VERL_USE_EXTERNAL_MODULES": "",
-            "PATH": str(fake_nvidia_smi(tmp_path / "bin", [H100], "9.0"))
-            + os.pathsep
-            + env["PATH"],
-        },
-        tmp_path,
-    )
+    env = with_pythonpath(h100_env(tmp_path, DEVICE=None, VERL_USE_EXTERNAL_MODULES=""), tmp_path)
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(AGREE)], env=env, text=True,
                          capture_output=True, timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
@@ -197,8 +193,7 @@ def test_launcher_preflight_and_plugin_agree(case, tmp_path):
 
 
 def test_the_plugin_gives_the_critic_flash_attention_4(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in USER_KNOBS} | {"ATTENTION": "fa4"}
-    env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100], '9.0')}:{env['PATH']}"
+    env = h100_env(tmp_path, ATTENTION="fa4")
     code = textwrap.dedent("""
         import verl_gsm8k.verl_plugins.attention_fallback as p
         from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -249,8 +244,7 @@ def test_the_launcher_chooses_fa4_on_sm90_and_refuses_it_below(
 
 
 def test_a_working_flash_attn_2_comes_first_on_the_command_line(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in USER_KNOBS}
-    env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100], '9.0')}:{env['PATH']}"
+    env = h100_env(tmp_path)
     out = subprocess.run([sys.executable, "-m", "verl_gsm8k.common.attention"], text=True,
                          env=with_pythonpath(env, plant_flash_attn(tmp_path, works=True)),
                          capture_output=True, timeout=120)  # fmt: skip
