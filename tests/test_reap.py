@@ -1,9 +1,6 @@
-"""Nothing of a launch outlives it (verl_gsm8k/launch/reap.py, launch/lock.py), on real
-processes: those a launch started are found by their environment or its session, also
-re-parented and with SIGTERM blocked, and ended; another launch's never; a launch refuses to
-train beside an earlier one's; a SIGTERM to one of verl's processes is a stop request
-(verl_plugins/stop_on_sigterm.py). The whole path under a real SIGTERM to every process:
-tests/test_slurm_nodes_cpu.py."""
+"""Nothing of a launch outlives it (launch/reap.py, launch/lock.py), on real processes: found by
+environment or session, re-parented or deaf to SIGTERM, and ended, another launch's never; a
+SIGTERM to one of verl's processes is a stop request (verl_plugins/stop_on_sigterm.py)."""
 
 from __future__ import annotations
 
@@ -32,8 +29,7 @@ BLOCKED = ("import os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, {si
 
 
 def orphan(launch: str, run_dir: Path, blocked: bool = False) -> int:
-    """A `sleep` of ``launch`` re-parented to init, as Ray's daemons are once verl's driver is
-    gone; its pid, once its exec has happened (its mask and environment final)."""
+    """A `sleep` of ``launch`` re-parented to init, as Ray's daemons are; its pid, once exec'd."""
     env = dict(os.environ, **{ENV_LAUNCH: launch, ENV_RUN_DIR: str(run_dir)})
     sleeper = [sys.executable, "-c", BLOCKED, "sleep", "300"] if blocked else ["sleep", "300"]
     script = f"{' '.join(repr(a) for a in sleeper)} >/dev/null 2>&1 & echo $!"
@@ -73,9 +69,8 @@ def test_stop_ends_a_launch_only_also_deaf_to_sigterm(tmp_path: Path, capsys):
 def test_check_waits_for_an_earlier_launch_and_stops_what_an_ended_launcher_left(
     tmp_path: Path, capsys
 ):
-    """A launch id names its launcher (stamp, pid, host): what a launch whose launcher has
-    ended here left is stopped at once and the check passes; a launch whose launcher lives, or
-    ran on another host, is waited for, then refused in one line."""
+    """A launch id names its launcher (stamp, pid, host): an ended one's leftovers are stopped at
+    once; a living one's, or another host's, waited for, then refused in one line."""
     dead = subprocess.Popen(["true"])
     dead.wait()
     stamp, host = new_stamp(), socket.gethostname()
@@ -103,9 +98,8 @@ def test_check_waits_for_an_earlier_launch_and_stops_what_an_ended_launcher_left
 
 
 def test_a_process_whose_environment_is_gone_is_found_by_its_session(tmp_path: Path, capsys):
-    """Ray retitles its workers, which may overwrite what /proc shows of their environment:
-    verl's driver starts in a session of its own (supervise.start), named in the run directory,
-    and a process of that session is stopped all the same, its launch's only."""
+    """Ray's retitled workers may hide their environment: the driver's session (supervise.start,
+    named in the run directory) finds them."""
     env = dict(os.environ, **{ENV_LAUNCH: "L3", ENV_RUN_DIR: str(tmp_path)}, PYTHONPATH=str(ROOT))
     driver = ["bash", "-c", "env -i sleep 301 >/dev/null 2>&1 &"]
     assert start(driver, env, tmp_path, "L3", ppo=True).wait(timeout=60) == 0
@@ -129,10 +123,8 @@ def test_a_process_whose_environment_is_gone_is_found_by_its_session(tmp_path: P
 
 
 def test_the_lock_refuses_a_busy_run_dir_and_one_with_an_earlier_launchs_processes(tmp_path):
-    """The refusal names the lock's holder and tells a live launcher (or one on another host,
-    never judged from here) from a lock held after its launcher ended (fuser names the holder:
-    a process that inherited it). A free lock is refused too beside processes an earlier
-    launch left (they hold no lock), in one line (launch/cli.py: exit 2, before verl)."""
+    """The refusal names the holder and tells a live launcher (or another host's) from an ended
+    one's inherited lock; a free lock beside an earlier launch's processes is refused too."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     gone = subprocess.Popen(["true"])
@@ -169,10 +161,8 @@ WRAPPED = ("from ray._private.node import Node; "
 
 
 def test_a_sigterm_to_one_of_verls_processes_is_a_stop_request_from_outside_only(tmp_path):
-    """stop_on_sigterm in a process started as the launcher starts verl's: a SIGTERM from
-    outside the launch writes the stop request (STOP_GRACE_S from now, never over one there);
-    from inside (Ray's teardown of its workers at a run's end) it is no stop; Ray's shutdown
-    of its processes is SIGKILL at once. Without the mask, the process is left as it is."""
+    """From outside the launch: a stop request STOP_GRACE_S from now, never over one there; from
+    inside (Ray's teardown) none; Ray's shutdown is SIGKILL. Without the mask: left as it is."""
     code = (
         "import os, signal, subprocess, sys, time, verl_gsm8k.verl_plugins.stop_on_sigterm as m; "
         "assert m._started; "
@@ -181,7 +171,7 @@ def test_a_sigterm_to_one_of_verls_processes_is_a_stop_request_from_outside_only
         f"print('inside', os.path.exists({str(tmp_path / 'stop_requested')!r}), flush=True); "
         "sender.kill(); sender.wait(); os.kill(os.getpid(), signal.SIGTERM); time.sleep(1); "
         f"print('alive'); {WRAPPED}"
-    )  # the child carries the launch id: a sender inside the launch, alive while it is judged
+    )  # the child carries the launch id: a sender inside the launch
     env = dict(os.environ, **{ENV_LAUNCH: f"S-{os.getpid()}", ENV_RUN_DIR: str(tmp_path)},
                STOP_GRACE_S="40", PYTHONPATH=str(ROOT))  # fmt: skip
     before = time.time()
