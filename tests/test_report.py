@@ -334,10 +334,8 @@ def test_console_log_strictness(tmp_path):
 
 
 def test_the_command_line_and_its_exit_statuses(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "verl_gsm8k.report", "--help"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
     for flag in ("--out", "--follow", "--interval", "--max-refreshes", "INPUT"):
-        assert flag in done.stdout
+        assert flag in report.build_parser().format_help()
     missing = tmp_path / "missing"
     done = subprocess.run([sys.executable, "-m", "verl_gsm8k.report", str(missing)],
                           capture_output=True, text=True, check=False)  # fmt: skip
