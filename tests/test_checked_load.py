@@ -1,6 +1,5 @@
-"""verl's own checkpoint loaders (its workers' manager, the v1 trainer's data.pt; remote groups
-stood in for) with verl_plugins/checked_load.py imported: a crafted file is refused at the load in
-one line; a whole one loads as before."""
+"""verl's own checkpoint loaders with verl_plugins/checked_load.py imported: a crafted file is
+refused at the load in one line; a whole one loads as before."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ def test_a_worker_loads_a_whole_checkpoint_as_before(tmp_path, single_process_gr
     assert not getattr(torch.load, "_gsm8k_checked", False)  # checked inside verl's loaders only
 
 
-# one refused by the zip check, one by torch's unpickler: every kind against the same load
-# (checkpoint_files.load): tests/test_resume_verify.py
+# one kind per check (every kind: tests/test_resume_verify.py)
 @pytest.mark.parametrize("kind", ["glued", "objects"])
 def test_a_worker_refuses_a_planted_shard_at_its_load(tmp_path, single_process_group, kind):
     marker = tmp_path / "ran"
@@ -83,8 +81,7 @@ class _Stand:  # verl's remote worker group and dataloader: what they were given
 
 
 def trainer_resuming(step_dir: Path):
-    """verl's v1 sync trainer resuming from trainer.resume_from_path (which the launcher never
-    reads)."""
+    """verl's v1 trainer resuming from trainer.resume_from_path (the launcher never reads it)."""
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     trainer = PPOTrainerSync.__new__(PPOTrainerSync)

@@ -1,6 +1,5 @@
-"""The guarded trainers' bookkeeping (ppo_trainer/) on the real classes, verl's validation, loop and
-saves stood in for. Real saves, kills and stops: tests/test_train_cpu.py,
-test_train_cpu_variants.py."""
+"""The guarded trainers' bookkeeping (ppo_trainer/) on the real classes, verl's validation, loop
+and saves stood in for (real ones: tests/test_train_cpu.py)."""
 
 from __future__ import annotations
 
@@ -44,7 +43,7 @@ def saved(monkeypatch) -> list[int]:
 
 
 def test_the_best_is_kept_by_its_own_metric_and_only_finite(tmp_path, monkeypatch, saved):
-    """A best of another metric is replaced, not compared; a new best not saved yet is saved."""
+    """A best of another metric is replaced; a new best not saved yet is saved."""
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     def validation(value):
@@ -79,8 +78,7 @@ def test_a_time_save_comes_after_the_first_step_past_the_interval(tmp_path, save
 def test_a_step_that_would_not_end_before_the_job_does_is_saved_and_the_last(
     tmp_path, monkeypatch, saved
 ):
-    """GSM8K_JOB_END: without time for one more step and its save, the trainer requests the stop,
-    saves this step and ends verl's loop."""
+    """GSM8K_JOB_END without time for a step and a save: stop requested, step saved, loop ended."""
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     monkeypatch.setattr(PPOTrainerSync, "step", lambda self, metrics, timing_raw: "batch")
@@ -100,7 +98,6 @@ def test_a_step_that_would_not_end_before_the_job_does_is_saved_and_the_last(
 def test_a_stop_requested_before_the_first_step_or_during_validation_trains_no_step_more(
     tmp_path, saved
 ):
-    """verl's loop stands in by its condition (global_steps <= total)."""
     trainer = trainer_at(4, tmp_path)
     trainer.on_validate_end()  # the step-0 validation, no request
     trainer.global_steps += 1  # fit: "we start from step 1"
@@ -120,7 +117,6 @@ def test_a_stop_requested_before_the_first_step_or_during_validation_trains_no_s
 
 
 def test_the_legacy_loop_takes_no_batch_once_the_run_is_to_end(tmp_path, saved):
-    """The legacy trainer has no hooks: its wrapped dataloader ends the loop."""
     from verl_gsm8k.ppo_trainer.legacy import _StoppingLoader
 
     def loop(trainer) -> list[str]:
@@ -148,8 +144,7 @@ def test_the_legacy_loop_takes_no_batch_once_the_run_is_to_end(tmp_path, saved):
 
 
 def test_the_legacy_trainer_begins_its_guard_at_the_step_it_resumes(tmp_path, monkeypatch):
-    """The resumed step is never saved again; the watchdog gets the steps logged before it (the
-    later launch's line wins, validation lines left out)."""
+    """The resumed step is not saved again; the watchdog gets the training steps logged before."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     from verl_gsm8k.guard.rules import SCORE
@@ -177,8 +172,7 @@ def test_the_legacy_trainer_begins_its_guard_at_the_step_it_resumes(tmp_path, mo
 
 
 def test_the_file_logger_comes_first_and_a_dead_wandb_ends_only_wandb(tmp_path, monkeypatch):
-    """A wandb whose service a stop's SIGTERM ended: one line, no more wandb calls, the file logger
-    keeps the step; verl's class is back after fit."""
+    """A dead wandb: no more wandb calls, the file logger keeps the step; verl's class restored."""
     import verl.utils.tracking as tracking
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 

