@@ -5,7 +5,6 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from collections import deque
 from typing import Any
 
 from verl_gsm8k.analysis.finding import Finding, aligned, fmt, rolling_median, spans
@@ -166,27 +165,15 @@ def check_length_hacking(canon: Canonical, t: Thresholds) -> list[Finding]:
         return []
     length = rolling_median(lengths, t.window, centered=False)
     score = rolling_median(scores, t.window, centered=False)
-    # a sliding minimum of the candidates within len_lookback before i's window
-    lows: deque[int] = deque()
     first, flags, detail = 0, [], []
     for i in range(len(steps)):
-        newest = i - t.window
-        if newest >= t.window - 1:
-            while lows and length[lows[-1]] >= length[newest]:
-                lows.pop()
-            lows.append(newest)
         while steps[i] - steps[first] > t.len_lookback:
             first += 1
-        while lows and lows[0] < max(first, t.window - 1):
-            lows.popleft()
-        hit = None
-        if lows and length[lows[0]] > 0:
-            # the climb starts at the last point still near the low
-            low = lows[0]
-            for j in lows:
-                if length[j] > length[lows[0]] * (1 + t.len_base_tol):
-                    break
-                low = j
+        # the climb starts at the last point near the low within len_lookback before i's window
+        near = range(max(first, t.window - 1), i - t.window + 1)
+        bottom, hit = min((length[j] for j in near), default=0.0), None
+        if bottom > 0:
+            low = max(j for j in near if length[j] <= bottom * (1 + t.len_base_tol))
             if (length[i] / length[low] - 1 >= t.len_rise
                     and score[i] - score[low] >= t.len_score_gain):  # fmt: skip
                 hit = {"low_step": steps[low], "low_length": length[low], "length": length[i],
