@@ -1,5 +1,4 @@
-"""The knob table and the launch's first check: a bad value stops a recipe in one line; the
-table, Hydra, verl and docs/knobs.md agree."""
+"""The knob table: a bad value stops a recipe in one line; the table, Hydra, verl, docs agree."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from helpers import ROOT, launch_in_process, recipe_env
 from verl_gsm8k.launch import knobs
 from verl_gsm8k.launch.plan import Recipe, make_plan
 
-# (recipe, knobs, the user's key=value) -> the one line. Every value of the table is refused the
-# same way (test_checks_accept_and_refuse below); these are the launch's paths to the refusal.
+# (recipe, knobs, the user's key=value, the one line): the launch's paths to a refusal.
 BAD = {
     "a value": ("ppo", {"TRAIN_BATCH_SIZE": "1e3"}, [], "TRAIN_BATCH_SIZE=1e3 is not an integer"),
     "two values together": (
@@ -43,7 +41,6 @@ def test_a_bad_value_stops_the_recipe_with_one_line(case, tmp_path):
 
 
 def test_the_file_logger_stays_whatever_the_users_list():
-    """The last trainer.logger after -- counts; the line names the key and what to write."""
 
     def refused(*user: str) -> list[str]:
         plan = make_plan(Recipe("r", "gsm8k_ppo"), {"HOME": "/x"}, lambda: True, False, user)
@@ -86,23 +83,16 @@ def test_checks_accept_and_refuse(name, good, bad):
 
 
 def test_accepted_numbers_are_numbers_to_hydra():
-    """What the table lets through, Hydra parses as the number the user meant (not a string)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
-    for name, value, kind in [
-        ("TRAIN_BATCH_SIZE", "128", int),
-        ("ACTOR_LR", "1E-6", float),
-        ("ACTOR_LR", ".5", float),
-        ("ACTOR_LR", "2.", float),
-        ("KL_COEF", "0", int),
-        ("TOTAL_TRAINING_STEPS", "null", type(None)),
-    ]:
-        assert knobs.problems({name: value}) == []
+    B = "TRAIN_BATCH_SIZE"
+    for name, value, kind in [(B, "128", int), ("ACTOR_LR", "1E-6", float),
+                              ("ACTOR_LR", ".5", float), ("ACTOR_LR", "2.", float),
+                              ("KL_COEF", "0", int), ("TOTAL_TRAINING_STEPS", "null", type(None)),
+                              (B, "007", str), (B, "01.5", str)]:  # fmt: skip
         assert type(parser.parse_override(f"k={value}").value()) is kind, value
-    for value in ("007", "01.5"):  # Hydra reads these as strings: the table refuses them
-        assert isinstance(parser.parse_override(f"k={value}").value(), str)
-        assert knobs.problems({"TRAIN_BATCH_SIZE": value})  # fmt: skip
+        assert (knobs.problems({name: value}) == []) is (kind is not str), value  # strings refused
 
 
 def test_cross_check_only_when_both_sizes_are_valid():
@@ -121,8 +111,8 @@ def test_loggers_are_verls():
     assert set(knobs.VERL_LOGGERS) == set(Tracking.supported_backend)
 
 
-def test_cli_is_stdlib_only_and_quotes_values():
-    """-S: no site-packages at all, so the check cannot depend on verl, Hydra or torch."""
+def test_cli_is_stdlib_only_and_quotes_values_and_docs_hold_its_table():
+    """-S: no site-packages, so the check cannot depend on verl, Hydra or torch."""
     script = [sys.executable, "-S", "-m", "verl_gsm8k.launch.knobs"]
     result = subprocess.run([*script, "TRAIN_BATCH_SIZE=12 8", "ACTOR_LR=1e-6"], cwd=ROOT,
                             capture_output=True, text=True)  # fmt: skip
@@ -132,12 +122,7 @@ def test_cli_is_stdlib_only_and_quotes_values():
                            check=True).stdout  # fmt: skip
     names = [line.split("`")[1] for line in table.splitlines()[2:]]
     assert names == [knob.name for knob in knobs.KNOBS]
-
-
-def test_docs_list_every_knob_check():
-    assert knobs.markdown_table(ROOT / "recipes") in (ROOT / "docs" / "knobs.md").read_text(), (
-        "docs/knobs.md's table is not the table's: python -m verl_gsm8k.launch.knobs --markdown"
-    )
+    assert table in (ROOT / "docs" / "knobs.md").read_text(), "python -m ...knobs --markdown"
 
 
 def test_a_knob_that_always_sets_a_key_is_its_only_default():
