@@ -314,14 +314,9 @@ def test_real_logs_compared(verl_logs_dir, tmp_path):
     r512, r256 = (r["label"] for r in summary["runs"])
     assert (r512, r256) == (Path(LOG_512).stem, Path(LOG_256).stem)
     rows = diff_keys(summary)
-    assert set(rows) == {
-        "data.max_response_length",
-        "data.max_prompt_length",
-        "actor_rollout_ref.rollout.response_length",
-        "actor_rollout_ref.rollout.prompt_length",
-        "data.train_files",
-        "data.val_files",
-    }
+    assert set(rows) == {"data.max_response_length", "data.max_prompt_length", "data.val_files",
+                         "actor_rollout_ref.rollout.response_length", "data.train_files",
+                         "actor_rollout_ref.rollout.prompt_length"}  # fmt: skip
     assert rows["data.max_response_length"]["values"] == {r512: 512, r256: 256}
     assert rows["data.max_prompt_length"]["values"] == {r512: 1024, r256: 512}
     assert list(summary["config_diff"]["groups"]) == ["data", "rollout"]

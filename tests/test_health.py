@@ -12,15 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_runs import (
-    STEPS,
-    VAL_KEY,
-    analyse_records,
-    build_run,
-    checks_fired,
-    only,
-    write_jsonl,
-)
+from report_runs import STEPS, VAL_KEY, analyse_records, build_run, checks_fired, only, write_jsonl
 
 from verl_gsm8k.analysis import parse as rp
 from verl_gsm8k.analysis.checks import check_dropped_groups, dropped_groups, health_checks

@@ -284,12 +284,8 @@ def test_bad_lines_are_one_warning_each_and_the_rest_is_read(tmp_path, capsys):
     (run / "metrics" / "metrics-2.jsonl").write_text("\n")
     assert report.main([str(run), "--quiet"]) == 0
     warned = [line for line in capsys.readouterr().err.splitlines() if "metrics-" in line]
-    assert [line.split(": ", 3)[2] for line in warned] == [
-        f"{path}:6",
-        f"{path}:22",
-        f"{path}:23",
-        f"{run / 'metrics' / 'metrics-2.jsonl'}",
-    ]
+    where = [f"{path}:6", f"{path}:22", f"{path}:23", str(run / "metrics" / "metrics-2.jsonl")]
+    assert [line.split(": ", 3)[2] for line in warned] == where
     assert "actor/entropy='n/a'" in warned[0] and "truncated last line" in warned[2]
     summary = json.loads((run / "report" / "summary.json").read_text())
     assert summary["steps"]["count"] == 21 and "entropy" in summary["metrics"]
