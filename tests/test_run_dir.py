@@ -15,56 +15,29 @@ from verl_gsm8k.common import run_dir as rd
 ROOT = Path(__file__).resolve().parents[1]
 HOME = "verl_gsm8k/common/run_dir.py"
 NEEDLES = ("latest_checkpointed_iteration", "global_step_")
-PY_FOLDERS = ("verl_gsm8k", "data_prep", "rewards", "scripts")
-SH_FOLDERS = ("recipes", "slurm", "scripts")
-SH_SUFFIXES = (".sh", ".sbatch")
-
-
-def python_hits(text: str) -> list[tuple[int, str]]:
-    """(line, text) of every needle in Python strings and docstrings, not comments."""
-    hits = []
-    for token in tokenize.generate_tokens(io.StringIO(text).readline):
-        if token.type == tokenize.COMMENT:
-            continue
-        for offset, line in enumerate(token.string.splitlines()):
-            if any(needle in line for needle in NEEDLES):
-                hits.append((token.start[0] + offset, line.strip()))
-    return hits
-
-
-def shell_hits(text: str) -> list[tuple[int, str]]:
-    """(line, text) of every needle in a shell script, comments included."""
-    return [(number, line.strip()) for number, line in enumerate(text.splitlines(), start=1)
-            if any(needle in line for needle in NEEDLES)]  # fmt: skip
+FOLDERS = ("verl_gsm8k", "data_prep", "rewards", "scripts", "recipes", "slurm")
 
 
 def scan(root: Path) -> list[str]:
+    """``file:line: text`` of each needle outside HOME: in Python's strings and docstrings (not
+    its comments), anywhere in a shell script."""
     found = []
-    for folder in PY_FOLDERS:
-        for path in sorted((root / folder).rglob("*.py")):
-            name = path.relative_to(root).as_posix()
-            if name != HOME:
-                text = path.read_text(encoding="utf-8")
-                found += [f"{name}:{line}: {code}" for line, code in python_hits(text)]
-    for folder in SH_FOLDERS:
-        for path in sorted((root / folder).rglob("*")):
-            name = path.relative_to(root).as_posix()
-            if path.suffix in SH_SUFFIXES and path.is_file():
-                text = path.read_text(encoding="utf-8")
-                found += [f"{name}:{line}: {code}" for line, code in shell_hits(text)]
+    for path in sorted({p for f in FOLDERS for p in (root / f).rglob("*")}):
+        name = path.relative_to(root).as_posix()
+        if name == HOME or path.suffix not in (".py", ".sh", ".sbatch") or not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8")
+        lines = list(enumerate(text.splitlines(), 1))
+        if path.suffix == ".py":
+            tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+            lines = [(t.start[0] + i, line) for t in tokens if t.type != tokenize.COMMENT
+                     for i, line in enumerate(t.string.splitlines())]  # fmt: skip
+        found += [f"{name}:{n}: {ln.strip()}" for n, ln in lines if any(x in ln for x in NEEDLES)]
     return found
 
 
-def test_no_code_outside_run_dir_spells_the_layout():
-    found = scan(ROOT)
-    assert not found, (
-        f"{HOME} is the one place that names verl's tracker and the step directories; use "
-        "its TRACKER, STEP_N, step_name, step_dir, saved_steps, tracked_step ... instead:\n"
-        + "\n".join(found)
-    )
-
-
-def test_the_scan_sees_code_and_docstrings_not_comments(tmp_path: Path):
+def test_no_code_outside_run_dir_spells_the_layout(tmp_path: Path):
+    assert scan(ROOT) == [], f"use {HOME}'s names (TRACKER, step_dir, ...)"
     (tmp_path / "verl_gsm8k" / "common").mkdir(parents=True)
     (tmp_path / "verl_gsm8k" / "common" / "run_dir.py").write_text('TRACKER = "global_step_"\n')
     (tmp_path / "verl_gsm8k" / "a.py").write_text(
@@ -76,10 +49,10 @@ def test_the_scan_sees_code_and_docstrings_not_comments(tmp_path: Path):
     (tmp_path / "recipes" / "a.sh").write_text("# reads latest_checkpointed_iteration.txt\ntrue\n")
     (tmp_path / "recipes" / "b.sh").write_text('cat "$RUN_DIR/global_step_$step"\n')
     assert scan(tmp_path) == [
-        'verl_gsm8k/a.py:1: """Reads global_step_N."""',
-        'verl_gsm8k/a.py:4: f"global_step_{x}"',
         "recipes/a.sh:1: # reads latest_checkpointed_iteration.txt",
         'recipes/b.sh:1: cat "$RUN_DIR/global_step_$step"',
+        'verl_gsm8k/a.py:1: """Reads global_step_N."""',
+        'verl_gsm8k/a.py:4: f"global_step_{x}"',
     ]
 
 
@@ -95,9 +68,7 @@ def test_every_name_is_one_name_and_drawn_in_the_docstring():
 
 def test_step_directories_by_name_and_number(tmp_path: Path):
     assert rd.step_dir(tmp_path, 20) == tmp_path / rd.step_name(20) == tmp_path / "global_step_20"
-    assert (
-        rd.step_of(rd.step_dir(tmp_path, 7)) == 7 and rd.step_of(Path("x") / "global_step_0") == 0
-    )
+    assert rd.step_of(rd.step_dir(tmp_path, 7)) == 7 and rd.step_of(Path("global_step_0")) == 0
     for other in ("global_step_", "global_step_x", "global_step_3.tmp", "step_3", "actor"):
         assert rd.step_of(tmp_path / other) is None, other
     assert rd.step_of(rd.removing_dir(tmp_path, 3)) is None
@@ -145,9 +116,8 @@ def test_a_checkpoints_stamp_and_sick_mark_the_kept_best_and_the_watchdog_log(tm
     rd.stamp_path(tmp_path, 5).write_text("\n")
     assert rd.read_stamp(tmp_path, 5) is None
     rd.mark_sick(tmp_path, 5, {"step": 6, "rule": "non_finite"})
-    assert (
-        rd.is_sick(tmp_path, 5) and json.loads(rd.sick_path(tmp_path, 5).read_text())["step"] == 6
-    )
+    sick = json.loads(rd.sick_path(tmp_path, 5).read_text())
+    assert rd.is_sick(tmp_path, 5) and sick["step"] == 6
     rd.clear_sick(tmp_path, 5)
     rd.clear_sick(tmp_path, 5)
     assert not rd.is_sick(tmp_path, 5)
@@ -184,13 +154,9 @@ def test_the_launch_files(tmp_path: Path):
     assert [rd.metrics_stamp(p) for p in rd.metrics_paths(tmp_path)] == sorted(stamps)
     assert rd.launch_record_paths(tmp_path / "x") == [] == rd.metrics_paths(tmp_path / "x")
     assert rd.metrics_stamp("/runs/a/metrics/metrics-20261125T101500Z.jsonl") == stamps[0]
-    assert (
-        rd.metrics_stamp("/runs/a/metrics/metrics.jsonl") is None and rd.metrics_stamp("") is None
-    )
+    assert rd.metrics_stamp("/r/metrics/metrics.jsonl") is None is rd.metrics_stamp("")
     assert rd.STAMP.match(stamps[0]) and not rd.STAMP.match("2026-11-25")
-    assert (
-        rd.console_log_path(tmp_path, stamps[0]) == tmp_path / "logs" / f"console-{stamps[0]}.log"
-    )
+    assert rd.console_log_path(tmp_path, stamps[0]) == tmp_path / f"logs/console-{stamps[0]}.log"
     assert rd.superseded_dir(tmp_path, stamps[0]).name == f"superseded-{stamps[0]}"
     paths = [rd.stop_path, rd.timings_path, rd.lock_path, rd.session_path, rd.best_path,
              rd.watchdog_path, rd.tracker_path]  # fmt: skip
@@ -201,7 +167,6 @@ def test_the_launch_files(tmp_path: Path):
 
 
 def test_a_stamp_an_earlier_launch_used_is_never_given_again(tmp_path: Path):
-    """Two launches within one second: the second waits for a stamp of its own."""
     now = rd.new_stamp()
     for path in (rd.launch_record_path(tmp_path, now), rd.metrics_path(tmp_path, now)):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,7 +176,7 @@ def test_a_stamp_an_earlier_launch_used_is_never_given_again(tmp_path: Path):
 
 
 def test_logged_rows_merge_a_steps_lines_and_take_each_metric_from_the_last_launch(tmp_path):
-    """A step's lines merged, a relaunch's value winning key by key; bad lines named once."""
+    """A relaunch's value wins key by key; bad lines named once each."""
     launches = {
         "20261128T000000Z": [(1, {"loss": 1.0}), (2, {"loss": 2.0}), (3, {"loss": 3.0}),
                              (3, {"val/acc": 0.3})],
