@@ -67,9 +67,6 @@ def jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
 
 
-# the real GSM8K release
-
-
 @pytest.fixture(scope="module")
 def full(shared_gsm8k_dir: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("full")
@@ -106,9 +103,6 @@ def test_every_real_row_in_verls_schema(full, shared_gsm8k_dir, split):
     known = {"train": {0: "72", 345: "1080", 5715: "-7"}, "test": {146: "2125", 489: "-10"}}
     assert {i: rows[i]["reward_model"]["ground_truth"] for i in known[split]} == known[split]
     assert sum("," in r["extra_info"]["answer"].rsplit("####")[1] for r in rows) >= 14
-
-
-# synthetic sources
 
 
 @pytest.fixture(scope="module")
@@ -182,8 +176,6 @@ def test_the_hub_layout_reads_back_as_the_same_rows(tmp_path, capsys):
     assert cli(gsm8k, capsys, "--source", hub, "--out-dir", tmp_path / "c")[0] == 0
     assert snapshot(tmp_path / "a") == snapshot(tmp_path / "c")
 
-
-# bad input, bad outputs
 
 GOOD = json.dumps(SYNTHETIC["test"][0])
 MALFORMED = {
@@ -344,21 +336,6 @@ def test_ground_truth(answer, truth):
 @given(st.integers(min_value=-(10**12), max_value=10**12))
 def test_ground_truth_strips_thousands_separators(number):
     assert ground_truth(f"Steps <<1+1=2>>.\n#### {number:,}") == str(number)
-
-
-@pytest.mark.parametrize("module", [gsm8k, sft, arithmetic])
-def test_help_explains_every_flag(module, capsys):
-    with pytest.raises(SystemExit) as done:
-        module.main(["--help"])
-    out = capsys.readouterr().out
-    assert done.value.code == 0
-    flags = {gsm8k: ["--source", "--out-dir", "--prompt-style", "--limit", "--splits",
-                     "--hub-layout-dir", "openai/gsm8k", "~/data/gsm8k"],
-             sft: ["--source", "--out-dir", "--prompt-style", "--limit", "--splits",
-                   "~/data/gsm8k-sft", "MultiTurnSFTDataset"],
-             arithmetic: ["--out-dir", "--max-operand", "--train-per-pair", "--test-per-pair",
-                          "--marker-rates", "--seed"]}[module]  # fmt: skip
-    assert [flag for flag in flags if flag not in out] == []
 
 
 # verl reads what we write
