@@ -1,1 +1,1 @@
-"""Small helpers shared by the stages: atomic writes, the tiny offline test model."""
+"""Small helpers shared by the stages."""

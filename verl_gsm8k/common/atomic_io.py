@@ -1,6 +1,4 @@
-"""Files written whole: a temporary file beside each, flushed, then renamed over it; several all or
-none (every target checked first, the renames once every file is complete, Ctrl-C held back).
-Standard library only."""
+"""Files written whole: a temporary file beside each, then renamed over it; several all or none."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-Writers = dict[Path, Callable[[Path], None]]  # target -> a function writing it at a given path
+Writers = dict[Path, Callable[[Path], None]]  # target -> a function writing it at a path
 
 
 class NotWritable(OSError):
@@ -18,7 +16,7 @@ class NotWritable(OSError):
 
 
 def _check(target: Path) -> None:
-    folder = target.parent  # or the nearest ancestor that exists, when it must be created
+    folder = target.parent  # or its nearest ancestor that exists
     while not os.path.lexists(folder) and folder != folder.parent:
         folder = folder.parent
     if target.is_dir():
@@ -30,8 +28,7 @@ def _check(target: Path) -> None:
 
 
 def replace_all(targets: Mapping[Path, Callable[[Path], None]]) -> None:
-    """Each target written by its function to ``.<name>.<pid>.<random>.tmp`` beside it, then
-    all renamed into place."""
+    """Each target written to a temporary file beside it; once all are, renamed (Ctrl-C held)."""
     for target in targets:
         _check(target)
     temps: dict[Path, Path] = {}
@@ -58,5 +55,4 @@ def replace_all(targets: Mapping[Path, Callable[[Path], None]]) -> None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """``text`` (UTF-8) written to a temporary file beside ``path``, then renamed over it."""
     replace_all({Path(path): lambda temp: temp.write_text(text, encoding="utf-8")})

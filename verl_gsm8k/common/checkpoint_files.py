@@ -1,10 +1,6 @@
-"""Every checkpoint file is loaded here: torch.load(weights_only=True) with ALLOWED registered
-builds only allowed globals from the very bytes it reads (verl loads with weights_only=False, and a
-run directory may come from a shared folder). The load is the check, for the resume, merge, reshard
-and verl's own loads (restricted_torch_load). _check_zip does what torch does not: every record's
-CRC (a garbled tensor would load), the zip directory where the end record says (else zipfile and
-torch read two archives of one file), no record marked a directory (torch reads none of it), no
-link."""
+"""Every checkpoint file is loaded here, by torch.load(weights_only=True) with numpy's RNG state
+allowed: the load is the check (verl loads with weights_only=False). _check_zip does what torch does
+not: every record's CRC, one archive from byte 0, no record marked a directory; and no link."""
 
 from __future__ import annotations
 
@@ -28,13 +24,11 @@ class ShardError(Exception):
 
 @functools.cache
 def _register() -> None:
-    """ALLOWED (numpy's RNG state: what verl's checkpoints hold beyond torch's defaults, by
-    get_unsafe_globals_in_checkpoint), once per process: a safe_globals block per load would take
-    them from other threads' loads on leaving."""
+    """numpy's RNG state (what verl's checkpoints hold beyond torch's defaults), once per process:
+    a safe_globals block per load would take them from other threads' loads on leaving."""
     import numpy as np
     import torch.distributed.tensor  # noqa: F401
 
-    # the dtype's class is built, not named; torch registers the DTensor classes itself
     allowed = [np._core.multiarray._reconstruct, np.ndarray, np.dtype, np.dtypes.UInt32DType]
     torch.serialization.add_safe_globals(allowed)
     # its warning on each mesh loaded outside a process group is about torch.compile
@@ -62,8 +56,7 @@ def _check_zip(handle: BinaryIO, path: Path) -> None:
 
 
 def load(path: Path, *, map_location: Any = "cpu", mmap: bool = False) -> Any:
-    """The checkpoint file at ``path``, checked and loaded from one open file by torch's
-    weights-only loader with ``ALLOWED``; ``mmap``: its tensors mapped, not read."""
+    """The checkpoint file at ``path``, checked and loaded from one open file."""
     import torch
 
     _register()
@@ -94,8 +87,7 @@ def _why(err: Exception) -> str:
 
 
 def restricted_torch_load(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``torch.load`` for verl's code: a path goes to ``load``, whatever ``weights_only`` the
-    caller passed; a buffer the caller made itself goes to ``original``."""
+    """``torch.load`` for verl's code: a path goes to ``load``, a buffer to ``original``."""
 
     @functools.wraps(original)
     def restricted(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:

@@ -1,6 +1,5 @@
-"""The one config diff: a verl config as dotted keys, and the keys whose values differ between
-configs. The resume's same-config check (resume/same_config.py) and the run comparison
-(compare/config.py) both use it. Standard library only."""
+"""The one config diff (the resume's same-config check, the run comparison): a verl config as
+dotted keys, and the keys whose values differ between configs."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from typing import Any
 
 
 def leaves(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": [1, 2]}, "c": {}} -> {"a.b": [1, 2]}: a list is one value; an empty mapping
-    or list holds no setting."""
+    """{"a": {"b": [1, 2]}, "c": {}, "d": []} -> {"a.b": [1, 2]}."""
     flat: dict[str, Any] = {}
     for key, value in config.items():
         if isinstance(value, Mapping):
@@ -35,14 +33,13 @@ def _norm(value: Any) -> Any:
 
 
 def canonical(value: Any) -> str:
-    """Equal settings, equal text: numbers as numbers (1e-6, 0.000001 and "1e-6"; 1 and 1.0),
-    true apart from 1, a mapping's order ignored, a list's kept."""
+    """Equal settings, equal text: 1e-6 == "1e-6", 1 == 1.0, true != 1, a mapping's order
+    ignored."""
     return json.dumps(_norm(value), sort_keys=True)
 
 
 def differing(flats: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The keys (of ``leaves``) whose values are not the same in every config, in the order
-    first seen; a key some config lacks differs."""
+    """The keys (of ``leaves``) not the same in every config (missing in one: differs)."""
     keys = dict.fromkeys(key for flat in flats for key in flat)
     return [
         key

@@ -1,6 +1,5 @@
-"""This node's NVIDIA GPUs (name, memory, compute capability) from one ``nvidia-smi`` query per
-process, so a launch asks once and never creates a CUDA context. No nvidia-smi, or one that
-fails (no driver loaded): no GPU."""
+"""This node's NVIDIA GPUs from one ``nvidia-smi`` query per process, never a CUDA context. No
+nvidia-smi, or one that fails: no GPU."""
 
 from __future__ import annotations
 
@@ -14,13 +13,12 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Gpu:
     name: str
-    memory_gib: float | None  # None: not reported ([N/A]: unified memory)
-    capability: tuple[int, int] | None  # None: the driver does not report it
+    memory_gib: float | None  # None: not reported
+    capability: tuple[int, int] | None
 
 
 def listed(path: str | None = None) -> tuple[Gpu, ...]:
-    """The GPUs of the nvidia-smi on ``path`` (default: PATH), asked once per nvidia-smi (a
-    replaced one is asked again)."""
+    """The GPUs of the nvidia-smi on ``path`` (default: PATH), asked once per nvidia-smi."""
     smi = shutil.which("nvidia-smi", path=path if path is not None else os.environ.get("PATH"))
     try:
         return _ask(os.path.realpath(smi), os.stat(smi).st_mtime_ns) if smi else ()
@@ -49,8 +47,7 @@ def _ask(smi: str, _changed: int) -> tuple[Gpu, ...]:
 
 
 def _query(smi: str, fields: str) -> list[list[str]] | None:
-    """Each GPU's fields (split from the right: the name comes first); None when nvidia-smi
-    refuses the query, [] when it cannot run or hangs."""
+    """Each GPU's fields; None when nvidia-smi refuses the query, [] when it cannot run."""
     try:
         query = [smi, f"--query-gpu={fields}", "--format=csv,noheader,nounits"]
         out = subprocess.run(query, capture_output=True, text=True, timeout=20, check=True).stdout

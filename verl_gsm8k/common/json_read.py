@@ -1,6 +1,5 @@
-"""JSON this process did not write (a run directory's files, a data file), read with bounds: too
-large, nested too deep or not JSON is one ``JsonError`` naming where, never a traceback or a
-machine out of memory. Standard library only."""
+"""JSON this process did not write, read with bounds: too large, too deep or not JSON is one
+``JsonError`` naming where."""
 
 from __future__ import annotations
 
@@ -8,13 +7,11 @@ import json
 import os
 from typing import Any
 
-MAX_FILE_BYTES = 64 << 20  # a run directory's JSON files are kilobytes; data files megabytes
-MAX_LINE_CHARS = 16 << 20  # one line of a .jsonl file
+MAX_FILE_BYTES = 64 << 20
+MAX_LINE_CHARS = 16 << 20
 
 
 class JsonError(ValueError):
-    """``where``: not readable JSON (``reason``)."""
-
     def __init__(self, where: str, reason: str) -> None:
         super().__init__(f"{where}: not readable JSON ({reason})")
         self.where, self.reason = where, reason
@@ -34,7 +31,6 @@ def parse(text: str | bytes, where: str, max_chars: int = MAX_LINE_CHARS) -> Any
 
 
 def read(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> Any:
-    """The JSON file at ``path``; OSError as usual when it cannot be opened."""
     with open(path, "rb") as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:

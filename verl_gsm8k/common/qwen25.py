@@ -1,5 +1,4 @@
-"""The shapes of the Qwen2.5 models the recipes train, from each one's published config.json
-(written down, not downloaded)."""
+"""The shapes of the Qwen2.5 models the recipes train, from their published config.json."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Text from a file, shown on a terminal: one line, every control or invisible format character
-escaped (``\\x1b``, ``\\n``, ``\\u202e``), so a shared run directory's names cannot retitle or
-rewrite a terminal. Standard library only."""
+"""Text from a file, shown on a terminal: one line, control and format characters escaped."""
 
 import unicodedata
 
