@@ -1,5 +1,5 @@
-"""Where a run writes: its directory can be made, a resume finds its checkpoints, and the
-disk holds the ones it keeps."""
+"""Where a run writes: its directory can be made, a resume finds its checkpoints, the disk holds
+the ones it keeps."""
 
 from __future__ import annotations
 
@@ -11,15 +11,14 @@ from typing import Any
 from verl_gsm8k.common.run_dir import TRACKER
 from verl_gsm8k.preflight.device import lora_rank
 from verl_gsm8k.preflight.lines import Report
-from verl_gsm8k.preflight.memory import lora_parameters
+from verl_gsm8k.preflight.memory import GIB, lora_parameters
 from verl_gsm8k.preflight.model import count_parameters
 
-GIB = 1024**3
 WEIGHT_BYTES, ADAM_BYTES = 4, 8
 
 
 def check_run_dir(cfg: Any, report: Report) -> Path | None:
-    """The run directory can be made; the nearest existing folder, or None."""
+    """The run directory can be made; its nearest existing folder."""
     parent = Path(str(cfg.trainer.default_local_dir))
     try:
         while not parent.exists():
@@ -46,7 +45,7 @@ def check_async_save(cfg: Any, report: Report) -> None:
 
 
 def checkpoint_bytes(cfg: Any, hf_configs: dict[str, Any]) -> int:
-    """Bytes of one step directory of this config (actor, and critic when it has one)."""
+    """Bytes of one step directory (actor, and critic when it has one)."""
     total = 0
     for role, hf_config in hf_configs.items():
         model = cfg.actor_rollout_ref.model if role == "actor" else cfg.critic.model
@@ -73,7 +72,6 @@ def kept_checkpoints(cfg: Any) -> int | None:
 
 
 def check_disk(cfg: Any, hf_configs: dict[str, Any], where: Path, report: Report) -> None:
-    """Room at ``where`` (the run directory's nearest existing folder) for the kept ones."""
     kept = kept_checkpoints(cfg)
     if kept == 0:
         report.ok("checkpoint", "trainer.save_freq <= 0: this run writes no checkpoint")

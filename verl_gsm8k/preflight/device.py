@@ -1,4 +1,4 @@
-"""How a composed config runs here: the device, the attention, LoRA layouts, the GPUs."""
+"""The device, the attention, LoRA layouts and the GPUs a composed config gets here."""
 
 from __future__ import annotations
 
@@ -15,15 +15,11 @@ from verl_gsm8k.preflight.lines import Report
 FALLBACK = "verl_gsm8k.verl_plugins.attention_fallback"
 CPU_MODULE = "verl_gsm8k.verl_plugins.cpu_platform"
 RAY_QUERY_TIMEOUT_S = 30  # ray.init + ray.nodes in a child process
-_RAY_NODES = """
-import json, sys
-import ray
+_RAY_NODES = """import json, sys, ray
 ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
-kind = "accelerator_type:"
-alive = [n["Resources"] for n in ray.nodes() if n["Alive"]]
-print(json.dumps([{"gpus": r.get("GPU", 0.0),
-                   "kind": sorted(k[len(kind):] for k in r if k.startswith(kind))} for r in alive]))
-"""
+print(json.dumps([{"gpus": n["Resources"].get("GPU", 0.0), "kind": sorted(k.split(":")[1]
+    for k in n["Resources"] if k.startswith("accelerator_type:"))}
+    for n in ray.nodes() if n["Alive"]]))"""
 
 
 def lora_rank(model_cfg: Any) -> int:
@@ -53,11 +49,9 @@ def unusable(implementation: str, choice: atn.Choice) -> str | None:
 
 def check_device(cfg: Any, use_critic: bool, report: Report, model: Any = None,
                  who: str = "actor") -> None:  # fmt: skip
-    """Where the run trains and with which attention, or the mismatch that would fail."""
     device, want = cfg.trainer.device, os.environ.get("ATTENTION", "auto")
-    if device == "cpu" and not (
-        os.environ.get("VERL_PLATFORM") == "cpu" and CPU_MODULE in external_modules()
-    ):
+    platform = os.environ.get("VERL_PLATFORM") == "cpu" and CPU_MODULE in external_modules()
+    if device == "cpu" and not platform:
         report.error("device", "trainer.device=cpu needs verl's cpu platform: launch with "
                      "DEVICE=cpu")  # fmt: skip
         return
@@ -99,7 +93,7 @@ def visible_gpus() -> list[tuple[str, float | None]]:
 
 
 def check_gpu_count(wanted: int, report: Report) -> float | None:
-    """This node's GPUs against ``wanted``; the card's GiB, or None."""
+    """This node's GPUs against ``wanted``; the card's GiB."""
     listed = visible_gpus()
     if not listed:
         report.note("gpu", "no NVIDIA GPU visible here: GPU count not checked")
@@ -114,7 +108,7 @@ def check_gpu_count(wanted: int, report: Report) -> float | None:
 
 
 def ray_cluster_gpus(address: str) -> tuple[list[dict[str, Any]] | None, str]:
-    """The live nodes ({gpus, kind}) of the Ray cluster, or None and why."""
+    """The live nodes ({gpus, kind}) of the Ray cluster, or None; why not."""
     try:
         result = subprocess.run([sys.executable, "-c", _RAY_NODES, address], capture_output=True,
                                 text=True, timeout=RAY_QUERY_TIMEOUT_S)  # fmt: skip
