@@ -155,8 +155,7 @@ def check_kl_without_score_gain(canon: Canonical, t: Thresholds) -> list[Finding
                     f"scores the same ({DOCS})")  # fmt: skip
     else:
         message += f": the policy drifts and buys no reward ({DOCS})"
-    return [Finding("kl_without_score_gain", severity, kl, steps[0], steps[-1], message,
-                    evidence)]  # fmt: skip
+    return [Finding("kl_without_score_gain", severity, kl, steps[0], steps[-1], message, evidence)]
 
 
 def check_length_hacking(canon: Canonical, t: Thresholds) -> list[Finding]:

@@ -47,8 +47,6 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("response_length_mean", "response length (mean)", "response_length/mean", unit="tok"),
     _m("response_length_max", "response length (max)", "response_length/max", unit="tok"),
     _m("response_length_min", "response length (min)", "response_length/min", unit="tok"),
-    # NOT the share cut at data.max_response_length: the share as long as the step's padded
-    # length, which verl 0.9.1's v1 trainer sets to the longest response (CUT_SHARE)
     _m("response_length_clip_ratio",
        "share of responses as long as the step's longest (verl's clip_ratio, batch-relative)",
        "response_length/clip_ratio"),
@@ -66,8 +64,7 @@ METRICS: tuple[MetricSpec, ...] = (
       for kind in ("allocated", "reserved")),
     _m("cpu_memory_used_gb", "host memory in use", f"actor/{_CPU}", f"critic/{_CPU}", _CPU,
        unit="GiB"),
-    # the inference engine's token probabilities against the trainer's recomputation
-    # (verl/utils/debug/metrics.py; rollout.calculate_log_probs=True, the 0.9.1 default)
+    # vLLM's token probabilities against the trainer's recomputation
     _m("rollout_probs_diff_max", "largest |p_rollout - p_training| of a token",
        "training/rollout_probs_diff_max"),
     _m("rollout_probs_diff_mean", "mean |p_rollout - p_training| per token",
@@ -77,7 +74,7 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("rollout_probs_corr", "Pearson correlation of rollout and training token probabilities",
        "training/rollout_actor_probs_pearson_corr"),
     _m("rollout_kl", "KL rollout -> training policy (rollout correction)", "rollout_corr/kl"),
-    # a tool launch's (TOOLS): verl's turns, and the trainer's ppo_trainer/tool_stats.py
+    # a tool launch's: verl's turns, and ppo_trainer/tool_stats.py's
     _m("num_turns", "turns per response (mean)", "num_turns/mean", "training/num_turns/mean"),
     _m("tool_called", "share of responses that called a tool", "tools/called"),
     _m("tool_calls", "tool calls per response (mean)", "tools/calls"),
@@ -95,11 +92,9 @@ def keys_of(name: str) -> tuple[str, ...]:
 
 
 # role -> (allocated, reserved) canonical names
-MEMORY_ROLES: dict[str, tuple[str, str]] = {
-    "actor": ("actor_max_memory_gb", "actor_max_memory_reserved_gb"),
-    "critic": ("critic_max_memory_gb", "critic_max_memory_reserved_gb"),
-    "role not named (older verl)": ("max_memory_gb", "max_memory_reserved_gb"),
-}
+MEMORY_ROLES = {role: (f"{p}max_memory_gb", f"{p}max_memory_reserved_gb")
+                for role, p in (("actor", "actor_"), ("critic", "critic_"),
+                                ("role not named (older verl)", ""))}  # fmt: skip
 CUT_SHARE = "response_cut_share"
 DERIVED_LABELS = {CUT_SHARE: "share of responses cut at data.max_response_length",
                   "val_acc": "validation accuracy"}  # fmt: skip

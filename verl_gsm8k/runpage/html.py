@@ -61,8 +61,7 @@ def _cards(summary: dict[str, Any]) -> list[str]:
     val, steps, thr = summary["validation"], summary["steps"], summary["throughput"]
     best = val["best"]
     cards = {
-        "best validation accuracy":
-            f"{best['value']:.4g} @ step {best['step']}" if best else "n/a",
+        "best validation accuracy": f"{best['value']:.4g} @ step {best['step']}" if best else "n/a",
         "final validation accuracy": final_val_text(val),
         "steps": f"{steps['count']} ({steps['first']}-{steps['last']})" if steps["count"] else "0",
         "logged wall-clock": duration(summary["time"]["wall_clock_s"]),
