@@ -1,5 +1,5 @@
-"""The replay page, the rollout browser and the trace's checks, on run directories written in
-the trace's own format (real runs: tests/test_learn_cpu.py)."""
+"""The replay page, the rollout browser and the trace's checks, on run directories written in the
+trace's own format (real runs: tests/test_learn_cpu.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from verl_gsm8k.trace.record import sample_line, step_line
 STAMP = "20260101T000000Z"
 TOKENS = ["2", " +", " ", "3", " =", " ", "5", "\n", "####", " ", "5", "<|im_end|>"]
 WRONG = ["2", " +", " ", "3", " =", " ", "5", "<|im_end|>"]
+ROW = {"input": "user\nBetty has 2 apples and finds 3 more. How many?\nassistant\n", "gts": "5"}
 
 
 def trace_sample(step: int, uid: str, session: int, tokens: list[str], score: float,
@@ -32,10 +33,8 @@ def trace_sample(step: int, uid: str, session: int, tokens: list[str], score: fl
         "score": [0.0] * (n - 1) + [score], "reward": [0.0] * (n - 1) + [score],
         "advantage": [adv] * n, "return": [score] * n,
     }  # fmt: skip
-    absent = {}
-    if grpo or value is None:
-        absent["value"] = "no critic (algorithm.adv_estimator=grpo)"
-    else:
+    absent = {"value": "no critic (algorithm.adv_estimator=grpo)"} if grpo or value is None else {}
+    if not absent:
         per_token["value"] = [value + 0.05 * i for i in range(n)]
     return sample_line(
         step=step, key=f"{uid}_{session}_0", uid=uid, session=session, prompt_ids=[1, 2],
@@ -47,8 +46,7 @@ def trace_sample(step: int, uid: str, session: int, tokens: list[str], score: fl
 
 
 def write_run(root: Path, *, grpo: bool = False, steps: int = 6, **kw: Any) -> Path:
-    """Metrics, a trace of ``steps`` steps (a 4-response group each), rollout and validation
-    dumps."""
+    """Metrics, a trace of ``steps`` 4-response steps, rollout and validation dumps."""
     run = root / "run"
     write_jsonl(run / "metrics" / f"metrics-{STAMP}.jsonl", build_run()[: steps + 1])
     estimator = kw.get("estimator") or ("grpo" if grpo else "gae")
@@ -81,19 +79,17 @@ def write_run(root: Path, *, grpo: bool = False, steps: int = 6, **kw: Any) -> P
         lines = [head, *samples]
         (run / "trace").mkdir(parents=True, exist_ok=True)
         (run / "trace" / f"{step}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-        rows = [{"input": "user\nBetty has 2 apples and finds 3 more. How many?\nassistant\n",
-                 "output": "".join(s["response"]["tokens"][:-1]), "gts": "5",
-                 "score": s["score"], "step": step, "uid": s["key"]} for s in samples]  # fmt: skip
+        rows = [{**ROW, "output": "".join(s["response"]["tokens"][:-1]), "score": s["score"],
+                 "step": step, "uid": s["key"]} for s in samples]  # fmt: skip
         write_jsonl(run / "rollouts" / f"{step}.jsonl", rows)
     for step, output in ((0, "2 + 3 = 5"), (steps, "2 + 3 = 5\n#### 5")):
-        row = {"input": "user\nBetty has 2 apples and finds 3 more. How many?\nassistant\n",
-               "output": output, "gts": "5", "score": float("####" in output), "step": step,
-               "acc": float("####" in output), "hedged": 0.0}  # fmt: skip
+        acc = float("####" in output)
+        row = {**ROW, "output": output, "score": acc, "step": step, "acc": acc, "hedged": 0.0}
         write_jsonl(run / "validation" / f"{step}.jsonl", [row])
     return run
 
 
-chromium_dom = dom
+chromium_dom = dom  # tests/test_report_guard.py
 
 
 @pytest.fixture(scope="module")
@@ -192,10 +188,8 @@ def test_bad_trace_inputs_are_one_line_each_and_the_report_still_renders(tmp_pat
 )
 def test_trace_checks_fire_on_their_pathology(tmp_path: Path, kw, check, severity):
     findings = trace_checks(load_trace(write_run(tmp_path, **kw)))
-    assert [(f.check, f.severity) for f in findings] == [(check, severity)], [
-        str(f) for f in findings
-    ]
-    assert findings[0].start_step == 1 and findings[0].end_step == 6
+    assert [(f.check, f.severity, f.start_step, f.end_step) for f in findings] == [
+        (check, severity, 1, 6)]  # fmt: skip
 
 
 def test_trace_checks_stay_quiet_on_a_healthy_trace(runs: dict[str, Path]):
@@ -206,8 +200,7 @@ def test_trace_checks_stay_quiet_on_a_healthy_trace(runs: dict[str, Path]):
 
 
 def test_the_tokens_that_carried_no_loss_are_marked(tmp_path: Path):
-    """A tool rollout's response holds the tool's reply, which verl's response mask keeps out of
-    the loss (the trace records the mask): the replay marks each such token and says why."""
+    """A tool's reply in a response (response mask 0) is marked and said to carry no loss."""
     mask = [1, 1, 0, 0, 0] + [1] * (len(TOKENS) - 5)
     run = write_run(tmp_path / "tool", grpo=True, steps=1, mask=mask)
     page = report.generate(run, run / "report").out_dir / "replay.html"
