@@ -1,8 +1,9 @@
 """Stopping early without losing a step, the launch's side (guard/stop.py, launch/slurm.py,
-launch/save_every.py). The trainer's side: tests/test_guard_trainer.py."""
+launch/save_every.py); the trainer's: tests/test_guard_trainer.py."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def test_timings_keep_the_slowest_and_say_what_a_stop_and_a_next_step_need(tmp_p
     assert Timings.read(tmp_path) == Timings(save_s=3.0)
     timings = Timings(step_s=60.0, save_s=20.0, val_s=30.0)
     assert timings.stop_needs() == 60 + 30 + 20 + MARGIN_S  # a whole step, its validation, save
-    needed = 60 + 2 * 20 + 30  # this step's save and validation, the next step and its save
+    needed = 60 + 2 * 20 + 30  # this step's save and validation, the next step, its save
     assert timings.next_step() == needed
     assert not stop.must_stop(0.0, needed + MARGIN_S + 1, timings)
     assert stop.must_stop(0.0, needed + MARGIN_S - 1, timings)
@@ -143,13 +144,14 @@ def test_after_a_stop_the_last_line_says_what_stopped_the_job(tmp_path, job, sav
     assert len(lines) == 1 and lines[0].startswith(said), lines
 
 
+KILL_WAIT = "within 25 s: 5 s before Slurm's SIGKILL, KillWait 30 s after its {} of job 7"
+
+
 @pytest.mark.parametrize(
     ("state", "within"),
-    [("JobState=COMPLETING Restarts=1", "within 25 s: 5 s before Slurm's SIGKILL, KillWait 30 s "
-      "after its requeue of job 7; STOP_GRACE_S sets it"),
-     ("JobState=CANCELLED Restarts=0", "within 25 s: 5 s before Slurm's SIGKILL, KillWait 30 s "
-      "after its cancel of job 7; STOP_GRACE_S sets it"),
-     ("JobState=RUNNING Restarts=0", "5 s before Slurm job 7 ends; STOP_GRACE_S sets it")],
+    [("JobState=COMPLETING Restarts=1", KILL_WAIT.format("requeue")),
+     ("JobState=CANCELLED Restarts=0", KILL_WAIT.format("cancel")),
+     ("JobState=RUNNING Restarts=0", "5 s before Slurm job 7 ends")],
     ids=["requeue", "scancel", "time limit"],
 )  # fmt: skip
 def test_a_sigterm_from_slurms_requeue_or_scancel_gets_killwait_not_the_time_limit(
@@ -163,13 +165,13 @@ def test_a_sigterm_from_slurms_requeue_or_scancel_gets_killwait_not_the_time_lim
                        "squeue": f"echo {end}"}.items():  # fmt: skip
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     said: list[str] = []
     env = {"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "0"}
     Supervisor(tmp_path, 30, env, lambda line, err=False: said.append(line)).request_stop()
     (line,) = said
     assert line.startswith("recipe: SIGTERM: the trainer saves the step in flight and stops (")
-    assert within in line, line
+    assert f"{within}; STOP_GRACE_S sets it" in line, line
     deadline, why = stop.read_request(tmp_path)
     left = deadline - time.time()
     assert why == SIGTERM and ((20 < left <= 26) if "KillWait" in within else 3500 < left < 3600)
