@@ -1,5 +1,5 @@
-"""Overrides and the composed config: split, legacy keys, compose against the installed
-verl, and one line on why composing failed."""
+"""Overrides split, legacy keys found, the config composed against the installed verl, and one
+line on why it did not compose."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from typing import Any
 
 from verl_gsm8k.preflight.lines import Report, one_line
 
-# prefix -> (the key to use instead, or "" to remove it; why); a prefix ending in "." matches
-# every key under it.
+# prefix (ending in "." for every key under it) -> (the key to use, "" to remove it; why)
 LegacyKeys = dict[str, tuple[str, str]]
 _COMPOSED: dict[tuple[str, str, tuple[str, ...]], Any] = {}  # the preflight's, the record's
 
@@ -43,7 +42,7 @@ def legacy_key_problems(keys: list[str], table: LegacyKeys, cfg: Any = None,
 
 
 def compose(config_dir: Path, config_name: str, overrides: list[str]) -> Any:
-    """A copy of the config verl composes, its configs found without importing verl."""
+    """A copy of the config verl composes (its configs found without importing verl)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

@@ -25,8 +25,7 @@ def tools_of(cfg: Any, report: Report) -> list[dict[str, Any]] | None:
 
 
 def check_loops(cfg: Any, table: Any, path: Path, split: str, report: Report) -> None:
-    """Every row runs tool_agent: verl runs a row without ``agent_name`` in the default loop, and
-    single_turn_agent shows the model no tools, without an error."""
+    """Every row runs tool_agent (a row without ``agent_name`` runs the default loop)."""
     default = cfg.actor_rollout_ref.rollout.agent.default_agent_loop
     have = table.column_names
     loops = table.column("agent_name").to_pylist() if "agent_name" in have else []
