@@ -70,7 +70,9 @@ def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir, real_runs):
         assert 0.7 < big < 0.85
         assert summary["throughput"]["estimated"]  # batch 256 from the config dump
         assert 800 < summary["throughput"]["tokens_per_s"] < 2000
-        assert [str(f) for f in findings if f.severity != "note"] == [], name
+        assert [str(f) for f in findings if f.severity != "note"] == [], name  # judge_run's too
+        kl, entropy = ([v for _, v in canon.series[k]] for k in ("kl", "entropy"))
+        assert max(kl) > 0.2 and min(entropy) < 0.06  # and still no alarm
         assert summary["thresholds"] == asdict(THRESHOLDS)  # the table it used
         vf_loss = [v for _, v in canon.series["vf_loss"]]  # at most 1.18 x its start
         assert max(vf_loss[1:]) / vf_loss[0] < THRESHOLDS.critic_loss_factor / 4, name
