@@ -113,26 +113,21 @@ def test_what_a_reused_environment_holds_beyond_its_lock_is_named():
 def test_the_wheelhouse_names_what_it_holds_leaves_out_and_lacks(tmp_path):
     house = tmp_path / "wheels"
     house.mkdir()
-    files = {"alpha-1.0-py3-none-any.whl": b"a", "beta-2.0.tar.gz": b"b", "pip-26.3-py3-none-any"
-             ".whl": b"p"}  # fmt: skip
-    sha = {name: hashlib.sha256(body).hexdigest() for name, body in files.items()}
-    for name, body in files.items():
-        (house / name).write_bytes(body)
+    a, b, p = "alpha-1.0-py3-none-any.whl", "beta-2.0.tar.gz", "pip-26.3-py3-none-any.whl"
+    sha = {name: hashlib.sha256(name[:1].encode()).hexdigest() for name in (a, b, p)}
+    for name in sha:
+        (house / name).write_bytes(name[:1].encode())
     lock = tmp_path / "lock.txt"
-    text = (f"# header\nalpha==1.0 \\\n    --hash=sha256:{sha['alpha-1.0-py3-none-any.whl']} \\\n"
-            f"    --hash=sha256:{'0' * 64}\n    # via x\nbeta==2.0 \\\n    --hash=sha256:"
-            f"{sha['beta-2.0.tar.gz']}\nBig_Torch==2.0 \\\n    --hash=sha256:{'1' * 64}\n"
-            "    # via\n    #   alpha\n")  # fmt: skip
+    text = (f"# header\nalpha==1.0 \\\n    --hash=sha256:{sha[a]} \\\n    --hash=sha256:{'0' * 64}"
+            f"\n    # via x\nbeta==2.0 \\\n    --hash=sha256:{sha[b]}\nBig_Torch==2.0 \\\n"
+            f"    --hash=sha256:{'1' * 64}\n    # via\n    #   alpha\n")  # fmt: skip
     lock.write_text(text)
-    assert wheelhouse.missing_files(lock, house) == [f"{house} has no MANIFEST.tsv (make "
-                                                   "wheelhouse writes it)"]  # fmt: skip
+    assert wheelhouse.missing_files(lock, house) == [
+        f"{house} has no MANIFEST.tsv (make wheelhouse writes it)"]  # fmt: skip
     assert wheelhouse.write_manifest(lock, house, {"big-torch"}) == (3, 3, [])
     assert (house / wheelhouse.MANIFEST).read_text().splitlines()[1:] == [
-        f"alpha\t1.0\talpha-1.0-py3-none-any.whl\t{sha['alpha-1.0-py3-none-any.whl']}\t1",
-        f"beta\t2.0\tbeta-2.0.tar.gz\t{sha['beta-2.0.tar.gz']}\t1",
-        f"pip\t26.3\tpip-26.3-py3-none-any.whl\t{sha['pip-26.3-py3-none-any.whl']}\t1",
-        "big-torch\t2.0\t-\texcluded\t0",
-    ]
+        f"alpha\t1.0\t{a}\t{sha[a]}\t1", f"beta\t2.0\t{b}\t{sha[b]}\t1",
+        f"pip\t26.3\t{p}\t{sha[p]}\t1", "big-torch\t2.0\t-\texcluded\t0"]  # fmt: skip
     assert wheelhouse.missing_files(lock, house) == [] and wheelhouse.excluded(house) == {
         "big-torch": "2.0"}  # fmt: skip
     assert wheelhouse.without(text, {"big-torch", "beta"}) == text.split("beta==")[0]
