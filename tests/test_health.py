@@ -1,6 +1,4 @@
-"""The report's health checks (verl_gsm8k/analysis/checks.py): the watchdog's per-step rules over
-every logged step (a planted pathology flagged on the very steps the watchdog trips on), the
-whole-run trends, the real logs silent, the docs' table of thresholds."""
+"""The report's health checks: the watchdog's rules over every step, the whole-run trends."""
 
 from __future__ import annotations
 
@@ -31,7 +29,7 @@ def _from(first: int, **values: Any):
     return mutate
 
 
-# Each pathology planted in the healthy synthetic run, and what else it makes the report say.
+# Each pathology planted in the healthy run, and what else the report says of it.
 # fmt: off
 PLANTED = {
     # KL growing 6 % a step while the score has plateaued: the ceiling, and the trend
