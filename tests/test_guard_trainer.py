@@ -65,12 +65,9 @@ def test_the_best_is_kept_by_its_own_metric_and_only_finite(tmp_path, monkeypatc
 
 def test_a_time_save_comes_after_the_first_step_past_the_interval(tmp_path, saved):
     trainer = trainer_at(5, tmp_path, resumed=False)
-    trainer.save_every_s, trainer.last_save = 600.0, time.time() - 599.0
-    trainer._after_update(5, time.time(), lambda: pytest.fail("watchdog off"))
-    trainer.last_save -= 2.0  # now 601 s ago
-    trainer._after_update(5, time.time(), lambda: pytest.fail("watchdog off"))
-    trainer.save_every_s = 0.0
-    trainer._after_update(5, time.time(), lambda: pytest.fail("watchdog off"))
+    for every_s, ago in ((600.0, 599.0), (600.0, 601.0), (0.0, 601.0)):
+        trainer.save_every_s, trainer.last_save = every_s, time.time() - ago
+        trainer._after_update(5, time.time(), lambda: pytest.fail("watchdog off"))
     assert saved == [5]
     assert Timings.read(tmp_path).step_s is not None  # the step measured itself
 
