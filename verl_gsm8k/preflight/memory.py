@@ -36,11 +36,11 @@ def value_pass(c: Any, tokens: int, compute: int) -> int:
 
 
 def update_pass(c: Any, tokens: int, compute: int, lm_head: bool, rmpad: bool,
-                flash_ce: bool | None = None) -> int:  # fmt: skip
+                flash_ce: bool = False) -> int:  # fmt: skip
     saved = tokens * c.hidden_size * (c.num_hidden_layers + HIDDEN_TENSORS) * compute
     if not lm_head:
         return saved
-    flash = rmpad and (rmpad if flash_ce is None else flash_ce)
+    flash = rmpad and flash_ce
     per_logit = compute if flash else FP32 + (compute if compute < FP32 else 3 * compute)
     return saved + tokens * c.vocab_size * per_logit
 
@@ -153,10 +153,6 @@ def model_of(cfg: Any, role: str) -> Any:
     return cfg.critic.model if role == "critic" else cfg.actor_rollout_ref.model
 
 
-def remove_padding(cfg: Any, role: str) -> bool:
-    return bool(model_of(cfg, role).get("use_remove_padding", False))
-
-
 def micro_batch_tokens(cfg: Any, role: str, update: bool, n_gpus: int) -> int:
     arr, critic = cfg.actor_rollout_ref, cfg.critic
     seq = cfg.data.max_prompt_length + cfg.data.max_response_length
@@ -174,17 +170,17 @@ def micro_batch_tokens(cfg: Any, role: str, update: bool, n_gpus: int) -> int:
         node = arr.ref if role == "reference" else arr.rollout
         dynamic = node.get("log_prob_use_dynamic_bsz", arr.actor.use_dynamic_bsz)
         budget, micro = node.log_prob_max_token_len_per_gpu, node.log_prob_micro_batch_size_per_gpu
-    padding = 1.0 if remove_padding(cfg, role) else SDPA_PADDING_FACTOR
+    padding = 1.0 if model_of(cfg, role).get("use_remove_padding") else SDPA_PADDING_FACTOR
     tokens = budget * padding if dynamic else int(micro or 1) * seq
     return min(int(tokens), -(-prompts // n_gpus) * seq)
 
 
 def activations(cfg: Any, role: str, c: Any, update: bool, n_gpus: int, e: Engine,
                 entropy: bool) -> float:  # fmt: skip
-    tokens = micro_batch_tokens(cfg, role, update, n_gpus)
-    rmpad, compute = remove_padding(cfg, role), e.compute_bytes
+    tokens, model = micro_batch_tokens(cfg, role, update, n_gpus), model_of(cfg, role)
+    rmpad, compute = bool(model.get("use_remove_padding", False)), e.compute_bytes
     if update:  # flash-attn's cross entropy: packed rows with the flash_attn package (fa2)
-        flash_ce = rmpad and attention(model_of(cfg, role)) == "flash_attention_2"
+        flash_ce = rmpad and attention(model) == "flash_attention_2"
         return update_pass(c, tokens, compute, role != "critic", rmpad, flash_ce) / GIB
     if role == "critic":
         return value_pass(c, tokens, compute) / GIB
@@ -229,8 +225,7 @@ def estimate_phases(cfg: Any, hf_configs: dict[str, Any]) -> list[Phase]:
             parts += [("vLLM asleep (context, CUDA graphs)", asleep)] if sleeps else []
         for other, e in engines.items():
             flags = [k for k in ("param_offload", "optimizer_offload") if getattr(e, k)]
-            if other != role:
-                parts.append((f"{other} resting", e.resting()))
+            parts += [(f"{other} resting", e.resting())] if other != role else []
             if other != role and e.resting() == 0:
                 notes.append(f"{other} in host memory ({e.host or ', '.join(flags)})")
         share = 0.0 if role is not None and sleeps else rollout.gpu_memory_utilization
