@@ -11,6 +11,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 LINK_ONLY = ("README.md", "recipes/README.md", "Makefile", "docs/guide.md")
 TEST_COUNT_HOME = "docs/testing.md"
@@ -128,15 +130,20 @@ def _citing_docs(root: Path) -> list[str]:
     return [*CITING, *sorted(str(p.relative_to(root)) for p in (root / "docs").glob("*.md"))]
 
 
+def _doc_texts(root: Path):
+    """(path, text) of every citing doc there is."""
+    for path in _citing_docs(root):
+        if (root / path).is_file():
+            yield path, (root / path).read_text(encoding="utf-8")
+
+
 def cited_tests_missing(root: Path) -> list[str]:
     tests = root / "tests"
     defined = set(re.findall(r"^\s*(?:async )?def (test_\w+)", "\n".join(
         p.read_text(encoding="utf-8") for p in tests.glob("*.py")), re.M))  # fmt: skip
     problems = []
-    for path in _citing_docs(root):
-        if not (root / path).is_file():
-            continue
-        for number, line in enumerate((root / path).read_text(encoding="utf-8").splitlines(), 1):
+    for path, text in _doc_texts(root):
+        for number, line in enumerate(text.splitlines(), 1):
             for name, py in TEST_NAME.findall(line):
                 if py:
                     found = (tests / f"{name}.py").is_file()
@@ -147,10 +154,6 @@ def cited_tests_missing(root: Path) -> list[str]:
                 if not found:
                     problems.append(f"{path}:{number}: {name}{py} is not in tests/")
     return problems
-
-
-def test_every_test_a_doc_cites_exists():
-    assert cited_tests_missing(ROOT) == []
 
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -164,11 +167,9 @@ def _anchors(path: Path) -> set[str]:
 def links_outside_the_repository(root: Path) -> list[str]:
     """Relative links that leave the repository, name nothing in it, or a missing heading."""
     problems = []
-    for path in _citing_docs(root):
-        if not (root / path).is_file():
-            continue
+    for path, text in _doc_texts(root):
         base = (root / path).parent
-        for number, line in enumerate((root / path).read_text(encoding="utf-8").splitlines(), 1):
+        for number, line in enumerate(text.splitlines(), 1):
             for target in LINK.findall(line):
                 if re.match(r"[a-z]+:", target):  # https://..., mailto:
                     continue
@@ -183,10 +184,6 @@ def links_outside_the_repository(root: Path) -> list[str]:
     return problems
 
 
-def test_no_doc_links_outside_the_repository():
-    assert links_outside_the_repository(ROOT) == []
-
-
 KNOB_ROW = re.compile(r"^\|([^|]*)\|([^|]*)\|")
 
 
@@ -196,10 +193,8 @@ def knob_defaults_outside_knobs_md(root: Path) -> list[str]:
     from verl_gsm8k.launch.knobs import BY_NAME
 
     problems = []
-    for path in _citing_docs(root):
-        if path == "docs/knobs.md" or not (root / path).is_file():
-            continue
-        lines = (root / path).read_text(encoding="utf-8").splitlines()
+    for path, text in _doc_texts(root):
+        lines = text.splitlines() if path != "docs/knobs.md" else []
         header = ""
         for number, line in enumerate(lines, 1):
             if number < len(lines) and re.match(r"^\|\s*:?-{3,}", lines[number]):
@@ -218,10 +213,6 @@ def knob_defaults_outside_knobs_md(root: Path) -> list[str]:
     return problems
 
 
-def test_no_knob_default_is_stated_in_a_table_outside_knobs_md():
-    assert knob_defaults_outside_knobs_md(ROOT) == []
-
-
 # A default in prose: "`K=V` (the default", "`K` (default `V`", "`K` knob, `V` by default", "`K`
 # defaults to V", "`K` is 50 by default" (not "is on by default"); "`K=V` (default `W`)" says W.
 PROSE_DEFAULTS = (
@@ -238,10 +229,7 @@ def knob_defaults_said_wrong(root: Path) -> list[str]:
     from verl_gsm8k.launch.knobs import BY_NAME
 
     problems = []
-    for path in _citing_docs(root):
-        if not (root / path).is_file():
-            continue
-        text = (root / path).read_text(encoding="utf-8")
+    for path, text in _doc_texts(root):
         for pattern in PROSE_DEFAULTS:
             for match in pattern.finditer(text):
                 name, value = match.group(1), match.group(2).strip("`").rstrip(".:")
@@ -254,8 +242,16 @@ def knob_defaults_said_wrong(root: Path) -> list[str]:
     return problems
 
 
+CHECKS = [cited_tests_missing, links_outside_the_repository, knob_defaults_outside_knobs_md,
+          knob_defaults_said_wrong]  # fmt: skip
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])
+def test_the_docs_cite_what_exists_and_say_each_default_as_the_table(check):
+    assert check(ROOT) == []
+
+
 def test_every_knob_default_said_in_prose_is_the_tables(tmp_path):
-    assert knob_defaults_said_wrong(ROOT) == []
     (tmp_path / "docs").mkdir()
     (tmp_path / "README.md").write_text(
         "`KEEP_BEST=0` (the default), `KEEP_BEST=1`, the default;\n"
