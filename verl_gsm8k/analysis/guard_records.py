@@ -32,12 +32,16 @@ def value_text(value: Any) -> str:
     return "NaN" if math.isnan(number) else fmt(number) if math.isfinite(number) else f"{number}"
 
 
-def trip_line(trip: dict[str, Any]) -> str:
+def healthy_text(trip: dict[str, Any]) -> str:
     healthy = trip.get("last_healthy_checkpoint")
-    return (f"step {trip['step']}: {trip.get('rule', '?')} on {trip.get('metric', '?')} = "
-            f"{value_text(trip.get('value'))} (threshold {trip.get('threshold', '?')}); action "
-            f"{trip.get('action', '?')}; last healthy checkpoint: "
-            + ("none" if healthy is None else rd.step_name(healthy)))  # fmt: skip
+    return "none" if healthy is None else rd.step_name(healthy)
+
+
+def trip_line(trip: dict[str, Any]) -> str:
+    value, healthy = value_text(trip.get("value")), healthy_text(trip)
+    return (f"step {trip['step']}: {trip.get('rule', '?')} on {trip.get('metric', '?')} = {value} "
+            f"(threshold {trip.get('threshold', '?')}); action {trip.get('action', '?')}; last "
+            f"healthy checkpoint: {healthy}")  # fmt: skip
 
 
 def trip_findings(trips: list[dict[str, Any]]) -> list[Finding]:

@@ -116,9 +116,8 @@ def render_samples(label: str, mode: str, header: str, records: list[dict], revi
     for record in sorted(records, key=lambda r: r.get("index", 0))[:k]:
         index, row, prompt = record.get("index"), match_row(record, rows), said(record, "user")
         review = reviews.get(index, {})
-        verdict = (
-            f"EvalScope {'correct' if review.get('score') else 'wrong'} ({review.get('score')})"
-        )
+        score = review.get("score")
+        verdict = f"EvalScope {'correct' if score else 'wrong'} ({score})"
         if ours is not None and index in ours:
             verdict += f", our reward acc {ours[index]['acc']:.0f}"
         truth = ground_truth(row["answer"]) if row else review.get("target")

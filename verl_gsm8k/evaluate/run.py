@@ -86,12 +86,16 @@ def run_evalscope(spec: ModelSpec, mode: str, s: Settings, data_dir: Path, url: 
     ))  # fmt: skip
 
 
+def _flush() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
 @contextlib.contextmanager
 def console_to(log: Path) -> Iterator[None]:
     """File descriptors 1 and 2 and a traceback to ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _flush()
     saved = [os.dup(1), os.dup(2)]
     with log.open("ab") as handle:
         for fd in (1, 2):
@@ -102,8 +106,7 @@ def console_to(log: Path) -> Iterator[None]:
             traceback.print_exc()
             raise
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            _flush()
             for fd, copy in zip((1, 2), saved, strict=True):
                 os.dup2(copy, fd)
                 os.close(copy)
@@ -238,6 +241,5 @@ def exit_interrupted(stop: BaseException, what: str) -> None:
     """Exit now (the servers stopped as the exception unwound), not after EvalScope's threads."""
     code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) else 130
     print(f"{cfg.PROG}: interrupted; servers stopped, {what}", file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _flush()
     os._exit(code)

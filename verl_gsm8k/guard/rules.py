@@ -56,11 +56,9 @@ class Trip:
             whose = f"the responses of step {step - 1}'s weights"
             if marked is not None:
                 whose += f" ({step_name(marked)}: marked sick, kept, never resumed)"
-        return (
-            f"watchdog: {self.rule} at step {step}: {self.metric} = {self.value:.4g} "
-            f"({self.threshold}), from {whose}; last healthy checkpoint to resume or merge "
-            f"from: {where}"
-        )
+        return (f"watchdog: {self.rule} at step {step}: {self.metric} = {self.value:.4g} "
+                f"({self.threshold}), from {whose}; last healthy checkpoint to resume or merge "
+                f"from: {where}")  # fmt: skip
 
     def record(self, step: int, last_healthy: int | None, launch: str | None, action: str,
                marked: int | None = None) -> dict[str, Any]:  # fmt: skip

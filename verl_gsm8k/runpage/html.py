@@ -7,9 +7,9 @@ from typing import Any
 
 from verl_gsm8k.analysis.evals import EvalFile, eval_series
 from verl_gsm8k.analysis.finding import Finding
-from verl_gsm8k.analysis.guard_records import best_text
+from verl_gsm8k.analysis.guard_records import best_text, healthy_text
 from verl_gsm8k.analysis.parse import Canonical
-from verl_gsm8k.common.run_dir import WATCHDOG_FILE, step_name
+from verl_gsm8k.common.run_dir import WATCHDOG_FILE
 from verl_gsm8k.runpage.plots import build_plots, render_phase_plot, render_share_bar
 from verl_gsm8k.runpage.summary import time_breakdown
 from verl_gsm8k.svgplot.chart import PALETTE, Line, Plot, render_line_plot
@@ -81,10 +81,8 @@ def _guard(summary: dict[str, Any], findings: list[Finding]) -> list[str]:
            for f in findings if f.check == "non_finite"][:1]  # fmt: skip
     rows = []
     for t in summary.get("watchdog_trips") or []:
-        healthy = t.get("last_healthy_checkpoint")
-        healthy = "none" if healthy is None else step_name(healthy)
-        rows.append([t["step"], t.get("rule"), t.get("metric"), t["value_text"],
-                     t.get("threshold"), t.get("action"), healthy, t.get("launch")])  # fmt: skip
+        rows.append([t["step"], t.get("rule"), t.get("metric"), t["value_text"], t.get("threshold"),
+                     t.get("action"), healthy_text(t), t.get("launch")])  # fmt: skip
     if rows:
         head = ["step", "rule", "metric", "value", "threshold", "action",
                 "last healthy checkpoint", "launch"]  # fmt: skip
