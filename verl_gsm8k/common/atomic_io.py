@@ -1,7 +1,5 @@
 """Files written whole: a temporary file beside each, then renamed over it; several all or none."""
 
-from __future__ import annotations
-
 import os
 import signal
 import tempfile

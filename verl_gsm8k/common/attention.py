@@ -1,8 +1,6 @@
 """Which attention a run uses, with padding removal or not, and why: the one decision behind the
 launch line, the preflight and the critic's fallback plugin."""
 
-from __future__ import annotations
-
 import argparse
 import importlib
 import importlib.metadata

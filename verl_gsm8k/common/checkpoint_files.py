@@ -2,8 +2,6 @@
 allowed: the load is the check (verl loads with weights_only=False). _check_zip does what torch does
 not: every record's CRC, one archive from byte 0, no record marked a directory; and no link."""
 
-from __future__ import annotations
-
 import errno
 import functools
 import logging

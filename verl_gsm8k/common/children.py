@@ -2,8 +2,6 @@
 signal fires when the *thread* that started the child ends: start it from a thread that outlives it.
 """
 
-from __future__ import annotations
-
 import ctypes
 import os
 import signal

@@ -1,8 +1,6 @@
 """The command a launch gives verl as one shell line; a name like a key, token, secret or password
 shows ***."""
 
-from __future__ import annotations
-
 import re
 import shlex
 from collections.abc import Mapping, Sequence

@@ -1,8 +1,6 @@
 """The one config diff (the resume's same-config check, the run comparison): a verl config as
 dotted keys, and the keys whose values differ between configs."""
 
-from __future__ import annotations
-
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any

@@ -1,8 +1,6 @@
 """This node's NVIDIA GPUs from one ``nvidia-smi`` query per process, never a CUDA context. No
 nvidia-smi, or one that fails: no GPU."""
 
-from __future__ import annotations
-
 import functools
 import os
 import shutil

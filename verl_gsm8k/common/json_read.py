@@ -1,8 +1,6 @@
 """JSON this process did not write, read with bounds: too large, too deep or not JSON is one
 ``JsonError`` naming where."""
 
-from __future__ import annotations
-
 import json
 import os
 from typing import Any

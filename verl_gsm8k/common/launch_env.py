@@ -1,7 +1,5 @@
 """A launch's two variables in every process it starts: which processes belong to a launch."""
 
-from __future__ import annotations
-
 import os
 import socket
 from datetime import UTC, datetime

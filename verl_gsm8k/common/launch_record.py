@@ -1,8 +1,6 @@
 """The launch record, one per launch, never overwritten: recipe, knobs, the user's key=value, the
 verl command, versions, git, host and the resolved config."""
 
-from __future__ import annotations
-
 import importlib.metadata as md
 import os
 import platform

@@ -1,8 +1,6 @@
 """The one module that reads and stops other processes, over psutil (one that ended, or is not ours
 to read, is not there)."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 import signal

@@ -1,7 +1,5 @@
 """The shapes of the Qwen2.5 models the recipes train, from their published config.json."""
 
-from __future__ import annotations
-
 from typing import Any
 
 _KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",

@@ -18,8 +18,6 @@ appended lines.
 <stamp> is a launch's UTC time, %Y%m%dT%H%M%SZ.
 """
 
-from __future__ import annotations
-
 import json
 import os
 import re

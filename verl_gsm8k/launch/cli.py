@@ -1,7 +1,5 @@
 """python -m verl_gsm8k.launch: a recipe's launch, up to verl and back (docs/architecture.md)."""
 
-from __future__ import annotations
-
 import contextlib
 import io
 import os

@@ -1,8 +1,6 @@
 """Every knob of the recipes, once: its check, default (or rule, made by plan.py), verl keys per
 trainer and doc. ``python -m verl_gsm8k.launch.knobs --markdown`` prints docs/knobs.md's table."""
 
-from __future__ import annotations
-
 import argparse
 import math
 import re

@@ -1,8 +1,6 @@
 """One launch at a time per run directory: flock(2) on RUN_DIR/.launch.lock, held by the
 launcher alone, waited for LOCK_WAIT_S, then refused in one line."""
 
-from __future__ import annotations
-
 import fcntl
 import os
 import re

@@ -1,8 +1,6 @@
 """How a launch ended: 4 the watchdog stopped it, 5 a stop ended it, else verl's status, with one
 line for a refused checkpoint file or a full disk."""
 
-from __future__ import annotations
-
 import re
 import shutil
 from pathlib import Path

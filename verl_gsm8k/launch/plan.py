@@ -1,8 +1,6 @@
 """A launch's plan, without side effects: knob values, device, attention, verl's environment
 and overrides."""
 
-from __future__ import annotations
-
 import argparse
 import contextlib
 import importlib

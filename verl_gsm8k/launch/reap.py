@@ -1,8 +1,6 @@
 """Nothing of a launch outlives it: its processes (this user's, here) are found by the launch's
 variables in their environment, or by the session of verl's driver (RUN_DIR/.launch.session)."""
 
-from __future__ import annotations
-
 import argparse
 import contextlib
 import os

@@ -1,8 +1,6 @@
 """SAVE_EVERY_MIN: a time save after the first step past that many minutes; ``auto``: 3 % of the
 run from the slowest save measured (20 min before any)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from verl_gsm8k.common.run_dir import TIMINGS_FILE

@@ -1,7 +1,5 @@
 """The Slurm job the launcher runs in: its end, KillWait, what stopped it, the requeue."""
 
-from __future__ import annotations
-
 import re
 import subprocess
 from collections.abc import Callable, Mapping

@@ -2,8 +2,6 @@
 deadline, Ctrl-C a stop now, what outlives verl reaped. verl inherits SIGTERM blocked, so a SIGTERM
 to every process of a job leaves them saving."""
 
-from __future__ import annotations
-
 import os
 import signal
 import subprocess
