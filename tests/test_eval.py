@@ -1,6 +1,5 @@
-"""scripts/eval.sh on real components: EvalScope over an OpenAI-compatible stub that answers 2 of 3
-right (both scorers must read exactly 2/3), the stub also standing in for vllm serve; the
-transformers backend and one real vllm serve (slow)."""
+"""scripts/eval.sh: EvalScope over an OpenAI stub (also vllm serve's stand-in) right on 2 of 3
+(both scorers must read 2/3); the transformers backend and a real vllm serve (slow)."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import refusing_port, require_path
+from helpers import ROOT, refusing_port, require_path
 from openai_stub import StubServer
 
 from data_prep.gsm8k import PROMPT_STYLES, build_prompt
@@ -31,7 +30,6 @@ from verl_gsm8k.evaluate.server import served
 from verl_gsm8k.evaluate.settings import EvalError, ModelSpec
 from verl_gsm8k.evaluate.sweep import earlier_rows, kept_best
 
-ROOT = Path(__file__).resolve().parents[1]
 EVAL_PYTHON = Path(os.environ.get("EVAL_PYTHON", ROOT / ".venv-eval" / "bin" / "python"))
 TEST_ROWS = [  # plain integer answers; five train rows for the 4-shot mode
     ("Tom has 3 apples and buys 4 more. How many apples does he have?", "3+4=<<3+4=7>>7\n#### 7"),
@@ -81,6 +79,10 @@ def stub_vllm(tmp_path: Path, before: str = "") -> tuple[Path, dict[str, str]]:
            "OPENAI_STUB_PID_FILE": str(tmp_path / "server.pid")}  # fmt: skip
     stub = Path(__file__).resolve().parent / "openai_stub.py"
     return fake_vllm(tmp_path, f'{before}\nexec "{sys.executable}" "{stub}" "$@"'), env
+
+
+def ok(proc: subprocess.CompletedProcess, code: int = 0) -> None:
+    assert proc.returncode == code, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 def run_eval(*args, env: dict | None = None, popen: bool = False, **kwargs):
@@ -140,8 +142,7 @@ def test_the_entry_point_helps_and_names_a_missing_environment(eval_env, tmp_pat
 def test_served_and_api_models_score_exactly_and_a_crashed_server_is_one_row(
     eval_env, model, small_gsm8k, tmp_path
 ):
-    """ppo served by the stub as vllm serve, broken a server that dies at start, the stub at
-    --api-url: 2/3 by EvalScope and by our reward; both prompt modes as sent."""
+    """ppo: the stub as vllm serve; broken: a server dying at start; the stub at --api-url."""
     crash = 'if [[ "$*" == *broken* ]]; then echo "ValueError: fake CUDA out of memory"; exit 3; fi'
     fake, env = stub_vllm(tmp_path, crash)
     out = tmp_path / "eval"
@@ -150,7 +151,7 @@ def test_served_and_api_models_score_exactly_and_a_crashed_server_is_one_row(
                         "--model", f"broken={model}", "--api-url", stub.url, "--api-model",
                         "stub-model", "--data", small_gsm8k, "--max-tokens", 64,
                         "--batch-size", 2, "--out", out, env=env)  # fmt: skip
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ok(proc, 1)
     summary, rows = rows_of(out)
     for (name, _), row in rows.items():
         if name == "broken":  # its rows say why, with its log's last lines
@@ -189,7 +190,7 @@ def test_sampled_evaluation_reports_mean_and_pass_at_k(eval_env, small_gsm8k, tm
         proc = run_eval("--api-url", stub.url, "--api-model", "stub-model", "--data", small_gsm8k,
                         "--modes", "training", "--samples-per-question", 3, "--temperature",
                         0.7, "--out", out)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ok(proc)
     asked = {(r["temperature"], r["top_p"], r["top_k"], r["max_tokens"]) for r in stub.requests}
     assert len(stub.requests) == 9 and asked == {(0.7, 1.0, -1, 1024)}
     row = rows_of(out)[1]["stub-model", "training"]
@@ -208,8 +209,7 @@ def test_sampled_evaluation_reports_mean_and_pass_at_k(eval_env, small_gsm8k, tm
 
 
 def test_a_signal_stops_the_evaluation_and_its_server(eval_env, model, small_gsm8k, tmp_path):
-    """SIGINT while EvalScope waits on answers, SIGTERM while waiting for a server that never
-    answers: 130 and 143, the server's group gone."""
+    """SIGINT while EvalScope waits on answers (130), SIGTERM while a server starts (143)."""
     fake, env = stub_vllm(tmp_path)
     args = ["--backend", "vllm", "--model", model, "--data", small_gsm8k, "--modes", "training"]
     # a suite started in the background (`make test &`) inherits SIGINT ignored: restore it
@@ -254,8 +254,7 @@ def test_a_server_that_never_answers_times_out_and_its_group_is_gone(tmp_path):
 def test_the_transformers_backend_evaluates_and_a_failing_model_is_one_line(
     eval_env, tiny_model_dir, shared_gsm8k_dir, tmp_path
 ):
-    """EvalScope loads the tiny model on the CPU; a model it cannot load is one line (model, mode,
-    the exception's last line)."""
+    """The tiny model on the CPU; a model EvalScope cannot load is one line per mode."""
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{}")  # a directory, but no model_type
     out = tmp_path / "eval"
@@ -293,8 +292,7 @@ def test_the_transformers_backend_evaluates_and_a_failing_model_is_one_line(
 def test_real_vllm_evaluates_and_its_engine_ends_with_a_sigkilled_evaluation(
     eval_env, tiny_model_dir, small_gsm8k, tmp_path
 ):
-    """A SIGKILL of the evaluation reaches no handler: vllm serve and its engine end by their
-    parent-death signal."""
+    """A SIGKILL reaches no handler: vllm serve and its engine end by parent-death signal."""
     killed = run_eval("--model", f"tiny={tiny_model_dir}", "--backend", "vllm", "--data",
                       small_gsm8k, "--max-tokens", 16, "--vllm-args",
                       "--dtype float32 --max-model-len 1024 --enforce-eager", "--out",
@@ -395,8 +393,7 @@ def settings_of(*argv: str) -> ev.Settings:
 
 
 def test_a_run_is_evaluated_at_its_own_response_limit_and_the_page_says_so(tmp_path):
-    """--run: max_tokens is the run's data.max_response_length, --max-tokens overrides; only the
-    run's own limit is called comparable to verl's validation."""
+    """--run: max_tokens from data.max_response_length unless --max-tokens; only then comparable."""
     for run, lengths in ((tmp_path / "run", (128, 256)), (tmp_path / "bad", ("long",))):
         for i, length in enumerate(lengths):
             config = {"data": {"max_response_length": length, "val_files": ["/x/test.parquet"]}}
@@ -427,8 +424,6 @@ def test_a_run_is_evaluated_at_its_own_response_limit_and_the_page_says_so(tmp_p
 
 
 def test_a_rerun_sweep_keeps_its_rows_refuses_other_settings_and_marks_the_best(tmp_path, capsys):
-    """An earlier sweep with another answer-changing setting is refused in one line, never mixed;
-    the kept best is marked by step."""
     base = settings_of("--model", "m", "--samples-per-question", "4")
     out, row = tmp_path / "sweep", {"step": 0, "mode": "training", "accuracy": 0.5, "error": None}
     out.mkdir()
@@ -469,9 +464,8 @@ def test_a_rerun_sweep_keeps_its_rows_refuses_other_settings_and_marks_the_best(
 def test_the_calculator_mode_serves_the_tool_and_scores_the_last_answer(
     eval_env, model, small_gsm8k, tmp_path
 ):
-    """--modes training,calculator with vLLM (the stub): vLLM started with its Hermes tool
-    parser, a call answered by the calculator, each question's last answer scored by our
-    reward beside the training mode's, on the same questions."""
+    """--modes training,calculator: vLLM's Hermes tool parser, the calculator's reply, the last
+    answer scored by our reward on the training mode's questions."""
     call = {"id": "c1", "type": "function",
             "function": {"name": "calculator", "arguments": '{"expression": "6*5"}'}}  # fmt: skip
     asks = {"role": "assistant", "content": "", "tool_calls": [call]}
@@ -483,7 +477,7 @@ def test_the_calculator_mode_serves_the_tool_and_scores_the_last_answer(
     proc = run_eval("--backend", "vllm", "--vllm-bin", fake, "--model", f"ppo={model}",
                     "--data", small_gsm8k, "--modes", "training,calculator", "--out", out,
                     env=env)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ok(proc)
     assert "--enable-auto-tool-choice --tool-call-parser hermes" in proc.stdout
     _, rows = rows_of(out)
     tools = rows["ppo", "calculator"]

@@ -21,7 +21,6 @@ def setup(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def python_310() -> str:
-    """A real Python 3.10 (pyenv's, or one on PATH), else a skip."""
     found = [*glob.glob("/root/.pyenv/versions/3.10*/bin/python3.10"), "python3.10"]
     for python in found:
         version = subprocess.run([python, "--version"], capture_output=True, text=True)
@@ -31,7 +30,6 @@ def python_310() -> str:
 
 
 def test_a_python_the_project_does_not_run_on_is_refused_in_one_line(tmp_path: Path):
-    """Python 3.10 (no datetime.UTC) and a missing interpreter: one line, exit 2, nothing made."""
     python = python_310()
     for name, found in ((python, "Python 3.10"), ("/nonexistent/python3", "not found")):
         result = setup(SETUP_PYTHON=name, VENV_DIR=str(tmp_path / "venv"))
@@ -77,8 +75,7 @@ def test_a_wheelhouse_is_checked_against_this_machine_before_anything_is_made(tm
     in_a_venv = setup("--eval", **{**env, "SETUP_PYTHON": sys.executable})  # .venv's Python
     assert in_a_venv.returncode == 2 and not venv.exists(), in_a_venv.stderr
     assert "is a virtual environment's, whose packages" in in_a_venv.stderr.splitlines()[-1]
-    # a package the base Python holds at the lock's version (numpy, jinja2, ... on this project's
-    # machines) is kept, and the check goes on to the files
+    # a package the base Python holds at the lock's version is kept; the check goes on to files
     held = _versions(base)
     same = [n for n, v in version.items() if held.get(n) == v and n not in wheelhouse.INSTALLERS]
     if not same:

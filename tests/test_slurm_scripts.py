@@ -1,5 +1,4 @@
-"""The sbatch files and verl_gsm8k/sbatch/cli.py under a fake `srun` and `ray` (the real
-Slurm: tests/test_slurm_nodes_cpu.py)."""
+"""The sbatch files under a fake `srun` and `ray` (real Slurm: test_slurm_nodes_cpu.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ FAKE_SRUN = """# runs its command here, as each node would: srun's options dropp
 while [[ $# -gt 0 && "$1" == -* ]]; do case "$1" in -w|-x) shift 2 ;; *) shift ;; esac; done
 exec "$@"
 """
-# `ray start` stays up (as sleep, with the mask and session it was given), records its pid and
-# arguments; `ray status` counts {gpus} GPUs. No `ray stop`: the job ends its Ray's groups itself
+# `ray start` stays up (as sleep), records its pid and arguments; `ray status` counts {gpus} GPUs.
 FAKE_RAY = """case "$1" in
   start) echo "$$" >> "{pids}"; echo "$*" >> "{pids}.args"; exec sleep 300 ;;
   status) echo " 0.0/{gpus}.0 GPU" ;;
@@ -45,7 +43,6 @@ def finished(name: str, env: dict[str, str], *args: str) -> tuple[int, str, str]
 
 
 def job_env(tmp_path: Path, bins: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
-    """The environment of a job (or, without SLURM_JOB_ID, of a shell) with fake commands."""
     folder = tmp_path / "bin"
     folder.mkdir(exist_ok=True)
     for name, body in (bins or {"squeue": "exit 0", "scontrol": "exit 0"}).items():
@@ -98,7 +95,7 @@ def test_one_node_execs_the_recipe_on_the_gpus_slurm_gave_it(tmp_path: Path):
 
 
 def several_nodes(tmp_path: Path, recipe: Path, gpus: int = 2, **extra: str) -> subprocess.Popen:
-    """slurm/multi_node.sbatch on two nodes of one GPU each, `ray status` counting ``gpus``."""
+    """Two nodes of one GPU each, `ray status` counting ``gpus``."""
     bins = {"srun": FAKE_SRUN, "squeue": "exit 0",
             "scontrol": '[[ "$1 $2" == "show hostnames" ]] && printf "node1\\nnode2\\n"',
             "ray": FAKE_RAY.format(pids=tmp_path / "ray.pids", gpus=gpus)}  # fmt: skip
@@ -110,7 +107,6 @@ def several_nodes(tmp_path: Path, recipe: Path, gpus: int = 2, **extra: str) -> 
 
 
 def ray_started(tmp_path: Path, recipe_too: bool = False) -> list[int]:
-    """The pids of both nodes' `ray start` once both have started (and the recipe)."""
     pids, log = tmp_path / "ray.pids", tmp_path / "recipe.log"
     ray = [int(pid) for pid in pids.read_text().split()] if pids.exists() else []
     ready = len(ray) == 2 and (not recipe_too or log.exists() and "started" in log.read_text())
