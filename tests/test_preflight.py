@@ -206,15 +206,13 @@ def test_reward_is_tried_in_the_format_the_prompts_ask_for(base_overrides, tmp_p
 
 def test_a_reward_must_return_a_number(base_overrides, tmp_path):
     cfg = compose(base_overrides)
-    for n, (right, wrong, shown) in enumerate(
-        [
-            ("None", "None", "returned None for a right answer"),
-            ('"1.0"', '"0.0"', "returned '1.0' for a right answer"),  # "1.0" > "0.0" as strings
-            ("True", "False", "returned True for a right answer"),
-            ('{"acc": 1.0}', '{"acc": 0.0}', "returned a dict without 'score' (keys: acc)"),
-            ('{"score": "1"}', '{"score": "0"}', "returned a dict with score '1' for a right"),
-        ]
-    ):
+    for n, (right, wrong, shown) in enumerate([
+        ("None", "None", "returned None for a right answer"),
+        ('"1.0"', '"0.0"', "returned '1.0' for a right answer"),  # "1.0" > "0.0" as strings
+        ("True", "False", "returned True for a right answer"),
+        ('{"acc": 1.0}', '{"acc": 0.0}', "returned a dict without 'score' (keys: acc)"),
+        ('{"score": "1"}', '{"score": "0"}', "returned a dict with score '1' for a right"),
+    ]):  # fmt: skip
         reward = tmp_path / f"reward_{n}.py"
         reward.write_text(f"def compute_score(solution_str, **_):\n    return {right} if "
                           f"solution_str.endswith('72') else {wrong}\n")  # fmt: skip
