@@ -135,3 +135,27 @@ def test_the_evaluations_calculator_mode_answers_each_call_and_scores_the_last_a
     shares = (got["accuracy"], got["n"], got["tool_call_rate"], got["accuracy_with_call"])
     assert shares == (0.5, 2, 0.5, 1.0)
     assert [c["tool_calls"] for c in got["chats"]] == [1, 0]
+
+
+def test_the_tiny_models_template_renders_tool_turns_as_qwen25s(tiny_model_dir: Path) -> None:
+    """Tools in the system turn, the call as <tool_call> JSON, the reply as a <tool_response> user
+    turn (Qwen2.5-Instruct's format); verl's Hermes parser reads the call back."""
+    from transformers import AutoTokenizer
+    from verl.experimental.agent_loop.tool_parser import HermesToolParser
+
+    from verl_gsm8k.tools import schemas
+
+    tok, tools = AutoTokenizer.from_pretrained(tiny_model_dir), schemas(CONFIG)
+    fn = {"name": "calculator", "arguments": {"expression": "48/2"}}
+    text = tok.apply_chat_template(
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "Q?"},
+         {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": fn}]},
+         {"role": "tool", "content": "24"}, {"role": "assistant", "content": "#### 24"}],
+        tools=tools, tokenize=False)  # fmt: skip
+    turn = f"<tool_call>\n{json.dumps(fn)}\n</tool_call>"
+    assert text.startswith("<|im_start|>system\nS\n\n# Tools\n\n")
+    assert f"<tools>\n{json.dumps(tools[0])}\n</tools>" in text
+    assert f"<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n{turn}<|im_end|>\n" in text
+    assert "<|im_start|>user\n<tool_response>\n24\n</tool_response><|im_end|>\n" in text
+    _, calls = asyncio.run(HermesToolParser(tok).extract_tool_calls(tok.encode(turn)))
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [tuple(fn.values())]
