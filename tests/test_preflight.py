@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -281,9 +282,14 @@ def test_the_parameter_count_and_a_line_without_terminal_escapes():
     ]
 
 
-def test_a_tool_launch_refuses_rows_that_run_without_the_tool(base_overrides, tmp_path):
+def test_a_tool_launch_refuses_rows_that_run_without_the_tool(
+    base_overrides, tiny_model_dir, tmp_path
+):
     """TOOLS' keys on rows prepared without --tools: verl would run them in single_turn_agent,
-    which shows no tool, without an error; refused. With --tools: every row runs tool_agent."""
+    which shows no tool, without an error; refused. With --tools: every row runs tool_agent, and
+    the prompt length counts the tools block (verl's agent loop would cut it first)."""
+    from transformers import AutoTokenizer
+
     from verl_gsm8k.tools import config_path
 
     multi_turn = "actor_rollout_ref.rollout.multi_turn"
@@ -294,9 +300,18 @@ def test_a_tool_launch_refuses_rows_that_run_without_the_tool(base_overrides, tm
     rows = prepare(write_synthetic_gsm8k(tmp_path / "src"), tmp_path / "tools", "--tools",
                    "calculator")  # fmt: skip
     files = [f"data.train_files=['{rows}/train.parquet']",
-             f"data.val_files=['{rows}/test.parquet']"]  # fmt: skip
+             f"data.val_files=['{rows}/test.parquet']", "data.max_prompt_length=1024"]  # fmt: skip
     report = run_preflight(base_overrides + tools + files)
     assert report.errors == 0, "\n".join(report.lines)
     said = "\n".join(report.lines)
     assert "train file train.parquet: every row runs verl's tool_agent loop" in said
     assert "is the whole response, every turn and the tool's replies included" in said
+
+    with_tools = int(re.search(r"train.parquet: longest prompt (\d+)", said)[1])
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    plain = max(len(tok.apply_chat_template(row["prompt"], add_generation_prompt=True)["input_ids"])
+                for row in pq.read_table(rows / "train.parquet").to_pylist())  # fmt: skip
+    assert with_tools > plain + 100  # the tools block is counted
+    short = errors(run_preflight(base_overrides + tools + files +
+                                 [f"data.max_prompt_length={with_tools - 1}"]))  # fmt: skip
+    assert "exceed max_prompt_length" in short and "lose the tools block first" in short

@@ -55,9 +55,9 @@ def check_lengths(cfg: Any, tokenizer: Any, chats: list, path: Path, key: str, f
     limit, longest = cfg.data[key], max(lengths)
     over = sum(n > limit for n in lengths)
     said = f"{path.name}: {over} of {len(lengths)} {noun}s exceed {key} {limit}"
-    if over and fate is None:
-        report.error("data", f"{said} (longest {longest}) and data.truncation=error stops "
-                     f"training; raise {key.upper()}")  # fmt: skip
+    if over and fate is None:  # a tool prompt is cut from the left by verl's agent loop
+        stop = "lose the tools block first" if tools else "data.truncation=error stops training"
+        report.error("data", f"{said} (longest {longest}) and {stop}; raise {key.upper()}")
     elif over:
         report.warn("data", f"{said} and are {fate} (longest {longest} tokens)")
     else:
