@@ -235,8 +235,13 @@ def test_checkpoint_evaluations_drawn_over_validation(tmp_path):
     assert result.summary["checkpoint_evals"]["rows"] == [] and "not readable" in result.issues[0]
     page = (tmp_path / "out" / "report.html").read_text()
     assert "checkpoint_eval" not in parse_svgs(page) and "not readable JSON" in page
-    evals_file.unlink()
-    assert report.generate(run, tmp_path / "out").summary["checkpoint_evals"] is None
+    evals_file.unlink()  # and no guard file either: nothing of theirs shown
+    s = report.generate(run, tmp_path / "out").summary
+    assert s["checkpoint_evals"] is s["best_checkpoint"] is s["best_checkpoint_problem"] is None
+    assert s["watchdog_trips"] == s["validation"]["not_finite_steps"] == []
+    page = (tmp_path / "out" / "report.html").read_text()
+    for marker in ("watchdog-trips", "best-checkpoint", 'id="turned"', "kept best checkpoint"):
+        assert marker not in page
 
 
 def test_a_resumed_run_is_its_launches_merged_the_later_winning(tmp_path):
