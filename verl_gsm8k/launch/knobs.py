@@ -37,10 +37,8 @@ def _int_above(value: str, low: int) -> bool:
 
 
 def _number_in(value: str, low: float, high: float, low_open: bool) -> bool:
-    if not NUMBER.fullmatch(value) or not math.isfinite(float(value)):
-        return False
-    number = float(value)
-    return (number > low if low_open else number >= low) and number <= high
+    n = float(value) if NUMBER.fullmatch(value) else math.nan
+    return math.isfinite(n) and (n > low if low_open else n >= low) and n <= high
 
 
 def one_of(*values: str) -> Check:
@@ -49,11 +47,6 @@ def one_of(*values: str) -> Check:
 
 def _or(word: str, rule: str, check: Callable[[str], bool]) -> Check:
     return Check(rule, lambda v: v == word or check(v))
-
-
-def _loggers(value: str) -> bool:
-    names = value.split(",")
-    return "file" in names and all(name in VERL_LOGGERS for name in names)
 
 
 ANY = Check("any text", lambda v: True)
@@ -68,7 +61,8 @@ STEPS = _or("null", "null (run TOTAL_EPOCHS) or an integer > 0", POSITIVE_INT.ok
 KEEP = _or("null", "an integer > 0, or null (keep every checkpoint)", POSITIVE_INT.ok)
 FUNCTION_NAME = Check("a Python function name", str.isidentifier)
 LOGGERS = Check("a comma-separated list of verl loggers with file in it "
-                f"({', '.join(VERL_LOGGERS)})", _loggers)  # fmt: skip
+                f"({', '.join(VERL_LOGGERS)})",
+                lambda v: "file" in (n := v.split(",")) and set(n) <= {*VERL_LOGGERS})  # fmt: skip
 SWITCH = one_of("0", "1")
 METRIC = Check("a verl metric name (e.g. val-core/openai/gsm8k/acc/mean@1)",
                lambda v: bool(v) and " " not in v)  # fmt: skip
