@@ -131,7 +131,7 @@ TRENDS = {
     "clip 0": (clip_0, "clip_fraction_zero", "warning", (95, 105), "clip range"),
     "clip 0, converged": (lambda s, d: clip_0(s, d) or d.update({SCORE: 0.97} if s >= 100
                           else {}), "clip_fraction_zero", "note", (95, 105), "converged"),
-    "accuracy flat": (flat, "accuracy_flat", "warning", (0, 0), "val"),
+    "accuracy flat": (flat, "accuracy_flat", "warning", (0, 0), "val_acc"),
     "accuracy plateau": (lambda s, d: d.update({VAL_KEY: min(0.30 + 0.004 * s, 0.50)}
                          if VAL_KEY in d else {}), "accuracy_flat", "note", (40, 60), ""),
 }  # fmt: skip
