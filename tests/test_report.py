@@ -66,6 +66,7 @@ def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir, real_runs):
                  tm["step_time_total_s"] + phases["testing"]["total_s"])  # fmt: skip
         assert total == pytest.approx((logged,) * 3, rel=1e-9)
         assert sum(p["share"] for p in phases.values()) == pytest.approx(1.0)
+        assert "other" not in phases  # the step time is the phases' sum here
         big = sum(phases[p]["share"] for p in ("gen", "update_actor", "update_critic"))
         assert 0.7 < big < 0.85
         assert summary["throughput"]["estimated"]  # batch 256 from the config dump
