@@ -52,7 +52,7 @@ def fake_verl_python(path: Path, record: Path) -> Path:
         '  echo "fake verl ran"; exit "${FAKE_VERL_RC:-0}"\n'
         "fi\n"
         f'exec "{sys.executable}" "$@"\n'
-    )  # fmt: skip
+    )
     path.chmod(0o755)
     return path
 
@@ -255,7 +255,7 @@ def test_an_sft_step_count_alone_brings_enough_epochs():
         ({"TOTAL_TRAINING_STEPS": "150", "TOTAL_EPOCHS": "2"}, "2"),
     ]:
         plan = recipe_plan(ROOT / "recipes" / f"{SFT}.sh", {"HOME": "/x", **knobs})
-        assert f"trainer.total_epochs={epochs}" in plan.overrides, knobs  # fmt: skip
+        assert f"trainer.total_epochs={epochs}" in plan.overrides, knobs
 
 
 @SHARED_DRY_RUNS
