@@ -109,24 +109,15 @@ def launch_in_process(recipe: str, env: dict[str, str], *args: str) -> subproces
     def no_training(*_: object) -> int:
         raise AssertionError(f"{recipe}: an in-process launch reached verl's start (run_recipe)")
 
-    saved_env, saved_argv, saved_cwd = dict(os.environ), list(sys.argv), os.getcwd()
     out, err = io.StringIO(), io.StringIO()
-    os.environ.clear()
-    os.environ.update(env)
     hub_reachable.cache_clear()  # it answers for the environment it was first asked in
     try:
-        os.chdir(ROOT)
-        with (
-            mock.patch.object(cli, "train", no_training),
-            contextlib.redirect_stdout(out),
-            contextlib.redirect_stderr(err),
-        ):
+        with (mock.patch.dict(os.environ, env, clear=True), contextlib.chdir(ROOT),
+              mock.patch.object(sys, "argv", list(sys.argv)),
+              mock.patch.object(cli, "train", no_training),
+              contextlib.redirect_stdout(out), contextlib.redirect_stderr(err)):  # fmt: skip
             code = cli.main([*recipe_arguments(ROOT / "recipes" / f"{recipe}.sh"), "--", *args])
     finally:
-        os.environ.clear()
-        os.environ.update(saved_env)
-        sys.argv[:] = saved_argv
-        os.chdir(saved_cwd)
         hub_reachable.cache_clear()
     argv = ["bash", f"recipes/{recipe}.sh", *args]
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())

@@ -32,6 +32,8 @@ BROKEN = "flash_attn is installed but its CUDA extension flash_attn_2_cuda does 
 PACKED = f"{BROKEN}; packed rows, block-diagonal mask from position_ids"
 NEED = "ATTENTION=fa4: flash-attn-4 needs compute capability 9.0+"
 AUTO = "use ATTENTION=auto (sdpa_packed)"
+FA4 = "flash_attention_4, padding removal on (ATTENTION=fa4, compute capability 9.0: "
+FA4 += f"{att.FA4_COST})"
 
 # (ATTENTION, CPU, flash-attn 2's problem, capabilities, fa4 installed) -> the line or refusal
 CASES = [
@@ -39,10 +41,8 @@ CASES = [
      "loads)"),
     *[("auto", False, BROKEN, caps, fa4, f"sdpa, padding removal on ({PACKED})")
       for caps, fa4 in (([(9, 0)], True), ([(8, 0)], False), (None, True))],
-    ("fa4", False, None, [(9, 0)], True, "flash_attention_4, padding removal on (ATTENTION=fa4, "
-     f"compute capability 9.0: {att.FA4_COST})"),
-    ("fa4", False, BROKEN, [(10, 0), (9, 0)], True, "flash_attention_4, padding removal on "
-     f"(ATTENTION=fa4, compute capability 9.0: {att.FA4_COST})"),
+    ("fa4", False, None, [(9, 0)], True, FA4),
+    ("fa4", False, BROKEN, [(10, 0), (9, 0)], True, FA4),
     ("sdpa", False, None, [(9, 0)], True, f"sdpa, padding removal off (ATTENTION=sdpa: "
      f"{att.SDPA_COST})"),
     ("sdpa_packed", False, None, None, False, "sdpa, padding removal on (ATTENTION=sdpa_packed)"),
@@ -232,10 +232,8 @@ def test_the_launcher_chooses_fa4_on_sm90_and_refuses_it_below(
                                                       f"{AUTO}"]  # fmt: skip
         return
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    line = f"flash_attention_4, padding removal on (ATTENTION=fa4, compute capability 9.0: " \
-        f"{att.FA4_COST})"  # fmt: skip
-    assert f"| attention: {line}" in result.stdout
-    assert f"attention: {line}" in next(ln for ln in result.stdout.splitlines()
+    assert f"| attention: {FA4}" in result.stdout
+    assert f"attention: {FA4}" in next(ln for ln in result.stdout.splitlines()
                                         if "[ok] device" in ln)  # fmt: skip
     job = composed_config(result.stdout)
     for model in (job["actor_rollout_ref"]["model"], job["critic"]["model"]):

@@ -4,8 +4,10 @@ refused at the load in one line; a whole one loads as before."""
 from __future__ import annotations
 
 import importlib
+import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from crafted_shards import plant
@@ -39,8 +41,8 @@ def test_a_worker_loads_a_whole_checkpoint_as_before(tmp_path, single_process_gr
     torch.nn.init.constant_(saved.model.weight, 0.5)
     torch.save(saved.model.state_dict(), role / "model_world_size_1_rank_0.pt")
     torch.save(saved.optimizer.state_dict(), role / "optim_world_size_1_rank_0.pt")
-    rng = {"cpu": torch.get_rng_state(), "numpy": __import__("numpy").random.get_state(),
-           "random": __import__("random").getstate()}  # fmt: skip
+    rng = {"cpu": torch.get_rng_state(), "numpy": np.random.get_state(),
+           "random": random.getstate()}  # fmt: skip
     torch.save({"rng": rng, "lr_scheduler": None}, role / "extra_state_world_size_1_rank_0.pt")
     loaded = manager(["model", "optimizer", "extra"])
     loaded.load_checkpoint(str(role))
@@ -103,7 +105,6 @@ def test_the_trainer_refuses_a_planted_data_pt_on_resume_from_path(tmp_path):
     with pytest.raises(ShardError, match=f"checked load: refused to load {step_dir / 'data.pt'}"):
         trainer._load_checkpoint()
     assert not marker.exists() and trainer.train_dataloader.state is None
-    # a whole one: loaded as verl loads it
     torch.save({"epoch": 0, "batch": 3}, step_dir / "data.pt")
     trainer = trainer_resuming(step_dir)
     trainer._load_checkpoint()

@@ -36,7 +36,7 @@ SYNTHETIC = {
         {"question": "Janet’s ducks lay 16 eggs. She eats 3. Left?", "answer": "16-3\n#### 13"},
         {"question": "Sum of 1,000 and 25?", "answer": "1000+25\n#### 1,025"},
     ],
-}  # fmt: skip
+}
 TRUTHS = {"train": ["7", "2400", "-7", "0.5"], "test": ["13", "1025"]}
 
 
@@ -199,7 +199,7 @@ MALFORMED = {
     "Unicode text (lone surrogate '\\ud800' at character 10)",
     '{"question": "Q?", "answer": "3 apples \\udfff\\n#### 3"}': "'answer' is not valid Unicode "
     "text (lone surrogate '\\udfff' at character 10)",
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("line", MALFORMED, ids=range(len(MALFORMED)))

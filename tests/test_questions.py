@@ -78,32 +78,21 @@ def test_format_not_arithmetic_and_samples(tmp_path):
     assert rows["B?"]["tags"] == ["never_right"]
 
 
-def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
-    good = _dump(tmp_path / "0.jsonl", [("A?", "1", "#### 1", 1)])
-    bad = tmp_path / "5.jsonl"
-    bad.write_text('{"input": "x"\n')
-    out = tmp_path / "out"
-    assert main([str(good), str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
-    assert main([str(good), str(bad), "--out", str(out)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and "missing.jsonl: unreadable" in err[0] and "5.jsonl:1: not" in err[1]
-    assert not out.exists()
-
-
-def test_a_validation_with_nan_scores_is_left_out_in_one_line(tmp_path, capsys):
+def test_bad_input_is_one_line_and_a_nan_dump_is_left_out(tmp_path, capsys):
     first = _dump(tmp_path / "0.jsonl", [("A?", "1", "#### 1", 1), ("B?", "2", "#### 3", 0)])
     sick = _dump(tmp_path / "5.jsonl", [("A?", "1", "#### 1", math.nan), ("B?", "2", "x", 0)])
-    assert "NaN" in sick.read_text()
-    out = tmp_path / "out"
+    (bad := tmp_path / "7.jsonl").write_text('{"input": "x"\n')
+    out, none = tmp_path / "out", tmp_path / "none"
+    assert main([str(first), str(tmp_path / "missing.jsonl"), "--out", str(none)]) == 2
+    assert main([str(first), str(bad), "--out", str(none)]) == 2
+    assert main([str(sick), "--out", str(none)]) == 2  # nothing left to show
     assert main([str(first), str(sick), "--out", str(out)]) == 0
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "validation dumps 5 left out" in line and f"{sick}: row 1: score nan" in line
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4 and "missing.jsonl: unreadable" in err[0] and "7.jsonl:1: not" in err[1]
+    assert err[2].startswith("error: no validation dump left: 5 hold a score not finite")
+    assert "validation dumps 5 left out" in err[3] and f"{sick}: row 1: score nan" in err[3]
     summary = json.loads((out / "summary.json").read_text(), parse_constant=pytest.fail)
-    assert summary["columns"] == ["0"] and summary["questions"] == 2
-    assert main([str(sick), "--out", str(tmp_path / "none")]) == 2  # nothing left to show
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: no validation dump left: 5 hold a score not finite")
-    assert not (tmp_path / "none").exists()
+    assert summary["columns"] == ["0"] and summary["questions"] == 2 and not none.exists()
 
 
 def test_each_runs_last_or_best_step(tmp_path):

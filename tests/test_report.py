@@ -66,6 +66,7 @@ def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir, real_runs):
                  tm["step_time_total_s"] + phases["testing"]["total_s"])  # fmt: skip
         assert total == pytest.approx((logged,) * 3, rel=1e-9)
         assert sum(p["share"] for p in phases.values()) == pytest.approx(1.0)
+        assert "other" not in phases  # the step time is the phases' sum here
         big = sum(phases[p]["share"] for p in ("gen", "update_actor", "update_critic"))
         assert 0.7 < big < 0.85
         assert summary["throughput"]["estimated"]  # batch 256 from the config dump
@@ -235,8 +236,13 @@ def test_checkpoint_evaluations_drawn_over_validation(tmp_path):
     assert result.summary["checkpoint_evals"]["rows"] == [] and "not readable" in result.issues[0]
     page = (tmp_path / "out" / "report.html").read_text()
     assert "checkpoint_eval" not in parse_svgs(page) and "not readable JSON" in page
-    evals_file.unlink()
-    assert report.generate(run, tmp_path / "out").summary["checkpoint_evals"] is None
+    evals_file.unlink()  # and no guard file either: nothing of theirs shown
+    s = report.generate(run, tmp_path / "out").summary
+    assert s["checkpoint_evals"] is s["best_checkpoint"] is s["best_checkpoint_problem"] is None
+    assert s["watchdog_trips"] == s["validation"]["not_finite_steps"] == []
+    page = (tmp_path / "out" / "report.html").read_text()
+    for marker in ("watchdog-trips", "best-checkpoint", 'id="turned"', "kept best checkpoint"):
+        assert marker not in page
 
 
 def test_a_resumed_run_is_its_launches_merged_the_later_winning(tmp_path):

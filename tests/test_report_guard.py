@@ -123,19 +123,6 @@ def test_watchdog_trips_and_the_kept_best_checkpoint_are_shown(tmp_path, capsys)
     assert "global_step_4" in printed and f"kept best checkpoint: step 4 ({VAL_KEY}" in printed
 
 
-def test_a_run_without_guard_files_shows_nothing_extra(tmp_path):
-    run = write_run(tmp_path, steps=4)
-    result = report.generate(run, tmp_path / "out")
-    page = (tmp_path / "out" / "report.html").read_text()
-    for marker in ("watchdog-trips", "best-checkpoint", 'id="turned"', "kept best checkpoint"):
-        assert marker not in page
-    summary = strict_json(tmp_path / "out" / "summary.json")
-    assert summary["watchdog_trips"] == [] and summary["best_checkpoint"] is None
-    assert summary["best_checkpoint_problem"] is None
-    assert summary["validation"]["not_finite_steps"] == []
-    assert not {f["check"] for f in result.summary["health"]} & {"watchdog", "non_finite"}
-
-
 @pytest.mark.parametrize(
     ("text", "why"),
     [("{not json", "not readable JSON"), ('{"step": "4", "value": 0.5}', "no integer 'step'")],

@@ -15,26 +15,28 @@ from verl_gsm8k.runpage import summary as rs
 from verl_gsm8k.svgplot.chart import Axes, nice_ticks, tick_labels
 
 
-def run_dir(tmp_path: Path, lengths: dict[int, tuple[float, float]], limit: int | None) -> Path:
-    """Each step's (response_length/max, clip_ratio); ``limit`` in a launch record, if any."""
-
-    def lengths_of(step: int, data: dict[str, Any]):
-        longest, ratio = lengths.get(step, (12.0, 1.0))
-        data["response_length/max"] = longest
-        data["response_length/mean"] = min(data["response_length/mean"], longest)
-        data["response_length/clip_ratio"] = ratio
-
-    run = tmp_path / "run"
-    write_jsonl(run / "metrics" / "metrics-20261124T000000Z.jsonl", build_run(lengths_of))
-    if limit is not None:
-        config = {"data": {"max_prompt_length": 128, "max_response_length": limit}}
-        launch_record.write_record(run, {"stamp": "20261124T000000Z", "config": config})
-    return run
+def limit(run: Path, stamp: str, value: int) -> None:
+    config = {"data": {"max_prompt_length": 128, "max_response_length": value}}
+    launch_record.write_record(run, {"stamp": stamp, "config": config})
 
 
 def test_only_a_step_whose_longest_reached_the_limit_had_responses_cut(tmp_path):
     """verl's clip_ratio (1.0: all as long as the longest) is the share cut there only."""
-    run = run_dir(tmp_path, {5: (24.0, 0.25), 6: (23.0, 0.5)}, 24)
+
+    def lengths(step: int, data: dict[str, Any]):  # the longest and clip_ratio of steps 5, 6
+        longest, ratio = {5: (24.0, 0.25), 6: (23.0, 0.5)}.get(step, (12.0, 1.0))
+        data["response_length/max"] = longest
+        data["response_length/mean"] = min(data["response_length/mean"], longest)
+        data["response_length/clip_ratio"] = ratio
+
+    run, out = tmp_path / "run", tmp_path / "out"
+    write_jsonl(run / "metrics" / "metrics-20261124T000000Z.jsonl", build_run(lengths))
+    assert "response_cut_share" not in rs.analyse(run)[1].series  # no limit known: not derived
+    report.generate(run, out)
+    page = (out / "report.html").read_text()
+    assert 'id="plot-response_cut_share"' in page and "response_cut_share" not in parse_svgs(page)
+    assert "clip_ratio alone is the share as long as the step&#x27;s longest response" in page
+    limit(run, "20261124T000000Z", 24)
     data, canon, _, summary = rs.analyse(run)
     assert data.config["max_response_length"] == 24
     assert {v for _, v in canon.series["response_length_clip_ratio"]} == {1.0, 0.25, 0.5}
@@ -43,25 +45,15 @@ def test_only_a_step_whose_longest_reached_the_limit_had_responses_cut(tmp_path)
     assert cut.pop(5) == 0.25 and set(cut.values()) == {0.0}
     assert summary["metrics"]["response_cut_share"]["median"] == 0.0
     assert "data.max_response_length=24" in canon.source_keys["response_cut_share"]
-    report.generate(run, tmp_path / "out")
-    page = (tmp_path / "out" / "report.html").read_text()
+    report.generate(run, out)
+    page = (out / "report.html").read_text()
     assert "response_length_clip_ratio" not in parse_svgs(page)
     chart = page.split('id="plot-response_cut_share"', 1)[1].split("</svg>", 1)[0]
     zero = re.search(r'<line class="tick-y"[^>]*y1="([\d.]+)"[^>]*/><text[^>]*>0</text>', chart)
     points = re.search(r'data-series="cut \(raw\)"[^>]*points="([^"]+)"', chart).group(1).split()
     assert zero and sum(p.split(",")[1] != zero.group(1) for p in points) == 1
-    config = {"data": {"max_response_length": 48}}
-    launch_record.write_record(run, {"stamp": "20261124T010000Z", "config": config})
+    limit(run, "20261124T010000Z", 48)  # the latest launch's limit
     assert rs.analyse(run)[0].config["max_response_length"] == 48
-
-
-def test_without_the_limit_nothing_is_derived(tmp_path):
-    _, canon, _, _ = rs.analyse(run_dir(tmp_path, {}, None))
-    assert "response_cut_share" not in canon.series
-    report.generate(tmp_path / "run", tmp_path / "out")
-    page = (tmp_path / "out" / "report.html").read_text()
-    assert 'id="plot-response_cut_share"' in page and "response_cut_share" not in parse_svgs(page)
-    assert "clip_ratio alone is the share as long as the step&#x27;s longest response" in page
 
 
 @pytest.mark.parametrize(

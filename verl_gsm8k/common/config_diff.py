@@ -31,16 +31,11 @@ def _norm(value: Any) -> Any:
 
 
 def canonical(value: Any) -> str:
-    """Equal settings, equal text: 1e-6 == "1e-6", 1 == 1.0, true != 1, a mapping's order
-    ignored."""
+    """Equal settings, equal text: 1e-6 == "1e-6", 1 == 1.0, true != 1, mapping order ignored."""
     return json.dumps(_norm(value), sort_keys=True)
 
 
 def differing(flats: Sequence[Mapping[str, Any]]) -> list[str]:
     """The keys (of ``leaves``) not the same in every config (missing in one: differs)."""
     keys = dict.fromkeys(key for flat in flats for key in flat)
-    return [
-        key
-        for key in keys
-        if len({canonical(flat[key]) if key in flat else "" for flat in flats}) > 1
-    ]
+    return [k for k in keys if len({canonical(f[k]) if k in f else "" for f in flats}) > 1]

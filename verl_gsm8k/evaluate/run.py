@@ -159,12 +159,8 @@ class Session:
             chats = s.out / "samples" / f"{spec.label}-{mode}.jsonl"
             write_atomic(chats, "".join(json.dumps(c) + "\n" for c in got.pop("chats")))
             row = {**self.row(spec, backend, mode), **got, "our_reward_accuracy": got["accuracy"],
-                   "samples": os.path.relpath(chats, s.out),
-                   "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
-            print(f"{cfg.PROG}: {spec.label} / {mode}: accuracy {pct(row['accuracy'])}% "
-                  f"(n={row['n']}), the tool called in {pct(row['tool_call_rate'])}%",
-                  flush=True)  # fmt: skip
-            return row
+                   "samples": os.path.relpath(chats, s.out)}  # fmt: skip
+            return self.done(row, start, f", the tool called in {pct(row['tool_call_rate'])}%")
         work = s.out / "evalscope" / spec.label / mode
         shutil.rmtree(work, ignore_errors=True)
         print(f"{cfg.PROG}: evaluating {spec.label} in {mode} mode ({backend}); log: {log}",
@@ -207,9 +203,14 @@ class Session:
                   + (f"; our reward: {ours_pct}%." if ours_pct else "."))  # fmt: skip
         write_atomic(samples, render_samples(spec.label, mode, header, read_jsonl(predictions),
                      reviews, ours, test, s.samples))  # fmt: skip
+        return self.done(row, start, f", our reward {ours_pct}%" if ours_pct else "")
+
+    @staticmethod
+    def done(row: dict, start: float, more: str) -> dict:
+        """The row timed, and its line said."""
         row["seconds"] = round(time.perf_counter() - start, 1)
-        print(f"{cfg.PROG}: {spec.label} / {mode}: accuracy {pct(row['accuracy'])}% (n={row['n']})"
-              + (f", our reward {ours_pct}%" if ours_pct else ""), flush=True)  # fmt: skip
+        print(f"{cfg.PROG}: {row['model']} / {row['mode']}: accuracy {pct(row['accuracy'])}% "
+              f"(n={row['n']}){more}", flush=True)  # fmt: skip
         return row
 
     def write(self, baseline: str, results: list[dict], seconds: float,

@@ -37,10 +37,8 @@ def _int_above(value: str, low: int) -> bool:
 
 
 def _number_in(value: str, low: float, high: float, low_open: bool) -> bool:
-    if not NUMBER.fullmatch(value) or not math.isfinite(float(value)):
-        return False
-    number = float(value)
-    return (number > low if low_open else number >= low) and number <= high
+    n = float(value) if NUMBER.fullmatch(value) else math.nan
+    return math.isfinite(n) and (n > low if low_open else n >= low) and n <= high
 
 
 def one_of(*values: str) -> Check:
@@ -49,11 +47,6 @@ def one_of(*values: str) -> Check:
 
 def _or(word: str, rule: str, check: Callable[[str], bool]) -> Check:
     return Check(rule, lambda v: v == word or check(v))
-
-
-def _loggers(value: str) -> bool:
-    names = value.split(",")
-    return "file" in names and all(name in VERL_LOGGERS for name in names)
 
 
 ANY = Check("any text", lambda v: True)
@@ -68,7 +61,8 @@ STEPS = _or("null", "null (run TOTAL_EPOCHS) or an integer > 0", POSITIVE_INT.ok
 KEEP = _or("null", "an integer > 0, or null (keep every checkpoint)", POSITIVE_INT.ok)
 FUNCTION_NAME = Check("a Python function name", str.isidentifier)
 LOGGERS = Check("a comma-separated list of verl loggers with file in it "
-                f"({', '.join(VERL_LOGGERS)})", _loggers)  # fmt: skip
+                f"({', '.join(VERL_LOGGERS)})",
+                lambda v: "file" in (n := v.split(",")) and set(n) <= {*VERL_LOGGERS})  # fmt: skip
 SWITCH = one_of("0", "1")
 METRIC = Check("a verl metric name (e.g. val-core/openai/gsm8k/acc/mean@1)",
                lambda v: bool(v) and " " not in v)  # fmt: skip
@@ -148,13 +142,11 @@ LORA = ("ppo_lora_qwen2.5-1.5b_gsm8k",)
 
 KNOBS: tuple[Knob, ...] = (
     _knob("DEVICE", one_of("auto", "gpu", "cpu"), "auto",
-          "auto: a GPU when `nvidia-smi` lists one, else the CPU for the recipes marked "
-          "`--cpu-by-default` (smoke_tiny, learn_tiny) and a stop after the preflight for the "
-          "others; cpu: `configs/device/cpu.yaml` and the CPU platform (docs/cpu.md)"),
+          "auto: a GPU when `nvidia-smi` lists one, else the CPU for smoke_tiny and learn_tiny "
+          "and a stop after the preflight for the others; cpu: the CPU platform (docs/cpu.md)"),
     _knob("ATTENTION", one_of("auto", "fa2", "fa4", "sdpa", "sdpa_packed"), "auto",
-          "auto: flash-attn 2 where it loads, else sdpa with padding removal on a GPU and sdpa "
-          "padded on the CPU; the others ask for one, refused in one line where this machine "
-          "cannot run it (docs/gpu.md)"),
+          "auto: flash-attn 2 where it loads, else sdpa, packed on a GPU and padded on the CPU; "
+          "the others ask for one, refused in one line where it cannot run (docs/gpu.md)"),
     _knob("MODEL_PATH", PATH, "Qwen/Qwen2.5-0.5B-Instruct",
           "the actor's (and by default the critic's and reference's) weights: a local directory "
           "or a hub id", ppo="actor_rollout_ref.model.path", sft="model.path", form="quoted",
@@ -216,8 +208,8 @@ KNOBS: tuple[Knob, ...] = (
     _knob("SAVE_FREQ", FREQUENCY, "20", "a checkpoint every N steps", both="trainer.save_freq"),
     _knob("TEST_FREQ", FREQUENCY, "5", "a validation every N steps", both="trainer.test_freq"),
     _knob("MAX_CKPT_TO_KEEP", KEEP, "3",
-          "the newest N step directories of the whole run are kept, and always the one the "
-          "tracker names and the kept best", sft="trainer.max_ckpt_to_keep",
+          "the newest N step directories of the whole run are kept, and always the tracked one "
+          "and the kept best", sft="trainer.max_ckpt_to_keep",
           ppo="trainer.max_actor_ckpt_to_keep trainer.max_critic_ckpt_to_keep"),
     _knob("DATA_DIR", PATH, None, "where the train and test files default to",
           rule="`$HOME/data/gsm8k` (SFT: `gsm8k-sft`); on a CPU with nothing there, the "

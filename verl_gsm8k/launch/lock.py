@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from verl_gsm8k.common import procs
-from verl_gsm8k.common.run_dir import lock_path
+from verl_gsm8k.common.run_dir import lock_path, small_text
 from verl_gsm8k.launch import reap
 
 
@@ -32,7 +32,7 @@ def lock_run_dir(run_dir: Path, stamp: str, wait_s: int, say) -> int:
     fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     end = time.monotonic() + wait_s
     if not _locked(fd) and wait_s > 0:
-        say(f"recipe: {run_dir} is in use by {_holder(lock) or 'another launch'}: waiting up to "
+        say(f"recipe: {run_dir} is in use by {small_text(lock) or 'another launch'}: waiting up to "
             f"LOCK_WAIT_S={wait_s} s for it to end", err=True)  # fmt: skip
     while not _locked(fd):
         if time.monotonic() >= end:
@@ -47,15 +47,8 @@ def lock_run_dir(run_dir: Path, stamp: str, wait_s: int, say) -> int:
     return fd
 
 
-def _holder(lock: Path) -> str:
-    try:
-        return lock.read_text(encoding="utf-8").strip()
-    except OSError:
-        return ""
-
-
 def _busy_line(run_dir: Path, lock: Path) -> str:
-    holder, alive = _holder(lock), "still running"
+    holder, alive = small_text(lock), "still running"
     found = re.search(r", pid (\d+) on (\S+)", holder)
     if found and found[2] == socket.gethostname() and not procs.alive(int(found[1])):
         # a process that inherited the lock from its ended launcher holds it

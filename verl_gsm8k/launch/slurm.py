@@ -104,5 +104,4 @@ def requeue_if_stopped(
     except OSError:
         failed = True
     if failed:
-        say(f"recipe: scontrol requeue {job} failed: resubmit the same command to resume",
-            err=True)  # fmt: skip
+        say(f"recipe: scontrol requeue {job} failed: resubmit the same command to resume", err=True)

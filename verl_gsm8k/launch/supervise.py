@@ -26,7 +26,7 @@ def start(
     argv: list[str], env: Mapping[str, str], run_dir: Path, launch_id: str, ppo: bool
 ) -> subprocess.Popen:
     """verl, output piped, SIGTERM blocked, killed with the launcher; PPO in a session."""
-    dies = dies_with_this_process(signal.SIGKILL)
+    dies = dies_with_this_process()
 
     def preexec() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -38,7 +38,7 @@ def start(
             dies()
 
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=preexec)  # fmt: skip  # noqa: PLW1509
+                            preexec_fn=preexec)  # fmt: skip
     if ppo:
         write_atomic(session_path(run_dir), f"{proc.pid} {launch_id}\n")
     return proc

@@ -1,4 +1,4 @@
-"""python -m verl_gsm8k.preflight: the command line is verl_gsm8k/preflight/cli.py."""
+"""python -m verl_gsm8k.preflight (cli.py)."""
 
 from verl_gsm8k.preflight.cli import main
 

@@ -179,11 +179,10 @@ def check_trainer(cfg: Any, report: Report) -> None:
 
 def check_models(cfg: Any, report: Report, critic: bool) -> tuple[Any, dict[str, Any]] | None:
     """(the first tokenizer, {role: HF config}) as verl loads them."""
-    need = cfg.data.max_prompt_length + cfg.data.max_response_length
-    need = (need, f"max_prompt_length + max_response_length = {need}")
+    total = cfg.data.max_prompt_length + cfg.data.max_response_length
+    need = (total, f"max_prompt_length + max_response_length = {total}")
     roles = [("actor", cfg.actor_rollout_ref.model), ("critic", cfg.critic.model)]
-    loaded: dict[str, Any] = {}
-    hf_configs: dict[str, Any] = {}
+    loaded, hf_configs = {}, {}
     for role, model_cfg in roles[: 1 + critic]:
         local = resolve_model(role, str(model_cfg.path), report)
         if loaded.get(local):  # the critic usually starts from the actor's
