@@ -109,32 +109,39 @@ def test_the_schema_we_render_is_the_one_verls_loop_dumps(loop) -> None:
     assert schemas(CONFIG) == dumped
 
 
-def test_the_evaluations_calculator_mode_answers_each_call_and_scores_the_last_answer() -> None:
+def test_the_evaluations_calculator_mode_answers_each_call_and_scores_the_last_answer(loop):
     """verl_gsm8k/evaluate/tool_mode.py against an OpenAI server (a stub answering as vLLM's
-    Hermes parser does): the call answered by the calculator, the reply sent back as a tool
+    Hermes parser does): each call answered in verl's loop's words, the reply sent back as a tool
     message, the last answer scored by our reward; a question answered at once is no call."""
     from openai_stub import StubServer
 
     from verl_gsm8k.evaluate.settings import Settings
     from verl_gsm8k.evaluate.tool_mode import evaluate
 
-    call = {"id": "c1", "type": "function",
-            "function": {"name": "calculator", "arguments": expr("48*72")}}  # fmt: skip
-    answers = {"48 boxes of 72": {"role": "assistant", "content": "", "tool_calls": [call]},
-               "3456": "#### 3456", "3 boxes of 4": "#### 13"}  # fmt: skip
-    rows = [{"question": "How many pens are in 48 boxes of 72?", "answer": "#### 3456"},
-            {"question": "How many pens are in 3 boxes of 4?", "answer": "#### 12"}]  # fmt: skip
+    def asks(name: str, arguments: str) -> dict:
+        call = {"id": "c1", "type": "function", "function": {"name": name, "arguments": arguments}}
+        return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+    calls = {"48 boxes of 72": ("calculator", expr("48*72")), "5 boxes of 6": ("python", "{}"),
+             "7 boxes of 8": ("calculator", "{bad")}  # fmt: skip
+    answers = {**{q: asks(*c) for q, c in calls.items()}, "3 boxes of 4": "#### 13",
+               "3456": "#### 3456", "Unknown function": "#### 30",
+               "Invalid JSON": "#### 56"}  # fmt: skip
+    rows = [{"question": f"How many pens are in {q}?", "answer": f"#### {a}"}
+            for q, a in (("48 boxes of 72", 3456), ("3 boxes of 4", 12), ("5 boxes of 6", 30),
+                         ("7 boxes of 8", 56))]  # fmt: skip
     settings = Settings(modes=["calculator"], backend="api", data="", out=Path("."),
                         max_tokens=64, max_tokens_from="test")  # fmt: skip
     with StubServer(answers) as stub:
         got = evaluate(stub.url, "stub", rows, settings)
-    first = [m for m in stub.requests if "48 boxes" in m["messages"][1]["content"]]
-    assert [m["role"] for m in first[-1]["messages"]] == ["system", "user", "assistant", "tool"]
-    assert first[-1]["messages"][-1]["content"] == "3456"
-    assert first[0]["tools"][0]["function"]["name"] == "calculator"
+    for q, (name, arguments) in calls.items():
+        last = [r["messages"] for r in stub.requests if q in r["messages"][1]["content"]][-1]
+        assert [m["role"] for m in last] == ["system", "user", "assistant", "tool"]
+        assert last[-1]["content"] == call(loop, name, arguments)  # verl's loop says the same
+    assert stub.requests[0]["tools"][0]["function"]["name"] == "calculator"
     shares = (got["accuracy"], got["n"], got["tool_call_rate"], got["accuracy_with_call"])
-    assert shares == (0.5, 2, 0.5, 1.0)
-    assert [c["tool_calls"] for c in got["chats"]] == [1, 0]
+    assert shares == (0.75, 4, 0.75, 1.0) and got["tool_errors"] == 2
+    assert [c["tool_calls"] for c in got["chats"]] == [1, 0, 1, 1]
 
 
 def test_the_tiny_models_template_renders_tool_turns_as_qwen25s(tiny_model_dir: Path) -> None:

@@ -28,10 +28,25 @@ def _chat(url: str, model: str, messages: list[dict], tools: list[dict], s: Sett
         return json.loads(response.read())["choices"][0]["message"]
 
 
+def answer(function: dict) -> tuple[str, bool]:
+    """The tool's reply to one call and whether it failed, in the words verl's loop answers with
+    (verl/experimental/agent_loop/tool_agent_loop.py, ToolAgentLoop._call_tool)."""
+    from verl_gsm8k.tools.calculator import calculate
+
+    name = function.get("name")
+    if name != MODE:
+        return f"Unknown function '{name}'. Available tools: {[MODE]}", True
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except (ValueError, TypeError) as exc:
+        return f"Invalid JSON in arguments for '{name}': {exc}", True
+    reply = calculate(arguments)
+    return reply, reply.startswith("error:")
+
+
 def solve(url: str, model: str, question: str, tools: list[dict], s: Settings) -> dict[str, Any]:
     """One question's chat: the model's turns, each call answered by the calculator."""
     from data_prep.gsm8k import TOOL_PROMPTS
-    from verl_gsm8k.tools.calculator import calculate
 
     messages = [{"role": "system", "content": TOOL_PROMPTS[MODE]},
                 {"role": "user", "content": question}]  # fmt: skip
@@ -44,14 +59,8 @@ def solve(url: str, model: str, question: str, tools: list[dict], s: Settings) -
         if not asked:
             break
         for call in asked:
-            function = call.get("function") or {}
-            try:
-                arguments = json.loads(function.get("arguments") or "{}")
-            except ValueError:
-                arguments = None
-            reply = (calculate(arguments) if function.get("name") == MODE
-                     else f"error: unknown tool {function.get('name')!r}")  # fmt: skip
-            calls, errors = calls + 1, errors + reply.startswith("error:")
+            reply, failed = answer(call.get("function") or {})
+            calls, errors = calls + 1, errors + failed
             messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": reply})
     return {"messages": messages, "answer": messages[-1].get("content") or "", "tool_calls": calls,
             "tool_errors": errors}  # fmt: skip
