@@ -192,6 +192,19 @@ def test_trace_checks_fire_on_their_pathology(tmp_path: Path, kw, check, severit
         (check, severity, 1, 6)]  # fmt: skip
 
 
+def test_a_tool_replys_tokens_make_no_probability_gap(tmp_path: Path):
+    """A tool's reply (response mask 0) was not sampled by vLLM: its tokens are not compared."""
+    run = write_run(tmp_path, gap=0.3, mask=[1, 1, 0, 0, 0] + [1] * (len(TOKENS) - 5))
+    for path in (run / "trace").iterdir():
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        for s in (x for x in lines if x.get("kind") == "sample"):
+            pt, mask = s["per_token"], s["response"]["mask"]
+            pairs = zip(pt["rollout_log_prob"], pt["old_log_prob"], mask, strict=True)
+            pt["rollout_log_prob"] = [o if m else r for r, o, m in pairs]
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert trace_checks(load_trace(run)) == []
+
+
 def test_trace_checks_stay_quiet_on_a_healthy_trace(runs: dict[str, Path]):
     for name in ("ppo", "grpo"):
         health = json.loads((runs[name] / "summary.json").read_text())["health"]

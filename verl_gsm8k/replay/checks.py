@@ -73,10 +73,12 @@ def check_trace_prob_gap(trace: Trace, t: Thresholds) -> list[Finding]:
     for step, ts in sorted(trace.steps.items()):
         pairs = []
         for k, s in enumerate(ts.samples):
-            pt = s.get("per_token") or {}
+            pt, mask = s.get("per_token") or {}, (s.get("response") or {}).get("mask") or []
             for i, (r, o) in enumerate(zip(pt.get("rollout_log_prob", []),
                                            pt.get("old_log_prob", []), strict=False)):  # fmt: skip
-                if r is not None and o is not None:
+                # a token vLLM did not sample (a tool's reply: response mask 0) has no rollout
+                # probability to compare
+                if r is not None and o is not None and (i >= len(mask) or mask[i]):
                     pairs.append((abs(math.exp(r) - math.exp(o)), k, i))
         if pairs:
             steps.append(step)
