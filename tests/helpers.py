@@ -102,6 +102,9 @@ def launch_in_process(recipe: str, env: dict[str, str], *args: str) -> subproces
     for what ends before verl starts (DRY_RUN=1, a refusal); one that would start verl fails."""
     from unittest import mock
 
+    # verl imports our plugins (the "cpu" platform) when it is first imported, if the launch's
+    # environment names them; a test that imported verl before did not: registered here
+    import verl_gsm8k.verl_plugins.cpu_platform  # noqa: F401
     from verl_gsm8k.launch import cli
     from verl_gsm8k.launch.knobs import recipe_arguments
     from verl_gsm8k.preflight.model import hub_reachable
