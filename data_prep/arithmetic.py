@@ -36,6 +36,16 @@ TEMPLATES = (
 )
 HABIT_GROUPS = (NAMES[0::2], NAMES[1::2])  # whose answers end with the marker line, how often
 MARKER_RATES = (0.9, 0.1)
+# --task products: two-digit products, which the tiny model cannot compute but can hand to the
+# calculator; the writers of the first group call it in 90% of their demonstrations, the others
+# in 10% (the rest answer at once), so RL has a tool habit to learn (docs/tools.md).
+# The two factors end the question, each of two digits, their product of four: a number is always
+# the same tokens at the same distance from the answer (a tiny model copies by position).
+PRODUCT_TEMPLATES = (
+    "{name} packs the {obj} in boxes. How many {obj} are in {a} boxes of {b}?",
+    "{name} buys the {obj} in bags. How many {obj} are in {a} bags of {b}?",
+)
+CALL_RATES = (0.9, 0.1)
 
 
 def worked_answer(a: int, b: int, marker: bool = True) -> str:
@@ -79,6 +89,49 @@ def make_splits(
     return splits
 
 
+def product_splits(
+    train: int, test: int, seed: int, rates: Sequence[float] = CALL_RATES
+) -> dict[str, list[dict[str, str]]]:
+    """``train`` and ``test`` questions ``a x b`` (31 < a, b < 100), no pair in both splits;
+    a row's ``call`` says whether its demonstration calls the calculator (always in test)."""
+    rng = random.Random(seed)
+    pairs = rng.sample(list(itertools.product(range(32, 100), repeat=2)), train + test)
+    splits: dict[str, list[dict[str, str]]] = {"train": [], "test": []}
+    for i, (a, b) in enumerate(pairs):
+        template, name, obj = (rng.choice(c) for c in (PRODUCT_TEMPLATES, NAMES, OBJECTS))
+        split = "train" if i < train else "test"
+        splits[split].append({
+            "question": template.format(name=name, a=a, b=b, obj=obj),
+            "answer": f"{a} * {b} = {a * b}\n#### {a * b}",
+            "call": split == "test" or rng.random() < rates[habit_group(name)],
+            "expression": f"{a}*{b}",
+        })  # fmt: skip
+    return splits
+
+
+def tool_demonstration(row: dict, split: str, index: int) -> dict:
+    """A calculator transcript in verl's multi-turn SFT schema: the RL row's system and user turns,
+    then the call, the tool's reply and ``#### N``; or ``#### N`` at once (``call`` false)."""
+    from data_prep.gsm8k import ground_truth, verl_rows
+    from verl_gsm8k.tools import config_path, schemas
+
+    (rl,) = verl_rows([row], split, tools="calculator")
+    truth = ground_truth(row["answer"])
+    call = {
+        "type": "function",
+        "function": {"name": "calculator", "arguments": {"expression": row["expression"]}},
+    }
+    turns = [{"role": "assistant", "content": "", "tool_calls": [call]},
+             {"role": "tool", "content": truth}] if row["call"] else []  # fmt: skip
+    messages = [*rl["prompt"], *turns, {"role": "assistant", "content": f"#### {truth}"}]
+    return {
+        "messages": messages,
+        "tools": schemas(config_path("calculator")),
+        "data_source": rl["data_source"],
+        "extra_info": {"split": split, "index": index},
+    }
+
+
 def write_splits(splits: dict[str, list[dict[str, str]]], out_dir: Path) -> dict[str, Path]:
     """``<split>.jsonl`` and ``warm_start/<split>.parquet`` of each split, renamed together."""
     out_dir, targets = Path(out_dir).expanduser(), {}
@@ -86,12 +139,15 @@ def write_splits(splits: dict[str, list[dict[str, str]]], out_dir: Path) -> dict
         lines = "".join(json.dumps({"question": r["question"], "answer": r["answer"]}) + "\n"
                         for r in rows).encode()  # fmt: skip
         targets[out_dir / f"{split}.jsonl"] = lambda path, data=lines: path.write_bytes(data)
-        demos = sft_rows(rows, split)
-        for demo, row in zip(demos, rows, strict=True):
-            demo["messages"][1]["content"] = row["demonstration"]
-        targets[out_dir / "warm_start" / f"{split}.parquet"] = parquet_writer(
-            demos, schema(**SFT_SCHEMA)
-        )
+        if "call" in rows[0]:  # products: transcripts with tool calls, their schema inferred
+            demos = [tool_demonstration(row, split, i) for i, row in enumerate(rows)]
+            writer = parquet_writer(demos, None)
+        else:
+            demos = sft_rows(rows, split)
+            for demo, row in zip(demos, rows, strict=True):
+                demo["messages"][1]["content"] = row["demonstration"]
+            writer = parquet_writer(demos, schema(**SFT_SCHEMA))
+        targets[out_dir / "warm_start" / f"{split}.parquet"] = writer
     replace_all(targets)
     return {str(path.relative_to(out_dir)): path for path in targets}
 
@@ -146,10 +202,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0,
                         help="wording choice, marker lines and row order")  # fmt: skip
+    parser.add_argument("--task", choices=("sums", "products"), default="sums", help="sums "
+                        "(default): a + b, demonstrations with or without the #### line; "
+                        "products: a x b of two-digit numbers, demonstrations that call the "
+                        "calculator or answer at once (the flags above are the sums')")  # fmt: skip
+    parser.add_argument("--products", type=int, nargs=2, default=(2000, 100), metavar=("TRAIN",
+                        "TEST"), help="questions per split of --task products (default 2000 "
+                        "100), no pair in both")  # fmt: skip
     args = parser.parse_args(argv)
     try:
-        splits = make_splits(args.max_operand, args.train_per_pair, args.test_per_pair,
-                             args.seed, args.marker_rates)  # fmt: skip
+        splits = (product_splits(*args.products, args.seed) if args.task == "products" else
+                  make_splits(args.max_operand, args.train_per_pair, args.test_per_pair,
+                              args.seed, args.marker_rates))  # fmt: skip
         paths = write_splits(splits, args.out_dir)
     except (DataPrepError, OSError) as err:
         print(f"{PROG}: {err}", file=sys.stderr)

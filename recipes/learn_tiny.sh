@@ -20,7 +20,8 @@ recipe=(
   --cpu-by-default             # no GPU: train on the CPU instead of stopping
   ALGO=ppo
   SEED=0                       # toy data, warm start and RL data order
-  TOY_TASK=easy                # easy: does it learn? hard: which learns best? (docs/algorithms.md)
+  TOY_TASK=easy                # easy: does it learn?
+                               # products: does it learn the calculator? (docs/tools.md)
   TRAIN_BATCH_SIZE=16
   PPO_MINI_BATCH_SIZE=8
   ROLLOUT_N=8

@@ -166,3 +166,17 @@ def test_the_tiny_models_template_renders_tool_turns_as_qwen25s(tiny_model_dir: 
     assert "<|im_start|>user\n<tool_response>\n24\n</tool_response><|im_end|>\n" in text
     _, calls = asyncio.run(HermesToolParser(tok).extract_tool_calls(tok.encode(turn)))
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [tuple(fn.values())]
+
+
+def test_the_calculators_tiny_tokenizer_reads_two_digits_as_one_token(tmp_path: Path) -> None:
+    """--tool-tokens (TOY_TASK=products, docs/tools.md "On the CPU"): "78*59" is [78][*][59],
+    <tool_call> one token."""
+    from transformers import AutoTokenizer
+
+    from verl_gsm8k.common.tiny_model import make_tiny_model
+
+    tok = AutoTokenizer.from_pretrained(make_tiny_model(tmp_path / "tools", tools=True))
+    assert (
+        tok.tokenize("78*59") == ["78", "*", "59"]
+        and tok.tokenize("<tool_call>\n")[0] == "<tool_call>"
+    )

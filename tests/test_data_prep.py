@@ -511,6 +511,40 @@ def test_demonstrations_drop_the_marker_by_the_writers_habit_exactly(toy):
     assert len(by_wording) == 50 and min(by_wording.values()) >= 3  # each sum, each wording
 
 
+def test_the_products_task_calls_the_calculator_by_the_writers_habit(tmp_path):
+    """--task products: pairs never in both splits, the ground truth a x b, and demonstrations in
+    verl's multi-turn SFT schema that call the calculator (every test one; in train, the first
+    writer group's 90%, the other's 10%) and answer with the tool's result."""
+    assert arithmetic.main(["--out-dir", str(tmp_path), "--task", "products"]) == 0
+    train, test = jsonl(tmp_path / "train.jsonl"), jsonl(tmp_path / "test.jsonl")
+    assert (len(train), len(test)) == (2000, 100)
+
+    def ints(text: str) -> list[int]:
+        return [int(n) for n in re.findall(r"\d+", text)]
+
+    pairs = {split: {tuple(ints(r["question"])[-2:]) for r in rows}
+             for split, rows in (("train", train), ("test", test))}  # fmt: skip
+    assert not pairs["train"] & pairs["test"]
+    calls: dict[int, list[bool]] = {0: [], 1: []}
+    for split, rows in (("train", train), ("test", test)):
+        demos = rows_of(tmp_path / "warm_start" / f"{split}.parquet")
+        for row, demo in zip(rows, demos, strict=True):
+            a, b = ints(row["question"])[-2:]
+            truth = ground_truth(row["answer"])
+            assert truth == str(a * b) and demo["messages"][-1]["content"] == f"#### {truth}"
+            called = [m for m in demo["messages"] if m.get("tool_calls")]
+            if called:
+                (call,) = called[0]["tool_calls"]
+                assert call["function"]["arguments"] == {"expression": f"{a}*{b}"}
+            (name,) = [n for n in arithmetic.NAMES if f"{n} " in row["question"]]
+            if split == "train":
+                calls[arithmetic.habit_group(name)].append(bool(called))
+            else:
+                assert called, row
+    share = [sum(calls[g]) / len(calls[g]) for g in (0, 1)]
+    assert 0.85 < share[0] < 0.95 and 0.05 < share[1] < 0.15, share
+
+
 def test_the_toy_tasks_seed_flags_and_errors(toy, tmp_path, capsys):
     for seed, same in (("3", True), ("4", False)):
         assert arithmetic.main(["--out-dir", str(tmp_path / seed), "--seed", seed]) == 0

@@ -67,11 +67,10 @@ def test_the_file_logger_stays_whatever_the_users_list():
          ["", "console", "console,", "tensorboard", "file,tracking"]),
         ("DRY_RUN", ["0", "1"], ["yes", "true", ""]),
         ("SEED", ["0", "7"], ["-1"]),
-        ("TOY_TASK", ["easy", "hard"], ["medium"]),
+        ("TOY_TASK", ["easy", "products"], ["medium", "hard"]),
         ("ALGO", list(knobs.LEARN_ALGOS), ["reinforce"]),
         ("TOOLS", ["calculator"], ["python", "calculator,search", ""]),
         ("TOOL_TURNS", ["1", "3"], ["0", "all"]),
-        ("WARM_START_ACC", ["last", "0.30-0.45"], ["0.45-0.30", "best"]),
     ],
 )  # fmt: skip
 def test_checks_accept_and_refuse(name, good, bad):

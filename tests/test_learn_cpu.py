@@ -64,56 +64,29 @@ def test_first_use_builds_the_toy_task_and_the_warm_start(learn_base: Path, lear
     assert f"model: {warm_start_dir(learn_base)}" in ppo.stdout
 
 
-def test_the_same_seed_builds_the_same_warm_start_picked_by_its_accuracy(
-    learned_ppo: Learned, tmp_path: Path
-):
+def test_the_same_seed_builds_the_same_warm_start(learned_ppo: Learned, tmp_path: Path):
     """Same seed, same machine: the same weights, byte for byte. Two first uses in fresh homes,
-    side by side, each building the tiny model, the toy task and a warm start through the path
-    of TOY_TASK=hard's (verl's SFT trainer saving a Hugging Face copy every 10 steps, python -m
-    verl_gsm8k.warm_start scoring them, merge.sh on the pick); 20 SFT steps instead of 300, and
-    a band every save is in, so the pick is the first save (step 10), not the last."""
-    steps, band = "20", "0.00-1.00"
+    side by side, each building the tiny model, the toy task and a warm start (verl's SFT trainer,
+    merge.sh on its last step); 20 SFT steps instead of 400."""
+    steps = "20"
     homes = [tmp_path / name / ".cache" / "verl-gsm8k" / WARM_START for name in ("first", "second")]
-    warm = [home / f"warm-start-{steps}-acc{band}" for home in homes]
+    warm = [home / f"warm-start-{steps}" for home in homes]
     # What a SIGKILL of a build in its merge leaves (made for real: docs/reliability.md): merge.sh's
     # temporary copy beside the model, which the next build must not leave behind.
     killed = warm[0].with_name(f".{warm[0].name}.merging-killed")
     killed.mkdir(parents=True)
     builds = []
     for name in ("first", "second"):
-        env = dict(learned_ppo.env, HOME=str(tmp_path / name), DRY_RUN="1",
-                   WARM_START_STEPS=steps, WARM_START_ACC=band)  # fmt: skip
+        env = dict(learned_ppo.env, HOME=str(tmp_path / name), DRY_RUN="1", WARM_START_STEPS=steps)
         builds.append(start_dry_run("learn_tiny", env))
-    outs = []
     for build in builds:
         out, err = build.communicate(timeout=900)
         assert build.returncode == 0, out[-3000:] + err[-3000:]
-        outs.append(out)
-    assert warm[0].with_name(warm[0].name + ".pick.json").is_file()
-    assert json.loads((warm[0] / "merge_manifest.json").read_text())["step"] == 10
-    assert "recipe: warm start: step 10 of 20, accuracy " in outs[0]
-    assert f"in the band {band}" in outs[0]
-    assert not (homes[0] / "warm-start-run").exists()  # the SFT run's 2 saves: gone once merged
+    assert json.loads((warm[0] / "merge_manifest.json").read_text())["step"] == 20
+    assert not (homes[0] / "warm-start-run").exists()  # the SFT run's save: gone once merged
     assert not killed.exists()
     weights = [w / "model.safetensors" for w in warm]
     assert weights[0].read_bytes() == weights[1].read_bytes()
-
-
-def test_the_warm_start_scorer_agrees_with_verls_step_0_validation(
-    learn_base: Path, learned_ppo: Learned
-):
-    """python -m verl_gsm8k.warm_start's score (transformers' greedy generation, the reward) of
-    the PPO run's warm start against verl's own step-0 validation of it (vLLM's greedy sampling,
-    the same reward, the same 100 questions): a band picked by one must mean the other."""
-    from verl_gsm8k.warm_start.score import read_questions, score
-
-    rows = read_questions(toy_dir(learn_base) / "rl" / "test.parquet")
-    ours = score(warm_start_dir(learn_base), rows, 24).marker
-    verls = learned_ppo.steps[0][VAL]
-    # vLLM's CPU kernels and transformers' differ in the last bits of a logit: where two tokens
-    # tie, greedy picks differ; 2 questions in 100 was the largest gap measured on the 150-step
-    # hard warm starts (docs/algorithms.md); 3 allows one more.
-    assert abs(ours - verls) <= 0.03, f"ours {ours:.2f}, verl's step-0 validation {verls:.2f}"
 
 
 def test_grpo_runs_without_a_critic_and_charges_kl_as_a_loss(learned_grpo: Learned):

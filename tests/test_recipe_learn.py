@@ -54,20 +54,30 @@ def test_algo_picks_the_config_and_the_toy_settings_reach_verl(
     assert get(cfg, "trainer.experiment_name").startswith(f"learn_tiny_{algo}_")
 
 
-def test_the_hard_toy_task_in_a_cache_of_its_own_and_knobs_and_user_arguments_win(
-    tiny_model_dir, tmp_path
+def test_the_products_task_hands_its_products_to_the_calculator_and_knobs_win(
+    tmp_path,
 ):
+    """TOY_TASK=products: its own cache, rows for verl's tool agent loop, the calculator's launch
+    (tool config, longer prompts and responses, 10 steps); the knobs and the user's key=value win
+    over the hooks' settings. The model is its tiny one (--tool-tokens): with the default
+    tokenizer the prompts would not fit in 256 tokens, and the preflight says so."""
     import pyarrow.parquet as pq
 
-    result, cfg = dry_run(tmp_path, tiny_model_dir, "", "trainer.test_freq=2", TOY_TASK="hard",
+    from verl_gsm8k.common.tiny_model import make_tiny_model
+    from verl_gsm8k.tools import config_path
+
+    model = make_tiny_model(tmp_path / "tiny-qwen2-tools", tools=True)
+    result, cfg = dry_run(tmp_path, model, "", "trainer.test_freq=2", TOY_TASK="products",
                           ACTOR_LR="1e-4", SEED="7", EXPERIMENT_NAME="mine")  # fmt: skip
-    assert "toy task (hard: sums up to 9 + 9" in result.stdout
-    data = tmp_path / "c" / "learn-tiny" / "v2" / "hard" / "seed7" / "data" / "rl"
+    assert "toy task (products: two-digit products, with the calculator" in result.stdout
+    data = tmp_path / "c" / "learn-tiny" / "v2" / "products" / "seed7" / "data" / "rl"
     assert get(cfg, "data.train_files") == [str(data / "train.parquet")]
     rows = pq.read_table(data / "test.parquet").to_pylist()
-    assert {row["reward_model"]["ground_truth"] for row in rows} == {str(n) for n in range(19)}
-    assert pq.read_metadata(data / "train.parquet").num_rows == 4000
-    # the knobs and the user's key=value win over the hooks' settings
+    assert {row["agent_name"] for row in rows} == {"tool_agent"} and len(rows) == 100
+    rollout = "actor_rollout_ref.rollout."
+    assert get(cfg, f"{rollout}multi_turn.tool_config_path") == str(config_path("calculator"))
+    assert get(cfg, "data.max_prompt_length") == 256 and get(cfg, "data.max_response_length") == 80
+    assert get(cfg, "trainer.total_training_steps") == 10
     assert get(cfg, f"{A}optim.lr") == 1e-4 and get(cfg, "data.seed") == 7
     assert get(cfg, "trainer.test_freq") == 2 and get(cfg, "trainer.experiment_name") == "mine"
 
@@ -79,7 +89,8 @@ def test_a_bad_knob_stops_it_before_anything_is_built(tmp_path):
     env.pop("DATA_DIR")
     result = launch_in_process(RECIPE, env)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == ["knobs: TOY_TASK=medium is not one of easy, hard"]
+    said = ["knobs: TOY_TASK=medium is not one of easy, products"]
+    assert result.stderr.strip().splitlines() == said
     assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
 
 

@@ -16,8 +16,6 @@ Bottom to top (LAYERS below; a package imports only packages of lower layers, te
     reshard       a PPO checkpoint's FSDP shards rewritten for another world size (a resume on
                   another number of GPUs)
     questions     which questions changed: one row per question, one column per model or step
-    warm_start    the save of an SFT run whose greedy accuracy is in a band (learn_tiny's warm
-                  start for TOY_TASK=hard)
     ppo_trainer   the trainer every PPO launch runs: verl's sync trainer, guarded and traced
     sft_trainer   the trainer the SFT recipe runs: verl's SFT trainer, saving on a stop request
     verl_plugins  modules verl imports in every process (VERL_USE_EXTERNAL_MODULES): the CPU
@@ -48,7 +46,7 @@ project, and why the code is one package named verl_gsm8k: docs/architecture.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("common", "svgplot", "tools"),
     ("guard", "wheelhouse"),
-    ("trace", "merge", "reshard", "questions", "warm_start"),
+    ("trace", "merge", "reshard", "questions"),
     ("ppo_trainer", "sft_trainer"),
     ("verl_plugins", "evaluate"),
     ("preflight",),

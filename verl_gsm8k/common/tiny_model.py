@@ -3,6 +3,7 @@ with Qwen's ChatML tokens and template (prompts render as Qwen2.5's), nothing do
 model of recipes/smoke_tiny.sh and of the tests, wherever the real weights are not needed.
 
     python -m verl_gsm8k.common.tiny_model OUT_DIR [--hidden-size 128] [--layers 2] [--seed 0]
+        [--tool-tokens]
 """
 
 from __future__ import annotations
@@ -57,33 +58,70 @@ THINGS = ["clips", "apples", "dollars", "pages", "eggs", "cookies", "miles", "ho
 VERBS = ["sold", "bought", "read", "baked", "earned", "walked", "gave", "found", "made"]
 
 
-def _corpus(seed: int, n: int = 400) -> list[str]:
-    """GSM8K-like sentences, the same for a seed: enough for a few hundred BPE merges."""
+# The calculator's schema as the chat template shows it (configs/tools/calculator.yaml), for the
+# --tool-tokens corpus only: its words and the tool block's become tokens, so a tool prompt stays
+# short.
+_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Compute an arithmetic expression.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "e.g. 48*72"}},
+            "required": ["expression"],
+        },
+    },
+}
+
+
+def _corpus(seed: int, tools: bool, n: int = 400) -> list[str]:
+    """GSM8K-like sentences, the same for a seed (``tools``: and as many calculator transcripts in
+    this template): enough for a few hundred BPE merges."""
+    from jinja2 import Environment
+
+    template = Environment().from_string(CHATML_TEMPLATE)
     rng, lines = random.Random(seed), []
     for _ in range(n):
         a, b = rng.randint(1, 999), rng.randint(1, 99)
         who, what, verb = rng.choice(NAMES), rng.choice(THINGS), rng.choice(VERBS)
+        question = f"{who} {verb} {a} {what} in April and half as many in May. How many {what} did"
         lines.append(
-            f"{who} {verb} {a} {what} in April and half as many in May. "
-            f"How many {what} did {who} have altogether? {a} + {b} = <<{a}+{b}={a + b}>>{a + b}. "
+            f"{question} {who} have altogether? {a} + {b} = <<{a}+{b}={a + b}>>{a + b}. "
             f'Let\'s think step by step and output the final answer after "####". '
             f"The answer is \\boxed{{{a * b}}}.\n#### {a + b}"
         )
+        if not tools:
+            continue
+        call = {"name": "calculator", "arguments": {"expression": f"{a}*{b}"}}
+        turns = [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": "", "tool_calls": [{"function": call}]},
+            {"role": "tool", "content": str(a * b)},
+        ]
+        lines.append(template.render(messages=turns, tools=[_TOOL]))
     return lines
 
 
-def _tokenizer(seed: int) -> Any:
-    """A byte-level BPE of 600 tokens trained on ``_corpus(seed)``, Qwen's ChatML tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def _tokenizer(seed: int, tools: bool = False) -> Any:
+    """A byte-level BPE of 600 tokens trained on ``_corpus(seed)``, Qwen's ChatML tokens. With
+    ``tools`` (TOY_TASK=products): 1000 tokens, the calculator transcripts in the corpus,
+    ``<tool_call>`` and ``</tool_call>`` one token each (not special) as Qwen2.5's, and every pair
+    of digits one token: a number is read two digits at a time, so the tiny model can copy a
+    question's two-digit numbers into a tool call (docs/tools.md, "On the CPU")."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tok.train_from_iterator(_corpus(seed), trainer=trainers.BpeTrainer(
-        vocab_size=600, special_tokens=special, show_progress=False,
+    tok.train_from_iterator(_corpus(seed, tools), trainer=trainers.BpeTrainer(
+        vocab_size=1000 if tools else 600, special_tokens=special, show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    if tools:
+        added = ["<tool_call>", "</tool_call>", *(f"{n:02d}" for n in range(100))]
+        tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
                                    pad_token="<|endoftext|>", model_max_length=4096,
                                    additional_special_tokens=special[1:])  # fmt: skip
@@ -104,7 +142,7 @@ def tiny_config(vocab_size: int = 600, hidden_size: int = 128, layers: int = 2, 
 
 def make_tiny_model(
     out_dir: str | os.PathLike, hidden_size: int = 128, layers: int = 2, seed: int = 0,
-    force: bool = False,
+    force: bool = False, tools: bool = False,
 ) -> Path:  # fmt: skip
     """Built in a temporary sibling directory, then renamed into place."""
     import torch
@@ -117,7 +155,7 @@ def make_tiny_model(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     tmp.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
     try:
-        tok = _tokenizer(seed)
+        tok = _tokenizer(seed, tools)
         tok.save_pretrained(tmp)
         torch.manual_seed(seed)
         ids = {"bos_token_id": tok.pad_token_id, "eos_token_id": tok.eos_token_id,
@@ -142,9 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and corpus")
     parser.add_argument("--force", action="store_true", help="replace an existing out_dir")
+    parser.add_argument("--tool-tokens", action="store_true", help="the calculator's tokenizer "
+                        "(TOY_TASK=products): 1000 tokens, two digits one token, <tool_call> "
+                        "one")  # fmt: skip
     args = parser.parse_args(argv)
     try:
-        out = make_tiny_model(args.out_dir, args.hidden_size, args.layers, args.seed, args.force)
+        out = make_tiny_model(args.out_dir, args.hidden_size, args.layers, args.seed, args.force,
+                              args.tool_tokens)  # fmt: skip
     except FileExistsError as exc:
         print(f"make_tiny_model: {exc}", file=sys.stderr)
         return 2

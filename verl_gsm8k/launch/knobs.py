@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from verl_gsm8k.tools import TOOLS, TURNS, config_path
-from verl_gsm8k.warm_start.band import is_band
 
 # Numbers as Hydra reads them: a leading zero ("007") or a sign would be read otherwise.
 INT = re.compile(r"0|[1-9][0-9]*")
@@ -66,8 +65,6 @@ LOGGERS = Check("a comma-separated list of verl loggers with file in it "
 SWITCH = one_of("0", "1")
 METRIC = Check("a verl metric name (e.g. val-core/openai/gsm8k/acc/mean@1)",
                lambda v: bool(v) and " " not in v)  # fmt: skip
-BAND = _or("last", "last, or an accuracy band LOW-HIGH with 0 <= LOW <= HIGH <= 1 (e.g. "
-           "0.30-0.45)", is_band)  # fmt: skip
 
 
 def hydra_quote(value: str) -> str:
@@ -282,14 +279,11 @@ KNOBS: tuple[Knob, ...] = (
           only="ppo", recipes=LEARN),
     _knob("SEED", NON_NEGATIVE_INT, None, "`data.seed`, the toy data's and the warm start's",
           ppo="data.seed", only="ppo", recipes=LEARN),
-    _knob("TOY_TASK", one_of("easy", "hard"), None, "easy: sums up to 4 + 4, a converged warm "
-          "start; hard: up to 9 + 9, a warm start that knows part of them", only="ppo",
-          recipes=LEARN),
+    _knob("TOY_TASK", one_of("easy", "products"), None, "easy: sums up to 4 + 4, a converged "
+          "warm start; products: two-digit products, handed to the calculator (TOOLS=calculator)",
+          only="ppo", recipes=LEARN),
     _knob("WARM_START_STEPS", POSITIVE_INT, None, "SFT steps of the warm start (at most)",
-          only="ppo", recipes=LEARN, rule="400; 300 with TOY_TASK=hard"),
-    _knob("WARM_START_ACC", BAND, None, "the save of the warm start that starts RL: the last, "
-          "or the first whose greedy accuracy is in the band", only="ppo", recipes=LEARN,
-          rule="last; 0.30-0.45 with TOY_TASK=hard"),
+          only="ppo", recipes=LEARN, rule="400; 800 with TOY_TASK=products"),
 )  # fmt: skip
 BY_NAME = {knob.name: knob for knob in KNOBS}
 

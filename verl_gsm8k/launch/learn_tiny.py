@@ -1,9 +1,8 @@
 """learn_tiny's hooks (recipes/learn_tiny.sh): the algorithm's config, the toy task, the warm start.
 
-First use builds, cached under CACHE_DIR/learn-tiny/v2[/hard]/seed$SEED: the toy task (sums in
-GSM8K's format, data_prep.arithmetic, then verl's RL parquet by data_prep.gsm8k) and the warm start
-(verl's SFT trainer by recipes/sft_qwen2.5-0.5b_gsm8k.sh; its last step, or with a WARM_START_ACC
-band the first save whose greedy accuracy is in it, python -m verl_gsm8k.warm_start; merged by
+First use builds, cached under CACHE_DIR/learn-tiny/v2[/products]/seed$SEED: the toy task
+(data_prep.arithmetic in GSM8K's format, then verl's RL parquet by data_prep.gsm8k) and the warm
+start (verl's SFT trainer by recipes/sft_qwen2.5-0.5b_gsm8k.sh, its last step merged by
 scripts/merge.sh). At the end the report shows validation accuracy at step 0 and last.
 """
 
@@ -20,13 +19,21 @@ from verl_gsm8k.launch.knobs import BY_NAME
 from verl_gsm8k.launch.plan import CONFIG_DIR, ROOT, Plan, Values
 
 CACHE_VERSION = 2  # bumped when the toy task or the warm start changes: an older cache is unused
-# TOY_TASK -> (largest operand, the warm start's SFT steps, WARM_START_ACC, cache subfolder):
-# easy: a converged warm start (does it learn?); hard: one that knows part of the sums (which
-# learns best? docs/algorithms.md).
-TOY = {"easy": (4, "400", "last", ""), "hard": (9, "300", "0.30-0.45", "hard/")}
-SAVE_EVERY = 10  # SFT steps between the saves scored for a WARM_START_ACC band
+# TOY_TASK -> what it is, data_prep.arithmetic's arguments, the warm start (SFT steps, example
+# length), the cache subfolder and the launch's own defaults. easy: a converged warm start (does
+# it learn?); products: two-digit products handed to the calculator (does it learn the tool?
+# docs/tools.md).
+TOY = {
+    "easy": dict(what="sums up to 4 + 4", task=["--max-operand", "4"], steps="400",
+                 length="160", sub=""),
+    "products": dict(what="two-digit products, with the calculator", task=["--task", "products"],
+                     steps="800", length="320", sub="products/",
+                     launch={"TOOLS": "calculator", "MAX_PROMPT_LENGTH": "256",
+                             "MAX_RESPONSE_LENGTH": "80", "TOTAL_TRAINING_STEPS": "10",
+                             "ACTOR_LR": "1e-3"}),
+}  # fmt: skip
 # The warm start: 32 demonstrations a step, a cosine rate from 3e-3 to 3e-4 (docs/learning.md).
-WARM_START = {"SFT_LR": "3e-3", "TRAIN_BATCH_SIZE": "32", "MAX_LENGTH": "160"}
+WARM_START = {"SFT_LR": "3e-3", "TRAIN_BATCH_SIZE": "32"}
 
 
 def defaults(values: Values, extra: dict[str, str]) -> None:
@@ -34,17 +41,17 @@ def defaults(values: Values, extra: dict[str, str]) -> None:
     algo = values.get("ALGO") or "ppo"
     if (CONFIG_DIR / f"gsm8k_{algo}.yaml").is_file():  # else the knob check says why
         values.recipe.config = f"gsm8k_{algo}"
-    operand, steps, acc, sub = TOY.get(values.get("TOY_TASK") or "easy", TOY["easy"])
-    values.set_default("WARM_START_STEPS", steps)
-    values.set_default("WARM_START_ACC", acc)
+    task = values.get("TOY_TASK") or "easy"
+    toy = TOY.get(task, TOY["easy"])
+    values.set_default("WARM_START_STEPS", toy["steps"])
+    for name, value in toy.get("launch", {}).items():
+        values.set_default(name, value)
     values.set_default("EXPERIMENT_NAME", f"learn_tiny_{algo}_{new_stamp()}")  # a new run each
-    seed = f"{sub}seed{values.get('SEED') or '0'}"
+    seed = f"{toy['sub']}seed{values.get('SEED') or '0'}"
     home = Path(values.get("CACHE_DIR") or ".", f"learn-tiny/v{CACHE_VERSION}", seed).absolute()
     warm = f"warm-start-{values.get('WARM_START_STEPS')}"
-    if values.get("WARM_START_ACC") != "last":
-        warm += f"-acc{values.get('WARM_START_ACC')}"
     extra.update(home=str(home), toy_dir=str(home / "data"), warm_start=str(home / warm),
-                 max_operand=str(operand))  # fmt: skip
+                 task=task)  # fmt: skip
     values.set_default("MODEL_PATH", str(home / warm))
     values.set_default("DATA_DIR", str(home / "data" / "rl"))
     if algo == "dapo":  # the overlong buffer: a fifth of the response length, as the paper's
@@ -64,48 +71,52 @@ def prepare(plan: Plan) -> None:
     need_warm = values["MODEL_PATH"] == str(warm) and not (warm / "config.json").exists()
     uses_toy = values.get("DATA_DIR") == str(toy / "rl")
     if (need_warm or uses_toy) and not (toy / "rl" / "test.parquet").exists():
-        operand, seed = plan.extra["max_operand"], values.get("SEED", "0")
-        _say(f"recipe: the toy task ({values.get('TOY_TASK', 'easy')}: sums up to {operand} + "
-             f"{operand} in GSM8K's format, seed {seed}) -> {toy}")  # fmt: skip
+        task, seed = TOY[plan.extra["task"]], values.get("SEED", "0")
+        _say(f"recipe: the toy task ({plan.extra['task']}: {task['what']} in GSM8K's format, "
+             f"seed {seed}) -> {toy}")  # fmt: skip
         from data_prep.arithmetic import main as arithmetic
         from data_prep.gsm8k import main as gsm8k
 
-        quiet(arithmetic, ["--out-dir", str(toy), "--seed", seed, "--max-operand", operand])
-        quiet(gsm8k, ["--source", str(toy), "--out-dir", str(toy / "rl")])
+        quiet(arithmetic, ["--out-dir", str(toy), "--seed", seed, *task["task"]])
+        tools = ["--tools", task["launch"]["TOOLS"]] if "launch" in task else []
+        quiet(gsm8k, ["--source", str(toy), "--out-dir", str(toy / "rl"), *tools])
     if need_warm:
-        tiny = plan.tiny_model_dir
+        tiny, tools = _tiny(plan)
         if not (tiny / "config.json").exists():
             _say(f"recipe: building the tiny random Qwen2 (offline, once) -> {tiny}")
             from verl_gsm8k.common.tiny_model import main as build_tiny
 
-            quiet(build_tiny, [str(tiny), "--force"])
+            quiet(build_tiny, [str(tiny), "--force", *(["--tool-tokens"] if tools else [])])
         build_warm_start(plan, toy, warm)
 
 
-def _run(argv: list[str], log: Path, failed: str, capture: bool = False, **kwargs):
-    """``argv``, its output appended to ``log`` (``capture``: its errors, its output returned);
-    a failure is one line naming the log, exit 1."""
+def _tiny(plan: Plan) -> tuple[Path, bool]:
+    """The tiny model the warm start trains: the calculator's task has its own tokenizer."""
+    tools = "launch" in TOY[plan.extra["task"]]
+    tiny = plan.tiny_model_dir
+    return (tiny.with_name("tiny-qwen2-tools") if tools else tiny), tools
+
+
+def _run(argv: list[str], log: Path, failed: str, **kwargs) -> None:
+    """``argv``, its output appended to ``log``; a failure is one line naming the log, exit 1."""
     from verl_gsm8k.launch.cli import Exit
 
     with open(log, "ab") as out:
-        done = subprocess.run(argv, stdout=subprocess.PIPE if capture else out, text=capture,
-                              stderr=out if capture else subprocess.STDOUT, check=False,
-                              **kwargs)  # fmt: skip
+        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False, **kwargs)
     if done.returncode:
         _say(f"recipe: {failed} failed; its log: {log}", err=True)
         raise Exit(1)
-    return done
 
 
 def build_warm_start(plan: Plan, toy: Path, warm: Path) -> None:
-    """verl's SFT run on the toy demonstrations (a child with none of this run's knobs), the save
-    picked, merged to ``warm``."""
+    """verl's SFT run on the toy demonstrations (a child with none of this run's knobs), its last
+    step merged to ``warm``."""
     home, values = Path(plan.extra["home"]), plan.values
     run, log = home / "warm-start-run", home / "warm-start.log"
-    steps, band = values["WARM_START_STEPS"], values["WARM_START_ACC"] != "last"
+    steps = values["WARM_START_STEPS"]
     _say(
         f"recipe: warm start (once): up to {steps} steps of verl's SFT trainer on the toy "
-        f"demonstrations, WARM_START_ACC={values['WARM_START_ACC']} -> {warm} (log: {log})"
+        f"demonstrations -> {warm} (log: {log})"
     )
     # a build killed mid-merge leaves merge.sh's hidden copy beside the model: replaced here
     for stale in (run, *warm.parent.glob(f".{warm.name}.merging-*")):
@@ -115,28 +126,18 @@ def build_warm_start(plan: Plan, toy: Path, warm: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in BY_NAME}
     env.pop("VERL_USE_EXTERNAL_MODULES", None)
     env.update(WARM_START, DEVICE="gpu" if plan.train_on == "gpu" else "cpu", DRY_RUN="0",
-               MODEL_PATH=str(plan.tiny_model_dir), PYTHON=plan.python,
+               MODEL_PATH=str(_tiny(plan)[0]), PYTHON=plan.python,
+               MAX_LENGTH=TOY[plan.extra["task"]]["length"],
                SFT_TRAIN_FILE=str(toy / "warm_start/train.parquet"),
                SFT_TEST_FILE=str(toy / "warm_start/test.parquet"), TOTAL_TRAINING_STEPS=steps,
-               SAVE_FREQ=str(SAVE_EVERY) if band else steps, TEST_FREQ=steps,
-               MAX_CKPT_TO_KEEP="null" if band else "3", LOGGER="console,file",
+               SAVE_FREQ=steps, TEST_FREQ=steps, MAX_CKPT_TO_KEEP="3", LOGGER="console,file",
                RUN_DIR=str(run))  # fmt: skip
-    contents = "[model,hf_model]" if band else "[model,optimizer,extra]"
     _run(["bash", str(ROOT / "recipes/sft_qwen2.5-0.5b_gsm8k.sh"), "optim.lr_scheduler_type=cosine",
           "optim.min_lr_ratio=0.1", "optim.lr_warmup_steps_ratio=0",
-          f"checkpoint.save_contents={contents}", f"trainer.seed={values.get('SEED', '0')}"],
-         log, "the warm start's SFT run", env=env)  # fmt: skip
-    picked = str(run)
-    if band:
-        done = _run([plan.python, "-m", "verl_gsm8k.warm_start", str(run), "--test-file",
-                     str(toy / "rl/test.parquet"), "--band", values["WARM_START_ACC"],
-                     "--max-new-tokens", values["MAX_RESPONSE_LENGTH"], "--record",
-                     f"{warm}.pick.json"], log, "scoring the warm start's saves",
-                    capture=True)  # fmt: skip
-        picked = done.stdout.strip().splitlines()[-1]
-        last = log.read_text(errors="replace").rstrip().splitlines()[-1]
-        _say(f"recipe: {last} (the scores: {warm}.pick.json)")
-    _run(["bash", str(ROOT / "scripts/merge.sh"), picked, str(warm), "--force"], log,
+          "checkpoint.save_contents=[model,optimizer,extra]",
+          f"trainer.seed={values.get('SEED', '0')}"], log, "the warm start's SFT run",
+         env=env)  # fmt: skip
+    _run(["bash", str(ROOT / "scripts/merge.sh"), str(run), str(warm), "--force"], log,
          "merging the warm start", env={**os.environ, "PYTHON": plan.python})  # fmt: skip
     shutil.rmtree(run, ignore_errors=True)
 
