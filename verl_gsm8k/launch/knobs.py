@@ -282,7 +282,7 @@ KNOBS: tuple[Knob, ...] = (
     _knob("TOY_TASK", one_of("easy", "products"), None, "easy: sums up to 4 + 4, a converged "
           "warm start; products: two-digit products, handed to the calculator (TOOLS=calculator)",
           only="ppo", recipes=LEARN),
-    _knob("WARM_START_STEPS", POSITIVE_INT, None, "SFT steps of the warm start (at most)",
+    _knob("WARM_START_STEPS", POSITIVE_INT, None, "SFT steps of the warm start",
           only="ppo", recipes=LEARN, rule="400; 800 with TOY_TASK=products"),
 )  # fmt: skip
 BY_NAME = {knob.name: knob for knob in KNOBS}

@@ -115,7 +115,7 @@ def build_warm_start(plan: Plan, toy: Path, warm: Path) -> None:
     run, log = home / "warm-start-run", home / "warm-start.log"
     steps = values["WARM_START_STEPS"]
     _say(
-        f"recipe: warm start (once): up to {steps} steps of verl's SFT trainer on the toy "
+        f"recipe: warm start (once): {steps} steps of verl's SFT trainer on the toy "
         f"demonstrations -> {warm} (log: {log})"
     )
     # a build killed mid-merge leaves merge.sh's hidden copy beside the model: replaced here
