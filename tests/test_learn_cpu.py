@@ -1,17 +1,7 @@
-"""Does the loop LEARN? `bash recipes/learn_tiny.sh` on this CPU, as a new user runs it: no setting
-but a fresh HOME and run root. The first launch (PPO) builds the tiny model, the toy task and the
-warm start (verl's SFT trainer), which a second first use rebuilds byte for byte; the second run
-(ALGO=grpo) reuses the cached warm start. The runs are tests/learn_runs.py's session fixtures.
-
-For each algorithm: greedy validation accuracy, verl's own metric in the run's metrics file, rises
-by at least 0.20 over the warm start (step 0), and the sums the warm start knew are kept (right in
-any format, within a binomial tolerance); the sampled train score rises too; every rollout's
-score is the reward of that response against that prompt's answer (rollout.n = 8); the weights
-vLLM samples with are the trained actor's at every step (fp32 on the CPU: a dropped weight sync
-would show as a difference); the report shows the rise with no warning; the report's page
-draws the rising curve in a real browser; and the independent plain-PyTorch policy gradient
-(tests/reference_pg.py) lifts the same warm start on the same task. The merged checkpoints,
-evaluated by `scripts/eval.sh`: tests/test_checkpoint_sweep_cpu.py, on the PPO run.
+"""Does the loop LEARN? `bash recipes/learn_tiny.sh` on this CPU, as a new user runs it (PPO, then
+ALGO=grpo on the cached warm start; the runs are tests/learn_runs.py's session fixtures): greedy
+validation accuracy rises over the warm start, the sums it knew are kept, and a plain-PyTorch
+policy gradient (tests/reference_pg.py) lifts the same warm start too.
 """
 
 from __future__ import annotations
@@ -35,11 +25,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 
 VAL = "val-core/openai/gsm8k/acc/mean@1"
 SCORE = "critic/score/mean"
-# Bounds from the spread over 6 seeds of each algorithm (docs/learning.md, "Results"), on this
-# 2-core machine from a fresh cache, one run at a time; each sits outside the worst seed with
-# the margin its comment gives.
-RISE = 0.20  # what the recipe must deliver; the worst seed's rise: docs/learning.md, the bounds
-WARM_VAL = (0.25, 0.75)  # the warm start's greedy val accuracy: the seeds' range, same place
+# Bounds outside the worst of 6 seeds per algorithm (docs/learning.md, "Results").
+RISE = 0.20
+WARM_VAL = (0.25, 0.75)  # the warm start's greedy val accuracy
 
 
 def knowledge_floor(before_right: int, n: int, alpha: float = 0.05) -> int:
@@ -65,14 +53,12 @@ def test_first_use_builds_the_toy_task_and_the_warm_start(learn_base: Path, lear
 
 
 def test_the_same_seed_builds_the_same_warm_start(learned_ppo: Learned, tmp_path: Path):
-    """Same seed, same machine: the same weights, byte for byte. Two first uses in fresh homes,
-    side by side, each building the tiny model, the toy task and a warm start (verl's SFT trainer,
-    merge.sh on its last step); 20 SFT steps instead of 400."""
+    """Same seed, same machine: two first uses in fresh homes build the same warm start, byte for
+    byte (20 SFT steps instead of 400)."""
     steps = "20"
     homes = [tmp_path / name / ".cache" / "verl-gsm8k" / WARM_START for name in ("first", "second")]
     warm = [home / f"warm-start-{steps}" for home in homes]
-    # What a SIGKILL of a build in its merge leaves (made for real: docs/reliability.md): merge.sh's
-    # temporary copy beside the model, which the next build must not leave behind.
+    # what a SIGKILL of a build in its merge leaves; the next build must remove it
     killed = warm[0].with_name(f".{warm[0].name}.merging-killed")
     killed.mkdir(parents=True)
     builds = []
@@ -149,10 +135,8 @@ def test_greedy_validation_accuracy_rises_by_0_20(algo: str, request: pytest.Fix
 
 @pytest.mark.parametrize("algo", ["ppo", "grpo"])
 def test_rl_keeps_the_sums_the_warm_start_knew(algo: str, request: pytest.FixtureRequest):
-    """Right in any format (the reward's flexible scorer: the last number when there is no
-    marker line), warm start (step 0) vs trained (last step), verl's greedy validation of the same
-    100 questions: the trained count must not fall below the binomial floor of the warm start's
-    rate (knowledge_floor: one-sided 5%)."""
+    """Right in any format, step 0 vs the last step on the same 100 questions: the trained count
+    stays above the binomial floor of the warm start's rate."""
     run: Learned = request.getfixturevalue(f"learned_{algo}")
     # the same questions, paired by prompt: each validation dump lists them in its own order
     before, after = (sorted(answers(run, s), key=lambda r: r["input"]) for s in (0, STEPS))
@@ -201,9 +185,7 @@ def test_each_rollout_is_scored_against_its_own_prompt(algo: str, request: pytes
             expected = compute_score("openai/gsm8k", row["output"], row["gts"])["score"]
             assert row["score"] == expected, row
         right = sum(row["score"] for row in rows)
-        # Step 1 samples the warm start (about half right): something to learn from. By the last
-        # step a run may have learned every sum (a CI machine's PPO run: 128 of 128 right), so
-        # there only a score of 0 everywhere would say the pairing broke.
+        # by the last step a run may have learned every sum: there only all-0 breaks the pairing
         assert (0 < right < len(rows)) if step == 1 else right > 0, (step, right)
 
 
@@ -242,9 +224,7 @@ def traced_responses(run: Learned, step: int) -> tuple[list[list[int]], list[str
 def test_the_watchdogs_defaults_do_not_trip_on_a_healthy_run(
     algo: str, request: pytest.FixtureRequest
 ):
-    """verl_gsm8k/guard/rules.py with its default thresholds, every step's logged metrics and
-    traced responses replayed in order (check, then accept): no trip. Prints how close each
-    rule came, beside the extremes its docstring records."""
+    """The watchdog's default rules, replayed over every step's metrics and responses: no trip."""
     from verl_gsm8k.guard.rules import KL_KEYS, Watchdog, top_token_share
     from verl_gsm8k.guard.thresholds import Thresholds
 
@@ -270,10 +250,8 @@ def test_the_watchdogs_defaults_do_not_trip_on_a_healthy_run(
 
 
 def test_the_best_validation_step_is_kept_whole_between_saves(learned_grpo: Learned):
-    """KEEP_BEST=1 on the GRPO run (validation every 5 steps, a save every 10): the best step is
-    the first with the highest accuracy, and its checkpoint is on disk, whole, stamped by this
-    launch; the guard saves a best step between the recipe's saves itself (docs/reliability.md,
-    "The kept best"): step 5's, the first best, on every seed."""
+    """KEEP_BEST=1 on the GRPO run: the first step with the highest accuracy is on disk, whole and
+    stamped, though it falls between the recipe's saves (step 5, the first best, on every seed)."""
     from verl_gsm8k.common.run_dir import read_best, read_stamp
     from verl_gsm8k.resume.verify import problem
 
@@ -328,9 +306,8 @@ def test_plain_pytorch_policy_gradient_lifts_the_same_warm_start(
 
 
 def test_the_rise_needs_the_reward(learn_base: Path, learned_ppo: Learned):
-    """Control of the yardstick: the same plain update with the reward's sign flipped makes the
-    model worse, so the plain update's rise comes from the reward, not from any update at all
-    (a control of this loop only: verl's runs are not rerun with the sign flipped)."""
+    """Control of the yardstick: the plain update with the reward's sign flipped makes the model
+    worse, so the rise comes from the reward."""
     from reference_pg import Policy, load_problems, train
 
     train_set = load_problems(str(toy_dir(learn_base) / "rl" / "train.parquet"))

@@ -1,11 +1,8 @@
-"""verl's real PPO loop on this CPU, end to end: `bash recipes/smoke_tiny.sh` trains (vLLM CPU
-rollouts, our reward, reference, critic, GAE, FSDP2 updates, weight sync, checkpoint), then the
+"""verl's real PPO loop on this CPU, end to end: `bash recipes/smoke_tiny.sh` trains, then the
 report, the merge, the evaluation and a resume run on what it wrote.
 
-The launch sets nothing but a fresh HOME and run root (so the tiny model and the shipped GSM8K
-sample are built on first use, as for a new user) and a high actor learning rate (so training
-visibly moves the weights). One training run at a time: the tests of this module share it, in
-file order, and the resume test comes last because it extends the same run directory.
+A fresh HOME (the tiny model and GSM8K sample built on first use) and a high actor learning rate
+(training visibly moves the weights). The tests share one run in file order; the kill test is last.
 """
 
 from __future__ import annotations
@@ -228,8 +225,7 @@ def test_merge_carries_the_training(smoke: Smoke, merged: Path):
     trained = {name: tensor.to_local() for name, tensor in shard.items()}
     common = sorted(set(base) & set(weights) & set(trained))
     assert len(common) >= 20
-    # the merge holds the trained weights, at the merged dtype (bf16 rounding alone moves most of
-    # the base's tensors: compared at one dtype, a run that trained nothing fails)
+    # compared at the merged dtype: bf16 rounding alone moves most of the base's tensors
     unlike = [k for k in common if not torch.equal(trained[k].to(weights[k].dtype), weights[k])]
     assert unlike == [], f"{len(unlike)} of {len(common)} merged tensors are not the checkpoint's"
     moved = [k for k in common if not torch.equal(base[k].to(trained[k].dtype), trained[k])]
@@ -308,34 +304,13 @@ def test_an_emptied_tracker_resumes_from_the_newest_whole_step(smoke: Smoke, tmp
 
 
 def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
-    """Last: it extends the shared run directory (steps 1-2 of the smoke run, best = step 2).
+    """Last: it extends the smoke run to step 7, a time save every step, MAX_CKPT_TO_KEEP=2.
 
-    To step 7, a time save every step (SAVE_EVERY_MIN; SAVE_FREQ past the end),
-    MAX_CKPT_TO_KEEP=2, a reward that turns NaN when the test says so, each launch the same
-    command (RESUME=force: the reward is not that of the smoke run's checkpoints):
-    1. SIGKILL to the launcher alone (the OOM killer's choice, a `kill -9`) while the trainer is
-       held between step 5's actor shards and its critic's: mid-save, with steps 3 and 4 saved
-       whole before it; none of verl's processes held the run directory's lock, verl's driver
-       dies with the launcher, and the relaunch, started at once, stops whatever is left;
-    2. the tracked step's actor shard truncated and the step before it without data.pt; the
-       relaunch falls back past both to an older whole step; the same command started again
-       meanwhile refuses in one line; its actor worker, held right before it opens its first
-       checkpoint file, shows that verl's loads in a real worker go through the check
-       (verl_plugins/checked_load.py); every step to 5 is logged once (steps 3-5 trained again,
-       the half-saved step 5 written again), then, held before step 6's rollout, the reward
-       turns NaN: the watchdog stops step 6 unsaved, exit 4, marks checkpoint 5 (whose weights
-       produced step 6's rollout) sick and names 4, which merges.
-
-    That check refusing a shard swapped in after the launcher's scan is proven in verl's own
-    loaders by tests/test_checked_load.py; a launch of its own here, to the refusal, cost a verl
-    start-up, as would a third launch here for the NaN alone.
-
-    A SIGTERM to the launcher (the step in flight saved whole and stamped, exit 5, the job
-    requeued), and a SIGTERM to every process of a launch (vLLM's engine living through it, the
-    step in flight saved, exit 5, the relaunch resuming from it), are proven by
-    tests/test_slurm_nodes_cpu.py: Slurm's time limit signals the batch process that runs the
-    launcher, and a requeue signals every process of the job; an emptied tracker: the test
-    above.
+    1. SIGKILL to the launcher alone mid-save of step 5: the relaunch stops what is left;
+    2. the newest two whole steps damaged: the relaunch falls back past them, a second launch
+       refuses in one line, a real actor worker loads through the check; steps 3-5 retrained,
+       then a NaN reward: step 6 unsaved, exit 4, checkpoint 5 marked sick, 4 tracked and merged.
+    SIGTERM paths: tests/test_slurm_nodes_cpu.py.
     """
     import pause_points
     from killing import finish, logged_steps, newest_metrics, start, wait_until
@@ -357,15 +332,11 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     reward = tmp_path / "nan_reward.py"
     reward.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'rewards')!r})\n"
                       + NAN_REWARD.format(marker=str(marker)))  # fmt: skip
-    # every checkpoint a time save (SAVE_FREQ past the run's end, SAVE_EVERY_MIN at 0.06 s: one
-    # a step): the kill, the damage, pruning, the kept best and the resume all on time saves
+    # every checkpoint a time save (SAVE_FREQ past the run's end)
     env = dict(smoke.env, TOTAL_TRAINING_STEPS="7", SAVE_FREQ="100", SAVE_EVERY_MIN="0.001",
                TEST_FREQ="4", MAX_CKPT_TO_KEEP="2", STOP_GRACE_S="600",
                REWARD_FILE=str(reward), RESUME="force")  # fmt: skip
-    # val_before_train: a key that may change on a resume, saves time. The tiny random model's
-    # KL to its reference grows every step and reaches the ceiling (3 nats/token) around step 9,
-    # run by run (docs/measurements.md): a real rule that would trip or not beside the NaN; off
-    # here
+    # the tiny model's KL nears the ceiling by step 9: off, so only the NaN trips
     quick = ("trainer.val_before_train=False", "gsm8k_guard.watchdog.kl_ceiling=0")
     figures: list[str] = []
     limit = float(TRAIN_TIMEOUT_S)
@@ -411,9 +382,7 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     saved_by_time = r"time save: [0-9.]+ min since the last save \(SAVE_EVERY_MIN\): saving step 4"
     assert re.search(saved_by_time, r1.output()), r1.output()[-3000:]
 
-    # 2. damage the newest two whole checkpoints; the relaunch falls back past them and the
-    #    half-saved one; the same command started again meanwhile refuses in one line naming the
-    #    live launch, also after waiting LOCK_WAIT_S for it
+    # 2. damage the newest two whole checkpoints; a second launch meanwhile refuses
     newest = int(tracker.read_text())
     shard = run_dir / f"global_step_{newest}" / "actor" / "model_world_size_1_rank_0.pt"
     with open(shard, "r+b") as handle:
@@ -461,8 +430,7 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     # the NaN score stops the run; its NaN gradient (verl skips that update) is a warning beside
     trip, *warnings = read_trips(run_dir)
     assert [(w["rule"], w["action"]) for w in warnings] == [("skipped_update", "warn")], warnings
-    # step 6's scores are the rollout of step 5's weights: checkpoint 5 is marked sick (kept),
-    # the tracker names 4, the newest whose weights were seen healthy
+    # step 6's rollout came from step 5's weights: 5 is sick, 4 the newest healthy
     assert (trip["step"], trip["action"], trip["weights"]) == (6, "stop", "rollout"), trip
     assert (trip["last_healthy_checkpoint"], trip["sick_checkpoint"]) == (4, 5), trip
     assert f"recipe: {trip['message']} (WATCHDOG=stop: step 6 was not saved" in out2
