@@ -15,16 +15,8 @@ import pytest
 from helpers import prepare, prepare_sft, require_shared, write_synthetic_gsm8k
 from learn_runs import Learned, learn
 
-# `make test` runs the suite on two pytest-xdist workers (--dist loadgroup). The files that start
-# Ray, train, or share a training run through a session or module fixture form two chains, each
-# one xdist group run by one worker in file order, one run at a time within the chain (a session
-# fixture is per worker, so a chain holds every file that reads its runs):
-# - "learning": the learning runs of learn_tiny.sh (tests/learn_runs.py) and what reads them;
-# - "training": the smoke run, its kills and relaunches, the other recipes' runs, Ray clusters,
-#   the smoke run as a Slurm job on two nodes (test_slurm_nodes_cpu.py).
-# The two chains run side by side, one on each worker (loadgroup sends the largest scopes out
-# first), and the other tests fill in as a chain ends. Two runs at once on one machine each start
-# their own Ray (configs/device/cpu.yaml: address local; a run on a cluster is given its address).
+# Files that train or share a run form two xdist groups, each run by one worker in file order
+# (a session fixture is per worker, so a group holds every file that reads its runs).
 SERIAL_GROUPS = {
     "learning": {
         "test_checkpoint_sweep_cpu.py",
@@ -54,8 +46,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
-    """A worker whose training tests lost their group would make the training runs again beside
-    the other worker's: refuse to run instead (the controller sees each worker's node ids)."""
+    """Refuse to run if a worker's training tests lost their group (it would train them again)."""
     lost = [i for i in ids if Path(i.split("::")[0]).name in SERIAL_FILES and "@" not in i]
     if lost and node.config.getvalue("dist") == "loadgroup":
         message = (
@@ -67,8 +58,7 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
         pytest.exit(message, returncode=3)
 
 
-# Seconds of setup, call and teardown, by test file: where the suite's time goes (docs/testing.md);
-# under xdist, summed over both workers.
+# Seconds by test file, summed over the xdist workers.
 _FILE_SECONDS: defaultdict[str, float] = defaultdict(float)
 
 
@@ -92,8 +82,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                 f"{seconds:8.0f} s {100 * seconds / total:5.1f} %  {name}{tag}"
             )
     terminalreporter.write_line(f"{total:8.0f} s         all test files")
-    # Each chain runs on one worker, one test after another: the longer one is the critical path
-    # of `make test`, and the wall time cannot fall below it (docs/testing.md, "The budget rule").
+    # the longer chain is the critical path of `make test`
     wall = time.monotonic() - _SESSION_START
     for group in SERIAL_GROUPS:
         chain = sum(s for n, s in _FILE_SECONDS.items() if SERIAL_FILES.get(Path(n).name) == group)
@@ -105,9 +94,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-# One compute thread per process, in the workers and every process they start: the two workers
-# and their children share 2 cores, and torch's default of a thread per core in each made them
-# wait on each other (the CPU runs set the same: the launcher, docs/measurements.md "CPU and GPU").
+# One compute thread per process: the workers and their children share the cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
@@ -159,18 +146,15 @@ def learned_ppo(learn_base: Path) -> Learned:
 
 @pytest.fixture(scope="session")
 def learned_grpo(learn_base: Path, learned_ppo: Learned) -> Learned:
-    """ALGO=grpo, after PPO: one training run at a time, the warm start cached. KEEP_BEST=1 (the
-    recipe keeps only steps 10 and 20 for the PPO run's checkpoint sweep): the best validation
-    step's checkpoint is saved by the guard, also between save steps."""
+    """ALGO=grpo, after PPO (the warm start cached), KEEP_BEST=1."""
     return learn(learn_base, "grpo", KEEP_BEST="1")
 
 
 @pytest.fixture(scope="session")
 def real_checkpoints(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """<base>/ws1 and <base>/ws2: PPO runs whose actor and critic trained one AdamW step (a
-    cosine schedule, each rank's RNG its own) at world size 1 and 2 and were saved as step 1 by
-    verl's FSDP checkpoint manager (tests/test_reshard.py's helper); beside them saved.json and
-    saved.<role>.pt (the weights and moments saved, the next steps). Copy before changing."""
+    """<base>/ws1 and <base>/ws2: one AdamW step of actor and critic at world size 1 and 2, saved
+    as step 1 by verl's FSDP checkpoint manager, with saved.json and saved.<role>.pt beside them
+    (tests/test_reshard.py). Copy before changing."""
     from test_reshard import ranks
 
     base = tmp_path_factory.mktemp("real")
@@ -181,8 +165,8 @@ def real_checkpoints(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture(scope="session")
 def whole_checkpoints(real_checkpoints: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run directory with ws2's checkpoint as steps 2 and 4 (the tracker naming 4), each with
-    the data.pt verl's trainer writes (a StatefulDataLoader's state). Copy before changing."""
+    """ws2's checkpoint as steps 2 and 4 (tracker: 4), each with verl's data.pt. Copy before
+    changing."""
     import shutil
 
     import torch

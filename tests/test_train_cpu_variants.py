@@ -1,18 +1,9 @@
 """PPO with a LoRA actor trains on the CPU (DEVICE=cpu, the tiny model, the shipped sample) on
-verl's legacy trainer, guarded and traced as the v1 recipes are (verl_gsm8k/ppo_trainer/legacy.py):
-a NaN reward stops the run before its step is saved, every step is traced, and the kept best
-merges with the adapter exactly (W + B·A·alpha/r, computed here independently of the merge).
+verl's legacy trainer, guarded and traced as the v1 recipes are: a NaN reward stops the run before
+its step is saved, every step is traced, and the kept best merges with the adapter exactly.
 
-One launch. The legacy trainer's stop request and resume are its own few lines, proven by
-tests/test_guard_trainer.py on our legacy trainer class with verl's loop stood in for (the wrapped
-dataloader ends the loop and saves the step trained; `_load_checkpoint` begins the guard at the
-loaded step), not by a launch of it; that a launch's processes
-live through a SIGTERM to every one of them and save the step in flight is the launcher's and the
-workers' doing, the same for both trainers, proven for real by tests/test_slurm_nodes_cpu.py's
-requeue; a second launch here for those would cost a verl start-up.
-GRPO's training on the CPU (no critic, KL as a loss) is proven on the learning run of
-tests/learn_runs.py (test_learn_cpu.py), which composes the same config
-(configs/gsm8k_grpo.yaml)."""
+One launch: the legacy trainer's stop and resume are proven by tests/test_guard_trainer.py, a
+SIGTERM to every process by tests/test_slurm_nodes_cpu.py, GRPO by tests/test_learn_cpu.py."""
 
 from __future__ import annotations
 
@@ -28,10 +19,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def test_ppo_lora_is_guarded_traced_and_its_best_merge_carries_the_adapter(tmp_path: Path):
-    """3 steps, a save and a validation each step; held before step 3's rollout, where the reward
-    turns NaN: the watchdog stops step 3 unsaved, exit 4, marks checkpoint 2 (whose weights
-    produced step 3's rollout) sick, the tracker names 1; every step traced (the sick one too);
-    ``merge --best`` merges the kept best (step 1: the tiny model's accuracy stays 0, so the first
+    """3 steps; step 3's reward turns NaN: step 3 unsaved, exit 4, checkpoint 2 sick, the tracker
+    names 1; every step traced; ``merge --best`` merges step 1 (accuracy stays 0, so the first
     validated step stays the best)."""
     import pause_points
     import torch
