@@ -1,20 +1,6 @@
-"""Every command of a ```bash block in README.md, recipes/README.md and docs/ runs as written
-(checked on the CPU, nothing trained or downloaded):
-
-- `python -m <module>`, `bash scripts/<x>`: run with `--help`, argparse made to parse the whole
-  line first (positionals, choices, types, required flags); each `--flag` in that help;
-- `bash recipes/<r>.sh`, `sbatch ... slurm/<f> recipes/<r>.sh`: the files exist, each `NAME=v` is
-  a knob (or in OTHER_VARIABLES) that the launcher's plan.problems accepts, alone and together
-  with the recipe's own, each `key=value` a key of the recipe's composed config;
-- `make <target>`: a Makefile target; other tools are in EXTERNAL.
-
-Inline `command` spans (wrapped ones joined): their flags named in their module's --help, the
-required ones given, a choice's value one of its choices; a span word starting with a repository
-folder names a path that exists. A line marked `<!-- unchecked: why -->` is skipped.
-
-Not checked: what a command checks only after parsing (`eval.sh --modes`, paths, a run's files);
-placeholders (`RUN_DIR`, `<x>`, `...`); an inline span's positionals and value types, a script
-named bare (`merge.sh RUN_DIR`); what a recipe's dry run shows (tests/test_recipes.py).
+"""Every command of a ```bash block in README.md, recipes/README.md and docs/ parses as written
+(`--help` after argparse parsed the whole line; a recipe's knobs and config keys; make targets),
+and inline `command` spans name real flags and paths. `<!-- unchecked: why -->` skips a line.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The CPU smoke run as a real two-node Slurm job of `slurm/multi_node.sbatch` (two slurmds on
 this machine: tests/slurm_local.py), one job, two starts, one verl launch each:
 
-1. a preemption: `scontrol requeuehold` during step 1 sends SIGTERM to every process of the job;
-   Ray, its workers and vLLM live through it, both FSDP ranks save the step, the launcher exits 5,
-   Ray is stopped on the nodes (`reap stop --slurm-ray`), the job leaves COMPLETING before
-   KillWait;
-2. a node lost: the job shrunk to one node and released reshards step 1 for one rank;
-3. the time limit: cut to within the sbatch's signal lead, Slurm signals the batch process, the
-   step in flight is saved and the launcher requeues its job.
-
-Every step logged once across the starts (wandb offline beside, a dead wandb service one line).
-The sbatch files' control flow under a fake srun: tests/test_slurm_scripts.py.
+1. a preemption (`scontrol requeuehold` in step 1, SIGTERM to every process): both FSDP ranks
+   save the step, exit 5, Ray stopped on the nodes, the job leaves COMPLETING before KillWait;
+2. a node lost: the job shrunk to one node reshards step 1 for one rank;
+3. the time limit: Slurm signals the batch process, the step in flight is saved, the job requeued.
 """
 
 from __future__ import annotations
