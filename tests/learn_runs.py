@@ -1,10 +1,6 @@
 """The learning runs the slow tests share: `bash recipes/learn_tiny.sh` (PPO, then GRPO) on this
-CPU, as a new user runs it: no setting but a fresh HOME and run root (and KEEP_BEST=1 for GRPO).
-The first launch builds the tiny model, the toy task and the warm start; the second reuses the
-cached warm start. The session fixtures ``learned_ppo`` and ``learned_grpo`` (tests/conftest.py)
-make each run once per session:
-the learning proof (test_learn_cpu.py), the trace's numbers against verl's (test_trace_cpu.py) and
-the checkpoint sweep read the same two runs.
+CPU in a fresh HOME and run root, made once per session by the fixtures ``learned_ppo`` and
+``learned_grpo`` (tests/conftest.py).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """A minimal policy-gradient update in plain PyTorch: the yardstick for verl's learning runs.
 
-Independent of verl on purpose (Hugging Face ``generate`` for sampling, one loss line for the
-update), it answers "what does a correct update do to the same warm model on the same task?":
-sample ``n`` responses per prompt at temperature 1, score them with ``rewards/gsm8k.py``,
-subtract each prompt's mean reward and divide by its standard deviation (the group baseline of
-GRPO), and raise the log-probability of each response token by its advantage, averaged over
-response tokens (verl's ``token-mean``), with AdamW at a constant learning rate (verl's default
-schedule) and gradient clipping at 1.0. If verl's run
-on the same model falls while this rises, the wiring is at fault; if both fall, the settings are.
+Independent of verl on purpose: GRPO's group baseline, token-mean loss, AdamW, clipping at 1.0.
+If verl's run on the same model falls while this rises, the wiring is at fault; if both fall, the
+settings are.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """A real Slurm for the tests: munged, slurmctld and one slurmd per node name (n1, n2, ... on this
-one machine, each on its own port, claiming the CPUs it is given: SlurmdParameters=
-config_overrides), all from a slurm.conf in a temporary folder, found by the clients through
-SLURM_CONF (docs/measurements.md). CI installs Debian's slurm-wlm and munge;
-without them the test skips (a failure under CI=true)."""
+one machine, each on its own port), from a slurm.conf in a temporary folder (SLURM_CONF).
+Without Debian's slurm-wlm and munge the test skips (a failure under CI=true)."""
 
 from __future__ import annotations
 
@@ -117,11 +115,9 @@ def write_conf(folder: Path, nodes: tuple[str, ...], cpus: int, socket_path: Pat
         "JobCompType=jobcomp/none", "MpiDefault=none", "SwitchType=switch/none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
         "SchedulerType=sched/backfill", "ReturnToService=2", "JobRequeue=1",
-        # the main scheduler's pass over the queue each second (60 s by default): a requeued and
-        # released job starts once its BeginTime (cred_expire) passed, not up to a minute later
+        # a released job starts once its BeginTime passed, not up to a minute later
         "SchedulerParameters=sched_interval=1",
-        # SIGTERM to SIGKILL at a requeue or scancel (Slurm's default: 30 s): a CPU step and its
-        # save under the suite's load, as a cluster's must cover a GPU step (docs/slurm.md)
+        # SIGTERM to SIGKILL (default 30 s): long enough for a CPU step and its save under load
         "KillWait=120", "MinJobAge=600", f"StateSaveLocation={folder / 'state'}",
         f"SlurmdSpoolDir={folder / 'spool' / '%n'}", f"SlurmctldPidFile={folder / 'ctld.pid'}",
         f"SlurmdPidFile={folder / 'slurmd-%n.pid'}", f"SlurmctldLogFile={folder / 'slurmctld.log'}",

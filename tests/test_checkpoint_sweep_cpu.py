@@ -1,9 +1,7 @@
 """Every checkpoint of a real learning run on the same fixed set: `scripts/eval.sh --run` on a
-copy of the PPO learning run (tests/learn_runs.py) that keeps its last checkpoint, step 20 (the
-recipe's step 10 left out: one merge and one evaluation less), evaluates the starting model and
-each kept checkpoint at the run's own response limit, writes accuracy by step, resumes without
-evaluating a step twice, and the run's report draws that curve beside verl's validation.
-No training run of its own."""
+copy of the PPO learning run (its last checkpoint only) evaluates the starting model and each kept
+checkpoint, writes accuracy by step, resumes without evaluating a step twice, and the report
+draws that curve beside verl's validation."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The questions page on the real learning runs (session fixtures learned_ppo and learned_grpo:
-recipes/learn_tiny.sh, no run of their own): the run report links it, it has one column per
-validation step, and its first and last columns agree with verl's own validation accuracy of
-those steps; the comparison of the two runs links it; the checkpoint sweep's EvalScope reviews
-give one column per step. The page in Chromium: tests/test_questions.py."""
+"""The questions page on the real learning runs: linked from the report and the comparison, one
+column per validation step (and per swept checkpoint), its first and last columns agreeing with
+verl's validation accuracy."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """verl's real SFT loop on this CPU, end to end: `DEVICE=cpu bash recipes/sft_qwen2.5-0.5b_gsm8k.sh`
-trains the tiny model (torchrun, FSDP2, fp32, verl's cpu platform) on data_prep.sft's transcripts
-of synthetic GSM8K problems; a SIGTERM to every process of the launch while step 4 trains (Slurm's
-requeue, a preemption) saves step 4 and exits 5, and the same command resumes to the end; then
-`scripts/merge.sh` turns the run directory into a Hugging Face model that moved away from the
-start, and the PPO preflight accepts it as MODEL_PATH. One training process per launch, about two
-minutes for both on 2 cores.
+trains the tiny model on synthetic transcripts; a SIGTERM to every process while step 4 trains
+saves step 4 and exits 5, the same command resumes to the end; the merged model moved away from
+the start and the PPO preflight accepts it as MODEL_PATH.
 """
 
 from __future__ import annotations

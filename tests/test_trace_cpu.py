@@ -1,8 +1,6 @@
-"""The per-token trace of the real learning runs (tests/learn_runs.py: learn_tiny.sh, PPO and
-GRPO, recorded by default) holds the run's own numbers: recomputed from the traced inputs with the
-run's settings, verl's advantages, returns and KL come out again; the traced tokens are the
-responses verl dumped, and their scores are rewards/gsm8k.py's; the replay page of the real runs
-shows the loop in Chromium. No run of its own: the learning tests' runs are reused.
+"""The per-token trace of the real learning runs holds the run's own numbers: verl's advantages,
+returns and KL recomputed from the traced inputs, the tokens verl dumped, rewards/gsm8k.py's
+scores; the replay page shows the loop in Chromium.
 """
 
 from __future__ import annotations
