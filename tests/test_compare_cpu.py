@@ -17,9 +17,7 @@ from learn_runs import Learned
 
 from verl_gsm8k.compare.config import CRITIC_IN_USE, NAMED
 
-# The first test of the learning chain to read the GRPO run makes it (session fixture
-# learned_grpo, about 330 s here): the limit covers that run on a machine several times slower,
-# as the other files of the chain do (a fresh clone on a slow afternoon ran past 600 s).
+# The first reader of the GRPO run makes it: the limit covers that run on a slow machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 VAL = "val-core/openai/gsm8k/acc/mean@1"
 

@@ -72,8 +72,7 @@ def test_knobs_reward_and_data_prep(gpu_python: Path, tmp_path: Path):
     assert reward.stdout.strip() == "1.0", reward.stderr
 
 
-# Each recipe on one simulated card, both cards covered: the LoRA recipe and the smoke test on the
-# 24 GB card they are sized for, the full-weight PPO and GRPO recipes on the 80 GB one.
+# Each recipe on the simulated card it is sized for.
 CARD_OF = {
     "ppo_qwen2.5-0.5b_gsm8k": "80GB",
     "grpo_qwen2.5-0.5b_gsm8k": "80GB",

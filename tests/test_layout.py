@@ -18,10 +18,8 @@ REPO = ROOT.parent
 MAX_PACKAGE_LINES = 3000
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80  # from its def line to its last line: one job a reader can hold
-# Functions allowed over MAX_FUNCTION_LINES, as "path/under/verl_gsm8k.py:function": {reason}.
-# Empty: every longer function was split along its seams (runpage's build_plots, render_html
-# and summarize; evaluate's build_parser and evaluate_one; merge's merge). A function added here
-# says why it is one job that cannot be cut.
+# Functions allowed over MAX_FUNCTION_LINES, "path/under/verl_gsm8k.py:function": {why it is one
+# job that cannot be cut}.
 LONG_FUNCTIONS: dict[str, str] = {}
 
 

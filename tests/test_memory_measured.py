@@ -12,8 +12,7 @@ from helpers import QWEN25_05B, ROOT
 from verl_gsm8k.preflight import memory as mem
 from verl_gsm8k.preflight.compose import compose
 
-# About 50 s alone on 2 cores (MemTracker updates every module's peak at every op, and verl's
-# logprobs_from_logits_v2 loops over tokens): a module fixture, both tests on one xdist worker.
+# Slow (MemTracker hooks every op): a module fixture, both tests on one xdist worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("memory_measured")]
 
 BATCH, SEQ = 3, 512  # 1536 tokens: the update's logits peak above its end-of-backward peaks

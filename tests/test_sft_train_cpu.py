@@ -146,8 +146,7 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
     moved = [k for k in common if not torch.equal(base[k].to(merged[k].dtype), merged[k])]
     assert len(moved) >= len(common) // 2, f"only {len(moved)} of {len(common)} tensors moved"
 
-    # the PPO recipes take it as MODEL_PATH: their preflight passes on it (in-process, with the
-    # module the launcher exports for the recipes' trainer)
+    # the PPO recipes' preflight passes on it as MODEL_PATH
     ppo_env = recipe_env(target, prepared_gsm8k_dir, tmp_path / "ppo-runs", TRACE_SAMPLES="0")
     overrides = recipe_overrides("gsm8k_ppo", ppo_env)
     with pytest.MonkeyPatch.context() as patch:
