@@ -1,9 +1,7 @@
-"""Hold a process at a named moment, so that a test's kill or signal lands there and nowhere
-else (mid-save, before a rollout) instead of racing a timer. The product has no hook for it:
-importing this module wraps the product's function at each seam. GSM8K_PAUSE_AT=point[,point]:
-at a point the process writes its pid to GSM8K_PAUSE_FILE (whole: a temporary file, renamed)
-and waits until it is killed or the file is deleted; then the point never holds again. verl's
-processes import the module themselves (``env``: VERL_USE_EXTERNAL_MODULES and PYTHONPATH).
+"""Hold a process at a named moment, so that a test's kill or signal lands there instead of racing a
+timer; importing this module wraps the product's function at each seam. GSM8K_PAUSE_AT=point[,...]:
+at a point the process writes its pid to GSM8K_PAUSE_FILE and waits until it is killed or the file
+is deleted (once per point). verl's processes import it via ``env``.
 
     save:<step>:after_<role>  the PPO trainer, between the actor's shards and the critic's
     rollout:<step>            the PPO trainer, before the step's rollout (v1 and legacy)

@@ -1,19 +1,8 @@
 """Comments and docstrings a reader can follow: no issue numbers, dates or one machine's paths.
 
-A comment says what the code does and why; evidence (a measurement, its machine and date) lives in
-a section of docs/ and the comment names that section. So no comment or docstring in the Python
-trees below carries:
-
-* an issue number (the word "issue" and a number, or "#" and a number): the reader has no
-  tracker to open (an upstream project's issue is cited by its full URL, which a reader can open);
-* a date (year-month-day, or a month's name and a day): when something was measured belongs with
-  the measurement, in docs/;
-* a path of one machine (under /work, /root or a user's /home, a benchmark's folder in /tmp), nor
-  "this" followed by "session": nobody else has them.
-
-Comments are read with tokenize, docstrings (module, class, function) with ast; other string
-literals are data (a test may plant a date in a file) and are not read. A failure names the file,
-the line and the text.
+Evidence (a measurement, its machine and date) lives in docs/. No comment or docstring carries an
+issue number (an upstream issue is cited by its URL), a date, or one machine's path. Other string
+literals are data and are not read.
 """
 
 from __future__ import annotations
