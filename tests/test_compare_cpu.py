@@ -1,7 +1,5 @@
-"""The run comparison on the real learning runs (tests/learn_runs.py: learn_tiny.sh PPO and GRPO,
-no run of their own): `python -m verl_gsm8k.report RUN_A RUN_B` draws both runs' curves in
-Chromium, and its config diff names what differed (the estimator, the KL's place, the critic)
-and no key the two share."""
+"""`python -m verl_gsm8k.report RUN_A RUN_B` on the real PPO and GRPO learning runs draws both
+runs' curves in Chromium, and its config diff names what differed and no key the two share."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Every measured figure has one home, and the links, cited tests and knob defaults are true.
 
-A measured figure lives in the doc that measured it: the link-only files (LINK_ONLY) hold none
-(but the settings in NOT_MEASURED), a distinctive figure (``1938 s``, ``4.6 GB``) is in one doc
-of docs/ only, a test count (``878 passed``) in docs/testing.md only.
+Link-only files (LINK_ONLY) hold no figure but settings; a distinctive figure is in one doc of
+docs/ only, a test count in docs/testing.md only.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The package layout: LAYERS in verl_gsm8k/__init__.py is the import order, and it is true.
 
-Every import between our packages is read from the source (absolute, relative, inside functions,
-and a module named to importlib.import_module, directly or by a module-level constant), so a new
-upward import fails here, naming the file and line, before it becomes a cycle.
+Every import between our packages (also inside functions and via importlib.import_module) is
+read from the source, so a new upward import fails here, naming the file and line.
 """
 
 from __future__ import annotations

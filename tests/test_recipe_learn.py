@@ -59,8 +59,7 @@ def test_the_products_task_hands_its_products_to_the_calculator_and_knobs_win(
 ):
     """TOY_TASK=products: its own cache, rows for verl's tool agent loop, the calculator's launch
     (tool config, longer prompts and responses, 10 steps); the knobs and the user's key=value win
-    over the hooks' settings. The model is its tiny one (--tool-tokens): with the default
-    tokenizer the prompts would not fit in 256 tokens, and the preflight says so."""
+    over the hooks' settings. The tiny model uses --tool-tokens: the prompts would not fit else."""
     import pyarrow.parquet as pq
 
     from verl_gsm8k.common.tiny_model import make_tiny_model

@@ -43,10 +43,8 @@ def launch(run: Path, ppo: bool, grace: int, verl: str) -> subprocess.Popen:
 
 
 def test_verls_status_survives_a_sigterm_to_every_process_at_once(tmp_path: Path):
-    """SFT's torchrun, stood in for: SIGTERM blocked, so the signal to every process at once
-    leaves it running; it sees the stop request and exits 5 (a status of its own): the
-    launch's status is 5 every time (bash's `wait` once lost it, 255 in 6 of 40 tries);
-    with SIGTERM not blocked the stand-in would die of it (143)."""
+    """SFT's torchrun stood in for, SIGTERM blocked: it sees the stop request and exits 5,
+    and the launch's status is 5 every time (unblocked, the stand-in would die of it: 143)."""
     stop = tmp_path / "stop_requested"
     verl = f"while [[ ! -e {stop} ]]; do sleep 0.05; done; exit 5"
     seen = []

@@ -286,10 +286,9 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 
 
 def test_an_emptied_tracker_resumes_from_the_newest_whole_step(smoke: Smoke, tmp_path: Path):
-    """verl writes its tracker with open("w") then write(): a kill between the two leaves it
-    empty, and verl would then train from scratch. The launch's resume check (resume/verify.py),
-    on a copy of the smoke run's real checkpoints with the tracker emptied: it says so in one line,
-    resumes from the newest whole step and points the tracker at it."""
+    """A kill between verl's open("w") and write() of its tracker leaves it empty (verl would
+    train from scratch): the resume check says so in one line, resumes from the newest whole step
+    and points the tracker at it."""
     from verl_gsm8k.common.run_dir import TRACKER, saved_steps, tracked_step
     from verl_gsm8k.resume.verify import resume_point
 

@@ -1,7 +1,6 @@
 """vLLM's processes of a launch live through a SIGTERM from outside it and still end on their
-parent's (verl_gsm8k/verl_plugins/vllm_sigterm.py): real signals to a child started as vLLM starts
-its engine (the plugin in its main thread, then a handler of its own, as vllm/v1/engine/core.py
-does). Inside a real launch: tests/test_slurm_nodes_cpu.py's requeue."""
+parent's (verl_plugins/vllm_sigterm.py): real signals to a child started as vLLM starts its
+engine."""
 
 from __future__ import annotations
 
