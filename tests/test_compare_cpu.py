@@ -36,8 +36,7 @@ def test_ppo_and_grpo_learning_runs_side_by_side(
     assert rows["algorithm.adv_estimator"]["values"] == {ppo: "gae", grpo: "grpo"}
     assert rows[CRITIC_IN_USE]["values"] == {ppo: True, grpo: False}
     assert rows["algorithm.use_kl_in_reward"]["values"] == {ppo: True, grpo: False}
-    # the same recipe, the same toy data and settings: nothing of data or rollout differs; what
-    # follows the run's own name (its directories, verl's rollout trace) is a group of its own
+    # same recipe and data: nothing of data or rollout differs; the run's name is its own group
     groups = summary["config_diff"]["groups"]
     named = {r["key"] for r in groups[NAMED]}
     assert {"trainer.experiment_name", "trainer.default_local_dir"} <= named, named

@@ -56,8 +56,7 @@ CASES = {
         "critic.fsdp.param_offload=True", "critic.fsdp.optimizer_offload=True"]),
 }  # fmt: skip
 ROLES = {"gsm8k_ppo": ("actor", "reference", "critic"), "gsm8k_ppo_lora": ("actor", "critic")}
-# Each role's engine built as verl's workers build it (engine_workers.py: EngineRegistry.new,
-# initialize), on verl's CPU platform; what verl decided, as JSON.
+# Each role's engine built as verl's workers build it, on verl's CPU platform; its choices as JSON.
 BUILD_ENGINES = textwrap.dedent("""
     import json, sys
     from pathlib import Path

@@ -128,8 +128,7 @@ def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, gpu_dry_run):
     # guarded and traced, on verl's v1 trainer or (ReMax, LoRA) its legacy one: ppo_trainer/
     assert re.search(r"preflight: \[ok\] trace: \d+ responses per step", result.stdout)
     assert "preflight: [warn] guard" not in result.stdout
-    # the launch asked the GPUs once (common/gpus.py) for the plan, attention, preflight, record;
-    # a bare `nvidia-smi` is verl's own platform check (verl/plugin/platform/platform_cuda.py)
+    # the launch asked the GPUs once; a bare `nvidia-smi` is verl's own platform check
     calls = (made.runs_root.parent.parent / f"{recipe}.nvidia-smi-calls").read_text().splitlines()
     ours = [call for call in calls if call]
     assert ours == ["--query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits"]

@@ -79,8 +79,7 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
         del env[name]  # the recipe sets what verl needs on a CPU
     start = time.monotonic()
 
-    # the first launch, held before step 4 trains, gets SIGTERM on every process: the step in
-    # flight is saved, the launch exits 5 with nothing of it left
+    # held before step 4 trains, SIGTERM to every process of the first launch
     paused = tmp_path / "paused"
     held = pause_points.env(f"sft_step:{STOP_AT}", paused, env)
     first = killing.start(RECIPE, held, tmp_path / "first.log")
