@@ -1,6 +1,5 @@
 """The calculator tool, as verl's agent loop calls it: built by verl's tool registry from
-configs/tools/calculator.yaml, each call through ToolAgentLoop._call_tool (the loop's own parsing
-of the arguments, its unknown-tool and bad-JSON answers, then our execute)."""
+configs/tools/calculator.yaml, each call through ToolAgentLoop._call_tool."""
 
 from __future__ import annotations
 
@@ -110,9 +109,9 @@ def test_the_schema_we_render_is_the_one_verls_loop_dumps(loop) -> None:
 
 
 def test_the_evaluations_calculator_mode_answers_each_call_and_scores_the_last_answer(loop):
-    """verl_gsm8k/evaluate/tool_mode.py against an OpenAI server (a stub answering as vLLM's
-    Hermes parser does): each call answered in verl's loop's words, the reply sent back as a tool
-    message, the last answer scored by our reward; a question answered at once is no call."""
+    """The evaluation's tool mode against a stub OpenAI server: each call answered in verl's
+    loop's words and sent back as a tool message, the last answer scored by our reward; a
+    question answered at once makes no call."""
     from openai_stub import StubServer
 
     from verl_gsm8k.evaluate.settings import Settings
