@@ -1,10 +1,8 @@
 """GPU probe: the peak memory of each phase the preflight's memory model counts, on a
 Qwen2.5-shaped model with random weights, beside the preflight's own estimate (computed first).
 
-Each phase as verl runs it, bf16 autocast on fp32 weights, one process, no FSDP: old log-prob
-(padded; packed with the eager and the compiled entropy), reference, the actor's forward and
-backward, the AdamW step. "measured" is the allocator's peak above the phase's start; a case whose
-estimate exceeds the free memory is skipped, an out-of-memory recorded.
+Each phase as verl runs it (bf16 autocast, fp32 weights, one process, no FSDP); "measured" is
+the allocator's peak above the phase's start; a case over the free memory is skipped.
 
     python -m verl_gsm8k.bench.gpu_probe --out runs/gpu_probe          # 2-4 min on one H100
     python -m verl_gsm8k.bench.gpu_probe --models tiny --tokens 256 --seq 64 --device cpu --out D
