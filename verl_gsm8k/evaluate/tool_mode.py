@@ -1,7 +1,6 @@
 """The calculator mode: each test question in a chat with the calculator, as verl's tool_agent
-loop runs it in training (the tools block in the system turn, Hermes ``<tool_call>`` parsing, the
-tool's reply as a tool message), against an OpenAI API: vLLM serves the model with its Hermes
-tool parser. The last answer is scored by our reward; EvalScope's modes stay tool-free."""
+loop runs it (Hermes ``<tool_call>``), against vLLM's OpenAI API; the last answer scored by our
+reward. EvalScope's modes stay tool-free."""
 
 from __future__ import annotations
 

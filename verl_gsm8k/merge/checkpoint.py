@@ -1,8 +1,7 @@
-"""merge.sh's merge: the checkpoint found and checked (find.py), merged by verl's merger with the
-one loading policy (verl_merger.py), a LoRA adapter folded in (lora.py), proved (transformers loads
-it, the chat template renders, a forward pass is finite) and recorded (merge_manifest.json), in a
-hidden directory renamed into place last. The critic's architectures are rewritten (config_patch):
-verl saves it as a causal LM's."""
+"""merge.sh's merge: the checkpoint checked (find.py), merged by verl's merger (verl_merger.py),
+a LoRA adapter folded in (lora.py), proved (loads, template renders, a finite forward) and
+recorded (merge_manifest.json) in a hidden directory renamed into place last. The critic's
+architectures are rewritten (config_patch): verl saves it as a causal LM's."""
 
 from __future__ import annotations
 
