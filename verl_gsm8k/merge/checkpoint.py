@@ -68,8 +68,7 @@ def run_verl_merger(ckpt: find.Checkpoint, out_dir: Path, python: str) -> tuple[
 
 
 def _patch_critic_config(model_dir: Path) -> dict | None:
-    """config.json made to say what the weights are: <Arch>ForTokenClassification, one label
-    (the file verl's merger wrote from the checkpoint's, which merge/find.py read)."""
+    """config.json made to say what the weights are: <Arch>ForTokenClassification, one label."""
     path = model_dir / "config.json"
     config = json_read.read(path, max_bytes=1 << 20)
     before = list(config.get("architectures") or [])

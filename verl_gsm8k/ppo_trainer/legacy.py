@@ -157,8 +157,7 @@ class GuardedLegacyTrainer(GuardBase, RayPPOTrainer):
 
 
 def _keys(batch: DataProto) -> list[str]:
-    """v1's key of each response, ``{uid}_{n}_0``: the n-th to prompt ``uid`` (the trace picks
-    and names samples by them)."""
+    """v1's key of each response, ``{uid}_{n}_0`` (the trace names samples by them)."""
     seen: Counter[str] = Counter()
     keys = []
     for uid in batch.non_tensor_batch["uid"]:

@@ -115,8 +115,7 @@ def _write(path: Path, state: Any) -> None:
 
 
 def write_shards(role_dir: Path, new_world: int) -> int:
-    """``role_dir``'s checkpoint written for ``new_world`` ranks beside its own; the world size
-    it has. ReshardError names the first file that fails."""
+    """``role_dir`` written for ``new_world`` ranks beside its own; its old world size."""
     old_world = world_size_of(role_dir)
     if new_world < 1:
         raise ReshardError(f"world size {new_world}: not a number of ranks")

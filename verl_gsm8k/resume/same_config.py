@@ -86,8 +86,7 @@ def latest_checkpoint(run_dir: Path) -> int | None:
 
 
 def writer(run_dir: Path, step: int) -> dict[str, Any] | None:
-    """The record of the launch that saved ``step``; without a stamp or its record, the last
-    launch's; None when the run has no record."""
+    """The record of the launch that saved ``step``, else the last launch's, else None."""
     stamp = read_stamp(run_dir, step)
     if stamp is not None and launch_record_path(run_dir, stamp).is_file():
         return read_record(launch_record_path(run_dir, stamp))
@@ -110,8 +109,7 @@ def refusal(run_dir: Path, step: int | None, new: dict[str, Any], mode: str) -> 
 
 
 def set_aside(run_dir: Path, stamp: str) -> list[str]:
-    """RESUME=disable: the earlier run's checkpoints, tracker and best move to superseded-<stamp>/
-    (nothing deleted); the lines to say."""
+    """RESUME=disable: the earlier run moves to superseded-<stamp>/; the lines to say."""
     moved = [p for p in run_dir.glob(STEP_GLOB) if p.is_dir()] if run_dir.is_dir() else []
     moved += [path for path in (tracker_path(run_dir), best_path(run_dir)) if path.exists()]
     if not moved:

@@ -94,8 +94,8 @@ def _named(file: str) -> tuple[str, str]:
 
 
 def write_manifest(lock: Path, folder: Path, exclude: set[str] = frozenset()) -> tuple:
-    """MANIFEST.tsv of ``folder`` against ``lock``: (files, bytes, the entries with no file).
-    ``exclude`` (and what an earlier stack's manifest left out) get a row with no file."""
+    """MANIFEST.tsv of ``folder`` against ``lock``: (files, bytes, the entries with no file,
+    ``exclude``'s among them)."""
     locked = entries(lock.read_text())
     by_hash = {h: e for e in locked for h in e.hashes}
     left_out = excluded(folder) | {canonical(e.name): e.version for e in locked
