@@ -1,5 +1,5 @@
-"""The per-step health rules: is the step just trained sick, given the healthy steps before it?
-The watchdog runs them after each update, before the save; the report over every logged step."""
+"""The per-step health rules (is a step sick, given the healthy steps before it?), run by the
+watchdog before each save and by the report."""
 
 from __future__ import annotations
 
