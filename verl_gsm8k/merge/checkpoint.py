@@ -41,8 +41,7 @@ def run_verl_merger(ckpt: find.Checkpoint, out_dir: Path, python: str) -> tuple[
     print(f"{PROG}: {' '.join(cmd)}", flush=True)
     start = time.perf_counter()
     with tempfile.TemporaryFile() as log:
-        # its own process group, stopped with its children on a failure or a signal here, and
-        # killed with this process where nothing here runs (SIGKILL)
+        # its own process group, stopped with its children here, killed with this process
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=dies_with_this_process())  # noqa: PLW1509  # fmt: skip
         try:  # the proof's imports (torch too) beside the merger's own

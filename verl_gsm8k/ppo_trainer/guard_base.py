@@ -112,7 +112,7 @@ class GuardBase:
         best = self.best_metric if self.keep_best else "off"
         say(f"watchdog {self.guard_mode}, keep best {best}, checkpoints {self.run_dir}")
 
-    # ---- the loop ------------------------------------------------------------------------
+    # ---- the loop
     def _begin(self, resumed_step: int) -> None:
         """The loop is about to train step ``resumed_step + 1`` (0: a fresh run)."""
         if resumed_step > 0:
@@ -186,7 +186,7 @@ class GuardBase:
         if "wandb" in backends:
             backends["wandb"] = _Wandb(backends["wandb"])
 
-    # ---- the watchdog --------------------------------------------------------------------
+    # ---- the watchdog
     def _judge(
         self,
         step: int,
@@ -243,7 +243,7 @@ class GuardBase:
             drop_best(self.run_dir)
             say(f"the kept best was step {best['step']}, judged sick: no best checkpoint kept")
 
-    # ---- saving --------------------------------------------------------------------------
+    # ---- saving
     def _save_checkpoint(self, step: int | None = None) -> None:
         """Save as ``step`` (default global_steps) in verl's order (v1 trainer_base.py ~948-1029,
         legacy ray_trainer.py ~983-1050), with the tracker and data.pt atomic, the launch's stamp,
@@ -282,7 +282,7 @@ class GuardBase:
         remote = None if hdfs is None else os.path.join(hdfs, step_name(step), role)
         group.save_checkpoint(str(folder / role), remote, step, max_ckpt_to_keep=None)
 
-    # ---- the best checkpoint -------------------------------------------------------------
+    # ---- the best checkpoint
     def _validate(self, *args: Any, **kwargs: Any) -> dict:
         """verl's validation, then KEEP_BEST: a new best is saved and recorded."""
         started = time.time()

@@ -25,8 +25,8 @@ from verl_gsm8k.common.run_dir import (
 
 MODES = ("auto", "force", "disable")
 
-# The keys that may change on a resume (fnmatch over dotted keys; "X.*" matches X too), grouped
-# as docs/reliability.md says why. The same list serves main_ppo's config and the SFT trainer's.
+# The keys that may change on a resume (fnmatch over dotted keys; "X.*" matches X too), PPO and
+# SFT alike; why: docs/reliability.md.
 ALLOWED = (
     "trainer.total_epochs", "trainer.total_training_steps",
     "trainer.save_freq", "trainer.max_*ckpt_to_keep", "trainer.resume_mode",
@@ -46,8 +46,7 @@ ALLOWED = (
     "actor_rollout_ref.rollout.prometheus.*",
     "ray_kwargs.*", "trainer.v1.trainer_mode", "gsm8k_trace.*", "gsm8k_guard.*",
 )  # fmt: skip
-# A PPO checkpoint is resharded for another world size before verl starts (verl_gsm8k/reshard/:
-# verl's FSDPCheckpointManager opens only the shards of its own); an SFT one is not.
+# A PPO checkpoint is resharded for another world size before verl starts; an SFT one is not.
 RESHARDED = ("trainer.nnodes", "trainer.n_gpus_per_node", "actor_rollout_ref.rollout.nnodes",
              "actor_rollout_ref.rollout.n_gpus_per_node")  # fmt: skip
 

@@ -21,8 +21,7 @@ def _wait_for_sigterm(launch: str, title: str) -> None:
     while True:
         sender = signal.sigwaitinfo({signal.SIGTERM}).si_pid
         if sender in (os.getpid(), os.getppid()) or launch_of(sender) == launch:
-            # as if never blocked: unblocked for this thread alone, the interpreter runs the
-            # Python handler in the main thread (SIG_DFL ends the process)
+            # as if never blocked: the interpreter runs the handler in the main thread
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             try:
                 signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
