@@ -66,7 +66,7 @@ def solve(url: str, model: str, question: str, tools: list[dict], s: Settings) -
 
 
 def evaluate(url: str | None, model: str, rows: list[dict], s: Settings) -> dict[str, Any]:
-    """Accuracy by our reward over ``rows`` with the calculator, its calls, each question's chat."""
+    """Accuracy over ``rows`` with the calculator, its calls, each question's chat."""
     from data_prep.gsm8k import ground_truth
     from rewards.gsm8k import compute_score
     from verl_gsm8k.tools import config_path, schemas

@@ -109,7 +109,7 @@ def top_token_share(ids: Sequence[int]) -> float:
 
 
 class Watchdog:
-    """The rules over one run: ``check`` a step, ``accept`` it into the history if it goes on."""
+    """The rules over one run: ``check`` a step, ``accept`` it if the run goes on."""
 
     def __init__(self, thresholds: Thresholds, history: Sequence[Mapping[str, Any]] = (),
                  response_limit: int | None = None) -> None:  # fmt: skip

@@ -83,7 +83,7 @@ def _patch_critic_config(model_dir: Path) -> dict | None:
 
 
 def verify_model(model_dir: Path, role: str) -> dict:
-    """Load the merged model and tokenizer, render the chat template, run one forward pass."""
+    """Load the model and tokenizer, render the chat template, run one forward pass."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 

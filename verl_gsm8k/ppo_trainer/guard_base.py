@@ -65,7 +65,7 @@ def guard_settings(config: DictConfig) -> dict[str, Any]:
 
 
 def logged_history(run_dir: Path, before: int) -> list[dict[str, float]]:
-    """Steps 1..before-1's training metrics as logged (a step logged twice: the last launch's)."""
+    """Steps 1..before-1's training metrics as logged (the last launch's wins)."""
     rows = logged_rows(run_dir)
     return [rows[step] for step in trained_steps(rows) if 0 < step < before]
 

@@ -60,7 +60,7 @@ def run_settings(config: DictConfig) -> dict[str, Any]:
 
 
 class Tracer:
-    """One launch's trace: its settings and writer; each step's lines built by the trainer."""
+    """One launch's trace: its settings and writer."""
 
     def __init__(self, config: DictConfig, decode: Callable[[int], str]) -> None:
         block = config.get("gsm8k_trace") or {}
