@@ -133,8 +133,7 @@ def _is_jsonl(path: Path) -> bool:
 
 
 def count_val_problems(run: Path) -> tuple[int, str] | None:
-    """Distinct prompts of the larger of the two newest validation dumps (one may be half
-    written), and that dump."""
+    """Distinct prompts of the larger of the two newest validation dumps, and that dump."""
     best = None
     for path in reversed(list(rd.dump_files(run, rd.VALIDATION_DIR).values())[-2:]):
         try:

@@ -1,10 +1,8 @@
 """GPU probe: the peak memory of each phase the preflight's memory model counts, on a
 Qwen2.5-shaped model with random weights, beside the preflight's own estimate (computed first).
 
-Each phase as verl runs it, bf16 autocast on fp32 weights, one process, no FSDP: old log-prob
-(padded; packed with the eager and the compiled entropy), reference, the actor's forward and
-backward, the AdamW step. "measured" is the allocator's peak above the phase's start; a case whose
-estimate exceeds the free memory is skipped, an out-of-memory recorded.
+Each phase as verl runs it (bf16 autocast, fp32 weights, one process, no FSDP); "measured" is
+the allocator's peak above the phase's start; a case over the free memory is skipped.
 
     python -m verl_gsm8k.bench.gpu_probe --out runs/gpu_probe          # 2-4 min on one H100
     python -m verl_gsm8k.bench.gpu_probe --models tiny --tokens 256 --seq 64 --device cpu --out D
@@ -32,8 +30,7 @@ from verl_gsm8k.common.tiny_model import tiny_config
 from verl_gsm8k.preflight import memory as mem
 from verl_gsm8k.preflight.model import count_parameters
 
-# The recipes' micro-batch token budget (configs/gsm8k_base.yaml) and longest sequence
-# (MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH); tests/test_gpu_probe.py holds both to the files.
+# The recipes' token budget and longest sequence (tests/test_gpu_probe.py holds both to them).
 RECIPE_TOKENS, RECIPE_SEQ = 16384, 768
 DEFAULT_MODELS = ("0.5B", "1.5B")  # the recipes' models
 COMPUTE, WEIGHT = 2, 4  # bf16 compute, fp32 weights, gradients and Adam moments
@@ -62,8 +59,7 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 
 def token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """verl_F.logprobs_from_logits without flash-attn: a row loop of logsumexp for fp32 logits,
-    of log_softmax for bf16 ones."""
+    """verl_F.logprobs_from_logits without flash-attn (logsumexp for fp32, log_softmax bf16)."""
     if logits.dtype in (torch.float32, torch.float64):
         picked = torch.gather(logits, -1, labels.unsqueeze(-1)).squeeze(-1)
         return picked - torch.stack([torch.logsumexp(row, dim=-1) for row in logits])
@@ -115,7 +111,7 @@ def estimates(c: Any, batch: dict[str, Any]) -> dict[str, int]:
 
 
 def phase_steps(model: Any, batch: dict[str, Any], device: str) -> list[Callable[[], None]]:
-    """Each phase but the step, as verl runs it; each drops what it made before returning."""
+    """Each phase but the step, as verl runs it, each freeing what it made."""
     lengths, compiled = batch["lengths"], torch.compile(entropy_from_logits, dynamic=True)
 
     def narrowed(rows: torch.Tensor) -> torch.Tensor:  # verl's narrow + cat of the valid tokens
@@ -163,8 +159,8 @@ def phase_steps(model: Any, batch: dict[str, Any], device: str) -> list[Callable
 
 
 def peak_above_start(fn: Callable[[], None], device: str, *tracked: Any) -> int:
-    """The allocator's peak during ``fn`` above what was allocated before (CUDA), or torch's
-    tensor tracker's (CPU; torch.compile runs eager in it)."""
+    """The peak during ``fn`` above what was allocated before (CUDA allocator, CPU: torch's
+    tensor tracker, where torch.compile runs eager)."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
         start = torch.cuda.memory_allocated(device)

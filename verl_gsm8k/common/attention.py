@@ -102,8 +102,8 @@ def fa4_problem(caps: list[tuple[int, int]] | None, installed: bool) -> str | No
 def choose(
     want: str, on_cpu: bool, fa2: str | None, caps: list[tuple[int, int]] | None, fa4: bool
 ) -> Choice:
-    """The attention for ATTENTION=``want`` from the facts probed (``fa2``: flash-attn 2's problem;
-    ``fa4``: installed); AttentionRefused when it cannot be met."""
+    """The attention for ATTENTION=``want`` from the probed ``fa2``/``fa4``; else
+    AttentionRefused."""
     if want not in WANTS:
         raise AttentionRefused(f"ATTENTION={want} is not one of {', '.join(WANTS)}")
     if want == "sdpa":

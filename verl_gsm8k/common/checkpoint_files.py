@@ -1,6 +1,6 @@
-"""Every checkpoint file is loaded here, by torch.load(weights_only=True) with numpy's RNG state
-allowed: the load is the check (verl loads with weights_only=False). _check_zip does what torch does
-not: every record's CRC, one archive from byte 0, no record marked a directory; and no link."""
+"""Every checkpoint file is loaded here, torch.load(weights_only=True) with numpy's RNG state
+allowed: the load is the check. _check_zip adds every record's CRC, one archive from byte 0, no
+directory record, no link."""
 
 import errno
 import functools

@@ -1,5 +1,5 @@
-"""A child that dies with the process that started it, however it dies. Linux's parent-death
-signal fires when the *thread* that started the child ends: start it from a thread that outlives it.
+"""A child that dies with the process that started it. Linux's parent-death signal fires when the
+starting *thread* ends: start it from a thread that outlives it.
 """
 
 import ctypes

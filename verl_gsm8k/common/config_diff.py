@@ -1,5 +1,5 @@
-"""The one config diff (the resume's same-config check, the run comparison): a verl config as
-dotted keys, and the keys whose values differ between configs."""
+"""The one config diff (resume check, run comparison): a verl config as dotted keys, and the keys
+whose values differ."""
 
 import json
 from collections.abc import Mapping, Sequence

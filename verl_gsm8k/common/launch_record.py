@@ -1,5 +1,5 @@
-"""The launch record, one per launch, never overwritten: recipe, knobs, the user's key=value, the
-verl command, versions, git, host and the resolved config."""
+"""The launch record, one per launch, never overwritten: recipe, knobs, overrides, verl command,
+versions, git, host, resolved config."""
 
 import contextlib
 import importlib.metadata as md

@@ -1,18 +1,17 @@
-"""A run directory (verl's ``trainer.default_local_dir``): every name in it, once, and the small
-readers and writers of its files. Standard library only; every write atomic but the watchdog log's
-appended lines.
+"""A run directory (verl's ``trainer.default_local_dir``): every name in it, once, and its files'
+readers and writers. Standard library only; every write atomic but watchdog.jsonl's appends.
 
     latest_checkpointed_iteration.txt   verl's tracker: the step a relaunch resumes
     global_step_N/                      actor/, critic/ (fsdp_config.json, shards), data.pt,
                                         launch_stamp.txt, watchdog_sick.json (never resumed)
-    .global_step_N.removing/            a step directory being pruned
+    .global_step_N.removing/            being pruned
     best_checkpoint.json, watchdog.jsonl, stop_requested, timings.json
-    .launch.lock, .launch.session       one launch at a time; the last launch's session
+    .launch.lock, .launch.session       one launch at a time; its session
     launches/launch-<stamp>.yaml        the launch record
-    metrics/metrics-<stamp>.jsonl       verl's file logger, one file per launch
+    metrics/metrics-<stamp>.jsonl       verl's file logger, per launch
     logs/console-<stamp>.log            a launch's console
     validation/, rollouts/, trace/      <step>.jsonl dumps
-    superseded-<stamp>/                 an earlier run set aside by RESUME=disable
+    superseded-<stamp>/                 a run set aside by RESUME=disable
     report/, checkpoint_eval/           the report's and eval.sh --run's outputs
 
 <stamp> is a launch's UTC time, %Y%m%dT%H%M%SZ.
@@ -186,7 +185,7 @@ def saved_steps(run_dir: Path) -> list[int]:
 
 
 def removing_dir(run_dir: Path, step: int) -> Path:
-    """Where pruning renames a step directory first: a kill leaves no half checkpoint."""
+    """Where pruning renames a step directory first (a kill leaves no half checkpoint)."""
     return Path(run_dir) / f".{step_name(step)}{REMOVING}"
 
 
@@ -319,8 +318,8 @@ def jsonl(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def metric_lines(path: Path, issues: list[str]) -> Iterator[tuple[int, int, dict[str, Any]]]:
-    """(line number, step, data) of each ``{"step": N, "data": {...}}`` record of a metrics
-    file; each line that is not one is named in ``issues``."""
+    """(line number, step, data) of each ``{"step": N, "data": {...}}`` line; others in
+    ``issues``."""
     cut, seen, kept = None, 0, 0  # cut: a line not JSON (the last one: a kill mid-write)
     try:
         for number, row in jsonl(path):

@@ -50,8 +50,7 @@ class RunConfig:
 
 
 def config_dump(path: Path) -> dict[str, Any] | None:
-    """The config dict pprinted at the top of a console log: from the first line that opens a
-    dict, continued by that process's lines only."""
+    """The config dict pprinted at the top of a console log, by its process's lines only."""
     owner, parts = None, []
     with path.open("rb") as handle:
         for number, raw in enumerate(handle):

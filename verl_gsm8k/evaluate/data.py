@@ -39,8 +39,7 @@ def load_data(source: str, modes: list[str]) -> dict[str, list[dict]]:
 
 
 def write_data(splits: dict[str, list[dict]], data_root: Path) -> Path:
-    """The hub layout, in a directory named by its content (``datasets`` caches a local dataset
-    by its base name)."""
+    """The hub layout, in a directory named by its content (``datasets`` caches by base name)."""
     from data_prep.gsm8k import write_hub_layout
 
     rows = {k: [[r["question"], r["answer"]] for r in v] for k, v in sorted(splits.items())}

@@ -1,5 +1,5 @@
-"""``eval.sh --run RUN_DIR``: step 0 and every kept checkpoint, merged one at a time;
-comparison.json rewritten after each step; a rerun adds what it lacks."""
+"""``eval.sh --run RUN_DIR``: step 0 and every kept checkpoint, one at a time; comparison.json
+rewritten after each; a rerun adds what it lacks."""
 
 from __future__ import annotations
 

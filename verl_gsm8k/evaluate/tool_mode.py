@@ -1,7 +1,6 @@
 """The calculator mode: each test question in a chat with the calculator, as verl's tool_agent
-loop runs it in training (the tools block in the system turn, Hermes ``<tool_call>`` parsing, the
-tool's reply as a tool message), against an OpenAI API: vLLM serves the model with its Hermes
-tool parser. The last answer is scored by our reward; EvalScope's modes stay tool-free."""
+loop runs it (Hermes ``<tool_call>``), against vLLM's OpenAI API; the last answer scored by our
+reward. EvalScope's modes stay tool-free."""
 
 from __future__ import annotations
 
@@ -67,7 +66,7 @@ def solve(url: str, model: str, question: str, tools: list[dict], s: Settings) -
 
 
 def evaluate(url: str | None, model: str, rows: list[dict], s: Settings) -> dict[str, Any]:
-    """Accuracy by our reward over ``rows`` with the calculator, its calls, each question's chat."""
+    """Accuracy over ``rows`` with the calculator, its calls, each question's chat."""
     from data_prep.gsm8k import ground_truth
     from rewards.gsm8k import compute_score
     from verl_gsm8k.tools import config_path, schemas

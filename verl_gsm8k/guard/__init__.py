@@ -1,5 +1,4 @@
-"""Protections for a long run: the health rules (rules.py), their thresholds (thresholds.py),
-verl's metric names (vocab.py), pruning (prune.py), stopping without losing a step (stop.py)."""
+"""Protections for a long run: health rules, thresholds, metric names, pruning, stopping."""
 
 
 def say(line: str) -> None:

@@ -1,5 +1,5 @@
-"""MAX_CKPT_TO_KEEP over the whole run directory (verl's pruning forgets earlier launches' steps):
-the newest N kept, and the tracked step and the kept best whatever their age."""
+"""MAX_CKPT_TO_KEEP over the whole run directory (verl's forgets earlier launches' steps): the
+newest N kept, and the tracked step and the best."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The per-step health rules: is the step just trained sick, given the healthy steps before it?
-The watchdog runs them after each update, before the save; the report over every logged step."""
+"""The per-step health rules (is a step sick, given the healthy steps before it?), run by the
+watchdog before each save and by the report."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def top_token_share(ids: Sequence[int]) -> float:
 
 
 class Watchdog:
-    """The rules over one run: ``check`` a step, ``accept`` it into the history if it goes on."""
+    """The rules over one run: ``check`` a step, ``accept`` it if the run goes on."""
 
     def __init__(self, thresholds: Thresholds, history: Sequence[Mapping[str, Any]] = (),
                  response_limit: int | None = None) -> None:  # fmt: skip

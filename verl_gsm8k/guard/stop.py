@@ -1,8 +1,7 @@
-"""Stopping a run early without losing its step: one request, RUN_DIR/stop_requested ("<deadline>
-<why>"), written on a SIGTERM (launcher or verl's processes) or by the trainer before a job's end;
-the trainers save the step and end the run (exit 5). A SIGTERM comes without notice, so its grace
-must cover a step, its validation and save as measured; a job's end is known, so the trainer stops
-after the last step that fits."""
+"""Stopping a run early without losing its step: RUN_DIR/stop_requested ("<deadline> <why>"),
+written on a SIGTERM or by the trainer before a job's end; the trainers save the step and exit 5.
+A SIGTERM's grace must cover a step, its validation and save as measured; before a known job end
+the trainer stops after the last step that fits."""
 
 from __future__ import annotations
 

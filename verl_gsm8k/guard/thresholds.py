@@ -1,6 +1,5 @@
-"""The one table of the health rules' thresholds: the per-step rules read the first block (the
-watchdog from gsm8k_guard.watchdog, the report the defaults), the report's trends the rest. A bar
-at 0 or null turns its rule off."""
+"""The health rules' thresholds: the per-step rules read the first block, the report's trends the
+rest. A bar at 0 or null turns its rule off."""
 
 from __future__ import annotations
 

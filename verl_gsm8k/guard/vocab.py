@@ -99,9 +99,8 @@ CUT_SHARE = "response_cut_share"
 DERIVED_LABELS = {CUT_SHARE: "share of responses cut at data.max_response_length",
                   "val_acc": "validation accuracy"}  # fmt: skip
 
-# Validation accuracy: val-core/<data source>/acc/mean@N (or reward/mean@N when the scorer returns
-# no "acc"), older verl val/test_score/<data source>; the reward dict's other keys are
-# val-aux/<data source>/<key>/mean@N, read as canonical "val_<key>".
+# Validation accuracy: val-core/<source>/acc/mean@N (reward/mean@N without "acc"), older verl
+# val/test_score/<source>; val-aux/<source>/<key>/mean@N is read as "val_<key>".
 VAL_CORE_KEY = re.compile(r"^val-core/(?P<src>.+)/(?P<var>acc|reward)/mean@(?P<n>\d+)$")
 VAL_OLD_KEY = re.compile(r"^val/test_score/(?P<src>.+)$")
 VAL_AUX_KEY = re.compile(r"^val-aux/(?P<src>.+)/(?P<var>[^/]+)/mean@(?P<n>\d+)$")
@@ -116,9 +115,8 @@ def metric_label(name: str) -> str:
     return f"{spec.label} [{spec.unit}]" if spec.unit else spec.label
 
 
-# Step-time phases: timing_s/<phase> (0.9.1) or timing/<phase> (older); nested keys such as
-# timing_s/agent_loop/... are parts of "gen". Some phases are timed outside verl's "step" timer
-# (validation, the profiler hooks, the per-token trace).
+# Step-time phases: timing_s/<phase> or (older) timing/<phase>; nested keys are parts of "gen".
+# Some phases are timed outside verl's "step" timer.
 PHASE_KEY = re.compile(r"^(?:timing_s|timing)/(?P<phase>[^/]+)$")
 OUTSIDE_STEP_PHASES = frozenset({"testing", "start_profile", "stop_profile", "gsm8k_trace"})
 PHASE_ORDER: tuple[str, ...] = ("gen", "reward", "old_log_prob", "ref", "values", "adv",

@@ -1,5 +1,5 @@
-"""Every knob of the recipes, once: its check, default (or rule, made by plan.py), verl keys per
-trainer and doc. ``python -m verl_gsm8k.launch.knobs --markdown`` prints docs/knobs.md's table."""
+"""Every knob of the recipes, once: check, default (or plan.py's rule), verl keys and doc.
+``--markdown`` prints docs/knobs.md's table."""
 
 import argparse
 import math

@@ -1,5 +1,5 @@
-"""One launch at a time per run directory: flock(2) on RUN_DIR/.launch.lock, held by the
-launcher alone, waited for LOCK_WAIT_S, then refused in one line."""
+"""One launch at a time per run directory: flock(2) on RUN_DIR/.launch.lock, waited for
+LOCK_WAIT_S, then refused in one line."""
 
 import fcntl
 import os

@@ -106,8 +106,7 @@ def stop_launch(launch: str, run_dir: str) -> int:
 
 
 def check_run_dir(run_dir: str, wait_s: float, but: str = "") -> int:
-    """0 when no process of an earlier launch runs after ``wait_s``, else 2 in one line; those
-    whose launcher has ended are stopped at once."""
+    """0 when no earlier launch's process runs after ``wait_s``, else 2; orphans stopped at once."""
     sessions, match = read_session(run_dir), of_run_dir(run_dir, but)
     for launch in sorted({p.launch for p in launch_processes(match, sessions)}):
         if launcher_ended(launch):

@@ -78,8 +78,7 @@ def kill_wait_line(env: Mapping[str, str], needs: float | None, run: Run = _run)
 def requeue_if_stopped(
     status: int, stamp: str, run_dir: Path, env: Mapping[str, str], say, run: Run = _run
 ) -> None:
-    """SLURM_REQUEUE_ON_STOP=1: a launch that stopped (5) after saving requeues its job; what
-    Slurm did itself is said instead."""
+    """SLURM_REQUEUE_ON_STOP=1: a launch that stopped (5) after saving requeues its job."""
     job = env.get("SLURM_JOB_ID")
     if status != 5 or env.get("SLURM_REQUEUE_ON_STOP") != "1" or not job:
         return

@@ -1,6 +1,5 @@
 """verl started and watched: output teed to the console log, SIGTERM a stop request with a
-deadline, Ctrl-C a stop now, what outlives verl reaped. verl inherits SIGTERM blocked, so a SIGTERM
-to every process of a job leaves them saving."""
+deadline, Ctrl-C a stop now, what outlives verl reaped. verl inherits SIGTERM blocked."""
 
 import os
 import signal

@@ -1,8 +1,7 @@
-"""merge.sh's merge: the checkpoint found and checked (find.py), merged by verl's merger with the
-one loading policy (verl_merger.py), a LoRA adapter folded in (lora.py), proved (transformers loads
-it, the chat template renders, a forward pass is finite) and recorded (merge_manifest.json), in a
-hidden directory renamed into place last. The critic's architectures are rewritten (config_patch):
-verl saves it as a causal LM's."""
+"""merge.sh's merge: the checkpoint checked (find.py), merged by verl's merger (verl_merger.py),
+a LoRA adapter folded in (lora.py), proved (loads, template renders, a finite forward) and
+recorded (merge_manifest.json) in a hidden directory renamed into place last. The critic's
+architectures are rewritten (config_patch): verl saves it as a causal LM's."""
 
 from __future__ import annotations
 
@@ -42,8 +41,7 @@ def run_verl_merger(ckpt: find.Checkpoint, out_dir: Path, python: str) -> tuple[
     print(f"{PROG}: {' '.join(cmd)}", flush=True)
     start = time.perf_counter()
     with tempfile.TemporaryFile() as log:
-        # its own process group, stopped with its children on a failure or a signal here, and
-        # killed with this process where nothing here runs (SIGKILL)
+        # its own process group, stopped with its children here, killed with this process
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=dies_with_this_process())  # noqa: PLW1509  # fmt: skip
         try:  # the proof's imports (torch too) beside the merger's own
@@ -69,8 +67,7 @@ def run_verl_merger(ckpt: find.Checkpoint, out_dir: Path, python: str) -> tuple[
 
 
 def _patch_critic_config(model_dir: Path) -> dict | None:
-    """config.json made to say what the weights are: <Arch>ForTokenClassification, one label
-    (the file verl's merger wrote from the checkpoint's, which merge/find.py read)."""
+    """config.json made to say what the weights are: <Arch>ForTokenClassification, one label."""
     path = model_dir / "config.json"
     config = json_read.read(path, max_bytes=1 << 20)
     before = list(config.get("architectures") or [])
@@ -86,7 +83,7 @@ def _patch_critic_config(model_dir: Path) -> dict | None:
 
 
 def verify_model(model_dir: Path, role: str) -> dict:
-    """Load the merged model and tokenizer, render the chat template, run one forward pass."""
+    """Load the model and tokenizer, render the chat template, run one forward pass."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 

@@ -112,8 +112,8 @@ def resolve_source(source: Path, critic: bool) -> tuple[Path, str]:
 
 
 def check_checkpoint(role_dir: Path, role: str) -> Checkpoint:
-    """What verl's merger reads: every rank's model shard loaded by the one loading policy, its JSON
-    files read with bounds; CheckpointError names the first gap."""
+    """What verl's merger reads, loaded by the one loading policy; CheckpointError names the first
+    gap."""
     try:
         world, config = rd.read_world_size(role_dir), rd.read_fsdp_config(role_dir)
     except rd.FsdpConfigError as err:

@@ -1,6 +1,5 @@
-"""A LoRA adapter folded into the merged weights by peft's merge_and_unload (W + B·A·alpha/r):
-verl's merger writes the adapter aside (base_model_merger.py ~321-423). Its alpha is
-lora_train_meta.json's; none: refused."""
+"""A LoRA adapter folded in by peft's merge_and_unload: verl's merger writes it aside
+(base_model_merger.py ~321-423). Its alpha is lora_train_meta.json's; none: refused."""
 
 from __future__ import annotations
 

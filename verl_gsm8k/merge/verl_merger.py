@@ -1,6 +1,5 @@
-"""python -m verl.model_merger (verl's code and arguments) with torch.load the one loading policy:
-its shard loads (weights_only=False: fsdp_model_merger.py ~108, ~168) run no code. A refusal: one
-line, exit 2."""
+"""python -m verl.model_merger with torch.load the one loading policy (its weights_only=False
+loads: fsdp_model_merger.py ~108, ~168). A refusal: one line, exit 2."""
 
 from __future__ import annotations
 

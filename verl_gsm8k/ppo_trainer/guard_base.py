@@ -1,7 +1,6 @@
-"""The guard of both of verl's PPO trainers: checkpoints whole, the run's own and healthy; stops
-(guard/stop.py), time saves, the kept best. A binding calls _begin at the resumed step,
-_after_update after each actor update, _stop_if_requested where a stop ends its loop,
-_prepare_logger before the first log, and ends its loop in _end_after."""
+"""The guard of both of verl's PPO trainers: whole, healthy checkpoints, stops, time saves, the
+kept best. A binding calls _begin, _after_update, _stop_if_requested, _prepare_logger and
+_end_after."""
 
 from __future__ import annotations
 
@@ -66,7 +65,7 @@ def guard_settings(config: DictConfig) -> dict[str, Any]:
 
 
 def logged_history(run_dir: Path, before: int) -> list[dict[str, float]]:
-    """Steps 1..before-1's training metrics as logged (a step logged twice: the last launch's)."""
+    """Steps 1..before-1's training metrics as logged (the last launch's wins)."""
     rows = logged_rows(run_dir)
     return [rows[step] for step in trained_steps(rows) if 0 < step < before]
 
@@ -113,7 +112,7 @@ class GuardBase:
         best = self.best_metric if self.keep_best else "off"
         say(f"watchdog {self.guard_mode}, keep best {best}, checkpoints {self.run_dir}")
 
-    # ---- the loop ------------------------------------------------------------------------
+    # ---- the loop
     def _begin(self, resumed_step: int) -> None:
         """The loop is about to train step ``resumed_step + 1`` (0: a fresh run)."""
         if resumed_step > 0:
@@ -123,8 +122,7 @@ class GuardBase:
         self.watchdog = Watchdog(self.watchdog.thresholds, history, self.response_limit)
 
     def _after_update(self, step: int, started: float, observe: Callable[[], Observed]) -> None:
-        """Step ``step`` (begun at ``started``) has updated the actor, verl's save of it comes
-        next: the watchdog, then a stop (requested, or the job's end near), or a time save."""
+        """After the actor update, before verl's save: the watchdog, a stop, or a time save."""
         self._measured("step_s", started)
         if self.guard_mode != "off":
             self._judge(step, *observe())
@@ -140,8 +138,8 @@ class GuardBase:
                 self._save_checkpoint()
 
     def _stop_if_requested(self, step: int) -> bool:
-        """A stop request seen after ``step`` (0 or the resumed step: none trained here): save it
-        unless saved or past its deadline, end the run after it. True when a stop is under way."""
+        """On a stop request, save ``step`` unless saved or past its deadline and end after it.
+        True when a stop is under way."""
         if self.stop_at is not None:
             return True
         found = stop.read_request(self.run_dir)
@@ -178,8 +176,7 @@ class GuardBase:
         self.timings.write(self.run_dir)
 
     def _prepare_logger(self, backends: dict[str, Any]) -> None:
-        """Once: the file logger first (verl calls wandb first: its failure would lose the step's
-        line), wandb guarded."""
+        """Once: the file logger before wandb (a wandb failure must not lose the line)."""
         if self.logger_ready:
             return
         self.logger_ready = True
@@ -189,7 +186,7 @@ class GuardBase:
         if "wandb" in backends:
             backends["wandb"] = _Wandb(backends["wandb"])
 
-    # ---- the watchdog --------------------------------------------------------------------
+    # ---- the watchdog
     def _judge(
         self,
         step: int,
@@ -234,8 +231,7 @@ class GuardBase:
         return steps[-1] if steps else None
 
     def _unpoint(self, sick: int, healthy: int | None) -> None:
-        """The tracker names the last healthy step (none: removed) and a best at or after the sick
-        step is dropped."""
+        """Point the tracker at the last healthy step; drop a best at or after ``sick``."""
         if healthy is not None:
             write_tracker(self.run_dir, healthy)
             say(f"{TRACKER} now names {step_name(healthy)}: the same command resumes from it")
@@ -247,7 +243,7 @@ class GuardBase:
             drop_best(self.run_dir)
             say(f"the kept best was step {best['step']}, judged sick: no best checkpoint kept")
 
-    # ---- saving --------------------------------------------------------------------------
+    # ---- saving
     def _save_checkpoint(self, step: int | None = None) -> None:
         """Save as ``step`` (default global_steps) in verl's order (v1 trainer_base.py ~948-1029,
         legacy ray_trainer.py ~983-1050), with the tracker and data.pt atomic, the launch's stamp,
@@ -286,10 +282,9 @@ class GuardBase:
         remote = None if hdfs is None else os.path.join(hdfs, step_name(step), role)
         group.save_checkpoint(str(folder / role), remote, step, max_ckpt_to_keep=None)
 
-    # ---- the best checkpoint -------------------------------------------------------------
+    # ---- the best checkpoint
     def _validate(self, *args: Any, **kwargs: Any) -> dict:
-        """verl's validation, then KEEP_BEST: a new best is recorded and saved if its step was
-        not."""
+        """verl's validation, then KEEP_BEST: a new best is saved and recorded."""
         started = time.time()
         metrics = super()._validate(*args, **kwargs)  # type: ignore[misc]
         self._measured("val_s", started)
@@ -313,8 +308,7 @@ class GuardBase:
 
 
 class _Wandb:
-    """verl's wandb, off for the launch once a call fails because a stop's SIGTERM ended its
-    service."""
+    """verl's wandb, off for the launch once its service is gone (a stop's SIGTERM)."""
 
     def __init__(self, wandb: Any) -> None:
         self.wandb = wandb

@@ -1,10 +1,8 @@
-"""verl's legacy PPO trainer (RayPPOTrainer: the LoRA and ReMax recipes) with the guard and the
-trace. Its fit (ray_trainer.py ~1405-1800) has no hooks, so each addition sits on a method it calls:
-_load_checkpoint (~1427) the resumed step; the dataloader, wrapped, reads the stop request before
-each batch and yields none once the run is to end; _compute_old_log_prob and _update_critic keep the
-metrics fit holds in a local dict (entropy aggregated as ~1590 does); _update_actor (the save
-follows, ~1712) runs the trace and the guard; fit swaps Tracking (built inside, ~1417) for a
-subclass that prepares the loggers."""
+"""verl's legacy PPO trainer (RayPPOTrainer: LoRA, ReMax) with the guard and the trace. Its fit
+(ray_trainer.py ~1405-1800) has no hooks, so each addition wraps a method it calls: _load_checkpoint
+(~1427); the dataloader stops yielding on a stop; _compute_old_log_prob and _update_critic keep
+fit's local metrics (entropy as ~1590); _update_actor (save follows, ~1712) runs trace and guard;
+Tracking (~1417) is swapped for a subclass that prepares the loggers."""
 
 from __future__ import annotations
 
@@ -159,8 +157,7 @@ class GuardedLegacyTrainer(GuardBase, RayPPOTrainer):
 
 
 def _keys(batch: DataProto) -> list[str]:
-    """v1's key of each response, ``{uid}_{n}_0``: the n-th to prompt ``uid`` (the trace picks
-    and names samples by them)."""
+    """v1's key of each response, ``{uid}_{n}_0`` (the trace names samples by them)."""
     seen: Counter[str] = Counter()
     keys = []
     for uid in batch.non_tensor_batch["uid"]:

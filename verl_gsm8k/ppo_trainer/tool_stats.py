@@ -1,6 +1,5 @@
-"""A tool launch's per-step metrics, from the reward's keys of each response (rewards/gsm8k.py):
-verl logs the turns (``num_turns/*``) but not how many responses called a tool, the errors, nor
-the accuracy with and without a call."""
+"""A tool launch's per-step metrics verl does not log (tool calls, errors, accuracy with and
+without a call), from the reward's keys (rewards/gsm8k.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The per-token trace's lines, RUN_DIR/trace/<step>.jsonl (format: trace/record.py), from a step's
-chosen samples, written on a background thread, timed, never fatal. Settings: gsm8k_trace.samples (0
-= off), gsm8k_trace.dir."""
+chosen samples, never fatal. Settings: gsm8k_trace.samples (0 = off), gsm8k_trace.dir."""
 
 from __future__ import annotations
 
@@ -61,7 +60,7 @@ def run_settings(config: DictConfig) -> dict[str, Any]:
 
 
 class Tracer:
-    """One launch's trace: its settings and writer; each step's lines built by the trainer."""
+    """One launch's trace: its settings and writer."""
 
     def __init__(self, config: DictConfig, decode: Callable[[int], str]) -> None:
         block = config.get("gsm8k_trace") or {}

@@ -1,9 +1,7 @@
-"""The trainer every v1 PPO launch runs (registered as gsm8k): verl's v1 sync trainer with the guard
-and the trace, on trainer_base.py's loop: __init__ sets trainer_mode back to sync (verl branches on
-the name, ~129-157, ~731, ~902-1004, ~1499); step (~533, before the save) runs the watchdog, a stop,
-a time save, and ends the run by lowering the total (~467); on_validate_begin/on_train_begin prepare
-the loggers and honour a stop from start-up, on_validate_end one from a validation; _compute_metrics
-(~503-511) the trace."""
+"""verl's v1 sync trainer (registered as gsm8k) with the guard and the trace, on trainer_base.py:
+__init__ sets trainer_mode back to sync (verl branches on it, ~129-157, ~731, ~902-1004, ~1499);
+step (~533, before the save) runs the guard and ends a run by lowering the total (~467); the
+validate/train hooks prepare the loggers and honour a stop; _compute_metrics (~503-511) traces."""
 
 from __future__ import annotations
 

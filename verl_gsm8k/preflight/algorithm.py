@@ -1,5 +1,5 @@
-"""What each RL algorithm needs from a verl 0.9.1 config (docs/algorithms.md): an error where
-verl fails or trains something else; a warning, "verl allows this", where it runs as written."""
+"""What each RL algorithm needs from a verl config (docs/algorithms.md): an error where verl fails
+or trains something else; a warning where it runs as written."""
 
 from __future__ import annotations
 

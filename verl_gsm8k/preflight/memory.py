@@ -1,5 +1,5 @@
-"""GPU memory per phase of a PPO step (docs/gpu.md, docs/measurements.md), and TOKEN_BUDGET=auto:
-the largest power-of-two token budget under the recipe's at which every phase fits."""
+"""GPU memory per phase of a PPO step (docs/gpu.md), and TOKEN_BUDGET=auto: the largest
+power-of-two budget under the recipe's at which every phase fits."""
 
 from __future__ import annotations
 

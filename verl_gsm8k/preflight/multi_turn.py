@@ -1,5 +1,5 @@
-"""A tool launch (multi_turn.tool_config_path set): its rows run verl's tool_agent loop, its
-prompts fit with the tools block, its response budget covers every turn."""
+"""A tool launch (multi_turn.tool_config_path): rows run the tool_agent loop, prompts fit with
+the tools block, the response budget covers every turn."""
 
 from __future__ import annotations
 

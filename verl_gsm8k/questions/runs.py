@@ -16,8 +16,7 @@ PREFERRED_MODE = "training"  # the evaluation mode with verl's validation prompt
 
 
 def load_columns(inputs: Sequence[tuple[Path, str | None]]) -> tuple[list[Column], str | None]:
-    """A column per (dump, label), and one line naming the dumps left out (a score not
-    finite); InputError for any other problem, or none left."""
+    """A column per (dump, label), and a line naming the dumps left out; else InputError."""
     columns, left_out = [], []
     for path, label in inputs:
         try:

@@ -1,5 +1,5 @@
-"""Reading ``RUN_DIR/trace/<step>.jsonl``, untrusted: a field of another type than ``STEP`` or
-``SAMPLE`` say, a file cut short, another run's or an earlier launch's step: one issue, skipped."""
+"""Reading ``RUN_DIR/trace/<step>.jsonl``, untrusted: a bad field or file, another launch's step:
+one issue, skipped."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""replay.html (one iteration token by token, from the trace) and rollouts.html (every dumped
-response), each loading one step's data file at a time; replay.js and rollouts.js escape every
-value."""
+"""replay.html (the trace, token by token) and rollouts.html (every dumped response), loading one
+step's data file at a time."""
 
 from __future__ import annotations
 

@@ -115,8 +115,7 @@ def _write(path: Path, state: Any) -> None:
 
 
 def write_shards(role_dir: Path, new_world: int) -> int:
-    """``role_dir``'s checkpoint written for ``new_world`` ranks beside its own; the world size
-    it has. ReshardError names the first file that fails."""
+    """``role_dir`` written for ``new_world`` ranks beside its own; its old world size."""
     old_world = world_size_of(role_dir)
     if new_world < 1:
         raise ReshardError(f"world size {new_world}: not a number of ranks")
@@ -149,9 +148,8 @@ def write_shards(role_dir: Path, new_world: int) -> int:
 
 
 def reshard_step(folder: Path, new_world: int) -> list[str]:
-    """Every role of the step directory ``folder`` resharded for ``new_world`` ranks; the lines
-    to say (none when it is at ``new_world`` already). Every role's files are written before
-    any is named the checkpoint: a failure leaves the step as it was saved."""
+    """Every role of step directory ``folder`` resharded for ``new_world`` ranks; the lines to
+    say. Every role is written before any is named: a failure leaves the step as saved."""
     started = time.monotonic()
     try:
         moved = {role: write_shards(folder / role, new_world) for role in rd.ROLES

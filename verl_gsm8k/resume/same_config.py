@@ -25,8 +25,8 @@ from verl_gsm8k.common.run_dir import (
 
 MODES = ("auto", "force", "disable")
 
-# The keys that may change on a resume (fnmatch over dotted keys; "X.*" matches X too), grouped
-# as docs/reliability.md says why. The same list serves main_ppo's config and the SFT trainer's.
+# The keys that may change on a resume (fnmatch over dotted keys; "X.*" matches X too), PPO and
+# SFT alike; why: docs/reliability.md.
 ALLOWED = (
     "trainer.total_epochs", "trainer.total_training_steps",
     "trainer.save_freq", "trainer.max_*ckpt_to_keep", "trainer.resume_mode",
@@ -46,8 +46,7 @@ ALLOWED = (
     "actor_rollout_ref.rollout.prometheus.*",
     "ray_kwargs.*", "trainer.v1.trainer_mode", "gsm8k_trace.*", "gsm8k_guard.*",
 )  # fmt: skip
-# A PPO checkpoint is resharded for another world size before verl starts (verl_gsm8k/reshard/:
-# verl's FSDPCheckpointManager opens only the shards of its own); an SFT one is not.
+# A PPO checkpoint is resharded for another world size before verl starts; an SFT one is not.
 RESHARDED = ("trainer.nnodes", "trainer.n_gpus_per_node", "actor_rollout_ref.rollout.nnodes",
              "actor_rollout_ref.rollout.n_gpus_per_node")  # fmt: skip
 
@@ -86,8 +85,7 @@ def latest_checkpoint(run_dir: Path) -> int | None:
 
 
 def writer(run_dir: Path, step: int) -> dict[str, Any] | None:
-    """The record of the launch that saved ``step``; without a stamp or its record, the last
-    launch's; None when the run has no record."""
+    """The record of the launch that saved ``step``, else the last launch's, else None."""
     stamp = read_stamp(run_dir, step)
     if stamp is not None and launch_record_path(run_dir, stamp).is_file():
         return read_record(launch_record_path(run_dir, stamp))
@@ -110,8 +108,7 @@ def refusal(run_dir: Path, step: int | None, new: dict[str, Any], mode: str) -> 
 
 
 def set_aside(run_dir: Path, stamp: str) -> list[str]:
-    """RESUME=disable: the earlier run's checkpoints, tracker and best move to superseded-<stamp>/
-    (nothing deleted); the lines to say."""
+    """RESUME=disable: the earlier run moves to superseded-<stamp>/; the lines to say."""
     moved = [p for p in run_dir.glob(STEP_GLOB) if p.is_dir()] if run_dir.is_dir() else []
     moved += [path for path in (tracker_path(run_dir), best_path(run_dir)) if path.exists()]
     if not moved:

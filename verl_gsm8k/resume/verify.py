@@ -1,7 +1,6 @@
-"""Before a relaunch: the checkpoint verl will resume (its tracker's, trainer_base.py ~850) is
-whole, or an earlier one is. Every file verl loads from the step is loaded here first by the
-function verl's loads run, so they cannot disagree; a failing step gives way to the newest whole one
-before it; none: exit 2."""
+"""Before a relaunch: the checkpoint verl resumes (its tracker's, trainer_base.py ~850) is whole,
+each file loaded by the function verl's loads run; else the newest whole one before it; none:
+exit 2."""
 
 from __future__ import annotations
 

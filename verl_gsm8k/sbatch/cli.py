@@ -203,8 +203,7 @@ class Job:
         return 128 - status if status < 0 else status
 
     def stop(self, nodes: int) -> None:
-        """SIGKILL to this job's Ray node by node (`reap stop --slurm-ray`): here first,
-        then by srun every 5 s for 30 s (a step started late may start its ray later)."""
+        """SIGKILL to this job's Ray node by node (`reap stop --slurm-ray`), here then by srun."""
         if not self.steps:
             return
         say("slurm: stopping Ray on the job's nodes")

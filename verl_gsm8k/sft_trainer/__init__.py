@@ -1,2 +1,1 @@
-"""The trainer the SFT recipe runs: verl's SFT entry (``__main__.py``; it has no trainer
-registry) with ``stoppable.py``'s trainer, which saves the step in flight on a stop request."""
+"""The SFT recipe's trainer: verl's SFT entry (``__main__.py``) with ``stoppable.py``'s trainer."""

@@ -1,6 +1,5 @@
 """``python -m verl_gsm8k.sft_trainer``: verl's SFT entry (verl/trainer/sft_trainer.py ``main``,
-``run_sft``) building ``StoppableSFTTrainer``; the launcher runs it under torchrun. Each worker
-dies with torchrun, which dies with the launcher."""
+``run_sft``) building ``StoppableSFTTrainer``, under torchrun."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""verl's SFTTrainer that saves the step in flight on a stop request and ends the run (exit 5, as
-for PPO); torchrun starts with SIGTERM blocked. fit has no hook, so two calls are wrapped:
-training_client.train_batch (~388): after it the ranks agree on a stop (one all-reduce) and the
-total becomes this step, so is_last_step (~412) saves it; ckpt_handler.save_checkpoint (~443): rank
-0 stamps the step directory."""
+"""verl's SFTTrainer, saving the step in flight on a stop request and ending the run (exit 5).
+fit has no hook: after training_client.train_batch (~388) the ranks agree on a stop (all-reduce)
+and the total becomes this step, so is_last_step (~412) saves it; ckpt_handler.save_checkpoint
+(~443): rank 0 stamps the step directory."""
 
 from __future__ import annotations
 

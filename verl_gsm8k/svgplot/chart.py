@@ -1,5 +1,4 @@
-"""Line charts as inline SVG. Ticks carry class tick-x / tick-y and the <svg> its
-data-y-scale, so a reader (tests/browser.py) maps pixels back to values."""
+"""Line charts as inline SVG; tick-x / tick-y classes and data-y-scale map pixels back to values."""
 
 from __future__ import annotations
 

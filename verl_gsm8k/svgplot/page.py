@@ -1,5 +1,5 @@
-"""What every offline page shares: the stylesheet, the page, tables, and the data files a page
-loads with ``<script src>`` (which works from file://). Text is escaped unless ``Raw``."""
+"""What every offline page shares: stylesheet, page, tables, and data files loaded by
+``<script src>`` (works from file://). Text is escaped unless ``Raw``."""
 
 from __future__ import annotations
 

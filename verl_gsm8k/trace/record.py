@@ -85,8 +85,8 @@ def _is_number(value: Any) -> bool:
 
 
 class TraceWriter:
-    """Writes ``<dir>/<step>.jsonl`` atomically on one background thread; a failed write is
-    logged once and never stops training."""
+    """Writes ``<dir>/<step>.jsonl`` atomically in the background; a failure never stops
+    training."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)

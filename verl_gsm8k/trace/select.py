@@ -1,5 +1,5 @@
-"""Which responses of a step are traced: whole prompt groups (GRPO's advantages only make sense
-within one), ordered by a hash of the step and the uid (verl's keys: ``{uid}_{session}_{i}``)."""
+"""Which responses of a step are traced: whole prompt groups (GRPO's advantages are per group),
+ordered by a hash of the step and the uid."""
 
 from __future__ import annotations
 

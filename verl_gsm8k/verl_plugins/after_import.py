@@ -1,6 +1,4 @@
-"""Run a function right after a module is imported, only in the processes that import it (the
-plugins attach what they need from a heavy module where it is imported, never importing it).
-"""
+"""Run a function right after a module is imported, in the processes that import it."""
 
 from __future__ import annotations
 

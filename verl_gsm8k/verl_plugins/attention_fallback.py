@@ -1,7 +1,6 @@
-"""The launcher's attention for the critic, which verl loads with a hard-coded flash_attention_2
-(verl/utils/model.py ~649, load_valuehead_model): without flash-attn 2, PPO with a critic fails to
-start. The critic's request is rewritten to the choice common/attention.py makes in this process.
-Imported by verl in every process where VERL_USE_EXTERNAL_MODULES names it."""
+"""The critic's attention: verl hard-codes flash_attention_2 (verl/utils/model.py ~649,
+load_valuehead_model), failing without flash-attn 2: rewritten to common/attention.py's
+choice."""
 
 from __future__ import annotations
 

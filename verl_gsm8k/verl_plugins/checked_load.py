@@ -1,8 +1,7 @@
 """Inside verl's loaders (LOADERS: fsdp_checkpoint_manager.py ~215-245, trainer_base.py ~895,
-ray_trainer.py ~1114, checkpoint_handler.py ~177), which load with weights_only=False, torch.load of
-a path is checkpoint_files.load: a file swapped since the launcher's check, or a resume_from_path it
-never reads, runs no code. A refusal is one line, "checked load: ...". No extension point: each
-loader is wrapped where its module is imported (after_import.py)."""
+ray_trainer.py ~1114, checkpoint_handler.py ~177; weights_only=False), torch.load of a path is
+checkpoint_files.load: a swapped or unchecked file runs no code; a refusal is one line. Each loader
+is wrapped where its module is imported (after_import.py): verl has no extension point."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""A "cpu" platform for verl: its real PPO loop trains without an accelerator. Selected by
-VERL_PLATFORM=cpu through verl's registry (plugin/platform/platform_manager.py); the patches act
-only then. Device cpu, backend gloo, Ray resource GPU (verl's pools count GPU/NPU only), no IPC
-(weights sync to vLLM by shared memory and ZMQ), current_device() "cpu" (an int fails in .to():
-fsdp_utils.py ~507), a stand-in for torch.cuda. Each patch names the upstream line it answers."""
+"""A "cpu" platform for verl (VERL_PLATFORM=cpu, plugin/platform/platform_manager.py; the patches
+act only then): device cpu, backend gloo, Ray resource GPU (verl's pools count GPU/NPU only), no
+IPC, current_device() "cpu" (an int fails in .to(): fsdp_utils.py ~507), a torch.cuda stand-in."""
 
 from __future__ import annotations
 
@@ -38,9 +36,8 @@ def _none(*_: Any, **__: Any) -> None:
     return None
 
 
-# torch.cuda's stand-in: host memory, torch's CPU RNG, streams and events. is_available() is
-# False on purpose: verl then skips CUDA-only memory tuning and maps checkpoints to the CPU
-# (verl/protocol.py ~416, verl/utils/memory_utils.py).
+# torch.cuda's stand-in. is_available() is False: verl then skips CUDA-only memory tuning and
+# maps checkpoints to the CPU (verl/protocol.py ~416, verl/utils/memory_utils.py).
 DEVICE_MODULE = types.ModuleType("verl_cpu_device")
 vars(DEVICE_MODULE).update(
     is_available=lambda: False, device_count=lambda: 1, current_device=lambda: "cpu",
@@ -107,17 +104,14 @@ def _dedupe_gloo_backend(original: Any) -> Any:
 
 
 def _pinning_is_identity(_original: Any) -> Any:
-    """verl/workers/engine/fsdp/transformer_impl.py ~462 gives the reference FSDP2's
-    CPUOffloadPolicy(pin_memory=True); pin_memory() raises without an accelerator, and host
-    memory is all there is."""
+    """verl/workers/engine/fsdp/transformer_impl.py ~462 gives the reference
+    CPUOffloadPolicy(pin_memory=True); pin_memory() raises without an accelerator."""
     return lambda self, *_, **__: self
 
 
 def _keep_vllm_linear_weights(linear: types.ModuleType) -> None:
-    """vLLM's CPU build packs each linear weight for oneDNN and drops the parameter
-    (layers/linear.py ~220), which verl's weight sync loads into after every step
-    (vllm_rollout/utils.py ~405): kept; verl's re-run of process_weights_after_loading re-packs
-    it."""
+    """vLLM's CPU build drops each linear weight once packed for oneDNN (layers/linear.py ~220);
+    verl's weight sync loads into it (vllm_rollout/utils.py ~405): kept, and re-packed."""
     from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
     _patched(linear.UnquantizedLinearMethod, "process_weights_after_loading", lambda _: (

@@ -1,8 +1,6 @@
-"""Puts the recipes' trainers (ppo_trainer/) where verl builds its PPO trainer for
-trainer.v1.trainer_mode=gsm8k, each action waiting for its verl module (after_import.py): v1's
-traced.py enters verl's registry after verl.trainer.ppo.v1 is imported; legacy
-(trainer.use_v1=false) has no registry: the name RayPPOTrainer in verl.trainer.main_ppo_v0 (~218)
-builds GuardedLegacyTrainer."""
+"""Our PPO trainers where verl builds its own (trainer.v1.trainer_mode=gsm8k), once each verl
+module is imported (after_import.py): v1's traced.py in verl's registry; legacy (no registry) by
+the name RayPPOTrainer in verl.trainer.main_ppo_v0 (~218) bound to GuardedLegacyTrainer."""
 
 from __future__ import annotations
 

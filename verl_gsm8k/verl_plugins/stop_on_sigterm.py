@@ -1,9 +1,7 @@
-"""A SIGTERM to one of a PPO launch's processes is a stop request, not a death. The launcher starts
-verl with SIGTERM blocked, a mask every process inherits; in a launch's process
-(GSM8K_LAUNCH_RUN_DIR) a thread waits for it: one from outside (Slurm, kill, ray job stop) writes
-the stop request (guard/stop.py) with STOP_GRACE_S unless one is there; one from inside (Ray's
-teardown) is not a stop. Ray's shutdown then SIGKILLs the processes ray.init started at once (they
-block SIGTERM)."""
+"""A SIGTERM to a PPO launch's process is a stop request, not a death. verl starts with SIGTERM
+blocked; in a launch's process (GSM8K_LAUNCH_RUN_DIR) a thread waits for it: one from outside
+writes the stop request (guard/stop.py) with STOP_GRACE_S; one from Ray's teardown is not a stop.
+Ray's shutdown then SIGKILLs the processes ray.init started (they block SIGTERM)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""vLLM's engine and worker processes of a launch live through a SIGTERM from outside it. vLLM
-starts them with SIGTERM unblocked and its own handler (v1/engine/core.py run_engine_core), but runs
-each vllm.general_plugins entry point in their main thread first: here, in a launch
-(GSM8K_LAUNCH_ID), SIGTERM is blocked and a thread waits for it: from the parent or the launch it
-goes to vLLM's handler as before; from outside it is ignored in one line (the trainer's stop ends
-the launch)."""
+"""vLLM's processes of a launch live through a SIGTERM from outside it (the trainer's stop ends the
+launch). vLLM unblocks SIGTERM with its own handler (v1/engine/core.py run_engine_core) but runs
+vllm.general_plugins first: here (GSM8K_LAUNCH_ID) SIGTERM is blocked and a thread forwards one
+from the parent or the launch to vLLM's handler and ignores, in one line, one from outside."""
 
 from __future__ import annotations
 
@@ -23,8 +21,7 @@ def _wait_for_sigterm(launch: str, title: str) -> None:
     while True:
         sender = signal.sigwaitinfo({signal.SIGTERM}).si_pid
         if sender in (os.getpid(), os.getppid()) or launch_of(sender) == launch:
-            # as if never blocked: unblocked for this thread alone, the interpreter runs the
-            # Python handler in the main thread (SIG_DFL ends the process)
+            # as if never blocked: the interpreter runs the handler in the main thread
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             try:
                 signal.pthread_kill(threading.get_ident(), signal.SIGTERM)

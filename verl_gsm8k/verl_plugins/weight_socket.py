@@ -1,13 +1,9 @@
 """Two verl runs on one host never share the socket that carries new weights to vLLM.
 
-verl 0.9.1 names that IPC socket ``/tmp/rl-colocate-zmq-{job}-replica-{r}-rank-{k}.sock`` with
-``job`` the Ray job id, on the trainer's side (workers/rollout/vllm_rollout/vllm_rollout.py:141)
-and on vLLM's (vllm_async_server.py:143 exports it, utils.py:425 reads it). A job id is unique
-within one Ray cluster only: the first job of every cluster is ``01000000``. Two runs on one
-host, each with its own cluster (two experiments on one machine, the two chains of this
-project's tests), bind the same path; each step's sender unlinks the other's socket, and a
-weight sync waits forever. Here both sides append a hash of the Ray session's name, one per
-cluster and the same in every process of it.
+verl names it ``/tmp/rl-colocate-zmq-{job}-replica-{r}-rank-{k}.sock`` by the Ray job id
+(workers/rollout/vllm_rollout/vllm_rollout.py:141; vllm_async_server.py:143 exports it, utils.py:425
+reads it), which every cluster starts at ``01000000``: two clusters on one host unlink each other's
+socket and a weight sync hangs. Both sides append a hash of the Ray session's name.
 """
 
 from __future__ import annotations

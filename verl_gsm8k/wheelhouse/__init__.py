@@ -66,9 +66,7 @@ def only(lock_text: str, names: set[str]) -> str:
 
 
 def extraneous(lock_text: str, sites: list[str]) -> list[str]:
-    """What the environment of site-packages ``sites`` holds that its lock does not list (an
-    older lock's, another stack's); the machine's Python seen through --system-site-packages is
-    not in ``sites``."""
+    """What site-packages ``sites`` (not the system's) holds that the lock does not list."""
     locked = {canonical(e.name) for e in entries(lock_text)} | BESIDE
     stale = set()
     for dist in importlib.metadata.distributions(path=sites):
@@ -96,8 +94,8 @@ def _named(file: str) -> tuple[str, str]:
 
 
 def write_manifest(lock: Path, folder: Path, exclude: set[str] = frozenset()) -> tuple:
-    """MANIFEST.tsv of ``folder`` against ``lock``: (files, bytes, the entries with no file).
-    ``exclude`` (and what an earlier stack's manifest left out) get a row with no file."""
+    """MANIFEST.tsv of ``folder`` against ``lock``: (files, bytes, the entries with no file,
+    ``exclude``'s among them)."""
     locked = entries(lock.read_text())
     by_hash = {h: e for e in locked for h in e.hashes}
     left_out = excluded(folder) | {canonical(e.name): e.version for e in locked
@@ -117,8 +115,7 @@ def write_manifest(lock: Path, folder: Path, exclude: set[str] = frozenset()) ->
 
 
 def missing_files(lock: Path, folder: Path) -> list[str]:
-    """The lock's entries that no file of ``folder`` holds (by the sha256 its manifest gives; the
-    installer checks the hashes again) and that it does not leave out."""
+    """The lock's entries no file of ``folder`` holds (by its manifest's sha256) nor leaves out."""
     if not (folder / MANIFEST).is_file():
         return [f"{folder} has no {MANIFEST} (make wheelhouse writes it)"]
     held = {r[3] for r in _rows(folder) if (folder / r[2]).is_file()}
