@@ -109,27 +109,29 @@ def product_splits(
     return splits
 
 
-def tool_demonstration(row: dict, split: str, index: int) -> dict:
-    """A calculator transcript in verl's multi-turn SFT schema: the RL row's system and user turns,
+def tool_demonstrations(rows: list[dict], split: str) -> list[dict]:
+    """Calculator transcripts in verl's multi-turn SFT schema: each RL row's system and user turns,
     then the call, the tool's reply and ``#### N``; or ``#### N`` at once (``call`` false)."""
     from data_prep.gsm8k import ground_truth, verl_rows
     from verl_gsm8k.tools import config_path, schemas
 
-    (rl,) = verl_rows([row], split, tools="calculator")
-    truth = ground_truth(row["answer"])
-    call = {
-        "type": "function",
-        "function": {"name": "calculator", "arguments": {"expression": row["expression"]}},
-    }
-    turns = [{"role": "assistant", "content": "", "tool_calls": [call]},
-             {"role": "tool", "content": truth}] if row["call"] else []  # fmt: skip
-    messages = [*rl["prompt"], *turns, {"role": "assistant", "content": f"#### {truth}"}]
-    return {
-        "messages": messages,
-        "tools": schemas(config_path("calculator")),
-        "data_source": rl["data_source"],
-        "extra_info": {"split": split, "index": index},
-    }
+    tools, demos = schemas(config_path("calculator")), []
+    for index, (row, rl) in enumerate(zip(rows, verl_rows(rows, split, tools="calculator"),
+                                          strict=True)):  # fmt: skip
+        truth = ground_truth(row["answer"])
+        call = {
+            "type": "function",
+            "function": {"name": "calculator", "arguments": {"expression": row["expression"]}},
+        }
+        turns = [{"role": "assistant", "content": "", "tool_calls": [call]},
+                 {"role": "tool", "content": truth}] if row["call"] else []  # fmt: skip
+        demos.append({
+            "messages": [*rl["prompt"], *turns, {"role": "assistant", "content": f"#### {truth}"}],
+            "tools": tools,
+            "data_source": rl["data_source"],
+            "extra_info": {"split": split, "index": index},
+        })  # fmt: skip
+    return demos
 
 
 def write_splits(splits: dict[str, list[dict[str, str]]], out_dir: Path) -> dict[str, Path]:
@@ -140,8 +142,7 @@ def write_splits(splits: dict[str, list[dict[str, str]]], out_dir: Path) -> dict
                         for r in rows).encode()  # fmt: skip
         targets[out_dir / f"{split}.jsonl"] = lambda path, data=lines: path.write_bytes(data)
         if "call" in rows[0]:  # products: transcripts with tool calls, their schema inferred
-            demos = [tool_demonstration(row, split, i) for i, row in enumerate(rows)]
-            writer = parquet_writer(demos, None)
+            writer = parquet_writer(tool_demonstrations(rows, split), None)
         else:
             demos = sft_rows(rows, split)
             for demo, row in zip(demos, rows, strict=True):

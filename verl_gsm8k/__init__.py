@@ -2,8 +2,8 @@
 
 Bottom to top (LAYERS below; a package imports only packages of lower layers):
 
+    tools         the calculator of the tool recipes (verl's agent loop) and its config
     common        shared helpers: the run directory's layout, atomic writes, the launch record
-    tools         the calculator of the tool recipes (verl's agent loop)
     svgplot       a small SVG line-chart library for the pages
     wheelhouse    a locked environment's files for a machine without internet (stdlib only)
     guard         the trainer's protections: health rules, thresholds, metric names, pruning
@@ -31,7 +31,8 @@ The map of the whole project: docs/architecture.md.
 
 # Packages bottom to top; a package imports only from lower layers (tests/test_layout.py).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("common", "svgplot", "tools"),
+    ("tools",),
+    ("common", "svgplot"),
     ("guard", "wheelhouse"),
     ("trace", "merge", "reshard", "questions"),
     ("ppo_trainer", "sft_trainer"),

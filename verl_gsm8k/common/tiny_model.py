@@ -58,29 +58,15 @@ THINGS = ["clips", "apples", "dollars", "pages", "eggs", "cookies", "miles", "ho
 VERBS = ["sold", "bought", "read", "baked", "earned", "walked", "gave", "found", "made"]
 
 
-# The calculator's schema as the chat template shows it (configs/tools/calculator.yaml), for the
-# --tool-tokens corpus only: its words and the tool block's become tokens, so a tool prompt stays
-# short.
-_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "calculator",
-        "description": "Compute an arithmetic expression.",
-        "parameters": {
-            "type": "object",
-            "properties": {"expression": {"type": "string", "description": "e.g. 48*72"}},
-            "required": ["expression"],
-        },
-    },
-}
-
-
 def _corpus(seed: int, tools: bool, n: int = 400) -> list[str]:
     """GSM8K-like sentences, the same for a seed (``tools``: and as many calculator transcripts in
     this template): enough for a few hundred BPE merges."""
     from jinja2 import Environment
 
+    from verl_gsm8k.tools import config_path, schemas
+
     template = Environment().from_string(CHATML_TEMPLATE)
+    tool_block = schemas(config_path("calculator"))  # its words become tokens: short tool prompts
     rng, lines = random.Random(seed), []
     for _ in range(n):
         a, b = rng.randint(1, 999), rng.randint(1, 99)
@@ -99,7 +85,7 @@ def _corpus(seed: int, tools: bool, n: int = 400) -> list[str]:
             {"role": "assistant", "content": "", "tool_calls": [{"function": call}]},
             {"role": "tool", "content": str(a * b)},
         ]
-        lines.append(template.render(messages=turns, tools=[_TOOL]))
+        lines.append(template.render(messages=turns, tools=tool_block))
     return lines
 
 
