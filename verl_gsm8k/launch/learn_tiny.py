@@ -78,7 +78,8 @@ def prepare(plan: Plan) -> None:
         from data_prep.gsm8k import main as gsm8k
 
         quiet(arithmetic, ["--out-dir", str(toy), "--seed", seed, *task["task"]])
-        tools = ["--tools", task["launch"]["TOOLS"]] if "launch" in task else []
+        tool = task.get("launch", {}).get("TOOLS")
+        tools = ["--tools", tool] if tool else []
         quiet(gsm8k, ["--source", str(toy), "--out-dir", str(toy / "rl"), *tools])
     if need_warm:
         tiny, tools = _tiny(plan)
@@ -92,7 +93,7 @@ def prepare(plan: Plan) -> None:
 
 def _tiny(plan: Plan) -> tuple[Path, bool]:
     """The tiny model the warm start trains: the calculator's task has its own tokenizer."""
-    tools = "launch" in TOY[plan.extra["task"]]
+    tools = "TOOLS" in TOY[plan.extra["task"]].get("launch", {})
     tiny = plan.tiny_model_dir
     return (tiny.with_name("tiny-qwen2-tools") if tools else tiny), tools
 
