@@ -1,7 +1,5 @@
 """A run's checkpoint evaluations (``eval.sh --run``), training mode only."""
 
-from __future__ import annotations
-
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path

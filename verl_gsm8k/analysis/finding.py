@@ -1,7 +1,5 @@
 """A health check's ``Finding`` and the helpers the checks share."""
 
-from __future__ import annotations
-
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field

@@ -1,7 +1,5 @@
 """The watchdog's trips and the kept best of a guarded run."""
 
-from __future__ import annotations
-
 import math
 from pathlib import Path
 from typing import Any

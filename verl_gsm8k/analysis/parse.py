@@ -1,8 +1,6 @@
 """verl's metrics (a run directory, one .jsonl, or a console log's ``step:N - key:value``
 lines) mapped onto the names of guard/vocab.py."""
 
-from __future__ import annotations
-
 import math
 import re
 import sys

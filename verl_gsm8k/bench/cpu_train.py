@@ -5,8 +5,6 @@ peak memory (PSS and RSS) of the whole process tree, sampled every --interval se
     python -m verl_gsm8k.bench.cpu_train --recipe grpo_qwen2.5-0.5b_gsm8k -- ROLLOUT_N=2 ...
 """
 
-from __future__ import annotations
-
 import argparse
 import json
 import os

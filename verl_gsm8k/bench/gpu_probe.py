@@ -8,8 +8,6 @@ the allocator's peak above the phase's start; a case over the free memory is ski
     python -m verl_gsm8k.bench.gpu_probe --models tiny --tokens 256 --seq 64 --device cpu --out D
 """
 
-from __future__ import annotations
-
 import argparse
 import datetime
 import json

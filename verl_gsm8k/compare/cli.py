@@ -2,8 +2,6 @@
 rendered before either is written. Exit status: 0 written; 1 cannot write; 2 bad input (one
 line on stderr, nothing written)."""
 
-from __future__ import annotations
-
 import json
 import sys
 from collections.abc import Sequence

@@ -2,8 +2,6 @@
 dict read with ``ast.literal_eval``) and the diff of the runs' configs (common/config_diff.py),
 grouped as the GSM8K PPO tutorial groups them, each key with the recipe knob that set it."""
 
-from __future__ import annotations
-
 import ast
 import re
 from dataclasses import dataclass, field

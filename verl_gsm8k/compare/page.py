@@ -1,8 +1,6 @@
 """comparison.html: a chart per headline metric, a line per run, against each x axis (radio
 buttons and CSS, no script, show one axis' charts)."""
 
-from __future__ import annotations
-
 import json
 from collections.abc import Sequence
 from html import escape

@@ -1,7 +1,5 @@
 """The runs of a comparison, each read as the run report reads it, with its label and axes."""
 
-from __future__ import annotations
-
 import bisect
 import statistics
 from collections.abc import Sequence

@@ -1,7 +1,5 @@
 """``python -m verl_gsm8k.evaluate`` (scripts/eval.sh, in .venv-eval): docs/evaluate.md."""
 
-from __future__ import annotations
-
 import argparse
 import datetime as dt
 import os

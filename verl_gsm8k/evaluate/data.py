@@ -1,7 +1,5 @@
 """GSM8K read once, written where EvalScope reads it offline: ``OUT/data/gsm8k-<content hash>/``."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 from pathlib import Path

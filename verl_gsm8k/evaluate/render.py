@@ -1,7 +1,5 @@
 """The pages: comparison.md (and a sweep's table by step) and samples/<model>-<mode>.md."""
 
-from __future__ import annotations
-
 import re
 
 from verl_gsm8k.common.run_dir import BEST_FILE

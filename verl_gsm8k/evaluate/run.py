@@ -1,8 +1,6 @@
 """One evaluation session: every model in every mode, into comparison.md/.json; a failed
 evaluation is a row with ``error``, the others go on."""
 
-from __future__ import annotations
-
 import contextlib
 import functools
 import json
@@ -120,7 +118,7 @@ class Session:
     version: str
 
     @classmethod
-    def open(cls, s: Settings, rows: dict[str, list[dict]]) -> Session:
+    def open(cls, s: Settings, rows: dict[str, list[dict]]) -> "Session":
         return cls(s, rows, write_data(rows, s.out / "data"), metadata.version("evalscope"))
 
     def row(self, spec: ModelSpec, backend: str, mode: str, error: str | None = None) -> dict:

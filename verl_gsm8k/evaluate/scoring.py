@@ -1,8 +1,6 @@
 """EvalScope's outputs read and scored: our reward's re-score and pass@k, EvalScope's report and
 reviews, deltas against the baseline."""
 
-from __future__ import annotations
-
 import math
 import sys
 from pathlib import Path

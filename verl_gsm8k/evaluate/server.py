@@ -1,8 +1,6 @@
 """A model resolved, a server probed, and ``vllm serve`` in its own process group, the whole
 group always stopped."""
 
-from __future__ import annotations
-
 import contextlib
 import http.client
 import json

@@ -1,7 +1,5 @@
 """The evaluation's settings, constants and errors."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -1,8 +1,6 @@
 """``eval.sh --run RUN_DIR``: step 0 and every kept checkpoint, one at a time; comparison.json
 rewritten after each; a rerun adds what it lacks."""
 
-from __future__ import annotations
-
 import shutil
 import subprocess
 import sys
@@ -29,7 +27,7 @@ class Run:
     configs: list[dict[str, Any]]
 
     @classmethod
-    def read(cls, path: Path) -> Run:
+    def read(cls, path: Path) -> "Run":
         run = path.expanduser().resolve()
         if not run.is_dir():
             raise UsageError(f"--run {path}: not a directory")

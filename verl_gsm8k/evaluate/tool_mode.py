@@ -2,8 +2,6 @@
 loop runs it (Hermes ``<tool_call>``), against vLLM's OpenAI API; the last answer scored by our
 reward. EvalScope's modes stay tool-free."""
 
-from __future__ import annotations
-
 import json
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor

@@ -1,8 +1,6 @@
 """MAX_CKPT_TO_KEEP over the whole run directory (verl's forgets earlier launches' steps): the
 newest N kept, and the tracked step and the best."""
 
-from __future__ import annotations
-
 import shutil
 from pathlib import Path
 

@@ -1,8 +1,6 @@
 """The per-step health rules (is a step sick, given the healthy steps before it?), run by the
 watchdog before each save and by the report."""
 
-from __future__ import annotations
-
 import math
 import statistics
 from collections import Counter, deque

@@ -3,8 +3,6 @@ written on a SIGTERM or by the trainer before a job's end; the trainers save the
 A SIGTERM's grace must cover a step, its validation and save as measured; before a known job end
 the trainer stops after the last step that fits."""
 
-from __future__ import annotations
-
 import json
 import math
 import os
@@ -35,7 +33,7 @@ class Timings:
     start_s: float | None = None  # a launch's start to its first step's end
 
     @classmethod
-    def read(cls, run_dir: Path) -> Timings:
+    def read(cls, run_dir: Path) -> "Timings":
         try:
             data = json_read.read(rd.timings_path(run_dir), max_bytes=1 << 20)
         except (OSError, json_read.JsonError):

@@ -1,8 +1,6 @@
 """verl's metric names, once: a canonical name per quantity (verl 0.9.1's key first, older keys
 after) and the key patterns of validation and step-time phases."""
 
-from __future__ import annotations
-
 import re
 from dataclasses import dataclass
 

@@ -3,8 +3,6 @@ a LoRA adapter folded in (lora.py), proved (loads, template renders, a finite fo
 recorded (merge_manifest.json) in a hidden directory renamed into place last. The critic's
 architectures are rewritten (config_patch): verl saves it as a causal LM's."""
 
-from __future__ import annotations
-
 import contextlib
 import datetime as dt
 import json

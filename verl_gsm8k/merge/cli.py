@@ -3,8 +3,6 @@ merged; 2 a missing, partial, corrupt or refused checkpoint, an existing target,
 without a usable best_checkpoint.json; 1 other errors; 128 + the signal on SIGTERM or SIGINT.
 """
 
-from __future__ import annotations
-
 import argparse
 import signal
 import sys

@@ -2,8 +2,6 @@
 SFT step directory), found and checked before anything loads it; also the resume's check of each
 role."""
 
-from __future__ import annotations
-
 import os
 from dataclasses import dataclass
 from pathlib import Path

@@ -1,8 +1,6 @@
 """A LoRA adapter folded in by peft's merge_and_unload: verl's merger writes it aside
 (base_model_merger.py ~321-423). Its alpha is lora_train_meta.json's; none: refused."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 

@@ -1,8 +1,6 @@
 """python -m verl.model_merger with torch.load the one loading policy (its weights_only=False
 loads: fsdp_model_merger.py ~108, ~168). A refusal: one line, exit 2."""
 
-from __future__ import annotations
-
 import sys
 
 import torch

@@ -2,8 +2,6 @@
 kept best. A binding calls _begin, _after_update, _stop_if_requested, _prepare_logger and
 _end_after."""
 
-from __future__ import annotations
-
 import logging
 import math
 import numbers

@@ -4,8 +4,6 @@
 fit's local metrics (entropy as ~1590); _update_actor (save follows, ~1712) runs trace and guard;
 Tracking (~1417) is swapped for a subclass that prepares the loggers."""
 
-from __future__ import annotations
-
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -28,7 +26,7 @@ from verl_gsm8k.trace.select import choose
 class _StoppingLoader:
     """The training dataloader, ending verl's loop where the guard ends the run."""
 
-    def __init__(self, loader: Any, trainer: GuardedLegacyTrainer) -> None:
+    def __init__(self, loader: Any, trainer: "GuardedLegacyTrainer") -> None:
         self.loader, self.trainer = loader, trainer
 
     def __iter__(self) -> Iterator[Any]:

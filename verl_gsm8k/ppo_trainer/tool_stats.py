@@ -1,8 +1,6 @@
 """A tool launch's per-step metrics verl does not log (tool calls, errors, accuracy with and
 without a call), from the reward's keys (rewards/gsm8k.py)."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping, Sequence
 from statistics import fmean
 from typing import Any

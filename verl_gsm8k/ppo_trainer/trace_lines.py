@@ -1,8 +1,6 @@
 """The per-token trace's lines, RUN_DIR/trace/<step>.jsonl (format: trace/record.py), from a step's
 chosen samples, never fatal. Settings: gsm8k_trace.samples (0 = off), gsm8k_trace.dir."""
 
-from __future__ import annotations
-
 import logging
 import os
 import time

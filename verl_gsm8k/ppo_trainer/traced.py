@@ -3,8 +3,6 @@ __init__ sets trainer_mode back to sync (verl branches on it, ~129-157, ~731, ~9
 step (~533, before the save) runs the guard and ends a run by lowering the total (~467); the
 validate/train hooks prepare the loggers and honour a stop; _compute_metrics (~503-511) traces."""
 
-from __future__ import annotations
-
 import time
 from typing import Any
 

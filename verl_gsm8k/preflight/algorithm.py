@@ -1,8 +1,6 @@
 """What each RL algorithm needs from a verl config (docs/algorithms.md): an error where verl fails
 or trains something else; a warning where it runs as written."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from typing import Any
 

@@ -1,7 +1,5 @@
 """Whether a batch splits into mini-batches as verl asserts (knobs and preflight)."""
 
-from __future__ import annotations
-
 
 def batch_split_problem(
     batch: int,

@@ -1,8 +1,6 @@
 """Where a run writes: its directory can be made, a resume finds its checkpoints, the disk holds
 the ones it keeps."""
 
-from __future__ import annotations
-
 import os
 import shutil
 from pathlib import Path

@@ -5,8 +5,6 @@
 Exit status: 0 passed (warnings allowed), 1 an error, 2 bad usage.
 """
 
-from __future__ import annotations
-
 import argparse
 import importlib
 import os

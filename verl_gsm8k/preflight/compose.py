@@ -1,8 +1,6 @@
 """Overrides split, legacy keys found, the config composed against the installed verl, and one
 line on why it did not compose."""
 
-from __future__ import annotations
-
 import copy
 import difflib
 import importlib.util

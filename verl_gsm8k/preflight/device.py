@@ -1,7 +1,5 @@
 """The device, the attention, LoRA layouts and the GPUs a composed config gets here."""
 
-from __future__ import annotations
-
 import json
 import os
 import subprocess

@@ -1,7 +1,5 @@
 """What a run reads: the train/val files and the reward function."""
 
-from __future__ import annotations
-
 import ast
 import math
 import numbers

@@ -1,7 +1,5 @@
 """The preflight's lines: counted, secrets masked, control characters escaped."""
 
-from __future__ import annotations
-
 import os
 from dataclasses import dataclass, field
 from functools import partialmethod

@@ -1,8 +1,6 @@
 """GPU memory per phase of a PPO step (docs/gpu.md), and TOKEN_BUDGET=auto: the largest
 power-of-two budget under the recipe's at which every phase fits."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

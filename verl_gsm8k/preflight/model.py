@@ -1,8 +1,6 @@
 """The model a launch names: a local directory, the HF cache or the hub (probed once), loaded
 by verl's HFModelConfig."""
 
-from __future__ import annotations
-
 import contextlib
 import functools
 import os

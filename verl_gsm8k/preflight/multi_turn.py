@@ -1,8 +1,6 @@
 """A tool launch (multi_turn.tool_config_path): rows run the tool_agent loop, prompts fit with
 the tools block, the response budget covers every turn."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Any
 

@@ -1,7 +1,5 @@
 """The preflight of a launch of verl's SFT trainer (``--trainer sft``)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Any
 

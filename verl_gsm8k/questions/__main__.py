@@ -1,8 +1,6 @@
 """python -m verl_gsm8k.questions DUMP.jsonl ... | --run RUN_DIR | --evalscope EVAL_DIR --out DIR:
 the questions page of validation dumps, runs or evaluations, columns in the order given."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 from pathlib import Path

@@ -1,7 +1,5 @@
 """questions.html, its data files (data/table.js, data/col<i>.js) and summary.json."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 

@@ -1,7 +1,5 @@
 """The columns of runs and evaluations, and their questions page."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from pathlib import Path
 

@@ -1,8 +1,6 @@
 """One row per question (matched by text and ground truth), classified, the first and last
 column compared with the exact McNemar test."""
 
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -1,7 +1,5 @@
 """The checks only the per-token trace can make."""
 
-from __future__ import annotations
-
 import math
 import statistics
 from typing import Any

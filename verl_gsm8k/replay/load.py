@@ -1,8 +1,6 @@
 """Reading ``RUN_DIR/trace/<step>.jsonl``, untrusted: a bad field or file, another launch's step:
 one issue, skipped."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

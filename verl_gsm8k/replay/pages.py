@@ -1,8 +1,6 @@
 """replay.html (the trace, token by token) and rollouts.html (every dumped response), loading one
 step's data file at a time."""
 
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass, field
 from html import escape

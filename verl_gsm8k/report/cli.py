@@ -2,8 +2,6 @@
 digest and a run directory's replay, rollout and questions pages; two or more INPUTs: the run
 comparison. Exit status: 0 written; 1 nothing readable, or cannot write; 2 no INPUT."""
 
-from __future__ import annotations
-
 import argparse
 import json
 import math

@@ -3,8 +3,6 @@ resumes (or step S) rewritten for N ranks (reshard/shards.py). Exit 0: resharded
 already), one line per role; 2: one line naming what stopped it, the checkpoint unchanged.
 """
 
-from __future__ import annotations
-
 import argparse
 import sys
 from collections.abc import Sequence

@@ -4,8 +4,6 @@ the 1-D mesh verl builds; the rest from rank 0, new rank r gets old rank r % W's
 under a temporary name, then renamed, fsdp_config.json last: a stop at any moment leaves the W
 checkpoint whole."""
 
-from __future__ import annotations
-
 import os
 import time
 from pathlib import Path

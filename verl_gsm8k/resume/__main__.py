@@ -3,8 +3,6 @@ the launch that wrote it (same_config.py), resharded when only the GPU count cha
 launch record written. Exit 0, or 2 with one line and nothing written. The launcher runs
 record_launch in its own process right before verl starts."""
 
-from __future__ import annotations
-
 import argparse
 import os
 import sys

@@ -2,8 +2,6 @@
 config, with the launch that wrote the checkpoint it resumes (its launch_stamp.txt); a key outside
 ALLOWED that differs stops it in one line."""
 
-from __future__ import annotations
-
 import json
 from fnmatch import fnmatchcase
 from pathlib import Path

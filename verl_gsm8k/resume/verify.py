@@ -2,8 +2,6 @@
 each file loaded by the function verl's loads run; else the newest whole one before it; none:
 exit 2."""
 
-from __future__ import annotations
-
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path

@@ -1,7 +1,5 @@
 """The report's digest for the terminal, and the names of the files the report writes."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Any
 

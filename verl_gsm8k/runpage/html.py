@@ -1,7 +1,5 @@
 """report.html: the whole report in one page, its charts inline SVG."""
 
-from __future__ import annotations
-
 from html import escape
 from typing import Any
 

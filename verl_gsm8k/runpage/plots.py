@@ -1,7 +1,5 @@
 """The report's charts: lines with the findings shaded, the step time by phase, the time share."""
 
-from __future__ import annotations
-
 from html import escape
 from typing import Any
 

@@ -1,7 +1,5 @@
 """One run read, checked and summarised as plain JSON (``analyse``)."""
 
-from __future__ import annotations
-
 import math
 import statistics
 from dataclasses import asdict

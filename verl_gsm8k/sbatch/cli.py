@@ -6,8 +6,6 @@
 Bad input is one line starting ``slurm:``, exit 2.
 """
 
-from __future__ import annotations
-
 import argparse
 import contextlib
 import os

@@ -1,8 +1,6 @@
 """``python -m verl_gsm8k.sft_trainer``: verl's SFT entry (verl/trainer/sft_trainer.py ``main``,
 ``run_sft``) building ``StoppableSFTTrainer``, under torchrun."""
 
-from __future__ import annotations
-
 import hydra
 import torch.distributed as dist
 from omegaconf import DictConfig

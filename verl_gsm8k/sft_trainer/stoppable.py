@@ -3,8 +3,6 @@ fit has no hook: after training_client.train_batch (~388) the ranks agree on a s
 and the total becomes this step, so is_last_step (~412) saves it; ckpt_handler.save_checkpoint
 (~443): rank 0 stamps the step directory."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Any
 

@@ -1,7 +1,5 @@
 """Line charts as inline SVG; tick-x / tick-y classes and data-y-scale map pixels back to values."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field

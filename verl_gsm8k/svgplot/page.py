@@ -1,8 +1,6 @@
 """What every offline page shares: stylesheet, page, tables, and data files loaded by
 ``<script src>`` (works from file://). Text is escaped unless ``Raw``."""
 
-from __future__ import annotations
-
 import json
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime

@@ -3,8 +3,6 @@ response; docs/replay.md) and their writer. ``per_token`` lists align with ``res
 quantity the run does not compute is named in ``absent``, never zeros. Floats keep 7
 significant digits; NaN and infinities become null."""
 
-from __future__ import annotations
-
 import json
 import logging
 import math

@@ -1,8 +1,6 @@
 """Which responses of a step are traced: whole prompt groups (GRPO's advantages are per group),
 ordered by a hash of the step and the uid."""
 
-from __future__ import annotations
-
 import hashlib
 from collections.abc import Sequence
 

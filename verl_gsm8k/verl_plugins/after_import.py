@@ -1,7 +1,5 @@
 """Run a function right after a module is imported, in the processes that import it."""
 
-from __future__ import annotations
-
 import importlib.abc
 import importlib.util
 import sys

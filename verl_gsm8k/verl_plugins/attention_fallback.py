@@ -2,8 +2,6 @@
 load_valuehead_model), failing without flash-attn 2: rewritten to common/attention.py's
 choice."""
 
-from __future__ import annotations
-
 import functools
 import logging
 import os

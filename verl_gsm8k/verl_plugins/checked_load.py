@@ -3,8 +3,6 @@ ray_trainer.py ~1114, checkpoint_handler.py ~177; weights_only=False), torch.loa
 checkpoint_files.load: a swapped or unchecked file runs no code; a refusal is one line. Each loader
 is wrapped where its module is imported (after_import.py): verl has no extension point."""
 
-from __future__ import annotations
-
 import functools
 from collections.abc import Iterator
 from contextlib import contextmanager

@@ -2,8 +2,6 @@
 act only then): device cpu, backend gloo, Ray resource GPU (verl's pools count GPU/NPU only), no
 IPC, current_device() "cpu" (an int fails in .to(): fsdp_utils.py ~507), a torch.cuda stand-in."""
 
-from __future__ import annotations
-
 import contextlib
 import functools
 import os

@@ -2,8 +2,6 @@
 module is imported (after_import.py): v1's traced.py in verl's registry; legacy (no registry) by
 the name RayPPOTrainer in verl.trainer.main_ppo_v0 (~218) bound to GuardedLegacyTrainer."""
 
-from __future__ import annotations
-
 import importlib
 import types
 from typing import Any

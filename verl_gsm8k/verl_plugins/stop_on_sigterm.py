@@ -3,8 +3,6 @@ blocked; in a launch's process (GSM8K_LAUNCH_RUN_DIR) a thread waits for it: one
 writes the stop request (guard/stop.py) with STOP_GRACE_S; one from Ray's teardown is not a stop.
 Ray's shutdown then SIGKILLs the processes ray.init started (they block SIGTERM)."""
 
-from __future__ import annotations
-
 import os
 import signal
 import threading

@@ -3,8 +3,6 @@ launch). vLLM unblocks SIGTERM with its own handler (v1/engine/core.py run_engin
 vllm.general_plugins first: here (GSM8K_LAUNCH_ID) SIGTERM is blocked and a thread forwards one
 from the parent or the launch to vLLM's handler and ignores, in one line, one from outside."""
 
-from __future__ import annotations
-
 import multiprocessing
 import os
 import signal

@@ -6,8 +6,6 @@ reads it), which every cluster starts at ``01000000``: two clusters on one host 
 socket and a weight sync hangs. Both sides append a hash of the Ray session's name.
 """
 
-from __future__ import annotations
-
 import functools
 import hashlib
 import os

@@ -6,8 +6,6 @@ one line; extraneous: what an environment holds beyond its lock).
     python -m verl_gsm8k.wheelhouse {manifest,check,lock,excluded,extraneous} --lock L --dir D
 """
 
-from __future__ import annotations
-
 import argparse
 import importlib.metadata
 import re
