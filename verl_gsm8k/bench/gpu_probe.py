@@ -65,9 +65,9 @@ def token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
                         for row, label in zip(logits, labels, strict=True)])  # fmt: skip
 
 
-def row_lengths(tokens: int, seq: int, seed: int = 0) -> list[int]:
+def row_lengths(tokens: int, seq: int) -> list[int]:
     """Rows of seq/2..seq tokens summing to ``tokens`` (GSM8K-like)."""
-    rng, lengths = random.Random(seed), []
+    rng, lengths = random.Random(0), []
     while sum(lengths) < tokens:
         lengths.append(min(rng.randint(seq // 2, seq), tokens - sum(lengths)))
     return lengths

@@ -20,10 +20,10 @@ def dies_with_this_process(sig: int = signal.SIGKILL) -> Callable[[], None] | No
     return lambda: _arm(prctl, sig, parent)
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
+def die_with_parent() -> None:
     """The same, armed from inside a child whose starter is not ours."""
     if sys.platform.startswith("linux"):
-        _arm(ctypes.CDLL(None, use_errno=True).prctl, sig, os.getppid())
+        _arm(ctypes.CDLL(None, use_errno=True).prctl, signal.SIGKILL, os.getppid())
 
 
 def _arm(prctl: Callable[..., int], sig: int, parent: int) -> None:

@@ -97,9 +97,7 @@ def send(pids: Sequence[int], sig: signal.Signals) -> None:
             os.kill(pid, sig)
 
 
-def stop(
-    find: Callable[[], Sequence[int]], grace_s: float, kill_rounds: int = 20
-) -> tuple[set[int], set[int]]:
+def stop(find: Callable[[], Sequence[int]], grace_s: float) -> tuple[set[int], set[int]]:
     """Stop what ``find`` returns, rescanning: SIGKILL at once to a process blocking SIGTERM,
     SIGTERM to others, SIGKILL after ``grace_s``; (the pids seen, those SIGKILLed)."""
     seen: set[int] = set()
@@ -113,7 +111,7 @@ def stop(
         killed.update(deaf)
         send([pid for pid in left if pid not in deaf], signal.SIGTERM)
         left = wait_gone(find, min(1.0, max(0.0, end - time.monotonic())))
-    for _ in range(kill_rounds):
+    for _ in range(20):
         if not left:
             break
         seen.update(left)

@@ -154,9 +154,9 @@ def read_world_size(role_dir: Path) -> int:
     return world
 
 
-def write_world_size(role_dir: Path, world: int, source: Path | None = None) -> None:
-    """fsdp_config.json rewritten to name ``world`` ranks, its other keys ``source``'s."""
-    config = read_fsdp_config(Path(source or role_dir))
+def write_world_size(role_dir: Path, world: int) -> None:
+    """fsdp_config.json rewritten to name ``world`` ranks."""
+    config = read_fsdp_config(role_dir)
     config["world_size"] = world
     write_atomic(Path(role_dir) / FSDP_CONFIG, json.dumps(config, indent=4) + "\n")
 
@@ -270,17 +270,8 @@ def append_trip(run_dir: Path, trip: dict[str, Any]) -> None:
 def read_trips(run_dir: Path) -> list[dict[str, Any]]:
     """Every watchdog trip, oldest first; an unreadable line skipped."""
     path = watchdog_path(run_dir)
-    if not path.is_file():
-        return []
-    trips = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            trip = json_read.parse(line, str(path))
-        except json_read.JsonError:
-            continue  # a line cut by a kill mid-append
-        if isinstance(trip, dict) and isinstance(trip.get("step"), int):
-            trips.append(trip)
-    return trips
+    rows = (row for _, row in jsonl(path)) if path.is_file() else ()  # a cut line: a JsonError
+    return [r for r in rows if isinstance(r, dict) and isinstance(r.get("step"), int)]
 
 
 def launch_record_path(run_dir: Path, stamp: str) -> Path:

@@ -11,7 +11,8 @@ from typing import Any
 from verl_gsm8k.analysis.evals import EvalFile, read_checkpoint_evals
 from verl_gsm8k.analysis.finding import Finding
 from verl_gsm8k.analysis.parse import Canonical, InputError, RunData
-from verl_gsm8k.compare.config import ConfigError, RunConfig, read_config
+from verl_gsm8k.compare.config import ConfigError as CompareError
+from verl_gsm8k.compare.config import RunConfig, read_config
 from verl_gsm8k.runpage import summary as rs
 
 AXES = {
@@ -19,10 +20,6 @@ AXES = {
     "samples": "samples seen: step x data.train_batch_size x actor_rollout_ref.rollout.n",
     "wall_time": "wall time: cumulative step time (validation not included)",
 }
-
-
-class CompareError(Exception):
-    """One line naming the file or run."""
 
 
 def _count(value: Any) -> int | None:
@@ -86,7 +83,7 @@ def load_run(path: Path, label: str) -> Run:
             detail = f" ({data.issues[0]})" if data.issues else ""
             raise CompareError(f"no metrics could be read from {path}{detail}")
         config = read_config(path, data.formats[0] if data.formats else "")
-    except (InputError, ConfigError) as err:
+    except InputError as err:
         raise CompareError(str(err)) from None
     evals = read_checkpoint_evals(path) if path.is_dir() else None
     return Run(label, path, data, canon, findings, summary, config, evals)

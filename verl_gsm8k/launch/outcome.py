@@ -62,10 +62,10 @@ def failed_groups(run_dir: Path, stamp: str) -> str | None:
             "responses")  # fmt: skip
 
 
-def log_tail(run_dir: Path, stamp: str, size: int = 2_000_000) -> str:
+def log_tail(run_dir: Path, stamp: str) -> str:
     try:
         with open(rd.console_log_path(run_dir, stamp), "rb") as handle:
-            handle.seek(max(0, handle.seek(0, 2) - size))
+            handle.seek(max(0, handle.seek(0, 2) - 2_000_000))
             return handle.read().decode("utf-8", errors="replace")
     except OSError:
         return ""

@@ -132,7 +132,7 @@ def slurm_ray_groups(job: str) -> set[int]:
             and procs.group_of(pid) == pid}  # fmt: skip
 
 
-def stop_slurm_ray(job: str, seconds: float = 10.0) -> int:
+def stop_slurm_ray(job: str) -> int:
     """SIGKILL (SIGTERM is blocked) to ``job``'s Ray here."""
     groups, names = slurm_ray_groups(job), {}
 
@@ -141,7 +141,7 @@ def stop_slurm_ray(job: str, seconds: float = 10.0) -> int:
         names.update((pid, names.get(pid) or procs.name(pid)) for pid in left)
         return left
 
-    seen, _ = procs.stop(find, 0.0, kill_rounds=max(1, int(seconds / 0.5)))
+    seen, _ = procs.stop(find, 0.0)
     left = find()
     done = describe([Proc(pid, names[pid], job, "") for pid in sorted(seen)]) or "none left"
     print(f"slurm: Ray of job {job} on {socket.gethostname().split('.')[0]}: {len(seen)} "

@@ -125,9 +125,9 @@ def figure(plot_id: str, title: str, points: int, body: Sequence[str],
             "</figure>")  # fmt: skip
 
 
-def downsample(points: Points, limit: int = MAX_DRAWN) -> list[tuple[float, float]]:
-    n, runs = len(points), limit // 2
-    if n <= limit:
+def downsample(points: Points) -> list[tuple[float, float]]:
+    n, runs = len(points), MAX_DRAWN // 2
+    if n <= MAX_DRAWN:
         return list(points)
     out = []
     for r in range(runs):
