@@ -49,19 +49,6 @@ def finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def guard_settings(config: DictConfig) -> dict[str, Any]:
-    block = OmegaConf.to_container(config.get("gsm8k_guard") or {}, resolve=True)
-    assert isinstance(block, dict)
-    thresholds = Thresholds.from_mapping(block.get("watchdog") or {})  # mode included
-    return {
-        "mode": thresholds.mode,
-        "thresholds": thresholds,
-        "keep_best": bool(block.get("keep_best", True)),
-        "best_metric": str(block.get("best_metric") or "val-core/openai/gsm8k/acc/mean@1"),
-        "save_every_s": 60.0 * float(block.get("save_every_min") or 0),
-    }
-
-
 def logged_history(run_dir: Path, before: int) -> list[dict[str, float]]:
     """Steps 1..before-1's training metrics as logged (the last launch's wins)."""
     rows = logged_rows(run_dir)
@@ -90,17 +77,19 @@ class GuardBase:
     train_dataloader: Any
 
     def _init_guard(self, config: DictConfig) -> None:
-        settings = guard_settings(config)
-        self.guard_mode: str = settings["mode"]
-        self.keep_best: bool = settings["keep_best"]
-        self.best_metric: str = settings["best_metric"]
-        self.save_every_s: float = settings["save_every_s"]
+        block = OmegaConf.to_container(config.get("gsm8k_guard") or {}, resolve=True)
+        assert isinstance(block, dict)
+        thresholds = Thresholds.from_mapping(block.get("watchdog") or {})  # mode included
+        self.guard_mode = thresholds.mode
+        self.keep_best = bool(block.get("keep_best", True))
+        self.best_metric = str(block.get("best_metric") or "val-core/openai/gsm8k/acc/mean@1")
+        self.save_every_s = 60.0 * float(block.get("save_every_min") or 0)
         self.last_save = time.time()  # the loop's start (reset there), then each save's end
         self.run_dir = Path(config.trainer.default_local_dir)
         self.stamp = launch_stamp()
         self.launched = stop.stamp_time(self.stamp)  # the first step measures the start-up
         self.response_limit = int(config.data.get("max_response_length") or 0) or None
-        self.watchdog = Watchdog(settings["thresholds"], response_limit=self.response_limit)
+        self.watchdog = Watchdog(thresholds, response_limit=self.response_limit)
         self.sick_step: int | None = None  # the step the watchdog stopped (never saved)
         self.saved_step: int | None = None  # the step this launch saved last
         self.stop_at: int | None = None  # the step after which the run ends
