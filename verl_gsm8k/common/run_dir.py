@@ -78,6 +78,13 @@ def _step_file(name: str) -> Callable[[Path, int], Path]:
     return lambda run_dir, step: step_dir(run_dir, step) / name
 
 
+def _stamped(folder: str, name: str) -> Callable[[Path, str], Path]:
+    return lambda run_dir, stamp: Path(run_dir) / folder / name.format(stamp=stamp)
+
+
+launch_record_path = _stamped(LAUNCHES_DIR, LAUNCH_RECORD)
+metrics_path = _stamped(METRICS_DIR, METRICS_FILE)
+console_log_path = _stamped(LOGS_DIR, CONSOLE_LOG)
 tracker_path, best_path, watchdog_path = _file(TRACKER), _file(BEST_FILE), _file(WATCHDOG_FILE)
 stop_path, timings_path, lock_path = _file(STOP_FILE), _file(TIMINGS_FILE), _file(LOCK_FILE)
 session_path = _file(SESSION_FILE)
@@ -274,18 +281,10 @@ def read_trips(run_dir: Path) -> list[dict[str, Any]]:
     return [r for r in rows if isinstance(r, dict) and isinstance(r.get("step"), int)]
 
 
-def launch_record_path(run_dir: Path, stamp: str) -> Path:
-    return Path(run_dir) / LAUNCHES_DIR / LAUNCH_RECORD.format(stamp=stamp)
-
-
 def launch_record_paths(run_dir: Path) -> list[Path]:
     """The launch records, oldest first."""
     folder = Path(run_dir) / LAUNCHES_DIR
     return sorted(folder.glob(LAUNCH_RECORD.format(stamp="*"))) if folder.is_dir() else []
-
-
-def metrics_path(run_dir: Path, stamp: str) -> Path:
-    return Path(run_dir) / METRICS_DIR / METRICS_FILE.format(stamp=stamp)
 
 
 def metrics_paths(run_dir: Path) -> list[Path]:
@@ -359,10 +358,6 @@ def metrics_stamp(path: str | os.PathLike[str]) -> str | None:
     """The launch stamp a metrics file's path ends with, or None."""
     match = _METRICS_NAME.search(os.fspath(path))
     return match.group(1) if match else None
-
-
-def console_log_path(run_dir: Path, stamp: str) -> Path:
-    return Path(run_dir) / LOGS_DIR / CONSOLE_LOG.format(stamp=stamp)
 
 
 def superseded_dir(run_dir: Path, stamp: str) -> Path:

@@ -28,13 +28,7 @@ from verl_gsm8k.launch.plan import (
 from verl_gsm8k.launch.supervise import Supervisor
 from verl_gsm8k.preflight.compose import split_override
 
-
-class Exit(Exception):
-    """Stop the launch with this status, its line said."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
+Exit = SystemExit  # the launch stops with this status, its line said; main returns it
 
 
 def say(line: str, err: bool = False) -> None:
