@@ -63,7 +63,7 @@ def run(recipe: str, env_overrides: dict[str, str], args: list[str], interval: f
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         errors="replace", start_new_session=True,
         # SIGKILLed, the benchmark takes its launch with it (SIGTERM: the launcher's stop)
-        preexec_fn=dies_with_this_process(signal.SIGTERM),  # noqa: PLW1509  # one prctl call
+        preexec_fn=dies_with_this_process(signal.SIGTERM),  # one prctl call
     )  # fmt: skip
     sampler = MemorySampler(proc.pid, interval)
     sampler.start()

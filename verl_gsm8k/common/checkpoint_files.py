@@ -25,7 +25,7 @@ def _register() -> None:
     """numpy's RNG state (what verl's checkpoints hold beyond torch's defaults), once per process:
     a safe_globals block per load would take them from other threads' loads on leaving."""
     import numpy as np
-    import torch.distributed.tensor  # noqa: F401
+    import torch.distributed.tensor
 
     allowed = [np._core.multiarray._reconstruct, np.ndarray, np.dtype, np.dtypes.UInt32DType]
     torch.serialization.add_safe_globals(allowed)

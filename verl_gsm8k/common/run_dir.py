@@ -114,9 +114,6 @@ def shard_name(kind: str, world_size: int | str, rank: int | str) -> str:
     return f"{kind}_world_size_{world_size}_rank_{rank}.pt"
 
 
-SHARD_NAME = re.compile(rf"({'|'.join(SHARD_KINDS)})_world_size_(\d+)_rank_(\d+)\.pt")
-
-
 class FsdpConfigError(ValueError):
     """An unreadable fsdp_config.json, or no world size its directory could hold: one line."""
 

@@ -95,7 +95,7 @@ def served(spec: ModelSpec, settings: Settings) -> Iterator[str]:
     try:
         with log.open("wb") as out:
             # SIGTERM on our death: vllm serve stops its engines (a SIGKILL would orphan them)
-            proc = subprocess.Popen(  # noqa: PLW1509 (preexec_fn: one prctl call)
+            proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, preexec_fn=dies_with_this_process(signal.SIGTERM),
             )  # fmt: skip

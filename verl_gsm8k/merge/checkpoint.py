@@ -41,7 +41,7 @@ def run_verl_merger(ckpt: find.Checkpoint, out_dir: Path, python: str) -> tuple[
     with tempfile.TemporaryFile() as log:
         # its own process group, stopped with its children here, killed with this process
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=dies_with_this_process())  # noqa: PLW1509  # fmt: skip
+                                preexec_fn=dies_with_this_process())  # fmt: skip
         try:  # the proof's imports (torch too) beside the merger's own
             from transformers import AutoModelForCausalLM, logging  # noqa: F401
 

@@ -77,7 +77,7 @@ class TracingTrainer(GuardBase, PPOTrainerSync):
             scores.append(float(score.float().sum()))
         return numeric(metrics), responses, scores, [prompt_of(key) for key in real]
 
-    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):  # noqa: ANN001
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
         if self.config.actor_rollout_ref.rollout.multi_turn.get("tool_config_path"):
             extras = rows(self._get(batch, _real(batch), ["extra_fields"])["extra_fields"])
