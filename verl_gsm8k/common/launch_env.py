@@ -2,10 +2,9 @@
 
 import os
 import socket
-from datetime import UTC, datetime
 
 from verl_gsm8k.common import procs
-from verl_gsm8k.common.run_dir import STAMP_FORMAT, metrics_stamp
+from verl_gsm8k.common.run_dir import metrics_stamp, stamp_time
 
 ENV_LAUNCH = "GSM8K_LAUNCH_ID"
 ENV_RUN_DIR = "GSM8K_LAUNCH_RUN_DIR"
@@ -21,9 +20,7 @@ def launcher_ended(launch: str) -> bool:
     pid, _, host = rest.partition("-")
     if host != socket.gethostname() or not pid.isdigit():
         return False
-    try:
-        began = datetime.strptime(stamp, STAMP_FORMAT).replace(tzinfo=UTC).timestamp()
-    except ValueError:
+    if (began := stamp_time(stamp)) is None:
         return False
     started = procs.started_at(int(pid)) if procs.alive(int(pid)) else None
     return started is None or started > began + 1  # the launcher started before its stamp

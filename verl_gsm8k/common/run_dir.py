@@ -21,6 +21,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -92,9 +93,15 @@ stamp_path, sick_path = _step_file(STAMP_FILE), _step_file(SICK_FILE)
 
 
 def new_stamp() -> str:
-    from datetime import UTC, datetime
-
     return datetime.now(UTC).strftime(STAMP_FORMAT)
+
+
+def stamp_time(stamp: str | None) -> float | None:
+    """A launch stamp (20261126T101500Z) in epoch seconds; None for another text."""
+    try:
+        return datetime.strptime(stamp or "", STAMP_FORMAT).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
 
 
 def unused_stamp(run_dir: Path) -> str:

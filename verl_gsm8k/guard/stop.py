@@ -71,14 +71,6 @@ class Timings:
                 f"+{MARGIN_S:.0f} s, measured in {rd.TIMINGS_FILE}")  # fmt: skip
 
 
-def stamp_time(stamp: str | None) -> float | None:
-    """A launch stamp (20261126T101500Z) in epoch seconds."""
-    try:
-        return datetime.strptime(stamp or "", rd.STAMP_FORMAT).replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
-
-
 def must_stop(now: float, end: float | None, timings: Timings) -> bool:
     """One more step and its save would not end MARGIN_S before ``end``."""
     needed = timings.next_step()

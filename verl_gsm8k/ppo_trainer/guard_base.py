@@ -27,6 +27,7 @@ from verl_gsm8k.common.run_dir import (
     mark_sick,
     read_best,
     saved_steps,
+    stamp_time,
     step_dir,
     step_name,
     write_best,
@@ -87,7 +88,7 @@ class GuardBase:
         self.last_save = time.time()  # the loop's start (reset there), then each save's end
         self.run_dir = Path(config.trainer.default_local_dir)
         self.stamp = launch_stamp()
-        self.launched = stop.stamp_time(self.stamp)  # the first step measures the start-up
+        self.launched = stamp_time(self.stamp)  # the first step measures the start-up
         self.response_limit = int(config.data.get("max_response_length") or 0) or None
         self.watchdog = Watchdog(thresholds, response_limit=self.response_limit)
         self.sick_step: int | None = None  # the step the watchdog stopped (never saved)
