@@ -79,11 +79,8 @@ def unique_labels(paths: Sequence[Path]) -> list[str]:
 def load_run(path: Path, label: str) -> Run:
     try:
         data, canon, findings, summary = rs.analyse(path)
-        if not data.steps:
-            detail = f" ({data.issues[0]})" if data.issues else ""
-            raise CompareError(f"no metrics could be read from {path}{detail}")
         config = read_config(path, data.formats[0] if data.formats else "")
-    except InputError as err:
+    except (InputError, rs.NothingReadError) as err:
         raise CompareError(str(err)) from None
     evals = read_checkpoint_evals(path) if path.is_dir() else None
     return Run(label, path, data, canon, findings, summary, config, evals)

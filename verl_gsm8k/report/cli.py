@@ -41,18 +41,11 @@ class Result:
     issues: list[str]
 
 
-class NothingReadError(Exception):
-    """No metric could be read."""
-
-
 def generate(path: Path, out_dir: Path, refresh_s: int | None = None) -> Result:
     """Read, check and write report.html + summary.json (both rendered before either)."""
     run = path.is_dir()
     trace = load_trace(path) if run else None
-    data, canon, findings, summary = rs.analyse(path, trace=trace)
-    if not data.steps:
-        detail = f" ({data.issues[0]})" if data.issues else ""
-        raise NothingReadError(f"no metrics could be read from {path}{detail}")
+    _, canon, findings, summary = rs.analyse(path, trace=trace)
     evals = read_checkpoint_evals(path) if run else None
     if evals and evals.problem:
         summary["parse_issues"].append(f"{evals.path}: {evals.problem}")
@@ -121,7 +114,7 @@ def _once(path: Path, out_dir: Path, refresh_s: int | None) -> Result | tuple[in
     except InputError as err:
         _err(err)
         return 2, f"input {path} is gone" if not path.exists() else "no metric files found"
-    except NothingReadError as err:
+    except rs.NothingReadError as err:
         _err(err)
         return 1, "no metrics could be read"
     except OSError as err:

@@ -118,9 +118,16 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+class NothingReadError(Exception):
+    """No metric could be read."""
+
+
 def analyse(path: Path, thresholds: Thresholds = THRESHOLDS, trace: Trace | None = None
             ) -> tuple[RunData, Canonical, list[Finding], dict[str, Any]]:  # fmt: skip
     data = load_run(path)
+    if not data.steps:
+        detail = f" ({data.issues[0]})" if data.issues else ""
+        raise NothingReadError(f"no metrics could be read from {path}{detail}")
     canon = canonicalize(data)
     guard = read_guard(path, data.issues)
     more = trace_checks(trace, thresholds) if trace else []
