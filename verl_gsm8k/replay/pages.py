@@ -48,11 +48,13 @@ class Pages:
     issues: list[str] = field(default_factory=list)
 
 
-def _write_page(out: Path, name: str, title: str, body: str, script: str) -> Path:
-    code = (HERE / "common.js").read_text() + (HERE / script).read_text()
-    write_atomic(out / name, page(title, [body], scripts=[f"{Path(name).stem}/index.js"],
-                                  code=code))  # fmt: skip
-    return out / name
+def _write_page(out: Path, stem: str, run_name: str) -> Path:
+    """<stem>.html from <stem>.html and <stem>.js here, its data in <stem>/index.js."""
+    body = (HERE / f"{stem}.html").read_text().replace("{name}", escape(run_name))
+    code = (HERE / "common.js").read_text() + (HERE / f"{stem}.js").read_text()
+    write_atomic(out / f"{stem}.html", page(f"{stem.capitalize()}: {run_name}", [body],
+                                            scripts=[f"{stem}/index.js"], code=code))  # fmt: skip
+    return out / f"{stem}.html"
 
 
 def charged_kl_coef(head: dict[str, Any]) -> Any:
@@ -106,8 +108,7 @@ def write_replay(trace: Trace, out: Path, name: str) -> Path:
     index = {"run": trace.run, "name": name, "steps": steps, "explain": EXPLAIN,
              "default": {"step": step, "sample": sample}}  # fmt: skip
     write_atomic(out / "replay/index.js", data_js("REPLAY_INDEX", "run", index))
-    body = (HERE / "replay.html").read_text().replace("{name}", escape(name))
-    return _write_page(out, "replay.html", f"Replay: {name}", body, "replay.js")
+    return _write_page(out, "replay", name)
 
 
 def _rows(path: Path, lengths: dict[str, int], limit: int | None) -> tuple[dict, str | None]:
@@ -155,8 +156,7 @@ def write_rollouts(run: Path, trace: Trace, out: Path, name: str) -> tuple[Path 
     index = {"name": name, "train": list(dumps["train"]), "val": list(dumps["val"]),
              "limit": limit, "lengths": lengths}  # fmt: skip
     write_atomic(out / "rollouts/index.js", data_js("ROLLOUTS_INDEX", "run", index))
-    body = (HERE / "rollouts.html").read_text().replace("{name}", escape(name))
-    return _write_page(out, "rollouts.html", f"Rollouts: {name}", body, "rollouts.js"), issues
+    return _write_page(out, "rollouts", name), issues
 
 
 def write_pages(run: Path, trace: Trace, out: Path) -> Pages:
