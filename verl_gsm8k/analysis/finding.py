@@ -2,7 +2,7 @@
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from verl_gsm8k.analysis.parse import Canonical
@@ -17,9 +17,6 @@ class Finding:
     end_step: int
     message: str
     evidence: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def __str__(self) -> str:
         return (f"[{self.severity}] {self.check} ({self.metric}) steps {self.start_step}-"

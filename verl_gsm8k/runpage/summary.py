@@ -104,7 +104,7 @@ def summarize(data: RunData, canon: Canonical, findings: list[Finding],
             "time": time, "memory": {"gpu": gpu, "host_used": _peak(canon, "cpu_memory_used_gb")},
             "throughput": _throughput(data, canon),
             "metrics": {name: _stats(name, p, canon) for name, p in sorted(canon.series.items())},
-            "health": [f.as_dict() for f in findings], "health_counts": counts,
+            "health": [asdict(f) for f in findings], "health_counts": counts,
             "parse_issues": list(data.issues), "thresholds": asdict(thresholds)}  # fmt: skip
 
 
