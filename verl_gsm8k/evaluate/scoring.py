@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_gsm8k.common import json_read
+from verl_gsm8k.common.run_dir import jsonl
 from verl_gsm8k.evaluate.settings import BENCHMARK, DATA_SOURCE, EvalError
 
 
@@ -23,12 +24,10 @@ def said(record: dict, role: str) -> str:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        lines = [(n, line) for n, line in enumerate(handle, 1) if line.strip()]
-    try:
-        return [json_read.parse(line, f"{path}: line {n}") for n, line in lines]
-    except json_read.JsonError as err:
-        raise EvalError(str(err)) from None
+    rows = [row for _, row in jsonl(path)]
+    if bad := next((r for r in rows if isinstance(r, json_read.JsonError)), None):
+        raise EvalError(str(bad))
+    return rows
 
 
 def match_row(record: dict, rows: list[dict]) -> dict | None:
