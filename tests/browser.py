@@ -1,8 +1,6 @@
 """A page in headless Chromium (``dom``, ``render``), its charts read back in data coordinates
 through their own ticks (``plot_series``). Without chromium a test skips; under CI=true fails."""
 
-from __future__ import annotations
-
 import math
 import subprocess
 import tempfile

@@ -1,7 +1,5 @@
 """Test helpers: shared data, prepared data, recipe environments and configs, a fake nvidia-smi."""
 
-from __future__ import annotations
-
 import contextlib
 import io
 import json

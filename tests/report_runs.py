@@ -1,7 +1,5 @@
 """The report tests' synthetic verl 0.9.1 runs, a planted NaN, measured critics."""
 
-from __future__ import annotations
-
 import json
 import math
 import random

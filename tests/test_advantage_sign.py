@@ -1,8 +1,6 @@
 """The sign of verl's learning signal in its own functions: a rewarded response gets a positive
 advantage on every token (GRPO, GAE) and the clipped PPO loss raises its log-probability."""
 
-from __future__ import annotations
-
 import numpy as np
 import torch
 from omegaconf import OmegaConf

@@ -1,8 +1,6 @@
 """The algorithm recipes' configs against verl, their preflight (preflight/algorithm.py) and the
 combinations that would silently train something else. No training."""
 
-from __future__ import annotations
-
 import inspect
 import re
 

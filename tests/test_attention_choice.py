@@ -1,8 +1,6 @@
 """Which attention a run uses and why (common/attention.py), alike in the launcher, the preflight
 and the fallback plugin; a fake nvidia-smi and planted flash_attn packages."""
 
-from __future__ import annotations
-
 import importlib
 import json
 import os

@@ -1,7 +1,5 @@
 """python -m verl_gsm8k.report RUN_A RUN_B: a PPO run against a GRPO one; the two real logs."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 from typing import Any

@@ -1,8 +1,6 @@
 """The CPU platform and flash-attention fallback plugins against real verl, each patch
 asserted in a fresh interpreter that loads them as verl does."""
 
-from __future__ import annotations
-
 import importlib.util
 import os
 import subprocess

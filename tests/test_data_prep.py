@@ -1,7 +1,5 @@
 """data_prep: GSM8K as verl's RL rows and SFT transcripts, read by verl; the toy task; bad input."""
 
-from __future__ import annotations
-
 import json
 import os
 import re

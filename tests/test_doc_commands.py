@@ -3,8 +3,6 @@
 and inline `command` spans name real flags and paths. `<!-- unchecked: why -->` skips a line.
 """
 
-from __future__ import annotations
-
 import functools
 import importlib.util
 import itertools

@@ -4,8 +4,6 @@ Link-only files (LINK_ONLY) hold no figure but settings; a distinctive figure is
 docs/ only, a test count in docs/testing.md only.
 """
 
-from __future__ import annotations
-
 import re
 import sys
 from pathlib import Path

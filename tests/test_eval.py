@@ -1,8 +1,6 @@
 """scripts/eval.sh: EvalScope over an OpenAI stub (also vllm serve's stand-in) right on 2 of 3
 (both scorers must read 2/3); the transformers backend and a real vllm serve (slow)."""
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import json

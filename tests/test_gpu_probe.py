@@ -1,7 +1,5 @@
 """The GPU probe (bench/gpu_probe.py) on the CPU at the tiny model's shape."""
 
-from __future__ import annotations
-
 import json
 import re
 import subprocess

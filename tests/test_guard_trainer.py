@@ -1,8 +1,6 @@
 """The guarded trainers' bookkeeping (ppo_trainer/) on the real classes, verl's validation, loop
 and saves stood in for (real ones: tests/test_train_cpu.py)."""
 
-from __future__ import annotations
-
 import json
 import time
 from pathlib import Path

@@ -4,8 +4,6 @@ Every import between our packages (also inside functions and via importlib.impor
 read from the source, so a new upward import fails here, naming the file and line.
 """
 
-from __future__ import annotations
-
 import ast
 from pathlib import Path
 

@@ -1,7 +1,5 @@
 """Each lock holds pyproject.toml's pins, each environment its lock, a wheelhouse its manifest."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import re

@@ -1,8 +1,6 @@
 """The preflight's GPU memory per phase and TOKEN_BUDGET=auto, held against verl's own
 engines and context switch."""
 
-from __future__ import annotations
-
 import json
 import os
 import re

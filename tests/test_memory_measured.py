@@ -1,8 +1,6 @@
 """The preflight's memory per phase against torch's tensor tracker, within 15 %: verl's own
 functions on Qwen2.5-0.5B's widths, 4 layers, fake tensors (what it cannot see: docs/gpu.md)."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import pytest

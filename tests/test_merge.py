@@ -1,7 +1,5 @@
 """scripts/merge.sh on real verl checkpoints (world sizes 1 and 2): every tensor as saved, bf16."""
 
-from __future__ import annotations
-
 import contextlib
 import json
 import os

@@ -1,7 +1,5 @@
 """Packed rows with position_ids under sdpa give the padded batch's log-probs and entropies."""
 
-from __future__ import annotations
-
 import pytest
 import torch
 

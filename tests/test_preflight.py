@@ -1,7 +1,5 @@
 """The PPO preflight in-process: a correct config passes, each planted mistake is caught."""
 
-from __future__ import annotations
-
 import os
 import re
 import subprocess

@@ -1,7 +1,5 @@
 """The SFT preflight in-process: a correct launch passes, each planted mistake is caught."""
 
-from __future__ import annotations
-
 import subprocess
 import sys
 

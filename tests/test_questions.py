@@ -1,7 +1,5 @@
 """verl_gsm8k.questions: matching, classes, McNemar, bad input (real runs: test_questions_cpu)."""
 
-from __future__ import annotations
-
 import json
 import math
 from pathlib import Path

@@ -2,8 +2,6 @@
 column per validation step (and per swept checkpoint), its first and last columns agreeing with
 verl's validation accuracy."""
 
-from __future__ import annotations
-
 import json
 import shutil
 from pathlib import Path

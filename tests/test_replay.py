@@ -1,8 +1,6 @@
 """The replay page, the rollout browser and the trace's checks, on run directories written in the
 trace's own format (real runs: tests/test_learn_cpu.py)."""
 
-from __future__ import annotations
-
 import json
 import re
 from pathlib import Path

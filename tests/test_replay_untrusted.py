@@ -2,8 +2,6 @@
 markup planted in every field creates no element in Chromium, a field of the wrong type is one
 line, a trace belongs to its launch, the KL coefficient charged."""
 
-from __future__ import annotations
-
 import json
 import re
 import shutil

@@ -1,7 +1,5 @@
 """python -m verl_gsm8k.report on the two real verl logs and report_runs.py's verl 0.9.1 runs."""
 
-from __future__ import annotations
-
 import json
 import math
 import random

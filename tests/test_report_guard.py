@@ -1,7 +1,5 @@
 """The report of a guarded run: a reward turned NaN, the watchdog's trips, the kept best."""
 
-from __future__ import annotations
-
 import json
 import math
 import re

@@ -1,7 +1,5 @@
 """The report's trends: accuracy clearly below its best, a KL growing while the score does not."""
 
-from __future__ import annotations
-
 import json
 import math
 import random

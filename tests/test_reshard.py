@@ -1,8 +1,6 @@
 """A checkpoint saved by verl at world size W, resharded, resumes at W' bit for bit.
 The ranks' helper: python tests/test_reshard.py save|check MODEL_DIR RUN_DIR W [OUT.json]"""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import os

@@ -1,7 +1,5 @@
 """rewards/gsm8k.py: tables, properties, hostile input, real GSM8K, verl running it."""
 
-from __future__ import annotations
-
 import json
 import math
 import time

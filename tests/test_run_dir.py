@@ -1,7 +1,5 @@
 """A run directory's layout lives in common/run_dir.py alone, and its readers and writers."""
 
-from __future__ import annotations
-
 import io
 import json
 import math

@@ -1,7 +1,5 @@
 """scripts/setup.sh's interpreter (SETUP_PYTHON, PYTHON) and its wheelhouse check."""
 
-from __future__ import annotations
-
 import glob
 import os
 import subprocess

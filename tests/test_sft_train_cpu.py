@@ -4,8 +4,6 @@ saves step 4 and exits 5, the same command resumes to the end; the merged model 
 the start and the PPO preflight accepts it as MODEL_PATH.
 """
 
-from __future__ import annotations
-
 import json
 import math
 import re

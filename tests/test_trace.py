@@ -1,8 +1,6 @@
 """The per-token trace without a training run: which responses, the lines, the writer, the
 preflight's view (real runs against verl's numbers: tests/test_learn_cpu.py)."""
 
-from __future__ import annotations
-
 import json
 import math
 from pathlib import Path

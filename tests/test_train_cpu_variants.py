@@ -5,8 +5,6 @@ its step is saved, every step is traced, and the kept best merges with the adapt
 One launch: the legacy trainer's stop and resume are proven by tests/test_guard_trainer.py, a
 SIGTERM to every process by tests/test_slurm_nodes_cpu.py, GRPO by tests/test_learn_cpu.py."""
 
-from __future__ import annotations
-
 import json
 import subprocess
 from pathlib import Path

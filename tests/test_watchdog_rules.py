@@ -1,7 +1,5 @@
 """guard/rules.py: each rule trips on a failure planted after a healthy history, off at 0/null."""
 
-from __future__ import annotations
-
 import dataclasses
 import json
 import math

@@ -2,8 +2,6 @@
 two real Ray clusters give their first jobs the same id, which verl 0.9.1 puts in the socket's
 path; the launch's plugins wrap both sides of verl's weight sync with a key per cluster."""
 
-from __future__ import annotations
-
 import json
 import os
 import subprocess
