@@ -7,7 +7,7 @@ import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
-from helpers import require_path
+from helpers import capture, require_path
 
 CHROMIUM = Path("/usr/bin/chromium")
 # no sandbox (root in CI), nothing that reaches for the network
@@ -25,8 +25,7 @@ def require_chromium() -> Path:
 
 def _chromium(args: list[str], tmp_dir: Path) -> subprocess.CompletedProcess[str]:
     profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_dir)  # a new one each run
-    return subprocess.run([str(require_chromium()), *FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    return capture([require_chromium(), *FLAGS, f"--user-data-dir={profile}", *args], None, 120)
 
 
 def dom(page: Path | str, tmp_dir: Path) -> str:

@@ -9,13 +9,12 @@ import itertools
 import os
 import re
 import shlex
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, capture
 from omegaconf import OmegaConf
 
 from verl_gsm8k.launch.knobs import BY_NAME, recipe_arguments
@@ -185,11 +184,10 @@ SITE = tempfile.TemporaryDirectory(prefix="doc-commands-")
 
 
 @functools.cache
-def run_help(line: tuple[str, ...], whole: bool = False) -> subprocess.CompletedProcess:
+def run_help(line: tuple[str, ...], whole: bool = False):
     path = os.pathsep.join([SITE.name, *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {**os.environ, "PYTHONPATH": path} if whole else None
-    return subprocess.run([*line, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env=env)  # fmt: skip
+    return capture([*line, "--help"], None, 120, cwd=ROOT, env=env)
 
 
 def help_problems(command: list[str], args: list[str], whole_line: bool = True) -> list[str]:

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 LINK_ONLY = ("README.md", "recipes/README.md", "Makefile", "docs/guide.md")
 TEST_COUNT_HOME = "docs/testing.md"
 

@@ -5,7 +5,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -15,6 +14,7 @@ from helpers import (
     QWEN25_05B,
     QWEN25_15B,
     ROOT,
+    capture,
     composed_config,
     fake_nvidia_smi,
     get,
@@ -103,9 +103,7 @@ def verl_engines(tiny_model_dir) -> dict:
                "verl_gsm8k.verl_plugins.attention_fallback", MASTER_ADDR="127.0.0.1",
                MASTER_PORT="0")  # fmt: skip  # one rank: the kernel picks its store's port
     args = [json.dumps(CASES), json.dumps(ROLES), str(tiny_model_dir), str(ROOT / "configs")]
-    result = subprocess.run([sys.executable, "-c", BUILD_ENGINES, *args], env=env,
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    result = capture([sys.executable, "-c", BUILD_ENGINES, *args], 0, env=env)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 

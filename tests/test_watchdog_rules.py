@@ -4,10 +4,10 @@ import dataclasses
 import json
 import math
 import random
-from pathlib import Path
 
 import pytest
 import yaml
+from helpers import ROOT
 from report_runs import EXPLODING_CRITICS, HEALTHY_CRITICS
 
 from verl_gsm8k.common import run_dir
@@ -21,7 +21,6 @@ from verl_gsm8k.guard.rules import (
 )
 from verl_gsm8k.guard.thresholds import Thresholds
 
-ROOT = Path(__file__).resolve().parents[1]
 PROMPTS, N, EOS = 8, 4, 2  # prompt groups a step, responses a prompt, end-of-text id
 KL = "actor/reward_kl_penalty"
 
