@@ -50,6 +50,8 @@ PHASES = {
 }
 STEP_OVERHEAD = 0.5  # seconds of each step that no phase covers ("other")
 VAL_KEY = "val-core/openai/gsm8k/acc/mean@1"
+STAMP = "20250101T000000Z"
+SEGMENT = f"metrics/metrics-{STAMP}.jsonl"
 
 
 def healthy_record(step: int, rng: random.Random) -> dict[str, float]:
@@ -131,6 +133,12 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
+def write_run(run: Path, records: list[dict[str, Any]] | None = None) -> Path:
+    """A run directory whose metrics segment holds ``records`` (``build_run()`` unless given)."""
+    write_jsonl(run / SEGMENT, build_run() if records is None else records)
+    return run
+
+
 # what verl logs as NaN once a reward turns NaN (a real smoke run with one planted)
 SICK_KEY = re.compile(
     r"^critic/(score|rewards|advantages|returns)/|loss$|grad_norm$|vf_explained_var$"
@@ -195,5 +203,4 @@ def only(findings: list[rf.Finding], check: str) -> rf.Finding:
 
 
 def analyse_records(tmp_path: Path, records: list[dict[str, Any]]):
-    path = write_jsonl(tmp_path / "run" / "metrics" / "metrics-20250101T000000Z.jsonl", records)
-    return rs.analyse(path.parent.parent)
+    return rs.analyse(write_run(tmp_path / "run", records))

@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 from browser import dom, plot_series
-from report_runs import LOG_256, LOG_512, STEPS, build_run, parse_svgs, write_jsonl
+from report_runs import (
+    LOG_256,
+    LOG_512,
+    STEPS,
+    build_run,
+    parse_svgs,
+    write_jsonl,
+    write_run,
+)
 
 from verl_gsm8k.common.command_line import shell_line
 from verl_gsm8k.common.config_diff import leaves
@@ -23,8 +31,6 @@ from verl_gsm8k.compare.config import (
 from verl_gsm8k.compare.runs import unique_labels
 from verl_gsm8k.report import cli as report
 
-ROOT = Path(__file__).resolve().parents[1]
-SEGMENT = "metrics/metrics-20250101T000000Z.jsonl"
 CRITIC_KEYS = ("critic/vf_loss", "critic/vf_clipfrac", "critic/grad_norm", "critic/values/mean")
 KNOB_KEYS = {
     "data.train_batch_size": "TRAIN_BATCH_SIZE",
@@ -63,27 +69,14 @@ def make_run(
     stamp: str = "20250101T000000Z",
     verl_command: str | None = None,
 ) -> Path:
-    run = root / name
-    if algo == "grpo":
-        write_jsonl(run / SEGMENT, build_run(grpo_metrics, seed=8))
-    else:
-        write_jsonl(run / SEGMENT, build_run())
+    run = write_run(root / name, build_run(grpo_metrics, seed=8) if algo == "grpo" else None)
     if algo is not None:
-        n = 5 if algo == "grpo" else 1
-        record = build_record(
-            stamp=stamp,
-            recipe=f"{'grpo' if algo == 'grpo' else 'ppo'}_qwen2.5-0.5b_gsm8k",
-            trainer="ppo",
-            config_name=f"gsm8k_{'grpo' if algo == 'grpo' else 'ppo'}",
-            knobs={"ROLLOUT_N": str(n)},
-            knob_keys=KNOB_KEYS,
-            user_overrides=["trainer.total_epochs=15"],
-            config=verl_config(algo, n),
-            root=root,
-            gpus=[("NVIDIA H100", 80.0)] * 2,
-            verl_command=verl_command,
-        )
-        write_record(run, record)
+        kind, n = ("grpo", 5) if algo == "grpo" else ("ppo", 1)
+        write_record(run, build_record(
+            stamp=stamp, recipe=f"{kind}_qwen2.5-0.5b_gsm8k", trainer="ppo",
+            config_name=f"gsm8k_{kind}", knobs={"ROLLOUT_N": str(n)}, knob_keys=KNOB_KEYS,
+            user_overrides=["trainer.total_epochs=15"], config=verl_config(algo, n), root=root,
+            gpus=[("NVIDIA H100", 80.0)] * 2, verl_command=verl_command))  # fmt: skip
     return run
 
 
@@ -261,8 +254,7 @@ def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path, capsys)
 
 
 def test_a_cpu_run_is_counted_in_device_hours(tmp_path):
-    gpu, cpu = make_run(tmp_path, "gpu"), tmp_path / "cpu"
-    write_jsonl(cpu / SEGMENT, build_run())
+    gpu, cpu = make_run(tmp_path, "gpu"), write_run(tmp_path / "cpu")
     config = verl_config("gae", 1)
     config["trainer"].update(device="cpu", n_gpus_per_node=1)
     write_record(cpu, build_record(
@@ -308,7 +300,7 @@ def test_real_logs_compared(verl_logs_dir, tmp_path):
 def test_a_resumed_run_without_launch_record_is_one_line_said_and_compared(tmp_path):
     records = build_run()
     resumed = tmp_path / "resumed"
-    write_jsonl(resumed / "metrics" / "metrics-20250101T000000Z.jsonl", records[:131])
+    write_run(resumed, records[:131])
     write_jsonl(resumed / "metrics" / "metrics-20250102T000000Z.jsonl", records[100:])
     gae = make_run(tmp_path, "gae")
     out = tmp_path / "cmp"
@@ -348,13 +340,12 @@ def _bad(tmp_path: Path, case: str) -> tuple[list[str], str]:
         (tmp_path / "empty").mkdir()
         return [str(good), str(tmp_path / "empty")], "no metrics/*.jsonl in directory"
     if case == "empty metrics":
-        write_jsonl(tmp_path / "started" / SEGMENT, [])
-        return [str(good), str(tmp_path / "started")], "no metrics could be read from"
+        return [str(good), str(write_run(tmp_path / "started", []))], "no metrics could be read"
     if case == "same run":
         return [str(good), str(tmp_path / "good" / ".." / "good")], "are the same run"
     if case == "nothing shared":
-        write_jsonl(tmp_path / "odd" / SEGMENT, [{"step": 1, "data": {"x/unknown": 1.0}}])
-        return [str(good), str(tmp_path / "odd")], "the runs have no metric in common"
+        odd = write_run(tmp_path / "odd", [{"step": 1, "data": {"x/unknown": 1.0}}])
+        return [str(good), str(odd)], "the runs have no metric in common"
     if case == "bad record":
         broken = make_run(tmp_path, "broken", None)
         (broken / "launches").mkdir()

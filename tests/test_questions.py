@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from browser import dom
+from report_runs import write_jsonl
 
 from verl_gsm8k.questions.__main__ import main
 from verl_gsm8k.questions.table import (
@@ -18,14 +19,11 @@ from verl_gsm8k.questions.table import (
 )
 
 
-def _row(question: str, gts: str, output: str, acc: float) -> str:
-    prompt = f"system\nYou are a helpful assistant.\nuser\n{question}\nassistant\n"
-    return json.dumps({"input": prompt, "output": output, "gts": gts, "acc": acc}) + "\n"
-
-
 def _dump(path: Path, rows: list[tuple[str, str, str, float]]) -> Path:
-    path.write_text("".join(_row(*r) for r in rows))
-    return path
+    """verl's validation dump of ``rows`` (question, truth, output, acc)."""
+    chat = "system\nYou are a helpful assistant.\nuser\n{}\nassistant\n"
+    return write_jsonl(path, [{"input": chat.format(q), "output": out, "gts": gts, "acc": acc}
+                              for q, gts, out, acc in rows])  # fmt: skip
 
 
 def test_mcnemar_exact_matches_the_binomial_tail():
@@ -98,7 +96,6 @@ def test_each_runs_last_or_best_step(tmp_path):
     qs = [("A?", "1"), ("B?", "2"), ("C?", "3"), ("D?", "4")]
 
     def run(name: str, rights: dict[int, int]) -> Path:
-        (tmp_path / name / "validation").mkdir(parents=True)
         for step, right in rights.items():
             rows = [(q, t, f"#### {t}" if i < right else "#### 0", float(i < right))
                     for i, (q, t) in enumerate(qs)]  # fmt: skip
@@ -106,10 +103,8 @@ def test_each_runs_last_or_best_step(tmp_path):
         return tmp_path / name
 
     a = run("a", {0: 1, 10: 3, 20: 3, 30: 2})  # best 10 (20 equals it later), last 30
-    b = run("b", {0: 2, 10: 1})
-    (b / "validation" / "20.jsonl").write_text(  # a sick last step: never the best
-        "".join(_row(q, t, f"#### {t}", math.nan) for q, t in qs)
-    )
+    b = run("b", {0: 2, 10: 1})  # and a sick last step: never the best
+    _dump(b / "validation" / "20.jsonl", [(q, t, f"#### {t}", math.nan) for q, t in qs])
     expected = {"all": ["a:0", "a:10", "a:20", "a:30"], "last": ["a:30"], "best": ["a:10"]}
     for step, columns in expected.items():
         out = tmp_path / f"out-{step}"

@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 from browser import dom
-from report_runs import build_run, write_jsonl
+from report_runs import SEGMENT, STAMP, build_run, write_jsonl
 
 from verl_gsm8k.replay.checks import trace_checks
 from verl_gsm8k.replay.load import load_trace
 from verl_gsm8k.report import cli as report
 from verl_gsm8k.trace.record import sample_line, step_line
 
-STAMP = "20260101T000000Z"
 TOKENS = ["2", " +", " ", "3", " =", " ", "5", "\n", "####", " ", "5", "<|im_end|>"]
 WRONG = ["2", " +", " ", "3", " =", " ", "5", "<|im_end|>"]
 ROW = {"input": "user\nBetty has 2 apples and finds 3 more. How many?\nassistant\n", "gts": "5"}
@@ -46,7 +45,7 @@ def trace_sample(step: int, uid: str, session: int, tokens: list[str], score: fl
 def write_run(root: Path, *, grpo: bool = False, steps: int = 6, **kw: Any) -> Path:
     """Metrics, a trace of ``steps`` 4-response steps, rollout and validation dumps."""
     run = root / "run"
-    write_jsonl(run / "metrics" / f"metrics-{STAMP}.jsonl", build_run()[: steps + 1])
+    write_jsonl(run / SEGMENT, build_run()[: steps + 1])
     estimator = kw.get("estimator") or ("grpo" if grpo else "gae")
     settings = {"experiment": "run", "adv_estimator": estimator, "gamma": 1.0,
                 "lam": 1.0, "norm_adv_by_std_in_grpo": True, "rollout_n": 4,
@@ -85,9 +84,6 @@ def write_run(root: Path, *, grpo: bool = False, steps: int = 6, **kw: Any) -> P
         row = {**ROW, "output": output, "score": acc, "step": step, "acc": acc, "hedged": 0.0}
         write_jsonl(run / "validation" / f"{step}.jsonl", [row])
     return run
-
-
-chromium_dom = dom  # tests/test_report_guard.py
 
 
 @pytest.fixture(scope="module")

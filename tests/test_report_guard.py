@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_runs import VAL_KEY, parse_svgs, plant_nan
-from test_replay import STAMP, chromium_dom, write_run
+from browser import dom as chromium_dom
+from report_runs import STAMP, VAL_KEY, parse_svgs, plant_nan
+from test_replay import write_run
 
 from verl_gsm8k.common.run_dir import append_trip, write_best
 from verl_gsm8k.report import cli as report
