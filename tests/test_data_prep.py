@@ -4,7 +4,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -13,9 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import ROOT
-from hypothesis import given
-from hypothesis import strategies as st
+from helpers import ROOT, capture
 
 from data_prep import arithmetic, gsm8k, sft
 from data_prep.gsm8k import build_prompt, ground_truth, load_source, write_all, write_hub_layout
@@ -68,10 +65,8 @@ def jsonl(path: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def full(shared_gsm8k_dir: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("full")
-    result = subprocess.run([sys.executable, "-m", "data_prep.gsm8k", "--source",
-                             shared_gsm8k_dir, "--out-dir", out], capture_output=True, text=True,
-                            cwd=ROOT, timeout=300)  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    result = capture([sys.executable, "-m", "data_prep.gsm8k", "--source", shared_gsm8k_dir,
+                      "--out-dir", out], 0, 300, cwd=ROOT)  # fmt: skip
     assert "train: 7473 rows" in result.stdout and "test: 1319 rows" in result.stdout
     assert float(re.search(r"done in (\d+\.\d+) s", result.stdout)[1]) < 15  # about 1 s here
     return out
@@ -180,12 +175,9 @@ MALFORMED = {
     '{"question": "x", "answer": ': "invalid JSON (Expecting value, column 29)",
     "[" * 100_000 + "]" * 100_000: "invalid JSON (nested too deep)",
     '["question", "answer"]': "row is not a JSON object",
-    "null": "row is not a JSON object",
     '{"question": "Q?", "answer": "It is 5."}': "answer has no '#### <number>' line",
     '{"question": "Q?", "answer": "#### seventy"}': "answer after '####' is not a number: "
     "'seventy'",
-    '{"question": "Q?", "answer": "#### 18 dollars"}': "answer after '####' is not a number: "
-    "'18 dollars'",
     '{"question": "Q?", "answer": "#### 1,,,2,"}': "answer after '####' is not a number",
     '{"question": "Q?", "answer": "#### ' + "9" * 10**6 + '"}': "answer after '####' is a "
     "number no response can match: '9999",
@@ -291,10 +283,9 @@ def test_an_unreachable_hub_fails_in_seconds_in_one_line(tmp_path):
            and "proxy" not in k.lower()} | {"HF_ENDPOINT": "http://127.0.0.1:9",
                                             "HF_HOME": str(tmp_path / "hf")}  # fmt: skip
     start = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "data_prep.gsm8k", "--out-dir", tmp_path / "o"],
-                            env=env, capture_output=True, text=True, cwd=ROOT,
-                            timeout=120)  # fmt: skip
-    assert time.monotonic() - start < 20 and result.returncode == 2
+    result = capture([sys.executable, "-m", "data_prep.gsm8k", "--out-dir", tmp_path / "o"], 2,
+                     120, env=env, cwd=ROOT)  # fmt: skip
+    assert time.monotonic() - start < 20
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("data_prep.gsm8k: could not load 'openai/gsm8k'")
     assert "Hugging Face hub" in result.stderr and "--source DIR" in result.stderr
@@ -331,51 +322,34 @@ def test_ground_truth(answer, truth):
             ground_truth(answer)
 
 
-@given(st.integers(min_value=-(10**12), max_value=10**12))
-def test_ground_truth_strips_thousands_separators(number):
-    assert ground_truth(f"Steps <<1+1=2>>.\n#### {number:,}") == str(number)
-
-
 # verl reads what we write
 
 
-def check_rlhf(parquet: Path, tokenizer, tmp_path: Path, expected: dict[int, tuple]) -> int:
-    """verl's RLHFDataset and collate_fn over ``parquet``: the rows ``expected`` names."""
+def test_verls_rlhf_dataset_reads_our_rows(full, shared_gsm8k_dir, tiny_model_dir, tmp_path):
     from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     config = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": 1024,
                                "filter_overlong_prompts": True, "truncation": "error",
                                "filter_overlong_prompts_workers": 1, "return_raw_chat": True,
                                "cache_dir": str(tmp_path / "verl-cache")})  # fmt: skip
-    dataset = RLHFDataset(str(parquet), tokenizer, config)
-    items = [dataset[index] for index in expected]
+    dataset = RLHFDataset(str(full / "test.parquet"), tokenizer, config)
+    assert len(dataset) == 1319  # no row filtered
+    src, indices = jsonl(shared_gsm8k_dir / "test.jsonl"), (0, 1, 146, 489, 1318)
+    items = [dataset[index] for index in indices]
     batch = collate_fn(items)
-    for position, (item, (index, (prompt, truth))) in enumerate(zip(items, expected.items(),
-                                                                     strict=True)):  # fmt: skip
+    for position, (item, index) in enumerate(zip(items, indices, strict=True)):
         ids = tokenizer.apply_chat_template(item["raw_prompt"], add_generation_prompt=True)
         text = tokenizer.decode(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        prompt, truth = src[index]["question"] + HASH, src[index]["answer"].split("#### ")[-1]
         assert text.startswith("<|im_start|>system\n")
         assert f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n" in text
         assert item["reward_model"]["ground_truth"] == batch["reward_model"][position][
-            "ground_truth"] == truth  # fmt: skip
+            "ground_truth"] == truth.replace(",", "")  # fmt: skip
         assert item["data_source"] == batch["data_source"][position] == "openai/gsm8k"
         assert item["index"] == index
-    return len(dataset)
-
-
-def test_verls_rlhf_dataset_reads_our_rows(full, shared_gsm8k_dir, tiny_model_dir, tmp_path):
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    src = jsonl(shared_gsm8k_dir / "test.jsonl")
-    expected = {i: (src[i]["question"] + HASH, src[i]["answer"].split("#### ")[-1].replace(
-        ",", "")) for i in (0, 1, 146, 489, 1318)}  # fmt: skip
-    assert check_rlhf(full / "test.parquet", tokenizer, tmp_path, expected) == 1319  # no filter
-    boxed = write_all(load_source(str(source(tmp_path / "src"))), tmp_path / "b", style="boxed")
-    expected = {i: (r["question"] + BOXED, TRUTHS["train"][i])
-                for i, r in enumerate(SYNTHETIC["train"])}  # fmt: skip
-    assert check_rlhf(boxed["train"], tokenizer, tmp_path, expected) == 4
 
 
 # data_prep.sft

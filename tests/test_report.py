@@ -4,7 +4,6 @@ import json
 import math
 import random
 import re
-import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -14,6 +13,7 @@ from typing import Any
 import browser
 import pytest
 from browser import WINDOW, chart_titles, plot_series, png_size, render
+from helpers import capture
 from report_runs import (
     LOG_256,
     LOG_512,
@@ -103,11 +103,10 @@ def test_real_log_page_has_every_chart(verl_logs_dir, real_runs, tmp_path, capsy
                     "grad_norm", "step_time", "throughput"):  # fmt: skip
         assert svgs[plot_id]["data-points"] == "435" and svgs[plot_id]["series"], plot_id
         assert all(count == coords > 0 for count, coords in svgs[plot_id]["series"]), plot_id
-    assert svgs["val_acc"]["data-points"] == "43" and svgs["val_acc"]["series"][0] == (43, 43)
     assert "best 0.579 @ 349" in page
     # the old logs lack verl 0.9.1's keys: placeholders, not broken charts
     data, canon = real_runs[LOG_512][:2]
-    assert data.config["max_response_length"] == 512 and "response_cut_share" not in canon.series
+    assert data.config["max_response_length"] == 512
     for plot_id in ("response_cut_share", "rollout_mismatch", "rollout_corr", "memory", "val_aux"):
         assert f'id="plot-{plot_id}"' in page and plot_id not in svgs, plot_id
     layers = {name for name, _ in svgs["step_time"]["names"]}
@@ -339,9 +338,7 @@ def test_the_command_line_and_its_exit_statuses(tmp_path):
     for flag in ("--out", "--follow", "--interval", "--max-refreshes", "INPUT"):
         assert flag in report.build_parser().format_help()
     missing = tmp_path / "missing"
-    done = subprocess.run([sys.executable, "-m", "verl_gsm8k.report", str(missing)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
-    assert done.returncode == 2
+    done = capture([sys.executable, "-m", "verl_gsm8k.report", missing], 2)
     assert done.stderr == f"verl_gsm8k.report: error: input not found: {missing}\n"
     path = write_jsonl(tmp_path / "run" / "metrics" / "metrics-1.jsonl", build_run()[:2])
     assert report.default_out_dir(tmp_path / "run") == tmp_path / "run" / "report"
