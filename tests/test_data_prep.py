@@ -35,8 +35,9 @@ SYNTHETIC = {
 TRUTHS = {"train": ["7", "2400", "-7", "0.5"], "test": ["13", "1025"]}
 
 
-def cli(module, capsys, *args) -> tuple[int, str, str]:
-    code = module.main([str(a) for a in args])
+def cli(module, capsys, src, out, *args) -> tuple[int, str, str]:
+    """``python -m MODULE --source SRC --out-dir OUT ARGS`` in this process."""
+    code = module.main([str(a) for a in ("--source", src, "--out-dir", out, *args)])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -115,7 +116,7 @@ def outputs(tmp_path: Path, earlier: Path) -> tuple[Path, Path]:
 def test_rows_prompts_and_ground_truths_of_both_styles(tmp_path, capsys):
     for style, instruction, limit in (("hash", HASH, "9"), ("boxed", BOXED, "3")):
         out = tmp_path / style
-        assert cli(gsm8k, capsys, "--source", source(tmp_path / "src"), "--out-dir", out,
+        assert cli(gsm8k, capsys, source(tmp_path / "src"), out,
                    "--prompt-style", style, "--limit", limit)[0] == 0  # fmt: skip
         for split, raw in SYNTHETIC.items():
             rows, raw = rows_of(out / f"{split}.parquet"), raw[: int(limit)]
@@ -127,8 +128,7 @@ def test_rows_prompts_and_ground_truths_of_both_styles(tmp_path, capsys):
                 {"split": split, "index": i, **r} for i, r in enumerate(raw)
             ]
     tools = tmp_path / "tools"  # a tool recipe's rows: the tool's system turn, verl's tool loop
-    assert cli(gsm8k, capsys, "--source", source(tmp_path / "src"), "--out-dir", tools,
-               "--tools", "calculator")[0] == 0  # fmt: skip
+    assert cli(gsm8k, capsys, source(tmp_path / "src"), tools, "--tools", "calculator")[0] == 0
     rows = rows_of(tools / "train.parquet")
     assert [r["prompt"] for r in rows] == [
         [{"role": "system", "content": gsm8k.TOOL_PROMPTS["calculator"]},
@@ -140,8 +140,7 @@ def test_rows_prompts_and_ground_truths_of_both_styles(tmp_path, capsys):
         build_prompt("Q?", "latex")
     (tmp_path / "only-test").mkdir()
     shutil.copy(tmp_path / "src" / "test.jsonl", tmp_path / "only-test")  # no train.jsonl
-    assert cli(gsm8k, capsys, "--source", tmp_path / "only-test", "--out-dir", tmp_path / "t",
-               "--splits", "test")[0] == 0  # fmt: skip
+    assert cli(gsm8k, capsys, tmp_path / "only-test", tmp_path / "t", "--splits", "test")[0] == 0
     assert sorted(snapshot(tmp_path / "t")) == ["test.parquet"]
 
 
@@ -150,8 +149,7 @@ def test_the_hub_layout_reads_back_as_the_same_rows(tmp_path, capsys):
     import datasets
 
     src, hub = source(tmp_path / "src"), tmp_path / "hub"
-    assert cli(gsm8k, capsys, "--source", src, "--out-dir", tmp_path / "a",
-               "--hub-layout-dir", hub)[0] == 0  # fmt: skip
+    assert cli(gsm8k, capsys, src, tmp_path / "a", "--hub-layout-dir", hub)[0] == 0
     assert snapshot(hub) == snapshot(write_hub_layout(load_source(str(src)), tmp_path / "h2"))
     assert sorted(snapshot(hub)) == ["README.md", "main/test-00000-of-00001.parquet",
                                      "main/train-00000-of-00001.parquet"]  # fmt: skip
@@ -162,11 +160,11 @@ def test_the_hub_layout_reads_back_as_the_same_rows(tmp_path, capsys):
     )
     loaded = datasets.load_dataset(str(hub), "main", cache_dir=str(tmp_path / "cache"))
     assert {split: loaded[split].to_list() for split in loaded} == SYNTHETIC
-    assert cli(gsm8k, capsys, "--source", hub, "--out-dir", tmp_path / "b")[0] == 0
+    assert cli(gsm8k, capsys, hub, tmp_path / "b")[0] == 0
     assert snapshot(tmp_path / "a") == snapshot(tmp_path / "b")
     for shard in (hub / "main").iterdir():
         shard.rename(hub / shard.name)
-    assert cli(gsm8k, capsys, "--source", hub, "--out-dir", tmp_path / "c")[0] == 0
+    assert cli(gsm8k, capsys, hub, tmp_path / "c")[0] == 0
     assert snapshot(tmp_path / "a") == snapshot(tmp_path / "c")
 
 
@@ -207,8 +205,8 @@ def test_bad_input_writes_nothing_and_exits_2(tmp_path, earlier, capsys, module)
     src = source(tmp_path / "src", {"test": "\n".join([GOOD, GOOD, "", "{}"]) + "\n"})
     out, hub = outputs(tmp_path, earlier)
     before = snapshot(tmp_path)
-    args = ["--source", src, "--out-dir", out] + (["--hub-layout-dir", hub] * (module is gsm8k))
-    code, stdout, stderr = cli(module, capsys, *args)
+    hub_flag = ["--hub-layout-dir", hub] * (module is gsm8k)
+    code, stdout, stderr = cli(module, capsys, src, out, *hub_flag)
     name = module.__name__
     assert (code, stdout) == (2, "")
     assert stderr == f"{name}: {src / 'test.jsonl'}:4: missing or empty 'question' field\n"
@@ -233,7 +231,7 @@ def test_a_bad_parquet_row_or_source_is_one_line(tmp_path, capsys):
         "latin1": f"{tmp_path}/latin1/train.jsonl:2: not UTF-8 text",
     }  # fmt: skip
     for name, message in cases.items():
-        code, _, err = cli(gsm8k, capsys, "--source", tmp_path / name, "--out-dir", tmp_path / "o")
+        code, _, err = cli(gsm8k, capsys, tmp_path / name, tmp_path / "o")
         assert code == 2 and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "o").exists()
 
@@ -245,13 +243,12 @@ def test_an_unwritable_output_is_found_before_anything_is_replaced(tmp_path, ear
     (tmp_path / "a-file").write_text("a file where a directory is needed\n")
     before = snapshot(tmp_path)
     args = {"out": out, "hub": hub, bad: tmp_path / "a-file" / "sub"}  # not even root makes it
-    code, _, err = cli(gsm8k, capsys, "--source", src, "--out-dir", args["out"],
-                       "--hub-layout-dir", args["hub"])  # fmt: skip
+    code, _, err = cli(gsm8k, capsys, src, args["out"], "--hub-layout-dir", args["hub"])
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"data_prep.gsm8k: cannot write {tmp_path}/a-file/sub/")
     assert err.endswith(f": {tmp_path / 'a-file'} is not a directory\n")
     assert snapshot(tmp_path) == before
-    code, _, err = cli(sft, capsys, "--source", src, "--out-dir", tmp_path / "a-file" / "sub")
+    code, _, err = cli(sft, capsys, src, tmp_path / "a-file" / "sub")
     assert code == 2 and err.startswith(f"data_prep.sft: cannot write {tmp_path}/a-file/sub/")
 
 
@@ -269,8 +266,7 @@ def test_ctrl_c_while_writing_keeps_earlier_files_and_exits_130(tmp_path, earlie
             raise KeyboardInterrupt
 
     monkeypatch.setattr(pq, "write_table", interrupted)
-    code, stdout, stderr = cli(gsm8k, capsys, "--source", src, "--out-dir", out,
-                               "--hub-layout-dir", hub)  # fmt: skip
+    code, stdout, stderr = cli(gsm8k, capsys, src, out, "--hub-layout-dir", hub)
     assert code == 130 and written[0].parent == out and written[0].name.endswith(".tmp")
     assert stderr == "data_prep.gsm8k: interrupted; outputs are replaced all together or not at " \
         "all\n"  # fmt: skip
@@ -380,7 +376,7 @@ def test_sft_rows_are_the_rl_prompt_and_the_solution(sft_out, tmp_path, capsys):
         assert row["messages"][0]["content"] == build_prompt(src["question"], "boxed")
         assert row["messages"][1]["content"] == src["answer"].rpartition("####")[0] + (
             f"\\boxed{{{truth}}}")  # fmt: skip
-    assert cli(sft, capsys, "--source", sft_out / "src", "--out-dir", tmp_path / "again")[0] == 0
+    assert cli(sft, capsys, sft_out / "src", tmp_path / "again")[0] == 0
     assert snapshot(tmp_path / "again") == snapshot(sft_out / "hash")
 
 
@@ -453,7 +449,7 @@ def test_the_toy_task_has_every_sum_in_unseen_wordings(toy, tiny_model_dir, tmp_
         assert set(row) == {"question", "answer"} and ground_truth(row["answer"]) == str(a + b)
         assert compute_score(None, row["answer"], str(a + b))["score"] == 1.0
         assert f" {a} " in row["question"] and f" {b} " in row["question"]
-    assert cli(gsm8k, capsys, "--source", toy, "--out-dir", tmp_path / "rl")[0] == 0
+    assert cli(gsm8k, capsys, toy, tmp_path / "rl")[0] == 0
     first = rows_of(tmp_path / "rl" / "test.parquet")[0]
     assert first["prompt"][0]["content"] == build_prompt(test[0]["question"])
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
