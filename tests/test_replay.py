@@ -119,12 +119,9 @@ def test_replay_page_shows_the_loop_for_a_grpo_group(runs: dict[str, Path], tmp_
     assert 'selected="">#0 score 1' in default and "step 6" in default
 
 
-def test_ppo_replay_draws_value_return_and_kl_curves_and_remax_its_baseline(runs, tmp_path):
+def test_the_replay_says_how_gae_and_remax_compute_the_advantage(runs, tmp_path):
     """ReMax's baseline is a greedy response's score (compute_remax_outcome_advantage)."""
-    shown = dom(runs["ppo"] / "replay.html", tmp_path)
-    assert re.findall(r'data-curve="(\w+)"', shown) == ["kl", "value", "advantage"]
-    assert 'data-series="value"' in shown and 'data-series="return"' in shown
-    assert "whitened over the whole batch" in shown
+    assert "whitened over the whole batch" in dom(runs["ppo"] / "replay.html", tmp_path)
     how = dom(runs["remax"] / "replay.html", tmp_path).split('id="adv-body"', 1)[1]
     how = how.split("</p>", 1)[0]
     assert "score of one greedy response to the same prompt" in how and "group" not in how, how
