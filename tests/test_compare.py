@@ -20,14 +20,7 @@ from verl_gsm8k.common.command_line import shell_line
 from verl_gsm8k.common.config_diff import leaves
 from verl_gsm8k.common.launch_record import build_record, write_record
 from verl_gsm8k.compare import cli as compare_cli
-from verl_gsm8k.compare.config import (
-    CRITIC_IN_USE,
-    NAMED,
-    RunConfig,
-    config_diff,
-    config_dump,
-    group_of,
-)
+from verl_gsm8k.compare import config as cc
 from verl_gsm8k.compare.runs import unique_labels
 from verl_gsm8k.report import cli as report
 
@@ -107,45 +100,45 @@ def diff_keys(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_diff_names_what_differs_by_value_and_groups_it():
-    gae = RunConfig(leaves(verl_config("gae", 1)), "a", KNOB_KEYS)
-    grpo = RunConfig(leaves(verl_config("grpo", 5)), "b", KNOB_KEYS)
-    diff = config_diff({"gae": gae, "grpo": grpo})
+    gae = cc.RunConfig(leaves(verl_config("gae", 1)), "a", KNOB_KEYS)
+    grpo = cc.RunConfig(leaves(verl_config("grpo", 5)), "b", KNOB_KEYS)
+    diff = cc.config_diff({"gae": gae, "grpo": grpo})
     rows = {row.key: row for row in diff.rows}
-    assert set(rows) == {"algorithm.adv_estimator", "algorithm.use_kl_in_reward", CRITIC_IN_USE,
+    assert set(rows) == {"algorithm.adv_estimator", "algorithm.use_kl_in_reward", cc.CRITIC_IN_USE,
                          "actor_rollout_ref.actor.use_kl_loss",
                          "actor_rollout_ref.rollout.n"}  # fmt: skip
     assert rows["algorithm.adv_estimator"].values == {"gae": "gae", "grpo": "grpo"}
-    assert (rows[CRITIC_IN_USE].values, rows[CRITIC_IN_USE].group) == (
+    assert (rows[cc.CRITIC_IN_USE].values, rows[cc.CRITIC_IN_USE].group) == (
         {"gae": True, "grpo": False}, "critic")  # fmt: skip
     assert rows["actor_rollout_ref.rollout.n"].knobs == ["ROLLOUT_N"]
     assert rows["algorithm.adv_estimator"].knobs == []  # set by the config file, not a knob
     assert list(diff.by_group()) == ["actor", "rollout", "critic", "algorithm"]
     gae.flat["critic.enable"] = False  # type: ignore[index]  # wins over the estimator
     del grpo.flat["critic.enable"]  # type: ignore[union-attr]
-    rows = {row.key: row for row in config_diff({"gae": gae, "grpo": grpo}).rows}
-    assert CRITIC_IN_USE not in rows and rows["critic.enable"].values == {"gae": False}
+    rows = {row.key: row for row in cc.config_diff({"gae": gae, "grpo": grpo}).rows}
+    assert cc.CRITIC_IN_USE not in rows and rows["critic.enable"].values == {"gae": False}
     assert rows["critic.enable"].missing_in == ["grpo"]
 
     def diff_of(a: dict[str, Any], b: dict[str, Any]) -> list[Any]:
-        return config_diff({"a": RunConfig(a, "x"), "b": RunConfig(b, "x")}).rows
+        return cc.config_diff({"a": cc.RunConfig(a, "x"), "b": cc.RunConfig(b, "x")}).rows
 
     assert diff_of({"x.lr": 1e-6, "x.n": 1}, {"x.lr": 0.000001, "x.n": 1.0}) == []
     assert [row.key for row in diff_of({"x.flag": True}, {"x.flag": 1})] == ["x.flag"]
     assert [row.key for row in diff_of({"t.l": ["a", "b"]}, {"t.l": ["b", "a"]})] == ["t.l"]
-    named = config_diff({label: RunConfig({
+    named = cc.config_diff({label: cc.RunConfig({
         "trainer.experiment_name": label, "trainer.default_local_dir": f"/runs/{label}",
         "trainer.rollout_data_dir": f"/runs/{label}/rollouts",
         "data.train_files": f"/data/{label}.parquet",  # a file named like the run: a setting
         "data.val_files": "/data/test.parquet" if label == "a" else "/data/b/test.parquet",
     }, "x") for label in ("a", "b")})  # fmt: skip
     assert {row.key: row.group for row in named.rows} == {
-        "trainer.experiment_name": NAMED, "trainer.default_local_dir": NAMED,
-        "trainer.rollout_data_dir": NAMED, "data.train_files": "data",
+        "trainer.experiment_name": cc.NAMED, "trainer.default_local_dir": cc.NAMED,
+        "trainer.rollout_data_dir": cc.NAMED, "data.train_files": "data",
         "data.val_files": "data"}  # fmt: skip
-    assert list(named.by_group()) == ["data", NAMED]  # the settings first
+    assert list(named.by_group()) == ["data", cc.NAMED]  # the settings first
     keys = ("actor_rollout_ref.ref.fsdp_config.param_offload", "actor_rollout_ref.model.path",
             "reward_model.enable", "ray_kwargs.ray_init.x")  # fmt: skip
-    assert [group_of(k) for k in keys] == ["reference", "actor", "reward", "other"]
+    assert [cc.group_of(k) for k in keys] == ["reference", "actor", "reward", "other"]
 
 
 def test_config_dump_read_safely_from_a_console_log(tmp_path):
@@ -163,7 +156,7 @@ def test_config_dump_read_safely_from_a_console_log(tmp_path):
     ]
     log = tmp_path / "console.log"
     log.write_text("\n".join(lines) + "\n")
-    assert leaves(config_dump(log) or {}) == {
+    assert leaves(cc.config_dump(log) or {}) == {
         "data.max_response_length": 256,
         "data.train_batch_size": 64,
         "reward.note": "a } inside a string",
@@ -172,9 +165,9 @@ def test_config_dump_read_safely_from_a_console_log(tmp_path):
     }
     marker = tmp_path / "ran"
     log.write_text(f"{me}{{'a': __import__('pathlib').Path({str(marker)!r}).touch()}}\n")
-    assert config_dump(log) is None and not marker.exists()
+    assert cc.config_dump(log) is None and not marker.exists()
     log.write_text(me + "step:1 - critic/score/mean:0.5\n")
-    assert config_dump(log) is None
+    assert cc.config_dump(log) is None
 
 
 def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path, capsys):
@@ -269,8 +262,8 @@ def test_a_cpu_run_is_counted_in_device_hours(tmp_path):
 
 
 def test_real_logs_compared(verl_logs_dir, tmp_path):
-    c512 = leaves(config_dump(verl_logs_dir / LOG_512) or {})
-    c256 = leaves(config_dump(verl_logs_dir / LOG_256) or {})
+    c512 = leaves(cc.config_dump(verl_logs_dir / LOG_512) or {})
+    c256 = leaves(cc.config_dump(verl_logs_dir / LOG_256) or {})
     assert len(c512) == len(c256) == 97  # two empty override_config mappings: no setting
     assert (c512["data.max_prompt_length"], c256["data.max_prompt_length"]) == (1024, 512)
     # the 256 log's dump is cut by 49 lines of worker output after trainer.experiment_name

@@ -8,15 +8,8 @@ import pytest
 from browser import dom
 from report_runs import write_jsonl
 
+from verl_gsm8k.questions import table as qt
 from verl_gsm8k.questions.__main__ import main
-from verl_gsm8k.questions.table import (
-    Column,
-    build,
-    classify,
-    load_validation,
-    match,
-    mcnemar_exact,
-)
 
 
 def _dump(path: Path, rows: list[tuple[str, str, str, float]]) -> Path:
@@ -27,33 +20,33 @@ def _dump(path: Path, rows: list[tuple[str, str, str, float]]) -> Path:
 
 
 def test_mcnemar_exact_matches_the_binomial_tail():
-    assert mcnemar_exact(0, 0) == mcnemar_exact(5, 5) == 1.0
+    assert qt.mcnemar_exact(0, 0) == qt.mcnemar_exact(5, 5) == 1.0
     # b=1, c=9: 2 * (C(10,0) + C(10,1)) / 2**10 = 22/1024
-    assert mcnemar_exact(1, 9) == pytest.approx(22 / 1024)
-    assert mcnemar_exact(9, 1) == mcnemar_exact(1, 9)
-    assert mcnemar_exact(0, 51) == pytest.approx(2 / 2**51)
+    assert qt.mcnemar_exact(1, 9) == pytest.approx(22 / 1024)
+    assert qt.mcnemar_exact(9, 1) == qt.mcnemar_exact(1, 9)
+    assert qt.mcnemar_exact(0, 51) == pytest.approx(2 / 2**51)
     # b=10, c=20: scipy.stats.binomtest(10, 30).pvalue = 0.09873714670538902
-    assert math.isclose(mcnemar_exact(10, 20), 0.09873714670538902, rel_tol=1e-12)
+    assert math.isclose(qt.mcnemar_exact(10, 20), 0.09873714670538902, rel_tol=1e-12)
 
 
 def test_classify():
-    assert classify([0, 0, 1]) == ["learned"]
-    assert classify([1, 1, 0]) == ["forgotten"]
-    assert classify([0, 1, 0, 1]) == ["learned", "flipping"]
-    assert classify([0, 0]) == ["never_right"]
-    assert classify([1, 1], True) == ["always_right", "format_not_arithmetic"]
-    assert classify([0.25, 0.75]) == ["learned"]  # sampled: right = at least half right
+    assert qt.classify([0, 0, 1]) == ["learned"]
+    assert qt.classify([1, 1, 0]) == ["forgotten"]
+    assert qt.classify([0, 1, 0, 1]) == ["learned", "flipping"]
+    assert qt.classify([0, 0]) == ["never_right"]
+    assert qt.classify([1, 1], True) == ["always_right", "format_not_arithmetic"]
+    assert qt.classify([0.25, 0.75]) == ["learned"]  # sampled: right = at least half right
 
 
 def test_matching_by_question_not_position(tmp_path):
-    columns = [load_validation(_dump(tmp_path / name, rows)) for name, rows in (
+    columns = [qt.load_validation(_dump(tmp_path / name, rows)) for name, rows in (
         ("0.jsonl", [("A?", "1", "1\n#### 1", 1), ("B?", "2", "3", 0), ("C?", "3", "#### 3", 1)]),
         ("5.jsonl", [("B?", "2", "#### 2", 1), ("A?", "1", "#### 7", 0), ("D?", "4", "#### 4", 1)]),
     )]  # fmt: skip
-    keys, unmatched = match(columns)
+    keys, unmatched = qt.match(columns)
     assert keys == [("A?", "1"), ("B?", "2")]
     assert unmatched == {"0": ["C?"], "5": ["D?"]}
-    table = build(columns)
+    table = qt.build(columns)
     rows = {r["question"]: r for r in table["rows"]}
     assert rows["A?"]["tags"] == ["forgotten"] and rows["A?"]["read"] == ["1", "7"]
     assert rows["B?"]["tags"] == ["learned"] and rows["B?"]["read"] == ["", "2"]
@@ -62,12 +55,12 @@ def test_matching_by_question_not_position(tmp_path):
 
 
 def test_format_not_arithmetic_and_samples(tmp_path):
-    column = load_validation(_dump(tmp_path / "0.jsonl", [
+    column = qt.load_validation(_dump(tmp_path / "0.jsonl", [
         ("A?", "12", "so the answer is 12", 0), ("A?", "12", "#### 12", 1), ("B?", "3", "x", 0),
         ("C?", "5", "The answer is 5.", 0)]))  # fmt: skip
     assert column.cells[("A?", "12")].share == 0.5
     assert column.cells[("A?", "12")].flexible_right
-    table = build([column, Column("copy", column.cells)])
+    table = qt.build([column, qt.Column("copy", column.cells)])
     rows = {r["question"]: r for r in table["rows"]}
     assert rows["A?"]["tags"] == ["always_right"]  # half the samples right counts as right
     assert rows["C?"]["tags"] == ["never_right", "format_not_arithmetic"]
