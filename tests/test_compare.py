@@ -5,16 +5,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import report_runs as rr
 from browser import dom, plot_series
-from report_runs import (
-    LOG_256,
-    LOG_512,
-    STEPS,
-    build_run,
-    parse_svgs,
-    write_jsonl,
-    write_run,
-)
 
 from verl_gsm8k.common.command_line import shell_line
 from verl_gsm8k.common.config_diff import leaves
@@ -62,7 +54,7 @@ def make_run(
     stamp: str = "20250101T000000Z",
     verl_command: str | None = None,
 ) -> Path:
-    run = write_run(root / name, build_run(grpo_metrics, seed=8) if algo == "grpo" else None)
+    run = rr.write_run(root / name, rr.build_run(grpo_metrics, seed=8) if algo == "grpo" else None)
     if algo is not None:
         kind, n = ("grpo", 5) if algo == "grpo" else ("ppo", 1)
         write_record(run, build_record(
@@ -220,7 +212,7 @@ def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path, capsys)
     assert summary["runs"][1]["checkpoint_evals"] is None
     # the page: both runs in each shared chart, on all three axes, and the evaluations
     page = (out / "comparison.html").read_text()
-    svgs = parse_svgs(page)
+    svgs = rr.parse_svgs(page)
     for axis in ("step", "samples", "wall_time"):
         names = {chart: {n for n, _ in svgs[f"{chart}-{axis}"]["names"]}
                  for chart in ("score", "vf_loss", "checkpoint_eval")}  # fmt: skip
@@ -242,12 +234,12 @@ def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path, capsys)
     assert 'data-before="set-step=flex set-samples=none set-wall_time=none"' in shown
     assert 'data-after="set-step=none set-samples=flex set-wall_time=none"' in shown
     by_samples = plot_series(shown, "Validation accuracy by samples seen")
-    assert by_samples["grpo"][-1][0] == pytest.approx(STEPS * 320, rel=0.005)
-    assert by_samples["ppo-gae"][-1][0] == pytest.approx(STEPS * 64, rel=0.005)
+    assert by_samples["grpo"][-1][0] == pytest.approx(rr.STEPS * 320, rel=0.005)
+    assert by_samples["ppo-gae"][-1][0] == pytest.approx(rr.STEPS * 64, rel=0.005)
 
 
 def test_a_cpu_run_is_counted_in_device_hours(tmp_path):
-    gpu, cpu = make_run(tmp_path, "gpu"), write_run(tmp_path / "cpu")
+    gpu, cpu = make_run(tmp_path, "gpu"), rr.write_run(tmp_path / "cpu")
     config = verl_config("gae", 1)
     config["trainer"].update(device="cpu", n_gpus_per_node=1)
     write_record(cpu, build_record(
@@ -262,17 +254,17 @@ def test_a_cpu_run_is_counted_in_device_hours(tmp_path):
 
 
 def test_real_logs_compared(verl_logs_dir, tmp_path):
-    c512 = leaves(cc.config_dump(verl_logs_dir / LOG_512) or {})
-    c256 = leaves(cc.config_dump(verl_logs_dir / LOG_256) or {})
+    c512 = leaves(cc.config_dump(verl_logs_dir / rr.LOG_512) or {})
+    c256 = leaves(cc.config_dump(verl_logs_dir / rr.LOG_256) or {})
     assert len(c512) == len(c256) == 97  # two empty override_config mappings: no setting
     assert (c512["data.max_prompt_length"], c256["data.max_prompt_length"]) == (1024, 512)
     # the 256 log's dump is cut by 49 lines of worker output after trainer.experiment_name
     assert c256["trainer.experiment_name"] == "gemma2b_function_rm"
     assert c256["trainer.total_epochs"] == 15 and c256["data.train_batch_size"] == 256
     out = tmp_path / "cmp"
-    summary = compare_cli.compare([verl_logs_dir / LOG_512, verl_logs_dir / LOG_256], out)
+    summary = compare_cli.compare([verl_logs_dir / rr.LOG_512, verl_logs_dir / rr.LOG_256], out)
     r512, r256 = (r["label"] for r in summary["runs"])
-    assert (r512, r256) == (Path(LOG_512).stem, Path(LOG_256).stem)
+    assert (r512, r256) == (Path(rr.LOG_512).stem, Path(rr.LOG_256).stem)
     rows = diff_keys(summary)
     assert set(rows) == {"data.max_response_length", "data.max_prompt_length", "data.val_files",
                          "actor_rollout_ref.rollout.response_length", "data.train_files",
@@ -286,20 +278,20 @@ def test_real_logs_compared(verl_logs_dir, tmp_path):
     assert summary["metrics_in_some_runs"] == {}
     page = (out / "comparison.html").read_text()
     assert "0.579 @ 349" in page and "0.538 @ 199" in page
-    svgs = parse_svgs(page)
+    svgs = rr.parse_svgs(page)
     assert svgs["val_acc-step"]["series"] == [(43, 43), (43, 43)]
 
 
 def test_a_resumed_run_without_launch_record_is_one_line_said_and_compared(tmp_path):
-    records = build_run()
+    records = rr.build_run()
     resumed = tmp_path / "resumed"
-    write_run(resumed, records[:131])
-    write_jsonl(resumed / "metrics" / "metrics-20250102T000000Z.jsonl", records[100:])
+    rr.write_run(resumed, records[:131])
+    rr.write_jsonl(resumed / "metrics" / "metrics-20250102T000000Z.jsonl", records[100:])
     gae = make_run(tmp_path, "gae")
     out = tmp_path / "cmp"
     summary = compare_cli.compare([resumed, gae], out)
     run = summary["runs"][0]
-    assert len(run["sources"]) == 2 and run["x"]["steps"] == list(range(STEPS + 1))
+    assert len(run["sources"]) == 2 and run["x"]["steps"] == list(range(rr.STEPS + 1))
     assert run["x"]["samples"] is None
     diff = summary["config_diff"]
     assert diff["not_compared"] == {"resumed": f"no launch record in {resumed / 'launches'}"}
@@ -307,12 +299,12 @@ def test_a_resumed_run_without_launch_record_is_one_line_said_and_compared(tmp_p
     page = (out / "comparison.html").read_text()
     assert page.count('class="config-missing"') == 1
     assert "Not drawn: resumed: no data.train_batch_size in its config" in page
-    svgs = parse_svgs(page)
+    svgs = rr.parse_svgs(page)
     assert [n for n, _ in svgs["score-step"]["names"]] == [
         "resumed (raw)", "resumed", "gae (raw)", "gae"]  # fmt: skip
     assert {n for n, _ in svgs["score-samples"]["names"]} == {"gae", "gae (raw)"}
     assert [n for n, _ in svgs["val_acc-step"]["names"]] == ["resumed", "gae"]
-    assert svgs["val_acc-step"]["series"][0] == (STEPS // 10 + 1, STEPS // 10 + 1)
+    assert svgs["val_acc-step"]["series"][0] == (rr.STEPS // 10 + 1, rr.STEPS // 10 + 1)
 
 
 def test_unique_labels(tmp_path):
@@ -333,11 +325,11 @@ def _bad(tmp_path: Path, case: str) -> tuple[list[str], str]:
         (tmp_path / "empty").mkdir()
         return [str(good), str(tmp_path / "empty")], "no metrics/*.jsonl in directory"
     if case == "empty metrics":
-        return [str(good), str(write_run(tmp_path / "started", []))], "no metrics could be read"
+        return [str(good), str(rr.write_run(tmp_path / "started", []))], "no metrics could be read"
     if case == "same run":
         return [str(good), str(tmp_path / "good" / ".." / "good")], "are the same run"
     if case == "nothing shared":
-        odd = write_run(tmp_path / "odd", [{"step": 1, "data": {"x/unknown": 1.0}}])
+        odd = rr.write_run(tmp_path / "odd", [{"step": 1, "data": {"x/unknown": 1.0}}])
         return [str(good), str(odd)], "the runs have no metric in common"
     if case == "bad record":
         broken = make_run(tmp_path, "broken", None)
