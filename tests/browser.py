@@ -76,8 +76,7 @@ class _Charts(HTMLParser):
             if tag in ("polyline", "polygon"):  # a stacked area: its top edge, then its bottom
                 points = sum("," in xy for xy in a.get("points", "").split())
                 self.plot["series"].append(
-                    (int(a["data-count"]), points // (1 + (tag == "polygon")))
-                )
+                    (int(a["data-count"]), points // (1 + (tag == "polygon"))))  # fmt: skip
         if tag == "svg" and "plot" in classes and self.charts and not self.charts[-1]["drawn"]:
             self.svg = True
             self.charts[-1].update(drawn=True, log=a.get("data-y-scale") == "log")
@@ -116,8 +115,7 @@ def _axis(pixels: list[float], labels: list[str], log: bool) -> tuple[float, flo
     values = [math.log10(float(v)) if log else float(v) for v in labels]
     mp, mv = sum(pixels) / len(pixels), sum(values) / len(values)
     b = sum((p - mp) * (v - mv) for p, v in zip(pixels, values, strict=True)) / sum(
-        (p - mp) ** 2 for p in pixels
-    )
+        (p - mp) ** 2 for p in pixels)  # fmt: skip
     return mv - b * mp, b
 
 
@@ -133,8 +131,7 @@ def plot_series(page: str, title: str) -> dict[str, list[Point]]:
     reader = _Charts()
     reader.feed(page)
     found = [c for c in reader.charts if c["title"] == title] or [
-        c for c in reader.charts if c["title"].startswith(title)
-    ]
+        c for c in reader.charts if c["title"].startswith(title)]  # fmt: skip
     if len(found) != 1:
         raise KeyError(f"{len(found)} charts titled {title!r}: {chart_titles(page)}")
     chart = found[0]

@@ -17,12 +17,8 @@ from verl_gsm8k.common.qwen25 import SHAPES
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SHARED_DATA_DIR", ROOT.parent / "shared" / "data"))
-RECIPES = [
-    "ppo_qwen2.5-0.5b_gsm8k",
-    "grpo_qwen2.5-0.5b_gsm8k",
-    "ppo_lora_qwen2.5-1.5b_gsm8k",
-    "smoke_tiny",
-]
+RECIPES = ["ppo_qwen2.5-0.5b_gsm8k", "grpo_qwen2.5-0.5b_gsm8k", "ppo_lora_qwen2.5-1.5b_gsm8k",
+           "smoke_tiny"]  # fmt: skip
 # The recipes' models' published shapes, for estimates without the weights.
 QWEN25_05B = SHAPES["0.5B"]
 QWEN25_15B = SHAPES["1.5B"]
@@ -156,9 +152,8 @@ def get(cfg: dict, dotted: str):
     return node
 
 
-def fake_nvidia_smi(
-    bin_dir: Path, gpus: list[tuple[str, int]], compute_cap: str | None = None
-) -> Path:
+def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, int]],
+                    compute_cap: str | None = None) -> Path:  # fmt: skip
     """An nvidia-smi listing (name, MiB) GPUs of ``compute_cap`` (without one, a query naming it
     fails as an old driver's does); each call's arguments appended to $FAKE_NVIDIA_SMI_CALLS."""
     bin_dir.mkdir(parents=True, exist_ok=True)

@@ -53,9 +53,8 @@ def test_every_algorithm_config_has_its_row_here():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
-def test_every_algorithm_recipe_passes_its_dry_run(
-    algo, tiny_model_dir, prepared_gsm8k_dir, tmp_path
-):
+def test_every_algorithm_recipe_passes_its_dry_run(algo, tiny_model_dir, prepared_gsm8k_dir,
+                                                   tmp_path):  # fmt: skip
     """Knob defaults, preflight, verl's --cfg job; DAPO's KL_COEF, charged nowhere, is warned."""
     kl = {"KL_COEF": "0.01"} if algo == "dapo" else {}
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1", **kl)

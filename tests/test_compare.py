@@ -47,13 +47,8 @@ def grpo_metrics(step: int, data: dict[str, Any]):
     data["critic/score/mean"] += 0.05
 
 
-def make_run(
-    root: Path,
-    name: str,
-    algo: str | None = "gae",
-    stamp: str = "20250101T000000Z",
-    verl_command: str | None = None,
-) -> Path:
+def make_run(root: Path, name: str, algo: str | None = "gae", stamp: str = "20250101T000000Z",
+             verl_command: str | None = None) -> Path:  # fmt: skip
     run = rr.write_run(root / name, rr.build_run(grpo_metrics, seed=8) if algo == "grpo" else None)
     if algo is not None:
         kind, n = ("grpo", 5) if algo == "grpo" else ("ppo", 1)
@@ -149,12 +144,9 @@ def test_config_dump_read_safely_from_a_console_log(tmp_path):
     log = tmp_path / "console.log"
     log.write_text("\n".join(lines) + "\n")
     assert leaves(cc.config_dump(log) or {}) == {
-        "data.max_response_length": 256,
-        "data.train_batch_size": 64,
-        "reward.note": "a } inside a string",
-        "trainer.logger": ["console"],
-        "trainer.nnodes": 1,
-    }
+        "data.max_response_length": 256, "data.train_batch_size": 64,
+        "reward.note": "a } inside a string", "trainer.logger": ["console"], "trainer.nnodes": 1,
+    }  # fmt: skip
     marker = tmp_path / "ran"
     log.write_text(f"{me}{{'a': __import__('pathlib').Path({str(marker)!r}).touch()}}\n")
     assert cc.config_dump(log) is None and not marker.exists()

@@ -121,12 +121,10 @@ def test_rows_prompts_and_ground_truths_of_both_styles(tmp_path, capsys):
         for split, raw in SYNTHETIC.items():
             rows, raw = rows_of(out / f"{split}.parquet"), raw[: int(limit)]
             assert [r["prompt"][0]["content"] for r in rows] == [
-                r["question"] + instruction for r in raw
-            ]
+                r["question"] + instruction for r in raw]  # fmt: skip
             assert [r["reward_model"]["ground_truth"] for r in rows] == TRUTHS[split][: len(raw)]
             assert [r["extra_info"] for r in rows] == [
-                {"split": split, "index": i, **r} for i, r in enumerate(raw)
-            ]
+                {"split": split, "index": i, **r} for i, r in enumerate(raw)]  # fmt: skip
     tools = tmp_path / "tools"  # a tool recipe's rows: the tool's system turn, verl's tool loop
     assert cli(gsm8k, capsys, source(tmp_path / "src"), tools, "--tools", "calculator")[0] == 0
     rows = rows_of(tools / "train.parquet")

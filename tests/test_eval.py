@@ -109,9 +109,8 @@ def rows_of(out: Path) -> tuple[dict, dict]:
       "not an OpenAI model list"), ("{base} --api-url {other} --api-model m", "{other}: the "
       "server does not serve 'm' (it lists: other)")],
 )  # fmt: skip
-def test_a_refusal_is_one_line_exit_2_and_writes_nothing(
-    args, said, model, small_gsm8k, tmp_path, capsys, monkeypatch
-):
+def test_a_refusal_is_one_line_exit_2_and_writes_nothing(args, said, model, small_gsm8k, tmp_path,
+                                                         capsys, monkeypatch):  # fmt: skip
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     with (refusing_port() as port, StubServer({}, body=b"<html>") as html,

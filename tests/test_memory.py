@@ -290,9 +290,8 @@ def qwen_shaped_model(tiny_model_dir, tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_the_launch_runs_at_the_budget_that_fits_the_card(
-    qwen_shaped_model, prepared_gsm8k_dir, tmp_path
-):
+def test_the_launch_runs_at_the_budget_that_fits_the_card(qwen_shaped_model, prepared_gsm8k_dir,
+                                                          tmp_path):  # fmt: skip
     bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA GeForce RTX 4090", 24564)])
 
     def dry_run(*args: str, **knobs: str):

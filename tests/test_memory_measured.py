@@ -132,8 +132,7 @@ def measure() -> list[tuple[str, str, int, int]]:
         def actor_backward() -> None:
             log_prob = logprobs(actor(input_ids=ids, use_cache=False).logits, ids)
             loss, _ = core_algos.get_policy_loss_fn("vanilla")(
-                zeros, log_prob, zeros, mask, "token-mean", PolicyLossConfig()
-            )
+                zeros, log_prob, zeros, mask, "token-mean", PolicyLossConfig())  # fmt: skip
             loss.backward()
 
         update("actor update", actor, actor_opt, actor_backward, e["actor"])

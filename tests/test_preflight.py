@@ -274,13 +274,11 @@ def test_the_parameter_count_and_a_line_without_terminal_escapes():
     report = preflight.Report()  # a run name or a path with escapes is printed escaped
     report.ok("checkpoint", "free at runs/x\x1b[31mred\x1b]0;title\x07")
     assert report.lines == [
-        "preflight: [ok] checkpoint: free at runs/x\\x1b[31mred\\x1b]0;title\\x07"
-    ]
+        "preflight: [ok] checkpoint: free at runs/x\\x1b[31mred\\x1b]0;title\\x07"]  # fmt: skip
 
 
-def test_a_tool_launch_refuses_rows_that_run_without_the_tool(
-    base_overrides, tiny_model_dir, tmp_path
-):
+def test_a_tool_launch_refuses_rows_that_run_without_the_tool(base_overrides, tiny_model_dir,
+                                                              tmp_path):  # fmt: skip
     """TOOLS' keys on rows prepared without --tools: verl would run them in single_turn_agent,
     which shows no tool, without an error; refused. With --tools: every row runs tool_agent, and
     the prompt length counts the tools block (verl's agent loop would cut it first)."""

@@ -24,9 +24,8 @@ def _copy_run(source: Path, dest: Path) -> Path:
     return dest
 
 
-def test_run_report_and_comparison_link_the_page(
-    learned_ppo: Learned, learned_grpo: Learned, tmp_path: Path
-) -> None:
+def test_run_report_and_comparison_link_the_page(learned_ppo: Learned, learned_grpo: Learned,
+                                                 tmp_path: Path) -> None:  # fmt: skip
     """The run report's page has a column per validation step, its first and last columns
     verl's own validation accuracy of those steps; the comparison's, each run's last step, or
     its best with --step best."""

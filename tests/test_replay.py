@@ -168,15 +168,12 @@ def test_bad_trace_inputs_are_one_line_each_and_the_report_still_renders(tmp_pat
     assert 'id="rollouts-link"' in page and 'id="replay-link"' not in page
 
 
-@pytest.mark.parametrize(
-    ("kw", "check", "severity"),
-    [
-        ({"flat": True}, "critic_flat", "warning"),
-        ({"grpo": True, "zero_spread": "all_min"}, "grpo_zero_spread", "warning"),
-        ({"grpo": True, "zero_spread": "all_max"}, "grpo_zero_spread", "note"),
-        ({"gap": 0.3}, "trace_prob_gap", "warning"),
-    ],
-)
+@pytest.mark.parametrize(("kw", "check", "severity"), [
+    ({"flat": True}, "critic_flat", "warning"),
+    ({"grpo": True, "zero_spread": "all_min"}, "grpo_zero_spread", "warning"),
+    ({"grpo": True, "zero_spread": "all_max"}, "grpo_zero_spread", "note"),
+    ({"gap": 0.3}, "trace_prob_gap", "warning"),
+])  # fmt: skip
 def test_trace_checks_fire_on_their_pathology(tmp_path: Path, kw, check, severity):
     findings = trace_checks(load_trace(write_run(tmp_path, **kw)))
     assert [(f.check, f.severity, f.start_step, f.end_step) for f in findings] == [

@@ -210,10 +210,8 @@ def test_checkpoint_evaluations_drawn_over_validation(tmp_path):
     page = (tmp_path / "out" / "report.html").read_text()
     chart = rr.parse_svgs(page)["checkpoint_eval"]
     assert [n for n, _ in chart["names"]] == [
-        "verl validation (during training)",
-        "our reward on the checkpoint",
-        "EvalScope (lenient)",
-    ]
+        "verl validation (during training)", "our reward on the checkpoint", "EvalScope (lenient)"
+    ]  # fmt: skip
     assert chart["series"] == [(rr.STEPS // 10 + 1,) * 2, (2, 2), (2, 2)]
     assert 'id="eval-agreement"' in page and 'id="checkpoint-evals"' in page
     text = report.terminal_summary(result.summary, None)
