@@ -1,15 +1,13 @@
 """A page in headless Chromium (``dom``, ``render``), its charts read back in data coordinates
 through their own ticks (``plot_series``). Without chromium a test skips; under CI=true fails."""
 
-from __future__ import annotations
-
 import math
 import subprocess
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
-from helpers import require_path
+from helpers import capture, require_path
 
 CHROMIUM = Path("/usr/bin/chromium")
 # no sandbox (root in CI), nothing that reaches for the network
@@ -27,8 +25,7 @@ def require_chromium() -> Path:
 
 def _chromium(args: list[str], tmp_dir: Path) -> subprocess.CompletedProcess[str]:
     profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_dir)  # a new one each run
-    return subprocess.run([str(require_chromium()), *FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    return capture([require_chromium(), *FLAGS, f"--user-data-dir={profile}", *args], None, 120)
 
 
 def dom(page: Path | str, tmp_dir: Path) -> str:
@@ -79,8 +76,7 @@ class _Charts(HTMLParser):
             if tag in ("polyline", "polygon"):  # a stacked area: its top edge, then its bottom
                 points = sum("," in xy for xy in a.get("points", "").split())
                 self.plot["series"].append(
-                    (int(a["data-count"]), points // (1 + (tag == "polygon")))
-                )
+                    (int(a["data-count"]), points // (1 + (tag == "polygon"))))  # fmt: skip
         if tag == "svg" and "plot" in classes and self.charts and not self.charts[-1]["drawn"]:
             self.svg = True
             self.charts[-1].update(drawn=True, log=a.get("data-y-scale") == "log")
@@ -119,8 +115,7 @@ def _axis(pixels: list[float], labels: list[str], log: bool) -> tuple[float, flo
     values = [math.log10(float(v)) if log else float(v) for v in labels]
     mp, mv = sum(pixels) / len(pixels), sum(values) / len(values)
     b = sum((p - mp) * (v - mv) for p, v in zip(pixels, values, strict=True)) / sum(
-        (p - mp) ** 2 for p in pixels
-    )
+        (p - mp) ** 2 for p in pixels)  # fmt: skip
     return mv - b * mp, b
 
 
@@ -136,8 +131,7 @@ def plot_series(page: str, title: str) -> dict[str, list[Point]]:
     reader = _Charts()
     reader.feed(page)
     found = [c for c in reader.charts if c["title"] == title] or [
-        c for c in reader.charts if c["title"].startswith(title)
-    ]
+        c for c in reader.charts if c["title"].startswith(title)]  # fmt: skip
     if len(found) != 1:
         raise KeyError(f"{len(found)} charts titled {title!r}: {chart_titles(page)}")
     chart = found[0]

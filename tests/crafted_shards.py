@@ -3,8 +3,6 @@ layout (A's data.pkl calls posix.system then the real pickle; B the real one pad
 B, torch A); prepended: A then the real file; appended: the reverse; payload: A alone; objects: a
 numpy object array added."""
 
-from __future__ import annotations
-
 import io
 import os
 import pickletools

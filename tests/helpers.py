@@ -1,7 +1,5 @@
 """Test helpers: shared data, prepared data, recipe environments and configs, a fake nvidia-smi."""
 
-from __future__ import annotations
-
 import contextlib
 import io
 import json
@@ -11,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,17 +17,21 @@ from verl_gsm8k.common.qwen25 import SHAPES
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SHARED_DATA_DIR", ROOT.parent / "shared" / "data"))
-RECIPES = [
-    "ppo_qwen2.5-0.5b_gsm8k",
-    "grpo_qwen2.5-0.5b_gsm8k",
-    "ppo_lora_qwen2.5-1.5b_gsm8k",
-    "smoke_tiny",
-]
+RECIPES = ["ppo_qwen2.5-0.5b_gsm8k", "grpo_qwen2.5-0.5b_gsm8k", "ppo_lora_qwen2.5-1.5b_gsm8k",
+           "smoke_tiny"]  # fmt: skip
 # The recipes' models' published shapes, for estimates without the weights.
 QWEN25_05B = SHAPES["0.5B"]
 QWEN25_15B = SHAPES["1.5B"]
 # Environment variables that would leak a real user's settings into a test recipe run.
 USER_KNOBS = ("LOGGER", "WANDB_API_KEY", "RUN_DIR", "RUNS_ROOT", "DATA_DIR", "PYTHON")
+
+
+def capture(argv: list, code: int | None = None, timeout: int = 600, **kwargs: Any):
+    """``argv`` run, its output captured as text; with ``code``, asserts it exited so."""
+    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout,
+                          **kwargs)  # fmt: skip
+    assert code is None or done.returncode == code, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
 
 
 def skip_or_fail(message: str) -> None:
@@ -66,8 +69,8 @@ def write_synthetic_gsm8k(source_dir: Path, n_train: int = 300, n_test: int = 40
 
 def prepare(source_dir: Path, out_dir: Path, *flags: str, module: str = "data_prep.gsm8k") -> Path:
     """Run the real data CLI (``module``), extra flags passed through."""
-    argv = [sys.executable, "-m", module, "--source", str(source_dir), "--out-dir", str(out_dir)]
-    subprocess.run([*argv, *flags], cwd=ROOT, check=True, capture_output=True, text=True)
+    argv = [sys.executable, "-m", module, "--source", source_dir, "--out-dir", out_dir, *flags]
+    capture(argv, 0, cwd=ROOT)
     return out_dir
 
 
@@ -93,8 +96,8 @@ def gpu_recipe_overrides(recipe: str) -> list[str]:
 
 
 def run_recipe(recipe: str, env: dict[str, str], *args: str, timeout: int = 240):
-    return subprocess.run(["bash", str(ROOT / "recipes" / f"{recipe}.sh"), *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return capture(["bash", ROOT / "recipes" / f"{recipe}.sh", *args], None, timeout, cwd=ROOT,
+                   env=env)  # fmt: skip
 
 
 def launch_in_process(recipe: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -128,11 +131,7 @@ def launch_in_process(recipe: str, env: dict[str, str], *args: str) -> subproces
 
 def merge_run(run_dir: Path, target: Path, env: dict[str, str], timeout: int = 600):
     """scripts/merge.sh run_dir target; fails the test with the output tail unless it merged."""
-    result = subprocess.run(["bash", str(ROOT / "scripts" / "merge.sh"), str(run_dir),
-                             str(target)], env=env, capture_output=True, text=True,
-                            timeout=timeout)  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
+    return capture(["bash", ROOT / "scripts" / "merge.sh", run_dir, target], 0, timeout, env=env)
 
 
 def composed_config(stdout: str) -> dict:
@@ -153,9 +152,8 @@ def get(cfg: dict, dotted: str):
     return node
 
 
-def fake_nvidia_smi(
-    bin_dir: Path, gpus: list[tuple[str, int]], compute_cap: str | None = None
-) -> Path:
+def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, int]],
+                    compute_cap: str | None = None) -> Path:  # fmt: skip
     """An nvidia-smi listing (name, MiB) GPUs of ``compute_cap`` (without one, a query naming it
     fails as an old driver's does); each call's arguments appended to $FAKE_NVIDIA_SMI_CALLS."""
     bin_dir.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,6 @@
 body to everything. As a process it stands in for vllm serve ($OPENAI_STUB_ANSWERS,
 $OPENAI_STUB_PID_FILE, $OPENAI_STUB_DELAY)."""
 
-from __future__ import annotations
-
 import argparse
 import json
 import os
@@ -64,7 +62,7 @@ class StubServer:
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
-    def __enter__(self) -> StubServer:
+    def __enter__(self) -> "StubServer":
         serve = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
         serve.start()
         return self

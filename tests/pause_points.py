@@ -10,8 +10,6 @@ is deleted (once per point). verl's processes import it via ``env``.
     prune:after_rename        pruning, between a step directory's rename and its removal
 """
 
-from __future__ import annotations
-
 import functools
 import os
 import shutil

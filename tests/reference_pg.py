@@ -5,8 +5,6 @@ If verl's run on the same model falls while this rises, the wiring is at fault; 
 settings are.
 """
 
-from __future__ import annotations
-
 import random
 from dataclasses import dataclass
 

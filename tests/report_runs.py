@@ -1,7 +1,5 @@
 """The report tests' synthetic verl 0.9.1 runs, a planted NaN, measured critics."""
 
-from __future__ import annotations
-
 import json
 import math
 import random
@@ -39,19 +37,12 @@ HEALTHY_CRITICS = {
 
 
 STEPS = 200
-PHASES = {
-    "gen": 20.0,
-    "reward": 0.8,
-    "old_log_prob": 4.0,
-    "ref": 4.5,
-    "values": 5.0,
-    "adv": 0.1,
-    "update_critic": 15.0,
-    "update_actor": 18.0,
-    "update_weights": 1.2,
-}
+PHASES = {"gen": 20.0, "reward": 0.8, "old_log_prob": 4.0, "ref": 4.5, "values": 5.0, "adv": 0.1,
+          "update_critic": 15.0, "update_actor": 18.0, "update_weights": 1.2}  # fmt: skip
 STEP_OVERHEAD = 0.5  # seconds of each step that no phase covers ("other")
 VAL_KEY = "val-core/openai/gsm8k/acc/mean@1"
+STAMP = "20250101T000000Z"
+SEGMENT = f"metrics/metrics-{STAMP}.jsonl"
 
 
 def healthy_record(step: int, rng: random.Random) -> dict[str, float]:
@@ -66,44 +57,33 @@ def healthy_record(step: int, rng: random.Random) -> dict[str, float]:
     step_time = sum(phases.values()) + STEP_OVERHEAD
     tokens = 256 * (105 + length)
     record: dict[str, float] = {
-        "critic/score/mean": score + rng.uniform(-0.02, 0.02),
-        "critic/rewards/mean": score - 0.01,
+        "critic/score/mean": score + rng.uniform(-0.02, 0.02), "critic/rewards/mean": score - 0.01,
         "actor/reward_kl_penalty": kl + rng.uniform(0, 0.01),
         "actor/reward_kl_penalty_coeff": 0.001,
         "actor/entropy": noisy(0.08 + 0.4 * math.exp(-step / 50)),
-        "actor/pg_loss": rng.uniform(-0.02, 0.02),
-        "actor/pg_clipfrac": noisy(0.004, 0.3),
-        "actor/ppo_kl": rng.uniform(-1e-4, 1e-4),
-        "actor/grad_norm": noisy(3.0, 0.2),
-        "actor/lr": 1e-6,
-        "critic/vf_loss": noisy(0.05 + 0.15 * math.exp(-step / 120), 0.1),
-        "critic/vf_clipfrac": noisy(0.01, 0.3),
-        "critic/grad_norm": noisy(20.0, 0.3),
-        "critic/values/mean": score,
-        "response_length/mean": length,
-        "response_length/max": 512.0,
-        "response_length/clip_ratio": noisy(0.01, 0.3),
-        "prompt_length/mean": 105.0,
+        "actor/pg_loss": rng.uniform(-0.02, 0.02), "actor/pg_clipfrac": noisy(0.004, 0.3),
+        "actor/ppo_kl": rng.uniform(-1e-4, 1e-4), "actor/grad_norm": noisy(3.0, 0.2),
+        "actor/lr": 1e-6, "critic/vf_loss": noisy(0.05 + 0.15 * math.exp(-step / 120), 0.1),
+        "critic/vf_clipfrac": noisy(0.01, 0.3), "critic/grad_norm": noisy(20.0, 0.3),
+        "critic/values/mean": score, "response_length/mean": length, "response_length/max": 512.0,
+        "response_length/clip_ratio": noisy(0.01, 0.3), "prompt_length/mean": 105.0,
         "timing_s/step": step_time,
         "timing_s/agent_loop/generate_sequences/mean": phases["gen"] * 0.9,  # nested, not a phase
-        "timing_per_token_ms/gen": 0.3,
-        "perf/total_num_tokens": tokens,
-        "perf/time_per_step": step_time,
-        "perf/throughput": tokens / step_time,
+        "timing_per_token_ms/gen": 0.3, "perf/total_num_tokens": tokens,
+        "perf/time_per_step": step_time, "perf/throughput": tokens / step_time,
         "training/global_step": float(step),
         **{f"timing_s/{name}": sec for name, sec in phases.items()},
         "actor/perf/max_memory_allocated_gb": 30.0 + 0.01 * step,
         "actor/perf/max_memory_reserved_gb": 34.0 + 0.01 * step,
         "actor/perf/cpu_memory_used_gb": noisy(80.0, 0.01),
-        "critic/perf/max_memory_allocated_gb": 12.0,
-        "critic/perf/max_memory_reserved_gb": 14.0,
+        "critic/perf/max_memory_allocated_gb": 12.0, "critic/perf/max_memory_reserved_gb": 14.0,
         "critic/perf/cpu_memory_used_gb": noisy(80.0, 0.01),
         "training/rollout_probs_diff_valid": 1.0,
         "training/rollout_probs_diff_max": noisy(0.25, 0.2),
         "training/rollout_probs_diff_mean": noisy(0.003, 0.2),
         "training/rollout_probs_diff_std": noisy(0.01, 0.2),
         "training/rollout_actor_probs_pearson_corr": 0.998 + rng.uniform(-0.001, 0.001),
-    }
+    }  # fmt: skip
     if step % 10 == 0:
         record[VAL_KEY] = 0.30 + 0.25 * (1 - math.exp(-step / 50)) + rng.uniform(-0.01, 0.01)
         record["timing_s/testing"] = noisy(40.0, 0.03)
@@ -131,6 +111,12 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
+
+
+def write_run(run: Path, records: list[dict[str, Any]] | None = None) -> Path:
+    """A run directory whose metrics segment holds ``records`` (``build_run()`` unless given)."""
+    write_jsonl(run / SEGMENT, build_run() if records is None else records)
+    return run
 
 
 # what verl logs as NaN once a reward turns NaN (a real smoke run with one planted)
@@ -197,5 +183,4 @@ def only(findings: list[rf.Finding], check: str) -> rf.Finding:
 
 
 def analyse_records(tmp_path: Path, records: list[dict[str, Any]]):
-    path = write_jsonl(tmp_path / "run" / "metrics" / "metrics-20250101T000000Z.jsonl", records)
-    return rs.analyse(path.parent.parent)
+    return rs.analyse(write_run(tmp_path / "run", records))

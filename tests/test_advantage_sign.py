@@ -1,8 +1,6 @@
 """The sign of verl's learning signal in its own functions: a rewarded response gets a positive
 advantage on every token (GRPO, GAE) and the clipped PPO loss raises its log-probability."""
 
-from __future__ import annotations
-
 import numpy as np
 import torch
 from omegaconf import OmegaConf
@@ -20,8 +18,7 @@ def outcome(rewards: list[float]) -> torch.Tensor:
 def test_grpo_advantage_is_positive_for_the_better_response_of_each_prompt():
     index = np.array(["a", "a", "b", "b"])  # two prompts, two responses each
     advantages, returns = core_algos.compute_grpo_outcome_advantage(
-        outcome([1.0, 0.0, 0.0, 1.0]), MASK, index
-    )
+        outcome([1.0, 0.0, 0.0, 1.0]), MASK, index)  # fmt: skip
     valid = advantages[:, :3]
     assert (valid[[0, 3]] > 0.5).all() and (valid[[1, 2]] < -0.5).all()
     assert (advantages[:, 3] == 0).all()  # padding gets nothing

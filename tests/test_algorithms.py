@@ -1,8 +1,6 @@
 """The algorithm recipes' configs against verl, their preflight (preflight/algorithm.py) and the
 combinations that would silently train something else. No training."""
 
-from __future__ import annotations
-
 import inspect
 import re
 
@@ -11,12 +9,7 @@ from helpers import ROOT, composed_config, get, launch_in_process, recipe_env
 from omegaconf import OmegaConf
 
 from verl_gsm8k.launch.knobs import LEARN_ALGOS
-from verl_gsm8k.preflight.algorithm import (
-    GROUP_AT_ONE,
-    algorithm_problems,
-    algorithm_warnings,
-    overlong_problems,
-)
+from verl_gsm8k.preflight import algorithm as alg
 from verl_gsm8k.preflight.cli import LEGACY_KEYS
 from verl_gsm8k.preflight.compose import compose, legacy_key_problems
 
@@ -60,9 +53,8 @@ def test_every_algorithm_config_has_its_row_here():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
-def test_every_algorithm_recipe_passes_its_dry_run(
-    algo, tiny_model_dir, prepared_gsm8k_dir, tmp_path
-):
+def test_every_algorithm_recipe_passes_its_dry_run(algo, tiny_model_dir, prepared_gsm8k_dir,
+                                                   tmp_path):  # fmt: skip
     """Knob defaults, preflight, verl's --cfg job; DAPO's KL_COEF, charged nowhere, is warned."""
     kl = {"KL_COEF": "0.01"} if algo == "dapo" else {}
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1", **kl)
@@ -134,8 +126,8 @@ REWARD_KEYS = {"score", "acc", "format", "pred_found", "hedged", "clipped"}  # r
 @pytest.mark.parametrize("name", [*ALGORITHMS, "ppo", "grpo"])
 def test_the_shipped_configs_pass(configs, name):
     cfg = variant(configs, name)
-    assert algorithm_problems(cfg, REWARD_KEYS) + overlong_problems(cfg) == []
-    assert algorithm_warnings(cfg) == []
+    assert alg.algorithm_problems(cfg, REWARD_KEYS) + alg.overlong_problems(cfg) == []
+    assert alg.algorithm_warnings(cfg) == []
 
 
 N1 = "actor_rollout_ref.rollout.n"
@@ -171,7 +163,7 @@ MISTAKES = [
 )
 def test_a_combination_that_trains_something_else_is_refused(configs, name, changes, expected):
     cfg = changed(configs, name, changes)
-    problems = algorithm_problems(cfg, REWARD_KEYS) + overlong_problems(cfg)
+    problems = alg.algorithm_problems(cfg, REWARD_KEYS) + alg.overlong_problems(cfg)
     assert any(expected in line for line in problems), problems
     assert all("\n" not in line for line in problems)
 
@@ -212,15 +204,15 @@ WARNINGS = [
 )
 def test_a_combination_verl_allows_is_a_warning(configs, name, changes, expected):
     cfg = changed(configs, name, changes)
-    assert algorithm_problems(cfg, REWARD_KEYS) + overlong_problems(cfg) == []
-    (warning,) = algorithm_warnings(cfg)
+    assert alg.algorithm_problems(cfg, REWARD_KEYS) + alg.overlong_problems(cfg) == []
+    (warning,) = alg.algorithm_warnings(cfg)
     assert expected in warning and "verl allows this" in warning, warning
     assert "\n" not in warning
 
 
 def test_an_overlong_buffer_as_long_as_max_resp_len_is_accepted(configs):
     cfg = changed(configs, "dapo", {OB: 256})
-    assert overlong_problems(cfg) == [] and algorithm_warnings(cfg) == []
+    assert alg.overlong_problems(cfg) == [] and alg.algorithm_warnings(cfg) == []
 
 
 def test_every_estimator_verl_groups_by_prompt_is_checked_at_one_response():
@@ -228,10 +220,10 @@ def test_every_estimator_verl_groups_by_prompt_is_checked_at_one_response():
 
     registry = core_algos.ADV_ESTIMATOR_REGISTRY
     grouped = {n for n, fn in registry.items() if "index" in inspect.signature(fn).parameters}
-    assert grouped == set(GROUP_AT_ONE)
+    assert grouped == set(alg.GROUP_AT_ONE)
 
 
-@pytest.mark.parametrize("estimator", sorted(GROUP_AT_ONE))
+@pytest.mark.parametrize("estimator", sorted(alg.GROUP_AT_ONE))
 def test_the_reason_at_one_response_is_what_verl_computes(estimator):
     """Each estimator on four prompts of one response (scores 1, 0, 1, 0.5)."""
     import numpy as np
@@ -253,7 +245,7 @@ def test_the_reason_at_one_response_is_what_verl_computes(estimator):
     params = inspect.signature(fn).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         kwargs = {k: v for k, v in kwargs.items() if k in params}
-    reason = GROUP_AT_ONE[estimator]
+    reason = alg.GROUP_AT_ONE[estimator]
     try:
         advantages, _ = fn(**kwargs)
     except ValueError as exc:

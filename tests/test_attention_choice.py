@@ -1,12 +1,9 @@
 """Which attention a run uses and why (common/attention.py), alike in the launcher, the preflight
 and the fallback plugin; a fake nvidia-smi and planted flash_attn packages."""
 
-from __future__ import annotations
-
 import importlib
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -15,6 +12,7 @@ from helpers import (
     ROOT,
     UNDEFINED_SYMBOL,
     USER_KNOBS,
+    capture,
     composed_config,
     fake_nvidia_smi,
     plant_flash_attn,
@@ -172,9 +170,7 @@ def test_launcher_preflight_and_plugin_agree(case, tmp_path):
     if case != "absent":
         plant_flash_attn(tmp_path, works=case == "working")
     env = with_pythonpath(h100_env(tmp_path, DEVICE=None, VERL_USE_EXTERNAL_MODULES=""), tmp_path)
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(AGREE)], env=env, text=True,
-                         capture_output=True, timeout=300)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
+    out = capture([sys.executable, "-c", textwrap.dedent(AGREE)], 0, 300, env=env)
     problem, plugin, line, overlays, modules, device = json.loads(out.stdout.splitlines()[-1])
     assert plugin == ("+attention=sdpa_packed" in overlays) == (problem is not None)
     assert plugin == ("verl_gsm8k.verl_plugins.attention_fallback" in modules)
@@ -207,10 +203,8 @@ def test_the_plugin_gives_the_critic_flash_attention_4(tmp_path):
         except Exception as exc:
             print("refused:", exc)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=with_pythonpath(env, plant_flash_attn_4(tmp_path / "site")),
-                         timeout=300)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
+    env = with_pythonpath(env, plant_flash_attn_4(tmp_path / "site"))
+    out = capture([sys.executable, "-c", code], 0, 300, env=env)
     first, refused, *_ = out.stdout.splitlines()
     assert first == "True fa4 flash_attention_4 sdpa"
     assert refused.startswith("refused: FlashAttention4 has been toggled on"), refused
@@ -243,8 +237,7 @@ def test_the_launcher_chooses_fa4_on_sm90_and_refuses_it_below(
 
 def test_a_working_flash_attn_2_comes_first_on_the_command_line(tmp_path):
     env = h100_env(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "verl_gsm8k.common.attention"], text=True,
-                         env=with_pythonpath(env, plant_flash_attn(tmp_path, works=True)),
-                         capture_output=True, timeout=120)  # fmt: skip
+    env = with_pythonpath(env, plant_flash_attn(tmp_path, works=True))
+    out = capture([sys.executable, "-m", "verl_gsm8k.common.attention"], None, 120, env=env)
     assert out.stdout.splitlines() == [
         "fa2", "flash_attention_2, padding removal on (flash-attn 2 loads)"]  # fmt: skip

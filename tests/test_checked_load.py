@@ -1,8 +1,6 @@
 """verl's own checkpoint loaders with verl_plugins/checked_load.py imported: a crafted file is
 refused at the load in one line; a whole one loads as before."""
 
-from __future__ import annotations
-
 import importlib
 import random
 from pathlib import Path

@@ -5,8 +5,6 @@ issue number (an upstream issue is cited by its URL), a date, or one machine's p
 literals are data and are not read.
 """
 
-from __future__ import annotations
-
 import ast
 import io
 import re

@@ -1,25 +1,20 @@
 """The CPU platform and flash-attention fallback plugins against real verl, each patch
 asserted in a fresh interpreter that loads them as verl does."""
 
-from __future__ import annotations
-
 import importlib.util
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from helpers import plant_flash_attn, with_pythonpath
+from helpers import capture, plant_flash_attn, with_pythonpath
 
 
 def run_python(code: str, modules: str, cpu: bool = True, path: Path | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RANK", "WORLD"))}
     env |= {"VERL_USE_EXTERNAL_MODULES": modules} | ({"VERL_PLATFORM": "cpu"} if cpu else {})
     env = with_pythonpath(env, path) if path else env
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    result = capture([sys.executable, "-c", textwrap.dedent(code)], 0, 300, env=env)
     return "\n".join(line[2:] for line in result.stdout.splitlines() if line.startswith("@ "))
 
 

@@ -1,12 +1,9 @@
 """data_prep: GSM8K as verl's RL rows and SFT transcripts, read by verl; the toy task; bad input."""
 
-from __future__ import annotations
-
 import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -15,9 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import ROOT
-from hypothesis import given
-from hypothesis import strategies as st
+from helpers import ROOT, capture
 
 from data_prep import arithmetic, gsm8k, sft
 from data_prep.gsm8k import build_prompt, ground_truth, load_source, write_all, write_hub_layout
@@ -40,8 +35,9 @@ SYNTHETIC = {
 TRUTHS = {"train": ["7", "2400", "-7", "0.5"], "test": ["13", "1025"]}
 
 
-def cli(module, capsys, *args) -> tuple[int, str, str]:
-    code = module.main([str(a) for a in args])
+def cli(module, capsys, src, out, *args) -> tuple[int, str, str]:
+    """``python -m MODULE --source SRC --out-dir OUT ARGS`` in this process."""
+    code = module.main([str(a) for a in ("--source", src, "--out-dir", out, *args)])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -70,10 +66,8 @@ def jsonl(path: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def full(shared_gsm8k_dir: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("full")
-    result = subprocess.run([sys.executable, "-m", "data_prep.gsm8k", "--source",
-                             shared_gsm8k_dir, "--out-dir", out], capture_output=True, text=True,
-                            cwd=ROOT, timeout=300)  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    result = capture([sys.executable, "-m", "data_prep.gsm8k", "--source", shared_gsm8k_dir,
+                      "--out-dir", out], 0, 300, cwd=ROOT)  # fmt: skip
     assert "train: 7473 rows" in result.stdout and "test: 1319 rows" in result.stdout
     assert float(re.search(r"done in (\d+\.\d+) s", result.stdout)[1]) < 15  # about 1 s here
     return out
@@ -122,20 +116,17 @@ def outputs(tmp_path: Path, earlier: Path) -> tuple[Path, Path]:
 def test_rows_prompts_and_ground_truths_of_both_styles(tmp_path, capsys):
     for style, instruction, limit in (("hash", HASH, "9"), ("boxed", BOXED, "3")):
         out = tmp_path / style
-        assert cli(gsm8k, capsys, "--source", source(tmp_path / "src"), "--out-dir", out,
+        assert cli(gsm8k, capsys, source(tmp_path / "src"), out,
                    "--prompt-style", style, "--limit", limit)[0] == 0  # fmt: skip
         for split, raw in SYNTHETIC.items():
             rows, raw = rows_of(out / f"{split}.parquet"), raw[: int(limit)]
             assert [r["prompt"][0]["content"] for r in rows] == [
-                r["question"] + instruction for r in raw
-            ]
+                r["question"] + instruction for r in raw]  # fmt: skip
             assert [r["reward_model"]["ground_truth"] for r in rows] == TRUTHS[split][: len(raw)]
             assert [r["extra_info"] for r in rows] == [
-                {"split": split, "index": i, **r} for i, r in enumerate(raw)
-            ]
+                {"split": split, "index": i, **r} for i, r in enumerate(raw)]  # fmt: skip
     tools = tmp_path / "tools"  # a tool recipe's rows: the tool's system turn, verl's tool loop
-    assert cli(gsm8k, capsys, "--source", source(tmp_path / "src"), "--out-dir", tools,
-               "--tools", "calculator")[0] == 0  # fmt: skip
+    assert cli(gsm8k, capsys, source(tmp_path / "src"), tools, "--tools", "calculator")[0] == 0
     rows = rows_of(tools / "train.parquet")
     assert [r["prompt"] for r in rows] == [
         [{"role": "system", "content": gsm8k.TOOL_PROMPTS["calculator"]},
@@ -147,8 +138,7 @@ def test_rows_prompts_and_ground_truths_of_both_styles(tmp_path, capsys):
         build_prompt("Q?", "latex")
     (tmp_path / "only-test").mkdir()
     shutil.copy(tmp_path / "src" / "test.jsonl", tmp_path / "only-test")  # no train.jsonl
-    assert cli(gsm8k, capsys, "--source", tmp_path / "only-test", "--out-dir", tmp_path / "t",
-               "--splits", "test")[0] == 0  # fmt: skip
+    assert cli(gsm8k, capsys, tmp_path / "only-test", tmp_path / "t", "--splits", "test")[0] == 0
     assert sorted(snapshot(tmp_path / "t")) == ["test.parquet"]
 
 
@@ -157,8 +147,7 @@ def test_the_hub_layout_reads_back_as_the_same_rows(tmp_path, capsys):
     import datasets
 
     src, hub = source(tmp_path / "src"), tmp_path / "hub"
-    assert cli(gsm8k, capsys, "--source", src, "--out-dir", tmp_path / "a",
-               "--hub-layout-dir", hub)[0] == 0  # fmt: skip
+    assert cli(gsm8k, capsys, src, tmp_path / "a", "--hub-layout-dir", hub)[0] == 0
     assert snapshot(hub) == snapshot(write_hub_layout(load_source(str(src)), tmp_path / "h2"))
     assert sorted(snapshot(hub)) == ["README.md", "main/test-00000-of-00001.parquet",
                                      "main/train-00000-of-00001.parquet"]  # fmt: skip
@@ -169,11 +158,11 @@ def test_the_hub_layout_reads_back_as_the_same_rows(tmp_path, capsys):
     )
     loaded = datasets.load_dataset(str(hub), "main", cache_dir=str(tmp_path / "cache"))
     assert {split: loaded[split].to_list() for split in loaded} == SYNTHETIC
-    assert cli(gsm8k, capsys, "--source", hub, "--out-dir", tmp_path / "b")[0] == 0
+    assert cli(gsm8k, capsys, hub, tmp_path / "b")[0] == 0
     assert snapshot(tmp_path / "a") == snapshot(tmp_path / "b")
     for shard in (hub / "main").iterdir():
         shard.rename(hub / shard.name)
-    assert cli(gsm8k, capsys, "--source", hub, "--out-dir", tmp_path / "c")[0] == 0
+    assert cli(gsm8k, capsys, hub, tmp_path / "c")[0] == 0
     assert snapshot(tmp_path / "a") == snapshot(tmp_path / "c")
 
 
@@ -182,12 +171,9 @@ MALFORMED = {
     '{"question": "x", "answer": ': "invalid JSON (Expecting value, column 29)",
     "[" * 100_000 + "]" * 100_000: "invalid JSON (nested too deep)",
     '["question", "answer"]': "row is not a JSON object",
-    "null": "row is not a JSON object",
     '{"question": "Q?", "answer": "It is 5."}': "answer has no '#### <number>' line",
     '{"question": "Q?", "answer": "#### seventy"}': "answer after '####' is not a number: "
     "'seventy'",
-    '{"question": "Q?", "answer": "#### 18 dollars"}': "answer after '####' is not a number: "
-    "'18 dollars'",
     '{"question": "Q?", "answer": "#### 1,,,2,"}': "answer after '####' is not a number",
     '{"question": "Q?", "answer": "#### ' + "9" * 10**6 + '"}': "answer after '####' is a "
     "number no response can match: '9999",
@@ -217,8 +203,8 @@ def test_bad_input_writes_nothing_and_exits_2(tmp_path, earlier, capsys, module)
     src = source(tmp_path / "src", {"test": "\n".join([GOOD, GOOD, "", "{}"]) + "\n"})
     out, hub = outputs(tmp_path, earlier)
     before = snapshot(tmp_path)
-    args = ["--source", src, "--out-dir", out] + (["--hub-layout-dir", hub] * (module is gsm8k))
-    code, stdout, stderr = cli(module, capsys, *args)
+    hub_flag = ["--hub-layout-dir", hub] * (module is gsm8k)
+    code, stdout, stderr = cli(module, capsys, src, out, *hub_flag)
     name = module.__name__
     assert (code, stdout) == (2, "")
     assert stderr == f"{name}: {src / 'test.jsonl'}:4: missing or empty 'question' field\n"
@@ -243,7 +229,7 @@ def test_a_bad_parquet_row_or_source_is_one_line(tmp_path, capsys):
         "latin1": f"{tmp_path}/latin1/train.jsonl:2: not UTF-8 text",
     }  # fmt: skip
     for name, message in cases.items():
-        code, _, err = cli(gsm8k, capsys, "--source", tmp_path / name, "--out-dir", tmp_path / "o")
+        code, _, err = cli(gsm8k, capsys, tmp_path / name, tmp_path / "o")
         assert code == 2 and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "o").exists()
 
@@ -255,13 +241,12 @@ def test_an_unwritable_output_is_found_before_anything_is_replaced(tmp_path, ear
     (tmp_path / "a-file").write_text("a file where a directory is needed\n")
     before = snapshot(tmp_path)
     args = {"out": out, "hub": hub, bad: tmp_path / "a-file" / "sub"}  # not even root makes it
-    code, _, err = cli(gsm8k, capsys, "--source", src, "--out-dir", args["out"],
-                       "--hub-layout-dir", args["hub"])  # fmt: skip
+    code, _, err = cli(gsm8k, capsys, src, args["out"], "--hub-layout-dir", args["hub"])
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"data_prep.gsm8k: cannot write {tmp_path}/a-file/sub/")
     assert err.endswith(f": {tmp_path / 'a-file'} is not a directory\n")
     assert snapshot(tmp_path) == before
-    code, _, err = cli(sft, capsys, "--source", src, "--out-dir", tmp_path / "a-file" / "sub")
+    code, _, err = cli(sft, capsys, src, tmp_path / "a-file" / "sub")
     assert code == 2 and err.startswith(f"data_prep.sft: cannot write {tmp_path}/a-file/sub/")
 
 
@@ -279,8 +264,7 @@ def test_ctrl_c_while_writing_keeps_earlier_files_and_exits_130(tmp_path, earlie
             raise KeyboardInterrupt
 
     monkeypatch.setattr(pq, "write_table", interrupted)
-    code, stdout, stderr = cli(gsm8k, capsys, "--source", src, "--out-dir", out,
-                               "--hub-layout-dir", hub)  # fmt: skip
+    code, stdout, stderr = cli(gsm8k, capsys, src, out, "--hub-layout-dir", hub)
     assert code == 130 and written[0].parent == out and written[0].name.endswith(".tmp")
     assert stderr == "data_prep.gsm8k: interrupted; outputs are replaced all together or not at " \
         "all\n"  # fmt: skip
@@ -293,10 +277,9 @@ def test_an_unreachable_hub_fails_in_seconds_in_one_line(tmp_path):
            and "proxy" not in k.lower()} | {"HF_ENDPOINT": "http://127.0.0.1:9",
                                             "HF_HOME": str(tmp_path / "hf")}  # fmt: skip
     start = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "data_prep.gsm8k", "--out-dir", tmp_path / "o"],
-                            env=env, capture_output=True, text=True, cwd=ROOT,
-                            timeout=120)  # fmt: skip
-    assert time.monotonic() - start < 20 and result.returncode == 2
+    result = capture([sys.executable, "-m", "data_prep.gsm8k", "--out-dir", tmp_path / "o"], 2,
+                     120, env=env, cwd=ROOT)  # fmt: skip
+    assert time.monotonic() - start < 20
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("data_prep.gsm8k: could not load 'openai/gsm8k'")
     assert "Hugging Face hub" in result.stderr and "--source DIR" in result.stderr
@@ -333,51 +316,34 @@ def test_ground_truth(answer, truth):
             ground_truth(answer)
 
 
-@given(st.integers(min_value=-(10**12), max_value=10**12))
-def test_ground_truth_strips_thousands_separators(number):
-    assert ground_truth(f"Steps <<1+1=2>>.\n#### {number:,}") == str(number)
-
-
 # verl reads what we write
 
 
-def check_rlhf(parquet: Path, tokenizer, tmp_path: Path, expected: dict[int, tuple]) -> int:
-    """verl's RLHFDataset and collate_fn over ``parquet``: the rows ``expected`` names."""
+def test_verls_rlhf_dataset_reads_our_rows(full, shared_gsm8k_dir, tiny_model_dir, tmp_path):
     from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     config = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": 1024,
                                "filter_overlong_prompts": True, "truncation": "error",
                                "filter_overlong_prompts_workers": 1, "return_raw_chat": True,
                                "cache_dir": str(tmp_path / "verl-cache")})  # fmt: skip
-    dataset = RLHFDataset(str(parquet), tokenizer, config)
-    items = [dataset[index] for index in expected]
+    dataset = RLHFDataset(str(full / "test.parquet"), tokenizer, config)
+    assert len(dataset) == 1319  # no row filtered
+    src, indices = jsonl(shared_gsm8k_dir / "test.jsonl"), (0, 1, 146, 489, 1318)
+    items = [dataset[index] for index in indices]
     batch = collate_fn(items)
-    for position, (item, (index, (prompt, truth))) in enumerate(zip(items, expected.items(),
-                                                                     strict=True)):  # fmt: skip
+    for position, (item, index) in enumerate(zip(items, indices, strict=True)):
         ids = tokenizer.apply_chat_template(item["raw_prompt"], add_generation_prompt=True)
         text = tokenizer.decode(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        prompt, truth = src[index]["question"] + HASH, src[index]["answer"].split("#### ")[-1]
         assert text.startswith("<|im_start|>system\n")
         assert f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n" in text
         assert item["reward_model"]["ground_truth"] == batch["reward_model"][position][
-            "ground_truth"] == truth  # fmt: skip
+            "ground_truth"] == truth.replace(",", "")  # fmt: skip
         assert item["data_source"] == batch["data_source"][position] == "openai/gsm8k"
         assert item["index"] == index
-    return len(dataset)
-
-
-def test_verls_rlhf_dataset_reads_our_rows(full, shared_gsm8k_dir, tiny_model_dir, tmp_path):
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    src = jsonl(shared_gsm8k_dir / "test.jsonl")
-    expected = {i: (src[i]["question"] + HASH, src[i]["answer"].split("#### ")[-1].replace(
-        ",", "")) for i in (0, 1, 146, 489, 1318)}  # fmt: skip
-    assert check_rlhf(full / "test.parquet", tokenizer, tmp_path, expected) == 1319  # no filter
-    boxed = write_all(load_source(str(source(tmp_path / "src"))), tmp_path / "b", style="boxed")
-    expected = {i: (r["question"] + BOXED, TRUTHS["train"][i])
-                for i, r in enumerate(SYNTHETIC["train"])}  # fmt: skip
-    assert check_rlhf(boxed["train"], tokenizer, tmp_path, expected) == 4
 
 
 # data_prep.sft
@@ -408,7 +374,7 @@ def test_sft_rows_are_the_rl_prompt_and_the_solution(sft_out, tmp_path, capsys):
         assert row["messages"][0]["content"] == build_prompt(src["question"], "boxed")
         assert row["messages"][1]["content"] == src["answer"].rpartition("####")[0] + (
             f"\\boxed{{{truth}}}")  # fmt: skip
-    assert cli(sft, capsys, "--source", sft_out / "src", "--out-dir", tmp_path / "again")[0] == 0
+    assert cli(sft, capsys, sft_out / "src", tmp_path / "again")[0] == 0
     assert snapshot(tmp_path / "again") == snapshot(sft_out / "hash")
 
 
@@ -481,7 +447,7 @@ def test_the_toy_task_has_every_sum_in_unseen_wordings(toy, tiny_model_dir, tmp_
         assert set(row) == {"question", "answer"} and ground_truth(row["answer"]) == str(a + b)
         assert compute_score(None, row["answer"], str(a + b))["score"] == 1.0
         assert f" {a} " in row["question"] and f" {b} " in row["question"]
-    assert cli(gsm8k, capsys, "--source", toy, "--out-dir", tmp_path / "rl")[0] == 0
+    assert cli(gsm8k, capsys, toy, tmp_path / "rl")[0] == 0
     first = rows_of(tmp_path / "rl" / "test.parquet")[0]
     assert first["prompt"][0]["content"] == build_prompt(test[0]["question"])
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)

@@ -3,21 +3,18 @@
 and inline `command` spans name real flags and paths. `<!-- unchecked: why -->` skips a line.
 """
 
-from __future__ import annotations
-
 import functools
 import importlib.util
 import itertools
 import os
 import re
 import shlex
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, capture
 from omegaconf import OmegaConf
 
 from verl_gsm8k.launch.knobs import BY_NAME, recipe_arguments
@@ -30,10 +27,8 @@ EXTERNAL = {"git", "source", "export", "cat", "ray", "nvidia-smi", "wandb"}
 # Not knobs: the set-up's (scripts/setup.sh), CI's, wandb's, Ray's, a doc's shorthand.
 OTHER_VARIABLES = {
     "PYTHON", "SETUP_PYTHON", "FLASH_ATTN", "UPGRADE", "WHEELHOUSE", "STACK", "DIR", "EXCLUDE",
-    "TORCH_CPU_INDEX",
-    "TEST_WORKERS", "CI", "WANDB_MODE",
-    "WANDB_API_KEY", "RAY_ADDRESS", "RAY_JOB_STOP_WAIT_TIME_S",
-    "RAY_enable_worker_prestart", "SHARED",
+    "TORCH_CPU_INDEX", "TEST_WORKERS", "CI", "WANDB_MODE", "WANDB_API_KEY", "RAY_ADDRESS",
+    "RAY_JOB_STOP_WAIT_TIME_S", "RAY_enable_worker_prestart", "SHARED",
 }  # fmt: skip
 ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
 PLACEHOLDER = re.compile(r"[<\[]|\.\.\.|HEAD_IP")
@@ -187,11 +182,10 @@ SITE = tempfile.TemporaryDirectory(prefix="doc-commands-")
 
 
 @functools.cache
-def run_help(line: tuple[str, ...], whole: bool = False) -> subprocess.CompletedProcess:
+def run_help(line: tuple[str, ...], whole: bool = False):
     path = os.pathsep.join([SITE.name, *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {**os.environ, "PYTHONPATH": path} if whole else None
-    return subprocess.run([*line, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env=env)  # fmt: skip
+    return capture([*line, "--help"], None, 120, cwd=ROOT, env=env)
 
 
 def help_problems(command: list[str], args: list[str], whole_line: bool = True) -> list[str]:
@@ -294,30 +288,25 @@ def test_the_commands_were_found():
 def test_the_checks_go_red_on_planted_defects(tmp_path):
     report = [sys.executable, "-m", "verl_gsm8k.report"]
     assert help_problems(report, ["--no-such-flag"], whole_line=False) == [
-        "--no-such-flag is not in its --help"
-    ]
+        "--no-such-flag is not in its --help"]  # fmt: skip
     assert problems_of(shlex.split("python -m verl_gsm8k.report RUN --step lats"), False) == [
-        "--step lats is not one of {last,best}"
-    ]
+        "--step lats is not one of {last,best}"]  # fmt: skip
     assert problems_of(["bash", "scripts/merge.sh", "runs/x"]) == [
         "exit 2 with --help: merge.sh: error: the following arguments are required: target"
     ]
     bench = shlex.split("python -m verl_gsm8k.bench.gpu_probe --models tiny")
     assert problems_of(bench, whole_line=False) == ["--out is required (its usage line)"]
     assert problems_of(["ACTOR_RL=1e-6", "bash", "recipes/smoke_tiny.sh"]) == [
-        "ACTOR_RL is neither a knob (docs/knobs.md) nor a variable we know"
-    ]
+        "ACTOR_RL is neither a knob (docs/knobs.md) nor a variable we know"]  # fmt: skip
     assert problems_of(["ACTOR_LR=fast", "bash", "recipes/smoke_tiny.sh"]) == [
-        f"ACTOR_LR=fast is not {BY_NAME['ACTOR_LR'].check.rule}"
-    ]
+        f"ACTOR_LR=fast is not {BY_NAME['ACTOR_LR'].check.rule}"]  # fmt: skip
     split = "TRAIN_BATCH_SIZE=100 does not split into mini-batches of PPO_MINI_BATCH_SIZE=64"
     for line in ("TRAIN_BATCH_SIZE=100 PPO_MINI_BATCH_SIZE=64 make test", "TRAIN_BATCH_SIZE=100 "
                  "bash recipes/ppo_qwen2.5-0.5b_gsm8k.sh"):  # fmt: skip
         assert [p.split(" (")[0] for p in problems_of(shlex.split(line))] == [split], line
     assert problems_of(["bash", "recipes/smoke.sh"]) == ["recipes/smoke.sh does not exist"]
     assert path_problems("see verl_gsm8k/launch/knob.py") == [
-        "verl_gsm8k/launch/knob.py does not exist"
-    ]
+        "verl_gsm8k/launch/knob.py does not exist"]  # fmt: skip
     assert path_problems("verl_gsm8k/launch/knobs.py, recipes/*.sh, launch/NAME.py") == []
     doc = tmp_path / "page.md"
     doc.write_text("`bash recipes/a.sh` and\n`bash recipes/b.sh` <!-- unchecked: planted -->\n"

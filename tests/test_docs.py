@@ -4,15 +4,13 @@ Link-only files (LINK_ONLY) hold no figure but settings; a distinctive figure is
 docs/ only, a test count in docs/testing.md only.
 """
 
-from __future__ import annotations
-
 import re
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 LINK_ONLY = ("README.md", "recipes/README.md", "Makefile", "docs/guide.md")
 TEST_COUNT_HOME = "docs/testing.md"
 

@@ -1,8 +1,6 @@
 """scripts/eval.sh: EvalScope over an OpenAI stub (also vllm serve's stand-in) right on 2 of 3
 (both scorers must read 2/3); the transformers backend and a real vllm serve (slow)."""
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import json
@@ -16,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import ROOT, refusing_port, require_path
+from helpers import ROOT, capture, refusing_port, require_path
 from openai_stub import StubServer
 
 from data_prep.gsm8k import PROMPT_STYLES, build_prompt
@@ -81,16 +79,12 @@ def stub_vllm(tmp_path: Path, before: str = "") -> tuple[Path, dict[str, str]]:
     return fake_vllm(tmp_path, f'{before}\nexec "{sys.executable}" "{stub}" "$@"'), env
 
 
-def ok(proc: subprocess.CompletedProcess, code: int = 0) -> None:
-    assert proc.returncode == code, proc.stdout[-3000:] + proc.stderr[-3000:]
-
-
-def run_eval(*args, env: dict | None = None, popen: bool = False, **kwargs):
+def run_eval(*args, env: dict | None = None, popen: bool = False, code: int | None = 0, **kwargs):
     cmd = ["bash", str(ROOT / "scripts" / "eval.sh"), *map(str, args)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
     if popen:
         return subprocess.Popen(cmd, env=env, text=True, stdout=subprocess.PIPE, **kwargs)
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    return capture(cmd, code, 900, env=env)
 
 
 def rows_of(out: Path) -> tuple[dict, dict]:
@@ -115,9 +109,8 @@ def rows_of(out: Path) -> tuple[dict, dict]:
       "not an OpenAI model list"), ("{base} --api-url {other} --api-model m", "{other}: the "
       "server does not serve 'm' (it lists: other)")],
 )  # fmt: skip
-def test_a_refusal_is_one_line_exit_2_and_writes_nothing(
-    args, said, model, small_gsm8k, tmp_path, capsys, monkeypatch
-):
+def test_a_refusal_is_one_line_exit_2_and_writes_nothing(args, said, model, small_gsm8k, tmp_path,
+                                                         capsys, monkeypatch):  # fmt: skip
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     with (refusing_port() as port, StubServer({}, body=b"<html>") as html,
@@ -134,8 +127,8 @@ def test_a_refusal_is_one_line_exit_2_and_writes_nothing(
 
 
 def test_the_entry_point_names_a_missing_environment(tmp_path):
-    proc = run_eval("--help", env={"EVAL_PYTHON": str(tmp_path / "no-python")})
-    assert proc.returncode == 2 and "setup.sh --eval" in proc.stderr
+    proc = run_eval("--help", env={"EVAL_PYTHON": str(tmp_path / "no-python")}, code=2)
+    assert "setup.sh --eval" in proc.stderr
 
 
 def test_served_and_api_models_score_exactly_and_a_crashed_server_is_one_row(
@@ -149,8 +142,7 @@ def test_served_and_api_models_score_exactly_and_a_crashed_server_is_one_row(
         proc = run_eval("--backend", "vllm", "--vllm-bin", fake, "--model", f"ppo={model}",
                         "--model", f"broken={model}", "--api-url", stub.url, "--api-model",
                         "stub-model", "--data", small_gsm8k, "--max-tokens", 64,
-                        "--batch-size", 2, "--out", out, env=env)  # fmt: skip
-    ok(proc, 1)
+                        "--batch-size", 2, "--out", out, env=env, code=1)  # fmt: skip
     summary, rows = rows_of(out)
     for (name, _), row in rows.items():
         if name == "broken":  # its rows say why, with its log's last lines
@@ -186,10 +178,9 @@ def test_served_and_api_models_score_exactly_and_a_crashed_server_is_one_row(
 def test_sampled_evaluation_reports_mean_and_pass_at_k(eval_env, small_gsm8k, tmp_path):
     out = tmp_path / "eval"
     with StubServer(STUB_ANSWERS, model="stub-model") as stub:
-        proc = run_eval("--api-url", stub.url, "--api-model", "stub-model", "--data", small_gsm8k,
-                        "--modes", "training", "--samples-per-question", 3, "--temperature",
-                        0.7, "--out", out)  # fmt: skip
-    ok(proc)
+        run_eval("--api-url", stub.url, "--api-model", "stub-model", "--data", small_gsm8k,
+                 "--modes", "training", "--samples-per-question", 3, "--temperature", 0.7,
+                 "--out", out)  # fmt: skip
     asked = {(r["temperature"], r["top_p"], r["top_k"], r["max_tokens"]) for r in stub.requests}
     assert len(stub.requests) == 9 and asked == {(0.7, 1.0, -1, 1024)}
     row = rows_of(out)[1]["stub-model", "training"]
@@ -259,8 +250,8 @@ def test_the_transformers_backend_evaluates_and_a_failing_model_is_one_line(
     out = tmp_path / "eval"
     proc = run_eval("--model", f"base={tiny_model_dir}", "--model", tmp_path / "broken", "--data",
                     shared_gsm8k_dir, "--limit", 3, "--max-tokens", 8, "--backend",
-                    "transformers", "--out", out)  # fmt: skip
-    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+                    "transformers", "--out", out, code=1)  # fmt: skip
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
     summary, rows = rows_of(out)
     pin = re.search(r'"evalscope==([^"]+)"', (ROOT / "pyproject.toml").read_text())[1]
     assert (summary["evalscope_version"], summary["data"]["n_test"], summary["limit"]) == (
@@ -476,7 +467,6 @@ def test_the_calculator_mode_serves_the_tool_and_scores_the_last_answer(
     proc = run_eval("--backend", "vllm", "--vllm-bin", fake, "--model", f"ppo={model}",
                     "--data", small_gsm8k, "--modes", "training,calculator", "--out", out,
                     env=env)  # fmt: skip
-    ok(proc)
     assert "--enable-auto-tool-choice --tool-call-parser hermes" in proc.stdout
     _, rows = rows_of(out)
     tools = rows["ppo", "calculator"]

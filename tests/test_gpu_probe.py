@@ -1,14 +1,11 @@
 """The GPU probe (bench/gpu_probe.py) on the CPU at the tiny model's shape."""
 
-from __future__ import annotations
-
 import json
 import re
-import subprocess
 import sys
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, capture
 
 from verl_gsm8k.bench import gpu_probe
 from verl_gsm8k.preflight import memory as mem
@@ -57,9 +54,7 @@ def test_defaults_are_the_recipes_budgets():
 def test_loads_without_verl_or_vllm_and_refuses_a_bad_size_in_one_line(tmp_path, capsys):
     code = ("import sys\nfor name in ('verl', 'vllm', 'ray', 'omegaconf', 'hydra'): "
             "sys.modules[name] = None\nimport verl_gsm8k.bench.gpu_probe\n")  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
+    capture([sys.executable, "-c", code], 0, 120, cwd=ROOT)
     with pytest.raises(SystemExit) as exit_:
         gpu_probe.main(["--models", "2B", "--out", str(tmp_path)])
     assert exit_.value.code == 2 and "unknown Qwen2.5 size '2B'" in capsys.readouterr().err

@@ -1,8 +1,6 @@
 """How a launch ended, from the guard's files (launch/outcome.py), and pruning (guard/prune.py)
 never removing the tracked step or the best, also after a kill mid-prune."""
 
-from __future__ import annotations
-
 import gc
 import os
 import shutil

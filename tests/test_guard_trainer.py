@@ -1,8 +1,6 @@
 """The guarded trainers' bookkeeping (ppo_trainer/) on the real classes, verl's validation, loop
 and saves stood in for (real ones: tests/test_train_cpu.py)."""
 
-from __future__ import annotations
-
 import json
 import time
 from pathlib import Path
@@ -72,9 +70,8 @@ def test_a_time_save_comes_after_the_first_step_past_the_interval(tmp_path, save
     assert Timings.read(tmp_path).step_s is not None  # the step measured itself
 
 
-def test_a_step_that_would_not_end_before_the_job_does_is_saved_and_the_last(
-    tmp_path, monkeypatch, saved
-):
+def test_a_step_that_would_not_end_before_the_job_does_is_saved_and_the_last(tmp_path, monkeypatch,
+                                                                             saved):  # fmt: skip
     """GSM8K_JOB_END without time for a step and a save: stop requested, step saved, loop ended."""
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 

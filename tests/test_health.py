@@ -1,7 +1,5 @@
 """The report's health checks: the watchdog's rules over every step, the whole-run trends."""
 
-from __future__ import annotations
-
 import math
 import random
 import time

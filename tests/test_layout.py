@@ -4,8 +4,6 @@ Every import between our packages (also inside functions and via importlib.impor
 read from the source, so a new upward import fails here, naming the file and line.
 """
 
-from __future__ import annotations
-
 import ast
 from pathlib import Path
 
@@ -82,8 +80,7 @@ def test_every_package_is_in_one_layer() -> None:
     listed = [name for layer in LAYERS for name in layer]
     assert len(listed) == len(set(listed)), f"a package is in two layers: {listed}"
     assert sorted(listed) == packages(), (
-        f"LAYERS {sorted(listed)} != the packages on disk {packages()}"
-    )
+        f"LAYERS {sorted(listed)} != the packages on disk {packages()}")  # fmt: skip
 
 
 def test_no_package_imports_its_own_layer_or_above() -> None:

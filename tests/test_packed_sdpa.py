@@ -1,7 +1,5 @@
 """Packed rows with position_ids under sdpa give the padded batch's log-probs and entropies."""
 
-from __future__ import annotations
-
 import pytest
 import torch
 
@@ -52,8 +50,7 @@ def packed_outputs(model, ids, mask, positions, with_positions: bool = True):
     ids_rmpad, indices, *_ = unpad_input(ids.unsqueeze(-1), mask)
     ids_rmpad = ids_rmpad.transpose(0, 1)  # (1, total tokens)
     pos_rmpad = index_first_axis(
-        rearrange(positions.unsqueeze(-1), "b s ... -> (b s) ..."), indices
-    )
+        rearrange(positions.unsqueeze(-1), "b s ... -> (b s) ..."), indices)  # fmt: skip
     kwargs = {"position_ids": pos_rmpad.transpose(0, 1)} if with_positions else {}
     with torch.no_grad():
         logits = model(input_ids=ids_rmpad, use_cache=False, **kwargs).logits.squeeze(0)

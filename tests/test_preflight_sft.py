@@ -1,14 +1,11 @@
 """The SFT preflight in-process: a correct launch passes, each planted mistake is caught."""
 
-from __future__ import annotations
-
-import subprocess
 import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import ROOT, recipe_env
+from helpers import ROOT, capture, recipe_env
 
 from verl_gsm8k.launch.plan import bare_overrides
 from verl_gsm8k.preflight.sft import run_sft
@@ -91,9 +88,7 @@ def test_planted_mistakes_are_caught(name, base_overrides, tmp_path):
 
 
 def test_cli_with_trainer_sft_exits_nonzero_on_error(base_overrides):
-    result = subprocess.run([sys.executable, "-m", "verl_gsm8k.preflight", "--trainer", "sft",
-                             "--", *base_overrides, "+data.prompt_key=question"],
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    result = capture([sys.executable, "-m", "verl_gsm8k.preflight", "--trainer", "sft", "--",
+                      *base_overrides, "+data.prompt_key=question"], 1, 300)  # fmt: skip
     assert "preflight: FAILED with 1 error(s)" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr

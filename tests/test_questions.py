@@ -1,63 +1,52 @@
 """verl_gsm8k.questions: matching, classes, McNemar, bad input (real runs: test_questions_cpu)."""
 
-from __future__ import annotations
-
 import json
 import math
 from pathlib import Path
 
 import pytest
 from browser import dom
+from report_runs import write_jsonl
 
+from verl_gsm8k.questions import table as qt
 from verl_gsm8k.questions.__main__ import main
-from verl_gsm8k.questions.table import (
-    Column,
-    build,
-    classify,
-    load_validation,
-    match,
-    mcnemar_exact,
-)
-
-
-def _row(question: str, gts: str, output: str, acc: float) -> str:
-    prompt = f"system\nYou are a helpful assistant.\nuser\n{question}\nassistant\n"
-    return json.dumps({"input": prompt, "output": output, "gts": gts, "acc": acc}) + "\n"
 
 
 def _dump(path: Path, rows: list[tuple[str, str, str, float]]) -> Path:
-    path.write_text("".join(_row(*r) for r in rows))
-    return path
+    """verl's validation dump of ``rows`` (question, truth, output, acc)."""
+    chat = "system\nYou are a helpful assistant.\nuser\n{}\nassistant\n"
+    return write_jsonl(path, [{"input": chat.format(q), "output": out, "gts": gts, "acc": acc}
+                              for q, gts, out, acc in rows])  # fmt: skip
 
 
 def test_mcnemar_exact_matches_the_binomial_tail():
-    assert mcnemar_exact(0, 0) == mcnemar_exact(5, 5) == 1.0
+    assert qt.mcnemar_exact(0, 0) == qt.mcnemar_exact(5, 5) == 1.0
     # b=1, c=9: 2 * (C(10,0) + C(10,1)) / 2**10 = 22/1024
-    assert mcnemar_exact(1, 9) == pytest.approx(22 / 1024)
-    assert mcnemar_exact(9, 1) == mcnemar_exact(1, 9)
-    assert mcnemar_exact(0, 51) == pytest.approx(2 / 2**51)
+    assert qt.mcnemar_exact(1, 9) == pytest.approx(22 / 1024)
+    assert qt.mcnemar_exact(9, 1) == qt.mcnemar_exact(1, 9)
+    assert qt.mcnemar_exact(0, 51) == pytest.approx(2 / 2**51)
     # b=10, c=20: scipy.stats.binomtest(10, 30).pvalue = 0.09873714670538902
-    assert math.isclose(mcnemar_exact(10, 20), 0.09873714670538902, rel_tol=1e-12)
+    assert math.isclose(qt.mcnemar_exact(10, 20), 0.09873714670538902, rel_tol=1e-12)
 
 
 def test_classify():
-    assert classify([0, 0, 1]) == ["learned"]
-    assert classify([1, 1, 0]) == ["forgotten"]
-    assert classify([0, 1, 0, 1]) == ["learned", "flipping"]
-    assert classify([0, 0]) == ["never_right"]
-    assert classify([1, 1], True) == ["always_right", "format_not_arithmetic"]
-    assert classify([0.25, 0.75]) == ["learned"]  # sampled: right = at least half right
+    assert qt.classify([0, 0, 1]) == ["learned"]
+    assert qt.classify([1, 1, 0]) == ["forgotten"]
+    assert qt.classify([0, 1, 0, 1]) == ["learned", "flipping"]
+    assert qt.classify([0, 0]) == ["never_right"]
+    assert qt.classify([1, 1], True) == ["always_right", "format_not_arithmetic"]
+    assert qt.classify([0.25, 0.75]) == ["learned"]  # sampled: right = at least half right
 
 
 def test_matching_by_question_not_position(tmp_path):
-    columns = [load_validation(_dump(tmp_path / name, rows)) for name, rows in (
+    columns = [qt.load_validation(_dump(tmp_path / name, rows)) for name, rows in (
         ("0.jsonl", [("A?", "1", "1\n#### 1", 1), ("B?", "2", "3", 0), ("C?", "3", "#### 3", 1)]),
         ("5.jsonl", [("B?", "2", "#### 2", 1), ("A?", "1", "#### 7", 0), ("D?", "4", "#### 4", 1)]),
     )]  # fmt: skip
-    keys, unmatched = match(columns)
+    keys, unmatched = qt.match(columns)
     assert keys == [("A?", "1"), ("B?", "2")]
     assert unmatched == {"0": ["C?"], "5": ["D?"]}
-    table = build(columns)
+    table = qt.build(columns)
     rows = {r["question"]: r for r in table["rows"]}
     assert rows["A?"]["tags"] == ["forgotten"] and rows["A?"]["read"] == ["1", "7"]
     assert rows["B?"]["tags"] == ["learned"] and rows["B?"]["read"] == ["", "2"]
@@ -66,12 +55,12 @@ def test_matching_by_question_not_position(tmp_path):
 
 
 def test_format_not_arithmetic_and_samples(tmp_path):
-    column = load_validation(_dump(tmp_path / "0.jsonl", [
+    column = qt.load_validation(_dump(tmp_path / "0.jsonl", [
         ("A?", "12", "so the answer is 12", 0), ("A?", "12", "#### 12", 1), ("B?", "3", "x", 0),
         ("C?", "5", "The answer is 5.", 0)]))  # fmt: skip
     assert column.cells[("A?", "12")].share == 0.5
     assert column.cells[("A?", "12")].flexible_right
-    table = build([column, Column("copy", column.cells)])
+    table = qt.build([column, qt.Column("copy", column.cells)])
     rows = {r["question"]: r for r in table["rows"]}
     assert rows["A?"]["tags"] == ["always_right"]  # half the samples right counts as right
     assert rows["C?"]["tags"] == ["never_right", "format_not_arithmetic"]
@@ -100,7 +89,6 @@ def test_each_runs_last_or_best_step(tmp_path):
     qs = [("A?", "1"), ("B?", "2"), ("C?", "3"), ("D?", "4")]
 
     def run(name: str, rights: dict[int, int]) -> Path:
-        (tmp_path / name / "validation").mkdir(parents=True)
         for step, right in rights.items():
             rows = [(q, t, f"#### {t}" if i < right else "#### 0", float(i < right))
                     for i, (q, t) in enumerate(qs)]  # fmt: skip
@@ -108,10 +96,8 @@ def test_each_runs_last_or_best_step(tmp_path):
         return tmp_path / name
 
     a = run("a", {0: 1, 10: 3, 20: 3, 30: 2})  # best 10 (20 equals it later), last 30
-    b = run("b", {0: 2, 10: 1})
-    (b / "validation" / "20.jsonl").write_text(  # a sick last step: never the best
-        "".join(_row(q, t, f"#### {t}", math.nan) for q, t in qs)
-    )
+    b = run("b", {0: 2, 10: 1})  # and a sick last step: never the best
+    _dump(b / "validation" / "20.jsonl", [(q, t, f"#### {t}", math.nan) for q, t in qs])
     expected = {"all": ["a:0", "a:10", "a:20", "a:30"], "last": ["a:30"], "best": ["a:10"]}
     for step, columns in expected.items():
         out = tmp_path / f"out-{step}"

@@ -2,8 +2,6 @@
 column per validation step (and per swept checkpoint), its first and last columns agreeing with
 verl's validation accuracy."""
 
-from __future__ import annotations
-
 import json
 import shutil
 from pathlib import Path
@@ -26,9 +24,8 @@ def _copy_run(source: Path, dest: Path) -> Path:
     return dest
 
 
-def test_run_report_and_comparison_link_the_page(
-    learned_ppo: Learned, learned_grpo: Learned, tmp_path: Path
-) -> None:
+def test_run_report_and_comparison_link_the_page(learned_ppo: Learned, learned_grpo: Learned,
+                                                 tmp_path: Path) -> None:  # fmt: skip
     """The run report's page has a column per validation step, its first and last columns
     verl's own validation accuracy of those steps; the comparison's, each run's last step, or
     its best with --step best."""

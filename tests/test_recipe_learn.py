@@ -1,7 +1,5 @@
 """recipes/learn_tiny.sh without training (its training runs: tests/test_learn_cpu.py)."""
 
-from __future__ import annotations
-
 import pytest
 from helpers import ROOT, composed_config, get, launch_in_process, recipe_env
 

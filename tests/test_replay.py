@@ -1,8 +1,6 @@
 """The replay page, the rollout browser and the trace's checks, on run directories written in the
 trace's own format (real runs: tests/test_learn_cpu.py)."""
 
-from __future__ import annotations
-
 import json
 import re
 from pathlib import Path
@@ -10,14 +8,13 @@ from typing import Any
 
 import pytest
 from browser import dom
-from report_runs import build_run, write_jsonl
+from report_runs import SEGMENT, STAMP, build_run, write_jsonl
 
 from verl_gsm8k.replay.checks import trace_checks
 from verl_gsm8k.replay.load import load_trace
 from verl_gsm8k.report import cli as report
 from verl_gsm8k.trace.record import sample_line, step_line
 
-STAMP = "20260101T000000Z"
 TOKENS = ["2", " +", " ", "3", " =", " ", "5", "\n", "####", " ", "5", "<|im_end|>"]
 WRONG = ["2", " +", " ", "3", " =", " ", "5", "<|im_end|>"]
 ROW = {"input": "user\nBetty has 2 apples and finds 3 more. How many?\nassistant\n", "gts": "5"}
@@ -48,7 +45,7 @@ def trace_sample(step: int, uid: str, session: int, tokens: list[str], score: fl
 def write_run(root: Path, *, grpo: bool = False, steps: int = 6, **kw: Any) -> Path:
     """Metrics, a trace of ``steps`` 4-response steps, rollout and validation dumps."""
     run = root / "run"
-    write_jsonl(run / "metrics" / f"metrics-{STAMP}.jsonl", build_run()[: steps + 1])
+    write_jsonl(run / SEGMENT, build_run()[: steps + 1])
     estimator = kw.get("estimator") or ("grpo" if grpo else "gae")
     settings = {"experiment": "run", "adv_estimator": estimator, "gamma": 1.0,
                 "lam": 1.0, "norm_adv_by_std_in_grpo": True, "rollout_n": 4,
@@ -89,9 +86,6 @@ def write_run(root: Path, *, grpo: bool = False, steps: int = 6, **kw: Any) -> P
     return run
 
 
-chromium_dom = dom  # tests/test_report_guard.py
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
@@ -125,12 +119,9 @@ def test_replay_page_shows_the_loop_for_a_grpo_group(runs: dict[str, Path], tmp_
     assert 'selected="">#0 score 1' in default and "step 6" in default
 
 
-def test_ppo_replay_draws_value_return_and_kl_curves_and_remax_its_baseline(runs, tmp_path):
+def test_the_replay_says_how_gae_and_remax_compute_the_advantage(runs, tmp_path):
     """ReMax's baseline is a greedy response's score (compute_remax_outcome_advantage)."""
-    shown = dom(runs["ppo"] / "replay.html", tmp_path)
-    assert re.findall(r'data-curve="(\w+)"', shown) == ["kl", "value", "advantage"]
-    assert 'data-series="value"' in shown and 'data-series="return"' in shown
-    assert "whitened over the whole batch" in shown
+    assert "whitened over the whole batch" in dom(runs["ppo"] / "replay.html", tmp_path)
     how = dom(runs["remax"] / "replay.html", tmp_path).split('id="adv-body"', 1)[1]
     how = how.split("</p>", 1)[0]
     assert "score of one greedy response to the same prompt" in how and "group" not in how, how
@@ -177,15 +168,12 @@ def test_bad_trace_inputs_are_one_line_each_and_the_report_still_renders(tmp_pat
     assert 'id="rollouts-link"' in page and 'id="replay-link"' not in page
 
 
-@pytest.mark.parametrize(
-    ("kw", "check", "severity"),
-    [
-        ({"flat": True}, "critic_flat", "warning"),
-        ({"grpo": True, "zero_spread": "all_min"}, "grpo_zero_spread", "warning"),
-        ({"grpo": True, "zero_spread": "all_max"}, "grpo_zero_spread", "note"),
-        ({"gap": 0.3}, "trace_prob_gap", "warning"),
-    ],
-)
+@pytest.mark.parametrize(("kw", "check", "severity"), [
+    ({"flat": True}, "critic_flat", "warning"),
+    ({"grpo": True, "zero_spread": "all_min"}, "grpo_zero_spread", "warning"),
+    ({"grpo": True, "zero_spread": "all_max"}, "grpo_zero_spread", "note"),
+    ({"gap": 0.3}, "trace_prob_gap", "warning"),
+])  # fmt: skip
 def test_trace_checks_fire_on_their_pathology(tmp_path: Path, kw, check, severity):
     findings = trace_checks(load_trace(write_run(tmp_path, **kw)))
     assert [(f.check, f.severity, f.start_step, f.end_step) for f in findings] == [

@@ -2,8 +2,6 @@
 markup planted in every field creates no element in Chromium, a field of the wrong type is one
 line, a trace belongs to its launch, the KL coefficient charged."""
 
-from __future__ import annotations
-
 import json
 import re
 import shutil
@@ -129,25 +127,22 @@ def test_markup_in_every_field_of_a_real_trace_creates_no_element(tmp_path: Path
     no_element_from_markup(chromium_dom(f"{pages.rollouts.as_uri()}#kind=compare", tmp_path))
 
 
-@pytest.mark.parametrize(
-    ("line", "where", "value", "field", "kind"),
-    [
-        (0, ("run", "rollout_n"), "8", "run.rollout_n", "int"),
-        (0, ("run", "max_response_length"), [24], "run.max_response_length", "int"),
-        (0, ("run", "kl", "coef"), "0.001", "run.kl.coef", "num"),
-        (0, ("run", "kl"), "kl", "run.kl", "mapping"),
-        (0, ("traced",), True, "traced", "int"),
-        (0, ("metrics", "actor/pg_loss"), "<b>", "metrics.actor/pg_loss", "num"),
-        (0, ("batch", "response_lengths", "k"), "24", "batch.response_lengths.k", "int"),
-        (1, ("score",), "1.0", "score", "num"),
-        (1, ("uid",), {"a": 1}, "uid", "str"),
-        (1, ("response", "ids", 0), "<b>", "response.ids[0]", "int"),
-        (1, ("response", "tokens", 2), None, "response.tokens[2]", "str"),
-        (1, ("per_token", "advantage", 3), "0.5", "per_token.advantage[3]", "num"),
-        (1, ("reward_extra", "acc"), [1], "reward_extra.acc", "scalar"),
-        (1, ("absent", "value"), 0, "absent.value", "str"),
-    ],
-)
+@pytest.mark.parametrize(("line", "where", "value", "field", "kind"), [
+    (0, ("run", "rollout_n"), "8", "run.rollout_n", "int"),
+    (0, ("run", "max_response_length"), [24], "run.max_response_length", "int"),
+    (0, ("run", "kl", "coef"), "0.001", "run.kl.coef", "num"),
+    (0, ("run", "kl"), "kl", "run.kl", "mapping"),
+    (0, ("traced",), True, "traced", "int"),
+    (0, ("metrics", "actor/pg_loss"), "<b>", "metrics.actor/pg_loss", "num"),
+    (0, ("batch", "response_lengths", "k"), "24", "batch.response_lengths.k", "int"),
+    (1, ("score",), "1.0", "score", "num"),
+    (1, ("uid",), {"a": 1}, "uid", "str"),
+    (1, ("response", "ids", 0), "<b>", "response.ids[0]", "int"),
+    (1, ("response", "tokens", 2), None, "response.tokens[2]", "str"),
+    (1, ("per_token", "advantage", 3), "0.5", "per_token.advantage[3]", "num"),
+    (1, ("reward_extra", "acc"), [1], "reward_extra.acc", "scalar"),
+    (1, ("absent", "value"), 0, "absent.value", "str"),
+])  # fmt: skip
 def test_a_field_of_the_wrong_type_is_one_line_naming_file_and_field(
     tmp_path: Path, copy_run, line, where, value, field, kind
 ):

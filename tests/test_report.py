@@ -1,12 +1,9 @@
 """python -m verl_gsm8k.report on the two real verl logs and report_runs.py's verl 0.9.1 runs."""
 
-from __future__ import annotations
-
 import json
 import math
 import random
 import re
-import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -15,19 +12,9 @@ from typing import Any
 
 import browser
 import pytest
+import report_runs as rr
 from browser import WINDOW, chart_titles, plot_series, png_size, render
-from report_runs import (
-    LOG_256,
-    LOG_512,
-    PHASES,
-    STEP_OVERHEAD,
-    STEPS,
-    VAL_KEY,
-    analyse_records,
-    build_run,
-    parse_svgs,
-    write_jsonl,
-)
+from helpers import capture
 
 from verl_gsm8k.analysis import parse as rp
 from verl_gsm8k.common import atomic_io
@@ -39,7 +26,7 @@ from verl_gsm8k.svgplot import chart as svg_chart
 
 @pytest.fixture(scope="module")
 def real_runs(verl_logs_dir: Path) -> dict[str, tuple]:
-    return {name: rs.analyse(verl_logs_dir / name) for name in (LOG_512, LOG_256)}
+    return {name: rs.analyse(verl_logs_dir / name) for name in (rr.LOG_512, rr.LOG_256)}
 
 
 def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir, real_runs):
@@ -77,21 +64,21 @@ def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir, real_runs):
         assert summary["thresholds"] == asdict(THRESHOLDS)  # the table it used
         vf_loss = [v for _, v in canon.series["vf_loss"]]  # at most 1.18 x its start
         assert max(vf_loss[1:]) / vf_loss[0] < THRESHOLDS.critic_loss_factor / 4, name
-    val512, val256 = (real_runs[n][3]["validation"] for n in (LOG_512, LOG_256))
+    val512, val256 = (real_runs[n][3]["validation"] for n in (rr.LOG_512, rr.LOG_256))
     assert val512["key"] == "val/test_score/openai/gsm8k"
     assert (val512["best"], val512["final"]) == ({"value": 0.579, "step": 349, "also_at": []},
                                                  {"value": 0.543, "step": 429})  # fmt: skip
     assert (val256["best"], val256["final"]) == ({"value": 0.538, "step": 199, "also_at": [419]},
                                                  {"value": 0.526, "step": 429})  # fmt: skip
     # two lines of the 512 log's model text hold "step:" and are no metrics
-    text = (verl_logs_dir / LOG_512).read_text(errors="replace")
+    text = (verl_logs_dir / rr.LOG_512).read_text(errors="replace")
     assert sum("first step:" in ln or "step by step:" in ln for ln in text.splitlines()) == 2
 
 
 def test_real_log_page_has_every_chart(verl_logs_dir, real_runs, tmp_path, capsys):
     """Every chart; in Chromium the curves read back from the DOM land on the logged values."""
     out = tmp_path / "r512"
-    assert report.main([str(verl_logs_dir / LOG_512), "--out", str(out)]) == 0
+    assert report.main([str(verl_logs_dir / rr.LOG_512), "--out", str(out)]) == 0
     printed = capsys.readouterr()
     assert printed.err == ""
     for line in ("best val accuracy   : 0.579 at step 349", "steps               : 435 (0-434)",
@@ -100,16 +87,15 @@ def test_real_log_page_has_every_chart(verl_logs_dir, real_runs, tmp_path, capsy
         assert line in printed.out, line
     assert re.search(r"time share\s+: gen \d+\.\d% \| ref", printed.out)
     page = (out / "report.html").read_text()
-    svgs = parse_svgs(page)
+    svgs = rr.parse_svgs(page)
     for plot_id in ("score", "kl", "entropy", "response_length", "vf_loss", "clipfrac",
                     "grad_norm", "step_time", "throughput"):  # fmt: skip
         assert svgs[plot_id]["data-points"] == "435" and svgs[plot_id]["series"], plot_id
         assert all(count == coords > 0 for count, coords in svgs[plot_id]["series"]), plot_id
-    assert svgs["val_acc"]["data-points"] == "43" and svgs["val_acc"]["series"][0] == (43, 43)
     assert "best 0.579 @ 349" in page
     # the old logs lack verl 0.9.1's keys: placeholders, not broken charts
-    data, canon = real_runs[LOG_512][:2]
-    assert data.config["max_response_length"] == 512 and "response_cut_share" not in canon.series
+    data, canon = real_runs[rr.LOG_512][:2]
+    assert data.config["max_response_length"] == 512
     for plot_id in ("response_cut_share", "rollout_mismatch", "rollout_corr", "memory", "val_aux"):
         assert f'id="plot-{plot_id}"' in page and plot_id not in svgs, plot_id
     layers = {name for name, _ in svgs["step_time"]["names"]}
@@ -150,18 +136,19 @@ def test_missing_chromium_skips_but_fails_under_ci(tmp_path, monkeypatch):
 
 def test_synthetic_run_phases_memory_and_val_aux(tmp_path):
     """The step time no phase covers ("other"), peak memory per role, val-aux, tools."""
-    records = build_run()
-    data, canon, findings, summary = analyse_records(tmp_path, records)
-    assert findings == [] and list(data.steps) == list(range(STEPS + 1))
+    records = rr.build_run()
+    data, canon, findings, summary = rr.analyse_records(tmp_path, records)
+    assert findings == [] and list(data.steps) == list(range(rr.STEPS + 1))
     assert not canon.step_time_derived and not summary["throughput"]["estimated"]
     tm = summary["time"]
-    assert set(tm["phases"]) == set(PHASES) | {"other", "testing"}
-    assert tm["phases"]["other"]["total_s"] == pytest.approx(STEP_OVERHEAD * STEPS)
+    assert set(tm["phases"]) == set(rr.PHASES) | {"other", "testing"}
+    assert tm["phases"]["other"]["total_s"] == pytest.approx(rr.STEP_OVERHEAD * rr.STEPS)
     inside = sum(p["total_s"] for p in tm["phases"].values() if p["inside_step"])
     assert inside == pytest.approx(tm["step_time_total_s"])
     assert tm["wall_clock_s"] == pytest.approx(inside + tm["phases"]["testing"]["total_s"])
     gpu = summary["memory"]["gpu"]
-    assert gpu["actor"]["allocated"] == {"gb": pytest.approx(30.0 + 0.01 * STEPS), "step": STEPS,
+    assert gpu["actor"]["allocated"] == {"gb": pytest.approx(30.0 + 0.01 * rr.STEPS),
+                                         "step": rr.STEPS,
                                          "key": "actor/perf/max_memory_allocated_gb"}  # fmt: skip
     assert (gpu["critic"]["allocated"]["gb"], gpu["critic"]["reserved"]["gb"]) == (12.0, 14.0)
     assert 79 < summary["memory"]["host_used"]["gb"] < 81
@@ -170,18 +157,18 @@ def test_synthetic_run_phases_memory_and_val_aux(tmp_path):
     for key, value in (("format", 0.97), ("pred_found", 0.99), ("clipped", 0.02)):
         info = summary["metrics"][f"val_{key}"]
         assert info["key"] == f"val-aux/openai/gsm8k/{key}/mean@1"
-        assert info["points"] == STEPS // 10 and info["median"] == value
+        assert info["points"] == rr.STEPS // 10 and info["median"] == value
     page = report.render_html("run", canon, [], {**summary, "generated_at": ""})
-    assert {n for n, _ in parse_svgs(page)["memory"]["names"]} == {
+    assert {n for n, _ in rr.parse_svgs(page)["memory"]["names"]} == {
         "actor", "actor reserved", "critic", "critic reserved"}  # fmt: skip
-    assert len(parse_svgs(page)["val_aux"]["names"]) == 3
-    assert "tools" not in parse_svgs(page)  # no tool launch: a note, no chart
+    assert len(rr.parse_svgs(page)["val_aux"]["names"]) == 3
+    assert "tools" not in rr.parse_svgs(page)  # no tool launch: a note, no chart
     for step, record in enumerate(records[1:], 1):  # a tool launch's (TOOLS): drawn per step
         shares = {"called": 0.5, "errors": 0.1, "acc_called": 0.4, "acc_not_called": 0.2}
         record["data"] |= {f"tools/{k}": v for k, v in shares.items()}
         record["data"]["num_turns/mean"] = 3.0 + step % 2
-    canon, _, summary = analyse_records(tmp_path / "tools", records)[1:]
-    svgs = parse_svgs(report.render_html("run", canon, [], {**summary, "generated_at": ""}))
+    canon, _, summary = rr.analyse_records(tmp_path / "tools", records)[1:]
+    svgs = rr.parse_svgs(report.render_html("run", canon, [], {**summary, "generated_at": ""}))
     assert {n for n, _ in svgs["tools"]["names"]} >= {"called", "errors", "accuracy, called",
                                                       "accuracy, not called"}  # fmt: skip
     assert canon.series["num_turns"][:2] == [(1, 4.0), (2, 3.0)]
@@ -190,14 +177,14 @@ def test_synthetic_run_phases_memory_and_val_aux(tmp_path):
         d["perf/max_memory_allocated_gb"] = d.pop("actor/perf/max_memory_allocated_gb")
         for key in [k for k in d if "/perf/" in k]:
             del d[key]
-    gpu = analyse_records(tmp_path / "old", records)[3]["memory"]["gpu"]
+    gpu = rr.analyse_records(tmp_path / "old", records)[3]["memory"]["gpu"]
     assert list(gpu) == ["role not named (older verl)"]
     assert gpu["role not named (older verl)"]["allocated"]["gb"] == pytest.approx(32.0)
 
 
 def test_checkpoint_evaluations_drawn_over_validation(tmp_path):
     run = tmp_path / "run"
-    write_jsonl(run / "metrics" / "metrics-1.jsonl", build_run())
+    rr.write_jsonl(run / "metrics" / "metrics-1.jsonl", rr.build_run())
     evals_file = run / "checkpoint_eval" / "comparison.json"
     rows = [
         {"step": 0, "model": "base", "mode": "training", "accuracy": 0.35,
@@ -221,13 +208,11 @@ def test_checkpoint_evaluations_drawn_over_validation(tmp_path):
         "our reward vs verl validation at 2 shared steps: largest gap -2.0 points (step 0)"
     )
     page = (tmp_path / "out" / "report.html").read_text()
-    chart = parse_svgs(page)["checkpoint_eval"]
+    chart = rr.parse_svgs(page)["checkpoint_eval"]
     assert [n for n, _ in chart["names"]] == [
-        "verl validation (during training)",
-        "our reward on the checkpoint",
-        "EvalScope (lenient)",
-    ]
-    assert chart["series"] == [(STEPS // 10 + 1,) * 2, (2, 2), (2, 2)]
+        "verl validation (during training)", "our reward on the checkpoint", "EvalScope (lenient)"
+    ]  # fmt: skip
+    assert chart["series"] == [(rr.STEPS // 10 + 1,) * 2, (2, 2), (2, 2)]
     assert 'id="eval-agreement"' in page and 'id="checkpoint-evals"' in page
     text = report.terminal_summary(result.summary, None)
     assert "checkpoint evals    : 2 (our reward vs verl validation at 2 shared steps" in text
@@ -235,7 +220,7 @@ def test_checkpoint_evaluations_drawn_over_validation(tmp_path):
     result = report.generate(run, tmp_path / "out")
     assert result.summary["checkpoint_evals"]["rows"] == [] and "not readable" in result.issues[0]
     page = (tmp_path / "out" / "report.html").read_text()
-    assert "checkpoint_eval" not in parse_svgs(page) and "not readable JSON" in page
+    assert "checkpoint_eval" not in rr.parse_svgs(page) and "not readable JSON" in page
     evals_file.unlink()  # and no guard file either: nothing of theirs shown
     s = report.generate(run, tmp_path / "out").summary
     assert s["checkpoint_evals"] is s["best_checkpoint"] is s["best_checkpoint_problem"] is None
@@ -246,15 +231,15 @@ def test_checkpoint_evaluations_drawn_over_validation(tmp_path):
 
 
 def test_a_resumed_run_is_its_launches_merged_the_later_winning(tmp_path):
-    records = build_run()
-    second: list[dict[str, Any]] = [{"step": 100, "data": {VAL_KEY: 0.777}}]  # its validation
+    records = rr.build_run()
+    second: list[dict[str, Any]] = [{"step": 100, "data": {rr.VAL_KEY: 0.777}}]  # its validation
     for rec in records[101:]:  # the steps after the checkpoint at 100, done again
         redone = {**rec["data"], "critic/score/mean": 10.0 + rec["step"]}
         second.append({"step": rec["step"], "data": redone})
     run = tmp_path / "run"
     # written out of name order: the name's order (the launch's time) counts
-    write_jsonl(run / "metrics" / "metrics-20250102T090000Z.jsonl", second)
-    write_jsonl(run / "metrics" / "metrics-20250102T060000Z.jsonl", records[:131])
+    rr.write_jsonl(run / "metrics" / "metrics-20250102T090000Z.jsonl", second)
+    rr.write_jsonl(run / "metrics" / "metrics-20250102T060000Z.jsonl", records[:131])
     data, canon, _, summary = rs.analyse(run)
     assert [Path(s).name for s in data.sources] == [
         "metrics-20250102T060000Z.jsonl", "metrics-20250102T090000Z.jsonl"]  # fmt: skip
@@ -266,10 +251,10 @@ def test_a_resumed_run_is_its_launches_merged_the_later_winning(tmp_path):
 
 def test_validation_problems_counted_from_the_run_dumps(tmp_path):
     run = tmp_path / "run"
-    write_jsonl(run / "metrics" / "metrics-1.jsonl", build_run()[:30])
+    rr.write_jsonl(run / "metrics" / "metrics-1.jsonl", rr.build_run()[:30])
     assert rp.count_val_problems(run) is None  # no validation/ folder
     rows = [{"input": f"q{i % 40}", "output": "x", "score": 1.0} for i in range(160)]  # n=4
-    write_jsonl(run / "validation" / "10.jsonl", rows)
+    rr.write_jsonl(run / "validation" / "10.jsonl", rows)
     # the newest dump is half written: the larger count of the two newest wins
     (run / "validation" / "20.jsonl").write_text('{"input": "q0"}\n{"input": "q1", "sco')
     (run / "validation" / "notes.jsonl").write_text('{"input": "other"}\n')
@@ -281,11 +266,11 @@ def test_validation_problems_counted_from_the_run_dumps(tmp_path):
 
 def test_bad_lines_are_one_warning_each_and_the_rest_is_read(tmp_path, capsys):
     """Each bad line named by file and line; nothing readable: exit 1."""
-    records = build_run()[:21]
+    records = rr.build_run()[:21]
     records[5]["data"]["actor/entropy"] = "n/a"
     records[7]["data"]["actor/entropy"] = 10**400
     run = tmp_path / "run"
-    path = write_jsonl(run / "metrics" / "metrics-1.jsonl", records)
+    path = rr.write_jsonl(run / "metrics" / "metrics-1.jsonl", records)
     with path.open("a") as handle:
         handle.write('{"step": 1' + "0" * 400 + ', "data": {}}\n')
         handle.write('{"step": 21, "data": {"critic/score/mean": 0.4')  # the writer died here
@@ -298,7 +283,7 @@ def test_bad_lines_are_one_warning_each_and_the_rest_is_read(tmp_path, capsys):
     summary = json.loads((run / "report" / "summary.json").read_text())
     assert summary["steps"]["count"] == 21 and "entropy" in summary["metrics"]
     assert any(f["check"] == "non_finite" and f["start_step"] == 7 for f in summary["health"])
-    empty = write_jsonl(tmp_path / "empty.jsonl", [])
+    empty = rr.write_jsonl(tmp_path / "empty.jsonl", [])
     assert report.main([str(empty), "--out", str(tmp_path / "o")]) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert str(empty) in line and "empty file" in line
@@ -341,11 +326,9 @@ def test_the_command_line_and_its_exit_statuses(tmp_path):
     for flag in ("--out", "--follow", "--interval", "--max-refreshes", "INPUT"):
         assert flag in report.build_parser().format_help()
     missing = tmp_path / "missing"
-    done = subprocess.run([sys.executable, "-m", "verl_gsm8k.report", str(missing)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
-    assert done.returncode == 2
+    done = capture([sys.executable, "-m", "verl_gsm8k.report", missing], 2)
     assert done.stderr == f"verl_gsm8k.report: error: input not found: {missing}\n"
-    path = write_jsonl(tmp_path / "run" / "metrics" / "metrics-1.jsonl", build_run()[:2])
+    path = rr.write_jsonl(tmp_path / "run" / "metrics" / "metrics-1.jsonl", rr.build_run()[:2])
     assert report.default_out_dir(tmp_path / "run") == tmp_path / "run" / "report"
     assert report.default_out_dir(path) == path.parent / "metrics-1-report"
     log = tmp_path / "x.log"
@@ -354,7 +337,7 @@ def test_the_command_line_and_its_exit_statuses(tmp_path):
 
 
 def test_failure_keeps_earlier_report(tmp_path, monkeypatch):
-    path = write_jsonl(tmp_path / "m.jsonl", build_run())
+    path = rr.write_jsonl(tmp_path / "m.jsonl", rr.build_run())
     out = tmp_path / "out"
     report.generate(path, out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
@@ -364,7 +347,7 @@ def test_failure_keeps_earlier_report(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(atomic_io.os, "replace", no_space)
-    write_jsonl(path, build_run(seed=99))
+    rr.write_jsonl(path, rr.build_run(seed=99))
     assert report.main([str(path), "--out", str(out)]) == 1
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no temporary file left
     monkeypatch.undo()
@@ -375,13 +358,13 @@ def test_failure_keeps_earlier_report(tmp_path, monkeypatch):
 
 
 def test_follow_rewrites_the_report_while_the_run_goes_on(tmp_path, monkeypatch, capsys):
-    records = build_run()
-    seg = write_jsonl(tmp_path / "run" / "metrics" / "metrics-20250101T000000Z.jsonl", [])
+    records = rr.build_run()
+    seg = rr.write_jsonl(tmp_path / "run" / "metrics" / "metrics-20250101T000000Z.jsonl", [])
     sleeps: list[float] = []
 
     def sleep(seconds: float) -> None:  # the run writes 50 more steps meanwhile
         sleeps.append(seconds)
-        write_jsonl(seg, records[: 50 * len(sleeps)])
+        rr.write_jsonl(seg, records[: 50 * len(sleeps)])
 
     monkeypatch.setattr(report.time, "sleep", sleep)
     args = [str(tmp_path / "run"), "--follow", "--interval", "5", "--max-refreshes", "4"]
@@ -395,7 +378,7 @@ def test_follow_rewrites_the_report_while_the_run_goes_on(tmp_path, monkeypatch,
 
 
 def test_follow_says_when_the_input_is_gone(tmp_path, monkeypatch, capsys):
-    path = write_jsonl(tmp_path / "metrics.jsonl", build_run()[:30])
+    path = rr.write_jsonl(tmp_path / "metrics.jsonl", rr.build_run()[:30])
     out = tmp_path / "out"
     monkeypatch.setattr(report.time, "sleep", lambda s: path.unlink(missing_ok=True))
     assert report.main([str(path), "--out", str(out), "--follow", "--max-refreshes", "2"]) == 0
@@ -434,7 +417,7 @@ def long_run_lines(fmt: str) -> list[str]:
             "timing_s/gen": 20.0, "timing_s/update_actor": 18.0, "timing_s/step": 40.0,
         }  # fmt: skip
         if step % 10 == 0:
-            data[VAL_KEY] = round(0.3 + 0.3 * (1 - math.exp(-step / 300)), 4)
+            data[rr.VAL_KEY] = round(0.3 + 0.3 * (1 - math.exp(-step / 300)), 4)
         console = f"step:{step} - " + " - ".join(f"{k}:{v}" for k, v in data.items())
         lines.append(json.dumps({"step": step, "data": data}) if fmt == "jsonl" else console)
     return lines
@@ -456,7 +439,7 @@ def test_a_long_run_is_read_fast_and_drawn_bounded(tmp_path):
     assert HACK_FROM + 100 <= warnings[0]["end_step"] <= HACK_FROM + 300
     page = (tmp_path / "out" / "report.html").read_text()
     assert len(page) < 1_000_000
-    svgs = parse_svgs(page)
+    svgs = rr.parse_svgs(page)
     assert (svgs["score"]["data-points"], svgs["val_acc"]["data-points"]) == (
         str(LONG), str(LONG // 10))  # fmt: skip
     for plot_id, svg in svgs.items():
@@ -468,7 +451,7 @@ def test_arbitrary_values_never_break_the_report(tmp_path):
     st = pytest.importorskip("hypothesis.strategies")
     keys = ["critic/score/mean", "actor/reward_kl_penalty", "actor/entropy", "critic/vf_loss",
             "actor/pg_clipfrac", "response_length/mean", "timing_s/step", "timing_s/gen",
-            "perf/throughput", "perf/total_num_tokens", VAL_KEY]  # fmt: skip
+            "perf/throughput", "perf/total_num_tokens", rr.VAL_KEY]  # fmt: skip
     value = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
                       st.integers(-(10**400), 10**400), st.none())  # fmt: skip
     record = st.tuples(st.integers(0, 60), st.dictionaries(st.sampled_from(keys), value))
@@ -478,11 +461,11 @@ def test_arbitrary_values_never_break_the_report(tmp_path):
     @hypothesis.given(st.lists(record, min_size=1, max_size=60))
     def check(rows: list[tuple[int, dict[str, Any]]]):
         out = tmp_path / f"case{next(counter)}"
-        path = write_jsonl(out / "m.jsonl", [{"step": s, "data": d} for s, d in rows])
+        path = rr.write_jsonl(out / "m.jsonl", [{"step": s, "data": d} for s, d in rows])
         result = report.generate(path, out / "report")
         text = (out / "report" / "summary.json").read_text()
         json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
         assert result.summary["steps"]["count"] == len({step for step, _ in rows})
-        parse_svgs((out / "report" / "report.html").read_text())
+        rr.parse_svgs((out / "report" / "report.html").read_text())
 
     check()

@@ -1,7 +1,5 @@
 """The report of a guarded run: a reward turned NaN, the watchdog's trips, the kept best."""
 
-from __future__ import annotations
-
 import json
 import math
 import re
@@ -9,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_runs import VAL_KEY, parse_svgs, plant_nan
-from test_replay import STAMP, chromium_dom, write_run
+from browser import dom as chromium_dom
+from report_runs import STAMP, VAL_KEY, parse_svgs, plant_nan
+from test_replay import write_run
 
 from verl_gsm8k.common.run_dir import append_trip, write_best
 from verl_gsm8k.report import cli as report

@@ -1,7 +1,5 @@
 """The report's trends: accuracy clearly below its best, a KL growing while the score does not."""
 
-from __future__ import annotations
-
 import json
 import math
 import random
@@ -173,17 +171,14 @@ def test_grpo_kl_loss_and_reward_without_score():
     assert "actor/kl_loss" in hit.message and "critic/rewards/mean" in hit.message
 
 
-@pytest.mark.parametrize(
-    ("score", "low", "high", "severity"),
-    [
-        (0.92, 0, 1, "note"),  # converged: the sampled score near the top of a 0/1 reward
-        (0.92, None, None, "warning"),  # the same without critic/score/min and /max
-        (0.78, 0, 1, "warning"),  # 0.22 below the top: still room to gain
-        (0.82, 0, 1, "note"),
-        (2.3, -1, 3, "note"),  # another reward's scale: 0.7 below the top of a range of 4
-        (2.1, -1, 3, "warning"),
-    ],
-)
+@pytest.mark.parametrize(("score", "low", "high", "severity"), [
+    (0.92, 0, 1, "note"),  # converged: the sampled score near the top of a 0/1 reward
+    (0.92, None, None, "warning"),  # the same without critic/score/min and /max
+    (0.78, 0, 1, "warning"),  # 0.22 below the top: still room to gain
+    (0.82, 0, 1, "note"),
+    (2.3, -1, 3, "note"),  # another reward's scale: 0.7 below the top of a range of 4
+    (2.1, -1, 3, "warning"),
+])  # fmt: skip
 def test_converged_means_within_headroom_of_the_range(score, low, high, severity):
     bounds = (low, high) if high is not None else None
     (hit,) = kl_findings(planted(lambda s: score, lambda s: 0.2 * s / STEPS, score_range=bounds))

@@ -1,7 +1,5 @@
 """The share of responses cut at the length limit; axis labels that tell close values apart."""
 
-from __future__ import annotations
-
 import re
 from pathlib import Path
 from typing import Any

@@ -1,13 +1,10 @@
 """A checkpoint saved by verl at world size W, resharded, resumes at W' bit for bit.
 The ranks' helper: python tests/test_reshard.py save|check MODEL_DIR RUN_DIR W [OUT.json]"""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -156,15 +153,13 @@ if __name__ == "__main__":
 
 
 import pytest  # noqa: E402
-from helpers import assert_loads_as_torch  # noqa: E402
+from helpers import assert_loads_as_torch, capture  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
 
 def ranks(*args: object, python: str | Path = sys.executable):
-    proc = subprocess.run([str(python), __file__, *map(str, args)], capture_output=True,
-                          text=True, timeout=500)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    capture([python, __file__, *args], 0, 500)
 
 
 @pytest.fixture(scope="module")
@@ -177,9 +172,7 @@ def digests(folder: Path) -> dict[str, str]:
 
 
 def reshard(run: Path, world: int, python: str | Path = sys.executable):
-    return subprocess.run([str(python), "-m", "verl_gsm8k.reshard", str(run), "--world-size",
-                           str(world)], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)  # fmt: skip
+    return capture([python, "-m", "verl_gsm8k.reshard", run, "--world-size", world], cwd=ROOT)
 
 
 def resharded_and_resumed(saved: Path, old: int, new: int, model: Path, work: Path,

@@ -1,7 +1,5 @@
 """rewards/gsm8k.py: tables, properties, hostile input, real GSM8K, verl running it."""
 
-from __future__ import annotations
-
 import json
 import math
 import time
@@ -170,8 +168,7 @@ def test_never_raises_and_the_scorers_agree_by_construction(solution, truth):
     for result in (strict, flexible, formatted):  # a hedge is found but never right
         assert result["hedged"] <= result["pred_found"] and result["hedged"] * result["acc"] == 0
     assert formatted["score"] == pytest.approx(
-        ACC_WEIGHT * formatted["acc"] + FORMAT_WEIGHT * formatted["format"]
-    )
+        ACC_WEIGHT * formatted["acc"] + FORMAT_WEIGHT * formatted["format"])  # fmt: skip
 
 
 def decorate(n: int, style: str) -> str:
@@ -189,9 +186,8 @@ NUMBERS = st.integers(min_value=-(10**7), max_value=10**9)
 @given(prose=st.text(alphabet="abcdefghij ABC.\n=+", max_size=2500), n=NUMBERS, other=NUMBERS,
        style=st.sampled_from(STYLES), space=st.sampled_from(["", " "]),
        explanation=st.text(alphabet="abc 0123456789+=-.,$%*\n", max_size=300))  # fmt: skip
-def test_one_stated_number_round_trips_through_every_scorer(
-    prose, n, other, style, space, explanation
-):
+def test_one_stated_number_round_trips_through_every_scorer(prose, n, other, style, space,
+                                                            explanation):  # fmt: skip
     response = f"{prose}\n####{space}{decorate(n, style)}\n{explanation}"
     for fn in (STRICT, FLEX, FORMAT):
         assert (call(fn, response, f"{n:,}")["score"], call(fn, response, str(n))["hedged"]) == (

@@ -1,7 +1,5 @@
 """A run directory's layout lives in common/run_dir.py alone, and its readers and writers."""
 
-from __future__ import annotations
-
 import io
 import json
 import math
@@ -9,10 +7,10 @@ import tokenize
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from verl_gsm8k.common import run_dir as rd
 
-ROOT = Path(__file__).resolve().parents[1]
 HOME = "verl_gsm8k/common/run_dir.py"
 NEEDLES = ("latest_checkpointed_iteration", "global_step_")
 FOLDERS = ("verl_gsm8k", "data_prep", "rewards", "scripts", "recipes", "slurm")

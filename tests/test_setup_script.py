@@ -1,29 +1,25 @@
 """scripts/setup.sh's interpreter (SETUP_PYTHON, PYTHON) and its wheelhouse check."""
 
-from __future__ import annotations
-
 import glob
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, capture
 
 from verl_gsm8k import wheelhouse
 
 
-def setup(*args: str, **env: str) -> subprocess.CompletedProcess:
+def setup(*args: str, **env: str):
     base = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "SETUP_PYTHON")}
-    script = ["bash", str(ROOT / "scripts" / "setup.sh"), *args]
-    return subprocess.run(script, env={**base, **env}, capture_output=True, text=True, timeout=60)
+    return capture(["bash", ROOT / "scripts" / "setup.sh", *args], None, 60, env=base | env)
 
 
 def python_310() -> str:
     found = [*glob.glob("/root/.pyenv/versions/3.10*/bin/python3.10"), "python3.10"]
     for python in found:
-        version = subprocess.run([python, "--version"], capture_output=True, text=True)
+        version = capture([python, "--version"])
         if version.stdout.startswith("Python 3.10"):
             return python
     pytest.skip("no Python 3.10 here")
@@ -52,7 +48,7 @@ def test_python_alone_is_still_read_with_one_line_naming_setup_python():
 
 def _versions(python: str) -> dict[str, str]:
     code = "import importlib.metadata as m\nfor d in m.distributions(): print(d.name, d.version)"
-    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
+    out = capture([python, "-c", code], 0)
     return {wheelhouse.canonical(n): v for n, v in (ln.split() for ln in out.stdout.splitlines())}
 
 

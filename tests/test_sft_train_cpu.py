@@ -4,8 +4,6 @@ saves step 4 and exits 5, the same command resumes to the end; the merged model 
 the start and the PPO preflight accepts it as MODEL_PATH.
 """
 
-from __future__ import annotations
-
 import json
 import math
 import re
@@ -63,18 +61,9 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
 
     data = prepare_sft(write_synthetic_gsm8k(tmp_path / "source", 96, 32), tmp_path / "sft")
     run_dir = tmp_path / "run"
-    env = recipe_env(
-        tiny_model_dir,
-        data,
-        tmp_path / "runs",
-        DEVICE="cpu",
-        TRAIN_BATCH_SIZE="32",
-        SFT_LR="3e-3",
-        TOTAL_TRAINING_STEPS=str(STEPS),
-        SAVE_FREQ=str(STEPS),
-        TEST_FREQ="-1",
-        RUN_DIR=str(run_dir),
-    )
+    env = recipe_env(tiny_model_dir, data, tmp_path / "runs", DEVICE="cpu", TRAIN_BATCH_SIZE="32",
+                     SFT_LR="3e-3", TOTAL_TRAINING_STEPS=str(STEPS), SAVE_FREQ=str(STEPS),
+                     TEST_FREQ="-1", RUN_DIR=str(run_dir))  # fmt: skip
     for name in [k for k in env if k.startswith("VERL_")]:
         del env[name]  # the recipe sets what verl needs on a CPU
     start = time.monotonic()

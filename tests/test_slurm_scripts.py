@@ -1,7 +1,5 @@
 """The sbatch files under a fake `srun` and `ray` (real Slurm: test_slurm_nodes_cpu.py)."""
 
-from __future__ import annotations
-
 import os
 import signal
 import subprocess

@@ -1,8 +1,6 @@
 """Stopping early without losing a step, the launch's side (guard/stop.py, launch/slurm.py,
 launch/save_every.py); the trainer's: tests/test_guard_trainer.py."""
 
-from __future__ import annotations
-
 import os
 import time
 from pathlib import Path

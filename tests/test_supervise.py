@@ -2,8 +2,6 @@
 own status survives a SIGTERM to every process at once; a SIGTERM to the launcher alone is a stop
 request, and verl is stopped when the grace is over; verl dies with a SIGKILLed launcher."""
 
-from __future__ import annotations
-
 import os
 import signal
 import subprocess

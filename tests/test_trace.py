@@ -1,8 +1,6 @@
 """The per-token trace without a training run: which responses, the lines, the writer, the
 preflight's view (real runs against verl's numbers: tests/test_learn_cpu.py)."""
 
-from __future__ import annotations
-
 import json
 import math
 from pathlib import Path
@@ -71,16 +69,14 @@ def test_the_writer_writes_whole_files_and_survives_a_failure(tmp_path: Path):
     assert broken.failures == 1  # logged once, never raised into training
 
 
-def test_recipes_trace_by_default_and_say_when_it_is_off(
-    tiny_model_dir, prepared_gsm8k_dir, tmp_path
-):
+def test_recipes_trace_by_default_and_say_when_it_is_off(tiny_model_dir, prepared_gsm8k_dir,
+                                                         tmp_path):  # fmt: skip
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
                      DEVICE="cpu")  # fmt: skip
     on = launch_in_process("grpo_qwen2.5-0.5b_gsm8k", env)
     assert on.returncode == 0, on.stdout[-3000:] + on.stderr[-3000:]
     assert "preflight: [ok] trace: 4 responses per step (whole prompt groups of rollout.n=5)" in (
-        on.stdout
-    )
+        on.stdout)  # fmt: skip
     cfg = composed_config(on.stdout)
     assert get(cfg, "trainer.v1.trainer_mode") == "gsm8k"
     assert get(cfg, "gsm8k_trace.samples") == 4

@@ -5,8 +5,6 @@ its step is saved, every step is traced, and the kept best merges with the adapt
 One launch: the legacy trainer's stop and resume are proven by tests/test_guard_trainer.py, a
 SIGTERM to every process by tests/test_slurm_nodes_cpu.py, GRPO by tests/test_learn_cpu.py."""
 
-from __future__ import annotations
-
 import json
 import subprocess
 from pathlib import Path
@@ -100,7 +98,6 @@ def test_ppo_lora_is_guarded_traced_and_its_best_merge_carries_the_adapter(tmp_p
         # the adapter trained: B starts at zero (an untrained adapter merges to the base exactly)
         assert b.abs().max() > 0, f"{module}: lora_B is still zero"
         assert torch.allclose(got, expected.to(torch.bfloat16).float(), atol=1e-2, rtol=1e-2), (
-            module
-        )
+            module)  # fmt: skip
         checked += 1
     assert checked >= 14  # q, k, v, o, gate, up, down in each of the 2 layers

@@ -2,8 +2,6 @@
 parent's (verl_plugins/vllm_sigterm.py): real signals to a child started as vLLM starts its
 engine."""
 
-from __future__ import annotations
-
 import importlib.metadata
 import multiprocessing
 import os

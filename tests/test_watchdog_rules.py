@@ -1,15 +1,13 @@
 """guard/rules.py: each rule trips on a failure planted after a healthy history, off at 0/null."""
 
-from __future__ import annotations
-
 import dataclasses
 import json
 import math
 import random
-from pathlib import Path
 
 import pytest
 import yaml
+from helpers import ROOT
 from report_runs import EXPLODING_CRITICS, HEALTHY_CRITICS
 
 from verl_gsm8k.common import run_dir
@@ -23,7 +21,6 @@ from verl_gsm8k.guard.rules import (
 )
 from verl_gsm8k.guard.thresholds import Thresholds
 
-ROOT = Path(__file__).resolve().parents[1]
 PROMPTS, N, EOS = 8, 4, 2  # prompt groups a step, responses a prompt, end-of-text id
 KL = "actor/reward_kl_penalty"
 
@@ -34,12 +31,9 @@ def healthy_steps(n: int = 25, seed: int = 0, kl_key: str = KL) -> list[dict]:
         kl_key: 0.0 if i == 0 else 0.08 * (1 - math.exp(-i / 6)) * rng.uniform(0.7, 1.3),
         "actor/entropy": 0.45 * math.exp(-i / 40) * rng.uniform(0.9, 1.1),
         "critic/score/mean": min(0.9, 0.3 + 0.02 * i + rng.uniform(-0.05, 0.05)),
-        "actor/pg_loss": rng.uniform(-0.05, 0.05),
-        "actor/grad_norm": rng.uniform(0.2, 2.0),
-        "critic/vf_loss": rng.uniform(0.01, 0.3),
-        "critic/grad_norm": rng.uniform(1, 10),
-        "actor/ppo_kl": rng.uniform(-0.003, 0.003),
-        "actor/pg_clipfrac": rng.uniform(0.0, 0.01),
+        "actor/pg_loss": rng.uniform(-0.05, 0.05), "actor/grad_norm": rng.uniform(0.2, 2.0),
+        "critic/vf_loss": rng.uniform(0.01, 0.3), "critic/grad_norm": rng.uniform(1, 10),
+        "actor/ppo_kl": rng.uniform(-0.003, 0.003), "actor/pg_clipfrac": rng.uniform(0.0, 0.01),
         "response_length/mean": 230 - 3 * i + rng.uniform(-10, 10),
         "response_length/min": 40 + rng.uniform(-10, 10),
     } for i in range(n)]  # fmt: skip
@@ -342,21 +336,18 @@ def test_the_config_block_is_the_defaults():
         mode="warn", reward_drop=None)  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("values", "message"),
-    [
-        ({"kl_factor": 3}, "unknown key 'kl_factor' (did you mean kl_spike_factor?)"),
-        ({"mode": "halt"}, ".mode: 'halt' is not one of stop, warn, off"),
-        ({"non_finite": "yes"}, ".non_finite: 'yes' is not true, false or null"),
-        ({"kl_spike_factor": -1}, ".kl_spike_factor: -1 is not a number >= 0 (or null: off)"),
-        ({"entropy_fraction": 1.5}, ": 1.5 is not a number >= 0 and <= 1 (or null: off)"),
-        ({"reward_drop": True}, ".reward_drop: True is not a number >= 0 (or null: off)"),
-        ({"kl_spike_floor": None}, ".kl_spike_floor: None is not a number >= 0"),
-        ({"degenerate_repeat": 0}, ".degenerate_repeat: 0 is not a number > 0 and <= 1"),
-        ({"reward_window": 2.5}, ".reward_window: 2.5 is not an integer >= 1"),
-        ({"degenerate_identical_prompts": 1}, "_prompts: 1 is not an integer >= 2"),
-    ],
-)
+@pytest.mark.parametrize(("values", "message"), [
+    ({"kl_factor": 3}, "unknown key 'kl_factor' (did you mean kl_spike_factor?)"),
+    ({"mode": "halt"}, ".mode: 'halt' is not one of stop, warn, off"),
+    ({"non_finite": "yes"}, ".non_finite: 'yes' is not true, false or null"),
+    ({"kl_spike_factor": -1}, ".kl_spike_factor: -1 is not a number >= 0 (or null: off)"),
+    ({"entropy_fraction": 1.5}, ": 1.5 is not a number >= 0 and <= 1 (or null: off)"),
+    ({"reward_drop": True}, ".reward_drop: True is not a number >= 0 (or null: off)"),
+    ({"kl_spike_floor": None}, ".kl_spike_floor: None is not a number >= 0"),
+    ({"degenerate_repeat": 0}, ".degenerate_repeat: 0 is not a number > 0 and <= 1"),
+    ({"reward_window": 2.5}, ".reward_window: 2.5 is not an integer >= 1"),
+    ({"degenerate_identical_prompts": 1}, "_prompts: 1 is not an integer >= 2"),
+])  # fmt: skip
 def test_a_bad_knob_is_one_line_naming_it(values: dict, message: str):
     with pytest.raises(ValueError) as raised:
         Thresholds.from_mapping(values)

@@ -2,12 +2,11 @@
 two real Ray clusters give their first jobs the same id, which verl 0.9.1 puts in the socket's
 path; the launch's plugins wrap both sides of verl's weight sync with a key per cluster."""
 
-from __future__ import annotations
-
 import json
 import os
-import subprocess
 import sys
+
+from helpers import capture
 
 from verl_gsm8k.launch.plan import VERL_PLUGINS
 
@@ -30,10 +29,8 @@ print(json.dumps(out))
 
 def test_two_ray_clusters_share_a_job_id_but_not_a_weight_socket():
     env = dict(os.environ, VERL_USE_EXTERNAL_MODULES=",".join(VERL_PLUGINS))
-    run = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    out = json.loads(run.stdout.splitlines()[-1])
+    out = capture([sys.executable, "-c", PROBE], 0, 120, env=env).stdout.splitlines()[-1]
+    out = json.loads(out)
     assert out["jobs"][0] == out["jobs"][1], out  # verl's path alone would be the same file
     job = out["jobs"][0]
     assert out["keys"][0] != out["keys"][1] and all(key.startswith(job) for key in out["keys"])

@@ -1,8 +1,6 @@
 """The history of an offline wandb run (run-*.wandb), read without the network: a 7-byte header,
 then 32 KiB blocks in LevelDB's log layout, each record a protobuf Record."""
 
-from __future__ import annotations
-
 import json
 import struct
 from pathlib import Path
