@@ -9,6 +9,7 @@ from helpers import ROOT, capture, recipe_env
 
 from verl_gsm8k.launch.plan import bare_overrides
 from verl_gsm8k.preflight.sft import run_sft
+from verl_gsm8k.tools import config_path, schemas
 
 
 @pytest.fixture(scope="module")
@@ -28,12 +29,13 @@ def test_correct_launch_passes(base_overrides):
     assert "train: 300 rows -> 9 steps/epoch; this run: 27 steps" in text and "val: 40 rows" in text
 
 
-def table(tmp, name: str, rows: list, column: str = "messages") -> str:
-    pq.write_table(pa.table({column: rows}), tmp / name)
+def table(tmp, name: str, rows: list, column: str = "messages", **more: list) -> str:
+    pq.write_table(pa.table({column: rows, **more}), tmp / name)
     return str(tmp / name)
 
 
 USER, ASSISTANT = {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}
+TOOLS = schemas(config_path("calculator"))
 # Planted mistakes, one run a group (a function of tmp_path for the bad files) -> the texts.
 MISTAKES = {
     "keys of the older trainer": (lambda tmp: ["+model.partial_pretrain=/m", "+data.prompt_key=q"],
@@ -65,6 +67,10 @@ MISTAKES = {
         f"data.val_files=['{table(tmp, 'q.parquet', [[USER, ASSISTANT], [USER]])}']"], [
         "q.parquet: row 2: column 'messages' has no assistant turn",
         "examples exceed max_length 64"]),
+    "the tools block counts": (lambda tmp: [  # a short chat, the calculator's block in its row
+        "data.max_length=256",
+        f"data.val_files=['{table(tmp, 't.parquet', [[USER, ASSISTANT]], tools=[TOOLS])}']"], [
+        "t.parquet: 1 of 1 examples exceed max_length 256"]),
     "not a batch": (lambda tmp: ["data.train_batch_size=512"], [
         "train: 300 rows < train_batch_size 512: not one full batch"]),
     "epochs end before the steps": (

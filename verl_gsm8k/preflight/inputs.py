@@ -44,11 +44,14 @@ def check_files(cfg: Any, read: Callable[[str, Path, Any], int | None], prep: st
 
 
 def check_lengths(cfg: Any, tokenizer: Any, chats: list, path: Path, key: str, fate: str | None,
-                  report: Report, tools: list | None = None) -> None:  # fmt: skip
-    """Chats longer than data.<key> tokens; ``fate``: what becomes of them."""
+                  report: Report, tools: list | None = None,
+                  row_tools: list | None = None) -> None:  # fmt: skip
+    """Chats longer than data.<key> tokens, with ``tools`` (every chat's tools block) or
+    ``row_tools`` (each chat's own: verl's SFT tools column); ``fate``: what becomes of them."""
     noun = "prompt" if key == "max_prompt_length" else "example"
     texts = [tokenizer.apply_chat_template(c, add_generation_prompt=noun == "prompt",
-                                           tokenize=False, tools=tools) for c in chats]  # fmt: skip
+                                           tokenize=False, tools=t)
+             for c, t in zip(chats, row_tools or [tools] * len(chats), strict=True)]  # fmt: skip
     lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     limit, longest = cfg.data[key], max(lengths)
     over = sum(n > limit for n in lengths)

@@ -79,8 +79,9 @@ class Axes:
 
 
 def axes_svg(axes: Axes, y_label: str, x_label: str = "step") -> list[str]:
-    if axes.log_y:
-        ys = [10.0**e for e in range(math.ceil(axes.y0), math.floor(axes.y1) + 1)]
+    if axes.log_y:  # decades within the finite floats (10**-324 is 0, 10**309 overflows), <= 12
+        lo, hi = max(math.ceil(axes.y0), -307), min(math.floor(axes.y1), 307)
+        ys = [10.0**e for e in range(lo, hi + 1, max(1, -(-(hi - lo + 1) // 12)))]
         labels = [f"{v:g}" for v in ys]
     else:
         ys = nice_ticks(axes.y0, axes.y1)
