@@ -451,7 +451,7 @@ def test_a_log_axis_across_the_float_range_draws(values: tuple[float, float]):
     """A log axis padded past the floats' range: no 10**-324 (0) or 10**309 tick."""
     line = svg_chart.Line("vf_loss", [(0, values[0]), (1, values[1])], "#000")
     svg = svg_chart.render_line_plot(svg_chart.Plot("vf", "Value loss", [line]), (0, 1))
-    assert parse_svgs(svg)["vf"]["series"] == [(2, 2)] and svg.count('class="tick-y"') <= 24
+    assert rr.parse_svgs(svg)["vf"]["series"] == [(2, 2)] and svg.count('class="tick-y"') <= 24
 
 
 def test_arbitrary_values_never_break_the_report(tmp_path):
