@@ -6,7 +6,6 @@ draws that curve beside verl's validation."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,6 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, require_path
 from learn_runs import Learned
+
+from verl_gsm8k.report import cli as report
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 EVAL_PYTHON = ROOT / ".venv-eval" / "bin" / "python"
@@ -57,11 +58,6 @@ def test_checkpoint_sweep_rises_like_verls_validation_and_resumes(learned_ppo: L
     assert not [p for p in out.iterdir() if p.name.startswith(".merge-step-")]  # merges removed
     again = sweep(learned_ppo, run_dir)  # resumes: nothing left to evaluate
     assert again.returncode == 0 and "to evaluate []" in again.stdout, again.stderr[-2000:]
-    report = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "python"), "-m", "verl_gsm8k.report", str(run_dir),
-         "--out", str(out / "report")],
-        capture_output=True, text=True, timeout=300, env=dict(os.environ),
-    )  # fmt: skip
-    assert report.returncode == 0, report.stderr[-2000:]
+    assert report.main([str(run_dir), "--out", str(out / "report"), "--quiet"]) == 0
     drawn = json.loads((out / "report" / "summary.json").read_text())["checkpoint_evals"]
     assert [row["step"] for row in drawn["rows"]] == [0, 20]

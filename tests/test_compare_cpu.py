@@ -4,16 +4,14 @@ runs' curves in Chromium, and its config diff names what differed and no key the
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from browser import dom, plot_series
-from helpers import ROOT
 from learn_runs import Learned
 
 from verl_gsm8k.compare.config import CRITIC_IN_USE, NAMED
+from verl_gsm8k.report import cli as report
 
 # The first reader of the GRPO run makes it: the limit covers that run on a slow machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
@@ -24,12 +22,8 @@ def test_ppo_and_grpo_learning_runs_side_by_side(
     learned_ppo: Learned, learned_grpo: Learned, tmp_path: Path
 ):
     out = tmp_path / "cmp"
-    done = subprocess.run(
-        [sys.executable, "-m", "verl_gsm8k.report", str(learned_ppo.run_dir),
-         str(learned_grpo.run_dir), "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    runs = [str(learned_ppo.run_dir), str(learned_grpo.run_dir)]
+    assert report.main([*runs, "--out", str(out), "--quiet"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     rows = {r["key"]: r for rows in summary["config_diff"]["groups"].values() for r in rows}
     ppo, grpo = learned_ppo.run_dir.name, learned_grpo.run_dir.name

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import (
     ROOT,
+    composed_config,
     fake_nvidia_smi,
     prepare,
     recipe_env,
@@ -72,10 +73,10 @@ def test_knobs_reward_and_data_prep(gpu_python: Path, tmp_path: Path):
     assert reward.stdout.strip() == "1.0", reward.stderr
 
 
-# Each recipe on the simulated card it is sized for.
+# Recipes on the simulated card each is sized for: PPO on verl's legacy trainer (LoRA) and its v1
+# trainer (smoke), GRPO with verl's tool loop; the PPO and GRPO recipes' configs on the CPU stack:
+# tests/test_recipes.py::test_every_recipe_passes_its_dry_run.
 CARD_OF = {
-    "ppo_qwen2.5-0.5b_gsm8k": "80GB",
-    "grpo_qwen2.5-0.5b_gsm8k": "80GB",
     "ppo_lora_qwen2.5-1.5b_gsm8k": "24GB",
     "smoke_tiny": "24GB",
     "grpo_calculator_qwen2.5-0.5b_gsm8k": "80GB",  # on rows written for the calculator
@@ -100,6 +101,15 @@ def test_every_recipe_dry_runs_on_a_simulated_gpu(
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "preflight: passed" in result.stdout
     assert f"preflight: [ok] gpu: 1 x {CARDS[card][0]}" in result.stdout
+    if "calculator" in recipe:  # verl composes its tool loop
+        from verl_gsm8k.tools import config_path
+
+        rollout = composed_config(result.stdout)["actor_rollout_ref"]["rollout"]
+        assert rollout["multi_turn"]["tool_config_path"] == str(config_path("calculator"))
+        assert rollout["multi_turn"]["max_assistant_turns"] == 3 and rollout["n"] == 5
+        assert rollout["agent"]["default_agent_loop"] == "tool_agent"
+        said = "tools: train file train.parquet: every row runs verl's tool_agent loop"
+        assert said in result.stdout
 
 
 def test_vllm_serve_flags_parse_with_vllms_own_parser(gpu_python: Path, tiny_model_dir: Path):

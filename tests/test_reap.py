@@ -134,16 +134,17 @@ def test_the_lock_refuses_a_busy_run_dir_and_one_with_an_earlier_launchs_process
         [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR)"
          "; fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
          str(lock_path(run_dir))], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    said: list[str] = []
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         ended = "its launcher has ended, another process holds the lock: fuser -v"
         for host, state in ((socket.gethostname(), ended), ("elsewhere", "(still running)")):
             lock_path(run_dir).write_text(f"launch 20260101T000000Z, pid {gone.pid} on {host}\n")
             with pytest.raises(Busy) as refused:
-                lock_run_dir(run_dir, "20260102T000000Z", 0, print)
+                lock_run_dir(run_dir, "20260102T000000Z", 0, lambda line, **_: said.append(line))
             line = str(refused.value)
             assert f"is in use by launch 20260101T000000Z, pid {gone.pid} on {host}" in line
-            assert state in line, line
+            assert state in line and said == [], (line, said)  # LOCK_WAIT_S=0: no wait said
     finally:
         holder.kill()
         holder.wait()

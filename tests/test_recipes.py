@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,14 +22,13 @@ from helpers import (
     get,
     launch_in_process,
     plant_flash_attn,
-    prepare,
     recipe_env,
     run_recipe,
     with_pythonpath,
-    write_synthetic_gsm8k,
 )
 
 from verl_gsm8k.common.command_line import PREFIX
+from verl_gsm8k.common.launch_record import read_records
 from verl_gsm8k.launch.cli import warn_unshared_run_dir
 from verl_gsm8k.launch.knobs import hydra_quote, recipe_arguments
 from verl_gsm8k.launch.plan import VERL_PLUGINS, Recipe, bare_overrides, make_plan, recipe_plan
@@ -62,8 +62,8 @@ def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return result
 
 
-def on_h100(env: dict[str, str], tmp_path: Path, cap: str | None = None) -> dict[str, str]:
-    env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100], cap)}:{env['PATH']}"
+def on_h100(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    env["PATH"] = f"{fake_nvidia_smi(tmp_path / 'bin', [H100])}:{env['PATH']}"
     return env
 
 
@@ -83,19 +83,21 @@ class DryRun:
 
 @pytest.fixture(scope="module")
 def gpu_dry_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> Callable[[str], DryRun]:
-    """DRY_RUN=1 on a fake H100, no flash_attn, secrets set; once per recipe."""
+    """DRY_RUN=1 on a fake H100, no flash_attn, secrets set; once per recipe, in-process (a real
+    `bash` start: test_each_recipe_file_passes_the_launcher_its_array_and_the_users_arguments)."""
     base = tmp_path_factory.mktemp("gpu-dry-runs")
-    bin_dir = fake_nvidia_smi(base / "bin", [H100], compute_cap="9.0")
     made: dict[str, DryRun] = {}
 
     def dry_run(recipe: str) -> DryRun:
         if recipe not in made:
             runs = base / recipe / "runs"
             env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, runs, DRY_RUN="1", **SECRETS)
+            # one nvidia-smi per recipe: gpus.listed asks each one once per process
+            bin_dir = fake_nvidia_smi(base / recipe / "bin", [H100], compute_cap="9.0")
             env["PATH"] = f"{bin_dir}:{env['PATH']}"
             env["FAKE_NVIDIA_SMI_CALLS"] = str(base / f"{recipe}.nvidia-smi-calls")
             # a user key=value comes last: it beats the recipe's own setting
-            made[recipe] = DryRun(run_recipe(recipe, env, "trainer.test_freq=13"), runs)
+            made[recipe] = DryRun(launch_in_process(recipe, env, "trainer.test_freq=13"), runs)
         return made[recipe]
 
     return dry_run
@@ -128,7 +130,7 @@ def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, gpu_dry_run):
     # guarded and traced, on verl's v1 trainer or (ReMax, LoRA) its legacy one: ppo_trainer/
     assert re.search(r"preflight: \[ok\] trace: \d+ responses per step", result.stdout)
     assert "preflight: [warn] guard" not in result.stdout
-    # the launch asked the GPUs once; a bare `nvidia-smi` is verl's own platform check
+    # the launch asked the GPUs once; a bare `nvidia-smi` would be verl's own platform check
     calls = (made.runs_root.parent.parent / f"{recipe}.nvidia-smi-calls").read_text().splitlines()
     ours = [call for call in calls if call]
     assert ours == ["--query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits"]
@@ -168,6 +170,7 @@ KNOBS = {
         "PROJECT_NAME": ("knob_project", "trainer.project_name"),
         "EXPERIMENT_NAME": ("knob_experiment", "trainer.experiment_name"),
         "MAX_CKPT_TO_KEEP": ("5", "trainer.max_actor_ckpt_to_keep trainer.max_critic_ckpt_to_keep"),
+        "RESUME": ("disable", "trainer.resume_mode"),
     },
     "sft": {
         "NDEVICES_PER_NODE": ("2", "trainer.n_gpus_per_node"), "SFT_LR": ("2e-05", "optim.lr"),
@@ -436,7 +439,7 @@ def test_the_plugins_verl_imports_follow_the_launch():
 
 # trainer -> (recipe, its knobs, the data fixture, how verl starts before its config)
 LAUNCHES = {
-    "ppo": (PPO, {}, "prepared_gsm8k_dir", ["-m", "verl.trainer.main_ppo"]),
+    "ppo": (PPO, {"ACTOR_LR": "2e-6"}, "prepared_gsm8k_dir", ["-m", "verl.trainer.main_ppo"]),
     "sft": (SFT, {"SKIP_PREFLIGHT": "1", "NDEVICES_PER_NODE": "2"}, "prepared_sft_dir",
             ["-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2",
              "-m", "verl_gsm8k.sft_trainer"]),
@@ -451,11 +454,11 @@ def test_launch_on_a_gpu_machine(trainer, tiny_model_dir, request, tmp_path):
     env = recipe_env(tiny_model_dir, request.getfixturevalue(data), tmp_path / "runs",
                      PYTHON=str(python), **knobs)  # fmt: skip
     on_h100(env, tmp_path)
-    result = run_recipe(recipe, env, "trainer.total_epochs=1")
+    result = run_recipe(recipe, env, "trainer.total_epochs=3")
     ok(result)
     args, verl_env, metrics = recorded(record)
     config = ["--config-path", str(ROOT / "configs"), "--config-name", f"gsm8k_{trainer}"]
-    assert args[: len(head) + 4] == [*head, *config] and args[-1] == "trainer.total_epochs=1"
+    assert args[: len(head) + 4] == [*head, *config] and args[-1] == "trainer.total_epochs=3"
     assert "VERL_PLATFORM" not in verl_env and not any("+device=" in a for a in args)
     run_dir = tmp_path / "runs" / recipe
     assert metrics.parent == run_dir / "metrics"
@@ -464,8 +467,27 @@ def test_launch_on_a_gpu_machine(trainer, tiny_model_dir, request, tmp_path):
     assert "fake verl ran" in console.read_text()
     calls = Path(f"{record}.calls").read_text().splitlines()
     assert len(calls) == 2 and calls[0].startswith("-m verl_gsm8k.launch "), calls
-    if trainer == "ppo":
+    if trainer == "ppo":  # and every launch records what it was
         assert "preflight: [ok] gpu: 1 x NVIDIA H100 80GB HBM3" in result.stdout
+        (launch,) = read_records(run_dir)
+        assert f"recorded -> {run_dir}/launches/launch-{launch['stamp']}.yaml" in result.stdout
+        assert metrics.name == f"metrics-{launch['stamp']}.jsonl"  # one stamp per launch
+        assert (launch["recipe"], launch["trainer"], launch["config_name"]) == (
+            PPO, "ppo", "gsm8k_ppo")  # fmt: skip
+        assert launch["config"]["actor_rollout_ref"]["actor"]["optim"]["lr"] == 2e-6  # typed
+        assert launch["config"]["trainer"]["total_epochs"] == 3  # the user's override, last
+        assert launch["knobs"]["ACTOR_LR"] == "2e-6"
+        assert launch["knob_keys"]["actor_rollout_ref.actor.optim.lr"] == "ACTOR_LR"
+        assert launch["user_overrides"] == ["trainer.total_epochs=3"]
+        assert launch["versions"]["verl"] == "0.9.1" and launch["versions"]["torch"]
+        assert len(launch["git"]["commit"]) == 40 and isinstance(launch["git"]["dirty"], bool)
+        assert launch["host"]["gpus"] == [{"name": H100[0], "memory_gib": 79.6}]
+        # the exact command verl got: said on the console, kept in the record, what verl received
+        (said,) = [x for x in result.stdout.splitlines() if x.startswith(PREFIX)]
+        command = shlex.split(launch["verl_command"])
+        assert said == PREFIX + launch["verl_command"]
+        assert command[next(i for i, w in enumerate(command) if "=" not in w) + 1 :] == args
+        assert f"VERL_FILE_LOGGER_PATH={metrics}" in command
     else:
         assert f"bash scripts/merge.sh {run_dir} OUT_DIR" in result.stdout
         failed = run_recipe(recipe, dict(env, FAKE_VERL_RC="7", SKIP_PREFLIGHT="1"))
@@ -540,12 +562,6 @@ def test_device_cpu_adds_the_cpu_overlay_and_user_arguments_still_win(
     # the dry run, preflight and verl's composed config included, is one Python process
     calls = Path(f"{record}.calls").read_text().splitlines()
     assert len(calls) == 1 and calls[0].startswith("-m verl_gsm8k.launch "), calls
-    launched = run_recipe(PPO, dict(env, DRY_RUN="0", SKIP_PREFLIGHT="1"))
-    ok(launched)
-    args, verl_env, _ = recorded(record)  # verl gets the CPU platform and every plugin
-    assert "+device=cpu" in args and "+attention=sdpa" in args
-    assert verl_env["VERL_PLATFORM"] == "cpu" and verl_env["VERL_ENGINE_DEVICE"] == "cuda"
-    assert verl_env["VERL_USE_EXTERNAL_MODULES"] == ",".join(VERL_PLUGINS)
 
 
 def test_with_flash_attn_nothing_changes_on_a_gpu(tiny_model_dir, prepared_gsm8k_dir, tmp_path):
@@ -559,22 +575,3 @@ def test_with_flash_attn_nothing_changes_on_a_gpu(tiny_model_dir, prepared_gsm8k
     assert get(cfg, "actor_rollout_ref.model.use_remove_padding") is True
     assert "attn_implementation" not in get(cfg, "critic.model.override_config")
     assert "+attention=sdpa" not in result.stdout and "attention_fallback" not in result.stdout
-
-
-@pytest.mark.slow
-def test_the_calculator_recipe_composes_verls_tool_loop(tiny_model_dir, tmp_path):
-    """DRY_RUN=1 on `data_prep.gsm8k --tools` rows: verl composes the tool loop."""
-    from verl_gsm8k.tools import config_path
-
-    rows = prepare(write_synthetic_gsm8k(tmp_path / "src"), tmp_path / "rows", "--tools",
-                   "calculator")  # fmt: skip
-    # the tiny tokenizer spells the tools block out (about 640 tokens; Qwen2.5's far fewer)
-    env = recipe_env(tiny_model_dir, rows, tmp_path / "runs", DRY_RUN="1", MAX_PROMPT_LENGTH="1024")
-    on_h100(env, tmp_path, "9.0")
-    result = run_recipe("grpo_calculator_qwen2.5-0.5b_gsm8k", env)
-    ok(result)
-    rollout = composed_config(result.stdout)["actor_rollout_ref"]["rollout"]
-    assert rollout["multi_turn"]["tool_config_path"] == str(config_path("calculator"))
-    assert rollout["multi_turn"]["max_assistant_turns"] == 3 and rollout["n"] == 5
-    assert rollout["agent"]["default_agent_loop"] == "tool_agent"
-    assert "tools: train file train.parquet: every row runs verl's tool_agent loop" in result.stdout

@@ -79,6 +79,7 @@ def test_an_empty_or_missing_tracker_names_the_newest_whole_step(run, tracker):
     step, said = resume_point(run, ROLES)
     assert step == 4 and (run / TRACKER).read_text() == "4"
     assert "verl would train from scratch" in said[0]
+    assert said[-1] == f"resume: from global_step_4 instead ({TRACKER} now names it)", said
 
 
 def test_no_whole_checkpoint_is_one_line_and_deletes_nothing(run):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pause_points
 import pytest
-from helpers import ROOT, merge_run
+from helpers import ROOT
 from slurm_local import Cluster, require_slurm, seconds, slurm_cluster
 from test_train_cpu import ONE_SMALL_STEP, TRAIN_TIMEOUT_S, cpu_env, metric_segments
 from wandb_offline import history
@@ -163,7 +163,7 @@ def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_it
     assert "failed: resubmit" not in second
     assert "could not be stopped" not in first + second
 
-    # every step logged once; the last checkpoint whole and merged
+    # every step logged once; the last checkpoint whole at world size 1
     segments = metric_segments(run_dir)
     assert [sorted(s for s in seg if "actor/pg_loss" in seg[s]) for seg in segments] == [
         [1], [2]]  # fmt: skip
@@ -173,8 +173,6 @@ def test_a_two_node_job_preempted_resumes_on_one_node_then_requeues_itself_at_it
     assert timings["step_s"] > 0 and timings["save_s"] > 0 and timings["start_s"] > 0
     assert slurm_ray_groups(job) == set()
     assert [p.pid for p in launch_processes(of_run_dir(str(run_dir)))] == []
-    merge_run(run_dir, tmp_path / "merged", env)
-    assert json.loads((tmp_path / "merged" / "merge_manifest.json").read_text())["step"] == 2
     # wandb (offline): a service the SIGTERM ended costs one line, the step is in the metrics
     runs_logged = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs_logged) == 2, runs_logged

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -19,13 +18,19 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import ROOT, USER_KNOBS, assert_loads_as_torch, merge_run, require_path, run_recipe
+from helpers import (
+    ROOT,
+    USER_KNOBS,
+    assert_loads_as_torch,
+    launch_in_process,
+    merge_run,
+    run_recipe,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 TRAIN_TIMEOUT_S = 1200
 FAKE_KEY = "wandb-fake-key-0123456789abcdef"
-EVAL_PYTHON = ROOT / ".venv-eval" / "bin" / "python"
 # A run root with a space and a quote: paths users really have reach verl intact.
 RUNS_DIRNAME = "run's dir"
 # One short step on the CPU, for the recipes other than smoke_tiny (and smoke_tiny on two nodes).
@@ -176,21 +181,10 @@ def test_rollout_and_validation_dumps(smoke: Smoke):
 
 
 def test_report_reads_the_real_run(smoke: Smoke, tmp_path: Path):
+    from verl_gsm8k.report import cli as report
+
     out = tmp_path / "report"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "verl_gsm8k.report",
-            str(smoke.run_dir),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert report.main([str(smoke.run_dir), "--out", str(out), "--quiet"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"]["first"] == 0 and summary["steps"]["last"] == 2
     # verl 0.9.1's role-prefixed engine metrics (actor/perf/max_memory_allocated_gb, ...)
@@ -201,70 +195,29 @@ def test_report_reads_the_real_run(smoke: Smoke, tmp_path: Path):
     assert "Rollout vs training: Pearson correlation" in html
 
 
-@pytest.fixture(scope="module")
-def merged(smoke: Smoke, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The smoke run's step 2 merged by merge.sh (the merge test's and the evaluation's)."""
-    target = tmp_path_factory.mktemp("smoke-merged") / "merged"
-    merge_run(smoke.run_dir, target, smoke.env)
-    return target
-
-
-def test_merge_carries_the_training(smoke: Smoke, merged: Path):
+def test_the_saved_actor_carries_the_training(smoke: Smoke):
     import torch
     from safetensors.torch import load_file
 
     from verl_gsm8k.common.checkpoint_files import load
 
-    target = merged
     base = load_file(smoke.home / ".cache" / "verl-gsm8k" / "tiny-qwen2" / "model.safetensors")
-    weights = {}
-    for shard in target.glob("*.safetensors"):
-        weights.update(load_file(shard))
     # the checkpoint's own weights (fp32 here): at world size 1 each DTensor's local part is whole
     shard = load(smoke.run_dir / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt")
     trained = {name: tensor.to_local() for name, tensor in shard.items()}
-    common = sorted(set(base) & set(weights) & set(trained))
+    common = sorted(set(base) & set(trained))
     assert len(common) >= 20
-    # compared at the merged dtype: bf16 rounding alone moves most of the base's tensors
-    unlike = [k for k in common if not torch.equal(trained[k].to(weights[k].dtype), weights[k])]
-    assert unlike == [], f"{len(unlike)} of {len(common)} merged tensors are not the checkpoint's"
     moved = [k for k in common if not torch.equal(base[k].to(trained[k].dtype), trained[k])]
     assert len(moved) >= len(common) // 2, f"only {len(moved)} of {len(common)} tensors trained"
-    manifest = json.loads((target / "merge_manifest.json").read_text())
-    assert manifest["step"] == 2 and manifest["role"] == "actor"
-
-
-def test_eval_compares_base_and_merged(smoke: Smoke, merged: Path, tmp_path: Path):
-    require_path(EVAL_PYTHON, f"no EvalScope environment at {EVAL_PYTHON} (make setup)")
-    base = smoke.home / ".cache" / "verl-gsm8k" / "tiny-qwen2"
-    out = tmp_path / "eval"
-    env = dict(smoke.env, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    result = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "eval.sh"), "--model", f"base={base}",
-         "--model", f"ppo={merged}", "--data", str(ROOT / "data_prep" / "sample"),
-         "--modes", "training", "--limit", "3", "--max-tokens", "16",
-         "--backend", "transformers", "--out", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    table = (out / "comparison.md").read_text()
-    assert "| base (baseline) | training |" in table and "| ppo | training |" in table
-    rows = json.loads((out / "comparison.json").read_text())["results"]
-    assert {r["model"] for r in rows} == {"base", "ppo"} and all(r["n"] == 3 for r in rows)
 
 
 def test_planted_mistake_stops_a_cpu_run_in_the_preflight(smoke: Smoke, tmp_path: Path):
     env = dict(smoke.env, RUNS_ROOT=str(tmp_path / "runs"), REWARD_FILE=str(tmp_path / "no.py"))
-    stopped = launch("smoke_tiny", env, timeout=180)
-    assert stopped.result.returncode == 1
-    assert stopped.seconds < 60
-    errors = [line for line in stopped.result.stdout.splitlines() if "[error]" in line]
+    stopped = launch_in_process("smoke_tiny", env)  # fails if it reached verl's start
+    assert stopped.returncode == 1
+    errors = [line for line in stopped.stdout.splitlines() if "[error]" in line]
     assert len(errors) == 1 and str(tmp_path / "no.py") in errors[0]
-    assert "device: cpu" in stopped.result.stdout  # the preflight checked the CPU config
-    assert "Started a local Ray instance" not in output(stopped)  # stopped before Ray
+    assert "device: cpu" in stopped.stdout  # the preflight checked the CPU config
     assert not (tmp_path / "runs").exists()
 
 
@@ -285,23 +238,6 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 """
 
 
-def test_an_emptied_tracker_resumes_from_the_newest_whole_step(smoke: Smoke, tmp_path: Path):
-    """A kill between verl's open("w") and write() of its tracker leaves it empty (verl would
-    train from scratch): the resume check says so in one line, resumes from the newest whole step
-    and points the tracker at it."""
-    from verl_gsm8k.common.run_dir import TRACKER, saved_steps, tracked_step
-    from verl_gsm8k.resume.verify import resume_point
-
-    copy = tmp_path / "run"
-    for step_dir in smoke.run_dir.glob("global_step_*"):
-        shutil.copytree(step_dir, copy / step_dir.name)
-    (copy / TRACKER).write_text("")
-    step, said = resume_point(copy, ("actor", "critic"))
-    assert step == max(saved_steps(copy)) and tracked_step(copy) == step, (step, said)
-    assert said[0].startswith(f"resume: {TRACKER} names no step here (verl would train from "), said
-    assert said[-1] == f"resume: from global_step_{step} instead ({TRACKER} now names it)", said
-
-
 def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     """Last: it extends the smoke run to step 7, a time save every step, MAX_CKPT_TO_KEEP=2.
 
@@ -317,6 +253,7 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     from verl_gsm8k.common import procs
     from verl_gsm8k.common.run_dir import read_best, read_trips
     from verl_gsm8k.launch import reap
+    from verl_gsm8k.report import cli as report
     from verl_gsm8k.resume.verify import problem
 
     def open_files(pid: int) -> set[str]:
@@ -331,10 +268,11 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     reward = tmp_path / "nan_reward.py"
     reward.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'rewards')!r})\n"
                       + NAN_REWARD.format(marker=str(marker)))  # fmt: skip
-    # every checkpoint a time save (SAVE_FREQ past the run's end)
+    # every checkpoint a time save (SAVE_FREQ past the run's end); the preflight ran in the smoke
+    # fixture's launch (on the CPU it picks no token budget: the launches are the same without it)
     env = dict(smoke.env, TOTAL_TRAINING_STEPS="7", SAVE_FREQ="100", SAVE_EVERY_MIN="0.001",
                TEST_FREQ="4", MAX_CKPT_TO_KEEP="2", STOP_GRACE_S="600",
-               REWARD_FILE=str(reward), RESUME="force")  # fmt: skip
+               REWARD_FILE=str(reward), RESUME="force", SKIP_PREFLIGHT="1")  # fmt: skip
     # the tiny model's KL nears the ceiling by step 9: off, so only the NaN trips
     quick = ("trainer.val_before_train=False", "gsm8k_guard.watchdog.kl_ceiling=0")
     figures: list[str] = []
@@ -394,13 +332,11 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     assert reap.launch_processes(reap.of_launch(launch), sessions) == []  # launch 1: nothing left
     stopped = re.search(r"recipe: \d+ processes of launch \S+ outlived its launcher.*", r2.output())
     figures.append(f"relaunch 2 at once: {stopped.group(0) if stopped else 'nothing left'}")
-    for wait in ("0", "3"):
-        second = run_recipe("smoke_tiny", dict(env, LOCK_WAIT_S=wait), *quick, timeout=120)
-        said = second.stdout + second.stderr
-        assert second.returncode == 2, said[-3000:]
-        assert "is in use by launch 20" in said and f"pid {r2.process.pid} on" in said, said
-        assert "Started a local Ray instance" not in said
-        assert ("waiting up to LOCK_WAIT_S=3 s" in said) == (wait == "3")
+    second = run_recipe("smoke_tiny", dict(env, LOCK_WAIT_S="3"), *quick, timeout=120)
+    said = second.stdout + second.stderr
+    assert second.returncode == 2, said[-3000:]
+    assert "is in use by launch 20" in said and f"pid {r2.process.pid} on" in said, said
+    assert "Started a local Ray instance" not in said and "waiting up to LOCK_WAIT_S=3 s" in said
     figures.append("a second launch into the live run directory refused")
     wait_until("the actor's checkpoint load held", held.exists, r2, limit)
     loader = psutil.Process(int(held.read_text()))
@@ -441,9 +377,7 @@ def test_killed_and_relaunched_the_run_ends_whole(smoke: Smoke, tmp_path: Path):
     kept = sorted(int(p.name.split("_")[-1]) for p in run_dir.glob("global_step_*"))
     assert kept == sorted({4, 5, best["step"]}), kept  # the last two and the best, however old
 
-    report = subprocess.run([sys.executable, "-m", "verl_gsm8k.report", str(run_dir)],
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert report.returncode == 0, report.stdout + report.stderr  # a sick run is reported
+    assert report.main([str(run_dir), "--quiet"]) == 0  # a sick run is reported
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     steps = summary["steps"]
     # step 6 unsaved but logged (verl logs the step the watchdog stopped); none twice
