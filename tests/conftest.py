@@ -27,7 +27,6 @@ SERIAL_GROUPS = {
         "test_trace_cpu.py",
     },
     "training": {
-        "test_ray_cluster.py",
         "test_sft_train_cpu.py",
         "test_train_cpu.py",
         "test_slurm_nodes_cpu.py",
