@@ -44,20 +44,20 @@ def check_files(cfg: Any, read: Callable[[str, Path, Any], int | None], prep: st
 
 
 def check_lengths(cfg: Any, tokenizer: Any, chats: list, path: Path, key: str, fate: str | None,
-                  report: Report, tools: list | None = None,
-                  row_tools: list | None = None) -> None:  # fmt: skip
-    """Chats longer than data.<key> tokens, with ``tools`` (every chat's tools block) or
-    ``row_tools`` (each chat's own: verl's SFT tools column); ``fate``: what becomes of them."""
+                  report: Report, tools: list | None = None) -> None:  # fmt: skip
+    """Chats longer than data.<key> tokens, each with its tools block (``tools``: one per chat);
+    ``fate``: what becomes of them."""
     noun = "prompt" if key == "max_prompt_length" else "example"
     texts = [tokenizer.apply_chat_template(c, add_generation_prompt=noun == "prompt",
                                            tokenize=False, tools=t)
-             for c, t in zip(chats, row_tools or [tools] * len(chats), strict=True)]  # fmt: skip
+             for c, t in zip(chats, tools or [None] * len(chats), strict=True)]  # fmt: skip
     lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     limit, longest = cfg.data[key], max(lengths)
     over = sum(n > limit for n in lengths)
     said = f"{path.name}: {over} of {len(lengths)} {noun}s exceed {key} {limit}"
     if over and fate is None:  # a tool prompt is cut from the left by verl's agent loop
-        stop = "lose the tools block first" if tools else "data.truncation=error stops training"
+        tooled = noun == "prompt" and any(tools or ())  # verl's agent loop, not its SFT
+        stop = "lose the tools block first" if tooled else "data.truncation=error stops training"
         report.error("data", f"{said} (longest {longest}) and {stop}; raise {key.upper()}")
     elif over:
         report.warn("data", f"{said} and are {fate} (longest {longest} tokens)")
@@ -114,7 +114,8 @@ def check_data(cfg: Any, tokenizer: Any, report: Report) -> str:
         if tools is not None:
             check_loops(cfg, table, path, split, report)
         if tokenizer is not None:
-            check_lengths(cfg, tokenizer, prompts, path, "max_prompt_length", fate, report, tools)
+            check_lengths(cfg, tokenizer, prompts, path, "max_prompt_length", fate, report,
+                          tools and [tools] * len(prompts))  # fmt: skip
         return table.num_rows
 
     rows = check_files(cfg, read, "data_prep.gsm8k", report)

@@ -104,9 +104,8 @@ def check_sft_data(cfg: Any, tokenizer: Any, report: Report) -> None:
         if tokenizer is not None and rows:
             fate = None if data.truncation == "error" else f"cut ({data.truncation})"
             tools = data.tools_key  # verl renders each row's tools block too
-            row_tools = table.column(tools).to_pylist() if tools in table.column_names else None
-            inputs.check_lengths(cfg, tokenizer, rows, path, "max_length", fate, report,
-                                 row_tools=row_tools)  # fmt: skip
+            tools = table.column(tools).to_pylist() if tools in table.column_names else None
+            inputs.check_lengths(cfg, tokenizer, rows, path, "max_length", fate, report, tools)
         return len(rows)
 
     rows = inputs.check_files(cfg, read, "data_prep.sft", report)
