@@ -1,7 +1,8 @@
 """verl's real SFT loop on this CPU, end to end: `DEVICE=cpu bash recipes/sft_qwen2.5-0.5b_gsm8k.sh`
 trains the tiny model on synthetic transcripts; a SIGTERM to every process while step 4 trains
-saves step 4 and exits 5, the same command resumes to the end; the merged model moved away from
-the start and the PPO preflight accepts it as MODEL_PATH.
+saves step 4 and exits 5, the same command resumes and ends after step 6, saved, its step-5
+validation loss under gsm8k_sft.stop_val_loss; the merged model moved away from the start and the
+PPO preflight accepts it as MODEL_PATH.
 """
 
 import json
@@ -30,8 +31,9 @@ from verl_gsm8k.preflight import cli as preflight
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 RECIPE = "sft_qwen2.5-0.5b_gsm8k"
-STEPS = 6  # 96 problems in batches of 32: two epochs of 3 steps
+STEPS = 6  # 96 problems in batches of 32, 3 steps an epoch: of 8, the run ends after step 6
 STOP_AT = 4  # the step in flight when the first launch is stopped: the second epoch's first
+EARLY_END = ("gsm8k_sft.stop_val_loss=100",)  # any loss: the validation of step 5 ends the run
 
 
 def metric_steps(run_dir) -> dict[int, dict[str, float]]:
@@ -62,8 +64,8 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
     data = prepare_sft(write_synthetic_gsm8k(tmp_path / "source", 96, 32), tmp_path / "sft")
     run_dir = tmp_path / "run"
     env = recipe_env(tiny_model_dir, data, tmp_path / "runs", DEVICE="cpu", TRAIN_BATCH_SIZE="32",
-                     SFT_LR="3e-3", TOTAL_TRAINING_STEPS=str(STEPS), SAVE_FREQ=str(STEPS),
-                     TEST_FREQ="-1", RUN_DIR=str(run_dir))  # fmt: skip
+                     SFT_LR="3e-3", TOTAL_TRAINING_STEPS="8", SAVE_FREQ="8", TEST_FREQ="5",
+                     RUN_DIR=str(run_dir))  # fmt: skip
     for name in [k for k in env if k.startswith("VERL_")]:
         del env[name]  # the recipe sets what verl needs on a CPU
     start = time.monotonic()
@@ -71,7 +73,7 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
     # held before step 4 trains, SIGTERM to every process of the first launch
     paused = tmp_path / "paused"
     held = pause_points.env(f"sft_step:{STOP_AT}", paused, env)
-    first = killing.start(RECIPE, held, tmp_path / "first.log")
+    first = killing.start(RECIPE, held, tmp_path / "first.log", *EARLY_END)
     killing.wait_until(f"step {STOP_AT} held", paused.exists, first, timeout=300)
     signalled = killing.term_all(first)
     paused.unlink()  # the step goes on, the signal already there
@@ -87,8 +89,8 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
     assert (run_dir / "metrics" / f"metrics-{stamp}.jsonl").is_file()
     assert_loads_as_torch(run_dir)  # the SFT checkpoint, by the checked load: bit for bit
 
-    # the same command resumes from step 4 to the end
-    result = run_recipe(RECIPE, env, timeout=400)
+    # the same command resumes from step 4, validates step 5 and ends after step 6
+    result = run_recipe(RECIPE, env, *EARLY_END, timeout=400)
     trained_s = time.monotonic() - start
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
@@ -96,6 +98,7 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
         json.loads(line)["step"] for line in metrics_file(run_dir, output).read_text().splitlines()
     }
     assert second == set(range(STOP_AT + 1, STEPS + 1)), second  # resumed after step 4
+    assert f"validation loss under 100: saving step {STEPS}, then stopping" in output
 
     # the checkpoint: the SFT trainer's layout, the last step
     assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
@@ -108,7 +111,7 @@ def test_sft_recipe_trains_on_the_cpu_and_merges_into_a_ppo_model_path(
     losses = [steps[step]["train/loss"] for step in range(1, STEPS + 1)]
     assert all(math.isfinite(loss) for loss in losses), losses
     assert losses[-1] < 0.8 * losses[0], losses
-    assert math.isfinite(steps[STEPS]["val/loss"])
+    assert math.isfinite(steps[5]["val/loss"])
     lrs = [steps[step]["train/lr"] for step in range(1, STEPS + 1)]
     assert 0.9 * 3e-3 < max(lrs) <= 3e-3  # SFT_LR is the peak of the cosine schedule
     assert lrs == sorted(lrs, reverse=True) and lrs[-1] < max(lrs)

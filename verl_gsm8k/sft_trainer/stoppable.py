@@ -1,7 +1,9 @@
-"""verl's SFTTrainer, saving the step in flight on a stop request and ending the run (exit 5).
-fit has no hook: after training_client.train_batch (~388) the ranks agree on a stop (all-reduce)
-and the total becomes this step, so is_last_step (~412) saves it; ckpt_handler.save_checkpoint
-(~443): rank 0 stamps the step directory."""
+"""verl's SFTTrainer, saving the step in flight on a stop request and ending the run (exit 5), or
+once a validation loss fell under gsm8k_sft.stop_val_loss (exit 0: the warm start of a task
+learned suddenly, at a step that differs from seed to seed). fit has no hook: after
+training_client.train_batch (~388) the ranks agree on a stop (all-reduce) and the total becomes
+this step, so is_last_step (~412) saves it; infer_batch (~421) gives the validation losses;
+ckpt_handler.save_checkpoint (~443): rank 0 stamps the step directory."""
 
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
 from verl.trainer.sft_trainer import SFTTrainer
+from verl.utils import tensordict_utils as tu
 
 from verl_gsm8k.common.launch_env import launch_stamp
 from verl_gsm8k.common.run_dir import step_dir, write_stamp
@@ -22,21 +25,34 @@ class StoppableSFTTrainer(SFTTrainer):
         self.run_dir = Path(config.trainer.default_local_dir)
         self.stamp = launch_stamp()
         self.stopped_at: int | None = None
+        self.stop_val_loss = (config.get("gsm8k_sft") or {}).get("stop_val_loss")
+        self.val_losses: list[float] = []  # this rank's, of the validation since the last step
+        self.validated = False  # every rank validates at the same steps
         super().__init__(config)
         self.trained = self.resume_global_step  # the last step trained
 
     def _build_engine(self) -> None:
         super()._build_engine()
-        train_batch = self.training_client.train_batch
+        client = self.training_client
+        train_batch, infer_batch = client.train_batch, client.infer_batch
 
         def train_then_read_stop(*args: Any, **kwargs: Any) -> Any:
             output = train_batch(*args, **kwargs)
             self.trained += 1
             if self.stopped_at is None and self._stop_requested():
                 self._end_after(self.trained)
+            elif self.stopped_at is None and self._learned():
+                self._end_after(self.trained, f"validation loss under {self.stop_val_loss}")
+            self.val_losses, self.validated = [], False
             return output
 
-        self.training_client.train_batch = train_then_read_stop
+        def infer_then_keep_loss(*args: Any, **kwargs: Any) -> Any:
+            output, self.validated = infer_batch(*args, **kwargs), True
+            if self.engine.is_mp_src_rank_with_outputs():
+                self.val_losses.append(float(tu.get(output, "metrics")["loss"]))
+            return output
+
+        client.train_batch, client.infer_batch = train_then_read_stop, infer_then_keep_loss
 
     def _build_ckpt_handler(self) -> None:
         super()._build_ckpt_handler()
@@ -59,9 +75,19 @@ class StoppableSFTTrainer(SFTTrainer):
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 
-    def _end_after(self, step: int) -> None:
+    def _learned(self) -> bool:
+        """The mean loss of the last validation (every rank's batches) under stop_val_loss."""
+        if self.stop_val_loss is None or not self.validated:
+            return False
+        summed = torch.tensor([sum(self.val_losses), len(self.val_losses)], dtype=torch.float64,
+                              device=self.config.trainer.device)  # fmt: skip
+        if dist.get_world_size() > 1:
+            dist.all_reduce(summed)
+        return bool(summed[0] / summed[1] < self.stop_val_loss)
+
+    def _end_after(self, step: int, why: str = "stop requested (SIGTERM)") -> None:
         self.stopped_at = step
         self.total_training_steps = step  # fit: is_last_step -> save this step, return
         self.val_dataloader, self.test_freq = None, -1  # ... without the last validation
         if self.rank == 0:
-            say(f"stop requested (SIGTERM): saving step {step}, then stopping")
+            say(f"{why}: saving step {step}, then stopping")
