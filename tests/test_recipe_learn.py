@@ -56,15 +56,17 @@ def test_the_products_task_hands_its_products_to_the_calculator_and_knobs_win(
     tmp_path,
 ):
     """TOY_TASK=products: its own cache, rows for verl's tool agent loop, the calculator's launch
-    (tool config, longer prompts and responses, 10 steps); the knobs and the user's key=value win
-    over the hooks' settings. The tiny model uses --tool-tokens: the prompts would not fit else."""
+    (tool config, longer prompts and responses, 10 steps, sampled validation); the knobs and the
+    user's key=value win over the hooks' settings. The tiny model uses --tool-tokens: the prompts
+    would not fit else."""
     import pyarrow.parquet as pq
 
     from verl_gsm8k.common.tiny_model import make_tiny_model
     from verl_gsm8k.tools import config_path
 
     model = make_tiny_model(tmp_path / "tiny-qwen2-tools", tools=True)
-    result, cfg = dry_run(tmp_path, model, "", "trainer.test_freq=2", TOY_TASK="products",
+    result, cfg = dry_run(tmp_path, model, "", "trainer.test_freq=2",
+                          "actor_rollout_ref.rollout.val_kwargs.n=2", TOY_TASK="products",
                           ACTOR_LR="1e-4", SEED="7", EXPERIMENT_NAME="mine")  # fmt: skip
     assert "toy task (products: two-digit products, with the calculator" in result.stdout
     data = tmp_path / "c" / "learn-tiny" / "v2" / "products" / "seed7" / "data" / "rl"
@@ -77,6 +79,9 @@ def test_the_products_task_hands_its_products_to_the_calculator_and_knobs_win(
     assert get(cfg, "trainer.total_training_steps") == 10
     assert get(cfg, f"{A}optim.lr") == 1e-4 and get(cfg, "data.seed") == 7
     assert get(cfg, "trainer.test_freq") == 2 and get(cfg, "trainer.experiment_name") == "mine"
+    # validation samples, as training does (greedy, the warm start calls the tool every time)
+    assert get(cfg, f"{rollout}val_kwargs.temperature") == 1.0
+    assert get(cfg, f"{rollout}val_kwargs.n") == 2
 
 
 def test_a_bad_knob_stops_it_before_anything_is_built(tmp_path):

@@ -283,7 +283,8 @@ KNOBS: tuple[Knob, ...] = (
           "warm start; products: two-digit products, handed to the calculator (TOOLS=calculator)",
           only="ppo", recipes=LEARN),
     _knob("WARM_START_STEPS", POSITIVE_INT, None, "SFT steps of the warm start",
-          only="ppo", recipes=LEARN, rule="400; 800 with TOY_TASK=products"),
+          only="ppo", recipes=LEARN, rule="400; with TOY_TASK=products at most 1500, ending "
+          "once its validation loss is under 0.1"),
 )  # fmt: skip
 BY_NAME = {knob.name: knob for knob in KNOBS}
 

@@ -20,17 +20,24 @@ from verl_gsm8k.launch.plan import CONFIG_DIR, ROOT, Plan, Values
 
 CACHE_VERSION = 2  # bumped when the toy task or the warm start changes: an older cache is unused
 # TOY_TASK -> what it is, data_prep.arithmetic's arguments, the warm start (SFT steps, example
-# length), the cache subfolder and the launch's own defaults. easy: a converged warm start (does
-# it learn?); products: two-digit products handed to the calculator (does it learn the tool?
-# docs/tools.md).
+# length, and for products its early end), the cache subfolder and the launch's own defaults.
+# easy: a converged warm start (does it learn?); products: two-digit products handed to the
+# calculator (does it learn the tool? docs/tools.md). The copy into the calculator's call is
+# learned suddenly, hundreds of steps apart from seed to seed: that warm start validates every 100
+# steps and ends once its loss is under 0.1, by 1500 steps at most.
 TOY = {
     "easy": dict(what="sums up to 4 + 4", task=["--max-operand", "4"], steps="400",
                  length="160", sub=""),
     "products": dict(what="two-digit products, with the calculator", task=["--task", "products"],
-                     steps="800", length="320", sub="products/",
+                     steps="1500", length="320", sub="products/", validate="100",
+                     stop=["gsm8k_sft.stop_val_loss=0.1"],
                      launch={"TOOLS": "calculator", "MAX_PROMPT_LENGTH": "256",
                              "MAX_RESPONSE_LENGTH": "80", "TOTAL_TRAINING_STEPS": "10",
-                             "ACTOR_LR": "1e-3"}),
+                             "ACTOR_LR": "1e-3"},
+                     # greedy, the warm start already calls the tool on nearly every question:
+                     # validation samples 4 answers a question, as training does
+                     overrides=["actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+                                "actor_rollout_ref.rollout.val_kwargs.n=4"]),
 }  # fmt: skip
 # The warm start: 32 demonstrations a step, a cosine rate from 3e-3 to 3e-4 (docs/learning.md).
 WARM_START = {"SFT_LR": "3e-3", "TRAIN_BATCH_SIZE": "32"}
@@ -46,6 +53,7 @@ def defaults(values: Values, extra: dict[str, str]) -> None:
     values.set_default("WARM_START_STEPS", toy["steps"])
     for name, value in toy.get("launch", {}).items():
         values.set_default(name, value)
+    values.recipe.overrides += toy.get("overrides", [])  # the user's key=value still win
     values.set_default("EXPERIMENT_NAME", f"learn_tiny_{algo}_{new_stamp()}")  # a new run each
     seed = f"{toy['sub']}seed{values.get('SEED') or '0'}"
     home = Path(values.get("CACHE_DIR") or ".", f"learn-tiny/v{CACHE_VERSION}", seed).absolute()
@@ -112,11 +120,12 @@ def _run(argv: list[str], log: Path, failed: str, **kwargs) -> None:
 def build_warm_start(plan: Plan, toy: Path, warm: Path) -> None:
     """verl's SFT run on the toy demonstrations (a child with none of this run's knobs), its last
     step merged to ``warm``."""
-    home, values = Path(plan.extra["home"]), plan.values
+    home, values, task = Path(plan.extra["home"]), plan.values, TOY[plan.extra["task"]]
     run, log = home / "warm-start-run", home / "warm-start.log"
     steps = values["WARM_START_STEPS"]
     _say(
-        f"recipe: warm start (once): {steps} steps of verl's SFT trainer on the toy "
+        f"recipe: warm start (once): {'at most ' * ('stop' in task)}{steps} steps of verl's "
+        "SFT trainer on the toy "
         f"demonstrations -> {warm} (log: {log})"
     )
     # a build killed mid-merge leaves merge.sh's hidden copy beside the model: replaced here
@@ -127,17 +136,16 @@ def build_warm_start(plan: Plan, toy: Path, warm: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in BY_NAME}
     env.pop("VERL_USE_EXTERNAL_MODULES", None)
     env.update(WARM_START, DEVICE="gpu" if plan.train_on == "gpu" else "cpu", DRY_RUN="0",
-               MODEL_PATH=str(_tiny(plan)[0]), PYTHON=plan.python,
-               MAX_LENGTH=TOY[plan.extra["task"]]["length"],
+               MODEL_PATH=str(_tiny(plan)[0]), PYTHON=plan.python, MAX_LENGTH=task["length"],
                SFT_TRAIN_FILE=str(toy / "warm_start/train.parquet"),
                SFT_TEST_FILE=str(toy / "warm_start/test.parquet"), TOTAL_TRAINING_STEPS=steps,
-               SAVE_FREQ=steps, TEST_FREQ=steps, MAX_CKPT_TO_KEEP="3", LOGGER="console,file",
-               RUN_DIR=str(run))  # fmt: skip
+               SAVE_FREQ=steps, TEST_FREQ=task.get("validate", steps), MAX_CKPT_TO_KEEP="3",
+               LOGGER="console,file", RUN_DIR=str(run))  # fmt: skip
     _run(["bash", str(ROOT / "recipes/sft_qwen2.5-0.5b_gsm8k.sh"), "optim.lr_scheduler_type=cosine",
           "optim.min_lr_ratio=0.1", "optim.lr_warmup_steps_ratio=0",
           "checkpoint.save_contents=[model,optimizer,extra]",
-          f"trainer.seed={values.get('SEED', '0')}"], log, "the warm start's SFT run",
-         env=env)  # fmt: skip
+          f"trainer.seed={values.get('SEED', '0')}", *task.get("stop", [])], log,
+         "the warm start's SFT run", env=env)  # fmt: skip
     _run(["bash", str(ROOT / "scripts/merge.sh"), str(run), str(warm), "--force"], log,
          "merging the warm start", env={**os.environ, "PYTHON": plan.python})  # fmt: skip
     shutil.rmtree(run, ignore_errors=True)
