@@ -1,8 +1,5 @@
-"""Every measured figure has one home, and the links, cited tests and knob defaults are true.
-
-Link-only files (LINK_ONLY) hold no figure but settings; a distinctive figure is in one doc of
-docs/ only, a test count in docs/testing.md only.
-"""
+"""Every measured figure has one home (none in LINK_ONLY files, a test count in docs/testing.md
+only); the links, cited tests and knob defaults are true."""
 
 import re
 import sys
@@ -247,26 +244,7 @@ def test_the_docs_cite_what_exists_and_say_each_default_as_the_table(check):
     assert check(ROOT) == []
 
 
-def test_every_knob_default_said_in_prose_is_the_tables(tmp_path):
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "README.md").write_text(
-        "`KEEP_BEST=0` (the default), `KEEP_BEST=1`, the default;\n"
-        "`TRACE_SAMPLES` (default 8), the `ATTENTION` knob, `fa2` by default,\n"
-        "`REWARD_FN` defaults to `compute_score`, `ACTOR_LR` (default `1e-6`),\n"
-        "`DEVICE=cpu` (default `auto`), `SAVE_FREQ` defaults\nto 7\n"
-        "`TEST_FREQ` is 50 by default, `ROLLOUT_N` (`4` by\ndefault), `WATCHDOG` is on by default\n"
-    )
-    assert sorted(knob_defaults_said_wrong(tmp_path)) == [
-        "README.md:1: KEEP_BEST's default said as '0'; the table's is '1' (docs/knobs.md)",
-        "README.md:2: ATTENTION's default said as 'fa2'; the table's is 'auto' (docs/knobs.md)",
-        "README.md:2: TRACE_SAMPLES's default said as '8'; the table's is '4' (docs/knobs.md)",
-        "README.md:4: SAVE_FREQ's default said as '7'; the table's is '20' (docs/knobs.md)",
-        "README.md:6: ROLLOUT_N's default said as '4'; the table's is '1' (docs/knobs.md)",
-        "README.md:6: TEST_FREQ's default said as '50'; the table's is '5' (docs/knobs.md)",
-    ]
-
-
-def test_the_citation_checks_go_red_on_planted_cases(tmp_path):
+def test_the_citation_and_default_checks_go_red_on_planted_cases(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "docs").mkdir()
     (tmp_path / "tests" / "test_real.py").write_text("def test_real_name():\n    pass\n")
@@ -295,3 +273,16 @@ def test_the_citation_checks_go_red_on_planted_cases(tmp_path):
     assert knob_defaults_outside_knobs_md(tmp_path) == [
         "README.md:7: TEST_FREQ's default (5) in a table: link to docs/knobs.md instead"
     ]
+    (tmp_path / "docs" / "y.md").write_text(
+        "`KEEP_BEST=0` (the default), `KEEP_BEST=1`, the default;\n"
+        "`TRACE_SAMPLES` (default 8), the `ATTENTION` knob, `fa2` by default,\n"
+        "`REWARD_FN` defaults to `compute_score`, `ACTOR_LR` (default `1e-6`),\n"
+        "`DEVICE=cpu` (default `auto`), `SAVE_FREQ` defaults\nto 7\n"
+        "`TEST_FREQ` is 50 by default, `ROLLOUT_N` (`4` by\ndefault), `WATCHDOG` is on by default\n"
+    )
+    said = "{}'s default said as '{}'; the table's is '{}' (docs/knobs.md)"
+    assert sorted(knob_defaults_said_wrong(tmp_path)) == [
+        f"docs/y.md:{n}: " + said.format(*case) for n, *case in [
+            (1, "KEEP_BEST", 0, 1), (2, "ATTENTION", "fa2", "auto"), (2, "TRACE_SAMPLES", 8, 4),
+            (4, "SAVE_FREQ", 7, 20), (6, "ROLLOUT_N", 4, 1), (6, "TEST_FREQ", 50, 5)]
+    ]  # fmt: skip
