@@ -279,13 +279,10 @@ def test_every_path_a_doc_names_exists():
     assert problems == []
 
 
-def test_the_commands_were_found():
+def test_the_commands_are_found_and_the_checks_go_red_on_planted_defects(tmp_path):
     readme = [words for where, words in COMMANDS if where.startswith("README.md")]
     assert ["make", "setup"] in readme and ["python", "-m", "data_prep.gsm8k"] in readme
     assert len(COMMANDS) > 100, len(COMMANDS)
-
-
-def test_the_checks_go_red_on_planted_defects(tmp_path):
     report = [sys.executable, "-m", "verl_gsm8k.report"]
     assert help_problems(report, ["--no-such-flag"], whole_line=False) == [
         "--no-such-flag is not in its --help"]  # fmt: skip

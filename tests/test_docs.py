@@ -1,11 +1,7 @@
-"""Every measured figure has one home, and the links, cited tests and knob defaults are true.
-
-Link-only files (LINK_ONLY) hold no figure but settings; a distinctive figure is in one doc of
-docs/ only, a test count in docs/testing.md only.
-"""
+"""Every measured figure has one home (none in LINK_ONLY files, a test count in docs/testing.md
+only); the links, cited tests and knob defaults are true."""
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -47,26 +43,24 @@ NOT_MEASURED = {
 SHARED = {"120 s", "66 s"}  # a setting and a measurement; two measurements
 
 
-def _lines(path: str) -> list[str]:
-    text = (ROOT / path).read_text(encoding="utf-8")
+def _lines(root: Path, path: str) -> list[str]:
+    text = (root / path).read_text(encoding="utf-8")
     for allowed in NOT_MEASURED.get(path, ()):
         text = text.replace(allowed, re.sub(r"\S", "x", allowed))
     return text.splitlines()
 
 
-def figures_outside_their_home(link_only=LINK_ONLY, docs: list[str] | None = None) -> list[str]:
+def figures_outside_their_home(root: Path, link_only=LINK_ONLY) -> list[str]:
     """Every breach of the one-home rule, as ``file:line: figure (why)``."""
     problems = []
     for path in link_only:
-        for number, line in enumerate(_lines(path), 1):
+        for number, line in enumerate(_lines(root, path), 1):
             for match in FIGURE.finditer(line):
                 problems.append(f"{path}:{number}: {match.group(0)!r} in a link-only file")
-    docs = docs or sorted(
-        str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md") if p.name != "guide.md"
-    )
+    docs = [f"docs/{p.name}" for p in sorted((root / "docs").glob("*.md")) if p.name != "guide.md"]
     seen: dict[str, str] = {}
     for path in docs:
-        for number, line in enumerate(_lines(path), 1):
+        for number, line in enumerate(_lines(root, path), 1):
             if path != TEST_COUNT_HOME:
                 problems += [
                     f"{path}:{number}: {m.group(0)!r}: test counts live in {TEST_COUNT_HOME}"
@@ -81,11 +75,7 @@ def figures_outside_their_home(link_only=LINK_ONLY, docs: list[str] | None = Non
     return problems
 
 
-def test_every_measured_figure_has_one_home():
-    assert figures_outside_their_home() == []
-
-
-def test_a_copied_figure_is_named_and_a_round_setting_is_not(tmp_path, monkeypatch):
+def test_a_copied_figure_is_named_and_a_round_setting_is_not(tmp_path):
     fake = tmp_path / "repo"
     (fake / "docs").mkdir(parents=True)
     (fake / "README.md").write_text("The smoke run takes 154 s on a CPU.\n")
@@ -95,8 +85,7 @@ def test_a_copied_figure_is_named_and_a_round_setting_is_not(tmp_path, monkeypat
                        ("slurm", "a run of 8 h 41 min, 67 s a step, KillWait 30 s"),
                        ("compare", "wall 3m 21s, 8h 41m; the 30 s default")):  # fmt: skip
         (fake / "docs" / f"{name}.md").write_text(text + "\n")
-    monkeypatch.setattr(sys.modules[__name__], "ROOT", fake)
-    assert sorted(figures_outside_their_home(("README.md",))) == [
+    assert sorted(figures_outside_their_home(fake, ("README.md",))) == [
         "README.md:1: '154 s' in a link-only file",
         "docs/cpu.md:1: '3 m 21 s' is also in docs/compare.md:1",
         "docs/gpu.md:1: '878 passed': test counts live in docs/testing.md",
@@ -238,35 +227,16 @@ def knob_defaults_said_wrong(root: Path) -> list[str]:
     return problems
 
 
-CHECKS = [cited_tests_missing, links_outside_the_repository, knob_defaults_outside_knobs_md,
-          knob_defaults_said_wrong]  # fmt: skip
+CHECKS = [figures_outside_their_home, cited_tests_missing, links_outside_the_repository,
+          knob_defaults_outside_knobs_md, knob_defaults_said_wrong]  # fmt: skip
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])
-def test_the_docs_cite_what_exists_and_say_each_default_as_the_table(check):
+def test_the_docs_hold_each_figure_once_cite_what_exists_and_say_defaults_as_the_table(check):
     assert check(ROOT) == []
 
 
-def test_every_knob_default_said_in_prose_is_the_tables(tmp_path):
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "README.md").write_text(
-        "`KEEP_BEST=0` (the default), `KEEP_BEST=1`, the default;\n"
-        "`TRACE_SAMPLES` (default 8), the `ATTENTION` knob, `fa2` by default,\n"
-        "`REWARD_FN` defaults to `compute_score`, `ACTOR_LR` (default `1e-6`),\n"
-        "`DEVICE=cpu` (default `auto`), `SAVE_FREQ` defaults\nto 7\n"
-        "`TEST_FREQ` is 50 by default, `ROLLOUT_N` (`4` by\ndefault), `WATCHDOG` is on by default\n"
-    )
-    assert sorted(knob_defaults_said_wrong(tmp_path)) == [
-        "README.md:1: KEEP_BEST's default said as '0'; the table's is '1' (docs/knobs.md)",
-        "README.md:2: ATTENTION's default said as 'fa2'; the table's is 'auto' (docs/knobs.md)",
-        "README.md:2: TRACE_SAMPLES's default said as '8'; the table's is '4' (docs/knobs.md)",
-        "README.md:4: SAVE_FREQ's default said as '7'; the table's is '20' (docs/knobs.md)",
-        "README.md:6: ROLLOUT_N's default said as '4'; the table's is '1' (docs/knobs.md)",
-        "README.md:6: TEST_FREQ's default said as '50'; the table's is '5' (docs/knobs.md)",
-    ]
-
-
-def test_the_citation_checks_go_red_on_planted_cases(tmp_path):
+def test_the_citation_and_default_checks_go_red_on_planted_cases(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "docs").mkdir()
     (tmp_path / "tests" / "test_real.py").write_text("def test_real_name():\n    pass\n")
@@ -295,3 +265,16 @@ def test_the_citation_checks_go_red_on_planted_cases(tmp_path):
     assert knob_defaults_outside_knobs_md(tmp_path) == [
         "README.md:7: TEST_FREQ's default (5) in a table: link to docs/knobs.md instead"
     ]
+    (tmp_path / "docs" / "y.md").write_text(
+        "`KEEP_BEST=0` (the default), `KEEP_BEST=1`, the default;\n"
+        "`TRACE_SAMPLES` (default 8), the `ATTENTION` knob, `fa2` by default,\n"
+        "`REWARD_FN` defaults to `compute_score`, `ACTOR_LR` (default `1e-6`),\n"
+        "`DEVICE=cpu` (default `auto`), `SAVE_FREQ` defaults\nto 7\n"
+        "`TEST_FREQ` is 50 by default, `ROLLOUT_N` (`4` by\ndefault), `WATCHDOG` is on by default\n"
+    )
+    said = "{}'s default said as '{}'; the table's is '{}' (docs/knobs.md)"
+    assert sorted(knob_defaults_said_wrong(tmp_path)) == [
+        f"docs/y.md:{n}: " + said.format(*case) for n, *case in [
+            (1, "KEEP_BEST", 0, 1), (2, "ATTENTION", "fa2", "auto"), (2, "TRACE_SAMPLES", 8, 4),
+            (4, "SAVE_FREQ", 7, 20), (6, "ROLLOUT_N", 4, 1), (6, "TEST_FREQ", 50, 5)]
+    ]  # fmt: skip

@@ -97,7 +97,6 @@ def verl_engines(tiny_model_dir) -> dict:
 
 
 def test_engines_are_placed_as_verl_builds_them(verl_engines, tiny_model_dir):
-    """The four cases in one test: verl built them in one interpreter (the module fixture)."""
     from transformers import AutoConfig
 
     hf_config = AutoConfig.from_pretrained(tiny_model_dir)
