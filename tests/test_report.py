@@ -15,6 +15,8 @@ import pytest
 import report_runs as rr
 from browser import WINDOW, chart_titles, plot_series, png_size, render
 from helpers import capture
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from verl_gsm8k.analysis import parse as rp
 from verl_gsm8k.common import atomic_io
@@ -64,10 +66,7 @@ def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir, real_runs):
         assert summary["thresholds"] == asdict(THRESHOLDS)  # the table it used
         vf_loss = [v for _, v in canon.series["vf_loss"]]  # at most 1.18 x its start
         assert max(vf_loss[1:]) / vf_loss[0] < THRESHOLDS.critic_loss_factor / 4, name
-    val512, val256 = (real_runs[n][3]["validation"] for n in (rr.LOG_512, rr.LOG_256))
-    assert val512["key"] == "val/test_score/openai/gsm8k"
-    assert (val512["best"], val512["final"]) == ({"value": 0.579, "step": 349, "also_at": []},
-                                                 {"value": 0.543, "step": 429})  # fmt: skip
+    val256 = real_runs[rr.LOG_256][3]["validation"]  # the 512 log's: the page test's summary
     assert (val256["best"], val256["final"]) == ({"value": 0.538, "step": 199, "also_at": [419]},
                                                  {"value": 0.526, "step": 429})  # fmt: skip
     # two lines of the 512 log's model text hold "step:" and are no metrics
@@ -455,8 +454,6 @@ def test_a_log_axis_across_the_float_range_draws(values: tuple[float, float]):
 
 
 def test_arbitrary_values_never_break_the_report(tmp_path):
-    hypothesis = pytest.importorskip("hypothesis")
-    st = pytest.importorskip("hypothesis.strategies")
     keys = ["critic/score/mean", "actor/reward_kl_penalty", "actor/entropy", "critic/vf_loss",
             "actor/pg_clipfrac", "response_length/mean", "timing_s/step", "timing_s/gen",
             "perf/throughput", "perf/total_num_tokens", rr.VAL_KEY]  # fmt: skip
@@ -465,8 +462,8 @@ def test_arbitrary_values_never_break_the_report(tmp_path):
     record = st.tuples(st.integers(0, 60), st.dictionaries(st.sampled_from(keys), value))
     counter = iter(range(10**6))
 
-    @hypothesis.settings(max_examples=40, deadline=None, derandomize=True, database=None)
-    @hypothesis.given(st.lists(record, min_size=1, max_size=60))
+    @settings(max_examples=40, deadline=None, derandomize=True, database=None)
+    @given(st.lists(record, min_size=1, max_size=60))
     def check(rows: list[tuple[int, dict[str, Any]]]):
         out = tmp_path / f"case{next(counter)}"
         path = rr.write_jsonl(out / "m.jsonl", [{"step": s, "data": d} for s, d in rows])
