@@ -69,17 +69,15 @@ def full(shared_gsm8k_dir: Path, tmp_path_factory) -> Path:
     result = capture([sys.executable, "-m", "data_prep.gsm8k", "--source", shared_gsm8k_dir,
                       "--out-dir", out], 0, 300, cwd=ROOT)  # fmt: skip
     assert "train: 7473 rows" in result.stdout and "test: 1319 rows" in result.stdout
-    assert float(re.search(r"done in (\d+\.\d+) s", result.stdout)[1]) < 15  # about 1 s here
+    assert float(re.search(r"done in (\d+\.\d+) s", result.stdout)[1]) < 15
     return out
 
 
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_every_real_row_in_verls_schema(full, shared_gsm8k_dir, split):
     schema = pq.read_schema(full / f"{split}.parquet")
-    turns, text = (
-        pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])),
-        pa.string(),
-    )
+    text = pa.string()
+    turns = pa.list_(pa.struct([("role", text), ("content", text)]))
     assert [(f.name, f.type) for f in schema] == [
         ("data_source", text), ("prompt", turns), ("ability", text),
         ("reward_model", pa.struct([("style", text), ("ground_truth", text)])),
@@ -359,21 +357,16 @@ def sft_out(tmp_path_factory) -> Path:
 
 
 def test_sft_rows_are_the_rl_prompt_and_the_solution(sft_out, tmp_path, capsys):
-    write_all(load_source(str(sft_out / "src")), tmp_path / "rl")
-    for split, raw in SYNTHETIC.items():
-        rows = rows_of(sft_out / "hash" / f"{split}.parquet")
-        rl = rows_of(tmp_path / "rl" / f"{split}.parquet")
-        assert pq.read_schema(sft_out / "hash" / f"{split}.parquet").names == [
-            "messages", "data_source", "extra_info"]  # fmt: skip
-        for index, (row, src, rl_row) in enumerate(zip(rows, raw, rl, strict=True)):
-            assert row == {"messages": [rl_row["prompt"][0], {"role": "assistant", "content":
-                           src["answer"]}], "data_source": "openai/gsm8k",
+    for style, split in (("hash", "train"), ("hash", "test"), ("boxed", "train")):
+        path = sft_out / style / f"{split}.parquet"
+        assert pq.read_schema(path).names == ["messages", "data_source", "extra_info"]
+        for index, (row, src) in enumerate(zip(rows_of(path), SYNTHETIC[split], strict=True)):
+            head, truth = src["answer"].rpartition("####")[0], ground_truth(src["answer"])
+            answer = src["answer"] if style == "hash" else f"{head}\\boxed{{{truth}}}"
+            user = {"role": "user", "content": build_prompt(src["question"], style)}
+            assert row == {"messages": [user, {"role": "assistant", "content": answer}],
+                           "data_source": "openai/gsm8k",
                            "extra_info": {"split": split, "index": index}}  # fmt: skip
-    for row, src, truth in zip(rows_of(sft_out / "boxed" / "train.parquet"), SYNTHETIC["train"],
-                               TRUTHS["train"], strict=True):  # fmt: skip
-        assert row["messages"][0]["content"] == build_prompt(src["question"], "boxed")
-        assert row["messages"][1]["content"] == src["answer"].rpartition("####")[0] + (
-            f"\\boxed{{{truth}}}")  # fmt: skip
     assert cli(sft, capsys, sft_out / "src", tmp_path / "again")[0] == 0
     assert snapshot(tmp_path / "again") == snapshot(sft_out / "hash")
 
@@ -478,24 +471,17 @@ def test_demonstrations_drop_the_marker_by_the_writers_habit_exactly(toy):
 
 
 def test_the_products_task_calls_the_calculator_by_the_writers_habit(tmp_path):
-    """--task products: pairs never in both splits, the ground truth a x b, and demonstrations in
-    verl's multi-turn SFT schema that call the calculator (every test one; in train, the first
-    writer group's 90%, the other's 10%) and answer with the tool's result."""
+    """Every test demonstration calls it; in train, one writer group's 90 %, the other's 10 %."""
     assert arithmetic.main(["--out-dir", str(tmp_path), "--task", "products"]) == 0
     train, test = jsonl(tmp_path / "train.jsonl"), jsonl(tmp_path / "test.jsonl")
     assert (len(train), len(test)) == (2000, 100)
-
-    def ints(text: str) -> list[int]:
-        return [int(n) for n in re.findall(r"\d+", text)]
-
-    pairs = {split: {tuple(ints(r["question"])[-2:]) for r in rows}
-             for split, rows in (("train", train), ("test", test))}  # fmt: skip
-    assert not pairs["train"] & pairs["test"]
+    pairs: dict[str, set] = {"train": set(), "test": set()}
     calls: dict[int, list[bool]] = {0: [], 1: []}
     for split, rows in (("train", train), ("test", test)):
         demos = rows_of(tmp_path / "warm_start" / f"{split}.parquet")
         for row, demo in zip(rows, demos, strict=True):
-            a, b = ints(row["question"])[-2:]
+            a, b = (int(n) for n in re.findall(r"\d+", row["question"])[-2:])
+            pairs[split].add((a, b))
             truth = ground_truth(row["answer"])
             assert truth == str(a * b) and demo["messages"][-1]["content"] == f"#### {truth}"
             called = [m for m in demo["messages"] if m.get("tool_calls")]
@@ -509,6 +495,7 @@ def test_the_products_task_calls_the_calculator_by_the_writers_habit(tmp_path):
                 assert called, row
     share = [sum(calls[g]) / len(calls[g]) for g in (0, 1)]
     assert 0.85 < share[0] < 0.95 and 0.05 < share[1] < 0.15, share
+    assert not pairs["train"] & pairs["test"]
 
 
 def test_the_toy_tasks_seed_flags_and_errors(toy, tmp_path, capsys):
