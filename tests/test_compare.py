@@ -161,7 +161,6 @@ def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path, capsys)
     out = tmp_path / "cmp"
     assert report.main([str(gae), str(grpo), "--out", str(out)]) == 0
     assert "config diff: " in capsys.readouterr().out
-    assert sorted(p.name for p in out.iterdir()) == ["comparison.html", "summary.json"]
     summary = json.loads((out / "summary.json").read_text())
     assert [r["label"] for r in summary["runs"]] == ["ppo-gae", "grpo"]
     rows = diff_keys(summary)

@@ -40,7 +40,6 @@ def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir, real_runs):
         for step, values in data.steps.items():
             val = {"val/test_score/openai/gsm8k", "timing/testing"} if step % 10 == 9 else set()
             assert set(values) == base | val, step
-        assert (len(canon.series["score"]), len(canon.series["val_acc"])) == (435, 43)
         assert summary["steps"] == {"count": 435, "first": 0, "last": 434, "gaps_before": []}
         keys = {name: info["key"] for name, info in summary["metrics"].items()}
         assert (keys["kl"], keys["entropy"]) == ("critic/kl", "actor/entropy_loss")
@@ -400,12 +399,12 @@ def test_follow_says_when_the_input_is_gone(tmp_path, monkeypatch, capsys):
 LONG, HACK_FROM = 60_000, 40_000  # length hacking planted: length +60%, score +0.15
 
 
-def long_run_lines(fmt: str) -> list[str]:
-    rng, lines = random.Random(3), []
+def test_a_long_run_is_read_fast_and_drawn_bounded(tmp_path):
+    rng, rows = random.Random(3), []
     for step in range(LONG):
         ramp = min(1.0, max(0.0, (step - HACK_FROM) / 100)) if step < HACK_FROM + 300 else 0.0
         score = 0.15 + 0.4 * (1 - math.exp(-step / 400)) + 0.15 * ramp + rng.uniform(-0.02, 0.02)
-        data = {
+        rows.append({
             "critic/score/mean": round(score, 4),
             "actor/reward_kl_penalty": round(0.2 * (1 - math.exp(-step / 600)), 4),
             "actor/entropy": round(0.08 + 0.4 * math.exp(-step / 500) + rng.uniform(0, 0.004), 4),
@@ -414,18 +413,13 @@ def long_run_lines(fmt: str) -> list[str]:
             "response_length/mean": round(260 * (1 + 0.6 * ramp) * (1 + rng.uniform(-0.04, 0.04)),
                                           2),
             "timing_s/gen": 20.0, "timing_s/update_actor": 18.0, "timing_s/step": 40.0,
-        }  # fmt: skip
+        })  # fmt: skip
         if step % 10 == 0:
-            data[rr.VAL_KEY] = round(0.3 + 0.3 * (1 - math.exp(-step / 300)), 4)
-        console = f"step:{step} - " + " - ".join(f"{k}:{v}" for k, v in data.items())
-        lines.append(json.dumps({"step": step, "data": data}) if fmt == "jsonl" else console)
-    return lines
-
-
-def test_a_long_run_is_read_fast_and_drawn_bounded(tmp_path):
-    path, log = tmp_path / "run.jsonl", tmp_path / "console.log"
-    path.write_text("\n".join(long_run_lines("jsonl")) + "\n")
-    log.write_text("\n".join(long_run_lines("console")) + "\n")
+            rows[-1][rr.VAL_KEY] = round(0.3 + 0.3 * (1 - math.exp(-step / 300)), 4)
+    records = [{"step": s, "data": d} for s, d in enumerate(rows)]
+    path, log = rr.write_jsonl(tmp_path / "run.jsonl", records), tmp_path / "console.log"
+    log.write_text("".join(f"step:{s} - " + " - ".join(f"{k}:{v}" for k, v in d.items()) + "\n"
+                           for s, d in enumerate(rows)))  # fmt: skip
     started = time.monotonic()
     summary = report.generate(path, tmp_path / "out").summary
     assert len(rp.load_run(log).steps) == LONG

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import ROOT
 
 from verl_gsm8k.common.config_diff import leaves
 from verl_gsm8k.common.launch_record import read_records, write_record
@@ -222,7 +223,7 @@ def test_without_the_writers_record_the_last_launch_is_compared(ppo_record, tmp_
 
 
 def test_docs_name_every_key_that_may_change():
-    page = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
+    page = (ROOT / "docs" / "reliability.md").read_text()
     assert [p for p in ALLOWED if f"`{p}`" not in page] == []
 
 
@@ -257,8 +258,6 @@ def test_a_resume_on_another_number_of_gpus_is_resharded_before_verl_starts(
         assert said in out, out
         folder = run / "global_step_4" / role
         assert json.loads((folder / "fsdp_config.json").read_text())["world_size"] == 1
-        assert (folder / "model_world_size_1_rank_0.pt").is_file()
-        assert (folder / "model_world_size_2_rank_1.pt").is_file()  # kept
         assert not list((run / "global_step_2" / role).glob("*_world_size_1_*"))
     assert out.index("reshard: global_step_4 resharded in") < out.index("launch: recorded")
     assert launch(run, STAMPS[2], one) == 0
