@@ -156,15 +156,15 @@ def test_synthetic_run_phases_memory_and_val_aux(tmp_path):
         info = summary["metrics"][f"val_{key}"]
         assert info["key"] == f"val-aux/openai/gsm8k/{key}/mean@1"
         assert info["points"] == rr.STEPS // 10 and info["median"] == value
-    page = report.render_html("run", canon, [], {**summary, "generated_at": ""})
-    assert {n for n, _ in rr.parse_svgs(page)["memory"]["names"]} == {
+    svgs = rr.parse_svgs(report.render_html("run", canon, [], {**summary, "generated_at": ""}))
+    assert {n for n, _ in svgs["memory"]["names"]} == {
         "actor", "actor reserved", "critic", "critic reserved"}  # fmt: skip
-    assert len(rr.parse_svgs(page)["val_aux"]["names"]) == 3
-    assert "tools" not in rr.parse_svgs(page)  # no tool launch: a note, no chart
+    assert len(svgs["val_aux"]["names"]) == 3
+    assert "tools" not in svgs  # no tool launch: a note, no chart
+    shares = {"called": 0.5, "errors": 0.1, "acc_called": 0.4, "acc_not_called": 0.2}
     for step, record in enumerate(records[1:], 1):  # a tool launch's (TOOLS): drawn per step
-        shares = {"called": 0.5, "errors": 0.1, "acc_called": 0.4, "acc_not_called": 0.2}
-        record["data"] |= {f"tools/{k}": v for k, v in shares.items()}
-        record["data"]["num_turns/mean"] = 3.0 + step % 2
+        record["data"] |= {f"tools/{k}": v for k, v in shares.items()} | {
+            "num_turns/mean": 3.0 + step % 2}  # fmt: skip
     canon, _, summary = rr.analyse_records(tmp_path / "tools", records)[1:]
     svgs = rr.parse_svgs(report.render_html("run", canon, [], {**summary, "generated_at": ""}))
     assert {n for n, _ in svgs["tools"]["names"]} >= {"called", "errors", "accuracy, called",

@@ -344,13 +344,13 @@ def turns(reply: str, answer: str) -> str:
 def test_a_multi_turn_response_is_scored_by_its_last_answer_not_the_tools_reply():
     from verl_gsm8k.ppo_trainer.tool_stats import tool_metrics
 
-    right = rg.compute_score("openai/gsm8k", turns("3456", "#### 3456"), "3456")
+    right = call(STRICT, turns("3456", "#### 3456"), "3456")
     assert (right["score"], right["tool_calls"], right["tool_errors"]) == (1.0, 1.0, 0.0)
-    echoed = rg.compute_score("openai/gsm8k", turns("#### 3456", "I am not sure."), "3456")
+    echoed = call(STRICT, turns("#### 3456", "I am not sure."), "3456")
     assert (echoed["score"], echoed["pred_found"]) == (0.0, 0.0)  # the reply is not an answer
-    failed = rg.compute_score("openai/gsm8k", turns("error: not arithmetic: x", "#### 1"), "3456")
+    failed = call(STRICT, turns("error: not arithmetic: x", "#### 1"), "3456")
     assert (failed["score"], failed["tool_calls"], failed["tool_errors"]) == (0.0, 1.0, 1.0)
-    plain = rg.compute_score("openai/gsm8k", "#### 3456", "3456")
+    plain = call(STRICT, "#### 3456", "3456")
     assert (plain["score"], plain["tool_calls"]) == (1.0, 0.0)
     step = tool_metrics([right, echoed, failed, plain])  # the trainer's per-step metrics
     assert step == {"tools/called": 0.75, "tools/calls": 0.75, "tools/errors": 0.25,
