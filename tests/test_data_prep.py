@@ -196,40 +196,32 @@ def test_a_malformed_row_is_one_line_naming_file_and_line(tmp_path, line):
     assert "\n" not in str(bad.value)
 
 
-@pytest.mark.parametrize("module", [gsm8k, sft])
-def test_bad_input_writes_nothing_and_exits_2(tmp_path, earlier, capsys, module):
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, earlier, capsys):
     src = source(tmp_path / "src", {"test": "\n".join([GOOD, GOOD, "", "{}"]) + "\n"})
-    out, hub = outputs(tmp_path, earlier)
-    before = snapshot(tmp_path)
-    hub_flag = ["--hub-layout-dir", hub] * (module is gsm8k)
-    code, stdout, stderr = cli(module, capsys, src, out, *hub_flag)
-    name = module.__name__
-    assert (code, stdout) == (2, "")
-    assert stderr == f"{name}: {src / 'test.jsonl'}:4: missing or empty 'question' field\n"
-    assert snapshot(tmp_path) == before
-
-
-def test_a_bad_parquet_row_or_source_is_one_line(tmp_path, capsys):
-    (tmp_path / "hub" / "main").mkdir(parents=True)
+    (tmp_path / "pq" / "main").mkdir(parents=True)
     for split, rows in SYNTHETIC.items():
         rows = rows[:1] + [{"question": "Q?", "answer": None}] * (split == "test") + rows[1:]
-        pq.write_table(pa.Table.from_pylist(rows), tmp_path / "hub" / "main" /
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / "pq" / "main" /
                        f"{split}-00000-of-00001.parquet")  # fmt: skip
     (tmp_path / "file.jsonl").write_text(GOOD + "\n")
     source(tmp_path / "empty", {"train": ""})
     source(tmp_path / "latin1", {"train": ""})
     (tmp_path / "latin1" / "train.jsonl").write_bytes(GOOD.encode() + b"\n\xff\n")
+    out, hub = outputs(tmp_path, earlier)
+    before = snapshot(tmp_path)
     cases = {
-        "hub": f"{tmp_path}/hub/main/test-00000-of-00001.parquet:row 2: missing or empty "
+        "src": f"data_prep.gsm8k: {src / 'test.jsonl'}:4: missing or empty 'question' field\n",
+        "pq": f"{tmp_path}/pq/main/test-00000-of-00001.parquet:row 2: missing or empty "
         "'answer' field",
         "missing": "no such directory", "file.jsonl": "must be a directory",
         "empty": "train.jsonl: no rows", "": "no train.jsonl, main/train-00000-of-00001.parquet",
         "latin1": f"{tmp_path}/latin1/train.jsonl:2: not UTF-8 text",
     }  # fmt: skip
     for name, message in cases.items():
-        code, _, err = cli(gsm8k, capsys, tmp_path / name, tmp_path / "o")
-        assert code == 2 and err.count("\n") == 1 and message in err, err
-    assert not (tmp_path / "o").exists()
+        code, printed, err = cli(gsm8k, capsys, tmp_path / name, out, "--hub-layout-dir", hub)
+        assert (code, printed, err.count("\n")) == (2, "", 1) and message in err, err
+    assert cli(sft, capsys, src, tmp_path / "o") == (2, "", cases["src"].replace("gsm8k", "sft"))
+    assert snapshot(tmp_path) == before and not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("bad", ["hub", "out"])

@@ -11,7 +11,6 @@ import yaml
 from helpers import ROOT
 from report_runs import EXPLODING_CRITICS, HEALTHY_CRITICS
 
-from verl_gsm8k.common import run_dir
 from verl_gsm8k.guard.rules import (
     IDENTICAL_METRIC,
     REPEATED_METRIC,
@@ -296,7 +295,7 @@ def test_a_resumed_run_replays_its_history():
     assert check(skipped, with_(**{"actor/entropy": 0.008}))[0].rule == "entropy_collapse"
 
 
-def test_the_message_names_metric_value_threshold_step_and_checkpoint(tmp_path):
+def test_the_message_names_metric_value_threshold_step_and_checkpoint():
     trip = Trip("kl_spike", "actor/kl_loss", 3.41,
                 "> 10 x median of last 10 healthy steps (0.0031)")  # fmt: skip
     line = trip.message(12, 10, marked=11)
@@ -309,10 +308,9 @@ def test_the_message_names_metric_value_threshold_step_and_checkpoint(tmp_path):
     assert trip.message(3, None).endswith("resume or merge from: none yet")
     nan = Trip("non_finite", "actor/pg_loss", math.nan, "not finite")
     assert "from step 12's update;" in nan.message(12, None)
-    run_dir.append_trip(tmp_path, nan.record(12, None, "20261125T101500Z", "stop"))
-    (read,) = run_dir.read_trips(tmp_path)
-    assert math.isnan(read.pop("value"))
-    assert read == {"launch": "20261125T101500Z", "step": 12, "rule": "non_finite",
+    record = nan.record(12, None, "20261125T101500Z", "stop")  # written: test_run_dir's
+    assert math.isnan(record.pop("value"))
+    assert record == {"launch": "20261125T101500Z", "step": 12, "rule": "non_finite",
                     "metric": "actor/pg_loss", "threshold": "not finite", "action": "stop",
                     "weights": "update", "last_healthy_checkpoint": None,
                     "sick_checkpoint": None, "message": nan.message(12, None)}  # fmt: skip
