@@ -224,18 +224,18 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, earlier, caps
     assert snapshot(tmp_path) == before and not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("bad", ["hub", "out"])
-def test_an_unwritable_output_is_found_before_anything_is_replaced(tmp_path, earlier, bad, capsys):
+def test_an_unwritable_output_is_found_before_anything_is_replaced(tmp_path, earlier, capsys):
     src = source(tmp_path / "src", {"train": GOOD + "\n"})  # other rows: a rename would show
     out, hub = outputs(tmp_path, earlier)
     (tmp_path / "a-file").write_text("a file where a directory is needed\n")
     before = snapshot(tmp_path)
-    args = {"out": out, "hub": hub, bad: tmp_path / "a-file" / "sub"}  # not even root makes it
-    code, _, err = cli(gsm8k, capsys, src, args["out"], "--hub-layout-dir", args["hub"])
-    assert code == 2 and err.count("\n") == 1, err
-    assert err.startswith(f"data_prep.gsm8k: cannot write {tmp_path}/a-file/sub/")
-    assert err.endswith(f": {tmp_path / 'a-file'} is not a directory\n")
-    assert snapshot(tmp_path) == before
+    for bad in ("hub", "out"):
+        args = {"out": out, "hub": hub, bad: tmp_path / "a-file" / "sub"}  # not even root can
+        code, _, err = cli(gsm8k, capsys, src, args["out"], "--hub-layout-dir", args["hub"])
+        assert code == 2 and err.count("\n") == 1, err
+        assert err.startswith(f"data_prep.gsm8k: cannot write {tmp_path}/a-file/sub/")
+        assert err.endswith(f": {tmp_path / 'a-file'} is not a directory\n")
+        assert snapshot(tmp_path) == before
     code, _, err = cli(sft, capsys, src, tmp_path / "a-file" / "sub")
     assert code == 2 and err.startswith(f"data_prep.sft: cannot write {tmp_path}/a-file/sub/")
 
