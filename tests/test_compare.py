@@ -286,39 +286,26 @@ def test_unique_labels(tmp_path):
     assert unique_labels([Path(".")])[0] == Path.cwd().name
 
 
-def _bad(tmp_path: Path, case: str) -> tuple[list[str], str]:
-    good = make_run(tmp_path, "good")
-    if case == "missing":
-        return [str(good), str(tmp_path / "nope")], f"input not found: {tmp_path / 'nope'}"
-    if case == "no metrics":
-        (tmp_path / "empty").mkdir()
-        return [str(good), str(tmp_path / "empty")], "no metrics/*.jsonl in directory"
-    if case == "empty metrics":
-        return [str(good), str(rr.write_run(tmp_path / "started", []))], "no metrics could be read"
-    if case == "same run":
-        return [str(good), str(tmp_path / "good" / ".." / "good")], "are the same run"
-    if case == "nothing shared":
-        odd = rr.write_run(tmp_path / "odd", [{"step": 1, "data": {"x/unknown": 1.0}}])
-        return [str(good), str(odd)], "the runs have no metric in common"
-    if case == "bad record":
-        broken = make_run(tmp_path, "broken", None)
-        (broken / "launches").mkdir()
-        (broken / "launches" / "launch-20250101T000000Z.yaml").write_text("format: 1\n")
-        return [str(good), str(broken)], "launch-20250101T000000Z.yaml: not a launch record"
-    raise AssertionError(case)
-
-
-@pytest.mark.parametrize(
-    "case", ["missing", "no metrics", "empty metrics", "same run", "nothing shared", "bad record"]
-)
-def test_bad_input_exits_2_and_writes_nothing(tmp_path, case: str, capsys):
-    args, expected = _bad(tmp_path, case)
-    out = tmp_path / "cmp"
-    assert report.main([*args, "--out", str(out)]) == 2
-    printed, err = capsys.readouterr()
-    (line,) = err.strip().splitlines()
-    assert line.startswith("verl_gsm8k.report: error: ") and expected in line and printed == ""
-    assert not out.exists()
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
+    good, nope = make_run(tmp_path, "good"), tmp_path / "nope"
+    (tmp_path / "empty").mkdir()
+    broken = make_run(tmp_path, "broken", None)
+    (broken / "launches").mkdir()
+    (broken / "launches" / "launch-20250101T000000Z.yaml").write_text("format: 1\n")
+    cases = {
+        nope: f"input not found: {nope}", tmp_path / "empty": "no metrics/*.jsonl in directory",
+        rr.write_run(tmp_path / "started", []): "no metrics could be read",
+        tmp_path / "good" / ".." / "good": "are the same run",
+        rr.write_run(tmp_path / "odd", [{"step": 1, "data": {"x/unknown": 1.0}}]):
+            "the runs have no metric in common",
+        broken: "launch-20250101T000000Z.yaml: not a launch record",
+    }  # fmt: skip
+    for other, expected in cases.items():
+        assert report.main([str(good), str(other), "--out", str(tmp_path / "cmp")]) == 2
+        printed, err = capsys.readouterr()
+        (line,) = err.strip().splitlines()
+        assert line.startswith("verl_gsm8k.report: error: ") and expected in line and printed == ""
+        assert not (tmp_path / "cmp").exists()
 
 
 def test_follow_takes_one_input_and_the_default_out_dir(two_runs, tmp_path, monkeypatch, capsys):
