@@ -71,10 +71,6 @@ def test_nan_and_null_values_are_where_the_run_turned(tmp_path):
     spans = [(f.check, f.severity, f.start_step, f.end_step) for f in findings]
     assert spans == [("non_finite", "error", 150, 160), ("non_finite", "error", 170, 170),
                      ("skipped_update", "warning", 171, 171)]  # fmt: skip
-    turned = findings[0]
-    assert (turned.metric, turned.evidence["key"], turned.evidence["step_before"]) == (
-        "pg_loss", "actor/pg_loss", 149)  # fmt: skip
-    assert turned.message.startswith("non_finite at step 150 and the 10 trained steps to 160: ")
 
 
 def test_every_response_at_the_runs_limit_is_a_length_collapse():
