@@ -60,13 +60,6 @@ def make_run(root: Path, name: str, algo: str | None = "gae", stamp: str = "2025
     return run
 
 
-def write_evals(run: Path, rows: list[dict[str, Any]]) -> Path:
-    path = run / "checkpoint_eval" / "comparison.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"results": rows}))
-    return path
-
-
 def verl_line(threads: str, stamp: str, config: str) -> str:
     env = {"ATTENTION": "auto", "OMP_NUM_THREADS": threads, "GSM8K_LAUNCH_ID": f"{stamp}-1-h",
            "VERL_FILE_LOGGER_PATH": f"/r/{stamp}.jsonl"}  # fmt: skip
@@ -137,7 +130,7 @@ def test_config_dump_read_safely_from_a_console_log(tmp_path):
 
 def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path, capsys):
     gae, grpo = two_runs
-    write_evals(gae, [
+    rr.write_evals(gae, [
         {"step": 0, "model": "base", "mode": "training", "accuracy": 0.33,
          "our_reward_accuracy": 0.31, "n": 100},
         {"step": 0, "model": "base", "mode": "evalscope", "accuracy": 0.40,

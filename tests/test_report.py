@@ -183,17 +183,14 @@ def test_synthetic_run_phases_memory_and_val_aux(tmp_path):
 def test_checkpoint_evaluations_drawn_over_validation(tmp_path):
     run = tmp_path / "run"
     rr.write_jsonl(run / "metrics" / "metrics-1.jsonl", rr.build_run())
-    evals_file = run / "checkpoint_eval" / "comparison.json"
-    rows = [
+    evals_file = rr.write_evals(run, [
         {"step": 0, "model": "base", "mode": "training", "accuracy": 0.35,
          "our_reward_accuracy": 0.28, "n": 50},
         {"step": 0, "model": "base", "mode": "evalscope", "accuracy": 0.40},  # another prompt
         {"step": 200, "model": "s200", "mode": "training", "accuracy": 0.6,
          "our_reward_accuracy": 0.55, "n": 50},
         {"step": 150, "model": "s150", "mode": "training", "accuracy": None, "error": "boom"},
-    ]  # fmt: skip
-    evals_file.parent.mkdir(parents=True)
-    evals_file.write_text(json.dumps({"results": rows}))
+    ])  # fmt: skip
     result = report.generate(run, tmp_path / "out")
     evals = result.summary["checkpoint_evals"]
     assert [(r["step"], r["our_reward_accuracy"], r["accuracy"]) for r in evals["rows"]] == [
