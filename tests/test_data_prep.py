@@ -149,11 +149,6 @@ def test_the_hub_layout_reads_back_as_the_same_rows(tmp_path, capsys):
     assert snapshot(hub) == snapshot(write_hub_layout(load_source(str(src)), tmp_path / "h2"))
     assert sorted(snapshot(hub)) == ["README.md", "main/test-00000-of-00001.parquet",
                                      "main/train-00000-of-00001.parquet"]  # fmt: skip
-    assert (hub / "README.md").read_text().split("---\n")[1] == (
-        "configs:\n- config_name: main\n  data_files:\n  - split: train\n"
-        "    path: main/train-00000-of-00001.parquet\n  - split: test\n"
-        "    path: main/test-00000-of-00001.parquet\n"
-    )
     loaded = datasets.load_dataset(str(hub), "main", cache_dir=str(tmp_path / "cache"))
     assert {split: loaded[split].to_list() for split in loaded} == SYNTHETIC
     assert cli(gsm8k, capsys, hub, tmp_path / "b")[0] == 0
