@@ -131,7 +131,6 @@ def test_rows_prompts_and_ground_truths_of_both_styles(tmp_path, capsys):
          {"role": "user", "content": r["question"]}] for r in SYNTHETIC["train"]
     ]  # fmt: skip
     assert {r["agent_name"] for r in rows} == {"tool_agent"}
-    assert build_prompt("{x}", "boxed") == gsm8k.PROMPT_STYLES["boxed"].format(question="{x}")
     with pytest.raises(ValueError, match="unknown prompt style"):
         build_prompt("Q?", "latex")
     (tmp_path / "only-test").mkdir()
