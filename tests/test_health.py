@@ -86,7 +86,6 @@ def test_every_response_at_the_runs_limit_is_a_length_collapse():
 
 
 def test_thresholds_are_tunable(tmp_path):
-    """A stricter entropy bar makes the healthy run's ordinary decline fire."""
     path = write_jsonl(tmp_path / "m.jsonl", build_run())
     assert rs.analyse(path)[2] == []
     strict = replace(THRESHOLDS, entropy_fraction=0.5)
