@@ -113,6 +113,11 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
+def write_evals(run: Path, rows: list[dict[str, Any]]) -> Path:
+    """A checkpoint sweep's comparison.json in ``run`` holding ``rows``."""
+    return write_jsonl(run / "checkpoint_eval" / "comparison.json", [{"results": rows}])
+
+
 def write_run(run: Path, records: list[dict[str, Any]] | None = None) -> Path:
     """A run directory whose metrics segment holds ``records`` (``build_run()`` unless given)."""
     write_jsonl(run / SEGMENT, build_run() if records is None else records)

@@ -291,20 +291,15 @@ def test_verls_reward_loop_worker_runs_our_function(tiny_model_dir):
     from verl.experimental.reward_loop import RewardLoopWorker
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    chat = [{"role": "user", "content": "How many clips did Natalia sell?"}]
-    prompt = tok(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False),
-                 add_special_tokens=False)["input_ids"][-48:]  # fmt: skip
-    rows, masks, left = [], [], 48 - len(prompt)
+    rows, masks = [], []  # the manager decodes the responses the mask's tail keeps; no prompt
     for response, _ in BATCH:
         ids = tok(response, add_special_tokens=False)["input_ids"]
         assert tok.decode(ids, skip_special_tokens=True) == response
-        ids, pad = (ids + [tok.eos_token_id])[:64], [tok.pad_token_id]
-        rows.append(pad * left + prompt + ids + pad * (64 - len(ids)))
-        masks.append([0] * left + [1] * (len(prompt) + len(ids)) + [0] * (64 - len(ids)))
-    ids = torch.tensor(rows)
+        ids = (ids + [tok.eos_token_id])[:64]
+        rows.append(ids + [tok.pad_token_id] * (64 - len(ids)))
+        masks.append([1] * len(ids) + [0] * (64 - len(ids)))
     data = DataProto.from_dict(
-        tensors={"prompts": ids[:, :48], "responses": ids[:, 48:], "input_ids": ids,
-                 "attention_mask": torch.tensor(masks)},
+        tensors={"responses": torch.tensor(rows), "attention_mask": torch.tensor(masks)},
         non_tensors={"data_source": np.array(["openai/gsm8k"] * len(BATCH), dtype=object),
                      "reward_model": np.array([{"style": "rule", "ground_truth": t}
                                                for _, t in BATCH], dtype=object)},
@@ -344,13 +339,13 @@ def turns(reply: str, answer: str) -> str:
 def test_a_multi_turn_response_is_scored_by_its_last_answer_not_the_tools_reply():
     from verl_gsm8k.ppo_trainer.tool_stats import tool_metrics
 
-    right = rg.compute_score("openai/gsm8k", turns("3456", "#### 3456"), "3456")
+    right = call(STRICT, turns("3456", "#### 3456"), "3456")
     assert (right["score"], right["tool_calls"], right["tool_errors"]) == (1.0, 1.0, 0.0)
-    echoed = rg.compute_score("openai/gsm8k", turns("#### 3456", "I am not sure."), "3456")
+    echoed = call(STRICT, turns("#### 3456", "I am not sure."), "3456")
     assert (echoed["score"], echoed["pred_found"]) == (0.0, 0.0)  # the reply is not an answer
-    failed = rg.compute_score("openai/gsm8k", turns("error: not arithmetic: x", "#### 1"), "3456")
+    failed = call(STRICT, turns("error: not arithmetic: x", "#### 1"), "3456")
     assert (failed["score"], failed["tool_calls"], failed["tool_errors"]) == (0.0, 1.0, 1.0)
-    plain = rg.compute_score("openai/gsm8k", "#### 3456", "3456")
+    plain = call(STRICT, "#### 3456", "3456")
     assert (plain["score"], plain["tool_calls"]) == (1.0, 0.0)
     step = tool_metrics([right, echoed, failed, plain])  # the trainer's per-step metrics
     assert step == {"tools/called": 0.75, "tools/calls": 0.75, "tools/errors": 0.25,
