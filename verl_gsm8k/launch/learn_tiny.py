@@ -1,10 +1,5 @@
-"""learn_tiny's hooks (recipes/learn_tiny.sh): the algorithm's config, the toy task, the warm start.
-
-First use builds, cached under CACHE_DIR/learn-tiny/v2[/products]/seed$SEED: the toy task
-(data_prep.arithmetic in GSM8K's format, then verl's RL parquet by data_prep.gsm8k) and the warm
-start (verl's SFT trainer by recipes/sft_qwen2.5-0.5b_gsm8k.sh, its last step merged by
-scripts/merge.sh). At the end the report shows validation accuracy at step 0 and last.
-"""
+"""learn_tiny's hooks (recipes/learn_tiny.sh): the algorithm's config; the toy task and the warm
+start, built once and cached under CACHE_DIR/learn-tiny/; the report at the end."""
 
 from __future__ import annotations
 
@@ -20,11 +15,9 @@ from verl_gsm8k.launch.plan import CONFIG_DIR, ROOT, Plan, Values
 
 CACHE_VERSION = 2  # bumped when the toy task or the warm start changes: an older cache is unused
 # TOY_TASK -> what it is, data_prep.arithmetic's arguments, the warm start (SFT steps, example
-# length, and for products its early end), the cache subfolder and the launch's own defaults.
-# easy: a converged warm start (does it learn?); products: two-digit products handed to the
-# calculator (does it learn the tool? docs/tools.md). The copy into the calculator's call is
-# learned suddenly, hundreds of steps apart from seed to seed: that warm start validates every 100
-# steps and ends once its loss is under 0.1, by 1500 steps at most.
+# length, its early end), the cache subfolder and the launch's own settings. easy: a converged
+# warm start (does it learn?); products: two-digit products handed to the calculator (does it
+# learn the tool? docs/tools.md, "On the CPU", on its warm start's end and sampled validation).
 TOY = {
     "easy": dict(what="sums up to 4 + 4", task=["--max-operand", "4"], steps="400",
                  length="160", sub=""),
@@ -34,8 +27,6 @@ TOY = {
                      launch={"TOOLS": "calculator", "MAX_PROMPT_LENGTH": "256",
                              "MAX_RESPONSE_LENGTH": "80", "TOTAL_TRAINING_STEPS": "10",
                              "ACTOR_LR": "1e-3"},
-                     # greedy, the warm start already calls the tool on nearly every question:
-                     # validation samples 4 answers a question, as training does
                      overrides=["actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
                                 "actor_rollout_ref.rollout.val_kwargs.n=4"]),
 }  # fmt: skip

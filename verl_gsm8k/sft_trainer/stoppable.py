@@ -1,9 +1,7 @@
-"""verl's SFTTrainer, saving the step in flight on a stop request and ending the run (exit 5), or
-once a validation loss fell under gsm8k_sft.stop_val_loss (exit 0: the warm start of a task
-learned suddenly, at a step that differs from seed to seed). fit has no hook: after
-training_client.train_batch (~388) the ranks agree on a stop (all-reduce) and the total becomes
-this step, so is_last_step (~412) saves it; infer_batch (~421) gives the validation losses;
-ckpt_handler.save_checkpoint (~443): rank 0 stamps the step directory."""
+"""verl's SFTTrainer ending, the step saved, on a stop request (exit 5) or after a validation loss
+under gsm8k_sft.stop_val_loss (exit 0). fit has no hook: after training_client.train_batch (~388)
+the ranks agree (all-reduce) and the total becomes this step, so is_last_step (~412) saves it;
+infer_batch (~421) gives the losses; save_checkpoint (~443): rank 0 stamps the step."""
 
 from pathlib import Path
 from typing import Any
