@@ -294,10 +294,9 @@ def test_the_launch_runs_at_the_budget_that_fits_the_card(qwen_shaped_model, pre
     bin_dir = fake_nvidia_smi(tmp_path / "bin", [("NVIDIA GeForce RTX 4090", 24564)])
 
     def dry_run(*args: str, **knobs: str):
-        env = recipe_env(  # no checkpoint: the disk check would read this machine's free space
-            qwen_shaped_model, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1", SAVE_FREQ="-1",
-            KEEP_BEST="0",
-        )
+        # no checkpoint, no best one kept: the disk check would read this machine's free space
+        env = recipe_env(qwen_shaped_model, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1",
+                         SAVE_FREQ="-1", KEEP_BEST="0")  # fmt: skip
         env.update(knobs, PATH=f"{bin_dir}:{env['PATH']}")
         return launch_in_process("ppo_qwen2.5-0.5b_gsm8k", env, *args)
 
