@@ -1,5 +1,5 @@
-"""scripts/eval.sh: EvalScope over an OpenAI stub (also vllm serve's stand-in) right on 2 of 3
-(both scorers must read 2/3); the transformers backend and a real vllm serve (slow)."""
+"""scripts/eval.sh over an OpenAI stub (also vllm serve's stand-in) right on 2 of 3; the
+transformers backend and a real vllm serve (slow)."""
 
 import contextlib
 import dataclasses
@@ -69,6 +69,12 @@ def fake_vllm(folder: Path, body: str) -> Path:
     (script := folder / "fake-vllm").write_text(f"#!/usr/bin/env bash\n{body}\n")
     script.chmod(0o755)
     return script
+
+
+def hanging_vllm(folder: Path, child: Path) -> Path:
+    """A fake vllm that starts a child (its pid in ``child``) and never answers."""
+    return fake_vllm(folder, f'sleep 300 & echo $! > "{child}.tmp"; mv "{child}.tmp" "{child}"; '
+                     "echo loading; wait")  # fmt: skip
 
 
 def stub_vllm(tmp_path: Path, before: str = "") -> tuple[Path, dict[str, str]]:
@@ -161,8 +167,7 @@ def test_served_and_api_models_score_exactly_and_a_crashed_server_is_one_row(
     assert "server ready" in proc.stdout and "server stopped" in proc.stdout
     assert not alive(int((tmp_path / "server.pid").read_text()))
     assert "stub serving ppo" in (out / "logs" / "vllm-ppo.log").read_text()
-    # what the API was asked: greedy, --max-tokens, repetition_penalty 1.0 (not the model's
-    # generation_config), the training prompt exactly, and EvalScope's 4-shot boxed prompt
+    # greedy, repetition_penalty 1.0 (not the model's generation_config); EvalScope's 4-shot
     asked = {(r["temperature"], r["max_tokens"], r["repetition_penalty"]) for r in stub.requests}
     assert len(stub.requests) == 6 and asked == {(0, 64, 1.0)}
     prompts = {r["messages"][-1]["content"] for r in stub.requests}
@@ -189,17 +194,15 @@ def test_sampled_evaluation_reports_mean_and_pass_at_k(eval_env, small_gsm8k, tm
         assert row[key] == pytest.approx(2 / 3, abs=1e-4), key
     markdown = (out / "comparison.md").read_text()
     assert "sampled (3 answers per question, temperature 0.7" in markdown and "pass@k" in markdown
-    # no --run, no --max-tokens: the default, not called comparable to verl's validation
     assert "max_tokens 1024 (from the default (no --run, no --max-tokens))" in markdown
     assert "Comparable to this run's validation" not in markdown
-    # the questions page: a cell is the share of the K answers our reward credits (here 0 or 1)
+    # a cell: the share of the K answers our reward credits
     page = json.loads((out / "questions" / "summary.json").read_text())
     assert page["columns"] == ["stub-model"] and page["sampled"] is True
     assert sorted(row["shares"][0] for row in page["rows"]) == [0.0, 1.0, 1.0]
 
 
 def test_a_signal_stops_the_evaluation_and_its_server(eval_env, model, small_gsm8k, tmp_path):
-    """SIGINT while EvalScope waits on answers (130), SIGTERM while a server starts (143)."""
     fake, env = stub_vllm(tmp_path)
     args = ["--backend", "vllm", "--model", model, "--data", small_gsm8k, "--modes", "training"]
     # a suite started in the background (`make test &`) inherits SIGINT ignored: restore it
@@ -216,8 +219,7 @@ def test_a_signal_stops_the_evaluation_and_its_server(eval_env, model, small_gsm
     assert not alive(int((tmp_path / "server.pid").read_text()))
     assert not (tmp_path / "int" / "comparison.json").exists()
     child = tmp_path / "child.pid"
-    hang = fake_vllm(tmp_path / "hang", f'sleep 300 & echo $! > "{child}.tmp"; '
-                     f'mv "{child}.tmp" "{child}"; wait')  # fmt: skip
+    hang = hanging_vllm(tmp_path / "hang", child)
     waiting = run_eval(*args, "--vllm-bin", hang, "--out", tmp_path / "term", popen=True,
                        stderr=subprocess.PIPE)  # fmt: skip
     deadline = time.monotonic() + 60
@@ -232,8 +234,7 @@ def test_a_signal_stops_the_evaluation_and_its_server(eval_env, model, small_gsm
 def test_a_server_that_never_answers_times_out_and_its_group_is_gone(tmp_path):
     child = tmp_path / "child.pid"
     settings = ev.Settings(["training"], "vllm", "d", tmp_path, 8, "x", server_timeout=3,
-                           vllm_bin=str(fake_vllm(tmp_path, f'sleep 300 & echo $! > "{child}"; '
-                                                  "echo loading; wait")))  # fmt: skip
+                           vllm_bin=str(hanging_vllm(tmp_path, child)))  # fmt: skip
     started = time.monotonic()
     with pytest.raises(EvalError, match=r"did not answer .* within 3 s(.|\n)*\nloading"):
         served(ModelSpec("m", "m", path=str(tmp_path)), settings).__enter__()
@@ -244,7 +245,6 @@ def test_a_server_that_never_answers_times_out_and_its_group_is_gone(tmp_path):
 def test_the_transformers_backend_evaluates_and_a_failing_model_is_one_line(
     eval_env, tiny_model_dir, shared_gsm8k_dir, tmp_path
 ):
-    """The tiny model on the CPU; a model EvalScope cannot load is one line per mode."""
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{}")  # a directory, but no model_type
     out = tmp_path / "eval"
@@ -383,7 +383,6 @@ def settings_of(*argv: str) -> ev.Settings:
 
 
 def test_a_run_is_evaluated_at_its_own_response_limit_and_the_page_says_so(tmp_path):
-    """--run: max_tokens from data.max_response_length unless --max-tokens; only then comparable."""
     for run, lengths in ((tmp_path / "run", (128, 256)), (tmp_path / "bad", ("long",))):
         for i, length in enumerate(lengths):
             config = {"data": {"max_response_length": length, "val_files": ["/x/test.parquet"]}}
@@ -454,8 +453,6 @@ def test_a_rerun_sweep_keeps_its_rows_refuses_other_settings_and_marks_the_best(
 def test_the_calculator_mode_serves_the_tool_and_scores_the_last_answer(
     eval_env, model, small_gsm8k, tmp_path
 ):
-    """--modes training,calculator: vLLM's Hermes tool parser, the calculator's reply, the last
-    answer scored by our reward on the training mode's questions."""
     call = {"id": "c1", "type": "function",
             "function": {"name": "calculator", "arguments": '{"expression": "6*5"}'}}  # fmt: skip
     asks = {"role": "assistant", "content": "", "tool_calls": [call]}
