@@ -36,7 +36,6 @@ TRUTHS = {"train": ["7", "2400", "-7", "0.5"], "test": ["13", "1025"]}
 
 
 def cli(module, capsys, src, out, *args) -> tuple[int, str, str]:
-    """``python -m MODULE --source SRC --out-dir OUT ARGS`` in this process."""
     code = module.main([str(a) for a in ("--source", src, "--out-dir", out, *args)])
     out, err = capsys.readouterr()
     return code, out, err
@@ -61,6 +60,26 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 
 def jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def sft_dataset(path: Path, tokenizer, length: int, pad_mode: str = "no_padding"):
+    from omegaconf import OmegaConf
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    config = OmegaConf.create({"max_length": length, "truncation": "error", "pad_mode": pad_mode})
+    return MultiTurnSFTDataset([str(path)], tokenizer, config)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +124,6 @@ def earlier(tmp_path_factory) -> Path:
 
 
 def outputs(tmp_path: Path, earlier: Path) -> tuple[Path, Path]:
-    """Copies of earlier outputs (out, hub) under tmp_path, to be kept."""
     for name in ("out", "hub"):
         shutil.copytree(earlier / name, tmp_path / name)
     return tmp_path / "out", tmp_path / "hub"
@@ -303,12 +321,10 @@ def test_ground_truth(answer, truth):
 # verl reads what we write
 
 
-def test_verls_rlhf_dataset_reads_our_rows(full, shared_gsm8k_dir, tiny_model_dir, tmp_path):
+def test_verls_rlhf_dataset_reads_our_rows(full, shared_gsm8k_dir, tokenizer, tmp_path):
     from omegaconf import OmegaConf
-    from transformers import AutoTokenizer
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     config = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": 1024,
                                "filter_overlong_prompts": True, "truncation": "error",
                                "filter_overlong_prompts_workers": 1, "return_raw_chat": True,
@@ -319,8 +335,7 @@ def test_verls_rlhf_dataset_reads_our_rows(full, shared_gsm8k_dir, tiny_model_di
     items = [dataset[index] for index in indices]
     batch = collate_fn(items)
     for position, (item, index) in enumerate(zip(items, indices, strict=True)):
-        ids = tokenizer.apply_chat_template(item["raw_prompt"], add_generation_prompt=True)
-        text = tokenizer.decode(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        text = tokenizer.decode(chat_ids(tokenizer, item["raw_prompt"]))
         prompt, truth = src[index]["question"] + HASH, src[index]["answer"].split("#### ")[-1]
         assert text.startswith("<|im_start|>system\n")
         assert f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n" in text
@@ -358,15 +373,8 @@ def test_sft_rows_are_the_rl_prompt_and_the_solution(sft_out, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("pad_mode", ["no_padding", "right"])
-def test_the_sft_loss_covers_exactly_the_answer(sft_out, tiny_model_dir, pad_mode):
-    """Before the loss: the RL prompt as verl renders it; in it: the answer and its end marker."""
-    from omegaconf import OmegaConf
-    from transformers import AutoTokenizer
-    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    config = OmegaConf.create({"max_length": 256, "truncation": "error", "pad_mode": pad_mode})
-    dataset = MultiTurnSFTDataset([str(sft_out / "hash" / "train.parquet")], tokenizer, config)
+def test_the_sft_loss_covers_exactly_the_answer(sft_out, tokenizer, pad_mode):
+    dataset = sft_dataset(sft_out / "hash" / "train.parquet", tokenizer, 256, pad_mode)
     for index, src in enumerate(SYNTHETIC["train"]):
         item = dataset[index]
         ids, mask = item["input_ids"].tolist(), item["loss_mask"].tolist()
@@ -375,27 +383,17 @@ def test_the_sft_loss_covers_exactly_the_answer(sft_out, tiny_model_dir, pad_mod
             assert item["attention_mask"].tolist() == [1] * real + [0] * (len(ids) - real)
             assert set(mask[real:]) <= {0}
             ids, mask = ids[:real], mask[:real]
-        prompt = tokenizer.apply_chat_template([{"role": "user", "content": build_prompt(
-            src["question"])}], add_generation_prompt=True)  # fmt: skip
-        prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+        prompt = chat_ids(tokenizer, [{"role": "user", "content": build_prompt(src["question"])}])
         assert ids[: len(prompt)] == prompt
         assert mask == [0] * len(prompt) + [1] * (len(ids) - len(prompt))
         answer = tokenizer(src["answer"] + "<|im_end|>\n", add_special_tokens=False)["input_ids"]
         assert ids[len(prompt) :] == answer
 
 
-def test_verls_sft_dataset_reads_every_real_test_problem(shared_gsm8k_dir, tiny_model_dir,
-                                                          tmp_path):  # fmt: skip
-    from omegaconf import OmegaConf
-    from transformers import AutoTokenizer
-    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
-
+def test_verls_sft_dataset_reads_every_real_test_problem(shared_gsm8k_dir, tokenizer, tmp_path):
     assert sft.main(["--source", str(shared_gsm8k_dir), "--out-dir", str(tmp_path),
                      "--splits", "test"]) == 0  # fmt: skip
-    config = OmegaConf.create({"max_length": 2048, "truncation": "error", "pad_mode": "no_padding"})
-    dataset = MultiTurnSFTDataset(
-        [str(tmp_path / "test.parquet")], AutoTokenizer.from_pretrained(tiny_model_dir), config
-    )
+    dataset = sft_dataset(tmp_path / "test.parquet", tokenizer, 2048)
     assert len(dataset) == 1319
     for index in range(len(dataset)):  # raises where verl's per-turn check or max_length fails
         item = dataset[index]
@@ -412,9 +410,7 @@ def toy(tmp_path_factory) -> Path:
     return out
 
 
-def test_the_toy_task_has_every_sum_in_unseen_wordings(toy, tiny_model_dir, tmp_path, capsys):
-    from transformers import AutoTokenizer
-
+def test_the_toy_task_has_every_sum_in_unseen_wordings(toy, tokenizer, tmp_path, capsys):
     train, test = jsonl(toy / "train.jsonl"), jsonl(toy / "test.jsonl")
     assert (len(train), len(test)) == (25 * 40, 25 * 4)
     assert not {row["question"] for row in train} & {row["question"] for row in test}
@@ -429,7 +425,6 @@ def test_the_toy_task_has_every_sum_in_unseen_wordings(toy, tiny_model_dir, tmp_
     assert cli(gsm8k, capsys, toy, tmp_path / "rl")[0] == 0
     first = rows_of(tmp_path / "rl" / "test.parquet")[0]
     assert first["prompt"][0]["content"] == build_prompt(test[0]["question"])
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     assert max(len(tokenizer(row["question"]).input_ids) for row in test) <= 40
     assert len(tokenizer(test[0]["answer"]).input_ids) <= 16
 
@@ -457,7 +452,6 @@ def test_demonstrations_drop_the_marker_by_the_writers_habit_exactly(toy):
 
 
 def test_the_products_task_calls_the_calculator_by_the_writers_habit(tmp_path):
-    """Every test demonstration calls it; in train, one writer group's 90 %, the other's 10 %."""
     assert arithmetic.main(["--out-dir", str(tmp_path), "--task", "products"]) == 0
     train, test = jsonl(tmp_path / "train.jsonl"), jsonl(tmp_path / "test.jsonl")
     assert (len(train), len(test)) == (2000, 100)
