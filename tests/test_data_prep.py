@@ -275,9 +275,9 @@ def test_ctrl_c_while_writing_keeps_earlier_files_and_exits_130(tmp_path, earlie
 
 
 def test_an_unreachable_hub_fails_in_seconds_in_one_line(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")
-           and "proxy" not in k.lower()} | {"HF_ENDPOINT": "http://127.0.0.1:9",
-                                            "HF_HOME": str(tmp_path / "hf")}  # fmt: skip
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("HF_") and "proxy" not in k.lower()
+    } | {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
     start = time.monotonic()
     result = capture([sys.executable, "-m", "data_prep.gsm8k", "--out-dir", tmp_path / "o"], 2,
                      120, env=env, cwd=ROOT)  # fmt: skip

@@ -149,8 +149,7 @@ def test_a_hedge_or_an_expression_scores_zero_whichever_is_right(response, score
             assert (result["hedged"], result["pred_found"]) == (1, 1)
 
 
-PROPERTY = settings(max_examples=150, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ANY = st.one_of(
     st.none(), st.text(max_size=3000), st.integers(), st.floats(), st.binary(max_size=200),
     st.text(alphabet="0123456789.,-+$/#*%{}\\ \nboxedanswer<>:isx^²", max_size=500),
