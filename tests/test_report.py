@@ -65,7 +65,7 @@ def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir, real_runs):
         assert summary["thresholds"] == asdict(THRESHOLDS)  # the table it used
         vf_loss = [v for _, v in canon.series["vf_loss"]]  # at most 1.18 x its start
         assert max(vf_loss[1:]) / vf_loss[0] < THRESHOLDS.critic_loss_factor / 4, name
-    val256 = real_runs[rr.LOG_256][3]["validation"]  # the 512 log's: the page test's summary
+    val256 = real_runs[rr.LOG_256][3]["validation"]  # the 512 log's: in the page test
     assert (val256["best"], val256["final"]) == ({"value": 0.538, "step": 199, "also_at": [419]},
                                                  {"value": 0.526, "step": 429})  # fmt: skip
     # two lines of the 512 log's model text hold "step:" and are no metrics
@@ -74,7 +74,7 @@ def test_real_logs_are_read_step_by_step_and_summed(verl_logs_dir, real_runs):
 
 
 def test_real_log_page_has_every_chart(verl_logs_dir, real_runs, tmp_path, capsys):
-    """Every chart; in Chromium the curves read back from the DOM land on the logged values."""
+    """In Chromium the curves read back from the DOM land on the logged values."""
     out = tmp_path / "r512"
     assert report.main([str(verl_logs_dir / rr.LOG_512), "--out", str(out)]) == 0
     printed = capsys.readouterr()
@@ -130,8 +130,11 @@ def test_missing_chromium_skips_but_fails_under_ci(tmp_path, monkeypatch):
         browser.require_chromium()
 
 
+def svgs_of(canon, summary: dict) -> dict:
+    return rr.parse_svgs(report.render_html("run", canon, [], {**summary, "generated_at": ""}))
+
+
 def test_synthetic_run_phases_memory_and_val_aux(tmp_path):
-    """The step time no phase covers ("other"), peak memory per role, val-aux, tools."""
     records = rr.build_run()
     data, canon, findings, summary = rr.analyse_records(tmp_path, records)
     assert findings == [] and list(data.steps) == list(range(rr.STEPS + 1))
@@ -154,7 +157,7 @@ def test_synthetic_run_phases_memory_and_val_aux(tmp_path):
         info = summary["metrics"][f"val_{key}"]
         assert info["key"] == f"val-aux/openai/gsm8k/{key}/mean@1"
         assert info["points"] == rr.STEPS // 10 and info["median"] == value
-    svgs = rr.parse_svgs(report.render_html("run", canon, [], {**summary, "generated_at": ""}))
+    svgs = svgs_of(canon, summary)
     assert {n for n, _ in svgs["memory"]["names"]} == {
         "actor", "actor reserved", "critic", "critic reserved"}  # fmt: skip
     assert len(svgs["val_aux"]["names"]) == 3
@@ -164,7 +167,7 @@ def test_synthetic_run_phases_memory_and_val_aux(tmp_path):
         record["data"] |= {f"tools/{k}": v for k, v in shares.items()} | {
             "num_turns/mean": 3.0 + step % 2}  # fmt: skip
     canon, _, summary = rr.analyse_records(tmp_path / "tools", records)[1:]
-    svgs = rr.parse_svgs(report.render_html("run", canon, [], {**summary, "generated_at": ""}))
+    svgs = svgs_of(canon, summary)
     assert {n for n, _ in svgs["tools"]["names"]} >= {"called", "errors", "accuracy, called",
                                                       "accuracy, not called"}  # fmt: skip
     assert canon.series["num_turns"][:2] == [(1, 4.0), (2, 3.0)]
@@ -258,7 +261,6 @@ def test_validation_problems_counted_from_the_run_dumps(tmp_path):
 
 
 def test_bad_lines_are_one_warning_each_and_the_rest_is_read(tmp_path, capsys):
-    """Each bad line named by file and line; nothing readable: exit 1."""
     records = rr.build_run()[:21]
     records[5]["data"]["actor/entropy"] = "n/a"
     records[7]["data"]["actor/entropy"] = 10**400
