@@ -70,7 +70,8 @@ CASES = [
 
 @pytest.mark.parametrize(("response", "truth", "ours", "theirs"), CASES)
 def test_compute_score_and_verls_scorer(response, truth, ours, theirs):
-    assert call(STRICT, response, truth)["score"] == call(STRICT, response, truth)["acc"] == ours
+    strict = call(STRICT, response, truth)
+    assert strict["score"] == strict["acc"] == ours
     if ours:  # a right marker answer is right for every scorer
         assert call(FLEX, response, truth)["score"] == call(FORMAT, response, truth)["score"] == 1
     if theirs is not None:
@@ -96,7 +97,8 @@ FLEXIBLE = [
 
 @pytest.mark.parametrize(("response", "truth", "expected"), FLEXIBLE)
 def test_compute_score_flexible(response, truth, expected):
-    assert call(FLEX, response, truth)["acc"] == call(FLEX, response, truth)["score"] == expected
+    result = call(FLEX, response, truth)
+    assert result["acc"] == result["score"] == expected
 
 
 def test_format_score_weights_the_marker():
@@ -239,7 +241,6 @@ def test_hostile_input_is_fast(hostile):
 
 
 def test_every_gsm8k_reference_solution_as_verl_scores_it():
-    """All 8792 credited by us and verl; another answer 0 (format 0.2); a hedge only by verl."""
     folder, failures, hedged = require_shared("gsm8k"), [], set()
     rows = [json.loads(ln) for name in ("train.jsonl", "test.jsonl")
             for ln in (folder / name).read_text().splitlines() if ln.strip()]  # fmt: skip
@@ -281,8 +282,7 @@ BATCH = [(REASONING + "#### 72", "72"), (PROOF, "1234"), ("It is 70.\n#### 70", 
 
 
 def test_verls_reward_loop_worker_runs_our_function(tiny_model_dir):
-    """verl's RewardLoopWorker (main_ppo's Ray actor) loads each function by path and name; the
-    control, no custom function: verl's built-in scorer."""
+    """verl's RewardLoopWorker loads each function by path and name; without one, its own."""
     import verl
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
