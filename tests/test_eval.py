@@ -312,29 +312,26 @@ def test_real_vllm_evaluates_and_its_engine_ends_with_a_sigkilled_evaluation(
                 orphan.kill()
 
 
-PREDICTION = {  # one line of EvalScope 1.14.1's predictions/<model>/gsm8k_main.jsonl
-    "index": 1,
-    "model_output": {"choices": [{"message": {"role": "assistant", "content": "6*5=30\n#### 30"}}]},
-    "messages": [{"role": "user", "content": build_prompt(TEST_ROWS[1][0], "hash")},
-                 {"role": "assistant", "content": "6*5=30\n#### 30"}],
-}  # fmt: skip
+def prediction(index: int, question: str, text: str | list) -> dict:
+    """One line of EvalScope 1.14.1's predictions/<model>/gsm8k_main.jsonl; its messages' answer
+    is PREDICTION's, whatever ``text`` (model_output) says."""
+    return {"index": index,
+            "model_output": {"choices": [{"message": {"role": "assistant", "content": text}}]},
+            "messages": [{"role": "user", "content": build_prompt(question, "hash")},
+                         {"role": "assistant", "content": "6*5=30\n#### 30"}]}  # fmt: skip
+
+
+PREDICTION = prediction(1, TEST_ROWS[1][0], "6*5=30\n#### 30")
 
 
 def predictions(tmp_path: Path, answers: list[tuple[int, str]], rows: list[dict]) -> Path:
-    lines = []
-    for index, text in answers:
-        record = json.loads(json.dumps(PREDICTION))
-        record["index"], record["messages"][0]["content"] = index, build_prompt(
-            rows[index]["question"], "hash")  # fmt: skip
-        record["model_output"]["choices"][0]["message"]["content"] = text
-        lines.append(json.dumps(record))
+    lines = [json.dumps(prediction(i, rows[i]["question"], text)) for i, text in answers]
     (tmp_path / "pred.jsonl").write_text("\n".join(lines) + "\n")
     return tmp_path / "pred.jsonl"
 
 
 def test_answers_are_read_matched_and_rescored_with_unbiased_pass_at_k(tmp_path, capsys):
-    parts = json.loads(json.dumps(PREDICTION))
-    parts["model_output"]["choices"][0]["message"]["content"] = [{"type": "text", "text": "x"}]
+    parts = prediction(1, TEST_ROWS[1][0], [{"type": "text", "text": "x"}])
     assert [scoring.said(r, "assistant") for r in (PREDICTION, parts)] == ["6*5=30\n#### 30", "x"]
     assert scoring.said({**PREDICTION, "model_output": None}, "assistant") == "6*5=30\n#### 30"
     rows = [{"question": q, "answer": a} for q, a in TEST_ROWS]
