@@ -318,9 +318,6 @@ def test_ground_truth(answer, truth):
             ground_truth(answer)
 
 
-# verl reads what we write
-
-
 def test_verls_rlhf_dataset_reads_our_rows(full, shared_gsm8k_dir, tokenizer, tmp_path):
     from omegaconf import OmegaConf
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
@@ -343,9 +340,6 @@ def test_verls_rlhf_dataset_reads_our_rows(full, shared_gsm8k_dir, tokenizer, tm
             "ground_truth"] == truth.replace(",", "")  # fmt: skip
         assert item["data_source"] == batch["data_source"][position] == "openai/gsm8k"
         assert item["index"] == index
-
-
-# data_prep.sft
 
 
 @pytest.fixture(scope="module")
@@ -398,9 +392,6 @@ def test_verls_sft_dataset_reads_every_real_test_problem(shared_gsm8k_dir, token
     for index in range(len(dataset)):  # raises where verl's per-turn check or max_length fails
         item = dataset[index]
         assert 0 < int(item["loss_mask"].sum()) < len(item["input_ids"])
-
-
-# data_prep.arithmetic
 
 
 @pytest.fixture(scope="module")
