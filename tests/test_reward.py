@@ -18,6 +18,7 @@ from rewards import gsm8k as rg
 from rewards.gsm8k import ACC_WEIGHT, FORMAT_WEIGHT, REWARD_FUNCTIONS, TAIL_CHARS
 
 STRICT, FLEX, FORMAT = rg.compute_score, rg.compute_score_flexible, rg.compute_score_format
+ALL, FLEXIBLES = (STRICT, FLEX, FORMAT), (FLEX, FORMAT)
 REASONING = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nIn all 48+24 = <<48+24=72>>72.\n"
 PROOF = "She pays 1,234 dollars.\n#### $1,234.00"  # only ours credits it: seeing 1.0 proves ours
 
@@ -121,18 +122,16 @@ def test_only_the_tail_is_read_and_a_cut_token_is_dropped():
 
 
 # (response, scorers reading it, truths): several values or an expression, never credited
-BOTH, FLEXIBLES = (STRICT, FLEX, FORMAT), (FLEX, FORMAT)
 HEDGED = [
-    ("#### 7+7", BOTH, ["7", "14"]), ("#### 7*7", BOTH, ["7", "49"]),
-    ("#### 7x7", BOTH, ["7", "49"]),
-    ("#### 7 × 7", BOTH, ["7"]), ("#### 7-7", BOTH, ["7", "0"]), ("#### 7²", BOTH, ["7", "49"]),
-    ("#### 7^2", BOTH, ["7", "49"]), ("#### 2^2", BOTH, ["2", "4"]), ("#### 7**2", BOTH, ["7"]),
-    ("#### 125,96", BOTH, ["125", "96"]), (REASONING + "#### 12 or 13", BOTH, ["12", "13"]),
-    ("#### 12, 13", BOTH, ["12"]), ("#### 12 - 13", BOTH, ["12", "-13"]),
-    ("#### 12–13", BOTH, ["12", "13"]), ("#### between 12 and 13", BOTH, ["13"]),
-    ("#### **12** or **13**", BOTH, ["12"]), ("#### 12 (or 13)", BOTH, ["12"]),
-    ("#### -5 or 5", BOTH, ["5"]), ("#### 1 1/2", BOTH, ["1", "1.5"]),
-    ("#### 1,234, 5,678", BOTH, ["1234"]), ("#### 72\n#### 12 or 13", BOTH, ["72", "12"]),
+    ("#### 7+7", ALL, ["7", "14"]), ("#### 7*7", ALL, ["7", "49"]), ("#### 7x7", ALL, ["7", "49"]),
+    ("#### 7 × 7", ALL, ["7"]), ("#### 7-7", ALL, ["7", "0"]), ("#### 7²", ALL, ["7", "49"]),
+    ("#### 7^2", ALL, ["7", "49"]), ("#### 2^2", ALL, ["2", "4"]), ("#### 7**2", ALL, ["7"]),
+    ("#### 125,96", ALL, ["125", "96"]), (REASONING + "#### 12 or 13", ALL, ["12", "13"]),
+    ("#### 12, 13", ALL, ["12"]), ("#### 12 - 13", ALL, ["12", "-13"]),
+    ("#### 12–13", ALL, ["12", "13"]), ("#### between 12 and 13", ALL, ["13"]),
+    ("#### **12** or **13**", ALL, ["12"]), ("#### 12 (or 13)", ALL, ["12"]),
+    ("#### -5 or 5", ALL, ["5"]), ("#### 1 1/2", ALL, ["1", "1.5"]),
+    ("#### 1,234, 5,678", ALL, ["1234"]), ("#### 72\n#### 12 or 13", ALL, ["72", "12"]),
     ("\\boxed{12, 13}", FLEXIBLES, ["12"]), ("\\boxed{12 \\text{ or } 13}", FLEXIBLES, ["12"]),
     ("\\boxed{12} then \\boxed{12-13}", FLEXIBLES, ["12"]), ("<answer>7+7</answer>", FLEXIBLES,
     ["7"]), ("So the answer is 12 or 13.", FLEXIBLES, ["12"]),
@@ -162,7 +161,7 @@ ANY = st.one_of(
 @PROPERTY
 @given(solution=ANY, truth=ANY)
 def test_never_raises_and_the_scorers_agree_by_construction(solution, truth):
-    strict, flexible, formatted = (call(fn, solution, truth) for fn in (STRICT, FLEX, FORMAT))
+    strict, flexible, formatted = (call(fn, solution, truth) for fn in ALL)
     assert strict["score"] == strict["acc"] == strict["format"] * strict["acc"]
     assert flexible["acc"] >= strict["acc"] and formatted["acc"] == flexible["acc"]
     assert flexible["format"] == formatted["format"] == strict["format"]
@@ -190,7 +189,7 @@ NUMBERS = st.integers(min_value=-(10**7), max_value=10**9)
 def test_one_stated_number_round_trips_through_every_scorer(prose, n, other, style, space,
                                                             explanation):  # fmt: skip
     response = f"{prose}\n####{space}{decorate(n, style)}\n{explanation}"
-    for fn in (STRICT, FLEX, FORMAT):
+    for fn in ALL:
         assert (call(fn, response, f"{n:,}")["score"], call(fn, response, str(n))["hedged"]) == (
             1, 0)  # fmt: skip
     assert call(STRICT, response, str(other))["score"] == (other == n)
@@ -203,7 +202,7 @@ def test_one_stated_number_round_trips_through_every_scorer(prose, n, other, sty
     truth=st.sampled_from(["72", "-3", "0.5"]),
 )
 def test_only_the_tail_matters(junk, response, truth):
-    for fn in (STRICT, FLEX, FORMAT):
+    for fn in ALL:
         padded = call(fn, junk + "\n" + response, truth)
         assert padded == call(fn, response, truth) | {"clipped": 1.0}
 
@@ -216,7 +215,7 @@ def test_only_the_tail_matters(junk, response, truth):
 def test_two_different_numbers_are_never_credited(a, b, styles, joiner, place):
     b = b if a != b else a + 1
     response = REASONING + place.format(decorate(a, styles[0]) + joiner + decorate(b, styles[1]))
-    for fn in (STRICT, FLEX, FORMAT) if place.startswith("#") else (FLEX, FORMAT):
+    for fn in ALL if place.startswith("#") else FLEXIBLES:
         for truth in (str(a), str(b), f"{a:,}"):
             assert (call(fn, response, truth)["acc"], call(fn, response, truth)["hedged"]) == (
                 0, 1), (fn, response, truth)  # fmt: skip
@@ -233,7 +232,7 @@ HOSTILE = [
 
 @pytest.mark.parametrize("hostile", HOSTILE, ids=range(len(HOSTILE)))
 def test_hostile_input_is_fast(hostile):
-    for fn in (STRICT, FLEX, FORMAT):
+    for fn in ALL:
         for truth in ("5", hostile):
             start = time.perf_counter()
             call(fn, hostile, truth)
@@ -249,7 +248,7 @@ def test_every_gsm8k_reference_solution_as_verl_scores_it():
         truth = row["answer"].split("#### ")[-1].strip().replace(",", "")
         head = row["answer"].rpartition("#### ")[0]
         wrong = f"{head}#### {int(truth) - 1}"
-        got = [call(fn, row["answer"], truth)["score"] for fn in (STRICT, FLEX, FORMAT)]
+        got = [call(fn, row["answer"], truth)["score"] for fn in ALL]
         got += [verl(row["answer"], truth), call(STRICT, wrong, truth)["score"], verl(wrong, truth)]
         if got != [1, 1, 1, 1, 0, 0] or call(FORMAT, wrong, truth)["score"] != FORMAT_WEIGHT:
             failures.append((index, got))
