@@ -22,7 +22,8 @@ from verl_gsm8k.guard.rules import (
 from verl_gsm8k.guard.thresholds import Thresholds
 
 PROMPTS, N, EOS = 8, 4, 2  # prompt groups a step, responses a prompt, end-of-text id
-KL = "actor/reward_kl_penalty"
+KL, SCORE = "actor/reward_kl_penalty", "critic/score/mean"
+PG, VF = "actor/pg_loss", "critic/vf_loss"
 
 
 def healthy_steps(n: int = 25, seed: int = 0, kl_key: str = KL) -> list[dict]:
@@ -30,9 +31,9 @@ def healthy_steps(n: int = 25, seed: int = 0, kl_key: str = KL) -> list[dict]:
     return [{
         kl_key: 0.0 if i == 0 else 0.08 * (1 - math.exp(-i / 6)) * rng.uniform(0.7, 1.3),
         "actor/entropy": 0.45 * math.exp(-i / 40) * rng.uniform(0.9, 1.1),
-        "critic/score/mean": min(0.9, 0.3 + 0.02 * i + rng.uniform(-0.05, 0.05)),
-        "actor/pg_loss": rng.uniform(-0.05, 0.05), "actor/grad_norm": rng.uniform(0.2, 2.0),
-        "critic/vf_loss": rng.uniform(0.01, 0.3), "critic/grad_norm": rng.uniform(1, 10),
+        SCORE: min(0.9, 0.3 + 0.02 * i + rng.uniform(-0.05, 0.05)),
+        PG: rng.uniform(-0.05, 0.05), "actor/grad_norm": rng.uniform(0.2, 2.0),
+        VF: rng.uniform(0.01, 0.3), "critic/grad_norm": rng.uniform(1, 10),
         "actor/ppo_kl": rng.uniform(-0.003, 0.003), "actor/pg_clipfrac": rng.uniform(0.0, 0.01),
         "response_length/mean": 230 - 3 * i + rng.uniform(-10, 10),
         "response_length/min": 40 + rng.uniform(-10, 10),
@@ -68,18 +69,17 @@ def with_(**changes) -> dict:
 def test_non_finite_names_the_likeliest_cause_first():
     assert check(after_history()) == []  # the healthy history's next step
     # a reward turned NaN: the score (logged as null), then everything downstream of it
-    bad = with_(**{"critic/score/mean": None, "actor/pg_loss": math.nan,
-                   "actor/grad_norm": math.inf})  # fmt: skip
+    bad = with_(**{SCORE: None, PG: math.nan, "actor/grad_norm": math.inf})
     trip, skipped = check(after_history(), bad)
     assert (trip.rule, trip.metric, trip.stops, trip.weights) == (
-        "non_finite", "critic/score/mean", True, "rollout")  # fmt: skip
-    assert math.isnan(trip.value) and "actor/pg_loss" in trip.threshold
+        "non_finite", SCORE, True, "rollout")  # fmt: skip
+    assert math.isnan(trip.value) and PG in trip.threshold
     assert (skipped.rule, skipped.metric, skipped.stops) == (
         "skipped_update", "actor/grad_norm", False)  # fmt: skip
-    (trip,) = check(Watchdog(Thresholds()), with_(**{"actor/pg_loss": math.nan}))  # no history
+    (trip,) = check(Watchdog(Thresholds()), with_(**{PG: math.nan}))  # no history
     assert trip.weights == "update" and trip.sick_from(26) == 26
     # no number (a string) is no NaN; a metric outside the patterns is not read
-    assert check(after_history(), with_(**{"actor/pg_loss": "n/a", "perf/mfu": math.nan})) == []
+    assert check(after_history(), with_(**{PG: "n/a", "perf/mfu": math.nan})) == []
 
 
 def test_one_skipped_update_warns_three_in_ten_steps_stop():
@@ -153,7 +153,7 @@ def test_a_run_of_exploding_grad_norms_trips_one_spike_does_not():
 
 
 def critic_trips(losses: list[float], norms: list[float]) -> list[tuple[int, Trip]]:
-    rows = {step: {**healthy_steps(1)[0], "critic/vf_loss": loss, "critic/grad_norm": norm}
+    rows = {step: {**healthy_steps(1)[0], VF: loss, "critic/grad_norm": norm}
             for step, (loss, norm) in enumerate(zip(losses, norms, strict=True), 1)}  # fmt: skip
     return judge_run(rows, Thresholds())
 
@@ -166,21 +166,20 @@ def test_an_exploding_critic_warns_once_where_it_crosses_and_never_stops(run: st
     losses, norms = EXPLODING_CRITICS[run]
     ((step, trip),) = critic_trips(losses, norms)
     assert (step, trip.rule, trip.metric, trip.stops, trip.weights, trip.value) == (
-        2, "critic_divergence", "critic/vf_loss", False, "update", losses[1])  # fmt: skip
+        2, "critic_divergence", VF, False, "update", losses[1])  # fmt: skip
     assert "the critic diverges; a warning, the run goes on" in trip.threshold
     assert f"critic/grad_norm {norms[1]:.3g} = " in trip.threshold
 
 
 def test_the_critic_warns_again_after_it_came_back_and_a_floor_holds_a_critic_near_0():
-    watchdog, diverged = after_history(), with_(**{"critic/vf_loss": 50.0})
+    watchdog, diverged = after_history(), with_(**{VF: 50.0})
     assert [t.rule for t in check(watchdog, diverged)] == ["critic_divergence"]
     watchdog.accept(diverged)
     assert check(watchdog, diverged) == []  # still above: no second line
     watchdog.accept(with_())
     assert [t.rule for t in check(watchdog, diverged)] == ["critic_divergence"]
     # every reward 0 at first (the critic fits ~0), then a 0/1 reward's loss: 40 x its start
-    rows = {s: {**m, "critic/vf_loss": 0.005 if s < 6 else 0.2}
-            for s, m in enumerate(healthy_steps(10), 1)}  # fmt: skip
+    rows = {s: {**m, VF: 0.005 if s < 6 else 0.2} for s, m in enumerate(healthy_steps(10), 1)}
     assert judge_run(rows, Thresholds()) == []
     assert [s for s, _ in judge_run(rows, Thresholds(critic_loss_floor=0.0))] == [6]
 
@@ -240,35 +239,35 @@ def test_degenerate_one_token_repeated_or_the_same_response_for_every_prompt():
 
 def test_reward_collapse_from_its_best_after_its_history():
     watchdog = after_history()
-    scores = [s["critic/score/mean"] for s in healthy_steps(25)]
+    scores = [s[SCORE] for s in healthy_steps(25)]
     best = max(sum(scores[i - 4 : i + 1]) / 5 for i in range(4, 25))
     trips, step = [], 25
     while not trips:
         step += 1
-        low = with_(**{"critic/score/mean": max(0.0, 0.3 - 0.1 * (step - 26))})
+        low = with_(**{SCORE: max(0.0, 0.3 - 0.1 * (step - 26))})
         trips = check(watchdog, low)
         watchdog.accept(low)
     (trip,) = trips
-    assert (trip.rule, trip.metric) == ("reward_collapse", "critic/score/mean")
+    assert (trip.rule, trip.metric) == ("reward_collapse", SCORE)
     assert best - trip.value > 0.25 and f"its best 5-step mean, {best:.3g}" in trip.threshold
     assert step == 28  # the third low step: one or two lows in five are no collapse
-    steps = [dict(s, **{"critic/score/mean": 0.9}) for s in healthy_steps(10)]
-    crash = with_(**{"critic/score/mean": -5.0})
+    steps = [dict(s, **{SCORE: 0.9}) for s in healthy_steps(10)]
+    crash = with_(**{SCORE: -5.0})
     assert check(Watchdog(Thresholds(), steps[:9]), crash) == []  # 9 steps of history: too few
     assert check(Watchdog(Thresholds(), steps), crash)[0].rule == "reward_collapse"
 
 
 PLANTED = {
-    "non_finite": ({"non_finite": False}, {"actor/pg_loss": math.nan}),
+    "non_finite": ({"non_finite": False}, {PG: math.nan}),
     "kl_spike": ({"kl_spike_factor": 0}, {KL: 1.5}),
     "kl_ceiling": ({"kl_ceiling": None, "kl_spike_factor": 0}, {KL: 9.0}),
     "clip_fraction": ({"clip_fraction_ceiling": None}, {"actor/pg_clipfrac": 0.9}),
     "ppo_kl": ({"ppo_kl_ceiling": 0}, {"actor/ppo_kl": 3.0}),
-    "critic_divergence": ({"critic_loss_factor": None}, {"critic/vf_loss": 50.0}),
+    "critic_divergence": ({"critic_loss_factor": None}, {VF: 50.0}),
     "length_fraction": ({"length_fraction": 0}, {"response_length/mean": 10.0}),
     "entropy_floor": ({"entropy_floor": None, "entropy_fraction": 0}, {"actor/entropy": 1e-4}),
-    "reward_collapse": ({"reward_drop": None}, {"critic/score/mean": -5.0}),
-    "every rule (mode off)": ({"mode": "off"}, {"actor/pg_loss": math.nan, KL: 9.0}),
+    "reward_collapse": ({"reward_drop": None}, {SCORE: -5.0}),
+    "every rule (mode off)": ({"mode": "off"}, {PG: math.nan, KL: 9.0}),
 }
 
 
@@ -285,7 +284,7 @@ def test_a_resumed_run_replays_its_history():
     for metrics in steps:
         live.accept(metrics)
     for score in [0.3, 0.2, 0.1, 0.0, 0.0]:
-        metrics = with_(**{"critic/score/mean": score, KL: 3.0})
+        metrics = with_(**{SCORE: score, KL: 3.0})
         assert check(live, metrics) == check(resumed, metrics)
         live.accept(metrics)
         resumed.accept(metrics)
@@ -305,12 +304,12 @@ def test_the_message_names_metric_value_threshold_step_and_checkpoint():
     )
     assert trip.sick_from(12) == 11  # the KL is the rollout policy's: step 11's weights
     assert trip.message(3, None).endswith("resume or merge from: none yet")
-    nan = Trip("non_finite", "actor/pg_loss", math.nan, "not finite")
+    nan = Trip("non_finite", PG, math.nan, "not finite")
     assert "from step 12's update;" in nan.message(12, None)
     record = nan.record(12, None, "20261125T101500Z", "stop")  # written: test_run_dir's
     assert math.isnan(record.pop("value"))
     assert record == {"launch": "20261125T101500Z", "step": 12, "rule": "non_finite",
-                    "metric": "actor/pg_loss", "threshold": "not finite", "action": "stop",
+                    "metric": PG, "threshold": "not finite", "action": "stop",
                     "weights": "update", "last_healthy_checkpoint": None,
                     "sick_checkpoint": None, "message": nan.message(12, None)}  # fmt: skip
     assert "actor/pg_loss = nan" in nan.message(12, None)
