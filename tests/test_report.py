@@ -182,7 +182,7 @@ def test_synthetic_run_phases_memory_and_val_aux(tmp_path):
 
 
 def test_checkpoint_evaluations_drawn_over_validation(tmp_path):
-    run = rr.write_run(tmp_path / "run")
+    run, out = rr.write_run(tmp_path / "run"), tmp_path / "out"
     evals_file = rr.write_evals(run, [
         {"step": 0, "model": "base", "mode": "training", "accuracy": 0.35,
          "our_reward_accuracy": 0.28, "n": 50},
@@ -191,7 +191,7 @@ def test_checkpoint_evaluations_drawn_over_validation(tmp_path):
          "our_reward_accuracy": 0.55, "n": 50},
         {"step": 150, "model": "s150", "mode": "training", "accuracy": None, "error": "boom"},
     ])  # fmt: skip
-    result = report.generate(run, tmp_path / "out")
+    result = report.generate(run, out)
     evals = result.summary["checkpoint_evals"]
     assert [(r["step"], r["our_reward_accuracy"], r["accuracy"]) for r in evals["rows"]] == [
         (0, 0.28, 0.35), (200, 0.55, 0.6)]  # fmt: skip
@@ -202,7 +202,7 @@ def test_checkpoint_evaluations_drawn_over_validation(tmp_path):
     assert evals["agreement_text"] == (
         "our reward vs verl validation at 2 shared steps: largest gap -2.0 points (step 0)"
     )
-    page = (tmp_path / "out" / "report.html").read_text()
+    page = (out / "report.html").read_text()
     chart = rr.parse_svgs(page)["checkpoint_eval"]
     assert [n for n, _ in chart["names"]] == [
         "verl validation (during training)", "our reward on the checkpoint", "EvalScope (lenient)"
@@ -212,15 +212,15 @@ def test_checkpoint_evaluations_drawn_over_validation(tmp_path):
     text = report.terminal_summary(result.summary, None)
     assert "checkpoint evals    : 2 (our reward vs verl validation at 2 shared steps" in text
     evals_file.write_text("{not json")  # still written, and says why
-    result = report.generate(run, tmp_path / "out")
+    result = report.generate(run, out)
     assert result.summary["checkpoint_evals"]["rows"] == [] and "not readable" in result.issues[0]
-    page = (tmp_path / "out" / "report.html").read_text()
+    page = (out / "report.html").read_text()
     assert "checkpoint_eval" not in rr.parse_svgs(page) and "not readable JSON" in page
     evals_file.unlink()  # and no guard file either: nothing of theirs shown
-    s = report.generate(run, tmp_path / "out").summary
+    s = report.generate(run, out).summary
     assert s["checkpoint_evals"] is s["best_checkpoint"] is s["best_checkpoint_problem"] is None
     assert s["watchdog_trips"] == s["validation"]["not_finite_steps"] == []
-    page = (tmp_path / "out" / "report.html").read_text()
+    page = (out / "report.html").read_text()
     for marker in ("watchdog-trips", "best-checkpoint", 'id="turned"', "kept best checkpoint"):
         assert marker not in page
 
