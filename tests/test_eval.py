@@ -167,7 +167,7 @@ def test_served_and_api_models_score_exactly_and_a_crashed_server_is_one_row(
     assert "server ready" in proc.stdout and "server stopped" in proc.stdout
     assert not alive(int((tmp_path / "server.pid").read_text()))
     assert "stub serving ppo" in (out / "logs" / "vllm-ppo.log").read_text()
-    # greedy, repetition_penalty 1.0 (not the model's generation_config); EvalScope's 4-shot
+    # greedy, repetition_penalty 1.0 (not generation_config's); our prompt, EvalScope's 4-shot one
     asked = {(r["temperature"], r["max_tokens"], r["repetition_penalty"]) for r in stub.requests}
     assert len(stub.requests) == 6 and asked == {(0, 64, 1.0)}
     prompts = {r["messages"][-1]["content"] for r in stub.requests}
