@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -73,19 +72,14 @@ def recorded(record: Path) -> tuple[list[str], dict[str, str], Path]:
     return args, env, Path(lines[0].removeprefix("metrics="))
 
 
-@dataclass
-class DryRun:
-    result: subprocess.CompletedProcess
-    runs_root: Path
-
-
 @pytest.fixture(scope="module")
-def gpu_dry_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> Callable[[str], DryRun]:
-    """DRY_RUN=1 on a fake H100, no flash_attn, secrets set; once per recipe, in-process."""
+def gpu_dry_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> Callable:
+    """DRY_RUN=1 on a fake H100, no flash_attn, secrets set; once per recipe, in-process:
+    (its result, its RUNS_ROOT)."""
     base = tmp_path_factory.mktemp("gpu-dry-runs")
-    made: dict[str, DryRun] = {}
+    made: dict[str, tuple] = {}
 
-    def dry_run(recipe: str) -> DryRun:
+    def dry_run(recipe: str) -> tuple[subprocess.CompletedProcess, Path]:
         if recipe not in made:
             runs = base / recipe / "runs"
             env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, runs, DRY_RUN="1", **SECRETS)
@@ -94,7 +88,7 @@ def gpu_dry_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> Callabl
             env["PATH"] = f"{bin_dir}:{env['PATH']}"
             env["FAKE_NVIDIA_SMI_CALLS"] = str(base / f"{recipe}.nvidia-smi-calls")
             # a user key=value comes last: it beats the recipe's own setting
-            made[recipe] = DryRun(launch_in_process(recipe, env, "trainer.test_freq=13"), runs)
+            made[recipe] = launch_in_process(recipe, env, "trainer.test_freq=13"), runs
         return made[recipe]
 
     return dry_run
@@ -120,19 +114,18 @@ RECIPE_SPECIFIC = {
 @SHARED_DRY_RUNS
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, gpu_dry_run):
-    made = gpu_dry_run(recipe)
-    result = made.result
+    result, runs_root = gpu_dry_run(recipe)
     ok(result)
     assert re.search(r"preflight: passed \(\d+ warning\(s\)\) in \d+\.\d s", result.stdout)
     # guarded and traced, on verl's v1 trainer or (ReMax, LoRA) its legacy one: ppo_trainer/
     assert re.search(r"preflight: \[ok\] trace: \d+ responses per step", result.stdout)
     assert "preflight: [warn] guard" not in result.stdout
     # the launch asked the GPUs once; a bare `nvidia-smi` would be verl's own platform check
-    calls = (made.runs_root.parent.parent / f"{recipe}.nvidia-smi-calls").read_text().splitlines()
+    calls = (runs_root.parent.parent / f"{recipe}.nvidia-smi-calls").read_text().splitlines()
     ours = [call for call in calls if call]
     assert ours == ["--query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits"]
     cfg = composed_config(result.stdout)
-    run_dir = str(made.runs_root / recipe)
+    run_dir = str(runs_root / recipe)
     for key, value in {
         "trainer.test_freq": 13, "actor_rollout_ref.model.path": str(tiny_model_dir),
         "reward.custom_reward_function.path": str(ROOT / "rewards" / "gsm8k.py"),
@@ -144,7 +137,7 @@ def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, gpu_dry_run):
         "trainer.rollout_data_dir": f"{run_dir}/rollouts", **RECIPE_SPECIFIC.get(recipe, {}),
     }.items():  # fmt: skip
         assert get(cfg, key) == value, (recipe, key)
-    assert not made.runs_root.exists(), "a dry run must not create the run directory"
+    assert not runs_root.exists(), "a dry run must not create the run directory"
 
 
 # Each trainer's knobs: the value set, and the verl keys it must land on.
@@ -259,7 +252,7 @@ def test_an_sft_step_count_alone_brings_enough_epochs():
 
 @SHARED_DRY_RUNS
 def test_the_printed_verl_command_run_by_hand_composes_the_launchers_config(gpu_dry_run, tmp_path):
-    result = gpu_dry_run("smoke_tiny").result
+    result = gpu_dry_run("smoke_tiny")[0]
     ok(result)
     (line,) = [x for x in result.stdout.splitlines() if x.startswith(PREFIX)]
     command = line.removeprefix(PREFIX)
@@ -279,7 +272,7 @@ def test_the_printed_verl_command_run_by_hand_composes_the_launchers_config(gpu_
 def test_no_secret_printed_wandb_with_the_key_sdpa_packed_without_flash_attn_knobs_said(
     tiny_model_dir, prepared_gsm8k_dir, tmp_path, gpu_dry_run
 ):
-    result = gpu_dry_run(PPO).result  # both secrets in its environment, no flash_attn
+    result = gpu_dry_run(PPO)[0]  # both secrets in its environment, no flash_attn
     ok(result)
     cfg = composed_config(result.stdout)
     assert get(cfg, "trainer.logger") == ["console", "file", "wandb"]
