@@ -96,8 +96,8 @@ def test_diff_names_what_differs_by_value_and_groups_it():
     assert rows["actor_rollout_ref.rollout.n"].knobs == ["ROLLOUT_N"]
     assert rows["algorithm.adv_estimator"].knobs == []  # set by the config file, not a knob
     assert list(diff.by_group()) == ["actor", "rollout", "critic", "algorithm"]
-    gae.flat["critic.enable"] = False  # type: ignore[index]  # wins over the estimator
-    del grpo.flat["critic.enable"]  # type: ignore[union-attr]
+    gae.flat["critic.enable"] = False  # wins over the estimator
+    del grpo.flat["critic.enable"]
     rows = {row.key: row for row in cc.config_diff({"gae": gae, "grpo": grpo}).rows}
     assert cc.CRITIC_IN_USE not in rows and rows["critic.enable"].values == {"gae": False}
     assert rows["critic.enable"].missing_in == ["grpo"]
