@@ -48,14 +48,17 @@ def grpo_metrics(step: int, data: dict[str, Any]):
 
 
 def make_run(root: Path, name: str, algo: str | None = "gae", stamp: str = "20250101T000000Z",
-             verl_command: str | None = None) -> Path:  # fmt: skip
+             verl_command: str | None = None, **trainer: Any) -> Path:  # fmt: skip
+    """A run of ``algo`` (None: no launch record), ``trainer`` set in its config."""
     run = rr.write_run(root / name, rr.build_run(grpo_metrics, seed=8) if algo == "grpo" else None)
     if algo is not None:
         kind, n = ("grpo", 5) if algo == "grpo" else ("ppo", 1)
+        config = verl_config(algo, n)
+        config["trainer"].update(trainer)
         write_record(run, build_record(
             stamp=stamp, recipe=f"{kind}_qwen2.5-0.5b_gsm8k", trainer="ppo",
             config_name=f"gsm8k_{kind}", knobs={"ROLLOUT_N": str(n)}, knob_keys=KNOB_KEYS,
-            user_overrides=["trainer.total_epochs=15"], config=verl_config(algo, n), root=root,
+            user_overrides=["trainer.total_epochs=15"], config=config, root=root,
             gpus=[("NVIDIA H100", 80.0)] * 2, verl_command=verl_command))  # fmt: skip
     return run
 
@@ -93,8 +96,8 @@ def test_diff_names_what_differs_by_value_and_groups_it():
     assert rows["actor_rollout_ref.rollout.n"].knobs == ["ROLLOUT_N"]
     assert rows["algorithm.adv_estimator"].knobs == []  # set by the config file, not a knob
     assert list(diff.by_group()) == ["actor", "rollout", "critic", "algorithm"]
-    gae.flat["critic.enable"] = False  # type: ignore[index]  # wins over the estimator
-    del grpo.flat["critic.enable"]  # type: ignore[union-attr]
+    gae.flat["critic.enable"] = False  # wins over the estimator
+    del grpo.flat["critic.enable"]
     rows = {row.key: row for row in cc.config_diff({"gae": gae, "grpo": grpo}).rows}
     assert cc.CRITIC_IN_USE not in rows and rows["critic.enable"].values == {"gae": False}
     assert rows["critic.enable"].missing_in == ["grpo"]
@@ -201,13 +204,7 @@ def test_two_run_dirs_gae_vs_grpo(two_runs: tuple[Path, Path], tmp_path, capsys)
 
 
 def test_a_cpu_run_is_counted_in_device_hours(tmp_path):
-    gpu, cpu = make_run(tmp_path, "gpu"), rr.write_run(tmp_path / "cpu")
-    config = verl_config("gae", 1)
-    config["trainer"].update(device="cpu", n_gpus_per_node=1)
-    write_record(cpu, build_record(
-        stamp="20250101T000000Z", recipe="learn_tiny", trainer="ppo", config_name="gsm8k_ppo",
-        knobs={}, knob_keys={}, user_overrides=[], config=config, root=tmp_path, gpus=[],
-    ))  # fmt: skip
+    gpu, cpu = make_run(tmp_path, "gpu"), make_run(tmp_path, "cpu", device="cpu", n_gpus_per_node=1)
     summary = compare_cli.compare([gpu, cpu], tmp_path / "cmp")
     table = {r["label"]: r["table"] for r in summary["runs"]}["cpu"]
     assert table["device"] == "cpu" and table["n_gpus"] == 1

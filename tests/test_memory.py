@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -44,49 +43,48 @@ CASES = {
 }  # fmt: skip
 ROLES = {"gsm8k_ppo": ("actor", "reference", "critic"), "gsm8k_ppo_lora": ("actor", "critic")}
 # Each role's engine built as verl's workers build it, on verl's CPU platform; its choices as JSON.
-BUILD_ENGINES = textwrap.dedent("""
-    import json, sys
-    from pathlib import Path
-    import torch
-    from verl.utils.config import omega_conf_to_dataclass as dataclass
-    from verl.workers.engine import EngineRegistry
-    from verl_gsm8k.preflight.compose import compose
-    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
-    cases, roles, model = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
-    facts = {}
-    for case, (config, overrides) in cases.items():
-        paths = [f"actor_rollout_ref.model.path={model}", f"critic.model.path={model}"]
-        cfg = compose(Path(sys.argv[4]), config, paths + overrides)
-        actor, critic = dataclass(cfg.actor_rollout_ref.actor), dataclass(cfg.critic)
-        ref = dataclass(cfg.actor_rollout_ref.ref.fsdp_config)
-        object.__setattr__(ref, "strategy", cfg.actor_rollout_ref.ref.strategy)  # as ActorConfig
-        built = {"actor": ("language_model", actor.engine, actor),
-                 "reference": ("language_model", ref, actor),
-                 "critic": ("value_model", critic.engine, critic)}
-        for role in roles[config]:
-            kind, engine_config, owner = built[role]
-            model_config = (critic.model if role == "critic"
-                            else dataclass(cfg.actor_rollout_ref.model))
-            model_config.model_type = kind
-            engine = EngineRegistry.new(model_type=kind, backend=engine_config.strategy,
-                model_config=model_config, engine_config=engine_config,
-                optimizer_config=owner.optim, checkpoint_config=owner.checkpoint)
-            engine.initialize()
-            params = list(engine.module.parameters())
-            facts[f"{case}/{role}"] = {"policy": engine._uses_fsdp2_cpu_offload_policy,
-                "param_offload": engine.is_param_offload_enabled,
-                "optimizer_offload": engine.is_optimizer_offload_enabled,
-                "itemsize": sorted({p.dtype.itemsize for p in params}),
-                "total": sum(p.numel() for p in params),
-                "trainable": sum(p.numel() for p in params if p.requires_grad),
-                "optimizer": engine.optimizer is not None}
-    print(json.dumps(facts))
-""")  # fmt: skip
+BUILD_ENGINES = """
+import json, sys
+from pathlib import Path
+import torch
+from verl.utils.config import omega_conf_to_dataclass as dataclass
+from verl.workers.engine import EngineRegistry
+from verl_gsm8k.preflight.compose import compose
+torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+cases, roles, model = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+facts = {}
+for case, (config, overrides) in cases.items():
+    paths = [f"actor_rollout_ref.model.path={model}", f"critic.model.path={model}"]
+    cfg = compose(Path(sys.argv[4]), config, paths + overrides)
+    actor, critic = dataclass(cfg.actor_rollout_ref.actor), dataclass(cfg.critic)
+    ref = dataclass(cfg.actor_rollout_ref.ref.fsdp_config)
+    object.__setattr__(ref, "strategy", cfg.actor_rollout_ref.ref.strategy)  # as ActorConfig
+    built = {"actor": ("language_model", actor.engine, actor),
+             "reference": ("language_model", ref, actor),
+             "critic": ("value_model", critic.engine, critic)}
+    for role in roles[config]:
+        kind, engine_config, owner = built[role]
+        model_config = (critic.model if role == "critic"
+                        else dataclass(cfg.actor_rollout_ref.model))
+        model_config.model_type = kind
+        engine = EngineRegistry.new(model_type=kind, backend=engine_config.strategy,
+            model_config=model_config, engine_config=engine_config,
+            optimizer_config=owner.optim, checkpoint_config=owner.checkpoint)
+        engine.initialize()
+        params = list(engine.module.parameters())
+        facts[f"{case}/{role}"] = {"policy": engine._uses_fsdp2_cpu_offload_policy,
+            "param_offload": engine.is_param_offload_enabled,
+            "optimizer_offload": engine.is_optimizer_offload_enabled,
+            "itemsize": sorted({p.dtype.itemsize for p in params}),
+            "total": sum(p.numel() for p in params),
+            "trainable": sum(p.numel() for p in params if p.requires_grad),
+            "optimizer": engine.optimizer is not None}
+print(json.dumps(facts))
+"""
 
 
 @pytest.fixture(scope="module")
 def verl_engines(tiny_model_dir) -> dict:
-    """What verl 0.9.1 builds for each case and role (a fresh interpreter, verl's CPU platform)."""
     env = dict(os.environ, VERL_PLATFORM="cpu", VERL_ENGINE_DEVICE="cuda", HF_HUB_OFFLINE="1",
                VERL_USE_EXTERNAL_MODULES="verl_gsm8k.verl_plugins.cpu_platform,"
                "verl_gsm8k.verl_plugins.attention_fallback", MASTER_ADDR="127.0.0.1",
@@ -310,6 +308,5 @@ def test_the_launch_runs_at_the_budget_that_fits_the_card(qwen_shaped_model, pre
     own = dry_run("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384")
     assert own.returncode == 1 and "budget:" not in own.stdout, own.stdout[-3000:]
     assert "memory: actor update: ~" in own.stdout and "does not fit" in own.stdout
-    # TOKEN_BUDGET=recipe keeps the recipe's budgets
     kept = dry_run(TOKEN_BUDGET="recipe")
     assert kept.returncode == 1 and "budget:" not in kept.stdout, kept.stdout[-3000:]

@@ -79,7 +79,7 @@ def test_merge_actor_world_size_1_then_force(ws1, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target, role_dir = tmp_path / "merged", ws1 / f"global_step_{STEP}" / "actor"
-    proc = merge(ws1, target)  # a run directory: its tracker picks global_step_2
+    proc = merge(ws1, target)  # a run directory: its tracker picks the step
     assert f"actor of step {STEP} (world size 1)" in proc.stdout and leftovers(tmp_path) == []
     assert assert_as_saved(target, ws1, "actor") > 10
     manifest = assert_manifest(target, "actor", 1, role_dir)

@@ -9,7 +9,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from helpers import ROOT, capture, prepare, recipe_env, refusing_port, write_synthetic_gsm8k
-from omegaconf import OmegaConf
 
 from verl_gsm8k.common.qwen25 import qwen25_config
 from verl_gsm8k.launch.plan import bare_overrides
@@ -43,6 +42,12 @@ def compose(overrides: list[str], config: str = "gsm8k_ppo"):
 
 def errors(report: preflight.Report) -> str:
     return "\n".join(line for line in report.lines if "[error]" in line)
+
+
+def synthetic_files(tmp_path, *flags: str) -> list[str]:
+    """The overrides naming synthetic rows prepared in ``tmp_path``/rows with ``flags``."""
+    rows = prepare(write_synthetic_gsm8k(tmp_path / "src"), tmp_path / "rows", *flags)
+    return [f"data.train_files=['{rows}/train.parquet']", f"data.val_files=['{rows}/test.parquet']"]
 
 
 def test_correct_config_passes(base_overrides):
@@ -186,10 +191,7 @@ def test_bad_data_and_an_algorithm_warning_or_refusal(base_overrides, tmp_path):
 
 
 def test_reward_is_tried_in_the_format_the_prompts_ask_for(base_overrides, tmp_path):
-    boxed = prepare(write_synthetic_gsm8k(tmp_path / "src"), tmp_path / "boxed", "--prompt-style",
-                    "boxed")  # fmt: skip
-    files = [f"data.train_files=['{boxed}/train.parquet']",
-             f"data.val_files=['{boxed}/test.parquet']"]  # fmt: skip
+    files = synthetic_files(tmp_path, "--prompt-style", "boxed")
     message = errors(run_preflight(base_overrides + files))
     assert "compute_score scores a right \\boxed{} answer 0.0 and a wrong one 0.0" in message
     assert "it does not separate them" in message and "compute_score_flexible" in message
@@ -230,12 +232,8 @@ def test_checkpoints_kept_and_the_disk_they_need(base_overrides, tiny_model_dir,
          "trainer.save_freq=5"): 5,
         ("trainer.save_freq=-1", "trainer.v1.trainer_mode=sync"): 0,
     }  # fmt: skip
-    base = compose(base_overrides)
     for extra, count in kept.items():
-        cfg = base.copy()
-        for key, value in map(split_override, extra):
-            OmegaConf.update(cfg, key, int(value) if value.lstrip("-").isdigit() else value)
-        assert checkpoints.kept_checkpoints(cfg) == count, extra
+        assert checkpoints.kept_checkpoints(compose(base_overrides + list(extra))) == count, extra
     hf = AutoConfig.from_pretrained(tiny_model_dir)
     report = preflight.Report()
     checkpoints.check_disk(compose(base_overrides + ["trainer.max_actor_ckpt_to_keep=2"]),
@@ -285,10 +283,7 @@ def test_a_tool_launch_refuses_rows_that_run_without_the_tool(base_overrides, ti
              f"{multi_turn}.max_assistant_turns=3"]  # fmt: skip
     refused = errors(run_preflight(base_overrides + tools))
     assert "rows run verl's single_turn_agent loop, which shows the model no tools" in refused
-    rows = prepare(write_synthetic_gsm8k(tmp_path / "src"), tmp_path / "tools", "--tools",
-                   "calculator")  # fmt: skip
-    files = [f"data.train_files=['{rows}/train.parquet']",
-             f"data.val_files=['{rows}/test.parquet']", "data.max_prompt_length=1024"]  # fmt: skip
+    files = [*synthetic_files(tmp_path, "--tools", "calculator"), "data.max_prompt_length=1024"]
     report = run_preflight(base_overrides + tools + files)
     assert report.errors == 0, "\n".join(report.lines)
     said = "\n".join(report.lines)
@@ -297,8 +292,9 @@ def test_a_tool_launch_refuses_rows_that_run_without_the_tool(base_overrides, ti
 
     with_tools = int(re.search(r"train.parquet: longest prompt (\d+)", said)[1])
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    rows = pq.read_table(tmp_path / "rows" / "train.parquet").to_pylist()
     plain = max(len(tok.apply_chat_template(row["prompt"], add_generation_prompt=True)["input_ids"])
-                for row in pq.read_table(rows / "train.parquet").to_pylist())  # fmt: skip
+                for row in rows)  # fmt: skip
     assert with_tools > plain + 100  # the tools block is counted
     short = errors(run_preflight(base_overrides + tools + files +
                                  [f"data.max_prompt_length={with_tools - 1}"]))  # fmt: skip

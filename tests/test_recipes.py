@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -73,19 +72,14 @@ def recorded(record: Path) -> tuple[list[str], dict[str, str], Path]:
     return args, env, Path(lines[0].removeprefix("metrics="))
 
 
-@dataclass
-class DryRun:
-    result: subprocess.CompletedProcess
-    runs_root: Path
-
-
 @pytest.fixture(scope="module")
-def gpu_dry_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> Callable[[str], DryRun]:
-    """DRY_RUN=1 on a fake H100, no flash_attn, secrets set; once per recipe, in-process."""
+def gpu_dry_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> Callable:
+    """DRY_RUN=1 on a fake H100, no flash_attn, secrets set; once per recipe, in-process:
+    (its result, its RUNS_ROOT)."""
     base = tmp_path_factory.mktemp("gpu-dry-runs")
-    made: dict[str, DryRun] = {}
+    made: dict[str, tuple] = {}
 
-    def dry_run(recipe: str) -> DryRun:
+    def dry_run(recipe: str) -> tuple[subprocess.CompletedProcess, Path]:
         if recipe not in made:
             runs = base / recipe / "runs"
             env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, runs, DRY_RUN="1", **SECRETS)
@@ -94,13 +88,12 @@ def gpu_dry_run(tiny_model_dir, prepared_gsm8k_dir, tmp_path_factory) -> Callabl
             env["PATH"] = f"{bin_dir}:{env['PATH']}"
             env["FAKE_NVIDIA_SMI_CALLS"] = str(base / f"{recipe}.nvidia-smi-calls")
             # a user key=value comes last: it beats the recipe's own setting
-            made[recipe] = DryRun(launch_in_process(recipe, env, "trainer.test_freq=13"), runs)
+            made[recipe] = launch_in_process(recipe, env, "trainer.test_freq=13"), runs
         return made[recipe]
 
     return dry_run
 
 
-# What a recipe sets beyond the base.
 RECIPE_SPECIFIC = {
     "grpo_qwen2.5-0.5b_gsm8k": {
         "algorithm.adv_estimator": "grpo", "actor_rollout_ref.actor.use_kl_loss": True,
@@ -120,19 +113,18 @@ RECIPE_SPECIFIC = {
 @SHARED_DRY_RUNS
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, gpu_dry_run):
-    made = gpu_dry_run(recipe)
-    result = made.result
+    result, runs_root = gpu_dry_run(recipe)
     ok(result)
     assert re.search(r"preflight: passed \(\d+ warning\(s\)\) in \d+\.\d s", result.stdout)
     # guarded and traced, on verl's v1 trainer or (ReMax, LoRA) its legacy one: ppo_trainer/
     assert re.search(r"preflight: \[ok\] trace: \d+ responses per step", result.stdout)
     assert "preflight: [warn] guard" not in result.stdout
     # the launch asked the GPUs once; a bare `nvidia-smi` would be verl's own platform check
-    calls = (made.runs_root.parent.parent / f"{recipe}.nvidia-smi-calls").read_text().splitlines()
+    calls = (runs_root.parent.parent / f"{recipe}.nvidia-smi-calls").read_text().splitlines()
     ours = [call for call in calls if call]
     assert ours == ["--query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits"]
     cfg = composed_config(result.stdout)
-    run_dir = str(made.runs_root / recipe)
+    run_dir = str(runs_root / recipe)
     for key, value in {
         "trainer.test_freq": 13, "actor_rollout_ref.model.path": str(tiny_model_dir),
         "reward.custom_reward_function.path": str(ROOT / "rewards" / "gsm8k.py"),
@@ -144,11 +136,17 @@ def test_every_recipe_passes_its_dry_run(recipe, tiny_model_dir, gpu_dry_run):
         "trainer.rollout_data_dir": f"{run_dir}/rollouts", **RECIPE_SPECIFIC.get(recipe, {}),
     }.items():  # fmt: skip
         assert get(cfg, key) == value, (recipe, key)
-    assert not made.runs_root.exists(), "a dry run must not create the run directory"
+    assert not runs_root.exists(), "a dry run must not create the run directory"
 
 
 # Each trainer's knobs: the value set, and the verl keys it must land on.
 A, R = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
+BOTH = {
+    "TEST_FREQ": ("9", "trainer.test_freq"),
+    "TOTAL_TRAINING_STEPS": ("11", "trainer.total_training_steps"),
+    "PROJECT_NAME": ("knob_project", "trainer.project_name"),
+    "EXPERIMENT_NAME": ("knob_experiment", "trainer.experiment_name"),
+}
 KNOBS = {
     "ppo": {
         "NNODES": ("2", "trainer.nnodes"), "NDEVICES_PER_NODE": ("4", "trainer.n_gpus_per_node"),
@@ -160,24 +158,17 @@ KNOBS = {
         "ROLLOUT_TP": ("2", f"{R}tensor_model_parallel_size"), "ROLLOUT_N": ("2", f"{R}n"),
         "ROLLOUT_GPU_MEM_UTIL": ("0.55", f"{R}gpu_memory_utilization"),
         "TOTAL_EPOCHS": ("3", "trainer.total_epochs"), "SAVE_FREQ": ("7", "trainer.save_freq"),
-        "TOTAL_TRAINING_STEPS": ("11", "trainer.total_training_steps"),
-        "TEST_FREQ": ("9", "trainer.test_freq"),
         "KL_COEF": ("0.005", f"algorithm.kl_ctrl.kl_coef {A}kl_loss_coef"),
         "REWARD_FN": ("compute_score_flexible", "reward.custom_reward_function.name"),
-        "PROJECT_NAME": ("knob_project", "trainer.project_name"),
-        "EXPERIMENT_NAME": ("knob_experiment", "trainer.experiment_name"),
         "MAX_CKPT_TO_KEEP": ("5", "trainer.max_actor_ckpt_to_keep trainer.max_critic_ckpt_to_keep"),
-        "RESUME": ("disable", "trainer.resume_mode"),
+        "RESUME": ("disable", "trainer.resume_mode"), **BOTH,
     },
     "sft": {
         "NDEVICES_PER_NODE": ("2", "trainer.n_gpus_per_node"), "SFT_LR": ("2e-05", "optim.lr"),
         "TRAIN_BATCH_SIZE": ("48", "data.train_batch_size"),
         "MAX_LENGTH": ("512", "data.max_length"),
-        "TOTAL_EPOCHS": ("4", "trainer.total_epochs"), "TEST_FREQ": ("9", "trainer.test_freq"),
-        "TOTAL_TRAINING_STEPS": ("11", "trainer.total_training_steps"),
-        "MAX_CKPT_TO_KEEP": ("5", "trainer.max_ckpt_to_keep"),
-        "PROJECT_NAME": ("knob_project", "trainer.project_name"),
-        "EXPERIMENT_NAME": ("knob_experiment", "trainer.experiment_name"),
+        "TOTAL_EPOCHS": ("4", "trainer.total_epochs"),
+        "MAX_CKPT_TO_KEEP": ("5", "trainer.max_ckpt_to_keep"), **BOTH,
     },
 }  # fmt: skip
 # The SFT run's key=value arguments, each beating another layer: a knob (SAVE_FREQ=7), the
@@ -259,7 +250,7 @@ def test_an_sft_step_count_alone_brings_enough_epochs():
 
 @SHARED_DRY_RUNS
 def test_the_printed_verl_command_run_by_hand_composes_the_launchers_config(gpu_dry_run, tmp_path):
-    result = gpu_dry_run("smoke_tiny").result
+    result = gpu_dry_run("smoke_tiny")[0]
     ok(result)
     (line,) = [x for x in result.stdout.splitlines() if x.startswith(PREFIX)]
     command = line.removeprefix(PREFIX)
@@ -279,7 +270,7 @@ def test_the_printed_verl_command_run_by_hand_composes_the_launchers_config(gpu_
 def test_no_secret_printed_wandb_with_the_key_sdpa_packed_without_flash_attn_knobs_said(
     tiny_model_dir, prepared_gsm8k_dir, tmp_path, gpu_dry_run
 ):
-    result = gpu_dry_run(PPO).result  # both secrets in its environment, no flash_attn
+    result = gpu_dry_run(PPO)[0]
     ok(result)
     cfg = composed_config(result.stdout)
     assert get(cfg, "trainer.logger") == ["console", "file", "wandb"]
@@ -349,14 +340,14 @@ def test_each_recipe_file_passes_the_launcher_its_array_and_the_users_arguments(
     python.chmod(0o755)
     recipes = sorted(path.stem for path in (ROOT / "recipes").glob("*.sh"))
     assert len(recipes) >= 13
+    env = recipe_env(Path("/x"), Path("/x"), Path("/x"))
     for recipe in recipes:
-        env = recipe_env(Path("/x"), Path("/x"), Path("/x"), PYTHON=str(python))
-        run = run_recipe(recipe, env, "a.b='c d'", "x=1")
+        run = run_recipe(recipe, dict(env, PYTHON=str(python)), "a.b='c d'", "x=1")
         assert run.returncode == 0, run.stderr
         argv = record.read_text().split("\0")[:-1]
         words = recipe_arguments(ROOT / "recipes" / f"{recipe}.sh")
         assert argv == ["-m", "verl_gsm8k.launch", *words, "--", "a.b='c d'", "x=1"]
-    helped = run_recipe(SFT, recipe_env(Path("/x"), Path("/x"), Path("/x")), "--help")
+    helped = run_recipe(SFT, env, "--help")
     assert helped.returncode == 0 and f"bash recipes/{SFT}.sh" in helped.stdout
     assert "DRY_RUN=1" in helped.stdout
 
@@ -413,7 +404,6 @@ def test_paths_with_quotes_and_spaces_reach_verl_exactly(
 
 
 def test_the_plugins_verl_imports_follow_the_launch():
-
     def plan(trainer: str, device: str, **env: str):
         recipe = Recipe("r", f"gsm8k_{trainer}", trainer)
         return make_plan(recipe, {"HOME": "/x", "DEVICE": device, **env}, probe=False)
