@@ -170,7 +170,7 @@ def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, int]],
         + (f'printf "%s\\n" "{with_cap}"; exit 0' if compute_cap else old_driver)
         + "; fi\n"
         f'printf "%s\\n" "{query}"\n'
-    )  # fmt: skip
+    )
     script.chmod(0o755)
     return bin_dir
 
