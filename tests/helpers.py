@@ -130,7 +130,6 @@ def launch_in_process(recipe: str, env: dict[str, str], *args: str) -> subproces
 
 
 def merge_run(run_dir: Path, target: Path, env: dict[str, str], timeout: int = 600):
-    """scripts/merge.sh run_dir target; fails the test with the output tail unless it merged."""
     return capture(["bash", ROOT / "scripts" / "merge.sh", run_dir, target], 0, timeout, env=env)
 
 
