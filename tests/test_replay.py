@@ -74,9 +74,7 @@ def write_run(root: Path, *, grpo: bool = False, steps: int = 6, **kw: Any) -> P
                        "score_min": 0.0, "score_max": 1.0},
             "response_lengths": {s["key"]: len(s["response"]["ids"]) for s in samples},
         }  # fmt: skip
-        lines = [head, *samples]
-        (run / "trace").mkdir(parents=True, exist_ok=True)
-        (run / "trace" / f"{step}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        write_jsonl(run / "trace" / f"{step}.jsonl", [head, *samples])
         rows = [{**ROW, "output": "".join(s["response"]["tokens"][:-1]), "score": s["score"],
                  "step": step, "uid": s["key"]} for s in samples]  # fmt: skip
         write_jsonl(run / "rollouts" / f"{step}.jsonl", rows)
@@ -189,7 +187,7 @@ def test_a_tool_replys_tokens_make_no_probability_gap(tmp_path: Path):  # vLLM s
             pt, mask = s["per_token"], s["response"]["mask"]
             pairs = zip(pt["rollout_log_prob"], pt["old_log_prob"], mask, strict=True)
             pt["rollout_log_prob"] = [o if m else r for r, o, m in pairs]
-        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        write_jsonl(path, lines)
     assert trace_checks(load_trace(run)) == []
 
 
