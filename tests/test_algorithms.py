@@ -128,7 +128,7 @@ SHIPPED = [*ALGORITHMS, "ppo", "grpo"]
 )  # fmt: skip
 def test_the_shipped_configs_pass(configs, name, changes):
     cfg = changed(configs, name, changes)
-    assert alg.algorithm_problems(cfg, REWARD_KEYS) + alg.overlong_problems(cfg) == []
+    assert refusals(cfg) == []
     assert alg.algorithm_warnings(cfg) == []
 
 
@@ -161,9 +161,13 @@ MISTAKES = [
 )
 def test_a_combination_that_trains_something_else_is_refused(configs, name, changes, expected):
     cfg = changed(configs, name, changes)
-    problems = alg.algorithm_problems(cfg, REWARD_KEYS) + alg.overlong_problems(cfg)
+    problems = refusals(cfg)
     assert any(expected in line for line in problems), problems
     assert all("\n" not in line for line in problems)
+
+
+def refusals(cfg) -> list[str]:
+    return alg.algorithm_problems(cfg, REWARD_KEYS) + alg.overlong_problems(cfg)
 
 
 def changed(configs, name: str, changes: dict):
@@ -197,7 +201,7 @@ WARNINGS = [
 )
 def test_a_combination_verl_allows_is_a_warning(configs, name, changes, expected):
     cfg = changed(configs, name, changes)
-    assert alg.algorithm_problems(cfg, REWARD_KEYS) + alg.overlong_problems(cfg) == []
+    assert refusals(cfg) == []
     (warning,) = alg.algorithm_warnings(cfg)
     assert expected in warning and "verl allows this" in warning, warning
     assert "\n" not in warning
