@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, get
 
 from verl_gsm8k.common.config_diff import leaves
 from verl_gsm8k.common.launch_record import read_records, write_record
@@ -46,11 +46,8 @@ def ppo_record(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def changed(record: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     assert key in leaves(record["config"]), f"{key} is not a key of the composed config"
     out = copy.deepcopy(record)
-    *parents, last = key.split(".")
-    node = out["config"]
-    for part in parents:
-        node = node[part]
-    node[last] = value
+    parents, _, last = key.rpartition(".")
+    get(out["config"], parents)[last] = value
     return out
 
 
