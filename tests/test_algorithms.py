@@ -18,21 +18,19 @@ A, R, ALG = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout.", "algorithm
 OB = "reward.reward_kwargs.overlong_buffer_cfg.len"
 N1, ESTIMATOR, MAX_RESP = f"{R}n", f"{ALG}adv_estimator", "reward.reward_kwargs.max_resp_len"
 ALGORITHMS = {
-    "rloo": {f"{ALG}adv_estimator": "rloo", f"{ALG}use_kl_in_reward": True,
-             f"{A}use_kl_loss": False, f"{R}n": 4},
-    "reinforce_pp": {f"{ALG}adv_estimator": "reinforce_plus_plus", f"{ALG}use_kl_in_reward": True,
-                     f"{A}use_kl_loss": False, f"{R}n": 1,
+    "rloo": {ESTIMATOR: "rloo", f"{ALG}use_kl_in_reward": True, f"{A}use_kl_loss": False, N1: 4},
+    "reinforce_pp": {ESTIMATOR: "reinforce_plus_plus", f"{ALG}use_kl_in_reward": True,
+                     f"{A}use_kl_loss": False, N1: 1,
                      f"{A}ppo_mini_batch_size": 128},  # one update a step: verl's example
-    "reinforce_pp_baseline": {f"{ALG}adv_estimator": "reinforce_plus_plus_baseline",
-                              f"{ALG}use_kl_in_reward": True, f"{R}n": 8,
+    "reinforce_pp_baseline": {ESTIMATOR: "reinforce_plus_plus_baseline",
+                              f"{ALG}use_kl_in_reward": True, N1: 8,
                               f"{A}ppo_mini_batch_size": 128},
-    "remax": {f"{ALG}adv_estimator": "remax", f"{ALG}use_kl_in_reward": True,
-              "trainer.use_v1": False, f"{R}n": 1},
-    "drgrpo": {f"{ALG}adv_estimator": "grpo", f"{ALG}norm_adv_by_std_in_grpo": False,
+    "remax": {ESTIMATOR: "remax", f"{ALG}use_kl_in_reward": True, "trainer.use_v1": False, N1: 1},
+    "drgrpo": {ESTIMATOR: "grpo", f"{ALG}norm_adv_by_std_in_grpo": False,
                f"{ALG}use_kl_in_reward": False, f"{A}use_kl_loss": False,
                f"{A}loss_agg_mode": "seq-mean-token-sum-norm",
-               f"{A}loss_scale_factor": 256, f"{R}n": 8},  # MAX_RESPONSE_LENGTH's default
-    "dapo": {f"{ALG}adv_estimator": "grpo", f"{ALG}use_kl_in_reward": False,
+               f"{A}loss_scale_factor": 256, N1: 8},  # MAX_RESPONSE_LENGTH's default
+    "dapo": {ESTIMATOR: "grpo", f"{ALG}use_kl_in_reward": False,
              f"{A}use_kl_loss": False, f"{A}clip_ratio_low": 0.2, f"{A}clip_ratio_high": 0.28,
              f"{A}loss_agg_mode": "token-mean", f"{ALG}filter_groups.enable": True,
              f"{ALG}filter_groups.metric": "acc", f"{ALG}filter_groups.max_num_gen_batches": 0,
@@ -40,11 +38,11 @@ ALGORITHMS = {
              "reward.reward_kwargs.overlong_buffer_cfg.enable": True,
              OB: 51,  # a fifth of 256
              f"{A}clip_ratio_c": 10.0,  # verl's DAPO example
-             f"{A}ppo_mini_batch_size": 8, f"{R}n": 16},  # 16 mini-batches: verl's example
-    "gspo": {f"{ALG}adv_estimator": "grpo", f"{A}policy_loss.loss_mode": "gspo",
+             f"{A}ppo_mini_batch_size": 8, N1: 16},  # 16 mini-batches: verl's example
+    "gspo": {ESTIMATOR: "grpo", f"{A}policy_loss.loss_mode": "gspo",
              f"{A}clip_ratio_low": 0.0003, f"{A}clip_ratio_high": 0.0004,
              f"{A}loss_agg_mode": "seq-mean-token-mean", f"{A}use_kl_loss": False,
-             f"{A}ppo_mini_batch_size": 32, f"{R}n": 16},  # 4 mini-batches: the paper's
+             f"{A}ppo_mini_batch_size": 32, N1: 16},  # 4 mini-batches: the paper's
 }  # fmt: skip
 
 
