@@ -130,7 +130,6 @@ def launch_in_process(recipe: str, env: dict[str, str], *args: str) -> subproces
 
 
 def merge_run(run_dir: Path, target: Path, env: dict[str, str], timeout: int = 600):
-    """scripts/merge.sh run_dir target; fails the test with the output tail unless it merged."""
     return capture(["bash", ROOT / "scripts" / "merge.sh", run_dir, target], 0, timeout, env=env)
 
 
@@ -170,7 +169,7 @@ def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, int]],
         + (f'printf "%s\\n" "{with_cap}"; exit 0' if compute_cap else old_driver)
         + "; fi\n"
         f'printf "%s\\n" "{query}"\n'
-    )  # fmt: skip
+    )
     script.chmod(0o755)
     return bin_dir
 
@@ -191,31 +190,31 @@ UNDEFINED_SYMBOL = (
 
 def plant_flash_attn(site: Path, works: bool) -> Path:
     """A flash_attn 2 wheel in ``site`` whose extension loads (``works``) or raises the
-    ImportError of a wheel built for another torch. Returns ``site``."""
+    ImportError of a wheel built for another torch."""
     (site / "flash_attn").mkdir(parents=True, exist_ok=True)
     (site / "flash_attn" / "__init__.py").write_text(
         '__version__ = "2.8.3"\nimport flash_attn_2_cuda  # noqa: F401\n'
     )
     body = "" if works else f"raise ImportError({UNDEFINED_SYMBOL!r})\n"
     (site / "flash_attn_2_cuda.py").write_text(body)
-    # transformers reads the version from the metadata
-    dist = site / "flash_attn-2.8.3.dist-info"
+    return _dist_info(site, "flash-attn", "2.8.3", "flash_attn\nflash_attn_2_cuda\n")
+
+
+def _dist_info(site: Path, name: str, version: str, top_level: str) -> Path:
+    """The metadata transformers reads the version from."""
+    dist = site / f"{name.replace('-', '_')}-{version}.dist-info"
     dist.mkdir(exist_ok=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3\n")
-    (dist / "top_level.txt").write_text("flash_attn\nflash_attn_2_cuda\n")
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (dist / "top_level.txt").write_text(top_level)
     return site
 
 
 def plant_flash_attn_4(site: Path) -> Path:
     """PyPI's flash-attn-4 as it installs in ``site`` (``flash_attn/cute/`` in a namespace
-    package, its dist-info); it only imports. Returns ``site``."""
+    package, its dist-info); it only imports."""
     (site / "flash_attn" / "cute").mkdir(parents=True, exist_ok=True)
     (site / "flash_attn" / "cute" / "__init__.py").write_text("")
-    dist = site / "flash_attn_4-4.0.0b19.dist-info"
-    dist.mkdir(exist_ok=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn-4\nVersion: 4.0.0b19\n")
-    (dist / "top_level.txt").write_text("flash_attn\n")
-    return site
+    return _dist_info(site, "flash-attn-4", "4.0.0b19", "flash_attn\n")
 
 
 def with_pythonpath(env: dict[str, str], *entries: Path) -> dict[str, str]:

@@ -16,34 +16,33 @@ from verl_gsm8k.preflight.compose import compose, legacy_key_problems
 # recipe -> the keys its config must set (the papers' settings: docs/algorithms.md).
 A, R, ALG = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout.", "algorithm."
 OB = "reward.reward_kwargs.overlong_buffer_cfg.len"
+N1, ESTIMATOR, MAX_RESP = f"{R}n", f"{ALG}adv_estimator", "reward.reward_kwargs.max_resp_len"
 ALGORITHMS = {
-    "rloo": {f"{ALG}adv_estimator": "rloo", f"{ALG}use_kl_in_reward": True,
-             f"{A}use_kl_loss": False, f"{R}n": 4},
-    "reinforce_pp": {f"{ALG}adv_estimator": "reinforce_plus_plus", f"{ALG}use_kl_in_reward": True,
-                     f"{A}use_kl_loss": False, f"{R}n": 1,
+    "rloo": {ESTIMATOR: "rloo", f"{ALG}use_kl_in_reward": True, f"{A}use_kl_loss": False, N1: 4},
+    "reinforce_pp": {ESTIMATOR: "reinforce_plus_plus", f"{ALG}use_kl_in_reward": True,
+                     f"{A}use_kl_loss": False, N1: 1,
                      f"{A}ppo_mini_batch_size": 128},  # one update a step: verl's example
-    "reinforce_pp_baseline": {f"{ALG}adv_estimator": "reinforce_plus_plus_baseline",
-                              f"{ALG}use_kl_in_reward": True, f"{R}n": 8,
+    "reinforce_pp_baseline": {ESTIMATOR: "reinforce_plus_plus_baseline",
+                              f"{ALG}use_kl_in_reward": True, N1: 8,
                               f"{A}ppo_mini_batch_size": 128},
-    "remax": {f"{ALG}adv_estimator": "remax", f"{ALG}use_kl_in_reward": True,
-              "trainer.use_v1": False, f"{R}n": 1},
-    "drgrpo": {f"{ALG}adv_estimator": "grpo", f"{ALG}norm_adv_by_std_in_grpo": False,
+    "remax": {ESTIMATOR: "remax", f"{ALG}use_kl_in_reward": True, "trainer.use_v1": False, N1: 1},
+    "drgrpo": {ESTIMATOR: "grpo", f"{ALG}norm_adv_by_std_in_grpo": False,
                f"{ALG}use_kl_in_reward": False, f"{A}use_kl_loss": False,
                f"{A}loss_agg_mode": "seq-mean-token-sum-norm",
-               f"{A}loss_scale_factor": 256, f"{R}n": 8},  # MAX_RESPONSE_LENGTH's default
-    "dapo": {f"{ALG}adv_estimator": "grpo", f"{ALG}use_kl_in_reward": False,
+               f"{A}loss_scale_factor": 256, N1: 8},  # MAX_RESPONSE_LENGTH's default
+    "dapo": {ESTIMATOR: "grpo", f"{ALG}use_kl_in_reward": False,
              f"{A}use_kl_loss": False, f"{A}clip_ratio_low": 0.2, f"{A}clip_ratio_high": 0.28,
              f"{A}loss_agg_mode": "token-mean", f"{ALG}filter_groups.enable": True,
              f"{ALG}filter_groups.metric": "acc", f"{ALG}filter_groups.max_num_gen_batches": 0,
-             "reward.reward_manager.name": "dapo", "reward.reward_kwargs.max_resp_len": 256,
+             "reward.reward_manager.name": "dapo", MAX_RESP: 256,
              "reward.reward_kwargs.overlong_buffer_cfg.enable": True,
              OB: 51,  # a fifth of 256
              f"{A}clip_ratio_c": 10.0,  # verl's DAPO example
-             f"{A}ppo_mini_batch_size": 8, f"{R}n": 16},  # 16 mini-batches: verl's example
-    "gspo": {f"{ALG}adv_estimator": "grpo", f"{A}policy_loss.loss_mode": "gspo",
+             f"{A}ppo_mini_batch_size": 8, N1: 16},  # 16 mini-batches: verl's example
+    "gspo": {ESTIMATOR: "grpo", f"{A}policy_loss.loss_mode": "gspo",
              f"{A}clip_ratio_low": 0.0003, f"{A}clip_ratio_high": 0.0004,
              f"{A}loss_agg_mode": "seq-mean-token-mean", f"{A}use_kl_loss": False,
-             f"{A}ppo_mini_batch_size": 32, f"{R}n": 16},  # 4 mini-batches: the paper's
+             f"{A}ppo_mini_batch_size": 32, N1: 16},  # 4 mini-batches: the paper's
 }  # fmt: skip
 
 
@@ -55,7 +54,6 @@ def test_every_algorithm_config_has_its_row_here():
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_every_algorithm_recipe_passes_its_dry_run(algo, tiny_model_dir, prepared_gsm8k_dir,
                                                    tmp_path):  # fmt: skip
-    """Knob defaults, preflight, verl's --cfg job; DAPO's KL_COEF, charged nowhere, is warned."""
     kl = {"KL_COEF": "0.01"} if algo == "dapo" else {}
     env = recipe_env(tiny_model_dir, prepared_gsm8k_dir, tmp_path / "runs", DRY_RUN="1", **kl)
     result = launch_in_process(f"{algo}_qwen2.5-0.5b_gsm8k", env)
@@ -63,7 +61,6 @@ def test_every_algorithm_recipe_passes_its_dry_run(algo, tiny_model_dir, prepare
     assert re.search(r"preflight: \[ok\] algorithm: ", result.stdout), result.stdout[-3000:]
     warned = "preflight: [warn] algorithm: KL_COEF=0.01 does nothing here" in result.stdout
     assert warned == bool(kl)
-    # guarded and traced, on verl's v1 trainer or (ReMax, LoRA) its legacy one: ppo_trainer/
     assert re.search(r"preflight: \[ok\] trace: \d+ responses per step", result.stdout)
     assert "preflight: [warn] guard" not in result.stdout
     cfg = composed_config(result.stdout)
@@ -81,7 +78,6 @@ def test_every_algorithm_recipe_passes_its_dry_run(algo, tiny_model_dir, prepare
      ("256", ["data.max_response_length=1024", f"{OB}=100"], "100")],
 )  # fmt: skip
 def test_dapos_overlong_buffer_is_a_fifth_of_the_response_length(length, user, buffer):
-    """The paper's share (4096 of 20480); the user's own key wins."""
     from verl_gsm8k.launch.plan import recipe_plan
 
     env = {"HOME": "/nonexistent", "MAX_RESPONSE_LENGTH": length}
@@ -95,8 +91,7 @@ def test_dapos_overlong_buffer_is_a_fifth_of_the_response_length(length, user, b
 def test_a_kl_coefficient_is_warned_where_the_config_charges_no_kl(configs, algo):
     from verl_gsm8k.preflight.algorithm import unused_kl_warnings
 
-    chosen = {"algorithm.kl_ctrl.kl_coef": "KL_COEF=0.01",
-              "actor_rollout_ref.actor.kl_loss_coef": "KL_COEF=0.01"}  # fmt: skip
+    chosen = {f"{ALG}kl_ctrl.kl_coef": "KL_COEF=0.01", f"{A}kl_loss_coef": "KL_COEF=0.01"}
     (line,) = unused_kl_warnings(variant(configs, algo), chosen)
     assert line.startswith("KL_COEF=0.01 does nothing here: this config charges no KL")
     assert unused_kl_warnings(variant(configs, algo), {}) == []
@@ -108,7 +103,7 @@ def configs() -> dict[str, object]:
     return {name: compose(ROOT / "configs", f"gsm8k_{name}", []) for name in SHIPPED}
 
 
-ROLLOUT_N = {name: keys["actor_rollout_ref.rollout.n"] for name, keys in ALGORITHMS.items()}
+ROLLOUT_N = {name: keys[N1] for name, keys in ALGORITHMS.items()}
 ROLLOUT_N.update(ppo=1, grpo=5)  # the PPO and GRPO recipes' ROLLOUT_N
 
 
@@ -131,12 +126,9 @@ SHIPPED = [*ALGORITHMS, "ppo", "grpo"]
 )  # fmt: skip
 def test_the_shipped_configs_pass(configs, name, changes):
     cfg = changed(configs, name, changes)
-    assert alg.algorithm_problems(cfg, REWARD_KEYS) + alg.overlong_problems(cfg) == []
+    assert refusals(cfg) == []
     assert alg.algorithm_warnings(cfg) == []
 
-
-N1 = "actor_rollout_ref.rollout.n"
-ESTIMATOR = "algorithm.adv_estimator"
 
 # (config, changed keys, the refusal's text): verl refuses it or it trains something else.
 MISTAKES = [
@@ -146,20 +138,19 @@ MISTAKES = [
     ("ppo", {"critic.enable": False}, "critic.enable=false with algorithm.adv_estimator=gae"),
     ("drgrpo", {ESTIMATOR: "grpo_vectorized"},
      "norm_adv_by_std_in_grpo=false is ignored by adv_estimator=grpo_vectorized"),
-    ("drgrpo", {"actor_rollout_ref.actor.loss_scale_factor": None}, "loss_scale_factor null"),
+    ("drgrpo", {f"{A}loss_scale_factor": None}, "loss_scale_factor null"),
     ("remax", {"trainer.use_v1": True}, "adv_estimator=remax with trainer.use_v1=true"),
     ("dapo", {"trainer.use_v1": False}, "the legacy trainer never reads algorithm.filter_groups"),
-    ("dapo", {"algorithm.filter_groups.max_num_gen_batches": 10},
+    ("dapo", {f"{ALG}filter_groups.max_num_gen_batches": 10},
      "max_num_gen_batches=10 is ignored by the v1 trainer"),
     ("dapo", {N1: 1}, "a group of one response is never dropped"),
-    ("dapo", {"algorithm.filter_groups.metric": "reward"}, "the overlong penalty shapes"),
-    ("dapo", {"algorithm.filter_groups.metric": "accuracy"}, "metric=accuracy is not a key"),
+    ("dapo", {f"{ALG}filter_groups.metric": "reward"}, "the overlong penalty shapes"),
+    ("dapo", {f"{ALG}filter_groups.metric": "accuracy"}, "metric=accuracy is not a key"),
     ("dapo", {"reward.reward_manager.name": "naive"}, "read only by the dapo reward manager"),
     ("dapo", {OB: 300},
      "overlong_buffer_cfg.len=300 must be above 0 and at most reward.reward_kwargs.max_resp_len"),
     ("dapo", {OB: 0}, "overlong_buffer_cfg.len=0 must be above 0"),
-    ("dapo", {"reward.reward_kwargs.max_resp_len": None},
-     "max_resp_len is not set: verl's dapo reward manager asserts it"),
+    ("dapo", {MAX_RESP: None}, "max_resp_len is not set: verl's dapo reward manager asserts it"),
 ]  # fmt: skip
 
 
@@ -168,9 +159,13 @@ MISTAKES = [
 )
 def test_a_combination_that_trains_something_else_is_refused(configs, name, changes, expected):
     cfg = changed(configs, name, changes)
-    problems = alg.algorithm_problems(cfg, REWARD_KEYS) + alg.overlong_problems(cfg)
+    problems = refusals(cfg)
     assert any(expected in line for line in problems), problems
     assert all("\n" not in line for line in problems)
+
+
+def refusals(cfg) -> list[str]:
+    return alg.algorithm_problems(cfg, REWARD_KEYS) + alg.overlong_problems(cfg)
 
 
 def changed(configs, name: str, changes: dict):
@@ -187,20 +182,15 @@ WARNINGS = [
     ("rloo", {N1: 1},
      "adv_estimator=rloo compares the responses within a prompt's group; verl allows this"),
     ("grpo", {N1: 1}, "with one response verl gives it mean 0 and std 1"),
-    ("grpo", {N1: 1, ESTIMATOR: "gpg"}, "adv_estimator=gpg compares the responses"),
-    ("grpo", {N1: 1, ESTIMATOR: "optimal_token_baseline"},
-     "adv_estimator=optimal_token_baseline compares the responses"),
-    ("grpo", {N1: 1, ESTIMATOR: "tir_optimal_token_baseline"},
-     "adv_estimator=tir_optimal_token_baseline compares the responses"),
-    ("grpo", {"algorithm.use_kl_in_reward": True}, "charges the KL to the reference twice"),
-    ("rloo", {"actor_rollout_ref.actor.use_kl_loss": True},
-     "charges the KL to the reference twice"),
-    ("gspo", {"actor_rollout_ref.actor.clip_ratio_high": 0.2},
+    *[("grpo", {N1: 1, ESTIMATOR: e}, f"adv_estimator={e} compares the responses")
+      for e in ("gpg", "optimal_token_baseline", "tir_optimal_token_baseline")],
+    ("grpo", {f"{ALG}use_kl_in_reward": True}, "charges the KL to the reference twice"),
+    ("rloo", {f"{A}use_kl_loss": True}, "charges the KL to the reference twice"),
+    ("gspo", {f"{A}clip_ratio_high": 0.2},
      "clip_ratio_high=0.2: verl allows this and clips the sequence-level ratio"),
-    ("dapo", {"reward.reward_kwargs.max_resp_len": 512, OB: 300},
+    ("dapo", {MAX_RESP: 512, OB: 300},
      "max_resp_len=512 with data.max_response_length=256: verl allows this"),
-    ("dapo", {"reward.reward_kwargs.max_resp_len": 200},
-     "the penalty keeps growing past -penalty_factor"),
+    ("dapo", {MAX_RESP: 200}, "the penalty keeps growing past -penalty_factor"),
 ]  # fmt: skip
 
 
@@ -209,7 +199,7 @@ WARNINGS = [
 )
 def test_a_combination_verl_allows_is_a_warning(configs, name, changes, expected):
     cfg = changed(configs, name, changes)
-    assert alg.algorithm_problems(cfg, REWARD_KEYS) + alg.overlong_problems(cfg) == []
+    assert refusals(cfg) == []
     (warning,) = alg.algorithm_warnings(cfg)
     assert expected in warning and "verl allows this" in warning, warning
     assert "\n" not in warning
@@ -224,8 +214,7 @@ def test_every_estimator_verl_groups_by_prompt_is_checked_at_one_response():
 
 
 @pytest.mark.parametrize("estimator", sorted(alg.GROUP_AT_ONE))
-def test_the_reason_at_one_response_is_what_verl_computes(estimator):
-    """Each estimator on four prompts of one response (scores 1, 0, 1, 0.5)."""
+def test_the_reason_at_one_response_is_what_verl_computes(estimator):  # 4 prompts, 1 response
     import numpy as np
     import torch
     from verl.trainer.ppo import core_algos

@@ -28,6 +28,7 @@ from verl_gsm8k.common import gpus
 H100, A100 = ("NVIDIA H100 80GB HBM3", 81559), ("NVIDIA A100-SXM4-80GB", 81920)
 BROKEN = "flash_attn is installed but its CUDA extension flash_attn_2_cuda does not load (...)"
 PACKED = f"{BROKEN}; packed rows, block-diagonal mask from position_ids"
+FA2 = "flash_attention_2, padding removal on (flash-attn 2 loads)"
 NEED = "ATTENTION=fa4: flash-attn-4 needs compute capability 9.0+"
 AUTO = "use ATTENTION=auto (sdpa_packed)"
 FA4 = "flash_attention_4, padding removal on (ATTENTION=fa4, compute capability 9.0: "
@@ -35,8 +36,7 @@ FA4 += f"{att.FA4_COST})"
 
 # (ATTENTION, CPU, flash-attn 2's problem, capabilities, fa4 installed) -> the line or refusal
 CASES = [
-    ("auto", False, None, [(9, 0)], True, "flash_attention_2, padding removal on (flash-attn 2 "
-     "loads)"),
+    ("auto", False, None, [(9, 0)], True, FA2),
     *[("auto", False, BROKEN, caps, fa4, f"sdpa, padding removal on ({PACKED})")
       for caps, fa4 in (([(9, 0)], True), ([(8, 0)], False), (None, True))],
     ("fa4", False, None, [(9, 0)], True, FA4),
@@ -44,7 +44,7 @@ CASES = [
     ("sdpa", False, None, [(9, 0)], True, f"sdpa, padding removal off (ATTENTION=sdpa: "
      f"{att.SDPA_COST})"),
     ("sdpa_packed", False, None, None, False, "sdpa, padding removal on (ATTENTION=sdpa_packed)"),
-    ("fa2", False, None, None, False, "flash_attention_2, padding removal on (flash-attn 2 loads)"),
+    ("fa2", False, None, None, False, FA2),
     ("auto", True, None, [(9, 0)], True, "sdpa, padding removal off (trains on the CPU, where "
      "packed steps measured slower)"),
     ("sdpa", True, None, None, False, "sdpa, padding removal off (ATTENTION=sdpa)"),
@@ -112,9 +112,10 @@ def test_the_gpus_are_asked_once_in_one_query(tmp_path, monkeypatch):
     query = "--query-gpu=name,memory.total{} --format=csv,noheader,nounits"
     assert calls.read_text().splitlines() == [query.format(",compute_cap")] * 2 + [query.format("")]
     assert gpus.listed(str(tmp_path)) == () and gpus.capabilities(()) == []  # no nvidia-smi
-    (tmp_path / "unified" / "nvidia-smi").parent.mkdir()
-    (tmp_path / "unified" / "nvidia-smi").write_text('#!/bin/sh\necho "NVIDIA GB10, [N/A], 12.1"\n')
-    (tmp_path / "unified" / "nvidia-smi").chmod(0o755)  # a card without its memory: still a GPU
+    smi = tmp_path / "unified" / "nvidia-smi"  # a card without its memory: still a GPU
+    smi.parent.mkdir()
+    smi.write_text('#!/bin/sh\necho "NVIDIA GB10, [N/A], 12.1"\n')
+    smi.chmod(0o755)
     assert gpus.listed(str(tmp_path / "unified")) == (gpus.Gpu("NVIDIA GB10", None, (12, 1)),)
 
 
@@ -175,16 +176,14 @@ def test_launcher_preflight_and_plugin_agree(case, tmp_path):
     assert plugin == ("+attention=sdpa_packed" in overlays) == (problem is not None)
     assert plugin == ("verl_gsm8k.verl_plugins.attention_fallback" in modules)
     if case == "working":
-        assert line == "flash_attention_2, padding removal on (flash-attn 2 loads)"
+        assert line == FA2
         assert "attention: sdpa, padding removal on (set by the overrides; ATTENTION=auto " \
             "chooses fa2 here: flash-attn 2 loads)" in device  # fmt: skip
         return
-    why = "flash_attn not installed" if case == "absent" else (
-        f"flash_attn is installed but its CUDA extension flash_attn_2_cuda does not load "
-        f"(ImportError: {UNDEFINED_SYMBOL})")  # fmt: skip
+    broken = BROKEN.replace("...", f"ImportError: {UNDEFINED_SYMBOL}")
+    why = "flash_attn not installed" if case == "absent" else broken
     assert problem == why
-    assert line == f"sdpa, padding removal on ({why}; packed rows, block-diagonal mask from " \
-        "position_ids)"  # fmt: skip
+    assert line == f"sdpa, padding removal on ({PACKED.replace(BROKEN, why)})"
     assert device.endswith(f"attention: {line}")
 
 
@@ -239,5 +238,4 @@ def test_a_working_flash_attn_2_comes_first_on_the_command_line(tmp_path):
     env = h100_env(tmp_path)
     env = with_pythonpath(env, plant_flash_attn(tmp_path, works=True))
     out = capture([sys.executable, "-m", "verl_gsm8k.common.attention"], None, 120, env=env)
-    assert out.stdout.splitlines() == [
-        "fa2", "flash_attention_2, padding removal on (flash-attn 2 loads)"]  # fmt: skip
+    assert out.stdout.splitlines() == ["fa2", FA2]

@@ -122,7 +122,6 @@ def variables(words: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
 
 
 def recipe_problems(recipe: str, args: list[str], knobs: dict[str, str]) -> list[str]:
-    """The recipe exists, its plan takes the knobs and overrides, each key is in its config."""
     if PLACEHOLDER.search(recipe):
         return []  # recipes/<recipe>.sh: every recipe; its arguments below are placeholders too
     path = ROOT / recipe
@@ -217,7 +216,6 @@ def help_problems(command: list[str], args: list[str], whole_line: bool = True) 
 
 
 def problems_of(words: list[str], whole_line: bool = True) -> list[str]:
-    """What is wrong with a block's line (``whole_line``) or an inline span."""
     problems, knobs, words = variables(words)
     if not words:
         return problems  # an assignment alone
@@ -283,25 +281,26 @@ def test_the_commands_are_found_and_the_checks_go_red_on_planted_defects(tmp_pat
     readme = [words for where, words in COMMANDS if where.startswith("README.md")]
     assert ["make", "setup"] in readme and ["python", "-m", "data_prep.gsm8k"] in readme
     assert len(COMMANDS) > 100, len(COMMANDS)
-    report = [sys.executable, "-m", "verl_gsm8k.report"]
-    assert help_problems(report, ["--no-such-flag"], whole_line=False) == [
-        "--no-such-flag is not in its --help"]  # fmt: skip
-    assert problems_of(shlex.split("python -m verl_gsm8k.report RUN --step lats"), False) == [
-        "--step lats is not one of {last,best}"]  # fmt: skip
-    assert problems_of(["bash", "scripts/merge.sh", "runs/x"]) == [
-        "exit 2 with --help: merge.sh: error: the following arguments are required: target"
-    ]
-    bench = shlex.split("python -m verl_gsm8k.bench.gpu_probe --models tiny")
-    assert problems_of(bench, whole_line=False) == ["--out is required (its usage line)"]
-    assert problems_of(["ACTOR_RL=1e-6", "bash", "recipes/smoke_tiny.sh"]) == [
-        "ACTOR_RL is neither a knob (docs/knobs.md) nor a variable we know"]  # fmt: skip
-    assert problems_of(["ACTOR_LR=fast", "bash", "recipes/smoke_tiny.sh"]) == [
-        f"ACTOR_LR=fast is not {BY_NAME['ACTOR_LR'].check.rule}"]  # fmt: skip
+    for line, whole_line, said in [
+        ("python -m verl_gsm8k.report --no-such-flag", False,
+         "--no-such-flag is not in its --help"),
+        ("python -m verl_gsm8k.report RUN --step lats", False,
+         "--step lats is not one of {last,best}"),
+        ("bash scripts/merge.sh runs/x", True,
+         "exit 2 with --help: merge.sh: error: the following arguments are required: target"),
+        ("python -m verl_gsm8k.bench.gpu_probe --models tiny", False,
+         "--out is required (its usage line)"),
+        ("ACTOR_RL=1e-6 bash recipes/smoke_tiny.sh", True,
+         "ACTOR_RL is neither a knob (docs/knobs.md) nor a variable we know"),
+        ("ACTOR_LR=fast bash recipes/smoke_tiny.sh", True,
+         f"ACTOR_LR=fast is not {BY_NAME['ACTOR_LR'].check.rule}"),
+        ("bash recipes/smoke.sh", True, "recipes/smoke.sh does not exist"),
+    ]:  # fmt: skip
+        assert problems_of(shlex.split(line), whole_line) == [said], line
     split = "TRAIN_BATCH_SIZE=100 does not split into mini-batches of PPO_MINI_BATCH_SIZE=64"
     for line in ("TRAIN_BATCH_SIZE=100 PPO_MINI_BATCH_SIZE=64 make test", "TRAIN_BATCH_SIZE=100 "
                  "bash recipes/ppo_qwen2.5-0.5b_gsm8k.sh"):  # fmt: skip
         assert [p.split(" (")[0] for p in problems_of(shlex.split(line))] == [split], line
-    assert problems_of(["bash", "recipes/smoke.sh"]) == ["recipes/smoke.sh does not exist"]
     assert path_problems("see verl_gsm8k/launch/knob.py") == [
         "verl_gsm8k/launch/knob.py does not exist"]  # fmt: skip
     assert path_problems("verl_gsm8k/launch/knobs.py, recipes/*.sh, launch/NAME.py") == []

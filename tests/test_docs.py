@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
+from verl_gsm8k.launch.knobs import BY_NAME
+
 LINK_ONLY = ("README.md", "recipes/README.md", "Makefile", "docs/guide.md")
 TEST_COUNT_HOME = "docs/testing.md"
 
@@ -106,18 +108,14 @@ def test_the_readme_reads_in_five_minutes():
         assert item in text, item
 
 
-CITING = ("README.md", "recipes/README.md")  # and every docs/*.md
 # A test name, not part of a path or key (`val/test_score`); a trailing `_` is a prefix.
 TEST_NAME = re.compile(r"(?:(?<=tests/)|(?<![\w/.\-]))(test_\w+?)(\.py)?(?![\w.*])")
 
 
-def _citing_docs(root: Path) -> list[str]:
-    return [*CITING, *sorted(str(p.relative_to(root)) for p in (root / "docs").glob("*.md"))]
-
-
 def _doc_texts(root: Path):
-    """(path, text) of every citing doc there is."""
-    for path in _citing_docs(root):
+    """(path, text) of README.md, recipes/README.md and docs/*.md, those there are."""
+    docs = sorted(str(p.relative_to(root)) for p in (root / "docs").glob("*.md"))
+    for path in ("README.md", "recipes/README.md", *docs):
         if (root / path).is_file():
             yield path, (root / path).read_text(encoding="utf-8")
 
@@ -175,8 +173,6 @@ KNOB_ROW = re.compile(r"^\|([^|]*)\|([^|]*)\|")
 def knob_defaults_outside_knobs_md(root: Path) -> list[str]:
     """``| `KNOB` | its default |`` in a table whose 2nd column is "Default", outside docs/knobs.md
     (``| `A`, `B` | `1`, `2` |`` pairs in order); other tables hold settings for a case."""
-    from verl_gsm8k.launch.knobs import BY_NAME
-
     problems = []
     for path, text in _doc_texts(root):
         lines = text.splitlines() if path != "docs/knobs.md" else []
@@ -211,8 +207,6 @@ PROSE_DEFAULTS = (
 
 
 def knob_defaults_said_wrong(root: Path) -> list[str]:
-    from verl_gsm8k.launch.knobs import BY_NAME
-
     problems = []
     for path, text in _doc_texts(root):
         for pattern in PROSE_DEFAULTS:

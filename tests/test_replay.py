@@ -17,6 +17,7 @@ from verl_gsm8k.trace.record import sample_line, step_line
 
 TOKENS = ["2", " +", " ", "3", " =", " ", "5", "\n", "####", " ", "5", "<|im_end|>"]
 WRONG = ["2", " +", " ", "3", " =", " ", "5", "<|im_end|>"]
+TOOL_MASK = [1, 1, 0, 0, 0] + [1] * (len(TOKENS) - 5)  # a tool's reply: response mask 0
 ROW = {"input": "user\nBetty has 2 apples and finds 3 more. How many?\nassistant\n", "gts": "5"}
 
 
@@ -73,9 +74,7 @@ def write_run(root: Path, *, grpo: bool = False, steps: int = 6, **kw: Any) -> P
                        "score_min": 0.0, "score_max": 1.0},
             "response_lengths": {s["key"]: len(s["response"]["ids"]) for s in samples},
         }  # fmt: skip
-        lines = [head, *samples]
-        (run / "trace").mkdir(parents=True, exist_ok=True)
-        (run / "trace" / f"{step}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        write_jsonl(run / "trace" / f"{step}.jsonl", [head, *samples])
         rows = [{**ROW, "output": "".join(s["response"]["tokens"][:-1]), "score": s["score"],
                  "step": step, "uid": s["key"]} for s in samples]  # fmt: skip
         write_jsonl(run / "rollouts" / f"{step}.jsonl", rows)
@@ -180,16 +179,15 @@ def test_trace_checks_fire_on_their_pathology(tmp_path: Path, kw, check, severit
         (check, severity, 1, 6)]  # fmt: skip
 
 
-def test_a_tool_replys_tokens_make_no_probability_gap(tmp_path: Path):
-    """A tool's reply (response mask 0) was not sampled by vLLM: its tokens are not compared."""
-    run = write_run(tmp_path, gap=0.3, mask=[1, 1, 0, 0, 0] + [1] * (len(TOKENS) - 5))
+def test_a_tool_replys_tokens_make_no_probability_gap(tmp_path: Path):  # vLLM sampled none
+    run = write_run(tmp_path, gap=0.3, mask=TOOL_MASK)
     for path in (run / "trace").iterdir():
         lines = [json.loads(x) for x in path.read_text().splitlines()]
         for s in (x for x in lines if x.get("kind") == "sample"):
             pt, mask = s["per_token"], s["response"]["mask"]
             pairs = zip(pt["rollout_log_prob"], pt["old_log_prob"], mask, strict=True)
             pt["rollout_log_prob"] = [o if m else r for r, o, m in pairs]
-        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        write_jsonl(path, lines)
     assert trace_checks(load_trace(run)) == []
 
 
@@ -201,9 +199,7 @@ def test_trace_checks_stay_quiet_on_a_healthy_trace(runs: dict[str, Path]):
 
 
 def test_the_tokens_that_carried_no_loss_are_marked(tmp_path: Path):
-    """A tool's reply in a response (response mask 0) is marked and said to carry no loss."""
-    mask = [1, 1, 0, 0, 0] + [1] * (len(TOKENS) - 5)
-    run = write_run(tmp_path / "tool", grpo=True, steps=1, mask=mask)
+    run = write_run(tmp_path / "tool", grpo=True, steps=1, mask=TOOL_MASK)
     page = report.generate(run, run / "report").out_dir / "replay.html"
     shown = dom(f"{page.as_uri()}#step=1&sample=0&token=3", tmp_path)
     marked = re.findall(r'<span class="tok([^"]*)" tabindex="0" data-i="(\d+)"', shown)

@@ -140,12 +140,16 @@ def test_a_checkpoints_stamp_and_sick_mark_the_kept_best_and_the_watchdog_log(tm
     assert [t["step"] for t in trips] == [3, 5] and math.isnan(trips[0]["value"])
 
 
+def launched(run: Path, stamp: str) -> None:
+    for path in (rd.launch_record_path(run, stamp), rd.metrics_path(run, stamp)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+
+
 def test_the_launch_files(tmp_path: Path):
     stamps = ["20261125T101500Z", "20261124T090000Z"]
     for stamp in stamps:
-        for path in (rd.launch_record_path(tmp_path, stamp), rd.metrics_path(tmp_path, stamp)):
-            path.parent.mkdir(exist_ok=True)
-            path.write_text("")
+        launched(tmp_path, stamp)
     assert [p.name for p in rd.launch_record_paths(tmp_path)] == [
         "launch-20261124T090000Z.yaml", "launch-20261125T101500Z.yaml"
     ]  # fmt: skip
@@ -166,15 +170,12 @@ def test_the_launch_files(tmp_path: Path):
 
 def test_a_stamp_an_earlier_launch_used_is_never_given_again(tmp_path: Path):
     now = rd.new_stamp()
-    for path in (rd.launch_record_path(tmp_path, now), rd.metrics_path(tmp_path, now)):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("")
+    launched(tmp_path, now)
     stamp = rd.unused_stamp(tmp_path)
     assert stamp != now and stamp > now
 
 
 def test_logged_rows_merge_a_steps_lines_and_take_each_metric_from_the_last_launch(tmp_path):
-    """A relaunch's value wins key by key; bad lines named once each."""
     launches = {
         "20261128T000000Z": [(1, {"loss": 1.0}), (2, {"loss": 2.0}), (3, {"loss": 3.0}),
                              (3, {"val/acc": 0.3})],

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, get
 
 from verl_gsm8k.common.config_diff import leaves
 from verl_gsm8k.common.launch_record import read_records, write_record
@@ -46,11 +46,8 @@ def ppo_record(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def changed(record: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     assert key in leaves(record["config"]), f"{key} is not a key of the composed config"
     out = copy.deepcopy(record)
-    *parents, last = key.split(".")
-    node = out["config"]
-    for part in parents:
-        node = node[part]
-    node[last] = value
+    parents, _, last = key.rpartition(".")
+    get(out["config"], parents)[last] = value
     return out
 
 
@@ -67,7 +64,6 @@ def refused_line(capsys) -> str:
 
 
 def test_the_same_command_relaunched_differs_in_nothing(tmp_path, ppo_record):
-    """ACTOR_LR=1e-6 relaunched as 0.000001: git, host, versions, knobs differ, configs not."""
     run = tmp_path / "run"
     assert launch(run, STAMPS[1], f"{LR}=0.000001", knobs={"ACTOR_LR": "0.000001"}) == 0
     first, (second,) = ppo_record, read_records(run)
@@ -168,7 +164,6 @@ def test_sft_configs_are_compared_the_same_way(tmp_path):
 def test_a_disable_launch_sets_the_earlier_run_aside_and_it_speaks_for_nothing(
     whole_checkpoints, tmp_path, capsys
 ):
-    """RESUME=disable, killed before a save: the earlier steps are aside, nothing lost."""
     run = tmp_path / "run"
     assert launch(run, STAMPS[0]) == 0
     place(whole_checkpoints, run, {2: STAMPS[0], 4: STAMPS[0]})
@@ -188,7 +183,7 @@ def test_a_disable_launch_sets_the_earlier_run_aside_and_it_speaks_for_nothing(
 def test_the_guard_judges_the_step_verify_falls_back_to_and_a_refusal_changes_nothing(
     whole_checkpoints, tmp_path, capsys
 ):
-    """Step 2 by A, step 4 by B (truncated): step 2 is compared with A; a refusal moves nothing."""
+    """Step 2 by A, step 4 by B (truncated): step 2 is compared with A."""
     run = tmp_path / "run"
     assert launch(run, STAMPS[0]) == 0
     assert launch(run, STAMPS[1], f"{LR}=1e-4", resume="force") == 0
@@ -245,7 +240,6 @@ def test_verification_follows_what_verl_loads(tmp_path, whole_checkpoints, capsy
 def test_a_resume_on_another_number_of_gpus_is_resharded_before_verl_starts(
     whole_checkpoints, tmp_path, capsys
 ):
-    """World size 2 resumed on one GPU: rewritten for one rank, originals kept; and back."""
     run = tmp_path / "run"
     assert launch(run, STAMPS[0], "trainer.n_gpus_per_node=2") == 0
     place(whole_checkpoints, run, {2: STAMPS[0], 4: STAMPS[0]})

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from verl_gsm8k.common.run_dir import EXIT_PREEMPTED, write_stamp, write_tracker
 from verl_gsm8k.guard import stop
@@ -56,13 +57,12 @@ def test_a_time_limit_shorter_than_start_up_a_step_and_a_save_is_refused(tmp_pat
 
 
 def test_the_grace_is_what_a_stop_needs_a_users_kept_and_a_short_one_warned(tmp_path: Path):
-    grace_s, said = stop.grace(Timings(), {})
-    assert (grace_s, said) == (30, ["recipe: STOP_GRACE_S=30 s (the default; nothing measured "
-                                    "in this run directory yet)"])  # fmt: skip
-    grace_s, said = stop.grace(Timings(step_s=5, save_s=3), {})
-    assert grace_s == 30 and said == ["recipe: STOP_GRACE_S=30 s (the default; a stop needs "
-                                      "23 s: step 5 s, save 3 s, +15 s, measured in "
-                                      "timings.json)"]  # fmt: skip
+    default = "recipe: STOP_GRACE_S=30 s (the default; "
+    assert stop.grace(Timings(), {}) == (
+        30, [f"{default}nothing measured in this run directory yet)"])  # fmt: skip
+    assert stop.grace(Timings(step_s=5, save_s=3), {}) == (
+        30, [f"{default}a stop needs 23 s: step 5 s, save 3 s, +15 s, measured in timings.json)"]
+    )  # fmt: skip
     slow = Timings(step_s=66.2, save_s=20.5)
     grace_s, (line,) = stop.grace(slow, {})
     assert grace_s == 102 and line.startswith("recipe: STOP_GRACE_S=102 s, what a stop needs ")
@@ -192,7 +192,7 @@ def test_the_launch_passes_the_job_end_and_the_time_saves_to_the_trainer(tmp_pat
     from verl_gsm8k.launch.cli import Exit, plan_stop
     from verl_gsm8k.launch.plan import recipe_plan
 
-    recipe = Path(__file__).resolve().parents[1] / "recipes" / "ppo_qwen2.5-0.5b_gsm8k.sh"
+    recipe = ROOT / "recipes" / "ppo_qwen2.5-0.5b_gsm8k.sh"
     run_dir = measured(tmp_path / "runs" / "ppo_qwen2.5-0.5b_gsm8k", step_s=60.0, save_s=18.0,
                        start_s=100.0)  # fmt: skip
     env = {"HOME": str(tmp_path), "RUNS_ROOT": str(tmp_path / "runs"), "SLURM_JOB_ID": "7",
