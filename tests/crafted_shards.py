@@ -10,7 +10,6 @@ import zipfile
 from pathlib import Path
 
 CRAFTED = ("glued", "prepended", "appended", "payload", "objects")
-DAMAGED = ("truncated", "garbled", "link", "fifo", "directory", "torchscript")
 
 
 def _archive(records: list[tuple[zipfile.ZipInfo, bytes]], directory: str = "") -> bytes:
