@@ -114,9 +114,9 @@ def build_warm_start(plan: Plan, toy: Path, warm: Path) -> None:
     home, values, task = Path(plan.extra["home"]), plan.values, TOY[plan.extra["task"]]
     run, log = home / "warm-start-run", home / "warm-start.log"
     steps = values["WARM_START_STEPS"]
+    most = "at most " if "stop" in task else ""  # the products warm start may end early
     _say(
-        f"recipe: warm start (once): {'at most ' * ('stop' in task)}{steps} steps of verl's "
-        "SFT trainer on the toy "
+        f"recipe: warm start (once): {most}{steps} steps of verl's SFT trainer on the toy "
         f"demonstrations -> {warm} (log: {log})"
     )
     # a build killed mid-merge leaves merge.sh's hidden copy beside the model: replaced here
